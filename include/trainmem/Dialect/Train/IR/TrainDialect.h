@@ -1,0 +1,10 @@
+//===- TrainDialect.h - the train dialect ------------------------*- C++ -*-===//
+
+#ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAINDIALECT_H
+#define TRAINMEM_DIALECT_TRAIN_IR_TRAINDIALECT_H
+
+#include "mlir/IR/Dialect.h"
+
+#include "trainmem/Dialect/Train/IR/TrainDialect.h.inc"
+
+#endif // TRAINMEM_DIALECT_TRAIN_IR_TRAINDIALECT_H

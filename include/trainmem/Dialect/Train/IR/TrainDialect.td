@@ -1,0 +1,35 @@
+//===- TrainDialect.td - the train dialect -----------------*- tablegen -*-===//
+//
+// The `train` dialect expresses one step of model training at tensor level so
+// that memory passes can see and rewrite what a step keeps alive.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAINDIALECT_TD
+#define TRAINMEM_DIALECT_TRAIN_IR_TRAINDIALECT_TD
+
+include "mlir/IR/OpBase.td"
+
+def Train_Dialect : Dialect {
+  let name = "train";
+  let cppNamespace = "::mlir::train";
+  let summary = "A tensor-level dialect for the memory of a training step";
+  let description = [{
+    The `train` dialect expresses a model's forward pass, its loss, its
+    backward pass and its optimizer update as value-semantic tensor ops.
+    Attention stays decomposed (QKᵀ, scale, causal softmax, dropout, ·V) so the
+    s² tensors it creates stay visible to memory passes, and `train.block`
+    regions name what part of a layer an op belongs to.
+
+    Every compute op implements two interfaces: `DifferentiableOpInterface`
+    (the op builds its own vector-Jacobian product) and `CostOpInterface`
+    (FLOPs and bytes read and written), so new ops work with every pass.
+  }];
+  let useDefaultAttributePrinterParser = 0;
+  let useDefaultTypePrinterParser = 0;
+}
+
+class Train_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Train_Dialect, mnemonic, traits>;
+
+#endif // TRAINMEM_DIALECT_TRAIN_IR_TRAINDIALECT_TD

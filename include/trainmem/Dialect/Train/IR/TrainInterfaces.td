@@ -1,0 +1,71 @@
+//===- TrainInterfaces.td - interfaces of the train dialect -*- tablegen -*-===//
+
+#ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAININTERFACES_TD
+#define TRAINMEM_DIALECT_TRAIN_IR_TRAININTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+
+def Train_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    An op that builds its own vector-Jacobian product. Reverse-mode autodiff
+    calls `buildVJP` with the builder positioned in the backward pass and one
+    incoming gradient per result (a null `Value` where no gradient flows into
+    that result). The op appends one gradient per operand to `operandGrads`:
+    a null `Value` for operands that are not differentiable (token ids,
+    targets, masks). The ops it builds use only the operands and results the
+    VJP really needs, so liveness shows what the forward must keep.
+  }];
+  let methods = [
+    InterfaceMethod<
+      "Builds the vector-Jacobian product of this op at the builder's "
+      "insertion point.",
+      "::llvm::LogicalResult", "buildVJP",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::mlir::ValueRange":$resultGrads,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>
+  ];
+}
+
+def Train_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    The cost of one execution of an op, from its static shapes: floating-point
+    operations (a multiply-add counts 2) and bytes read and written in
+    memory. The defaults count every operand as read once and every result as
+    written once; ops that touch less (views, gathers) override them.
+  }];
+  let methods = [
+    InterfaceMethod<"Floating-point operations of one execution.",
+      "uint64_t", "getFlops">,
+    InterfaceMethod<"Bytes read from memory.",
+      "uint64_t", "getBytesRead", (ins), [{}], [{
+        uint64_t bytes = 0;
+        for (::mlir::Value operand : $_op->getOperands())
+          bytes += ::mlir::train::getTensorBytes(operand.getType());
+        return bytes;
+      }]>,
+    InterfaceMethod<"Bytes written to memory.",
+      "uint64_t", "getBytesWritten", (ins), [{}], [{
+        uint64_t bytes = 0;
+        for (::mlir::Value result : $_op->getResults())
+          bytes += ::mlir::train::getTensorBytes(result.getType());
+        return bytes;
+      }]>
+  ];
+}
+
+def Train_ViewOpInterface : OpInterface<"ViewOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    An op whose result is a view of its source (reshape, transpose): it holds
+    no memory of its own, so memory analyses alias it to the source instead
+    of counting it twice.
+  }];
+  let methods = [
+    InterfaceMethod<"The value this op is a view of.",
+      "::mlir::Value", "getViewSource">
+  ];
+}
+
+#endif // TRAINMEM_DIALECT_TRAIN_IR_TRAININTERFACES_TD

@@ -1,0 +1,41 @@
+//===- TrainOps.h - ops of the train dialect ---------------------*- C++ -*-===//
+
+#ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAINOPS_H
+#define TRAINMEM_DIALECT_TRAIN_IR_TRAINOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "trainmem/Dialect/Train/IR/TrainDialect.h"
+#include "trainmem/Dialect/Train/IR/TrainInterfaces.h"
+
+#include "trainmem/Dialect/Train/IR/TrainEnums.h.inc"
+
+namespace mlir {
+namespace train {
+
+/// Shape of `op(lhs) · op(rhs)` for a batched matmul whose batch dimensions
+/// broadcast NumPy-style; on a mismatch, fails and sets `why`.
+FailureOr<SmallVector<int64_t>> inferMatmulShape(ArrayRef<int64_t> lhs,
+                                                 ArrayRef<int64_t> rhs,
+                                                 bool transposeLhs,
+                                                 bool transposeRhs,
+                                                 std::string &why);
+
+/// True when a tensor of shape `from` broadcasts (NumPy rules, aligned from
+/// the right) to shape `to` without changing `to`.
+bool isBroadcastableTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to);
+
+} // namespace train
+} // namespace mlir
+
+#define GET_OP_CLASSES
+#include "trainmem/Dialect/Train/IR/TrainOps.h.inc"
+
+#endif // TRAINMEM_DIALECT_TRAIN_IR_TRAINOPS_H

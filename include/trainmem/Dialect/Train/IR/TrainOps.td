@@ -1,0 +1,679 @@
+//===- TrainOps.td - ops of the train dialect --------------*- tablegen -*-===//
+
+#ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAINOPS_TD
+#define TRAINMEM_DIALECT_TRAIN_IR_TRAINOPS_TD
+
+include "trainmem/Dialect/Train/IR/TrainDialect.td"
+include "trainmem/Dialect/Train/IR/TrainAttrs.td"
+include "trainmem/Dialect/Train/IR/TrainInterfaces.td"
+include "trainmem/Dialect/Train/IR/TrainTypes.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+// An op with value semantics and a static cost.
+class Train_ComputeOp<string mnemonic, list<Trait> traits = [],
+                      list<string> costOverrides = []>
+    : Train_Op<mnemonic, !listconcat(traits, [Pure,
+        DeclareOpInterfaceMethods<Train_CostOpInterface, costOverrides>])>;
+
+// A compute op that also builds its own vector-Jacobian product.
+class Train_DiffOp<string mnemonic, list<Trait> traits = [],
+                   list<string> costOverrides = []>
+    : Train_ComputeOp<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<Train_DifferentiableOpInterface>]),
+        costOverrides>;
+
+//===----------------------------------------------------------------------===//
+// Forward compute ops
+//===----------------------------------------------------------------------===//
+
+def Train_EmbeddingOp : Train_DiffOp<"embedding", [],
+                                     ["getBytesRead"]> {
+  let summary = "gathers rows of an embedding table";
+  let description = [{
+    `result[..., :] = table[ids[...], :]`. The table is `[vocab, hidden]`; the
+    result has the shape of `ids` followed by `hidden`. Ids outside the table
+    are an error at run time.
+
+    ```mlir
+    %x = train.embedding %wte, %tokens
+        : tensor<50257x768xbf16>, tensor<8x1024xi32> -> tensor<8x1024x768xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$table, Train_IdTensor:$ids);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_IotaOp : Train_ComputeOp<"iota"> {
+  let summary = "the positions 0, 1, ..., n-1";
+  let description = [{
+    A rank-1 tensor of consecutive positions, used to look up learned position
+    embeddings.
+
+    ```mlir
+    %pos = train.iota : tensor<1024xi32>
+    ```
+  }];
+  let results = (outs Train_IdTensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_MatmulOp : Train_DiffOp<"matmul"> {
+  let summary = "batched matrix product with optional transposes";
+  let description = [{
+    `result = op(lhs) · op(rhs)` over the last two dimensions, where `op`
+    transposes them when `transpose_lhs` / `transpose_rhs` is set. Leading
+    (batch) dimensions broadcast as in NumPy: aligned from the right, each pair
+    equal or one of them 1; a rank-2 `rhs` is a weight shared by every batch.
+
+    ```mlir
+    %scores = train.matmul %q, %k {transpose_rhs}
+        : tensor<8x12x1024x64xbf16>, tensor<8x12x1024x64xbf16>
+       -> tensor<8x12x1024x1024xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$lhs, Train_FloatTensor:$rhs,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_AddOp : Train_DiffOp<"add", [SameOperandsAndResultType]> {
+  let summary = "elementwise sum (residual connections)";
+  let description = [{
+    ```mlir
+    %y = train.add %x, %attn : tensor<8x1024x768xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$lhs, Train_FloatTensor:$rhs);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Train_MulOp : Train_DiffOp<"mul", [SameOperandsAndResultType]> {
+  let summary = "elementwise product (gated MLPs)";
+  let description = [{
+    ```mlir
+    %h = train.mul %gate, %up : tensor<1x4096x11008xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$lhs, Train_FloatTensor:$rhs);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Train_ScaleOp : Train_DiffOp<"scale", [SameOperandsAndResultType]> {
+  let summary = "multiplies by a constant";
+  let description = [{
+    ```mlir
+    %s = train.scale %scores {factor = 0.125 : f64} : tensor<8x12x1024x1024xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, F64Attr:$factor);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_BiasAddOp : Train_DiffOp<"bias_add",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "adds a tensor broadcast over leading dimensions";
+  let description = [{
+    `result[i..., j...] = input[i..., j...] + bias[j...]`: the bias has the
+    shape of the input's trailing dimensions (a linear layer's bias, or a
+    learned position table added to every sequence of a batch).
+
+    ```mlir
+    %y = train.bias_add %x, %b : tensor<8x1024x3072xbf16>, tensor<3072xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$bias);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $bias attr-dict `:` type($input) `,` type($bias)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_LayerNormOp : Train_DiffOp<"layer_norm",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "layer normalization over the last dimension";
+  let description = [{
+    `(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last
+    dimension; `gamma` and `beta` have its size.
+
+    ```mlir
+    %y = train.layer_norm %x, %g, %b {epsilon = 1.0e-05 : f64}
+        : tensor<8x1024x768xbf16>, tensor<768xbf16>, tensor<768xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$gamma,
+                       Train_FloatTensor:$beta, F64Attr:$epsilon);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta attr-dict `:` type($input) `,` type($gamma)
+    `,` type($beta)
+  }];
+  let hasVerifier = 1;
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$input, "::mlir::Value":$gamma,
+                   "::mlir::Value":$beta, "double":$epsilon), [{
+      build($_builder, $_state, input.getType(), input, gamma, beta,
+            $_builder.getF64FloatAttr(epsilon));
+    }]>
+  ];
+}
+
+def Train_RMSNormOp : Train_DiffOp<"rms_norm",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "root-mean-square normalization over the last dimension";
+  let description = [{
+    `x / sqrt(mean(x²) + epsilon) * gamma` over the last dimension.
+
+    ```mlir
+    %y = train.rms_norm %x, %g {epsilon = 1.0e-05 : f64}
+        : tensor<1x4096x4096xbf16>, tensor<4096xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$gamma,
+                       F64Attr:$epsilon);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $gamma attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let hasVerifier = 1;
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$input, "::mlir::Value":$gamma,
+                   "double":$epsilon), [{
+      build($_builder, $_state, input.getType(), input, gamma,
+            $_builder.getF64FloatAttr(epsilon));
+    }]>
+  ];
+}
+
+def Train_GeluOp : Train_DiffOp<"gelu", [SameOperandsAndResultType]> {
+  let summary = "GELU, tanh approximation";
+  let description = [{
+    `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`, as GPT-2 uses.
+
+    ```mlir
+    %y = train.gelu %x : tensor<8x1024x3072xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Train_SiluOp : Train_DiffOp<"silu", [SameOperandsAndResultType]> {
+  let summary = "SiLU (swish): x · sigmoid(x)";
+  let description = [{
+    ```mlir
+    %y = train.silu %gate : tensor<1x4096x11008xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Train_SoftmaxOp : Train_DiffOp<"softmax", [SameOperandsAndResultType]> {
+  let summary = "softmax over the last dimension, optionally causal";
+  let description = [{
+    With `causal`, the last two dimensions are (query, key) and entries with
+    key > query get probability 0, so they must be equal in size.
+
+    ```mlir
+    %p = train.softmax %scores {causal} : tensor<8x12x1024x1024xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, UnitAttr:$causal);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_DropoutOp : Train_DiffOp<"dropout",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "inverted dropout with a counter-based keep-mask";
+  let description = [{
+    Zeroes each element with probability `rate` and scales the rest by
+    `1 / (1 - rate)`. Element `i` is kept when the Philox-4x32-10 draw keyed
+    by `seed` at counter (`i / 4`, `offset`) (word `i % 4`, as a uniform in
+    [0, 1)) is below `1 - rate`, so any executor, and any recompute, draws
+    the same mask. The second result is the keep-mask (one byte per
+    element), which the backward uses.
+
+    ```mlir
+    %y, %mask = train.dropout %p {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
+        : tensor<8x12x1024x1024xbf16> -> tensor<8x12x1024x1024xi1>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, F64Attr:$rate,
+                       I64Attr:$seed, I64Attr:$offset);
+  let results = (outs Train_FloatTensor:$result, Train_MaskTensor:$mask);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($mask)";
+  let hasVerifier = 1;
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$input, "double":$rate, "int64_t":$seed,
+                   "int64_t":$offset)>
+  ];
+}
+
+def Train_RopeOp : Train_DiffOp<"rope", [SameOperandsAndResultType]> {
+  let summary = "rotary position embedding";
+  let description = [{
+    Rotates pairs `(x[2i], x[2i+1])` of the last dimension (the head
+    dimension `d`) at position `p` (the second-to-last dimension) by the angle
+    `p · theta^(-2i/d)`, as Llama's reference does. With `inverse` it rotates
+    by the negated angle, which is the op's own VJP.
+
+    ```mlir
+    %q_rot = train.rope %q {theta = 10000.0 : f64} : tensor<1x32x4096x128xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, F64Attr:$theta,
+                       UnitAttr:$inverse);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_ReshapeOp : Train_DiffOp<"reshape",
+    [DeclareOpInterfaceMethods<Train_ViewOpInterface>],
+    ["getBytesRead", "getBytesWritten"]> {
+  let summary = "a view with another shape and the same elements";
+  let description = [{
+    ```mlir
+    %heads = train.reshape %q : tensor<8x1024x768xbf16> -> tensor<8x1024x12x64xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_TransposeOp : Train_DiffOp<"transpose",
+    [DeclareOpInterfaceMethods<Train_ViewOpInterface>],
+    ["getBytesRead", "getBytesWritten"]> {
+  let summary = "a view with permuted dimensions";
+  let description = [{
+    `result` dimension `i` is `input` dimension `permutation[i]`.
+
+    ```mlir
+    %t = train.transpose %x {permutation = array<i64: 0, 2, 1, 3>}
+        : tensor<8x1024x12x64xbf16> -> tensor<8x12x1024x64xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input,
+                       DenseI64ArrayAttr:$permutation);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_CrossEntropyOp : Train_DiffOp<"cross_entropy"> {
+  let summary = "summed softmax cross-entropy and the count of valid tokens";
+  let description = [{
+    `logits` is `[..., vocab]`, `targets` has the leading shape. Returns the
+    sum over positions whose target is not `ignore_index` of
+    `logsumexp(logits) - logits[target]`, computed in f32, and the number of
+    such positions. Keeping sum and count apart lets gradient accumulation
+    normalize by the tokens of a whole window.
+
+    ```mlir
+    %sum, %count = train.cross_entropy %logits, %targets {ignore_index = -100 : i64}
+        : tensor<8x1024x50257xbf16>, tensor<8x1024xi32> -> tensor<f32>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$logits, Train_IdTensor:$targets,
+                       I64Attr:$ignore_index);
+  let results = (outs Train_F32Scalar:$loss_sum, Train_I64Scalar:$count);
+  let assemblyFormat = [{
+    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->`
+    type($loss_sum) `,` type($count)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_MeanLossOp : Train_DiffOp<"mean_loss",
+    [AllTypesMatch<["loss_sum", "result"]>]> {
+  let summary = "divides a summed loss by a token count";
+  let description = [{
+    `loss_sum / max(count, 1)`: the mean over valid tokens (0 when there are
+    none, never NaN).
+
+    ```mlir
+    %loss = train.mean_loss %sum, %count : tensor<f32>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins Train_F32Scalar:$loss_sum, Train_I64Scalar:$count);
+  let results = (outs Train_F32Scalar:$result);
+  let assemblyFormat = [{
+    $loss_sum `,` $count attr-dict `:` type($loss_sum) `,` type($count)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Backward compute ops (built by the VJPs)
+//===----------------------------------------------------------------------===//
+
+def Train_EmbeddingGradOp : Train_ComputeOp<"embedding_grad"> {
+  let summary = "scatter-adds rows into an embedding table gradient";
+  let description = [{
+    `result[v, :] = Σ grad[i..., :] over positions i with ids[i...] = v`; the
+    result type names the table shape.
+
+    ```mlir
+    %dwte = train.embedding_grad %dx, %tokens
+        : tensor<8x1024x768xf32>, tensor<8x1024xi32> -> tensor<50257x768xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_IdTensor:$ids);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $ids attr-dict `:` type($grad) `,` type($ids) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_SumToOp : Train_ComputeOp<"sum_to"> {
+  let summary = "sums a tensor down to a shape it was broadcast from";
+  let description = [{
+    The adjoint of broadcasting: sums over leading dimensions that the result
+    lacks and over dimensions where the result has size 1. Used for bias
+    gradients and for broadcast batch dimensions of a matmul.
+
+    ```mlir
+    %db = train.sum_to %dy : tensor<8x1024x3072xf32> -> tensor<3072xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_LayerNormGradOp : Train_ComputeOp<"layer_norm_grad"> {
+  let summary = "gradient of layer normalization";
+  let description = [{
+    From the incoming gradient, the saved input and gamma, computes the
+    gradients of the input, gamma and beta (statistics are recomputed from
+    the input).
+
+    ```mlir
+    %dx, %dg, %db = train.layer_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64}
+        : tensor<4x64x64xf32>, tensor<4x64x64xf32>, tensor<64xf32>
+       -> tensor<4x64x64xf32>, tensor<64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input,
+                       Train_FloatTensor:$gamma, F64Attr:$epsilon);
+  let results = (outs Train_FloatTensor:$input_grad,
+                      Train_FloatTensor:$gamma_grad,
+                      Train_FloatTensor:$beta_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $gamma attr-dict `:` type($grad) `,` type($input) `,`
+    type($gamma) `->` type($input_grad) `,` type($gamma_grad) `,`
+    type($beta_grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_RMSNormGradOp : Train_ComputeOp<"rms_norm_grad"> {
+  let summary = "gradient of RMS normalization";
+  let description = [{
+    ```mlir
+    %dx, %dg = train.rms_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64}
+        : tensor<4x64x64xf32>, tensor<4x64x64xf32>, tensor<64xf32>
+       -> tensor<4x64x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input,
+                       Train_FloatTensor:$gamma, F64Attr:$epsilon);
+  let results = (outs Train_FloatTensor:$input_grad,
+                      Train_FloatTensor:$gamma_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $gamma attr-dict `:` type($grad) `,` type($input) `,`
+    type($gamma) `->` type($input_grad) `,` type($gamma_grad)
+  }];
+  let hasVerifier = 1;
+}
+
+class Train_UnaryGradOp<string mnemonic, string what>
+    : Train_ComputeOp<mnemonic, [AllTypesMatch<["grad", "input", "result"]>]> {
+  let summary = "gradient of " # what # " from its saved input";
+  let description = [{
+    `result = grad · f'(input)`.
+
+    ```mlir
+    %dx = train.}] # mnemonic # [{ %dy, %x : tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
+}
+
+def Train_GeluGradOp : Train_UnaryGradOp<"gelu_grad", "GELU (tanh)">;
+def Train_SiluGradOp : Train_UnaryGradOp<"silu_grad", "SiLU">;
+
+def Train_SoftmaxGradOp : Train_ComputeOp<"softmax_grad",
+    [AllTypesMatch<["grad", "output", "result"]>]> {
+  let summary = "gradient of softmax from its saved output";
+  let description = [{
+    `result = output · (grad - Σ_j grad·output)` over the last dimension; it
+    needs the softmax output, not its input.
+
+    ```mlir
+    %ds = train.softmax_grad %dp, %p : tensor<4x4x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$output);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$grad `,` $output attr-dict `:` type($result)";
+}
+
+def Train_DropoutGradOp : Train_ComputeOp<"dropout_grad",
+    [AllTypesMatch<["grad", "result"]>]> {
+  let summary = "gradient of dropout from its keep-mask";
+  let description = [{
+    `result = grad · mask / (1 - rate)`.
+
+    ```mlir
+    %dx = train.dropout_grad %dy, %mask {rate = 0.1 : f64}
+        : tensor<4x64x64xf32>, tensor<4x64x64xi1>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_MaskTensor:$mask,
+                       F64Attr:$rate);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $mask attr-dict `:` type($grad) `,` type($mask)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_CrossEntropyGradOp : Train_ComputeOp<"cross_entropy_grad"> {
+  let summary = "gradient of the summed cross-entropy w.r.t. the logits";
+  let description = [{
+    `result[i, :] = grad · (softmax(logits[i, :]) - onehot(targets[i]))` for
+    valid positions and 0 at ignored ones.
+
+    ```mlir
+    %dlogits = train.cross_entropy_grad %dsum, %logits, %targets {ignore_index = -100 : i64}
+        : tensor<f32>, tensor<4x64x256xf32>, tensor<4x64xi32> -> tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Train_F32Scalar:$grad, Train_FloatTensor:$logits,
+                       Train_IdTensor:$targets, I64Attr:$ignore_index);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $logits `,` $targets attr-dict `:` type($grad) `,` type($logits)
+    `,` type($targets) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+def Train_BlockOp : Train_Op<"block", [
+    SingleBlock, RecursiveMemoryEffects, RecursivelySpeculatable]> {
+  let summary = "marks what part of a model a region of ops is";
+  let description = [{
+    A region executed once, in place, whose `train.yield` operands are the
+    op's results. `kind` says what it holds (`embedding`, `attention`, `mlp`,
+    `head`) and `layer` which transformer layer (required for `attention` and
+    `mlp`). Remat policies and the per-layer memory report key on these.
+
+    ```mlir
+    %y = train.block attention layer 0 -> tensor<8x1024x768xbf16> {
+      ...
+      train.yield %sum : tensor<8x1024x768xbf16>
+    }
+    ```
+  }];
+  let arguments = (ins Train_BlockKind:$kind, OptionalAttr<I64Attr>:$layer);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $kind (`layer` $layer^)? (`->` type($results)^)? attr-dict-with-keyword
+    $body
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_YieldOp : Train_Op<"yield", [
+    Pure, Terminator, ReturnLike, HasParent<"BlockOp">]> {
+  let summary = "ends a train.block and gives its results";
+  let description = [{
+    ```mlir
+    train.yield %x : tensor<8x1024x768xbf16>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+  let builders = [OpBuilder<(ins), [{ /* nothing to yield */ }]>];
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer side
+//===----------------------------------------------------------------------===//
+
+def Train_AdamWOp : Train_ComputeOp<"adamw",
+    [AllTypesMatch<["param", "new_param"]>, AllTypesMatch<["m", "new_m"]>,
+     AllTypesMatch<["v", "new_v"]>]> {
+  let summary = "one AdamW update with decoupled weight decay";
+  let description = [{
+    With `t = step` (counted from 1), `m' = β1 m + (1-β1) g`,
+    `v' = β2 v + (1-β2) g²`, and
+    `p' = p - lr · (m'/(1-β1^t) / (sqrt(v'/(1-β2^t)) + eps) + wd · p)`.
+    `m` and `v` are f32; the parameter may be the f32 master copy of a
+    16-bit weight.
+
+    ```mlir
+    %p2, %m2, %v2 = train.adamw %p, %g, %m, %v, %lr, %step
+        {beta1 = 0.9 : f64, beta2 = 0.95 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.1 : f64}
+        : tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>,
+          tensor<f32>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
+                       Train_FloatTensor:$m, Train_FloatTensor:$v,
+                       Train_F32Scalar:$lr, Train_I64Scalar:$step,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$epsilon,
+                       F64Attr:$weight_decay);
+  let results = (outs Train_FloatTensor:$new_param, Train_FloatTensor:$new_m,
+                      Train_FloatTensor:$new_v);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $m `,` $v `,` $lr `,` $step attr-dict `:`
+    type($param) `,` type($grad) `,` type($m) `,` type($v) `,` type($lr) `,`
+    type($step)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_SGDOp : Train_ComputeOp<"sgd"> {
+  let summary = "one SGD update, with optional momentum";
+  let description = [{
+    `g' = g + wd · p`; with momentum, `b' = momentum · b + g'` and the step
+    uses `b'` (or `g' + momentum · b'` with `nesterov`); `p' = p - lr · step`.
+    The momentum buffer is an operand and a result exactly when
+    `momentum > 0`.
+
+    ```mlir
+    %p2, %b2 = train.sgd %p, %g, %lr, %buf {momentum = 0.9 : f64, weight_decay = 0.0 : f64}
+        : (tensor<768xf32>, tensor<768xf32>, tensor<f32>, tensor<768xf32>)
+       -> (tensor<768xf32>, tensor<768xf32>)
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
+                       Train_F32Scalar:$lr,
+                       Optional<Train_FloatTensor>:$momentum_buffer,
+                       F64Attr:$momentum, F64Attr:$weight_decay,
+                       UnitAttr:$nesterov);
+  let results = (outs Train_FloatTensor:$new_param,
+                      Optional<Train_FloatTensor>:$new_momentum_buffer);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $lr (`,` $momentum_buffer^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm"> {
+  let summary = "scales gradients so their global L2 norm is at most max_norm";
+  let description = [{
+    Computes `norm = sqrt(Σ ||g_i||²)` over all operands and returns each
+    gradient times `min(1, max_norm / (norm + 1e-6))`, followed by `norm`.
+
+    ```mlir
+    %g0c, %g1c, %norm = train.clip_grad_norm %g0, %g1 {max_norm = 1.0 : f64}
+        : (tensor<768xf32>, tensor<768x768xf32>)
+       -> (tensor<768xf32>, tensor<768x768xf32>, tensor<f32>)
+    ```
+  }];
+  let arguments = (ins Variadic<Train_FloatTensor>:$grads, F64Attr:$max_norm);
+  let results = (outs Variadic<Train_FloatTensor>:$clipped,
+                      Train_F32Scalar:$norm);
+  let assemblyFormat = [{
+    $grads attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_LRScheduleOp : Train_ComputeOp<"lr_schedule"> {
+  let summary = "learning rate with linear warm-up and cosine decay";
+  let description = [{
+    For step `t` (from 1): `peak_lr · t / warmup_steps` while
+    `t <= warmup_steps`; then cosine decay from `peak_lr` to `min_lr` at
+    `total_steps`, and `min_lr` after it.
+
+    ```mlir
+    %lr = train.lr_schedule %step {peak_lr = 6.0e-04 : f64, min_lr = 6.0e-05 : f64,
+                                   warmup_steps = 100 : i64, total_steps = 5000 : i64}
+        : tensor<i64> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Train_I64Scalar:$step, F64Attr:$peak_lr,
+                       F64Attr:$min_lr, I64Attr:$warmup_steps,
+                       I64Attr:$total_steps);
+  let results = (outs Train_F32Scalar:$result);
+  let assemblyFormat = "$step attr-dict `:` type($step) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+#endif // TRAINMEM_DIALECT_TRAIN_IR_TRAINOPS_TD

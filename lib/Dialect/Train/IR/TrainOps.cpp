@@ -1,0 +1,460 @@
+//===- TrainOps.cpp - ops of the train dialect: verifiers ------------------===//
+
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::train;
+
+//===----------------------------------------------------------------------===//
+// Shape helpers
+//===----------------------------------------------------------------------===//
+
+static std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "[";
+  llvm::interleave(shape, os, "x");
+  os << "]";
+  return text;
+}
+
+FailureOr<SmallVector<int64_t>>
+mlir::train::inferMatmulShape(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs,
+                              bool transposeLhs, bool transposeRhs,
+                              std::string &why) {
+  if (lhs.size() < 2 || rhs.size() < 2) {
+    why = "operands must have rank >= 2";
+    return failure();
+  }
+  int64_t m = lhs[lhs.size() - 2], kL = lhs.back();
+  if (transposeLhs)
+    std::swap(m, kL);
+  int64_t kR = rhs[rhs.size() - 2], n = rhs.back();
+  if (transposeRhs)
+    std::swap(kR, n);
+  if (kL != kR) {
+    why = "contraction dimensions differ (" + std::to_string(kL) + " vs " +
+          std::to_string(kR) + ")";
+    return failure();
+  }
+  ArrayRef<int64_t> batchL = lhs.drop_back(2), batchR = rhs.drop_back(2);
+  size_t rank = std::max(batchL.size(), batchR.size());
+  SmallVector<int64_t> shape(rank, 1);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t dl = i < batchL.size() ? batchL[batchL.size() - 1 - i] : 1;
+    int64_t dr = i < batchR.size() ? batchR[batchR.size() - 1 - i] : 1;
+    if (dl != dr && dl != 1 && dr != 1) {
+      why = "batch dimensions " + shapeString(batchL) + " and " +
+            shapeString(batchR) + " do not broadcast";
+      return failure();
+    }
+    shape[rank - 1 - i] = std::max(dl, dr);
+  }
+  shape.push_back(m);
+  shape.push_back(n);
+  return shape;
+}
+
+bool mlir::train::isBroadcastableTo(ArrayRef<int64_t> from,
+                                    ArrayRef<int64_t> to) {
+  if (from.size() > to.size())
+    return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    if (f != t && f != 1)
+      return false;
+  }
+  return true;
+}
+
+static RankedTensorType rankedType(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+/// Verifies that `param` is a rank-1 tensor of the size of `input`'s last
+/// dimension (norm weights and biases).
+static LogicalResult verifyFeatureVector(Operation *op, StringRef name,
+                                         Value param, Value input) {
+  RankedTensorType paramType = rankedType(param);
+  RankedTensorType inputType = rankedType(input);
+  if (inputType.getRank() < 1)
+    return op->emitOpError("input must have rank >= 1");
+  if (paramType.getRank() != 1 ||
+      paramType.getDimSize(0) != inputType.getShape().back())
+    return op->emitOpError()
+           << name << " must be a vector of the last dimension's size ("
+           << inputType.getShape().back() << "), got "
+           << shapeString(paramType.getShape());
+  if (paramType.getElementType() != inputType.getElementType())
+    return op->emitOpError()
+           << name << " element type " << paramType.getElementType()
+           << " differs from input element type "
+           << inputType.getElementType();
+  return success();
+}
+
+static LogicalResult verifyEpsilon(Operation *op, double epsilon) {
+  if (!(epsilon > 0.0))
+    return op->emitOpError("epsilon must be > 0, got ") << epsilon;
+  return success();
+}
+
+static LogicalResult verifyDropoutRate(Operation *op, double rate) {
+  if (!(rate >= 0.0 && rate < 1.0))
+    return op->emitOpError("rate must be in [0, 1), got ") << rate;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Forward ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  RankedTensorType table = getTable().getType();
+  RankedTensorType ids = getIds().getType();
+  RankedTensorType result = getResult().getType();
+  if (table.getRank() != 2)
+    return emitOpError("table must have rank 2 ([vocab, hidden]), got rank ")
+           << table.getRank();
+  SmallVector<int64_t> expected(ids.getShape());
+  expected.push_back(table.getDimSize(1));
+  if (result.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError("result shape must be ")
+           << shapeString(expected) << " (ids shape, then hidden), got "
+           << shapeString(result.getShape());
+  if (result.getElementType() != table.getElementType())
+    return emitOpError("result element type must match the table's");
+  return success();
+}
+
+LogicalResult IotaOp::verify() {
+  if (getResult().getType().getRank() != 1)
+    return emitOpError("result must have rank 1");
+  return success();
+}
+
+LogicalResult MatmulOp::verify() {
+  RankedTensorType lhs = getLhs().getType(), rhs = getRhs().getType();
+  RankedTensorType result = getResult().getType();
+  if (lhs.getElementType() != rhs.getElementType() ||
+      lhs.getElementType() != result.getElementType())
+    return emitOpError("operand and result element types must match");
+  std::string why;
+  FailureOr<SmallVector<int64_t>> shape =
+      inferMatmulShape(lhs.getShape(), rhs.getShape(), getTransposeLhs(),
+                       getTransposeRhs(), why);
+  if (failed(shape))
+    return emitOpError(why);
+  if (result.getShape() != ArrayRef<int64_t>(*shape))
+    return emitOpError("result shape must be ")
+           << shapeString(*shape) << ", got "
+           << shapeString(result.getShape());
+  return success();
+}
+
+LogicalResult ScaleOp::verify() {
+  if (!std::isfinite(getFactor().convertToDouble()))
+    return emitOpError("factor must be finite");
+  return success();
+}
+
+LogicalResult BiasAddOp::verify() {
+  RankedTensorType input = getInput().getType(), bias = getBias().getType();
+  if (bias.getElementType() != input.getElementType())
+    return emitOpError("bias element type must match the input's");
+  if (bias.getRank() < 1 || bias.getRank() > input.getRank() ||
+      input.getShape().take_back(bias.getRank()) != bias.getShape())
+    return emitOpError("bias shape ")
+           << shapeString(bias.getShape())
+           << " must equal the trailing dimensions of input shape "
+           << shapeString(input.getShape());
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  if (failed(verifyFeatureVector(*this, "gamma", getGamma(), getInput())) ||
+      failed(verifyFeatureVector(*this, "beta", getBeta(), getInput())) ||
+      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
+    return failure();
+  return success();
+}
+
+LogicalResult RMSNormOp::verify() {
+  if (failed(verifyFeatureVector(*this, "gamma", getGamma(), getInput())) ||
+      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
+    return failure();
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  RankedTensorType type = getInput().getType();
+  if (type.getRank() < 1)
+    return emitOpError("input must have rank >= 1");
+  if (getCausal()) {
+    if (type.getRank() < 2)
+      return emitOpError("causal softmax needs rank >= 2 (query, key)");
+    ArrayRef<int64_t> shape = type.getShape();
+    if (shape[shape.size() - 2] != shape.back())
+      return emitOpError("causal softmax needs as many queries as keys, got ")
+             << shape[shape.size() - 2] << " queries and " << shape.back()
+             << " keys";
+  }
+  return success();
+}
+
+void DropoutOp::build(OpBuilder &builder, OperationState &state, Value input,
+                      double rate, int64_t seed, int64_t offset) {
+  auto inputType = cast<RankedTensorType>(input.getType());
+  auto maskType =
+      RankedTensorType::get(inputType.getShape(), builder.getI1Type());
+  build(builder, state, inputType, maskType, input,
+        builder.getF64FloatAttr(rate), builder.getI64IntegerAttr(seed),
+        builder.getI64IntegerAttr(offset));
+}
+
+LogicalResult DropoutOp::verify() {
+  if (failed(verifyDropoutRate(*this, getRate().convertToDouble())))
+    return failure();
+  if (getMask().getType().getShape() != getInput().getType().getShape())
+    return emitOpError("mask shape must equal the input shape");
+  if (getOffset() < 0)
+    return emitOpError("offset must be >= 0");
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  RankedTensorType type = getInput().getType();
+  if (type.getRank() < 2)
+    return emitOpError("input must have rank >= 2 ([..., position, dim])");
+  if (type.getShape().back() % 2 != 0)
+    return emitOpError("last dimension must be even, got ")
+           << type.getShape().back();
+  if (!(getTheta().convertToDouble() > 0.0))
+    return emitOpError("theta must be > 0");
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("element type must not change");
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError("element count must not change (")
+           << in.getNumElements() << " vs " << out.getNumElements() << ")";
+  return success();
+}
+
+Value ReshapeOp::getViewSource() { return getInput(); }
+
+LogicalResult TransposeOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  ArrayRef<int64_t> perm = getPermutation();
+  if (static_cast<int64_t>(perm.size()) != in.getRank())
+    return emitOpError("permutation must have one entry per dimension (")
+           << in.getRank() << "), got " << perm.size();
+  SmallVector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= in.getRank() || seen[p])
+      return emitOpError("permutation must hold each of 0..")
+             << in.getRank() - 1 << " once";
+    seen[p] = true;
+  }
+  SmallVector<int64_t> expected;
+  for (int64_t p : perm)
+    expected.push_back(in.getDimSize(p));
+  if (out.getShape() != ArrayRef<int64_t>(expected) ||
+      out.getElementType() != in.getElementType())
+    return emitOpError("result shape must be ")
+           << shapeString(expected) << ", got " << shapeString(out.getShape());
+  return success();
+}
+
+Value TransposeOp::getViewSource() { return getInput(); }
+
+static LogicalResult verifyLogitsTargets(Operation *op,
+                                         RankedTensorType logits,
+                                         RankedTensorType targets) {
+  if (logits.getRank() != targets.getRank() + 1 ||
+      logits.getShape().drop_back() != targets.getShape())
+    return op->emitOpError("targets shape ")
+           << shapeString(targets.getShape())
+           << " must equal the logits shape without its last dimension "
+           << shapeString(logits.getShape());
+  return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  return verifyLogitsTargets(*this, getLogits().getType(),
+                             getTargets().getType());
+}
+
+//===----------------------------------------------------------------------===//
+// Backward ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingGradOp::verify() {
+  RankedTensorType grad = getGrad().getType(), ids = getIds().getType();
+  RankedTensorType result = getResult().getType();
+  if (result.getRank() != 2)
+    return emitOpError("result must have rank 2 ([vocab, hidden])");
+  SmallVector<int64_t> expected(ids.getShape());
+  expected.push_back(result.getDimSize(1));
+  if (grad.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError("grad shape must be ")
+           << shapeString(expected) << " (ids shape, then hidden), got "
+           << shapeString(grad.getShape());
+  return success();
+}
+
+LogicalResult SumToOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  if (!isBroadcastableTo(out.getShape(), in.getShape()))
+    return emitOpError("result shape ")
+           << shapeString(out.getShape())
+           << " must broadcast to the input shape "
+           << shapeString(in.getShape());
+  return success();
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  if (getGrad().getType().getShape() != getInput().getType().getShape())
+    return emitOpError("grad and input shapes must match");
+  if (failed(verifyFeatureVector(*this, "gamma", getGamma(), getInput())) ||
+      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
+    return failure();
+  return success();
+}
+
+LogicalResult RMSNormGradOp::verify() {
+  if (getGrad().getType().getShape() != getInput().getType().getShape())
+    return emitOpError("grad and input shapes must match");
+  if (failed(verifyFeatureVector(*this, "gamma", getGamma(), getInput())) ||
+      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
+    return failure();
+  return success();
+}
+
+LogicalResult DropoutGradOp::verify() {
+  if (failed(verifyDropoutRate(*this, getRate().convertToDouble())))
+    return failure();
+  if (getMask().getType().getShape() != getGrad().getType().getShape())
+    return emitOpError("mask shape must equal the grad shape");
+  return success();
+}
+
+LogicalResult CrossEntropyGradOp::verify() {
+  if (getResult().getType().getShape() != getLogits().getType().getShape())
+    return emitOpError("result shape must equal the logits shape");
+  return verifyLogitsTargets(*this, getLogits().getType(),
+                             getTargets().getType());
+}
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+LogicalResult BlockOp::verify() {
+  std::optional<int64_t> layer = getLayer();
+  BlockKind kind = getKind();
+  if ((kind == BlockKind::attention || kind == BlockKind::mlp) && !layer)
+    return emitOpError("block of kind '")
+           << stringifyBlockKind(kind) << "' needs a layer index";
+  if (layer && *layer < 0)
+    return emitOpError("layer index must be >= 0, got ") << *layer;
+  Block &body = getBody().front();
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError("body must end with train.yield");
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yielded types must equal the block's result types");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer side
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyBeta(Operation *op, StringRef name, double beta) {
+  if (!(beta >= 0.0 && beta < 1.0))
+    return op->emitOpError() << name << " must be in [0, 1), got " << beta;
+  return success();
+}
+
+LogicalResult AdamWOp::verify() {
+  ArrayRef<int64_t> shape = getParam().getType().getShape();
+  for (Value state : {getGrad(), getM(), getV()})
+    if (rankedType(state).getShape() != shape)
+      return emitOpError("grad, m and v must have the parameter's shape ")
+             << shapeString(shape);
+  if (!getM().getType().getElementType().isF32() ||
+      !getV().getType().getElementType().isF32())
+    return emitOpError("m and v must be f32");
+  if (failed(verifyBeta(*this, "beta1", getBeta1().convertToDouble())) ||
+      failed(verifyBeta(*this, "beta2", getBeta2().convertToDouble())) ||
+      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
+    return failure();
+  if (!(getWeightDecay().convertToDouble() >= 0.0))
+    return emitOpError("weight_decay must be >= 0");
+  return success();
+}
+
+LogicalResult SGDOp::verify() {
+  ArrayRef<int64_t> shape = getParam().getType().getShape();
+  if (getGrad().getType().getShape() != shape)
+    return emitOpError("grad must have the parameter's shape");
+  if (getNewParam().getType() != getParam().getType())
+    return emitOpError("new_param type must equal the parameter type");
+  double momentum = getMomentum().convertToDouble();
+  if (!(momentum >= 0.0 && momentum < 1.0))
+    return emitOpError("momentum must be in [0, 1), got ") << momentum;
+  if (!(getWeightDecay().convertToDouble() >= 0.0))
+    return emitOpError("weight_decay must be >= 0");
+  bool hasBuffer = static_cast<bool>(getMomentumBuffer());
+  if (hasBuffer != (momentum > 0.0))
+    return emitOpError("a momentum buffer is needed exactly when momentum > 0");
+  if (static_cast<bool>(getNewMomentumBuffer()) != hasBuffer)
+    return emitOpError("new_momentum_buffer must be present exactly when the "
+                       "momentum buffer is");
+  if (hasBuffer &&
+      (getMomentumBuffer().getType() != getNewMomentumBuffer().getType() ||
+       getMomentumBuffer().getType().getShape() != shape))
+    return emitOpError(
+        "momentum buffer must have the parameter's shape in and out");
+  if (getNesterov() && !hasBuffer)
+    return emitOpError("nesterov needs momentum > 0");
+  return success();
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  if (getClipped().size() != getGrads().size())
+    return emitOpError("must return one clipped gradient per gradient and "
+                       "the norm");
+  for (auto [in, out] : llvm::zip(getGrads(), getClipped()))
+    if (in.getType() != out.getType())
+      return emitOpError("clipped gradient types must equal the gradients'");
+  if (!(getMaxNorm().convertToDouble() > 0.0))
+    return emitOpError("max_norm must be > 0");
+  return success();
+}
+
+LogicalResult LRScheduleOp::verify() {
+  double peak = getPeakLr().convertToDouble();
+  double minLr = getMinLr().convertToDouble();
+  if (!(peak > 0.0))
+    return emitOpError("peak_lr must be > 0");
+  if (!(minLr >= 0.0 && minLr <= peak))
+    return emitOpError("min_lr must be in [0, peak_lr]");
+  if (getWarmupSteps() < 0)
+    return emitOpError("warmup_steps must be >= 0");
+  if (getTotalSteps() <= getWarmupSteps())
+    return emitOpError("total_steps must be > warmup_steps");
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "trainmem/Dialect/Train/IR/TrainOps.cpp.inc"

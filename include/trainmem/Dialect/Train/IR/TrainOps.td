@@ -248,11 +248,12 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
   let summary = "inverted dropout with a counter-based keep-mask";
   let description = [{
     Zeroes each element with probability `rate` and scales the rest by
-    `1 / (1 - rate)`. Element `i` is kept when the Philox-4x32-10 draw keyed
-    by `seed` at counter (`i / 4`, `offset`) (word `i % 4`, as a uniform in
-    [0, 1)) is below `1 - rate`, so any executor, and any recompute, draws
-    the same mask. The second result is the keep-mask (one byte per
-    element), which the backward uses.
+    `1 / (1 - rate)`. Element `i` (row-major) is kept when the top 24 bits of
+    word `i % 4` of Philox-4x32-10, keyed by `seed`, at counter
+    (`i / 4`, `offset`), are below `round((1 - rate) · 2^24)`: a uniform
+    draw below `1 - rate`, in integers, so any executor and any recompute
+    draws the same mask (`include/trainmem/Support/Philox.h`). The second
+    result is the keep-mask (one byte per element), which the backward uses.
 
     ```mlir
     %y, %mask = train.dropout %p {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}

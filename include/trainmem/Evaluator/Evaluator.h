@@ -1,0 +1,52 @@
+//===- Evaluator.h - reference evaluator for train functions -----*- C++ -*-===//
+//
+// Executes `train` functions op by op on host tensors, in f32 with f64
+// accumulation, written to be obviously right rather than fast. It is the
+// oracle that lowerings and rewrites are checked against.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_EVALUATOR_EVALUATOR_H
+#define TRAINMEM_EVALUATOR_EVALUATOR_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/LLVM.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mlir {
+namespace train {
+
+/// A host tensor. Float element types (f32, bf16, f16) are held and computed
+/// as f32 in `floats`; integer element types (ids, counts, steps, i1 masks)
+/// as int64 in `ints`.
+struct RefTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  bool isInteger = false;
+
+  static RefTensor ofFloats(std::vector<int64_t> shape,
+                            std::vector<float> values);
+  static RefTensor ofInts(std::vector<int64_t> shape,
+                          std::vector<int64_t> values);
+  /// A float tensor of `shape` filled with zeros.
+  static RefTensor zeros(std::vector<int64_t> shape);
+
+  int64_t numElements() const;
+  float scalarFloat() const { return floats.at(0); }
+  int64_t scalarInt() const { return ints.at(0); }
+};
+
+/// Runs `func` on `args` (one per function argument, shapes checked against
+/// the argument types). Returns the values of `func.return`, or failure after
+/// emitting a diagnostic at the op that could not run (a shape mismatch, an
+/// id out of range, an op the evaluator does not know).
+FailureOr<SmallVector<RefTensor>> evaluate(func::FuncOp func,
+                                           ArrayRef<RefTensor> args);
+
+} // namespace train
+} // namespace mlir
+
+#endif // TRAINMEM_EVALUATOR_EVALUATOR_H

@@ -1,0 +1,790 @@
+//===- Evaluator.cpp - reference evaluator for train functions ------------===//
+//
+// Every kernel here is the textbook formula with f64 accumulators: no
+// blocking, no fusion, no vectorization, so that reading it is checking it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Evaluator/Evaluator.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Support/Philox.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+#include <numeric>
+
+using namespace mlir;
+using namespace mlir::train;
+
+RefTensor RefTensor::ofFloats(std::vector<int64_t> shape,
+                              std::vector<float> values) {
+  RefTensor t;
+  t.shape = std::move(shape);
+  t.floats = std::move(values);
+  assert(static_cast<int64_t>(t.floats.size()) == t.numElements());
+  return t;
+}
+
+RefTensor RefTensor::ofInts(std::vector<int64_t> shape,
+                            std::vector<int64_t> values) {
+  RefTensor t;
+  t.shape = std::move(shape);
+  t.ints = std::move(values);
+  t.isInteger = true;
+  assert(static_cast<int64_t>(t.ints.size()) == t.numElements());
+  return t;
+}
+
+RefTensor RefTensor::zeros(std::vector<int64_t> shape) {
+  RefTensor t;
+  t.shape = std::move(shape);
+  t.floats.assign(t.numElements(), 0.0f);
+  return t;
+}
+
+int64_t RefTensor::numElements() const {
+  return std::accumulate(shape.begin(), shape.end(), int64_t(1),
+                         std::multiplies<int64_t>());
+}
+
+namespace {
+
+std::vector<int64_t> shapeOf(Type type) {
+  ArrayRef<int64_t> shape = cast<RankedTensorType>(type).getShape();
+  return std::vector<int64_t>(shape.begin(), shape.end());
+}
+
+/// Rows of the last dimension: (number of rows, row length).
+std::pair<int64_t, int64_t> rowsOf(const RefTensor &t) {
+  int64_t cols = t.shape.empty() ? 1 : t.shape.back();
+  return {cols == 0 ? 0 : t.numElements() / cols, cols};
+}
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+/// Linear index into a tensor of `shape` that broadcasts (right-aligned, size
+/// 1 dims pinned to 0) to the multi-index `index` of a larger shape.
+int64_t broadcastIndex(const std::vector<int64_t> &shape,
+                       const std::vector<int64_t> &index) {
+  std::vector<int64_t> strides = stridesOf(shape);
+  size_t lead = index.size() - shape.size();
+  int64_t linear = 0;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1)
+      linear += index[lead + d] * strides[d];
+  return linear;
+}
+
+std::vector<int64_t> unravel(int64_t linear,
+                             const std::vector<int64_t> &shape) {
+  std::vector<int64_t> index(shape.size());
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    index[d] = linear % shape[d];
+    linear /= shape[d];
+  }
+  return index;
+}
+
+class Interpreter {
+public:
+  LogicalResult run(Block &block);
+  llvm::DenseMap<Value, RefTensor> values;
+  SmallVector<RefTensor> returned;
+
+private:
+  const RefTensor &get(Value v) { return values.find(v)->second; }
+  void set(Value v, RefTensor t) { values[v] = std::move(t); }
+  LogicalResult exec(Operation *op);
+
+  LogicalResult embedding(EmbeddingOp op);
+  LogicalResult matmul(MatmulOp op);
+  void layerNorm(LayerNormOp op);
+  void rmsNorm(RMSNormOp op);
+  void softmax(SoftmaxOp op);
+  void dropout(DropoutOp op);
+  void rope(RopeOp op);
+  void transpose(TransposeOp op);
+  LogicalResult crossEntropy(CrossEntropyOp op);
+  LogicalResult embeddingGrad(EmbeddingGradOp op);
+  void sumTo(SumToOp op);
+  void layerNormGrad(LayerNormGradOp op);
+  void rmsNormGrad(RMSNormGradOp op);
+  LogicalResult crossEntropyGrad(CrossEntropyGradOp op);
+  void adamw(AdamWOp op);
+  void sgd(SGDOp op);
+  void clip(ClipGradNormOp op);
+  void lrSchedule(LRScheduleOp op);
+
+  template <typename Fn> void unary(Operation *op, Fn fn) {
+    const RefTensor &x = get(op->getOperand(0));
+    RefTensor y = RefTensor::ofFloats(x.shape, x.floats);
+    for (float &v : y.floats)
+      v = static_cast<float>(fn(static_cast<double>(v)));
+    set(op->getResult(0), std::move(y));
+  }
+  template <typename Fn> void binary(Operation *op, Fn fn) {
+    const RefTensor &a = get(op->getOperand(0));
+    const RefTensor &b = get(op->getOperand(1));
+    RefTensor y = RefTensor::ofFloats(a.shape, a.floats);
+    for (size_t i = 0; i < y.floats.size(); ++i)
+      y.floats[i] = static_cast<float>(
+          fn(static_cast<double>(a.floats[i]), static_cast<double>(b.floats[i])));
+    set(op->getResult(0), std::move(y));
+  }
+};
+
+constexpr double kGeluC = 0.7978845608028654; // sqrt(2 / pi)
+constexpr double kGeluA = 0.044715;
+
+double gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
+}
+double geluGrad(double x) {
+  double t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
+  return 0.5 * (1.0 + t) +
+         0.5 * x * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * kGeluA * x * x);
+}
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+LogicalResult Interpreter::embedding(EmbeddingOp op) {
+  const RefTensor &table = get(op.getTable());
+  const RefTensor &ids = get(op.getIds());
+  int64_t vocab = table.shape[0], hidden = table.shape[1];
+  RefTensor y = RefTensor::zeros(shapeOf(op.getResult().getType()));
+  for (int64_t i = 0; i < ids.numElements(); ++i) {
+    int64_t id = ids.ints[i];
+    if (id < 0 || id >= vocab)
+      return op.emitError("token id ")
+             << id << " at position " << i << " is outside the table of "
+             << vocab << " rows";
+    for (int64_t h = 0; h < hidden; ++h)
+      y.floats[i * hidden + h] = table.floats[id * hidden + h];
+  }
+  set(op.getResult(), std::move(y));
+  return success();
+}
+
+LogicalResult Interpreter::matmul(MatmulOp op) {
+  const RefTensor &a = get(op.getLhs());
+  const RefTensor &b = get(op.getRhs());
+  bool ta = op.getTransposeLhs(), tb = op.getTransposeRhs();
+  std::vector<int64_t> outShape = shapeOf(op.getResult().getType());
+  int64_t m = outShape[outShape.size() - 2], n = outShape.back();
+  int64_t k = ta ? a.shape[a.shape.size() - 2] : a.shape.back();
+  std::vector<int64_t> batchOut(outShape.begin(), outShape.end() - 2);
+  std::vector<int64_t> batchA(a.shape.begin(), a.shape.end() - 2);
+  std::vector<int64_t> batchB(b.shape.begin(), b.shape.end() - 2);
+  int64_t batches = std::accumulate(batchOut.begin(), batchOut.end(),
+                                    int64_t(1), std::multiplies<int64_t>());
+  RefTensor y = RefTensor::zeros(outShape);
+  for (int64_t batch = 0; batch < batches; ++batch) {
+    std::vector<int64_t> index = unravel(batch, batchOut);
+    const float *pa = a.floats.data() + broadcastIndex(batchA, index) * m * k;
+    const float *pb = b.floats.data() + broadcastIndex(batchB, index) * k * n;
+    float *py = y.floats.data() + batch * m * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < k; ++p) {
+          double av = ta ? pa[p * m + i] : pa[i * k + p];
+          double bv = tb ? pb[j * k + p] : pb[p * n + j];
+          acc += av * bv;
+        }
+        py[i * n + j] = static_cast<float>(acc);
+      }
+  }
+  set(op.getResult(), std::move(y));
+  return success();
+}
+
+void Interpreter::layerNorm(LayerNormOp op) {
+  const RefTensor &x = get(op.getInput());
+  const RefTensor &g = get(op.getGamma());
+  const RefTensor &b = get(op.getBeta());
+  double eps = op.getEpsilon().convertToDouble();
+  auto [rows, cols] = rowsOf(x);
+  RefTensor y = RefTensor::zeros(x.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = &x.floats[r * cols];
+    double mean = 0.0, var = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      mean += xr[c];
+    mean /= cols;
+    for (int64_t c = 0; c < cols; ++c)
+      var += (xr[c] - mean) * (xr[c] - mean);
+    var /= cols;
+    double rstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t c = 0; c < cols; ++c)
+      y.floats[r * cols + c] =
+          static_cast<float>((xr[c] - mean) * rstd * g.floats[c] + b.floats[c]);
+  }
+  set(op.getResult(), std::move(y));
+}
+
+void Interpreter::rmsNorm(RMSNormOp op) {
+  const RefTensor &x = get(op.getInput());
+  const RefTensor &g = get(op.getGamma());
+  double eps = op.getEpsilon().convertToDouble();
+  auto [rows, cols] = rowsOf(x);
+  RefTensor y = RefTensor::zeros(x.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = &x.floats[r * cols];
+    double ms = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      ms += static_cast<double>(xr[c]) * xr[c];
+    double rrms = 1.0 / std::sqrt(ms / cols + eps);
+    for (int64_t c = 0; c < cols; ++c)
+      y.floats[r * cols + c] = static_cast<float>(xr[c] * rrms * g.floats[c]);
+  }
+  set(op.getResult(), std::move(y));
+}
+
+void Interpreter::softmax(SoftmaxOp op) {
+  const RefTensor &x = get(op.getInput());
+  auto [rows, cols] = rowsOf(x);
+  int64_t queries = x.shape.size() >= 2 ? x.shape[x.shape.size() - 2] : 1;
+  bool causal = op.getCausal();
+  RefTensor y = RefTensor::zeros(x.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    // Row r is query (r % queries); keys after it are masked out.
+    int64_t visible = causal ? (r % queries) + 1 : cols;
+    const float *xr = &x.floats[r * cols];
+    double maxValue = -INFINITY;
+    for (int64_t c = 0; c < visible; ++c)
+      maxValue = std::max(maxValue, static_cast<double>(xr[c]));
+    double sum = 0.0;
+    for (int64_t c = 0; c < visible; ++c)
+      sum += std::exp(xr[c] - maxValue);
+    for (int64_t c = 0; c < visible; ++c)
+      y.floats[r * cols + c] =
+          static_cast<float>(std::exp(xr[c] - maxValue) / sum);
+  }
+  set(op.getResult(), std::move(y));
+}
+
+void Interpreter::dropout(DropoutOp op) {
+  const RefTensor &x = get(op.getInput());
+  double rate = op.getRate().convertToDouble();
+  uint64_t seed = static_cast<uint64_t>(op.getSeed());
+  uint64_t offset = static_cast<uint64_t>(op.getOffset());
+  uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
+  double scale = 1.0 / (1.0 - rate);
+  RefTensor y = RefTensor::zeros(x.shape);
+  RefTensor mask = RefTensor::ofInts(x.shape,
+                                     std::vector<int64_t>(x.numElements(), 0));
+  for (int64_t i = 0; i < x.numElements(); ++i) {
+    bool keep = trainmem::dropoutKeep(seed, offset, i, threshold);
+    mask.ints[i] = keep;
+    y.floats[i] = keep ? static_cast<float>(x.floats[i] * scale) : 0.0f;
+  }
+  set(op.getResult(), std::move(y));
+  set(op.getMask(), std::move(mask));
+}
+
+void Interpreter::rope(RopeOp op) {
+  const RefTensor &x = get(op.getInput());
+  double theta = op.getTheta().convertToDouble();
+  double sign = op.getInverse() ? -1.0 : 1.0;
+  auto [rows, dim] = rowsOf(x);
+  int64_t positions = x.shape[x.shape.size() - 2];
+  RefTensor y = RefTensor::zeros(x.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t pos = r % positions;
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      double angle = sign * pos * std::pow(theta, -2.0 * i / dim);
+      double c = std::cos(angle), s = std::sin(angle);
+      double x0 = x.floats[r * dim + 2 * i], x1 = x.floats[r * dim + 2 * i + 1];
+      y.floats[r * dim + 2 * i] = static_cast<float>(x0 * c - x1 * s);
+      y.floats[r * dim + 2 * i + 1] = static_cast<float>(x0 * s + x1 * c);
+    }
+  }
+  set(op.getResult(), std::move(y));
+}
+
+void Interpreter::transpose(TransposeOp op) {
+  const RefTensor &x = get(op.getInput());
+  ArrayRef<int64_t> perm = op.getPermutation();
+  std::vector<int64_t> outShape = shapeOf(op.getResult().getType());
+  std::vector<int64_t> inStrides = stridesOf(x.shape);
+  RefTensor y = RefTensor::zeros(outShape);
+  for (int64_t i = 0; i < y.numElements(); ++i) {
+    std::vector<int64_t> index = unravel(i, outShape);
+    int64_t src = 0;
+    for (size_t d = 0; d < perm.size(); ++d)
+      src += index[d] * inStrides[perm[d]];
+    y.floats[i] = x.floats[src];
+  }
+  set(op.getResult(), std::move(y));
+}
+
+LogicalResult Interpreter::crossEntropy(CrossEntropyOp op) {
+  const RefTensor &logits = get(op.getLogits());
+  const RefTensor &targets = get(op.getTargets());
+  int64_t ignore = op.getIgnoreIndex();
+  auto [rows, vocab] = rowsOf(logits);
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t t = targets.ints[r];
+    if (t == ignore)
+      continue;
+    if (t < 0 || t >= vocab)
+      return op.emitError("target ")
+             << t << " at position " << r << " is outside the vocabulary of "
+             << vocab;
+    const float *lr = &logits.floats[r * vocab];
+    double maxValue = -INFINITY;
+    for (int64_t c = 0; c < vocab; ++c)
+      maxValue = std::max(maxValue, static_cast<double>(lr[c]));
+    double z = 0.0;
+    for (int64_t c = 0; c < vocab; ++c)
+      z += std::exp(lr[c] - maxValue);
+    sum += maxValue + std::log(z) - lr[t];
+    ++count;
+  }
+  set(op.getLossSum(), RefTensor::ofFloats({}, {static_cast<float>(sum)}));
+  set(op.getCount(), RefTensor::ofInts({}, {count}));
+  return success();
+}
+
+LogicalResult Interpreter::embeddingGrad(EmbeddingGradOp op) {
+  const RefTensor &grad = get(op.getGrad());
+  const RefTensor &ids = get(op.getIds());
+  std::vector<int64_t> tableShape = shapeOf(op.getResult().getType());
+  int64_t vocab = tableShape[0], hidden = tableShape[1];
+  std::vector<double> acc(vocab * hidden, 0.0);
+  for (int64_t i = 0; i < ids.numElements(); ++i) {
+    int64_t id = ids.ints[i];
+    if (id < 0 || id >= vocab)
+      return op.emitError("token id ")
+             << id << " at position " << i << " is outside the table of "
+             << vocab << " rows";
+    for (int64_t h = 0; h < hidden; ++h)
+      acc[id * hidden + h] += grad.floats[i * hidden + h];
+  }
+  RefTensor y = RefTensor::zeros(tableShape);
+  for (size_t i = 0; i < acc.size(); ++i)
+    y.floats[i] = static_cast<float>(acc[i]);
+  set(op.getResult(), std::move(y));
+  return success();
+}
+
+void Interpreter::sumTo(SumToOp op) {
+  const RefTensor &x = get(op.getInput());
+  std::vector<int64_t> outShape = shapeOf(op.getResult().getType());
+  RefTensor y = RefTensor::zeros(outShape);
+  std::vector<double> acc(y.numElements(), 0.0);
+  for (int64_t i = 0; i < x.numElements(); ++i)
+    acc[broadcastIndex(outShape, unravel(i, x.shape))] += x.floats[i];
+  for (size_t i = 0; i < acc.size(); ++i)
+    y.floats[i] = static_cast<float>(acc[i]);
+  set(op.getResult(), std::move(y));
+}
+
+void Interpreter::layerNormGrad(LayerNormGradOp op) {
+  const RefTensor &dy = get(op.getGrad());
+  const RefTensor &x = get(op.getInput());
+  const RefTensor &g = get(op.getGamma());
+  double eps = op.getEpsilon().convertToDouble();
+  auto [rows, cols] = rowsOf(x);
+  RefTensor dx = RefTensor::zeros(x.shape);
+  std::vector<double> dg(cols, 0.0), db(cols, 0.0);
+  std::vector<double> xhat(cols), dxhat(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = &x.floats[r * cols];
+    const float *dyr = &dy.floats[r * cols];
+    double mean = 0.0, var = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      mean += xr[c];
+    mean /= cols;
+    for (int64_t c = 0; c < cols; ++c)
+      var += (xr[c] - mean) * (xr[c] - mean);
+    var /= cols;
+    double rstd = 1.0 / std::sqrt(var + eps);
+    double meanDxhat = 0.0, meanDxhatXhat = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      xhat[c] = (xr[c] - mean) * rstd;
+      dxhat[c] = static_cast<double>(dyr[c]) * g.floats[c];
+      meanDxhat += dxhat[c];
+      meanDxhatXhat += dxhat[c] * xhat[c];
+      dg[c] += dyr[c] * xhat[c];
+      db[c] += dyr[c];
+    }
+    meanDxhat /= cols;
+    meanDxhatXhat /= cols;
+    for (int64_t c = 0; c < cols; ++c)
+      dx.floats[r * cols + c] = static_cast<float>(
+          rstd * (dxhat[c] - meanDxhat - xhat[c] * meanDxhatXhat));
+  }
+  RefTensor dgT = RefTensor::zeros({cols}), dbT = RefTensor::zeros({cols});
+  for (int64_t c = 0; c < cols; ++c) {
+    dgT.floats[c] = static_cast<float>(dg[c]);
+    dbT.floats[c] = static_cast<float>(db[c]);
+  }
+  set(op.getInputGrad(), std::move(dx));
+  set(op.getGammaGrad(), std::move(dgT));
+  set(op.getBetaGrad(), std::move(dbT));
+}
+
+void Interpreter::rmsNormGrad(RMSNormGradOp op) {
+  const RefTensor &dy = get(op.getGrad());
+  const RefTensor &x = get(op.getInput());
+  const RefTensor &g = get(op.getGamma());
+  double eps = op.getEpsilon().convertToDouble();
+  auto [rows, cols] = rowsOf(x);
+  RefTensor dx = RefTensor::zeros(x.shape);
+  std::vector<double> dg(cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = &x.floats[r * cols];
+    const float *dyr = &dy.floats[r * cols];
+    double ms = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      ms += static_cast<double>(xr[c]) * xr[c];
+    double rrms = 1.0 / std::sqrt(ms / cols + eps);
+    double dot = 0.0; // Σ dy·g·x
+    for (int64_t c = 0; c < cols; ++c) {
+      dot += static_cast<double>(dyr[c]) * g.floats[c] * xr[c];
+      dg[c] += static_cast<double>(dyr[c]) * xr[c] * rrms;
+    }
+    for (int64_t c = 0; c < cols; ++c)
+      dx.floats[r * cols + c] = static_cast<float>(
+          rrms * dyr[c] * g.floats[c] -
+          xr[c] * rrms * rrms * rrms * dot / cols);
+  }
+  RefTensor dgT = RefTensor::zeros({cols});
+  for (int64_t c = 0; c < cols; ++c)
+    dgT.floats[c] = static_cast<float>(dg[c]);
+  set(op.getInputGrad(), std::move(dx));
+  set(op.getGammaGrad(), std::move(dgT));
+}
+
+LogicalResult Interpreter::crossEntropyGrad(CrossEntropyGradOp op) {
+  double dsum = get(op.getGrad()).scalarFloat();
+  const RefTensor &logits = get(op.getLogits());
+  const RefTensor &targets = get(op.getTargets());
+  int64_t ignore = op.getIgnoreIndex();
+  auto [rows, vocab] = rowsOf(logits);
+  RefTensor dl = RefTensor::zeros(logits.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t t = targets.ints[r];
+    if (t == ignore)
+      continue;
+    if (t < 0 || t >= vocab)
+      return op.emitError("target ")
+             << t << " at position " << r << " is outside the vocabulary of "
+             << vocab;
+    const float *lr = &logits.floats[r * vocab];
+    double maxValue = -INFINITY;
+    for (int64_t c = 0; c < vocab; ++c)
+      maxValue = std::max(maxValue, static_cast<double>(lr[c]));
+    double z = 0.0;
+    for (int64_t c = 0; c < vocab; ++c)
+      z += std::exp(lr[c] - maxValue);
+    for (int64_t c = 0; c < vocab; ++c) {
+      double p = std::exp(lr[c] - maxValue) / z;
+      dl.floats[r * vocab + c] =
+          static_cast<float>(dsum * (p - (c == t ? 1.0 : 0.0)));
+    }
+  }
+  set(op.getResult(), std::move(dl));
+  return success();
+}
+
+void Interpreter::adamw(AdamWOp op) {
+  const RefTensor &p = get(op.getParam());
+  const RefTensor &g = get(op.getGrad());
+  const RefTensor &m = get(op.getM());
+  const RefTensor &v = get(op.getV());
+  double lr = get(op.getLr()).scalarFloat();
+  double t = static_cast<double>(get(op.getStep()).scalarInt());
+  double b1 = op.getBeta1().convertToDouble();
+  double b2 = op.getBeta2().convertToDouble();
+  double eps = op.getEpsilon().convertToDouble();
+  double wd = op.getWeightDecay().convertToDouble();
+  double c1 = 1.0 - std::pow(b1, t), c2 = 1.0 - std::pow(b2, t);
+  RefTensor np = RefTensor::zeros(p.shape), nm = RefTensor::zeros(p.shape),
+            nv = RefTensor::zeros(p.shape);
+  for (int64_t i = 0; i < p.numElements(); ++i) {
+    double gi = g.floats[i];
+    double mi = b1 * m.floats[i] + (1.0 - b1) * gi;
+    double vi = b2 * v.floats[i] + (1.0 - b2) * gi * gi;
+    double update = (mi / c1) / (std::sqrt(vi / c2) + eps) + wd * p.floats[i];
+    nm.floats[i] = static_cast<float>(mi);
+    nv.floats[i] = static_cast<float>(vi);
+    np.floats[i] = static_cast<float>(p.floats[i] - lr * update);
+  }
+  set(op.getNewParam(), std::move(np));
+  set(op.getNewM(), std::move(nm));
+  set(op.getNewV(), std::move(nv));
+}
+
+void Interpreter::sgd(SGDOp op) {
+  const RefTensor &p = get(op.getParam());
+  const RefTensor &g = get(op.getGrad());
+  double lr = get(op.getLr()).scalarFloat();
+  double momentum = op.getMomentum().convertToDouble();
+  double wd = op.getWeightDecay().convertToDouble();
+  bool nesterov = op.getNesterov();
+  const RefTensor *buf =
+      op.getMomentumBuffer() ? &get(op.getMomentumBuffer()) : nullptr;
+  RefTensor np = RefTensor::zeros(p.shape), nb = RefTensor::zeros(p.shape);
+  for (int64_t i = 0; i < p.numElements(); ++i) {
+    double gi = g.floats[i] + wd * p.floats[i];
+    double step = gi;
+    if (buf) {
+      double bi = momentum * buf->floats[i] + gi;
+      nb.floats[i] = static_cast<float>(bi);
+      step = nesterov ? gi + momentum * bi : bi;
+    }
+    np.floats[i] = static_cast<float>(p.floats[i] - lr * step);
+  }
+  set(op.getNewParam(), std::move(np));
+  if (buf)
+    set(op.getNewMomentumBuffer(), std::move(nb));
+}
+
+void Interpreter::clip(ClipGradNormOp op) {
+  double sumSquares = 0.0;
+  for (Value grad : op.getGrads())
+    for (float v : get(grad).floats)
+      sumSquares += static_cast<double>(v) * v;
+  double norm = std::sqrt(sumSquares);
+  double scale = std::min(1.0, op.getMaxNorm().convertToDouble() /
+                                   (norm + 1e-6));
+  for (auto [in, out] : llvm::zip(op.getGrads(), op.getClipped())) {
+    RefTensor y = get(in);
+    for (float &v : y.floats)
+      v = static_cast<float>(v * scale);
+    set(out, std::move(y));
+  }
+  set(op.getNorm(), RefTensor::ofFloats({}, {static_cast<float>(norm)}));
+}
+
+void Interpreter::lrSchedule(LRScheduleOp op) {
+  double t = static_cast<double>(get(op.getStep()).scalarInt());
+  double peak = op.getPeakLr().convertToDouble();
+  double minLr = op.getMinLr().convertToDouble();
+  double warmup = static_cast<double>(op.getWarmupSteps());
+  double total = static_cast<double>(op.getTotalSteps());
+  double lr;
+  if (warmup > 0 && t <= warmup)
+    lr = peak * t / warmup;
+  else if (t >= total)
+    lr = minLr;
+  else
+    lr = minLr + 0.5 * (peak - minLr) *
+                     (1.0 + std::cos(M_PI * (t - warmup) / (total - warmup)));
+  set(op.getResult(), RefTensor::ofFloats({}, {static_cast<float>(lr)}));
+}
+
+LogicalResult Interpreter::exec(Operation *op) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<EmbeddingOp>([&](auto o) { return embedding(o); })
+      .Case<IotaOp>([&](IotaOp o) {
+        int64_t n = o.getResult().getType().getDimSize(0);
+        std::vector<int64_t> ids(n);
+        std::iota(ids.begin(), ids.end(), 0);
+        set(o.getResult(), RefTensor::ofInts({n}, std::move(ids)));
+        return success();
+      })
+      .Case<MatmulOp>([&](auto o) { return matmul(o); })
+      .Case<AddOp>([&](Operation *o) {
+        binary(o, [](double a, double b) { return a + b; });
+        return success();
+      })
+      .Case<MulOp>([&](Operation *o) {
+        binary(o, [](double a, double b) { return a * b; });
+        return success();
+      })
+      .Case<ScaleOp>([&](ScaleOp o) {
+        double factor = o.getFactor().convertToDouble();
+        unary(o, [&](double x) { return x * factor; });
+        return success();
+      })
+      .Case<BiasAddOp>([&](BiasAddOp o) {
+        const RefTensor &x = get(o.getInput());
+        const RefTensor &b = get(o.getBias());
+        RefTensor y = x;
+        int64_t n = b.numElements();
+        for (int64_t i = 0; i < x.numElements(); ++i)
+          y.floats[i] = x.floats[i] + b.floats[i % n];
+        set(o.getResult(), std::move(y));
+        return success();
+      })
+      .Case<LayerNormOp>([&](auto o) {
+        layerNorm(o);
+        return success();
+      })
+      .Case<RMSNormOp>([&](auto o) {
+        rmsNorm(o);
+        return success();
+      })
+      .Case<GeluOp>([&](Operation *o) {
+        unary(o, gelu);
+        return success();
+      })
+      .Case<SiluOp>([&](Operation *o) {
+        unary(o, [](double x) { return x * sigmoid(x); });
+        return success();
+      })
+      .Case<SoftmaxOp>([&](auto o) {
+        softmax(o);
+        return success();
+      })
+      .Case<DropoutOp>([&](auto o) {
+        dropout(o);
+        return success();
+      })
+      .Case<RopeOp>([&](auto o) {
+        rope(o);
+        return success();
+      })
+      .Case<ReshapeOp>([&](ReshapeOp o) {
+        RefTensor y = get(o.getInput());
+        y.shape = shapeOf(o.getResult().getType());
+        set(o.getResult(), std::move(y));
+        return success();
+      })
+      .Case<TransposeOp>([&](auto o) {
+        transpose(o);
+        return success();
+      })
+      .Case<CrossEntropyOp>([&](auto o) { return crossEntropy(o); })
+      .Case<MeanLossOp>([&](MeanLossOp o) {
+        double sum = get(o.getLossSum()).scalarFloat();
+        int64_t count = get(o.getCount()).scalarInt();
+        double mean = sum / static_cast<double>(std::max<int64_t>(count, 1));
+        set(o.getResult(), RefTensor::ofFloats({}, {static_cast<float>(mean)}));
+        return success();
+      })
+      .Case<EmbeddingGradOp>([&](auto o) { return embeddingGrad(o); })
+      .Case<SumToOp>([&](auto o) {
+        sumTo(o);
+        return success();
+      })
+      .Case<LayerNormGradOp>([&](auto o) {
+        layerNormGrad(o);
+        return success();
+      })
+      .Case<RMSNormGradOp>([&](auto o) {
+        rmsNormGrad(o);
+        return success();
+      })
+      .Case<GeluGradOp>([&](Operation *o) {
+        binary(o, [](double dy, double x) { return dy * geluGrad(x); });
+        return success();
+      })
+      .Case<SiluGradOp>([&](Operation *o) {
+        binary(o, [](double dy, double x) {
+          double s = sigmoid(x);
+          return dy * s * (1.0 + x * (1.0 - s));
+        });
+        return success();
+      })
+      .Case<SoftmaxGradOp>([&](SoftmaxGradOp o) {
+        const RefTensor &dy = get(o.getGrad());
+        const RefTensor &y = get(o.getOutput());
+        auto [rows, cols] = rowsOf(y);
+        RefTensor dx = RefTensor::zeros(y.shape);
+        for (int64_t r = 0; r < rows; ++r) {
+          double dot = 0.0;
+          for (int64_t c = 0; c < cols; ++c)
+            dot += static_cast<double>(dy.floats[r * cols + c]) *
+                   y.floats[r * cols + c];
+          for (int64_t c = 0; c < cols; ++c)
+            dx.floats[r * cols + c] = static_cast<float>(
+                y.floats[r * cols + c] * (dy.floats[r * cols + c] - dot));
+        }
+        set(o.getResult(), std::move(dx));
+        return success();
+      })
+      .Case<DropoutGradOp>([&](DropoutGradOp o) {
+        const RefTensor &dy = get(o.getGrad());
+        const RefTensor &mask = get(o.getMask());
+        double scale = 1.0 / (1.0 - o.getRate().convertToDouble());
+        RefTensor dx = RefTensor::zeros(dy.shape);
+        for (int64_t i = 0; i < dy.numElements(); ++i)
+          dx.floats[i] =
+              mask.ints[i] ? static_cast<float>(dy.floats[i] * scale) : 0.0f;
+        set(o.getResult(), std::move(dx));
+        return success();
+      })
+      .Case<CrossEntropyGradOp>([&](auto o) { return crossEntropyGrad(o); })
+      .Case<AdamWOp>([&](auto o) {
+        adamw(o);
+        return success();
+      })
+      .Case<SGDOp>([&](auto o) {
+        sgd(o);
+        return success();
+      })
+      .Case<ClipGradNormOp>([&](auto o) {
+        clip(o);
+        return success();
+      })
+      .Case<LRScheduleOp>([&](auto o) {
+        lrSchedule(o);
+        return success();
+      })
+      .Case<BlockOp>([&](BlockOp o) -> LogicalResult {
+        Block &body = o.getBody().front();
+        if (failed(run(body)))
+          return failure();
+        auto yield = cast<YieldOp>(body.getTerminator());
+        for (auto [result, value] : llvm::zip(o.getResults(), yield.getValues()))
+          set(result, get(value));
+        return success();
+      })
+      .Case<YieldOp>([&](auto) { return success(); })
+      .Case<func::ReturnOp>([&](func::ReturnOp o) {
+        for (Value v : o.getOperands())
+          returned.push_back(get(v));
+        return success();
+      })
+      .Default([&](Operation *o) {
+        return o->emitError("reference evaluator: unsupported op '")
+               << o->getName() << "'";
+      });
+}
+
+LogicalResult Interpreter::run(Block &block) {
+  for (Operation &op : block)
+    if (failed(exec(&op)))
+      return failure();
+  return success();
+}
+
+} // namespace
+
+FailureOr<SmallVector<RefTensor>>
+mlir::train::evaluate(func::FuncOp func, ArrayRef<RefTensor> args) {
+  if (func.isExternal())
+    return func.emitError("reference evaluator: function has no body");
+  if (args.size() != func.getNumArguments())
+    return func.emitError("reference evaluator: expected ")
+           << func.getNumArguments() << " arguments, got " << args.size();
+  Interpreter interp;
+  for (auto [index, arg] : llvm::enumerate(func.getArguments())) {
+    auto type = cast<RankedTensorType>(arg.getType());
+    const RefTensor &value = args[index];
+    bool wantsInteger = isa<IntegerType>(type.getElementType());
+    if (ArrayRef<int64_t>(value.shape) != type.getShape() ||
+        value.isInteger != wantsInteger ||
+        static_cast<int64_t>(wantsInteger ? value.ints.size()
+                                          : value.floats.size()) !=
+            type.getNumElements())
+      return func.emitError("reference evaluator: argument #")
+             << index << " does not match its type " << type;
+    interp.values[arg] = value;
+  }
+  if (failed(interp.run(func.getBody().front())))
+    return failure();
+  return std::move(interp.returned);
+}

@@ -327,7 +327,7 @@ void Interpreter::transpose(TransposeOp op) {
 LogicalResult Interpreter::crossEntropy(CrossEntropyOp op) {
   const RefTensor &logits = get(op.getLogits());
   const RefTensor &targets = get(op.getTargets());
-  int64_t ignore = op.getIgnoreIndex();
+  int64_t ignore = op.getIgnoreIndexAttr().getInt();
   auto [rows, vocab] = rowsOf(logits);
   double sum = 0.0;
   int64_t count = 0;
@@ -469,7 +469,7 @@ LogicalResult Interpreter::crossEntropyGrad(CrossEntropyGradOp op) {
   double dsum = get(op.getGrad()).scalarFloat();
   const RefTensor &logits = get(op.getLogits());
   const RefTensor &targets = get(op.getTargets());
-  int64_t ignore = op.getIgnoreIndex();
+  int64_t ignore = op.getIgnoreIndexAttr().getInt();
   auto [rows, vocab] = rowsOf(logits);
   RefTensor dl = RefTensor::zeros(logits.shape);
   for (int64_t r = 0; r < rows; ++r) {

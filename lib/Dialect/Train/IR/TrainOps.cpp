@@ -222,7 +222,7 @@ LogicalResult DropoutOp::verify() {
     return failure();
   if (getMask().getType().getShape() != getInput().getType().getShape())
     return emitOpError("mask shape must equal the input shape");
-  if (getOffset() < 0)
+  if (getOffsetAttr().getInt() < 0)
     return emitOpError("offset must be >= 0");
   return success();
 }
@@ -359,7 +359,9 @@ LogicalResult CrossEntropyGradOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult BlockOp::verify() {
-  std::optional<int64_t> layer = getLayer();
+  std::optional<int64_t> layer;
+  if (IntegerAttr layerAttr = getLayerAttr())
+    layer = layerAttr.getInt();
   BlockKind kind = getKind();
   if ((kind == BlockKind::attention || kind == BlockKind::mlp) && !layer)
     return emitOpError("block of kind '")
@@ -367,7 +369,7 @@ LogicalResult BlockOp::verify() {
   if (layer && *layer < 0)
     return emitOpError("layer index must be >= 0, got ") << *layer;
   Block &body = getBody().front();
-  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  auto yield = body.empty() ? YieldOp() : dyn_cast<YieldOp>(body.back());
   if (!yield)
     return emitOpError("body must end with train.yield");
   if (yield.getValues().getTypes() != getResultTypes())
@@ -449,9 +451,10 @@ LogicalResult LRScheduleOp::verify() {
     return emitOpError("peak_lr must be > 0");
   if (!(minLr >= 0.0 && minLr <= peak))
     return emitOpError("min_lr must be in [0, peak_lr]");
-  if (getWarmupSteps() < 0)
+  int64_t warmup = getWarmupStepsAttr().getInt();
+  if (warmup < 0)
     return emitOpError("warmup_steps must be >= 0");
-  if (getTotalSteps() <= getWarmupSteps())
+  if (getTotalStepsAttr().getInt() <= warmup)
     return emitOpError("total_steps must be > warmup_steps");
   return success();
 }

@@ -1,0 +1,600 @@
+// RUN: trainmem-opt %s -split-input-file -verify-diagnostics
+
+func.func @embedding_table_rank(%t: tensor<16xf32>, %ids: tensor<4xi32>) {
+  // expected-error @+1 {{table must have rank 2 ([vocab, hidden]), got rank 1}}
+  %0 = train.embedding %t, %ids : tensor<16xf32>, tensor<4xi32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_result_shape(%t: tensor<16x8xf32>, %ids: tensor<4xi32>) {
+  // expected-error @+1 {{result shape must be [4x8] (ids shape, then hidden), got [4x16]}}
+  %0 = train.embedding %t, %ids : tensor<16x8xf32>, tensor<4xi32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_result_type(%t: tensor<16x8xf32>, %ids: tensor<4xi32>) {
+  // expected-error @+1 {{result element type must match the table's}}
+  %0 = train.embedding %t, %ids : tensor<16x8xf32>, tensor<4xi32> -> tensor<4x8xbf16>
+  return
+}
+
+// -----
+
+func.func @embedding_float_ids(%t: tensor<16x8xf32>, %ids: tensor<4xf32>) {
+  // expected-error @+1 {{operand #1 must be statically shaped tensor of 32-bit signless integer or 64-bit signless integer values}}
+  %0 = train.embedding %t, %ids : tensor<16x8xf32>, tensor<4xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @iota_rank() {
+  // expected-error @+1 {{result must have rank 1}}
+  %0 = train.iota : tensor<2x2xi32>
+  return
+}
+
+// -----
+
+func.func @matmul_dtype(%a: tensor<2x3xf32>, %b: tensor<3x4xbf16>) {
+  // expected-error @+1 {{operand and result element types must match}}
+  %0 = train.matmul %a, %b : tensor<2x3xf32>, tensor<3x4xbf16> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_rank(%a: tensor<3xf32>, %b: tensor<3x4xf32>) {
+  // expected-error @+1 {{operands must have rank >= 2}}
+  %0 = train.matmul %a, %b : tensor<3xf32>, tensor<3x4xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_contraction(%a: tensor<2x3xf32>, %b: tensor<4x5xf32>) {
+  // expected-error @+1 {{contraction dimensions differ (3 vs 4)}}
+  %0 = train.matmul %a, %b : tensor<2x3xf32>, tensor<4x5xf32> -> tensor<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_transposed_contraction(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) {
+  // expected-error @+1 {{contraction dimensions differ (3 vs 4)}}
+  %0 = train.matmul %a, %b {transpose_rhs} : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_batch(%a: tensor<2x2x3xf32>, %b: tensor<3x3x4xf32>) {
+  // expected-error @+1 {{batch dimensions [2] and [3] do not broadcast}}
+  %0 = train.matmul %a, %b : tensor<2x2x3xf32>, tensor<3x3x4xf32> -> tensor<2x2x4xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_result(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) {
+  // expected-error @+1 {{result shape must be [2x4], got [4x2]}}
+  %0 = train.matmul %a, %b : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @add_types(%a: tensor<2xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{requires the same type for all operands and results}}
+  %0 = "train.add"(%a, %b) : (tensor<2xf32>, tensor<3xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @unsupported_dtype(%a: tensor<2xf64>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of 32-bit float or bfloat16 type or 16-bit float values}}
+  %0 = train.gelu %a : tensor<2xf64>
+  return
+}
+
+// -----
+
+func.func @dynamic_shape(%a: tensor<?xf32>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor}}
+  %0 = train.gelu %a : tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @scale_finite(%a: tensor<2xf32>) {
+  // expected-error @+1 {{factor must be finite}}
+  %0 = train.scale %a {factor = 0x7FF0000000000000 : f64} : tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @bias_dtype(%x: tensor<2x4xf32>, %b: tensor<4xbf16>) {
+  // expected-error @+1 {{bias element type must match the input's}}
+  %0 = train.bias_add %x, %b : tensor<2x4xf32>, tensor<4xbf16>
+  return
+}
+
+// -----
+
+func.func @bias_shape(%x: tensor<2x4xf32>, %b: tensor<2xf32>) {
+  // expected-error @+1 {{bias shape [2] must equal the trailing dimensions of input shape [2x4]}}
+  %0 = train.bias_add %x, %b : tensor<2x4xf32>, tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @norm_rank(%x: tensor<f32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{input must have rank >= 1}}
+  %0 = train.rms_norm %x, %g {epsilon = 1.0e-05 : f64} : tensor<f32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_gamma(%x: tensor<2x8xf32>, %g: tensor<4xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{gamma must be a vector of the last dimension's size (8), got [4]}}
+  %0 = train.layer_norm %x, %g, %b {epsilon = 1.0e-05 : f64} : tensor<2x8xf32>, tensor<4xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_beta(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %b: tensor<2x8xf32>) {
+  // expected-error @+1 {{beta must be a vector of the last dimension's size (8), got [2x8]}}
+  %0 = train.layer_norm %x, %g, %b {epsilon = 1.0e-05 : f64} : tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_gamma_dtype(%x: tensor<2x8xf32>, %g: tensor<8xbf16>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{gamma element type 'bf16' differs from input element type 'f32'}}
+  %0 = train.layer_norm %x, %g, %b {epsilon = 1.0e-05 : f64} : tensor<2x8xf32>, tensor<8xbf16>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_epsilon(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{epsilon must be > 0, got 0}}
+  %0 = train.layer_norm %x, %g, %b {epsilon = 0.0 : f64} : tensor<2x8xf32>, tensor<8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_epsilon(%x: tensor<2x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{epsilon must be > 0, got -1}}
+  %0 = train.rms_norm %x, %g {epsilon = -1.0 : f64} : tensor<2x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_rank(%x: tensor<f32>) {
+  // expected-error @+1 {{input must have rank >= 1}}
+  %0 = train.softmax %x : tensor<f32>
+  return
+}
+
+// -----
+
+func.func @softmax_causal_rank(%x: tensor<4xf32>) {
+  // expected-error @+1 {{causal softmax needs rank >= 2 (query, key)}}
+  %0 = train.softmax %x {causal} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_causal_square(%x: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{causal softmax needs as many queries as keys, got 3 queries and 4 keys}}
+  %0 = train.softmax %x {causal} : tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+func.func @dropout_rate(%x: tensor<4xf32>) {
+  // expected-error @+1 {{rate must be in [0, 1), got 1}}
+  %0, %m = train.dropout %x {rate = 1.0 : f64, seed = 0 : i64, offset = 0 : i64} : tensor<4xf32> -> tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @dropout_mask(%x: tensor<4xf32>) {
+  // expected-error @+1 {{mask shape must equal the input shape}}
+  %0, %m = train.dropout %x {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64} : tensor<4xf32> -> tensor<2xi1>
+  return
+}
+
+// -----
+
+func.func @dropout_offset(%x: tensor<4xf32>) {
+  // expected-error @+1 {{offset must be >= 0}}
+  %0, %m = train.dropout %x {rate = 0.1 : f64, seed = 0 : i64, offset = -1 : i64} : tensor<4xf32> -> tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @rope_rank(%x: tensor<4xf32>) {
+  // expected-error @+1 {{input must have rank >= 2 ([..., position, dim])}}
+  %0 = train.rope %x {theta = 10000.0 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @rope_odd(%x: tensor<4x3xf32>) {
+  // expected-error @+1 {{last dimension must be even, got 3}}
+  %0 = train.rope %x {theta = 10000.0 : f64} : tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @rope_theta(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{theta must be > 0}}
+  %0 = train.rope %x {theta = 0.0 : f64} : tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_dtype(%x: tensor<4xf32>) {
+  // expected-error @+1 {{element type must not change}}
+  %0 = train.reshape %x : tensor<4xf32> -> tensor<2x2xbf16>
+  return
+}
+
+// -----
+
+func.func @reshape_count(%x: tensor<4xf32>) {
+  // expected-error @+1 {{element count must not change (4 vs 6)}}
+  %0 = train.reshape %x : tensor<4xf32> -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_length(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{permutation must have one entry per dimension (2), got 3}}
+  %0 = train.transpose %x {permutation = array<i64: 0, 1, 2>} : tensor<2x3xf32> -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_perm(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{permutation must hold each of 0..1 once}}
+  %0 = train.transpose %x {permutation = array<i64: 1, 1>} : tensor<2x3xf32> -> tensor<3x3xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_result(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{result shape must be [3x2], got [2x3]}}
+  %0 = train.transpose %x {permutation = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_targets(%l: tensor<2x4x16xf32>, %t: tensor<2x5xi32>) {
+  // expected-error @+1 {{targets shape [2x5] must equal the logits shape without its last dimension [2x4x16]}}
+  %s, %c = train.cross_entropy %l, %t {ignore_index = -100 : i64} : tensor<2x4x16xf32>, tensor<2x5xi32> -> tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_loss_type(%l: tensor<4x16xbf16>, %t: tensor<4xi32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %s, %c = train.cross_entropy %l, %t {ignore_index = -100 : i64} : tensor<4x16xbf16>, tensor<4xi32> -> tensor<bf16>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_rank(%g: tensor<4x8xf32>, %ids: tensor<4xi32>) {
+  // expected-error @+1 {{result must have rank 2 ([vocab, hidden])}}
+  %0 = train.embedding_grad %g, %ids : tensor<4x8xf32>, tensor<4xi32> -> tensor<128xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_shape(%g: tensor<4x8xf32>, %ids: tensor<5xi32>) {
+  // expected-error @+1 {{grad shape must be [5x8] (ids shape, then hidden), got [4x8]}}
+  %0 = train.embedding_grad %g, %ids : tensor<4x8xf32>, tensor<5xi32> -> tensor<16x8xf32>
+  return
+}
+
+// -----
+
+func.func @sum_to_shape(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{result shape [3] must broadcast to the input shape [2x4]}}
+  %0 = train.sum_to %x : tensor<2x4xf32> -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_grad_shapes(%dy: tensor<2x8xf32>, %x: tensor<3x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{grad and input shapes must match}}
+  %0:3 = train.layer_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64} : tensor<2x8xf32>, tensor<3x8xf32>, tensor<8xf32> -> tensor<3x8xf32>, tensor<8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_grad_shapes(%dy: tensor<2x8xf32>, %x: tensor<3x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{grad and input shapes must match}}
+  %0:2 = train.rms_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64} : tensor<2x8xf32>, tensor<3x8xf32>, tensor<8xf32> -> tensor<3x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @dropout_grad_mask(%dy: tensor<4xf32>, %m: tensor<2xi1>) {
+  // expected-error @+1 {{mask shape must equal the grad shape}}
+  %0 = train.dropout_grad %dy, %m {rate = 0.1 : f64} : tensor<4xf32>, tensor<2xi1>
+  return
+}
+
+// -----
+
+func.func @dropout_grad_rate(%dy: tensor<4xf32>, %m: tensor<4xi1>) {
+  // expected-error @+1 {{rate must be in [0, 1), got -5.000000e-01}}
+  %0 = train.dropout_grad %dy, %m {rate = -0.5 : f64} : tensor<4xf32>, tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_grad_result(%g: tensor<f32>, %l: tensor<4x16xf32>, %t: tensor<4xi32>) {
+  // expected-error @+1 {{result shape must equal the logits shape}}
+  %0 = train.cross_entropy_grad %g, %l, %t {ignore_index = -100 : i64} : tensor<f32>, tensor<4x16xf32>, tensor<4xi32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @block_layer_missing(%x: tensor<4xf32>) {
+  // expected-error @+1 {{block of kind 'attention' needs a layer index}}
+  %0 = train.block attention -> tensor<4xf32> {
+    train.yield %x : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @block_layer_negative(%x: tensor<4xf32>) {
+  // expected-error @+1 {{layer index must be >= 0, got -2}}
+  %0 = train.block mlp layer -2 -> tensor<4xf32> {
+    train.yield %x : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @block_yield_types(%x: tensor<4xf32>) {
+  // expected-error @+1 {{yielded types must equal the block's result types}}
+  %0 = train.block head -> tensor<2xf32> {
+    train.yield %x : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @block_empty() {
+  // expected-error @+1 {{expects a non-empty block}}
+  "train.block"() ({
+  ^bb0:
+  }) {kind = 3 : i32} : () -> ()
+  return
+}
+
+// -----
+
+func.func @block_without_yield(%x: tensor<4xf32>) {
+  // expected-error @+1 {{body must end with train.yield}}
+  "train.block"() ({
+    %0 = train.iota : tensor<2xi32>
+  }) {kind = 3 : i32} : () -> ()
+  return
+}
+
+// -----
+
+func.func @yield_outside_block(%x: tensor<4xf32>) {
+  // expected-error @+1 {{expects parent op 'train.block'}}
+  train.yield %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @adamw_shapes(%p: tensor<8xf32>, %g: tensor<4xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{grad, m and v must have the parameter's shape [8]}}
+  %0:3 = train.adamw %p, %g, %p, %p, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @adamw_state_dtype(%p: tensor<8xbf16>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{m and v must be f32}}
+  %0:3 = train.adamw %p, %p, %p, %p, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64} : tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @adamw_beta1(%p: tensor<8xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{beta1 must be in [0, 1), got 1}}
+  %0:3 = train.adamw %p, %p, %p, %p, %lr, %t {beta1 = 1.0 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @adamw_beta2(%p: tensor<8xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{beta2 must be in [0, 1), got -5.000000e-01}}
+  %0:3 = train.adamw %p, %p, %p, %p, %lr, %t {beta1 = 0.9 : f64, beta2 = -0.5 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @adamw_epsilon(%p: tensor<8xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{epsilon must be > 0, got 0}}
+  %0:3 = train.adamw %p, %p, %p, %p, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 0.0 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @adamw_decay(%p: tensor<8xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{weight_decay must be >= 0}}
+  %0:3 = train.adamw %p, %p, %p, %p, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = -0.1 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @sgd_grad_shape(%p: tensor<8xf32>, %g: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{grad must have the parameter's shape}}
+  %0 = train.sgd %p, %g, %lr {momentum = 0.0 : f64, weight_decay = 0.0 : f64} : (tensor<8xf32>, tensor<4xf32>, tensor<f32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @sgd_result(%p: tensor<8xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{new_param type must equal the parameter type}}
+  %0 = train.sgd %p, %p, %lr {momentum = 0.0 : f64, weight_decay = 0.0 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+
+func.func @sgd_momentum_range(%p: tensor<8xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{momentum must be in [0, 1), got 1.500000e+00}}
+  %0, %1 = train.sgd %p, %p, %lr, %p {momentum = 1.5 : f64, weight_decay = 0.0 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @sgd_decay(%p: tensor<8xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{weight_decay must be >= 0}}
+  %0 = train.sgd %p, %p, %lr {momentum = 0.0 : f64, weight_decay = -1.0 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @sgd_missing_buffer(%p: tensor<8xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{a momentum buffer is needed exactly when momentum > 0}}
+  %0 = train.sgd %p, %p, %lr {momentum = 0.9 : f64, weight_decay = 0.0 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @sgd_missing_new_buffer(%p: tensor<8xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{new_momentum_buffer must be present exactly when the momentum buffer is}}
+  %0 = train.sgd %p, %p, %lr, %p {momentum = 0.9 : f64, weight_decay = 0.0 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<8xf32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @sgd_buffer_shape(%p: tensor<8xf32>, %b: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{momentum buffer must have the parameter's shape in and out}}
+  %0, %1 = train.sgd %p, %p, %lr, %b {momentum = 0.9 : f64, weight_decay = 0.0 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<4xf32>) -> (tensor<8xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+func.func @sgd_nesterov(%p: tensor<8xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{nesterov needs momentum > 0}}
+  %0 = train.sgd %p, %p, %lr {momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @clip_count(%a: tensor<8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{must return one clipped gradient per gradient and the norm}}
+  %0, %n = train.clip_grad_norm %a, %b {max_norm = 1.0 : f64} : (tensor<8xf32>, tensor<4xf32>) -> (tensor<8xf32>, tensor<f32>)
+  return
+}
+
+// -----
+
+func.func @clip_types(%a: tensor<8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{clipped gradient types must equal the gradients'}}
+  %0, %1, %n = train.clip_grad_norm %a, %b {max_norm = 1.0 : f64} : (tensor<8xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<8xf32>, tensor<f32>)
+  return
+}
+
+// -----
+
+func.func @clip_max_norm(%a: tensor<8xf32>) {
+  // expected-error @+1 {{max_norm must be > 0}}
+  %0, %n = train.clip_grad_norm %a {max_norm = 0.0 : f64} : (tensor<8xf32>) -> (tensor<8xf32>, tensor<f32>)
+  return
+}
+
+// -----
+
+func.func @lr_peak(%t: tensor<i64>) {
+  // expected-error @+1 {{peak_lr must be > 0}}
+  %0 = train.lr_schedule %t {peak_lr = 0.0 : f64, min_lr = 0.0 : f64, warmup_steps = 10 : i64, total_steps = 100 : i64} : tensor<i64> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @lr_min(%t: tensor<i64>) {
+  // expected-error @+1 {{min_lr must be in [0, peak_lr]}}
+  %0 = train.lr_schedule %t {peak_lr = 1.0e-03 : f64, min_lr = 1.0e-02 : f64, warmup_steps = 10 : i64, total_steps = 100 : i64} : tensor<i64> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @lr_warmup(%t: tensor<i64>) {
+  // expected-error @+1 {{warmup_steps must be >= 0}}
+  %0 = train.lr_schedule %t {peak_lr = 1.0e-03 : f64, min_lr = 0.0 : f64, warmup_steps = -1 : i64, total_steps = 100 : i64} : tensor<i64> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @lr_total(%t: tensor<i64>) {
+  // expected-error @+1 {{total_steps must be > warmup_steps}}
+  %0 = train.lr_schedule %t {peak_lr = 1.0e-03 : f64, min_lr = 0.0 : f64, warmup_steps = 100 : i64, total_steps = 100 : i64} : tensor<i64> -> tensor<f32>
+  return
+}

@@ -1,0 +1,122 @@
+// RUN: trainmem-opt %s | trainmem-opt | FileCheck %s
+// RUN: trainmem-opt %s --mlir-print-op-generic | trainmem-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @forward_ops
+func.func @forward_ops(%table: tensor<16x8xbf16>, %ids: tensor<2x4xi32>,
+                       %x: tensor<2x4x8xbf16>, %w: tensor<8x8xbf16>,
+                       %g: tensor<8xbf16>, %b: tensor<8xbf16>) {
+  // CHECK: %[[E:.*]] = train.embedding %{{.*}}, %{{.*}} : tensor<16x8xbf16>, tensor<2x4xi32> -> tensor<2x4x8xbf16>
+  %e = train.embedding %table, %ids : tensor<16x8xbf16>, tensor<2x4xi32> -> tensor<2x4x8xbf16>
+  // CHECK: train.iota : tensor<4xi64>
+  %pos = train.iota : tensor<4xi64>
+  // CHECK: train.matmul %{{.*}}, %{{.*}} : tensor<2x4x8xbf16>, tensor<8x8xbf16> -> tensor<2x4x8xbf16>
+  %m = train.matmul %x, %w : tensor<2x4x8xbf16>, tensor<8x8xbf16> -> tensor<2x4x8xbf16>
+  // CHECK: train.matmul %{{.*}}, %{{.*}} {transpose_lhs, transpose_rhs} : tensor<8x8xbf16>, tensor<8x8xbf16> -> tensor<8x8xbf16>
+  %mt = train.matmul %w, %w {transpose_lhs, transpose_rhs} : tensor<8x8xbf16>, tensor<8x8xbf16> -> tensor<8x8xbf16>
+  // CHECK: train.add %[[E]], %{{.*}} : tensor<2x4x8xbf16>
+  %a = train.add %e, %m : tensor<2x4x8xbf16>
+  // CHECK: train.mul
+  %p = train.mul %e, %m : tensor<2x4x8xbf16>
+  // CHECK: train.scale %{{.*}} {factor = 1.250000e-01 : f64} : tensor<2x4x8xbf16>
+  %s = train.scale %a {factor = 0.125 : f64} : tensor<2x4x8xbf16>
+  // CHECK: train.bias_add %{{.*}}, %{{.*}} : tensor<2x4x8xbf16>, tensor<8xbf16>
+  %ba = train.bias_add %s, %b : tensor<2x4x8xbf16>, tensor<8xbf16>
+  // CHECK: train.layer_norm %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 1.000000e-05 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>, tensor<8xbf16>
+  %ln = train.layer_norm %ba, %g, %b {epsilon = 1.0e-05 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>, tensor<8xbf16>
+  // CHECK: train.rms_norm %{{.*}}, %{{.*}} {epsilon = 1.000000e-05 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>
+  %rn = train.rms_norm %ln, %g {epsilon = 1.0e-05 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>
+  // CHECK: train.gelu %{{.*}} : tensor<2x4x8xbf16>
+  %ge = train.gelu %rn : tensor<2x4x8xbf16>
+  // CHECK: train.silu %{{.*}} : tensor<2x4x8xbf16>
+  %si = train.silu %ge : tensor<2x4x8xbf16>
+  // CHECK: %[[H:.*]] = train.reshape %{{.*}} : tensor<2x4x8xbf16> -> tensor<2x4x2x4xbf16>
+  %h = train.reshape %si : tensor<2x4x8xbf16> -> tensor<2x4x2x4xbf16>
+  // CHECK: train.transpose %[[H]] {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x4x2x4xbf16> -> tensor<2x2x4x4xbf16>
+  %t = train.transpose %h {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x4x2x4xbf16> -> tensor<2x2x4x4xbf16>
+  // CHECK: train.rope %{{.*}} {theta = 1.000000e+04 : f64} : tensor<2x2x4x4xbf16>
+  %r = train.rope %t {theta = 10000.0 : f64} : tensor<2x2x4x4xbf16>
+  // CHECK: train.rope %{{.*}} {inverse, theta = 1.000000e+04 : f64} : tensor<2x2x4x4xbf16>
+  %ri = train.rope %r {theta = 10000.0 : f64, inverse} : tensor<2x2x4x4xbf16>
+  // CHECK: train.softmax %{{.*}} {causal} : tensor<2x2x4x4xbf16>
+  %sm = train.softmax %ri {causal} : tensor<2x2x4x4xbf16>
+  // CHECK: train.softmax %{{.*}} : tensor<2x4x8xbf16>
+  %sm2 = train.softmax %si : tensor<2x4x8xbf16>
+  // CHECK: %{{.*}}, %[[MASK:.*]] = train.dropout %{{.*}} {offset = 3 : i64, rate = 1.000000e-01 : f64, seed = 7 : i64} : tensor<2x2x4x4xbf16> -> tensor<2x2x4x4xi1>
+  %d, %mask = train.dropout %sm {rate = 0.1 : f64, seed = 7 : i64, offset = 3 : i64} : tensor<2x2x4x4xbf16> -> tensor<2x2x4x4xi1>
+  return
+}
+
+// CHECK-LABEL: func.func @loss_ops
+func.func @loss_ops(%logits: tensor<2x4x16xf32>, %targets: tensor<2x4xi64>) -> tensor<f32> {
+  // CHECK: %[[SUM:.*]], %[[COUNT:.*]] = train.cross_entropy %{{.*}}, %{{.*}} {ignore_index = -100 : i64} : tensor<2x4x16xf32>, tensor<2x4xi64> -> tensor<f32>, tensor<i64>
+  %sum, %count = train.cross_entropy %logits, %targets {ignore_index = -100 : i64} : tensor<2x4x16xf32>, tensor<2x4xi64> -> tensor<f32>, tensor<i64>
+  // CHECK: train.mean_loss %[[SUM]], %[[COUNT]] : tensor<f32>, tensor<i64>
+  %loss = train.mean_loss %sum, %count : tensor<f32>, tensor<i64>
+  return %loss : tensor<f32>
+}
+
+// CHECK-LABEL: func.func @backward_ops
+func.func @backward_ops(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x8xf32>,
+                        %g: tensor<8xf32>, %ids: tensor<2x4xi32>,
+                        %mask: tensor<2x4x8xi1>, %dl: tensor<f32>,
+                        %targets: tensor<2x4xi32>) {
+  // CHECK: train.embedding_grad %{{.*}}, %{{.*}} : tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<16x8xf32>
+  %0 = train.embedding_grad %dy, %ids : tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<16x8xf32>
+  // CHECK: train.sum_to %{{.*}} : tensor<2x4x8xf32> -> tensor<8xf32>
+  %1 = train.sum_to %dy : tensor<2x4x8xf32> -> tensor<8xf32>
+  // CHECK: train.layer_norm_grad %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 1.000000e-05 : f64} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32> -> tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+  %2:3 = train.layer_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32> -> tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+  // CHECK: train.rms_norm_grad %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 1.000000e-05 : f64} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32> -> tensor<2x4x8xf32>, tensor<8xf32>
+  %3:2 = train.rms_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32> -> tensor<2x4x8xf32>, tensor<8xf32>
+  // CHECK: train.gelu_grad %{{.*}}, %{{.*}} : tensor<2x4x8xf32>
+  %4 = train.gelu_grad %dy, %x : tensor<2x4x8xf32>
+  // CHECK: train.silu_grad %{{.*}}, %{{.*}} : tensor<2x4x8xf32>
+  %5 = train.silu_grad %dy, %x : tensor<2x4x8xf32>
+  // CHECK: train.softmax_grad %{{.*}}, %{{.*}} : tensor<2x4x8xf32>
+  %6 = train.softmax_grad %dy, %x : tensor<2x4x8xf32>
+  // CHECK: train.dropout_grad %{{.*}}, %{{.*}} {rate = 1.000000e-01 : f64} : tensor<2x4x8xf32>, tensor<2x4x8xi1>
+  %7 = train.dropout_grad %dy, %mask {rate = 0.1 : f64} : tensor<2x4x8xf32>, tensor<2x4x8xi1>
+  // CHECK: train.cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} {ignore_index = -100 : i64} : tensor<f32>, tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<2x4x8xf32>
+  %8 = train.cross_entropy_grad %dl, %x, %targets {ignore_index = -100 : i64} : tensor<f32>, tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<2x4x8xf32>
+  return
+}
+
+// CHECK-LABEL: func.func @structure
+func.func @structure(%x: tensor<4x8xf16>) -> tensor<4x8xf16> {
+  // CHECK: %[[A:.*]] = train.block attention layer 0 -> tensor<4x8xf16> {
+  // CHECK:   train.yield %{{.*}} : tensor<4x8xf16>
+  // CHECK: }
+  %0 = train.block attention layer 0 -> tensor<4x8xf16> {
+    %1 = train.gelu %x : tensor<4x8xf16>
+    train.yield %1 : tensor<4x8xf16>
+  }
+  // CHECK: train.block mlp layer 0 -> tensor<4x8xf16>
+  %2 = train.block mlp layer 0 -> tensor<4x8xf16> {
+    train.yield %0 : tensor<4x8xf16>
+  }
+  // CHECK: train.block embedding {
+  train.block embedding {
+    train.yield
+  }
+  // CHECK: train.block head -> tensor<4x8xf16>
+  %3 = train.block head -> tensor<4x8xf16> {
+    train.yield %2 : tensor<4x8xf16>
+  }
+  return %3 : tensor<4x8xf16>
+}
+
+// CHECK-LABEL: func.func @optimizer
+func.func @optimizer(%p: tensor<8xf32>, %g: tensor<8xbf16>, %m: tensor<8xf32>,
+                     %v: tensor<8xf32>, %step: tensor<i64>, %w: tensor<4x8xf32>) {
+  // CHECK: %[[LR:.*]] = train.lr_schedule %{{.*}} {min_lr = 6.000000e-05 : f64, peak_lr = 6.000000e-04 : f64, total_steps = 5000 : i64, warmup_steps = 100 : i64} : tensor<i64> -> tensor<f32>
+  %lr = train.lr_schedule %step {peak_lr = 6.0e-04 : f64, min_lr = 6.0e-05 : f64, warmup_steps = 100 : i64, total_steps = 5000 : i64} : tensor<i64> -> tensor<f32>
+  // CHECK: train.adamw %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[LR]], %{{.*}} {beta1 = 9.000000e-01 : f64, beta2 = {{.*}} : f64, epsilon = 1.000000e-08 : f64, weight_decay = 1.000000e-01 : f64} : tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>
+  %p2, %m2, %v2 = train.adamw %p, %g, %m, %v, %lr, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.1 : f64} : tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>
+  // CHECK: train.sgd %{{.*}}, %{{.*}}, %[[LR]] {momentum = 0.000000e+00 : f64, weight_decay = 0.000000e+00 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  %p3 = train.sgd %p, %m, %lr {momentum = 0.0 : f64, weight_decay = 0.0 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  // CHECK: train.sgd %{{.*}}, %{{.*}}, %[[LR]], %{{.*}} {momentum = 9.000000e-01 : f64, nesterov, weight_decay = 0.000000e+00 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>)
+  %p4, %b4 = train.sgd %p, %m, %lr, %v {momentum = 0.9 : f64, weight_decay = 0.0 : f64, nesterov} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>)
+  // CHECK: train.clip_grad_norm %{{.*}}, %{{.*}} {max_norm = 1.000000e+00 : f64} : (tensor<8xf32>, tensor<4x8xf32>) -> (tensor<8xf32>, tensor<4x8xf32>, tensor<f32>)
+  %c:3 = train.clip_grad_norm %m, %w {max_norm = 1.0 : f64} : (tensor<8xf32>, tensor<4x8xf32>) -> (tensor<8xf32>, tensor<4x8xf32>, tensor<f32>)
+  return
+}

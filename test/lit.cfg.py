@@ -1,0 +1,21 @@
+# -*- Python -*-
+# lit configuration of trainmem's regression tests (FileCheck, verify).
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "TRAINMEM"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.trainmem_obj_root, "test")
+config.excludes = ["CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py"]
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+tools = ["trainmem-opt", "trainmem-model", "FileCheck", "not", "count"]
+llvm_config.add_tool_substitutions(
+    tools, [config.trainmem_tools_dir, config.llvm_tools_dir])

@@ -9,6 +9,8 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Support/Philox.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -272,8 +274,8 @@ void Interpreter::softmax(SoftmaxOp op) {
 void Interpreter::dropout(DropoutOp op) {
   const RefTensor &x = get(op.getInput());
   double rate = op.getRate().convertToDouble();
-  uint64_t seed = static_cast<uint64_t>(op.getSeed());
-  uint64_t offset = static_cast<uint64_t>(op.getOffset());
+  auto seed = static_cast<uint64_t>(op.getSeedAttr().getInt());
+  auto offset = static_cast<uint64_t>(op.getOffsetAttr().getInt());
   uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   double scale = 1.0 / (1.0 - rate);
   RefTensor y = RefTensor::zeros(x.shape);
@@ -584,6 +586,41 @@ void Interpreter::lrSchedule(LRScheduleOp op) {
   set(op.getResult(), RefTensor::ofFloats({}, {static_cast<float>(lr)}));
 }
 
+/// Rounds `value` to the nearest `type` value (ties to even), as the
+/// hardware conversion does, and widens it back to f32.
+float roundTo(float value, Type type) {
+  if (type.isF32())
+    return value;
+  llvm::APFloat wide(value);
+  bool losesInfo = false;
+  wide.convert(cast<FloatType>(type).getFloatSemantics(),
+               llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+  wide.convert(llvm::APFloat::IEEEsingle(), llvm::APFloat::rmNearestTiesToEven,
+               &losesInfo);
+  return wide.convertToFloat();
+}
+
+LogicalResult constant(arith::ConstantOp op, RefTensor &out) {
+  auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
+  auto type = dyn_cast<RankedTensorType>(op.getType());
+  if (!dense || !type)
+    return op.emitError("reference evaluator: only dense tensor constants "
+                        "are supported");
+  std::vector<int64_t> shape = shapeOf(type);
+  if (isa<FloatType>(type.getElementType())) {
+    std::vector<float> values;
+    for (const llvm::APFloat &v : dense.getValues<llvm::APFloat>())
+      values.push_back(static_cast<float>(v.convertToDouble()));
+    out = RefTensor::ofFloats(shape, std::move(values));
+    return success();
+  }
+  std::vector<int64_t> values;
+  for (const llvm::APInt &v : dense.getValues<llvm::APInt>())
+    values.push_back(v.getBitWidth() == 1 ? v.getZExtValue() : v.getSExtValue());
+  out = RefTensor::ofInts(shape, std::move(values));
+  return success();
+}
+
 LogicalResult Interpreter::exec(Operation *op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<EmbeddingOp>([&](auto o) { return embedding(o); })
@@ -662,6 +699,34 @@ LogicalResult Interpreter::exec(Operation *op) {
         int64_t count = get(o.getCount()).scalarInt();
         double mean = sum / static_cast<double>(std::max<int64_t>(count, 1));
         set(o.getResult(), RefTensor::ofFloats({}, {static_cast<float>(mean)}));
+        return success();
+      })
+      .Case<CastOp>([&](CastOp o) {
+        RefTensor y = get(o.getInput());
+        Type elementType = o.getResult().getType().getElementType();
+        for (float &v : y.floats)
+          v = roundTo(v, elementType);
+        set(o.getResult(), std::move(y));
+        return success();
+      })
+      .Case<DropoutMaskOp>([&](DropoutMaskOp o) {
+        std::vector<int64_t> shape = shapeOf(o.getMask().getType());
+        RefTensor mask = RefTensor::ofInts(
+            shape, std::vector<int64_t>(getNumElements(o.getMask().getType())));
+        uint32_t threshold =
+            trainmem::dropoutKeepThreshold(o.getRate().convertToDouble());
+        auto seed = static_cast<uint64_t>(o.getSeedAttr().getInt());
+        auto offset = static_cast<uint64_t>(o.getOffsetAttr().getInt());
+        for (int64_t i = 0; i < mask.numElements(); ++i)
+          mask.ints[i] = trainmem::dropoutKeep(seed, offset, i, threshold);
+        set(o.getMask(), std::move(mask));
+        return success();
+      })
+      .Case<arith::ConstantOp>([&](arith::ConstantOp o) -> LogicalResult {
+        RefTensor value;
+        if (failed(constant(o, value)))
+          return failure();
+        set(o.getResult(), std::move(value));
         return success();
       })
       .Case<EmbeddingGradOp>([&](auto o) { return embeddingGrad(o); })

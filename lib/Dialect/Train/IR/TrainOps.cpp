@@ -293,6 +293,20 @@ LogicalResult CrossEntropyOp::verify() {
                              getTargets().getType());
 }
 
+LogicalResult CastOp::verify() {
+  if (getInput().getType().getShape() != getResult().getType().getShape())
+    return emitOpError("cast must not change the shape");
+  return success();
+}
+
+LogicalResult DropoutMaskOp::verify() {
+  if (failed(verifyDropoutRate(*this, getRate().convertToDouble())))
+    return failure();
+  if (getOffsetAttr().getInt() < 0)
+    return emitOpError("offset must be >= 0");
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Backward ops
 //===----------------------------------------------------------------------===//

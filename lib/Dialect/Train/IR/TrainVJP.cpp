@@ -269,3 +269,12 @@ LogicalResult MeanLossOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
   operandGrads.push_back(Value());
   return success();
 }
+
+LogicalResult CastOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
+                               SmallVectorImpl<Value> &operandGrads) {
+  if (noGradient(*this, resultGrads, operandGrads))
+    return success();
+  operandGrads.push_back(CastOp::create(builder, getLoc(),
+                                        getInput().getType(), resultGrads[0]));
+  return success();
+}

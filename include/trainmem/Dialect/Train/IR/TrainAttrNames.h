@@ -19,6 +19,19 @@ constexpr llvm::StringLiteral kParamAttrName = "train.param";
 /// On a function argument: the argument is data; the value says which
 /// ("tokens", "targets").
 constexpr llvm::StringLiteral kInputAttrName = "train.input";
+/// On a training step's argument or result: optimizer state of a parameter;
+/// the value is "<param>.master", "<param>.m", "<param>.v" or
+/// "<param>.momentum". A result and an argument with the same value are the
+/// same state before and after the step (updated in place).
+constexpr llvm::StringLiteral kOptimizerStateAttrName =
+    "train.optimizer_state";
+/// On a training step's result: the loss.
+constexpr llvm::StringLiteral kLossAttrName = "train.loss";
+/// On a training step's result: the gradient of the named parameter
+/// (steps built with optimizer=none).
+constexpr llvm::StringLiteral kGradAttrName = "train.grad";
+/// On a training step's result: the global gradient norm before clipping.
+constexpr llvm::StringLiteral kGradNormAttrName = "train.grad_norm";
 /// On the module: a dictionary describing the model the graph came from.
 constexpr llvm::StringLiteral kModelAttrName = "train.model";
 

@@ -366,6 +366,42 @@ def Train_MeanLossOp : Train_DiffOp<"mean_loss",
   }];
 }
 
+def Train_CastOp : Train_DiffOp<"cast"> {
+  let summary = "converts between f32, bf16 and f16";
+  let description = [{
+    Rounds to the nearest value of the result element type (ties to even).
+    Mixed-precision steps use it to refresh 16-bit weights from f32 master
+    copies.
+
+    ```mlir
+    %w = train.cast %master : tensor<768x768xf32> -> tensor<768x768xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask"> {
+  let summary = "regenerates the keep-mask of a dropout from its RNG stream";
+  let description = [{
+    The mask `train.dropout` with the same `rate`, `seed` and `offset` draws
+    for a tensor of this shape. The backward can recompute a mask with it
+    instead of keeping the forward's (1 byte per element saved, a few
+    integer operations per element spent).
+
+    ```mlir
+    %mask = train.dropout_mask {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
+        : tensor<8x12x1024x1024xi1>
+    ```
+  }];
+  let arguments = (ins F64Attr:$rate, I64Attr:$seed, I64Attr:$offset);
+  let results = (outs Train_MaskTensor:$mask);
+  let assemblyFormat = "attr-dict `:` type($mask)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Backward compute ops (built by the VJPs)
 //===----------------------------------------------------------------------===//
@@ -537,22 +573,29 @@ def Train_BlockOp : Train_Op<"block", [
   let description = [{
     A region executed once, in place, whose `train.yield` operands are the
     op's results. `kind` says what it holds (`embedding`, `attention`, `mlp`,
-    `head`) and `layer` which transformer layer (required for `attention` and
-    `mlp`). Remat policies and the per-layer memory report key on these.
+    `head`, `optimizer`) and `layer` which transformer layer (required for
+    `attention` and `mlp`). `backward` marks the backward pass of that part,
+    as `train-autodiff` writes it, so the backward of layer i is as
+    identifiable as its forward. Remat policies and the memory report key on
+    these.
 
     ```mlir
     %y = train.block attention layer 0 -> tensor<8x1024x768xbf16> {
       ...
       train.yield %sum : tensor<8x1024x768xbf16>
     }
+    %dx = train.block attention layer 0 backward -> tensor<8x1024x768xbf16> {
+      ...
+    }
     ```
   }];
-  let arguments = (ins Train_BlockKind:$kind, OptionalAttr<I64Attr>:$layer);
+  let arguments = (ins Train_BlockKind:$kind, OptionalAttr<I64Attr>:$layer,
+                       UnitAttr:$backward);
   let results = (outs Variadic<AnyType>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $kind (`layer` $layer^)? (`->` type($results)^)? attr-dict-with-keyword
-    $body
+    $kind (`layer` $layer^)? (`backward` $backward^)? (`->` type($results)^)?
+    attr-dict-with-keyword $body
   }];
   let hasVerifier = 1;
 }

@@ -3,6 +3,7 @@
 #ifndef TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PASSES_H
 #define TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PASSES_H
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

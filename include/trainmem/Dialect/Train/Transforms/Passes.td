@@ -27,4 +27,77 @@ def TrainCostReportPass : Pass<"train-cost-report", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainAutodiffPass : Pass<"train-autodiff", "mlir::ModuleOp"> {
+  let summary = "Turns a forward-plus-loss function into one training step";
+  let description = [{
+    Rewrites `@forward` (option `function`) into `@train_step` (option
+    `step-name`): the forward pass, then the backward pass in reverse
+    (each op's VJP from `DifferentiableOpInterface`, one `train.block ...
+    backward` per forward block, gradients of values used twice summed), then
+    a `train.block optimizer` with the update.
+
+    The step takes the forward's arguments, then `step` (`tensor<i64>`,
+    counted from 1), then per parameter its optimizer state; it returns the
+    loss, then per parameter its new weight and state, then the gradient
+    norm when clipping. Mixed precision as practitioners run it: a 16-bit
+    parameter gets an f32 master copy and f32 Adam m and v; AdamW updates the
+    master and the 16-bit weight is refreshed from it with `train.cast`
+    (2 + 2 + 12 bytes per parameter). Arguments and results are marked
+    `train.param = "name"` (weights), `train.optimizer_state = "name.master"`
+    / `"name.m"` / `"name.v"` / `"name.momentum"`, `train.input = "step"`,
+    `train.loss`, `train.grad_norm`; with `optimizer=none` the step returns
+    the gradients instead (`train.grad = "name"`).
+
+    Values a backward block needs from a forward block become extra results
+    of that forward block: what the forward saves for the backward is
+    visible in the IR.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+  let options = [
+    Option<"function", "function", "std::string", "\"forward\"",
+           "Name of the forward-plus-loss function">,
+    Option<"stepName", "step-name", "std::string", "\"train_step\"",
+           "Name of the training-step function">,
+    Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
+           "Optimizer: adamw, sgd, or none (return gradients)">,
+    Option<"lr", "lr", "double", "3.0e-4", "Learning rate (peak with a schedule)">,
+    Option<"minLr", "min-lr", "double", "0.0", "Final learning rate of the cosine schedule">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", "0", "Linear warm-up steps">,
+    Option<"totalSteps", "total-steps", "int64_t", "0",
+           "Steps of the cosine schedule; 0 keeps the learning rate constant">,
+    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
+    Option<"epsilon", "eps", "double", "1.0e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.01", "Decoupled weight decay">,
+    Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
+    Option<"clipNorm", "clip-norm", "double", "0.0",
+           "Clip the global gradient norm to this value; 0 disables clipping">,
+    Option<"masterWeights", "master-weights", "bool", "true",
+           "Keep f32 master weights for 16-bit parameters">,
+    Option<"regenerateDropoutMasks", "regenerate-dropout-masks", "bool", "false",
+           "Recompute dropout masks from the RNG in the backward instead of keeping them">
+  ];
+  let statistics = [
+    Statistic<"numVJPs", "vjps", "Vector-Jacobian products built">
+  ];
+}
+
+def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {
+  let summary = "Prints peak memory, its breakdown and saved activations per layer";
+  let description = [{
+    Prints the `MemoryAnalysis` of each function: live bytes at every op in
+    program order, the peak and its breakdown into weights, gradients,
+    optimizer, activations (forward values still live for the backward) and
+    temporaries; per layer the activation bytes saved for the backward
+    (attention / mlp / norm); the parameter count; and forward, backward and
+    optimizer FLOPs. The JSON keys are documented in docs/MemoryReport.md.
+  }];
+  let options = [
+    Option<"format", "format", "std::string", /*default=*/"\"text\"",
+           "Report format: text or json">,
+    Option<"output", "output", "std::string", /*default=*/"\"-\"",
+           "File to write the report to ('-' for stdout)">
+  ];
+}
+
 #endif // TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PASSES_TD

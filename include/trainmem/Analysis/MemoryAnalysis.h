@@ -1,0 +1,134 @@
+//===- MemoryAnalysis.h - live bytes of a training step ----------*- C++ -*-===//
+//
+// Walks a function in program order and computes, at every op, which tensors
+// are live and how many bytes they hold, sorted into the five categories of
+// DESIGN.md. Passes get it with getAnalysis<MemoryAnalysis>().
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_ANALYSIS_MEMORYANALYSIS_H
+#define TRAINMEM_ANALYSIS_MEMORYANALYSIS_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Operation.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <array>
+#include <optional>
+#include <vector>
+
+namespace mlir {
+namespace train {
+
+enum class MemoryCategory : unsigned {
+  Weights,
+  Gradients,
+  Optimizer,
+  Activations,
+  Temporaries
+};
+constexpr unsigned kNumMemoryCategories = 5;
+llvm::StringRef stringifyMemoryCategory(MemoryCategory category);
+
+enum class Phase : unsigned { Forward, Backward, Optimizer };
+
+/// What part of a layer an activation is kept for: the norms' inputs apart
+/// from the rest of the attention and MLP blocks.
+enum class SavedFor : unsigned { Attention, MLP, Norm, Other };
+
+using CategoryBytes = std::array<uint64_t, kNumMemoryCategories>;
+
+/// One piece of memory: a value that owns storage, with every value that
+/// aliases it (views, block results, in-place state updates).
+struct Buffer {
+  Value owner;
+  uint64_t bytes = 0;
+  /// Program points between which the buffer is live, inclusive. Point 0 is
+  /// the function entry; op i of the schedule is point i + 1.
+  unsigned firstPoint = 0;
+  unsigned lastPoint = 0;
+  MemoryCategory category = MemoryCategory::Temporaries;
+  /// For activations: the layer and part whose backward reads them.
+  std::optional<int64_t> layer;
+  SavedFor savedFor = SavedFor::Other;
+};
+
+struct LayerActivations {
+  int64_t index = 0;
+  uint64_t attention = 0;
+  uint64_t mlp = 0;
+  uint64_t norm = 0;
+  uint64_t total() const { return attention + mlp + norm; }
+};
+
+/// The memory of one function.
+class FunctionMemory {
+public:
+  explicit FunctionMemory(func::FuncOp func);
+
+  func::FuncOp getFunction() const { return func; }
+  /// Ops in program order (nested block bodies in place).
+  ArrayRef<Operation *> getSchedule() const { return schedule; }
+  ArrayRef<Buffer> getBuffers() const { return buffers; }
+  /// The buffer holding `value`, if it is a tensor.
+  const Buffer *lookupBuffer(Value value) const;
+  unsigned getPoint(Operation *op) const { return pointOf.lookup(op); }
+  Phase getPhase(Operation *op) const { return phaseOf.lookup(op); }
+
+  /// Live bytes at each program point.
+  ArrayRef<uint64_t> getLiveBytes() const { return liveBytes; }
+  uint64_t getPeakBytes() const { return peakBytes; }
+  unsigned getPeakPoint() const { return peakPoint; }
+  /// The op at the peak (null when the peak is at function entry).
+  Operation *getPeakOp() const;
+  const CategoryBytes &getAtPeak() const { return atPeak; }
+  /// All weight, gradient (one per parameter, as the optimizer reads them)
+  /// and optimizer tensors; all saved activations; the most temporary bytes
+  /// live at once.
+  const CategoryBytes &getTotals() const { return totals; }
+  ArrayRef<LayerActivations> getLayers() const { return layers; }
+  uint64_t getParameters() const { return parameters; }
+  uint64_t getFlops(Phase phase) const {
+    return flops[static_cast<unsigned>(phase)];
+  }
+
+private:
+  void buildSchedule(Block &block, Phase phase);
+  void buildBuffers();
+  void classify();
+  void computeLiveness();
+  void summarize();
+
+  func::FuncOp func;
+  std::vector<Operation *> schedule;
+  llvm::DenseMap<Operation *, unsigned> pointOf;
+  llvm::DenseMap<Operation *, Phase> phaseOf;
+  std::vector<Buffer> buffers;
+  llvm::DenseMap<Value, unsigned> bufferIndex;
+  std::vector<uint64_t> liveBytes;
+  uint64_t peakBytes = 0;
+  unsigned peakPoint = 0;
+  CategoryBytes atPeak{};
+  CategoryBytes totals{};
+  std::vector<LayerActivations> layers;
+  uint64_t parameters = 0;
+  std::array<uint64_t, 3> flops{};
+};
+
+/// The memory of every function with a body in a module (or of one
+/// function).
+class MemoryAnalysis {
+public:
+  explicit MemoryAnalysis(Operation *op);
+
+  ArrayRef<FunctionMemory> getFunctions() const { return functions; }
+  const FunctionMemory *lookup(func::FuncOp func) const;
+
+private:
+  std::vector<FunctionMemory> functions;
+};
+
+} // namespace train
+} // namespace mlir
+
+#endif // TRAINMEM_ANALYSIS_MEMORYANALYSIS_H

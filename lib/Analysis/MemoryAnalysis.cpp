@@ -1,0 +1,399 @@
+//===- MemoryAnalysis.cpp - live bytes of a training step -----------------===//
+//
+// Buffers: every tensor value that owns storage, merged with the values that
+// alias it: views (reshape, transpose) alias their source, block results the
+// values their block yields, clipped gradients the gradients they scale in
+// place, optimizer results the state they update in place, and step results
+// the argument holding the same state. A buffer is live from its first
+// definition to its last use; at each op its inputs and outputs are live
+// together. Nothing about model shapes is assumed: everything comes from
+// the types and the uses in the IR.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+
+#include "llvm/ADT/SetVector.h"
+
+#include <map>
+
+using namespace mlir;
+using namespace mlir::train;
+
+StringRef mlir::train::stringifyMemoryCategory(MemoryCategory category) {
+  switch (category) {
+  case MemoryCategory::Weights:
+    return "weights";
+  case MemoryCategory::Gradients:
+    return "gradients";
+  case MemoryCategory::Optimizer:
+    return "optimizer";
+  case MemoryCategory::Activations:
+    return "activations";
+  case MemoryCategory::Temporaries:
+    return "temporaries";
+  }
+  llvm_unreachable("unknown memory category");
+}
+
+namespace {
+
+/// Union-find over values; the representative is the value defined first.
+class AliasSets {
+public:
+  Value find(Value value) {
+    auto it = parent.find(value);
+    if (it == parent.end() || it->second == value)
+      return value;
+    Value root = find(it->second);
+    parent[value] = root;
+    return root;
+  }
+  void unite(Value a, Value b, const llvm::DenseMap<Value, unsigned> &order) {
+    Value ra = find(a), rb = find(b);
+    if (ra == rb)
+      return;
+    if (order.lookup(rb) < order.lookup(ra))
+      std::swap(ra, rb);
+    parent[rb] = ra;
+  }
+
+private:
+  llvm::DenseMap<Value, Value> parent;
+};
+
+bool isTensor(Value value) { return isa<RankedTensorType>(value.getType()); }
+
+} // namespace
+
+FunctionMemory::FunctionMemory(func::FuncOp func) : func(func) {
+  if (func.isExternal())
+    return;
+  buildSchedule(func.front(), Phase::Forward);
+  buildBuffers();
+  classify();
+  computeLiveness();
+  summarize();
+}
+
+Operation *FunctionMemory::getPeakOp() const {
+  return peakPoint == 0 ? nullptr : schedule[peakPoint - 1];
+}
+
+const Buffer *FunctionMemory::lookupBuffer(Value value) const {
+  auto it = bufferIndex.find(value);
+  return it == bufferIndex.end() ? nullptr : &buffers[it->second];
+}
+
+void FunctionMemory::buildSchedule(Block &block, Phase phase) {
+  // Ops outside any block take the phase of the block before them.
+  for (Operation &op : block) {
+    Phase opPhase = phase;
+    if (auto blockOp = dyn_cast<BlockOp>(op))
+      opPhase = blockOp.getBackward() ? Phase::Backward
+                : blockOp.getKind() == BlockKind::optimizer
+                    ? Phase::Optimizer
+                    : Phase::Forward;
+    schedule.push_back(&op);
+    pointOf[&op] = schedule.size();
+    phaseOf[&op] = opPhase;
+    if (auto blockOp = dyn_cast<BlockOp>(op)) {
+      buildSchedule(blockOp.getBody().front(), opPhase);
+      if (block.getParentOp() == func)
+        phase = opPhase;
+    }
+  }
+}
+
+void FunctionMemory::buildBuffers() {
+  // Definition order: arguments first, then op results in program order.
+  llvm::DenseMap<Value, unsigned> order;
+  SmallVector<Value> values;
+  for (BlockArgument arg : func.getArguments())
+    if (isTensor(arg)) {
+      order[arg] = values.size();
+      values.push_back(arg);
+    }
+  for (Operation *op : schedule)
+    for (Value result : op->getResults())
+      if (isTensor(result)) {
+        order[result] = values.size();
+        values.push_back(result);
+      }
+
+  AliasSets aliases;
+  llvm::StringMap<Value> stateArgs;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    for (StringRef attr : {kParamAttrName, kOptimizerStateAttrName})
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, attr))
+        stateArgs[(attr + ":" + name.getValue()).str()] = func.getArgument(i);
+
+  for (Operation *op : schedule) {
+    auto unite = [&](Value a, Value b) { aliases.unite(a, b, order); };
+    if (auto view = dyn_cast<ViewOpInterface>(op)) {
+      unite(view.getViewSource(), op->getResult(0));
+    } else if (auto block = dyn_cast<BlockOp>(op)) {
+      auto yield = cast<YieldOp>(block.getBody().front().getTerminator());
+      for (auto [result, yielded] :
+           llvm::zip(block.getResults(), yield.getValues()))
+        if (isTensor(result))
+          unite(yielded, result);
+    } else if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+      for (auto [in, out] : llvm::zip(clip.getGrads(), clip.getClipped()))
+        unite(in, out);
+    } else if (auto adamw = dyn_cast<AdamWOp>(op)) {
+      unite(adamw.getParam(), adamw.getNewParam());
+      unite(adamw.getM(), adamw.getNewM());
+      unite(adamw.getV(), adamw.getNewV());
+    } else if (auto sgd = dyn_cast<SGDOp>(op)) {
+      unite(sgd.getParam(), sgd.getNewParam());
+      if (sgd.getMomentumBuffer())
+        unite(sgd.getMomentumBuffer(), sgd.getNewMomentumBuffer());
+    } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      // A step result that carries a state is written into that state.
+      for (auto [index, value] : llvm::enumerate(ret.getOperands()))
+        for (StringRef attr : {kParamAttrName, kOptimizerStateAttrName})
+          if (auto name = func.getResultAttrOfType<StringAttr>(index, attr)) {
+            Value arg =
+                stateArgs.lookup((attr + ":" + name.getValue()).str());
+            if (arg && isTensor(value))
+              unite(arg, value);
+          }
+    }
+  }
+
+  unsigned returnPoint = schedule.size();
+  for (Value value : values) {
+    Value root = aliases.find(value);
+    auto [it, inserted] = bufferIndex.try_emplace(root, buffers.size());
+    if (inserted) {
+      Buffer buffer;
+      buffer.owner = root;
+      buffer.bytes = getTensorBytes(root.getType());
+      Operation *def = root.getDefiningOp();
+      buffer.firstPoint = def ? pointOf.lookup(def) : 0;
+      buffer.lastPoint = buffer.firstPoint;
+      buffers.push_back(buffer);
+    }
+    bufferIndex[value] = it->second;
+    Buffer &buffer = buffers[it->second];
+    for (Operation *user : value.getUsers()) {
+      unsigned point = pointOf.lookup(user);
+      buffer.lastPoint = std::max(buffer.lastPoint, point);
+    }
+    // Weights and optimizer state persist from step to step.
+    if (auto arg = dyn_cast<BlockArgument>(value))
+      if (func.getArgAttr(arg.getArgNumber(), kParamAttrName) ||
+          func.getArgAttr(arg.getArgNumber(), kOptimizerStateAttrName))
+        buffer.lastPoint = returnPoint;
+  }
+}
+
+void FunctionMemory::classify() {
+  // Gradients: what flows into an optimizer's gradient operand or out as a
+  // step's gradient result, through sums of partial gradients.
+  llvm::SetVector<Value> gradients;
+  SmallVector<Value> finalGradients;
+  for (Operation *op : schedule) {
+    if (auto adamw = dyn_cast<AdamWOp>(op))
+      finalGradients.push_back(adamw.getGrad());
+    else if (auto sgd = dyn_cast<SGDOp>(op))
+      finalGradients.push_back(sgd.getGrad());
+    else if (auto ret = dyn_cast<func::ReturnOp>(op))
+      for (auto [index, value] : llvm::enumerate(ret.getOperands()))
+        if (func.getResultAttr(index, kGradAttrName))
+          finalGradients.push_back(value);
+  }
+  SmallVector<Value> worklist(finalGradients.begin(), finalGradients.end());
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    if (!gradients.insert(value))
+      continue;
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      continue;
+    if (auto add = dyn_cast<AddOp>(def)) {
+      worklist.push_back(add.getLhs());
+      worklist.push_back(add.getRhs());
+    } else if (auto block = dyn_cast<BlockOp>(def)) {
+      auto yield = cast<YieldOp>(block.getBody().front().getTerminator());
+      worklist.push_back(
+          yield.getValues()[cast<OpResult>(value).getResultNumber()]);
+    } else if (auto clip = dyn_cast<ClipGradNormOp>(def)) {
+      unsigned index = cast<OpResult>(value).getResultNumber();
+      if (index < clip.getGrads().size())
+        worklist.push_back(clip.getGrads()[index]);
+    } else if (auto view = dyn_cast<ViewOpInterface>(def)) {
+      worklist.push_back(view.getViewSource());
+    }
+  }
+
+  std::vector<bool> isGradient(buffers.size(), false);
+  for (Value value : gradients)
+    if (const Buffer *buffer = lookupBuffer(value))
+      isGradient[buffer - buffers.data()] = true;
+
+  // Per buffer: which phases use it, and its last backward reader.
+  std::vector<Operation *> lastBackwardUser(buffers.size(), nullptr);
+  std::vector<bool> readByNormGrad(buffers.size(), false);
+  for (auto [value, index] : bufferIndex)
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (phaseOf.lookup(user) != Phase::Backward || isa<YieldOp>(user))
+        continue;
+      Operation *&last = lastBackwardUser[index];
+      if (!last || pointOf.lookup(user) > pointOf.lookup(last))
+        last = user;
+      // A norm's backward reads its input: that is what the norm keeps.
+      if (auto norm = dyn_cast<LayerNormGradOp>(user))
+        readByNormGrad[index] = readByNormGrad[index] ||
+                                &use == &norm.getInputMutable();
+      if (auto norm = dyn_cast<RMSNormGradOp>(user))
+        readByNormGrad[index] = readByNormGrad[index] ||
+                                &use == &norm.getInputMutable();
+    }
+
+  for (auto [index, buffer] : llvm::enumerate(buffers)) {
+    Value owner = buffer.owner;
+    auto arg = dyn_cast<BlockArgument>(owner);
+    if (arg && func.getArgAttr(arg.getArgNumber(), kParamAttrName)) {
+      buffer.category = MemoryCategory::Weights;
+      continue;
+    }
+    if (arg && func.getArgAttr(arg.getArgNumber(), kOptimizerStateAttrName)) {
+      buffer.category = MemoryCategory::Optimizer;
+      continue;
+    }
+    if (isGradient[index]) {
+      buffer.category = MemoryCategory::Gradients;
+      continue;
+    }
+    Operation *def = owner.getDefiningOp();
+    bool definedInForward = !def || phaseOf.lookup(def) == Phase::Forward;
+    Operation *reader = lastBackwardUser[index];
+    if (!definedInForward || !reader) {
+      buffer.category = MemoryCategory::Temporaries;
+      continue;
+    }
+    buffer.category = MemoryCategory::Activations;
+    auto block = reader->getParentOfType<BlockOp>();
+    if (!block)
+      continue;
+    if (IntegerAttr layer = block.getLayerAttr())
+      buffer.layer = layer.getInt();
+    if (readByNormGrad[index])
+      buffer.savedFor = SavedFor::Norm;
+    else if (block.getKind() == BlockKind::attention)
+      buffer.savedFor = SavedFor::Attention;
+    else if (block.getKind() == BlockKind::mlp)
+      buffer.savedFor = SavedFor::MLP;
+  }
+
+  llvm::DenseSet<unsigned> finalBuffers;
+  for (Value value : finalGradients)
+    if (const Buffer *buffer = lookupBuffer(value))
+      if (finalBuffers.insert(buffer - buffers.data()).second)
+        totals[static_cast<unsigned>(MemoryCategory::Gradients)] +=
+            buffer->bytes;
+}
+
+void FunctionMemory::computeLiveness() {
+  unsigned numPoints = schedule.size() + 1;
+  std::vector<int64_t> delta(numPoints + 1, 0);
+  for (const Buffer &buffer : buffers) {
+    delta[buffer.firstPoint] += static_cast<int64_t>(buffer.bytes);
+    delta[buffer.lastPoint + 1] -= static_cast<int64_t>(buffer.bytes);
+  }
+  liveBytes.assign(numPoints, 0);
+  int64_t live = 0;
+  for (unsigned point = 0; point < numPoints; ++point) {
+    live += delta[point];
+    liveBytes[point] = static_cast<uint64_t>(live);
+    if (liveBytes[point] > peakBytes) {
+      peakBytes = liveBytes[point];
+      peakPoint = point;
+    }
+  }
+  for (const Buffer &buffer : buffers)
+    if (buffer.firstPoint <= peakPoint && peakPoint <= buffer.lastPoint)
+      atPeak[static_cast<unsigned>(buffer.category)] += buffer.bytes;
+
+  // The most temporary bytes live at once.
+  std::vector<int64_t> temporaryDelta(numPoints + 1, 0);
+  for (const Buffer &buffer : buffers)
+    if (buffer.category == MemoryCategory::Temporaries) {
+      temporaryDelta[buffer.firstPoint] += static_cast<int64_t>(buffer.bytes);
+      temporaryDelta[buffer.lastPoint + 1] -=
+          static_cast<int64_t>(buffer.bytes);
+    }
+  int64_t temporaries = 0, maxTemporaries = 0;
+  for (unsigned point = 0; point < numPoints; ++point) {
+    temporaries += temporaryDelta[point];
+    maxTemporaries = std::max(maxTemporaries, temporaries);
+  }
+  totals[static_cast<unsigned>(MemoryCategory::Temporaries)] =
+      static_cast<uint64_t>(maxTemporaries);
+}
+
+void FunctionMemory::summarize() {
+  std::map<int64_t, LayerActivations> byLayer;
+  for (const Buffer &buffer : buffers) {
+    switch (buffer.category) {
+    case MemoryCategory::Weights:
+    case MemoryCategory::Optimizer:
+    case MemoryCategory::Activations:
+      totals[static_cast<unsigned>(buffer.category)] += buffer.bytes;
+      break;
+    case MemoryCategory::Gradients:
+    case MemoryCategory::Temporaries:
+      break; // Counted in classify() and computeLiveness().
+    }
+    if (buffer.category != MemoryCategory::Activations || !buffer.layer)
+      continue;
+    LayerActivations &layer = byLayer[*buffer.layer];
+    layer.index = *buffer.layer;
+    switch (buffer.savedFor) {
+    case SavedFor::Attention:
+      layer.attention += buffer.bytes;
+      break;
+    case SavedFor::MLP:
+      layer.mlp += buffer.bytes;
+      break;
+    case SavedFor::Norm:
+      layer.norm += buffer.bytes;
+      break;
+    case SavedFor::Other:
+      break;
+    }
+  }
+  for (auto &[index, layer] : byLayer)
+    layers.push_back(layer);
+
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (func.getArgAttr(i, kParamAttrName))
+      parameters += getNumElements(func.getArgument(i).getType());
+
+  for (Operation *op : schedule)
+    if (auto cost = dyn_cast<CostOpInterface>(op))
+      flops[static_cast<unsigned>(phaseOf.lookup(op))] += cost.getFlops();
+}
+
+MemoryAnalysis::MemoryAnalysis(Operation *op) {
+  if (auto func = dyn_cast<func::FuncOp>(op)) {
+    functions.emplace_back(func);
+    return;
+  }
+  op->walk([&](func::FuncOp func) {
+    if (!func.isExternal())
+      functions.emplace_back(func);
+  });
+}
+
+const FunctionMemory *MemoryAnalysis::lookup(func::FuncOp func) const {
+  for (const FunctionMemory &memory : functions)
+    if (memory.getFunction() == func)
+      return &memory;
+  return nullptr;
+}

@@ -1,0 +1,413 @@
+//===- Autodiff.cpp - train-autodiff --------------------------------------===//
+//
+// Reverse-mode differentiation of a forward-plus-loss function into one
+// training step. The backward is built block by block in reverse: each
+// forward `train.block` gets a `train.block ... backward` of the same kind and
+// layer, filled by the ops' own VJPs. Values crossing block boundaries are
+// exported afterwards as extra block results, so the IR stays valid and what
+// the forward keeps for the backward is explicit.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace mlir {
+namespace train {
+#define GEN_PASS_DEF_TRAINAUTODIFFPASS
+#include "trainmem/Dialect/Train/Transforms/Passes.h.inc"
+
+namespace {
+
+bool isFloatTensor(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && isa<FloatType>(tensor.getElementType());
+}
+
+/// Makes every value defined in `block`'s body and used outside it an extra
+/// result of `block` (nested blocks first), and rewires the outside uses.
+void exportEscapingValues(BlockOp block) {
+  Block &body = block.getBody().front();
+  for (Operation &op : llvm::make_early_inc_range(body))
+    if (auto nested = dyn_cast<BlockOp>(op))
+      exportEscapingValues(nested);
+
+  SmallVector<Value> escaping;
+  for (Operation &op : body)
+    for (Value result : op.getResults())
+      if (llvm::any_of(result.getUsers(), [&](Operation *user) {
+            return !block->isProperAncestor(user);
+          }))
+        escaping.push_back(result);
+  if (escaping.empty())
+    return;
+
+  auto yield = cast<YieldOp>(body.getTerminator());
+  unsigned numOld = block.getNumResults();
+  yield.getValuesMutable().append(escaping);
+  SmallVector<Type> types(block.getResultTypes());
+  for (Value value : escaping)
+    types.push_back(value.getType());
+
+  OpBuilder builder(block);
+  auto replacement =
+      BlockOp::create(builder, block.getLoc(), types, block.getKindAttr(),
+                      block.getLayerAttr(), block.getBackwardAttr());
+  replacement->setDiscardableAttrs(block->getDiscardableAttrDictionary());
+  replacement.getBody().takeBody(block.getBody());
+  for (auto [index, value] : llvm::enumerate(escaping))
+    value.replaceUsesWithIf(
+        replacement.getResult(numOld + index), [&](OpOperand &use) {
+          return !replacement->isProperAncestor(use.getOwner());
+        });
+  block.replaceAllUsesWith(replacement.getResults().take_front(numOld));
+  block.erase();
+}
+
+struct Differentiator {
+  explicit Differentiator(OpBuilder &builder) : builder(builder) {}
+
+  OpBuilder &builder;
+  llvm::DenseMap<Value, Value> grads;
+  uint64_t numVJPs = 0;
+
+  /// Adds `grad` to the gradient of `value`.
+  LogicalResult accumulate(Operation *user, Value value, Value grad) {
+    if (grad.getType() != value.getType())
+      return user->emitOpError("VJP produced a gradient of type ")
+             << grad.getType() << " for an operand of type "
+             << value.getType();
+    auto it = grads.find(value);
+    if (it == grads.end()) {
+      grads[value] = grad;
+      return success();
+    }
+    it->second = AddOp::create(builder, grad.getLoc(), it->second, grad);
+    return success();
+  }
+
+  LogicalResult backprop(Operation *op);
+  LogicalResult backpropBlock(BlockOp block);
+};
+
+LogicalResult Differentiator::backpropBlock(BlockOp forward) {
+  auto backward = BlockOp::create(builder, forward.getLoc(), TypeRange{},
+                                  forward.getKindAttr(),
+                                  forward.getLayerAttr(), builder.getUnitAttr());
+  Block *body = builder.createBlock(&backward.getBody());
+  YieldOp::create(builder, forward.getLoc());
+  builder.setInsertionPointToStart(body);
+  builder.setInsertionPoint(body->getTerminator());
+
+  Block &forwardBody = forward.getBody().front();
+  auto yield = cast<YieldOp>(forwardBody.getTerminator());
+  for (auto [result, yielded] :
+       llvm::zip(forward.getResults(), yield.getValues()))
+    if (Value grad = grads.lookup(result))
+      if (failed(accumulate(yield, yielded, grad)))
+        return failure();
+  for (Operation &op : llvm::reverse(forwardBody.without_terminator()))
+    if (failed(backprop(&op)))
+      return failure();
+
+  builder.setInsertionPointAfter(backward);
+  return success();
+}
+
+LogicalResult Differentiator::backprop(Operation *op) {
+  if (auto block = dyn_cast<BlockOp>(op))
+    return backpropBlock(block);
+
+  SmallVector<Value> resultGrads;
+  bool anyGrad = false;
+  for (Value result : op->getResults()) {
+    resultGrads.push_back(grads.lookup(result));
+    anyGrad |= static_cast<bool>(resultGrads.back());
+  }
+  if (!anyGrad)
+    return success();
+
+  auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
+  if (!differentiable)
+    return op->emitOpError("has no VJP (it does not implement "
+                           "DifferentiableOpInterface) but the loss depends "
+                           "on it");
+  SmallVector<Value> operandGrads;
+  if (failed(differentiable.buildVJP(builder, resultGrads, operandGrads)))
+    return op->emitOpError("failed to build its VJP");
+  ++numVJPs;
+  if (operandGrads.size() != op->getNumOperands())
+    return op->emitOpError("VJP returned ")
+           << operandGrads.size() << " gradients for " << op->getNumOperands()
+           << " operands";
+  for (auto [operand, grad] : llvm::zip(op->getOperands(), operandGrads))
+    if (grad && isFloatTensor(operand.getType()))
+      if (failed(accumulate(op, operand, grad)))
+        return failure();
+  return success();
+}
+
+/// Replaces each backward use of a dropout keep-mask by a mask regenerated
+/// from the same RNG stream right before the use.
+void regenerateDropoutMasks(func::FuncOp func) {
+  func.walk([&](DropoutOp dropout) {
+    for (OpOperand &use : llvm::make_early_inc_range(dropout.getMask().getUses())) {
+      auto block = use.getOwner()->getParentOfType<BlockOp>();
+      if (!block || !block.getBackward())
+        continue;
+      OpBuilder builder(use.getOwner());
+      auto mask = DropoutMaskOp::create(
+          builder, dropout.getLoc(), dropout.getMask().getType(),
+          dropout.getRateAttr(), dropout.getSeedAttr(), dropout.getOffsetAttr());
+      use.set(mask);
+    }
+  });
+}
+
+struct ParamInfo {
+  unsigned argIndex;
+  std::string name;
+  RankedTensorType type;
+};
+
+struct TrainAutodiffPass
+    : public impl::TrainAutodiffPassBase<TrainAutodiffPass> {
+  using Base::Base;
+
+  void runOnOperation() override;
+  LogicalResult buildStep(func::FuncOp func);
+};
+
+LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
+  MLIRContext *context = func.getContext();
+  if (optimizer != "adamw" && optimizer != "sgd" && optimizer != "none")
+    return func.emitError("train-autodiff: unknown optimizer '")
+           << optimizer << "' (expected adamw, sgd or none)";
+  auto f32Scalar = RankedTensorType::get({}, Float32Type::get(context));
+  if (func.isExternal())
+    return func.emitError("train-autodiff: @") << function << " has no body";
+  if (func.getNumResults() != 1 || func.getResultTypes()[0] != f32Scalar)
+    return func.emitError("train-autodiff: @")
+           << function << " must return its loss, one tensor<f32>; it returns "
+           << func.getNumResults() << " values";
+
+  SmallVector<ParamInfo> params;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, kParamAttrName)) {
+      auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+      if (!type || !isFloatTensor(type))
+        return func.emitError("train-autodiff: parameter '")
+               << name.getValue() << "' is not a float tensor";
+      params.push_back({i, name.getValue().str(), type});
+    }
+  if (params.empty())
+    return func.emitError("train-autodiff: @")
+           << function << " has no parameters (arguments marked "
+           << kParamAttrName << ")";
+
+  Block &entry = func.front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  Value loss = ret.getOperand(0);
+  SmallVector<Operation *> forwardOps;
+  for (Operation &op : entry.without_terminator())
+    forwardOps.push_back(&op);
+
+  // Backward.
+  OpBuilder builder(ret);
+  Location lossLoc = loss.getLoc();
+  Value seed = arith::ConstantOp::create(
+      builder, lossLoc, DenseElementsAttr::get(f32Scalar, 1.0f));
+  Differentiator diff(builder);
+  diff.grads[loss] = seed;
+  for (Operation *op : llvm::reverse(forwardOps))
+    if (failed(diff.backprop(op)))
+      return failure();
+  numVJPs += diff.numVJPs;
+
+  SmallVector<Value> paramGrads;
+  for (const ParamInfo &param : params) {
+    Value grad = diff.grads.lookup(func.getArgument(param.argIndex));
+    if (!grad) // An unused parameter has a zero gradient.
+      grad = arith::ConstantOp::create(
+          builder, func.getLoc(),
+          cast<TypedAttr>(builder.getZeroAttr(param.type)));
+    paramGrads.push_back(grad);
+  }
+  if (regenerateDropoutMasks)
+    train::regenerateDropoutMasks(func);
+
+  // New arguments: the step counter, then each parameter's optimizer state.
+  auto addArgument = [&](Type type, StringRef attrName,
+                         const Twine &value) -> Value {
+    unsigned index = func.getNumArguments();
+    if (failed(func.insertArgument(
+            index, type,
+            builder.getDictionaryAttr(builder.getNamedAttr(
+                attrName, builder.getStringAttr(value))),
+            func.getLoc())))
+      return Value();
+    return func.getArgument(index);
+  };
+  auto i64Scalar = RankedTensorType::get({}, builder.getI64Type());
+  Value step = addArgument(i64Scalar, kInputAttrName, "step");
+
+  struct StateArgs {
+    Value master, m, v, momentum;
+  };
+  SmallVector<StateArgs> states;
+  for (const ParamInfo &param : params) {
+    StateArgs state;
+    auto f32Type =
+        RankedTensorType::get(param.type.getShape(), builder.getF32Type());
+    bool needsMaster = optimizer != "none" && masterWeights &&
+                       !param.type.getElementType().isF32();
+    if (needsMaster)
+      state.master =
+          addArgument(f32Type, kOptimizerStateAttrName, param.name + ".master");
+    if (optimizer == "adamw") {
+      state.m = addArgument(f32Type, kOptimizerStateAttrName, param.name + ".m");
+      state.v = addArgument(f32Type, kOptimizerStateAttrName, param.name + ".v");
+    } else if (optimizer == "sgd" && momentum > 0.0) {
+      Type bufferType = state.master ? Type(f32Type) : Type(param.type);
+      state.momentum = addArgument(bufferType, kOptimizerStateAttrName,
+                                   param.name + ".momentum");
+    }
+    states.push_back(state);
+  }
+
+  // The update, in one optimizer block.
+  SmallVector<Value> results{loss};
+  SmallVector<NamedAttribute> resultAttrs{
+      builder.getNamedAttr(kLossAttrName, builder.getUnitAttr())};
+  auto block = BlockOp::create(
+      builder, func.getLoc(), TypeRange{},
+      BlockKindAttr::get(context, BlockKind::optimizer), IntegerAttr(),
+      UnitAttr());
+  builder.createBlock(&block.getBody());
+  auto yield = YieldOp::create(builder, func.getLoc());
+  builder.setInsertionPoint(yield);
+  SmallVector<Value> yielded;
+  SmallVector<NamedAttribute> yieldedAttrs;
+  auto give = [&](Value value, StringRef attrName, const Twine &attrValue) {
+    yielded.push_back(value);
+    yieldedAttrs.push_back(builder.getNamedAttr(
+        attrName, attrValue.isTriviallyEmpty()
+                      ? Attribute(builder.getUnitAttr())
+                      : Attribute(builder.getStringAttr(attrValue))));
+  };
+
+  if (optimizer == "none") {
+    for (auto [param, grad] : llvm::zip(params, paramGrads))
+      give(grad, kGradAttrName, param.name);
+  } else {
+    Value lrValue;
+    if (totalSteps > 0)
+      lrValue = LRScheduleOp::create(builder, func.getLoc(), f32Scalar, step,
+                                builder.getF64FloatAttr(lr),
+                                builder.getF64FloatAttr(minLr),
+                                builder.getI64IntegerAttr(warmupSteps),
+                                builder.getI64IntegerAttr(totalSteps));
+    else
+      lrValue = arith::ConstantOp::create(
+          builder, func.getLoc(),
+          DenseElementsAttr::get(f32Scalar, static_cast<float>(lr)));
+    Value norm;
+    if (clipNorm > 0.0) {
+      SmallVector<Type> types;
+      for (Value grad : paramGrads)
+        types.push_back(grad.getType());
+      auto clip = ClipGradNormOp::create(builder, func.getLoc(), types,
+                                         f32Scalar, paramGrads,
+                                         builder.getF64FloatAttr(clipNorm));
+      paramGrads.assign(clip.getClipped().begin(), clip.getClipped().end());
+      norm = clip.getNorm();
+    }
+    for (auto [param, grad, state] : llvm::zip(params, paramGrads, states)) {
+      Value weights = func.getArgument(param.argIndex);
+      Value updated = state.master ? state.master : weights;
+      Value newMomentum;
+      Value newM, newV;
+      if (optimizer == "adamw") {
+        auto adamw = AdamWOp::create(
+            builder, func.getLoc(), updated, grad, state.m, state.v, lrValue, step,
+            builder.getF64FloatAttr(beta1), builder.getF64FloatAttr(beta2),
+            builder.getF64FloatAttr(epsilon),
+            builder.getF64FloatAttr(weightDecay));
+        updated = adamw.getNewParam();
+        newM = adamw.getNewM();
+        newV = adamw.getNewV();
+      } else {
+        auto sgd = SGDOp::create(
+            builder, func.getLoc(), updated.getType(),
+            state.momentum ? state.momentum.getType() : Type(), updated, grad,
+            lrValue, state.momentum, builder.getF64FloatAttr(momentum),
+            builder.getF64FloatAttr(weightDecay), UnitAttr());
+        updated = sgd.getNewParam();
+        newMomentum = sgd.getNewMomentumBuffer();
+      }
+      if (state.master) {
+        Value newWeights =
+            CastOp::create(builder, func.getLoc(), param.type, updated);
+        give(newWeights, kParamAttrName, param.name);
+        give(updated, kOptimizerStateAttrName, param.name + ".master");
+      } else {
+        give(updated, kParamAttrName, param.name);
+      }
+      if (newM) {
+        give(newM, kOptimizerStateAttrName, param.name + ".m");
+        give(newV, kOptimizerStateAttrName, param.name + ".v");
+      }
+      if (newMomentum)
+        give(newMomentum, kOptimizerStateAttrName, param.name + ".momentum");
+    }
+    if (norm)
+      give(norm, kGradNormAttrName, "");
+  }
+  // The return reads the new state from inside the block for now; exporting
+  // escaping values below turns them into the block's results.
+  results.append(yielded);
+  resultAttrs.append(yieldedAttrs);
+
+  ret.getOperandsMutable().assign(results);
+  SmallVector<Type> resultTypes;
+  for (Value value : results)
+    resultTypes.push_back(value.getType());
+  func.setFunctionType(
+      FunctionType::get(context, func.getArgumentTypes(), resultTypes));
+  for (auto [index, attr] : llvm::enumerate(resultAttrs))
+    func.setResultAttrs(index, builder.getDictionaryAttr(attr));
+
+  // Make block-crossing values explicit block results.
+  for (Operation &op : llvm::make_early_inc_range(entry))
+    if (auto blockOp = dyn_cast<BlockOp>(op))
+      exportEscapingValues(blockOp);
+  return success();
+}
+
+void TrainAutodiffPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto func = module.lookupSymbol<func::FuncOp>(function);
+  if (!func) {
+    module.emitError("train-autodiff: no function @") << function;
+    return signalPassFailure();
+  }
+  if (module.lookupSymbol(stepName)) {
+    module.emitError("train-autodiff: a symbol @")
+        << stepName << " already exists";
+    return signalPassFailure();
+  }
+  if (failed(buildStep(func)))
+    return signalPassFailure();
+  func.setSymName(stepName);
+}
+
+} // namespace
+} // namespace train
+} // namespace mlir

@@ -1,0 +1,156 @@
+//===- MemoryReport.cpp - train-memory-report -----------------------------===//
+
+#include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace mlir {
+namespace train {
+#define GEN_PASS_DEF_TRAINMEMORYREPORTPASS
+#include "trainmem/Dialect/Train/Transforms/Passes.h.inc"
+
+namespace {
+
+constexpr MemoryCategory kCategories[] = {
+    MemoryCategory::Weights, MemoryCategory::Gradients,
+    MemoryCategory::Optimizer, MemoryCategory::Activations,
+    MemoryCategory::Temporaries};
+
+std::string gib(uint64_t bytes) {
+  return llvm::formatv("{0:F2} GiB", static_cast<double>(bytes) /
+                                         (1024.0 * 1024.0 * 1024.0))
+      .str();
+}
+
+std::string describe(Operation *op) {
+  if (!op)
+    return "function entry";
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "'" << op->getName() << "'";
+  if (auto block = op->getParentOfType<BlockOp>()) {
+    os << " in " << stringifyBlockKind(block.getKind());
+    if (IntegerAttr layer = block.getLayerAttr())
+      os << " layer " << layer.getInt();
+    if (block.getBackward())
+      os << " backward";
+  }
+  if (auto name = dyn_cast<NameLoc>(op->getLoc()))
+    os << " (" << name.getName().getValue() << ")";
+  return text;
+}
+
+llvm::json::Object categoryObject(const CategoryBytes &bytes) {
+  llvm::json::Object object;
+  for (MemoryCategory category : kCategories)
+    object[stringifyMemoryCategory(category)] =
+        bytes[static_cast<unsigned>(category)];
+  return object;
+}
+
+llvm::json::Value toJSON(const FunctionMemory &memory) {
+  llvm::json::Array layers;
+  for (const LayerActivations &layer : memory.getLayers())
+    layers.push_back(llvm::json::Object{
+        {"index", layer.index},
+        {"saved_activation_bytes", layer.total()},
+        {"attention", layer.attention},
+        {"mlp", layer.mlp},
+        {"norm", layer.norm}});
+  return llvm::json::Object{
+      {"function", memory.getFunction().getSymName()},
+      {"parameters", memory.getParameters()},
+      {"peak_bytes", memory.getPeakBytes()},
+      {"peak_op", describe(memory.getPeakOp())},
+      {"at_peak", categoryObject(memory.getAtPeak())},
+      {"totals", categoryObject(memory.getTotals())},
+      {"layers", std::move(layers)},
+      {"flops",
+       llvm::json::Object{
+           {"forward", memory.getFlops(Phase::Forward)},
+           {"backward", memory.getFlops(Phase::Backward)},
+           {"optimizer", memory.getFlops(Phase::Optimizer)}}}};
+}
+
+void printText(llvm::raw_ostream &os, const FunctionMemory &memory) {
+  os << "memory of @" << memory.getFunction().getSymName() << "\n";
+  os << llvm::formatv("  parameters {0,20}\n", memory.getParameters());
+  os << llvm::formatv("  peak       {0,20} B  {1,12}  at {2}\n",
+                      memory.getPeakBytes(), gib(memory.getPeakBytes()),
+                      describe(memory.getPeakOp()));
+  os << llvm::formatv("  {0,-12} {1,20}   {2,20}\n", "category", "at peak (B)",
+                      "totals (B)");
+  for (MemoryCategory category : kCategories) {
+    unsigned i = static_cast<unsigned>(category);
+    os << llvm::formatv("  {0,-12} {1,20}   {2,20}\n",
+                        stringifyMemoryCategory(category),
+                        memory.getAtPeak()[i], memory.getTotals()[i]);
+  }
+  os << llvm::formatv("  flops      forward {0}  backward {1}  optimizer {2}\n",
+                      memory.getFlops(Phase::Forward),
+                      memory.getFlops(Phase::Backward),
+                      memory.getFlops(Phase::Optimizer));
+  if (memory.getLayers().empty())
+    return;
+  os << "  saved activations per layer (B)\n";
+  os << llvm::formatv("  {0,5} {1,16} {2,16} {3,16} {4,16}\n", "layer",
+                      "attention", "mlp", "norm", "total");
+  for (const LayerActivations &layer : memory.getLayers())
+    os << llvm::formatv("  {0,5} {1,16} {2,16} {3,16} {4,16}\n", layer.index,
+                        layer.attention, layer.mlp, layer.norm, layer.total());
+}
+
+struct TrainMemoryReportPass
+    : public impl::TrainMemoryReportPassBase<TrainMemoryReportPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (format != "text" && format != "json") {
+      module.emitError("train-memory-report: unknown format '")
+          << format << "' (expected 'text' or 'json')";
+      return signalPassFailure();
+    }
+    // The training step if there is one, else the one function with a body.
+    func::FuncOp func = module.lookupSymbol<func::FuncOp>("train_step");
+    if (!func) {
+      SmallVector<func::FuncOp> candidates;
+      for (auto f : module.getOps<func::FuncOp>())
+        if (!f.isExternal())
+          candidates.push_back(f);
+      if (candidates.size() != 1) {
+        module.emitError("train-memory-report: expected @train_step or one "
+                         "function with a body, found ")
+            << candidates.size();
+        return signalPassFailure();
+      }
+      func = candidates.front();
+    }
+    const FunctionMemory *memory =
+        getAnalysis<MemoryAnalysis>().lookup(func);
+
+    std::string errorMessage;
+    std::unique_ptr<llvm::ToolOutputFile> file =
+        openOutputFile(output, &errorMessage);
+    if (!file) {
+      module.emitError("train-memory-report: ") << errorMessage;
+      return signalPassFailure();
+    }
+    if (format == "json")
+      file->os() << llvm::formatv("{0:2}", toJSON(*memory)) << "\n";
+    else
+      printText(file->os(), *memory);
+    file->keep();
+    markAllAnalysesPreserved();
+  }
+};
+
+} // namespace
+} // namespace train
+} // namespace mlir

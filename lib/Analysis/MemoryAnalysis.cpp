@@ -164,6 +164,11 @@ void FunctionMemory::buildBuffers() {
     }
   }
 
+  // A block result is only a name for what the block yields: the memory is
+  // written where the yielded value is defined.
+  auto isBlockResult = [](Value value) {
+    return isa_and_nonnull<BlockOp>(value.getDefiningOp());
+  };
   unsigned returnPoint = schedule.size();
   for (Value value : values) {
     Value root = aliases.find(value);
@@ -172,13 +177,21 @@ void FunctionMemory::buildBuffers() {
       Buffer buffer;
       buffer.owner = root;
       buffer.bytes = getTensorBytes(root.getType());
-      Operation *def = root.getDefiningOp();
-      buffer.firstPoint = def ? pointOf.lookup(def) : 0;
-      buffer.lastPoint = buffer.firstPoint;
+      buffer.firstPoint = returnPoint;
+      buffer.lastPoint = 0;
       buffers.push_back(buffer);
     }
     bufferIndex[value] = it->second;
     Buffer &buffer = buffers[it->second];
+    if (!isBlockResult(value)) {
+      Operation *def = value.getDefiningOp();
+      unsigned point = def ? pointOf.lookup(def) : 0;
+      if (point < buffer.firstPoint) {
+        buffer.firstPoint = point;
+        buffer.owner = value;
+      }
+      buffer.lastPoint = std::max(buffer.lastPoint, point);
+    }
     for (Operation *user : value.getUsers()) {
       unsigned point = pointOf.lookup(user);
       buffer.lastPoint = std::max(buffer.lastPoint, point);

@@ -17,6 +17,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
 
 namespace mlir {
@@ -39,18 +41,25 @@ void exportEscapingValues(BlockOp block) {
     if (auto nested = dyn_cast<BlockOp>(op))
       exportEscapingValues(nested);
 
+  auto isOutside = [&](OpOperand &use) {
+    return !block->isProperAncestor(use.getOwner());
+  };
+  auto yield = cast<YieldOp>(body.getTerminator());
+  unsigned numOld = block.getNumResults();
+
+  // A value the block already yields is read outside through that result.
+  for (auto [index, yielded] : llvm::enumerate(yield.getValues()))
+    if (yielded.getParentBlock() == &body)
+      yielded.replaceUsesWithIf(block.getResult(index), isOutside);
+
   SmallVector<Value> escaping;
   for (Operation &op : body)
     for (Value result : op.getResults())
-      if (llvm::any_of(result.getUsers(), [&](Operation *user) {
-            return !block->isProperAncestor(user);
-          }))
+      if (llvm::any_of(result.getUses(), isOutside))
         escaping.push_back(result);
   if (escaping.empty())
     return;
 
-  auto yield = cast<YieldOp>(body.getTerminator());
-  unsigned numOld = block.getNumResults();
   yield.getValuesMutable().append(escaping);
   SmallVector<Type> types(block.getResultTypes());
   for (Value value : escaping)
@@ -171,6 +180,20 @@ void regenerateDropoutMasks(func::FuncOp func) {
   });
 }
 
+/// Erases backward ops whose results nobody reads, last first so chains of
+/// dead ops go in one sweep.
+void eraseDeadBackwardOps(func::FuncOp func) {
+  SmallVector<Operation *> backwardOps;
+  func.walk([&](Operation *op) {
+    auto block = op->getParentOfType<BlockOp>();
+    if (block && block.getBackward() && !isa<YieldOp>(op))
+      backwardOps.push_back(op);
+  });
+  for (Operation *op : llvm::reverse(backwardOps))
+    if (isOpTriviallyDead(op))
+      op->erase();
+}
+
 struct ParamInfo {
   unsigned argIndex;
   std::string name;
@@ -240,8 +263,6 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
           cast<TypedAttr>(builder.getZeroAttr(param.type)));
     paramGrads.push_back(grad);
   }
-  if (regenerateDropoutMasks)
-    train::regenerateDropoutMasks(func);
 
   // New arguments: the step counter, then each parameter's optimizer state.
   auto addArgument = [&](Type type, StringRef attrName,
@@ -383,6 +404,11 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
       FunctionType::get(context, func.getArgumentTypes(), resultTypes));
   for (auto [index, attr] : llvm::enumerate(resultAttrs))
     func.setResultAttrs(index, builder.getDictionaryAttr(attr));
+
+  // Gradients of data arguments (and whatever only they needed) are dead.
+  eraseDeadBackwardOps(func);
+  if (regenerateDropoutMasks)
+    train::regenerateDropoutMasks(func);
 
   // Make block-crossing values explicit block results.
   for (Operation &op : llvm::make_early_inc_range(entry))

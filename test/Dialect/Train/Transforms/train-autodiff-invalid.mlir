@@ -1,0 +1,39 @@
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -verify-diagnostics
+
+// expected-error @+1 {{train-autodiff: @forward must return its loss, one tensor<f32>; it returns 1 values}}
+func.func @forward(%w: tensor<4xf32> {train.param = "w"}) -> tensor<4xf32> {
+  return %w : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{train-autodiff: @forward must return its loss, one tensor<f32>; it returns 0 values}}
+func.func @forward(%w: tensor<4xf32> {train.param = "w"}) {
+  return
+}
+
+// -----
+
+func.func @forward(%w: tensor<2x2xf32> {train.param = "w"}, %t: tensor<2xi32> {train.input = "targets"}) -> tensor<f32> {
+  // expected-error @+1 {{'arith.addf' op has no VJP (it does not implement DifferentiableOpInterface) but the loss depends on it}}
+  %y = arith.addf %w, %w : tensor<2x2xf32>
+  %sum, %count = train.cross_entropy %y, %t {ignore_index = -100 : i64} : tensor<2x2xf32>, tensor<2xi32> -> tensor<f32>, tensor<i64>
+  %l = train.mean_loss %sum, %count : tensor<f32>, tensor<i64>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{train-autodiff: @forward has no parameters (arguments marked train.param)}}
+func.func @forward(%s: tensor<f32>) -> tensor<f32> {
+  return %s : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{train-autodiff: no function @forward}}
+module {
+  func.func @step(%s: tensor<f32>) -> tensor<f32> {
+    return %s : tensor<f32>
+  }
+}

@@ -10,6 +10,7 @@
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Support/Philox.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -29,7 +30,7 @@ constexpr double kTol = 1e-6;
 class EvaluatorTest : public ::testing::Test {
 protected:
   EvaluatorTest() {
-    context.loadDialect<TrainDialect, func::FuncDialect>();
+    context.loadDialect<TrainDialect, func::FuncDialect, arith::ArithDialect>();
   }
 
   /// Parses `source` (one function) and evaluates it; empty on failure, with
@@ -509,6 +510,53 @@ TEST_F(EvaluatorTest, BlockRunsItsBodyInPlace) {
                  {RefTensor::ofFloats({2}, {1, 2})});
   ASSERT_EQ(out.size(), 1u);
   expectFloats(out[0], {3, 6});
+}
+
+TEST_F(EvaluatorTest, CastRoundsToNearestEven) {
+  // bf16 keeps 8 significant bits: 1 + 2^-8 is a tie between 1 and 1 + 2^-7
+  // and rounds to the even 1; 1 + 3·2^-8 rounds up to 1 + 2^-6. f16 keeps 11
+  // bits, so 1 + 2^-8 survives. Casting back to f32 is exact.
+  float tie = 1.0f + std::ldexp(1.0f, -8);
+  float up = 1.0f + 3 * std::ldexp(1.0f, -8);
+  auto out = run(R"mlir(
+    func.func @f(%x: tensor<2xf32>) -> (tensor<2xbf16>, tensor<2xf16>, tensor<2xf32>) {
+      %0 = train.cast %x : tensor<2xf32> -> tensor<2xbf16>
+      %1 = train.cast %x : tensor<2xf32> -> tensor<2xf16>
+      %2 = train.cast %0 : tensor<2xbf16> -> tensor<2xf32>
+      return %0, %1, %2 : tensor<2xbf16>, tensor<2xf16>, tensor<2xf32>
+    })mlir",
+                 {RefTensor::ofFloats({2}, {tie, up})});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].floats, (std::vector<float>{1.0f, 1.0f + std::ldexp(1.0f, -6)}));
+  EXPECT_EQ(out[1].floats, (std::vector<float>{tie, up}));
+  EXPECT_EQ(out[2].floats, out[0].floats);
+}
+
+TEST_F(EvaluatorTest, DropoutMaskRegeneratesTheForwardMask) {
+  auto out = run(R"mlir(
+    func.func @f(%x: tensor<4x16xf32>) -> (tensor<4x16xi1>, tensor<4x16xi1>) {
+      %y, %m = train.dropout %x {rate = 0.3 : f64, seed = 11 : i64, offset = 6 : i64} : tensor<4x16xf32> -> tensor<4x16xi1>
+      %r = train.dropout_mask {rate = 0.3 : f64, seed = 11 : i64, offset = 6 : i64} : tensor<4x16xi1>
+      return %m, %r : tensor<4x16xi1>, tensor<4x16xi1>
+    })mlir",
+                 {RefTensor::zeros({4, 16})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].ints, out[1].ints);
+}
+
+TEST_F(EvaluatorTest, DenseConstants) {
+  auto out = run(R"mlir(
+    func.func @f() -> (tensor<2xf32>, tensor<f32>, tensor<2xi64>) {
+      %0 = arith.constant dense<[1.5, -2.0]> : tensor<2xf32>
+      %1 = arith.constant dense<3.0e-04> : tensor<f32>
+      %2 = arith.constant dense<[7, -1]> : tensor<2xi64>
+      return %0, %1, %2 : tensor<2xf32>, tensor<f32>, tensor<2xi64>
+    })mlir",
+                 {});
+  ASSERT_EQ(out.size(), 3u);
+  expectFloats(out[0], {1.5f, -2.0f});
+  expectFloats(out[1], {3.0e-4f});
+  EXPECT_EQ(out[2].ints, (std::vector<int64_t>{7, -1}));
 }
 
 TEST_F(EvaluatorTest, RejectsArgumentOfWrongShape) {

@@ -264,44 +264,62 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
     paramGrads.push_back(grad);
   }
 
-  // New arguments: the step counter, then each parameter's optimizer state.
-  auto addArgument = [&](Type type, StringRef attrName,
-                         const Twine &value) -> Value {
-    unsigned index = func.getNumArguments();
-    if (failed(func.insertArgument(
-            index, type,
-            builder.getDictionaryAttr(builder.getNamedAttr(
-                attrName, builder.getStringAttr(value))),
-            func.getLoc())))
-      return Value();
-    return func.getArgument(index);
+  // New arguments: the step counter, then each parameter's optimizer state,
+  // added in one signature change (one at a time would be quadratic).
+  unsigned firstNew = func.getNumArguments();
+  SmallVector<Type> newTypes;
+  SmallVector<DictionaryAttr> newAttrs;
+  auto planArgument = [&](Type type, StringRef attrName,
+                          const Twine &value) -> int {
+    newTypes.push_back(type);
+    newAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        attrName, builder.getStringAttr(value))));
+    return static_cast<int>(firstNew + newTypes.size() - 1);
   };
   auto i64Scalar = RankedTensorType::get({}, builder.getI64Type());
-  Value step = addArgument(i64Scalar, kInputAttrName, "step");
+  int stepIndex = planArgument(i64Scalar, kInputAttrName, "step");
 
-  struct StateArgs {
-    Value master, m, v, momentum;
+  struct StateIndices {
+    int master = -1, m = -1, v = -1, momentum = -1;
   };
-  SmallVector<StateArgs> states;
+  SmallVector<StateIndices> stateIndices;
   for (const ParamInfo &param : params) {
-    StateArgs state;
+    StateIndices state;
     auto f32Type =
         RankedTensorType::get(param.type.getShape(), builder.getF32Type());
     bool needsMaster = optimizer != "none" && masterWeights &&
                        !param.type.getElementType().isF32();
     if (needsMaster)
-      state.master =
-          addArgument(f32Type, kOptimizerStateAttrName, param.name + ".master");
+      state.master = planArgument(f32Type, kOptimizerStateAttrName,
+                                  param.name + ".master");
     if (optimizer == "adamw") {
-      state.m = addArgument(f32Type, kOptimizerStateAttrName, param.name + ".m");
-      state.v = addArgument(f32Type, kOptimizerStateAttrName, param.name + ".v");
+      state.m = planArgument(f32Type, kOptimizerStateAttrName,
+                             param.name + ".m");
+      state.v = planArgument(f32Type, kOptimizerStateAttrName,
+                             param.name + ".v");
     } else if (optimizer == "sgd" && momentum > 0.0) {
-      Type bufferType = state.master ? Type(f32Type) : Type(param.type);
-      state.momentum = addArgument(bufferType, kOptimizerStateAttrName,
-                                   param.name + ".momentum");
+      Type bufferType = needsMaster ? Type(f32Type) : Type(param.type);
+      state.momentum = planArgument(bufferType, kOptimizerStateAttrName,
+                                    param.name + ".momentum");
     }
-    states.push_back(state);
+    stateIndices.push_back(state);
   }
+  SmallVector<unsigned> newIndices(newTypes.size(), firstNew);
+  SmallVector<Location> newLocs(newTypes.size(), func.getLoc());
+  if (failed(func.insertArguments(newIndices, newTypes, newAttrs, newLocs)))
+    return func.emitError("train-autodiff: cannot extend the signature");
+  Value step = func.getArgument(stepIndex);
+  auto argumentAt = [&](int index) {
+    return index < 0 ? Value() : Value(func.getArgument(index));
+  };
+
+  struct StateArgs {
+    Value master, m, v, momentum;
+  };
+  SmallVector<StateArgs> states;
+  for (const StateIndices &state : stateIndices)
+    states.push_back({argumentAt(state.master), argumentAt(state.m),
+                      argumentAt(state.v), argumentAt(state.momentum)});
 
   // The update, in one optimizer block.
   SmallVector<Value> results{loss};
@@ -402,8 +420,10 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
     resultTypes.push_back(value.getType());
   func.setFunctionType(
       FunctionType::get(context, func.getArgumentTypes(), resultTypes));
-  for (auto [index, attr] : llvm::enumerate(resultAttrs))
-    func.setResultAttrs(index, builder.getDictionaryAttr(attr));
+  SmallVector<DictionaryAttr> resultDicts;
+  for (NamedAttribute attr : resultAttrs)
+    resultDicts.push_back(builder.getDictionaryAttr(attr));
+  func.setAllResultAttrs(resultDicts);
 
   // Gradients of data arguments (and whatever only they needed) are dead.
   eraseDeadBackwardOps(func);

@@ -598,3 +598,27 @@ func.func @lr_total(%t: tensor<i64>) {
   %0 = train.lr_schedule %t {peak_lr = 1.0e-03 : f64, min_lr = 0.0 : f64, warmup_steps = 100 : i64, total_steps = 100 : i64} : tensor<i64> -> tensor<f32>
   return
 }
+
+// -----
+
+func.func @cast_shape(%x: tensor<4xf32>) {
+  // expected-error @+1 {{cast must not change the shape}}
+  %0 = train.cast %x : tensor<4xf32> -> tensor<2x2xbf16>
+  return
+}
+
+// -----
+
+func.func @dropout_mask_rate() {
+  // expected-error @+1 {{rate must be in [0, 1), got 2.000000e+00}}
+  %0 = train.dropout_mask {rate = 2.0 : f64, seed = 0 : i64, offset = 0 : i64} : tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @dropout_mask_offset() {
+  // expected-error @+1 {{offset must be >= 0}}
+  %0 = train.dropout_mask {rate = 0.5 : f64, seed = 0 : i64, offset = -3 : i64} : tensor<4xi1>
+  return
+}

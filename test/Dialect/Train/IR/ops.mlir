@@ -102,7 +102,24 @@ func.func @structure(%x: tensor<4x8xf16>) -> tensor<4x8xf16> {
   %3 = train.block head -> tensor<4x8xf16> {
     train.yield %2 : tensor<4x8xf16>
   }
-  return %3 : tensor<4x8xf16>
+  // CHECK: train.block mlp layer 0 backward -> tensor<4x8xf16>
+  %4 = train.block mlp layer 0 backward -> tensor<4x8xf16> {
+    train.yield %3 : tensor<4x8xf16>
+  }
+  // CHECK: train.block optimizer backward {
+  train.block optimizer backward {
+    train.yield
+  }
+  return %4 : tensor<4x8xf16>
+}
+
+// CHECK-LABEL: func.func @precision_and_masks
+func.func @precision_and_masks(%master: tensor<4x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xi1>) {
+  // CHECK: train.cast %{{.*}} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %w = train.cast %master : tensor<4x8xf32> -> tensor<4x8xbf16>
+  // CHECK: train.dropout_mask {offset = 2 : i64, rate = 1.000000e-01 : f64, seed = 1 : i64} : tensor<4x8xi1>
+  %m = train.dropout_mask {rate = 0.1 : f64, seed = 1 : i64, offset = 2 : i64} : tensor<4x8xi1>
+  return %w, %m : tensor<4x8xbf16>, tensor<4x8xi1>
 }
 
 // CHECK-LABEL: func.func @optimizer

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Compile-time benchmark of train-autodiff + train-memory-report.
+
+For each preset, times (best of --repeat runs, wall clock, one process each):
+  base:  trainmem-opt IN -o /dev/null                      (parse, verify, print)
+  step:  trainmem-opt IN -train-autodiff -train-memory-report -o /dev/null
+         (parse, autodiff, analysis + report, print of the whole step)
+and reports step/base. A second table times `step` on one architecture at
+12 and 96 layers (gpt2-124m width) to show that the passes scale linearly
+with depth. Goals (issue 3): step/base <= 3x, 96/12 layers <= 9x.
+
+Usage: bench/compile_time.py [--build build] [--repeat 5]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def best_time(cmd, repeat):
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(
+        os.path.dirname(__file__), "..", "build"))
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    model = os.path.join(args.build, "bin", "trainmem-model")
+    opt = os.path.join(args.build, "bin", "trainmem-opt")
+    step_passes = ["-train-autodiff", "-train-memory-report=output=/dev/null"]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        def graph(name, *flags):
+            path = os.path.join(tmp, name + ".mlir")
+            subprocess.run([model, *flags, "-o", path], check=True)
+            return path
+
+        print(f"{'preset':<12} {'layers':>6} {'base (s)':>10} {'step (s)':>10} {'step/base':>10}")
+        for preset, layers in [("gpt2-124m", 12), ("llama2-7b", 32),
+                               ("gpt3-175b", 96)]:
+            path = graph(preset, "--preset", preset)
+            base = best_time([opt, path, "-o", os.devnull], args.repeat)
+            step = best_time([opt, path, *step_passes, "-o", os.devnull],
+                             args.repeat)
+            print(f"{preset:<12} {layers:>6} {base:>10.3f} {step:>10.3f} {step / base:>9.2f}x")
+
+        print()
+        print(f"{'gpt2-124m width':<16} {'step (s)':>10}")
+        times = {}
+        for layers in (12, 96):
+            path = graph(f"gpt2-{layers}", "--preset", "gpt2-124m",
+                         "--layers", str(layers))
+            times[layers] = best_time([opt, path, *step_passes, "-o",
+                                       os.devnull], args.repeat)
+            print(f"{layers:>3} layers {'':<6} {times[layers]:>10.3f}")
+        print(f"96/12 layers: {times[96] / times[12]:.2f}x (8x more layers)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

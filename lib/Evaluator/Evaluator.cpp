@@ -94,6 +94,37 @@ std::vector<int64_t> unravel(int64_t linear,
   return index;
 }
 
+/// max and log Σ exp(x - max) of a row: the stable log-sum-exp is
+/// max + log of the second.
+std::pair<double, double> rowLogSumExp(const float *row, int64_t n) {
+  double maxValue = -INFINITY;
+  for (int64_t c = 0; c < n; ++c)
+    maxValue = std::max(maxValue, static_cast<double>(row[c]));
+  double z = 0.0;
+  for (int64_t c = 0; c < n; ++c)
+    z += std::exp(row[c] - maxValue);
+  return {maxValue, std::log(z)};
+}
+
+/// Mean and biased variance of a row.
+std::pair<double, double> rowMeanVariance(const float *row, int64_t n) {
+  double mean = 0.0, var = 0.0;
+  for (int64_t c = 0; c < n; ++c)
+    mean += row[c];
+  mean /= n;
+  for (int64_t c = 0; c < n; ++c)
+    var += (row[c] - mean) * (row[c] - mean);
+  return {mean, var / n};
+}
+
+/// Mean of the squares of a row.
+double rowMeanSquare(const float *row, int64_t n) {
+  double sum = 0.0;
+  for (int64_t c = 0; c < n; ++c)
+    sum += static_cast<double>(row[c]) * row[c];
+  return sum / n;
+}
+
 class Interpreter {
 public:
   LogicalResult run(Block &block);
@@ -215,13 +246,7 @@ void Interpreter::layerNorm(LayerNormOp op) {
   RefTensor y = RefTensor::zeros(x.shape);
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = &x.floats[r * cols];
-    double mean = 0.0, var = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      mean += xr[c];
-    mean /= cols;
-    for (int64_t c = 0; c < cols; ++c)
-      var += (xr[c] - mean) * (xr[c] - mean);
-    var /= cols;
+    auto [mean, var] = rowMeanVariance(xr, cols);
     double rstd = 1.0 / std::sqrt(var + eps);
     for (int64_t c = 0; c < cols; ++c)
       y.floats[r * cols + c] =
@@ -238,10 +263,7 @@ void Interpreter::rmsNorm(RMSNormOp op) {
   RefTensor y = RefTensor::zeros(x.shape);
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = &x.floats[r * cols];
-    double ms = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      ms += static_cast<double>(xr[c]) * xr[c];
-    double rrms = 1.0 / std::sqrt(ms / cols + eps);
+    double rrms = 1.0 / std::sqrt(rowMeanSquare(xr, cols) + eps);
     for (int64_t c = 0; c < cols; ++c)
       y.floats[r * cols + c] = static_cast<float>(xr[c] * rrms * g.floats[c]);
   }
@@ -342,13 +364,8 @@ LogicalResult Interpreter::crossEntropy(CrossEntropyOp op) {
              << t << " at position " << r << " is outside the vocabulary of "
              << vocab;
     const float *lr = &logits.floats[r * vocab];
-    double maxValue = -INFINITY;
-    for (int64_t c = 0; c < vocab; ++c)
-      maxValue = std::max(maxValue, static_cast<double>(lr[c]));
-    double z = 0.0;
-    for (int64_t c = 0; c < vocab; ++c)
-      z += std::exp(lr[c] - maxValue);
-    sum += maxValue + std::log(z) - lr[t];
+    auto [maxValue, logZ] = rowLogSumExp(lr, vocab);
+    sum += maxValue + logZ - lr[t];
     ++count;
   }
   set(op.getLossSum(), RefTensor::ofFloats({}, {static_cast<float>(sum)}));
@@ -402,13 +419,7 @@ void Interpreter::layerNormGrad(LayerNormGradOp op) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = &x.floats[r * cols];
     const float *dyr = &dy.floats[r * cols];
-    double mean = 0.0, var = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      mean += xr[c];
-    mean /= cols;
-    for (int64_t c = 0; c < cols; ++c)
-      var += (xr[c] - mean) * (xr[c] - mean);
-    var /= cols;
+    auto [mean, var] = rowMeanVariance(xr, cols);
     double rstd = 1.0 / std::sqrt(var + eps);
     double meanDxhat = 0.0, meanDxhatXhat = 0.0;
     for (int64_t c = 0; c < cols; ++c) {
@@ -446,10 +457,7 @@ void Interpreter::rmsNormGrad(RMSNormGradOp op) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = &x.floats[r * cols];
     const float *dyr = &dy.floats[r * cols];
-    double ms = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      ms += static_cast<double>(xr[c]) * xr[c];
-    double rrms = 1.0 / std::sqrt(ms / cols + eps);
+    double rrms = 1.0 / std::sqrt(rowMeanSquare(xr, cols) + eps);
     double dot = 0.0; // Σ dy·g·x
     for (int64_t c = 0; c < cols; ++c) {
       dot += static_cast<double>(dyr[c]) * g.floats[c] * xr[c];
@@ -483,14 +491,9 @@ LogicalResult Interpreter::crossEntropyGrad(CrossEntropyGradOp op) {
              << t << " at position " << r << " is outside the vocabulary of "
              << vocab;
     const float *lr = &logits.floats[r * vocab];
-    double maxValue = -INFINITY;
-    for (int64_t c = 0; c < vocab; ++c)
-      maxValue = std::max(maxValue, static_cast<double>(lr[c]));
-    double z = 0.0;
-    for (int64_t c = 0; c < vocab; ++c)
-      z += std::exp(lr[c] - maxValue);
+    auto [maxValue, logZ] = rowLogSumExp(lr, vocab);
     for (int64_t c = 0; c < vocab; ++c) {
-      double p = std::exp(lr[c] - maxValue) / z;
+      double p = std::exp(lr[c] - maxValue - logZ);
       dl.floats[r * vocab + c] =
           static_cast<float>(dsum * (p - (c == t ? 1.0 : 0.0)));
     }

@@ -335,23 +335,20 @@ LogicalResult SumToOp::verify() {
   return success();
 }
 
-LogicalResult LayerNormGradOp::verify() {
-  if (getGrad().getType().getShape() != getInput().getType().getShape())
-    return emitOpError("grad and input shapes must match");
-  if (failed(verifyFeatureVector(*this, "gamma", getGamma(), getInput())) ||
-      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
+/// The checks shared by the two norm gradients.
+template <typename NormGradOp>
+static LogicalResult verifyNormGrad(NormGradOp op) {
+  if (op.getGrad().getType().getShape() != op.getInput().getType().getShape())
+    return op.emitOpError("grad and input shapes must match");
+  if (failed(verifyFeatureVector(op, "gamma", op.getGamma(), op.getInput())) ||
+      failed(verifyEpsilon(op, op.getEpsilon().convertToDouble())))
     return failure();
   return success();
 }
 
-LogicalResult RMSNormGradOp::verify() {
-  if (getGrad().getType().getShape() != getInput().getType().getShape())
-    return emitOpError("grad and input shapes must match");
-  if (failed(verifyFeatureVector(*this, "gamma", getGamma(), getInput())) ||
-      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
-    return failure();
-  return success();
-}
+LogicalResult LayerNormGradOp::verify() { return verifyNormGrad(*this); }
+
+LogicalResult RMSNormGradOp::verify() { return verifyNormGrad(*this); }
 
 LogicalResult DropoutGradOp::verify() {
   if (failed(verifyDropoutRate(*this, getRate().convertToDouble())))

@@ -1,7 +1,8 @@
 //===- MemoryAnalysis.cpp - live bytes of a training step -----------------===//
 //
 // Buffers: every tensor value that owns storage, merged with the values that
-// alias it: views (reshape, transpose) alias their source, block results the
+// alias it: views (transposes, reshapes of row-major values; Layout.h) alias
+// their source, block results the
 // values their block yields, clipped gradients the gradients they scale in
 // place, optimizer results the state they update in place, and step results
 // the argument holding the same state. A buffer is live from its first
@@ -12,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Analysis/Layout.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
@@ -133,7 +135,8 @@ void FunctionMemory::buildBuffers() {
   for (Operation *op : schedule) {
     auto unite = [&](Value a, Value b) { aliases.unite(a, b, order); };
     if (auto view = dyn_cast<ViewOpInterface>(op)) {
-      unite(view.getViewSource(), op->getResult(0));
+      if (isAliasingView(op))
+        unite(view.getViewSource(), op->getResult(0));
     } else if (auto block = dyn_cast<BlockOp>(op)) {
       auto yield = cast<YieldOp>(block.getBody().front().getTerminator());
       for (auto [result, yielded] :
@@ -239,7 +242,8 @@ void FunctionMemory::classify() {
       if (index < clip.getGrads().size())
         worklist.push_back(clip.getGrads()[index]);
     } else if (auto view = dyn_cast<ViewOpInterface>(def)) {
-      worklist.push_back(view.getViewSource());
+      if (isAliasingView(def))
+        worklist.push_back(view.getViewSource());
     }
   }
 

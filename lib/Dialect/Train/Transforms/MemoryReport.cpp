@@ -1,6 +1,7 @@
 //===- MemoryReport.cpp - train-memory-report -----------------------------===//
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Analysis/MemoryPlan.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 
@@ -54,7 +55,8 @@ llvm::json::Object categoryObject(const CategoryBytes &bytes) {
   return object;
 }
 
-llvm::json::Value toJSON(const FunctionMemory &memory) {
+llvm::json::Value toJSON(const FunctionMemory &memory,
+                         const MemoryPlan &plan) {
   llvm::json::Array layers;
   for (const LayerActivations &layer : memory.getLayers())
     layers.push_back(llvm::json::Object{
@@ -68,6 +70,10 @@ llvm::json::Value toJSON(const FunctionMemory &memory) {
       {"parameters", memory.getParameters()},
       {"peak_bytes", memory.getPeakBytes()},
       {"peak_op", describe(memory.getPeakOp())},
+      {"plan",
+       llvm::json::Object{{"arena_bytes", plan.getArenaBytes()},
+                          {"alignment", plan.getAlignment()},
+                          {"algorithm", "greedy-by-size"}}},
       {"at_peak", categoryObject(memory.getAtPeak())},
       {"totals", categoryObject(memory.getTotals())},
       {"layers", std::move(layers)},
@@ -78,12 +84,21 @@ llvm::json::Value toJSON(const FunctionMemory &memory) {
            {"optimizer", memory.getFlops(Phase::Optimizer)}}}};
 }
 
-void printText(llvm::raw_ostream &os, const FunctionMemory &memory) {
+void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
+               const MemoryPlan &plan) {
   os << "memory of @" << memory.getFunction().getSymName() << "\n";
   os << llvm::formatv("  parameters {0,20}\n", memory.getParameters());
   os << llvm::formatv("  peak       {0,20} B  {1,12}  at {2}\n",
                       memory.getPeakBytes(), gib(memory.getPeakBytes()),
                       describe(memory.getPeakOp()));
+  os << llvm::formatv("  arena plan {0,20} B  {1,12}  {2:F4}x the peak "
+                      "(greedy by size, {3}-B aligned)\n",
+                      plan.getArenaBytes(), gib(plan.getArenaBytes()),
+                      memory.getPeakBytes()
+                          ? static_cast<double>(plan.getArenaBytes()) /
+                                static_cast<double>(memory.getPeakBytes())
+                          : 0.0,
+                      plan.getAlignment());
   os << llvm::formatv("  {0,-12} {1,20}   {2,20}\n", "category", "at peak (B)",
                       "totals (B)");
   for (MemoryCategory category : kCategories) {
@@ -142,10 +157,11 @@ struct TrainMemoryReportPass
       module.emitError("train-memory-report: ") << errorMessage;
       return signalPassFailure();
     }
+    MemoryPlan plan(*memory);
     if (format == "json")
-      file->os() << llvm::formatv("{0:2}", toJSON(*memory)) << "\n";
+      file->os() << llvm::formatv("{0:2}", toJSON(*memory, plan)) << "\n";
     else
-      printText(file->os(), *memory);
+      printText(file->os(), *memory, plan);
     file->keep();
     markAllAnalysesPreserved();
   }

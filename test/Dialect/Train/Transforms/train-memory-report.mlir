@@ -24,6 +24,7 @@
 // CHECK-LABEL: memory of @train_step
 // CHECK-NEXT:  parameters 128
 // CHECK-NEXT:  peak 2252 B {{.*}} at 'train.matmul' in mlp layer 0 backward
+// CHECK-NEXT:  arena plan {{[0-9]+}} B {{.*}}x the peak (greedy by size, 64-B aligned)
 // CHECK-NEXT:  category at peak (B) totals (B)
 // CHECK-NEXT:  weights 512 512
 // CHECK-NEXT:  gradients 512 512
@@ -60,6 +61,11 @@
 // JSON-NEXT: "parameters": 128,
 // JSON-NEXT: "peak_bytes": 2252,
 // JSON-NEXT: "peak_op": "'train.matmul' in mlp layer 0 backward",
+// JSON-NEXT: "plan": {
+// JSON-NEXT:   "algorithm": "greedy-by-size",
+// JSON-NEXT:   "alignment": 64,
+// JSON-NEXT:   "arena_bytes": {{[0-9]+}}
+// JSON-NEXT: },
 // JSON-NEXT: "totals": {
 // JSON-NEXT:   "activations": 320,
 // JSON-NEXT:   "gradients": 512,

@@ -1,0 +1,171 @@
+/*===- Runtime.h - the trainmem runtime C ABI ----------------------------===*
+ *
+ * What compiled training steps call. Every tensor lives in one arena owned by
+ * the context, at a byte offset the compiler's static memory plan chose;
+ * kernels take offsets, element counts and shapes as 64-bit integers and the
+ * context as their first argument. Float tensors are f32; token ids i32 or
+ * i64 (`id_bits`); dropout masks one byte per element.
+ *
+ * A kernel never aborts: a bad input (an id outside a table) is recorded in
+ * the context and reported by tmrt_context_error() after the step.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef TRAINMEM_RUNTIME_RUNTIME_H
+#define TRAINMEM_RUNTIME_RUNTIME_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tmrt_context tmrt_context;
+
+/* Context: backend "cpu" (always built; "cuda" when built with it). Returns
+ * null and sets *error (static string) on failure. */
+tmrt_context *tmrt_context_create(const char *backend, int64_t threads,
+                                  const char **error);
+void tmrt_context_destroy(tmrt_context *ctx);
+/* The first error a kernel recorded since the last clear, or null. */
+const char *tmrt_context_error(tmrt_context *ctx);
+void tmrt_context_clear_error(tmrt_context *ctx);
+
+/* Arena: allocated once; returns 0, or -1 when it cannot be allocated. */
+int32_t tmrt_arena_alloc(tmrt_context *ctx, uint64_t bytes);
+uint8_t *tmrt_arena_base(tmrt_context *ctx);
+uint64_t tmrt_arena_bytes(tmrt_context *ctx);
+/* Highest arena byte any kernel has written (+1): the measured peak. */
+uint64_t tmrt_arena_high_water(tmrt_context *ctx);
+/* Marks a region as written by the host (inputs, initial state). */
+void tmrt_arena_touch(tmrt_context *ctx, uint64_t offset, uint64_t bytes);
+
+/* Counters. */
+uint64_t tmrt_kernel_calls(tmrt_context *ctx);
+
+/* Fills and casts. */
+void tmrt_fill_f32(tmrt_context *ctx, int64_t out, int64_t n, double value);
+void tmrt_fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value);
+void tmrt_iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits);
+void tmrt_copy_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+
+/* Copies a strided view (rank <= 6, padded with size 1) into a row-major
+ * buffer. */
+void tmrt_copy_strided(tmrt_context *ctx, int64_t in, int64_t out,
+                       int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                       int64_t d4, int64_t d5, int64_t s0, int64_t s1,
+                       int64_t s2, int64_t s3, int64_t s4, int64_t s5);
+
+/* C[b] = op(A)[b] · op(B)[b] for up to 4 batch dims (c0..c3, padded with 1),
+ * with per-dim batch strides of A and B in elements (0 where they
+ * broadcast), and each matrix given by row and column strides. C is
+ * row-major [M, N] per batch, batches contiguous. */
+void tmrt_matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c,
+                 int64_t m, int64_t n, int64_t k, int64_t a_rs, int64_t a_cs,
+                 int64_t b_rs, int64_t b_cs, int64_t c0, int64_t c1,
+                 int64_t c2, int64_t c3, int64_t a0, int64_t a1, int64_t a2,
+                 int64_t a3, int64_t b0, int64_t b1, int64_t b2, int64_t b3);
+
+/* Elementwise. */
+void tmrt_add(tmrt_context *ctx, int64_t a, int64_t b, int64_t out, int64_t n);
+void tmrt_mul(tmrt_context *ctx, int64_t a, int64_t b, int64_t out, int64_t n);
+void tmrt_scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                double factor);
+void tmrt_bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+                   int64_t n, int64_t bias_n);
+void tmrt_gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void tmrt_silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void tmrt_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+                    int64_t n);
+void tmrt_silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+                    int64_t n);
+
+/* Rows of the last dimension. */
+void tmrt_layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,
+                     int64_t beta, int64_t out, int64_t rows, int64_t cols,
+                     double eps);
+void tmrt_layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+                          int64_t gamma, int64_t dx, int64_t dgamma,
+                          int64_t dbeta, int64_t rows, int64_t cols,
+                          double eps);
+void tmrt_rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
+                   int64_t rows, int64_t cols, double eps);
+void tmrt_rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+                        int64_t gamma, int64_t dx, int64_t dgamma,
+                        int64_t rows, int64_t cols, double eps);
+/* queries: size of the second-to-last dim (causal rows are row % queries). */
+void tmrt_softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+                  int64_t cols, int64_t queries, int64_t causal);
+void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
+                       int64_t rows, int64_t cols);
+
+/* Dropout on the Philox stream (seed, offset); see Support/Philox.h. */
+void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
+                  int64_t n, double rate, int64_t seed, int64_t offset);
+void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
+                       int64_t out, int64_t n, double rate);
+void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
+                       double rate, int64_t seed, int64_t offset);
+
+/* Rotary embedding of a rank-4 strided view [n0, n1, S, D] into a row-major
+ * output; inverse rotates by the negated angle. */
+void tmrt_rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
+               int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
+               int64_t ss, int64_t sd, double theta, int64_t inverse);
+
+/* Embeddings. */
+void tmrt_embedding(tmrt_context *ctx, int64_t table, int64_t ids,
+                    int64_t out, int64_t num_ids, int64_t hidden,
+                    int64_t vocab, int64_t id_bits);
+void tmrt_embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
+                         int64_t out, int64_t num_ids, int64_t hidden,
+                         int64_t vocab, int64_t id_bits);
+
+/* Sums a row-major input of shape d0..d5 into an output read through
+ * strides o0..o5 (0 on reduced dims). */
+void tmrt_sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
+                 int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4,
+                 int64_t d5, int64_t o0, int64_t o1, int64_t o2, int64_t o3,
+                 int64_t o4, int64_t o5);
+
+/* Loss. count is an i64 scalar. */
+void tmrt_cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
+                        int64_t loss_sum, int64_t count, int64_t rows,
+                        int64_t vocab, int64_t ignore_index, int64_t id_bits);
+void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
+                             int64_t logits, int64_t targets, int64_t out,
+                             int64_t rows, int64_t vocab, int64_t ignore_index,
+                             int64_t id_bits);
+void tmrt_mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
+                    int64_t out);
+
+/* Optimizer (in place when out offsets equal in offsets). step: i64 scalar;
+ * lr: f32 scalar. */
+void tmrt_adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+                int64_t v, int64_t lr, int64_t step, int64_t new_param,
+                int64_t new_m, int64_t new_v, int64_t n, double beta1,
+                double beta2, double eps, double weight_decay);
+/* buffer < 0: no momentum buffer. */
+void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
+              int64_t buffer, int64_t new_param, int64_t new_buffer,
+              int64_t n, double momentum, double weight_decay,
+              int64_t nesterov);
+/* Global-norm clipping in three calls: accumulate Σg² over every gradient,
+ * finish (writes the norm), then scale each gradient. */
+void tmrt_clip_begin(tmrt_context *ctx);
+void tmrt_clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n);
+void tmrt_clip_finish(tmrt_context *ctx, int64_t norm, double max_norm);
+void tmrt_clip_apply(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n);
+void tmrt_lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
+                      double peak_lr, double min_lr, int64_t warmup_steps,
+                      int64_t total_steps);
+
+/* Collectives: one process, so an all-reduce leaves the data as it is. */
+int64_t tmrt_world_size(tmrt_context *ctx);
+void tmrt_all_reduce_sum_f32(tmrt_context *ctx, int64_t buffer, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRAINMEM_RUNTIME_RUNTIME_H */

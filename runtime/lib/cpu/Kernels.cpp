@@ -1,0 +1,769 @@
+//===- Kernels.cpp - CPU kernels of the runtime ---------------------------===//
+//
+// f32 kernels: GEMMs through OpenBLAS, everything else plain loops split over
+// the context's threads. Reductions accumulate in double, like the reference
+// evaluator, so the two agree to float rounding.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../Context.h"
+#include "trainmem/Support/Philox.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace {
+
+constexpr int64_t kGrain = 16384; // elements per task for cheap loops
+constexpr double kGeluC = 0.7978845608028654;
+constexpr double kGeluA = 0.044715;
+
+/// Rows per task so that a task does about kGrain elements of work.
+int64_t rowGrain(int64_t cols) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)); }
+
+template <typename Fn>
+void elementwise(tmrt_context *ctx, int64_t n, Fn fn) {
+  ctx->pool.parallelFor(n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      fn(i);
+  });
+}
+
+int64_t readId(tmrt_context *ctx, int64_t ids, int64_t index, int64_t bits) {
+  return bits == 32 ? ctx->at<int32_t>(ids)[index]
+                    : ctx->at<int64_t>(ids)[index];
+}
+
+} // namespace
+
+extern "C" {
+
+void tmrt_fill_f32(tmrt_context *ctx, int64_t out, int64_t n, double value) {
+  ++ctx->kernelCalls;
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) { y[i] = static_cast<float>(value); });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value) {
+  ++ctx->kernelCalls;
+  int64_t *y = ctx->at<int64_t>(out);
+  std::fill(y, y + n, value);
+  ctx->touch(out, n * 8);
+}
+
+void tmrt_iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits) {
+  ++ctx->kernelCalls;
+  for (int64_t i = 0; i < n; ++i) {
+    if (id_bits == 32)
+      ctx->at<int32_t>(out)[i] = static_cast<int32_t>(i);
+    else
+      ctx->at<int64_t>(out)[i] = i;
+  }
+  ctx->touch(out, n * id_bits / 8);
+}
+
+void tmrt_copy_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  ++ctx->kernelCalls;
+  if (in != out)
+    std::memmove(ctx->at<float>(out), ctx->at<float>(in), n * 4);
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
+                       int64_t d1, int64_t d2, int64_t d3, int64_t d4,
+                       int64_t d5, int64_t s0, int64_t s1, int64_t s2,
+                       int64_t s3, int64_t s4, int64_t s5) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in);
+  float *y = ctx->at<float>(out);
+  int64_t rows = d0 * d1 * d2 * d3 * d4;
+  ctx->pool.parallelFor(rows, rowGrain(d5), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t rest = r, i4 = rest % d4;
+      rest /= d4;
+      int64_t i3 = rest % d3;
+      rest /= d3;
+      int64_t i2 = rest % d2;
+      rest /= d2;
+      int64_t i1 = rest % d1, i0 = rest / d1;
+      const float *src = x + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4;
+      float *dst = y + r * d5;
+      for (int64_t i5 = 0; i5 < d5; ++i5)
+        dst[i5] = src[i5 * s5];
+    }
+  });
+  ctx->touch(out, rows * d5 * 4);
+}
+
+void tmrt_matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
+                 int64_t n, int64_t k, int64_t a_rs, int64_t a_cs,
+                 int64_t b_rs, int64_t b_cs, int64_t c0, int64_t c1,
+                 int64_t c2, int64_t c3, int64_t a0, int64_t a1, int64_t a2,
+                 int64_t a3, int64_t b0, int64_t b1, int64_t b2, int64_t b3) {
+  ++ctx->kernelCalls;
+  const float *pa = ctx->at<float>(a);
+  const float *pb = ctx->at<float>(b);
+  float *pc = ctx->at<float>(c);
+  // A BLAS matrix needs unit stride along one of its dimensions.
+  auto layout = [](int64_t rs, int64_t cs, int64_t rows, int64_t cols,
+                   CBLAS_TRANSPOSE &trans, int64_t &ld) {
+    if (cs == 1 && rs >= std::max<int64_t>(cols, 1)) {
+      trans = CblasNoTrans;
+      ld = std::max<int64_t>(rs, 1);
+      return true;
+    }
+    if (rs == 1 && cs >= std::max<int64_t>(rows, 1)) {
+      trans = CblasTrans;
+      ld = std::max<int64_t>(cs, 1);
+      return true;
+    }
+    return false;
+  };
+  CBLAS_TRANSPOSE ta, tb;
+  int64_t lda = 0, ldb = 0;
+  bool blas = layout(a_rs, a_cs, m, k, ta, lda) &&
+              layout(b_rs, b_cs, k, n, tb, ldb);
+  int64_t batches = c0 * c1 * c2 * c3;
+  auto runBatch = [&](int64_t batch) {
+    int64_t i3 = batch % c3, rest = batch / c3;
+    int64_t i2 = rest % c2;
+    rest /= c2;
+    int64_t i1 = rest % c1, i0 = rest / c1;
+    const float *ma = pa + i0 * a0 + i1 * a1 + i2 * a2 + i3 * a3;
+    const float *mb = pb + i0 * b0 + i1 * b1 + i2 * b2 + i3 * b3;
+    float *mc = pc + batch * m * n;
+    if (blas) {
+      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m),
+                  static_cast<int>(n), static_cast<int>(k), 1.0f, ma,
+                  static_cast<int>(lda), mb, static_cast<int>(ldb), 0.0f, mc,
+                  static_cast<int>(n));
+      return;
+    }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += static_cast<double>(ma[i * a_rs + p * a_cs]) *
+                 mb[p * b_rs + j * b_cs];
+        mc[i * n + j] = static_cast<float>(acc);
+      }
+  };
+  // Many small matrices (attention heads): one per task, single-threaded
+  // BLAS inside; one large matrix: BLAS's own threads.
+  if (batches > 1 && ctx->pool.size() > 1) {
+    openblas_set_num_threads(1);
+    ctx->pool.parallelFor(batches, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t batch = begin; batch < end; ++batch)
+        runBatch(batch);
+    });
+    openblas_set_num_threads(ctx->pool.size());
+  } else {
+    for (int64_t batch = 0; batch < batches; ++batch)
+      runBatch(batch);
+  }
+  ctx->touch(c, batches * m * n * 4);
+}
+
+void tmrt_add(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
+              int64_t n) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(a), *y = ctx->at<float>(b);
+  float *z = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) { z[i] = x[i] + y[i]; });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_mul(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
+              int64_t n) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(a), *y = ctx->at<float>(b);
+  float *z = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) { z[i] = x[i] * y[i]; });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                double factor) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) {
+    y[i] = static_cast<float>(static_cast<double>(x[i]) * factor);
+  });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+                   int64_t n, int64_t bias_n) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in), *b = ctx->at<float>(bias);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) { y[i] = x[i] + b[i % bias_n]; });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) {
+    double v = x[i];
+    y[i] = static_cast<float>(
+        0.5 * v * (1.0 + std::tanh(kGeluC * (v + kGeluA * v * v * v))));
+  });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) {
+    double v = x[i];
+    y[i] = static_cast<float>(v / (1.0 + std::exp(-v)));
+  });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+                    int64_t n) {
+  ++ctx->kernelCalls;
+  const float *g = ctx->at<float>(dy), *xv = ctx->at<float>(x);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) {
+    double v = xv[i];
+    double t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
+    double d = 0.5 * (1.0 + t) +
+               0.5 * v * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * kGeluA * v * v);
+    y[i] = static_cast<float>(g[i] * d);
+  });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+                    int64_t n) {
+  ++ctx->kernelCalls;
+  const float *g = ctx->at<float>(dy), *xv = ctx->at<float>(x);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) {
+    double v = xv[i];
+    double s = 1.0 / (1.0 + std::exp(-v));
+    y[i] = static_cast<float>(g[i] * s * (1.0 + v * (1.0 - s)));
+  });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,
+                     int64_t beta, int64_t out, int64_t rows, int64_t cols,
+                     double eps) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in), *g = ctx->at<float>(gamma),
+              *b = ctx->at<float>(beta);
+  float *y = ctx->at<float>(out);
+  ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *xr = x + r * cols;
+      double mean = 0.0, var = 0.0;
+      for (int64_t c = 0; c < cols; ++c)
+        mean += xr[c];
+      mean /= cols;
+      for (int64_t c = 0; c < cols; ++c)
+        var += (xr[c] - mean) * (xr[c] - mean);
+      double rstd = 1.0 / std::sqrt(var / cols + eps);
+      for (int64_t c = 0; c < cols; ++c)
+        y[r * cols + c] =
+            static_cast<float>((xr[c] - mean) * rstd * g[c] + b[c]);
+    }
+  });
+  ctx->touch(out, rows * cols * 4);
+}
+
+void tmrt_layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+                          int64_t gamma, int64_t dx, int64_t dgamma,
+                          int64_t dbeta, int64_t rows, int64_t cols,
+                          double eps) {
+  ++ctx->kernelCalls;
+  const float *gy = ctx->at<float>(dy), *xv = ctx->at<float>(x),
+              *g = ctx->at<float>(gamma);
+  float *gx = ctx->at<float>(dx);
+  // Row-parallel input gradient; the parameter gradients are column sums,
+  // accumulated per task and then added in task order (deterministic).
+  int64_t tasks = std::min<int64_t>(ctx->pool.size(), rows);
+  std::vector<double> partial(2 * cols * std::max<int64_t>(tasks, 1), 0.0);
+  ctx->pool.parallelFor(tasks, 1, [&](int64_t tb, int64_t te) {
+    for (int64_t task = tb; task < te; ++task) {
+      double *pg = &partial[2 * cols * task], *pb = pg + cols;
+      std::vector<double> xhat(cols), dxhat(cols);
+      for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks;
+           ++r) {
+        const float *xr = xv + r * cols, *dr = gy + r * cols;
+        double mean = 0.0, var = 0.0;
+        for (int64_t c = 0; c < cols; ++c)
+          mean += xr[c];
+        mean /= cols;
+        for (int64_t c = 0; c < cols; ++c)
+          var += (xr[c] - mean) * (xr[c] - mean);
+        double rstd = 1.0 / std::sqrt(var / cols + eps);
+        double meanD = 0.0, meanDX = 0.0;
+        for (int64_t c = 0; c < cols; ++c) {
+          xhat[c] = (xr[c] - mean) * rstd;
+          dxhat[c] = static_cast<double>(dr[c]) * g[c];
+          meanD += dxhat[c];
+          meanDX += dxhat[c] * xhat[c];
+          pg[c] += dr[c] * xhat[c];
+          pb[c] += dr[c];
+        }
+        meanD /= cols;
+        meanDX /= cols;
+        for (int64_t c = 0; c < cols; ++c)
+          gx[r * cols + c] =
+              static_cast<float>(rstd * (dxhat[c] - meanD - xhat[c] * meanDX));
+      }
+    }
+  });
+  float *gg = ctx->at<float>(dgamma), *gb = ctx->at<float>(dbeta);
+  for (int64_t c = 0; c < cols; ++c) {
+    double sg = 0.0, sb = 0.0;
+    for (int64_t task = 0; task < tasks; ++task) {
+      sg += partial[2 * cols * task + c];
+      sb += partial[2 * cols * task + cols + c];
+    }
+    gg[c] = static_cast<float>(sg);
+    gb[c] = static_cast<float>(sb);
+  }
+  ctx->touch(dx, rows * cols * 4);
+  ctx->touch(dgamma, cols * 4);
+  ctx->touch(dbeta, cols * 4);
+}
+
+void tmrt_rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
+                   int64_t rows, int64_t cols, double eps) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in), *g = ctx->at<float>(gamma);
+  float *y = ctx->at<float>(out);
+  ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *xr = x + r * cols;
+      double ms = 0.0;
+      for (int64_t c = 0; c < cols; ++c)
+        ms += static_cast<double>(xr[c]) * xr[c];
+      double rrms = 1.0 / std::sqrt(ms / cols + eps);
+      for (int64_t c = 0; c < cols; ++c)
+        y[r * cols + c] = static_cast<float>(xr[c] * rrms * g[c]);
+    }
+  });
+  ctx->touch(out, rows * cols * 4);
+}
+
+void tmrt_rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+                        int64_t gamma, int64_t dx, int64_t dgamma,
+                        int64_t rows, int64_t cols, double eps) {
+  ++ctx->kernelCalls;
+  const float *gy = ctx->at<float>(dy), *xv = ctx->at<float>(x),
+              *g = ctx->at<float>(gamma);
+  float *gx = ctx->at<float>(dx);
+  int64_t tasks = std::min<int64_t>(ctx->pool.size(), rows);
+  std::vector<double> partial(cols * std::max<int64_t>(tasks, 1), 0.0);
+  ctx->pool.parallelFor(tasks, 1, [&](int64_t tb, int64_t te) {
+    for (int64_t task = tb; task < te; ++task) {
+      double *pg = &partial[cols * task];
+      for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks;
+           ++r) {
+        const float *xr = xv + r * cols, *dr = gy + r * cols;
+        double ms = 0.0, dot = 0.0;
+        for (int64_t c = 0; c < cols; ++c)
+          ms += static_cast<double>(xr[c]) * xr[c];
+        double rrms = 1.0 / std::sqrt(ms / cols + eps);
+        for (int64_t c = 0; c < cols; ++c) {
+          dot += static_cast<double>(dr[c]) * g[c] * xr[c];
+          pg[c] += static_cast<double>(dr[c]) * xr[c] * rrms;
+        }
+        for (int64_t c = 0; c < cols; ++c)
+          gx[r * cols + c] = static_cast<float>(
+              rrms * dr[c] * g[c] - xr[c] * rrms * rrms * rrms * dot / cols);
+      }
+    }
+  });
+  float *gg = ctx->at<float>(dgamma);
+  for (int64_t c = 0; c < cols; ++c) {
+    double sum = 0.0;
+    for (int64_t task = 0; task < tasks; ++task)
+      sum += partial[cols * task + c];
+    gg[c] = static_cast<float>(sum);
+  }
+  ctx->touch(dx, rows * cols * 4);
+  ctx->touch(dgamma, cols * 4);
+}
+
+void tmrt_softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+                  int64_t cols, int64_t queries, int64_t causal) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in);
+  float *y = ctx->at<float>(out);
+  ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t visible = causal ? (r % queries) + 1 : cols;
+      const float *xr = x + r * cols;
+      float *yr = y + r * cols;
+      double maxValue = -INFINITY;
+      for (int64_t c = 0; c < visible; ++c)
+        maxValue = std::max(maxValue, static_cast<double>(xr[c]));
+      double sum = 0.0;
+      for (int64_t c = 0; c < visible; ++c)
+        sum += std::exp(xr[c] - maxValue);
+      for (int64_t c = 0; c < visible; ++c)
+        yr[c] = static_cast<float>(std::exp(xr[c] - maxValue) / sum);
+      for (int64_t c = visible; c < cols; ++c)
+        yr[c] = 0.0f;
+    }
+  });
+  ctx->touch(out, rows * cols * 4);
+}
+
+void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
+                       int64_t rows, int64_t cols) {
+  ++ctx->kernelCalls;
+  const float *g = ctx->at<float>(dy), *yv = ctx->at<float>(y);
+  float *z = ctx->at<float>(out);
+  ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      double dot = 0.0;
+      for (int64_t c = 0; c < cols; ++c)
+        dot += static_cast<double>(g[r * cols + c]) * yv[r * cols + c];
+      for (int64_t c = 0; c < cols; ++c)
+        z[r * cols + c] =
+            static_cast<float>(yv[r * cols + c] * (g[r * cols + c] - dot));
+    }
+  });
+  ctx->touch(out, rows * cols * 4);
+}
+
+void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
+                  int64_t n, double rate, int64_t seed, int64_t offset) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in);
+  float *y = ctx->at<float>(out);
+  uint8_t *keep = ctx->at<uint8_t>(mask);
+  uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
+  double scale = 1.0 / (1.0 - rate);
+  elementwise(ctx, n, [&](int64_t i) {
+    bool k = trainmem::dropoutKeep(static_cast<uint64_t>(seed),
+                                   static_cast<uint64_t>(offset), i, threshold);
+    keep[i] = k;
+    y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
+  });
+  ctx->touch(out, n * 4);
+  ctx->touch(mask, n);
+}
+
+void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
+                       int64_t out, int64_t n, double rate) {
+  ++ctx->kernelCalls;
+  const float *g = ctx->at<float>(dy);
+  const uint8_t *keep = ctx->at<uint8_t>(mask);
+  float *y = ctx->at<float>(out);
+  double scale = 1.0 / (1.0 - rate);
+  elementwise(ctx, n, [&](int64_t i) {
+    y[i] = keep[i] ? static_cast<float>(g[i] * scale) : 0.0f;
+  });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
+                       double rate, int64_t seed, int64_t offset) {
+  ++ctx->kernelCalls;
+  uint8_t *keep = ctx->at<uint8_t>(mask);
+  uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
+  elementwise(ctx, n, [&](int64_t i) {
+    keep[i] = trainmem::dropoutKeep(static_cast<uint64_t>(seed),
+                                    static_cast<uint64_t>(offset), i,
+                                    threshold);
+  });
+  ctx->touch(mask, n);
+}
+
+void tmrt_rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
+               int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
+               int64_t ss, int64_t sd, double theta, int64_t inverse) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in);
+  float *y = ctx->at<float>(out);
+  double sign = inverse ? -1.0 : 1.0;
+  int64_t rows = n0 * n1 * s;
+  ctx->pool.parallelFor(rows, rowGrain(d), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t pos = r % s, rest = r / s;
+      int64_t i1 = rest % n1, i0 = rest / n1;
+      const float *xr = x + i0 * s0 + i1 * s1 + pos * ss;
+      for (int64_t i = 0; i < d / 2; ++i) {
+        double angle = sign * pos * std::pow(theta, -2.0 * i / d);
+        double c = std::cos(angle), sn = std::sin(angle);
+        double x0 = xr[2 * i * sd], x1 = xr[(2 * i + 1) * sd];
+        y[r * d + 2 * i] = static_cast<float>(x0 * c - x1 * sn);
+        y[r * d + 2 * i + 1] = static_cast<float>(x0 * sn + x1 * c);
+      }
+    }
+  });
+  ctx->touch(out, rows * d * 4);
+}
+
+void tmrt_embedding(tmrt_context *ctx, int64_t table, int64_t ids,
+                    int64_t out, int64_t num_ids, int64_t hidden,
+                    int64_t vocab, int64_t id_bits) {
+  ++ctx->kernelCalls;
+  const float *t = ctx->at<float>(table);
+  float *y = ctx->at<float>(out);
+  for (int64_t i = 0; i < num_ids; ++i) {
+    int64_t id = readId(ctx, ids, i, id_bits);
+    if (id < 0 || id >= vocab) {
+      ctx->fail("token id " + std::to_string(id) + " at position " +
+                std::to_string(i) + " is outside the table of " +
+                std::to_string(vocab) + " rows");
+      std::fill(y + i * hidden, y + (i + 1) * hidden, 0.0f);
+      continue;
+    }
+    std::memcpy(y + i * hidden, t + id * hidden, hidden * 4);
+  }
+  ctx->touch(out, num_ids * hidden * 4);
+}
+
+void tmrt_embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
+                         int64_t out, int64_t num_ids, int64_t hidden,
+                         int64_t vocab, int64_t id_bits) {
+  ++ctx->kernelCalls;
+  const float *g = ctx->at<float>(dy);
+  float *y = ctx->at<float>(out);
+  // Accumulate in double per table row, in position order (deterministic).
+  std::vector<double> acc(vocab * hidden, 0.0);
+  for (int64_t i = 0; i < num_ids; ++i) {
+    int64_t id = readId(ctx, ids, i, id_bits);
+    if (id < 0 || id >= vocab) {
+      ctx->fail("token id " + std::to_string(id) + " at position " +
+                std::to_string(i) + " is outside the table of " +
+                std::to_string(vocab) + " rows");
+      continue;
+    }
+    for (int64_t h = 0; h < hidden; ++h)
+      acc[id * hidden + h] += g[i * hidden + h];
+  }
+  for (int64_t i = 0; i < vocab * hidden; ++i)
+    y[i] = static_cast<float>(acc[i]);
+  ctx->touch(out, vocab * hidden * 4);
+}
+
+void tmrt_sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
+                 int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4,
+                 int64_t d5, int64_t o0, int64_t o1, int64_t o2, int64_t o3,
+                 int64_t o4, int64_t o5) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in);
+  std::vector<double> acc(out_n, 0.0);
+  int64_t index = 0;
+  for (int64_t i0 = 0; i0 < d0; ++i0)
+    for (int64_t i1 = 0; i1 < d1; ++i1)
+      for (int64_t i2 = 0; i2 < d2; ++i2)
+        for (int64_t i3 = 0; i3 < d3; ++i3)
+          for (int64_t i4 = 0; i4 < d4; ++i4) {
+            int64_t base = i0 * o0 + i1 * o1 + i2 * o2 + i3 * o3 + i4 * o4;
+            for (int64_t i5 = 0; i5 < d5; ++i5)
+              acc[base + i5 * o5] += x[index++];
+          }
+  float *y = ctx->at<float>(out);
+  for (int64_t i = 0; i < out_n; ++i)
+    y[i] = static_cast<float>(acc[i]);
+  ctx->touch(out, out_n * 4);
+}
+
+void tmrt_cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
+                        int64_t loss_sum, int64_t count, int64_t rows,
+                        int64_t vocab, int64_t ignore_index, int64_t id_bits) {
+  ++ctx->kernelCalls;
+  const float *l = ctx->at<float>(logits);
+  std::vector<double> rowLoss(rows, 0.0);
+  std::vector<uint8_t> valid(rows, 0);
+  ctx->pool.parallelFor(rows, rowGrain(vocab), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t t = readId(ctx, targets, r, id_bits);
+      if (t == ignore_index)
+        continue;
+      if (t < 0 || t >= vocab) {
+        ctx->fail("target " + std::to_string(t) + " at position " +
+                  std::to_string(r) + " is outside the vocabulary of " +
+                  std::to_string(vocab));
+        continue;
+      }
+      const float *lr = l + r * vocab;
+      double maxValue = -INFINITY;
+      for (int64_t c = 0; c < vocab; ++c)
+        maxValue = std::max(maxValue, static_cast<double>(lr[c]));
+      double z = 0.0;
+      for (int64_t c = 0; c < vocab; ++c)
+        z += std::exp(lr[c] - maxValue);
+      rowLoss[r] = maxValue + std::log(z) - lr[t];
+      valid[r] = 1;
+    }
+  });
+  double sum = 0.0;
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    sum += rowLoss[r];
+    n += valid[r];
+  }
+  *ctx->at<float>(loss_sum) = static_cast<float>(sum);
+  *ctx->at<int64_t>(count) = n;
+  ctx->touch(loss_sum, 4);
+  ctx->touch(count, 8);
+}
+
+void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
+                             int64_t logits, int64_t targets, int64_t out,
+                             int64_t rows, int64_t vocab, int64_t ignore_index,
+                             int64_t id_bits) {
+  ++ctx->kernelCalls;
+  double g = *ctx->at<float>(dloss);
+  const float *l = ctx->at<float>(logits);
+  float *y = ctx->at<float>(out);
+  ctx->pool.parallelFor(rows, rowGrain(vocab), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t t = readId(ctx, targets, r, id_bits);
+      float *yr = y + r * vocab;
+      if (t == ignore_index || t < 0 || t >= vocab) {
+        std::fill(yr, yr + vocab, 0.0f);
+        continue;
+      }
+      const float *lr = l + r * vocab;
+      double maxValue = -INFINITY;
+      for (int64_t c = 0; c < vocab; ++c)
+        maxValue = std::max(maxValue, static_cast<double>(lr[c]));
+      double z = 0.0;
+      for (int64_t c = 0; c < vocab; ++c)
+        z += std::exp(lr[c] - maxValue);
+      double logZ = std::log(z);
+      for (int64_t c = 0; c < vocab; ++c)
+        yr[c] = static_cast<float>(
+            g * (std::exp(lr[c] - maxValue - logZ) - (c == t ? 1.0 : 0.0)));
+    }
+  });
+  ctx->touch(out, rows * vocab * 4);
+}
+
+void tmrt_mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
+                    int64_t out) {
+  ++ctx->kernelCalls;
+  double sum = *ctx->at<float>(loss_sum);
+  int64_t n = *ctx->at<int64_t>(count);
+  *ctx->at<float>(out) =
+      static_cast<float>(sum / static_cast<double>(std::max<int64_t>(n, 1)));
+  ctx->touch(out, 4);
+}
+
+void tmrt_adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+                int64_t v, int64_t lr, int64_t step, int64_t new_param,
+                int64_t new_m, int64_t new_v, int64_t n, double beta1,
+                double beta2, double eps, double weight_decay) {
+  ++ctx->kernelCalls;
+  const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad),
+              *mv = ctx->at<float>(m), *vv = ctx->at<float>(v);
+  float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m),
+        *nv = ctx->at<float>(new_v);
+  double rate = *ctx->at<float>(lr);
+  double t = static_cast<double>(*ctx->at<int64_t>(step));
+  double c1 = 1.0 - std::pow(beta1, t), c2 = 1.0 - std::pow(beta2, t);
+  elementwise(ctx, n, [&](int64_t i) {
+    double gi = g[i];
+    double mi = beta1 * mv[i] + (1.0 - beta1) * gi;
+    double vi = beta2 * vv[i] + (1.0 - beta2) * gi * gi;
+    double update = (mi / c1) / (std::sqrt(vi / c2) + eps) + weight_decay * p[i];
+    np[i] = static_cast<float>(p[i] - rate * update);
+    nm[i] = static_cast<float>(mi);
+    nv[i] = static_cast<float>(vi);
+  });
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m, n * 4);
+  ctx->touch(new_v, n * 4);
+}
+
+void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
+              int64_t buffer, int64_t new_param, int64_t new_buffer,
+              int64_t n, double momentum, double weight_decay,
+              int64_t nesterov) {
+  ++ctx->kernelCalls;
+  const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
+  const float *b = buffer >= 0 ? ctx->at<float>(buffer) : nullptr;
+  float *np = ctx->at<float>(new_param);
+  float *nb = buffer >= 0 ? ctx->at<float>(new_buffer) : nullptr;
+  double rate = *ctx->at<float>(lr);
+  elementwise(ctx, n, [&](int64_t i) {
+    double gi = g[i] + weight_decay * p[i];
+    double step = gi;
+    if (b) {
+      double bi = momentum * b[i] + gi;
+      nb[i] = static_cast<float>(bi);
+      step = nesterov ? gi + momentum * bi : bi;
+    }
+    np[i] = static_cast<float>(p[i] - rate * step);
+  });
+  ctx->touch(new_param, n * 4);
+  if (nb)
+    ctx->touch(new_buffer, n * 4);
+}
+
+void tmrt_clip_begin(tmrt_context *ctx) {
+  ++ctx->kernelCalls;
+  ctx->clipSumSquares = 0.0;
+}
+
+void tmrt_clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
+  ++ctx->kernelCalls;
+  const float *g = ctx->at<float>(grad);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += static_cast<double>(g[i]) * g[i];
+  ctx->clipSumSquares += sum;
+}
+
+void tmrt_clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
+  ++ctx->kernelCalls;
+  double value = std::sqrt(ctx->clipSumSquares);
+  ctx->clipScale = std::min(1.0, max_norm / (value + 1e-6));
+  *ctx->at<float>(norm) = static_cast<float>(value);
+  ctx->touch(norm, 4);
+}
+
+void tmrt_clip_apply(tmrt_context *ctx, int64_t grad, int64_t out,
+                     int64_t n) {
+  ++ctx->kernelCalls;
+  const float *g = ctx->at<float>(grad);
+  float *y = ctx->at<float>(out);
+  double scale = ctx->clipScale;
+  elementwise(ctx, n, [&](int64_t i) {
+    y[i] = static_cast<float>(g[i] * scale);
+  });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
+                      double peak_lr, double min_lr, int64_t warmup_steps,
+                      int64_t total_steps) {
+  ++ctx->kernelCalls;
+  double t = static_cast<double>(*ctx->at<int64_t>(step));
+  double warmup = static_cast<double>(warmup_steps);
+  double total = static_cast<double>(total_steps);
+  double lr;
+  if (warmup > 0 && t <= warmup)
+    lr = peak_lr * t / warmup;
+  else if (t >= total)
+    lr = min_lr;
+  else
+    lr = min_lr + 0.5 * (peak_lr - min_lr) *
+                      (1.0 + std::cos(M_PI * (t - warmup) / (total - warmup)));
+  *ctx->at<float>(out) = static_cast<float>(lr);
+  ctx->touch(out, 4);
+}
+
+} // extern "C"

@@ -1,0 +1,41 @@
+//===- Passes.td - conversion passes of trainmem -----------*- tablegen -*-===//
+
+#ifndef TRAINMEM_CONVERSION_PASSES_TD
+#define TRAINMEM_CONVERSION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ConvertTrainToRuntimePass
+    : Pass<"convert-train-to-runtime", "mlir::ModuleOp"> {
+  let summary = "Lowers a training step to calls into the trainmem runtime";
+  let description = [{
+    Plans the step's memory (`MemoryAnalysis` lifetimes, greedy-by-size
+    offsets in one arena, `MemoryPlan`) and replaces the step by
+    `func.func @<name>(%ctx: !llvm.ptr)`: one `func.call @tmrt_*` per op, with
+    the arena offsets of its operands and results, sizes and attributes as
+    i64/f64 constants. Views that share their source's buffer cost nothing; a
+    reshape of a strided view becomes a copy. The functions it calls are the
+    ones in `include/trainmem/Conversion/RuntimeFunctions.def`.
+
+    The host learns where everything is from attributes on the function:
+    `train.arena_bytes`, and `train.arguments` / `train.results`, one
+    dictionary per original argument / result with its `role` (`param`,
+    `optimizer_state`, `input`, `loss`, `grad`, `grad_norm`), `key` (the
+    marker's value), `offset`, `bytes`, `shape` and `dtype`.
+
+    Kernels are f32: a step with 16-bit tensors is refused with a
+    diagnostic at the op.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+  let options = [
+    Option<"function", "function", "std::string", "\"train_step\"",
+           "Name of the step to lower">
+  ];
+  let statistics = [
+    Statistic<"numCalls", "runtime-calls", "Runtime calls emitted">
+  ];
+}
+
+#endif // TRAINMEM_CONVERSION_PASSES_TD

@@ -61,7 +61,9 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
       cursor = std::max(cursor, interval.end);
     }
     offsets[index] = best != UINT64_MAX ? best : cursor;
-    arenaBytes = std::max(arenaBytes, offsets[index] + size);
+    // Sizes are rounded up for placement only: the arena ends where the
+    // highest buffer's bytes end.
+    arenaBytes = std::max(arenaBytes, offsets[index] + buffer.bytes);
     placed.push_back(index);
   }
 }

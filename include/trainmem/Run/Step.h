@@ -1,0 +1,71 @@
+//===- Step.h - compile, JIT and run a training step -------------*- C++ -*-===//
+
+#ifndef TRAINMEM_RUN_STEP_H
+#define TRAINMEM_RUN_STEP_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LLVM.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct tmrt_context;
+
+namespace mlir {
+class ExecutionEngine;
+class DialectRegistry;
+
+namespace train {
+
+/// Registers the dialects, translations and passes trainmem-run parses,
+/// lowers and JIT-compiles with.
+void registerRunDialects(DialectRegistry &registry);
+
+/// One argument or result of a lowered step: where it lives in the arena.
+struct TensorSlot {
+  std::string role; // param, optimizer_state, input, loss, grad, grad_norm
+  std::string key;  // the marker's value: parameter or state name, input name
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  std::vector<int64_t> shape;
+  std::string dtype;
+  int64_t numElements() const;
+};
+
+struct StepLayout {
+  uint64_t arenaBytes = 0;
+  std::vector<TensorSlot> arguments;
+  std::vector<TensorSlot> results;
+  const TensorSlot *findArgument(StringRef role, StringRef key) const;
+  const TensorSlot *findResult(StringRef role) const;
+};
+
+/// Makes `module` hold a tensor-level @train_step: a module with @forward is
+/// differentiated with train-autodiff (options in the pass's syntax, e.g.
+/// "lr=1e-3 clip-norm=1.0"); one with @train_step is left as it is.
+LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions);
+
+/// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
+/// convert-to-llvm) and reads its arena layout.
+FailureOr<StepLayout> lowerStep(ModuleOp module);
+
+/// A JIT-compiled step: call run() once per training step.
+class JitStep {
+public:
+  ~JitStep();
+  /// Compiles a lowered module; on failure sets `error`.
+  static std::unique_ptr<JitStep> create(ModuleOp lowered,
+                                         std::string &error);
+  void run(tmrt_context *ctx) const { entry(ctx); }
+
+private:
+  std::unique_ptr<ExecutionEngine> engine;
+  void (*entry)(void *) = nullptr;
+};
+
+} // namespace train
+} // namespace mlir
+
+#endif // TRAINMEM_RUN_STEP_H

@@ -1,0 +1,650 @@
+//===- trainmem-run.cpp - train a model step for real ---------------------===//
+//
+//   trainmem-run step.mlir --data FILE --steps N [--seed S] [--threads T]
+//                [--save DIR] [--resume DIR] [--backend cpu|interpret]
+//
+// Compiles the step (train-autodiff when given a forward + loss, then
+// convert-train-to-runtime and the LLVM lowering), JIT-compiles it, and
+// trains on byte-level tokens of a text file. Everything random (weights,
+// batches) is a function of --seed and the step number only, so a run
+// resumed from a checkpoint ends bit-identical to one that never stopped.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Evaluator/Evaluator.h"
+#include "trainmem/Run/Step.h"
+#include "trainmem/Support/Philox.h"
+#include "trainmem-runtime/Runtime.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fcntl.h>
+#include <map>
+#include <thread>
+#include <unistd.h>
+
+using namespace mlir;
+using namespace mlir::train;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory category("trainmem-run options");
+static cl::opt<std::string> inputFile(cl::Positional,
+                                      cl::desc("<step or model .mlir>"),
+                                      cl::Required, cl::cat(category));
+static cl::opt<std::string> dataFile("data", cl::desc("Text file to train on"),
+                                     cl::Required, cl::cat(category));
+static cl::opt<long long> steps("steps",
+                                cl::desc("Train until this step (from 0)"),
+                                cl::Required, cl::cat(category));
+static cl::opt<long long> seed("seed", cl::desc("Seed of weights and batches"),
+                               cl::init(0), cl::cat(category));
+// --threads is read before llvm::cl sees the command line: libLLVM already
+// registers an option of that name.
+static long long threads = 0;
+static cl::opt<std::string> saveDir("save",
+                                    cl::desc("Write a checkpoint here at the end"),
+                                    cl::cat(category));
+static cl::opt<std::string> resumeDir("resume",
+                                      cl::desc("Continue from this checkpoint"),
+                                      cl::cat(category));
+static cl::opt<std::string> backend("backend",
+                                    cl::desc("cpu, or interpret (reference evaluator)"),
+                                    cl::init("cpu"), cl::cat(category));
+static cl::opt<std::string>
+    autodiffOptions("autodiff-options",
+                    cl::desc("train-autodiff options for a forward + loss "
+                             "input"),
+                    cl::init("lr=3e-3 weight-decay=0.0 clip-norm=1.0"),
+                    cl::cat(category));
+static cl::opt<std::string>
+    lossLog("loss-log", cl::desc("Write 'step loss' lines to this file"),
+            cl::cat(category));
+
+static int fail(const llvm::Twine &message) {
+  llvm::errs() << "trainmem-run: error: " << message << "\n";
+  return 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Deterministic randomness
+//===----------------------------------------------------------------------===//
+
+/// 64 random bits of stream `stream` at `index`, from Philox keyed by seed.
+static uint64_t random64(uint64_t streamSeed, uint64_t stream,
+                         uint64_t index) {
+  uint64_t lo = trainmem::philoxWord(streamSeed, stream, 2 * index);
+  uint64_t hi = trainmem::philoxWord(streamSeed, stream, 2 * index + 1);
+  return (hi << 32) | lo;
+}
+
+/// Standard normal by Box-Muller.
+static double normal(uint64_t streamSeed, uint64_t stream, uint64_t index) {
+  double u1 = (static_cast<double>(random64(streamSeed, stream, 2 * index) >> 11) + 1.0) /
+              9007199254740993.0;
+  double u2 = static_cast<double>(random64(streamSeed, stream, 2 * index + 1) >> 11) /
+              9007199254740992.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+/// Initial values of a parameter as the architecture's reference sets them:
+/// norm gains 1, biases 0, matrices N(0, 0.02), GPT's residual projections
+/// N(0, 0.02 / sqrt(2 · layers)) (GPT-2's scaled init).
+static std::vector<float> initialValues(const TensorSlot &slot,
+                                        unsigned paramIndex, int64_t layers) {
+  std::vector<float> values(slot.numElements(), 0.0f);
+  StringRef name = slot.key;
+  bool isVector = slot.shape.size() == 1;
+  if (isVector) {
+    bool isGain = name.ends_with(".weight") &&
+                  (name.contains("ln") || name.contains("norm"));
+    if (isGain || name == "norm.weight")
+      std::fill(values.begin(), values.end(), 1.0f);
+    return values;
+  }
+  double std = 0.02;
+  if (layers > 0 && (name.ends_with("attn.proj.weight") ||
+                     name.ends_with("mlp.proj.weight")))
+    std /= std::sqrt(2.0 * static_cast<double>(layers));
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>(std * normal(seed, 1000 + paramIndex, i));
+  return values;
+}
+
+//===----------------------------------------------------------------------===//
+// Data
+//===----------------------------------------------------------------------===//
+
+struct Corpus {
+  std::string bytes;
+
+  /// tokens[b][s] = bytes[start_b + s], targets = the next byte, with
+  /// start_b drawn from (seed, step, b).
+  void batch(int64_t step, int64_t batchSize, int64_t seqLen,
+             std::vector<int64_t> &tokens, std::vector<int64_t> &targets) const {
+    uint64_t span = bytes.size() - static_cast<uint64_t>(seqLen);
+    tokens.resize(batchSize * seqLen);
+    targets.resize(batchSize * seqLen);
+    for (int64_t b = 0; b < batchSize; ++b) {
+      uint64_t start = random64(seed, 2000000 + step, b) % span;
+      for (int64_t s = 0; s < seqLen; ++s) {
+        tokens[b * seqLen + s] = static_cast<unsigned char>(bytes[start + s]);
+        targets[b * seqLen + s] =
+            static_cast<unsigned char>(bytes[start + s + 1]);
+      }
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// State: the arena (cpu) or host tensors (interpret)
+//===----------------------------------------------------------------------===//
+
+/// The persistent state of a run, addressed by (role, key) and held as f32
+/// values for params and optimizer state.
+class State {
+public:
+  virtual ~State() = default;
+  virtual void write(const TensorSlot &slot, const std::vector<float> &values) = 0;
+  virtual std::vector<float> read(const TensorSlot &slot) const = 0;
+};
+
+class ArenaState : public State {
+public:
+  explicit ArenaState(tmrt_context *ctx) : ctx(ctx) {}
+  void write(const TensorSlot &slot, const std::vector<float> &values) override {
+    std::memcpy(tmrt_arena_base(ctx) + slot.offset, values.data(), slot.bytes);
+    tmrt_arena_touch(ctx, slot.offset, slot.bytes);
+  }
+  std::vector<float> read(const TensorSlot &slot) const override {
+    std::vector<float> values(slot.numElements());
+    std::memcpy(values.data(), tmrt_arena_base(ctx) + slot.offset, slot.bytes);
+    return values;
+  }
+
+private:
+  tmrt_context *ctx;
+};
+
+class HostState : public State {
+public:
+  void write(const TensorSlot &slot, const std::vector<float> &values) override {
+    tensors[slot.role + ":" + slot.key] = values;
+  }
+  std::vector<float> read(const TensorSlot &slot) const override {
+    return tensors.at(slot.role + ":" + slot.key);
+  }
+  std::map<std::string, std::vector<float>> tensors;
+};
+
+static bool isState(const TensorSlot &slot) {
+  return slot.role == "param" || slot.role == "optimizer_state";
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoints
+//===----------------------------------------------------------------------===//
+
+static constexpr char kMagic[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '1'};
+
+static uint64_t fnv1a(const std::string &data) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : data)
+    hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+static void appendU64(std::string &out, uint64_t value) {
+  out.append(reinterpret_cast<const char *>(&value), 8);
+}
+static void appendString(std::string &out, const std::string &value) {
+  appendU64(out, value.size());
+  out += value;
+}
+
+/// Writes params and optimizer state atomically: a temporary file, fsync,
+/// rename over the old checkpoint, fsync of the directory.
+static bool saveCheckpoint(StringRef dir, int64_t step,
+                           const std::vector<TensorSlot> &slots,
+                           const State &state, std::string &error) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
+    error = "cannot create '" + dir.str() + "': " + ec.message();
+    return false;
+  }
+  std::string data(kMagic, 8);
+  appendU64(data, static_cast<uint64_t>(step));
+  uint64_t count = 0;
+  for (const TensorSlot &slot : slots)
+    count += isState(slot);
+  appendU64(data, count);
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    appendString(data, slot.role);
+    appendString(data, slot.key);
+    appendString(data, slot.dtype);
+    appendU64(data, slot.shape.size());
+    for (int64_t d : slot.shape)
+      appendU64(data, static_cast<uint64_t>(d));
+    std::vector<float> values = state.read(slot);
+    appendU64(data, slot.bytes);
+    data.append(reinterpret_cast<const char *>(values.data()), slot.bytes);
+  }
+  appendU64(data, fnv1a(data));
+
+  std::string path = (dir + "/checkpoint.bin").str();
+  std::string temporary = path + ".tmp";
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    error = "cannot write '" + temporary + "': " + std::strerror(errno);
+    return false;
+  }
+  size_t written = 0;
+  while (written < data.size()) {
+    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n <= 0) {
+      error = "cannot write '" + temporary + "': " + std::strerror(errno);
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      return false;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0 ||
+      ::rename(temporary.c_str(), path.c_str()) != 0) {
+    error = "cannot commit '" + path + "': " + std::strerror(errno);
+    ::unlink(temporary.c_str());
+    return false;
+  }
+  int dirFd = ::open(dir.str().c_str(), O_RDONLY);
+  if (dirFd >= 0) {
+    ::fsync(dirFd);
+    ::close(dirFd);
+  }
+  return true;
+}
+
+/// Reads and checks a checkpoint completely before touching the state.
+static bool loadCheckpoint(StringRef dir, const std::vector<TensorSlot> &slots,
+                           State &state, int64_t &step, std::string &error) {
+  std::string path = (dir + "/checkpoint.bin").str();
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) {
+    error = "cannot read checkpoint '" + path + "': " +
+            buffer.getError().message();
+    return false;
+  }
+  std::string data = (*buffer)->getBuffer().str();
+  size_t pos = 0;
+  bool truncated = false;
+  auto readU64 = [&]() -> uint64_t {
+    if (pos + 8 > data.size()) {
+      truncated = true;
+      return 0;
+    }
+    uint64_t value;
+    std::memcpy(&value, data.data() + pos, 8);
+    pos += 8;
+    return value;
+  };
+  auto readString = [&]() -> std::string {
+    uint64_t size = readU64();
+    if (truncated || pos + size > data.size()) {
+      truncated = true;
+      return "";
+    }
+    std::string value = data.substr(pos, size);
+    pos += size;
+    return value;
+  };
+  if (data.size() < 16 || std::memcmp(data.data(), kMagic, 8) != 0) {
+    error = "'" + path + "' is not a trainmem checkpoint";
+    return false;
+  }
+  if (data.size() < 24 ||
+      fnv1a(data.substr(0, data.size() - 8)) !=
+          [&] {
+            uint64_t stored;
+            std::memcpy(&stored, data.data() + data.size() - 8, 8);
+            return stored;
+          }()) {
+    error = "checkpoint '" + path + "' is truncated or corrupt (checksum mismatch)";
+    return false;
+  }
+  pos = 8;
+  int64_t savedStep = static_cast<int64_t>(readU64());
+  uint64_t count = readU64();
+  std::map<std::string, std::vector<float>> loaded;
+  std::map<std::string, std::string> description;
+  for (uint64_t i = 0; i < count && !truncated; ++i) {
+    std::string role = readString(), key = readString(), dtype = readString();
+    uint64_t rank = readU64();
+    std::string shape;
+    for (uint64_t d = 0; d < rank && !truncated; ++d)
+      shape += (d ? "x" : "") + std::to_string(readU64());
+    uint64_t bytes = readU64();
+    if (truncated || pos + bytes > data.size()) {
+      truncated = true;
+      break;
+    }
+    std::vector<float> values(bytes / 4);
+    std::memcpy(values.data(), data.data() + pos, bytes);
+    pos += bytes;
+    loaded[role + ":" + key] = std::move(values);
+    description[role + ":" + key] = dtype + "[" + shape + "]";
+  }
+  if (truncated) {
+    error = "checkpoint '" + path + "' is truncated";
+    return false;
+  }
+  // Every state tensor of this step must be there with its shape and type.
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    std::string name = slot.role + ":" + slot.key;
+    std::string shape;
+    for (size_t d = 0; d < slot.shape.size(); ++d)
+      shape += (d ? "x" : "") + std::to_string(slot.shape[d]);
+    std::string expected = slot.dtype + "[" + shape + "]";
+    auto it = description.find(name);
+    if (it == description.end()) {
+      error = "checkpoint '" + path + "' does not match this step: it has no " +
+              slot.role + " '" + slot.key + "'";
+      return false;
+    }
+    if (it->second != expected) {
+      error = "checkpoint '" + path + "' does not match this step: " +
+              slot.role + " '" + slot.key + "' is " + it->second +
+              " there and " + expected + " here";
+      return false;
+    }
+  }
+  if (loaded.size() != static_cast<size_t>(std::count_if(
+                           slots.begin(), slots.end(), isState))) {
+    error = "checkpoint '" + path +
+            "' does not match this step: it holds other tensors as well";
+    return false;
+  }
+  for (const TensorSlot &slot : slots)
+    if (isState(slot))
+      state.write(slot, loaded[slot.role + ":" + slot.key]);
+  step = savedStep;
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// main
+//===----------------------------------------------------------------------===//
+
+static std::string humanBytes(uint64_t bytes) {
+  char text[32];
+  if (bytes >= (1ull << 30))
+    snprintf(text, sizeof(text), "%.2f GiB", bytes / double(1ull << 30));
+  else if (bytes >= (1ull << 20))
+    snprintf(text, sizeof(text), "%.2f MiB", bytes / double(1ull << 20));
+  else
+    snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
+  return text;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  std::vector<char *> args;
+  for (int i = 0; i < argc; ++i) {
+    StringRef arg = argv[i];
+    if ((arg == "--threads" || arg == "-threads") && i + 1 < argc) {
+      if (StringRef(argv[++i]).getAsInteger(10, threads) || threads < 1)
+        return fail(llvm::Twine("--threads must be a positive integer, got '") +
+                    argv[i] + "'");
+      continue;
+    }
+    if (arg.consume_front("--threads=") || arg.consume_front("-threads=")) {
+      if (arg.getAsInteger(10, threads) || threads < 1)
+        return fail("--threads must be a positive integer, got '" + arg + "'");
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(static_cast<int>(args.size()), args.data(),
+                              "trainmem-run: trains a compiled step\n"
+                              "  --threads=<int>   CPU threads (default: "
+                              "all cores)\n");
+  if (backend != "cpu" && backend != "interpret")
+    return fail("unknown backend '" + backend + "' (expected cpu or interpret)");
+  if (steps < 0)
+    return fail("--steps must be >= 0");
+
+  DialectRegistry registry;
+  registerRunDialects(registry);
+  MLIRContext context(registry);
+  context.printOpOnDiagnostic(false);
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module =
+      parseSourceFile<ModuleOp>(inputFile, sourceMgr, &context);
+  if (!module)
+    return 1;
+  int64_t layers = 0;
+  if (auto model = (*module)->getAttrOfType<DictionaryAttr>(kModelAttrName))
+    if (auto l = model.getAs<IntegerAttr>("layers"))
+      layers = l.getInt();
+  if (failed(prepareStep(*module, autodiffOptions)))
+    return 1;
+
+  // The tensor-level step stays for the interpreter; the lowered one runs.
+  OwningOpRef<ModuleOp> tensorStep = module->clone();
+  auto stepFunc = tensorStep->lookupSymbol<func::FuncOp>("train_step");
+  if (!stepFunc)
+    return fail("@train_step is not a tensor-level step");
+  FailureOr<StepLayout> layout = lowerStep(*module);
+  if (failed(layout))
+    return 1;
+
+  // Data and the step's shapes must agree.
+  const TensorSlot *tokensSlot = layout->findArgument("input", "tokens");
+  const TensorSlot *targetsSlot = layout->findArgument("input", "targets");
+  const TensorSlot *stepSlot = layout->findArgument("input", "step");
+  const TensorSlot *lossSlot = layout->findResult("loss");
+  if (!tokensSlot || !targetsSlot || !stepSlot || !lossSlot)
+    return fail("the step needs 'tokens', 'targets' and 'step' inputs and a "
+                "loss result");
+  if (tokensSlot->shape.size() != 2 || tokensSlot->shape != targetsSlot->shape)
+    return fail("the step's tokens and targets must both be [batch, seq]");
+  int64_t batchSize = tokensSlot->shape[0], seqLen = tokensSlot->shape[1];
+  int64_t vocab = 0;
+  for (const TensorSlot &slot : layout->arguments)
+    if (slot.role == "param" &&
+        (slot.key == "wte" || slot.key == "tok_embeddings"))
+      vocab = slot.shape[0];
+  if (vocab < 256)
+    return fail("the step's vocabulary has " + std::to_string(vocab) +
+                " tokens; byte-level data needs 256");
+  auto dataBuffer = llvm::MemoryBuffer::getFile(dataFile);
+  if (!dataBuffer)
+    return fail("cannot read data '" + dataFile + "': " +
+                dataBuffer.getError().message());
+  Corpus corpus{(*dataBuffer)->getBuffer().str()};
+  if (static_cast<int64_t>(corpus.bytes.size()) < seqLen + 1)
+    return fail("data '" + dataFile + "' has " +
+                std::to_string(corpus.bytes.size()) +
+                " bytes; one sequence of the step needs " +
+                std::to_string(seqLen + 1));
+
+  int64_t threadCount =
+      threads > 0 ? threads
+                  : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const char *contextError = nullptr;
+  tmrt_context *ctx = tmrt_context_create("cpu", threadCount, &contextError);
+  if (!ctx)
+    return fail(contextError);
+  auto destroyContext =
+      llvm::make_scope_exit([&] { tmrt_context_destroy(ctx); });
+  std::unique_ptr<JitStep> jit;
+  std::unique_ptr<State> state;
+  if (backend == "cpu") {
+    if (tmrt_arena_alloc(ctx, layout->arenaBytes) != 0)
+      return fail("cannot allocate the arena of " +
+                  std::to_string(layout->arenaBytes) + " bytes (" +
+                  humanBytes(layout->arenaBytes) + ")");
+    std::string error;
+    jit = JitStep::create(*module, error);
+    if (!jit)
+      return fail("JIT compilation failed: " + error);
+    state = std::make_unique<ArenaState>(ctx);
+  } else {
+    state = std::make_unique<HostState>();
+  }
+
+  // Initial state, or the checkpoint's.
+  int64_t firstStep = 1;
+  if (!resumeDir.empty()) {
+    std::string error;
+    int64_t savedStep = 0;
+    if (!loadCheckpoint(resumeDir, layout->arguments, *state, savedStep, error))
+      return fail(error);
+    firstStep = savedStep + 1;
+  } else {
+    unsigned paramIndex = 0;
+    std::map<std::string, std::vector<float>> params;
+    for (const TensorSlot &slot : layout->arguments)
+      if (slot.role == "param") {
+        params[slot.key] = initialValues(slot, paramIndex++, layers);
+        state->write(slot, params[slot.key]);
+      }
+    for (const TensorSlot &slot : layout->arguments) {
+      if (slot.role != "optimizer_state")
+        continue;
+      StringRef key = slot.key;
+      if (key.ends_with(".master"))
+        state->write(slot, params[key.drop_back(strlen(".master")).str()]);
+      else
+        state->write(slot, std::vector<float>(slot.numElements(), 0.0f));
+    }
+  }
+
+  bool terminal = llvm::sys::Process::StandardErrIsDisplayed();
+  std::unique_ptr<llvm::raw_fd_ostream> lossFile;
+  if (!lossLog.empty()) {
+    std::error_code ec;
+    lossFile = std::make_unique<llvm::raw_fd_ostream>(lossLog, ec);
+    if (ec)
+      return fail("cannot write '" + lossLog + "': " + ec.message());
+  }
+  llvm::errs() << "trainmem-run: " << backend << " backend, " << threadCount
+               << " threads, arena plan " << layout->arenaBytes << " B ("
+               << humanBytes(layout->arenaBytes) << "), steps " << firstStep
+               << ".." << steps << "\n";
+
+  std::vector<int64_t> tokens, targets;
+  double firstLoss = NAN, lastLoss = NAN;
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t step = firstStep; step <= steps; ++step) {
+    corpus.batch(step, batchSize, seqLen, tokens, targets);
+    float loss;
+    if (backend == "cpu") {
+      uint8_t *arena = tmrt_arena_base(ctx);
+      auto writeIds = [&](const TensorSlot &slot,
+                          const std::vector<int64_t> &ids) {
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (slot.dtype == "i32")
+            reinterpret_cast<int32_t *>(arena + slot.offset)[i] =
+                static_cast<int32_t>(ids[i]);
+          else
+            reinterpret_cast<int64_t *>(arena + slot.offset)[i] = ids[i];
+        }
+        tmrt_arena_touch(ctx, slot.offset, slot.bytes);
+      };
+      writeIds(*tokensSlot, tokens);
+      writeIds(*targetsSlot, targets);
+      std::memcpy(arena + stepSlot->offset, &step, 8);
+      tmrt_arena_touch(ctx, stepSlot->offset, 8);
+      jit->run(ctx);
+      if (const char *error = tmrt_context_error(ctx))
+        return fail(llvm::Twine("step ") + llvm::Twine(step) + ": " + error);
+      std::memcpy(&loss, arena + lossSlot->offset, 4);
+    } else {
+      auto &host = static_cast<HostState &>(*state);
+      std::vector<RefTensor> args;
+      for (const TensorSlot &slot : layout->arguments) {
+        std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
+        if (slot.role == "input" && slot.key == "tokens")
+          args.push_back(RefTensor::ofInts(shape, tokens));
+        else if (slot.role == "input" && slot.key == "targets")
+          args.push_back(RefTensor::ofInts(shape, targets));
+        else if (slot.role == "input" && slot.key == "step")
+          args.push_back(RefTensor::ofInts({}, {step}));
+        else
+          args.push_back(RefTensor::ofFloats(shape, host.read(slot)));
+      }
+      FailureOr<SmallVector<RefTensor>> results = evaluate(stepFunc, args);
+      if (failed(results))
+        return 1;
+      for (auto [slot, value] : llvm::zip(layout->results, *results))
+        if (isState(slot))
+          host.write(slot, value.floats);
+      loss = (*results)[0].scalarFloat();
+    }
+    if (std::isnan(firstLoss))
+      firstLoss = loss;
+    lastLoss = loss;
+    if (lossFile)
+      *lossFile << step << " " << llvm::format("%.6f", loss) << "\n";
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    double tokensPerSecond =
+        (step - firstStep + 1) * batchSize * seqLen / std::max(seconds, 1e-9);
+    std::string line = llvm::formatv(
+        "step {0}/{1}  loss {2:F4}  {3:F0} tok/s  arena plan {4} measured {5}",
+        step, steps.getValue(), loss, tokensPerSecond,
+        humanBytes(layout->arenaBytes),
+        backend == "cpu" ? humanBytes(tmrt_arena_high_water(ctx)) : "-");
+    if (terminal) {
+      int width = 24, filled = static_cast<int>(
+                                  width * (step - firstStep + 1) /
+                                  std::max<int64_t>(1, steps - firstStep + 1));
+      llvm::errs() << "\r[" << std::string(filled, '#')
+                   << std::string(width - filled, '.') << "] " << line
+                   << "\x1b[K";
+      if (step == steps)
+        llvm::errs() << "\n";
+    } else if (step == firstStep || step == steps || step % 10 == 0) {
+      llvm::errs() << line << "\n";
+    }
+  }
+
+  if (!saveDir.empty()) {
+    std::string error;
+    if (!saveCheckpoint(saveDir, std::max<int64_t>(steps, firstStep - 1),
+                        layout->arguments, *state, error))
+      return fail(error);
+  }
+  if (firstStep <= steps)
+    llvm::outs() << llvm::formatv(
+        "loss: first {0:F4} (step {1}), last {2:F4} (step {3})\n", firstLoss,
+        firstStep, lastLoss, steps.getValue());
+  if (backend == "cpu")
+    llvm::outs() << "arena: planned " << layout->arenaBytes
+                 << " B, measured peak " << tmrt_arena_high_water(ctx)
+                 << " B\n";
+  return 0;
+}

@@ -19,6 +19,8 @@
 
 #include "llvm/ADT/SetVector.h"
 
+#include <functional>
+
 #include <map>
 
 using namespace mlir;
@@ -132,8 +134,29 @@ void FunctionMemory::buildBuffers() {
       if (auto name = func.getArgAttrOfType<StringAttr>(i, attr))
         stateArgs[(attr + ":" + name.getValue()).str()] = func.getArgument(i);
 
+  // The last point at which `value` or a view or block result naming its
+  // memory is read.
+  std::function<unsigned(Value)> lastRead = [&](Value value) {
+    unsigned last = 0;
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      last = std::max(last, pointOf.lookup(user));
+      if (isa<ViewOpInterface>(user) && isAliasingView(user))
+        last = std::max(last, lastRead(user->getResult(0)));
+      else if (isa<YieldOp>(user))
+        if (auto block = dyn_cast<BlockOp>(user->getParentOp()))
+          last = std::max(last, lastRead(block.getResult(use.getOperandNumber())));
+    }
+    return last;
+  };
   for (Operation *op : schedule) {
     auto unite = [&](Value a, Value b) { aliases.unite(a, b, order); };
+    // An update writes in place only where nothing reads the old value
+    // after it; otherwise its result gets memory of its own.
+    auto uniteInPlace = [&](Value old, Value updated, unsigned point) {
+      if (lastRead(old) <= point)
+        unite(old, updated);
+    };
     if (auto view = dyn_cast<ViewOpInterface>(op)) {
       if (isAliasingView(op))
         unite(view.getViewSource(), op->getResult(0));
@@ -144,24 +167,41 @@ void FunctionMemory::buildBuffers() {
         if (isTensor(result))
           unite(yielded, result);
     } else if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+      unsigned point = pointOf.lookup(op);
       for (auto [in, out] : llvm::zip(clip.getGrads(), clip.getClipped()))
-        unite(in, out);
+        uniteInPlace(in, out, point);
     } else if (auto adamw = dyn_cast<AdamWOp>(op)) {
-      unite(adamw.getParam(), adamw.getNewParam());
-      unite(adamw.getM(), adamw.getNewM());
-      unite(adamw.getV(), adamw.getNewV());
+      unsigned point = pointOf.lookup(op);
+      uniteInPlace(adamw.getParam(), adamw.getNewParam(), point);
+      uniteInPlace(adamw.getM(), adamw.getNewM(), point);
+      uniteInPlace(adamw.getV(), adamw.getNewV(), point);
     } else if (auto sgd = dyn_cast<SGDOp>(op)) {
-      unite(sgd.getParam(), sgd.getNewParam());
+      unsigned point = pointOf.lookup(op);
+      uniteInPlace(sgd.getParam(), sgd.getNewParam(), point);
       if (sgd.getMomentumBuffer())
-        unite(sgd.getMomentumBuffer(), sgd.getNewMomentumBuffer());
+        uniteInPlace(sgd.getMomentumBuffer(), sgd.getNewMomentumBuffer(),
+                     point);
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      // A step result that carries a state is written into that state.
+      // A step result that carries a state is written into that state's
+      // argument, when nothing reads the argument after the result exists.
       for (auto [index, value] : llvm::enumerate(ret.getOperands()))
         for (StringRef attr : {kParamAttrName, kOptimizerStateAttrName})
           if (auto name = func.getResultAttrOfType<StringAttr>(index, attr)) {
             Value arg =
                 stateArgs.lookup((attr + ":" + name.getValue()).str());
-            if (arg && isTensor(value))
+            if (!arg || !isTensor(value) || aliases.find(arg) == aliases.find(value))
+              continue;
+            // Where the value is really written: through block results to
+            // the op that defines it.
+            Value source = value;
+            while (auto block =
+                       dyn_cast_or_null<BlockOp>(source.getDefiningOp()))
+              source = cast<YieldOp>(block.getBody().front().getTerminator())
+                           .getValues()[cast<OpResult>(source)
+                                            .getResultNumber()];
+            Operation *def = source.getDefiningOp();
+            unsigned written = def ? pointOf.lookup(def) : 0;
+            if (lastRead(arg) <= written)
               unite(arg, value);
           }
     }

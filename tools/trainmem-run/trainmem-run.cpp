@@ -580,6 +580,17 @@ int main(int argc, char **argv) {
       jit->run(ctx);
       if (const char *error = tmrt_context_error(ctx))
         return fail(llvm::Twine("step ") + llvm::Twine(step) + ": " + error);
+      // State the step could not update in place comes back through its
+      // result slot.
+      for (const TensorSlot &result : layout->results) {
+        if (!isState(result))
+          continue;
+        const TensorSlot *argument =
+            layout->findArgument(result.role, result.key);
+        if (argument && argument->offset != result.offset)
+          std::memmove(arena + argument->offset, arena + result.offset,
+                       result.bytes);
+      }
       std::memcpy(&loss, arena + lossSlot->offset, 4);
     } else {
       auto &host = static_cast<HostState &>(*state);

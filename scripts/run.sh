@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# The main job: sets the machine up, builds, writes the GPT-2 124M graph,
-# turns it into a training step (train-autodiff) and prints the step's memory
-# report (peak, breakdown, saved activations per layer, FLOPs).
+# The main job: sets the machine up, builds, then
+#  1. trains the tiny model on the shipped corpus (JIT-compiled step on the
+#     CPU runtime) and prints the loss curve and planned vs measured arena;
+#  2. prints the memory report of the tiny step and of GPT-2 124M's step.
+# Usage: scripts/run.sh [STEPS] [PRESET for the second report]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${TRAINMEM_BUILD_DIR:-$root/build}"
-bash "$root/scripts/build.sh" trainmem-opt trainmem-model >/dev/null
-preset="${1:-gpt2-124m}"
-echo "== ${preset}: training step (AdamW, mixed precision), memory report =="
+bash "$root/scripts/build.sh" trainmem-opt trainmem-model trainmem-run >/dev/null
+steps="${1:-200}"
+preset="${2:-gpt2-124m}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+echo "== tiny: ${steps} training steps on data/kjv-genesis-exodus.txt (AdamW, f32, CPU runtime) =="
+"$build/bin/trainmem-model" --preset tiny -o "$work/tiny.mlir"
+"$build/bin/trainmem-run" "$work/tiny.mlir" --data "$root/data/kjv-genesis-exodus.txt" \
+  --steps "$steps" --save "$work/checkpoint"
+echo
+echo "== tiny: memory report of the step =="
+"$build/bin/trainmem-opt" "$work/tiny.mlir" -train-autodiff -train-memory-report -o /dev/null
+echo
+echo "== ${preset}: memory report of the step (AdamW, mixed precision) =="
 "$build/bin/trainmem-model" --preset "$preset" |
   "$build/bin/trainmem-opt" -train-autodiff -train-memory-report -o /dev/null

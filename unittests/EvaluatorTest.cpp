@@ -544,6 +544,23 @@ TEST_F(EvaluatorTest, DropoutMaskRegeneratesTheForwardMask) {
   EXPECT_EQ(out[0].ints, out[1].ints);
 }
 
+TEST_F(EvaluatorTest, DropoutKeyAddsToTheSeed) {
+  // key k with seed s draws the stream of seed s + k: step 3 with seed 4 is
+  // seed 7 without a key; another key draws another mask.
+  auto out = run(R"mlir(
+    func.func @f(%x: tensor<64xf32>, %k: tensor<i64>, %k2: tensor<i64>) -> (tensor<64xi1>, tensor<64xi1>, tensor<64xi1>) {
+      %y, %a = train.dropout %x key(%k : tensor<i64>) {rate = 0.5 : f64, seed = 4 : i64, offset = 2 : i64} : tensor<64xf32> -> tensor<64xi1>
+      %b = train.dropout_mask {rate = 0.5 : f64, seed = 7 : i64, offset = 2 : i64} : tensor<64xi1>
+      %c = train.dropout_mask key(%k2 : tensor<i64>) {rate = 0.5 : f64, seed = 4 : i64, offset = 2 : i64} : tensor<64xi1>
+      return %a, %b, %c : tensor<64xi1>, tensor<64xi1>, tensor<64xi1>
+    })mlir",
+                 {RefTensor::zeros({64}), RefTensor::ofInts({}, {3}),
+                  RefTensor::ofInts({}, {4})});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].ints, out[1].ints);
+  EXPECT_NE(out[0].ints, out[2].ints);
+}
+
 TEST_F(EvaluatorTest, DenseConstants) {
   auto out = run(R"mlir(
     func.func @f() -> (tensor<2xf32>, tensor<f32>, tensor<2xi64>) {

@@ -221,16 +221,17 @@ TEST_F(RuntimeTest, NormsAndTheirGradients) {
 
 TEST_F(RuntimeTest, SoftmaxAndDropout) {
   compare(R"mlir(
-    func.func @train_step(%x: tensor<2x3x5x5xf32>, %dy: tensor<2x3x5x5xf32>)
+    func.func @train_step(%x: tensor<2x3x5x5xf32>, %dy: tensor<2x3x5x5xf32>, %key: tensor<i64>)
         -> (tensor<2x3x5x5xf32>, tensor<2x3x5x5xf32>, tensor<2x3x5x5xf32>, tensor<2x3x5x5xf32>, tensor<2x3x5x5xi1>, tensor<2x3x5x5xi1>, tensor<2x3x5x5xf32>) {
       %0 = train.softmax %x : tensor<2x3x5x5xf32>
       %1 = train.softmax %x {causal} : tensor<2x3x5x5xf32>
       %2 = train.softmax_grad %dy, %1 : tensor<2x3x5x5xf32>
-      %3, %4 = train.dropout %x {rate = 0.3 : f64, seed = 5 : i64, offset = 9 : i64} : tensor<2x3x5x5xf32> -> tensor<2x3x5x5xi1>
+      %3, %4 = train.dropout %x key(%key : tensor<i64>) {rate = 0.3 : f64, seed = 5 : i64, offset = 9 : i64} : tensor<2x3x5x5xf32> -> tensor<2x3x5x5xi1>
       %5 = train.dropout_mask {rate = 0.3 : f64, seed = 5 : i64, offset = 9 : i64} : tensor<2x3x5x5xi1>
       %6 = train.dropout_grad %dy, %4 {rate = 0.3 : f64} : tensor<2x3x5x5xf32>, tensor<2x3x5x5xi1>
       return %0, %1, %2, %3, %4, %5, %6 : tensor<2x3x5x5xf32>, tensor<2x3x5x5xf32>, tensor<2x3x5x5xf32>, tensor<2x3x5x5xf32>, tensor<2x3x5x5xi1>, tensor<2x3x5x5xi1>, tensor<2x3x5x5xf32>
-    })mlir");
+    })mlir",
+          {{}, {}, RefTensor::ofInts({}, {12})});
 }
 
 TEST_F(RuntimeTest, RopeOfStridedView) {

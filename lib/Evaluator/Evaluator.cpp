@@ -297,6 +297,8 @@ void Interpreter::dropout(DropoutOp op) {
   const RefTensor &x = get(op.getInput());
   double rate = op.getRate().convertToDouble();
   auto seed = static_cast<uint64_t>(op.getSeedAttr().getInt());
+  if (op.getKey())
+    seed += static_cast<uint64_t>(get(op.getKey()).scalarInt());
   auto offset = static_cast<uint64_t>(op.getOffsetAttr().getInt());
   uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   double scale = 1.0 / (1.0 - rate);
@@ -719,6 +721,8 @@ LogicalResult Interpreter::exec(Operation *op) {
         uint32_t threshold =
             trainmem::dropoutKeepThreshold(o.getRate().convertToDouble());
         auto seed = static_cast<uint64_t>(o.getSeedAttr().getInt());
+        if (o.getKey())
+          seed += static_cast<uint64_t>(get(o.getKey()).scalarInt());
         auto offset = static_cast<uint64_t>(o.getOffsetAttr().getInt());
         for (int64_t i = 0; i < mask.numElements(); ++i)
           mask.ints[i] = trainmem::dropoutKeep(seed, offset, i, threshold);

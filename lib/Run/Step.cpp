@@ -138,10 +138,10 @@ FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
     return module.emitError("trainmem-run: lowering produced no @train_step");
   StepLayout layout;
   layout.arenaBytes =
-      step->getAttrOfType<IntegerAttr>("train.arena_bytes").getInt();
+      step->getAttrOfType<IntegerAttr>("tmrt.arena_bytes").getInt();
   layout.arguments =
-      readSlots(step->getAttrOfType<ArrayAttr>("train.arguments"));
-  layout.results = readSlots(step->getAttrOfType<ArrayAttr>("train.results"));
+      readSlots(step->getAttrOfType<ArrayAttr>("tmrt.arguments"));
+  layout.results = readSlots(step->getAttrOfType<ArrayAttr>("tmrt.results"));
   return layout;
 }
 

@@ -556,6 +556,7 @@ int main(int argc, char **argv) {
 
   std::vector<int64_t> tokens, targets;
   double firstLoss = NAN, lastLoss = NAN;
+  std::vector<float> losses;
   auto start = std::chrono::steady_clock::now();
   for (int64_t step = firstStep; step <= steps; ++step) {
     corpus.batch(step, batchSize, seqLen, tokens, targets);
@@ -617,6 +618,7 @@ int main(int argc, char **argv) {
     if (std::isnan(firstLoss))
       firstLoss = loss;
     lastLoss = loss;
+    losses.push_back(loss);
     if (lossFile)
       *lossFile << step << " " << llvm::format("%.6f", loss) << "\n";
     double seconds = std::chrono::duration<double>(
@@ -649,10 +651,24 @@ int main(int argc, char **argv) {
                         layout->arguments, *state, error))
       return fail(error);
   }
-  if (firstStep <= steps)
+  if (firstStep <= steps) {
     llvm::outs() << llvm::formatv(
         "loss: first {0:F4} (step {1}), last {2:F4} (step {3})\n", firstLoss,
         firstStep, lastLoss, steps.getValue());
+    // The curve as the mean loss of up to ten equal windows of steps.
+    size_t windows = std::min<size_t>(10, losses.size());
+    llvm::outs() << "loss curve (mean per window):";
+    for (size_t w = 0; w < windows; ++w) {
+      size_t begin = w * losses.size() / windows;
+      size_t end = (w + 1) * losses.size() / windows;
+      double sum = 0.0;
+      for (size_t i = begin; i < end; ++i)
+        sum += losses[i];
+      llvm::outs() << llvm::formatv("  {0}-{1}: {2:F3}", firstStep + begin,
+                                    firstStep + end - 1, sum / (end - begin));
+    }
+    llvm::outs() << "\n";
+  }
   if (backend == "cpu")
     llvm::outs() << "arena: planned " << layout->arenaBytes
                  << " B, measured peak " << tmrt_arena_high_water(ctx)

@@ -18,7 +18,7 @@ def ConvertTrainToRuntimePass
     ones in `include/trainmem/Conversion/RuntimeFunctions.def`.
 
     The host learns where everything is from attributes on the function:
-    `train.arena_bytes`, and `train.arguments` / `train.results`, one
+    `tmrt.arena_bytes`, and `tmrt.arguments` / `tmrt.results`, one
     dictionary per original argument / result with its `role` (`param`,
     `optimizer_state`, `input`, `loss`, `grad`, `grad_norm`), `key` (the
     marker's value), `offset`, `bytes`, `shape` and `dtype`.

@@ -268,15 +268,18 @@ LogicalResult Lowering::clip(ClipGradNormOp op) {
 }
 
 LogicalResult Lowering::lower(Operation *op) {
-  // Kernels are f32; ids, counts and masks are integers.
-  for (Value value : llvm::concat<Value>(op->getOperands(), op->getResults()))
-    if (auto type = dyn_cast<RankedTensorType>(value.getType()))
-      if (isa<FloatType>(type.getElementType()) &&
-          !type.getElementType().isF32())
-        return op->emitOpError("has a ")
-               << type.getElementType()
-               << " tensor; the runtime's kernels are f32 (write the model "
-                  "with --dtype f32)";
+  // Kernels are f32; ids, counts and masks are integers. Blocks only name
+  // their values.
+  if (!isa<BlockOp, YieldOp>(op)) {
+    for (Value value : llvm::concat<Value>(op->getOperands(), op->getResults()))
+      if (auto type = dyn_cast<RankedTensorType>(value.getType()))
+        if (isa<FloatType>(type.getElementType()) &&
+            !type.getElementType().isF32())
+          return op->emitOpError("has a ")
+                 << type.getElementType()
+                 << " tensor; the runtime's kernels are f32 (write the model "
+                    "with --dtype f32)";
+  }
 
   Location loc = op->getLoc();
   auto simple = [&](StringRef name, ArrayRef<Arg> args) -> LogicalResult {
@@ -364,13 +367,15 @@ LogicalResult Lowering::lower(Operation *op) {
                       {offset(o.getInput()), offset(o.getResult()),
                        offset(o.getMask()), elements(o.getInput()),
                        o.getRate().convertToDouble(),
-                       o.getSeedAttr().getInt(), o.getOffsetAttr().getInt()});
+                       o.getSeedAttr().getInt(), o.getOffsetAttr().getInt(),
+                       o.getKey() ? offset(o.getKey()) : int64_t(-1)});
       })
       .Case<DropoutMaskOp>([&](DropoutMaskOp o) {
         return simple("tmrt_dropout_mask",
                       {offset(o.getMask()), elements(o.getMask()),
                        o.getRate().convertToDouble(),
-                       o.getSeedAttr().getInt(), o.getOffsetAttr().getInt()});
+                       o.getSeedAttr().getInt(), o.getOffsetAttr().getInt(),
+                       o.getKey() ? offset(o.getKey()) : int64_t(-1)});
       })
       .Case<RopeOp>([&](auto o) { return rope(o); })
       .Case<CrossEntropyOp>([&](CrossEntropyOp o) {
@@ -579,11 +584,11 @@ struct ConvertTrainToRuntimePass
     func::ReturnOp::create(builder, step.getLoc());
     numCalls += lowering.numCalls;
 
-    lowered->setAttr("train.arena_bytes",
+    lowered->setAttr("tmrt.arena_bytes",
                      builder.getI64IntegerAttr(
                          static_cast<int64_t>(plan.getArenaBytes())));
-    lowered->setAttr("train.arguments", builder.getArrayAttr(arguments));
-    lowered->setAttr("train.results", builder.getArrayAttr(results));
+    lowered->setAttr("tmrt.arguments", builder.getArrayAttr(arguments));
+    lowered->setAttr("tmrt.results", builder.getArrayAttr(results));
     step.erase();
     lowered.setSymName(function);
 

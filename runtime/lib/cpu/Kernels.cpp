@@ -444,8 +444,11 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
 }
 
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
-                  int64_t n, double rate, int64_t seed, int64_t offset) {
+                  int64_t n, double rate, int64_t seed, int64_t offset,
+                  int64_t key) {
   ++ctx->kernelCalls;
+  if (key >= 0)
+    seed += *ctx->at<int64_t>(key);
   const float *x = ctx->at<float>(in);
   float *y = ctx->at<float>(out);
   uint8_t *keep = ctx->at<uint8_t>(mask);
@@ -475,8 +478,11 @@ void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
 }
 
 void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
-                       double rate, int64_t seed, int64_t offset) {
+                       double rate, int64_t seed, int64_t offset,
+                       int64_t key) {
   ++ctx->kernelCalls;
+  if (key >= 0)
+    seed += *ctx->at<int64_t>(key);
   uint8_t *keep = ctx->at<uint8_t>(mask);
   uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   elementwise(ctx, n, [&](int64_t i) {

@@ -212,7 +212,7 @@ void DropoutOp::build(OpBuilder &builder, OperationState &state, Value input,
   auto inputType = cast<RankedTensorType>(input.getType());
   auto maskType =
       RankedTensorType::get(inputType.getShape(), builder.getI1Type());
-  build(builder, state, inputType, maskType, input,
+  build(builder, state, inputType, maskType, input, /*key=*/Value(),
         builder.getF64FloatAttr(rate), builder.getI64IntegerAttr(seed),
         builder.getI64IntegerAttr(offset));
 }

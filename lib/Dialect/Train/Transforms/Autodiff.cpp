@@ -174,7 +174,8 @@ void regenerateDropoutMasks(func::FuncOp func) {
       OpBuilder builder(use.getOwner());
       auto mask = DropoutMaskOp::create(
           builder, dropout.getLoc(), dropout.getMask().getType(),
-          dropout.getRateAttr(), dropout.getSeedAttr(), dropout.getOffsetAttr());
+          dropout.getKey(), dropout.getRateAttr(), dropout.getSeedAttr(),
+          dropout.getOffsetAttr());
       use.set(mask);
     }
   });
@@ -309,6 +310,11 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
   if (failed(func.insertArguments(newIndices, newTypes, newAttrs, newLocs)))
     return func.emitError("train-autodiff: cannot extend the signature");
   Value step = func.getArgument(stepIndex);
+  // Each step draws fresh dropout masks: the step counter keys the RNG.
+  func.walk([&](DropoutOp dropout) {
+    if (!dropout.getKey())
+      dropout.getKeyMutable().assign(step);
+  });
   auto argumentAt = [&](int index) {
     return index < 0 ? Value() : Value(func.getArgument(index));
   };

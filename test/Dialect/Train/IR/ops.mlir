@@ -122,6 +122,15 @@ func.func @precision_and_masks(%master: tensor<4x8xf32>) -> (tensor<4x8xbf16>, t
   return %w, %m : tensor<4x8xbf16>, tensor<4x8xi1>
 }
 
+// CHECK-LABEL: func.func @keyed_dropout
+func.func @keyed_dropout(%x: tensor<4x8xf32>, %step: tensor<i64>) -> (tensor<4x8xf32>, tensor<4x8xi1>) {
+  // CHECK: train.dropout %{{.*}} key(%{{.*}} : tensor<i64>) {offset = 1 : i64, rate = 5.000000e-01 : f64, seed = 7 : i64} : tensor<4x8xf32> -> tensor<4x8xi1>
+  %y, %m = train.dropout %x key(%step : tensor<i64>) {rate = 0.5 : f64, seed = 7 : i64, offset = 1 : i64} : tensor<4x8xf32> -> tensor<4x8xi1>
+  // CHECK: train.dropout_mask key(%{{.*}} : tensor<i64>) {offset = 1 : i64, rate = 5.000000e-01 : f64, seed = 7 : i64} : tensor<4x8xi1>
+  %r = train.dropout_mask key(%step : tensor<i64>) {rate = 0.5 : f64, seed = 7 : i64, offset = 1 : i64} : tensor<4x8xi1>
+  return %y, %r : tensor<4x8xf32>, tensor<4x8xi1>
+}
+
 // CHECK-LABEL: func.func @optimizer
 func.func @optimizer(%p: tensor<8xf32>, %g: tensor<8xbf16>, %m: tensor<8xf32>,
                      %v: tensor<8xf32>, %step: tensor<i64>, %w: tensor<4x8xf32>) {

@@ -4,17 +4,20 @@
 // Dropout keeps its mask, not its input; with regenerate-dropout-masks the
 // backward draws the mask again from the same RNG stream instead.
 
+// The step counter keys the masks, so every step draws fresh ones.
 // CHECK-LABEL: func.func @train_step
+// CHECK-SAME:    %[[STEP:[^:]*]]: tensor<i64> {train.input = "step"}
 // CHECK:       %[[FWD:.*]]:2 = train.block mlp layer 0 -> tensor<2x4xf32>, tensor<2x4xi1>
-// CHECK:         %[[Y:.*]], %[[MASK:.*]] = train.dropout
+// CHECK:         %[[Y:.*]], %[[MASK:.*]] = train.dropout %{{.*}} key(%[[STEP]] : tensor<i64>)
 // CHECK:         train.yield %[[Y]], %[[MASK]]
 // CHECK:       train.block mlp layer 0 backward
 // CHECK:         train.dropout_grad %{{.*}}, %[[FWD]]#1 {rate = 1.000000e-01 : f64}
 
 // REGEN-LABEL: func.func @train_step
+// REGEN-SAME:    %[[STEP:[^:]*]]: tensor<i64> {train.input = "step"}
 // REGEN:       train.block mlp layer 0 -> tensor<2x4xf32> {
 // REGEN:       train.block mlp layer 0 backward
-// REGEN:         %[[MASK:.*]] = train.dropout_mask {offset = 5 : i64, rate = 1.000000e-01 : f64, seed = 3 : i64} : tensor<2x4xi1>
+// REGEN:         %[[MASK:.*]] = train.dropout_mask key(%[[STEP]] : tensor<i64>) {offset = 5 : i64, rate = 1.000000e-01 : f64, seed = 3 : i64} : tensor<2x4xi1>
 // REGEN:         train.dropout_grad %{{.*}}, %[[MASK]] {rate = 1.000000e-01 : f64}
 
 func.func @forward(%x: tensor<2x4xf32> {train.input = "x"},

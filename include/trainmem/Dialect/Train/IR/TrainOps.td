@@ -249,21 +249,27 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
   let description = [{
     Zeroes each element with probability `rate` and scales the rest by
     `1 / (1 - rate)`. Element `i` (row-major) is kept when the top 24 bits of
-    word `i % 4` of Philox-4x32-10, keyed by `seed`, at counter
-    (`i / 4`, `offset`), are below `round((1 - rate) · 2^24)`: a uniform
-    draw below `1 - rate`, in integers, so any executor and any recompute
-    draws the same mask (`include/trainmem/Support/Philox.h`). The second
-    result is the keep-mask (one byte per element), which the backward uses.
+    word `i % 4` of Philox-4x32-10, keyed by `seed + key` (the optional `key`
+    operand, 0 without it), at counter (`i / 4`, `offset`), are below
+    `round((1 - rate) · 2^24)`: a uniform draw below `1 - rate`, in integers,
+    so any executor and any recompute draws the same mask
+    (`include/trainmem/Support/Philox.h`). `offset` tells the dropout sites
+    of a model apart; `key` (a training step passes its step counter) draws
+    a fresh mask every step. The second result is the keep-mask (one byte
+    per element), which the backward uses.
 
     ```mlir
-    %y, %mask = train.dropout %p {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
+    %y, %mask = train.dropout %p key(%step : tensor<i64>) {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
         : tensor<8x12x1024x1024xbf16> -> tensor<8x12x1024x1024xi1>
     ```
   }];
-  let arguments = (ins Train_FloatTensor:$input, F64Attr:$rate,
-                       I64Attr:$seed, I64Attr:$offset);
+  let arguments = (ins Train_FloatTensor:$input, Optional<Train_I64Scalar>:$key,
+                       F64Attr:$rate, I64Attr:$seed, I64Attr:$offset);
   let results = (outs Train_FloatTensor:$result, Train_MaskTensor:$mask);
-  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($mask)";
+  let assemblyFormat = [{
+    $input (`key` `(` $key^ `:` type($key) `)`)? attr-dict `:` type($input)
+    `->` type($mask)
+  }];
   let hasVerifier = 1;
   let builders = [
     OpBuilder<(ins "::mlir::Value":$input, "double":$rate, "int64_t":$seed,
@@ -386,19 +392,22 @@ def Train_CastOp : Train_DiffOp<"cast"> {
 def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask"> {
   let summary = "regenerates the keep-mask of a dropout from its RNG stream";
   let description = [{
-    The mask `train.dropout` with the same `rate`, `seed` and `offset` draws
-    for a tensor of this shape. The backward can recompute a mask with it
-    instead of keeping the forward's (1 byte per element saved, a few
-    integer operations per element spent).
+    The mask `train.dropout` with the same `key`, `rate`, `seed` and
+    `offset` draws for a tensor of this shape. The backward can recompute a
+    mask with it instead of keeping the forward's (1 byte per element saved,
+    a few integer operations per element spent).
 
     ```mlir
-    %mask = train.dropout_mask {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
+    %mask = train.dropout_mask key(%step : tensor<i64>) {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
         : tensor<8x12x1024x1024xi1>
     ```
   }];
-  let arguments = (ins F64Attr:$rate, I64Attr:$seed, I64Attr:$offset);
+  let arguments = (ins Optional<Train_I64Scalar>:$key, F64Attr:$rate,
+                       I64Attr:$seed, I64Attr:$offset);
   let results = (outs Train_MaskTensor:$mask);
-  let assemblyFormat = "attr-dict `:` type($mask)";
+  let assemblyFormat = [{
+    (`key` `(` $key^ `:` type($key) `)`)? attr-dict `:` type($mask)
+  }];
   let hasVerifier = 1;
 }
 

@@ -1,0 +1,25 @@
+// RUN: trainmem-opt %s -split-input-file -convert-train-to-runtime -verify-diagnostics
+
+func.func @train_step(%x: tensor<4xbf16>) -> tensor<4xbf16> {
+  // expected-error @+1 {{'train.gelu' op has a 'bf16' tensor; the runtime's kernels are f32 (write the model with --dtype f32)}}
+  %0 = train.gelu %x : tensor<4xbf16>
+  return %0 : tensor<4xbf16>
+}
+
+// -----
+
+func.func @train_step(%x: tensor<2x3xf32>) -> tensor<3x2xf32> {
+  %t = train.transpose %x {permutation = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32>
+  // expected-error @+1 {{'train.gelu' op reads a strided view; the runtime kernel of this op needs a row-major operand}}
+  %0 = train.gelu %t : tensor<3x2xf32>
+  return %0 : tensor<3x2xf32>
+}
+
+// -----
+
+// expected-error @+1 {{convert-train-to-runtime: no function @train_step with a body}}
+module {
+  func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
+    return %x : tensor<4xf32>
+  }
+}

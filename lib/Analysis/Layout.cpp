@@ -33,8 +33,8 @@ SmallVector<int64_t> mlir::train::getStrides(Value value) {
       strides.push_back(source[p]);
     return strides;
   }
-  if (auto block = dyn_cast_or_null<BlockOp>(def)) {
-    auto yield = cast<YieldOp>(block.getBody().front().getTerminator());
+  if (isa_and_nonnull<BlockOp, RematOp>(def)) {
+    auto yield = cast<YieldOp>(def->getRegion(0).front().getTerminator());
     return getStrides(
         yield.getValues()[cast<OpResult>(value).getResultNumber()]);
   }

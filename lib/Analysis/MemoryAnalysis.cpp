@@ -103,10 +103,13 @@ void FunctionMemory::buildSchedule(Block &block, Phase phase) {
     schedule.push_back(&op);
     pointOf[&op] = schedule.size();
     phaseOf[&op] = opPhase;
-    if (auto blockOp = dyn_cast<BlockOp>(op)) {
-      buildSchedule(blockOp.getBody().front(), opPhase);
+    if (isa<BlockOp>(op)) {
+      buildSchedule(op.getRegion(0).front(), opPhase);
       if (block.getParentOp() == func)
         phase = opPhase;
+    } else if (isa<RematOp>(op)) {
+      // A remat region runs in place in the phase around it.
+      buildSchedule(op.getRegion(0).front(), opPhase);
     }
   }
 }
@@ -144,8 +147,8 @@ void FunctionMemory::buildBuffers() {
       if (isa<ViewOpInterface>(user) && isAliasingView(user))
         last = std::max(last, lastRead(user->getResult(0)));
       else if (isa<YieldOp>(user))
-        if (auto block = dyn_cast<BlockOp>(user->getParentOp()))
-          last = std::max(last, lastRead(block.getResult(use.getOperandNumber())));
+        last = std::max(last, lastRead(user->getParentOp()->getResult(
+                                  use.getOperandNumber())));
     }
     return last;
   };
@@ -160,10 +163,10 @@ void FunctionMemory::buildBuffers() {
     if (auto view = dyn_cast<ViewOpInterface>(op)) {
       if (isAliasingView(op))
         unite(view.getViewSource(), op->getResult(0));
-    } else if (auto block = dyn_cast<BlockOp>(op)) {
-      auto yield = cast<YieldOp>(block.getBody().front().getTerminator());
+    } else if (isa<BlockOp, RematOp>(op)) {
+      auto yield = cast<YieldOp>(op->getRegion(0).front().getTerminator());
       for (auto [result, yielded] :
-           llvm::zip(block.getResults(), yield.getValues()))
+           llvm::zip(op->getResults(), yield.getValues()))
         if (isTensor(result))
           unite(yielded, result);
     } else if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
@@ -194,9 +197,11 @@ void FunctionMemory::buildBuffers() {
             // Where the value is really written: through block results to
             // the op that defines it.
             Value source = value;
-            while (auto block =
-                       dyn_cast_or_null<BlockOp>(source.getDefiningOp()))
-              source = cast<YieldOp>(block.getBody().front().getTerminator())
+            while (isa_and_nonnull<BlockOp, RematOp>(source.getDefiningOp()))
+              source = cast<YieldOp>(source.getDefiningOp()
+                                         ->getRegion(0)
+                                         .front()
+                                         .getTerminator())
                            .getValues()[cast<OpResult>(source)
                                             .getResultNumber()];
             Operation *def = source.getDefiningOp();
@@ -210,7 +215,7 @@ void FunctionMemory::buildBuffers() {
   // A block result is only a name for what the block yields: the memory is
   // written where the yielded value is defined.
   auto isBlockResult = [](Value value) {
-    return isa_and_nonnull<BlockOp>(value.getDefiningOp());
+    return isa_and_nonnull<BlockOp, RematOp>(value.getDefiningOp());
   };
   unsigned returnPoint = schedule.size();
   for (Value value : values) {
@@ -273,8 +278,8 @@ void FunctionMemory::classify() {
     if (auto add = dyn_cast<AddOp>(def)) {
       worklist.push_back(add.getLhs());
       worklist.push_back(add.getRhs());
-    } else if (auto block = dyn_cast<BlockOp>(def)) {
-      auto yield = cast<YieldOp>(block.getBody().front().getTerminator());
+    } else if (isa<BlockOp, RematOp>(def)) {
+      auto yield = cast<YieldOp>(def->getRegion(0).front().getTerminator());
       worklist.push_back(
           yield.getValues()[cast<OpResult>(value).getResultNumber()]);
     } else if (auto clip = dyn_cast<ClipGradNormOp>(def)) {
@@ -433,8 +438,12 @@ void FunctionMemory::summarize() {
       parameters += getNumElements(func.getArgument(i).getType());
 
   for (Operation *op : schedule)
-    if (auto cost = dyn_cast<CostOpInterface>(op))
-      flops[static_cast<unsigned>(phaseOf.lookup(op))] += cost.getFlops();
+    if (auto cost = dyn_cast<CostOpInterface>(op)) {
+      if (op->hasAttr("train.recompute"))
+        recomputeFlops += cost.getFlops();
+      else
+        flops[static_cast<unsigned>(phaseOf.lookup(op))] += cost.getFlops();
+    }
 }
 
 MemoryAnalysis::MemoryAnalysis(Operation *op) {

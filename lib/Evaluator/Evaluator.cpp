@@ -805,12 +805,13 @@ LogicalResult Interpreter::exec(Operation *op) {
         lrSchedule(o);
         return success();
       })
-      .Case<BlockOp>([&](BlockOp o) -> LogicalResult {
-        Block &body = o.getBody().front();
+      .Case<BlockOp, RematOp>([&](Operation *o) -> LogicalResult {
+        Block &body = o->getRegion(0).front();
         if (failed(run(body)))
           return failure();
         auto yield = cast<YieldOp>(body.getTerminator());
-        for (auto [result, value] : llvm::zip(o.getResults(), yield.getValues()))
+        for (auto [result, value] :
+             llvm::zip(o->getResults(), yield.getValues()))
           set(result, get(value));
         return success();
       })

@@ -88,9 +88,12 @@ public:
   const CategoryBytes &getTotals() const { return totals; }
   ArrayRef<LayerActivations> getLayers() const { return layers; }
   uint64_t getParameters() const { return parameters; }
+  /// FLOPs of a phase, not counting recompute.
   uint64_t getFlops(Phase phase) const {
     return flops[static_cast<unsigned>(phase)];
   }
+  /// FLOPs of ops cloned by train-materialize-remat (`train.recompute`).
+  uint64_t getRecomputeFlops() const { return recomputeFlops; }
 
 private:
   void buildSchedule(Block &block, Phase phase);
@@ -113,6 +116,7 @@ private:
   std::vector<LayerActivations> layers;
   uint64_t parameters = 0;
   std::array<uint64_t, 3> flops{};
+  uint64_t recomputeFlops = 0;
 };
 
 /// The memory of every function with a body in a module (or of one

@@ -290,6 +290,10 @@ LogicalResult Lowering::lower(Operation *op) {
   };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<BlockOp, YieldOp>([](Operation *) { return success(); })
+      .Case<RematOp>([](RematOp o) {
+        return o.emitOpError("must be materialized before lowering (run "
+                             "train-materialize-remat)");
+      })
       .Case<TransposeOp>([](Operation *) { return success(); })
       .Case<ReshapeOp>([&](ReshapeOp o) {
         return isAliasingView(o) ? success() : copyStrided(o);

@@ -388,6 +388,25 @@ LogicalResult BlockOp::verify() {
   return success();
 }
 
+LogicalResult RematOp::verify() {
+  Block &body = getBody().front();
+  auto yield = body.empty() ? YieldOp() : dyn_cast<YieldOp>(body.back());
+  if (!yield)
+    return emitOpError("body must end with train.yield");
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yielded types must equal the region's result types");
+  // Recompute repeats the region: only ops without side effects repeat
+  // without changing the program.
+  WalkResult result = getBody().walk([&](Operation *op) {
+    if (isa<YieldOp, BlockOp, RematOp>(op) || isMemoryEffectFree(op))
+      return WalkResult::advance();
+    emitOpError("cannot recompute '")
+        << op->getName() << "': it has side effects";
+    return WalkResult::interrupt();
+  });
+  return failure(result.wasInterrupted());
+}
+
 //===----------------------------------------------------------------------===//
 // Optimizer side
 //===----------------------------------------------------------------------===//

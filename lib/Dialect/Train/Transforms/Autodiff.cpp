@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -31,53 +32,6 @@ namespace {
 bool isFloatTensor(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   return tensor && isa<FloatType>(tensor.getElementType());
-}
-
-/// Makes every value defined in `block`'s body and used outside it an extra
-/// result of `block` (nested blocks first), and rewires the outside uses.
-void exportEscapingValues(BlockOp block) {
-  Block &body = block.getBody().front();
-  for (Operation &op : llvm::make_early_inc_range(body))
-    if (auto nested = dyn_cast<BlockOp>(op))
-      exportEscapingValues(nested);
-
-  auto isOutside = [&](OpOperand &use) {
-    return !block->isProperAncestor(use.getOwner());
-  };
-  auto yield = cast<YieldOp>(body.getTerminator());
-  unsigned numOld = block.getNumResults();
-
-  // A value the block already yields is read outside through that result.
-  for (auto [index, yielded] : llvm::enumerate(yield.getValues()))
-    if (yielded.getParentBlock() == &body)
-      yielded.replaceUsesWithIf(block.getResult(index), isOutside);
-
-  SmallVector<Value> escaping;
-  for (Operation &op : body)
-    for (Value result : op.getResults())
-      if (llvm::any_of(result.getUses(), isOutside))
-        escaping.push_back(result);
-  if (escaping.empty())
-    return;
-
-  yield.getValuesMutable().append(escaping);
-  SmallVector<Type> types(block.getResultTypes());
-  for (Value value : escaping)
-    types.push_back(value.getType());
-
-  OpBuilder builder(block);
-  auto replacement =
-      BlockOp::create(builder, block.getLoc(), types, block.getKindAttr(),
-                      block.getLayerAttr(), block.getBackwardAttr());
-  replacement->setDiscardableAttrs(block->getDiscardableAttrDictionary());
-  replacement.getBody().takeBody(block.getBody());
-  for (auto [index, value] : llvm::enumerate(escaping))
-    value.replaceUsesWithIf(
-        replacement.getResult(numOld + index), [&](OpOperand &use) {
-          return !replacement->isProperAncestor(use.getOwner());
-        });
-  block.replaceAllUsesWith(replacement.getResults().take_front(numOld));
-  block.erase();
 }
 
 struct Differentiator {
@@ -437,9 +391,7 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
     train::regenerateDropoutMasks(func);
 
   // Make block-crossing values explicit block results.
-  for (Operation &op : llvm::make_early_inc_range(entry))
-    if (auto blockOp = dyn_cast<BlockOp>(op))
-      exportEscapingValues(blockOp);
+  exportEscapingValues(func);
   return success();
 }
 

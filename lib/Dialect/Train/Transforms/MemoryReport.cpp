@@ -4,6 +4,7 @@
 #include "trainmem/Analysis/MemoryPlan.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Support/FileUtilities.h"
@@ -81,7 +82,8 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
        llvm::json::Object{
            {"forward", memory.getFlops(Phase::Forward)},
            {"backward", memory.getFlops(Phase::Backward)},
-           {"optimizer", memory.getFlops(Phase::Optimizer)}}}};
+           {"optimizer", memory.getFlops(Phase::Optimizer)},
+           {"recompute", memory.getRecomputeFlops()}}}};
 }
 
 void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
@@ -107,10 +109,12 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                         stringifyMemoryCategory(category),
                         memory.getAtPeak()[i], memory.getTotals()[i]);
   }
-  os << llvm::formatv("  flops      forward {0}  backward {1}  optimizer {2}\n",
+  os << llvm::formatv("  flops      forward {0}  backward {1}  optimizer {2}"
+                      "  recompute {3}\n",
                       memory.getFlops(Phase::Forward),
                       memory.getFlops(Phase::Backward),
-                      memory.getFlops(Phase::Optimizer));
+                      memory.getFlops(Phase::Optimizer),
+                      memory.getRecomputeFlops());
   if (memory.getLayers().empty())
     return;
   os << "  saved activations per layer (B)\n";
@@ -147,8 +151,22 @@ struct TrainMemoryReportPass
       }
       func = candidates.front();
     }
-    const FunctionMemory *memory =
-        getAnalysis<MemoryAnalysis>().lookup(func);
+    // Unmaterialized train.remat regions are reported as they will run:
+    // on a copy with their recompute materialized.
+    OwningOpRef<ModuleOp> materialized;
+    std::optional<MemoryAnalysis> ownAnalysis;
+    const FunctionMemory *memory;
+    if (func.walk([](RematOp) { return WalkResult::interrupt(); })
+            .wasInterrupted()) {
+      materialized = module.clone();
+      auto copy = materialized->lookupSymbol<func::FuncOp>(func.getSymName());
+      if (failed(materializeRemat(copy)))
+        return signalPassFailure();
+      ownAnalysis.emplace(copy);
+      memory = &ownAnalysis->getFunctions().front();
+    } else {
+      memory = getAnalysis<MemoryAnalysis>().lookup(func);
+    }
 
     std::string errorMessage;
     std::unique_ptr<llvm::ToolOutputFile> file =

@@ -427,7 +427,7 @@ func.func @block_without_yield(%x: tensor<4xf32>) {
 // -----
 
 func.func @yield_outside_block(%x: tensor<4xf32>) {
-  // expected-error @+1 {{expects parent op 'train.block'}}
+  // expected-error @+1 {{expects parent op to be one of 'train.block, train.remat'}}
   train.yield %x : tensor<4xf32>
 }
 
@@ -620,5 +620,37 @@ func.func @dropout_mask_rate() {
 func.func @dropout_mask_offset() {
   // expected-error @+1 {{offset must be >= 0}}
   %0 = train.dropout_mask {rate = 0.5 : f64, seed = 0 : i64, offset = -3 : i64} : tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @remat_side_effect(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'train.remat' op cannot recompute 'func.call': it has side effects}}
+  %0 = train.remat -> tensor<4xf32> {
+    %1 = func.call @log(%x) : (tensor<4xf32>) -> tensor<4xf32>
+    train.yield %1 : tensor<4xf32>
+  }
+  return
+}
+func.func private @log(tensor<4xf32>) -> tensor<4xf32>
+
+// -----
+
+func.func @remat_yield_types(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'train.remat' op yielded types must equal the region's result types}}
+  %0 = train.remat -> tensor<2xf32> {
+    train.yield %x : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @remat_without_yield(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'train.remat' op body must end with train.yield}}
+  "train.remat"() ({
+    %0 = train.gelu %x : tensor<4xf32>
+  }) : () -> ()
   return
 }

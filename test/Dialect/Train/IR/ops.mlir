@@ -122,6 +122,23 @@ func.func @precision_and_masks(%master: tensor<4x8xf32>) -> (tensor<4x8xbf16>, t
   return %w, %m : tensor<4x8xbf16>, tensor<4x8xi1>
 }
 
+// CHECK-LABEL: func.func @remat
+func.func @remat(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // CHECK: %[[R:.*]]:2 = train.remat -> tensor<4x8xf32>, tensor<4x8xf32> {
+  // CHECK:   train.yield %{{.*}}, %{{.*}} : tensor<4x8xf32>, tensor<4x8xf32>
+  // CHECK: }
+  %r:2 = train.remat -> tensor<4x8xf32>, tensor<4x8xf32> {
+    %g = train.gelu %x : tensor<4x8xf32>
+    %s = train.softmax %g : tensor<4x8xf32>
+    train.yield %s, %g : tensor<4x8xf32>, tensor<4x8xf32>
+  }
+  // CHECK: train.remat {
+  train.remat {
+    train.yield
+  }
+  return %r#0 : tensor<4x8xf32>
+}
+
 // CHECK-LABEL: func.func @keyed_dropout
 func.func @keyed_dropout(%x: tensor<4x8xf32>, %step: tensor<i64>) -> (tensor<4x8xf32>, tensor<4x8xi1>) {
   // CHECK: train.dropout %{{.*}} key(%{{.*}} : tensor<i64>) {offset = 1 : i64, rate = 5.000000e-01 : f64, seed = 7 : i64} : tensor<4x8xf32> -> tensor<4x8xi1>

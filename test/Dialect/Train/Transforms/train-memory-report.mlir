@@ -31,7 +31,7 @@
 // CHECK-NEXT:  optimizer 1024 1024
 // CHECK-NEXT:  activations 64 320
 // CHECK-NEXT:  temporaries 140 140
-// CHECK-NEXT:  flops      forward 768  backward 896  optimizer 1536
+// CHECK-NEXT:  flops      forward 768  backward 896  optimizer 1536  recompute 0
 // CHECK-NEXT:  saved activations per layer (B)
 // CHECK-NEXT:  layer attention mlp norm total
 // CHECK-NEXT:  0 0 320 0 320

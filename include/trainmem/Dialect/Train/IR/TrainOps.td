@@ -609,9 +609,40 @@ def Train_BlockOp : Train_Op<"block", [
   let hasVerifier = 1;
 }
 
+def Train_RematOp : Train_Op<"remat", [
+    SingleBlock, RecursiveMemoryEffects, RecursivelySpeculatable]> {
+  let summary = "values computed inside are recomputed for the backward";
+  let description = [{
+    A region executed once, in place, in the forward pass; its `train.yield`
+    operands are its results. The values defined inside are not kept for the
+    backward: where a backward op needs one, `train-materialize-remat`
+    recomputes it from the region's inputs (the values it uses from outside)
+    next to that backward op. `train-remat` inserts these regions around
+    whole layers, blocks, or the attention core.
+
+    Recompute must give the same values, so the region may only hold ops
+    without side effects; dropout draws the same mask again because its RNG
+    is counter-based.
+
+    ```mlir
+    %ctx, %p = train.remat -> tensor<8x12x1024x64xbf16>, tensor<8x12x1024x1024xbf16> {
+      %s = train.matmul %q, %k {transpose_rhs} : ...
+      ...
+      train.yield %c, %p : tensor<8x12x1024x64xbf16>, tensor<8x12x1024x1024xbf16>
+    }
+    ```
+  }];
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    (`->` type($results)^)? attr-dict-with-keyword $body
+  }];
+  let hasVerifier = 1;
+}
+
 def Train_YieldOp : Train_Op<"yield", [
-    Pure, Terminator, ReturnLike, HasParent<"BlockOp">]> {
-  let summary = "ends a train.block and gives its results";
+    Pure, Terminator, ReturnLike, ParentOneOf<["BlockOp", "RematOp"]>]> {
+  let summary = "ends a train.block or train.remat and gives its results";
   let description = [{
     ```mlir
     train.yield %x : tensor<8x1024x768xbf16>

@@ -100,4 +100,64 @@ def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
+  let summary = "Wraps forward segments of a training step in train.remat";
+  let description = [{
+    Marks what the backward recomputes instead of keeping, on a step written
+    by `train-autodiff`. Policies, as practitioners use them:
+
+    - `full`: each layer (its attention and MLP blocks together); only the
+      layer's input stays for the backward (2·s·b·h per GPT layer in 16-bit);
+    - `selective`: the attention core of each layer (QKᵀ, scale, softmax,
+      dropout, ·V), Megatron's selective recompute (34·s·b·h per GPT layer
+      stays);
+    - `attention` / `mlp`: that block of each layer, apart from the other;
+    - `every`: with `method=uniform`, chunks of `every` consecutive layers,
+      only each chunk's input stays; with `method=block`, only the first
+      `every` layers, each fully (Megatron's `--recompute-method`).
+
+    `layers=A:B` limits a policy to layers A..B-1. Values a region passes on
+    to the forward after it (a layer's output) stay; the rest is recomputed
+    by `train-materialize-remat`.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"train_step\"",
+           "The training step">,
+    Option<"policy", "policy", "std::string", "\"full\"",
+           "full, selective, attention, mlp or every">,
+    Option<"every", "every", "int64_t", "1",
+           "Layers per chunk (method=uniform) or layers recomputed "
+           "(method=block), for policy=every">,
+    Option<"method", "method", "std::string", "\"uniform\"",
+           "uniform or block, for policy=every">,
+    Option<"layers", "layers", "std::string", "\"\"",
+           "Layer range A:B (A..B-1); all layers when empty">
+  ];
+  let statistics = [
+    Statistic<"numRegions", "remat-regions", "train.remat regions inserted">
+  ];
+}
+
+def TrainMaterializeRematPass
+    : Pass<"train-materialize-remat", "mlir::ModuleOp"> {
+  let summary = "Clones each train.remat's recompute next to its backward use";
+  let description = [{
+    For every `train.remat`, the values defined inside that the backward
+    reads (and the forward does not pass on) are recomputed: the ops that
+    compute them from the region's inputs are cloned once, right before the
+    first backward op that needs one of them, so the recompute's own
+    temporaries die at once and its results live only as long as the
+    backward needs them. Clones carry the unit attribute `train.recompute`
+    (the memory report counts their FLOPs as `recompute`). The regions are
+    then dissolved and block results nobody reads removed.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"train_step\"",
+           "The training step">
+  ];
+  let statistics = [
+    Statistic<"numRecomputed", "recomputed-ops", "Ops cloned for recompute">
+  ];
+}
+
 #endif // TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PASSES_TD

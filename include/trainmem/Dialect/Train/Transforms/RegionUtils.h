@@ -1,0 +1,55 @@
+//===- RegionUtils.h - editing train.block / train.remat regions -*- C++ -*-===//
+//
+// train.block and train.remat are transparent regions: their bodies use outer
+// values directly and their results are what they yield. Passes that move
+// ops across them use these helpers to keep the IR valid.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_DIALECT_TRAIN_TRANSFORMS_REGIONUTILS_H
+#define TRAINMEM_DIALECT_TRAIN_TRANSFORMS_REGIONUTILS_H
+
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace mlir {
+namespace train {
+
+/// True for train.block and train.remat.
+bool isTransparentRegionOp(Operation *op);
+
+/// The value `value` names: through block and remat results, the value
+/// their region yields.
+Value resolveRegionResult(Value value);
+
+/// Makes every value defined in `regionOp`'s body and used outside it an
+/// extra result (nested region ops first) and rewires the outside uses.
+/// A value already yielded is read through its existing result.
+void exportEscapingValues(Operation *regionOp);
+
+/// exportEscapingValues for every region op at the top level of `func`.
+void exportEscapingValues(func::FuncOp func);
+
+/// Removes the results nobody reads from every block and remat in `func`.
+void pruneUnusedResults(func::FuncOp func);
+
+/// Moves `ops`, consecutive in one block, into a new train.remat at their
+/// place; what they define and is used after them becomes its results.
+RematOp wrapInRemat(ArrayRef<Operation *> ops);
+
+/// Replaces `regionOp` by its body's ops, its results by what it yields.
+void inlineRegionOp(Operation *regionOp);
+
+/// The unit attribute on ops train-materialize-remat cloned for recompute.
+constexpr llvm::StringLiteral kRecomputeAttrName = "train.recompute";
+
+/// Clones the recompute of every train.remat in `func` next to the
+/// backward ops that need it and dissolves the regions
+/// (train-materialize-remat). Returns the number of ops cloned.
+FailureOr<unsigned> materializeRemat(func::FuncOp func);
+
+} // namespace train
+} // namespace mlir
+
+#endif // TRAINMEM_DIALECT_TRAIN_TRANSFORMS_REGIONUTILS_H

@@ -1,0 +1,142 @@
+//===- RegionUtils.cpp - editing train.block / train.remat regions --------===//
+
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace mlir::train;
+
+bool mlir::train::isTransparentRegionOp(Operation *op) {
+  return isa<BlockOp, RematOp>(op);
+}
+
+static YieldOp getYield(Operation *regionOp) {
+  return cast<YieldOp>(regionOp->getRegion(0).front().getTerminator());
+}
+
+Value mlir::train::resolveRegionResult(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (!isTransparentRegionOp(def))
+      break;
+    value = getYield(def).getValues()[cast<OpResult>(value).getResultNumber()];
+  }
+  return value;
+}
+
+/// A copy of `op` (block or remat, same properties) with `types` as result
+/// types, taking over its body; `op` itself stays for the caller to replace.
+static Operation *rebuildWithResults(Operation *op, TypeRange types) {
+  OpBuilder builder(op);
+  OperationState state(op->getLoc(), op->getName());
+  state.addTypes(types);
+  for (NamedAttribute attr : op->getDiscardableAttrs())
+    state.addAttribute(attr.getName(), attr.getValue());
+  state.propertiesAttr = op->getPropertiesAsAttribute();
+  state.addRegion();
+  Operation *replacement = builder.create(state);
+  replacement->getRegion(0).takeBody(op->getRegion(0));
+  return replacement;
+}
+
+void mlir::train::exportEscapingValues(Operation *regionOp) {
+  Block &body = regionOp->getRegion(0).front();
+  for (Operation &op : llvm::make_early_inc_range(body))
+    if (isTransparentRegionOp(&op))
+      exportEscapingValues(&op);
+
+  auto isOutside = [&](OpOperand &use) {
+    return !regionOp->isProperAncestor(use.getOwner());
+  };
+  YieldOp yield = getYield(regionOp);
+  unsigned numOld = regionOp->getNumResults();
+  for (auto [index, yielded] : llvm::enumerate(yield.getValues()))
+    if (yielded.getParentBlock() == &body)
+      yielded.replaceUsesWithIf(regionOp->getResult(index), isOutside);
+
+  SmallVector<Value> escaping;
+  for (Operation &op : body)
+    for (Value result : op.getResults())
+      if (llvm::any_of(result.getUses(), isOutside))
+        escaping.push_back(result);
+  if (escaping.empty())
+    return;
+
+  yield.getValuesMutable().append(escaping);
+  SmallVector<Type> types(regionOp->getResultTypes());
+  for (Value value : escaping)
+    types.push_back(value.getType());
+  Operation *replacement = rebuildWithResults(regionOp, types);
+  for (auto [index, value] : llvm::enumerate(escaping))
+    value.replaceUsesWithIf(
+        replacement->getResult(numOld + index), [&](OpOperand &use) {
+          return !replacement->isProperAncestor(use.getOwner());
+        });
+  regionOp->replaceAllUsesWith(
+      replacement->getResults().take_front(numOld));
+  regionOp->erase();
+}
+
+void mlir::train::exportEscapingValues(func::FuncOp func) {
+  for (Operation &op : llvm::make_early_inc_range(func.front()))
+    if (isTransparentRegionOp(&op))
+      exportEscapingValues(&op);
+}
+
+static void pruneUnusedResults(Operation *regionOp) {
+  for (Operation &op :
+       llvm::make_early_inc_range(regionOp->getRegion(0).front()))
+    if (isTransparentRegionOp(&op))
+      pruneUnusedResults(&op);
+  if (llvm::all_of(regionOp->getResults(),
+                   [](Value result) { return !result.use_empty(); }))
+    return;
+  YieldOp yield = getYield(regionOp);
+  SmallVector<Value> kept;
+  SmallVector<Type> types;
+  SmallVector<unsigned> keptIndices;
+  for (auto [index, result] : llvm::enumerate(regionOp->getResults()))
+    if (!result.use_empty()) {
+      kept.push_back(yield.getValues()[index]);
+      types.push_back(result.getType());
+      keptIndices.push_back(index);
+    }
+  yield.getValuesMutable().assign(kept);
+  Operation *replacement = rebuildWithResults(regionOp, types);
+  for (auto [newIndex, oldIndex] : llvm::enumerate(keptIndices))
+    regionOp->getResult(oldIndex).replaceAllUsesWith(
+        replacement->getResult(newIndex));
+  regionOp->erase();
+}
+
+void mlir::train::pruneUnusedResults(func::FuncOp func) {
+  for (Operation &op : llvm::make_early_inc_range(func.front()))
+    if (isTransparentRegionOp(&op))
+      ::pruneUnusedResults(&op);
+}
+
+RematOp mlir::train::wrapInRemat(ArrayRef<Operation *> ops) {
+  assert(!ops.empty() && "nothing to wrap");
+  OpBuilder builder(ops.front());
+  auto remat = RematOp::create(builder, ops.front()->getLoc(), TypeRange{});
+  Block *body = builder.createBlock(&remat.getBody());
+  for (Operation *op : ops)
+    op->moveBefore(body, body->end());
+  builder.setInsertionPointToEnd(body);
+  YieldOp::create(builder, ops.front()->getLoc());
+  // Export what the wrapped ops define and later ops use.
+  Operation *anchor = remat->getNextNode();
+  exportEscapingValues(remat);
+  return cast<RematOp>(anchor ? anchor->getPrevNode()
+                              : &remat->getBlock()->back());
+}
+
+void mlir::train::inlineRegionOp(Operation *regionOp) {
+  Block &body = regionOp->getRegion(0).front();
+  YieldOp yield = getYield(regionOp);
+  regionOp->replaceAllUsesWith(yield.getValues());
+  yield.erase();
+  regionOp->getBlock()->getOperations().splice(
+      Block::iterator(regionOp), body.getOperations());
+  regionOp->erase();
+}

@@ -46,7 +46,8 @@
 // JSON-NEXT: "flops": {
 // JSON-NEXT:   "backward": 896,
 // JSON-NEXT:   "forward": 768,
-// JSON-NEXT:   "optimizer": 1536
+// JSON-NEXT:   "optimizer": 1536,
+// JSON-NEXT:   "recompute": 0
 // JSON-NEXT: },
 // JSON-NEXT: "function": "train_step",
 // JSON-NEXT: "layers": [

@@ -340,6 +340,10 @@ void FunctionMemory::classify() {
       continue;
     }
     buffer.category = MemoryCategory::Activations;
+    // Data arguments (tokens, the step counter) exist whatever the layers
+    // do: no layer saves them.
+    if (!def)
+      continue;
     auto block = reader->getParentOfType<BlockOp>();
     if (!block)
       continue;

@@ -95,17 +95,22 @@ const TensorSlot *StepLayout::findResult(StringRef role) const {
 }
 
 LogicalResult mlir::train::prepareStep(ModuleOp module,
-                                       StringRef autodiffOptions) {
-  if (module.lookupSymbol("train_step"))
-    return success();
-  if (!module.lookupSymbol("forward"))
+                                       StringRef autodiffOptions,
+                                       StringRef rematOptions) {
+  bool hasStep = static_cast<bool>(module.lookupSymbol("train_step"));
+  if (!hasStep && !module.lookupSymbol("forward"))
     return module.emitError("trainmem-run: the module has neither "
                             "@train_step nor @forward");
+  std::string pipeline;
+  if (!hasStep)
+    pipeline += ("train-autodiff{" + autodiffOptions + "},").str();
+  if (!rematOptions.empty())
+    pipeline += ("train-remat{" + rematOptions + "},").str();
+  pipeline += "train-materialize-remat";
   PassManager pm(module.getContext());
-  std::string pipeline = ("train-autodiff{" + autodiffOptions + "}").str();
   if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
-    return module.emitError("trainmem-run: bad train-autodiff options '")
-           << autodiffOptions << "'";
+    return module.emitError("trainmem-run: bad pass options in '")
+           << pipeline << "'";
   return pm.run(module);
 }
 

@@ -78,6 +78,11 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     lossLog("loss-log", cl::desc("Write 'step loss' lines to this file"),
             cl::cat(category));
+static cl::opt<std::string>
+    rematOptions("remat",
+                 cl::desc("Recompute activations: train-remat options, e.g. "
+                          "\"policy=selective\""),
+                 cl::cat(category));
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "trainmem-run: error: " << message << "\n";
@@ -447,7 +452,7 @@ int main(int argc, char **argv) {
   if (auto model = (*module)->getAttrOfType<DictionaryAttr>(kModelAttrName))
     if (auto l = model.getAs<IntegerAttr>("layers"))
       layers = l.getInt();
-  if (failed(prepareStep(*module, autodiffOptions)))
+  if (failed(prepareStep(*module, autodiffOptions, rematOptions)))
     return 1;
 
   // The tensor-level step stays for the interpreter; the lowered one runs.

@@ -42,10 +42,13 @@ struct StepLayout {
   const TensorSlot *findResult(StringRef role) const;
 };
 
-/// Makes `module` hold a tensor-level @train_step: a module with @forward is
-/// differentiated with train-autodiff (options in the pass's syntax, e.g.
-/// "lr=1e-3 clip-norm=1.0"); one with @train_step is left as it is.
-LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions);
+/// Makes `module` hold a tensor-level @train_step ready to lower: a module
+/// with @forward is differentiated with train-autodiff (options in the
+/// pass's syntax, e.g. "lr=1e-3 clip-norm=1.0"); then, with non-empty
+/// `rematOptions` (e.g. "policy=selective"), train-remat; and any train.remat
+/// regions are materialized.
+LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
+                          StringRef rematOptions = "");
 
 /// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
 /// convert-to-llvm) and reads its arena layout.

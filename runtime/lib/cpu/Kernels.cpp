@@ -33,6 +33,37 @@ void elementwise(tmrt_context *ctx, int64_t n, Fn fn) {
   });
 }
 
+/// Keep decisions for elements [begin, end): one Philox call per four
+/// elements (element i is word i % 4 of block i / 4, as Philox.h defines).
+template <typename Fn>
+void forEachKeep(uint64_t seed, uint64_t offset, double rate, int64_t begin,
+                 int64_t end, Fn fn) {
+  uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
+  trainmem::PhiloxKey key = {static_cast<uint32_t>(seed),
+                             static_cast<uint32_t>(seed >> 32)};
+  for (int64_t block = begin / 4; block * 4 < end; ++block) {
+    trainmem::PhiloxCounter words = trainmem::philox4x32_10(
+        {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+         static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)},
+        key);
+    for (int64_t w = 0; w < 4; ++w) {
+      int64_t i = block * 4 + w;
+      if (i >= begin && i < end)
+        fn(i, (words[w] >> 8) < threshold);
+    }
+  }
+}
+
+/// Splits [0, n) into tasks on multiples of 4 elements.
+template <typename Fn>
+void forEachKeepParallel(tmrt_context *ctx, int64_t n, uint64_t seed,
+                         uint64_t offset, double rate, Fn fn) {
+  int64_t blocks = (n + 3) / 4;
+  ctx->pool.parallelFor(blocks, kGrain / 4, [&](int64_t b0, int64_t b1) {
+    forEachKeep(seed, offset, rate, b0 * 4, std::min(n, b1 * 4), fn);
+  });
+}
+
 int64_t readId(tmrt_context *ctx, int64_t ids, int64_t index, int64_t bits) {
   return bits == 32 ? ctx->at<int32_t>(ids)[index]
                     : ctx->at<int64_t>(ids)[index];
@@ -452,14 +483,13 @@ void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
   const float *x = ctx->at<float>(in);
   float *y = ctx->at<float>(out);
   uint8_t *keep = ctx->at<uint8_t>(mask);
-  uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   double scale = 1.0 / (1.0 - rate);
-  elementwise(ctx, n, [&](int64_t i) {
-    bool k = trainmem::dropoutKeep(static_cast<uint64_t>(seed),
-                                   static_cast<uint64_t>(offset), i, threshold);
-    keep[i] = k;
-    y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
-  });
+  forEachKeepParallel(ctx, n, static_cast<uint64_t>(seed),
+                      static_cast<uint64_t>(offset), rate,
+                      [&](int64_t i, bool k) {
+                        keep[i] = k;
+                        y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
+                      });
   ctx->touch(out, n * 4);
   ctx->touch(mask, n);
 }
@@ -484,12 +514,9 @@ void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   uint8_t *keep = ctx->at<uint8_t>(mask);
-  uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
-  elementwise(ctx, n, [&](int64_t i) {
-    keep[i] = trainmem::dropoutKeep(static_cast<uint64_t>(seed),
-                                    static_cast<uint64_t>(offset), i,
-                                    threshold);
-  });
+  forEachKeepParallel(ctx, n, static_cast<uint64_t>(seed),
+                      static_cast<uint64_t>(offset), rate,
+                      [&](int64_t i, bool k) { keep[i] = k; });
   ctx->touch(mask, n);
 }
 

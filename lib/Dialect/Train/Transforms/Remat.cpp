@@ -4,13 +4,18 @@
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
+#include "trainmem/Analysis/MemoryAnalysis.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <array>
+#include <climits>
 #include <map>
+#include <optional>
 
 namespace mlir {
 namespace train {
@@ -105,6 +110,255 @@ LogicalResult parseRange(StringRef text, int64_t &begin, int64_t &end) {
   return success();
 }
 
+/// What to recompute of one layer.
+enum class Choice { None, Selective, Attention, MLP, Full };
+constexpr Choice kChoices[] = {Choice::None, Choice::Selective,
+                               Choice::Attention, Choice::MLP, Choice::Full};
+
+StringRef stringifyChoice(Choice choice) {
+  switch (choice) {
+  case Choice::None:
+    return "none";
+  case Choice::Selective:
+    return "selective";
+  case Choice::Attention:
+    return "attention";
+  case Choice::MLP:
+    return "mlp";
+  case Choice::Full:
+    return "full";
+  }
+  llvm_unreachable("unknown choice");
+}
+
+std::optional<Choice> parseChoice(StringRef text) {
+  for (Choice choice : kChoices)
+    if (stringifyChoice(choice) == text)
+      return choice;
+  return std::nullopt;
+}
+
+/// The top-level ops of a whole layer: its attention block to its MLP block.
+SmallVector<Operation *> wholeLayer(Layer layer) {
+  Operation *first = layer.attention ? layer.attention.getOperation()
+                                     : layer.mlp.getOperation();
+  Operation *last =
+      layer.mlp ? layer.mlp.getOperation() : layer.attention.getOperation();
+  return opRange(first, last);
+}
+
+/// Wraps what `choice` recomputes of `layer` in a train.remat; returns the
+/// number of regions made, or failure after a diagnostic.
+FailureOr<unsigned> applyChoice(int64_t index, Layer layer, Choice choice) {
+  switch (choice) {
+  case Choice::None:
+    return 0u;
+  case Choice::Full:
+    wrapInRemat(wholeLayer(layer));
+    return 1u;
+  case Choice::Attention:
+  case Choice::MLP: {
+    BlockOp block = choice == Choice::Attention ? layer.attention : layer.mlp;
+    if (!block)
+      return 0u;
+    wrapInRemat({block});
+    return 1u;
+  }
+  case Choice::Selective: {
+    if (!layer.attention)
+      return 0u;
+    FailureOr<SmallVector<Operation *>> core = attentionCore(layer.attention);
+    if (failed(core)) {
+      layer.attention.emitError("train-remat: the attention block of layer ")
+          << index << " has no attention core (matmul, softmax, matmul)";
+      return failure();
+    }
+    wrapInRemat(*core);
+    return 1u;
+  }
+  }
+  llvm_unreachable("unknown choice");
+}
+
+/// What the budget planner knows of a step: per layer and choice, the bytes
+/// the layer keeps for its backward, the most bytes live inside the layer
+/// apart from what other layers keep, and its recompute FLOPs; and for the
+/// points outside layers, the bytes live there apart from the layers' saved
+/// activations, by how many layers (a prefix) have them live.
+struct BudgetModel {
+  int64_t numLayers = 0;
+  // [layer][choice]
+  std::vector<std::array<uint64_t, 5>> saved, working, flops;
+  // For k = 0..numLayers: the most bytes at points outside layers where
+  // layers 0..k-1 hold their saved activations.
+  std::vector<uint64_t> outside;
+  uint64_t states = 0; // weights + gradients + optimizer state
+};
+
+/// Measures `func` with every layer at one choice, for each choice. Each
+/// layer's numbers depend only on its own choice: what layers before it
+/// keep is live at all its points, what layers after it keep at none.
+FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
+                                          ArrayRef<int64_t> layerIndices) {
+  BudgetModel model;
+  model.numLayers = static_cast<int64_t>(layerIndices.size());
+  model.saved.assign(layerIndices.size(), {});
+  model.working.assign(layerIndices.size(), {});
+  model.flops.assign(layerIndices.size(), {});
+  model.outside.assign(layerIndices.size() + 1, 0);
+  llvm::DenseMap<int64_t, size_t> position;
+  for (auto [i, index] : llvm::enumerate(layerIndices))
+    position[index] = i;
+
+  for (Choice choice : kChoices) {
+    OwningOpRef<func::FuncOp> copy = func.clone();
+    std::map<int64_t, Layer> layers = collectLayers(*copy);
+    for (auto &[index, layer] : layers)
+      if (position.count(index) && failed(applyChoice(index, layer, choice)))
+        return failure();
+    if (failed(materializeRemat(*copy)))
+      return failure();
+    FunctionMemory memory(*copy);
+    unsigned c = static_cast<unsigned>(choice);
+
+    std::vector<uint64_t> saved(layerIndices.size(), 0);
+    for (const LayerActivations &layer : memory.getLayers())
+      if (position.count(layer.index))
+        saved[position[layer.index]] = layer.total();
+    for (size_t i = 0; i < saved.size(); ++i)
+      model.saved[i][c] = saved[i];
+
+    // The span of each layer in program order: first forward point to last
+    // backward point.
+    std::vector<unsigned> firstPoint(saved.size(), UINT_MAX), lastPoint(saved.size(), 0);
+    auto layerOf = [&](Operation *op) -> std::optional<size_t> {
+      for (auto block = op->getParentOfType<BlockOp>(); block;
+           block = block->getParentOfType<BlockOp>())
+        if (IntegerAttr layer = block.getLayerAttr())
+          if (position.count(layer.getInt()))
+            return position[layer.getInt()];
+      if (auto block = dyn_cast<BlockOp>(op))
+        if (IntegerAttr layer = block.getLayerAttr())
+          if (position.count(layer.getInt()))
+            return position[layer.getInt()];
+      return std::nullopt;
+    };
+    for (Operation *op : memory.getSchedule())
+      if (std::optional<size_t> layer = layerOf(op)) {
+        unsigned point = memory.getPoint(op);
+        firstPoint[*layer] = std::min(firstPoint[*layer], point);
+        lastPoint[*layer] = std::max(lastPoint[*layer], point);
+      }
+    for (Operation *op : memory.getSchedule()) {
+      unsigned point = memory.getPoint(op);
+      uint64_t live = memory.getLiveBytes()[point];
+      std::optional<size_t> own = layerOf(op);
+      // Layers whose saved activations are live here, apart from its own.
+      uint64_t others = 0;
+      size_t prefix = 0;
+      for (size_t j = 0; j < saved.size(); ++j) {
+        if (own && j == *own)
+          continue;
+        if (firstPoint[j] < point && point < lastPoint[j]) {
+          others += saved[j];
+          prefix = std::max(prefix, j + 1);
+        }
+      }
+      uint64_t apart = live - others;
+      if (own) {
+        model.working[*own][c] = std::max(model.working[*own][c], apart);
+      } else {
+        model.outside[prefix] = std::max(model.outside[prefix], apart);
+      }
+    }
+    for (Operation *op : memory.getSchedule())
+      if (op->hasAttr(kRecomputeAttrName))
+        if (std::optional<size_t> layer = layerOf(op))
+          if (auto cost = dyn_cast<CostOpInterface>(op))
+            model.flops[*layer][c] += cost.getFlops();
+    const CategoryBytes &totals = memory.getTotals();
+    model.states =
+        totals[static_cast<unsigned>(MemoryCategory::Weights)] +
+        totals[static_cast<unsigned>(MemoryCategory::Gradients)] +
+        totals[static_cast<unsigned>(MemoryCategory::Optimizer)];
+  }
+  return model;
+}
+
+/// Least recompute FLOPs whose predicted peak fits `budget`: a dynamic
+/// program over the chain of layers, keeping per layer the Pareto front of
+/// (bytes kept by the layers so far, FLOPs so far). The peak of a plan is
+/// the largest, over layers i, of (bytes kept by layers before i + layer
+/// i's working bytes) and over the points outside layers of (their bytes +
+/// what the layers before them keep).
+struct Plan {
+  std::vector<Choice> choices;
+  uint64_t flops = 0;
+  uint64_t peak = 0;
+};
+
+std::optional<Plan> planForBudget(const BudgetModel &model, uint64_t budget) {
+  struct State {
+    uint64_t kept, flops, peak;
+    std::vector<Choice> choices;
+  };
+  std::vector<State> front = {{0, 0, model.outside[0], {}}};
+  if (model.outside[0] > budget)
+    return std::nullopt;
+  for (int64_t i = 0; i < model.numLayers; ++i) {
+    std::vector<State> next;
+    for (const State &state : front)
+      for (Choice choice : kChoices) {
+        unsigned c = static_cast<unsigned>(choice);
+        uint64_t inside = state.kept + model.working[i][c];
+        uint64_t kept = state.kept + model.saved[i][c];
+        uint64_t after = kept + model.outside[i + 1];
+        uint64_t peak = std::max({state.peak, inside, after});
+        if (peak > budget)
+          continue;
+        State extended{kept, state.flops + model.flops[i][c], peak,
+                       state.choices};
+        extended.choices.push_back(choice);
+        next.push_back(std::move(extended));
+      }
+    // Keep the states no other beats in both bytes kept and FLOPs.
+    std::sort(next.begin(), next.end(), [](const State &a, const State &b) {
+      return a.kept != b.kept ? a.kept < b.kept : a.flops < b.flops;
+    });
+    front.clear();
+    for (State &state : next)
+      if (front.empty() || state.flops < front.back().flops)
+        front.push_back(std::move(state));
+    if (front.empty())
+      return std::nullopt;
+  }
+  const State *best = &front.front();
+  for (const State &state : front)
+    if (state.flops < best->flops ||
+        (state.flops == best->flops && state.peak < best->peak))
+      best = &state;
+  return Plan{best->choices, best->flops, best->peak};
+}
+
+/// The smallest peak any plan reaches (budget unbounded, peak minimized).
+uint64_t smallestPeak(const BudgetModel &model) {
+  // Minimizing the peak is the same program with FLOPs replaced by the
+  // running peak; bisect on the budget instead, which reuses it.
+  uint64_t low = 0, high = UINT64_MAX / 2;
+  std::optional<Plan> any = planForBudget(model, high);
+  if (!any)
+    return high;
+  high = any->peak;
+  while (low < high) {
+    uint64_t mid = low + (high - low) / 2;
+    if (planForBudget(model, mid))
+      high = mid;
+    else
+      low = mid + 1;
+  }
+  return high;
+}
+
 struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
   using Base::Base;
 
@@ -115,9 +369,13 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       signalPassFailure();
     };
     if (policy != "full" && policy != "selective" && policy != "attention" &&
-        policy != "mlp" && policy != "every")
+        policy != "mlp" && policy != "every" && policy != "custom" &&
+        policy != "budget")
       return fail("unknown policy '" + policy +
-                  "' (expected full, selective, attention, mlp or every)");
+                  "' (expected full, selective, attention, mlp, every, "
+                  "custom or budget)");
+    if (policy == "budget" && budget <= 0)
+      return fail("policy=budget needs budget=BYTES > 0");
     if (policy == "every" && every < 1)
       return fail("every must be >= 1, got " + Twine(every));
     if (policy == "every" && method != "uniform" && method != "block")
@@ -139,51 +397,85 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
                   (layers.empty() ? "" : " in range " + layers) +
                   " (forward train.block attention/mlp with a layer index)");
 
-    auto wholeLayer = [](Layer layer) {
-      Operation *first = layer.attention ? layer.attention.getOperation()
-                                         : layer.mlp.getOperation();
-      Operation *last = layer.mlp ? layer.mlp.getOperation()
-                                  : layer.attention.getOperation();
-      return opRange(first, last);
-    };
-    auto wrap = [&](ArrayRef<Operation *> ops) {
-      wrapInRemat(ops);
-      ++numRegions;
+    auto applyAll = [&](Choice choice) -> LogicalResult {
+      for (auto &[index, layer] : selected) {
+        FailureOr<unsigned> made = applyChoice(index, layer, choice);
+        if (failed(made))
+          return failure();
+        numRegions += *made;
+      }
+      return success();
     };
 
-    if (policy == "full") {
-      for (auto &[index, layer] : selected)
-        wrap(wholeLayer(layer));
-    } else if (policy == "attention" || policy == "mlp") {
-      for (auto &[index, layer] : selected) {
-        BlockOp block = policy == "attention" ? layer.attention : layer.mlp;
-        if (block)
-          wrap({block});
-      }
-    } else if (policy == "selective") {
-      for (auto &[index, layer] : selected) {
-        if (!layer.attention)
-          continue;
-        FailureOr<SmallVector<Operation *>> core =
-            attentionCore(layer.attention);
-        if (failed(core)) {
-          layer.attention.emitError("train-remat: the attention block of "
-                                    "layer ")
-              << index << " has no attention core (matmul, softmax, matmul)";
+    if (policy == "full" || policy == "attention" || policy == "mlp" ||
+        policy == "selective") {
+      if (failed(applyAll(*parseChoice(policy))))
+        return signalPassFailure();
+    } else if (policy == "custom") {
+      SmallVector<StringRef> names;
+      StringRef(choices).split(names, ',', -1, /*KeepEmpty=*/false);
+      if (names.size() != selected.size())
+        return fail("choices names " + Twine(names.size()) +
+                    " layers but the step has " + Twine(selected.size()));
+      for (auto [name, entry] : llvm::zip(names, selected)) {
+        std::optional<Choice> choice = parseChoice(name.trim());
+        if (!choice)
+          return fail("unknown choice '" + name.trim() +
+                      "' (expected none, selective, attention, mlp or full)");
+        FailureOr<unsigned> made = applyChoice(entry.first, entry.second, *choice);
+        if (failed(made))
           return signalPassFailure();
-        }
-        wrap(*core);
+        numRegions += *made;
       }
+    } else if (policy == "budget") {
+      SmallVector<int64_t> indices;
+      for (auto &[index, layer] : selected)
+        indices.push_back(index);
+      FailureOr<BudgetModel> model = measureBudgetModel(func, indices);
+      if (failed(model))
+        return signalPassFailure();
+      if (static_cast<uint64_t>(budget) < model->states)
+        return fail("budget " + Twine(static_cast<int64_t>(budget)) +
+                    " B is below the " +
+                    Twine(model->states) +
+                    " B that weights, gradients and optimizer state need");
+      std::optional<Plan> plan = planForBudget(*model, budget);
+      if (!plan) {
+        uint64_t reachable = smallestPeak(*model);
+        return fail("no recompute plan fits " +
+                    Twine(static_cast<int64_t>(budget)) +
+                    " B: the smallest peak reachable is " + Twine(reachable) +
+                    " B, " + Twine(reachable - static_cast<uint64_t>(budget)) +
+                    " B over the budget");
+      }
+      for (auto [choice, entry] : llvm::zip(plan->choices, selected)) {
+        FailureOr<unsigned> made = applyChoice(entry.first, entry.second, choice);
+        if (failed(made))
+          return signalPassFailure();
+        numRegions += *made;
+      }
+      // Say what was chosen, as a remark a user can read and a test check.
+      std::string summary;
+      llvm::raw_string_ostream os(summary);
+      llvm::interleaveComma(plan->choices, os, [&](Choice choice) {
+        os << stringifyChoice(choice);
+      });
+      func.emitRemark("train-remat: budget ")
+          << static_cast<int64_t>(budget) << " B: choices " << summary << "; predicted peak "
+          << plan->peak << " B, recompute " << plan->flops << " FLOPs";
     } else if (method == "uniform") {
       for (size_t chunk = 0; chunk < selected.size(); chunk += every) {
         size_t last = std::min(selected.size(), chunk + every) - 1;
-        wrap(opRange(wholeLayer(selected[chunk].second).front(),
-                     wholeLayer(selected[last].second).back()));
+        wrapInRemat(opRange(wholeLayer(selected[chunk].second).front(),
+                            wholeLayer(selected[last].second).back()));
+        ++numRegions;
       }
     } else {
       for (size_t i = 0; i < selected.size() && i < static_cast<size_t>(every);
-           ++i)
-        wrap(wholeLayer(selected[i].second));
+           ++i) {
+        wrapInRemat(wholeLayer(selected[i].second));
+        ++numRegions;
+      }
     }
   }
 };

@@ -114,7 +114,16 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
     - `attention` / `mlp`: that block of each layer, apart from the other;
     - `every`: with `method=uniform`, chunks of `every` consecutive layers,
       only each chunk's input stays; with `method=block`, only the first
-      `every` layers, each fully (Megatron's `--recompute-method`).
+      `every` layers, each fully (Megatron's `--recompute-method`);
+    - `custom`: `choices=` names one of none, selective, attention, mlp,
+      full per layer;
+    - `budget`: `budget=BYTES`; per layer the choice with the least
+      recompute FLOPs overall such that the step's peak fits. Each layer's
+      kept bytes, working bytes and recompute FLOPs are measured with the
+      memory analysis; for a chain of layers the peak is the largest of
+      (what earlier layers keep + this layer's working bytes) and the plan
+      is found exactly by a dynamic program over the layers. Where nothing
+      fits it says by how much, and fails.
 
     `layers=A:B` limits a policy to layers A..B-1. Values a region passes on
     to the forward after it (a layer's output) stay; the rest is recomputed
@@ -131,7 +140,12 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
     Option<"method", "method", "std::string", "\"uniform\"",
            "uniform or block, for policy=every">,
     Option<"layers", "layers", "std::string", "\"\"",
-           "Layer range A:B (A..B-1); all layers when empty">
+           "Layer range A:B (A..B-1); all layers when empty">,
+    Option<"choices", "choices", "std::string", "\"\"",
+           "For policy=custom: one of none, selective, attention, mlp, full "
+           "per layer, comma-separated">,
+    Option<"budget", "budget", "int64_t", "0",
+           "For policy=budget: peak bytes the step must fit in">
   ];
   let statistics = [
     Statistic<"numRegions", "remat-regions", "train.remat regions inserted">

@@ -221,6 +221,8 @@ void FunctionMemory::buildBuffers() {
   for (Value value : values) {
     Value root = aliases.find(value);
     auto [it, inserted] = bufferIndex.try_emplace(root, buffers.size());
+    // Copied out: inserting `value` below may move the map's entries.
+    unsigned index = it->second;
     if (inserted) {
       Buffer buffer;
       buffer.owner = root;
@@ -229,8 +231,8 @@ void FunctionMemory::buildBuffers() {
       buffer.lastPoint = 0;
       buffers.push_back(buffer);
     }
-    bufferIndex[value] = it->second;
-    Buffer &buffer = buffers[it->second];
+    bufferIndex[value] = index;
+    Buffer &buffer = buffers[index];
     if (!isBlockResult(value)) {
       Operation *def = value.getDefiningOp();
       unsigned point = def ? pointOf.lookup(def) : 0;

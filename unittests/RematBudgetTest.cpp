@@ -1,0 +1,151 @@
+//===- RematBudgetTest.cpp - policy=budget against exhaustive search ------===//
+//
+// For chains of up to 6 layers, every assignment of a recompute choice
+// (none, selective, attention, mlp, full) to each layer is materialized and
+// measured with the memory analysis. For a sweep of budgets, the plan
+// train-remat{policy=budget} picks must fit the budget (measured, not
+// predicted) and cost exactly the least recompute FLOPs of any assignment
+// that fits; where none fits, the pass must fail.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Model/ModelBuilder.h"
+#include "trainmem/Run/Step.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+using namespace mlir;
+using namespace mlir::train;
+
+namespace {
+
+const char *const kChoices[] = {"none", "selective", "attention", "mlp",
+                                "full"};
+
+struct Outcome {
+  uint64_t peak = 0;
+  uint64_t recompute = 0;
+};
+
+class RematBudgetTest : public ::testing::Test {
+protected:
+  RematBudgetTest() : context(makeRegistry()) {
+    context.getDiagEngine().registerHandler([](Diagnostic &) {
+      return success(); // Quiet: remarks and expected failures.
+    });
+  }
+
+  static DialectRegistry makeRegistry() {
+    DialectRegistry registry;
+    registerRunDialects(registry);
+    return registry;
+  }
+
+  OwningOpRef<ModuleOp> step(int64_t layers) {
+    ModelConfig config = *getPreset("tiny");
+    config.layers = layers;
+    config.hidden = 16;
+    config.heads = config.kvHeads = 2;
+    config.ffn = 32;
+    config.seq = 8;
+    config.batch = 2;
+    config.vocab = 256;
+    config.dropout = 0.1;
+    OwningOpRef<ModuleOp> module = buildModel(&context, config);
+    PassManager pm(&context);
+    pm.addPass(createTrainAutodiffPass());
+    EXPECT_TRUE(succeeded(pm.run(*module)));
+    return module;
+  }
+
+  /// Runs train-remat{options} and materialization on a copy; the measured
+  /// outcome, or nothing when the pass fails.
+  std::optional<Outcome> run(ModuleOp module, const std::string &options) {
+    OwningOpRef<ModuleOp> copy = module.clone();
+    PassManager pm(&context);
+    if (failed(parsePassPipeline(
+            "train-remat{" + options + "},train-materialize-remat", pm)))
+      return std::nullopt;
+    if (failed(pm.run(*copy)))
+      return std::nullopt;
+    FunctionMemory memory(copy->lookupSymbol<func::FuncOp>("train_step"));
+    return Outcome{memory.getPeakBytes(), memory.getRecomputeFlops()};
+  }
+
+  void checkAgainstExhaustiveSearch(int64_t layers) {
+    OwningOpRef<ModuleOp> module = step(layers);
+    std::vector<Outcome> all;
+    std::vector<unsigned> digits(layers, 0);
+    while (true) {
+      std::string choices;
+      for (int64_t i = 0; i < layers; ++i)
+        choices += std::string(i ? "," : "") + kChoices[digits[i]];
+      std::optional<Outcome> outcome =
+          run(*module, "policy=custom choices=" + choices);
+      ASSERT_TRUE(outcome) << choices;
+      all.push_back(*outcome);
+      int64_t i = 0;
+      while (i < layers && ++digits[i] == 5)
+        digits[i++] = 0;
+      if (i == layers)
+        break;
+    }
+
+    // Budgets: every distinct peak an assignment reaches (thinned to at
+    // most 24), and one byte below the smallest.
+    std::set<uint64_t> peaks;
+    for (const Outcome &o : all)
+      peaks.insert(o.peak);
+    std::vector<uint64_t> budgets;
+    size_t stride = std::max<size_t>(1, peaks.size() / 24);
+    size_t index = 0;
+    for (uint64_t peak : peaks)
+      if (index++ % stride == 0)
+        budgets.push_back(peak);
+    budgets.push_back(*peaks.rbegin());
+    budgets.push_back(*peaks.begin() - 1);
+
+    for (uint64_t budget : budgets) {
+      std::optional<uint64_t> best;
+      for (const Outcome &o : all)
+        if (o.peak <= budget && (!best || o.recompute < *best))
+          best = o.recompute;
+      std::optional<Outcome> planned =
+          run(*module, "policy=budget budget=" + std::to_string(budget));
+      if (!best) {
+        EXPECT_FALSE(planned) << layers << " layers, budget " << budget
+                              << ": nothing fits, the pass must fail";
+        continue;
+      }
+      ASSERT_TRUE(planned) << layers << " layers, budget " << budget;
+      EXPECT_LE(planned->peak, budget) << layers << " layers";
+      EXPECT_EQ(planned->recompute, *best)
+          << layers << " layers, budget " << budget;
+    }
+  }
+
+  MLIRContext context;
+};
+
+TEST_F(RematBudgetTest, OptimalOnChainsOfOneToFourLayers) {
+  for (int64_t layers = 1; layers <= 4; ++layers)
+    checkAgainstExhaustiveSearch(layers);
+}
+
+TEST_F(RematBudgetTest, OptimalOnAChainOfSixLayers) {
+  checkAgainstExhaustiveSearch(6);
+}
+
+} // namespace

@@ -2,7 +2,8 @@
 # The main job: sets the machine up, builds, then
 #  1. trains the tiny model on the shipped corpus (JIT-compiled step on the
 #     CPU runtime) and prints the loss curve and planned vs measured arena;
-#  2. prints the memory report of the tiny step and of GPT-2 124M's step.
+#  2. prints the memory report of the tiny step and of GPT-2 124M's step,
+#     and the latter with selective and full activation recompute.
 # Usage: scripts/run.sh [STEPS] [PRESET for the second report]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,5 +23,13 @@ echo "== tiny: memory report of the step =="
 "$build/bin/trainmem-opt" "$work/tiny.mlir" -train-autodiff -train-memory-report -o /dev/null
 echo
 echo "== ${preset}: memory report of the step (AdamW, mixed precision) =="
-"$build/bin/trainmem-model" --preset "$preset" |
-  "$build/bin/trainmem-opt" -train-autodiff -train-memory-report -o /dev/null
+"$build/bin/trainmem-model" --preset "$preset" -o "$work/model.mlir"
+"$build/bin/trainmem-opt" "$work/model.mlir" -train-autodiff -o "$work/step.mlir"
+"$build/bin/trainmem-opt" "$work/step.mlir" -train-memory-report -o /dev/null
+for policy in selective full; do
+  echo
+  echo "== ${preset}: the same step with train-remat{policy=${policy}} (peak, FLOPs, first layer) =="
+  "$build/bin/trainmem-opt" "$work/step.mlir" -train-remat="policy=${policy}" \
+    -train-materialize-remat -train-memory-report -o /dev/null |
+    grep -E "^  (peak|flops)|^ +(layer|0) "
+done

@@ -7,6 +7,7 @@
 
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Support/Activations.h"
 #include "trainmem/Support/Philox.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -173,18 +174,10 @@ private:
   }
 };
 
-constexpr double kGeluC = 0.7978845608028654; // sqrt(2 / pi)
-constexpr double kGeluA = 0.044715;
-
-double gelu(double x) {
-  return 0.5 * x * (1.0 + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
-}
-double geluGrad(double x) {
-  double t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
-  return 0.5 * (1.0 + t) +
-         0.5 * x * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * kGeluA * x * x);
-}
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+using trainmem::gelu;
+using trainmem::geluDerivative;
+using trainmem::silu;
+using trainmem::siluDerivative;
 
 LogicalResult Interpreter::embedding(EmbeddingOp op) {
   const RefTensor &table = get(op.getTable());
@@ -673,7 +666,7 @@ LogicalResult Interpreter::exec(Operation *op) {
         return success();
       })
       .Case<SiluOp>([&](Operation *o) {
-        unary(o, [](double x) { return x * sigmoid(x); });
+        unary(o, silu);
         return success();
       })
       .Case<SoftmaxOp>([&](auto o) {
@@ -750,14 +743,11 @@ LogicalResult Interpreter::exec(Operation *op) {
         return success();
       })
       .Case<GeluGradOp>([&](Operation *o) {
-        binary(o, [](double dy, double x) { return dy * geluGrad(x); });
+        binary(o, [](double dy, double x) { return dy * geluDerivative(x); });
         return success();
       })
       .Case<SiluGradOp>([&](Operation *o) {
-        binary(o, [](double dy, double x) {
-          double s = sigmoid(x);
-          return dy * s * (1.0 + x * (1.0 - s));
-        });
+        binary(o, [](double dy, double x) { return dy * siluDerivative(x); });
         return success();
       })
       .Case<SoftmaxGradOp>([&](SoftmaxGradOp o) {

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../Context.h"
+#include "trainmem/Support/Activations.h"
 #include "trainmem/Support/Philox.h"
 
 #include <cblas.h>
@@ -19,8 +20,6 @@
 namespace {
 
 constexpr int64_t kGrain = 16384; // elements per task for cheap loops
-constexpr double kGeluC = 0.7978845608028654;
-constexpr double kGeluA = 0.044715;
 
 /// Rows per task so that a task does about kGrain elements of work.
 int64_t rowGrain(int64_t cols) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)); }
@@ -62,6 +61,33 @@ void forEachKeepParallel(tmrt_context *ctx, int64_t n, uint64_t seed,
   ctx->pool.parallelFor(blocks, kGrain / 4, [&](int64_t b0, int64_t b1) {
     forEachKeep(seed, offset, rate, b0 * 4, std::min(n, b1 * 4), fn);
   });
+}
+
+/// out[i] = fn(in[i]) over f32 tensors, computed in double.
+template <typename Fn>
+void unaryKernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                 Fn fn) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(in);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) {
+    y[i] = static_cast<float>(fn(static_cast<double>(x[i])));
+  });
+  ctx->touch(out, n * 4);
+}
+
+/// out[i] = fn(a[i], b[i]) over f32 tensors, computed in double.
+template <typename Fn>
+void binaryKernel(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
+                  int64_t n, Fn fn) {
+  ++ctx->kernelCalls;
+  const float *x = ctx->at<float>(a), *y = ctx->at<float>(b);
+  float *z = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) {
+    z[i] = static_cast<float>(
+        fn(static_cast<double>(x[i]), static_cast<double>(y[i])));
+  });
+  ctx->touch(out, n * 4);
 }
 
 int64_t readId(tmrt_context *ctx, int64_t ids, int64_t index, int64_t bits) {
@@ -202,31 +228,17 @@ void tmrt_matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
 
 void tmrt_add(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
               int64_t n) {
-  ++ctx->kernelCalls;
-  const float *x = ctx->at<float>(a), *y = ctx->at<float>(b);
-  float *z = ctx->at<float>(out);
-  elementwise(ctx, n, [&](int64_t i) { z[i] = x[i] + y[i]; });
-  ctx->touch(out, n * 4);
+  binaryKernel(ctx, a, b, out, n, [](double x, double y) { return x + y; });
 }
 
 void tmrt_mul(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
               int64_t n) {
-  ++ctx->kernelCalls;
-  const float *x = ctx->at<float>(a), *y = ctx->at<float>(b);
-  float *z = ctx->at<float>(out);
-  elementwise(ctx, n, [&](int64_t i) { z[i] = x[i] * y[i]; });
-  ctx->touch(out, n * 4);
+  binaryKernel(ctx, a, b, out, n, [](double x, double y) { return x * y; });
 }
 
 void tmrt_scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                 double factor) {
-  ++ctx->kernelCalls;
-  const float *x = ctx->at<float>(in);
-  float *y = ctx->at<float>(out);
-  elementwise(ctx, n, [&](int64_t i) {
-    y[i] = static_cast<float>(static_cast<double>(x[i]) * factor);
-  });
-  ctx->touch(out, n * 4);
+  unaryKernel(ctx, in, out, n, [&](double x) { return x * factor; });
 }
 
 void tmrt_bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
@@ -239,54 +251,25 @@ void tmrt_bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
 }
 
 void tmrt_gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  ++ctx->kernelCalls;
-  const float *x = ctx->at<float>(in);
-  float *y = ctx->at<float>(out);
-  elementwise(ctx, n, [&](int64_t i) {
-    double v = x[i];
-    y[i] = static_cast<float>(
-        0.5 * v * (1.0 + std::tanh(kGeluC * (v + kGeluA * v * v * v))));
-  });
-  ctx->touch(out, n * 4);
+  unaryKernel(ctx, in, out, n, trainmem::gelu);
 }
 
 void tmrt_silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  ++ctx->kernelCalls;
-  const float *x = ctx->at<float>(in);
-  float *y = ctx->at<float>(out);
-  elementwise(ctx, n, [&](int64_t i) {
-    double v = x[i];
-    y[i] = static_cast<float>(v / (1.0 + std::exp(-v)));
-  });
-  ctx->touch(out, n * 4);
+  unaryKernel(ctx, in, out, n, trainmem::silu);
 }
 
 void tmrt_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n) {
-  ++ctx->kernelCalls;
-  const float *g = ctx->at<float>(dy), *xv = ctx->at<float>(x);
-  float *y = ctx->at<float>(out);
-  elementwise(ctx, n, [&](int64_t i) {
-    double v = xv[i];
-    double t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
-    double d = 0.5 * (1.0 + t) +
-               0.5 * v * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * kGeluA * v * v);
-    y[i] = static_cast<float>(g[i] * d);
+  binaryKernel(ctx, dy, x, out, n, [](double g, double v) {
+    return g * trainmem::geluDerivative(v);
   });
-  ctx->touch(out, n * 4);
 }
 
 void tmrt_silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n) {
-  ++ctx->kernelCalls;
-  const float *g = ctx->at<float>(dy), *xv = ctx->at<float>(x);
-  float *y = ctx->at<float>(out);
-  elementwise(ctx, n, [&](int64_t i) {
-    double v = xv[i];
-    double s = 1.0 / (1.0 + std::exp(-v));
-    y[i] = static_cast<float>(g[i] * s * (1.0 + v * (1.0 - s)));
+  binaryKernel(ctx, dy, x, out, n, [](double g, double v) {
+    return g * trainmem::siluDerivative(v);
   });
-  ctx->touch(out, n * 4);
 }
 
 void tmrt_layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,

@@ -126,6 +126,30 @@ double rowMeanSquare(const float *row, int64_t n) {
   return sum / n;
 }
 
+/// Rows [offset, offset + shape[0]) of `input` along dim 0, past its end
+/// filled with `padding`.
+RefTensor sliceRows(const RefTensor &input, int64_t offset,
+                    std::vector<int64_t> shape, int64_t padding) {
+  int64_t rowSize = 1;
+  for (size_t d = 1; d < shape.size(); ++d)
+    rowSize *= shape[d];
+  int64_t rows = shape[0], available = input.shape[0];
+  RefTensor out;
+  out.shape = shape;
+  out.isInteger = input.isInteger;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < rowSize; ++e) {
+      bool inside = offset + r < available;
+      int64_t index = (offset + r) * rowSize + e;
+      if (input.isInteger)
+        out.ints.push_back(inside ? input.ints[index] : padding);
+      else
+        out.floats.push_back(inside ? input.floats[index]
+                                    : static_cast<float>(padding));
+    }
+  return out;
+}
+
 class Interpreter {
 public:
   LogicalResult run(Block &block);
@@ -136,6 +160,7 @@ private:
   const RefTensor &get(Value v) { return values.find(v)->second; }
   void set(Value v, RefTensor t) { values[v] = std::move(t); }
   LogicalResult exec(Operation *op);
+  LogicalResult accumulate(AccumulateOp op);
 
   LogicalResult embedding(EmbeddingOp op);
   LogicalResult matmul(MatmulOp op);
@@ -695,7 +720,8 @@ LogicalResult Interpreter::exec(Operation *op) {
       .Case<MeanLossOp>([&](MeanLossOp o) {
         double sum = get(o.getLossSum()).scalarFloat();
         int64_t count = get(o.getCount()).scalarInt();
-        double mean = sum / static_cast<double>(std::max<int64_t>(count, 1));
+        double mean = o.getScale().convertToDouble() * sum /
+                      static_cast<double>(std::max<int64_t>(count, 1));
         set(o.getResult(), RefTensor::ofFloats({}, {static_cast<float>(mean)}));
         return success();
       })
@@ -729,6 +755,22 @@ LogicalResult Interpreter::exec(Operation *op) {
         set(o.getResult(), std::move(value));
         return success();
       })
+      .Case<CountValidOp>([&](CountValidOp o) {
+        int64_t ignore = o.getIgnoreIndexAttr().getInt();
+        int64_t count = 0;
+        for (int64_t id : get(o.getTargets()).ints)
+          count += id != ignore;
+        set(o.getCount(), RefTensor::ofInts({}, {count}));
+        return success();
+      })
+      .Case<SliceRowsOp>([&](SliceRowsOp o) {
+        set(o.getResult(), sliceRows(get(o.getInput()),
+                                     o.getOffsetAttr().getInt(),
+                                     shapeOf(o.getResult().getType()),
+                                     o.getPaddingAttr().getInt()));
+        return success();
+      })
+      .Case<AccumulateOp>([&](auto o) { return accumulate(o); })
       .Case<EmbeddingGradOp>([&](auto o) { return embeddingGrad(o); })
       .Case<SumToOp>([&](auto o) {
         sumTo(o);
@@ -815,6 +857,32 @@ LogicalResult Interpreter::exec(Operation *op) {
         return o->emitError("reference evaluator: unsupported op '")
                << o->getName() << "'";
       });
+}
+
+LogicalResult Interpreter::accumulate(AccumulateOp op) {
+  Block &body = op.getBody().front();
+  int64_t micro = op.getMicroBatchRows();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  std::vector<RefTensor> sums;
+  for (Value result : op.getResults())
+    sums.push_back(RefTensor::zeros(shapeOf(result.getType())));
+  for (int64_t step = 0; step < op.getStepsAttr().getInt(); ++step) {
+    for (auto [index, input] : llvm::enumerate(op.getInputs())) {
+      Value arg = body.getArgument(index);
+      set(arg, sliceRows(get(input), step * micro, shapeOf(arg.getType()),
+                         op.getPadding()[index]));
+    }
+    if (failed(run(body)))
+      return failure();
+    for (auto [sum, value] : llvm::zip(sums, yield.getValues())) {
+      const RefTensor &part = get(value);
+      for (size_t i = 0; i < sum.floats.size(); ++i)
+        sum.floats[i] += part.floats[i];
+    }
+  }
+  for (auto [result, sum] : llvm::zip(op.getResults(), sums))
+    set(result, std::move(sum));
+  return success();
 }
 
 LogicalResult Interpreter::run(Block &block) {

@@ -319,7 +319,8 @@ Value GraphBuilder::headBlock(Value x, Value targets, Value tokenTable) {
         builder, loc("head.cross_entropy"), lossType, countType, logits,
         targets, builder.getI64IntegerAttr(config.ignoreIndex));
     return MeanLossOp::create(builder, loc("head.mean_loss"),
-                              loss.getLossSum(), loss.getCount());
+                              loss.getLossSum(), loss.getCount(),
+                              builder.getF64FloatAttr(1.0));
   });
 }
 

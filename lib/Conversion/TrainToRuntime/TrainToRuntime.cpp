@@ -391,9 +391,33 @@ LogicalResult Lowering::lower(Operation *op) {
                        idBits(o.getTargets())});
       })
       .Case<MeanLossOp>([&](MeanLossOp o) {
-        return simple("tmrt_mean_loss", {offset(o.getLossSum()),
-                                         offset(o.getCount()),
-                                         offset(o.getResult())});
+        return simple("tmrt_mean_loss",
+                      {offset(o.getLossSum()), offset(o.getCount()),
+                       offset(o.getResult()), o.getScale().convertToDouble()});
+      })
+      .Case<CountValidOp>([&](CountValidOp o) {
+        return simple("tmrt_count_valid",
+                      {offset(o.getTargets()), offset(o.getCount()),
+                       elements(o.getTargets()),
+                       o.getIgnoreIndexAttr().getInt(),
+                       idBits(o.getTargets())});
+      })
+      .Case<SliceRowsOp>([&](SliceRowsOp o) {
+        auto type = cast<RankedTensorType>(o.getResult().getType());
+        int64_t kind = isa<FloatType>(type.getElementType())
+                           ? 0
+                           : type.getElementTypeBitWidth();
+        int64_t rows = type.getDimSize(0);
+        return simple("tmrt_slice_rows",
+                      {offset(o.getInput()), offset(o.getResult()),
+                       o.getOffsetAttr().getInt(), rows,
+                       shape(o.getInput())[0],
+                       rows ? elements(o.getResult()) / rows : int64_t(0),
+                       kind, o.getPaddingAttr().getInt()});
+      })
+      .Case<AccumulateOp>([](AccumulateOp o) {
+        return o.emitOpError("must be unrolled before lowering (run "
+                             "train-unroll-accum)");
       })
       .Case<CastOp>([&](CastOp o) {
         return simple("tmrt_copy_f32", {offset(o.getInput()),

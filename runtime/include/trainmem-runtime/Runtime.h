@@ -139,8 +139,18 @@ void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
                              int64_t logits, int64_t targets, int64_t out,
                              int64_t rows, int64_t vocab, int64_t ignore_index,
                              int64_t id_bits);
+/* out = scale * loss_sum / max(count, 1). */
 void tmrt_mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
-                    int64_t out);
+                    int64_t out, double scale);
+/* out (i64 scalar) = number of the n targets that are not ignore_index. */
+void tmrt_count_valid(tmrt_context *ctx, int64_t targets, int64_t out,
+                      int64_t n, int64_t ignore_index, int64_t id_bits);
+/* Rows offset..offset+rows of a tensor of `available` rows of row_elems
+ * elements each (element kind: 0 f32, 32 i32, 64 i64), rows past the end
+ * filled with padding. */
+void tmrt_slice_rows(tmrt_context *ctx, int64_t in, int64_t out,
+                     int64_t offset, int64_t rows, int64_t available,
+                     int64_t row_elems, int64_t kind, int64_t padding);
 
 /* Optimizer (in place when out offsets equal in offsets). step: i64 scalar;
  * lr: f32 scalar. */

@@ -669,13 +669,42 @@ void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
 }
 
 void tmrt_mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
-                    int64_t out) {
+                    int64_t out, double scale) {
   ++ctx->kernelCalls;
   double sum = *ctx->at<float>(loss_sum);
   int64_t n = *ctx->at<int64_t>(count);
-  *ctx->at<float>(out) =
-      static_cast<float>(sum / static_cast<double>(std::max<int64_t>(n, 1)));
+  *ctx->at<float>(out) = static_cast<float>(
+      scale * sum / static_cast<double>(std::max<int64_t>(n, 1)));
   ctx->touch(out, 4);
+}
+
+void tmrt_count_valid(tmrt_context *ctx, int64_t targets, int64_t out,
+                      int64_t n, int64_t ignore_index, int64_t id_bits) {
+  ++ctx->kernelCalls;
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i)
+    count += readId(ctx, targets, i, id_bits) != ignore_index;
+  *ctx->at<int64_t>(out) = count;
+  ctx->touch(out, 8);
+}
+
+void tmrt_slice_rows(tmrt_context *ctx, int64_t in, int64_t out,
+                     int64_t offset, int64_t rows, int64_t available,
+                     int64_t row_elems, int64_t kind, int64_t padding) {
+  ++ctx->kernelCalls;
+  int64_t size = kind == 64 ? 8 : 4;
+  int64_t copied = std::max<int64_t>(0, std::min(rows, available - offset));
+  std::memcpy(ctx->arena + out, ctx->arena + in + offset * row_elems * size,
+              copied * row_elems * size);
+  for (int64_t i = copied * row_elems; i < rows * row_elems; ++i) {
+    if (kind == 0)
+      ctx->at<float>(out)[i] = static_cast<float>(padding);
+    else if (kind == 32)
+      ctx->at<int32_t>(out)[i] = static_cast<int32_t>(padding);
+    else
+      ctx->at<int64_t>(out)[i] = padding;
+  }
+  ctx->touch(out, rows * row_elems * size);
 }
 
 void tmrt_adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,

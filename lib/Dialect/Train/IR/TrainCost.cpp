@@ -77,6 +77,9 @@ uint64_t CastOp::getFlops() { return elems(getResult()); }
 // Philox-4x32-10 is integer work, not floating point.
 uint64_t DropoutMaskOp::getFlops() { return 0; }
 
+uint64_t CountValidOp::getFlops() { return 0; }
+uint64_t SliceRowsOp::getFlops() { return 0; }
+
 uint64_t EmbeddingGradOp::getFlops() { return elems(getGrad()); }
 uint64_t SumToOp::getFlops() { return elems(getInput()); }
 uint64_t LayerNormGradOp::getFlops() { return 12 * elems(getInput()); }

@@ -407,6 +407,71 @@ LogicalResult RematOp::verify() {
   return failure(result.wasInterrupted());
 }
 
+LogicalResult SliceRowsOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (in.getRank() < 1 || in.getRank() != out.getRank() ||
+      in.getShape().drop_front() != out.getShape().drop_front() ||
+      in.getElementType() != out.getElementType())
+    return emitOpError("result must be input rows: same rank, element type "
+                       "and dimensions after the first");
+  if (getOffsetAttr().getInt() < 0 ||
+      getOffsetAttr().getInt() >= in.getDimSize(0))
+    return emitOpError("offset must be within the input's ")
+           << in.getDimSize(0) << " rows";
+  return success();
+}
+
+int64_t AccumulateOp::getMicroBatchRows() {
+  auto type = cast<RankedTensorType>(getInputs().front().getType());
+  int64_t steps = getStepsAttr().getInt();
+  return (type.getDimSize(0) + steps - 1) / steps;
+}
+
+LogicalResult AccumulateOp::verify() {
+  int64_t steps = getStepsAttr().getInt();
+  if (getInputs().empty())
+    return emitOpError("needs at least one input to split");
+  int64_t rows = cast<RankedTensorType>(getInputs().front().getType())
+                     .getDimSize(0);
+  if (steps < 1)
+    return emitOpError("steps must be >= 1, got ") << steps;
+  if (steps > rows)
+    return emitOpError("steps (")
+           << steps << ") must not exceed the batch (" << rows << " rows)";
+  if (getPadding().size() != getInputs().size())
+    return emitOpError("needs one padding value per input");
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("body must take one micro-batch per input");
+  int64_t micro = getMicroBatchRows();
+  for (auto [input, arg] : llvm::zip(getInputs(), body.getArguments())) {
+    auto type = cast<RankedTensorType>(input.getType());
+    if (type.getRank() < 1 || type.getDimSize(0) != rows)
+      return emitOpError("inputs must share their first dimension");
+    SmallVector<int64_t> shape(type.getShape());
+    shape[0] = micro;
+    if (arg.getType() != RankedTensorType::get(shape, type.getElementType()))
+      return emitOpError("body argument must be a micro-batch of ")
+             << micro << " rows of its input";
+  }
+  auto yield = body.empty() ? YieldOp() : dyn_cast<YieldOp>(body.back());
+  if (!yield)
+    return emitOpError("body must end with train.yield");
+  if (yield.getValues().size() != getNumResults())
+    return emitOpError("must have one result per yielded value");
+  for (auto [value, result] : llvm::zip(yield.getValues(), getResults())) {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    auto resultType = cast<RankedTensorType>(result.getType());
+    if (!type || !isa<FloatType>(type.getElementType()) ||
+        resultType.getShape() != type.getShape() ||
+        !resultType.getElementType().isF32())
+      return emitOpError("results must be f32 sums of the yielded float "
+                         "tensors");
+  }
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Optimizer side
 //===----------------------------------------------------------------------===//

@@ -264,8 +264,8 @@ LogicalResult MeanLossOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
   if (noGradient(*this, resultGrads, operandGrads))
     return success();
   // d(sum / n) / d sum = 1 / n: the same division applied to the gradient.
-  operandGrads.push_back(
-      MeanLossOp::create(builder, getLoc(), resultGrads[0], getCount()));
+  operandGrads.push_back(MeanLossOp::create(builder, getLoc(), resultGrads[0],
+                                            getCount(), getScaleAttr()));
   operandGrads.push_back(Value());
   return success();
 }

@@ -427,7 +427,7 @@ func.func @block_without_yield(%x: tensor<4xf32>) {
 // -----
 
 func.func @yield_outside_block(%x: tensor<4xf32>) {
-  // expected-error @+1 {{expects parent op to be one of 'train.block, train.remat'}}
+  // expected-error @+1 {{expects parent op to be one of 'train.block, train.remat, train.accumulate'}}
   train.yield %x : tensor<4xf32>
 }
 

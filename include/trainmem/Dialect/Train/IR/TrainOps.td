@@ -358,14 +358,18 @@ def Train_MeanLossOp : Train_DiffOp<"mean_loss",
     [AllTypesMatch<["loss_sum", "result"]>]> {
   let summary = "divides a summed loss by a token count";
   let description = [{
-    `loss_sum / max(count, 1)`: the mean over valid tokens (0 when there are
-    none, never NaN).
+    `scale · loss_sum / max(count, 1)`: the mean over valid tokens (0 when
+    there are none, never NaN), times `scale` (1 by default; gradient
+    accumulation with `normalize=mean` weighs each micro-batch by its share
+    of the batch).
 
     ```mlir
     %loss = train.mean_loss %sum, %count : tensor<f32>, tensor<i64>
+    %part = train.mean_loss %sum, %count {scale = 2.5e-01 : f64} : tensor<f32>, tensor<i64>
     ```
   }];
-  let arguments = (ins Train_F32Scalar:$loss_sum, Train_I64Scalar:$count);
+  let arguments = (ins Train_F32Scalar:$loss_sum, Train_I64Scalar:$count,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Train_F32Scalar:$result);
   let assemblyFormat = [{
     $loss_sum `,` $count attr-dict `:` type($loss_sum) `,` type($count)
@@ -409,6 +413,87 @@ def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask"> {
     (`key` `(` $key^ `:` type($key) `)`)? attr-dict `:` type($mask)
   }];
   let hasVerifier = 1;
+}
+
+def Train_CountValidOp : Train_ComputeOp<"count_valid"> {
+  let summary = "counts the targets that are not the ignore index";
+  let description = [{
+    The number of elements of `targets` different from `ignore_index`: the
+    tokens a cross-entropy averages over. Gradient accumulation with
+    `normalize=tokens` counts a whole window before its backward.
+
+    ```mlir
+    %n = train.count_valid %targets {ignore_index = -100 : i64} : tensor<8x1024xi32> -> tensor<i64>
+    ```
+  }];
+  let arguments = (ins Train_IdTensor:$targets, I64Attr:$ignore_index);
+  let results = (outs Train_I64Scalar:$count);
+  let assemblyFormat = [{
+    $targets attr-dict `:` type($targets) `->` type($count)
+  }];
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$targets, "int64_t":$ignoreIndex), [{
+      build($_builder, $_state,
+            ::mlir::RankedTensorType::get({}, $_builder.getI64Type()),
+            targets, $_builder.getI64IntegerAttr(ignoreIndex));
+    }]>
+  ];
+}
+
+def Train_SliceRowsOp : Train_ComputeOp<"slice_rows"> {
+  let summary = "rows of a tensor along its first dimension, padded";
+  let description = [{
+    Rows `offset` .. `offset + n` of `input` along dimension 0, where `n` is
+    the result's first dimension; rows past the end of `input` are filled
+    with `padding`. Unrolled gradient accumulation feeds each micro-step its
+    rows of the batch with it.
+
+    ```mlir
+    %mb = train.slice_rows %tokens {offset = 6 : i64, padding = 0 : i64}
+        : tensor<8x1024xi32> -> tensor<3x1024xi32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$offset,
+                       DefaultValuedAttr<I64Attr, "0">:$padding);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_AccumulateOp : Train_Op<"accumulate", [
+    SingleBlock, RecursiveMemoryEffects]> {
+  let summary = "a loop over micro-batches summing what its body yields";
+  let description = [{
+    Splits each operand along dimension 0 into `steps` micro-batches of
+    `ceil(B / steps)` rows (the last padded with the operand's entry of
+    `padding`: a padding token id, or the ignore index for targets, so
+    padded rows contribute nothing), runs the body once per micro-batch
+    with the slices as its arguments, and sums what the body yields, in
+    f32, into the results: gradient accumulation. Results have the yielded
+    shapes with an f32 element type.
+
+    ```mlir
+    %acc:2 = train.accumulate %tokens, %targets steps 4 padding [0, -100]
+        : (tensor<8x64xi32>, tensor<8x64xi32>) -> (tensor<f32>, tensor<256x64xf32>) {
+    ^bb0(%t: tensor<2x64xi32>, %y: tensor<2x64xi32>):
+      ...
+      train.yield %loss, %dwte : tensor<f32>, tensor<256x64xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs, I64Attr:$steps,
+                       DenseI64ArrayAttr:$padding);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $inputs `steps` $steps `padding` $padding attr-dict `:`
+    functional-type($inputs, $results) $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Rows of one micro-batch: ceil(B / steps).
+    int64_t getMicroBatchRows();
+  }];
 }
 
 //===----------------------------------------------------------------------===//
@@ -641,7 +726,8 @@ def Train_RematOp : Train_Op<"remat", [
 }
 
 def Train_YieldOp : Train_Op<"yield", [
-    Pure, Terminator, ReturnLike, ParentOneOf<["BlockOp", "RematOp"]>]> {
+    Pure, Terminator, ReturnLike,
+    ParentOneOf<["BlockOp", "RematOp", "AccumulateOp"]>]> {
   let summary = "ends a train.block or train.remat and gives its results";
   let description = [{
     ```mlir

@@ -105,10 +105,13 @@ void FunctionMemory::buildSchedule(Block &block, Phase phase) {
     phaseOf[&op] = opPhase;
     if (isa<BlockOp>(op)) {
       buildSchedule(op.getRegion(0).front(), opPhase);
-      if (block.getParentOp() == func)
+      if (block.getParentOp() == func ||
+          isa<AccumulateOp>(block.getParentOp()))
         phase = opPhase;
-    } else if (isa<RematOp>(op)) {
-      // A remat region runs in place in the phase around it.
+    } else if (isa<RematOp, AccumulateOp>(op)) {
+      // A remat region runs in place in the phase around it; an
+      // accumulation loop's iterations all look like its body, so one
+      // iteration is the schedule.
       buildSchedule(op.getRegion(0).front(), opPhase);
     }
   }
@@ -123,12 +126,19 @@ void FunctionMemory::buildBuffers() {
       order[arg] = values.size();
       values.push_back(arg);
     }
-  for (Operation *op : schedule)
+  for (Operation *op : schedule) {
+    // A loop's micro-batch arguments are written where the loop starts.
+    if (auto loop = dyn_cast<AccumulateOp>(op))
+      for (BlockArgument arg : loop.getBody().front().getArguments()) {
+        order[arg] = values.size();
+        values.push_back(arg);
+      }
     for (Value result : op->getResults())
       if (isTensor(result)) {
         order[result] = values.size();
         values.push_back(result);
       }
+  }
 
   AliasSets aliases;
   llvm::StringMap<Value> stateArgs;
@@ -235,6 +245,9 @@ void FunctionMemory::buildBuffers() {
     Buffer &buffer = buffers[index];
     if (!isBlockResult(value)) {
       Operation *def = value.getDefiningOp();
+      if (auto arg = dyn_cast<BlockArgument>(value))
+        if (arg.getOwner()->getParentOp() != func)
+          def = arg.getOwner()->getParentOp();
       unsigned point = def ? pointOf.lookup(def) : 0;
       if (point < buffer.firstPoint) {
         buffer.firstPoint = point;
@@ -248,8 +261,9 @@ void FunctionMemory::buildBuffers() {
     }
     // Weights and optimizer state persist from step to step.
     if (auto arg = dyn_cast<BlockArgument>(value))
-      if (func.getArgAttr(arg.getArgNumber(), kParamAttrName) ||
-          func.getArgAttr(arg.getArgNumber(), kOptimizerStateAttrName))
+      if (arg.getOwner()->getParentOp() == func &&
+          (func.getArgAttr(arg.getArgNumber(), kParamAttrName) ||
+           func.getArgAttr(arg.getArgNumber(), kOptimizerStateAttrName)))
         buffer.lastPoint = returnPoint;
   }
 }
@@ -322,6 +336,8 @@ void FunctionMemory::classify() {
   for (auto [index, buffer] : llvm::enumerate(buffers)) {
     Value owner = buffer.owner;
     auto arg = dyn_cast<BlockArgument>(owner);
+    if (arg && arg.getOwner()->getParentOp() != func)
+      arg = BlockArgument();
     if (arg && func.getArgAttr(arg.getArgNumber(), kParamAttrName)) {
       buffer.category = MemoryCategory::Weights;
       continue;

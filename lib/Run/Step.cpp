@@ -96,7 +96,8 @@ const TensorSlot *StepLayout::findResult(StringRef role) const {
 
 LogicalResult mlir::train::prepareStep(ModuleOp module,
                                        StringRef autodiffOptions,
-                                       StringRef rematOptions) {
+                                       StringRef rematOptions,
+                                       StringRef gradAccumOptions) {
   bool hasStep = static_cast<bool>(module.lookupSymbol("train_step"));
   if (!hasStep && !module.lookupSymbol("forward"))
     return module.emitError("trainmem-run: the module has neither "
@@ -106,7 +107,9 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
     pipeline += ("train-autodiff{" + autodiffOptions + "},").str();
   if (!rematOptions.empty())
     pipeline += ("train-remat{" + rematOptions + "},").str();
-  pipeline += "train-materialize-remat";
+  if (!gradAccumOptions.empty())
+    pipeline += ("train-grad-accum{" + gradAccumOptions + "},").str();
+  pipeline += "train-unroll-accum,train-materialize-remat";
   PassManager pm(module.getContext());
   if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
     return module.emitError("trainmem-run: bad pass options in '")

@@ -78,6 +78,11 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     lossLog("loss-log", cl::desc("Write 'step loss' lines to this file"),
             cl::cat(category));
+static cl::opt<std::string> gradAccumOptions(
+    "grad-accum",
+    cl::desc("Accumulate gradients over micro-batches of the step's batch: "
+             "train-grad-accum options, e.g. \"steps=4\""),
+    cl::cat(category));
 static cl::opt<std::string>
     rematOptions("remat",
                  cl::desc("Recompute activations: train-remat options, e.g. "
@@ -452,7 +457,8 @@ int main(int argc, char **argv) {
   if (auto model = (*module)->getAttrOfType<DictionaryAttr>(kModelAttrName))
     if (auto l = model.getAs<IntegerAttr>("layers"))
       layers = l.getInt();
-  if (failed(prepareStep(*module, autodiffOptions, rematOptions)))
+  if (failed(prepareStep(*module, autodiffOptions, rematOptions,
+                         gradAccumOptions)))
     return 1;
 
   // The tensor-level step stays for the interpreter; the lowered one runs.

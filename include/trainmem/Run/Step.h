@@ -45,10 +45,12 @@ struct StepLayout {
 /// Makes `module` hold a tensor-level @train_step ready to lower: a module
 /// with @forward is differentiated with train-autodiff (options in the
 /// pass's syntax, e.g. "lr=1e-3 clip-norm=1.0"); then, with non-empty
-/// `rematOptions` (e.g. "policy=selective"), train-remat; and any train.remat
-/// regions are materialized.
+/// `rematOptions` (e.g. "policy=selective"), train-remat; with non-empty
+/// `gradAccumOptions` (e.g. "steps=4"), train-grad-accum; then accumulation
+/// loops are unrolled and train.remat regions materialized.
 LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
-                          StringRef rematOptions = "");
+                          StringRef rematOptions = "",
+                          StringRef gradAccumOptions = "");
 
 /// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
 /// convert-to-llvm) and reads its arena layout.

@@ -174,4 +174,51 @@ def TrainMaterializeRematPass
   ];
 }
 
+def TrainGradAccumPass : Pass<"train-grad-accum", "mlir::ModuleOp"> {
+  let summary = "Splits a step's batch into micro-batches summed by train.accumulate";
+  let description = [{
+    Rewrites a training step of batch B into `steps` micro-batches of
+    ceil(B / steps) rows with one optimizer update: the forward and backward
+    move into a `train.accumulate` whose body is re-typed for a micro-batch,
+    gradients and loss are summed in f32 accumulators, and the optimizer
+    block (clipping, LR schedule, update) runs once, after the sum.
+
+    Loss normalization:
+    - `tokens` (default): the loss is the sum over the valid tokens of the
+      whole window divided by the window's valid-token count, counted
+      (`train.count_valid`) before the backward: every `train.mean_loss` of
+      the body divides by the window count. This is the fix for the
+      gradient-accumulation bug of transformers PR 34191.
+    - `mean`: each micro-batch's mean loss is scaled by 1/steps.
+
+    A batch not divisible by `steps` pads its last micro-batch with ignored
+    targets (tokens normalization counts only real tokens); `uneven=refuse`
+    refuses it instead, and `mean` needs an even split.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"train_step\"",
+           "The training step">,
+    Option<"steps", "steps", "int64_t", "1", "Micro-batches per update">,
+    Option<"normalize", "normalize", "std::string", "\"tokens\"",
+           "Loss normalization: tokens or mean">,
+    Option<"uneven", "uneven", "std::string", "\"pad\"",
+           "A batch not divisible by steps: pad or refuse">
+  ];
+}
+
+def TrainUnrollAccumPass : Pass<"train-unroll-accum", "mlir::ModuleOp"> {
+  let summary = "Unrolls train.accumulate loops";
+  let description = [{
+    With `factor=0`, replaces each `train.accumulate` by one copy of its body
+    per micro-batch, each fed its rows of the batch (`train.slice_rows`), and
+    the f32 sums as explicit `train.add`s, so later passes can treat the last
+    micro-step differently (e.g. communicate gradients only after it). With
+    `factor=K`, K micro-steps per iteration of a loop of steps/K.
+  }];
+  let options = [
+    Option<"factor", "factor", "int64_t", "0",
+           "Micro-steps per loop iteration; 0 unrolls completely">
+  ];
+}
+
 #endif // TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PASSES_TD

@@ -1,0 +1,429 @@
+//===- GradAccum.cpp - train-grad-accum and train-unroll-accum ------------===//
+//
+// The forward and backward of a step move into a train.accumulate body and
+// are re-typed for a micro-batch: every tensor whose shape carries the
+// batch gets its batch dimension (or the outermost part of a flattened
+// batch dimension) divided by the number of micro-batches.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace mlir {
+namespace train {
+#define GEN_PASS_DEF_TRAINGRADACCUMPASS
+#define GEN_PASS_DEF_TRAINUNROLLACCUMPASS
+#include "trainmem/Dialect/Train/Transforms/Passes.h.inc"
+
+namespace {
+
+RankedTensorType withShape(Type type, ArrayRef<int64_t> shape) {
+  return RankedTensorType::get(shape,
+                               cast<RankedTensorType>(type).getElementType());
+}
+
+/// The new shape of a reshape result when its input changed from `oldIn` to
+/// `newIn` in one dimension (the batch): the result dimension where that
+/// input dimension's span begins shrinks by the same factor.
+FailureOr<SmallVector<int64_t>> rebatchReshape(ArrayRef<int64_t> oldIn,
+                                               ArrayRef<int64_t> newIn,
+                                               ArrayRef<int64_t> oldOut) {
+  SmallVector<int64_t> out(oldOut);
+  if (oldIn == newIn)
+    return out;
+  size_t d = 0;
+  while (d < oldIn.size() && oldIn[d] == newIn[d])
+    ++d;
+  int64_t before = 1;
+  for (size_t i = 0; i < d; ++i)
+    before *= oldIn[i];
+  int64_t factor = oldIn[d] / newIn[d];
+  int64_t product = 1;
+  for (size_t r = 0; r < out.size(); ++r) {
+    product *= out[r];
+    if (product > before) {
+      if (out[r] % factor != 0)
+        return failure();
+      out[r] /= factor;
+      return out;
+    }
+  }
+  return failure();
+}
+
+/// Re-types the results of `clone` (a copy of `original` whose operands
+/// may have new types) for a micro-batch.
+LogicalResult rebatchResults(Operation *original, Operation *clone,
+                             int64_t batch, int64_t micro) {
+  auto shapeOf = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getShape();
+  };
+  for (auto [index, result] : llvm::enumerate(clone->getResults())) {
+    auto oldType = dyn_cast<RankedTensorType>(result.getType());
+    if (!oldType)
+      continue;
+    std::optional<SmallVector<int64_t>> shape;
+    if (auto matmul = dyn_cast<MatmulOp>(clone)) {
+      std::string why;
+      FailureOr<SmallVector<int64_t>> s = inferMatmulShape(
+          shapeOf(matmul.getLhs()), shapeOf(matmul.getRhs()),
+          matmul.getTransposeLhs(), matmul.getTransposeRhs(), why);
+      if (failed(s))
+        return clone->emitOpError("cannot be re-typed for a micro-batch: ")
+               << why;
+      shape = *s;
+    } else if (auto transpose = dyn_cast<TransposeOp>(clone)) {
+      shape.emplace();
+      for (int64_t p : transpose.getPermutation())
+        shape->push_back(shapeOf(transpose.getInput())[p]);
+    } else if (auto reshape = dyn_cast<ReshapeOp>(clone)) {
+      FailureOr<SmallVector<int64_t>> s = rebatchReshape(
+          shapeOf(original->getOperand(0)), shapeOf(reshape.getInput()),
+          oldType.getShape());
+      if (failed(s))
+        return clone->emitOpError("cannot be re-typed for a micro-batch: "
+                                  "the batch does not divide its result");
+      shape = *s;
+    } else if (auto embedding = dyn_cast<EmbeddingOp>(clone)) {
+      shape.emplace(shapeOf(embedding.getIds()));
+      shape->push_back(oldType.getShape().back());
+    } else if (isa<BlockOp, RematOp>(clone)) {
+      Value yielded = cast<YieldOp>(clone->getRegion(0).front().getTerminator())
+                          .getValues()[index];
+      shape.emplace(shapeOf(yielded));
+    } else if (auto sumTo = dyn_cast<SumToOp>(clone)) {
+      // A kept dimension that was the batch shrinks with it.
+      ArrayRef<int64_t> oldInput = shapeOf(original->getOperand(0));
+      ArrayRef<int64_t> newInput = shapeOf(sumTo.getInput());
+      shape.emplace(oldType.getShape());
+      size_t lead = oldInput.size() - shape->size();
+      for (size_t j = 0; j < shape->size(); ++j)
+        if ((*shape)[j] == oldInput[lead + j] &&
+            oldInput[lead + j] != newInput[lead + j])
+          (*shape)[j] = newInput[lead + j];
+    } else if (isa<DropoutMaskOp>(clone)) {
+      // No operand to follow: its leading dimension is the batch.
+      shape.emplace(oldType.getShape());
+      if (!shape->empty() && (*shape)[0] == batch)
+        (*shape)[0] = micro;
+    } else {
+      // Results shaped like an operand follow that operand.
+      for (auto [oldOperand, newOperand] :
+           llvm::zip(original->getOperands(), clone->getOperands()))
+        if (oldOperand.getType() == original->getResult(index).getType()) {
+          shape.emplace(shapeOf(newOperand));
+          break;
+        }
+      if (!shape) {
+        // Dropout masks and the like: same shape as an operand, other type.
+        for (auto [oldOperand, newOperand] :
+             llvm::zip(original->getOperands(), clone->getOperands()))
+          if (auto t = dyn_cast<RankedTensorType>(oldOperand.getType()))
+            if (t.getShape() == oldType.getShape()) {
+              shape.emplace(shapeOf(newOperand));
+              break;
+            }
+      }
+    }
+    if (shape)
+      result.setType(withShape(oldType, *shape));
+  }
+  return success();
+}
+
+struct TrainGradAccumPass
+    : public impl::TrainGradAccumPassBase<TrainGradAccumPass> {
+  using Base::Base;
+  void runOnOperation() override;
+};
+
+void TrainGradAccumPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto fail = [&](Location loc, const Twine &message) {
+    emitError(loc, "train-grad-accum: ") << message;
+    signalPassFailure();
+  };
+  if (normalize != "tokens" && normalize != "mean")
+    return fail(module.getLoc(), "unknown normalize '" + normalize +
+                                     "' (expected tokens or mean)");
+  if (uneven != "pad" && uneven != "refuse")
+    return fail(module.getLoc(),
+                "unknown uneven '" + uneven + "' (expected pad or refuse)");
+  if (steps < 1)
+    return fail(module.getLoc(),
+                "steps must be >= 1, got " + Twine(static_cast<int64_t>(steps)));
+  auto func = module.lookupSymbol<func::FuncOp>(function);
+  if (!func || func.isExternal())
+    return fail(module.getLoc(),
+                "no function @" + function + " (run train-autodiff first)");
+
+  // The batch: data arguments sharing the tokens' first dimension.
+  SmallVector<BlockArgument> batchArgs;
+  int64_t batch = 0;
+  for (BlockArgument arg : func.getArguments()) {
+    auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  kInputAttrName);
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!name || !type || type.getRank() == 0)
+      continue;
+    if (!batch)
+      batch = type.getDimSize(0);
+    if (type.getDimSize(0) == batch)
+      batchArgs.push_back(arg);
+  }
+  if (batchArgs.empty())
+    return fail(func.getLoc(), "@" + function +
+                                   " has no batched data arguments "
+                                   "(train.input with a first dimension)");
+  if (steps > batch)
+    return fail(func.getLoc(), "steps (" + Twine(static_cast<int64_t>(steps)) +
+                                   ") is larger than the batch (" +
+                                   Twine(batch) + ")");
+  bool even = batch % steps == 0;
+  if (!even && uneven == "refuse")
+    return fail(func.getLoc(),
+                "the batch (" + Twine(batch) + ") is not divisible by steps (" +
+                    Twine(static_cast<int64_t>(steps)) + ") and uneven=refuse");
+  if (!even && normalize == "mean")
+    return fail(func.getLoc(),
+                "normalize=mean needs the batch (" + Twine(batch) +
+                    ") divisible by steps (" +
+                    Twine(static_cast<int64_t>(steps)) +
+                    "); normalize=tokens weighs a padded micro-batch by its "
+                    "real tokens");
+  int64_t micro = (batch + steps - 1) / steps;
+
+  // Everything before the optimizer block runs per micro-batch.
+  Block &entry = func.front();
+  Operation *optimizerBlock = nullptr;
+  for (Operation &op : entry)
+    if (auto block = dyn_cast<BlockOp>(op))
+      if (block.getKind() == BlockKind::optimizer)
+        optimizerBlock = block;
+  Operation *end = optimizerBlock ? optimizerBlock : entry.getTerminator();
+  SmallVector<Operation *> bodyOps;
+  for (Operation &op : entry) {
+    if (&op == end)
+      break;
+    bodyOps.push_back(&op);
+  }
+  llvm::SmallPtrSet<Operation *, 16> inBody(bodyOps.begin(), bodyOps.end());
+
+  // The cross-entropy gives the ignore index (padding of the targets).
+  CrossEntropyOp crossEntropy;
+  for (Operation *op : bodyOps)
+    op->walk([&](CrossEntropyOp ce) { crossEntropy = ce; });
+  if (normalize == "tokens" && !crossEntropy)
+    return fail(func.getLoc(),
+                "normalize=tokens needs a cross-entropy loss "
+                "(train.cross_entropy with an ignore index) in @" +
+                    function);
+  Value targets = crossEntropy ? resolveRegionResult(crossEntropy.getTargets())
+                               : Value();
+
+  // What the rest of the step reads from the body: summed.
+  SmallVector<Value> yielded;
+  for (Operation *op : bodyOps)
+    for (Value result : op->getResults())
+      if (llvm::any_of(result.getUsers(), [&](Operation *user) {
+            Operation *top = user;
+            while (top->getBlock() != &entry)
+              top = top->getParentOp();
+            return !inBody.contains(top);
+          })) {
+        auto type = dyn_cast<RankedTensorType>(result.getType());
+        if (!type || !isa<FloatType>(type.getElementType()))
+          return fail(op->getLoc(), "the optimizer reads a non-float value "
+                                    "of the forward or backward; it cannot "
+                                    "be summed over micro-batches");
+        yielded.push_back(result);
+      }
+
+  OpBuilder builder(bodyOps.front());
+  // The window's valid tokens, counted before any backward.
+  Value windowCount;
+  if (normalize == "tokens")
+    windowCount = CountValidOp::create(builder, crossEntropy.getLoc(), targets,
+                                       crossEntropy.getIgnoreIndexAttr().getInt());
+
+  SmallVector<Value> inputs;
+  SmallVector<int64_t> padding;
+  for (BlockArgument arg : batchArgs) {
+    inputs.push_back(arg);
+    padding.push_back(arg == targets ? crossEntropy.getIgnoreIndexAttr().getInt()
+                                     : 0);
+  }
+  SmallVector<Type> resultTypes;
+  for (Value value : yielded)
+    resultTypes.push_back(RankedTensorType::get(
+        cast<RankedTensorType>(value.getType()).getShape(),
+        builder.getF32Type()));
+  auto accumulate = AccumulateOp::create(
+      builder, func.getLoc(), resultTypes, inputs,
+      builder.getI64IntegerAttr(steps), builder.getDenseI64ArrayAttr(padding));
+  Block *body = builder.createBlock(&accumulate.getBody());
+  IRMapping mapping;
+  for (BlockArgument arg : batchArgs) {
+    SmallVector<int64_t> shape(
+        cast<RankedTensorType>(arg.getType()).getShape());
+    shape[0] = micro;
+    mapping.map(arg, body->addArgument(withShape(arg.getType(), shape),
+                                       arg.getLoc()));
+  }
+
+  // Clone the body ops, then re-type results in program order (post-order
+  // puts a region op after its body).
+  builder.setInsertionPointToEnd(body);
+  llvm::DenseMap<Operation *, Operation *> originalOf;
+  for (Operation *op : bodyOps) {
+    Operation *clone = builder.clone(*op, mapping);
+    SmallVector<Operation *> originals, clones;
+    op->walk([&](Operation *o) { originals.push_back(o); });
+    clone->walk([&](Operation *o) { clones.push_back(o); });
+    for (auto [o, c] : llvm::zip(originals, clones))
+      originalOf[c] = o;
+  }
+  SmallVector<Operation *> cloned;
+  body->walk([&](Operation *op) { cloned.push_back(op); });
+  for (Operation *clone : cloned)
+    if (failed(rebatchResults(originalOf.lookup(clone), clone, batch, micro)))
+      return signalPassFailure();
+  SmallVector<Value> bodyYield;
+  for (Value value : yielded)
+    bodyYield.push_back(mapping.lookup(value));
+  YieldOp::create(builder, func.getLoc(), bodyYield);
+
+  // Loss normalization.
+  body->walk([&](MeanLossOp meanLoss) {
+    if (normalize == "tokens") {
+      Value count = resolveRegionResult(meanLoss.getCount());
+      if (isa_and_nonnull<CrossEntropyOp>(count.getDefiningOp()))
+        meanLoss.getCountMutable().assign(windowCount);
+    } else {
+      meanLoss.setScaleAttr(builder.getF64FloatAttr(
+          meanLoss.getScale().convertToDouble() / static_cast<double>(steps)));
+    }
+  });
+
+  // The rest of the step reads the sums.
+  for (auto [value, sum] : llvm::zip(yielded, accumulate.getResults()))
+    value.replaceAllUsesWith(sum);
+  for (Operation *op : llvm::reverse(bodyOps))
+    op->erase();
+
+  // Clipping now sees f32 sums: its results follow.
+  func.walk([&](ClipGradNormOp clip) {
+    for (auto [in, out] : llvm::zip(clip.getGrads(), clip.getClipped()))
+      out.setType(in.getType());
+  });
+  if (optimizerBlock)
+    for (auto [result, value] :
+         llvm::zip(optimizerBlock->getResults(),
+                   cast<YieldOp>(optimizerBlock->getRegion(0)
+                                     .front()
+                                     .getTerminator())
+                       .getValues()))
+      result.setType(value.getType());
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  func.setFunctionType(FunctionType::get(&getContext(),
+                                         func.getArgumentTypes(),
+                                         ret.getOperandTypes()));
+}
+
+struct TrainUnrollAccumPass
+    : public impl::TrainUnrollAccumPassBase<TrainUnrollAccumPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (factor < 0) {
+      getOperation().emitError("train-unroll-accum: factor must be >= 0");
+      return signalPassFailure();
+    }
+    SmallVector<AccumulateOp> loops;
+    getOperation().walk([&](AccumulateOp op) { loops.push_back(op); });
+    for (AccumulateOp loop : loops)
+      if (failed(unroll(loop)))
+        return signalPassFailure();
+  }
+
+  LogicalResult unroll(AccumulateOp loop) {
+    int64_t steps = loop.getStepsAttr().getInt();
+    int64_t perIteration = factor == 0 ? steps : factor;
+    if (steps % perIteration != 0)
+      return loop.emitOpError("train-unroll-accum: factor ")
+             << perIteration << " does not divide steps " << steps;
+    int64_t micro = loop.getMicroBatchRows();
+    auto batchType = cast<RankedTensorType>(loop.getInputs()[0].getType());
+    if (perIteration != steps && micro * steps != batchType.getDimSize(0))
+      return loop.emitOpError("train-unroll-accum: a partial unroll needs "
+                              "an even split of the batch");
+    Block &body = loop.getBody().front();
+    auto yield = cast<YieldOp>(body.getTerminator());
+
+    OpBuilder builder(loop);
+    AccumulateOp outer;
+    int64_t rowsPerIteration = micro * perIteration;
+    SmallVector<Value> sources(loop.getInputs());
+    if (perIteration != steps) {
+      // A loop of steps / K iterations whose body is K micro-steps.
+      outer = AccumulateOp::create(
+          builder, loop.getLoc(), loop.getResultTypes(), loop.getInputs(),
+          builder.getI64IntegerAttr(steps / perIteration),
+          loop.getPaddingAttr());
+      Block *outerBody = builder.createBlock(&outer.getBody());
+      sources.clear();
+      for (Value input : loop.getInputs()) {
+        SmallVector<int64_t> shape(
+            cast<RankedTensorType>(input.getType()).getShape());
+        shape[0] = rowsPerIteration;
+        sources.push_back(outerBody->addArgument(
+            withShape(input.getType(), shape), input.getLoc()));
+      }
+      builder.setInsertionPointToEnd(outerBody);
+    }
+
+    SmallVector<Value> sums(loop.getNumResults());
+    for (int64_t step = 0; step < perIteration; ++step) {
+      IRMapping mapping;
+      for (auto [index, arg] : llvm::enumerate(body.getArguments()))
+        mapping.map(arg, SliceRowsOp::create(
+                             builder, loop.getLoc(), arg.getType(),
+                             sources[index],
+                             builder.getI64IntegerAttr(step * micro),
+                             builder.getI64IntegerAttr(loop.getPadding()[index])));
+      for (Operation &op : body.without_terminator())
+        builder.clone(op, mapping);
+      for (auto [index, value] : llvm::enumerate(yield.getValues())) {
+        Value part = mapping.lookup(value);
+        Type f32Type = loop.getResult(index).getType();
+        if (part.getType() != f32Type)
+          part = CastOp::create(builder, loop.getLoc(), f32Type, part);
+        sums[index] = sums[index]
+                          ? Value(AddOp::create(builder, loop.getLoc(),
+                                                sums[index], part))
+                          : part;
+      }
+    }
+    if (outer) {
+      YieldOp::create(builder, loop.getLoc(), sums);
+      loop.replaceAllUsesWith(outer.getResults());
+    } else {
+      loop.replaceAllUsesWith(sums);
+    }
+    loop.erase();
+    return success();
+  }
+};
+
+} // namespace
+} // namespace train
+} // namespace mlir

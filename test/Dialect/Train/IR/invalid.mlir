@@ -654,3 +654,129 @@ func.func @remat_without_yield(%x: tensor<4xf32>) {
   }) : () -> ()
   return
 }
+
+// -----
+
+func.func @slice_rows_shape(%x: tensor<4x8xi32>) {
+  // expected-error @+1 {{result must be input rows: same rank, element type and dimensions after the first}}
+  %0 = train.slice_rows %x {offset = 0 : i64} : tensor<4x8xi32> -> tensor<2x4xi32>
+  return
+}
+
+// -----
+
+func.func @slice_rows_offset(%x: tensor<4x8xi32>) {
+  // expected-error @+1 {{offset must be >= 0}}
+  %0 = train.slice_rows %x {offset = -1 : i64} : tensor<4x8xi32> -> tensor<2x8xi32>
+  return
+}
+
+// -----
+
+func.func @accumulate_steps(%x: tensor<4x8xi32>) {
+  // expected-error @+1 {{steps must be >= 1, got 0}}
+  train.accumulate %x steps 0 padding [0] : (tensor<4x8xi32>) -> () {
+  ^bb0(%t: tensor<4x8xi32>):
+    train.yield
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_too_many_steps(%x: tensor<4x8xi32>) {
+  // expected-error @+1 {{steps (5) must not exceed the batch (4 rows)}}
+  train.accumulate %x steps 5 padding [0] : (tensor<4x8xi32>) -> () {
+  ^bb0(%t: tensor<1x8xi32>):
+    train.yield
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_padding(%x: tensor<4x8xi32>) {
+  // expected-error @+1 {{needs one padding value per input}}
+  train.accumulate %x steps 2 padding [0, 1] : (tensor<4x8xi32>) -> () {
+  ^bb0(%t: tensor<2x8xi32>):
+    train.yield
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_no_inputs() {
+  // expected-error @+1 {{needs at least one input to split}}
+  train.accumulate steps 1 padding [] : () -> () {
+  ^bb0:
+    train.yield
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_arg_count(%x: tensor<4x8xi32>, %y: tensor<4x8xi32>) {
+  // expected-error @+1 {{body must take one micro-batch per input}}
+  train.accumulate %x, %y steps 2 padding [0, 0] : (tensor<4x8xi32>, tensor<4x8xi32>) -> () {
+  ^bb0(%t: tensor<2x8xi32>):
+    train.yield
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_rows(%x: tensor<4x8xi32>, %y: tensor<3x8xi32>) {
+  // expected-error @+1 {{inputs must share their first dimension}}
+  train.accumulate %x, %y steps 2 padding [0, 0] : (tensor<4x8xi32>, tensor<3x8xi32>) -> () {
+  ^bb0(%t: tensor<2x8xi32>, %u: tensor<2x8xi32>):
+    train.yield
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_arg_type(%x: tensor<4x8xi32>) {
+  // expected-error @+1 {{body argument must be a micro-batch of 2 rows of its input}}
+  train.accumulate %x steps 2 padding [0] : (tensor<4x8xi32>) -> () {
+  ^bb0(%t: tensor<4x8xi32>):
+    train.yield
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_results(%x: tensor<4x8xi32>, %w: tensor<2xbf16>) {
+  // expected-error @+1 {{results must be f32 sums of the yielded float tensors}}
+  %0 = train.accumulate %x steps 2 padding [0] : (tensor<4x8xi32>) -> tensor<2xbf16> {
+  ^bb0(%t: tensor<2x8xi32>):
+    train.yield %w : tensor<2xbf16>
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_result_count(%x: tensor<4x8xi32>, %w: tensor<2xf32>) {
+  // expected-error @+1 {{must have one result per yielded value}}
+  train.accumulate %x steps 2 padding [0] : (tensor<4x8xi32>) -> () {
+  ^bb0(%t: tensor<2x8xi32>):
+    train.yield %w : tensor<2xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_without_yield(%x: tensor<4x8xi32>) {
+  // expected-error @+1 {{body must end with train.yield}}
+  "train.accumulate"(%x) <{steps = 2 : i64, padding = array<i64: 0>}> ({
+  ^bb0(%t: tensor<2x8xi32>):
+    %0 = train.iota : tensor<2xi32>
+  }) : (tensor<4x8xi32>) -> ()
+  return
+}

@@ -139,6 +139,27 @@ func.func @remat(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   return %r#0 : tensor<4x8xf32>
 }
 
+// CHECK-LABEL: func.func @accumulation
+func.func @accumulation(%tokens: tensor<4x8xi32>, %targets: tensor<4x8xi32>, %table: tensor<16x2xbf16>) -> (tensor<f32>, tensor<16x2xf32>) {
+  // CHECK: %[[N:.*]] = train.count_valid %{{.*}} {ignore_index = -100 : i64} : tensor<4x8xi32> -> tensor<i64>
+  %n = train.count_valid %targets {ignore_index = -100 : i64} : tensor<4x8xi32> -> tensor<i64>
+  // CHECK: train.accumulate %{{.*}}, %{{.*}} steps 2 padding [0, -100] : (tensor<4x8xi32>, tensor<4x8xi32>) -> (tensor<f32>, tensor<16x2xf32>) {
+  // CHECK: ^bb0(%{{.*}}: tensor<2x8xi32>, %{{.*}}: tensor<2x8xi32>):
+  // CHECK:   train.mean_loss %{{.*}}, %[[N]] {scale = 5.000000e-01 : f64} : tensor<f32>, tensor<i64>
+  // CHECK:   train.yield %{{.*}}, %{{.*}} : tensor<f32>, tensor<16x2xbf16>
+  %sums:2 = train.accumulate %tokens, %targets steps 2 padding [0, -100] : (tensor<4x8xi32>, tensor<4x8xi32>) -> (tensor<f32>, tensor<16x2xf32>) {
+  ^bb0(%t: tensor<2x8xi32>, %y: tensor<2x8xi32>):
+    %e = train.embedding %table, %t : tensor<16x2xbf16>, tensor<2x8xi32> -> tensor<2x8x2xbf16>
+    %g = train.embedding_grad %e, %y : tensor<2x8x2xbf16>, tensor<2x8xi32> -> tensor<16x2xbf16>
+    %s, %c = train.cross_entropy %e, %y {ignore_index = -100 : i64} : tensor<2x8x2xbf16>, tensor<2x8xi32> -> tensor<f32>, tensor<i64>
+    %l = train.mean_loss %s, %n {scale = 0.5 : f64} : tensor<f32>, tensor<i64>
+    train.yield %l, %g : tensor<f32>, tensor<16x2xbf16>
+  }
+  // CHECK: train.slice_rows %{{.*}} {offset = 3 : i64, padding = -100 : i64} : tensor<4x8xi32> -> tensor<2x8xi32>
+  %last = train.slice_rows %targets {offset = 3 : i64, padding = -100 : i64} : tensor<4x8xi32> -> tensor<2x8xi32>
+  return %sums#0, %sums#1 : tensor<f32>, tensor<16x2xf32>
+}
+
 // CHECK-LABEL: func.func @keyed_dropout
 func.func @keyed_dropout(%x: tensor<4x8xf32>, %step: tensor<i64>) -> (tensor<4x8xf32>, tensor<4x8xi1>) {
   // CHECK: train.dropout %{{.*}} key(%{{.*}} : tensor<i64>) {offset = 1 : i64, rate = 5.000000e-01 : f64, seed = 7 : i64} : tensor<4x8xf32> -> tensor<4x8xi1>

@@ -174,7 +174,10 @@ protected:
 };
 
 TEST_F(GradAccumTest, MeanOnUnpaddedDataEqualsOneBatch) {
-  for (const char *accum : {"steps=2 normalize=mean", "steps=4 normalize=mean"})
+  // Also a batch that does not divide: 3 micro-batches of 2, 2 and 0 real
+  // rows, each weighed by its share of the rows.
+  for (const char *accum : {"steps=2 normalize=mean", "steps=4 normalize=mean",
+                            "steps=3 normalize=mean"})
     for (const char *autodiff : {"optimizer=none", "clip-norm=0.5 lr=1e-2"})
       expectEqualToWholeBatch(autodiff, "", accum, /*padded=*/false);
 }

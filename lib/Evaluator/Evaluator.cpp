@@ -720,7 +720,8 @@ LogicalResult Interpreter::exec(Operation *op) {
       .Case<MeanLossOp>([&](MeanLossOp o) {
         double sum = get(o.getLossSum()).scalarFloat();
         int64_t count = get(o.getCount()).scalarInt();
-        double mean = o.getScale().convertToDouble() * sum /
+        double weight = o.getWeight() ? get(o.getWeight()).scalarFloat() : 1.0;
+        double mean = o.getScale().convertToDouble() * weight * sum /
                       static_cast<double>(std::max<int64_t>(count, 1));
         set(o.getResult(), RefTensor::ofFloats({}, {static_cast<float>(mean)}));
         return success();
@@ -872,6 +873,9 @@ LogicalResult Interpreter::accumulate(AccumulateOp op) {
       set(arg, sliceRows(get(input), step * micro, shapeOf(arg.getType()),
                          op.getPadding()[index]));
     }
+    if (op.getWeighted())
+      set(body.getArguments().back(),
+          RefTensor::ofFloats({}, {static_cast<float>(op.getShare(step))}));
     if (failed(run(body)))
       return failure();
     for (auto [sum, value] : llvm::zip(sums, yield.getValues())) {

@@ -320,7 +320,7 @@ Value GraphBuilder::headBlock(Value x, Value targets, Value tokenTable) {
         targets, builder.getI64IntegerAttr(config.ignoreIndex));
     return MeanLossOp::create(builder, loc("head.mean_loss"),
                               loss.getLossSum(), loss.getCount(),
-                              builder.getF64FloatAttr(1.0));
+                              /*weight=*/Value(), builder.getF64FloatAttr(1.0));
   });
 }
 

@@ -393,7 +393,9 @@ LogicalResult Lowering::lower(Operation *op) {
       .Case<MeanLossOp>([&](MeanLossOp o) {
         return simple("tmrt_mean_loss",
                       {offset(o.getLossSum()), offset(o.getCount()),
-                       offset(o.getResult()), o.getScale().convertToDouble()});
+                       offset(o.getResult()),
+                       o.getWeight() ? offset(o.getWeight()) : int64_t(-1),
+                       o.getScale().convertToDouble()});
       })
       .Case<CountValidOp>([&](CountValidOp o) {
         return simple("tmrt_count_valid",

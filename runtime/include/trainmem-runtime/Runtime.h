@@ -139,9 +139,10 @@ void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
                              int64_t logits, int64_t targets, int64_t out,
                              int64_t rows, int64_t vocab, int64_t ignore_index,
                              int64_t id_bits);
-/* out = scale * loss_sum / max(count, 1). */
+/* out = scale * weight * loss_sum / max(count, 1); weight: offset of an
+ * f32 scalar, or -1 for 1. */
 void tmrt_mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
-                    int64_t out, double scale);
+                    int64_t out, int64_t weight, double scale);
 /* out (i64 scalar) = number of the n targets that are not ignore_index. */
 void tmrt_count_valid(tmrt_context *ctx, int64_t targets, int64_t out,
                       int64_t n, int64_t ignore_index, int64_t id_bits);

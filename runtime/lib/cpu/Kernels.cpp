@@ -669,8 +669,10 @@ void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
 }
 
 void tmrt_mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
-                    int64_t out, double scale) {
+                    int64_t out, int64_t weight, double scale) {
   ++ctx->kernelCalls;
+  if (weight >= 0)
+    scale *= *ctx->at<float>(weight);
   double sum = *ctx->at<float>(loss_sum);
   int64_t n = *ctx->at<int64_t>(count);
   *ctx->at<float>(out) = static_cast<float>(

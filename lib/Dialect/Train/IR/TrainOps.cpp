@@ -428,6 +428,15 @@ int64_t AccumulateOp::getMicroBatchRows() {
   return (type.getDimSize(0) + steps - 1) / steps;
 }
 
+double AccumulateOp::getShare(int64_t step) {
+  int64_t rows = cast<RankedTensorType>(getInputs().front().getType())
+                     .getDimSize(0);
+  int64_t micro = getMicroBatchRows();
+  int64_t real = std::max<int64_t>(
+      0, std::min<int64_t>(micro, rows - step * micro));
+  return static_cast<double>(real) / static_cast<double>(rows);
+}
+
 LogicalResult AccumulateOp::verify() {
   int64_t steps = getStepsAttr().getInt();
   if (getInputs().empty())
@@ -442,8 +451,13 @@ LogicalResult AccumulateOp::verify() {
   if (getPadding().size() != getInputs().size())
     return emitOpError("needs one padding value per input");
   Block &body = getBody().front();
-  if (body.getNumArguments() != getInputs().size())
-    return emitOpError("body must take one micro-batch per input");
+  if (body.getNumArguments() != getInputs().size() + (getWeighted() ? 1 : 0))
+    return emitOpError("body must take one micro-batch per input")
+           << (getWeighted() ? ", then the micro-batch's share" : "");
+  if (getWeighted() &&
+      body.getArguments().back().getType() !=
+          RankedTensorType::get({}, Float32Type::get(getContext())))
+    return emitOpError("the share argument must be a tensor<f32>");
   int64_t micro = getMicroBatchRows();
   for (auto [input, arg] : llvm::zip(getInputs(), body.getArguments())) {
     auto type = cast<RankedTensorType>(input.getType());

@@ -265,8 +265,9 @@ LogicalResult MeanLossOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
     return success();
   // d(sum / n) / d sum = 1 / n: the same division applied to the gradient.
   operandGrads.push_back(MeanLossOp::create(builder, getLoc(), resultGrads[0],
-                                            getCount(), getScaleAttr()));
-  operandGrads.push_back(Value());
+                                            getCount(), getWeight(),
+                                            getScaleAttr()));
+  operandGrads.append(getWeight() ? 2 : 1, Value());
   return success();
 }
 

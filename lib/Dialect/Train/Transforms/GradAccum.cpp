@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -193,13 +194,6 @@ void TrainGradAccumPass::runOnOperation() {
     return fail(func.getLoc(),
                 "the batch (" + Twine(batch) + ") is not divisible by steps (" +
                     Twine(static_cast<int64_t>(steps)) + ") and uneven=refuse");
-  if (!even && normalize == "mean")
-    return fail(func.getLoc(),
-                "normalize=mean needs the batch (" + Twine(batch) +
-                    ") divisible by steps (" +
-                    Twine(static_cast<int64_t>(steps)) +
-                    "); normalize=tokens weighs a padded micro-batch by its "
-                    "real tokens");
   int64_t micro = (batch + steps - 1) / steps;
 
   // Everything before the optimizer block runs per micro-batch.
@@ -269,7 +263,8 @@ void TrainGradAccumPass::runOnOperation() {
         builder.getF32Type()));
   auto accumulate = AccumulateOp::create(
       builder, func.getLoc(), resultTypes, inputs,
-      builder.getI64IntegerAttr(steps), builder.getDenseI64ArrayAttr(padding));
+      builder.getI64IntegerAttr(steps), builder.getDenseI64ArrayAttr(padding),
+      normalize == "mean" ? builder.getUnitAttr() : UnitAttr());
   Block *body = builder.createBlock(&accumulate.getBody());
   IRMapping mapping;
   for (BlockArgument arg : batchArgs) {
@@ -279,6 +274,12 @@ void TrainGradAccumPass::runOnOperation() {
     mapping.map(arg, body->addArgument(withShape(arg.getType(), shape),
                                        arg.getLoc()));
   }
+
+  // normalize=mean weighs each micro-batch's mean by its share of the rows.
+  Value share;
+  if (normalize == "mean")
+    share = body->addArgument(RankedTensorType::get({}, builder.getF32Type()),
+                              func.getLoc());
 
   // Clone the body ops, then re-type results in program order (post-order
   // puts a region op after its body).
@@ -309,8 +310,7 @@ void TrainGradAccumPass::runOnOperation() {
       if (isa_and_nonnull<CrossEntropyOp>(count.getDefiningOp()))
         meanLoss.getCountMutable().assign(windowCount);
     } else {
-      meanLoss.setScaleAttr(builder.getF64FloatAttr(
-          meanLoss.getScale().convertToDouble() / static_cast<double>(steps)));
+      meanLoss.getWeightMutable().assign(share);
     }
   });
 
@@ -394,12 +394,21 @@ struct TrainUnrollAccumPass
     SmallVector<Value> sums(loop.getNumResults());
     for (int64_t step = 0; step < perIteration; ++step) {
       IRMapping mapping;
-      for (auto [index, arg] : llvm::enumerate(body.getArguments()))
+      if (loop.getWeighted())
+        mapping.map(body.getArguments().back(),
+                    arith::ConstantOp::create(
+                        builder, loop.getLoc(),
+                        DenseElementsAttr::get(
+                            RankedTensorType::get({}, builder.getF32Type()),
+                            static_cast<float>(loop.getShare(step)))));
+      for (auto [index, input] : llvm::enumerate(loop.getInputs())) {
+        BlockArgument arg = body.getArgument(index);
         mapping.map(arg, SliceRowsOp::create(
                              builder, loop.getLoc(), arg.getType(),
                              sources[index],
                              builder.getI64IntegerAttr(step * micro),
                              builder.getI64IntegerAttr(loop.getPadding()[index])));
+      }
       for (Operation &op : body.without_terminator())
         builder.clone(op, mapping);
       for (auto [index, value] : llvm::enumerate(yield.getValues())) {

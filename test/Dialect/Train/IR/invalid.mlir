@@ -780,3 +780,14 @@ func.func @accumulate_without_yield(%x: tensor<4x8xi32>) {
   }) : (tensor<4x8xi32>) -> ()
   return
 }
+
+// -----
+
+func.func @accumulate_share_type(%x: tensor<4x8xi32>) {
+  // expected-error @+1 {{the share argument must be a tensor<f32>}}
+  train.accumulate %x steps 2 padding [0] weighted : (tensor<4x8xi32>) -> () {
+  ^bb0(%t: tensor<2x8xi32>, %w: tensor<i64>):
+    train.yield
+  }
+  return
+}

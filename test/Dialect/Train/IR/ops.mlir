@@ -155,6 +155,16 @@ func.func @accumulation(%tokens: tensor<4x8xi32>, %targets: tensor<4x8xi32>, %ta
     %l = train.mean_loss %s, %n {scale = 0.5 : f64} : tensor<f32>, tensor<i64>
     train.yield %l, %g : tensor<f32>, tensor<16x2xbf16>
   }
+  // CHECK: train.accumulate %{{.*}} steps 3 padding [0] weighted : (tensor<4x8xi32>) -> tensor<f32> {
+  // CHECK: ^bb0(%{{.*}}: tensor<2x8xi32>, %[[W:.*]]: tensor<f32>):
+  // CHECK:   train.mean_loss %{{.*}}, %[[N]] weighted by %[[W]] : tensor<f32> : tensor<f32>, tensor<i64>
+  %weighted = train.accumulate %tokens steps 3 padding [0] weighted : (tensor<4x8xi32>) -> tensor<f32> {
+  ^bb0(%t: tensor<2x8xi32>, %w: tensor<f32>):
+    %e = train.embedding %table, %t : tensor<16x2xbf16>, tensor<2x8xi32> -> tensor<2x8x2xbf16>
+    %s, %c = train.cross_entropy %e, %t {ignore_index = -100 : i64} : tensor<2x8x2xbf16>, tensor<2x8xi32> -> tensor<f32>, tensor<i64>
+    %l = train.mean_loss %s, %n weighted by %w : tensor<f32> : tensor<f32>, tensor<i64>
+    train.yield %l : tensor<f32>
+  }
   // CHECK: train.slice_rows %{{.*}} {offset = 3 : i64, padding = -100 : i64} : tensor<4x8xi32> -> tensor<2x8xi32>
   %last = train.slice_rows %targets {offset = 3 : i64, padding = -100 : i64} : tensor<4x8xi32> -> tensor<2x8xi32>
   return %sums#0, %sums#1 : tensor<f32>, tensor<16x2xf32>

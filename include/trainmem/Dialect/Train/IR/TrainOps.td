@@ -358,21 +358,24 @@ def Train_MeanLossOp : Train_DiffOp<"mean_loss",
     [AllTypesMatch<["loss_sum", "result"]>]> {
   let summary = "divides a summed loss by a token count";
   let description = [{
-    `scale · loss_sum / max(count, 1)`: the mean over valid tokens (0 when
-    there are none, never NaN), times `scale` (1 by default; gradient
-    accumulation with `normalize=mean` weighs each micro-batch by its share
-    of the batch).
+    `scale · weight · loss_sum / max(count, 1)`: the mean over valid tokens
+    (0 when there are none, never NaN), times `scale` (1 by default) and the
+    optional `weight` operand (gradient accumulation with `normalize=mean`
+    weighs each micro-batch by its share of the batch's rows).
 
     ```mlir
     %loss = train.mean_loss %sum, %count : tensor<f32>, tensor<i64>
-    %part = train.mean_loss %sum, %count {scale = 2.5e-01 : f64} : tensor<f32>, tensor<i64>
+    %part = train.mean_loss %sum, %count weighted by %share : tensor<f32>
+        : tensor<f32>, tensor<i64>
     ```
   }];
   let arguments = (ins Train_F32Scalar:$loss_sum, Train_I64Scalar:$count,
+                       Optional<Train_F32Scalar>:$weight,
                        DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Train_F32Scalar:$result);
   let assemblyFormat = [{
-    $loss_sum `,` $count attr-dict `:` type($loss_sum) `,` type($count)
+    $loss_sum `,` $count (`weighted` `by` $weight^ `:` type($weight))?
+    attr-dict `:` type($loss_sum) `,` type($count)
   }];
 }
 
@@ -470,7 +473,9 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     padded rows contribute nothing), runs the body once per micro-batch
     with the slices as its arguments, and sums what the body yields, in
     f32, into the results: gradient accumulation. Results have the yielded
-    shapes with an f32 element type.
+    shapes with an f32 element type. With `weighted`, the body takes one
+    more argument, a `tensor<f32>`: the micro-batch's share of the batch's
+    real rows (rows / B, 0 for a micro-batch of padding only).
 
     ```mlir
     %acc:2 = train.accumulate %tokens, %targets steps 4 padding [0, -100]
@@ -482,17 +487,19 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     ```
   }];
   let arguments = (ins Variadic<AnyRankedTensor>:$inputs, I64Attr:$steps,
-                       DenseI64ArrayAttr:$padding);
+                       DenseI64ArrayAttr:$padding, UnitAttr:$weighted);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $inputs `steps` $steps `padding` $padding attr-dict `:`
-    functional-type($inputs, $results) $body
+    $inputs `steps` $steps `padding` $padding (`weighted` $weighted^)?
+    attr-dict `:` functional-type($inputs, $results) $body
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Rows of one micro-batch: ceil(B / steps).
     int64_t getMicroBatchRows();
+    /// The share of the batch's real rows micro-batch `step` holds.
+    double getShare(int64_t step);
   }];
 }
 

@@ -189,11 +189,12 @@ def TrainGradAccumPass : Pass<"train-grad-accum", "mlir::ModuleOp"> {
       (`train.count_valid`) before the backward: every `train.mean_loss` of
       the body divides by the window count. This is the fix for the
       gradient-accumulation bug of transformers PR 34191.
-    - `mean`: each micro-batch's mean loss is scaled by 1/steps.
+    - `mean`: each micro-batch's mean loss is weighed by its share of the
+      batch's rows (1/steps for an even split).
 
     A batch not divisible by `steps` pads its last micro-batch with ignored
-    targets (tokens normalization counts only real tokens); `uneven=refuse`
-    refuses it instead, and `mean` needs an even split.
+    targets: tokens normalization counts only real tokens, mean weighs a
+    short micro-batch by its real rows; `uneven=refuse` refuses it instead.
   }];
   let options = [
     Option<"function", "function", "std::string", "\"train_step\"",

@@ -188,6 +188,13 @@ void FunctionMemory::buildBuffers() {
       uniteInPlace(adamw.getParam(), adamw.getNewParam(), point);
       uniteInPlace(adamw.getM(), adamw.getNewM(), point);
       uniteInPlace(adamw.getV(), adamw.getNewV(), point);
+    } else if (auto adamw = dyn_cast<AdamW8bitOp>(op)) {
+      unsigned point = pointOf.lookup(op);
+      uniteInPlace(adamw.getParam(), adamw.getNewParam(), point);
+      uniteInPlace(adamw.getMCodes(), adamw.getNewMCodes(), point);
+      uniteInPlace(adamw.getMAbsmax(), adamw.getNewMAbsmax(), point);
+      uniteInPlace(adamw.getVCodes(), adamw.getNewVCodes(), point);
+      uniteInPlace(adamw.getVAbsmax(), adamw.getNewVAbsmax(), point);
     } else if (auto sgd = dyn_cast<SGDOp>(op)) {
       unsigned point = pointOf.lookup(op);
       uniteInPlace(sgd.getParam(), sgd.getNewParam(), point);
@@ -276,6 +283,8 @@ void FunctionMemory::classify() {
   for (Operation *op : schedule) {
     if (auto adamw = dyn_cast<AdamWOp>(op))
       finalGradients.push_back(adamw.getGrad());
+    else if (auto adamw8 = dyn_cast<AdamW8bitOp>(op))
+      finalGradients.push_back(adamw8.getGrad());
     else if (auto sgd = dyn_cast<SGDOp>(op))
       finalGradients.push_back(sgd.getGrad());
     else if (auto ret = dyn_cast<func::ReturnOp>(op))

@@ -8,6 +8,8 @@
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Support/Activations.h"
+#include "trainmem/Support/AdamW.h"
+#include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/Philox.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -177,6 +179,9 @@ private:
   void rmsNormGrad(RMSNormGradOp op);
   LogicalResult crossEntropyGrad(CrossEntropyGradOp op);
   void adamw(AdamWOp op);
+  void quantize(QuantizeOp op);
+  void dequantize(DequantizeOp op);
+  void adamw8bit(AdamW8bitOp op);
   void sgd(SGDOp op);
   void clip(ClipGradNormOp op);
   void lrSchedule(LRScheduleOp op);
@@ -527,27 +532,101 @@ void Interpreter::adamw(AdamWOp op) {
   const RefTensor &g = get(op.getGrad());
   const RefTensor &m = get(op.getM());
   const RefTensor &v = get(op.getV());
-  double lr = get(op.getLr()).scalarFloat();
-  double t = static_cast<double>(get(op.getStep()).scalarInt());
-  double b1 = op.getBeta1().convertToDouble();
-  double b2 = op.getBeta2().convertToDouble();
-  double eps = op.getEpsilon().convertToDouble();
-  double wd = op.getWeightDecay().convertToDouble();
-  double c1 = 1.0 - std::pow(b1, t), c2 = 1.0 - std::pow(b2, t);
+  trainmem::AdamWStep step(get(op.getLr()).scalarFloat(),
+                           op.getBeta1().convertToDouble(),
+                           op.getBeta2().convertToDouble(),
+                           op.getEpsilon().convertToDouble(),
+                           op.getWeightDecay().convertToDouble(),
+                           get(op.getStep()).scalarInt());
   RefTensor np = RefTensor::zeros(p.shape), nm = RefTensor::zeros(p.shape),
             nv = RefTensor::zeros(p.shape);
-  for (int64_t i = 0; i < p.numElements(); ++i) {
-    double gi = g.floats[i];
-    double mi = b1 * m.floats[i] + (1.0 - b1) * gi;
-    double vi = b2 * v.floats[i] + (1.0 - b2) * gi * gi;
-    double update = (mi / c1) / (std::sqrt(vi / c2) + eps) + wd * p.floats[i];
-    nm.floats[i] = static_cast<float>(mi);
-    nv.floats[i] = static_cast<float>(vi);
-    np.floats[i] = static_cast<float>(p.floats[i] - lr * update);
-  }
+  for (int64_t i = 0; i < p.numElements(); ++i)
+    step.apply(p.floats[i], g.floats[i], m.floats[i], v.floats[i],
+               np.floats[i], nm.floats[i], nv.floats[i]);
   set(op.getNewParam(), std::move(np));
   set(op.getNewM(), std::move(nm));
   set(op.getNewV(), std::move(nv));
+}
+
+/// Codes (0..255) of a RefTensor of i8 codes.
+uint8_t codeAt(const RefTensor &codes, int64_t i) {
+  return static_cast<uint8_t>(codes.ints[i]);
+}
+
+void Interpreter::quantize(QuantizeOp op) {
+  const RefTensor &x = get(op.getInput());
+  const trainmem::DynamicMap &map = op.getIsSigned()
+                                        ? trainmem::signedDynamicMap()
+                                        : trainmem::unsignedDynamicMap();
+  int64_t n = x.numElements(), block = op.getBlockAttr().getInt();
+  std::vector<uint8_t> codes(n);
+  std::vector<float> absmax((n + block - 1) / block);
+  trainmem::quantizeBlockwise(map, x.floats.data(), n, block, codes.data(),
+                              absmax.data());
+  set(op.getCodes(),
+      RefTensor::ofInts(x.shape, std::vector<int64_t>(codes.begin(), codes.end())));
+  set(op.getAbsmax(), RefTensor::ofFloats({static_cast<int64_t>(absmax.size())},
+                                          std::move(absmax)));
+}
+
+void Interpreter::dequantize(DequantizeOp op) {
+  const RefTensor &codes = get(op.getCodes());
+  const RefTensor &absmax = get(op.getAbsmax());
+  const trainmem::DynamicMap &map = op.getIsSigned()
+                                        ? trainmem::signedDynamicMap()
+                                        : trainmem::unsignedDynamicMap();
+  int64_t block = op.getBlockAttr().getInt();
+  RefTensor y = RefTensor::zeros(codes.shape);
+  for (int64_t i = 0; i < codes.numElements(); ++i)
+    y.floats[i] = trainmem::dequantizeValue(map, codeAt(codes, i),
+                                            absmax.floats[i / block]);
+  set(op.getResult(), std::move(y));
+}
+
+void Interpreter::adamw8bit(AdamW8bitOp op) {
+  const RefTensor &p = get(op.getParam());
+  const RefTensor &g = get(op.getGrad());
+  const RefTensor &mc = get(op.getMCodes()), &ma = get(op.getMAbsmax());
+  const RefTensor &vc = get(op.getVCodes()), &va = get(op.getVAbsmax());
+  bool finite = std::all_of(g.floats.begin(), g.floats.end(),
+                            [](float x) { return std::isfinite(x); });
+  if (!finite) {
+    set(op.getNewParam(), p);
+    set(op.getNewMCodes(), mc);
+    set(op.getNewMAbsmax(), ma);
+    set(op.getNewVCodes(), vc);
+    set(op.getNewVAbsmax(), va);
+    return;
+  }
+  trainmem::AdamWStep step(get(op.getLr()).scalarFloat(),
+                           op.getBeta1().convertToDouble(),
+                           op.getBeta2().convertToDouble(),
+                           op.getEpsilon().convertToDouble(),
+                           op.getWeightDecay().convertToDouble(),
+                           get(op.getStep()).scalarInt());
+  const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
+  const trainmem::DynamicMap &vMap = trainmem::unsignedDynamicMap();
+  int64_t n = p.numElements(), block = op.getBlockAttr().getInt();
+  RefTensor np = RefTensor::zeros(p.shape);
+  std::vector<float> newM(n), newV(n);
+  for (int64_t i = 0; i < n; ++i)
+    step.apply(p.floats[i], g.floats[i],
+               trainmem::dequantizeValue(mMap, codeAt(mc, i), ma.floats[i / block]),
+               trainmem::dequantizeValue(vMap, codeAt(vc, i), va.floats[i / block]),
+               np.floats[i], newM[i], newV[i]);
+  std::vector<uint8_t> mCodes(n), vCodes(n);
+  std::vector<float> mAbsmax(ma.floats.size()), vAbsmax(va.floats.size());
+  trainmem::quantizeBlockwise(mMap, newM.data(), n, block, mCodes.data(),
+                              mAbsmax.data());
+  trainmem::quantizeBlockwise(vMap, newV.data(), n, block, vCodes.data(),
+                              vAbsmax.data());
+  set(op.getNewParam(), std::move(np));
+  set(op.getNewMCodes(),
+      RefTensor::ofInts(p.shape, std::vector<int64_t>(mCodes.begin(), mCodes.end())));
+  set(op.getNewMAbsmax(), RefTensor::ofFloats(ma.shape, std::move(mAbsmax)));
+  set(op.getNewVCodes(),
+      RefTensor::ofInts(p.shape, std::vector<int64_t>(vCodes.begin(), vCodes.end())));
+  set(op.getNewVAbsmax(), RefTensor::ofFloats(va.shape, std::move(vAbsmax)));
 }
 
 void Interpreter::sgd(SGDOp op) {
@@ -824,6 +903,18 @@ LogicalResult Interpreter::exec(Operation *op) {
       .Case<CrossEntropyGradOp>([&](auto o) { return crossEntropyGrad(o); })
       .Case<AdamWOp>([&](auto o) {
         adamw(o);
+        return success();
+      })
+      .Case<QuantizeOp>([&](auto o) {
+        quantize(o);
+        return success();
+      })
+      .Case<DequantizeOp>([&](auto o) {
+        dequantize(o);
+        return success();
+      })
+      .Case<AdamW8bitOp>([&](auto o) {
+        adamw8bit(o);
         return success();
       })
       .Case<SGDOp>([&](auto o) {

@@ -491,6 +491,33 @@ LogicalResult Lowering::lower(Operation *op) {
                        o.getEpsilon().convertToDouble(),
                        o.getWeightDecay().convertToDouble()});
       })
+      .Case<QuantizeOp>([&](QuantizeOp o) {
+        return simple("tmrt_quantize",
+                      {offset(o.getInput()), offset(o.getCodes()),
+                       offset(o.getAbsmax()), elements(o.getInput()),
+                       o.getBlockAttr().getInt(),
+                       static_cast<int64_t>(o.getIsSigned())});
+      })
+      .Case<DequantizeOp>([&](DequantizeOp o) {
+        return simple("tmrt_dequantize",
+                      {offset(o.getCodes()), offset(o.getAbsmax()),
+                       offset(o.getResult()), elements(o.getResult()),
+                       o.getBlockAttr().getInt(),
+                       static_cast<int64_t>(o.getIsSigned())});
+      })
+      .Case<AdamW8bitOp>([&](AdamW8bitOp o) {
+        return simple(
+            "tmrt_adamw_8bit",
+            {offset(o.getParam()), offset(o.getGrad()), offset(o.getMCodes()),
+             offset(o.getMAbsmax()), offset(o.getVCodes()),
+             offset(o.getVAbsmax()), offset(o.getLr()), offset(o.getStep()),
+             offset(o.getNewParam()), offset(o.getNewMCodes()),
+             offset(o.getNewMAbsmax()), offset(o.getNewVCodes()),
+             offset(o.getNewVAbsmax()), elements(o.getParam()),
+             o.getBlockAttr().getInt(), o.getBeta1().convertToDouble(),
+             o.getBeta2().convertToDouble(), o.getEpsilon().convertToDouble(),
+             o.getWeightDecay().convertToDouble()});
+      })
       .Case<SGDOp>([&](SGDOp o) {
         Value buffer = o.getMomentumBuffer();
         return simple("tmrt_sgd",

@@ -159,6 +159,23 @@ void tmrt_adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
                 int64_t v, int64_t lr, int64_t step, int64_t new_param,
                 int64_t new_m, int64_t new_v, int64_t n, double beta1,
                 double beta2, double eps, double weight_decay);
+/* Block-wise 8-bit dynamic quantization (Support/DynamicMap.h): codes are
+ * one byte per element, absmax one f32 per block. */
+void tmrt_quantize(tmrt_context *ctx, int64_t in, int64_t codes,
+                   int64_t absmax, int64_t n, int64_t block,
+                   int64_t is_signed);
+void tmrt_dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax,
+                     int64_t out, int64_t n, int64_t block, int64_t is_signed);
+/* AdamW on 8-bit m (signed map) and v (unsigned map), block by block; a
+ * non-finite gradient element skips the whole tensor's update. */
+void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                     int64_t m_codes, int64_t m_absmax, int64_t v_codes,
+                     int64_t v_absmax, int64_t lr, int64_t step,
+                     int64_t new_param, int64_t new_m_codes,
+                     int64_t new_m_absmax, int64_t new_v_codes,
+                     int64_t new_v_absmax, int64_t n, int64_t block,
+                     double beta1, double beta2, double eps,
+                     double weight_decay);
 /* buffer < 0: no momentum buffer. */
 void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
               int64_t buffer, int64_t new_param, int64_t new_buffer,

@@ -8,6 +8,8 @@
 
 #include "../Context.h"
 #include "trainmem/Support/Activations.h"
+#include "trainmem/Support/AdamW.h"
+#include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/Philox.h"
 
 #include <cblas.h>
@@ -16,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -718,21 +721,108 @@ void tmrt_adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
               *mv = ctx->at<float>(m), *vv = ctx->at<float>(v);
   float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m),
         *nv = ctx->at<float>(new_v);
-  double rate = *ctx->at<float>(lr);
-  double t = static_cast<double>(*ctx->at<int64_t>(step));
-  double c1 = 1.0 - std::pow(beta1, t), c2 = 1.0 - std::pow(beta2, t);
+  trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
+                             weight_decay, *ctx->at<int64_t>(step));
   elementwise(ctx, n, [&](int64_t i) {
-    double gi = g[i];
-    double mi = beta1 * mv[i] + (1.0 - beta1) * gi;
-    double vi = beta2 * vv[i] + (1.0 - beta2) * gi * gi;
-    double update = (mi / c1) / (std::sqrt(vi / c2) + eps) + weight_decay * p[i];
-    np[i] = static_cast<float>(p[i] - rate * update);
-    nm[i] = static_cast<float>(mi);
-    nv[i] = static_cast<float>(vi);
+    update.apply(p[i], g[i], mv[i], vv[i], np[i], nm[i], nv[i]);
   });
   ctx->touch(new_param, n * 4);
   ctx->touch(new_m, n * 4);
   ctx->touch(new_v, n * 4);
+}
+
+void tmrt_quantize(tmrt_context *ctx, int64_t in, int64_t codes,
+                   int64_t absmax, int64_t n, int64_t block,
+                   int64_t is_signed) {
+  ++ctx->kernelCalls;
+  const trainmem::DynamicMap &map = is_signed ? trainmem::signedDynamicMap()
+                                              : trainmem::unsignedDynamicMap();
+  int64_t blocks = (n + block - 1) / block;
+  const float *x = ctx->at<float>(in);
+  uint8_t *c = ctx->at<uint8_t>(codes);
+  float *a = ctx->at<float>(absmax);
+  ctx->pool.parallelFor(blocks, std::max<int64_t>(1, kGrain / block),
+                        [&](int64_t b0, int64_t b1) {
+    int64_t begin = b0 * block, end = std::min(n, b1 * block);
+    trainmem::quantizeBlockwise(map, x + begin, end - begin, block, c + begin,
+                                a + b0);
+  });
+  ctx->touch(codes, n);
+  ctx->touch(absmax, blocks * 4);
+}
+
+void tmrt_dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax,
+                     int64_t out, int64_t n, int64_t block,
+                     int64_t is_signed) {
+  ++ctx->kernelCalls;
+  const trainmem::DynamicMap &map = is_signed ? trainmem::signedDynamicMap()
+                                              : trainmem::unsignedDynamicMap();
+  const uint8_t *c = ctx->at<uint8_t>(codes);
+  const float *a = ctx->at<float>(absmax);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, n, [&](int64_t i) {
+    y[i] = trainmem::dequantizeValue(map, c[i], a[i / block]);
+  });
+  ctx->touch(out, n * 4);
+}
+
+void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                     int64_t m_codes, int64_t m_absmax, int64_t v_codes,
+                     int64_t v_absmax, int64_t lr, int64_t step,
+                     int64_t new_param, int64_t new_m_codes,
+                     int64_t new_m_absmax, int64_t new_v_codes,
+                     int64_t new_v_absmax, int64_t n, int64_t block,
+                     double beta1, double beta2, double eps,
+                     double weight_decay) {
+  ++ctx->kernelCalls;
+  const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
+  const uint8_t *mc = ctx->at<uint8_t>(m_codes), *vc = ctx->at<uint8_t>(v_codes);
+  const float *ma = ctx->at<float>(m_absmax), *va = ctx->at<float>(v_absmax);
+  float *np = ctx->at<float>(new_param);
+  uint8_t *nmc = ctx->at<uint8_t>(new_m_codes),
+          *nvc = ctx->at<uint8_t>(new_v_codes);
+  float *nma = ctx->at<float>(new_m_absmax),
+        *nva = ctx->at<float>(new_v_absmax);
+  int64_t blocks = (n + block - 1) / block;
+  bool finite = true;
+  for (int64_t i = 0; i < n && finite; ++i)
+    finite = std::isfinite(g[i]);
+  if (finite) {
+    const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
+    const trainmem::DynamicMap &vMap = trainmem::unsignedDynamicMap();
+    trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
+                               weight_decay, *ctx->at<int64_t>(step));
+    ctx->pool.parallelFor(
+        blocks, std::max<int64_t>(1, kGrain / block),
+        [&](int64_t b0, int64_t b1) {
+          // One block of state in f32 at a time, never the whole tensor.
+          std::vector<float> m(block), v(block);
+          for (int64_t b = b0; b < b1; ++b) {
+            int64_t begin = b * block, end = std::min(n, begin + block);
+            for (int64_t i = begin; i < end; ++i)
+              update.apply(p[i], g[i],
+                           trainmem::dequantizeValue(mMap, mc[i], ma[b]),
+                           trainmem::dequantizeValue(vMap, vc[i], va[b]),
+                           np[i], m[i - begin], v[i - begin]);
+            trainmem::quantizeBlockwise(mMap, m.data(), end - begin, block,
+                                        nmc + begin, nma + b);
+            trainmem::quantizeBlockwise(vMap, v.data(), end - begin, block,
+                                        nvc + begin, nva + b);
+          }
+        });
+  } else {
+    // Skip this tensor's step: carry everything over unchanged.
+    std::memmove(np, p, n * 4);
+    std::memmove(nmc, mc, n);
+    std::memmove(nvc, vc, n);
+    std::memmove(nma, ma, blocks * 4);
+    std::memmove(nva, va, blocks * 4);
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m_codes, n);
+  ctx->touch(new_v_codes, n);
+  ctx->touch(new_m_absmax, blocks * 4);
+  ctx->touch(new_v_absmax, blocks * 4);
 }
 
 void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,

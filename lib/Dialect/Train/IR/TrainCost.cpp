@@ -105,3 +105,8 @@ uint64_t ClipGradNormOp::getFlops() {
   return total;
 }
 uint64_t LRScheduleOp::getFlops() { return 8; }
+// Block absmax (1), scale (1), binary search over 256 entries (8).
+uint64_t QuantizeOp::getFlops() { return 10 * elems(getInput()); }
+uint64_t DequantizeOp::getFlops() { return elems(getResult()); }
+// Dequantize m and v (2), AdamW (12), absmax and requantize both (20).
+uint64_t AdamW8bitOp::getFlops() { return 34 * elems(getParam()); }

@@ -553,6 +553,50 @@ LogicalResult ClipGradNormOp::verify() {
   return success();
 }
 
+/// A block size that is a power of two, and absmax with one entry per
+/// block of `elements`.
+static LogicalResult verifyBlocks(Operation *op, int64_t block,
+                                  int64_t elements, Value absmax) {
+  if (block < 1 || (block & (block - 1)) != 0)
+    return op->emitOpError("block must be a power of two, got ") << block;
+  int64_t blocks = (elements + block - 1) / block;
+  auto type = cast<RankedTensorType>(absmax.getType());
+  if (type.getRank() != 1 || type.getDimSize(0) != blocks)
+    return op->emitOpError("absmax must hold one value per block (")
+           << blocks << "), got " << shapeString(type.getShape());
+  return success();
+}
+
+LogicalResult QuantizeOp::verify() {
+  if (getCodes().getType().getShape() != getInput().getType().getShape())
+    return emitOpError("codes must have the input's shape");
+  return verifyBlocks(*this, getBlockAttr().getInt(),
+                      getInput().getType().getNumElements(), getAbsmax());
+}
+
+LogicalResult DequantizeOp::verify() {
+  if (getResult().getType().getShape() != getCodes().getType().getShape())
+    return emitOpError("result must have the codes' shape");
+  return verifyBlocks(*this, getBlockAttr().getInt(),
+                      getCodes().getType().getNumElements(), getAbsmax());
+}
+
+LogicalResult AdamW8bitOp::verify() {
+  ArrayRef<int64_t> shape = getParam().getType().getShape();
+  if (getGrad().getType().getShape() != shape ||
+      getMCodes().getType().getShape() != shape)
+    return emitOpError("grad and state codes must have the parameter's shape ")
+           << shapeString(shape);
+  if (failed(verifyBeta(*this, "beta1", getBeta1().convertToDouble())) ||
+      failed(verifyBeta(*this, "beta2", getBeta2().convertToDouble())) ||
+      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
+    return failure();
+  if (!(getWeightDecay().convertToDouble() >= 0.0))
+    return emitOpError("weight_decay must be >= 0");
+  return verifyBlocks(*this, getBlockAttr().getInt(),
+                      getParam().getType().getNumElements(), getMAbsmax());
+}
+
 LogicalResult LRScheduleOp::verify() {
   double peak = getPeakLr().convertToDouble();
   double minLr = getMinLr().convertToDouble();

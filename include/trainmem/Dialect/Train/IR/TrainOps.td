@@ -832,6 +832,95 @@ def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm"> {
   let hasVerifier = 1;
 }
 
+def Train_QuantizeOp : Train_ComputeOp<"quantize"> {
+  let summary = "block-wise 8-bit dynamic quantization";
+  let description = [{
+    Splits the flattened `input` into blocks of `block` elements; each block
+    stores its largest magnitude in `absmax` (f32) and each element the code
+    (0..255, stored as i8) of the entry of the 256-entry dynamic map nearest
+    to `x / absmax` (Dettmers et al. 2022; the signed map for values of both
+    signs, Adam's m; the unsigned one for v). See
+    `include/trainmem/Support/DynamicMap.h`.
+
+    ```mlir
+    %codes, %absmax = train.quantize %m {block = 256 : i64, is_signed}
+        : tensor<768x768xf32> -> tensor<768x768xi8>, tensor<2304xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, I64Attr:$block,
+                       UnitAttr:$is_signed);
+  let results = (outs StaticShapeTensorOf<[I8]>:$codes,
+                      StaticShapeTensorOf<[F32]>:$absmax);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($codes) `,` type($absmax)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_DequantizeOp : Train_ComputeOp<"dequantize"> {
+  let summary = "block-wise 8-bit dynamic dequantization";
+  let description = [{
+    `map[code] · absmax[block of the element]`: the inverse of
+    `train.quantize` up to the map's resolution.
+
+    ```mlir
+    %m = train.dequantize %codes, %absmax {block = 256 : i64, is_signed}
+        : tensor<768x768xi8>, tensor<2304xf32> -> tensor<768x768xf32>
+    ```
+  }];
+  let arguments = (ins StaticShapeTensorOf<[I8]>:$codes,
+                       StaticShapeTensorOf<[F32]>:$absmax, I64Attr:$block,
+                       UnitAttr:$is_signed);
+  let results = (outs StaticShapeTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $codes `,` $absmax attr-dict `:` type($codes) `,` type($absmax) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_AdamW8bitOp : Train_ComputeOp<"adamw_8bit", [
+    AllTypesMatch<["param", "new_param"]>,
+    AllTypesMatch<["m_codes", "new_m_codes", "v_codes", "new_v_codes"]>,
+    AllTypesMatch<["m_absmax", "new_m_absmax", "v_absmax", "new_v_absmax"]>]> {
+  let summary = "AdamW on block-wise 8-bit m and v, fused";
+  let description = [{
+    One block at a time: dequantize m (signed map) and v (unsigned map),
+    apply the AdamW update of `train.adamw` in f32, find each block's new
+    absmax and requantize; element by element, with no f32 copy of the
+    state. If any gradient element is not finite, the parameter and its
+    state are left as they are (the step is skipped for this tensor).
+
+    ```mlir
+    %p2, %mc2, %ma2, %vc2, %va2 = train.adamw_8bit %p, %g, %mc, %ma, %vc, %va, %lr, %step
+        {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64,
+         weight_decay = 0.0 : f64, block = 256 : i64}
+        : tensor<4096xf32>, tensor<4096xf32>, tensor<4096xi8>, tensor<16xf32>,
+          tensor<4096xi8>, tensor<16xf32>, tensor<f32>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
+                       StaticShapeTensorOf<[I8]>:$m_codes,
+                       StaticShapeTensorOf<[F32]>:$m_absmax,
+                       StaticShapeTensorOf<[I8]>:$v_codes,
+                       StaticShapeTensorOf<[F32]>:$v_absmax,
+                       Train_F32Scalar:$lr, Train_I64Scalar:$step,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$epsilon,
+                       F64Attr:$weight_decay, I64Attr:$block);
+  let results = (outs Train_FloatTensor:$new_param,
+                      StaticShapeTensorOf<[I8]>:$new_m_codes,
+                      StaticShapeTensorOf<[F32]>:$new_m_absmax,
+                      StaticShapeTensorOf<[I8]>:$new_v_codes,
+                      StaticShapeTensorOf<[F32]>:$new_v_absmax);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $m_codes `,` $m_absmax `,` $v_codes `,` $v_absmax `,`
+    $lr `,` $step attr-dict `:` type($param) `,` type($grad) `,`
+    type($m_codes) `,` type($m_absmax) `,` type($v_codes) `,` type($v_absmax)
+    `,` type($lr) `,` type($step)
+  }];
+  let hasVerifier = 1;
+}
+
 def Train_LRScheduleOp : Train_ComputeOp<"lr_schedule"> {
   let summary = "learning rate with linear warm-up and cosine decay";
   let description = [{

@@ -97,7 +97,8 @@ const TensorSlot *StepLayout::findResult(StringRef role) const {
 LogicalResult mlir::train::prepareStep(ModuleOp module,
                                        StringRef autodiffOptions,
                                        StringRef rematOptions,
-                                       StringRef gradAccumOptions) {
+                                       StringRef gradAccumOptions,
+                                       std::optional<StringRef> quantizeOptions) {
   bool hasStep = static_cast<bool>(module.lookupSymbol("train_step"));
   if (!hasStep && !module.lookupSymbol("forward"))
     return module.emitError("trainmem-run: the module has neither "
@@ -109,6 +110,9 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
     pipeline += ("train-remat{" + rematOptions + "},").str();
   if (!gradAccumOptions.empty())
     pipeline += ("train-grad-accum{" + gradAccumOptions + "},").str();
+  if (quantizeOptions)
+    pipeline +=
+        ("train-quantize-optimizer-state{" + *quantizeOptions + "},").str();
   pipeline += "train-unroll-accum,train-materialize-remat";
   PassManager pm(module.getContext());
   if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))

@@ -14,6 +14,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Run/Step.h"
+#include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/Philox.h"
 #include "trainmem-runtime/Runtime.h"
 
@@ -34,6 +35,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -88,6 +90,12 @@ static cl::opt<std::string>
                  cl::desc("Recompute activations: train-remat options, e.g. "
                           "\"policy=selective\""),
                  cl::cat(category));
+
+static cl::opt<std::string> quantizeOptions(
+    "quantize-optimizer-state", cl::ValueOptional,
+    cl::desc("Keep AdamW's m and v in 8 bits: train-quantize-optimizer-state "
+             "options, e.g. \"block=256 min-size=4096\" (empty: defaults)"),
+    cl::cat(category));
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "trainmem-run: error: " << message << "\n";
@@ -168,26 +176,36 @@ struct Corpus {
 // State: the arena (cpu) or host tensors (interpret)
 //===----------------------------------------------------------------------===//
 
-/// The persistent state of a run, addressed by (role, key) and held as f32
-/// values for params and optimizer state.
+/// The bytes of a tensor as the arena holds it.
+using Bytes = std::vector<uint8_t>;
+
+static Bytes floatBytes(const std::vector<float> &values) {
+  Bytes bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+/// The persistent state of a run, addressed by (role, key) and held as the
+/// bytes of each tensor (f32 params and state, i8 codes of 8-bit state).
 class State {
 public:
   virtual ~State() = default;
-  virtual void write(const TensorSlot &slot, const std::vector<float> &values) = 0;
-  virtual std::vector<float> read(const TensorSlot &slot) const = 0;
+  virtual void write(const TensorSlot &slot, const Bytes &bytes) = 0;
+  virtual Bytes read(const TensorSlot &slot) const = 0;
 };
 
 class ArenaState : public State {
 public:
   explicit ArenaState(tmrt_context *ctx) : ctx(ctx) {}
-  void write(const TensorSlot &slot, const std::vector<float> &values) override {
-    std::memcpy(tmrt_arena_base(ctx) + slot.offset, values.data(), slot.bytes);
+  void write(const TensorSlot &slot, const Bytes &bytes) override {
+    assert(bytes.size() == slot.bytes && "state tensor of the wrong size");
+    std::memcpy(tmrt_arena_base(ctx) + slot.offset, bytes.data(), slot.bytes);
     tmrt_arena_touch(ctx, slot.offset, slot.bytes);
   }
-  std::vector<float> read(const TensorSlot &slot) const override {
-    std::vector<float> values(slot.numElements());
-    std::memcpy(values.data(), tmrt_arena_base(ctx) + slot.offset, slot.bytes);
-    return values;
+  Bytes read(const TensorSlot &slot) const override {
+    Bytes bytes(slot.bytes);
+    std::memcpy(bytes.data(), tmrt_arena_base(ctx) + slot.offset, slot.bytes);
+    return bytes;
   }
 
 private:
@@ -196,14 +214,34 @@ private:
 
 class HostState : public State {
 public:
-  void write(const TensorSlot &slot, const std::vector<float> &values) override {
-    tensors[slot.role + ":" + slot.key] = values;
+  void write(const TensorSlot &slot, const Bytes &bytes) override {
+    tensors[slot.role + ":" + slot.key] = bytes;
   }
-  std::vector<float> read(const TensorSlot &slot) const override {
+  Bytes read(const TensorSlot &slot) const override {
     return tensors.at(slot.role + ":" + slot.key);
   }
-  std::map<std::string, std::vector<float>> tensors;
+  std::map<std::string, Bytes> tensors;
 };
+
+/// A state tensor as the interpreter takes it: i8 codes as integers 0..255.
+static RefTensor toRefTensor(const TensorSlot &slot, const Bytes &bytes) {
+  std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
+  if (slot.dtype == "i8")
+    return RefTensor::ofInts(shape, std::vector<int64_t>(bytes.begin(), bytes.end()));
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return RefTensor::ofFloats(shape, std::move(values));
+}
+
+static Bytes fromRefTensor(const TensorSlot &slot, const RefTensor &value) {
+  if (slot.dtype == "i8") {
+    Bytes bytes(value.ints.size());
+    for (size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] = static_cast<uint8_t>(value.ints[i]);
+    return bytes;
+  }
+  return floatBytes(value.floats);
+}
 
 static bool isState(const TensorSlot &slot) {
   return slot.role == "param" || slot.role == "optimizer_state";
@@ -254,9 +292,9 @@ static bool saveCheckpoint(StringRef dir, int64_t step,
     appendU64(data, slot.shape.size());
     for (int64_t d : slot.shape)
       appendU64(data, static_cast<uint64_t>(d));
-    std::vector<float> values = state.read(slot);
-    appendU64(data, slot.bytes);
-    data.append(reinterpret_cast<const char *>(values.data()), slot.bytes);
+    Bytes bytes = state.read(slot);
+    appendU64(data, bytes.size());
+    data.append(reinterpret_cast<const char *>(bytes.data()), bytes.size());
   }
   appendU64(data, fnv1a(data));
 
@@ -342,7 +380,7 @@ static bool loadCheckpoint(StringRef dir, const std::vector<TensorSlot> &slots,
   pos = 8;
   int64_t savedStep = static_cast<int64_t>(readU64());
   uint64_t count = readU64();
-  std::map<std::string, std::vector<float>> loaded;
+  std::map<std::string, Bytes> loaded;
   std::map<std::string, std::string> description;
   for (uint64_t i = 0; i < count && !truncated; ++i) {
     std::string role = readString(), key = readString(), dtype = readString();
@@ -355,8 +393,7 @@ static bool loadCheckpoint(StringRef dir, const std::vector<TensorSlot> &slots,
       truncated = true;
       break;
     }
-    std::vector<float> values(bytes / 4);
-    std::memcpy(values.data(), data.data() + pos, bytes);
+    Bytes values(data.begin() + pos, data.begin() + pos + bytes);
     pos += bytes;
     loaded[role + ":" + key] = std::move(values);
     description[role + ":" + key] = dtype + "[" + shape + "]";
@@ -457,8 +494,11 @@ int main(int argc, char **argv) {
   if (auto model = (*module)->getAttrOfType<DictionaryAttr>(kModelAttrName))
     if (auto l = model.getAs<IntegerAttr>("layers"))
       layers = l.getInt();
+  std::optional<StringRef> quantize;
+  if (quantizeOptions.getNumOccurrences())
+    quantize = StringRef(quantizeOptions);
   if (failed(prepareStep(*module, autodiffOptions, rematOptions,
-                         gradAccumOptions)))
+                         gradAccumOptions, quantize)))
     return 1;
 
   // The tensor-level step stays for the interpreter; the lowered one runs.
@@ -469,6 +509,14 @@ int main(int argc, char **argv) {
   FailureOr<StepLayout> layout = lowerStep(*module);
   if (failed(layout))
     return 1;
+
+  // The runner initializes and checkpoints f32 tensors and 8-bit codes.
+  for (const TensorSlot &slot : layout->arguments)
+    if (isState(slot) && slot.dtype != "f32" &&
+        !(slot.dtype == "i8" && StringRef(slot.key).ends_with(".codes")))
+      return fail(slot.role + " '" + slot.key + "' is " + slot.dtype +
+                  "; trainmem-run trains steps whose parameters and f32 "
+                  "state are f32 (use --dtype=f32)");
 
   // Data and the step's shapes must agree.
   const TensorSlot *tokensSlot = layout->findArgument("input", "tokens");
@@ -535,20 +583,29 @@ int main(int argc, char **argv) {
     firstStep = savedStep + 1;
   } else {
     unsigned paramIndex = 0;
-    std::map<std::string, std::vector<float>> params;
+    std::map<std::string, Bytes> params;
     for (const TensorSlot &slot : layout->arguments)
       if (slot.role == "param") {
-        params[slot.key] = initialValues(slot, paramIndex++, layers);
+        params[slot.key] =
+            floatBytes(initialValues(slot, paramIndex++, layers));
         state->write(slot, params[slot.key]);
       }
     for (const TensorSlot &slot : layout->arguments) {
       if (slot.role != "optimizer_state")
         continue;
       StringRef key = slot.key;
-      if (key.ends_with(".master"))
+      if (key.ends_with(".master")) {
         state->write(slot, params[key.drop_back(strlen(".master")).str()]);
-      else
-        state->write(slot, std::vector<float>(slot.numElements(), 0.0f));
+      } else if (key.ends_with(".codes")) {
+        // 8-bit m and v start at 0: the code of 0 in their map.
+        bool isSigned = key.drop_back(strlen(".codes")).ends_with(".m");
+        uint8_t zero = trainmem::zeroCode(isSigned
+                                              ? trainmem::signedDynamicMap()
+                                              : trainmem::unsignedDynamicMap());
+        state->write(slot, Bytes(slot.bytes, zero));
+      } else {
+        state->write(slot, Bytes(slot.bytes, 0)); // f32 zeros, absmax 0
+      }
     }
   }
 
@@ -616,14 +673,14 @@ int main(int argc, char **argv) {
         else if (slot.role == "input" && slot.key == "step")
           args.push_back(RefTensor::ofInts({}, {step}));
         else
-          args.push_back(RefTensor::ofFloats(shape, host.read(slot)));
+          args.push_back(toRefTensor(slot, host.read(slot)));
       }
       FailureOr<SmallVector<RefTensor>> results = evaluate(stepFunc, args);
       if (failed(results))
         return 1;
       for (auto [slot, value] : llvm::zip(layout->results, *results))
         if (isState(slot))
-          host.write(slot, value.floats);
+          host.write(slot, fromRefTensor(slot, value));
       loss = (*results)[0].scalarFloat();
     }
     if (std::isnan(firstLoss))

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,11 +47,14 @@ struct StepLayout {
 /// with @forward is differentiated with train-autodiff (options in the
 /// pass's syntax, e.g. "lr=1e-3 clip-norm=1.0"); then, with non-empty
 /// `rematOptions` (e.g. "policy=selective"), train-remat; with non-empty
-/// `gradAccumOptions` (e.g. "steps=4"), train-grad-accum; then accumulation
-/// loops are unrolled and train.remat regions materialized.
+/// `gradAccumOptions` (e.g. "steps=4"), train-grad-accum; with
+/// `quantizeOptions` (possibly empty: the defaults),
+/// train-quantize-optimizer-state; then accumulation loops are unrolled and
+/// train.remat regions materialized.
 LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
                           StringRef rematOptions = "",
-                          StringRef gradAccumOptions = "");
+                          StringRef gradAccumOptions = "",
+                          std::optional<StringRef> quantizeOptions = {});
 
 /// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
 /// convert-to-llvm) and reads its arena layout.

@@ -573,6 +573,8 @@ StringRef dtypeName(Type elementType) {
     return "i32";
   if (elementType.isInteger(64))
     return "i64";
+  if (elementType.isInteger(8))
+    return "i8";
   if (elementType.isInteger(1))
     return "i1";
   return "unknown";

@@ -222,4 +222,41 @@ def TrainUnrollAccumPass : Pass<"train-unroll-accum", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainQuantizeOptimizerStatePass
+    : Pass<"train-quantize-optimizer-state", "mlir::ModuleOp"> {
+  let summary = "Stores AdamW's m and v in 8 bits, block-wise (8-bit Adam)";
+  let description = [{
+    Rewrites every `train.adamw` of the step whose parameter has at least
+    `min-size` elements into a `train.adamw_8bit`: its m and v arguments
+    (`train.optimizer_state = "<param>.m"` / `".v"`) become 8-bit codes of
+    the parameter's shape (`"<param>.m.codes"`) and one f32 absmax per block
+    of `block` elements (`"<param>.m.absmax"`), and so do the results that
+    carry them out of the step. m uses the signed dynamic map and v the
+    unsigned one (Dettmers et al. 2022): 2 bytes per parameter for m and v
+    plus 8 bytes per block, against 8. Smaller tensors (biases, norms) keep
+    f32 state, as in bitsandbytes, where 8-bit state below 4096 elements
+    costs accuracy for no memory to speak of.
+
+    A new run starts the codes at the map's zero (m and v = 0) and absmax at
+    0. Nothing else changes: the update, the learning rate and the gradient
+    are those of the f32 step.
+
+    ```
+    trainmem-opt -train-autodiff -train-quantize-optimizer-state='block=256 min-size=4096'
+    ```
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"train_step\"",
+           "The training step">,
+    Option<"block", "block", "int64_t", "256",
+           "Elements per quantization block (a power of two)">,
+    Option<"minSize", "min-size", "int64_t", "4096",
+           "Parameters with fewer elements keep f32 state">
+  ];
+  let statistics = [
+    Statistic<"numQuantized", "quantized-tensors",
+              "Parameters whose AdamW state became 8-bit">
+  ];
+}
+
 #endif // TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PASSES_TD

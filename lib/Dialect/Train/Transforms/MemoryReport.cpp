@@ -2,6 +2,7 @@
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Analysis/MemoryPlan.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
@@ -48,6 +49,45 @@ std::string describe(Operation *op) {
   return text;
 }
 
+/// Bytes of the step's optimizer-state arguments by kind: "master", "m+v"
+/// (Adam's moments, f32 or 8-bit codes plus block maxima), "momentum".
+std::vector<std::pair<std::string, uint64_t>>
+optimizerStateByKind(func::FuncOp func) {
+  std::vector<std::pair<std::string, uint64_t>> kinds;
+  for (BlockArgument arg : func.getArguments()) {
+    auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  kOptimizerStateAttrName);
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!name || !type || !type.hasStaticShape())
+      continue;
+    StringRef key = name.getValue();
+    if (!key.consume_back(".codes"))
+      key.consume_back(".absmax");
+    StringRef kind = key.rsplit('.').second;
+    std::string label = kind == "m" || kind == "v" ? "m+v" : kind.str();
+    uint64_t bytes = static_cast<uint64_t>(type.getNumElements()) *
+                     ((type.getElementTypeBitWidth() + 7) / 8);
+    auto it = llvm::find_if(kinds, [&](auto &k) { return k.first == label; });
+    if (it == kinds.end())
+      kinds.push_back({label, bytes});
+    else
+      it->second += bytes;
+  }
+  return kinds;
+}
+
+/// Weights, gradients and optimizer state (totals) per parameter.
+double modelStatesPerParameter(const FunctionMemory &memory) {
+  const CategoryBytes &totals = memory.getTotals();
+  uint64_t bytes = totals[static_cast<unsigned>(MemoryCategory::Weights)] +
+                   totals[static_cast<unsigned>(MemoryCategory::Gradients)] +
+                   totals[static_cast<unsigned>(MemoryCategory::Optimizer)];
+  return memory.getParameters()
+             ? static_cast<double>(bytes) /
+                   static_cast<double>(memory.getParameters())
+             : 0.0;
+}
+
 llvm::json::Object categoryObject(const CategoryBytes &bytes) {
   llvm::json::Object object;
   for (MemoryCategory category : kCategories)
@@ -78,6 +118,13 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
       {"at_peak", categoryObject(memory.getAtPeak())},
       {"totals", categoryObject(memory.getTotals())},
       {"layers", std::move(layers)},
+      {"optimizer_state", [&] {
+         llvm::json::Object kinds;
+         for (auto &[kind, bytes] : optimizerStateByKind(memory.getFunction()))
+           kinds[kind] = bytes;
+         return kinds;
+       }()},
+      {"model_states_bytes_per_parameter", modelStatesPerParameter(memory)},
       {"flops",
        llvm::json::Object{
            {"forward", memory.getFlops(Phase::Forward)},
@@ -109,6 +156,14 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                         stringifyMemoryCategory(category),
                         memory.getAtPeak()[i], memory.getTotals()[i]);
   }
+  double params = static_cast<double>(std::max<uint64_t>(
+      memory.getParameters(), 1));
+  for (auto &[kind, bytes] : optimizerStateByKind(memory.getFunction()))
+    os << llvm::formatv("  optimizer state {0,-9} {1,20} B  {2:F4} B/param\n",
+                        kind, bytes, static_cast<double>(bytes) / params);
+  os << llvm::formatv("  model states (weights + gradients + optimizer) "
+                      "{0:F4} B/param\n",
+                      modelStatesPerParameter(memory));
   os << llvm::formatv("  flops      forward {0}  backward {1}  optimizer {2}"
                       "  recompute {3}\n",
                       memory.getFlops(Phase::Forward),

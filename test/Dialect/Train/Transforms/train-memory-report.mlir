@@ -32,6 +32,8 @@
 // CHECK-NEXT:  optimizer 1024 1024
 // CHECK-NEXT:  activations 64 320
 // CHECK-NEXT:  temporaries 140 140
+// CHECK-NEXT:  optimizer state m+v 1024 B 8.0000 B/param
+// CHECK-NEXT:  model states (weights + gradients + optimizer) 16.0000 B/param
 // CHECK-NEXT:  flops      forward 768  backward 896  optimizer 1536  recompute 0
 // CHECK-NEXT:  saved activations per layer (B)
 // CHECK-NEXT:  layer attention mlp norm total

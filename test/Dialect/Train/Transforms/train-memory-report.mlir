@@ -62,6 +62,10 @@
 // JSON-NEXT:     "saved_activation_bytes": 256
 // JSON-NEXT:   }
 // JSON-NEXT: ],
+// JSON-NEXT: "model_states_bytes_per_parameter": 16,
+// JSON-NEXT: "optimizer_state": {
+// JSON-NEXT:   "m+v": 1024
+// JSON-NEXT: },
 // JSON-NEXT: "parameters": 128,
 // JSON-NEXT: "peak_bytes": 2252,
 // JSON-NEXT: "peak_op": "'train.matmul' in mlp layer 0 backward",

@@ -60,17 +60,20 @@ inline const DynamicMap &unsignedDynamicMap() {
   return map;
 }
 
-/// The code of the map entry nearest `normalized` (ties to the lower code).
+/// The code of the map entry nearest `normalized` (ties to the lower code;
+/// NaN and values at or below the first entry give 0). A branch-free binary
+/// search: the largest index whose entry is below the value, then the
+/// nearer of it and the next.
 inline uint8_t quantizeToMap(const DynamicMap &map, float normalized) {
-  auto it = std::lower_bound(map.begin(), map.end(), normalized);
-  if (it == map.begin())
+  if (!(normalized > map[0]))
     return 0;
-  if (it == map.end())
+  unsigned base = 0;
+  for (unsigned half = 128; half >= 1; half /= 2) // unrolled: no branches
+    base += static_cast<unsigned>(map[base + half] < normalized) * half;
+  if (base == 255)
     return 255;
-  size_t hi = static_cast<size_t>(it - map.begin()), lo = hi - 1;
-  return static_cast<uint8_t>(normalized - map[lo] <= map[hi] - normalized
-                                  ? lo
-                                  : hi);
+  return static_cast<uint8_t>(
+      normalized - map[base] <= map[base + 1] - normalized ? base : base + 1);
 }
 
 /// The code of 0 in a map (what all-zero state quantizes to).

@@ -237,6 +237,43 @@ TEST_P(FusedAdamW8bitTest, NonFiniteGradientSkipsTheTensor) {
   }
 }
 
+TEST_P(FusedAdamW8bitTest, SGDMomentumEqualsDequantizeSGDQuantize) {
+  const int64_t n = 1000, block = GetParam();
+  const int64_t blocks = (n + block - 1) / block;
+  const int64_t p = 0, g = 4096, c = 8192, a = 9216, lr = 12288;
+  const int64_t fp = 16384, fc = 20480, fa = 21504;
+  const int64_t b32 = 32768, up = 40960, ub = 45056, uc = 53248, ua = 54272;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> code(0, 255);
+  for (int64_t i = 0; i < n; ++i) {
+    at<float>(p)[i] = normal(rng);
+    at<float>(g)[i] = 0.1f * normal(rng);
+    at<uint8_t>(c)[i] = static_cast<uint8_t>(code(rng));
+  }
+  for (int64_t b = 0; b < blocks; ++b)
+    at<float>(a)[b] = 0.05f * (b + 1);
+  *at<float>(lr) = 1e-2f;
+  for (int64_t nesterov : {0, 1}) {
+    tmrt_sgd_8bit(ctx, p, g, c, a, lr, fp, fc, fa, n, block, 0.9, 1e-4,
+                  nesterov);
+    tmrt_dequantize(ctx, c, a, b32, n, block, /*is_signed=*/1);
+    tmrt_sgd(ctx, p, g, lr, b32, up, ub, n, 0.9, 1e-4, nesterov);
+    tmrt_quantize(ctx, ub, uc, ua, n, block, 1);
+    ASSERT_EQ(tmrt_context_error(ctx), nullptr);
+    EXPECT_EQ(std::memcmp(at<float>(fp), at<float>(up), n * 4), 0) << nesterov;
+    EXPECT_EQ(std::memcmp(at<uint8_t>(fc), at<uint8_t>(uc), n), 0) << nesterov;
+    EXPECT_EQ(std::memcmp(at<float>(fa), at<float>(ua), blocks * 4), 0)
+        << nesterov;
+    EXPECT_NE(std::memcmp(at<uint8_t>(fc), at<uint8_t>(c), n), 0);
+  }
+  // A non-finite gradient leaves everything as it was.
+  at<float>(g)[3] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint8_t> before(tmrt_arena_base(ctx), tmrt_arena_base(ctx) + 12288);
+  tmrt_sgd_8bit(ctx, p, g, c, a, lr, p, c, a, n, block, 0.9, 0.0, 0);
+  EXPECT_EQ(std::memcmp(before.data(), tmrt_arena_base(ctx), 12288), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Blocks, FusedAdamW8bitTest,
                          ::testing::Values(64, 256, 2048));
 

@@ -293,13 +293,14 @@ TEST_F(RuntimeTest, EightBitOptimizerState) {
   std::vector<float> absmax = {0.02f, 0.5f, 1e-5f, 0.0f};
   compare(R"mlir(
     func.func @train_step(%p: tensor<1000xf32>, %g: tensor<1000xf32>, %mc: tensor<1000xi8>, %ma: tensor<4xf32>, %vc: tensor<1000xi8>, %va: tensor<4xf32>, %t: tensor<i64>, %x: tensor<1000xf32>)
-        -> (tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xf32>, tensor<1000xf32>) {
+        -> (tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xf32>, tensor<1000xf32>, tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>) {
       %lr = arith.constant dense<1.0e-3> : tensor<f32>
       %a:5 = train.adamw_8bit %p, %g, %mc, %ma, %vc, %va, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.01 : f64, block = 256 : i64} : tensor<1000xf32>, tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<f32>, tensor<i64>
       %qc, %qa = train.quantize %x {block = 256 : i64, is_signed} : tensor<1000xf32> -> tensor<1000xi8>, tensor<4xf32>
       %d = train.dequantize %qc, %qa {block = 256 : i64, is_signed} : tensor<1000xi8>, tensor<4xf32> -> tensor<1000xf32>
       %u = train.dequantize %vc, %va {block = 256 : i64} : tensor<1000xi8>, tensor<4xf32> -> tensor<1000xf32>
-      return %a#0, %a#1, %a#2, %a#3, %a#4, %qc, %qa, %d, %u : tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xf32>, tensor<1000xf32>
+      %s:3 = train.sgd_8bit %p, %g, %mc, %ma, %lr {momentum = 0.9 : f64, weight_decay = 0.01 : f64, nesterov, block = 256 : i64} : tensor<1000xf32>, tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<f32>
+      return %a#0, %a#1, %a#2, %a#3, %a#4, %qc, %qa, %d, %u, %s#0, %s#1, %s#2 : tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xf32>, tensor<1000xf32>, tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>
     })mlir",
           {{}, {}, RefTensor::ofInts({1000}, mCodes), RefTensor::ofFloats({4}, absmax),
            RefTensor::ofInts({1000}, vCodes), RefTensor::ofFloats({4}, absmax),

@@ -195,6 +195,11 @@ void FunctionMemory::buildBuffers() {
       uniteInPlace(adamw.getMAbsmax(), adamw.getNewMAbsmax(), point);
       uniteInPlace(adamw.getVCodes(), adamw.getNewVCodes(), point);
       uniteInPlace(adamw.getVAbsmax(), adamw.getNewVAbsmax(), point);
+    } else if (auto sgd = dyn_cast<SGD8bitOp>(op)) {
+      unsigned point = pointOf.lookup(op);
+      uniteInPlace(sgd.getParam(), sgd.getNewParam(), point);
+      uniteInPlace(sgd.getCodes(), sgd.getNewCodes(), point);
+      uniteInPlace(sgd.getAbsmax(), sgd.getNewAbsmax(), point);
     } else if (auto sgd = dyn_cast<SGDOp>(op)) {
       unsigned point = pointOf.lookup(op);
       uniteInPlace(sgd.getParam(), sgd.getNewParam(), point);
@@ -287,6 +292,8 @@ void FunctionMemory::classify() {
       finalGradients.push_back(adamw8.getGrad());
     else if (auto sgd = dyn_cast<SGDOp>(op))
       finalGradients.push_back(sgd.getGrad());
+    else if (auto sgd8 = dyn_cast<SGD8bitOp>(op))
+      finalGradients.push_back(sgd8.getGrad());
     else if (auto ret = dyn_cast<func::ReturnOp>(op))
       for (auto [index, value] : llvm::enumerate(ret.getOperands()))
         if (func.getResultAttr(index, kGradAttrName))

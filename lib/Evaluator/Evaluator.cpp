@@ -183,6 +183,7 @@ private:
   void dequantize(DequantizeOp op);
   void adamw8bit(AdamW8bitOp op);
   void sgd(SGDOp op);
+  void sgd8bit(SGD8bitOp op);
   void clip(ClipGradNormOp op);
   void lrSchedule(LRScheduleOp op);
 
@@ -629,6 +630,42 @@ void Interpreter::adamw8bit(AdamW8bitOp op) {
   set(op.getNewVAbsmax(), RefTensor::ofFloats(va.shape, std::move(vAbsmax)));
 }
 
+void Interpreter::sgd8bit(SGD8bitOp op) {
+  const RefTensor &p = get(op.getParam());
+  const RefTensor &g = get(op.getGrad());
+  const RefTensor &codes = get(op.getCodes()), &absmax = get(op.getAbsmax());
+  bool finite = std::all_of(g.floats.begin(), g.floats.end(),
+                            [](float x) { return std::isfinite(x); });
+  if (!finite) {
+    set(op.getNewParam(), p);
+    set(op.getNewCodes(), codes);
+    set(op.getNewAbsmax(), absmax);
+    return;
+  }
+  trainmem::SGDMomentumStep step{get(op.getLr()).scalarFloat(),
+                                 op.getMomentum().convertToDouble(),
+                                 op.getWeightDecay().convertToDouble(),
+                                 op.getNesterov()};
+  const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
+  int64_t n = p.numElements(), block = op.getBlockAttr().getInt();
+  RefTensor np = RefTensor::zeros(p.shape);
+  std::vector<float> buffer(n);
+  for (int64_t i = 0; i < n; ++i)
+    step.apply(p.floats[i], g.floats[i],
+               trainmem::dequantizeValue(map, codeAt(codes, i),
+                                         absmax.floats[i / block]),
+               np.floats[i], buffer[i]);
+  std::vector<uint8_t> newCodes(n);
+  std::vector<float> newAbsmax(absmax.floats.size());
+  trainmem::quantizeBlockwise(map, buffer.data(), n, block, newCodes.data(),
+                              newAbsmax.data());
+  set(op.getNewParam(), std::move(np));
+  set(op.getNewCodes(),
+      RefTensor::ofInts(p.shape,
+                        std::vector<int64_t>(newCodes.begin(), newCodes.end())));
+  set(op.getNewAbsmax(), RefTensor::ofFloats(absmax.shape, std::move(newAbsmax)));
+}
+
 void Interpreter::sgd(SGDOp op) {
   const RefTensor &p = get(op.getParam());
   const RefTensor &g = get(op.getGrad());
@@ -919,6 +956,10 @@ LogicalResult Interpreter::exec(Operation *op) {
       })
       .Case<SGDOp>([&](auto o) {
         sgd(o);
+        return success();
+      })
+      .Case<SGD8bitOp>([&](auto o) {
+        sgd8bit(o);
         return success();
       })
       .Case<ClipGradNormOp>([&](auto o) {

@@ -597,8 +597,9 @@ int main(int argc, char **argv) {
       if (key.ends_with(".master")) {
         state->write(slot, params[key.drop_back(strlen(".master")).str()]);
       } else if (key.ends_with(".codes")) {
-        // 8-bit m and v start at 0: the code of 0 in their map.
-        bool isSigned = key.drop_back(strlen(".codes")).ends_with(".m");
+        // 8-bit state starts at 0: the code of 0 in its map (unsigned for
+        // Adam's v, signed for m and SGD's momentum).
+        bool isSigned = !key.drop_back(strlen(".codes")).ends_with(".v");
         uint8_t zero = trainmem::zeroCode(isSigned
                                               ? trainmem::signedDynamicMap()
                                               : trainmem::unsignedDynamicMap());

@@ -40,6 +40,22 @@ struct AdamWStep {
   }
 };
 
+/// SGD with momentum on one element (train.sgd with a buffer and the fused
+/// 8-bit update): g' = g + wd p, b' = momentum b + g',
+/// p' = p - lr (nesterov ? g' + momentum b' : b').
+struct SGDMomentumStep {
+  double lr, momentum, weightDecay;
+  bool nesterov;
+
+  void apply(float param, float grad, float buffer, float &newParam,
+             float &newBuffer) const {
+    double g = grad + weightDecay * param;
+    double b = momentum * buffer + g;
+    newBuffer = static_cast<float>(b);
+    newParam = static_cast<float>(param - lr * (nesterov ? g + momentum * b : b));
+  }
+};
+
 } // namespace trainmem
 
 #endif // TRAINMEM_SUPPORT_ADAMW_H

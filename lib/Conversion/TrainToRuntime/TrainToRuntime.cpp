@@ -518,6 +518,17 @@ LogicalResult Lowering::lower(Operation *op) {
              o.getBeta2().convertToDouble(), o.getEpsilon().convertToDouble(),
              o.getWeightDecay().convertToDouble()});
       })
+      .Case<SGD8bitOp>([&](SGD8bitOp o) {
+        return simple(
+            "tmrt_sgd_8bit",
+            {offset(o.getParam()), offset(o.getGrad()), offset(o.getCodes()),
+             offset(o.getAbsmax()), offset(o.getLr()), offset(o.getNewParam()),
+             offset(o.getNewCodes()), offset(o.getNewAbsmax()),
+             elements(o.getParam()), o.getBlockAttr().getInt(),
+             o.getMomentum().convertToDouble(),
+             o.getWeightDecay().convertToDouble(),
+             static_cast<int64_t>(o.getNesterov())});
+      })
       .Case<SGDOp>([&](SGDOp o) {
         Value buffer = o.getMomentumBuffer();
         return simple("tmrt_sgd",

@@ -176,6 +176,13 @@ void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                      int64_t new_v_absmax, int64_t n, int64_t block,
                      double beta1, double beta2, double eps,
                      double weight_decay);
+/* SGD with momentum on an 8-bit buffer (signed map), block by block; a
+ * non-finite gradient element skips the whole tensor's update. */
+void tmrt_sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                   int64_t codes, int64_t absmax, int64_t lr,
+                   int64_t new_param, int64_t new_codes, int64_t new_absmax,
+                   int64_t n, int64_t block, double momentum,
+                   double weight_decay, int64_t nesterov);
 /* buffer < 0: no momentum buffer. */
 void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
               int64_t buffer, int64_t new_param, int64_t new_buffer,

@@ -825,6 +825,50 @@ void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   ctx->touch(new_v_absmax, blocks * 4);
 }
 
+void tmrt_sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                   int64_t codes, int64_t absmax, int64_t lr,
+                   int64_t new_param, int64_t new_codes, int64_t new_absmax,
+                   int64_t n, int64_t block, double momentum,
+                   double weight_decay, int64_t nesterov) {
+  ++ctx->kernelCalls;
+  const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
+  const uint8_t *c = ctx->at<uint8_t>(codes);
+  const float *a = ctx->at<float>(absmax);
+  float *np = ctx->at<float>(new_param);
+  uint8_t *nc = ctx->at<uint8_t>(new_codes);
+  float *na = ctx->at<float>(new_absmax);
+  int64_t blocks = (n + block - 1) / block;
+  bool finite = true;
+  for (int64_t i = 0; i < n && finite; ++i)
+    finite = std::isfinite(g[i]);
+  if (finite) {
+    const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
+    trainmem::SGDMomentumStep update{*ctx->at<float>(lr), momentum,
+                                     weight_decay, nesterov != 0};
+    ctx->pool.parallelFor(
+        blocks, std::max<int64_t>(1, kGrain / block),
+        [&](int64_t b0, int64_t b1) {
+          std::vector<float> buffer(block);
+          for (int64_t b = b0; b < b1; ++b) {
+            int64_t begin = b * block, end = std::min(n, begin + block);
+            for (int64_t i = begin; i < end; ++i)
+              update.apply(p[i], g[i],
+                           trainmem::dequantizeValue(map, c[i], a[b]), np[i],
+                           buffer[i - begin]);
+            trainmem::quantizeBlockwise(map, buffer.data(), end - begin,
+                                        block, nc + begin, na + b);
+          }
+        });
+  } else {
+    std::memmove(np, p, n * 4);
+    std::memmove(nc, c, n);
+    std::memmove(na, a, blocks * 4);
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_codes, n);
+  ctx->touch(new_absmax, blocks * 4);
+}
+
 void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
               int64_t buffer, int64_t new_param, int64_t new_buffer,
               int64_t n, double momentum, double weight_decay,

@@ -110,3 +110,7 @@ uint64_t QuantizeOp::getFlops() { return 10 * elems(getInput()); }
 uint64_t DequantizeOp::getFlops() { return elems(getResult()); }
 // Dequantize m and v (2), AdamW (12), absmax and requantize both (20).
 uint64_t AdamW8bitOp::getFlops() { return 34 * elems(getParam()); }
+// Dequantize (1), SGD with momentum (6, 8 with nesterov), requantize (10).
+uint64_t SGD8bitOp::getFlops() {
+  return (getNesterov() ? 19 : 17) * elems(getParam());
+}

@@ -597,6 +597,22 @@ LogicalResult AdamW8bitOp::verify() {
                       getParam().getType().getNumElements(), getMAbsmax());
 }
 
+LogicalResult SGD8bitOp::verify() {
+  ArrayRef<int64_t> shape = getParam().getType().getShape();
+  if (getGrad().getType().getShape() != shape ||
+      getCodes().getType().getShape() != shape)
+    return emitOpError("grad and buffer codes must have the parameter's "
+                       "shape ")
+           << shapeString(shape);
+  double momentum = getMomentum().convertToDouble();
+  if (!(momentum > 0.0 && momentum < 1.0))
+    return emitOpError("momentum must be in (0, 1), got ") << momentum;
+  if (!(getWeightDecay().convertToDouble() >= 0.0))
+    return emitOpError("weight_decay must be >= 0");
+  return verifyBlocks(*this, getBlockAttr().getInt(),
+                      getParam().getType().getNumElements(), getAbsmax());
+}
+
 LogicalResult LRScheduleOp::verify() {
   double peak = getPeakLr().convertToDouble();
   double minLr = getMinLr().convertToDouble();

@@ -1,8 +1,8 @@
 //===- QuantizeOptimizerState.cpp - train-quantize-optimizer-state --------===//
 //
-// AdamW's m and v, arguments and results of the step, become block-wise
-// 8-bit codes plus one f32 absmax per block, and train.adamw becomes the
-// fused train.adamw_8bit. The new values leave the optimizer block through
+// AdamW's m and v and SGD's momentum buffer, arguments and results of the
+// step, become block-wise 8-bit codes plus one f32 absmax per block, and
+// the update becomes the fused train.adamw_8bit / train.sgd_8bit. The new values leave the optimizer block through
 // exportEscapingValues; the f32 state results it no longer reads are pruned.
 //
 //===----------------------------------------------------------------------===//
@@ -61,24 +61,71 @@ struct TrainQuantizeOptimizerStatePass
   }
 
   /// The entry-block argument `value` is, if it is marked optimizer state.
-  FailureOr<BlockArgument> stateArgument(func::FuncOp func, AdamWOp op,
+  FailureOr<BlockArgument> stateArgument(func::FuncOp func, Operation *op,
                                          Value value, StringRef which) {
     auto arg = dyn_cast<BlockArgument>(value);
     if (arg && arg.getOwner() == &func.front() &&
         func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                           kOptimizerStateAttrName))
       return arg;
-    return op.emitError("train-quantize-optimizer-state: the update's ")
+    return op->emitError("train-quantize-optimizer-state: the update's ")
            << which << " is not an argument of @" << func.getName()
            << " marked " << kOptimizerStateAttrName
            << "; only state the step reads and returns can be stored in 8 "
               "bits";
   }
 
+  /// One f32 state tensor of an update: what it is called in diagnostics,
+  /// its value before and after, and its map.
+  struct StateUse {
+    StringRef which;
+    Value before, after;
+    bool isSigned;
+  };
+
+  /// The f32 states of an update this pass stores in 8 bits: AdamW's m and
+  /// v; SGD's momentum buffer. Empty for updates without state.
+  static SmallVector<StateUse> statesOf(Operation *op) {
+    if (auto adamw = dyn_cast<AdamWOp>(op))
+      return {{"m", adamw.getM(), adamw.getNewM(), true},
+              {"v", adamw.getV(), adamw.getNewV(), false}};
+    if (auto sgd = dyn_cast<SGDOp>(op); sgd && sgd.getMomentumBuffer())
+      return {{"momentum buffer", sgd.getMomentumBuffer(),
+               sgd.getNewMomentumBuffer(), true}};
+    return {};
+  }
+
+  /// The fused 8-bit update replacing `op`, reading `codes`/`absmax` (one
+  /// pair per state of statesOf(op)); returns the new parameter and the new
+  /// pairs.
+  Operation *createFused(OpBuilder &builder, Operation *op,
+                         ArrayRef<QuantizedState> states) {
+    IntegerAttr blockAttr = builder.getI64IntegerAttr(block);
+    if (auto adamw = dyn_cast<AdamWOp>(op))
+      return AdamW8bitOp::create(
+          builder, op->getLoc(), adamw.getParam().getType(),
+          states[0].codes.getType(), states[0].absmax.getType(),
+          states[1].codes.getType(), states[1].absmax.getType(),
+          adamw.getParam(), adamw.getGrad(), states[0].codes,
+          states[0].absmax, states[1].codes, states[1].absmax, adamw.getLr(),
+          adamw.getStep(), adamw.getBeta1Attr(), adamw.getBeta2Attr(),
+          adamw.getEpsilonAttr(), adamw.getWeightDecayAttr(), blockAttr);
+    auto sgd = cast<SGDOp>(op);
+    return SGD8bitOp::create(
+        builder, op->getLoc(), sgd.getParam().getType(),
+        states[0].codes.getType(), states[0].absmax.getType(), sgd.getParam(),
+        sgd.getGrad(), states[0].codes, states[0].absmax, sgd.getLr(),
+        sgd.getMomentumAttr(), sgd.getWeightDecayAttr(), sgd.getNesterovAttr(),
+        blockAttr);
+  }
+
   LogicalResult quantize(func::FuncOp func) {
-    SmallVector<AdamWOp> updates;
-    func.walk([&](AdamWOp op) {
-      if (op.getParam().getType().getNumElements() >= minSize)
+    SmallVector<Operation *> updates;
+    func.walk([&](Operation *op) {
+      if (statesOf(op).empty())
+        return;
+      auto param = cast<RankedTensorType>(op->getOperand(0).getType());
+      if (param.getNumElements() >= minSize)
         updates.push_back(op);
     });
     if (updates.empty())
@@ -89,31 +136,39 @@ struct TrainQuantizeOptimizerStatePass
     Type f32 = Float32Type::get(ctx);
     auto ret = cast<func::ReturnOp>(func.front().getTerminator());
     SmallVector<QuantizedState> states;
-    SmallVector<std::pair<AdamWOp, AdamW8bitOp>> replaced;
+    // Per replaced update: the old op, the fused one, and per state its old
+    // result, new codes and absmax and map.
+    struct Replaced {
+      Operation *old, *fused;
+      SmallVector<std::tuple<Value, Value, Value, bool>> outs;
+    };
+    SmallVector<Replaced> replaced;
     DenseMap<Value, std::tuple<StringAttr, Value, Value>> newState;
     DenseSet<Value> seen;
 
-    for (AdamWOp op : updates) {
-      FailureOr<BlockArgument> mArg = stateArgument(func, op, op.getM(), "m");
-      if (failed(mArg))
-        return failure();
-      FailureOr<BlockArgument> vArg = stateArgument(func, op, op.getV(), "v");
-      if (failed(vArg))
-        return failure();
-      if (!seen.insert(*mArg).second || !seen.insert(*vArg).second ||
-          *mArg == *vArg)
-        return op.emitError("train-quantize-optimizer-state: the update "
-                            "shares its m or v with another update");
+    for (Operation *op : updates) {
+      SmallVector<StateUse> uses = statesOf(op);
+      SmallVector<BlockArgument> args;
+      for (const StateUse &use : uses) {
+        FailureOr<BlockArgument> arg =
+            stateArgument(func, op, use.before, use.which);
+        if (failed(arg))
+          return failure();
+        if (!seen.insert(*arg).second)
+          return op->emitError("train-quantize-optimizer-state: the update "
+                               "shares its state with another update");
+        args.push_back(*arg);
+      }
 
-      auto paramType = op.getParam().getType();
+      auto paramType = cast<RankedTensorType>(op->getOperand(0).getType());
       int64_t elements = paramType.getNumElements();
       auto codesType = RankedTensorType::get(paramType.getShape(), i8);
       auto absmaxType =
           RankedTensorType::get({(elements + block - 1) / block}, f32);
 
       // New arguments right after the f32 ones they replace.
-      std::array<QuantizedState, 2> pair;
-      for (auto [k, arg] : llvm::enumerate(std::array{*mArg, *vArg})) {
+      SmallVector<QuantizedState> quantized;
+      for (auto [use, arg] : llvm::zip(uses, args)) {
         auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                       kOptimizerStateAttrName);
         unsigned index = arg.getArgNumber() + 1;
@@ -127,28 +182,24 @@ struct TrainQuantizeOptimizerStatePass
                                        arg.getLoc())) ||
             failed(func.insertArgument(index + 1, absmaxType,
                                        attrs(".absmax"), arg.getLoc())))
-          return op.emitError("train-quantize-optimizer-state: cannot add "
-                              "the 8-bit state arguments");
-        pair[k] = {arg, name, k == 0, func.getArgument(index),
-                   func.getArgument(index + 1)};
+          return op->emitError("train-quantize-optimizer-state: cannot add "
+                               "the 8-bit state arguments");
+        quantized.push_back({arg, name, use.isSigned, func.getArgument(index),
+                             func.getArgument(index + 1)});
       }
 
       OpBuilder builder(op);
-      auto fused = AdamW8bitOp::create(
-          builder, op.getLoc(), paramType, codesType, absmaxType, codesType,
-          absmaxType, op.getParam(), op.getGrad(), pair[0].codes,
-          pair[0].absmax, pair[1].codes, pair[1].absmax, op.getLr(),
-          op.getStep(), op.getBeta1Attr(), op.getBeta2Attr(),
-          op.getEpsilonAttr(), op.getWeightDecayAttr(),
-          builder.getI64IntegerAttr(block));
-      op.getNewParam().replaceAllUsesWith(fused.getNewParam());
-      replaced.push_back({op, fused});
-
-      newState[op.getNewM()] = {pair[0].name, fused.getNewMCodes(),
-                                fused.getNewMAbsmax()};
-      newState[op.getNewV()] = {pair[1].name, fused.getNewVCodes(),
-                                fused.getNewVAbsmax()};
-      states.append(pair.begin(), pair.end());
+      Operation *fused = createFused(builder, op, quantized);
+      op->getResult(0).replaceAllUsesWith(fused->getResult(0));
+      Replaced entry{op, fused, {}};
+      for (auto [k, use] : llvm::enumerate(uses)) {
+        Value codes = fused->getResult(1 + 2 * k);
+        Value absmax = fused->getResult(2 + 2 * k);
+        newState[use.after] = {quantized[k].name, codes, absmax};
+        entry.outs.push_back({use.after, codes, absmax, use.isSigned});
+      }
+      replaced.push_back(std::move(entry));
+      states.append(quantized.begin(), quantized.end());
       ++numQuantized;
     }
 
@@ -183,24 +234,19 @@ struct TrainQuantizeOptimizerStatePass
     pruneUnusedResults(func);
 
     // Anything else reading the f32 values reads them dequantized.
-    for (auto [op, fused] : replaced) {
-      std::array<std::tuple<Value, Value, Value, bool>, 2> outs = {
-          std::tuple{op.getNewM(), fused.getNewMCodes(),
-                     fused.getNewMAbsmax(), true},
-          std::tuple{op.getNewV(), fused.getNewVCodes(),
-                     fused.getNewVAbsmax(), false}};
-      for (auto [old, codes, absmax, isSigned] : outs) {
+    for (Replaced &entry : replaced) {
+      for (auto [old, codes, absmax, isSigned] : entry.outs) {
         if (old.use_empty())
           continue;
-        OpBuilder builder(fused->getContext());
-        builder.setInsertionPointAfter(fused);
+        OpBuilder builder(entry.fused->getContext());
+        builder.setInsertionPointAfter(entry.fused);
         auto dequantized = DequantizeOp::create(
-            builder, fused.getLoc(), old.getType(), codes, absmax,
+            builder, entry.fused->getLoc(), old.getType(), codes, absmax,
             builder.getI64IntegerAttr(block),
             isSigned ? builder.getUnitAttr() : UnitAttr());
         old.replaceAllUsesWith(dequantized.getResult());
       }
-      op.erase();
+      entry.old->erase();
     }
     llvm::BitVector dropArgs(func.getNumArguments());
     for (QuantizedState &state : states) {

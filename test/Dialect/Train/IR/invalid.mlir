@@ -791,3 +791,59 @@ func.func @accumulate_share_type(%x: tensor<4x8xi32>) {
   }
   return
 }
+
+// -----
+
+func.func @quantize_block_power_of_two(%x: tensor<300xf32>) {
+  // expected-error @+1 {{block must be a power of two, got 100}}
+  %c, %a = train.quantize %x {block = 100 : i64} : tensor<300xf32> -> tensor<300xi8>, tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_absmax_per_block(%x: tensor<300xf32>) {
+  // expected-error @+1 {{absmax must hold one value per block (2), got [1]}}
+  %c, %a = train.quantize %x {block = 256 : i64} : tensor<300xf32> -> tensor<300xi8>, tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_codes_shape(%x: tensor<300xf32>) {
+  // expected-error @+1 {{codes must have the input's shape}}
+  %c, %a = train.quantize %x {block = 256 : i64} : tensor<300xf32> -> tensor<3x100xi8>, tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @dequantize_result_shape(%c: tensor<300xi8>, %a: tensor<2xf32>) {
+  // expected-error @+1 {{result must have the codes' shape}}
+  %x = train.dequantize %c, %a {block = 256 : i64} : tensor<300xi8>, tensor<2xf32> -> tensor<301xf32>
+  return
+}
+
+// -----
+
+func.func @adamw_8bit_codes_shape(%p: tensor<300xf32>, %c: tensor<200xi8>, %a: tensor<2xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{grad and state codes must have the parameter's shape [300]}}
+  %r:5 = train.adamw_8bit %p, %p, %c, %a, %c, %a, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64, block = 256 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<200xi8>, tensor<2xf32>, tensor<200xi8>, tensor<2xf32>, tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @sgd_8bit_momentum(%p: tensor<300xf32>, %c: tensor<300xi8>, %a: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{momentum must be in (0, 1), got 0}}
+  %r:3 = train.sgd_8bit %p, %p, %c, %a, %lr {momentum = 0.0 : f64, weight_decay = 0.0 : f64, block = 256 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<300xi8>, tensor<2xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sgd_8bit_block(%p: tensor<300xf32>, %c: tensor<300xi8>, %a: tensor<1xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{absmax must hold one value per block (3), got [1]}}
+  %r:3 = train.sgd_8bit %p, %p, %c, %a, %lr {momentum = 0.9 : f64, weight_decay = 0.0 : f64, block = 128 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<300xi8>, tensor<1xf32>, tensor<f32>
+  return
+}

@@ -194,3 +194,19 @@ func.func @optimizer(%p: tensor<8xf32>, %g: tensor<8xbf16>, %m: tensor<8xf32>,
   %c:3 = train.clip_grad_norm %m, %w {max_norm = 1.0 : f64} : (tensor<8xf32>, tensor<4x8xf32>) -> (tensor<8xf32>, tensor<4x8xf32>, tensor<f32>)
   return
 }
+
+// CHECK-LABEL: func.func @quantized_state
+func.func @quantized_state(%p: tensor<16x64xf32>, %g: tensor<16x64xf32>,
+                           %mc: tensor<16x64xi8>, %ma: tensor<4xf32>,
+                           %vc: tensor<16x64xi8>, %va: tensor<4xf32>,
+                           %lr: tensor<f32>, %step: tensor<i64>) {
+  // CHECK: train.quantize %{{.*}} {block = 256 : i64, is_signed} : tensor<16x64xf32> -> tensor<16x64xi8>, tensor<4xf32>
+  %c, %a = train.quantize %p {block = 256 : i64, is_signed} : tensor<16x64xf32> -> tensor<16x64xi8>, tensor<4xf32>
+  // CHECK: train.dequantize %{{.*}}, %{{.*}} {block = 256 : i64} : tensor<16x64xi8>, tensor<4xf32> -> tensor<16x64xf32>
+  %d = train.dequantize %c, %a {block = 256 : i64} : tensor<16x64xi8>, tensor<4xf32> -> tensor<16x64xf32>
+  // CHECK: train.adamw_8bit %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {beta1 = 9.000000e-01 : f64, beta2 = {{.*}} : f64, block = 256 : i64, epsilon = 1.000000e-08 : f64, weight_decay = 0.000000e+00 : f64} : tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xi8>, tensor<4xf32>, tensor<16x64xi8>, tensor<4xf32>, tensor<f32>, tensor<i64>
+  %r:5 = train.adamw_8bit %p, %g, %mc, %ma, %vc, %va, %lr, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64, block = 256 : i64} : tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xi8>, tensor<4xf32>, tensor<16x64xi8>, tensor<4xf32>, tensor<f32>, tensor<i64>
+  // CHECK: train.sgd_8bit %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {block = 256 : i64, momentum = 9.000000e-01 : f64, nesterov, weight_decay = 0.000000e+00 : f64} : tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xi8>, tensor<4xf32>, tensor<f32>
+  %s:3 = train.sgd_8bit %p, %g, %mc, %ma, %lr {momentum = 0.9 : f64, weight_decay = 0.0 : f64, nesterov, block = 256 : i64} : tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xi8>, tensor<4xf32>, tensor<f32>
+  return
+}

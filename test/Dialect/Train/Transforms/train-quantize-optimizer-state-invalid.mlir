@@ -37,7 +37,17 @@ func.func @train_step(%w: tensor<16xf32> {train.param = "w"}, %g: tensor<16xf32>
                       %m: tensor<16xf32> {train.optimizer_state = "w.m"},
                       %v: tensor<16xf32> {train.optimizer_state = "w.v"}) -> tensor<16xf32> {
   %lr = arith.constant dense<1.0e-3> : tensor<f32>
-  // expected-error @+1 {{train-quantize-optimizer-state: the update shares its m or v with another update}}
+  // expected-error @+1 {{train-quantize-optimizer-state: the update shares its state with another update}}
   %p, %m2, %v2 = train.adamw %w, %g, %m, %m, %lr, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64} : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>
+  return %p : tensor<16xf32>
+}
+
+// -----
+
+// SGD's momentum buffer must be step state as well.
+func.func @train_step(%w: tensor<16xf32> {train.param = "w"}, %g: tensor<16xf32>) -> tensor<16xf32> {
+  %lr = arith.constant dense<1.0e-3> : tensor<f32>
+  // expected-error @+1 {{train-quantize-optimizer-state: the update's momentum buffer is not an argument of @train_step marked train.optimizer_state}}
+  %p, %b = train.sgd %w, %g, %lr, %g {momentum = 0.9 : f64, weight_decay = 0.0 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>)
   return %p : tensor<16xf32>
 }

@@ -811,6 +811,41 @@ def Train_SGDOp : Train_ComputeOp<"sgd"> {
   let hasVerifier = 1;
 }
 
+def Train_SGD8bitOp : Train_ComputeOp<"sgd_8bit", [
+    AllTypesMatch<["param", "new_param"]>,
+    AllTypesMatch<["codes", "new_codes"]>,
+    AllTypesMatch<["absmax", "new_absmax"]>]> {
+  let summary = "SGD with momentum on a block-wise 8-bit buffer, fused";
+  let description = [{
+    The update of `train.sgd` with momentum, its buffer stored as codes of
+    the signed dynamic map plus one f32 absmax per block: one block at a
+    time, dequantize, update in f32, find the new absmax, requantize. A
+    non-finite gradient element leaves the parameter and buffer as they are.
+
+    ```mlir
+    %p2, %c2, %a2 = train.sgd_8bit %p, %g, %codes, %absmax, %lr
+        {momentum = 0.9 : f64, weight_decay = 0.0 : f64, block = 256 : i64}
+        : tensor<4096xf32>, tensor<4096xf32>, tensor<4096xi8>, tensor<16xf32>,
+          tensor<f32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
+                       StaticShapeTensorOf<[I8]>:$codes,
+                       StaticShapeTensorOf<[F32]>:$absmax,
+                       Train_F32Scalar:$lr, F64Attr:$momentum,
+                       F64Attr:$weight_decay, UnitAttr:$nesterov,
+                       I64Attr:$block);
+  let results = (outs Train_FloatTensor:$new_param,
+                      StaticShapeTensorOf<[I8]>:$new_codes,
+                      StaticShapeTensorOf<[F32]>:$new_absmax);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $codes `,` $absmax `,` $lr attr-dict `:`
+    type($param) `,` type($grad) `,` type($codes) `,` type($absmax) `,`
+    type($lr)
+  }];
+  let hasVerifier = 1;
+}
+
 def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm"> {
   let summary = "scales gradients so their global L2 norm is at most max_norm";
   let description = [{

@@ -224,7 +224,7 @@ def TrainUnrollAccumPass : Pass<"train-unroll-accum", "mlir::ModuleOp"> {
 
 def TrainQuantizeOptimizerStatePass
     : Pass<"train-quantize-optimizer-state", "mlir::ModuleOp"> {
-  let summary = "Stores AdamW's m and v in 8 bits, block-wise (8-bit Adam)";
+  let summary = "Stores AdamW's m and v and SGD's momentum in 8 bits, block-wise";
   let description = [{
     Rewrites every `train.adamw` of the step whose parameter has at least
     `min-size` elements into a `train.adamw_8bit`: its m and v arguments
@@ -233,12 +233,14 @@ def TrainQuantizeOptimizerStatePass
     of `block` elements (`"<param>.m.absmax"`), and so do the results that
     carry them out of the step. m uses the signed dynamic map and v the
     unsigned one (Dettmers et al. 2022): 2 bytes per parameter for m and v
-    plus 8 bytes per block, against 8. Smaller tensors (biases, norms) keep
+    plus 8 bytes per block, against 8. A `train.sgd` with momentum becomes
+    a `train.sgd_8bit` the same way, its buffer (`"<param>.momentum"`) on
+    the signed map. Smaller tensors (biases, norms) keep
     f32 state, as in bitsandbytes, where 8-bit state below 4096 elements
     costs accuracy for no memory to speak of.
 
-    A new run starts the codes at the map's zero (m and v = 0) and absmax at
-    0. Nothing else changes: the update, the learning rate and the gradient
+    A new run starts the codes at the map's zero (m, v and the buffer = 0)
+    and absmax at 0. Nothing else changes: the update, the learning rate and the gradient
     are those of the f32 step.
 
     ```
@@ -255,7 +257,7 @@ def TrainQuantizeOptimizerStatePass
   ];
   let statistics = [
     Statistic<"numQuantized", "quantized-tensors",
-              "Parameters whose AdamW state became 8-bit">
+              "Parameters whose optimizer state became 8-bit">
   ];
 }
 

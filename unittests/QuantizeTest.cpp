@@ -77,6 +77,42 @@ TEST(DynamicMapTest, FollowsTheConstruction) {
   }
 }
 
+TEST(DynamicMapTest, CodebookEqualsBinarySearch) {
+  // The table-driven quantizer must pick the code the plain search picks,
+  // for every entry, the midpoints between entries and their neighbouring
+  // floats, and random values of every magnitude.
+  for (const DynamicMap *map : {&signedMap(), &unsignedMap()}) {
+    const trainmem::DynamicCodebook *book = trainmem::codebookFor(*map);
+    ASSERT_NE(book, nullptr);
+    EXPECT_LE(book->refinementSteps(), 3);
+    std::vector<float> probes = {0.0f, -0.0f, 1.0f, -1.0f, 1.5f, -1.5f,
+                                 1e-30f, -1e-30f,
+                                 std::numeric_limits<float>::quiet_NaN()};
+    for (int i = 0; i < 256; ++i) {
+      float entry = (*map)[i];
+      probes.push_back(entry);
+      if (i < 255) {
+        float mid = (entry + (*map)[i + 1]) / 2;
+        probes.push_back(mid);
+        probes.push_back(std::nextafter(mid, 2.0f));
+        probes.push_back(std::nextafter(mid, -2.0f));
+      }
+      probes.push_back(std::nextafter(entry, 2.0f));
+      probes.push_back(std::nextafter(entry, -2.0f));
+    }
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    std::uniform_real_distribution<float> exponent(-9.0f, 0.0f);
+    for (int i = 0; i < 200000; ++i) {
+      probes.push_back(unit(rng));
+      probes.push_back(unit(rng) * std::pow(10.0f, exponent(rng)));
+    }
+    for (float x : probes)
+      ASSERT_EQ(book->quantize(x), trainmem::quantizeToMap(*map, x))
+          << "x = " << x;
+  }
+}
+
 /// Quantizes, dequantizes and checks each element against the block's
 /// bound: the nearest entry is at most half the widest gap of the map
 /// (times absmax) away.

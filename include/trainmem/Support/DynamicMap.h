@@ -105,7 +105,7 @@ public:
       int below = -1;
       while (below < 255 && map[below + 1] < start)
         ++below;
-      lower[k] = static_cast<int16_t>(below);
+      lower[k] = below;
     }
     steps = 0;
     for (int k = 0; k < kBuckets; ++k) {
@@ -136,6 +136,13 @@ public:
 
   int refinementSteps() const { return steps; }
 
+  // For vectorized kernels that follow quantize() step by step.
+  const float *paddedEntries() const { return padded.data(); }
+  const int32_t *lowerTable() const { return lower.data(); }
+  bool hasNegatives() const { return isSigned; }
+  /// The bits of the smallest magnitude of bucket 1 shifted like a key.
+  static constexpr int32_t kKeyBase = (127 + kMinExponent) << kMantissaBits;
+
 private:
   static int bucket(float magnitude) {
     uint32_t bits;
@@ -162,7 +169,7 @@ private:
 
   const DynamicMap &map;
   std::array<float, 257> padded;
-  std::array<int16_t, kBuckets + 1> lower;
+  std::array<int32_t, kBuckets + 1> lower;
   int steps = 0;
   bool isSigned = false;
 };

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../Context.h"
+#include "Quantized.h"
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/DynamicMap.h"
@@ -792,24 +793,13 @@ void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
     const trainmem::DynamicMap &vMap = trainmem::unsignedDynamicMap();
     trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
                                weight_decay, *ctx->at<int64_t>(step));
-    ctx->pool.parallelFor(
-        blocks, std::max<int64_t>(1, kGrain / block),
-        [&](int64_t b0, int64_t b1) {
-          // One block of state in f32 at a time, never the whole tensor.
-          std::vector<float> m(block), v(block);
-          for (int64_t b = b0; b < b1; ++b) {
-            int64_t begin = b * block, end = std::min(n, begin + block);
-            for (int64_t i = begin; i < end; ++i)
-              update.apply(p[i], g[i],
-                           trainmem::dequantizeValue(mMap, mc[i], ma[b]),
-                           trainmem::dequantizeValue(vMap, vc[i], va[b]),
-                           np[i], m[i - begin], v[i - begin]);
-            trainmem::quantizeBlockwise(mMap, m.data(), end - begin, block,
-                                        nmc + begin, nma + b);
-            trainmem::quantizeBlockwise(vMap, v.data(), end - begin, block,
-                                        nvc + begin, nva + b);
-          }
-        });
+    // One block of state in f32 at a time, never the whole tensor.
+    tmrt::AdamW8bitBlock work{p,   g,   mc,  ma, vc,      va,    np,    nmc,
+                              nma, nvc, nva, n,  block, &update, &mMap, &vMap};
+    ctx->pool.parallelFor(blocks, std::max<int64_t>(1, kGrain / block),
+                          [&](int64_t b0, int64_t b1) {
+                            tmrt::adamW8bitBlocks(work, b0, b1);
+                          });
   } else {
     // Skip this tensor's step: carry everything over unchanged.
     std::memmove(np, p, n * 4);

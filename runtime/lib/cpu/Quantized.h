@@ -1,0 +1,41 @@
+//===- Quantized.h - the block loop of the fused 8-bit AdamW ----*- C++ -*-===//
+
+#ifndef TRAINMEM_RUNTIME_CPU_QUANTIZED_H
+#define TRAINMEM_RUNTIME_CPU_QUANTIZED_H
+
+#include "trainmem/Support/AdamW.h"
+#include "trainmem/Support/DynamicMap.h"
+
+#include <cstdint>
+
+namespace tmrt {
+
+/// The operands of tmrt_adamw_8bit (outputs may equal inputs: in place).
+struct AdamW8bitBlock {
+  const float *p, *g;
+  const uint8_t *mc;
+  const float *ma;
+  const uint8_t *vc;
+  const float *va;
+  float *np;
+  uint8_t *nmc;
+  float *nma;
+  uint8_t *nvc;
+  float *nva;
+  int64_t n, block;
+  const trainmem::AdamWStep *update;
+  const trainmem::DynamicMap *mMap, *vMap;
+};
+
+/// Blocks [b0, b1) of the fused update: with AVX-512F when the CPU has it
+/// (and TMRT_NO_AVX512 is not set), else in scalar code; the same bits
+/// either way.
+void adamW8bitBlocks(const AdamW8bitBlock &work, int64_t b0, int64_t b1);
+
+/// The scalar version, always.
+void adamW8bitBlocksGeneric(const AdamW8bitBlock &work, int64_t b0,
+                            int64_t b1);
+
+} // namespace tmrt
+
+#endif // TRAINMEM_RUNTIME_CPU_QUANTIZED_H

@@ -847,3 +847,27 @@ func.func @sgd_8bit_block(%p: tensor<300xf32>, %c: tensor<300xi8>, %a: tensor<1x
   %r:3 = train.sgd_8bit %p, %p, %c, %a, %lr {momentum = 0.9 : f64, weight_decay = 0.0 : f64, block = 128 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<300xi8>, tensor<1xf32>, tensor<f32>
   return
 }
+
+// -----
+
+func.func @sgd_8bit_codes_shape(%p: tensor<300xf32>, %c: tensor<30x10xi8>, %a: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{grad and buffer codes must have the parameter's shape [300]}}
+  %r:3 = train.sgd_8bit %p, %p, %c, %a, %lr {momentum = 0.9 : f64, weight_decay = 0.0 : f64, block = 256 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<30x10xi8>, tensor<2xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sgd_8bit_weight_decay(%p: tensor<300xf32>, %c: tensor<300xi8>, %a: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{weight_decay must be >= 0}}
+  %r:3 = train.sgd_8bit %p, %p, %c, %a, %lr {momentum = 0.9 : f64, weight_decay = -1.0 : f64, block = 256 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<300xi8>, tensor<2xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @adamw_8bit_weight_decay(%p: tensor<300xf32>, %c: tensor<300xi8>, %a: tensor<2xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{weight_decay must be >= 0}}
+  %r:5 = train.adamw_8bit %p, %p, %c, %a, %c, %a, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = -0.5 : f64, block = 256 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<300xi8>, tensor<2xf32>, tensor<300xi8>, tensor<2xf32>, tensor<f32>, tensor<i64>
+  return
+}

@@ -584,14 +584,18 @@ void Interpreter::dequantize(DequantizeOp op) {
   set(op.getResult(), std::move(y));
 }
 
+/// Whether every element is finite (8-bit updates skip otherwise).
+static bool allFinite(const RefTensor &t) {
+  return std::all_of(t.floats.begin(), t.floats.end(),
+                     [](float x) { return std::isfinite(x); });
+}
+
 void Interpreter::adamw8bit(AdamW8bitOp op) {
   const RefTensor &p = get(op.getParam());
   const RefTensor &g = get(op.getGrad());
   const RefTensor &mc = get(op.getMCodes()), &ma = get(op.getMAbsmax());
   const RefTensor &vc = get(op.getVCodes()), &va = get(op.getVAbsmax());
-  bool finite = std::all_of(g.floats.begin(), g.floats.end(),
-                            [](float x) { return std::isfinite(x); });
-  if (!finite) {
+  if (!allFinite(g)) {
     set(op.getNewParam(), p);
     set(op.getNewMCodes(), mc);
     set(op.getNewMAbsmax(), ma);
@@ -634,9 +638,7 @@ void Interpreter::sgd8bit(SGD8bitOp op) {
   const RefTensor &p = get(op.getParam());
   const RefTensor &g = get(op.getGrad());
   const RefTensor &codes = get(op.getCodes()), &absmax = get(op.getAbsmax());
-  bool finite = std::all_of(g.floats.begin(), g.floats.end(),
-                            [](float x) { return std::isfinite(x); });
-  if (!finite) {
+  if (!allFinite(g)) {
     set(op.getNewParam(), p);
     set(op.getNewCodes(), codes);
     set(op.getNewAbsmax(), absmax);
@@ -675,16 +677,15 @@ void Interpreter::sgd(SGDOp op) {
   bool nesterov = op.getNesterov();
   const RefTensor *buf =
       op.getMomentumBuffer() ? &get(op.getMomentumBuffer()) : nullptr;
+  trainmem::SGDMomentumStep update{lr, momentum, wd, nesterov};
   RefTensor np = RefTensor::zeros(p.shape), nb = RefTensor::zeros(p.shape);
   for (int64_t i = 0; i < p.numElements(); ++i) {
-    double gi = g.floats[i] + wd * p.floats[i];
-    double step = gi;
-    if (buf) {
-      double bi = momentum * buf->floats[i] + gi;
-      nb.floats[i] = static_cast<float>(bi);
-      step = nesterov ? gi + momentum * bi : bi;
-    }
-    np.floats[i] = static_cast<float>(p.floats[i] - lr * step);
+    if (buf)
+      update.apply(p.floats[i], g.floats[i], buf->floats[i], np.floats[i],
+                   nb.floats[i]);
+    else
+      np.floats[i] = static_cast<float>(
+          p.floats[i] - lr * (g.floats[i] + wd * p.floats[i]));
   }
   set(op.getNewParam(), std::move(np));
   if (buf)

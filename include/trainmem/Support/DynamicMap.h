@@ -148,9 +148,8 @@ private:
     uint32_t bits;
     std::memcpy(&bits, &magnitude, 4);
     bits &= 0x7fffffffu; // -0 is 0
-    int64_t key = static_cast<int64_t>(bits >> (23 - kMantissaBits)) -
-                  (static_cast<int64_t>(127 + kMinExponent) << kMantissaBits) +
-                  1;
+    int64_t key =
+        static_cast<int64_t>(bits >> (23 - kMantissaBits)) - kKeyBase + 1;
     return static_cast<int>(std::clamp<int64_t>(key, 0, kBuckets - 1));
   }
   /// The smallest magnitude of bucket k (0 for bucket 0; +inf past the end).
@@ -160,7 +159,7 @@ private:
     if (k >= kBuckets)
       return std::numeric_limits<float>::infinity();
     uint32_t bits = static_cast<uint32_t>(
-        (k - 1 + ((127 + kMinExponent) << kMantissaBits)))
+        (k - 1 + kKeyBase))
                     << (23 - kMantissaBits);
     float value;
     std::memcpy(&value, &bits, 4);

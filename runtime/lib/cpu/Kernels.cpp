@@ -23,6 +23,14 @@
 
 namespace {
 
+/// Whether every gradient element is finite (8-bit updates skip otherwise).
+bool allFinite(const float *g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(g[i]))
+      return false;
+  return true;
+}
+
 constexpr int64_t kGrain = 16384; // elements per task for cheap loops
 
 /// Rows per task so that a task does about kGrain elements of work.
@@ -785,10 +793,7 @@ void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   float *nma = ctx->at<float>(new_m_absmax),
         *nva = ctx->at<float>(new_v_absmax);
   int64_t blocks = (n + block - 1) / block;
-  bool finite = true;
-  for (int64_t i = 0; i < n && finite; ++i)
-    finite = std::isfinite(g[i]);
-  if (finite) {
+  if (allFinite(g, n)) {
     const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
     const trainmem::DynamicMap &vMap = trainmem::unsignedDynamicMap();
     trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
@@ -828,10 +833,7 @@ void tmrt_sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   uint8_t *nc = ctx->at<uint8_t>(new_codes);
   float *na = ctx->at<float>(new_absmax);
   int64_t blocks = (n + block - 1) / block;
-  bool finite = true;
-  for (int64_t i = 0; i < n && finite; ++i)
-    finite = std::isfinite(g[i]);
-  if (finite) {
+  if (allFinite(g, n)) {
     const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
     trainmem::SGDMomentumStep update{*ctx->at<float>(lr), momentum,
                                      weight_decay, nesterov != 0};
@@ -869,15 +871,13 @@ void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
   float *np = ctx->at<float>(new_param);
   float *nb = buffer >= 0 ? ctx->at<float>(new_buffer) : nullptr;
   double rate = *ctx->at<float>(lr);
+  trainmem::SGDMomentumStep update{rate, momentum, weight_decay,
+                                   nesterov != 0};
   elementwise(ctx, n, [&](int64_t i) {
-    double gi = g[i] + weight_decay * p[i];
-    double step = gi;
-    if (b) {
-      double bi = momentum * b[i] + gi;
-      nb[i] = static_cast<float>(bi);
-      step = nesterov ? gi + momentum * bi : bi;
-    }
-    np[i] = static_cast<float>(p[i] - rate * step);
+    if (b)
+      update.apply(p[i], g[i], b[i], np[i], nb[i]);
+    else
+      np[i] = static_cast<float>(p[i] - rate * (g[i] + weight_decay * p[i]));
   });
   ctx->touch(new_param, n * 4);
   if (nb)

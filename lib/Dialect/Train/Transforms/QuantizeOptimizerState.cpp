@@ -23,13 +23,33 @@ namespace train {
 
 namespace {
 
-/// One state tensor (m or v) of one AdamW update being quantized.
+/// One state tensor (m, v or a momentum buffer) of one update being
+/// quantized.
 struct QuantizedState {
   BlockArgument oldArg;
-  StringAttr name; // "<param>.m"
-  bool isSigned;   // m: signed map; v: unsigned
+  StringAttr name;     // "<param>.m"
+  bool isSigned;       // m, momentum: signed map; v: unsigned
   Value codes, absmax; // the new arguments
+  Value oldResult;     // the f32 state after the update
+  Value newCodes, newAbsmax; // the fused update's results
 };
+
+/// `{train.optimizer_state = "<name><suffix>"}`.
+DictionaryAttr stateAttrs(MLIRContext *ctx, StringAttr name,
+                          StringRef suffix) {
+  return DictionaryAttr::get(
+      ctx, {NamedAttribute(StringAttr::get(ctx, kOptimizerStateAttrName),
+                           StringAttr::get(ctx, name.getValue() + suffix))});
+}
+
+/// `codes`/`absmax` read back as f32 of `type` (signed or unsigned map).
+Value dequantize(OpBuilder &builder, Location loc, Type type, Value codes,
+                 Value absmax, int64_t block, bool isSigned) {
+  return DequantizeOp::create(builder, loc, type, codes, absmax,
+                              builder.getI64IntegerAttr(block),
+                              isSigned ? builder.getUnitAttr() : UnitAttr())
+      .getResult();
+}
 
 struct TrainQuantizeOptimizerStatePass
     : impl::TrainQuantizeOptimizerStatePassBase<
@@ -136,14 +156,8 @@ struct TrainQuantizeOptimizerStatePass
     Type f32 = Float32Type::get(ctx);
     auto ret = cast<func::ReturnOp>(func.front().getTerminator());
     SmallVector<QuantizedState> states;
-    // Per replaced update: the old op, the fused one, and per state its old
-    // result, new codes and absmax and map.
-    struct Replaced {
-      Operation *old, *fused;
-      SmallVector<std::tuple<Value, Value, Value, bool>> outs;
-    };
-    SmallVector<Replaced> replaced;
-    DenseMap<Value, std::tuple<StringAttr, Value, Value>> newState;
+    SmallVector<Operation *> replaced;
+    DenseMap<Value, unsigned> stateOfResult; // f32 result -> states index
     DenseSet<Value> seen;
 
     for (Operation *op : updates) {
@@ -172,59 +186,52 @@ struct TrainQuantizeOptimizerStatePass
         auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                       kOptimizerStateAttrName);
         unsigned index = arg.getArgNumber() + 1;
-        auto attrs = [&](StringRef suffix) {
-          return DictionaryAttr::get(
-              ctx, {NamedAttribute(
-                       StringAttr::get(ctx, kOptimizerStateAttrName),
-                       StringAttr::get(ctx, name.getValue() + suffix))});
-        };
-        if (failed(func.insertArgument(index, codesType, attrs(".codes"),
+        if (failed(func.insertArgument(index, codesType,
+                                       stateAttrs(ctx, name, ".codes"),
                                        arg.getLoc())) ||
             failed(func.insertArgument(index + 1, absmaxType,
-                                       attrs(".absmax"), arg.getLoc())))
+                                       stateAttrs(ctx, name, ".absmax"),
+                                       arg.getLoc())))
           return op->emitError("train-quantize-optimizer-state: cannot add "
                                "the 8-bit state arguments");
         quantized.push_back({arg, name, use.isSigned, func.getArgument(index),
-                             func.getArgument(index + 1)});
+                             func.getArgument(index + 1), use.after,
+                             Value(), Value()});
       }
 
       OpBuilder builder(op);
       Operation *fused = createFused(builder, op, quantized);
       op->getResult(0).replaceAllUsesWith(fused->getResult(0));
-      Replaced entry{op, fused, {}};
-      for (auto [k, use] : llvm::enumerate(uses)) {
-        Value codes = fused->getResult(1 + 2 * k);
-        Value absmax = fused->getResult(2 + 2 * k);
-        newState[use.after] = {quantized[k].name, codes, absmax};
-        entry.outs.push_back({use.after, codes, absmax, use.isSigned});
+      for (auto [k, state] : llvm::enumerate(quantized)) {
+        state.newCodes = fused->getResult(1 + 2 * k);
+        state.newAbsmax = fused->getResult(2 + 2 * k);
+        stateOfResult[state.oldResult] = states.size();
+        states.push_back(state);
       }
-      replaced.push_back(std::move(entry));
-      states.append(quantized.begin(), quantized.end());
+      replaced.push_back(op);
       ++numQuantized;
     }
 
-    // Results carrying m or v out of the step carry codes and absmax; the
-    // values cross region boundaries directly until exported below.
+    // Results carrying the f32 state out of the step carry codes and
+    // absmax; the values cross region boundaries directly until exported
+    // below.
     SmallVector<Value> results;
     SmallVector<Type> resultTypes;
     SmallVector<DictionaryAttr> resultAttrs;
     for (auto [r, operand] : llvm::enumerate(ret.getOperands())) {
-      auto it = newState.find(resolveRegionResult(operand));
-      if (it == newState.end()) {
+      auto it = stateOfResult.find(resolveRegionResult(operand));
+      if (it == stateOfResult.end()) {
         results.push_back(operand);
         resultTypes.push_back(operand.getType());
         resultAttrs.push_back(func.getResultAttrDict(r));
         continue;
       }
-      auto [name, codes, absmax] = it->second;
-      for (auto [value, suffix] :
-           {std::pair{codes, ".codes"}, std::pair{absmax, ".absmax"}}) {
+      const QuantizedState &state = states[it->second];
+      for (auto [value, suffix] : {std::pair{state.newCodes, ".codes"},
+                                   std::pair{state.newAbsmax, ".absmax"}}) {
         results.push_back(value);
         resultTypes.push_back(value.getType());
-        resultAttrs.push_back(DictionaryAttr::get(
-            ctx, {NamedAttribute(StringAttr::get(ctx, kOptimizerStateAttrName),
-                                 StringAttr::get(ctx, name.getValue() +
-                                                          suffix))}));
+        resultAttrs.push_back(stateAttrs(ctx, state.name, suffix));
       }
     }
     ret->setOperands(results);
@@ -234,29 +241,25 @@ struct TrainQuantizeOptimizerStatePass
     pruneUnusedResults(func);
 
     // Anything else reading the f32 values reads them dequantized.
-    for (Replaced &entry : replaced) {
-      for (auto [old, codes, absmax, isSigned] : entry.outs) {
-        if (old.use_empty())
-          continue;
-        OpBuilder builder(entry.fused->getContext());
-        builder.setInsertionPointAfter(entry.fused);
-        auto dequantized = DequantizeOp::create(
-            builder, entry.fused->getLoc(), old.getType(), codes, absmax,
-            builder.getI64IntegerAttr(block),
-            isSigned ? builder.getUnitAttr() : UnitAttr());
-        old.replaceAllUsesWith(dequantized.getResult());
-      }
-      entry.old->erase();
+    for (QuantizedState &state : states) {
+      if (state.oldResult.use_empty())
+        continue;
+      OpBuilder builder(ctx);
+      builder.setInsertionPointAfter(state.newCodes.getDefiningOp());
+      state.oldResult.replaceAllUsesWith(
+          dequantize(builder, state.newCodes.getLoc(),
+                     state.oldResult.getType(), state.newCodes,
+                     state.newAbsmax, block, state.isSigned));
     }
+    for (Operation *op : replaced)
+      op->erase();
     llvm::BitVector dropArgs(func.getNumArguments());
     for (QuantizedState &state : states) {
       if (!state.oldArg.use_empty()) {
         OpBuilder builder = OpBuilder::atBlockBegin(&func.front());
-        auto dequantized = DequantizeOp::create(
+        state.oldArg.replaceAllUsesWith(dequantize(
             builder, state.oldArg.getLoc(), state.oldArg.getType(),
-            state.codes, state.absmax, builder.getI64IntegerAttr(block),
-            state.isSigned ? builder.getUnitAttr() : UnitAttr());
-        state.oldArg.replaceAllUsesWith(dequantized.getResult());
+            state.codes, state.absmax, block, state.isSigned));
       }
       dropArgs.set(state.oldArg.getArgNumber());
     }

@@ -496,6 +496,18 @@ static LogicalResult verifyBeta(Operation *op, StringRef name, double beta) {
   return success();
 }
 
+/// beta1, beta2, epsilon and weight_decay of train.adamw and
+/// train.adamw_8bit.
+template <typename Op> static LogicalResult verifyAdamWAttrs(Op op) {
+  if (failed(verifyBeta(op, "beta1", op.getBeta1().convertToDouble())) ||
+      failed(verifyBeta(op, "beta2", op.getBeta2().convertToDouble())) ||
+      failed(verifyEpsilon(op, op.getEpsilon().convertToDouble())))
+    return failure();
+  if (!(op.getWeightDecay().convertToDouble() >= 0.0))
+    return op.emitOpError("weight_decay must be >= 0");
+  return success();
+}
+
 LogicalResult AdamWOp::verify() {
   ArrayRef<int64_t> shape = getParam().getType().getShape();
   for (Value state : {getGrad(), getM(), getV()})
@@ -505,13 +517,7 @@ LogicalResult AdamWOp::verify() {
   if (!getM().getType().getElementType().isF32() ||
       !getV().getType().getElementType().isF32())
     return emitOpError("m and v must be f32");
-  if (failed(verifyBeta(*this, "beta1", getBeta1().convertToDouble())) ||
-      failed(verifyBeta(*this, "beta2", getBeta2().convertToDouble())) ||
-      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
-    return failure();
-  if (!(getWeightDecay().convertToDouble() >= 0.0))
-    return emitOpError("weight_decay must be >= 0");
-  return success();
+  return verifyAdamWAttrs(*this);
 }
 
 LogicalResult SGDOp::verify() {
@@ -587,12 +593,8 @@ LogicalResult AdamW8bitOp::verify() {
       getMCodes().getType().getShape() != shape)
     return emitOpError("grad and state codes must have the parameter's shape ")
            << shapeString(shape);
-  if (failed(verifyBeta(*this, "beta1", getBeta1().convertToDouble())) ||
-      failed(verifyBeta(*this, "beta2", getBeta2().convertToDouble())) ||
-      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
+  if (failed(verifyAdamWAttrs(*this)))
     return failure();
-  if (!(getWeightDecay().convertToDouble() >= 0.0))
-    return emitOpError("weight_decay must be >= 0");
   return verifyBlocks(*this, getBlockAttr().getInt(),
                       getParam().getType().getNumElements(), getMAbsmax());
 }

@@ -77,29 +77,77 @@ TEST(DynamicMapTest, FollowsTheConstruction) {
   }
 }
 
-TEST(DynamicMapTest, CodebookEqualsBinarySearch) {
-  // The table-driven quantizer must pick the code the plain search picks,
-  // for every entry, the midpoints between entries and their neighbouring
-  // floats, and random values of every magnitude.
+TEST(DynamicMapTest, TiesGoTowardZero) {
+  // A value exactly halfway between two entries (where the float arithmetic
+  // agrees it is) takes the entry nearer zero, on either side of zero.
   for (const DynamicMap *map : {&signedMap(), &unsignedMap()}) {
-    const trainmem::DynamicCodebook *book = trainmem::codebookFor(*map);
-    ASSERT_NE(book, nullptr);
-    EXPECT_LE(book->refinementSteps(), 3);
+    int ties = 0;
+    for (int c = 0; c < 255; ++c) {
+      float lo = (*map)[c], hi = (*map)[c + 1];
+      float mid = lo + (hi - lo) / 2;
+      if (mid - lo != hi - mid)
+        continue;
+      ++ties;
+      int nearer = std::abs(lo) <= std::abs(hi) ? c : c + 1;
+      EXPECT_EQ(trainmem::quantizeToMap(*map, mid), nearer) << "code " << c;
+    }
+    EXPECT_GT(ties, 100);
+  }
+  // So a signed map's codes mirror around the zero code.
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int i = 0; i < 100000; ++i) {
+    float x = unit(rng) * std::pow(10.0f, -7.0f * unit(rng));
+    int code = trainmem::quantizeToMap(signedMap(), x);
+    EXPECT_EQ(trainmem::quantizeToMap(signedMap(), -x),
+              std::max(0, 254 - code)) << x;
+  }
+}
+
+TEST(DynamicMapTest, QuantizerEqualsBinarySearch) {
+  for (const DynamicMap *map : {&signedMap(), &unsignedMap()}) {
+    const trainmem::MapQuantizer *quantizer = trainmem::quantizerFor(*map);
+    ASSERT_NE(quantizer, nullptr);
+    int zero = trainmem::zeroCode(*map);
+    // T[c] is the last float of code c: it has code c, the next float c + 1.
+    for (int c = zero; c < 255; ++c) {
+      float t = quantizer->thresholds[c];
+      ASSERT_EQ(trainmem::quantizeToMap(*map, t), c);
+      ASSERT_EQ(trainmem::quantizeToMap(*map, std::nextafter(t, 2.0f)), c + 1);
+    }
+    // Every float in [0, 1] in order: its code q is the number of
+    // thresholds below it (from the zero code on), and the guess must be q
+    // or q - 1.
+    int q = zero;
+    int64_t wrong = 0;
+    uint32_t firstWrong = 0;
+    for (uint32_t bits = 0; bits <= 0x3f800000u; ++bits) {
+      float y;
+      std::memcpy(&y, &bits, 4);
+      while (y > quantizer->thresholds[q])
+        ++q;
+      int guess = quantizer->guess(y);
+      if (guess != q && guess != q - 1) {
+        if (wrong++ == 0)
+          firstWrong = bits;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "first at bits " << std::hex << firstWrong;
+    EXPECT_EQ(q, 255);
+    // And quantize() equals the search, negative values, NaN and values
+    // beyond [-1, 1] included.
     std::vector<float> probes = {0.0f, -0.0f, 1.0f, -1.0f, 1.5f, -1.5f,
                                  1e-30f, -1e-30f,
+                                 std::numeric_limits<float>::infinity(),
+                                 -std::numeric_limits<float>::infinity(),
                                  std::numeric_limits<float>::quiet_NaN()};
-    for (int i = 0; i < 256; ++i) {
-      float entry = (*map)[i];
-      probes.push_back(entry);
-      if (i < 255) {
-        float mid = (entry + (*map)[i + 1]) / 2;
-        probes.push_back(mid);
-        probes.push_back(std::nextafter(mid, 2.0f));
-        probes.push_back(std::nextafter(mid, -2.0f));
-      }
-      probes.push_back(std::nextafter(entry, 2.0f));
-      probes.push_back(std::nextafter(entry, -2.0f));
-    }
+    for (int c = 0; c < 256; ++c)
+      for (float x : {(*map)[c], quantizer->thresholds[c]})
+        for (float sign : {1.0f, -1.0f}) {
+          probes.push_back(sign * x);
+          probes.push_back(std::nextafter(sign * x, 2.0f));
+          probes.push_back(std::nextafter(sign * x, -2.0f));
+        }
     std::mt19937 rng(9);
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
     std::uniform_real_distribution<float> exponent(-9.0f, 0.0f);
@@ -108,7 +156,7 @@ TEST(DynamicMapTest, CodebookEqualsBinarySearch) {
       probes.push_back(unit(rng) * std::pow(10.0f, exponent(rng)));
     }
     for (float x : probes)
-      ASSERT_EQ(book->quantize(x), trainmem::quantizeToMap(*map, x))
+      ASSERT_EQ(quantizer->quantize(x), trainmem::quantizeToMap(*map, x))
           << "x = " << x;
   }
 }

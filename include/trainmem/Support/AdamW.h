@@ -15,28 +15,38 @@
 namespace trainmem {
 
 struct AdamWStep {
-  double lr, beta1, beta2, epsilon, weightDecay;
-  double correction1, correction2; // 1 - beta^t
+  float beta1, oneMinusBeta1, beta2, oneMinusBeta2;
+  /// lr sqrt(1-β2^t) / (1-β1^t), eps sqrt(1-β2^t) and 1 - lr wd: the bias
+  /// corrections folded into the step size and epsilon as in Kingma & Ba
+  /// (2015, end of section 2), worked out in double once per tensor.
+  float stepSize, epsilonHat, decay;
 
   AdamWStep(double lr, double beta1, double beta2, double epsilon,
             double weightDecay, int64_t step)
-      : lr(lr), beta1(beta1), beta2(beta2), epsilon(epsilon),
-        weightDecay(weightDecay),
-        correction1(1.0 - std::pow(beta1, static_cast<double>(step))),
-        correction2(1.0 - std::pow(beta2, static_cast<double>(step))) {}
+      : beta1(static_cast<float>(beta1)),
+        oneMinusBeta1(static_cast<float>(1.0 - beta1)),
+        beta2(static_cast<float>(beta2)),
+        oneMinusBeta2(static_cast<float>(1.0 - beta2)) {
+    double correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+    double correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+    stepSize = static_cast<float>(lr * std::sqrt(correction2) / correction1);
+    epsilonHat = static_cast<float>(epsilon * std::sqrt(correction2));
+    decay = static_cast<float>(1.0 - lr * weightDecay);
+  }
 
   /// m' = β1 m + (1-β1) g, v' = β2 v + (1-β2) g²,
-  /// p' = p - lr (m'/c1 / (sqrt(v'/c2) + eps) + wd p), in double, stored f32.
+  /// p' = (1 - lr wd) p - stepSize m' / (sqrt(v') + epsilonHat), which is
+  /// p - lr (m'/c1 / (sqrt(v'/c2) + eps) + wd p) with c = 1 - β^t. In f32,
+  /// one operation at a time (the build contracts no multiply-add), so
+  /// vector kernels that do the same operations get the same bits.
   void apply(float param, float grad, float m, float v, float &newParam,
              float &newM, float &newV) const {
-    double g = grad;
-    double mi = beta1 * m + (1.0 - beta1) * g;
-    double vi = beta2 * v + (1.0 - beta2) * g * g;
-    double update = (mi / correction1) / (std::sqrt(vi / correction2) + epsilon) +
-                    weightDecay * param;
-    newM = static_cast<float>(mi);
-    newV = static_cast<float>(vi);
-    newParam = static_cast<float>(param - lr * update);
+    float mi = beta1 * m + oneMinusBeta1 * grad;
+    float vi = beta2 * v + oneMinusBeta2 * (grad * grad);
+    float denominator = std::sqrt(vi) + epsilonHat;
+    newM = mi;
+    newV = vi;
+    newParam = param * decay - stepSize * (mi / denominator);
   }
 };
 

@@ -62,20 +62,23 @@ inline const DynamicMap &unsignedDynamicMap() {
   return map;
 }
 
-/// The code of the map entry nearest `normalized` (ties to the lower code;
-/// NaN and values at or below the first entry give 0). A branch-free binary
-/// search: the largest index whose entry is below the value, then the
-/// nearer of it and the next.
-inline uint8_t quantizeToMap(const DynamicMap &map, float normalized) {
-  if (!(normalized > map[0]))
+/// The code of the map entry nearest x. A tie goes to the entry nearer
+/// zero (the lower code for x > 0, the upper one for x < 0), so that on a
+/// map whose negative entries mirror its positive ones, -x gets the mirror
+/// of x's code. NaN and values at or below the first entry give 0. A
+/// branch-free binary search: the largest index whose entry is below x,
+/// then the nearer of it and the next.
+inline uint8_t quantizeToMap(const DynamicMap &map, float x) {
+  if (!(x > map[0]))
     return 0;
   unsigned base = 0;
   for (unsigned half = 128; half >= 1; half /= 2) // unrolled: no branches
-    base += static_cast<unsigned>(map[base + half] < normalized) * half;
+    base += static_cast<unsigned>(map[base + half] < x) * half;
   if (base == 255)
     return 255;
-  return static_cast<uint8_t>(
-      normalized - map[base] <= map[base + 1] - normalized ? base : base + 1);
+  float below = x - map[base], above = map[base + 1] - x;
+  bool lower = x > 0.0f ? below <= above : below < above;
+  return static_cast<uint8_t>(lower ? base : base + 1);
 }
 
 /// The code of 0 in a map (what all-zero state quantizes to).
@@ -83,113 +86,141 @@ inline uint8_t zeroCode(const DynamicMap &map) {
   return quantizeToMap(map, 0.0f);
 }
 
-/// quantizeToMap in a few steps: a table over the float bits of |x|
-/// (binades 2^-22..2^0, 2^7 buckets each, and one bucket below) gives, per
-/// bucket, the largest code whose entry lies below the bucket; a fixed
-/// number of upward steps (the most entries any bucket holds) then finds
-/// the largest code whose entry lies below x, exactly as the binary search
-/// does. Negative x (signed maps, symmetric around code 127) start from the
-/// mirror of the next bucket.
-class DynamicCodebook {
+/// quantizeToMap for a dynamic map without a search. For y = |x| >= 0:
+///  - the decade d of y (d = 0 below 1e-6, d = 7 from 1 on) comes from the
+///    binade of y, which holds at most one power of ten: d = D[binade] +
+///    (y >= P[binade]);
+///  - within a decade the map's entries are equally spaced: y's position
+///    among them, less a quarter of a spacing, floored, is a guess c that
+///    is y's code q or q - 1 (the quarter covers the float error and the
+///    step between decades, where the midpoint lies a fifth of a spacing
+///    into the upper decade); c = floor(y * scale[d] - offset[d]);
+///  - q = c + (y > T[c]), where T[c] is the largest float whose code is c.
+/// Negative x on a signed map get the mirror 2 * zero - q of |x|'s code
+/// (quantizeToMap breaks ties toward zero on both sides). The tables are
+/// worked out from the map; DynamicMapTest checks every float in [0, 1].
+class MapQuantizer {
 public:
-  static constexpr int kMantissaBits = 7;
-  static constexpr int kMinExponent = -22;
-  static constexpr int kBuckets = (0 - kMinExponent + 1) * (1 << kMantissaBits) + 1;
+  /// Binade b holds [2^(b + kMinExponent), 2^(b + 1 + kMinExponent)); b = 0
+  /// also everything below.
+  static constexpr int kMinExponent = -24;
+  static constexpr int kBinades = 32, kDecades = 8;
 
-  explicit DynamicCodebook(const DynamicMap &map) : map(map) {
-    std::copy(map.begin(), map.end(), padded.begin());
-    padded[256] = std::numeric_limits<float>::infinity();
+  explicit MapQuantizer(const DynamicMap &map) : map(map) {
     isSigned = map[0] < 0.0f;
-    for (int k = 0; k <= kBuckets; ++k) {
-      float start = bucketStart(k);
-      int below = -1;
-      while (below < 255 && map[below + 1] < start)
-        ++below;
-      lower[k] = below;
+    zero = zeroCode(map);
+    // T[c]: the largest float in [map[c], map[c + 1]] whose code is c (the
+    // code is monotone in the value, so bisect over the float bits).
+    for (int c = 0; c < 256; ++c)
+      thresholds[c] = std::numeric_limits<float>::infinity();
+    for (int c = zero; c < 255; ++c) {
+      uint32_t lo = bitsOf(map[c]), hi = bitsOf(map[c + 1]);
+      while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        (quantizeToMap(map, floatOf(mid)) <= c ? lo : hi) = mid;
+      }
+      thresholds[c] = floatOf(lo);
     }
-    steps = 0;
-    for (int k = 0; k < kBuckets; ++k) {
-      int inside = 0;
-      for (float entry : map)
-        inside += entry >= bucketStart(k) && entry < bucketStart(k + 1);
-      steps = std::max(steps, inside);
+    // Decades [10^(d-7), 10^(d-6)): their entries and first code.
+    for (int d = 0; d < kDecades; ++d) {
+      decadeStart[d] = d == 0 ? 0.0f : static_cast<float>(std::pow(10.0, d - 7));
+      double lo = std::pow(10.0, d - 7), hi = std::pow(10.0, d - 6);
+      int first = 256, count = 0;
+      for (int c = zero + 1; c < 256; ++c)
+        if (map[c] >= lo && map[c] < hi) {
+          first = std::min(first, c);
+          ++count;
+        }
+      if (count == 0) {
+        // From 1 on: a guess one below the code of 1.
+        scale[d] = 0.0f;
+        offset[d] = 1.0f - quantizeToMap(map, 1.0f);
+        continue;
+      }
+      // Entry k of the decade sits at lo + (k + 1/2) * spacing.
+      double spacing = (hi - lo) / count;
+      scale[d] = static_cast<float>(1.0 / spacing);
+      offset[d] = static_cast<float>(lo / spacing + 0.25 - first);
     }
+    for (int b = 0; b < kBinades; ++b) {
+      double lo = std::ldexp(1.0, b + kMinExponent),
+             hi = std::ldexp(1.0, b + 1 + kMinExponent);
+      binadeDecade[b] = 0;
+      binadePower[b] = std::numeric_limits<float>::infinity();
+      for (int d = 1; d < kDecades; ++d) {
+        if (decadeStart[d] <= lo)
+          binadeDecade[b] = d;
+        else if (decadeStart[d] < hi)
+          binadePower[b] = decadeStart[d];
+      }
+    }
+  }
+
+  /// The guess c (y's code or one less) for y = |x| in [0, 1].
+  int guess(float y) const {
+    int b = std::clamp(static_cast<int>(bitsOf(y) >> 23) - (127 + kMinExponent),
+                       0, kBinades - 1);
+    int d = binadeDecade[b] + (y >= binadePower[b]);
+    return static_cast<int>(std::floor(y * scale[d] - offset[d]));
   }
 
   uint8_t quantize(float x) const {
     if (!(x > map[0]))
       return 0;
-    int lo;
-    if (x >= 0.0f || !isSigned) {
-      lo = std::max<int>(lower[bucket(x)], 0);
-    } else {
-      // Entries at or beyond the next bucket's start in magnitude are all
-      // below x: the mirror (code 254 - j) of each positive code j.
-      lo = std::max(0, 253 - lower[bucket(-x) + 1]);
-    }
-    for (int s = 0; s < steps; ++s)
-      lo += padded[lo + 1] < x;
-    if (lo >= 255)
-      return 255;
-    return static_cast<uint8_t>(x - map[lo] <= map[lo + 1] - x ? lo : lo + 1);
+    float y = std::min(std::fabs(x), 1.0f); // all of [1, inf] is code 255
+    int c = guess(y);
+    int q = c + (y > thresholds[c]);
+    if (x < 0.0f)
+      return static_cast<uint8_t>(std::max(0, 2 * zero - q));
+    return static_cast<uint8_t>(q);
   }
 
-  int refinementSteps() const { return steps; }
-
-  // For vectorized kernels that follow quantize() step by step.
-  const float *paddedEntries() const { return padded.data(); }
-  const int32_t *lowerTable() const { return lower.data(); }
+  const DynamicMap &entries() const { return map; }
   bool hasNegatives() const { return isSigned; }
-  /// The bits of the smallest magnitude of bucket 1 shifted like a key.
-  static constexpr int32_t kKeyBase = (127 + kMinExponent) << kMantissaBits;
+  int zeroCodeOf() const { return zero; }
+
+  // The tables, for vectorized kernels that follow quantize().
+  std::array<float, 256> thresholds;
+  std::array<int32_t, kBinades> binadeDecade;
+  std::array<float, kBinades> binadePower;
+  std::array<float, kDecades> decadeStart, scale, offset;
 
 private:
-  static int bucket(float magnitude) {
+  static uint32_t bitsOf(float x) {
     uint32_t bits;
-    std::memcpy(&bits, &magnitude, 4);
-    bits &= 0x7fffffffu; // -0 is 0
-    int64_t key =
-        static_cast<int64_t>(bits >> (23 - kMantissaBits)) - kKeyBase + 1;
-    return static_cast<int>(std::clamp<int64_t>(key, 0, kBuckets - 1));
+    std::memcpy(&bits, &x, 4);
+    return bits;
   }
-  /// The smallest magnitude of bucket k (0 for bucket 0; +inf past the end).
-  static float bucketStart(int k) {
-    if (k <= 0)
-      return 0.0f;
-    if (k >= kBuckets)
-      return std::numeric_limits<float>::infinity();
-    uint32_t bits = static_cast<uint32_t>(
-        (k - 1 + kKeyBase))
-                    << (23 - kMantissaBits);
-    float value;
-    std::memcpy(&value, &bits, 4);
-    return value;
+  static float floatOf(uint32_t bits) {
+    float x;
+    std::memcpy(&x, &bits, 4);
+    return x;
   }
 
   const DynamicMap &map;
-  std::array<float, 257> padded;
-  std::array<int32_t, kBuckets + 1> lower;
-  int steps = 0;
   bool isSigned = false;
+  int zero = 0;
 };
 
-/// The codebook of the signed or unsigned dynamic map; null for other maps.
-inline const DynamicCodebook *codebookFor(const DynamicMap &map) {
-  static const DynamicCodebook signedBook(signedDynamicMap());
-  static const DynamicCodebook unsignedBook(unsignedDynamicMap());
+/// The quantizer of the signed or unsigned dynamic map; null for other maps.
+inline const MapQuantizer *quantizerFor(const DynamicMap &map) {
+  static const MapQuantizer signedQuantizer(signedDynamicMap());
+  static const MapQuantizer unsignedQuantizer(unsignedDynamicMap());
   if (&map == &signedDynamicMap())
-    return &signedBook;
+    return &signedQuantizer;
   if (&map == &unsignedDynamicMap())
-    return &unsignedBook;
+    return &unsignedQuantizer;
   return nullptr;
 }
 
-/// Quantizes values[0..n) block by block: absmax[b] = max |x| of block b,
-/// codes[i] = nearest map entry to x / absmax.
+/// Quantizes values[0..n) block by block: absmax[b] = max |x| of block b
+/// (NaN ignored), codes[i] = quantizeToMap(x * (1 / absmax)) (a reciprocal
+/// once per block, as bitsandbytes does; the block's maximum still gets the
+/// code of 1), or the zero code where absmax is 0. The reference: the
+/// evaluator uses it, the runtime's kernels must equal it.
 inline void quantizeBlockwise(const DynamicMap &map, const float *values,
                               int64_t n, int64_t block, uint8_t *codes,
                               float *absmax) {
-  const DynamicCodebook *book = codebookFor(map);
   for (int64_t b = 0; b * block < n; ++b) {
     int64_t begin = b * block, end = std::min(n, begin + block);
     float scale = 0.0f;
@@ -200,13 +231,9 @@ inline void quantizeBlockwise(const DynamicMap &map, const float *values,
       std::fill(codes + begin, codes + end, zeroCode(map));
       continue;
     }
-    if (book)
-      for (int64_t i = begin; i < end; ++i)
-        codes[i] = book->quantize(values[i] / scale);
-    // (x / scale, not x * (1 / scale): the block maximum must map to 1.)
-    else
-      for (int64_t i = begin; i < end; ++i)
-        codes[i] = quantizeToMap(map, values[i] / scale);
+    float inverse = 1.0f / scale;
+    for (int64_t i = begin; i < end; ++i)
+      codes[i] = quantizeToMap(map, values[i] * inverse);
   }
 }
 

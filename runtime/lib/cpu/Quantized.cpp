@@ -1,11 +1,20 @@
 //===- Quantized.cpp - the fused 8-bit AdamW, vectorized ------------------===//
 //
-// The block loop of tmrt_adamw_8bit with AVX-512F intrinsics, used when the
-// CPU has them. It performs the scalar code's operations one for one, in
-// the same order and precision (the element update in double, the map
-// lookups as gathers, DynamicCodebook::quantize step by step), so its
-// results are the scalar kernel's and the reference evaluator's, bit for
-// bit; QuantizeTest and RuntimeTest check that.
+// The block loop of tmrt_adamw_8bit with AVX-512 (F, BW, DQ and VBMI), used
+// when the CPU has them. Per block of state:
+//  1. 64 codes at a time become map entries by byte permutes: each byte of
+//     the 256 f32 entries is a 256-byte table (two vpermt2b and a blend),
+//     and four unpacks put the bytes together into 4 x 16 floats;
+//  2. the update in f32, the same operations as AdamWStep::apply in the
+//     same order (the build contracts no multiply-add), into a block of f32
+//     m and v in L1, with their maxima;
+//  3. MapQuantizer::quantize on 16 lanes (the guess from the decade tables
+//     with in-register permutes), then T[guess] for 64 lanes by the byte
+//     permutes of step 1, one comparison, and the code, in bytes.
+// No gathers: on this machine's cores a 16-lane gather costs as much as the
+// rest of an element's update. The results are the scalar kernel's and the
+// reference evaluator's, bit for bit; QuantizeTest and RuntimeTest check
+// that.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,24 +34,15 @@
 
 namespace tmrt {
 
-/// One block [begin, end) in scalar code: the reference the vector code
-/// follows (and the tail it leaves).
-static void adamW8bitScalar(const AdamW8bitBlock &w, int64_t i0, int64_t i1,
-                            float mScale, float vScale, float *m, float *v,
-                            int64_t begin) {
-  for (int64_t i = i0; i < i1; ++i)
-    w.update->apply(w.p[i], w.g[i],
-                    trainmem::dequantizeValue(*w.mMap, w.mc[i], mScale),
-                    trainmem::dequantizeValue(*w.vMap, w.vc[i], vScale),
-                    w.np[i], m[i - begin], v[i - begin]);
-}
-
 void adamW8bitBlocksGeneric(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
   std::vector<float> m(w.block), v(w.block);
   for (int64_t b = b0; b < b1; ++b) {
     int64_t begin = b * w.block, end = std::min(w.n, begin + w.block);
-    adamW8bitScalar(w, begin, end, w.ma[b], w.va[b], m.data(), v.data(),
-                    begin);
+    for (int64_t i = begin; i < end; ++i)
+      w.update->apply(w.p[i], w.g[i],
+                      trainmem::dequantizeValue(*w.mMap, w.mc[i], w.ma[b]),
+                      trainmem::dequantizeValue(*w.vMap, w.vc[i], w.va[b]),
+                      w.np[i], m[i - begin], v[i - begin]);
     trainmem::quantizeBlockwise(*w.mMap, m.data(), end - begin, w.block,
                                 w.nmc + begin, w.nma + b);
     trainmem::quantizeBlockwise(*w.vMap, v.data(), end - begin, w.block,
@@ -52,122 +52,182 @@ void adamW8bitBlocksGeneric(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
 
 #ifdef TMRT_HAVE_AVX512
 
-#define TMRT_AVX512 __attribute__((target("avx512f")))
+#define TMRT_AVX512                                                            \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi")))
 
 namespace {
 
-TMRT_AVX512 inline __m512d lowHalf(__m512 x) {
-  return _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-}
-TMRT_AVX512 inline __m512d highHalf(__m512 x) {
-  return _mm512_cvtps_pd(
-      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-}
-TMRT_AVX512 inline __m512 join(__m512d lo, __m512d hi) {
-  __m256 l = _mm512_cvtpd_ps(lo), h = _mm512_cvtpd_ps(hi);
-  return _mm512_castpd_ps(_mm512_insertf64x4(
-      _mm512_castpd256_pd512(_mm256_castps_pd(l)), _mm256_castps_pd(h), 1));
-}
+/// A 256-entry table of 32-bit values as four byte planes.
+struct BytePlanes {
+  alignas(64) uint8_t plane[4][256];
 
-/// AdamWStep::apply on 8 lanes, operation for operation.
-struct UpdateConstants {
-  __m512d beta1, oneMinusBeta1, beta2, oneMinusBeta2, c1, c2, eps, wd, lr;
+  explicit BytePlanes(const float *values) {
+    for (int i = 0; i < 256; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[i], 4);
+      for (int k = 0; k < 4; ++k)
+        plane[k][i] = static_cast<uint8_t>(bits >> (8 * k));
+    }
+  }
 };
 
-TMRT_AVX512 inline void applyHalf(const UpdateConstants &k, __m512d p,
-                                  __m512d g, __m512d m, __m512d v,
-                                  __m512d &np, __m512d &nm, __m512d &nv) {
-  __m512d mi = _mm512_add_pd(_mm512_mul_pd(k.beta1, m),
-                             _mm512_mul_pd(k.oneMinusBeta1, g));
-  __m512d vi = _mm512_add_pd(
-      _mm512_mul_pd(k.beta2, v),
-      _mm512_mul_pd(_mm512_mul_pd(k.oneMinusBeta2, g), g));
-  __m512d update = _mm512_add_pd(
-      _mm512_div_pd(_mm512_div_pd(mi, k.c1),
-                    _mm512_add_pd(_mm512_sqrt_pd(_mm512_div_pd(vi, k.c2)),
-                                  k.eps)),
-      _mm512_mul_pd(k.wd, p));
-  nm = mi;
-  nv = vi;
-  np = _mm512_sub_pd(p, _mm512_mul_pd(k.lr, update));
+/// What the vector code needs of one map.
+struct MapTables {
+  const trainmem::MapQuantizer &quantizer;
+  BytePlanes entries, thresholds;
+
+  explicit MapTables(const trainmem::MapQuantizer &q)
+      : quantizer(q), entries(q.entries().data()),
+        thresholds(q.thresholds.data()) {}
+};
+
+const MapTables &tablesFor(const trainmem::DynamicMap &map) {
+  static const MapTables signedTables(
+      *trainmem::quantizerFor(trainmem::signedDynamicMap()));
+  static const MapTables unsignedTables(
+      *trainmem::quantizerFor(trainmem::unsignedDynamicMap()));
+  return &map == &trainmem::signedDynamicMap() ? signedTables
+                                               : unsignedTables;
 }
 
-/// DynamicCodebook::quantize on 16 lanes.
-TMRT_AVX512 inline __m512i quantize16(const trainmem::DynamicCodebook &book,
-                                      __m512 x) {
-  using Book = trainmem::DynamicCodebook;
-  const float *padded = book.paddedEntries();
-  const int32_t *lower = book.lowerTable();
-  __m512i bits = _mm512_and_si512(_mm512_castps_si512(x),
-                                  _mm512_set1_epi32(0x7fffffff));
-  __m512i key = _mm512_add_epi32(
-      _mm512_sub_epi32(_mm512_srli_epi32(bits, 23 - Book::kMantissaBits),
-                       _mm512_set1_epi32(Book::kKeyBase)),
-      _mm512_set1_epi32(1));
-  key = _mm512_min_epi32(_mm512_max_epi32(key, _mm512_setzero_si512()),
-                         _mm512_set1_epi32(Book::kBuckets - 1));
-  __m512i lo = _mm512_i32gather_epi32(key, lower, 4);
-  if (book.hasNegatives()) {
-    __mmask16 negative =
-        _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-    __m512i next = _mm512_i32gather_epi32(
-        _mm512_add_epi32(key, _mm512_set1_epi32(1)), lower, 4);
-    lo = _mm512_mask_blend_epi32(
-        negative, lo, _mm512_sub_epi32(_mm512_set1_epi32(253), next));
-  }
-  lo = _mm512_max_epi32(lo, _mm512_setzero_si512());
-  __m512i one = _mm512_set1_epi32(1);
-  for (int s = 0; s < book.refinementSteps(); ++s) {
-    __m512 above = _mm512_i32gather_ps(_mm512_add_epi32(lo, one), padded, 4);
-    __mmask16 below = _mm512_cmp_ps_mask(above, x, _CMP_LT_OQ);
-    lo = _mm512_mask_add_epi32(lo, below, lo, one);
-  }
-  __m512i top = _mm512_set1_epi32(255);
-  __m512i hi = _mm512_min_epi32(_mm512_add_epi32(lo, one), top);
-  __m512 atLo = _mm512_i32gather_ps(lo, padded, 4);
-  __m512 atHi = _mm512_i32gather_ps(hi, padded, 4);
-  __mmask16 takeLo = _mm512_cmp_ps_mask(
-      _mm512_sub_ps(x, atLo), _mm512_sub_ps(atHi, x), _CMP_LE_OQ);
-  // (lo = 255 gives hi = 255: code 255 either way.)
-  __m512i code = _mm512_mask_blend_epi32(takeLo, hi, lo);
-  __mmask16 valid =
-      _mm512_cmp_ps_mask(x, _mm512_set1_ps(padded[0]), _CMP_GT_OQ);
-  return _mm512_maskz_mov_epi32(valid, code);
+/// The byte order that makes lookup64's unpacks come out in element order:
+/// unpacking gives output r, position 4j + t, the byte at 16j + 4r + t; it
+/// must hold element 16r + 4j + t.
+TMRT_AVX512 __m512i unpackOrder() {
+  alignas(64) uint8_t order[64];
+  for (int j = 0; j < 4; ++j)
+    for (int r = 0; r < 4; ++r)
+      for (int t = 0; t < 4; ++t)
+        order[16 * j + 4 * r + t] = static_cast<uint8_t>(16 * r + 4 * j + t);
+  return _mm512_load_si512(order);
 }
 
-/// quantizeBlockwise of one block on 16 lanes, the tail in scalar code.
-TMRT_AVX512 void quantizeBlock(const trainmem::DynamicMap &map,
+/// out[r] lane l = table[index byte 16r + l], for the 64 bytes of `index`.
+TMRT_AVX512 inline void lookup64(const BytePlanes &table, __m512i index,
+                                 __m512i order, __m512 out[4]) {
+  __m512i idx = _mm512_permutexvar_epi8(order, index);
+  __mmask64 upper = _mm512_movepi8_mask(idx);
+  __m512i bytes[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m512i *plane = reinterpret_cast<const __m512i *>(table.plane[k]);
+    __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(plane), idx,
+                                          _mm512_load_si512(plane + 1));
+    __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(plane + 2), idx,
+                                          _mm512_load_si512(plane + 3));
+    bytes[k] = _mm512_mask_blend_epi8(upper, lo, hi);
+  }
+  __m512i w01lo = _mm512_unpacklo_epi8(bytes[0], bytes[1]);
+  __m512i w01hi = _mm512_unpackhi_epi8(bytes[0], bytes[1]);
+  __m512i w23lo = _mm512_unpacklo_epi8(bytes[2], bytes[3]);
+  __m512i w23hi = _mm512_unpackhi_epi8(bytes[2], bytes[3]);
+  out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01lo, w23lo));
+  out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01lo, w23lo));
+  out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01hi, w23hi));
+  out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01hi, w23hi));
+}
+
+TMRT_AVX512 inline __mmask16 laneMask(int64_t lanes) {
+  return lanes >= 16 ? static_cast<__mmask16>(0xffff)
+                     : static_cast<__mmask16>((1u << lanes) - 1);
+}
+
+/// Four 16-lane masks as one 64-lane mask, in mask registers (put together
+/// in general registers, the compiler stores four halves and loads them as
+/// one, which stalls).
+TMRT_AVX512 inline __mmask64 joinMasks(const __mmask16 k[4]) {
+  return _mm512_kunpackd(_mm512_kunpackw(k[3], k[2]),
+                         _mm512_kunpackw(k[1], k[0]));
+}
+
+/// MapQuantizer's tables in registers.
+struct QuantizerRegs {
+  __m512i decadeLo, decadeHi; // binadeDecade[0..16), [16..32)
+  __m512 powerLo, powerHi;    // binadePower
+  __m512 scale, offset;       // per decade, 8 of 16 lanes used
+  __m512 first;               // map[0]
+  __m512i binadeBias;         // 127 + kMinExponent
+  __m512i mirror;             // 2 * zero code, in bytes
+  bool isSigned;
+
+  TMRT_AVX512 explicit QuantizerRegs(const trainmem::MapQuantizer &q) {
+    decadeLo = _mm512_loadu_si512(q.binadeDecade.data());
+    decadeHi = _mm512_loadu_si512(q.binadeDecade.data() + 16);
+    powerLo = _mm512_loadu_ps(q.binadePower.data());
+    powerHi = _mm512_loadu_ps(q.binadePower.data() + 16);
+    alignas(64) float s[16] = {}, o[16] = {};
+    std::copy(q.scale.begin(), q.scale.end(), s);
+    std::copy(q.offset.begin(), q.offset.end(), o);
+    scale = _mm512_load_ps(s);
+    offset = _mm512_load_ps(o);
+    first = _mm512_set1_ps(q.entries()[0]);
+    binadeBias = _mm512_set1_epi32(127 + trainmem::MapQuantizer::kMinExponent);
+    mirror = _mm512_set1_epi8(static_cast<char>(2 * q.zeroCodeOf()));
+    isSigned = q.hasNegatives();
+  }
+};
+
+/// quantizeBlockwise of one block (count values at `values`, readable up to
+/// a multiple of 64) with MapQuantizer::quantize, 64 codes at a time.
+TMRT_AVX512 void quantizeBlock(const MapTables &tables,
+                               const QuantizerRegs &k, __m512i order,
                                const float *values, int64_t count,
-                               uint8_t *codes, float *absmax) {
-  const trainmem::DynamicCodebook *book = trainmem::codebookFor(map);
-  __m512 largest = _mm512_setzero_ps();
-  __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-  int64_t i = 0;
-  for (; i + 16 <= count; i += 16) {
-    __m512 x = _mm512_castsi512_ps(_mm512_and_si512(
-        _mm512_castps_si512(_mm512_loadu_ps(values + i)), magnitude));
-    largest = _mm512_max_ps(x, largest); // NaN lanes keep `largest`
-  }
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, largest);
-  float scale = 0.0f;
-  for (float lane : lanes)
-    scale = std::max(scale, lane);
-  for (int64_t j = i; j < count; ++j)
-    scale = std::max(scale, std::abs(values[j]));
+                               float scale, uint8_t *codes, float *absmax) {
   *absmax = scale;
   if (!(scale > 0.0f)) {
-    std::fill(codes, codes + count, trainmem::zeroCode(map));
+    std::memset(codes, tables.quantizer.zeroCodeOf(), count);
     return;
   }
-  __m512 divisor = _mm512_set1_ps(scale);
-  for (i = 0; i + 16 <= count; i += 16) {
-    __m512 x = _mm512_div_ps(_mm512_loadu_ps(values + i), divisor);
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(codes + i),
-                     _mm512_cvtepi32_epi8(quantize16(*book, x)));
+  const __m512 inverse = _mm512_set1_ps(1.0f / scale);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i oneInt = _mm512_set1_epi32(1);
+  for (int64_t j = 0; j < count; j += 64) {
+    __m512 y[4];
+    __m512i guess[4];
+    __mmask16 negative[4], valid[4];
+    for (int r = 0; r < 4; ++r) {
+      __m512 x = _mm512_mul_ps(_mm512_loadu_ps(values + j + 16 * r), inverse);
+      __m512i bits = _mm512_castps_si512(x);
+      negative[r] = _mm512_movepi32_mask(bits);
+      valid[r] = _mm512_cmp_ps_mask(x, k.first, _CMP_GT_OQ);
+      y[r] = _mm512_min_ps(
+          _mm512_castsi512_ps(_mm512_and_si512(bits, magnitude)), one);
+      __m512i binade = _mm512_max_epi32(
+          _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(y[r]), 23),
+                           k.binadeBias),
+          _mm512_setzero_si512());
+      __m512i decade =
+          _mm512_permutex2var_epi32(k.decadeLo, binade, k.decadeHi);
+      __m512 power = _mm512_permutex2var_ps(k.powerLo, binade, k.powerHi);
+      decade = _mm512_mask_add_epi32(
+          decade, _mm512_cmp_ps_mask(y[r], power, _CMP_GE_OQ), decade,
+          oneInt);
+      __m512 position =
+          _mm512_sub_ps(_mm512_mul_ps(y[r], _mm512_permutexvar_ps(decade, k.scale)),
+                        _mm512_permutexvar_ps(decade, k.offset));
+      guess[r] = _mm512_cvt_roundps_epi32(
+          position, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    }
+    __m512i packed = _mm512_castsi128_si512(_mm512_cvtepi32_epi8(guess[0]));
+    packed = _mm512_inserti32x4(packed, _mm512_cvtepi32_epi8(guess[1]), 1);
+    packed = _mm512_inserti32x4(packed, _mm512_cvtepi32_epi8(guess[2]), 2);
+    packed = _mm512_inserti32x4(packed, _mm512_cvtepi32_epi8(guess[3]), 3);
+    __m512 threshold[4];
+    lookup64(tables.thresholds, packed, order, threshold);
+    __mmask16 above[4];
+    for (int r = 0; r < 4; ++r)
+      above[r] = _mm512_cmp_ps_mask(y[r], threshold[r], _CMP_GT_OQ);
+    __m512i code = _mm512_mask_add_epi8(packed, joinMasks(above), packed,
+                                        _mm512_set1_epi8(1));
+    if (k.isSigned)
+      code = _mm512_mask_blend_epi8(joinMasks(negative), code,
+                                    _mm512_subs_epu8(k.mirror, code));
+    code = _mm512_maskz_mov_epi8(joinMasks(valid), code);
+    int64_t lanes = std::min<int64_t>(64, count - j);
+    __mmask64 store = lanes == 64 ? ~static_cast<__mmask64>(0)
+                                  : (static_cast<__mmask64>(1) << lanes) - 1;
+    _mm512_mask_storeu_epi8(codes + j, store, code);
   }
-  for (; i < count; ++i)
-    codes[i] = book->quantize(values[i] / scale);
 }
 
 } // namespace
@@ -175,41 +235,65 @@ TMRT_AVX512 void quantizeBlock(const trainmem::DynamicMap &map,
 TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
                                               int64_t b0, int64_t b1) {
   const trainmem::AdamWStep &u = *w.update;
-  UpdateConstants k{_mm512_set1_pd(u.beta1),
-                    _mm512_set1_pd(1.0 - u.beta1),
-                    _mm512_set1_pd(u.beta2),
-                    _mm512_set1_pd(1.0 - u.beta2),
-                    _mm512_set1_pd(u.correction1),
-                    _mm512_set1_pd(u.correction2),
-                    _mm512_set1_pd(u.epsilon),
-                    _mm512_set1_pd(u.weightDecay),
-                    _mm512_set1_pd(u.lr)};
-  const float *mMap = w.mMap->data(), *vMap = w.vMap->data();
-  std::vector<float> m(w.block), v(w.block);
+  const __m512 beta1 = _mm512_set1_ps(u.beta1),
+               oneMinusBeta1 = _mm512_set1_ps(u.oneMinusBeta1),
+               beta2 = _mm512_set1_ps(u.beta2),
+               oneMinusBeta2 = _mm512_set1_ps(u.oneMinusBeta2),
+               stepSize = _mm512_set1_ps(u.stepSize),
+               epsilonHat = _mm512_set1_ps(u.epsilonHat),
+               decay = _mm512_set1_ps(u.decay);
+  const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const MapTables &mTables = tablesFor(*w.mMap), &vTables = tablesFor(*w.vMap);
+  const QuantizerRegs mRegs(mTables.quantizer), vRegs(vTables.quantizer);
+  const __m512i order = unpackOrder();
+  // The block's new m and v in f32, rounded up to 64 (zeros past the end).
+  int64_t padded = (w.block + 63) / 64 * 64;
+  std::vector<float> mBuffer(padded, 0.0f), vBuffer(padded, 0.0f);
+  float *m = mBuffer.data(), *v = vBuffer.data();
   for (int64_t b = b0; b < b1; ++b) {
-    int64_t begin = b * w.block, end = std::min(w.n, begin + w.block);
+    int64_t begin = b * w.block, count = std::min(w.block, w.n - begin);
+    const float *p = w.p + begin, *g = w.g + begin;
+    float *np = w.np + begin;
     __m512 mScale = _mm512_set1_ps(w.ma[b]), vScale = _mm512_set1_ps(w.va[b]);
-    int64_t i = begin;
-    for (; i + 16 <= end; i += 16) {
-      __m512 p = _mm512_loadu_ps(w.p + i), g = _mm512_loadu_ps(w.g + i);
-      __m512i mc = _mm512_cvtepu8_epi32(
-          _mm_loadu_si128(reinterpret_cast<const __m128i *>(w.mc + i)));
-      __m512i vc = _mm512_cvtepu8_epi32(
-          _mm_loadu_si128(reinterpret_cast<const __m128i *>(w.vc + i)));
-      __m512 mOld = _mm512_mul_ps(_mm512_i32gather_ps(mc, mMap, 4), mScale);
-      __m512 vOld = _mm512_mul_ps(_mm512_i32gather_ps(vc, vMap, 4), vScale);
-      __m512d npLo, nmLo, nvLo, npHi, nmHi, nvHi;
-      applyHalf(k, lowHalf(p), lowHalf(g), lowHalf(mOld), lowHalf(vOld), npLo,
-                nmLo, nvLo);
-      applyHalf(k, highHalf(p), highHalf(g), highHalf(mOld), highHalf(vOld),
-                npHi, nmHi, nvHi);
-      _mm512_storeu_ps(w.np + i, join(npLo, npHi));
-      _mm512_storeu_ps(m.data() + (i - begin), join(nmLo, nmHi));
-      _mm512_storeu_ps(v.data() + (i - begin), join(nvLo, nvHi));
+    __m512 mLargest = _mm512_setzero_ps(), vLargest = _mm512_setzero_ps();
+    for (int64_t j = 0; j < count; j += 64) {
+      int64_t lanes = std::min<int64_t>(64, count - j);
+      __mmask64 load = lanes == 64 ? ~static_cast<__mmask64>(0)
+                                   : (static_cast<__mmask64>(1) << lanes) - 1;
+      __m512 mEntry[4], vEntry[4];
+      lookup64(mTables.entries, _mm512_maskz_loadu_epi8(load, w.mc + begin + j),
+               order, mEntry);
+      lookup64(vTables.entries, _mm512_maskz_loadu_epi8(load, w.vc + begin + j),
+               order, vEntry);
+      for (int r = 0; r < 4 && 16 * r < lanes; ++r) {
+        int64_t i = j + 16 * r;
+        __mmask16 live = laneMask(lanes - 16 * r);
+        __m512 pi = _mm512_maskz_loadu_ps(live, p + i);
+        __m512 gi = _mm512_maskz_loadu_ps(live, g + i);
+        __m512 mi = _mm512_add_ps(
+            _mm512_mul_ps(beta1, _mm512_mul_ps(mEntry[r], mScale)),
+            _mm512_mul_ps(oneMinusBeta1, gi));
+        __m512 vi = _mm512_add_ps(
+            _mm512_mul_ps(beta2, _mm512_mul_ps(vEntry[r], vScale)),
+            _mm512_mul_ps(oneMinusBeta2, _mm512_mul_ps(gi, gi)));
+        __m512 denominator = _mm512_add_ps(_mm512_sqrt_ps(vi), epsilonHat);
+        __m512 pNew = _mm512_sub_ps(
+            _mm512_mul_ps(pi, decay),
+            _mm512_mul_ps(stepSize, _mm512_div_ps(mi, denominator)));
+        _mm512_mask_storeu_ps(np + i, live, pNew);
+        _mm512_storeu_ps(m + i, mi);
+        _mm512_storeu_ps(v + i, vi);
+        // max(x, largest) keeps `largest` in NaN lanes, as std::max does.
+        mLargest = _mm512_mask_max_ps(mLargest, live,
+                                      _mm512_and_ps(mi, magnitude), mLargest);
+        vLargest = _mm512_mask_max_ps(vLargest, live,
+                                      _mm512_and_ps(vi, magnitude), vLargest);
+      }
     }
-    adamW8bitScalar(w, i, end, w.ma[b], w.va[b], m.data(), v.data(), begin);
-    quantizeBlock(*w.mMap, m.data(), end - begin, w.nmc + begin, w.nma + b);
-    quantizeBlock(*w.vMap, v.data(), end - begin, w.nvc + begin, w.nva + b);
+    quantizeBlock(mTables, mRegs, order, m, count,
+                  _mm512_reduce_max_ps(mLargest), w.nmc + begin, w.nma + b);
+    quantizeBlock(vTables, vRegs, order, v, count,
+                  _mm512_reduce_max_ps(vLargest), w.nvc + begin, w.nva + b);
   }
 }
 
@@ -217,8 +301,11 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
 
 void adamW8bitBlocks(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
 #ifdef TMRT_HAVE_AVX512
-  static const bool avx512 = __builtin_cpu_supports("avx512f") &&
-                             std::getenv("TMRT_NO_AVX512") == nullptr;
+  static const bool avx512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vbmi") &&
+      std::getenv("TMRT_NO_AVX512") == nullptr;
   if (avx512)
     return adamW8bitBlocksAvx512(w, b0, b1);
 #endif

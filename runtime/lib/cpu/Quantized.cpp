@@ -102,18 +102,29 @@ TMRT_AVX512 __m512i unpackOrder() {
   return _mm512_load_si512(order);
 }
 
+/// A BytePlanes table in 16 registers (loaded once per block and phase: as
+/// memory operands, the table would cost more loads than the data).
+struct TableRegs {
+  __m512i part[4][4]; // plane k, entries 64q .. 64q + 63
+
+  TMRT_AVX512 explicit TableRegs(const BytePlanes &table) {
+    for (int k = 0; k < 4; ++k)
+      for (int q = 0; q < 4; ++q)
+        part[k][q] = _mm512_load_si512(table.plane[k] + 64 * q);
+  }
+};
+
 /// out[r] lane l = table[index byte 16r + l], for the 64 bytes of `index`.
-TMRT_AVX512 inline void lookup64(const BytePlanes &table, __m512i index,
+TMRT_AVX512 inline void lookup64(const TableRegs &table, __m512i index,
                                  __m512i order, __m512 out[4]) {
   __m512i idx = _mm512_permutexvar_epi8(order, index);
   __mmask64 upper = _mm512_movepi8_mask(idx);
   __m512i bytes[4];
   for (int k = 0; k < 4; ++k) {
-    const __m512i *plane = reinterpret_cast<const __m512i *>(table.plane[k]);
-    __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(plane), idx,
-                                          _mm512_load_si512(plane + 1));
-    __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(plane + 2), idx,
-                                          _mm512_load_si512(plane + 3));
+    __m512i lo = _mm512_permutex2var_epi8(table.part[k][0], idx,
+                                          table.part[k][1]);
+    __m512i hi = _mm512_permutex2var_epi8(table.part[k][2], idx,
+                                          table.part[k][3]);
     bytes[k] = _mm512_mask_blend_epi8(upper, lo, hi);
   }
   __m512i w01lo = _mm512_unpacklo_epi8(bytes[0], bytes[1]);
@@ -131,6 +142,11 @@ TMRT_AVX512 inline __mmask16 laneMask(int64_t lanes) {
                      : static_cast<__mmask16>((1u << lanes) - 1);
 }
 
+TMRT_AVX512 inline __mmask64 byteMask(int64_t lanes) {
+  return lanes >= 64 ? ~static_cast<__mmask64>(0)
+                     : (static_cast<__mmask64>(1) << lanes) - 1;
+}
+
 /// Four 16-lane masks as one 64-lane mask, in mask registers (put together
 /// in general registers, the compiler stores four halves and loads them as
 /// one, which stalls).
@@ -139,95 +155,122 @@ TMRT_AVX512 inline __mmask64 joinMasks(const __mmask16 k[4]) {
                          _mm512_kunpackw(k[1], k[0]));
 }
 
-/// MapQuantizer's tables in registers.
-struct QuantizerRegs {
-  __m512i decadeLo, decadeHi; // binadeDecade[0..16), [16..32)
-  __m512 powerLo, powerHi;    // binadePower
-  __m512 scale, offset;       // per decade, 8 of 16 lanes used
-  __m512 first;               // map[0]
-  __m512i binadeBias;         // 127 + kMinExponent
-  __m512i mirror;             // 2 * zero code, in bytes
-  bool isSigned;
-
-  TMRT_AVX512 explicit QuantizerRegs(const trainmem::MapQuantizer &q) {
-    decadeLo = _mm512_loadu_si512(q.binadeDecade.data());
-    decadeHi = _mm512_loadu_si512(q.binadeDecade.data() + 16);
-    powerLo = _mm512_loadu_ps(q.binadePower.data());
-    powerHi = _mm512_loadu_ps(q.binadePower.data() + 16);
-    alignas(64) float s[16] = {}, o[16] = {};
-    std::copy(q.scale.begin(), q.scale.end(), s);
-    std::copy(q.offset.begin(), q.offset.end(), o);
-    scale = _mm512_load_ps(s);
-    offset = _mm512_load_ps(o);
-    first = _mm512_set1_ps(q.entries()[0]);
-    binadeBias = _mm512_set1_epi32(127 + trainmem::MapQuantizer::kMinExponent);
-    mirror = _mm512_set1_epi8(static_cast<char>(2 * q.zeroCodeOf()));
-    isSigned = q.hasNegatives();
+/// entries[i] = map[codes[i]] for i < count (entries padded to 64).
+TMRT_AVX512 void mapEntries(const BytePlanes &map, __m512i order,
+                            const uint8_t *codes, int64_t count,
+                            float *entries) {
+  const TableRegs table(map);
+  for (int64_t j = 0; j < count; j += 64) {
+    __m512 out[4];
+    lookup64(table, _mm512_maskz_loadu_epi8(byteMask(count - j), codes + j),
+             order, out);
+    for (int r = 0; r < 4; ++r)
+      _mm512_storeu_ps(entries + j + 16 * r, out[r]);
   }
+}
+
+/// Per 64 values of a block being quantized: the sign and validity masks.
+struct LaneMasks {
+  __mmask64 negative, valid;
 };
 
-/// quantizeBlockwise of one block (count values at `values`, readable up to
-/// a multiple of 64) with MapQuantizer::quantize, 64 codes at a time.
-TMRT_AVX512 void quantizeBlock(const MapTables &tables,
-                               const QuantizerRegs &k, __m512i order,
-                               const float *values, int64_t count,
-                               float scale, uint8_t *codes, float *absmax) {
-  *absmax = scale;
-  if (!(scale > 0.0f)) {
-    std::memset(codes, tables.quantizer.zeroCodeOf(), count);
-    return;
-  }
-  const __m512 inverse = _mm512_set1_ps(1.0f / scale);
-  const __m512 one = _mm512_set1_ps(1.0f);
+/// The first half of MapQuantizer::quantize for a block: values[i] becomes
+/// y = min(|x|, 1) of x = values[i] / absmax, guesses[i] the guess for y.
+TMRT_AVX512 void guessCodes(const trainmem::MapQuantizer &q, float inverse,
+                            float *values, int64_t count, uint8_t *guesses,
+                            LaneMasks *masks) {
+  const __m512i decadeLo = _mm512_loadu_si512(q.binadeDecade.data()),
+                decadeHi = _mm512_loadu_si512(q.binadeDecade.data() + 16);
+  const __m512 powerLo = _mm512_loadu_ps(q.binadePower.data()),
+               powerHi = _mm512_loadu_ps(q.binadePower.data() + 16);
+  alignas(64) float scales[16] = {}, offsets[16] = {};
+  std::copy(q.scale.begin(), q.scale.end(), scales);
+  std::copy(q.offset.begin(), q.offset.end(), offsets);
+  const __m512 scale = _mm512_load_ps(scales), offset = _mm512_load_ps(offsets);
+  const __m512 first = _mm512_set1_ps(q.entries()[0]);
+  const __m512i binadeBias =
+      _mm512_set1_epi32(127 + trainmem::MapQuantizer::kMinExponent);
+  const __m512 inv = _mm512_set1_ps(inverse), one = _mm512_set1_ps(1.0f);
   const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
   const __m512i oneInt = _mm512_set1_epi32(1);
   for (int64_t j = 0; j < count; j += 64) {
-    __m512 y[4];
     __m512i guess[4];
     __mmask16 negative[4], valid[4];
     for (int r = 0; r < 4; ++r) {
-      __m512 x = _mm512_mul_ps(_mm512_loadu_ps(values + j + 16 * r), inverse);
+      __m512 x = _mm512_mul_ps(_mm512_loadu_ps(values + j + 16 * r), inv);
       __m512i bits = _mm512_castps_si512(x);
       negative[r] = _mm512_movepi32_mask(bits);
-      valid[r] = _mm512_cmp_ps_mask(x, k.first, _CMP_GT_OQ);
-      y[r] = _mm512_min_ps(
+      valid[r] = _mm512_cmp_ps_mask(x, first, _CMP_GT_OQ);
+      __m512 y = _mm512_min_ps(
           _mm512_castsi512_ps(_mm512_and_si512(bits, magnitude)), one);
       __m512i binade = _mm512_max_epi32(
-          _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(y[r]), 23),
-                           k.binadeBias),
+          _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(y), 23),
+                           binadeBias),
           _mm512_setzero_si512());
-      __m512i decade =
-          _mm512_permutex2var_epi32(k.decadeLo, binade, k.decadeHi);
-      __m512 power = _mm512_permutex2var_ps(k.powerLo, binade, k.powerHi);
+      __m512i decade = _mm512_permutex2var_epi32(decadeLo, binade, decadeHi);
+      __m512 power = _mm512_permutex2var_ps(powerLo, binade, powerHi);
       decade = _mm512_mask_add_epi32(
-          decade, _mm512_cmp_ps_mask(y[r], power, _CMP_GE_OQ), decade,
-          oneInt);
+          decade, _mm512_cmp_ps_mask(y, power, _CMP_GE_OQ), decade, oneInt);
       __m512 position =
-          _mm512_sub_ps(_mm512_mul_ps(y[r], _mm512_permutexvar_ps(decade, k.scale)),
-                        _mm512_permutexvar_ps(decade, k.offset));
+          _mm512_sub_ps(_mm512_mul_ps(y, _mm512_permutexvar_ps(decade, scale)),
+                        _mm512_permutexvar_ps(decade, offset));
       guess[r] = _mm512_cvt_roundps_epi32(
           position, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+      _mm512_storeu_ps(values + j + 16 * r, y);
     }
     __m512i packed = _mm512_castsi128_si512(_mm512_cvtepi32_epi8(guess[0]));
     packed = _mm512_inserti32x4(packed, _mm512_cvtepi32_epi8(guess[1]), 1);
     packed = _mm512_inserti32x4(packed, _mm512_cvtepi32_epi8(guess[2]), 2);
     packed = _mm512_inserti32x4(packed, _mm512_cvtepi32_epi8(guess[3]), 3);
+    _mm512_storeu_si512(guesses + j, packed);
+    masks[j / 64] = {joinMasks(negative), joinMasks(valid)};
+  }
+}
+
+/// The second half: code = guess + (y > T[guess]), mirrored for negative
+/// values of a signed map, 0 where invalid.
+TMRT_AVX512 void finishCodes(const MapTables &tables, __m512i order,
+                             const float *ys, const uint8_t *guesses,
+                             const LaneMasks *masks, int64_t count,
+                             uint8_t *codes) {
+  const TableRegs thresholds(tables.thresholds);
+  const bool mirrored = tables.quantizer.hasNegatives();
+  const __m512i mirror =
+      _mm512_set1_epi8(static_cast<char>(2 * tables.quantizer.zeroCodeOf()));
+  const __m512i oneByte = _mm512_set1_epi8(1);
+  for (int64_t j = 0; j < count; j += 64) {
+    __m512i guess = _mm512_loadu_si512(guesses + j);
     __m512 threshold[4];
-    lookup64(tables.thresholds, packed, order, threshold);
+    lookup64(thresholds, guess, order, threshold);
     __mmask16 above[4];
     for (int r = 0; r < 4; ++r)
-      above[r] = _mm512_cmp_ps_mask(y[r], threshold[r], _CMP_GT_OQ);
-    __m512i code = _mm512_mask_add_epi8(packed, joinMasks(above), packed,
-                                        _mm512_set1_epi8(1));
-    if (k.isSigned)
-      code = _mm512_mask_blend_epi8(joinMasks(negative), code,
-                                    _mm512_subs_epu8(k.mirror, code));
-    code = _mm512_maskz_mov_epi8(joinMasks(valid), code);
-    int64_t lanes = std::min<int64_t>(64, count - j);
-    __mmask64 store = lanes == 64 ? ~static_cast<__mmask64>(0)
-                                  : (static_cast<__mmask64>(1) << lanes) - 1;
-    _mm512_mask_storeu_epi8(codes + j, store, code);
+      above[r] = _mm512_cmp_ps_mask(_mm512_loadu_ps(ys + j + 16 * r),
+                                    threshold[r], _CMP_GT_OQ);
+    __m512i code =
+        _mm512_mask_add_epi8(guess, joinMasks(above), guess, oneByte);
+    LaneMasks lane = masks[j / 64];
+    if (mirrored)
+      code = _mm512_mask_blend_epi8(lane.negative, code,
+                                    _mm512_subs_epu8(mirror, code));
+    code = _mm512_maskz_mov_epi8(lane.valid, code);
+    _mm512_mask_storeu_epi8(codes + j, byteMask(count - j), code);
   }
+}
+
+/// quantizeBlockwise of one block whose values (count of them, readable
+/// and writable up to a multiple of 64) have the largest magnitude `scale`.
+/// Overwrites the values.
+TMRT_AVX512 void quantizeBlock(const MapTables &tables, __m512i order,
+                               float *values, int64_t count, float scale,
+                               uint8_t *guesses, LaneMasks *masks,
+                               uint8_t *codes, float *absmax) {
+  *absmax = scale;
+  if (!(scale > 0.0f)) {
+    std::memset(codes, tables.quantizer.zeroCodeOf(), count);
+    return;
+  }
+  guessCodes(tables.quantizer, 1.0f / scale, values, count, guesses, masks);
+  finishCodes(tables, order, values, guesses, masks, count, codes);
 }
 
 } // namespace
@@ -244,56 +287,49 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
                decay = _mm512_set1_ps(u.decay);
   const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const MapTables &mTables = tablesFor(*w.mMap), &vTables = tablesFor(*w.vMap);
-  const QuantizerRegs mRegs(mTables.quantizer), vRegs(vTables.quantizer);
   const __m512i order = unpackOrder();
-  // The block's new m and v in f32, rounded up to 64 (zeros past the end).
+  // One block in f32 (m and v: map entries, then their new values), rounded
+  // up to 64 lanes, and the quantizer's guesses and masks.
   int64_t padded = (w.block + 63) / 64 * 64;
   std::vector<float> mBuffer(padded, 0.0f), vBuffer(padded, 0.0f);
+  std::vector<uint8_t> guesses(padded);
+  std::vector<LaneMasks> masks(padded / 64);
   float *m = mBuffer.data(), *v = vBuffer.data();
   for (int64_t b = b0; b < b1; ++b) {
     int64_t begin = b * w.block, count = std::min(w.block, w.n - begin);
     const float *p = w.p + begin, *g = w.g + begin;
     float *np = w.np + begin;
+    mapEntries(mTables.entries, order, w.mc + begin, count, m);
+    mapEntries(vTables.entries, order, w.vc + begin, count, v);
     __m512 mScale = _mm512_set1_ps(w.ma[b]), vScale = _mm512_set1_ps(w.va[b]);
     __m512 mLargest = _mm512_setzero_ps(), vLargest = _mm512_setzero_ps();
-    for (int64_t j = 0; j < count; j += 64) {
-      int64_t lanes = std::min<int64_t>(64, count - j);
-      __mmask64 load = lanes == 64 ? ~static_cast<__mmask64>(0)
-                                   : (static_cast<__mmask64>(1) << lanes) - 1;
-      __m512 mEntry[4], vEntry[4];
-      lookup64(mTables.entries, _mm512_maskz_loadu_epi8(load, w.mc + begin + j),
-               order, mEntry);
-      lookup64(vTables.entries, _mm512_maskz_loadu_epi8(load, w.vc + begin + j),
-               order, vEntry);
-      for (int r = 0; r < 4 && 16 * r < lanes; ++r) {
-        int64_t i = j + 16 * r;
-        __mmask16 live = laneMask(lanes - 16 * r);
-        __m512 pi = _mm512_maskz_loadu_ps(live, p + i);
-        __m512 gi = _mm512_maskz_loadu_ps(live, g + i);
-        __m512 mi = _mm512_add_ps(
-            _mm512_mul_ps(beta1, _mm512_mul_ps(mEntry[r], mScale)),
-            _mm512_mul_ps(oneMinusBeta1, gi));
-        __m512 vi = _mm512_add_ps(
-            _mm512_mul_ps(beta2, _mm512_mul_ps(vEntry[r], vScale)),
-            _mm512_mul_ps(oneMinusBeta2, _mm512_mul_ps(gi, gi)));
-        __m512 denominator = _mm512_add_ps(_mm512_sqrt_ps(vi), epsilonHat);
-        __m512 pNew = _mm512_sub_ps(
-            _mm512_mul_ps(pi, decay),
-            _mm512_mul_ps(stepSize, _mm512_div_ps(mi, denominator)));
-        _mm512_mask_storeu_ps(np + i, live, pNew);
-        _mm512_storeu_ps(m + i, mi);
-        _mm512_storeu_ps(v + i, vi);
-        // max(x, largest) keeps `largest` in NaN lanes, as std::max does.
-        mLargest = _mm512_mask_max_ps(mLargest, live,
-                                      _mm512_and_ps(mi, magnitude), mLargest);
-        vLargest = _mm512_mask_max_ps(vLargest, live,
-                                      _mm512_and_ps(vi, magnitude), vLargest);
-      }
+    for (int64_t i = 0; i < count; i += 16) {
+      __mmask16 live = laneMask(count - i);
+      __m512 pi = _mm512_maskz_loadu_ps(live, p + i);
+      __m512 gi = _mm512_maskz_loadu_ps(live, g + i);
+      __m512 mi = _mm512_add_ps(
+          _mm512_mul_ps(beta1, _mm512_mul_ps(_mm512_loadu_ps(m + i), mScale)),
+          _mm512_mul_ps(oneMinusBeta1, gi));
+      __m512 vi = _mm512_add_ps(
+          _mm512_mul_ps(beta2, _mm512_mul_ps(_mm512_loadu_ps(v + i), vScale)),
+          _mm512_mul_ps(oneMinusBeta2, _mm512_mul_ps(gi, gi)));
+      __m512 denominator = _mm512_add_ps(_mm512_sqrt_ps(vi), epsilonHat);
+      __m512 pNew = _mm512_sub_ps(
+          _mm512_mul_ps(pi, decay),
+          _mm512_mul_ps(stepSize, _mm512_div_ps(mi, denominator)));
+      _mm512_mask_storeu_ps(np + i, live, pNew);
+      _mm512_storeu_ps(m + i, mi);
+      _mm512_storeu_ps(v + i, vi);
+      // max(x, largest) keeps `largest` in NaN lanes, as std::max does.
+      mLargest = _mm512_mask_max_ps(mLargest, live,
+                                    _mm512_and_ps(mi, magnitude), mLargest);
+      vLargest = _mm512_mask_max_ps(vLargest, live,
+                                    _mm512_and_ps(vi, magnitude), vLargest);
     }
-    quantizeBlock(mTables, mRegs, order, m, count,
-                  _mm512_reduce_max_ps(mLargest), w.nmc + begin, w.nma + b);
-    quantizeBlock(vTables, vRegs, order, v, count,
-                  _mm512_reduce_max_ps(vLargest), w.nvc + begin, w.nva + b);
+    quantizeBlock(mTables, order, m, count, _mm512_reduce_max_ps(mLargest),
+                  guesses.data(), masks.data(), w.nmc + begin, w.nma + b);
+    quantizeBlock(vTables, order, v, count, _mm512_reduce_max_ps(vLargest),
+                  guesses.data(), masks.data(), w.nvc + begin, w.nva + b);
   }
 }
 

@@ -88,8 +88,10 @@ inline uint8_t zeroCode(const DynamicMap &map) {
 
 /// quantizeToMap for a dynamic map without a search. For y = |x| >= 0:
 ///  - the decade d of y (d = 0 below 1e-6, d = 7 from 1 on) comes from the
-///    binade of y, which holds at most one power of ten: d = D[binade] +
-///    (y >= P[binade]);
+///    binade of y, which holds at most one power of ten P: d = D + (y >= P).
+///    One float per binade holds both: P with D in its three lowest
+///    mantissa bits (a value within 7 ulps of P may land in the decade
+///    below, where the guess below is the same);
 ///  - within a decade the map's entries are equally spaced: y's position
 ///    among them, less a quarter of a spacing, floored, is a guess c that
 ///    is y's code q or q - 1 (the quarter covers the float error and the
@@ -145,14 +147,15 @@ public:
     for (int b = 0; b < kBinades; ++b) {
       double lo = std::ldexp(1.0, b + kMinExponent),
              hi = std::ldexp(1.0, b + 1 + kMinExponent);
-      binadeDecade[b] = 0;
-      binadePower[b] = std::numeric_limits<float>::infinity();
+      uint32_t below = 0;
+      float power = 4.0f; // above every y: no power of ten in the binade
       for (int d = 1; d < kDecades; ++d) {
         if (decadeStart[d] <= lo)
-          binadeDecade[b] = d;
+          below = static_cast<uint32_t>(d);
         else if (decadeStart[d] < hi)
-          binadePower[b] = decadeStart[d];
+          power = decadeStart[d];
       }
+      binadeKey[b] = floatOf((bitsOf(power) & ~kDecadeBits) | below);
     }
   }
 
@@ -160,7 +163,8 @@ public:
   int guess(float y) const {
     int b = std::clamp(static_cast<int>(bitsOf(y) >> 23) - (127 + kMinExponent),
                        0, kBinades - 1);
-    int d = binadeDecade[b] + (y >= binadePower[b]);
+    float key = binadeKey[b];
+    int d = static_cast<int>(bitsOf(key) & kDecadeBits) + (y >= key);
     return static_cast<int>(std::floor(y * scale[d] - offset[d]));
   }
 
@@ -181,8 +185,8 @@ public:
 
   // The tables, for vectorized kernels that follow quantize().
   std::array<float, 256> thresholds;
-  std::array<int32_t, kBinades> binadeDecade;
-  std::array<float, kBinades> binadePower;
+  std::array<float, kBinades> binadeKey;
+  static constexpr uint32_t kDecadeBits = 7;
   std::array<float, kDecades> decadeStart, scale, offset;
 
 private:

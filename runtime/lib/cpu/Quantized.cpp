@@ -174,43 +174,57 @@ struct LaneMasks {
   __mmask64 negative, valid;
 };
 
+/// The byte indices that take the low bytes of two vectors of 16 dwords
+/// into bytes 0..31 (vpermt2b over their 128 bytes).
+TMRT_AVX512 __m512i lowBytesOfPair() {
+  alignas(64) uint8_t index[64] = {};
+  for (int i = 0; i < 32; ++i)
+    index[i] = static_cast<uint8_t>(i < 16 ? 4 * i : 64 + 4 * (i - 16));
+  return _mm512_load_si512(index);
+}
+
 /// The first half of MapQuantizer::quantize for a block: values[i] becomes
-/// y = min(|x|, 1) of x = values[i] / absmax, guesses[i] the guess for y.
+/// y = |x| of x = values[i] * inverse, guesses[i] the guess for y. (No
+/// min(y, 1) here: with |values[i]| <= absmax, y is at most 1 plus rounding,
+/// which guesses 254 as 1 does, and y is never infinite: an infinite value
+/// makes absmax infinite, the inverse 0 and x NaN, which is invalid.)
+template <bool Signed>
 TMRT_AVX512 void guessCodes(const trainmem::MapQuantizer &q, float inverse,
                             float *values, int64_t count, uint8_t *guesses,
                             LaneMasks *masks) {
-  const __m512i decadeLo = _mm512_loadu_si512(q.binadeDecade.data()),
-                decadeHi = _mm512_loadu_si512(q.binadeDecade.data() + 16);
-  const __m512 powerLo = _mm512_loadu_ps(q.binadePower.data()),
-               powerHi = _mm512_loadu_ps(q.binadePower.data() + 16);
+  using trainmem::MapQuantizer;
+  const __m512 keyLo = _mm512_loadu_ps(q.binadeKey.data()),
+               keyHi = _mm512_loadu_ps(q.binadeKey.data() + 16);
   alignas(64) float scales[16] = {}, offsets[16] = {};
   std::copy(q.scale.begin(), q.scale.end(), scales);
   std::copy(q.offset.begin(), q.offset.end(), offsets);
   const __m512 scale = _mm512_load_ps(scales), offset = _mm512_load_ps(offsets);
   const __m512 first = _mm512_set1_ps(q.entries()[0]);
-  const __m512i binadeBias =
-      _mm512_set1_epi32(127 + trainmem::MapQuantizer::kMinExponent);
-  const __m512 inv = _mm512_set1_ps(inverse), one = _mm512_set1_ps(1.0f);
+  const __m512i binadeBias = _mm512_set1_epi32(127 + MapQuantizer::kMinExponent);
+  const __m512 inv = _mm512_set1_ps(inverse);
   const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i decadeBits =
+      _mm512_set1_epi32(static_cast<int>(MapQuantizer::kDecadeBits));
   const __m512i oneInt = _mm512_set1_epi32(1);
+  const __m512i pairIndex = lowBytesOfPair();
   for (int64_t j = 0; j < count; j += 64) {
     __m512i guess[4];
     __mmask16 negative[4], valid[4];
     for (int r = 0; r < 4; ++r) {
       __m512 x = _mm512_mul_ps(_mm512_loadu_ps(values + j + 16 * r), inv);
       __m512i bits = _mm512_castps_si512(x);
-      negative[r] = _mm512_movepi32_mask(bits);
+      if (Signed)
+        negative[r] = _mm512_movepi32_mask(bits);
       valid[r] = _mm512_cmp_ps_mask(x, first, _CMP_GT_OQ);
-      __m512 y = _mm512_min_ps(
-          _mm512_castsi512_ps(_mm512_and_si512(bits, magnitude)), one);
-      __m512i binade = _mm512_max_epi32(
-          _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(y), 23),
-                           binadeBias),
-          _mm512_setzero_si512());
-      __m512i decade = _mm512_permutex2var_epi32(decadeLo, binade, decadeHi);
-      __m512 power = _mm512_permutex2var_ps(powerLo, binade, powerHi);
+      __m512i magnitudeBits = _mm512_and_si512(bits, magnitude);
+      __m512 y = _mm512_castsi512_ps(magnitudeBits);
+      // max(exponent - bias, 0): the exponent fits the low 16 bits.
+      __m512i binade = _mm512_subs_epu16(
+          _mm512_srli_epi32(magnitudeBits, 23), binadeBias);
+      __m512 key = _mm512_permutex2var_ps(keyLo, binade, keyHi);
+      __m512i decade = _mm512_and_si512(_mm512_castps_si512(key), decadeBits);
       decade = _mm512_mask_add_epi32(
-          decade, _mm512_cmp_ps_mask(y, power, _CMP_GE_OQ), decade, oneInt);
+          decade, _mm512_cmp_ps_mask(y, key, _CMP_GE_OQ), decade, oneInt);
       __m512 position =
           _mm512_sub_ps(_mm512_mul_ps(y, _mm512_permutexvar_ps(decade, scale)),
                         _mm512_permutexvar_ps(decade, offset));
@@ -218,12 +232,11 @@ TMRT_AVX512 void guessCodes(const trainmem::MapQuantizer &q, float inverse,
           position, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
       _mm512_storeu_ps(values + j + 16 * r, y);
     }
-    __m512i packed = _mm512_castsi128_si512(_mm512_cvtepi32_epi8(guess[0]));
-    packed = _mm512_inserti32x4(packed, _mm512_cvtepi32_epi8(guess[1]), 1);
-    packed = _mm512_inserti32x4(packed, _mm512_cvtepi32_epi8(guess[2]), 2);
-    packed = _mm512_inserti32x4(packed, _mm512_cvtepi32_epi8(guess[3]), 3);
-    _mm512_storeu_si512(guesses + j, packed);
-    masks[j / 64] = {joinMasks(negative), joinMasks(valid)};
+    __m512i low = _mm512_permutex2var_epi8(guess[0], pairIndex, guess[1]);
+    __m512i high = _mm512_permutex2var_epi8(guess[2], pairIndex, guess[3]);
+    _mm512_storeu_si512(guesses + j,
+                        _mm512_inserti64x4(low, _mm512_castsi512_si256(high), 1));
+    masks[j / 64] = {Signed ? joinMasks(negative) : 0, joinMasks(valid)};
   }
 }
 
@@ -269,7 +282,12 @@ TMRT_AVX512 void quantizeBlock(const MapTables &tables, __m512i order,
     std::memset(codes, tables.quantizer.zeroCodeOf(), count);
     return;
   }
-  guessCodes(tables.quantizer, 1.0f / scale, values, count, guesses, masks);
+  if (tables.quantizer.hasNegatives())
+    guessCodes<true>(tables.quantizer, 1.0f / scale, values, count, guesses,
+                     masks);
+  else
+    guessCodes<false>(tables.quantizer, 1.0f / scale, values, count, guesses,
+                      masks);
   finishCodes(tables, order, values, guesses, masks, count, codes);
 }
 

@@ -293,6 +293,24 @@ TEST_P(FusedAdamW8bitTest, EqualsDequantizeAdamWQuantize) {
   EXPECT_EQ(std::memcmp(at<float>(fp), at<float>(p), n * 4), 0);
   EXPECT_EQ(std::memcmp(at<uint8_t>(fmc), at<uint8_t>(mc), n), 0);
   EXPECT_EQ(std::memcmp(at<float>(fva), at<float>(va), blocks * 4), 0);
+
+  // A gradient whose square overflows: v and its block maximum become
+  // infinite; the fused update still equals the unfused one.
+  at<float>(g)[5] = 3e19f;
+  tmrt_adamw_8bit(ctx, p, g, mc, ma, vc, va, lr, step, fp, fmc, fma, fvc, fva,
+                  n, block, beta1, beta2, eps, wd);
+  tmrt_dequantize(ctx, mc, ma, m32, n, block, /*is_signed=*/1);
+  tmrt_dequantize(ctx, vc, va, v32, n, block, /*is_signed=*/0);
+  tmrt_adamw(ctx, p, g, m32, v32, lr, step, up, um, uv, n, beta1, beta2, eps,
+             wd);
+  tmrt_quantize(ctx, um, umc, uma, n, block, 1);
+  tmrt_quantize(ctx, uv, uvc, uva, n, block, 0);
+  EXPECT_TRUE(std::isinf(at<float>(fva)[0]));
+  EXPECT_EQ(std::memcmp(at<float>(fp), at<float>(up), n * 4), 0);
+  EXPECT_EQ(std::memcmp(at<uint8_t>(fmc), at<uint8_t>(umc), n), 0);
+  EXPECT_EQ(std::memcmp(at<uint8_t>(fvc), at<uint8_t>(uvc), n), 0);
+  EXPECT_EQ(std::memcmp(at<float>(fma), at<float>(uma), blocks * 4), 0);
+  EXPECT_EQ(std::memcmp(at<float>(fva), at<float>(uva), blocks * 4), 0);
 }
 
 TEST_P(FusedAdamW8bitTest, NonFiniteGradientSkipsTheTensor) {

@@ -23,6 +23,7 @@
 #include "trainmem/Support/DynamicMap.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -169,10 +170,6 @@ TMRT_AVX512 void mapEntries(const BytePlanes &map, __m512i order,
   }
 }
 
-/// Per 64 values of a block being quantized: the sign and validity masks.
-struct LaneMasks {
-  __mmask64 negative, valid;
-};
 
 /// The byte indices that take the low bytes of two vectors of 16 dwords
 /// into bytes 0..31 (vpermt2b over their 128 bytes).
@@ -183,15 +180,16 @@ TMRT_AVX512 __m512i lowBytesOfPair() {
   return _mm512_load_si512(index);
 }
 
-/// The first half of MapQuantizer::quantize for a block: values[i] becomes
-/// y = |x| of x = values[i] * inverse, guesses[i] the guess for y. (No
-/// min(y, 1) here: with |values[i]| <= absmax, y is at most 1 plus rounding,
-/// which guesses 254 as 1 does, and y is never infinite: an infinite value
-/// makes absmax infinite, the inverse 0 and x NaN, which is invalid.)
+/// The first half of MapQuantizer::quantize for a block with a finite
+/// absmax: values[i] becomes y = |x| of x = values[i] * inverse, guesses[i]
+/// the guess for y, negative[i / 64] bit i % 64 the sign of x. With
+/// |values[i]| <= absmax finite, x is neither NaN nor beyond [-1, 1] but
+/// for rounding, so quantize()'s checks are not needed: y slightly above 1
+/// guesses 254 as 1 does, x at or below map[0] mirrors to code 0.
 template <bool Signed>
 TMRT_AVX512 void guessCodes(const trainmem::MapQuantizer &q, float inverse,
                             float *values, int64_t count, uint8_t *guesses,
-                            LaneMasks *masks) {
+                            __mmask64 *negatives) {
   using trainmem::MapQuantizer;
   const __m512 keyLo = _mm512_loadu_ps(q.binadeKey.data()),
                keyHi = _mm512_loadu_ps(q.binadeKey.data() + 16);
@@ -199,7 +197,6 @@ TMRT_AVX512 void guessCodes(const trainmem::MapQuantizer &q, float inverse,
   std::copy(q.scale.begin(), q.scale.end(), scales);
   std::copy(q.offset.begin(), q.offset.end(), offsets);
   const __m512 scale = _mm512_load_ps(scales), offset = _mm512_load_ps(offsets);
-  const __m512 first = _mm512_set1_ps(q.entries()[0]);
   const __m512i binadeBias = _mm512_set1_epi32(127 + MapQuantizer::kMinExponent);
   const __m512 inv = _mm512_set1_ps(inverse);
   const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
@@ -209,13 +206,12 @@ TMRT_AVX512 void guessCodes(const trainmem::MapQuantizer &q, float inverse,
   const __m512i pairIndex = lowBytesOfPair();
   for (int64_t j = 0; j < count; j += 64) {
     __m512i guess[4];
-    __mmask16 negative[4], valid[4];
+    __mmask16 negative[4];
     for (int r = 0; r < 4; ++r) {
       __m512 x = _mm512_mul_ps(_mm512_loadu_ps(values + j + 16 * r), inv);
       __m512i bits = _mm512_castps_si512(x);
       if (Signed)
         negative[r] = _mm512_movepi32_mask(bits);
-      valid[r] = _mm512_cmp_ps_mask(x, first, _CMP_GT_OQ);
       __m512i magnitudeBits = _mm512_and_si512(bits, magnitude);
       __m512 y = _mm512_castsi512_ps(magnitudeBits);
       // max(exponent - bias, 0): the exponent fits the low 16 bits.
@@ -236,15 +232,16 @@ TMRT_AVX512 void guessCodes(const trainmem::MapQuantizer &q, float inverse,
     __m512i high = _mm512_permutex2var_epi8(guess[2], pairIndex, guess[3]);
     _mm512_storeu_si512(guesses + j,
                         _mm512_inserti64x4(low, _mm512_castsi512_si256(high), 1));
-    masks[j / 64] = {Signed ? joinMasks(negative) : 0, joinMasks(valid)};
+    if (Signed)
+      negatives[j / 64] = joinMasks(negative);
   }
 }
 
 /// The second half: code = guess + (y > T[guess]), mirrored for negative
-/// values of a signed map, 0 where invalid.
+/// values of a signed map.
 TMRT_AVX512 void finishCodes(const MapTables &tables, __m512i order,
                              const float *ys, const uint8_t *guesses,
-                             const LaneMasks *masks, int64_t count,
+                             const __mmask64 *negatives, int64_t count,
                              uint8_t *codes) {
   const TableRegs thresholds(tables.thresholds);
   const bool mirrored = tables.quantizer.hasNegatives();
@@ -261,11 +258,9 @@ TMRT_AVX512 void finishCodes(const MapTables &tables, __m512i order,
                                     threshold[r], _CMP_GT_OQ);
     __m512i code =
         _mm512_mask_add_epi8(guess, joinMasks(above), guess, oneByte);
-    LaneMasks lane = masks[j / 64];
     if (mirrored)
-      code = _mm512_mask_blend_epi8(lane.negative, code,
+      code = _mm512_mask_blend_epi8(negatives[j / 64], code,
                                     _mm512_subs_epu8(mirror, code));
-    code = _mm512_maskz_mov_epi8(lane.valid, code);
     _mm512_mask_storeu_epi8(codes + j, byteMask(count - j), code);
   }
 }
@@ -275,20 +270,27 @@ TMRT_AVX512 void finishCodes(const MapTables &tables, __m512i order,
 /// Overwrites the values.
 TMRT_AVX512 void quantizeBlock(const MapTables &tables, __m512i order,
                                float *values, int64_t count, float scale,
-                               uint8_t *guesses, LaneMasks *masks,
+                               uint8_t *guesses, __mmask64 *negatives,
                                uint8_t *codes, float *absmax) {
   *absmax = scale;
   if (!(scale > 0.0f)) {
     std::memset(codes, tables.quantizer.zeroCodeOf(), count);
     return;
   }
+  if (std::isinf(scale)) {
+    // A value overflowed (v from a huge gradient): the scalar reference,
+    // which knows NaN.
+    trainmem::quantizeBlockwise(tables.quantizer.entries(), values, count,
+                                count, codes, absmax);
+    return;
+  }
   if (tables.quantizer.hasNegatives())
     guessCodes<true>(tables.quantizer, 1.0f / scale, values, count, guesses,
-                     masks);
+                     negatives);
   else
     guessCodes<false>(tables.quantizer, 1.0f / scale, values, count, guesses,
-                      masks);
-  finishCodes(tables, order, values, guesses, masks, count, codes);
+                      negatives);
+  finishCodes(tables, order, values, guesses, negatives, count, codes);
 }
 
 } // namespace
@@ -307,11 +309,11 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
   const MapTables &mTables = tablesFor(*w.mMap), &vTables = tablesFor(*w.vMap);
   const __m512i order = unpackOrder();
   // One block in f32 (m and v: map entries, then their new values), rounded
-  // up to 64 lanes, and the quantizer's guesses and masks.
+  // up to 64 lanes, and the quantizer's guesses and signs.
   int64_t padded = (w.block + 63) / 64 * 64;
   std::vector<float> mBuffer(padded, 0.0f), vBuffer(padded, 0.0f);
   std::vector<uint8_t> guesses(padded);
-  std::vector<LaneMasks> masks(padded / 64);
+  std::vector<__mmask64> negatives(padded / 64);
   float *m = mBuffer.data(), *v = vBuffer.data();
   for (int64_t b = b0; b < b1; ++b) {
     int64_t begin = b * w.block, count = std::min(w.block, w.n - begin);
@@ -345,9 +347,9 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
                                     _mm512_and_ps(vi, magnitude), vLargest);
     }
     quantizeBlock(mTables, order, m, count, _mm512_reduce_max_ps(mLargest),
-                  guesses.data(), masks.data(), w.nmc + begin, w.nma + b);
+                  guesses.data(), negatives.data(), w.nmc + begin, w.nma + b);
     quantizeBlock(vTables, order, v, count, _mm512_reduce_max_ps(vLargest),
-                  guesses.data(), masks.data(), w.nvc + begin, w.nva + b);
+                  guesses.data(), negatives.data(), w.nvc + begin, w.nva + b);
   }
 }
 

@@ -180,61 +180,67 @@ TMRT_AVX512 __m512i lowBytesOfPair() {
   return _mm512_load_si512(index);
 }
 
-/// The first half of MapQuantizer::quantize for a block with a finite
-/// absmax: values[i] becomes y = |x| of x = values[i] * inverse, guesses[i]
-/// the guess for y, negative[i / 64] bit i % 64 the sign of x. With
+/// MapQuantizer's guess tables in registers.
+struct GuessRegs {
+  __m512 keyLo, keyHi;  // binadeKey
+  __m512 scale, offset; // per decade (8 of 16 lanes)
+
+  TMRT_AVX512 explicit GuessRegs(const trainmem::MapQuantizer &q) {
+    keyLo = _mm512_loadu_ps(q.binadeKey.data());
+    keyHi = _mm512_loadu_ps(q.binadeKey.data() + 16);
+    alignas(64) float scales[16] = {}, offsets[16] = {};
+    std::copy(q.scale.begin(), q.scale.end(), scales);
+    std::copy(q.offset.begin(), q.offset.end(), offsets);
+    scale = _mm512_load_ps(scales);
+    offset = _mm512_load_ps(offsets);
+  }
+};
+
+/// The first half of MapQuantizer::quantize for 64 values of a block with a
+/// finite absmax: values[i] becomes y = |x| of x = values[i] * inverse,
+/// guesses[i] the guess for y, *negative bit i the sign of x. With
 /// |values[i]| <= absmax finite, x is neither NaN nor beyond [-1, 1] but
 /// for rounding, so quantize()'s checks are not needed: y slightly above 1
 /// guesses 254 as 1 does, x at or below map[0] mirrors to code 0.
 template <bool Signed>
-TMRT_AVX512 void guessCodes(const trainmem::MapQuantizer &q, float inverse,
-                            float *values, int64_t count, uint8_t *guesses,
-                            __mmask64 *negatives) {
+TMRT_AVX512 inline void guessChunk(const GuessRegs &k, __m512 inverse,
+                                   __m512i pairIndex, float *values,
+                                   uint8_t *guesses, __mmask64 *negatives) {
   using trainmem::MapQuantizer;
-  const __m512 keyLo = _mm512_loadu_ps(q.binadeKey.data()),
-               keyHi = _mm512_loadu_ps(q.binadeKey.data() + 16);
-  alignas(64) float scales[16] = {}, offsets[16] = {};
-  std::copy(q.scale.begin(), q.scale.end(), scales);
-  std::copy(q.offset.begin(), q.offset.end(), offsets);
-  const __m512 scale = _mm512_load_ps(scales), offset = _mm512_load_ps(offsets);
-  const __m512i binadeBias = _mm512_set1_epi32(127 + MapQuantizer::kMinExponent);
-  const __m512 inv = _mm512_set1_ps(inverse);
-  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-  const __m512i decadeBits =
-      _mm512_set1_epi32(static_cast<int>(MapQuantizer::kDecadeBits));
-  const __m512i oneInt = _mm512_set1_epi32(1);
-  const __m512i pairIndex = lowBytesOfPair();
-  for (int64_t j = 0; j < count; j += 64) {
-    __m512i guess[4];
-    __mmask16 negative[4];
-    for (int r = 0; r < 4; ++r) {
-      __m512 x = _mm512_mul_ps(_mm512_loadu_ps(values + j + 16 * r), inv);
-      __m512i bits = _mm512_castps_si512(x);
-      if (Signed)
-        negative[r] = _mm512_movepi32_mask(bits);
-      __m512i magnitudeBits = _mm512_and_si512(bits, magnitude);
-      __m512 y = _mm512_castsi512_ps(magnitudeBits);
-      // max(exponent - bias, 0): the exponent fits the low 16 bits.
-      __m512i binade = _mm512_subs_epu16(
-          _mm512_srli_epi32(magnitudeBits, 23), binadeBias);
-      __m512 key = _mm512_permutex2var_ps(keyLo, binade, keyHi);
-      __m512i decade = _mm512_and_si512(_mm512_castps_si512(key), decadeBits);
-      decade = _mm512_mask_add_epi32(
-          decade, _mm512_cmp_ps_mask(y, key, _CMP_GE_OQ), decade, oneInt);
-      __m512 position =
-          _mm512_sub_ps(_mm512_mul_ps(y, _mm512_permutexvar_ps(decade, scale)),
-                        _mm512_permutexvar_ps(decade, offset));
-      guess[r] = _mm512_cvt_roundps_epi32(
-          position, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-      _mm512_storeu_ps(values + j + 16 * r, y);
-    }
-    __m512i low = _mm512_permutex2var_epi8(guess[0], pairIndex, guess[1]);
-    __m512i high = _mm512_permutex2var_epi8(guess[2], pairIndex, guess[3]);
-    _mm512_storeu_si512(guesses + j,
-                        _mm512_inserti64x4(low, _mm512_castsi512_si256(high), 1));
+  __m512i guess[4];
+  __mmask16 negative[4];
+  for (int r = 0; r < 4; ++r) {
+    __m512 x = _mm512_mul_ps(_mm512_loadu_ps(values + 16 * r), inverse);
+    __m512i bits = _mm512_castps_si512(x);
     if (Signed)
-      negatives[j / 64] = joinMasks(negative);
+      negative[r] = _mm512_movepi32_mask(bits);
+    __m512i magnitudeBits =
+        _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+    __m512 y = _mm512_castsi512_ps(magnitudeBits);
+    // max(exponent - bias, 0): the exponent fits the low 16 bits.
+    __m512i binade = _mm512_subs_epu16(
+        _mm512_srli_epi32(magnitudeBits, 23),
+        _mm512_set1_epi32(127 + MapQuantizer::kMinExponent));
+    __m512 key = _mm512_permutex2var_ps(k.keyLo, binade, k.keyHi);
+    __m512i decade = _mm512_and_si512(
+        _mm512_castps_si512(key),
+        _mm512_set1_epi32(static_cast<int>(MapQuantizer::kDecadeBits)));
+    decade = _mm512_mask_add_epi32(decade,
+                                   _mm512_cmp_ps_mask(y, key, _CMP_GE_OQ),
+                                   decade, _mm512_set1_epi32(1));
+    __m512 position =
+        _mm512_sub_ps(_mm512_mul_ps(y, _mm512_permutexvar_ps(decade, k.scale)),
+                      _mm512_permutexvar_ps(decade, k.offset));
+    guess[r] = _mm512_cvt_roundps_epi32(
+        position, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    _mm512_storeu_ps(values + 16 * r, y);
   }
+  __m512i low = _mm512_permutex2var_epi8(guess[0], pairIndex, guess[1]);
+  __m512i high = _mm512_permutex2var_epi8(guess[2], pairIndex, guess[3]);
+  _mm512_storeu_si512(guesses,
+                      _mm512_inserti64x4(low, _mm512_castsi512_si256(high), 1));
+  if (Signed)
+    *negatives = joinMasks(negative);
 }
 
 /// The second half: code = guess + (y > T[guess]), mirrored for negative
@@ -268,33 +274,45 @@ TMRT_AVX512 void finishCodes(const MapTables &tables, __m512i order,
 /// quantizeBlockwise of one block whose values (count of them, readable
 /// and writable up to a multiple of 64) have the largest magnitude `scale`.
 /// Overwrites the values.
-TMRT_AVX512 void quantizeBlock(const MapTables &tables, __m512i order,
-                               float *values, int64_t count, float scale,
-                               uint8_t *guesses, __mmask64 *negatives,
-                               uint8_t *codes, float *absmax) {
-  *absmax = scale;
-  if (!(scale > 0.0f)) {
+/// One block of state in f32 and what quantizing it needs, padded to a
+/// multiple of 64 lanes.
+struct BlockBuffers {
+  std::vector<float> values;
+  std::vector<uint8_t> guesses;
+  std::vector<__mmask64> negatives;
+  float absmax = 0.0f;
+
+  explicit BlockBuffers(int64_t padded)
+      : values(padded, 0.0f), guesses(padded), negatives(padded / 64) {}
+  bool vectorized() const { return absmax > 0.0f && !std::isinf(absmax); }
+};
+
+/// The codes of a block whose guesses are done (or not needed).
+TMRT_AVX512 void finishBlock(const MapTables &tables, __m512i order,
+                             BlockBuffers &block, int64_t count,
+                             uint8_t *codes) {
+  if (block.vectorized())
+    finishCodes(tables, order, block.values.data(), block.guesses.data(),
+                block.negatives.data(), count, codes);
+  else if (!(block.absmax > 0.0f))
     std::memset(codes, tables.quantizer.zeroCodeOf(), count);
-    return;
-  }
-  if (std::isinf(scale)) {
+  else {
     // A value overflowed (v from a huge gradient): the scalar reference,
     // which knows NaN.
-    trainmem::quantizeBlockwise(tables.quantizer.entries(), values, count,
-                                count, codes, absmax);
-    return;
+    float absmax;
+    trainmem::quantizeBlockwise(tables.quantizer.entries(),
+                                block.values.data(), count, count, codes,
+                                &absmax);
   }
-  if (tables.quantizer.hasNegatives())
-    guessCodes<true>(tables.quantizer, 1.0f / scale, values, count, guesses,
-                     negatives);
-  else
-    guessCodes<false>(tables.quantizer, 1.0f / scale, values, count, guesses,
-                      negatives);
-  finishCodes(tables, order, values, guesses, negatives, count, codes);
 }
 
 } // namespace
 
+/// Blocks [b0, b1) in a pipeline: block b's update (a square root and a
+/// division per element, on the divider) shares a loop with the guesses of
+/// block b - 1 (permutes and arithmetic on the other pipes), so that the
+/// two overlap; block b's map entries come before, block b - 1's codes
+/// after, each with its table in registers.
 TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
                                               int64_t b0, int64_t b1) {
   const trainmem::AdamWStep &u = *w.update;
@@ -307,49 +325,79 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
                decay = _mm512_set1_ps(u.decay);
   const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const MapTables &mTables = tablesFor(*w.mMap), &vTables = tablesFor(*w.vMap);
-  const __m512i order = unpackOrder();
-  // One block in f32 (m and v: map entries, then their new values), rounded
-  // up to 64 lanes, and the quantizer's guesses and signs.
+  const GuessRegs mGuess(mTables.quantizer), vGuess(vTables.quantizer);
+  const __m512i order = unpackOrder(), pairIndex = lowBytesOfPair();
   int64_t padded = (w.block + 63) / 64 * 64;
-  std::vector<float> mBuffer(padded, 0.0f), vBuffer(padded, 0.0f);
-  std::vector<uint8_t> guesses(padded);
-  std::vector<__mmask64> negatives(padded / 64);
-  float *m = mBuffer.data(), *v = vBuffer.data();
-  for (int64_t b = b0; b < b1; ++b) {
-    int64_t begin = b * w.block, count = std::min(w.block, w.n - begin);
-    const float *p = w.p + begin, *g = w.g + begin;
-    float *np = w.np + begin;
-    mapEntries(mTables.entries, order, w.mc + begin, count, m);
-    mapEntries(vTables.entries, order, w.vc + begin, count, v);
-    __m512 mScale = _mm512_set1_ps(w.ma[b]), vScale = _mm512_set1_ps(w.va[b]);
-    __m512 mLargest = _mm512_setzero_ps(), vLargest = _mm512_setzero_ps();
-    for (int64_t i = 0; i < count; i += 16) {
-      __mmask16 live = laneMask(count - i);
-      __m512 pi = _mm512_maskz_loadu_ps(live, p + i);
-      __m512 gi = _mm512_maskz_loadu_ps(live, g + i);
-      __m512 mi = _mm512_add_ps(
-          _mm512_mul_ps(beta1, _mm512_mul_ps(_mm512_loadu_ps(m + i), mScale)),
-          _mm512_mul_ps(oneMinusBeta1, gi));
-      __m512 vi = _mm512_add_ps(
-          _mm512_mul_ps(beta2, _mm512_mul_ps(_mm512_loadu_ps(v + i), vScale)),
-          _mm512_mul_ps(oneMinusBeta2, _mm512_mul_ps(gi, gi)));
-      __m512 denominator = _mm512_add_ps(_mm512_sqrt_ps(vi), epsilonHat);
-      __m512 pNew = _mm512_sub_ps(
-          _mm512_mul_ps(pi, decay),
-          _mm512_mul_ps(stepSize, _mm512_div_ps(mi, denominator)));
-      _mm512_mask_storeu_ps(np + i, live, pNew);
-      _mm512_storeu_ps(m + i, mi);
-      _mm512_storeu_ps(v + i, vi);
-      // max(x, largest) keeps `largest` in NaN lanes, as std::max does.
-      mLargest = _mm512_mask_max_ps(mLargest, live,
-                                    _mm512_and_ps(mi, magnitude), mLargest);
-      vLargest = _mm512_mask_max_ps(vLargest, live,
-                                    _mm512_and_ps(vi, magnitude), vLargest);
+  BlockBuffers m0(padded), m1(padded), v0(padded), v1(padded);
+  BlockBuffers *mOf[2] = {&m0, &m1}, *vOf[2] = {&v0, &v1};
+  auto countOf = [&](int64_t b) {
+    return std::min(w.block, w.n - b * w.block);
+  };
+  for (int64_t b = b0; b <= b1; ++b) {
+    bool updating = b < b1, guessing = b > b0;
+    BlockBuffers &m = *mOf[b & 1], &v = *vOf[b & 1];
+    BlockBuffers &mPrev = *mOf[(b + 1) & 1], &vPrev = *vOf[(b + 1) & 1];
+    int64_t begin = b * w.block, count = updating ? countOf(b) : 0;
+    int64_t prevCount = guessing ? countOf(b - 1) : 0;
+    if (updating) {
+      mapEntries(mTables.entries, order, w.mc + begin, count, m.values.data());
+      mapEntries(vTables.entries, order, w.vc + begin, count, v.values.data());
     }
-    quantizeBlock(mTables, order, m, count, _mm512_reduce_max_ps(mLargest),
-                  guesses.data(), negatives.data(), w.nmc + begin, w.nma + b);
-    quantizeBlock(vTables, order, v, count, _mm512_reduce_max_ps(vLargest),
-                  guesses.data(), negatives.data(), w.nvc + begin, w.nva + b);
+    const float *p = w.p + begin, *g = w.g + begin;
+    float *np = w.np + begin, *mi = m.values.data(), *vi = v.values.data();
+    __m512 mScale = _mm512_set1_ps(updating ? w.ma[b] : 0.0f),
+           vScale = _mm512_set1_ps(updating ? w.va[b] : 0.0f);
+    __m512 mLargest = _mm512_setzero_ps(), vLargest = _mm512_setzero_ps();
+    bool mGuessing = guessing && mPrev.vectorized(),
+         vGuessing = guessing && vPrev.vectorized();
+    __m512 mInverse = _mm512_set1_ps(mGuessing ? 1.0f / mPrev.absmax : 0.0f),
+           vInverse = _mm512_set1_ps(vGuessing ? 1.0f / vPrev.absmax : 0.0f);
+    for (int64_t j = 0; j < std::max(count, prevCount); j += 64) {
+      for (int64_t i = j; i < std::min(count, j + 64); i += 16) {
+        __mmask16 live = laneMask(count - i);
+        __m512 pi = _mm512_maskz_loadu_ps(live, p + i);
+        __m512 gi = _mm512_maskz_loadu_ps(live, g + i);
+        __m512 mNew = _mm512_add_ps(
+            _mm512_mul_ps(beta1,
+                          _mm512_mul_ps(_mm512_loadu_ps(mi + i), mScale)),
+            _mm512_mul_ps(oneMinusBeta1, gi));
+        __m512 vNew = _mm512_add_ps(
+            _mm512_mul_ps(beta2,
+                          _mm512_mul_ps(_mm512_loadu_ps(vi + i), vScale)),
+            _mm512_mul_ps(oneMinusBeta2, _mm512_mul_ps(gi, gi)));
+        __m512 denominator = _mm512_add_ps(_mm512_sqrt_ps(vNew), epsilonHat);
+        __m512 pNew = _mm512_sub_ps(
+            _mm512_mul_ps(pi, decay),
+            _mm512_mul_ps(stepSize, _mm512_div_ps(mNew, denominator)));
+        _mm512_mask_storeu_ps(np + i, live, pNew);
+        _mm512_storeu_ps(mi + i, mNew);
+        _mm512_storeu_ps(vi + i, vNew);
+        // max(x, largest) keeps `largest` in NaN lanes, as std::max does.
+        mLargest = _mm512_mask_max_ps(
+            mLargest, live, _mm512_and_ps(mNew, magnitude), mLargest);
+        vLargest = _mm512_mask_max_ps(
+            vLargest, live, _mm512_and_ps(vNew, magnitude), vLargest);
+      }
+      if (j < prevCount) {
+        if (mGuessing)
+          guessChunk<true>(mGuess, mInverse, pairIndex,
+                           mPrev.values.data() + j, mPrev.guesses.data() + j,
+                           mPrev.negatives.data() + j / 64);
+        if (vGuessing)
+          guessChunk<false>(vGuess, vInverse, pairIndex,
+                            vPrev.values.data() + j, vPrev.guesses.data() + j,
+                            vPrev.negatives.data() + j / 64);
+      }
+    }
+    if (guessing) {
+      int64_t prevBegin = (b - 1) * w.block;
+      finishBlock(mTables, order, mPrev, prevCount, w.nmc + prevBegin);
+      finishBlock(vTables, order, vPrev, prevCount, w.nvc + prevBegin);
+    }
+    if (updating) {
+      m.absmax = w.nma[b] = _mm512_reduce_max_ps(mLargest);
+      v.absmax = w.nva[b] = _mm512_reduce_max_ps(vLargest);
+    }
   }
 }
 

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
@@ -75,11 +76,22 @@ struct BytePlanes {
 /// What the vector code needs of one map.
 struct MapTables {
   const trainmem::MapQuantizer &quantizer;
-  BytePlanes entries, thresholds;
+  BytePlanes entries;
+  /// T[zero + i]: guesses are never below the zero code, and on a signed
+  /// map (zero 127) never above 254, so 128 entries do there.
+  BytePlanes thresholds;
 
   explicit MapTables(const trainmem::MapQuantizer &q)
       : quantizer(q), entries(q.entries().data()),
-        thresholds(q.thresholds.data()) {}
+        thresholds(fromZero(q).data()) {}
+
+  static std::array<float, 256> fromZero(const trainmem::MapQuantizer &q) {
+    std::array<float, 256> shifted;
+    shifted.fill(std::numeric_limits<float>::infinity());
+    std::copy(q.thresholds.begin() + q.zeroCodeOf(), q.thresholds.end(),
+              shifted.begin());
+    return shifted;
+  }
 };
 
 const MapTables &tablesFor(const trainmem::DynamicMap &map) {
@@ -128,6 +140,24 @@ TMRT_AVX512 inline void lookup64(const TableRegs &table, __m512i index,
                                           table.part[k][3]);
     bytes[k] = _mm512_mask_blend_epi8(upper, lo, hi);
   }
+  __m512i w01lo = _mm512_unpacklo_epi8(bytes[0], bytes[1]);
+  __m512i w01hi = _mm512_unpackhi_epi8(bytes[0], bytes[1]);
+  __m512i w23lo = _mm512_unpacklo_epi8(bytes[2], bytes[3]);
+  __m512i w23hi = _mm512_unpackhi_epi8(bytes[2], bytes[3]);
+  out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01lo, w23lo));
+  out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01lo, w23lo));
+  out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01hi, w23hi));
+  out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01hi, w23hi));
+}
+
+/// lookup64 of a table of 128 entries (indices below 128).
+TMRT_AVX512 inline void lookup64Of128(const TableRegs &table, __m512i index,
+                                      __m512i order, __m512 out[4]) {
+  __m512i idx = _mm512_permutexvar_epi8(order, index);
+  __m512i bytes[4];
+  for (int k = 0; k < 4; ++k)
+    bytes[k] = _mm512_permutex2var_epi8(table.part[k][0], idx,
+                                        table.part[k][1]);
   __m512i w01lo = _mm512_unpacklo_epi8(bytes[0], bytes[1]);
   __m512i w01hi = _mm512_unpackhi_epi8(bytes[0], bytes[1]);
   __m512i w23lo = _mm512_unpacklo_epi8(bytes[2], bytes[3]);
@@ -245,26 +275,32 @@ TMRT_AVX512 inline void guessChunk(const GuessRegs &k, __m512 inverse,
 
 /// The second half: code = guess + (y > T[guess]), mirrored for negative
 /// values of a signed map.
+template <bool Signed>
 TMRT_AVX512 void finishCodes(const MapTables &tables, __m512i order,
                              const float *ys, const uint8_t *guesses,
                              const __mmask64 *negatives, int64_t count,
                              uint8_t *codes) {
   const TableRegs thresholds(tables.thresholds);
-  const bool mirrored = tables.quantizer.hasNegatives();
+  const __m512i zero =
+      _mm512_set1_epi8(static_cast<char>(tables.quantizer.zeroCodeOf()));
   const __m512i mirror =
       _mm512_set1_epi8(static_cast<char>(2 * tables.quantizer.zeroCodeOf()));
   const __m512i oneByte = _mm512_set1_epi8(1);
   for (int64_t j = 0; j < count; j += 64) {
     __m512i guess = _mm512_loadu_si512(guesses + j);
     __m512 threshold[4];
-    lookup64(thresholds, guess, order, threshold);
+    if (Signed)
+      lookup64Of128(thresholds, _mm512_sub_epi8(guess, zero), order,
+                    threshold);
+    else
+      lookup64(thresholds, _mm512_sub_epi8(guess, zero), order, threshold);
     __mmask16 above[4];
     for (int r = 0; r < 4; ++r)
       above[r] = _mm512_cmp_ps_mask(_mm512_loadu_ps(ys + j + 16 * r),
                                     threshold[r], _CMP_GT_OQ);
     __m512i code =
         _mm512_mask_add_epi8(guess, joinMasks(above), guess, oneByte);
-    if (mirrored)
+    if (Signed)
       code = _mm512_mask_blend_epi8(negatives[j / 64], code,
                                     _mm512_subs_epu8(mirror, code));
     _mm512_mask_storeu_epi8(codes + j, byteMask(count - j), code);
@@ -291,9 +327,14 @@ struct BlockBuffers {
 TMRT_AVX512 void finishBlock(const MapTables &tables, __m512i order,
                              BlockBuffers &block, int64_t count,
                              uint8_t *codes) {
-  if (block.vectorized())
-    finishCodes(tables, order, block.values.data(), block.guesses.data(),
-                block.negatives.data(), count, codes);
+  if (block.vectorized() && tables.quantizer.hasNegatives())
+    finishCodes<true>(tables, order, block.values.data(),
+                      block.guesses.data(), block.negatives.data(), count,
+                      codes);
+  else if (block.vectorized())
+    finishCodes<false>(tables, order, block.values.data(),
+                       block.guesses.data(), block.negatives.data(), count,
+                       codes);
   else if (!(block.absmax > 0.0f))
     std::memset(codes, tables.quantizer.zeroCodeOf(), count);
   else {

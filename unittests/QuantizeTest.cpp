@@ -220,6 +220,91 @@ TEST(DynamicMapTest, RoundTripErrorPerBlock) {
 }
 
 //===----------------------------------------------------------------------===//
+// The runtime's quantize and dequantize kernels against the reference
+//===----------------------------------------------------------------------===//
+
+/// Values around everything the vector quantizer decides on: each entry,
+/// each threshold, each power of ten and each binade boundary, 8 floats
+/// either side, both signs; then random values of every magnitude.
+std::vector<float> hardValues(const trainmem::MapQuantizer &quantizer) {
+  std::vector<float> centers = {0.0f, 1e-30f, 1e-9f};
+  for (int c = 0; c < 256; ++c) {
+    centers.push_back(quantizer.entries()[c]);
+    if (std::isfinite(quantizer.thresholds[c]))
+      centers.push_back(quantizer.thresholds[c]);
+  }
+  for (int e = -8; e <= 0; ++e)
+    centers.push_back(std::pow(10.0f, static_cast<float>(e)));
+  for (int e = -30; e <= 0; ++e)
+    centers.push_back(std::ldexp(1.0f, e));
+  std::vector<float> values;
+  for (float center : centers)
+    for (float sign : {1.0f, -1.0f}) {
+      float x = sign * center;
+      for (int k = 0; k < 8; ++k)
+        x = std::nextafter(x, -2.0f);
+      for (int k = 0; k <= 16; ++k, x = std::nextafter(x, 2.0f))
+        if (std::abs(x) <= 1.0f)
+          values.push_back(x);
+    }
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_real_distribution<float> exponent(-9.0f, 0.0f);
+  for (int i = 0; i < 100000; ++i)
+    values.push_back(unit(rng) * std::pow(10.0f, exponent(rng)));
+  return values;
+}
+
+TEST(QuantizeKernelTest, EqualsReference) {
+  const char *error = nullptr;
+  tmrt_context *ctx = tmrt_context_create("cpu", 2, &error);
+  ASSERT_TRUE(ctx) << error;
+  ASSERT_EQ(tmrt_arena_alloc(ctx, 32 << 20), 0);
+  uint8_t *arena = tmrt_arena_base(ctx);
+  for (bool isSigned : {true, false}) {
+    const DynamicMap &map = isSigned ? signedMap() : unsignedMap();
+    std::vector<float> hard = hardValues(*trainmem::quantizerFor(map));
+    for (int64_t block : {8, 64, 256, 2048}) {
+      // Blocks led by 1 (the inverse is then exactly 1 and the values are
+      // quantized as they are), and the same values scaled by 3e-3 (an
+      // inverse that rounds); a tail block shorter than the rest.
+      std::vector<float> x;
+      for (float scale : {1.0f, 3e-3f})
+        for (size_t i = 0; i < hard.size(); ++i) {
+          if (x.size() % block == 0)
+            x.push_back(scale);
+          x.push_back(hard[i] * scale);
+        }
+      x.resize(x.size() - 5);
+      int64_t n = static_cast<int64_t>(x.size()),
+              blocks = (n + block - 1) / block;
+      const int64_t in = 0, codes = 4 * n, absmax = codes + n,
+                    out = absmax + 4 * blocks;
+      ASSERT_LE(out + 4 * n, 32 << 20);
+      std::memcpy(arena + in, x.data(), 4 * n);
+      tmrt_quantize(ctx, in, codes, absmax, n, block, isSigned);
+      std::vector<uint8_t> expectedCodes(n);
+      std::vector<float> expectedMax(blocks);
+      trainmem::quantizeBlockwise(map, x.data(), n, block,
+                                  expectedCodes.data(), expectedMax.data());
+      ASSERT_EQ(std::memcmp(arena + absmax, expectedMax.data(), 4 * blocks), 0);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(arena[codes + i], expectedCodes[i])
+            << "signed " << isSigned << ", block " << block << ", x = "
+            << x[i] << " of block maximum " << expectedMax[i / block];
+      tmrt_dequantize(ctx, codes, absmax, out, n, block, isSigned);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(reinterpret_cast<float *>(arena + out)[i],
+                  trainmem::dequantizeValue(map, expectedCodes[i],
+                                            expectedMax[i / block]))
+            << "element " << i;
+    }
+  }
+  ASSERT_EQ(tmrt_context_error(ctx), nullptr);
+  tmrt_context_destroy(ctx);
+}
+
+//===----------------------------------------------------------------------===//
 // The runtime's fused update against its separate kernels
 //===----------------------------------------------------------------------===//
 

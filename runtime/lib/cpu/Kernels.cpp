@@ -764,10 +764,8 @@ void tmrt_quantize(tmrt_context *ctx, int64_t in, int64_t codes,
   float *a = ctx->at<float>(absmax);
   ctx->pool.parallelFor(blocks, std::max<int64_t>(1, kGrain / block),
                         [&](int64_t b0, int64_t b1) {
-    int64_t begin = b0 * block, end = std::min(n, b1 * block);
-    trainmem::quantizeBlockwise(map, x + begin, end - begin, block, c + begin,
-                                a + b0);
-  });
+                          tmrt::quantizeBlocks(map, x, n, block, c, a, b0, b1);
+                        });
   ctx->touch(codes, n);
   ctx->touch(absmax, blocks * 4);
 }
@@ -781,8 +779,8 @@ void tmrt_dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax,
   const uint8_t *c = ctx->at<uint8_t>(codes);
   const float *a = ctx->at<float>(absmax);
   float *y = ctx->at<float>(out);
-  elementwise(ctx, n, [&](int64_t i) {
-    y[i] = trainmem::dequantizeValue(map, c[i], a[i / block]);
+  ctx->pool.parallelFor(n, kGrain, [&](int64_t begin, int64_t end) {
+    tmrt::dequantizeRange(map, c, a, block, y, begin, end);
   });
   ctx->touch(out, n * 4);
 }

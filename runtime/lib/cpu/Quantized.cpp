@@ -226,13 +226,18 @@ struct GuessRegs {
   }
 };
 
+/// What the vector quantizer does with negative values: mirror them (a
+/// signed map), give them code 0 (an unsigned map, as quantizeToMap does),
+/// or nothing (an unsigned map's values known to be at least +0: v).
+enum class Signs { Mirror, Zero, None };
+
 /// The first half of MapQuantizer::quantize for 64 values of a block with a
 /// finite absmax: values[i] becomes y = |x| of x = values[i] * inverse,
 /// guesses[i] the guess for y, *negative bit i the sign of x. With
 /// |values[i]| <= absmax finite, x is neither NaN nor beyond [-1, 1] but
 /// for rounding, so quantize()'s checks are not needed: y slightly above 1
 /// guesses 254 as 1 does, x at or below map[0] mirrors to code 0.
-template <bool Signed>
+template <Signs S>
 TMRT_AVX512 inline void guessChunk(const GuessRegs &k, __m512 inverse,
                                    __m512i pairIndex, float *values,
                                    uint8_t *guesses, __mmask64 *negatives) {
@@ -242,7 +247,7 @@ TMRT_AVX512 inline void guessChunk(const GuessRegs &k, __m512 inverse,
   for (int r = 0; r < 4; ++r) {
     __m512 x = _mm512_mul_ps(_mm512_loadu_ps(values + 16 * r), inverse);
     __m512i bits = _mm512_castps_si512(x);
-    if (Signed)
+    if (S != Signs::None)
       negative[r] = _mm512_movepi32_mask(bits);
     __m512i magnitudeBits =
         _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
@@ -269,13 +274,13 @@ TMRT_AVX512 inline void guessChunk(const GuessRegs &k, __m512 inverse,
   __m512i high = _mm512_permutex2var_epi8(guess[2], pairIndex, guess[3]);
   _mm512_storeu_si512(guesses,
                       _mm512_inserti64x4(low, _mm512_castsi512_si256(high), 1));
-  if (Signed)
+  if (S != Signs::None)
     *negatives = joinMasks(negative);
 }
 
 /// The second half: code = guess + (y > T[guess]), mirrored for negative
 /// values of a signed map.
-template <bool Signed>
+template <Signs S>
 TMRT_AVX512 void finishCodes(const MapTables &tables, __m512i order,
                              const float *ys, const uint8_t *guesses,
                              const __mmask64 *negatives, int64_t count,
@@ -289,7 +294,7 @@ TMRT_AVX512 void finishCodes(const MapTables &tables, __m512i order,
   for (int64_t j = 0; j < count; j += 64) {
     __m512i guess = _mm512_loadu_si512(guesses + j);
     __m512 threshold[4];
-    if (Signed)
+    if (S == Signs::Mirror)
       lookup64Of128(thresholds, _mm512_sub_epi8(guess, zero), order,
                     threshold);
     else
@@ -300,16 +305,15 @@ TMRT_AVX512 void finishCodes(const MapTables &tables, __m512i order,
                                     threshold[r], _CMP_GT_OQ);
     __m512i code =
         _mm512_mask_add_epi8(guess, joinMasks(above), guess, oneByte);
-    if (Signed)
+    if (S == Signs::Mirror)
       code = _mm512_mask_blend_epi8(negatives[j / 64], code,
                                     _mm512_subs_epu8(mirror, code));
+    else if (S == Signs::Zero)
+      code = _mm512_maskz_mov_epi8(~negatives[j / 64], code);
     _mm512_mask_storeu_epi8(codes + j, byteMask(count - j), code);
   }
 }
 
-/// quantizeBlockwise of one block whose values (count of them, readable
-/// and writable up to a multiple of 64) have the largest magnitude `scale`.
-/// Overwrites the values.
 /// One block of state in f32 and what quantizing it needs, padded to a
 /// multiple of 64 lanes.
 struct BlockBuffers {
@@ -323,21 +327,27 @@ struct BlockBuffers {
   bool vectorized() const { return absmax > 0.0f && !std::isinf(absmax); }
 };
 
+/// The guesses of a whole block (of a finite, nonzero maximum).
+template <Signs S>
+TMRT_AVX512 void guessBlock(const GuessRegs &regs, __m512i pairIndex,
+                            BlockBuffers &block, int64_t count) {
+  __m512 inverse = _mm512_set1_ps(1.0f / block.absmax);
+  for (int64_t j = 0; j < count; j += 64)
+    guessChunk<S>(regs, inverse, pairIndex, block.values.data() + j,
+                  block.guesses.data() + j, block.negatives.data() + j / 64);
+}
+
 /// The codes of a block whose guesses are done (or not needed).
+template <Signs S>
 TMRT_AVX512 void finishBlock(const MapTables &tables, __m512i order,
                              BlockBuffers &block, int64_t count,
                              uint8_t *codes) {
-  if (block.vectorized() && tables.quantizer.hasNegatives())
-    finishCodes<true>(tables, order, block.values.data(),
-                      block.guesses.data(), block.negatives.data(), count,
-                      codes);
-  else if (block.vectorized())
-    finishCodes<false>(tables, order, block.values.data(),
-                       block.guesses.data(), block.negatives.data(), count,
-                       codes);
-  else if (!(block.absmax > 0.0f))
+  if (block.vectorized()) {
+    finishCodes<S>(tables, order, block.values.data(), block.guesses.data(),
+                   block.negatives.data(), count, codes);
+  } else if (!(block.absmax > 0.0f)) {
     std::memset(codes, tables.quantizer.zeroCodeOf(), count);
-  else {
+  } else {
     // A value overflowed (v from a huge gradient): the scalar reference,
     // which knows NaN.
     float absmax;
@@ -421,19 +431,22 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
       }
       if (j < prevCount) {
         if (mGuessing)
-          guessChunk<true>(mGuess, mInverse, pairIndex,
+          guessChunk<Signs::Mirror>(mGuess, mInverse, pairIndex,
                            mPrev.values.data() + j, mPrev.guesses.data() + j,
                            mPrev.negatives.data() + j / 64);
         if (vGuessing)
-          guessChunk<false>(vGuess, vInverse, pairIndex,
+          guessChunk<Signs::None>(vGuess, vInverse, pairIndex,
                             vPrev.values.data() + j, vPrev.guesses.data() + j,
                             vPrev.negatives.data() + j / 64);
       }
     }
     if (guessing) {
       int64_t prevBegin = (b - 1) * w.block;
-      finishBlock(mTables, order, mPrev, prevCount, w.nmc + prevBegin);
-      finishBlock(vTables, order, vPrev, prevCount, w.nvc + prevBegin);
+      finishBlock<Signs::Mirror>(mTables, order, mPrev, prevCount,
+                                 w.nmc + prevBegin);
+      // v = beta2 v + (1 - beta2) g^2 is at least +0.
+      finishBlock<Signs::None>(vTables, order, vPrev, prevCount,
+                               w.nvc + prevBegin);
     }
     if (updating) {
       m.absmax = w.nma[b] = _mm512_reduce_max_ps(mLargest);
@@ -442,16 +455,118 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
   }
 }
 
+/// quantizeBlockwise over blocks [b0, b1) with the vector quantizer.
+TMRT_AVX512 static void quantizeBlocksAvx512(const trainmem::DynamicMap &map,
+                                             const float *x, int64_t n,
+                                             int64_t block, uint8_t *codes,
+                                             float *absmax, int64_t b0,
+                                             int64_t b1) {
+  const MapTables &tables = tablesFor(map);
+  const GuessRegs regs(tables.quantizer);
+  const __m512i order = unpackOrder(), pairIndex = lowBytesOfPair();
+  const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  BlockBuffers buffer((block + 63) / 64 * 64);
+  for (int64_t b = b0; b < b1; ++b) {
+    int64_t begin = b * block, count = std::min(block, n - begin);
+    __m512 largest = _mm512_setzero_ps();
+    for (int64_t i = 0; i < count; i += 16) {
+      __mmask16 live = laneMask(count - i);
+      __m512 value = _mm512_maskz_loadu_ps(live, x + begin + i);
+      _mm512_storeu_ps(buffer.values.data() + i, value);
+      largest = _mm512_mask_max_ps(largest, live,
+                                   _mm512_and_ps(value, magnitude), largest);
+    }
+    buffer.absmax = absmax[b] = _mm512_reduce_max_ps(largest);
+    if (tables.quantizer.hasNegatives()) {
+      if (buffer.vectorized())
+        guessBlock<Signs::Mirror>(regs, pairIndex, buffer, count);
+      finishBlock<Signs::Mirror>(tables, order, buffer, count, codes + begin);
+    } else {
+      if (buffer.vectorized())
+        guessBlock<Signs::Zero>(regs, pairIndex, buffer, count);
+      finishBlock<Signs::Zero>(tables, order, buffer, count, codes + begin);
+    }
+  }
+}
+
+/// dequantizeValue over elements [i0, i1) with byte-plane lookups; the
+/// block size is a power of two, 2^shift.
+TMRT_AVX512 static void dequantizeAvx512(const trainmem::DynamicMap &map,
+                                         const uint8_t *codes,
+                                         const float *absmax, int shift,
+                                         float *out, int64_t i0, int64_t i1) {
+  const TableRegs table(tablesFor(map).entries);
+  const __m512i order = unpackOrder();
+  for (int64_t j = i0; j < i1; j += 64) {
+    int64_t lanes = std::min<int64_t>(64, i1 - j);
+    __m512 entry[4];
+    lookup64(table, _mm512_maskz_loadu_epi8(byteMask(lanes), codes + j),
+             order, entry);
+    for (int r = 0; r < 4 && 16 * r < lanes; ++r) {
+      int64_t i = j + 16 * r, count = std::min<int64_t>(16, i1 - i);
+      __m512 scale;
+      if (i >> shift == (i + count - 1) >> shift) {
+        scale = _mm512_set1_ps(absmax[i >> shift]);
+      } else { // blocks smaller than 16 lanes
+        alignas(64) float scales[16] = {};
+        for (int64_t l = 0; l < count; ++l)
+          scales[l] = absmax[(i + l) >> shift];
+        scale = _mm512_load_ps(scales);
+      }
+      _mm512_mask_storeu_ps(out + i, laneMask(count),
+                            _mm512_mul_ps(entry[r], scale));
+    }
+  }
+}
+
 #endif // TMRT_HAVE_AVX512
 
-void adamW8bitBlocks(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
+/// Whether the vector kernels run: the CPU has AVX-512 F, BW, DQ and VBMI
+/// and TMRT_NO_AVX512 is not set.
+static bool useAvx512() {
 #ifdef TMRT_HAVE_AVX512
   static const bool avx512 =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vbmi") &&
       std::getenv("TMRT_NO_AVX512") == nullptr;
-  if (avx512)
+  return avx512;
+#else
+  return false;
+#endif
+}
+
+void quantizeBlocks(const trainmem::DynamicMap &map, const float *x,
+                    int64_t n, int64_t block, uint8_t *codes, float *absmax,
+                    int64_t b0, int64_t b1) {
+#ifdef TMRT_HAVE_AVX512
+  if (useAvx512() && trainmem::quantizerFor(map))
+    return quantizeBlocksAvx512(map, x, n, block, codes, absmax, b0, b1);
+#endif
+  int64_t begin = b0 * block, end = std::min(n, b1 * block);
+  trainmem::quantizeBlockwise(map, x + begin, end - begin, block,
+                              codes + begin, absmax + b0);
+}
+
+void dequantizeRange(const trainmem::DynamicMap &map, const uint8_t *codes,
+                     const float *absmax, int64_t block, float *out,
+                     int64_t i0, int64_t i1) {
+#ifdef TMRT_HAVE_AVX512
+  if (useAvx512() && (block & (block - 1)) == 0 &&
+      trainmem::quantizerFor(map)) {
+    int shift = 0;
+    while ((int64_t(1) << shift) < block)
+      ++shift;
+    return dequantizeAvx512(map, codes, absmax, shift, out, i0, i1);
+  }
+#endif
+  for (int64_t i = i0; i < i1; ++i)
+    out[i] = trainmem::dequantizeValue(map, codes[i], absmax[i / block]);
+}
+
+void adamW8bitBlocks(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
+#ifdef TMRT_HAVE_AVX512
+  if (useAvx512())
     return adamW8bitBlocksAvx512(w, b0, b1);
 #endif
   adamW8bitBlocksGeneric(w, b0, b1);

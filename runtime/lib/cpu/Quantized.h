@@ -27,10 +27,22 @@ struct AdamW8bitBlock {
   const trainmem::DynamicMap *mMap, *vMap;
 };
 
-/// Blocks [b0, b1) of the fused update: with AVX-512F when the CPU has it
-/// (and TMRT_NO_AVX512 is not set), else in scalar code; the same bits
-/// either way.
+/// Blocks [b0, b1) of the fused update: with AVX-512 (F, BW, DQ, VBMI)
+/// when the CPU has it and TMRT_NO_AVX512 is not set, else in scalar code;
+/// the same bits either way.
 void adamW8bitBlocks(const AdamW8bitBlock &work, int64_t b0, int64_t b1);
+
+/// trainmem::quantizeBlockwise over blocks [b0, b1) of x[0..n): vectorized
+/// for the dynamic maps where the CPU allows, the same bits either way.
+void quantizeBlocks(const trainmem::DynamicMap &map, const float *x,
+                    int64_t n, int64_t block, uint8_t *codes, float *absmax,
+                    int64_t b0, int64_t b1);
+
+/// out[i] = dequantizeValue(map, codes[i], absmax[i / block]) for i in
+/// [i0, i1): vectorized likewise.
+void dequantizeRange(const trainmem::DynamicMap &map, const uint8_t *codes,
+                     const float *absmax, int64_t block, float *out,
+                     int64_t i0, int64_t i1);
 
 /// The scalar version, always.
 void adamW8bitBlocksGeneric(const AdamW8bitBlock &work, int64_t b0,

@@ -22,6 +22,10 @@ tools = ["trainmem-opt", "trainmem-model", "trainmem-run", "FileCheck", "not",
 llvm_config.add_tool_substitutions(
     tools, [config.trainmem_tools_dir, config.llvm_tools_dir])
 
+# The GoogleTest binaries (some run again under other settings).
+config.substitutions.append(
+    ("%unittests", os.path.join(config.trainmem_obj_root, "unittests")))
+
 # The shipped corpus.
 config.substitutions.append(
     ("%corpus", os.path.join(config.trainmem_src_root, "data",

@@ -179,6 +179,23 @@ public:
     return static_cast<uint8_t>(q);
   }
 
+  /// quantizeBlockwise of one block (count values) with quantize(): the
+  /// same codes; returns the block's absmax.
+  float quantizeBlock(const float *values, int64_t count,
+                      uint8_t *codes) const {
+    float scale = 0.0f;
+    for (int64_t i = 0; i < count; ++i)
+      scale = std::max(scale, std::abs(values[i]));
+    if (!(scale > 0.0f)) {
+      std::fill(codes, codes + count, static_cast<uint8_t>(zero));
+      return scale;
+    }
+    float inverse = 1.0f / scale;
+    for (int64_t i = 0; i < count; ++i)
+      codes[i] = quantize(values[i] * inverse);
+    return scale;
+  }
+
   const DynamicMap &entries() const { return map; }
   bool hasNegatives() const { return isSigned; }
   int zeroCodeOf() const { return zero; }

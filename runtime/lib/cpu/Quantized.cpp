@@ -36,6 +36,17 @@
 
 namespace tmrt {
 
+/// quantizeBlockwise of one block: with MapQuantizer (no search) for the
+/// dynamic maps.
+static void quantizeOneBlock(const trainmem::DynamicMap &map,
+                             const float *values, int64_t count,
+                             uint8_t *codes, float *absmax) {
+  if (const trainmem::MapQuantizer *quantizer = trainmem::quantizerFor(map))
+    *absmax = quantizer->quantizeBlock(values, count, codes);
+  else
+    trainmem::quantizeBlockwise(map, values, count, count, codes, absmax);
+}
+
 void adamW8bitBlocksGeneric(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
   std::vector<float> m(w.block), v(w.block);
   for (int64_t b = b0; b < b1; ++b) {
@@ -45,10 +56,8 @@ void adamW8bitBlocksGeneric(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
                       trainmem::dequantizeValue(*w.mMap, w.mc[i], w.ma[b]),
                       trainmem::dequantizeValue(*w.vMap, w.vc[i], w.va[b]),
                       w.np[i], m[i - begin], v[i - begin]);
-    trainmem::quantizeBlockwise(*w.mMap, m.data(), end - begin, w.block,
-                                w.nmc + begin, w.nma + b);
-    trainmem::quantizeBlockwise(*w.vMap, v.data(), end - begin, w.block,
-                                w.nvc + begin, w.nva + b);
+    quantizeOneBlock(*w.mMap, m.data(), end - begin, w.nmc + begin, w.nma + b);
+    quantizeOneBlock(*w.vMap, v.data(), end - begin, w.nvc + begin, w.nva + b);
   }
 }
 
@@ -543,9 +552,11 @@ void quantizeBlocks(const trainmem::DynamicMap &map, const float *x,
   if (useAvx512() && trainmem::quantizerFor(map))
     return quantizeBlocksAvx512(map, x, n, block, codes, absmax, b0, b1);
 #endif
-  int64_t begin = b0 * block, end = std::min(n, b1 * block);
-  trainmem::quantizeBlockwise(map, x + begin, end - begin, block,
-                              codes + begin, absmax + b0);
+  for (int64_t b = b0; b < b1; ++b) {
+    int64_t begin = b * block;
+    quantizeOneBlock(map, x + begin, std::min(block, n - begin),
+                     codes + begin, absmax + b);
+  }
 }
 
 void dequantizeRange(const trainmem::DynamicMap &map, const uint8_t *codes,

@@ -187,6 +187,9 @@ TMRT_AVX512 inline __mmask64 byteMask(int64_t lanes) {
                      : (static_cast<__mmask64>(1) << lanes) - 1;
 }
 
+/// vrangeps: the larger magnitude, sign cleared.
+constexpr int kMaxMagnitude = 0x0b;
+
 /// Four 16-lane masks as one 64-lane mask, in mask registers (put together
 /// in general registers, the compiler stores four halves and loads them as
 /// one, which stalls).
@@ -383,7 +386,6 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
                stepSize = _mm512_set1_ps(u.stepSize),
                epsilonHat = _mm512_set1_ps(u.epsilonHat),
                decay = _mm512_set1_ps(u.decay);
-  const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const MapTables &mTables = tablesFor(*w.mMap), &vTables = tablesFor(*w.vMap);
   const GuessRegs mGuess(mTables.quantizer), vGuess(vTables.quantizer);
   const __m512i order = unpackOrder(), pairIndex = lowBytesOfPair();
@@ -432,11 +434,12 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
         _mm512_mask_storeu_ps(np + i, live, pNew);
         _mm512_storeu_ps(mi + i, mNew);
         _mm512_storeu_ps(vi + i, vNew);
-        // max(x, largest) keeps `largest` in NaN lanes, as std::max does.
-        mLargest = _mm512_mask_max_ps(
-            mLargest, live, _mm512_and_ps(mNew, magnitude), mLargest);
-        vLargest = _mm512_mask_max_ps(
-            vLargest, live, _mm512_and_ps(vNew, magnitude), vLargest);
+        // max(|x|, largest) in one vrangeps (no NaN here: the gradient is
+        // finite and the update subtracts no infinities).
+        mLargest = _mm512_mask_range_ps(mLargest, live, mNew, mLargest,
+                                        kMaxMagnitude);
+        vLargest = _mm512_mask_range_ps(vLargest, live, vNew, vLargest,
+                                        kMaxMagnitude);
       }
       if (j < prevCount) {
         if (mGuessing)

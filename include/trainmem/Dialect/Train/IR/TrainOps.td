@@ -757,9 +757,11 @@ def Train_AdamWOp : Train_ComputeOp<"adamw",
   let description = [{
     With `t = step` (counted from 1), `m' = β1 m + (1-β1) g`,
     `v' = β2 v + (1-β2) g²`, and
-    `p' = p - lr · (m'/(1-β1^t) / (sqrt(v'/(1-β2^t)) + eps) + wd · p)`.
-    `m` and `v` are f32; the parameter may be the f32 master copy of a
-    16-bit weight.
+    `p' = p - lr · (m'/(1-β1^t) / (sqrt(v'/(1-β2^t)) + eps) + wd · p)`,
+    evaluated in f32 as `p' = (1 - lr·wd) p - α m' / (sqrt(v') + ε̂)` with
+    `α = lr sqrt(1-β2^t) / (1-β1^t)` and `ε̂ = eps sqrt(1-β2^t)` (Kingma &
+    Ba's form; the constants in f64 once per tensor). `m` and `v` are f32;
+    the parameter may be the f32 master copy of a 16-bit weight.
 
     ```mlir
     %p2, %m2, %v2 = train.adamw %p, %g, %m, %v, %lr, %step

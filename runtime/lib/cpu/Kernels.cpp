@@ -742,10 +742,16 @@ void tmrt_adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
               *mv = ctx->at<float>(m), *vv = ctx->at<float>(v);
   float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m),
         *nv = ctx->at<float>(new_v);
-  trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
-                             weight_decay, *ctx->at<int64_t>(step));
-  elementwise(ctx, n, [&](int64_t i) {
-    update.apply(p[i], g[i], mv[i], vv[i], np[i], nm[i], nv[i]);
+  const trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
+                                   weight_decay, *ctx->at<int64_t>(step));
+  ctx->pool.parallelFor(n, kGrain, [&](int64_t begin, int64_t end) {
+    const trainmem::AdamWStep step = update;
+    // Element i reads and writes index i only, so vectors are safe also
+    // when the outputs are the inputs (in place), which the vectorizer's
+    // overlap check would otherwise refuse.
+#pragma clang loop vectorize(assume_safety)
+    for (int64_t i = begin; i < end; ++i)
+      step.apply(p[i], g[i], mv[i], vv[i], np[i], nm[i], nv[i]);
   });
   ctx->touch(new_param, n * 4);
   ctx->touch(new_m, n * 4);

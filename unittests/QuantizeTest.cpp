@@ -24,6 +24,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 
 using trainmem::DynamicMap;
 
@@ -252,6 +253,12 @@ std::vector<float> hardValues(const trainmem::MapQuantizer &quantizer) {
   std::uniform_real_distribution<float> exponent(-9.0f, 0.0f);
   for (int i = 0; i < 100000; ++i)
     values.push_back(unit(rng) * std::pow(10.0f, exponent(rng)));
+  // NaN (ignored by the maximum, code 0) and an infinite maximum.
+  values.push_back(std::numeric_limits<float>::quiet_NaN());
+  values.push_back(-std::numeric_limits<float>::quiet_NaN());
+  for (int i = 0; i < 3000; ++i)
+    values.push_back(unit(rng));
+  values.push_back(std::numeric_limits<float>::infinity());
   return values;
 }
 
@@ -265,6 +272,8 @@ TEST(QuantizeKernelTest, EqualsReference) {
     const DynamicMap &map = isSigned ? signedMap() : unsignedMap();
     std::vector<float> hard = hardValues(*trainmem::quantizerFor(map));
     for (int64_t block : {8, 64, 256, 2048}) {
+      SCOPED_TRACE("signed " + std::to_string(isSigned) + ", block " +
+                   std::to_string(block));
       // Blocks led by 1 (the inverse is then exactly 1 and the values are
       // quantized as they are), and the same values scaled by 3e-3 (an
       // inverse that rounds); a tail block shorter than the rest.
@@ -293,11 +302,12 @@ TEST(QuantizeKernelTest, EqualsReference) {
             << "signed " << isSigned << ", block " << block << ", x = "
             << x[i] << " of block maximum " << expectedMax[i / block];
       tmrt_dequantize(ctx, codes, absmax, out, n, block, isSigned);
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(reinterpret_cast<float *>(arena + out)[i],
-                  trainmem::dequantizeValue(map, expectedCodes[i],
-                                            expectedMax[i / block]))
+      for (int64_t i = 0; i < n; ++i) {
+        float expected = trainmem::dequantizeValue(map, expectedCodes[i],
+                                                   expectedMax[i / block]);
+        ASSERT_EQ(std::memcmp(arena + out + 4 * i, &expected, 4), 0)
             << "element " << i;
+      }
     }
   }
   ASSERT_EQ(tmrt_context_error(ctx), nullptr);

@@ -143,6 +143,19 @@ struct TableRegs {
   }
 };
 
+/// Four byte planes of 64 lanes as 4 x 16 floats: out[r] lane l from byte
+/// 16r + l of the planes, given indices in unpackOrder.
+TMRT_AVX512 inline void joinPlanes(const __m512i bytes[4], __m512 out[4]) {
+  __m512i w01lo = _mm512_unpacklo_epi8(bytes[0], bytes[1]);
+  __m512i w01hi = _mm512_unpackhi_epi8(bytes[0], bytes[1]);
+  __m512i w23lo = _mm512_unpacklo_epi8(bytes[2], bytes[3]);
+  __m512i w23hi = _mm512_unpackhi_epi8(bytes[2], bytes[3]);
+  out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01lo, w23lo));
+  out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01lo, w23lo));
+  out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01hi, w23hi));
+  out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01hi, w23hi));
+}
+
 /// out[r] lane l = table[index byte 16r + l], for the 64 bytes of `index`.
 TMRT_AVX512 inline void lookup64(const TableRegs &table, __m512i index,
                                  __m512i order, __m512 out[4]) {
@@ -156,14 +169,7 @@ TMRT_AVX512 inline void lookup64(const TableRegs &table, __m512i index,
                                           table.part[k][3]);
     bytes[k] = _mm512_mask_blend_epi8(upper, lo, hi);
   }
-  __m512i w01lo = _mm512_unpacklo_epi8(bytes[0], bytes[1]);
-  __m512i w01hi = _mm512_unpackhi_epi8(bytes[0], bytes[1]);
-  __m512i w23lo = _mm512_unpacklo_epi8(bytes[2], bytes[3]);
-  __m512i w23hi = _mm512_unpackhi_epi8(bytes[2], bytes[3]);
-  out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01lo, w23lo));
-  out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01lo, w23lo));
-  out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01hi, w23hi));
-  out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01hi, w23hi));
+  joinPlanes(bytes, out);
 }
 
 /// lookup64 of a table of 128 entries (indices below 128).
@@ -174,14 +180,7 @@ TMRT_AVX512 inline void lookup64Of128(const TableRegs &table, __m512i index,
   for (int k = 0; k < 4; ++k)
     bytes[k] = _mm512_permutex2var_epi8(table.part[k][0], idx,
                                         table.part[k][1]);
-  __m512i w01lo = _mm512_unpacklo_epi8(bytes[0], bytes[1]);
-  __m512i w01hi = _mm512_unpackhi_epi8(bytes[0], bytes[1]);
-  __m512i w23lo = _mm512_unpacklo_epi8(bytes[2], bytes[3]);
-  __m512i w23hi = _mm512_unpackhi_epi8(bytes[2], bytes[3]);
-  out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01lo, w23lo));
-  out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01lo, w23lo));
-  out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01hi, w23hi));
-  out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01hi, w23hi));
+  joinPlanes(bytes, out);
 }
 
 TMRT_AVX512 inline __mmask16 laneMask(int64_t lanes) {
@@ -340,10 +339,13 @@ struct BlockBuffers {
   std::vector<uint8_t> guesses;
   std::vector<__mmask64> negatives;
   float absmax = 0.0f;
+  bool hasNaN = false; // (the maximum ignores NaN; the vector code does not)
 
   explicit BlockBuffers(int64_t padded)
       : values(padded, 0.0f), guesses(padded), negatives(padded / 64) {}
-  bool vectorized() const { return absmax > 0.0f && !std::isinf(absmax); }
+  bool vectorized() const {
+    return absmax > 0.0f && !std::isinf(absmax) && !hasNaN;
+  }
 };
 
 /// The guesses of a whole block (of a finite, nonzero maximum).
@@ -488,14 +490,18 @@ TMRT_AVX512 static void quantizeBlocksAvx512(const trainmem::DynamicMap &map,
   for (int64_t b = b0; b < b1; ++b) {
     int64_t begin = b * block, count = std::min(block, n - begin);
     __m512 largest = _mm512_setzero_ps();
+    __mmask16 nan = 0;
     for (int64_t i = 0; i < count; i += 16) {
       __mmask16 live = laneMask(count - i);
       __m512 value = _mm512_maskz_loadu_ps(live, x + begin + i);
       _mm512_storeu_ps(buffer.values.data() + i, value);
+      // max(x, largest) keeps `largest` in NaN lanes, as std::max does.
       largest = _mm512_mask_max_ps(largest, live,
                                    _mm512_and_ps(value, magnitude), largest);
+      nan |= _mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q);
     }
     buffer.absmax = absmax[b] = _mm512_reduce_max_ps(largest);
+    buffer.hasNaN = nan != 0;
     if (tables.quantizer.hasNegatives()) {
       if (buffer.vectorized())
         guessBlock<Signs::Mirror>(regs, pairIndex, buffer, count);

@@ -406,6 +406,24 @@ TEST_P(FusedAdamW8bitTest, EqualsDequantizeAdamWQuantize) {
   EXPECT_EQ(std::memcmp(at<uint8_t>(fvc), at<uint8_t>(uvc), n), 0);
   EXPECT_EQ(std::memcmp(at<float>(fma), at<float>(uma), blocks * 4), 0);
   EXPECT_EQ(std::memcmp(at<float>(fva), at<float>(uva), blocks * 4), 0);
+
+  // The step after: that block's v dequantizes to 0 * inf = NaN. The fused
+  // update still equals the unfused one, NaN for NaN.
+  at<float>(g)[5] = 0.01f;
+  tmrt_adamw_8bit(ctx, fp, g, fmc, fma, fvc, fva, lr, step, fp, fmc, fma, fvc,
+                  fva, n, block, beta1, beta2, eps, wd);
+  tmrt_dequantize(ctx, umc, uma, m32, n, block, /*is_signed=*/1);
+  tmrt_dequantize(ctx, uvc, uva, v32, n, block, /*is_signed=*/0);
+  tmrt_adamw(ctx, up, g, m32, v32, lr, step, up, um, uv, n, beta1, beta2, eps,
+             wd);
+  EXPECT_TRUE(std::isnan(at<float>(uv)[5]));
+  tmrt_quantize(ctx, um, umc, uma, n, block, 1);
+  tmrt_quantize(ctx, uv, uvc, uva, n, block, 0);
+  EXPECT_EQ(std::memcmp(at<float>(fp), at<float>(up), n * 4), 0);
+  EXPECT_EQ(std::memcmp(at<uint8_t>(fmc), at<uint8_t>(umc), n), 0);
+  EXPECT_EQ(std::memcmp(at<uint8_t>(fvc), at<uint8_t>(uvc), n), 0);
+  EXPECT_EQ(std::memcmp(at<float>(fma), at<float>(uma), blocks * 4), 0);
+  EXPECT_EQ(std::memcmp(at<float>(fva), at<float>(uva), blocks * 4), 0);
 }
 
 TEST_P(FusedAdamW8bitTest, NonFiniteGradientSkipsTheTensor) {

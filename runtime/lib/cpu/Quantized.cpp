@@ -348,6 +348,21 @@ struct BlockBuffers {
   }
 };
 
+/// The block's maximum from the lanes of vrangeps: with a NaN among the
+/// values, quantizeBlockwise's (which ignores NaN) and no vector code.
+TMRT_AVX512 void setMaximum(BlockBuffers &block, __m512 largest,
+                            int64_t count) {
+  block.hasNaN = _mm512_cmp_ps_mask(largest, largest, _CMP_UNORD_Q) != 0;
+  if (!block.hasNaN) {
+    block.absmax = _mm512_reduce_max_ps(largest);
+    return;
+  }
+  float scale = 0.0f;
+  for (int64_t i = 0; i < count; ++i)
+    scale = std::max(scale, std::abs(block.values[i]));
+  block.absmax = scale;
+}
+
 /// The guesses of a whole block (of a finite, nonzero maximum).
 template <Signs S>
 TMRT_AVX512 void guessBlock(const GuessRegs &regs, __m512i pairIndex,
@@ -443,8 +458,9 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
         _mm512_mask_storeu_ps(np + i, live, pNew);
         _mm512_storeu_ps(mi + i, mNew);
         _mm512_storeu_ps(vi + i, vNew);
-        // max(|x|, largest) in one vrangeps (no NaN here: the gradient is
-        // finite and the update subtracts no infinities).
+        // max(|x|, largest) in one vrangeps, which keeps a NaN once seen
+        // (v is NaN after a step whose v overflowed: infinite absmax, codes
+        // 0, entries 0 * inf); such a block goes to the scalar reference.
         mLargest = _mm512_mask_range_ps(mLargest, live, mNew, mLargest,
                                         kMaxMagnitude);
         vLargest = _mm512_mask_range_ps(vLargest, live, vNew, vLargest,
@@ -470,8 +486,10 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
                                w.nvc + prevBegin);
     }
     if (updating) {
-      m.absmax = w.nma[b] = _mm512_reduce_max_ps(mLargest);
-      v.absmax = w.nva[b] = _mm512_reduce_max_ps(vLargest);
+      setMaximum(m, mLargest, count);
+      setMaximum(v, vLargest, count);
+      w.nma[b] = m.absmax;
+      w.nva[b] = v.absmax;
     }
   }
 }

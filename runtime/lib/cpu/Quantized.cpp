@@ -268,7 +268,8 @@ TMRT_AVX512 inline void guessChunk(const GuessRegs &k, __m512 inverse,
     if (S != Signs::None)
       negative[r] = _mm512_movepi32_mask(bits);
     __m512i magnitudeBits =
-        _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+        S == Signs::None ? bits
+                         : _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
     __m512 y = _mm512_castsi512_ps(magnitudeBits);
     // max(exponent - bias, 0): the exponent fits the low 16 bits.
     __m512i binade = _mm512_subs_epu16(

@@ -748,7 +748,8 @@ void tmrt_adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
     const trainmem::AdamWStep step = update;
     // Element i reads and writes index i only, so vectors are safe also
     // when the outputs are the inputs (in place), which the vectorizer's
-    // overlap check would otherwise refuse.
+    // overlap check would otherwise refuse; other overlaps do not happen
+    // (the memory plan keeps an op's inputs and outputs apart).
 #pragma clang loop vectorize(assume_safety)
     for (int64_t i = begin; i < end; ++i)
       step.apply(p[i], g[i], mv[i], vv[i], np[i], nm[i], nv[i]);

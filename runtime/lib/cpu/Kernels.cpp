@@ -864,8 +864,8 @@ void tmrt_sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
               update.apply(p[i], g[i],
                            trainmem::dequantizeValue(map, c[i], a[b]), np[i],
                            buffer[i - begin]);
-            trainmem::quantizeBlockwise(map, buffer.data(), end - begin,
-                                        block, nc + begin, na + b);
+            tmrt::quantizeBlocks(map, buffer.data(), end - begin, block,
+                                 nc + begin, na + b, 0, 1);
           }
         });
   } else {

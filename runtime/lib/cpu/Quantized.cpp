@@ -442,6 +442,21 @@ TMRT_AVX512 static void adamW8bitBlocksAvx512(const AdamW8bitBlock &w,
     for (int64_t j = 0; j < std::max(count, prevCount); j += 64) {
       for (int64_t i = j; i < std::min(count, j + 64); i += 16) {
         __mmask16 live = laneMask(count - i);
+        if (b + 1 < b1) {
+          // The next block's lines, one of each stream per 16 elements
+          // (the hardware prefetcher alone leaves 0.1-0.4 ns per element on
+          // the table, the more the larger the block).
+          const char *next = reinterpret_cast<const char *>(p + w.block + i);
+          _mm_prefetch(next, _MM_HINT_T0);
+          next = reinterpret_cast<const char *>(g + w.block + i);
+          _mm_prefetch(next, _MM_HINT_T0);
+          if ((i & 63) == 0) {
+            next = reinterpret_cast<const char *>(w.mc + begin + w.block + i);
+            _mm_prefetch(next, _MM_HINT_T0);
+            next = reinterpret_cast<const char *>(w.vc + begin + w.block + i);
+            _mm_prefetch(next, _MM_HINT_T0);
+          }
+        }
         __m512 pi = _mm512_maskz_loadu_ps(live, p + i);
         __m512 gi = _mm512_maskz_loadu_ps(live, g + i);
         __m512 mNew = _mm512_add_ps(

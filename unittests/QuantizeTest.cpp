@@ -363,21 +363,30 @@ TEST_P(FusedAdamW8bitTest, EqualsDequantizeAdamWQuantize) {
   *at<int64_t>(step) = 7;
   const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = 0.01;
 
+  // The unfused path from a parameter and its state: dequantize, f32
+  // AdamW, quantize, into up, umc, uma, uvc and uva.
+  auto unfused = [&](int64_t param, int64_t mCodes, int64_t mMax,
+                     int64_t vCodes, int64_t vMax) {
+    tmrt_dequantize(ctx, mCodes, mMax, m32, n, block, /*is_signed=*/1);
+    tmrt_dequantize(ctx, vCodes, vMax, v32, n, block, /*is_signed=*/0);
+    tmrt_adamw(ctx, param, g, m32, v32, lr, step, up, um, uv, n, beta1, beta2,
+               eps, wd);
+    tmrt_quantize(ctx, um, umc, uma, n, block, 1);
+    tmrt_quantize(ctx, uv, uvc, uva, n, block, 0);
+  };
+  auto expectFusedEqualsUnfused = [&] {
+    EXPECT_EQ(std::memcmp(at<float>(fp), at<float>(up), n * 4), 0);
+    EXPECT_EQ(std::memcmp(at<uint8_t>(fmc), at<uint8_t>(umc), n), 0);
+    EXPECT_EQ(std::memcmp(at<uint8_t>(fvc), at<uint8_t>(uvc), n), 0);
+    EXPECT_EQ(std::memcmp(at<float>(fma), at<float>(uma), blocks * 4), 0);
+    EXPECT_EQ(std::memcmp(at<float>(fva), at<float>(uva), blocks * 4), 0);
+  };
+
   tmrt_adamw_8bit(ctx, p, g, mc, ma, vc, va, lr, step, fp, fmc, fma, fvc, fva,
                   n, block, beta1, beta2, eps, wd);
-  tmrt_dequantize(ctx, mc, ma, m32, n, block, /*is_signed=*/1);
-  tmrt_dequantize(ctx, vc, va, v32, n, block, /*is_signed=*/0);
-  tmrt_adamw(ctx, p, g, m32, v32, lr, step, up, um, uv, n, beta1, beta2, eps,
-             wd);
-  tmrt_quantize(ctx, um, umc, uma, n, block, 1);
-  tmrt_quantize(ctx, uv, uvc, uva, n, block, 0);
+  unfused(p, mc, ma, vc, va);
   ASSERT_EQ(tmrt_context_error(ctx), nullptr);
-
-  EXPECT_EQ(std::memcmp(at<float>(fp), at<float>(up), n * 4), 0);
-  EXPECT_EQ(std::memcmp(at<uint8_t>(fmc), at<uint8_t>(umc), n), 0);
-  EXPECT_EQ(std::memcmp(at<uint8_t>(fvc), at<uint8_t>(uvc), n), 0);
-  EXPECT_EQ(std::memcmp(at<float>(fma), at<float>(uma), blocks * 4), 0);
-  EXPECT_EQ(std::memcmp(at<float>(fva), at<float>(uva), blocks * 4), 0);
+  expectFusedEqualsUnfused();
   // The update did something: parameters and state moved.
   EXPECT_NE(std::memcmp(at<float>(fp), at<float>(p), n * 4), 0);
   EXPECT_NE(std::memcmp(at<uint8_t>(fmc), at<uint8_t>(mc), n), 0);
@@ -394,36 +403,18 @@ TEST_P(FusedAdamW8bitTest, EqualsDequantizeAdamWQuantize) {
   at<float>(g)[5] = 3e19f;
   tmrt_adamw_8bit(ctx, p, g, mc, ma, vc, va, lr, step, fp, fmc, fma, fvc, fva,
                   n, block, beta1, beta2, eps, wd);
-  tmrt_dequantize(ctx, mc, ma, m32, n, block, /*is_signed=*/1);
-  tmrt_dequantize(ctx, vc, va, v32, n, block, /*is_signed=*/0);
-  tmrt_adamw(ctx, p, g, m32, v32, lr, step, up, um, uv, n, beta1, beta2, eps,
-             wd);
-  tmrt_quantize(ctx, um, umc, uma, n, block, 1);
-  tmrt_quantize(ctx, uv, uvc, uva, n, block, 0);
+  unfused(p, mc, ma, vc, va);
   EXPECT_TRUE(std::isinf(at<float>(fva)[0]));
-  EXPECT_EQ(std::memcmp(at<float>(fp), at<float>(up), n * 4), 0);
-  EXPECT_EQ(std::memcmp(at<uint8_t>(fmc), at<uint8_t>(umc), n), 0);
-  EXPECT_EQ(std::memcmp(at<uint8_t>(fvc), at<uint8_t>(uvc), n), 0);
-  EXPECT_EQ(std::memcmp(at<float>(fma), at<float>(uma), blocks * 4), 0);
-  EXPECT_EQ(std::memcmp(at<float>(fva), at<float>(uva), blocks * 4), 0);
+  expectFusedEqualsUnfused();
 
   // The step after: that block's v dequantizes to 0 * inf = NaN. The fused
   // update still equals the unfused one, NaN for NaN.
   at<float>(g)[5] = 0.01f;
   tmrt_adamw_8bit(ctx, fp, g, fmc, fma, fvc, fva, lr, step, fp, fmc, fma, fvc,
                   fva, n, block, beta1, beta2, eps, wd);
-  tmrt_dequantize(ctx, umc, uma, m32, n, block, /*is_signed=*/1);
-  tmrt_dequantize(ctx, uvc, uva, v32, n, block, /*is_signed=*/0);
-  tmrt_adamw(ctx, up, g, m32, v32, lr, step, up, um, uv, n, beta1, beta2, eps,
-             wd);
+  unfused(up, umc, uma, uvc, uva);
   EXPECT_TRUE(std::isnan(at<float>(uv)[5]));
-  tmrt_quantize(ctx, um, umc, uma, n, block, 1);
-  tmrt_quantize(ctx, uv, uvc, uva, n, block, 0);
-  EXPECT_EQ(std::memcmp(at<float>(fp), at<float>(up), n * 4), 0);
-  EXPECT_EQ(std::memcmp(at<uint8_t>(fmc), at<uint8_t>(umc), n), 0);
-  EXPECT_EQ(std::memcmp(at<uint8_t>(fvc), at<uint8_t>(uvc), n), 0);
-  EXPECT_EQ(std::memcmp(at<float>(fma), at<float>(uma), blocks * 4), 0);
-  EXPECT_EQ(std::memcmp(at<float>(fva), at<float>(uva), blocks * 4), 0);
+  expectFusedEqualsUnfused();
 }
 
 TEST_P(FusedAdamW8bitTest, NonFiniteGradientSkipsTheTensor) {

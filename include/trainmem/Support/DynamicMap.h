@@ -86,6 +86,26 @@ inline uint8_t zeroCode(const DynamicMap &map) {
   return quantizeToMap(map, 0.0f);
 }
 
+/// One block of block-wise quantization: returns the block's absmax (max
+/// |x|, NaN ignored) and sets codes[i] = codeOf(x * (1 / absmax)), a
+/// reciprocal once per block as bitsandbytes does (the block's maximum
+/// still gets the code of 1), or `zero` everywhere where absmax is 0.
+template <typename CodeOf>
+float quantizeBlockWith(const float *values, int64_t count, uint8_t zero,
+                        CodeOf codeOf, uint8_t *codes) {
+  float scale = 0.0f;
+  for (int64_t i = 0; i < count; ++i)
+    scale = std::max(scale, std::abs(values[i]));
+  if (!(scale > 0.0f)) {
+    std::fill(codes, codes + count, zero);
+    return scale;
+  }
+  float inverse = 1.0f / scale;
+  for (int64_t i = 0; i < count; ++i)
+    codes[i] = codeOf(values[i] * inverse);
+  return scale;
+}
+
 /// quantizeToMap for a dynamic map without a search. For y = |x| >= 0:
 ///  - the decade d of y (d = 0 below 1e-6, d = 7 from 1 on) comes from the
 ///    binade of y, which holds at most one power of ten P: d = D + (y >= P).
@@ -124,6 +144,7 @@ public:
       thresholds[c] = floatOf(lo);
     }
     // Decades [10^(d-7), 10^(d-6)): their entries and first code.
+    std::array<float, kDecades> decadeStart;
     for (int d = 0; d < kDecades; ++d) {
       decadeStart[d] = d == 0 ? 0.0f : static_cast<float>(std::pow(10.0, d - 7));
       double lo = std::pow(10.0, d - 7), hi = std::pow(10.0, d - 6);
@@ -183,17 +204,8 @@ public:
   /// same codes; returns the block's absmax.
   float quantizeBlock(const float *values, int64_t count,
                       uint8_t *codes) const {
-    float scale = 0.0f;
-    for (int64_t i = 0; i < count; ++i)
-      scale = std::max(scale, std::abs(values[i]));
-    if (!(scale > 0.0f)) {
-      std::fill(codes, codes + count, static_cast<uint8_t>(zero));
-      return scale;
-    }
-    float inverse = 1.0f / scale;
-    for (int64_t i = 0; i < count; ++i)
-      codes[i] = quantize(values[i] * inverse);
-    return scale;
+    return quantizeBlockWith(values, count, static_cast<uint8_t>(zero),
+                             [this](float x) { return quantize(x); }, codes);
   }
 
   const DynamicMap &entries() const { return map; }
@@ -204,7 +216,7 @@ public:
   std::array<float, 256> thresholds;
   std::array<float, kBinades> binadeKey;
   static constexpr uint32_t kDecadeBits = 7;
-  std::array<float, kDecades> decadeStart, scale, offset;
+  std::array<float, kDecades> scale, offset;
 
 private:
   static uint32_t bitsOf(float x) {
@@ -234,27 +246,18 @@ inline const MapQuantizer *quantizerFor(const DynamicMap &map) {
   return nullptr;
 }
 
-/// Quantizes values[0..n) block by block: absmax[b] = max |x| of block b
-/// (NaN ignored), codes[i] = quantizeToMap(x * (1 / absmax)) (a reciprocal
-/// once per block, as bitsandbytes does; the block's maximum still gets the
-/// code of 1), or the zero code where absmax is 0. The reference: the
-/// evaluator uses it, the runtime's kernels must equal it.
+/// Quantizes values[0..n) block by block (quantizeBlockWith) with
+/// quantizeToMap. The reference: the evaluator uses it, the runtime's
+/// kernels must equal it.
 inline void quantizeBlockwise(const DynamicMap &map, const float *values,
                               int64_t n, int64_t block, uint8_t *codes,
                               float *absmax) {
+  uint8_t zero = zeroCode(map);
+  auto nearest = [&map](float x) { return quantizeToMap(map, x); };
   for (int64_t b = 0; b * block < n; ++b) {
-    int64_t begin = b * block, end = std::min(n, begin + block);
-    float scale = 0.0f;
-    for (int64_t i = begin; i < end; ++i)
-      scale = std::max(scale, std::abs(values[i]));
-    absmax[b] = scale;
-    if (!(scale > 0.0f)) {
-      std::fill(codes + begin, codes + end, zeroCode(map));
-      continue;
-    }
-    float inverse = 1.0f / scale;
-    for (int64_t i = begin; i < end; ++i)
-      codes[i] = quantizeToMap(map, values[i] * inverse);
+    int64_t begin = b * block, count = std::min(n - begin, block);
+    absmax[b] =
+        quantizeBlockWith(values + begin, count, zero, nearest, codes + begin);
   }
 }
 

@@ -7,10 +7,22 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
 using namespace mlir::train;
+
+int64_t mlir::train::defaultFfn(const ModelConfig &config) {
+  if (config.arch == Architecture::GPT)
+    return 4 * config.hidden;
+  // Llama's FeedForward: 2/3 of 4h (SwiGLU has three matrices), times the
+  // multiplier, rounded up to a multiple.
+  int64_t inner = 2 * (4 * config.hidden) / 3;
+  inner = static_cast<int64_t>(config.ffnMultiplier * inner);
+  int64_t multiple = std::max<int64_t>(1, config.ffnMultipleOf);
+  return multiple * ((inner + multiple - 1) / multiple);
+}
 
 namespace {
 
@@ -22,7 +34,7 @@ ModelConfig gpt(std::string name, int64_t layers, int64_t hidden,
   c.layers = layers;
   c.hidden = hidden;
   c.heads = c.kvHeads = heads;
-  c.ffn = 4 * hidden;
+  c.ffn = defaultFfn(c);
   c.vocab = 50257;
   c.positions = c.seq = positions;
   c.batch = batch;
@@ -32,7 +44,8 @@ ModelConfig gpt(std::string name, int64_t layers, int64_t hidden,
 }
 
 ModelConfig llama(std::string name, int64_t layers, int64_t hidden,
-                  int64_t heads, int64_t kvHeads, int64_t ffn) {
+                  int64_t heads, int64_t kvHeads, double ffnMultiplier,
+                  int64_t ffnMultipleOf) {
   ModelConfig c;
   c.name = std::move(name);
   c.arch = Architecture::Llama;
@@ -40,7 +53,9 @@ ModelConfig llama(std::string name, int64_t layers, int64_t hidden,
   c.hidden = hidden;
   c.heads = heads;
   c.kvHeads = kvHeads;
-  c.ffn = ffn;
+  c.ffnMultiplier = ffnMultiplier;
+  c.ffnMultipleOf = ffnMultipleOf;
+  c.ffn = defaultFfn(c);
   c.vocab = 32000;
   c.seq = 4096;
   c.batch = 1;
@@ -61,9 +76,11 @@ std::vector<ModelConfig> presets() {
       gpt("gpt2-774m", 36, 1280, 20, 1024, 8),
       gpt("gpt2-1.5b", 48, 1600, 25, 1024, 8),
       gpt("gpt3-175b", 96, 12288, 96, 2048, 1),
-      llama("llama2-7b", 32, 4096, 32, 32, 11008),
-      llama("llama2-13b", 40, 5120, 40, 40, 13824),
-      llama("llama2-70b", 80, 8192, 64, 8, 28672),
+      // Llama-2's params.json: multiple_of 256 (7b, 13b); 4096 and
+      // ffn_dim_multiplier 1.3 (70b).
+      llama("llama2-7b", 32, 4096, 32, 32, 1.0, 256),
+      llama("llama2-13b", 40, 5120, 40, 40, 1.0, 256),
+      llama("llama2-70b", 80, 8192, 64, 8, 1.3, 4096),
   };
 }
 

@@ -99,10 +99,22 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
                                        StringRef rematOptions,
                                        StringRef gradAccumOptions,
                                        std::optional<StringRef> quantizeOptions) {
-  bool hasStep = static_cast<bool>(module.lookupSymbol("train_step"));
+  Operation *step = module.lookupSymbol("train_step");
+  if (isLoweredStep(step)) {
+    // A step lowered by trainmem-opt runs as it is; the passes that would
+    // reshape it work on the tensor-level step only.
+    if (!rematOptions.empty() || !gradAccumOptions.empty() || quantizeOptions)
+      return emitError(step->getLoc(),
+                       "trainmem-run: @train_step is already lowered; "
+                       "--remat, --grad-accum and --quantize-optimizer-state "
+                       "need the tensor-level step (the input of "
+                       "convert-train-to-runtime)");
+    return success();
+  }
+  bool hasStep = static_cast<bool>(step);
   if (!hasStep && !module.lookupSymbol("forward"))
-    return module.emitError("trainmem-run: the module has neither "
-                            "@train_step nor @forward");
+    return emitError(module.getLoc(), "trainmem-run: the module has neither "
+                                      "@train_step nor @forward");
   std::string pipeline;
   if (!hasStep)
     pipeline += ("train-autodiff{" + autodiffOptions + "},").str();
@@ -116,44 +128,77 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   pipeline += "train-unroll-accum,train-materialize-remat";
   PassManager pm(module.getContext());
   if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
-    return module.emitError("trainmem-run: bad pass options in '")
+    return emitError(module.getLoc(), "trainmem-run: bad pass options in '")
            << pipeline << "'";
   return pm.run(module);
 }
 
-static std::vector<TensorSlot> readSlots(ArrayAttr array) {
-  std::vector<TensorSlot> slots;
-  for (Attribute attr : array) {
-    auto dict = cast<DictionaryAttr>(attr);
+/// Reads the slots a lowered step describes; a hand-edited or foreign
+/// module gets an error naming what is missing instead of a crash.
+static LogicalResult readSlots(Operation *step, StringRef attrName,
+                               std::vector<TensorSlot> &slots) {
+  auto array = step->getAttrOfType<ArrayAttr>(attrName);
+  if (!array)
+    return step->emitError("trainmem-run: the lowered step has no '")
+           << attrName << "' array";
+  for (auto [index, attr] : llvm::enumerate(array)) {
+    auto dict = dyn_cast<DictionaryAttr>(attr);
+    auto role = dict ? dict.getAs<StringAttr>("role") : StringAttr();
+    auto key = dict ? dict.getAs<StringAttr>("key") : StringAttr();
+    auto offset = dict ? dict.getAs<IntegerAttr>("offset") : IntegerAttr();
+    auto bytes = dict ? dict.getAs<IntegerAttr>("bytes") : IntegerAttr();
+    auto shape = dict ? dict.getAs<DenseI64ArrayAttr>("shape")
+                      : DenseI64ArrayAttr();
+    auto dtype = dict ? dict.getAs<StringAttr>("dtype") : StringAttr();
+    if (!role || !key || !offset || !bytes || !shape || !dtype ||
+        offset.getInt() < 0 || bytes.getInt() < 0)
+      return step->emitError("trainmem-run: entry ")
+             << index << " of '" << attrName
+             << "' is not {role, key, offset, bytes, shape, dtype}";
     TensorSlot slot;
-    slot.role = dict.getAs<StringAttr>("role").getValue().str();
-    slot.key = dict.getAs<StringAttr>("key").getValue().str();
-    slot.offset = dict.getAs<IntegerAttr>("offset").getInt();
-    slot.bytes = dict.getAs<IntegerAttr>("bytes").getInt();
-    ArrayRef<int64_t> shape = dict.getAs<DenseI64ArrayAttr>("shape").asArrayRef();
-    slot.shape.assign(shape.begin(), shape.end());
-    slot.dtype = dict.getAs<StringAttr>("dtype").getValue().str();
+    slot.role = role.getValue().str();
+    slot.key = key.getValue().str();
+    slot.offset = offset.getInt();
+    slot.bytes = bytes.getInt();
+    slot.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+    slot.dtype = dtype.getValue().str();
     slots.push_back(slot);
   }
-  return slots;
+  return success();
 }
 
 FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
   PassManager pm(module.getContext());
-  pm.addPass(createConvertTrainToRuntimePass());
-  if (failed(parsePassPipeline("convert-to-llvm,reconcile-unrealized-casts",
-                               pm, llvm::errs())) ||
-      failed(pm.run(module)))
+  Operation *symbol = module.lookupSymbol("train_step");
+  if (!isLoweredStep(symbol))
+    pm.addPass(createConvertTrainToRuntimePass());
+  if (!isa_and_nonnull<LLVM::LLVMFuncOp>(symbol) &&
+      failed(parsePassPipeline("convert-to-llvm,reconcile-unrealized-casts",
+                               pm, llvm::errs())))
+    return failure();
+  if (failed(pm.run(module)))
     return failure();
   auto step = module.lookupSymbol<LLVM::LLVMFuncOp>("train_step");
   if (!step)
-    return module.emitError("trainmem-run: lowering produced no @train_step");
+    return emitError(module.getLoc(),
+                     "trainmem-run: lowering produced no @train_step");
   StepLayout layout;
-  layout.arenaBytes =
-      step->getAttrOfType<IntegerAttr>("tmrt.arena_bytes").getInt();
-  layout.arguments =
-      readSlots(step->getAttrOfType<ArrayAttr>("tmrt.arguments"));
-  layout.results = readSlots(step->getAttrOfType<ArrayAttr>("tmrt.results"));
+  auto arenaBytes = step->getAttrOfType<IntegerAttr>(kArenaBytesAttrName);
+  if (!arenaBytes || arenaBytes.getInt() <= 0)
+    return step->emitError("trainmem-run: the lowered step has no positive '")
+           << kArenaBytesAttrName << "'";
+  layout.arenaBytes = arenaBytes.getInt();
+  if (failed(readSlots(step, kArgumentSlotsAttrName, layout.arguments)) ||
+      failed(readSlots(step, kResultSlotsAttrName, layout.results)))
+    return failure();
+  // Every slot must lie inside the arena.
+  for (const std::vector<TensorSlot> *slots :
+       {&layout.arguments, &layout.results})
+    for (const TensorSlot &slot : *slots)
+      if (slot.offset > layout.arenaBytes ||
+          slot.bytes > layout.arenaBytes - slot.offset)
+        return step->emitError("trainmem-run: ")
+               << slot.role << " '" << slot.key << "' lies outside the arena";
   return layout;
 }
 

@@ -5,16 +5,31 @@
 #include <cblas.h>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <stdexcept>
 
 using namespace tmrt;
 
+/// More threads than any machine of this kind has cores by far; a larger
+/// count is a typo, not a request.
+static constexpr int64_t kMaxThreads = 1024;
+
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i)
-    workers.emplace_back([this, i] { workerLoop(i); });
+  try {
+    for (int i = 1; i < threads; ++i)
+      workers.emplace_back([this, i] { workerLoop(i); });
+  } catch (...) {
+    // The destructor does not run for a half-built pool: join the workers
+    // that did start before passing the error on.
+    stop();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop(); }
+
+void ThreadPool::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex);
     stopping = true;
@@ -22,6 +37,7 @@ ThreadPool::~ThreadPool() {
   wake.notify_all();
   for (std::thread &worker : workers)
     worker.join();
+  workers.clear();
 }
 
 void ThreadPool::workerLoop(int) {
@@ -85,10 +101,26 @@ tmrt_context *tmrt_context_create(const char *backend, int64_t threads,
                    : "unknown backend (expected 'cpu' or 'cuda')";
     return nullptr;
   }
-  if (threads < 1)
-    threads = 1;
-  openblas_set_num_threads(static_cast<int>(threads));
-  return new (std::nothrow) tmrt_context(static_cast<int>(threads));
+  if (threads < 1 || threads > kMaxThreads) {
+    if (error)
+      *error = "thread count out of range (expected 1 to 1024)";
+    return nullptr;
+  }
+  // BLAS runs single-threaded inside the context's own tasks (see
+  // tmrt_matmul); this is set once per process, never per call.
+  static std::once_flag blasThreads;
+  std::call_once(blasThreads, [] { openblas_set_num_threads(1); });
+  try {
+    return new tmrt_context(static_cast<int>(threads));
+  } catch (const std::exception &e) {
+    // Threads the system refuses to start (std::system_error) or memory.
+    static thread_local std::string message;
+    message = std::string("cannot start ") + std::to_string(threads) +
+              " threads: " + e.what();
+    if (error)
+      *error = message.c_str();
+    return nullptr;
+  }
 }
 
 void tmrt_context_destroy(tmrt_context *ctx) {

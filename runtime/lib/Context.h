@@ -30,6 +30,7 @@ public:
 
 private:
   void workerLoop(int index);
+  void stop();
   std::vector<std::thread> workers;
   std::mutex mutex;
   std::condition_variable wake, done;

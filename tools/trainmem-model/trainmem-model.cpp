@@ -34,8 +34,12 @@ static cl::opt<long long> heads("heads", cl::desc("Attention heads"),
 static cl::opt<long long>
     kvHeads("kv-heads", cl::desc("Key/value heads (Llama: grouped-query)"),
             cl::cat(category));
-static cl::opt<long long> ffn("ffn", cl::desc("MLP inner size"),
-                              cl::cat(category));
+static cl::opt<long long>
+    ffn("ffn",
+        cl::desc("MLP inner size (default: follows --hidden by the "
+                 "architecture's rule: 4h for GPT; Llama: 2/3 of 4h, times "
+                 "the preset's multiplier, rounded up to its multiple)"),
+        cl::cat(category));
 static cl::opt<long long> vocab("vocab", cl::desc("Vocabulary size"),
                                 cl::cat(category));
 static cl::opt<long long>
@@ -89,6 +93,10 @@ int main(int argc, char **argv) {
   if (heads.getNumOccurrences() && config.kvHeads == preset->heads)
     config.kvHeads = config.heads;
   override(kvHeads, config.kvHeads);
+  // A new hidden size brings the MLP size the architecture derives from it,
+  // unless --ffn says otherwise.
+  if (hidden.getNumOccurrences())
+    config.ffn = defaultFfn(config);
   override(ffn, config.ffn);
   override(vocab, config.vocab);
   override(positions, config.positions);

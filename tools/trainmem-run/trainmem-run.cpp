@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trainmem/Conversion/Passes.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Run/Step.h"
@@ -24,6 +25,7 @@
 #include "mlir/Parser/Parser.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/CommandLine.h"
@@ -38,7 +40,9 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
+#include <limits>
 #include <fcntl.h>
 #include <map>
 #include <thread>
@@ -62,9 +66,19 @@ static cl::opt<long long> seed("seed", cl::desc("Seed of weights and batches"),
 // --threads is read before llvm::cl sees the command line: libLLVM already
 // registers an option of that name.
 static long long threads = 0;
-static cl::opt<std::string> saveDir("save",
-                                    cl::desc("Write a checkpoint here at the end"),
-                                    cl::cat(category));
+static cl::opt<std::string> saveDir(
+    "save",
+    cl::desc("Write a checkpoint here at the end (and every --save-every "
+             "steps, and on SIGINT/SIGTERM)"),
+    cl::cat(category));
+static cl::opt<long long> saveEvery(
+    "save-every", cl::desc("Also checkpoint every K steps (needs --save)"),
+    cl::init(0), cl::cat(category));
+static cl::opt<bool> allowDataChange(
+    "allow-data-change",
+    cl::desc("Resume although --seed or --data differ from the checkpoint's "
+             "(the run is then not bit-identical to one that never stopped)"),
+    cl::cat(category));
 static cl::opt<std::string> resumeDir("resume",
                                       cl::desc("Continue from this checkpoint"),
                                       cl::cat(category));
@@ -78,7 +92,9 @@ static cl::opt<std::string>
                     cl::init("lr=3e-3 weight-decay=0.0 clip-norm=1.0"),
                     cl::cat(category));
 static cl::opt<std::string>
-    lossLog("loss-log", cl::desc("Write 'step loss' lines to this file"),
+    lossLog("loss-log",
+            cl::desc("Write 'step loss' lines to this file (appended to "
+                     "when resuming)"),
             cl::cat(category));
 static cl::opt<std::string> gradAccumOptions(
     "grad-accum",
@@ -96,6 +112,11 @@ static cl::opt<std::string> quantizeOptions(
     cl::desc("Keep AdamW's m and v in 8 bits: train-quantize-optimizer-state "
              "options, e.g. \"block=256 min-size=4096\" (empty: defaults)"),
     cl::cat(category));
+
+/// Set by SIGINT/SIGTERM; the loop checkpoints at the next step boundary
+/// and exits non-zero.
+static volatile std::sig_atomic_t stopSignal = 0;
+static void onStopSignal(int signal) { stopSignal = signal; }
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "trainmem-run: error: " << message << "\n";
@@ -251,9 +272,12 @@ static bool isState(const TensorSlot &slot) {
 // Checkpoints
 //===----------------------------------------------------------------------===//
 
-static constexpr char kMagic[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '1'};
+// Version 02 adds the run's seed and the fingerprint of its data after the
+// step; version 01 checkpoints (no seed, no data) still load.
+static constexpr char kMagic[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '2'};
+static constexpr char kMagicV1[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '1'};
 
-static uint64_t fnv1a(const std::string &data) {
+static uint64_t fnv1a(StringRef data) {
   uint64_t hash = 1469598103934665603ull;
   for (unsigned char c : data)
     hash = (hash ^ c) * 1099511628211ull;
@@ -268,9 +292,32 @@ static void appendString(std::string &out, const std::string &value) {
   out += value;
 }
 
+/// What a run trains on besides its state: resuming with other values
+/// breaks the promise that a resumed run equals one that never stopped.
+struct RunIdentity {
+  int64_t seed = 0;
+  uint64_t dataBytes = 0;
+  uint64_t dataHash = 0;
+};
+
+/// Bytes per element of the dtypes a checkpoint may hold.
+static std::optional<uint64_t> dtypeBytes(StringRef dtype) {
+  return llvm::StringSwitch<std::optional<uint64_t>>(dtype)
+      .Cases({"f32", "i32"}, 4)
+      .Cases({"bf16", "f16"}, 2)
+      .Case("i64", 8)
+      .Case("i8", 1)
+      .Default(std::nullopt);
+}
+
+/// Largest step a checkpoint may claim: far beyond any run, far below
+/// where step arithmetic (step + 1, the Philox stream of the batch) wraps.
+static constexpr uint64_t kMaxStep = uint64_t(1) << 53;
+
 /// Writes params and optimizer state atomically: a temporary file, fsync,
 /// rename over the old checkpoint, fsync of the directory.
 static bool saveCheckpoint(StringRef dir, int64_t step,
+                           const RunIdentity &identity,
                            const std::vector<TensorSlot> &slots,
                            const State &state, std::string &error) {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
@@ -279,6 +326,9 @@ static bool saveCheckpoint(StringRef dir, int64_t step,
   }
   std::string data(kMagic, 8);
   appendU64(data, static_cast<uint64_t>(step));
+  appendU64(data, static_cast<uint64_t>(identity.seed));
+  appendU64(data, identity.dataBytes);
+  appendU64(data, identity.dataHash);
   uint64_t count = 0;
   for (const TensorSlot &slot : slots)
     count += isState(slot);
@@ -330,82 +380,149 @@ static bool saveCheckpoint(StringRef dir, int64_t step,
   return true;
 }
 
-/// Reads and checks a checkpoint completely before touching the state.
-static bool loadCheckpoint(StringRef dir, const std::vector<TensorSlot> &slots,
-                           State &state, int64_t &step, std::string &error) {
+/// Checks that a checkpoint can be written into `dir` before any step runs,
+/// so that a bad --save path does not throw a finished run away.
+static bool checkSaveDir(StringRef dir, std::string &error) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
+    error = "cannot create --save directory '" + dir.str() + "': " +
+            ec.message();
+    return false;
+  }
+  std::string probe = (dir + "/checkpoint.bin.tmp").str();
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    error = "cannot write into --save directory '" + dir.str() + "': " +
+            std::strerror(errno);
+    return false;
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return true;
+}
+
+/// A checkpoint read and checked completely; nothing of the run's state is
+/// touched until every field agrees with the step.
+struct Checkpoint {
+  int64_t step = 0;
+  std::optional<RunIdentity> identity; // absent in version 01
+  std::map<std::string, Bytes> tensors;
+};
+
+static bool readCheckpoint(StringRef dir, const std::vector<TensorSlot> &slots,
+                           Checkpoint &checkpoint, std::string &error) {
   std::string path = (dir + "/checkpoint.bin").str();
-  auto buffer = llvm::MemoryBuffer::getFile(path);
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
   if (!buffer) {
     error = "cannot read checkpoint '" + path + "': " +
             buffer.getError().message();
     return false;
   }
-  std::string data = (*buffer)->getBuffer().str();
-  size_t pos = 0;
+  StringRef data = (*buffer)->getBuffer();
+  auto corrupt = [&](const Twine &why) {
+    error = ("checkpoint '" + path + "' is corrupt: " + why).str();
+    return false;
+  };
+  if (data.size() < 16 || (std::memcmp(data.data(), kMagic, 8) != 0 &&
+                           std::memcmp(data.data(), kMagicV1, 8) != 0)) {
+    error = "'" + path + "' is not a trainmem checkpoint";
+    return false;
+  }
+  bool version1 = std::memcmp(data.data(), kMagicV1, 8) == 0;
+  uint64_t stored;
+  std::memcpy(&stored, data.data() + data.size() - 8, 8);
+  if (data.size() < 24 || fnv1a(data.drop_back(8)) != stored) {
+    error = "checkpoint '" + path +
+            "' is truncated or corrupt (checksum mismatch)";
+    return false;
+  }
+  StringRef body = data.drop_back(8);
+  size_t pos = 8;
   bool truncated = false;
+  // Every length is checked against what is left before it is used, so no
+  // field can make a read run past the file or a size wrap around.
   auto readU64 = [&]() -> uint64_t {
-    if (pos + 8 > data.size()) {
+    if (truncated || body.size() - pos < 8) {
       truncated = true;
       return 0;
     }
     uint64_t value;
-    std::memcpy(&value, data.data() + pos, 8);
+    std::memcpy(&value, body.data() + pos, 8);
     pos += 8;
     return value;
   };
-  auto readString = [&]() -> std::string {
-    uint64_t size = readU64();
-    if (truncated || pos + size > data.size()) {
+  auto readBytes = [&](uint64_t size) -> StringRef {
+    if (truncated || size > body.size() - pos) {
       truncated = true;
       return "";
     }
-    std::string value = data.substr(pos, size);
+    StringRef value = body.substr(pos, size);
     pos += size;
     return value;
   };
-  if (data.size() < 16 || std::memcmp(data.data(), kMagic, 8) != 0) {
-    error = "'" + path + "' is not a trainmem checkpoint";
-    return false;
+  uint64_t savedStep = readU64();
+  if (!truncated && savedStep > kMaxStep)
+    return corrupt("its step " + Twine(static_cast<int64_t>(savedStep)) +
+                   " is negative or absurd");
+  if (!version1) {
+    RunIdentity identity;
+    identity.seed = static_cast<int64_t>(readU64());
+    identity.dataBytes = readU64();
+    identity.dataHash = readU64();
+    checkpoint.identity = identity;
   }
-  if (data.size() < 24 ||
-      fnv1a(data.substr(0, data.size() - 8)) !=
-          [&] {
-            uint64_t stored;
-            std::memcpy(&stored, data.data() + data.size() - 8, 8);
-            return stored;
-          }()) {
-    error = "checkpoint '" + path + "' is truncated or corrupt (checksum mismatch)";
-    return false;
-  }
-  pos = 8;
-  int64_t savedStep = static_cast<int64_t>(readU64());
   uint64_t count = readU64();
-  std::map<std::string, Bytes> loaded;
+  // Each entry takes at least 5 words; a count beyond that is a lie.
+  if (!truncated && count > (body.size() - pos) / 40)
+    return corrupt("it claims " + Twine(count) + " tensors");
   std::map<std::string, std::string> description;
   for (uint64_t i = 0; i < count && !truncated; ++i) {
-    std::string role = readString(), key = readString(), dtype = readString();
+    std::string role = readBytes(readU64()).str();
+    std::string key = readBytes(readU64()).str();
+    std::string dtype = readBytes(readU64()).str();
     uint64_t rank = readU64();
-    std::string shape;
-    for (uint64_t d = 0; d < rank && !truncated; ++d)
-      shape += (d ? "x" : "") + std::to_string(readU64());
-    uint64_t bytes = readU64();
-    if (truncated || pos + bytes > data.size()) {
-      truncated = true;
+    if (truncated)
       break;
+    if (rank > 8)
+      return corrupt("tensor '" + key + "' has rank " + Twine(rank));
+    std::optional<uint64_t> elementBytes = dtypeBytes(dtype);
+    if (!elementBytes)
+      return corrupt("tensor '" + key + "' has unknown dtype '" + dtype + "'");
+    std::string shape;
+    uint64_t expectedBytes = *elementBytes;
+    for (uint64_t d = 0; d < rank && !truncated; ++d) {
+      uint64_t dim = readU64();
+      if (dim > (uint64_t(1) << 40) ||
+          (dim && expectedBytes > std::numeric_limits<uint64_t>::max() / dim))
+        return corrupt("tensor '" + key + "' has an absurd dimension " +
+                       Twine(dim));
+      expectedBytes *= dim;
+      shape += (d ? "x" : "") + std::to_string(dim);
     }
-    Bytes values(data.begin() + pos, data.begin() + pos + bytes);
-    pos += bytes;
-    loaded[role + ":" + key] = std::move(values);
-    description[role + ":" + key] = dtype + "[" + shape + "]";
+    uint64_t bytes = readU64();
+    if (!truncated && bytes != expectedBytes)
+      return corrupt("tensor '" + key + "' holds " + Twine(bytes) +
+                     " bytes; " + dtype + "[" + shape + "] needs " +
+                     Twine(expectedBytes));
+    StringRef values = readBytes(bytes);
+    if (truncated)
+      break;
+    std::string name = role + ":" + key;
+    if (checkpoint.tensors.count(name))
+      return corrupt("it holds " + role + " '" + key + "' twice");
+    checkpoint.tensors[name] = Bytes(values.bytes_begin(), values.bytes_end());
+    description[name] = dtype + "[" + shape + "]";
   }
-  if (truncated) {
-    error = "checkpoint '" + path + "' is truncated";
+  if (truncated || pos != body.size()) {
+    error = "checkpoint '" + path + "' is truncated or has trailing bytes";
     return false;
   }
   // Every state tensor of this step must be there with its shape and type.
+  size_t expectedCount = 0;
   for (const TensorSlot &slot : slots) {
     if (!isState(slot))
       continue;
+    ++expectedCount;
     std::string name = slot.role + ":" + slot.key;
     std::string shape;
     for (size_t d = 0; d < slot.shape.size(); ++d)
@@ -417,23 +534,20 @@ static bool loadCheckpoint(StringRef dir, const std::vector<TensorSlot> &slots,
               slot.role + " '" + slot.key + "'";
       return false;
     }
-    if (it->second != expected) {
+    if (it->second != expected ||
+        checkpoint.tensors[name].size() != slot.bytes) {
       error = "checkpoint '" + path + "' does not match this step: " +
               slot.role + " '" + slot.key + "' is " + it->second +
               " there and " + expected + " here";
       return false;
     }
   }
-  if (loaded.size() != static_cast<size_t>(std::count_if(
-                           slots.begin(), slots.end(), isState))) {
+  if (checkpoint.tensors.size() != expectedCount) {
     error = "checkpoint '" + path +
             "' does not match this step: it holds other tensors as well";
     return false;
   }
-  for (const TensorSlot &slot : slots)
-    if (isState(slot))
-      state.write(slot, loaded[slot.role + ":" + slot.key]);
-  step = savedStep;
+  checkpoint.step = static_cast<int64_t>(savedStep);
   return true;
 }
 
@@ -457,15 +571,20 @@ int main(int argc, char **argv) {
   std::vector<char *> args;
   for (int i = 0; i < argc; ++i) {
     StringRef arg = argv[i];
+    // More than kMaxThreads is a typo, not a machine (the runtime's limit).
+    constexpr long long kMaxThreads = 1024;
     if ((arg == "--threads" || arg == "-threads") && i + 1 < argc) {
-      if (StringRef(argv[++i]).getAsInteger(10, threads) || threads < 1)
-        return fail(llvm::Twine("--threads must be a positive integer, got '") +
-                    argv[i] + "'");
+      if (StringRef(argv[++i]).getAsInteger(10, threads) || threads < 1 ||
+          threads > kMaxThreads)
+        return fail(llvm::Twine("--threads must be an integer from 1 to ") +
+                    llvm::Twine(kMaxThreads) + ", got '" + argv[i] + "'");
       continue;
     }
     if (arg.consume_front("--threads=") || arg.consume_front("-threads=")) {
-      if (arg.getAsInteger(10, threads) || threads < 1)
-        return fail("--threads must be a positive integer, got '" + arg + "'");
+      if (arg.getAsInteger(10, threads) || threads < 1 ||
+          threads > kMaxThreads)
+        return fail("--threads must be an integer from 1 to " +
+                    llvm::Twine(kMaxThreads) + ", got '" + arg + "'");
       continue;
     }
     args.push_back(argv[i]);
@@ -477,8 +596,12 @@ int main(int argc, char **argv) {
                               "all cores)\n");
   if (backend != "cpu" && backend != "interpret")
     return fail("unknown backend '" + backend + "' (expected cpu or interpret)");
-  if (steps < 0)
-    return fail("--steps must be >= 0");
+  if (steps < 0 || static_cast<uint64_t>(steps) > kMaxStep)
+    return fail("--steps must be from 0 to 2^53, got " + llvm::Twine(steps.getValue()));
+  if (saveEvery < 0)
+    return fail("--save-every must be >= 0 (0: only at the end)");
+  if (saveEvery > 0 && saveDir.empty())
+    return fail("--save-every needs --save DIR");
 
   DialectRegistry registry;
   registerRunDialects(registry);
@@ -504,8 +627,10 @@ int main(int argc, char **argv) {
   // The tensor-level step stays for the interpreter; the lowered one runs.
   OwningOpRef<ModuleOp> tensorStep = module->clone();
   auto stepFunc = tensorStep->lookupSymbol<func::FuncOp>("train_step");
-  if (!stepFunc)
-    return fail("@train_step is not a tensor-level step");
+  if (backend == "interpret" && (!stepFunc || isLoweredStep(stepFunc)))
+    return fail("the interpret backend runs a tensor-level @train_step; this "
+                "one is already lowered (give the model, or the step before "
+                "convert-train-to-runtime)");
   FailureOr<StepLayout> layout = lowerStep(*module);
   if (failed(layout))
     return 1;
@@ -517,6 +642,14 @@ int main(int argc, char **argv) {
       return fail(slot.role + " '" + slot.key + "' is " + slot.dtype +
                   "; trainmem-run trains steps whose parameters and f32 "
                   "state are f32 (use --dtype=f32)");
+
+  // A step that returns gradients (optimizer=none) updates nothing: training
+  // it would run and learn nothing.
+  if (llvm::none_of(layout->results,
+                    [](const TensorSlot &slot) { return slot.role == "param"; }))
+    return fail("the step updates no parameter (built with optimizer=none? "
+                "it returns gradients); trainmem-run trains steps with an "
+                "optimizer (adamw or sgd)");
 
   // Data and the step's shapes must agree.
   const TensorSlot *tokensSlot = layout->findArgument("input", "tokens");
@@ -537,11 +670,24 @@ int main(int argc, char **argv) {
   if (vocab < 256)
     return fail("the step's vocabulary has " + std::to_string(vocab) +
                 " tokens; byte-level data needs 256");
+  // A regular file of bounded size: a device (/dev/zero) or a pipe would be
+  // read without end.
+  llvm::sys::fs::file_status dataStatus;
+  if (std::error_code ec = llvm::sys::fs::status(dataFile, dataStatus))
+    return fail("cannot read data '" + dataFile + "': " + ec.message());
+  if (dataStatus.type() != llvm::sys::fs::file_type::regular_file)
+    return fail("data '" + dataFile + "' is not a regular file");
+  constexpr uint64_t kMaxDataBytes = uint64_t(16) << 30;
+  if (dataStatus.getSize() > kMaxDataBytes)
+    return fail("data '" + dataFile + "' has " +
+                llvm::Twine(dataStatus.getSize()) +
+                " bytes; trainmem-run reads at most 16 GiB");
   auto dataBuffer = llvm::MemoryBuffer::getFile(dataFile);
   if (!dataBuffer)
     return fail("cannot read data '" + dataFile + "': " +
                 dataBuffer.getError().message());
   Corpus corpus{(*dataBuffer)->getBuffer().str()};
+  RunIdentity identity{seed, corpus.bytes.size(), fnv1a(corpus.bytes)};
   if (static_cast<int64_t>(corpus.bytes.size()) < seqLen + 1)
     return fail("data '" + dataFile + "' has " +
                 std::to_string(corpus.bytes.size()) +
@@ -577,10 +723,36 @@ int main(int argc, char **argv) {
   int64_t firstStep = 1;
   if (!resumeDir.empty()) {
     std::string error;
-    int64_t savedStep = 0;
-    if (!loadCheckpoint(resumeDir, layout->arguments, *state, savedStep, error))
+    Checkpoint checkpoint;
+    if (!readCheckpoint(resumeDir, layout->arguments, checkpoint, error))
       return fail(error);
-    firstStep = savedStep + 1;
+    if (checkpoint.step >= steps)
+      return fail("the checkpoint in '" + resumeDir + "' is at step " +
+                  llvm::Twine(checkpoint.step) + " and --steps " +
+                  llvm::Twine(steps.getValue()) + " asks to train until step " +
+                  llvm::Twine(steps.getValue()) +
+                  ": nothing to train (--steps counts from 0, not from the "
+                  "checkpoint)");
+    if (checkpoint.identity && !allowDataChange) {
+      const RunIdentity &saved = *checkpoint.identity;
+      if (saved.seed != identity.seed)
+        return fail("the checkpoint was trained with --seed " +
+                    llvm::Twine(saved.seed) + ", this run has --seed " +
+                    llvm::Twine(identity.seed) +
+                    "; batches would differ from the run it continues "
+                    "(--allow-data-change to resume anyway)");
+      if (saved.dataBytes != identity.dataBytes ||
+          saved.dataHash != identity.dataHash)
+        return fail("the checkpoint was trained on other data (" +
+                    llvm::Twine(saved.dataBytes) + " bytes) than '" +
+                    dataFile + "' (" + llvm::Twine(identity.dataBytes) +
+                    " bytes, another checksum); --allow-data-change to "
+                    "resume anyway");
+    }
+    for (const TensorSlot &slot : layout->arguments)
+      if (isState(slot))
+        state->write(slot, checkpoint.tensors[slot.role + ":" + slot.key]);
+    firstStep = checkpoint.step + 1;
   } else {
     unsigned paramIndex = 0;
     std::map<std::string, Bytes> params;
@@ -611,13 +783,39 @@ int main(int argc, char **argv) {
   }
 
   bool terminal = llvm::sys::Process::StandardErrIsDisplayed();
+  // Where the run writes is checked before the first step.
+  if (!saveDir.empty()) {
+    std::string error;
+    if (!checkSaveDir(saveDir, error))
+      return fail(error);
+  }
   std::unique_ptr<llvm::raw_fd_ostream> lossFile;
   if (!lossLog.empty()) {
+    // Never onto a file the run reads.
+    std::vector<std::string> inputs = {dataFile, inputFile};
+    if (!resumeDir.empty())
+      inputs.push_back(resumeDir + "/checkpoint.bin");
+    if (!saveDir.empty())
+      inputs.push_back(saveDir + "/checkpoint.bin");
+    for (const std::string &input : inputs) {
+      bool same = false;
+      if (!llvm::sys::fs::equivalent(lossLog, input, same) && same)
+        return fail("--loss-log '" + lossLog + "' is '" + input +
+                    "', which this run reads or writes; give another file");
+    }
+    // A resumed run continues the log of the run it continues.
     std::error_code ec;
-    lossFile = std::make_unique<llvm::raw_fd_ostream>(lossLog, ec);
+    lossFile = std::make_unique<llvm::raw_fd_ostream>(
+        lossLog, ec,
+        resumeDir.empty() ? llvm::sys::fs::OF_None : llvm::sys::fs::OF_Append);
     if (ec)
       return fail("cannot write '" + lossLog + "': " + ec.message());
   }
+  struct sigaction action = {};
+  action.sa_handler = onStopSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
   llvm::errs() << "trainmem-run: " << backend << " backend, " << threadCount
                << " threads, arena plan " << layout->arenaBytes << " B ("
                << humanBytes(layout->arenaBytes) << "), steps " << firstStep
@@ -688,8 +886,10 @@ int main(int argc, char **argv) {
       firstLoss = loss;
     lastLoss = loss;
     losses.push_back(loss);
-    if (lossFile)
+    if (lossFile) {
       *lossFile << step << " " << llvm::format("%.6f", loss) << "\n";
+      lossFile->flush();
+    }
     double seconds = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - start)
                          .count();
@@ -712,12 +912,30 @@ int main(int argc, char **argv) {
     } else if (step == firstStep || step == steps || step % 10 == 0) {
       llvm::errs() << line << "\n";
     }
+    bool periodic = saveEvery > 0 && step % saveEvery == 0 && step != steps;
+    if (!saveDir.empty() && (periodic || stopSignal)) {
+      std::string error;
+      if (!saveCheckpoint(saveDir, step, identity, layout->arguments, *state,
+                          error))
+        return fail(error);
+    }
+    if (stopSignal) {
+      if (terminal)
+        llvm::errs() << "\n";
+      llvm::errs() << "trainmem-run: stopped by signal " << int(stopSignal)
+                   << " after step " << step
+                   << (saveDir.empty() ? "; no --save given, nothing saved"
+                                       : "; checkpoint saved in '" + saveDir +
+                                             "'")
+                   << "\n";
+      return 128 + stopSignal;
+    }
   }
 
   if (!saveDir.empty()) {
     std::string error;
     if (!saveCheckpoint(saveDir, std::max<int64_t>(steps, firstStep - 1),
-                        layout->arguments, *state, error))
+                        identity, layout->arguments, *state, error))
       return fail(error);
   }
   if (firstStep <= steps) {

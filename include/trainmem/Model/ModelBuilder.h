@@ -30,6 +30,9 @@ struct ModelConfig {
   int64_t heads = 0;
   int64_t kvHeads = 0;
   int64_t ffn = 0;
+  /// Llama's rule for the MLP size from the hidden size (defaultFfn).
+  double ffnMultiplier = 1.0;
+  int64_t ffnMultipleOf = 256;
   int64_t vocab = 0;
   /// Rows of the learned position table (GPT only).
   int64_t positions = 0;
@@ -42,6 +45,11 @@ struct ModelConfig {
   double ropeTheta = 10000.0;
   int64_t ignoreIndex = -100;
 };
+
+/// The MLP inner size the architecture derives from the hidden size: 4h for
+/// GPT; for Llama, 2/3 of 4h times ffnMultiplier, rounded up to a multiple of
+/// ffnMultipleOf (Llama-2's FeedForward).
+int64_t defaultFfn(const ModelConfig &config);
 
 /// The named presets, in a stable order.
 std::vector<std::string> getPresetNames();

@@ -597,12 +597,34 @@ struct ConvertTrainToRuntimePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto step = module.lookupSymbol<func::FuncOp>(function);
+    Operation *symbol = module.lookupSymbol(function);
+    if (isLoweredStep(symbol)) {
+      emitError(symbol->getLoc(), "convert-train-to-runtime: @")
+          << function
+          << " is already lowered (it takes the runtime's arena, not "
+             "tensors); run this pass once, on the tensor-level step";
+      return signalPassFailure();
+    }
+    auto step = dyn_cast_or_null<func::FuncOp>(symbol);
     if (!step || step.isExternal()) {
-      module.emitError("convert-train-to-runtime: no function @")
+      emitError(module.getLoc(), "convert-train-to-runtime: no function @")
           << function << " with a body";
       return signalPassFailure();
     }
+    for (auto [index, type] : llvm::enumerate(step.getArgumentTypes()))
+      if (!isa<RankedTensorType>(type)) {
+        emitError(step.getLoc(), "convert-train-to-runtime: argument ")
+            << index << " of @" << function << " is " << type
+            << "; a tensor-level step takes ranked tensors";
+        return signalPassFailure();
+      }
+    for (auto [index, type] : llvm::enumerate(step.getResultTypes()))
+      if (!isa<RankedTensorType>(type)) {
+        emitError(step.getLoc(), "convert-train-to-runtime: result ")
+            << index << " of @" << function << " is " << type
+            << "; a tensor-level step returns ranked tensors";
+        return signalPassFailure();
+      }
     FunctionMemory memory(step);
     MemoryPlan plan(memory);
     MLIRContext *context = &getContext();
@@ -654,11 +676,11 @@ struct ConvertTrainToRuntimePass
     func::ReturnOp::create(builder, step.getLoc());
     numCalls += lowering.numCalls;
 
-    lowered->setAttr("tmrt.arena_bytes",
+    lowered->setAttr(kArenaBytesAttrName,
                      builder.getI64IntegerAttr(
                          static_cast<int64_t>(plan.getArenaBytes())));
-    lowered->setAttr("tmrt.arguments", builder.getArrayAttr(arguments));
-    lowered->setAttr("tmrt.results", builder.getArrayAttr(results));
+    lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
+    lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
     step.erase();
     lowered.setSymName(function);
 

@@ -22,8 +22,10 @@ extern "C" {
 
 typedef struct tmrt_context tmrt_context;
 
-/* Context: backend "cpu" (always built; "cuda" when built with it). Returns
- * null and sets *error (static string) on failure. */
+/* Context: backend "cpu" (always built; "cuda" when built with it), 1 to
+ * 1024 threads. Returns null and sets *error on failure (a static string,
+ * or one valid until the calling thread's next failed create). Results do
+ * not depend on the thread count. */
 tmrt_context *tmrt_context_create(const char *backend, int64_t threads,
                                   const char **error);
 void tmrt_context_destroy(tmrt_context *ctx);

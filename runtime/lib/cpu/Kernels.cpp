@@ -45,6 +45,26 @@ bool allFinite(tmrt_context *ctx, const float *g, int64_t n) {
 
 constexpr int64_t kGrain = 16384; // elements per task for cheap loops
 
+/// GEMM tiles of C: large enough that a single-threaded BLAS call on one runs
+/// near its peak, small enough that a layer's GEMMs give every thread work.
+constexpr int64_t kGemmTileRows = 128, kGemmTileCols = 256;
+
+/// Rows per task of a reduction over rows (norm parameter gradients): fixed,
+/// so that the partial sums, and the order they are added in, do not depend
+/// on the thread count.
+constexpr int64_t kReductionRows = 64;
+
+/// The block a kernel works with: a block larger than the tensor is one
+/// block of the whole tensor, so it is cut to the smallest power of two that
+/// holds the tensor (same codes and absmax; per-block buffers stay the
+/// tensor's size however large the compiler's block).
+int64_t effectiveBlock(int64_t block, int64_t n) {
+  int64_t cover = 1;
+  while (cover < n)
+    cover <<= 1;
+  return std::min(block, cover);
+}
+
 /// Rows per task so that a task does about kGrain elements of work.
 int64_t rowGrain(int64_t cols) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)); }
 
@@ -210,23 +230,38 @@ void tmrt_matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
   bool blas = layout(a_rs, a_cs, m, k, ta, lda) &&
               layout(b_rs, b_cs, k, n, tb, ldb);
   int64_t batches = c0 * c1 * c2 * c3;
-  auto runBatch = [&](int64_t batch) {
+  // C is cut into tiles fixed by the shape alone, each computed by one
+  // single-threaded BLAS call, and the tiles are spread over the pool. No
+  // reduction crosses a tile, so every element's sum is formed the same way
+  // whatever the thread count (OpenBLAS's own threads split by the thread
+  // count, and on some CPUs their results differ bitwise between counts).
+  int64_t rowTiles = (m + kGemmTileRows - 1) / kGemmTileRows;
+  int64_t colTiles = (n + kGemmTileCols - 1) / kGemmTileCols;
+  int64_t tilesPerBatch = rowTiles * colTiles;
+  auto runTile = [&](int64_t task) {
+    int64_t batch = task / tilesPerBatch, tile = task % tilesPerBatch;
     int64_t i3 = batch % c3, rest = batch / c3;
     int64_t i2 = rest % c2;
     rest /= c2;
     int64_t i1 = rest % c1, i0 = rest / c1;
-    const float *ma = pa + i0 * a0 + i1 * a1 + i2 * a2 + i3 * a3;
-    const float *mb = pb + i0 * b0 + i1 * b1 + i2 * b2 + i3 * b3;
-    float *mc = pc + batch * m * n;
+    int64_t row0 = (tile / colTiles) * kGemmTileRows;
+    int64_t col0 = (tile % colTiles) * kGemmTileCols;
+    int64_t rows = std::min(kGemmTileRows, m - row0);
+    int64_t cols = std::min(kGemmTileCols, n - col0);
+    const float *ma =
+        pa + i0 * a0 + i1 * a1 + i2 * a2 + i3 * a3 + row0 * a_rs;
+    const float *mb =
+        pb + i0 * b0 + i1 * b1 + i2 * b2 + i3 * b3 + col0 * b_cs;
+    float *mc = pc + batch * m * n + row0 * n + col0;
     if (blas) {
-      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m),
-                  static_cast<int>(n), static_cast<int>(k), 1.0f, ma,
+      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(rows),
+                  static_cast<int>(cols), static_cast<int>(k), 1.0f, ma,
                   static_cast<int>(lda), mb, static_cast<int>(ldb), 0.0f, mc,
                   static_cast<int>(n));
       return;
     }
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
         double acc = 0.0;
         for (int64_t p = 0; p < k; ++p)
           acc += static_cast<double>(ma[i * a_rs + p * a_cs]) *
@@ -234,19 +269,12 @@ void tmrt_matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
         mc[i * n + j] = static_cast<float>(acc);
       }
   };
-  // Many small matrices (attention heads): one per task, single-threaded
-  // BLAS inside; one large matrix: BLAS's own threads.
-  if (batches > 1 && ctx->pool.size() > 1) {
-    openblas_set_num_threads(1);
-    ctx->pool.parallelFor(batches, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t batch = begin; batch < end; ++batch)
-        runBatch(batch);
-    });
-    openblas_set_num_threads(ctx->pool.size());
-  } else {
-    for (int64_t batch = 0; batch < batches; ++batch)
-      runBatch(batch);
-  }
+  if (m > 0 && n > 0)
+    ctx->pool.parallelFor(batches * tilesPerBatch, 1,
+                          [&](int64_t begin, int64_t end) {
+                            for (int64_t task = begin; task < end; ++task)
+                              runTile(task);
+                          });
   ctx->touch(c, batches * m * n * 4);
 }
 
@@ -330,8 +358,9 @@ void tmrt_layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
               *g = ctx->at<float>(gamma);
   float *gx = ctx->at<float>(dx);
   // Row-parallel input gradient; the parameter gradients are column sums,
-  // accumulated per task and then added in task order (deterministic).
-  int64_t tasks = std::min<int64_t>(ctx->pool.size(), rows);
+  // accumulated per task of kReductionRows rows and then added in task
+  // order (the same for every thread count).
+  int64_t tasks = (rows + kReductionRows - 1) / kReductionRows;
   std::vector<double> partial(2 * cols * std::max<int64_t>(tasks, 1), 0.0);
   ctx->pool.parallelFor(tasks, 1, [&](int64_t tb, int64_t te) {
     for (int64_t task = tb; task < te; ++task) {
@@ -405,7 +434,7 @@ void tmrt_rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
   const float *gy = ctx->at<float>(dy), *xv = ctx->at<float>(x),
               *g = ctx->at<float>(gamma);
   float *gx = ctx->at<float>(dx);
-  int64_t tasks = std::min<int64_t>(ctx->pool.size(), rows);
+  int64_t tasks = (rows + kReductionRows - 1) / kReductionRows;
   std::vector<double> partial(cols * std::max<int64_t>(tasks, 1), 0.0);
   ctx->pool.parallelFor(tasks, 1, [&](int64_t tb, int64_t te) {
     for (int64_t task = tb; task < te; ++task) {
@@ -763,6 +792,7 @@ void tmrt_quantize(tmrt_context *ctx, int64_t in, int64_t codes,
                    int64_t absmax, int64_t n, int64_t block,
                    int64_t is_signed) {
   ++ctx->kernelCalls;
+  block = effectiveBlock(block, n);
   const trainmem::DynamicMap &map = is_signed ? trainmem::signedDynamicMap()
                                               : trainmem::unsignedDynamicMap();
   int64_t blocks = (n + block - 1) / block;
@@ -781,6 +811,7 @@ void tmrt_dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax,
                      int64_t out, int64_t n, int64_t block,
                      int64_t is_signed) {
   ++ctx->kernelCalls;
+  block = effectiveBlock(block, n);
   const trainmem::DynamicMap &map = is_signed ? trainmem::signedDynamicMap()
                                               : trainmem::unsignedDynamicMap();
   const uint8_t *c = ctx->at<uint8_t>(codes);
@@ -801,6 +832,7 @@ void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                      double beta1, double beta2, double eps,
                      double weight_decay) {
   ++ctx->kernelCalls;
+  block = effectiveBlock(block, n);
   const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
   const uint8_t *mc = ctx->at<uint8_t>(m_codes), *vc = ctx->at<uint8_t>(v_codes);
   const float *ma = ctx->at<float>(m_absmax), *va = ctx->at<float>(v_absmax);
@@ -843,6 +875,7 @@ void tmrt_sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                    int64_t n, int64_t block, double momentum,
                    double weight_decay, int64_t nesterov) {
   ++ctx->kernelCalls;
+  block = effectiveBlock(block, n);
   const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
   const uint8_t *c = ctx->at<uint8_t>(codes);
   const float *a = ctx->at<float>(absmax);

@@ -1,7 +1,11 @@
 //===- TrainDialect.cpp - the train dialect -------------------------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/StringMap.h"
 
 using namespace mlir;
 using namespace mlir::train;
@@ -15,4 +19,115 @@ void TrainDialect::initialize() {
 #define GET_OP_LIST
 #include "trainmem/Dialect/Train/IR/TrainOps.cpp.inc"
       >();
+}
+
+//===----------------------------------------------------------------------===//
+// Argument and result attributes of a step
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Whether `name` is an attribute whose value names a tensor of the step's
+/// state, which must be unique among the function's arguments (or results).
+bool namesState(StringRef name) {
+  return name == kParamAttrName || name == kOptimizerStateAttrName ||
+         name == kInputAttrName;
+}
+
+/// Checks the value of a `train.*` argument or result attribute: a unit for
+/// the markers of the loss and the gradient norm, a name for the others.
+LogicalResult verifyValue(Operation *op, StringRef where, unsigned index,
+                          NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  bool isUnitMarker = name == kLossAttrName || name == kGradNormAttrName;
+  if (isUnitMarker) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError()
+             << where << " " << index << ": '" << name
+             << "' is a unit attribute, got " << attr.getValue();
+    return success();
+  }
+  auto value = dyn_cast<StringAttr>(attr.getValue());
+  if (!value || value.getValue().empty())
+    return op->emitOpError()
+           << where << " " << index << ": '" << name
+           << "' must be a non-empty string naming the tensor, got "
+           << attr.getValue();
+  return success();
+}
+
+/// Rejects two arguments (or two results) that carry the same state name:
+/// a checkpoint or a runner keyed by that name would mix them up. Checked
+/// once per function, at its first attribute-carrying index, so the cost is
+/// linear in the number of arguments.
+LogicalResult verifyUnique(FunctionOpInterface func, bool results,
+                           unsigned index) {
+  unsigned count = results ? func.getNumResults() : func.getNumArguments();
+  for (unsigned i = 0; i < index; ++i) {
+    DictionaryAttr attrs =
+        results ? func.getResultAttrDict(i) : func.getArgAttrDict(i);
+    if (attrs && llvm::any_of(attrs, [](NamedAttribute a) {
+          return namesState(a.getName().getValue());
+        }))
+      return success(); // an earlier index did the check
+  }
+  llvm::StringMap<unsigned> seen;
+  StringRef where = results ? "result" : "argument";
+  for (unsigned i = index; i < count; ++i) {
+    DictionaryAttr attrs =
+        results ? func.getResultAttrDict(i) : func.getArgAttrDict(i);
+    if (!attrs)
+      continue;
+    for (NamedAttribute attr : attrs) {
+      auto value = dyn_cast<StringAttr>(attr.getValue());
+      if (!namesState(attr.getName().getValue()) || !value)
+        continue;
+      std::string key =
+          (attr.getName().getValue() + "=" + value.getValue()).str();
+      auto [it, inserted] = seen.try_emplace(key, i);
+      if (!inserted)
+        return func.emitOpError()
+               << where << "s " << it->second << " and " << i
+               << " are both " << attr.getName() << " = " << value
+               << "; each state tensor needs a name of its own";
+    }
+  }
+  return success();
+}
+
+LogicalResult verifyStepAttribute(Operation *op, unsigned index,
+                                  NamedAttribute attr, bool results) {
+  StringRef name = attr.getName().getValue();
+  bool known = namesState(name) || name == kLossAttrName ||
+               name == kGradNormAttrName || name == kGradAttrName;
+  if (!known)
+    return success();
+  if (results && name == kInputAttrName)
+    return op->emitOpError() << "result " << index << ": '" << name
+                             << "' belongs on arguments";
+  if (!results && (name == kLossAttrName || name == kGradNormAttrName ||
+                   name == kGradAttrName))
+    return op->emitOpError() << "argument " << index << ": '" << name
+                             << "' belongs on results";
+  if (failed(verifyValue(op, results ? "result" : "argument", index, attr)))
+    return failure();
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (func && namesState(name))
+    return verifyUnique(func, results, index);
+  return success();
+}
+
+} // namespace
+
+LogicalResult TrainDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                     unsigned argIndex,
+                                                     NamedAttribute attr) {
+  return verifyStepAttribute(op, argIndex, attr, /*results=*/false);
+}
+
+LogicalResult TrainDialect::verifyRegionResultAttribute(Operation *op,
+                                                        unsigned,
+                                                        unsigned resultIndex,
+                                                        NamedAttribute attr) {
+  return verifyStepAttribute(op, resultIndex, attr, /*results=*/true);
 }

@@ -21,6 +21,9 @@
 #include "mlir/Transforms/RegionUtils.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <cmath>
 
 namespace mlir {
 namespace train {
@@ -161,13 +164,52 @@ struct TrainAutodiffPass
 
   void runOnOperation() override;
   LogicalResult buildStep(func::FuncOp func);
+  LogicalResult checkOptions(Location loc);
 };
+
+/// Options that would train nothing, or train on nonsense, are refused here
+/// rather than producing a step that runs and learns nothing.
+LogicalResult TrainAutodiffPass::checkOptions(Location loc) {
+  auto bad = [&](StringRef option, double value, StringRef expected) {
+    return emitError(loc, "train-autodiff: ")
+           << option << "=" << value << " is out of range (expected "
+           << expected << ")";
+  };
+  auto finite = [](double v) { return std::isfinite(v); };
+  if (optimizer != "adamw" && optimizer != "sgd" && optimizer != "none")
+    return emitError(loc, "train-autodiff: unknown optimizer '")
+           << optimizer << "' (expected adamw, sgd or none)";
+  // Learning rates beyond 10 diverge on any model this compiler targets;
+  // such a value is a typo (1e30 for 1e-3), not a setting.
+  if (!finite(lr) || lr <= 0.0 || lr > 10.0)
+    return bad("lr", lr, "a finite value in (0, 10]");
+  if (!finite(minLr) || minLr < 0.0 || minLr > lr)
+    return bad("min-lr", minLr, "a finite value in [0, lr]");
+  if (warmupSteps < 0)
+    return bad("warmup-steps", warmupSteps, ">= 0");
+  if (totalSteps < 0)
+    return bad("total-steps", totalSteps, ">= 0; 0 keeps the rate constant");
+  if (totalSteps > 0 && totalSteps <= warmupSteps)
+    return bad("total-steps", totalSteps, "more than warmup-steps");
+  if (!finite(beta1) || beta1 < 0.0 || beta1 >= 1.0)
+    return bad("beta1", beta1, "a value in [0, 1)");
+  if (!finite(beta2) || beta2 < 0.0 || beta2 >= 1.0)
+    return bad("beta2", beta2, "a value in [0, 1)");
+  if (!finite(epsilon) || epsilon <= 0.0)
+    return bad("eps", epsilon, "a finite value > 0");
+  if (!finite(weightDecay) || weightDecay < 0.0 || weightDecay >= 1.0 / lr)
+    return bad("weight-decay", weightDecay,
+               "a finite value >= 0 with lr * weight-decay < 1");
+  if (!finite(momentum) || momentum < 0.0 || momentum >= 1.0)
+    return bad("momentum", momentum, "a value in [0, 1)");
+  if (!finite(clipNorm) || clipNorm < 0.0)
+    return bad("clip-norm", clipNorm, "a finite value >= 0; 0 disables "
+                                      "clipping");
+  return success();
+}
 
 LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
   MLIRContext *context = func.getContext();
-  if (optimizer != "adamw" && optimizer != "sgd" && optimizer != "none")
-    return func.emitError("train-autodiff: unknown optimizer '")
-           << optimizer << "' (expected adamw, sgd or none)";
   auto f32Scalar = RankedTensorType::get({}, Float32Type::get(context));
   if (func.isExternal())
     return func.emitError("train-autodiff: @") << function << " has no body";
@@ -397,19 +439,22 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
 
 void TrainAutodiffPass::runOnOperation() {
   ModuleOp module = getOperation();
+  if (failed(checkOptions(module.getLoc())))
+    return signalPassFailure();
   auto func = module.lookupSymbol<func::FuncOp>(function);
   if (!func) {
-    module.emitError("train-autodiff: no function @") << function;
+    emitError(module.getLoc(), "train-autodiff: no function @") << function;
     return signalPassFailure();
   }
-  if (module.lookupSymbol(stepName)) {
-    module.emitError("train-autodiff: a symbol @")
+  if (Operation *existing = module.lookupSymbol(stepName)) {
+    emitError(existing->getLoc(), "train-autodiff: a symbol @")
         << stepName << " already exists";
     return signalPassFailure();
   }
   if (failed(buildStep(func)))
     return signalPassFailure();
   func.setSymName(stepName);
+  func->setAttr(kStepAttrName, UnitAttr::get(&getContext()));
 }
 
 } // namespace

@@ -114,7 +114,7 @@ struct TrainCostReportPass
 
   void runOnOperation() override {
     if (format != "text" && format != "json") {
-      getOperation().emitError("train-cost-report: unknown format '")
+      emitError(getOperation().getLoc(), "train-cost-report: unknown format '")
           << format << "' (expected 'text' or 'json')";
       return signalPassFailure();
     }
@@ -129,7 +129,7 @@ struct TrainCostReportPass
     std::unique_ptr<llvm::ToolOutputFile> file =
         openOutputFile(output, &errorMessage);
     if (!file) {
-      getOperation().emitError("train-cost-report: ") << errorMessage;
+      emitError(getOperation().getLoc(), "train-cost-report: ") << errorMessage;
       return signalPassFailure();
     }
     if (format == "json")

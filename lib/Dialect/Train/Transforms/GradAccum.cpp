@@ -162,10 +162,22 @@ void TrainGradAccumPass::runOnOperation() {
   if (steps < 1)
     return fail(module.getLoc(),
                 "steps must be >= 1, got " + Twine(static_cast<int64_t>(steps)));
-  auto func = module.lookupSymbol<func::FuncOp>(function);
-  if (!func || func.isExternal())
-    return fail(module.getLoc(),
-                "no function @" + function + " (run train-autodiff first)");
+  func::FuncOp func = lookupStep(module, function, "train-grad-accum");
+  if (!func)
+    return signalPassFailure();
+  // Accumulating twice would nest a loop over micro-batches of
+  // micro-batches; say so instead of re-typing the loop's body.
+  Operation *existing = nullptr;
+  func.walk([&](Operation *op) {
+    if (isa<AccumulateOp, SliceRowsOp>(op) && !existing)
+      existing = op;
+  });
+  if (existing)
+    return fail(existing->getLoc(),
+                "@" + function + " already accumulates gradients (" +
+                    existing->getName().getStringRef() +
+                    "); run train-grad-accum once, with the total number of "
+                    "micro-batches");
 
   // The batch: data arguments sharing the tokens' first dimension.
   SmallVector<BlockArgument> batchArgs;
@@ -345,7 +357,7 @@ struct TrainUnrollAccumPass
 
   void runOnOperation() override {
     if (factor < 0) {
-      getOperation().emitError("train-unroll-accum: factor must be >= 0");
+      emitError(getOperation().getLoc(), "train-unroll-accum: factor must be >= 0");
       return signalPassFailure();
     }
     SmallVector<AccumulateOp> loops;

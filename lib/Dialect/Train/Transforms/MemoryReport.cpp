@@ -187,25 +187,44 @@ struct TrainMemoryReportPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (format != "text" && format != "json") {
-      module.emitError("train-memory-report: unknown format '")
+      emitError(module.getLoc(), "train-memory-report: unknown format '")
           << format << "' (expected 'text' or 'json')";
       return signalPassFailure();
     }
     // The training step if there is one, else the one function with a body.
-    func::FuncOp func = module.lookupSymbol<func::FuncOp>("train_step");
+    Operation *named = module.lookupSymbol("train_step");
+    if (named && !isa<func::FuncOp>(named)) {
+      emitError(named->getLoc(), "train-memory-report: @train_step is a '")
+          << named->getName()
+          << "': it is already lowered; report on the tensor-level step "
+             "(before convert-train-to-runtime)";
+      return signalPassFailure();
+    }
+    func::FuncOp func = dyn_cast_or_null<func::FuncOp>(named);
     if (!func) {
       SmallVector<func::FuncOp> candidates;
       for (auto f : module.getOps<func::FuncOp>())
         if (!f.isExternal())
           candidates.push_back(f);
       if (candidates.size() != 1) {
-        module.emitError("train-memory-report: expected @train_step or one "
-                         "function with a body, found ")
+        emitError(module.getLoc(),
+                  "train-memory-report: expected @train_step or one "
+                  "function with a body, found ")
             << candidates.size();
         return signalPassFailure();
       }
       func = candidates.front();
     }
+    // A lowered step (the runtime's arena pointer instead of tensors) has
+    // no tensors left to measure: say so instead of printing zeros.
+    for (Type type : func.getArgumentTypes())
+      if (!isa<RankedTensorType>(type)) {
+        emitError(func.getLoc(), "train-memory-report: @")
+            << func.getSymName() << " takes " << type
+            << ", not tensors: it is already lowered; report on the "
+               "tensor-level step (before convert-train-to-runtime)";
+        return signalPassFailure();
+      }
     // Unmaterialized train.remat regions are reported as they will run:
     // on a copy with their recompute materialized.
     OwningOpRef<ModuleOp> materialized;
@@ -227,7 +246,7 @@ struct TrainMemoryReportPass
     std::unique_ptr<llvm::ToolOutputFile> file =
         openOutputFile(output, &errorMessage);
     if (!file) {
-      module.emitError("train-memory-report: ") << errorMessage;
+      emitError(module.getLoc(), "train-memory-report: ") << errorMessage;
       return signalPassFailure();
     }
     MemoryPlan plan(*memory);

@@ -70,12 +70,10 @@ struct TrainQuantizeOptimizerStatePass
           << static_cast<int64_t>(minSize);
       return signalPassFailure();
     }
-    auto func = module.lookupSymbol<func::FuncOp>(function);
-    if (!func || func.isExternal()) {
-      emitError(module.getLoc(), "train-quantize-optimizer-state: no function @")
-          << function << " (run train-autodiff first)";
+    func::FuncOp func =
+        lookupStep(module, function, "train-quantize-optimizer-state");
+    if (!func)
       return signalPassFailure();
-    }
     if (failed(quantize(func)))
       return signalPassFailure();
   }

@@ -1,6 +1,7 @@
 //===- RegionUtils.cpp - editing train.block / train.remat regions --------===//
 
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -139,4 +140,21 @@ void mlir::train::inlineRegionOp(Operation *regionOp) {
   regionOp->getBlock()->getOperations().splice(
       Block::iterator(regionOp), body.getOperations());
   regionOp->erase();
+}
+
+func::FuncOp mlir::train::lookupStep(ModuleOp module, StringRef name,
+                                     StringRef passName) {
+  auto func = module.lookupSymbol<func::FuncOp>(name);
+  if (func && !func.isExternal())
+    return func;
+  InFlightDiagnostic diag = emitError(module.getLoc())
+                            << passName << ": no function @" << name;
+  for (auto other : module.getOps<func::FuncOp>())
+    if (other->hasAttr(kStepAttrName)) {
+      diag << "; the training step here is @" << other.getSymName()
+           << " (give the pass function=" << other.getSymName() << ")";
+      return nullptr;
+    }
+  diag << " (run train-autodiff first)";
+  return nullptr;
 }

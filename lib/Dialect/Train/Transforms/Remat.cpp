@@ -365,7 +365,7 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto fail = [&](const Twine &message) {
-      module.emitError("train-remat: ") << message;
+      emitError(module.getLoc(), "train-remat: ") << message;
       signalPassFailure();
     };
     if (policy != "full" && policy != "selective" && policy != "attention" &&
@@ -384,9 +384,24 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
     int64_t begin, end;
     if (failed(parseRange(layers, begin, end)))
       return fail("bad layer range '" + layers + "' (expected A:B, A < B)");
-    auto func = module.lookupSymbol<func::FuncOp>(function);
-    if (!func || func.isExternal())
-      return fail("no function @" + function + " (run train-autodiff first)");
+    func::FuncOp func = lookupStep(module, function, "train-remat");
+    if (!func)
+      return signalPassFailure();
+    // After train-grad-accum the layers live inside the micro-batch loop (or
+    // its unrolled copies): checkpointing is chosen per layer first.
+    Operation *accumulation = nullptr;
+    func.walk([&](Operation *op) {
+      if (isa<AccumulateOp, SliceRowsOp>(op) && !accumulation)
+        accumulation = op;
+    });
+    if (accumulation) {
+      emitError(accumulation->getLoc(), "train-remat: @")
+          << function
+          << " already accumulates gradients; run train-remat before "
+             "train-grad-accum (remat regions are then repeated for each "
+             "micro-batch)";
+      return signalPassFailure();
+    }
 
     SmallVector<std::pair<int64_t, Layer>> selected;
     for (auto &[index, layer] : collectLayers(func))
@@ -486,11 +501,22 @@ struct TrainMaterializeRematPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto func = module.lookupSymbol<func::FuncOp>(function);
-    if (!func || func.isExternal()) {
-      module.emitError("train-materialize-remat: no function @") << function;
+    func::FuncOp func = lookupStep(module, function, "train-materialize-remat");
+    if (!func)
       return signalPassFailure();
-    }
+    // Inside a micro-batch loop the recompute would be cloned across the
+    // loop's body boundary; unrolling first gives each copy its own.
+    WalkResult inLoop = func.walk([&](RematOp remat) {
+      if (remat->getParentOfType<AccumulateOp>()) {
+        emitError(remat.getLoc(), "train-materialize-remat: train.remat "
+                                  "inside a train.accumulate loop; run "
+                                  "train-unroll-accum first");
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (inLoop.wasInterrupted())
+      return signalPassFailure();
     FailureOr<unsigned> cloned = materializeRemat(func);
     if (failed(cloned))
       return signalPassFailure();

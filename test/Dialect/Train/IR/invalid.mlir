@@ -871,3 +871,70 @@ func.func @adamw_8bit_weight_decay(%p: tensor<300xf32>, %c: tensor<300xi8>, %a: 
   %r:5 = train.adamw_8bit %p, %p, %c, %a, %c, %a, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = -0.5 : f64, block = 256 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<300xi8>, tensor<2xf32>, tensor<300xi8>, tensor<2xf32>, tensor<f32>, tensor<i64>
   return
 }
+
+// -----
+
+// Two arguments with one parameter name: a checkpoint keyed by name would
+// hold one of them.
+// expected-error @+1 {{'func.func' op arguments 0 and 1 are both "train.param" = "w"; each state tensor needs a name of its own}}
+func.func @duplicate_param(%a: tensor<4xf32> {train.param = "w"}, %b: tensor<4xf32> {train.param = "w"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op arguments 1 and 2 are both "train.optimizer_state" = "w.m"}}
+func.func @duplicate_state(%w: tensor<4xf32> {train.param = "w"}, %m: tensor<4xf32> {train.optimizer_state = "w.m"}, %m2: tensor<4xf32> {train.optimizer_state = "w.m"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op results 0 and 1 are both "train.param" = "w"}}
+func.func @duplicate_result(%w: tensor<4xf32> {train.param = "w"}) -> (tensor<4xf32> {train.param = "w"}, tensor<4xf32> {train.param = "w"}) {
+  return %w, %w : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// A name that is not a string would drop the parameter silently.
+// expected-error @+1 {{'func.func' op argument 0: 'train.param' must be a non-empty string naming the tensor, got 3 : i64}}
+func.func @param_not_a_name(%w: tensor<4xf32> {train.param = 3}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'train.optimizer_state' must be a non-empty string naming the tensor, got ""}}
+func.func @empty_state_name(%w: tensor<4xf32> {train.optimizer_state = ""}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op result 0: 'train.loss' is a unit attribute, got "x"}}
+func.func @loss_with_value(%w: tensor<f32>) -> (tensor<f32> {train.loss = "x"}) {
+  return %w : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'train.loss' belongs on results}}
+func.func @loss_on_argument(%w: tensor<f32> {train.loss}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op result 0: 'train.input' belongs on arguments}}
+func.func @input_on_result(%w: tensor<f32>) -> (tensor<f32> {train.input = "step"}) {
+  return %w : tensor<f32>
+}
+
+// -----
+
+// A parameter and its state may share a name across kinds; and the same
+// name on an argument and a result is the state before and after the step.
+func.func @same_name_other_kind(%w: tensor<4xf32> {train.param = "w"}, %s: tensor<4xf32> {train.optimizer_state = "w"}) -> (tensor<4xf32> {train.param = "w"}) {
+  return %w : tensor<4xf32>
+}

@@ -32,6 +32,9 @@ constexpr llvm::StringLiteral kLossAttrName = "train.loss";
 constexpr llvm::StringLiteral kGradAttrName = "train.grad";
 /// On a training step's result: the global gradient norm before clipping.
 constexpr llvm::StringLiteral kGradNormAttrName = "train.grad_norm";
+/// On a function: a unit attribute marking the training step train-autodiff
+/// built, whatever its name (option step-name).
+constexpr llvm::StringLiteral kStepAttrName = "train.step";
 /// On the module: a dictionary describing the model the graph came from.
 constexpr llvm::StringLiteral kModelAttrName = "train.model";
 

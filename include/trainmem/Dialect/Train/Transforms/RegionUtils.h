@@ -41,6 +41,11 @@ RematOp wrapInRemat(ArrayRef<Operation *> ops);
 /// Replaces `regionOp` by its body's ops, its results by what it yields.
 void inlineRegionOp(Operation *regionOp);
 
+/// The training step `name` of `module` for pass `passName`, or null after
+/// an error that says what is there instead: a step under another name
+/// (train-autodiff's step-name), or none yet.
+func::FuncOp lookupStep(ModuleOp module, StringRef name, StringRef passName);
+
 /// The unit attribute on ops train-materialize-remat cloned for recompute.
 constexpr llvm::StringLiteral kRecomputeAttrName = "train.recompute";
 

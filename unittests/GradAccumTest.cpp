@@ -1,6 +1,6 @@
 //===- GradAccumTest.cpp - N micro-batches equal one batch ----------------===//
 //
-// The tiny model in f32 without dropout. A step accumulated over N
+// The tiny model in f32, without dropout and with it. A step accumulated over N
 // micro-batches must give the gradients and updated weights of the step on
 // the whole batch, within a relative 1e-5 of each tensor's largest
 // magnitude (max |accumulated - whole| <= 1e-5 · max(|whole|, 1e-3); sums
@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Run/Step.h"
@@ -45,6 +46,7 @@ protected:
 
   OwningOpRef<ModuleOp> step(StringRef pipeline) {
     ModelConfig config = *getPreset("tiny");
+    config.dropout = dropout;
     config.layers = 2;
     config.batch = 4;
     config.seq = 16;
@@ -171,6 +173,7 @@ protected:
   }
 
   MLIRContext context;
+  double dropout = 0.0;
 };
 
 TEST_F(GradAccumTest, MeanOnUnpaddedDataEqualsOneBatch) {
@@ -207,6 +210,60 @@ TEST_F(GradAccumTest, ComposesWithRemat) {
                             "train-remat{policy=full}"})
     expectEqualToWholeBatch("optimizer=none", remat, "steps=2",
                             /*padded=*/true);
+}
+
+} // namespace
+
+namespace {
+
+// With dropout each sample draws the mask it draws in the whole batch (its
+// place in the batch, not in its micro-batch, keys the mask), so dropout
+// does not change the result of accumulation either; the same masks are
+// drawn again by remat's recompute and by a partly unrolled loop.
+TEST_F(GradAccumTest, DropoutDrawsTheWholeBatchMasks) {
+  dropout = 0.1;
+  for (const char *accum : {"steps=2", "steps=4", "steps=3"})
+    for (const char *autodiff : {"optimizer=none", "clip-norm=0.5 lr=1e-2"})
+      expectEqualToWholeBatch(autodiff, "", accum, /*padded=*/true);
+  expectEqualToWholeBatch("optimizer=none", "train-remat{policy=selective}",
+                          "steps=2", /*padded=*/false);
+  expectEqualToWholeBatch("optimizer=none", "train-remat{policy=full}",
+                          "steps=4", /*padded=*/false);
+}
+
+TEST_F(GradAccumTest, DropoutInAPartlyUnrolledLoop) {
+  dropout = 0.1;
+  OwningOpRef<ModuleOp> whole = step("train-autodiff{optimizer=none}");
+  OwningOpRef<ModuleOp> partial =
+      step("train-autodiff{optimizer=none},train-grad-accum{steps=4},"
+           "train-unroll-accum{factor=2}");
+  std::vector<RefTensor> args =
+      inputs(whole->lookupSymbol<func::FuncOp>("train_step"), true);
+  EXPECT_LE(worstRelative(onEvaluator(*partial, args),
+                          onEvaluator(*whole, args)),
+            kRelTol);
+}
+
+// The test above can fail: without the micro-batch's place, every
+// micro-batch draws the first micro-batch's masks.
+TEST_F(GradAccumTest, DropoutWithoutPlacesDiffers) {
+  dropout = 0.1;
+  OwningOpRef<ModuleOp> whole = step("train-autodiff{optimizer=none}");
+  OwningOpRef<ModuleOp> accumulated =
+      step("train-autodiff{optimizer=none},train-grad-accum{steps=2}");
+  accumulated->walk([](DropoutOp op) {
+    op.getPartMutable().clear();
+    op.setPartElements(0);
+  });
+  accumulated->walk([](DropoutMaskOp op) {
+    op.getPartMutable().clear();
+    op.setPartElements(0);
+  });
+  std::vector<RefTensor> args =
+      inputs(whole->lookupSymbol<func::FuncOp>("train_step"), false);
+  EXPECT_GT(worstRelative(onEvaluator(*accumulated, args),
+                          onEvaluator(*whole, args)),
+            1e-3);
 }
 
 } // namespace

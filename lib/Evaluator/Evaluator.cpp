@@ -170,6 +170,13 @@ private:
   void rmsNorm(RMSNormOp op);
   void softmax(SoftmaxOp op);
   void dropout(DropoutOp op);
+  /// Stream position of a dropout's element 0: first + part·part_elements.
+  uint64_t dropoutBase(int64_t first, Value part, int64_t partElements) {
+    uint64_t index =
+        part ? static_cast<uint64_t>(get(part).scalarInt()) : uint64_t(0);
+    return static_cast<uint64_t>(first) +
+           index * static_cast<uint64_t>(partElements);
+  }
   void rope(RopeOp op);
   void transpose(TransposeOp op);
   LogicalResult crossEntropy(CrossEntropyOp op);
@@ -326,11 +333,13 @@ void Interpreter::dropout(DropoutOp op) {
   auto offset = static_cast<uint64_t>(op.getOffsetAttr().getInt());
   uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   double scale = 1.0 / (1.0 - rate);
+  uint64_t base = dropoutBase(op.getFirstAttr().getInt(), op.getPart(),
+                              op.getPartElementsAttr().getInt());
   RefTensor y = RefTensor::zeros(x.shape);
   RefTensor mask = RefTensor::ofInts(x.shape,
                                      std::vector<int64_t>(x.numElements(), 0));
   for (int64_t i = 0; i < x.numElements(); ++i) {
-    bool keep = trainmem::dropoutKeep(seed, offset, i, threshold);
+    bool keep = trainmem::dropoutKeep(seed, offset, base + i, threshold);
     mask.ints[i] = keep;
     y.floats[i] = keep ? static_cast<float>(x.floats[i] * scale) : 0.0f;
   }
@@ -861,8 +870,11 @@ LogicalResult Interpreter::exec(Operation *op) {
         if (o.getKey())
           seed += static_cast<uint64_t>(get(o.getKey()).scalarInt());
         auto offset = static_cast<uint64_t>(o.getOffsetAttr().getInt());
+        uint64_t base = dropoutBase(o.getFirstAttr().getInt(), o.getPart(),
+                                    o.getPartElementsAttr().getInt());
         for (int64_t i = 0; i < mask.numElements(); ++i)
-          mask.ints[i] = trainmem::dropoutKeep(seed, offset, i, threshold);
+          mask.ints[i] =
+              trainmem::dropoutKeep(seed, offset, base + i, threshold);
         set(o.getMask(), std::move(mask));
         return success();
       })
@@ -1006,8 +1018,10 @@ LogicalResult Interpreter::accumulate(AccumulateOp op) {
       set(arg, sliceRows(get(input), step * micro, shapeOf(arg.getType()),
                          op.getPadding()[index]));
     }
+    if (op.getIndexed())
+      set(op.getIndexArgument(), RefTensor::ofInts({}, {step}));
     if (op.getWeighted())
-      set(body.getArguments().back(),
+      set(op.getShareArgument(),
           RefTensor::ofFloats({}, {static_cast<float>(op.getShare(step))}));
     if (failed(run(body)))
       return failure();

@@ -372,14 +372,20 @@ LogicalResult Lowering::lower(Operation *op) {
                        offset(o.getMask()), elements(o.getInput()),
                        o.getRate().convertToDouble(),
                        o.getSeedAttr().getInt(), o.getOffsetAttr().getInt(),
-                       o.getKey() ? offset(o.getKey()) : int64_t(-1)});
+                       o.getKey() ? offset(o.getKey()) : int64_t(-1),
+                       o.getFirstAttr().getInt(),
+                       o.getPart() ? offset(o.getPart()) : int64_t(-1),
+                       o.getPartElementsAttr().getInt()});
       })
       .Case<DropoutMaskOp>([&](DropoutMaskOp o) {
         return simple("tmrt_dropout_mask",
                       {offset(o.getMask()), elements(o.getMask()),
                        o.getRate().convertToDouble(),
                        o.getSeedAttr().getInt(), o.getOffsetAttr().getInt(),
-                       o.getKey() ? offset(o.getKey()) : int64_t(-1)});
+                       o.getKey() ? offset(o.getKey()) : int64_t(-1),
+                       o.getFirstAttr().getInt(),
+                       o.getPart() ? offset(o.getPart()) : int64_t(-1),
+                       o.getPartElementsAttr().getInt()});
       })
       .Case<RopeOp>([&](auto o) { return rope(o); })
       .Case<CrossEntropyOp>([&](CrossEntropyOp o) {

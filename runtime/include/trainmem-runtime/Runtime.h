@@ -102,15 +102,19 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
                        int64_t rows, int64_t cols);
 
 /* Dropout on the Philox stream keyed by seed + key (key: offset of an i64
- * scalar, or -1 for none) at counter offset; see Support/Philox.h. */
+ * scalar, or -1 for none) at counter offset; see Support/Philox.h. Element
+ * i draws at position first + part * part_elements + i in the stream (part:
+ * offset of an i64 scalar, or -1 for 0): its place in the whole batch. */
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
-                  int64_t key);
+                  int64_t key, int64_t first, int64_t part,
+                  int64_t part_elements);
 void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
                        int64_t out, int64_t n, double rate);
 void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
                        double rate, int64_t seed, int64_t offset,
-                       int64_t key);
+                       int64_t key, int64_t first, int64_t part,
+                       int64_t part_elements);
 
 /* Rotary embedding of a rank-4 strided view [n0, n1, S, D] into a row-major
  * output; inverse rotates by the negated angle. */

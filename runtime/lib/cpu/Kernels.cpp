@@ -76,23 +76,26 @@ void elementwise(tmrt_context *ctx, int64_t n, Fn fn) {
   });
 }
 
-/// Keep decisions for elements [begin, end): one Philox call per four
-/// elements (element i is word i % 4 of block i / 4, as Philox.h defines).
+/// Keep decisions for elements [begin, end) of a tensor whose element 0
+/// sits at position `base` of the stream: one Philox call per four positions
+/// (position e is word e % 4 of block e / 4, as Philox.h defines).
 template <typename Fn>
-void forEachKeep(uint64_t seed, uint64_t offset, double rate, int64_t begin,
-                 int64_t end, Fn fn) {
+void forEachKeep(uint64_t seed, uint64_t offset, double rate, uint64_t base,
+                 int64_t begin, int64_t end, Fn fn) {
   uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   trainmem::PhiloxKey key = {static_cast<uint32_t>(seed),
                              static_cast<uint32_t>(seed >> 32)};
-  for (int64_t block = begin / 4; block * 4 < end; ++block) {
+  uint64_t firstPosition = base + static_cast<uint64_t>(begin);
+  uint64_t endPosition = base + static_cast<uint64_t>(end);
+  for (uint64_t block = firstPosition / 4; block * 4 < endPosition; ++block) {
     trainmem::PhiloxCounter words = trainmem::philox4x32_10(
         {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
          static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)},
         key);
-    for (int64_t w = 0; w < 4; ++w) {
-      int64_t i = block * 4 + w;
-      if (i >= begin && i < end)
-        fn(i, (words[w] >> 8) < threshold);
+    for (uint64_t w = 0; w < 4; ++w) {
+      uint64_t position = block * 4 + w;
+      if (position >= firstPosition && position < endPosition)
+        fn(static_cast<int64_t>(position - base), (words[w] >> 8) < threshold);
     }
   }
 }
@@ -100,11 +103,20 @@ void forEachKeep(uint64_t seed, uint64_t offset, double rate, int64_t begin,
 /// Splits [0, n) into tasks on multiples of 4 elements.
 template <typename Fn>
 void forEachKeepParallel(tmrt_context *ctx, int64_t n, uint64_t seed,
-                         uint64_t offset, double rate, Fn fn) {
+                         uint64_t offset, double rate, uint64_t base, Fn fn) {
   int64_t blocks = (n + 3) / 4;
   ctx->pool.parallelFor(blocks, kGrain / 4, [&](int64_t b0, int64_t b1) {
-    forEachKeep(seed, offset, rate, b0 * 4, std::min(n, b1 * 4), fn);
+    forEachKeep(seed, offset, rate, base, b0 * 4, std::min(n, b1 * 4), fn);
   });
+}
+
+/// The stream position of a dropout's element 0 (see tmrt_dropout).
+uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
+                     int64_t partElements) {
+  uint64_t index = part >= 0 ? static_cast<uint64_t>(*ctx->at<int64_t>(part))
+                             : 0;
+  return static_cast<uint64_t>(first) +
+         index * static_cast<uint64_t>(partElements);
 }
 
 /// out[i] = fn(in[i]) over f32 tensors, computed in double.
@@ -512,7 +524,8 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
 
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
-                  int64_t key) {
+                  int64_t key, int64_t first, int64_t part,
+                  int64_t part_elements) {
   ++ctx->kernelCalls;
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
@@ -522,6 +535,7 @@ void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
   double scale = 1.0 / (1.0 - rate);
   forEachKeepParallel(ctx, n, static_cast<uint64_t>(seed),
                       static_cast<uint64_t>(offset), rate,
+                      dropoutBase(ctx, first, part, part_elements),
                       [&](int64_t i, bool k) {
                         keep[i] = k;
                         y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
@@ -545,13 +559,15 @@ void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
 
 void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
                        double rate, int64_t seed, int64_t offset,
-                       int64_t key) {
+                       int64_t key, int64_t first, int64_t part,
+                       int64_t part_elements) {
   ++ctx->kernelCalls;
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   uint8_t *keep = ctx->at<uint8_t>(mask);
   forEachKeepParallel(ctx, n, static_cast<uint64_t>(seed),
                       static_cast<uint64_t>(offset), rate,
+                      dropoutBase(ctx, first, part, part_elements),
                       [&](int64_t i, bool k) { keep[i] = k; });
   ctx->touch(mask, n);
 }

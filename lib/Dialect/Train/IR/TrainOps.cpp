@@ -207,14 +207,35 @@ LogicalResult SoftmaxOp::verify() {
   return success();
 }
 
+/// The counters of a dropout site: `offset` and `first` are unsigned
+/// positions; `part` needs the size of a part to place it.
+static LogicalResult verifyDropoutCounters(Operation *op, int64_t offset,
+                                           int64_t first, Value part,
+                                           int64_t partElements) {
+  if (offset < 0)
+    return op->emitOpError("offset must be >= 0");
+  if (first < 0)
+    return op->emitOpError("first must be >= 0, got ") << first;
+  if (partElements < 0)
+    return op->emitOpError("part_elements must be >= 0, got ")
+           << partElements;
+  if (part && partElements == 0)
+    return op->emitOpError("a part operand needs part_elements > 0 (the "
+                           "elements of one part)");
+  if (!part && partElements != 0)
+    return op->emitOpError("part_elements without a part operand");
+  return success();
+}
+
 void DropoutOp::build(OpBuilder &builder, OperationState &state, Value input,
                       double rate, int64_t seed, int64_t offset) {
   auto inputType = cast<RankedTensorType>(input.getType());
   auto maskType =
       RankedTensorType::get(inputType.getShape(), builder.getI1Type());
   build(builder, state, inputType, maskType, input, /*key=*/Value(),
-        builder.getF64FloatAttr(rate), builder.getI64IntegerAttr(seed),
-        builder.getI64IntegerAttr(offset));
+        /*part=*/Value(), builder.getF64FloatAttr(rate),
+        builder.getI64IntegerAttr(seed), builder.getI64IntegerAttr(offset),
+        builder.getI64IntegerAttr(0), builder.getI64IntegerAttr(0));
 }
 
 LogicalResult DropoutOp::verify() {
@@ -222,9 +243,9 @@ LogicalResult DropoutOp::verify() {
     return failure();
   if (getMask().getType().getShape() != getInput().getType().getShape())
     return emitOpError("mask shape must equal the input shape");
-  if (getOffsetAttr().getInt() < 0)
-    return emitOpError("offset must be >= 0");
-  return success();
+  return verifyDropoutCounters(*this, getOffsetAttr().getInt(),
+                               getFirstAttr().getInt(), getPart(),
+                               getPartElementsAttr().getInt());
 }
 
 LogicalResult RopeOp::verify() {
@@ -302,9 +323,9 @@ LogicalResult CastOp::verify() {
 LogicalResult DropoutMaskOp::verify() {
   if (failed(verifyDropoutRate(*this, getRate().convertToDouble())))
     return failure();
-  if (getOffsetAttr().getInt() < 0)
-    return emitOpError("offset must be >= 0");
-  return success();
+  return verifyDropoutCounters(*this, getOffsetAttr().getInt(),
+                               getFirstAttr().getInt(), getPart(),
+                               getPartElementsAttr().getInt());
 }
 
 //===----------------------------------------------------------------------===//
@@ -437,6 +458,18 @@ double AccumulateOp::getShare(int64_t step) {
   return static_cast<double>(real) / static_cast<double>(rows);
 }
 
+BlockArgument AccumulateOp::getIndexArgument() {
+  if (!getIndexed())
+    return BlockArgument();
+  return getBody().front().getArgument(getInputs().size());
+}
+
+BlockArgument AccumulateOp::getShareArgument() {
+  if (!getWeighted())
+    return BlockArgument();
+  return getBody().front().getArguments().back();
+}
+
 LogicalResult AccumulateOp::verify() {
   int64_t steps = getStepsAttr().getInt();
   if (getInputs().empty())
@@ -451,11 +484,17 @@ LogicalResult AccumulateOp::verify() {
   if (getPadding().size() != getInputs().size())
     return emitOpError("needs one padding value per input");
   Block &body = getBody().front();
-  if (body.getNumArguments() != getInputs().size() + (getWeighted() ? 1 : 0))
+  if (body.getNumArguments() != getInputs().size() + (getIndexed() ? 1 : 0) +
+                                    (getWeighted() ? 1 : 0))
     return emitOpError("body must take one micro-batch per input")
+           << (getIndexed() ? ", then the micro-batch's index" : "")
            << (getWeighted() ? ", then the micro-batch's share" : "");
+  if (getIndexed() &&
+      getIndexArgument().getType() !=
+          RankedTensorType::get({}, IntegerType::get(getContext(), 64)))
+    return emitOpError("the index argument must be a tensor<i64>");
   if (getWeighted() &&
-      body.getArguments().back().getType() !=
+      getShareArgument().getType() !=
           RankedTensorType::get({}, Float32Type::get(getContext())))
     return emitOpError("the share argument must be a tensor<f32>");
   int64_t micro = getMicroBatchRows();

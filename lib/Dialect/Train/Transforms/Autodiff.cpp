@@ -131,8 +131,9 @@ void regenerateDropoutMasks(func::FuncOp func) {
       OpBuilder builder(use.getOwner());
       auto mask = DropoutMaskOp::create(
           builder, dropout.getLoc(), dropout.getMask().getType(),
-          dropout.getKey(), dropout.getRateAttr(), dropout.getSeedAttr(),
-          dropout.getOffsetAttr());
+          dropout.getKey(), dropout.getPart(), dropout.getRateAttr(),
+          dropout.getSeedAttr(), dropout.getOffsetAttr(),
+          dropout.getFirstAttr(), dropout.getPartElementsAttr());
       use.set(mask);
     }
   });

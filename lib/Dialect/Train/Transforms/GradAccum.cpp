@@ -141,6 +141,38 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
   return success();
 }
 
+/// Gives a dropout of the loop body (a clone of `original`, re-typed for a
+/// micro-batch) the micro-batch index as its part, so that a sample draws
+/// the mask it draws in the whole batch: the micro-batch's tensor is rows
+/// [j·micro, (j+1)·micro) of dimension 0 of the batch's, that is elements
+/// [j·N, (j+1)·N) for N elements of the micro-batch's tensor. A dropout on a
+/// tensor without the batch keeps its mask.
+LogicalResult placeDropout(Operation *original, Operation *clone,
+                           Value microIndex) {
+  if (!isa<DropoutOp, DropoutMaskOp>(clone))
+    return success();
+  auto oldType = cast<RankedTensorType>(original->getResult(0).getType());
+  auto newType = cast<RankedTensorType>(clone->getResult(0).getType());
+  if (oldType.getShape() == newType.getShape())
+    return success();
+  if (oldType.getRank() == 0 ||
+      oldType.getShape().drop_front() != newType.getShape().drop_front())
+    return clone->emitOpError("cannot draw its micro-batch's part of the "
+                              "batch's mask: the batch is not the first "
+                              "dimension of ")
+           << oldType;
+  auto setPart = [&](auto op) -> LogicalResult {
+    if (op.getPart())
+      return op.emitOpError("already has a part (accumulated twice?)");
+    op.getPartMutable().assign(microIndex);
+    op.setPartElements(newType.getNumElements());
+    return success();
+  };
+  if (auto dropout = dyn_cast<DropoutOp>(clone))
+    return setPart(dropout);
+  return setPart(cast<DropoutMaskOp>(clone));
+}
+
 struct TrainGradAccumPass
     : public impl::TrainGradAccumPassBase<TrainGradAccumPass> {
   using Base::Base;
@@ -273,9 +305,20 @@ void TrainGradAccumPass::runOnOperation() {
     resultTypes.push_back(RankedTensorType::get(
         cast<RankedTensorType>(value.getType()).getShape(),
         builder.getF32Type()));
+  // Dropout draws by position in the batch: the body needs the index of
+  // its micro-batch to place its masks (train.dropout's part).
+  bool hasDropout = llvm::any_of(bodyOps, [](Operation *op) {
+    return op
+        ->walk([](Operation *inner) {
+          return isa<DropoutOp, DropoutMaskOp>(inner) ? WalkResult::interrupt()
+                                                      : WalkResult::advance();
+        })
+        .wasInterrupted();
+  });
   auto accumulate = AccumulateOp::create(
       builder, func.getLoc(), resultTypes, inputs,
       builder.getI64IntegerAttr(steps), builder.getDenseI64ArrayAttr(padding),
+      hasDropout ? builder.getUnitAttr() : UnitAttr(),
       normalize == "mean" ? builder.getUnitAttr() : UnitAttr());
   Block *body = builder.createBlock(&accumulate.getBody());
   IRMapping mapping;
@@ -286,6 +329,11 @@ void TrainGradAccumPass::runOnOperation() {
     mapping.map(arg, body->addArgument(withShape(arg.getType(), shape),
                                        arg.getLoc()));
   }
+
+  Value microIndex;
+  if (hasDropout)
+    microIndex = body->addArgument(
+        RankedTensorType::get({}, builder.getI64Type()), func.getLoc());
 
   // normalize=mean weighs each micro-batch's mean by its share of the rows.
   Value share;
@@ -310,6 +358,10 @@ void TrainGradAccumPass::runOnOperation() {
   for (Operation *clone : cloned)
     if (failed(rebatchResults(originalOf.lookup(clone), clone, batch, micro)))
       return signalPassFailure();
+  if (hasDropout)
+    for (Operation *clone : cloned)
+      if (failed(placeDropout(originalOf.lookup(clone), clone, microIndex)))
+        return signalPassFailure();
   SmallVector<Value> bodyYield;
   for (Value value : yielded)
     bodyYield.push_back(mapping.lookup(value));
@@ -383,14 +435,31 @@ struct TrainUnrollAccumPass
 
     OpBuilder builder(loop);
     AccumulateOp outer;
+    Value outerIndex;
     int64_t rowsPerIteration = micro * perIteration;
+    // The dropouts placed by the index: unrolled, each copy's place is
+    // static (first), or the outer loop's index times the iteration's size.
+    BlockArgument indexArg = loop.getIndexArgument();
+    SmallVector<Operation *> placed;
+    bool indexElsewhere = false;
+    if (indexArg)
+      for (OpOperand &use : indexArg.getUses()) {
+        if (isa<DropoutOp, DropoutMaskOp>(use.getOwner()))
+          placed.push_back(use.getOwner());
+        else
+          indexElsewhere = true;
+      }
+    if (indexElsewhere && perIteration != steps)
+      return loop.emitOpError("train-unroll-accum: a partial unroll of a "
+                              "loop whose index feeds other ops than "
+                              "dropouts is not supported");
     SmallVector<Value> sources(loop.getInputs());
     if (perIteration != steps) {
       // A loop of steps / K iterations whose body is K micro-steps.
       outer = AccumulateOp::create(
           builder, loop.getLoc(), loop.getResultTypes(), loop.getInputs(),
           builder.getI64IntegerAttr(steps / perIteration),
-          loop.getPaddingAttr());
+          loop.getPaddingAttr(), loop.getIndexedAttr(), UnitAttr());
       Block *outerBody = builder.createBlock(&outer.getBody());
       sources.clear();
       for (Value input : loop.getInputs()) {
@@ -400,14 +469,29 @@ struct TrainUnrollAccumPass
         sources.push_back(outerBody->addArgument(
             withShape(input.getType(), shape), input.getLoc()));
       }
+      if (outer.getIndexed())
+        outerIndex = outerBody->addArgument(
+            RankedTensorType::get({}, builder.getI64Type()), loop.getLoc());
       builder.setInsertionPointToEnd(outerBody);
     }
 
     SmallVector<Value> sums(loop.getNumResults());
     for (int64_t step = 0; step < perIteration; ++step) {
       IRMapping mapping;
+      // Unrolled copies of the dropouts stop reading the index (fixed up
+      // below); a constant stands in for other readers.
+      if (indexArg && outer)
+        mapping.map(indexArg, outerIndex);
+      else if (indexElsewhere)
+        mapping.map(indexArg,
+                    Value(arith::ConstantOp::create(
+                                builder, loop.getLoc(),
+                                DenseElementsAttr::get(
+                                    RankedTensorType::get(
+                                        {}, builder.getI64Type()),
+                                    static_cast<int64_t>(step)))));
       if (loop.getWeighted())
-        mapping.map(body.getArguments().back(),
+        mapping.map(loop.getShareArgument(),
                     arith::ConstantOp::create(
                         builder, loop.getLoc(),
                         DenseElementsAttr::get(
@@ -423,6 +507,23 @@ struct TrainUnrollAccumPass
       }
       for (Operation &op : body.without_terminator())
         builder.clone(op, mapping);
+      for (Operation *op : placed) {
+        Operation *copy = mapping.lookup(op->getResult(0)).getDefiningOp();
+        auto place = [&](auto dropout) {
+          int64_t elements = dropout.getPartElementsAttr().getInt();
+          dropout.setFirst(dropout.getFirstAttr().getInt() + step * elements);
+          if (outer) {
+            dropout.setPartElements(elements * perIteration);
+          } else {
+            dropout.getPartMutable().clear();
+            dropout.setPartElements(0);
+          }
+        };
+        if (auto dropout = dyn_cast<DropoutOp>(copy))
+          place(dropout);
+        else
+          place(cast<DropoutMaskOp>(copy));
+      }
       for (auto [index, value] : llvm::enumerate(yield.getValues())) {
         Value part = mapping.lookup(value);
         Type f32Type = loop.getResult(index).getType();

@@ -938,3 +938,38 @@ func.func @input_on_result(%w: tensor<f32>) -> (tensor<f32> {train.input = "step
 func.func @same_name_other_kind(%w: tensor<4xf32> {train.param = "w"}, %s: tensor<4xf32> {train.optimizer_state = "w"}) -> (tensor<4xf32> {train.param = "w"}) {
   return %w : tensor<4xf32>
 }
+
+// -----
+
+func.func @dropout_part_without_size(%x: tensor<4xf32>, %j: tensor<i64>) {
+  // expected-error @+1 {{a part operand needs part_elements > 0 (the elements of one part)}}
+  %y, %m = train.dropout %x part(%j : tensor<i64>) {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64} : tensor<4xf32> -> tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @dropout_size_without_part(%x: tensor<4xf32>) {
+  // expected-error @+1 {{part_elements without a part operand}}
+  %y, %m = train.dropout %x {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, part_elements = 4 : i64} : tensor<4xf32> -> tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @dropout_mask_negative_first() {
+  // expected-error @+1 {{first must be >= 0, got -4}}
+  %m = train.dropout_mask {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, first = -4 : i64} : tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @accumulate_index_type(%x: tensor<4x8xf32>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{the index argument must be a tensor<i64>}}
+  %sum = train.accumulate %x steps 2 padding [0] indexed : (tensor<4x8xf32>) -> tensor<2x8xf32> {
+  ^bb0(%m: tensor<2x8xf32>, %j: tensor<f32>):
+    train.yield %m : tensor<2x8xf32>
+  }
+  return %sum : tensor<2x8xf32>
+}

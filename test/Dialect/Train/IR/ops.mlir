@@ -210,3 +210,19 @@ func.func @quantized_state(%p: tensor<16x64xf32>, %g: tensor<16x64xf32>,
   %s:3 = train.sgd_8bit %p, %g, %mc, %ma, %lr {momentum = 0.9 : f64, weight_decay = 0.0 : f64, nesterov, block = 256 : i64} : tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xi8>, tensor<4xf32>, tensor<f32>
   return
 }
+
+// A micro-batch's dropout placed in its batch by the loop's index.
+// CHECK-LABEL: func.func @indexed_accumulation
+func.func @indexed_accumulation(%x: tensor<4x8xf32>) -> tensor<2x8xf32> {
+  // CHECK: train.accumulate %{{.*}} steps 2 padding [0] indexed : (tensor<4x8xf32>) -> tensor<2x8xf32> {
+  // CHECK: ^bb0(%{{.*}}: tensor<2x8xf32>, %[[J:.*]]: tensor<i64>):
+  // CHECK:   train.dropout %{{.*}} part(%[[J]] : tensor<i64>) {offset = 1 : i64, part_elements = 16 : i64, rate = 5.000000e-01 : f64, seed = 7 : i64} : tensor<2x8xf32> -> tensor<2x8xi1>
+  // CHECK:   train.dropout_mask part(%[[J]] : tensor<i64>) {first = 4 : i64, offset = 1 : i64, part_elements = 16 : i64, rate = 5.000000e-01 : f64, seed = 7 : i64} : tensor<2x8xi1>
+  %sum = train.accumulate %x steps 2 padding [0] indexed : (tensor<4x8xf32>) -> tensor<2x8xf32> {
+  ^bb0(%m: tensor<2x8xf32>, %j: tensor<i64>):
+    %y, %mask = train.dropout %m part(%j : tensor<i64>) {rate = 0.5 : f64, seed = 7 : i64, offset = 1 : i64, part_elements = 16 : i64} : tensor<2x8xf32> -> tensor<2x8xi1>
+    %again = train.dropout_mask part(%j : tensor<i64>) {rate = 0.5 : f64, seed = 7 : i64, offset = 1 : i64, first = 4 : i64, part_elements = 16 : i64} : tensor<2x8xi1>
+    train.yield %y : tensor<2x8xf32>
+  }
+  return %sum : tensor<2x8xf32>
+}

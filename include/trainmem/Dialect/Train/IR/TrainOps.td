@@ -244,19 +244,24 @@ def Train_SoftmaxOp : Train_DiffOp<"softmax", [SameOperandsAndResultType]> {
 }
 
 def Train_DropoutOp : Train_DiffOp<"dropout",
-    [AllTypesMatch<["input", "result"]>]> {
+    [AllTypesMatch<["input", "result"]>, AttrSizedOperandSegments]> {
   let summary = "inverted dropout with a counter-based keep-mask";
   let description = [{
     Zeroes each element with probability `rate` and scales the rest by
     `1 / (1 - rate)`. Element `i` (row-major) is kept when the top 24 bits of
-    word `i % 4` of Philox-4x32-10, keyed by `seed + key` (the optional `key`
-    operand, 0 without it), at counter (`i / 4`, `offset`), are below
-    `round((1 - rate) · 2^24)`: a uniform draw below `1 - rate`, in integers,
+    word `e % 4` of Philox-4x32-10, keyed by `seed + key` (the optional `key`
+    operand, 0 without it), at counter (`e / 4`, `offset`), are below
+    `round((1 - rate) · 2^24)`, where `e = first + part · part_elements + i`
+    is the element's position in the whole batch (`part`, an optional
+    operand, is 0 without it): a uniform draw below `1 - rate`, in integers,
     so any executor and any recompute draws the same mask
     (`include/trainmem/Support/Philox.h`). `offset` tells the dropout sites
     of a model apart; `key` (a training step passes its step counter) draws
-    a fresh mask every step. The second result is the keep-mask (one byte
-    per element), which the backward uses.
+    a fresh mask every step. `first` and `part` place a micro-batch in its
+    batch: gradient accumulation gives micro-batch `j` of `N`-element
+    tensors `part(j)` with `part_elements = N`, so each sample draws the mask
+    it would draw in the whole batch. The second result is the keep-mask
+    (one byte per element), which the backward uses.
 
     ```mlir
     %y, %mask = train.dropout %p key(%step : tensor<i64>) {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
@@ -264,10 +269,14 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
     ```
   }];
   let arguments = (ins Train_FloatTensor:$input, Optional<Train_I64Scalar>:$key,
-                       F64Attr:$rate, I64Attr:$seed, I64Attr:$offset);
+                       Optional<Train_I64Scalar>:$part,
+                       F64Attr:$rate, I64Attr:$seed, I64Attr:$offset,
+                       DefaultValuedAttr<I64Attr, "0">:$first,
+                       DefaultValuedAttr<I64Attr, "0">:$part_elements);
   let results = (outs Train_FloatTensor:$result, Train_MaskTensor:$mask);
   let assemblyFormat = [{
-    $input (`key` `(` $key^ `:` type($key) `)`)? attr-dict `:` type($input)
+    $input (`key` `(` $key^ `:` type($key) `)`)?
+    (`part` `(` $part^ `:` type($part) `)`)? attr-dict `:` type($input)
     `->` type($mask)
   }];
   let hasVerifier = 1;
@@ -396,24 +405,30 @@ def Train_CastOp : Train_DiffOp<"cast"> {
   let hasVerifier = 1;
 }
 
-def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask"> {
+def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask",
+    [AttrSizedOperandSegments]> {
   let summary = "regenerates the keep-mask of a dropout from its RNG stream";
   let description = [{
-    The mask `train.dropout` with the same `key`, `rate`, `seed` and
-    `offset` draws for a tensor of this shape. The backward can recompute a
-    mask with it instead of keeping the forward's (1 byte per element saved,
-    a few integer operations per element spent).
+    The mask `train.dropout` with the same `key`, `part`, `rate`, `seed`,
+    `offset`, `first` and `part_elements` draws for a tensor of this shape.
+    The backward can recompute a mask with it instead of keeping the
+    forward's (1 byte per element saved, a few integer operations per
+    element spent).
 
     ```mlir
     %mask = train.dropout_mask key(%step : tensor<i64>) {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
         : tensor<8x12x1024x1024xi1>
     ```
   }];
-  let arguments = (ins Optional<Train_I64Scalar>:$key, F64Attr:$rate,
-                       I64Attr:$seed, I64Attr:$offset);
+  let arguments = (ins Optional<Train_I64Scalar>:$key,
+                       Optional<Train_I64Scalar>:$part, F64Attr:$rate,
+                       I64Attr:$seed, I64Attr:$offset,
+                       DefaultValuedAttr<I64Attr, "0">:$first,
+                       DefaultValuedAttr<I64Attr, "0">:$part_elements);
   let results = (outs Train_MaskTensor:$mask);
   let assemblyFormat = [{
-    (`key` `(` $key^ `:` type($key) `)`)? attr-dict `:` type($mask)
+    (`key` `(` $key^ `:` type($key) `)`)?
+    (`part` `(` $part^ `:` type($part) `)`)? attr-dict `:` type($mask)
   }];
   let hasVerifier = 1;
 }
@@ -473,9 +488,12 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     padded rows contribute nothing), runs the body once per micro-batch
     with the slices as its arguments, and sums what the body yields, in
     f32, into the results: gradient accumulation. Results have the yielded
-    shapes with an f32 element type. With `weighted`, the body takes one
-    more argument, a `tensor<f32>`: the micro-batch's share of the batch's
-    real rows (rows / B, 0 for a micro-batch of padding only).
+    shapes with an f32 element type. With `indexed`, the body takes one more
+    argument, a `tensor<i64>`: the micro-batch's index (0 to `steps - 1`),
+    which places its dropout masks in the batch's (`train.dropout`'s
+    `part`). With `weighted`, the body then takes a `tensor<f32>`: the
+    micro-batch's share of the batch's real rows (rows / B, 0 for a
+    micro-batch of padding only).
 
     ```mlir
     %acc:2 = train.accumulate %tokens, %targets steps 4 padding [0, -100]
@@ -487,11 +505,13 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     ```
   }];
   let arguments = (ins Variadic<AnyRankedTensor>:$inputs, I64Attr:$steps,
-                       DenseI64ArrayAttr:$padding, UnitAttr:$weighted);
+                       DenseI64ArrayAttr:$padding, UnitAttr:$indexed,
+                       UnitAttr:$weighted);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $inputs `steps` $steps `padding` $padding (`weighted` $weighted^)?
+    $inputs `steps` $steps `padding` $padding (`indexed` $indexed^)?
+    (`weighted` $weighted^)?
     attr-dict `:` functional-type($inputs, $results) $body
   }];
   let hasVerifier = 1;
@@ -500,6 +520,10 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     int64_t getMicroBatchRows();
     /// The share of the batch's real rows micro-batch `step` holds.
     double getShare(int64_t step);
+    /// The body argument holding the micro-batch index (`indexed`), or null.
+    ::mlir::BlockArgument getIndexArgument();
+    /// The body argument holding the share (`weighted`), or null.
+    ::mlir::BlockArgument getShareArgument();
   }];
 }
 

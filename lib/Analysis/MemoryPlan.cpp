@@ -3,10 +3,112 @@
 #include "trainmem/Analysis/MemoryPlan.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 using namespace mlir;
 using namespace mlir::train;
+
+namespace {
+
+/// Offset ranges [begin, end) that placed buffers hold.
+struct Interval {
+  uint64_t begin, end;
+};
+
+/// A set of offset ranges kept merged: adjacent or overlapping ranges are
+/// one run.
+class RangeSet {
+public:
+  void insert(Interval range) {
+    auto next = runs.lower_bound(range.begin);
+    if (next != runs.begin()) {
+      auto previous = std::prev(next);
+      if (previous->second >= range.begin) {
+        range.begin = previous->first;
+        range.end = std::max(range.end, previous->second);
+        next = runs.erase(previous);
+      }
+    }
+    while (next != runs.end() && next->first <= range.end) {
+      range.end = std::max(range.end, next->second);
+      next = runs.erase(next);
+    }
+    runs.emplace(range.begin, range.end);
+  }
+  void appendTo(std::vector<Interval> &out) const {
+    for (auto [begin, end] : runs)
+      out.push_back({begin, end});
+  }
+
+private:
+  std::map<uint64_t, uint64_t> runs;
+};
+
+/// The offset ranges of placed buffers, by lifetime, so that the memory
+/// taken during a new buffer's lifetime is found without visiting every
+/// buffer that overlaps it. A segment tree over program points: a buffer
+/// is stored at the O(log P) nodes whose point ranges tile its lifetime
+/// (`stored`), and each node also keeps the union of what is stored at it or
+/// below (`below`). The memory taken during [first, last] is the union of
+/// `below` of the nodes inside [first, last] and `stored` of the nodes that
+/// only meet it: O(log P) merged sets, whose runs are far fewer than the
+/// buffers (the buffers live everywhere, weights and optimizer state, are
+/// the root's `stored`: a few runs).
+class PlacedBuffers {
+public:
+  explicit PlacedBuffers(unsigned lastPoint)
+      : lastPoint(lastPoint), nodes(4 * (static_cast<size_t>(lastPoint) + 1)) {}
+
+  void insert(unsigned first, unsigned last, Interval range) {
+    insertAt(1, 0, lastPoint, first, last, range);
+  }
+
+  /// Appends runs covering exactly the memory of the placed buffers live
+  /// at some point of [first, last] (runs may overlap one another).
+  void collect(unsigned first, unsigned last,
+               std::vector<Interval> &taken) const {
+    collectAt(1, 0, lastPoint, first, last, taken);
+  }
+
+private:
+  struct Node {
+    RangeSet stored, below;
+  };
+
+  void insertAt(unsigned node, unsigned lo, unsigned hi, unsigned first,
+                unsigned last, Interval range) {
+    nodes[node].below.insert(range);
+    if (first <= lo && hi <= last) {
+      nodes[node].stored.insert(range);
+      return;
+    }
+    unsigned mid = lo + (hi - lo) / 2;
+    if (first <= mid)
+      insertAt(2 * node, lo, mid, first, last, range);
+    if (last > mid)
+      insertAt(2 * node + 1, mid + 1, hi, first, last, range);
+  }
+
+  void collectAt(unsigned node, unsigned lo, unsigned hi, unsigned first,
+                 unsigned last, std::vector<Interval> &taken) const {
+    if (last < lo || hi < first)
+      return;
+    if (first <= lo && hi <= last) {
+      nodes[node].below.appendTo(taken);
+      return;
+    }
+    nodes[node].stored.appendTo(taken);
+    unsigned mid = lo + (hi - lo) / 2;
+    collectAt(2 * node, lo, mid, first, last, taken);
+    collectAt(2 * node + 1, mid + 1, hi, first, last, taken);
+  }
+
+  unsigned lastPoint;
+  std::vector<Node> nodes;
+};
+
+} // namespace
 
 MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
     : alignment(alignment) {
@@ -26,10 +128,10 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
     return buffers[a].firstPoint < buffers[b].firstPoint;
   });
 
-  std::vector<unsigned> placed;
-  struct Interval {
-    uint64_t begin, end;
-  };
+  unsigned lastPoint = 0;
+  for (const Buffer &buffer : buffers)
+    lastPoint = std::max(lastPoint, buffer.lastPoint);
+  PlacedBuffers placed(lastPoint);
   std::vector<Interval> taken;
   for (unsigned index : order) {
     const Buffer &buffer = buffers[index];
@@ -38,12 +140,7 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
       continue;
     // Memory held, at some point of this buffer's lifetime, by others.
     taken.clear();
-    for (unsigned other : placed) {
-      const Buffer &o = buffers[other];
-      if (o.lastPoint < buffer.firstPoint || buffer.lastPoint < o.firstPoint)
-        continue;
-      taken.push_back({offsets[other], offsets[other] + alignedSize(o)});
-    }
+    placed.collect(buffer.firstPoint, buffer.lastPoint, taken);
     std::sort(taken.begin(), taken.end(), [](const Interval &a,
                                              const Interval &b) {
       return a.begin < b.begin;
@@ -64,6 +161,7 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
     // Sizes are rounded up for placement only: the arena ends where the
     // highest buffer's bytes end.
     arenaBytes = std::max(arenaBytes, offsets[index] + buffer.bytes);
-    placed.push_back(index);
+    placed.insert(buffer.firstPoint, buffer.lastPoint,
+                  {offsets[index], offsets[index] + size});
   }
 }

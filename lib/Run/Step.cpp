@@ -208,9 +208,14 @@ std::unique_ptr<JitStep> JitStep::create(ModuleOp lowered,
                                          std::string &error) {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
-  auto transformer = makeOptimizingTransformer(/*optLevel=*/2, 0, nullptr);
+  // The lowered step is a straight line of runtime calls with constant
+  // arguments: LLVM's optimizer has nothing to gain there, and its time
+  // grows faster than linearly with the calls (minutes for 256 unrolled
+  // micro-batches), so the step is compiled without optimization.
+  auto transformer = makeOptimizingTransformer(/*optLevel=*/0, 0, nullptr);
   ExecutionEngineOptions options;
   options.transformer = transformer;
+  options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::None;
   auto engine = ExecutionEngine::create(lowered, options);
   if (!engine) {
     error = llvm::toString(engine.takeError());

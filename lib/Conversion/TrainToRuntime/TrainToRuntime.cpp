@@ -57,6 +57,9 @@ public:
       : step(step), memory(memory), plan(plan), builder(builder), ctx(ctx) {}
 
   LogicalResult lower(Operation *op);
+  /// Emits the calls that follow into another function, whose argument is
+  /// the context.
+  void setContext(Value context) { ctx = context; }
   uint64_t numCalls = 0;
 
 private:
@@ -671,15 +674,48 @@ struct ConvertTrainToRuntimePass
     Block *entry = lowered.addEntryBlock();
     builder.setInsertionPointToEnd(entry);
     Lowering lowering(step, memory, plan, builder, lowered.getArgument(0));
+    // The calls go into parts of at most kCallsPerPart calls, each a
+    // function the step calls in turn: LLVM's code generation takes time
+    // superlinear in the size of one function (a step of 256 unrolled
+    // micro-batches took minutes to JIT-compile as one).
+    constexpr uint64_t kCallsPerPart = 256;
+    SmallVector<func::FuncOp> parts;
+    OpBuilder stepBuilder(context);
+    stepBuilder.setInsertionPointToEnd(entry);
+    uint64_t partStart = 0;
+    auto erasePartial = [&] {
+      lowered.erase();
+      for (func::FuncOp part : parts)
+        part.erase();
+    };
     for (Operation *op : memory.getSchedule()) {
       if (isa<func::ReturnOp>(op))
         continue;
+      if (lowering.numCalls - partStart >= kCallsPerPart) {
+        if (!parts.empty())
+          func::ReturnOp::create(builder, step.getLoc());
+        OpBuilder partBuilder(lowered);
+        auto part = func::FuncOp::create(
+            partBuilder, step.getLoc(),
+            (function + ".part" + Twine(parts.size())).str(),
+            partBuilder.getFunctionType({ptrType}, {}));
+        part.setPrivate();
+        parts.push_back(part);
+        func::CallOp::create(stepBuilder, step.getLoc(), part,
+                             ValueRange{lowered.getArgument(0)});
+        Block *partEntry = part.addEntryBlock();
+        builder.setInsertionPointToEnd(partEntry);
+        lowering.setContext(partEntry->getArgument(0));
+        partStart = lowering.numCalls;
+      }
       if (failed(lowering.lower(op))) {
-        lowered.erase();
+        erasePartial();
         return signalPassFailure();
       }
     }
-    func::ReturnOp::create(builder, step.getLoc());
+    if (!parts.empty())
+      func::ReturnOp::create(builder, step.getLoc());
+    func::ReturnOp::create(stepBuilder, step.getLoc());
     numCalls += lowering.numCalls;
 
     lowered->setAttr(kArenaBytesAttrName,
@@ -693,7 +729,7 @@ struct ConvertTrainToRuntimePass
     // Declarations of the runtime functions the step calls.
     builder.setInsertionPointToStart(module.getBody());
     llvm::StringSet<> declared;
-    lowered.walk([&](func::CallOp call) {
+    auto declare = [&](func::CallOp call) {
       StringRef callee = call.getCallee();
       if (!declared.insert(callee).second || module.lookupSymbol(callee))
         return;
@@ -701,7 +737,10 @@ struct ConvertTrainToRuntimePass
           builder, module.getLoc(), callee,
           builder.getFunctionType(call.getOperandTypes(), {}));
       decl.setPrivate();
-    });
+    };
+    lowered.walk(declare);
+    for (func::FuncOp part : parts)
+      part.walk(declare);
   }
 };
 

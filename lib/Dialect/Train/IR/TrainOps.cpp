@@ -314,12 +314,6 @@ LogicalResult CrossEntropyOp::verify() {
                              getTargets().getType());
 }
 
-LogicalResult CastOp::verify() {
-  if (getInput().getType().getShape() != getResult().getType().getShape())
-    return emitOpError("cast must not change the shape");
-  return success();
-}
-
 LogicalResult DropoutMaskOp::verify() {
   if (failed(verifyDropoutRate(*this, getRate().convertToDouble())))
     return failure();

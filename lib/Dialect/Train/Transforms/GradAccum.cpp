@@ -124,8 +124,12 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
           shape.emplace(shapeOf(newOperand));
           break;
         }
-      if (!shape) {
-        // Dropout masks and the like: same shape as an operand, other type.
+      // Dropout masks and casts: the shape of the input, another element
+      // type. Only for ops that say so: a result of another op may have an
+      // operand's shape by coincidence (an embedding gradient [vocab,
+      // hidden] and ids [batch, seq] when vocab = batch and hidden = seq).
+      if (!shape && (isa<DropoutOp>(clone) ||
+                     clone->hasTrait<OpTrait::SameOperandsAndResultShape>())) {
         for (auto [oldOperand, newOperand] :
              llvm::zip(original->getOperands(), clone->getOperands()))
           if (auto t = dyn_cast<RankedTensorType>(oldOperand.getType()))

@@ -602,7 +602,7 @@ func.func @lr_total(%t: tensor<i64>) {
 // -----
 
 func.func @cast_shape(%x: tensor<4xf32>) {
-  // expected-error @+1 {{cast must not change the shape}}
+  // expected-error @+1 {{requires the same shape for all operands and results}}
   %0 = train.cast %x : tensor<4xf32> -> tensor<2x2xbf16>
   return
 }

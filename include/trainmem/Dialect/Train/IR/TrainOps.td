@@ -388,7 +388,7 @@ def Train_MeanLossOp : Train_DiffOp<"mean_loss",
   }];
 }
 
-def Train_CastOp : Train_DiffOp<"cast"> {
+def Train_CastOp : Train_DiffOp<"cast", [SameOperandsAndResultShape]> {
   let summary = "converts between f32, bf16 and f16";
   let description = [{
     Rounds to the nearest value of the result element type (ties to even).
@@ -402,7 +402,6 @@ def Train_CastOp : Train_DiffOp<"cast"> {
   let arguments = (ins Train_FloatTensor:$input);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
-  let hasVerifier = 1;
 }
 
 def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask",

@@ -82,6 +82,19 @@ FunctionMemory::FunctionMemory(func::FuncOp func) : func(func) {
   summarize();
 }
 
+void FunctionMemory::noteOverflow(Operation *op, StringRef quantity) {
+  if (!overflow)
+    overflow = Overflow{op ? op : func.getOperation(), quantity.str()};
+}
+
+uint64_t FunctionMemory::add(uint64_t a, uint64_t b, Operation *op,
+                             StringRef quantity) {
+  uint64_t sum = addCount(a, b);
+  if (sum == kCountOverflow)
+    noteOverflow(op, quantity);
+  return sum;
+}
+
 Operation *FunctionMemory::getPeakOp() const {
   return peakPoint == 0 ? nullptr : schedule[peakPoint - 1];
 }
@@ -249,6 +262,15 @@ void FunctionMemory::buildBuffers() {
       Buffer buffer;
       buffer.owner = root;
       buffer.bytes = getTensorBytes(root.getType());
+      // Live bytes are summed in signed 64 bits: a tensor that alone
+      // reaches 2^62 bytes cannot be planned or summed.
+      if (buffer.bytes >= (uint64_t(1) << 62)) {
+        auto arg = dyn_cast<BlockArgument>(root);
+        noteOverflow(root.getDefiningOp(),
+                     arg ? "bytes of argument #" +
+                               std::to_string(arg.getArgNumber())
+                         : std::string("bytes of its result"));
+      }
       buffer.firstPoint = returnPoint;
       buffer.lastPoint = 0;
       buffers.push_back(buffer);
@@ -394,13 +416,27 @@ void FunctionMemory::classify() {
   llvm::DenseSet<unsigned> finalBuffers;
   for (Value value : finalGradients)
     if (const Buffer *buffer = lookupBuffer(value))
-      if (finalBuffers.insert(buffer - buffers.data()).second)
-        totals[static_cast<unsigned>(MemoryCategory::Gradients)] +=
-            buffer->bytes;
+      if (finalBuffers.insert(buffer - buffers.data()).second) {
+        uint64_t &gradientBytes =
+            totals[static_cast<unsigned>(MemoryCategory::Gradients)];
+        gradientBytes = add(gradientBytes, buffer->bytes,
+                            value.getDefiningOp(), "gradient bytes");
+      }
 }
 
 void FunctionMemory::computeLiveness() {
   unsigned numPoints = schedule.size() + 1;
+  // Every sum below is at most the sum of all buffers: when that fits in
+  // signed 64 bits, none of them overflows.
+  uint64_t allBytes = 0;
+  for (const Buffer &buffer : buffers) {
+    allBytes = add(allBytes, buffer.bytes, buffer.owner.getDefiningOp(),
+                   "live bytes");
+    if (allBytes > uint64_t(INT64_MAX)) {
+      noteOverflow(buffer.owner.getDefiningOp(), "live bytes");
+      return;
+    }
+  }
   std::vector<int64_t> delta(numPoints + 1, 0);
   for (const Buffer &buffer : buffers) {
     delta[buffer.firstPoint] += static_cast<int64_t>(buffer.bytes);
@@ -444,7 +480,8 @@ void FunctionMemory::summarize() {
     case MemoryCategory::Weights:
     case MemoryCategory::Optimizer:
     case MemoryCategory::Activations:
-      totals[static_cast<unsigned>(buffer.category)] += buffer.bytes;
+      totals[static_cast<unsigned>(buffer.category)] +=
+          buffer.bytes; // bounded by the live-bytes check
       break;
     case MemoryCategory::Gradients:
     case MemoryCategory::Temporaries:
@@ -473,14 +510,21 @@ void FunctionMemory::summarize() {
 
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
     if (func.getArgAttr(i, kParamAttrName))
-      parameters += getNumElements(func.getArgument(i).getType());
+      parameters = add(parameters, getNumElements(func.getArgument(i).getType()),
+                       nullptr, "parameters");
 
+  static constexpr StringLiteral kPhaseFlops[] = {
+      "forward FLOPs", "backward FLOPs", "optimizer FLOPs"};
   for (Operation *op : schedule)
     if (auto cost = dyn_cast<CostOpInterface>(op)) {
-      if (op->hasAttr("train.recompute"))
-        recomputeFlops += cost.getFlops();
-      else
-        flops[static_cast<unsigned>(phaseOf.lookup(op))] += cost.getFlops();
+      if (op->hasAttr(kRecomputeAttrName)) {
+        recomputeFlops =
+            add(recomputeFlops, cost.getFlops(), op, "recompute FLOPs");
+      } else {
+        unsigned phase = static_cast<unsigned>(phaseOf.lookup(op));
+        flops[phase] = add(flops[phase], cost.getFlops(), op,
+                           kPhaseFlops[phase]);
+      }
     }
 }
 

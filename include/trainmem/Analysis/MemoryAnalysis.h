@@ -15,6 +15,7 @@
 
 #include <array>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace mlir {
@@ -95,12 +96,27 @@ public:
   /// FLOPs of ops cloned by train-materialize-remat (`train.recompute`).
   uint64_t getRecomputeFlops() const { return recomputeFlops; }
 
+  /// A count that does not fit in 64 bits (kCountOverflow), the first one
+  /// found: the op where it happens and what was counted ("backward
+  /// FLOPs", "bytes of a tensor"). The numbers above are then meaningless;
+  /// passes report this instead of printing them.
+  struct Overflow {
+    Operation *op;
+    std::string quantity;
+  };
+  const std::optional<Overflow> &getOverflow() const { return overflow; }
+
 private:
   void buildSchedule(Block &block, Phase phase);
   void buildBuffers();
   void classify();
   void computeLiveness();
   void summarize();
+  /// Records the first overflow.
+  void noteOverflow(Operation *op, llvm::StringRef quantity);
+  /// a + b, noting an overflow at `op` as `quantity`.
+  uint64_t add(uint64_t a, uint64_t b, Operation *op,
+               llvm::StringRef quantity);
 
   func::FuncOp func;
   std::vector<Operation *> schedule;
@@ -117,6 +133,7 @@ private:
   uint64_t parameters = 0;
   std::array<uint64_t, 3> flops{};
   uint64_t recomputeFlops = 0;
+  std::optional<Overflow> overflow;
 };
 
 /// The memory of every function with a body in a module (or of one

@@ -635,6 +635,12 @@ struct ConvertTrainToRuntimePass
         return signalPassFailure();
       }
     FunctionMemory memory(step);
+    if (const auto &overflow = memory.getOverflow()) {
+      emitError(overflow->op->getLoc(), "convert-train-to-runtime: the ")
+          << overflow->quantity << " of @" << function
+          << " overflow 64 bits at this '" << overflow->op->getName() << "'";
+      return signalPassFailure();
+    }
     MemoryPlan plan(memory);
     MLIRContext *context = &getContext();
     OpBuilder builder(context);

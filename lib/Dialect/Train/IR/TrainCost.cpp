@@ -15,7 +15,10 @@ uint64_t mlir::train::getNumElements(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor || !tensor.hasStaticShape())
     return 0;
-  return static_cast<uint64_t>(tensor.getNumElements());
+  uint64_t count = 1;
+  for (int64_t dim : tensor.getShape())
+    count = mulCount(count, static_cast<uint64_t>(dim));
+  return count;
 }
 
 uint64_t mlir::train::getTensorBytes(Type type) {
@@ -23,7 +26,7 @@ uint64_t mlir::train::getTensorBytes(Type type) {
   if (!tensor)
     return 0;
   uint64_t bits = tensor.getElementType().getIntOrFloatBitWidth();
-  return getNumElements(type) * ((bits + 7) / 8);
+  return mulCount(getNumElements(type), (bits + 7) / 8);
 }
 
 static uint64_t elems(Value value) { return getNumElements(value.getType()); }
@@ -31,8 +34,8 @@ static uint64_t elems(Value value) { return getNumElements(value.getType()); }
 uint64_t EmbeddingOp::getFlops() { return 0; }
 // A gather reads the ids and only the rows it returns, not the whole table.
 uint64_t EmbeddingOp::getBytesRead() {
-  return getTensorBytes(getIds().getType()) +
-         getTensorBytes(getResult().getType());
+  return addCount(getTensorBytes(getIds().getType()),
+                  getTensorBytes(getResult().getType()));
 }
 
 uint64_t IotaOp::getFlops() { return 0; }
@@ -40,7 +43,7 @@ uint64_t IotaOp::getFlops() { return 0; }
 uint64_t MatmulOp::getFlops() {
   ArrayRef<int64_t> lhs = getLhs().getType().getShape();
   uint64_t k = getTransposeLhs() ? lhs[lhs.size() - 2] : lhs.back();
-  return 2 * elems(getResult()) * k;
+  return mulCount(2, elems(getResult()), k);
 }
 
 uint64_t AddOp::getFlops() { return elems(getResult()); }
@@ -48,19 +51,19 @@ uint64_t MulOp::getFlops() { return elems(getResult()); }
 uint64_t ScaleOp::getFlops() { return elems(getResult()); }
 uint64_t BiasAddOp::getFlops() { return elems(getResult()); }
 // mean (1), centered square-sum (2), normalize (2), affine (2), per element.
-uint64_t LayerNormOp::getFlops() { return 7 * elems(getResult()); }
+uint64_t LayerNormOp::getFlops() { return mulCount(7, elems(getResult())); }
 // square-sum (2), normalize (1), gain (1).
-uint64_t RMSNormOp::getFlops() { return 4 * elems(getResult()); }
+uint64_t RMSNormOp::getFlops() { return mulCount(4, elems(getResult())); }
 // x³ (2), fma (2), tanh (1), 1+ (1), two products (2).
-uint64_t GeluOp::getFlops() { return 8 * elems(getResult()); }
+uint64_t GeluOp::getFlops() { return mulCount(8, elems(getResult())); }
 // exp (1), 1+ (1), divide (1), product (1).
-uint64_t SiluOp::getFlops() { return 4 * elems(getResult()); }
+uint64_t SiluOp::getFlops() { return mulCount(4, elems(getResult())); }
 // max (1), subtract (1), exp (1), sum (1), divide (1).
-uint64_t SoftmaxOp::getFlops() { return 5 * elems(getResult()); }
+uint64_t SoftmaxOp::getFlops() { return mulCount(5, elems(getResult())); }
 // compare (1), scale (1).
-uint64_t DropoutOp::getFlops() { return 2 * elems(getResult()); }
+uint64_t DropoutOp::getFlops() { return mulCount(2, elems(getResult())); }
 // 2x2 rotation: 6 FLOPs per pair.
-uint64_t RopeOp::getFlops() { return 3 * elems(getResult()); }
+uint64_t RopeOp::getFlops() { return mulCount(3, elems(getResult())); }
 
 uint64_t ReshapeOp::getFlops() { return 0; }
 uint64_t ReshapeOp::getBytesRead() { return 0; }
@@ -70,7 +73,7 @@ uint64_t TransposeOp::getBytesRead() { return 0; }
 uint64_t TransposeOp::getBytesWritten() { return 0; }
 
 // max, subtract, exp, sum per logit.
-uint64_t CrossEntropyOp::getFlops() { return 4 * elems(getLogits()); }
+uint64_t CrossEntropyOp::getFlops() { return mulCount(4, elems(getLogits())); }
 uint64_t MeanLossOp::getFlops() { return 1; }
 
 uint64_t CastOp::getFlops() { return elems(getResult()); }
@@ -82,35 +85,35 @@ uint64_t SliceRowsOp::getFlops() { return 0; }
 
 uint64_t EmbeddingGradOp::getFlops() { return elems(getGrad()); }
 uint64_t SumToOp::getFlops() { return elems(getInput()); }
-uint64_t LayerNormGradOp::getFlops() { return 12 * elems(getInput()); }
-uint64_t RMSNormGradOp::getFlops() { return 8 * elems(getInput()); }
-uint64_t GeluGradOp::getFlops() { return 12 * elems(getInput()); }
-uint64_t SiluGradOp::getFlops() { return 6 * elems(getInput()); }
-uint64_t SoftmaxGradOp::getFlops() { return 4 * elems(getOutput()); }
-uint64_t DropoutGradOp::getFlops() { return 2 * elems(getGrad()); }
-uint64_t CrossEntropyGradOp::getFlops() { return 5 * elems(getLogits()); }
+uint64_t LayerNormGradOp::getFlops() { return mulCount(12, elems(getInput())); }
+uint64_t RMSNormGradOp::getFlops() { return mulCount(8, elems(getInput())); }
+uint64_t GeluGradOp::getFlops() { return mulCount(12, elems(getInput())); }
+uint64_t SiluGradOp::getFlops() { return mulCount(6, elems(getInput())); }
+uint64_t SoftmaxGradOp::getFlops() { return mulCount(4, elems(getOutput())); }
+uint64_t DropoutGradOp::getFlops() { return mulCount(2, elems(getGrad())); }
+uint64_t CrossEntropyGradOp::getFlops() { return mulCount(5, elems(getLogits())); }
 
 // Moments (5), bias corrections and sqrt/divide (4), decay and step (3).
-uint64_t AdamWOp::getFlops() { return 12 * elems(getParam()); }
+uint64_t AdamWOp::getFlops() { return mulCount(12, elems(getParam())); }
 uint64_t SGDOp::getFlops() {
   uint64_t perElement = 4;
   if (getMomentumBuffer())
     perElement += getNesterov() ? 4 : 2;
-  return perElement * elems(getParam());
+  return mulCount(perElement, elems(getParam()));
 }
 uint64_t ClipGradNormOp::getFlops() {
   uint64_t total = 0;
   for (Value grad : getGrads())
-    total += 3 * elems(grad); // square-sum (2) and scale (1)
+    total = addCount(total, mulCount(3, elems(grad))); // square-sum, scale
   return total;
 }
 uint64_t LRScheduleOp::getFlops() { return 8; }
 // Block absmax (1), scale (1), binary search over 256 entries (8).
-uint64_t QuantizeOp::getFlops() { return 10 * elems(getInput()); }
+uint64_t QuantizeOp::getFlops() { return mulCount(10, elems(getInput())); }
 uint64_t DequantizeOp::getFlops() { return elems(getResult()); }
 // Dequantize m and v (2), AdamW (12), absmax and requantize both (20).
-uint64_t AdamW8bitOp::getFlops() { return 34 * elems(getParam()); }
+uint64_t AdamW8bitOp::getFlops() { return mulCount(34, elems(getParam())); }
 // Dequantize (1), SGD with momentum (6, 8 with nesterov), requantize (10).
 uint64_t SGD8bitOp::getFlops() {
-  return (getNesterov() ? 19 : 17) * elems(getParam());
+  return mulCount(getNesterov() ? 19 : 17, elems(getParam()));
 }

@@ -23,10 +23,18 @@ struct Cost {
   uint64_t bytesRead = 0;
   uint64_t bytesWritten = 0;
 
-  void add(CostOpInterface op) {
-    flops += op.getFlops();
-    bytesRead += op.getBytesRead();
-    bytesWritten += op.getBytesWritten();
+  /// Adds `op`'s cost; on a count past 64 bits returns what overflowed.
+  std::optional<StringRef> add(CostOpInterface op) {
+    flops = addCount(flops, op.getFlops());
+    bytesRead = addCount(bytesRead, op.getBytesRead());
+    bytesWritten = addCount(bytesWritten, op.getBytesWritten());
+    if (flops == kCountOverflow)
+      return StringRef("FLOPs");
+    if (bytesRead == kCountOverflow)
+      return StringRef("bytes read");
+    if (bytesWritten == kCountOverflow)
+      return StringRef("bytes written");
+    return std::nullopt;
   }
   llvm::json::Object toJSON() const {
     return llvm::json::Object{{"flops", flops},
@@ -52,24 +60,41 @@ static StringRef enclosingKind(Operation *op) {
   return "other";
 }
 
-static FunctionCost costFunction(func::FuncOp func, uint64_t &numOps) {
+/// The cost of `func`, or an error at the first op where a count passes 64
+/// bits (printing a wrapped count would be a silent wrong result).
+static FailureOr<FunctionCost> costFunction(func::FuncOp func,
+                                            uint64_t &numOps) {
   FunctionCost result;
   result.name = func.getSymName().str();
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
     if (!func.getArgAttr(i, kParamAttrName))
       continue;
     Type type = func.getArgument(i).getType();
-    result.parameters += getNumElements(type);
-    result.parameterBytes += getTensorBytes(type);
+    result.parameters = addCount(result.parameters, getNumElements(type));
+    result.parameterBytes = addCount(result.parameterBytes, getTensorBytes(type));
   }
-  func.walk([&](CostOpInterface op) {
+  if (result.parameterBytes == kCountOverflow)
+    return emitError(func.getLoc(), "train-cost-report: the parameter bytes "
+                                    "of @")
+           << func.getSymName() << " overflow 64 bits";
+  WalkResult walk = func.walk([&](CostOpInterface op) {
     ++numOps;
-    result.total.add(op);
     StringRef kind = enclosingKind(op);
     if (!result.byKind.count(kind))
       result.kindOrder.push_back(kind.str());
-    result.byKind[kind].add(op);
+    std::optional<StringRef> overflow = result.byKind[kind].add(op);
+    if (!overflow)
+      overflow = result.total.add(op);
+    if (overflow) {
+      emitError(op->getLoc(), "train-cost-report: the ")
+          << *overflow << " of @" << func.getSymName()
+          << " overflow 64 bits at this '" << op->getName() << "'";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
   });
+  if (walk.wasInterrupted())
+    return failure();
   return result;
 }
 
@@ -120,9 +145,14 @@ struct TrainCostReportPass
     }
     uint64_t numOps = 0;
     SmallVector<FunctionCost> functions;
-    for (auto func : getOperation().getOps<func::FuncOp>())
-      if (!func.isExternal())
-        functions.push_back(costFunction(func, numOps));
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      FailureOr<FunctionCost> cost = costFunction(func, numOps);
+      if (failed(cost))
+        return signalPassFailure();
+      functions.push_back(std::move(*cost));
+    }
     numOpsCosted += numOps;
 
     std::string errorMessage;

@@ -242,6 +242,13 @@ struct TrainMemoryReportPass
       memory = getAnalysis<MemoryAnalysis>().lookup(func);
     }
 
+    if (const auto &overflow = memory->getOverflow()) {
+      emitError(overflow->op->getLoc(), "train-memory-report: the ")
+          << overflow->quantity << " of @" << func.getSymName()
+          << " overflow 64 bits at this '" << overflow->op->getName()
+          << "' (shapes too large to count)";
+      return signalPassFailure();
+    }
     std::string errorMessage;
     std::unique_ptr<llvm::ToolOutputFile> file =
         openOutputFile(output, &errorMessage);

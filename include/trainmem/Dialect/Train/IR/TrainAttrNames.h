@@ -35,6 +35,9 @@ constexpr llvm::StringLiteral kGradNormAttrName = "train.grad_norm";
 /// On a function: a unit attribute marking the training step train-autodiff
 /// built, whatever its name (option step-name).
 constexpr llvm::StringLiteral kStepAttrName = "train.step";
+/// On an op: a unit attribute marking a copy train-materialize-remat cloned
+/// to recompute a value for the backward.
+constexpr llvm::StringLiteral kRecomputeAttrName = "train.recompute";
 /// On the module: a dictionary describing the model the graph came from.
 constexpr llvm::StringLiteral kModelAttrName = "train.model";
 

@@ -10,11 +10,35 @@
 namespace mlir {
 namespace train {
 
+/// Counts (elements, bytes, FLOPs) saturate here instead of wrapping past
+/// 2^64: a count equal to kCountOverflow is too large to hold, and analyses
+/// report it at the op instead of printing a wrapped number.
+constexpr uint64_t kCountOverflow = ~uint64_t(0);
+
+/// a · b, or kCountOverflow when it does not fit (or either is).
+inline uint64_t mulCount(uint64_t a, uint64_t b) {
+  if (a == kCountOverflow || b == kCountOverflow)
+    return a == 0 || b == 0 ? 0 : kCountOverflow;
+  uint64_t product;
+  return __builtin_mul_overflow(a, b, &product) ? kCountOverflow : product;
+}
+inline uint64_t mulCount(uint64_t a, uint64_t b, uint64_t c) {
+  return mulCount(mulCount(a, b), c);
+}
+
+/// a + b, or kCountOverflow when it does not fit (or either is).
+inline uint64_t addCount(uint64_t a, uint64_t b) {
+  uint64_t sum;
+  return __builtin_add_overflow(a, b, &sum) ? kCountOverflow : sum;
+}
+
 /// Bytes a value of `type` occupies in memory: elements times the element
-/// size, with i1 masks at one byte per element. 0 for non-tensor types.
+/// size, with i1 masks at one byte per element. 0 for non-tensor types;
+/// kCountOverflow when it does not fit in 64 bits.
 uint64_t getTensorBytes(Type type);
 
-/// Number of elements of a ranked tensor type (1 for rank 0).
+/// Number of elements of a ranked tensor type (1 for rank 0);
+/// kCountOverflow when it does not fit in 64 bits.
 uint64_t getNumElements(Type type);
 
 } // namespace train

@@ -33,7 +33,8 @@ def Train_CostOpInterface : OpInterface<"CostOpInterface"> {
     The cost of one execution of an op, from its static shapes: floating-point
     operations (a multiply-add counts 2) and bytes read and written in
     memory. The defaults count every operand as read once and every result as
-    written once; ops that touch less (views, gathers) override them.
+    written once; ops that touch less (views, gathers) override them. Counts
+    saturate at `kCountOverflow` (mulCount, addCount) instead of wrapping.
   }];
   let methods = [
     InterfaceMethod<"Floating-point operations of one execution.",
@@ -42,14 +43,16 @@ def Train_CostOpInterface : OpInterface<"CostOpInterface"> {
       "uint64_t", "getBytesRead", (ins), [{}], [{
         uint64_t bytes = 0;
         for (::mlir::Value operand : $_op->getOperands())
-          bytes += ::mlir::train::getTensorBytes(operand.getType());
+          bytes = ::mlir::train::addCount(
+              bytes, ::mlir::train::getTensorBytes(operand.getType()));
         return bytes;
       }]>,
     InterfaceMethod<"Bytes written to memory.",
       "uint64_t", "getBytesWritten", (ins), [{}], [{
         uint64_t bytes = 0;
         for (::mlir::Value result : $_op->getResults())
-          bytes += ::mlir::train::getTensorBytes(result.getType());
+          bytes = ::mlir::train::addCount(
+              bytes, ::mlir::train::getTensorBytes(result.getType()));
         return bytes;
       }]>
   ];

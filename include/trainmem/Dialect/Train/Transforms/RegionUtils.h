@@ -9,6 +9,7 @@
 #ifndef TRAINMEM_DIALECT_TRAIN_TRANSFORMS_REGIONUTILS_H
 #define TRAINMEM_DIALECT_TRAIN_TRANSFORMS_REGIONUTILS_H
 
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -45,9 +46,6 @@ void inlineRegionOp(Operation *regionOp);
 /// an error that says what is there instead: a step under another name
 /// (train-autodiff's step-name), or none yet.
 func::FuncOp lookupStep(ModuleOp module, StringRef name, StringRef passName);
-
-/// The unit attribute on ops train-materialize-remat cloned for recompute.
-constexpr llvm::StringLiteral kRecomputeAttrName = "train.recompute";
 
 /// Clones the recompute of every train.remat in `func` next to the
 /// backward ops that need it and dissolves the regions

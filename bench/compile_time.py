@@ -7,7 +7,10 @@ For each preset, times (best of --repeat runs, wall clock, one process each):
          (parse, autodiff, analysis + report, print of the whole step)
 and reports step/base. A second table times `step` on one architecture at
 12 and 96 layers (gpt2-124m width) to show that the passes scale linearly
-with depth. Goals (issue 3): step/base <= 3x, 96/12 layers <= 9x.
+with depth. A third times the memory report of gpt2-124m (batch 256)
+accumulated over 16, 64 and 256 unrolled micro-batches. Goals (issues 3
+and 11): step/base <= 3x, 96/12 layers <= 9x, the report linear in the
+micro-batches (about 4x per 4x).
 
 Usage: bench/compile_time.py [--build build] [--repeat 5]
 """
@@ -63,6 +66,30 @@ def main():
                                        os.devnull], args.repeat)
             print(f"{layers:>3} layers {'':<6} {times[layers]:>10.3f}")
         print(f"96/12 layers: {times[96] / times[12]:.2f}x (8x more layers)")
+
+        # Micro-batches: the unrolled step grows linearly with them, and so
+        # must the analysis. Timed: the memory report of the unrolled step
+        # (parse and print of that step timed apart and subtracted).
+        print()
+        print(f"{'micro-batches':<14} {'parse+print (s)':>16} {'+report (s)':>12} {'report (s)':>10}")
+        batch = graph("gpt2-batch256", "--preset", "gpt2-124m", "--batch", "256")
+        step_path = os.path.join(tmp, "gpt2-batch256-step.mlir")
+        subprocess.run([opt, batch, "-train-autodiff", "-o", step_path],
+                       check=True)
+        report = {}
+        for steps in (16, 64, 256):
+            unrolled = os.path.join(tmp, f"unrolled-{steps}.mlir")
+            subprocess.run([opt, step_path, f"-train-grad-accum=steps={steps}",
+                            "-train-unroll-accum", "-o", unrolled], check=True)
+            repeat = max(1, min(args.repeat, 2))
+            plain = best_time([opt, unrolled, "-o", os.devnull], repeat)
+            with_report = best_time(
+                [opt, unrolled, "-train-memory-report=output=" + os.devnull,
+                 "-o", os.devnull], repeat)
+            report[steps] = max(with_report - plain, 1e-3)
+            print(f"{steps:<14} {plain:>16.3f} {with_report:>12.3f} {report[steps]:>10.3f}")
+        print(f"report 64/16: {report[64] / report[16]:.2f}x, "
+              f"256/64: {report[256] / report[64]:.2f}x (4x more micro-batches each)")
     return 0
 
 

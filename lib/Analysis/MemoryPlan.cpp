@@ -17,32 +17,33 @@ struct Interval {
 };
 
 /// A set of offset ranges kept merged: adjacent or overlapping ranges are
-/// one run.
+/// one run. A sorted vector: the runs are few (placements pack), so moving
+/// them costs less than a tree's allocations.
 class RangeSet {
 public:
   void insert(Interval range) {
-    auto next = runs.lower_bound(range.begin);
-    if (next != runs.begin()) {
-      auto previous = std::prev(next);
-      if (previous->second >= range.begin) {
-        range.begin = previous->first;
-        range.end = std::max(range.end, previous->second);
-        next = runs.erase(previous);
-      }
+    auto first = std::lower_bound(
+        runs.begin(), runs.end(), range.begin,
+        [](const Interval &run, uint64_t begin) { return run.end < begin; });
+    auto last = first;
+    while (last != runs.end() && last->begin <= range.end) {
+      range.begin = std::min(range.begin, last->begin);
+      range.end = std::max(range.end, last->end);
+      ++last;
     }
-    while (next != runs.end() && next->first <= range.end) {
-      range.end = std::max(range.end, next->second);
-      next = runs.erase(next);
+    if (first == last) {
+      runs.insert(first, range);
+      return;
     }
-    runs.emplace(range.begin, range.end);
+    *first = range;
+    runs.erase(first + 1, last);
   }
   void appendTo(std::vector<Interval> &out) const {
-    for (auto [begin, end] : runs)
-      out.push_back({begin, end});
+    out.insert(out.end(), runs.begin(), runs.end());
   }
 
 private:
-  std::map<uint64_t, uint64_t> runs;
+  std::vector<Interval> runs; // sorted, disjoint, not touching
 };
 
 /// The offset ranges of placed buffers, by lifetime, so that the memory

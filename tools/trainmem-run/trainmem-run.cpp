@@ -37,6 +37,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <cmath>
@@ -825,7 +826,9 @@ int main(int argc, char **argv) {
   double firstLoss = NAN, lastLoss = NAN;
   std::vector<float> losses;
   auto start = std::chrono::steady_clock::now();
+  std::vector<double> stepSeconds;
   for (int64_t step = firstStep; step <= steps; ++step) {
+    auto stepStart = std::chrono::steady_clock::now();
     corpus.batch(step, batchSize, seqLen, tokens, targets);
     float loss;
     if (backend == "cpu") {
@@ -882,6 +885,9 @@ int main(int argc, char **argv) {
           host.write(slot, fromRefTensor(slot, value));
       loss = (*results)[0].scalarFloat();
     }
+    stepSeconds.push_back(std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - stepStart)
+                              .count());
     if (std::isnan(firstLoss))
       firstLoss = loss;
     lastLoss = loss;
@@ -955,6 +961,16 @@ int main(int argc, char **argv) {
                                     firstStep + end - 1, sum / (end - begin));
     }
     llvm::outs() << "\n";
+    // Step times (batch in, step, state back, loss out), the first step
+    // apart when there are others: it also pays for first touches.
+    std::vector<double> timed(stepSeconds.begin() +
+                                  (stepSeconds.size() > 1 ? 1 : 0),
+                              stepSeconds.end());
+    std::sort(timed.begin(), timed.end());
+    llvm::outs() << llvm::formatv(
+        "step time: best {0:F6} s, median {1:F6} s over {2} steps{3}\n",
+        timed.front(), timed[timed.size() / 2], timed.size(),
+        stepSeconds.size() > 1 ? " (after the first)" : "");
   }
   if (backend == "cpu")
     llvm::outs() << "arena: planned " << layout->arenaBytes

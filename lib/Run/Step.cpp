@@ -2,6 +2,7 @@
 
 #include "trainmem/Run/Step.h"
 #include "trainmem/Conversion/Passes.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem-runtime/Runtime.h"
@@ -115,9 +116,26 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   if (!hasStep && !module.lookupSymbol("forward"))
     return emitError(module.getLoc(), "trainmem-run: the module has neither "
                                       "@train_step nor @forward");
+  if (!hasStep) {
+    PassManager autodiff(module.getContext());
+    std::string options = ("train-autodiff{" + autodiffOptions + "}").str();
+    if (failed(parsePassPipeline(options, autodiff, llvm::errs())))
+      return emitError(module.getLoc(), "trainmem-run: bad pass options in '")
+             << options << "'";
+    if (failed(autodiff.run(module)))
+      return failure();
+    // The runner trains the step train-autodiff marked, whatever
+    // step-name called it.
+    for (auto func : module.getOps<func::FuncOp>())
+      if (func->hasAttr(kStepAttrName) && func.getSymName() != "train_step") {
+        if (module.lookupSymbol("train_step"))
+          return emitError(func.getLoc(), "trainmem-run: the step is @")
+                 << func.getSymName()
+                 << " and another symbol is called @train_step";
+        func.setSymName("train_step");
+      }
+  }
   std::string pipeline;
-  if (!hasStep)
-    pipeline += ("train-autodiff{" + autodiffOptions + "},").str();
   if (!rematOptions.empty())
     pipeline += ("train-remat{" + rematOptions + "},").str();
   if (!gradAccumOptions.empty())

@@ -95,6 +95,15 @@ uint64_t FunctionMemory::add(uint64_t a, uint64_t b, Operation *op,
   return sum;
 }
 
+LogicalResult FunctionMemory::checkCounts(StringRef passName) const {
+  if (!overflow)
+    return success();
+  return emitError(overflow->op->getLoc())
+         << passName << ": the " << overflow->quantity << " of @"
+         << getFunction().getSymName() << " overflow 64 bits at this '"
+         << overflow->op->getName() << "' (shapes too large to count)";
+}
+
 Operation *FunctionMemory::getPeakOp() const {
   return peakPoint == 0 ? nullptr : schedule[peakPoint - 1];
 }
@@ -430,8 +439,7 @@ void FunctionMemory::computeLiveness() {
   // signed 64 bits, none of them overflows.
   uint64_t allBytes = 0;
   for (const Buffer &buffer : buffers) {
-    allBytes = add(allBytes, buffer.bytes, buffer.owner.getDefiningOp(),
-                   "live bytes");
+    allBytes = addCount(allBytes, buffer.bytes);
     if (allBytes > uint64_t(INT64_MAX)) {
       noteOverflow(buffer.owner.getDefiningOp(), "live bytes");
       return;

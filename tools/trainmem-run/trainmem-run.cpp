@@ -572,20 +572,18 @@ int main(int argc, char **argv) {
   std::vector<char *> args;
   for (int i = 0; i < argc; ++i) {
     StringRef arg = argv[i];
-    // More than kMaxThreads is a typo, not a machine (the runtime's limit).
-    constexpr long long kMaxThreads = 1024;
-    if ((arg == "--threads" || arg == "-threads") && i + 1 < argc) {
-      if (StringRef(argv[++i]).getAsInteger(10, threads) || threads < 1 ||
-          threads > kMaxThreads)
-        return fail(llvm::Twine("--threads must be an integer from 1 to ") +
-                    llvm::Twine(kMaxThreads) + ", got '" + argv[i] + "'");
-      continue;
-    }
-    if (arg.consume_front("--threads=") || arg.consume_front("-threads=")) {
-      if (arg.getAsInteger(10, threads) || threads < 1 ||
+    std::optional<StringRef> value;
+    if ((arg == "--threads" || arg == "-threads") && i + 1 < argc)
+      value = argv[++i];
+    else if (arg.consume_front("--threads=") || arg.consume_front("-threads="))
+      value = arg;
+    if (value) {
+      // More than kMaxThreads is a typo, not a machine (the runtime's limit).
+      constexpr long long kMaxThreads = 1024;
+      if (value->getAsInteger(10, threads) || threads < 1 ||
           threads > kMaxThreads)
         return fail("--threads must be an integer from 1 to " +
-                    llvm::Twine(kMaxThreads) + ", got '" + arg + "'");
+                    llvm::Twine(kMaxThreads) + ", got '" + *value + "'");
       continue;
     }
     args.push_back(argv[i]);

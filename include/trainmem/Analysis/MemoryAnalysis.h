@@ -105,6 +105,8 @@ public:
     std::string quantity;
   };
   const std::optional<Overflow> &getOverflow() const { return overflow; }
+  /// Emits the overflow, if any, at its op as an error of pass `passName`.
+  LogicalResult checkCounts(llvm::StringRef passName) const;
 
 private:
   void buildSchedule(Block &block, Phase phase);

@@ -620,27 +620,20 @@ struct ConvertTrainToRuntimePass
           << function << " with a body";
       return signalPassFailure();
     }
-    for (auto [index, type] : llvm::enumerate(step.getArgumentTypes()))
-      if (!isa<RankedTensorType>(type)) {
-        emitError(step.getLoc(), "convert-train-to-runtime: argument ")
-            << index << " of @" << function << " is " << type
-            << "; a tensor-level step takes ranked tensors";
-        return signalPassFailure();
-      }
-    for (auto [index, type] : llvm::enumerate(step.getResultTypes()))
-      if (!isa<RankedTensorType>(type)) {
-        emitError(step.getLoc(), "convert-train-to-runtime: result ")
-            << index << " of @" << function << " is " << type
-            << "; a tensor-level step returns ranked tensors";
-        return signalPassFailure();
-      }
+    for (auto [what, types] :
+         {std::pair{"argument", step.getArgumentTypes()},
+          std::pair{"result", step.getResultTypes()}})
+      for (auto [index, type] : llvm::enumerate(types))
+        if (!isa<RankedTensorType>(type)) {
+          emitError(step.getLoc(), "convert-train-to-runtime: ")
+              << what << " " << index << " of @" << function << " is "
+              << type << "; a tensor-level step takes and returns ranked "
+              << "tensors";
+          return signalPassFailure();
+        }
     FunctionMemory memory(step);
-    if (const auto &overflow = memory.getOverflow()) {
-      emitError(overflow->op->getLoc(), "convert-train-to-runtime: the ")
-          << overflow->quantity << " of @" << function
-          << " overflow 64 bits at this '" << overflow->op->getName() << "'";
+    if (failed(memory.checkCounts("convert-train-to-runtime")))
       return signalPassFailure();
-    }
     MemoryPlan plan(memory);
     MLIRContext *context = &getContext();
     OpBuilder builder(context);

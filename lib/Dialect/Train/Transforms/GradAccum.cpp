@@ -203,12 +203,7 @@ void TrainGradAccumPass::runOnOperation() {
     return signalPassFailure();
   // Accumulating twice would nest a loop over micro-batches of
   // micro-batches; say so instead of re-typing the loop's body.
-  Operation *existing = nullptr;
-  func.walk([&](Operation *op) {
-    if (isa<AccumulateOp, SliceRowsOp>(op) && !existing)
-      existing = op;
-  });
-  if (existing)
+  if (Operation *existing = findAccumulation(func))
     return fail(existing->getLoc(),
                 "@" + function + " already accumulates gradients (" +
                     existing->getName().getStringRef() +

@@ -242,13 +242,8 @@ struct TrainMemoryReportPass
       memory = getAnalysis<MemoryAnalysis>().lookup(func);
     }
 
-    if (const auto &overflow = memory->getOverflow()) {
-      emitError(overflow->op->getLoc(), "train-memory-report: the ")
-          << overflow->quantity << " of @" << func.getSymName()
-          << " overflow 64 bits at this '" << overflow->op->getName()
-          << "' (shapes too large to count)";
+    if (failed(memory->checkCounts("train-memory-report")))
       return signalPassFailure();
-    }
     std::string errorMessage;
     std::unique_ptr<llvm::ToolOutputFile> file =
         openOutputFile(output, &errorMessage);

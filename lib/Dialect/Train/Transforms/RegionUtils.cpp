@@ -158,3 +158,14 @@ func::FuncOp mlir::train::lookupStep(ModuleOp module, StringRef name,
   diag << " (run train-autodiff first)";
   return nullptr;
 }
+
+Operation *mlir::train::findAccumulation(func::FuncOp func) {
+  Operation *found = nullptr;
+  func.walk([&](Operation *op) {
+    if (!isa<AccumulateOp, SliceRowsOp>(op))
+      return WalkResult::advance();
+    found = op;
+    return WalkResult::interrupt();
+  });
+  return found;
+}

@@ -389,12 +389,7 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       return signalPassFailure();
     // After train-grad-accum the layers live inside the micro-batch loop (or
     // its unrolled copies): checkpointing is chosen per layer first.
-    Operation *accumulation = nullptr;
-    func.walk([&](Operation *op) {
-      if (isa<AccumulateOp, SliceRowsOp>(op) && !accumulation)
-        accumulation = op;
-    });
-    if (accumulation) {
+    if (Operation *accumulation = findAccumulation(func)) {
       emitError(accumulation->getLoc(), "train-remat: @")
           << function
           << " already accumulates gradients; run train-remat before "

@@ -47,6 +47,10 @@ void inlineRegionOp(Operation *regionOp);
 /// (train-autodiff's step-name), or none yet.
 func::FuncOp lookupStep(ModuleOp module, StringRef name, StringRef passName);
 
+/// The first op of `func` that accumulates gradients over micro-batches (a
+/// train.accumulate loop, or a train.slice_rows of an unrolled one), or null.
+Operation *findAccumulation(func::FuncOp func);
+
 /// Clones the recompute of every train.remat in `func` next to the
 /// backward ops that need it and dissolves the regions
 /// (train-materialize-remat). Returns the number of ops cloned.

@@ -5,7 +5,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
-#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/DenseMap.h"
 
 using namespace mlir;
 using namespace mlir::train;
@@ -19,6 +19,16 @@ void TrainDialect::initialize() {
 #define GET_OP_LIST
 #include "trainmem/Dialect/Train/IR/TrainOps.cpp.inc"
       >();
+}
+
+void TrainDialect::printCachedAttribute(Attribute attr, raw_ostream &os) {
+  llvm::sys::SmartScopedLock<true> lock(printedAttributesMutex);
+  auto [it, inserted] = printedAttributes.try_emplace(attr);
+  if (inserted) {
+    llvm::raw_string_ostream text(it->second);
+    attr.print(text);
+  }
+  os << it->second;
 }
 
 //===----------------------------------------------------------------------===//
@@ -71,7 +81,8 @@ LogicalResult verifyUnique(FunctionOpInterface func, bool results,
         }))
       return success(); // an earlier index did the check
   }
-  llvm::StringMap<unsigned> seen;
+  // Names and values are uniqued StringAttrs: the pair of them is the key.
+  llvm::DenseMap<std::pair<Attribute, Attribute>, unsigned> seen;
   StringRef where = results ? "result" : "argument";
   for (unsigned i = index; i < count; ++i) {
     DictionaryAttr attrs =
@@ -82,9 +93,8 @@ LogicalResult verifyUnique(FunctionOpInterface func, bool results,
       auto value = dyn_cast<StringAttr>(attr.getValue());
       if (!namesState(attr.getName().getValue()) || !value)
         continue;
-      std::string key =
-          (attr.getName().getValue() + "=" + value.getValue()).str();
-      auto [it, inserted] = seen.try_emplace(key, i);
+      auto [it, inserted] =
+          seen.try_emplace({attr.getName(), value}, i);
       if (!inserted)
         return func.emitOpError()
                << where << "s " << it->second << " and " << i

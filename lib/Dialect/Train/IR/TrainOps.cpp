@@ -541,6 +541,79 @@ template <typename Op> static LogicalResult verifyAdamWAttrs(Op op) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// `<operands> attr-dict : <operand types>`, results typed as tied operands
+//===----------------------------------------------------------------------===//
+
+/// Prints the attribute dictionary as `printOptionalAttrDict` does, with
+/// numbers from the dialect's cache of printed attributes: the optimizer
+/// updates repeat the same hyperparameters once per parameter.
+static void printCachedAttrDict(OpAsmPrinter &p, Operation *op) {
+  DictionaryAttr attrs = op->getAttrDictionary();
+  if (attrs.empty())
+    return;
+  auto *dialect = cast<TrainDialect>(op->getDialect());
+  p << " {";
+  llvm::interleaveComma(attrs, p, [&](NamedAttribute attr) {
+    p.printKeywordOrString(attr.getName().getValue());
+    if (isa<UnitAttr>(attr.getValue()))
+      return;
+    p << " = ";
+    if (isa<FloatAttr, IntegerAttr>(attr.getValue()))
+      dialect->printCachedAttribute(attr.getValue(), p.getStream());
+    else
+      p.printAttribute(attr.getValue());
+  });
+  p << "}";
+}
+
+static void printOperandsAndTypes(OpAsmPrinter &p, Operation *op) {
+  p << ' ';
+  p.printOperands(op->getOperands());
+  printCachedAttrDict(p, op);
+  p << " : ";
+  llvm::interleaveComma(op->getOperandTypes(), p);
+}
+
+/// Parses `numOperands` operands, an attribute dictionary and their types;
+/// result i has the type of operand `tiedOperands[i]`.
+static ParseResult parseOperandsAndTypes(OpAsmParser &parser,
+                                         OperationState &result,
+                                         unsigned numOperands,
+                                         ArrayRef<unsigned> tiedOperands) {
+  SmallVector<OpAsmParser::UnresolvedOperand> operands;
+  SmallVector<Type> types;
+  SMLoc operandsLoc = parser.getCurrentLocation();
+  if (parser.parseOperandList(operands, numOperands) ||
+      parser.parseOptionalAttrDict(result.attributes) ||
+      parser.parseColonTypeList(types))
+    return failure();
+  if (types.size() != numOperands)
+    return parser.emitError(operandsLoc)
+           << "expected " << numOperands << " operand types, got "
+           << types.size();
+  if (parser.resolveOperands(operands, types, operandsLoc, result.operands))
+    return failure();
+  for (unsigned index : tiedOperands)
+    result.addTypes(types[index]);
+  return success();
+}
+
+ParseResult AdamWOp::parse(OpAsmParser &parser, OperationState &result) {
+  // param, grad, m, v, lr, step -> new_param, new_m, new_v
+  return parseOperandsAndTypes(parser, result, 6, {0, 2, 3});
+}
+
+void AdamWOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
+
+ParseResult AdamW8bitOp::parse(OpAsmParser &parser, OperationState &result) {
+  // param, grad, m codes, m absmax, v codes, v absmax, lr, step
+  //   -> new param, m codes, m absmax, v codes, v absmax
+  return parseOperandsAndTypes(parser, result, 8, {0, 2, 3, 4, 5});
+}
+
+void AdamW8bitOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
+
 LogicalResult AdamWOp::verify() {
   ArrayRef<int64_t> shape = getParam().getType().getShape();
   for (Value state : {getGrad(), getM(), getV()})

@@ -449,6 +449,30 @@ func.func @adamw_state_dtype(%p: tensor<8xbf16>, %lr: tensor<f32>, %t: tensor<i6
 
 // -----
 
+func.func @adamw_type_count(%p: tensor<8xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{expected 6 operand types, got 5}}
+  %0:3 = train.adamw %p, %p, %p, %p, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @adamw_missing_attribute(%p: tensor<8xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{requires attribute 'weight_decay'}}
+  %0:3 = train.adamw %p, %p, %p, %p, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @adamw_8bit_operand_count(%p: tensor<8xf32>, %c: tensor<8xi8>, %a: tensor<1xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{expected 8 operands}}
+  %0:5 = train.adamw_8bit %p, %p, %c, %a, %c, %a, %lr {beta1 = 0.9 : f64, beta2 = 0.999 : f64, block = 8 : i64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xi8>, tensor<1xf32>, tensor<8xi8>, tensor<1xf32>, tensor<f32>
+  return
+}
+
+// -----
+
 func.func @adamw_beta1(%p: tensor<8xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
   // expected-error @+1 {{beta1 must be in [0, 1), got 1}}
   %0:3 = train.adamw %p, %p, %p, %p, %lr, %t {beta1 = 1.0 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>

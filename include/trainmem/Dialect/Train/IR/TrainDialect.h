@@ -4,6 +4,10 @@
 #define TRAINMEM_DIALECT_TRAIN_IR_TRAINDIALECT_H
 
 #include "mlir/IR/Dialect.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/Mutex.h"
+
+#include <string>
 
 #include "trainmem/Dialect/Train/IR/TrainDialect.h.inc"
 

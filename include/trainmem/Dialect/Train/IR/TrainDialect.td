@@ -29,6 +29,19 @@ def Train_Dialect : Dialect {
   let hasRegionResultAttrVerify = 1;
   let useDefaultAttributePrinterParser = 0;
   let useDefaultTypePrinterParser = 0;
+  let extraClassDeclaration = [{
+    /// Writes the text MLIR's printer gives `attr` (e.g. `9.000000e-01 :
+    /// f64`), printed once per attribute and context: a step carries the
+    /// same optimizer hyperparameters on every parameter's update, and
+    /// printing a float (with its round-trip check) costs about 25k
+    /// instructions.
+    void printCachedAttribute(Attribute attr, llvm::raw_ostream &os);
+
+  private:
+    llvm::DenseMap<Attribute, std::string> printedAttributes;
+    llvm::sys::SmartMutex<true> printedAttributesMutex;
+  public:
+  }];
 }
 
 class Train_Op<string mnemonic, list<Trait> traits = []>

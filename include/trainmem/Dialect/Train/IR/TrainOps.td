@@ -800,11 +800,9 @@ def Train_AdamWOp : Train_ComputeOp<"adamw",
                        F64Attr:$weight_decay);
   let results = (outs Train_FloatTensor:$new_param, Train_FloatTensor:$new_m,
                       Train_FloatTensor:$new_v);
-  let assemblyFormat = [{
-    $param `,` $grad `,` $m `,` $v `,` $lr `,` $step attr-dict `:`
-    type($param) `,` type($grad) `,` type($m) `,` type($v) `,` type($lr) `,`
-    type($step)
-  }];
+  // `$param, $grad, $m, $v, $lr, $step attr-dict : <their types>`, written
+  // by hand so that the hyperparameters print from the dialect's cache.
+  let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
 }
 
@@ -972,12 +970,8 @@ def Train_AdamW8bitOp : Train_ComputeOp<"adamw_8bit", [
                       StaticShapeTensorOf<[F32]>:$new_m_absmax,
                       StaticShapeTensorOf<[I8]>:$new_v_codes,
                       StaticShapeTensorOf<[F32]>:$new_v_absmax);
-  let assemblyFormat = [{
-    $param `,` $grad `,` $m_codes `,` $m_absmax `,` $v_codes `,` $v_absmax `,`
-    $lr `,` $step attr-dict `:` type($param) `,` type($grad) `,`
-    type($m_codes) `,` type($m_absmax) `,` type($v_codes) `,` type($v_absmax)
-    `,` type($lr) `,` type($step)
-  }];
+  // `<operands> attr-dict : <their types>`, as `train.adamw`.
+  let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
 }
 

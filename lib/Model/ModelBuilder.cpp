@@ -107,6 +107,7 @@ private:
   Block *entry = nullptr;
   SmallVector<std::string> argNames;
   SmallVector<bool> argIsParam;
+  SmallVector<InitAttr> argInits; // parameters: how they start
   int64_t nextDropoutOffset = 0;
 
   Location loc(const Twine &name) {
@@ -115,18 +116,38 @@ private:
   RankedTensorType tensor(ArrayRef<int64_t> shape) {
     return RankedTensorType::get(shape, elementType);
   }
-  Value addArgument(RankedTensorType type, const Twine &name, bool isParam) {
+  Value addArgument(RankedTensorType type, const Twine &name, bool isParam,
+                    InitAttr init = {}) {
     argNames.push_back(name.str());
     argIsParam.push_back(isParam);
+    argInits.push_back(init);
     return entry->addArgument(type, loc(name));
   }
-  Value param(ArrayRef<int64_t> shape, const Twine &name) {
-    return addArgument(tensor(shape), name, /*isParam=*/true);
+  /// A parameter and its reference initialization.
+  Value param(ArrayRef<int64_t> shape, const Twine &name, InitAttr init) {
+    return addArgument(tensor(shape), name, /*isParam=*/true, init);
   }
+  InitAttr zeros() { return InitAttr::get(builder.getContext(), InitKind::zeros, llvm::APFloat(0.0)); }
+  InitAttr ones() { return InitAttr::get(builder.getContext(), InitKind::ones, llvm::APFloat(0.0)); }
+  /// Normal(0, std); matrices use 0.02 (GPT-2, Llama).
+  InitAttr normal(double std = kInitStd) {
+    return InitAttr::get(builder.getContext(), InitKind::normal,
+                         llvm::APFloat(std));
+  }
+  /// GPT-2's scaled init of the projections into the residual stream:
+  /// N(0, 0.02 / sqrt(2 · layers)).
+  InitAttr residualNormal() {
+    return normal(kInitStd / std::sqrt(2.0 * static_cast<double>(config.layers)));
+  }
+  static constexpr double kInitStd = 0.02;
 
   Value matmul(Value lhs, Value rhs, bool transposeRhs, const Twine &name);
   Value linear(Value x, int64_t in, int64_t out, const Twine &prefix,
-               bool bias);
+               bool bias, InitAttr init);
+  Value linear(Value x, int64_t in, int64_t out, const Twine &prefix,
+               bool bias) {
+    return linear(x, in, out, prefix, bias, normal());
+  }
   Value dropout(Value x, const Twine &name);
   Value norm(Value x, const Twine &prefix);
   Value reshape(Value x, ArrayRef<int64_t> shape, const Twine &name);
@@ -171,12 +192,12 @@ Value GraphBuilder::matmul(Value lhs, Value rhs, bool transposeRhs,
 }
 
 Value GraphBuilder::linear(Value x, int64_t in, int64_t out,
-                           const Twine &prefix, bool bias) {
-  Value weight = param({in, out}, prefix + ".weight");
+                           const Twine &prefix, bool bias, InitAttr init) {
+  Value weight = param({in, out}, prefix + ".weight", init);
   Value y = matmul(x, weight, /*transposeRhs=*/false, prefix);
   if (bias)
     y = BiasAddOp::create(builder, loc(prefix + ".bias_add"), y,
-                          param({out}, prefix + ".bias"));
+                          param({out}, prefix + ".bias", zeros()));
   return y;
 }
 
@@ -191,12 +212,12 @@ Value GraphBuilder::dropout(Value x, const Twine &name) {
 Value GraphBuilder::norm(Value x, const Twine &prefix) {
   int64_t h = config.hidden;
   if (config.arch == Architecture::GPT) {
-    Value gamma = param({h}, prefix + ".weight");
-    Value beta = param({h}, prefix + ".bias");
+    Value gamma = param({h}, prefix + ".weight", ones());
+    Value beta = param({h}, prefix + ".bias", zeros());
     return LayerNormOp::create(builder, loc(prefix), x, gamma, beta,
                                config.normEpsilon);
   }
-  Value gamma = param({h}, prefix + ".weight");
+  Value gamma = param({h}, prefix + ".weight", ones());
   return RMSNormOp::create(builder, loc(prefix), x, gamma, config.normEpsilon);
 }
 
@@ -229,13 +250,13 @@ Value GraphBuilder::embeddingBlock(Value tokens, Value &tokenTable) {
   return block(BlockKind::embedding, std::nullopt, tensor({b, s, h}),
                "embedding", [&]() -> Value {
                  tokenTable = param({config.vocab, h},
-                                    isGpt ? "wte" : "tok_embeddings");
+                                    isGpt ? "wte" : "tok_embeddings", normal());
                  Value x = EmbeddingOp::create(builder, loc("embedding.tokens"),
                                                tensor({b, s, h}), tokenTable,
                                                tokens);
                  if (!isGpt)
                    return x;
-                 Value table = param({config.positions, h}, "wpe");
+                 Value table = param({config.positions, h}, "wpe", normal());
                  auto positionType =
                      RankedTensorType::get({s}, builder.getI32Type());
                  Value positions = IotaOp::create(
@@ -291,7 +312,8 @@ Value GraphBuilder::attentionBlock(Value x, int64_t layer) {
       context = reshape(context, {b, a, s, d}, ap + ".context.heads");
     context = transpose(context, {0, 2, 1, 3}, ap + ".context.seq_first");
     context = reshape(context, {b, s, h}, ap + ".context.merge_heads");
-    Value out = linear(context, h, h, ap + (isGpt ? ".proj" : ".wo"), isGpt);
+    Value out = linear(context, h, h, ap + (isGpt ? ".proj" : ".wo"), isGpt,
+                       isGpt ? residualNormal() : normal());
     out = dropout(out, ap + ".resid_dropout");
     return AddOp::create(builder, loc(p + ".attn.residual"), x, out);
   });
@@ -306,7 +328,7 @@ Value GraphBuilder::mlpBlock(Value x, int64_t layer) {
       Value n = norm(x, p + ".ln_2");
       Value up = linear(n, h, f, p + ".mlp.fc", true);
       Value act = GeluOp::create(builder, loc(p + ".mlp.gelu"), up);
-      Value down = linear(act, f, h, p + ".mlp.proj", true);
+      Value down = linear(act, f, h, p + ".mlp.proj", true, residualNormal());
       down = dropout(down, p + ".mlp.dropout");
       return AddOp::create(builder, loc(p + ".mlp.residual"), x, down);
     }
@@ -329,7 +351,8 @@ Value GraphBuilder::headBlock(Value x, Value targets, Value tokenTable) {
     // GPT ties the output projection to the token table; Llama has its own
     // [vocab, hidden] output matrix.
     Value table = isGpt ? tokenTable
-                        : param({config.vocab, config.hidden}, "output");
+                        : param({config.vocab, config.hidden}, "output",
+                                normal());
     Value logits = matmul(n, table, /*transposeRhs=*/true, "head.logits");
     auto countType = RankedTensorType::get({}, builder.getI64Type());
     auto loss = CrossEntropyOp::create(
@@ -388,9 +411,12 @@ OwningOpRef<ModuleOp> GraphBuilder::build() {
 
   func.setFunctionType(
       builder.getFunctionType(entry->getArgumentTypes(), {loss.getType()}));
-  for (unsigned i = 0; i < argNames.size(); ++i)
+  for (unsigned i = 0; i < argNames.size(); ++i) {
     func.setArgAttr(i, argIsParam[i] ? kParamAttrName : kInputAttrName,
                     builder.getStringAttr(argNames[i]));
+    if (argInits[i])
+      func.setArgAttr(i, kInitAttrName, argInits[i]);
+  }
   return module;
 }
 

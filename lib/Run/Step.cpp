@@ -4,6 +4,7 @@
 #include "trainmem/Conversion/Passes.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem-runtime/Runtime.h"
 
@@ -100,23 +101,25 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
                                        StringRef rematOptions,
                                        StringRef gradAccumOptions,
                                        std::optional<StringRef> quantizeOptions) {
-  Operation *step = module.lookupSymbol("train_step");
+  Operation *step = nullptr;
+  if (hasMarkedStep(module)) {
+    step = findMarkedStep(module, "trainmem-run");
+    if (!step)
+      return failure();
+  }
   if (isLoweredStep(step)) {
     // A step lowered by trainmem-opt runs as it is; the passes that would
     // reshape it work on the tensor-level step only.
     if (!rematOptions.empty() || !gradAccumOptions.empty() || quantizeOptions)
-      return emitError(step->getLoc(),
-                       "trainmem-run: @train_step is already lowered; "
-                       "--remat, --grad-accum and --quantize-optimizer-state "
-                       "need the tensor-level step (the input of "
-                       "convert-train-to-runtime)");
+      return emitError(step->getLoc(), "trainmem-run: @")
+             << SymbolTable::getSymbolName(step).getValue()
+             << " is already lowered; --remat, --grad-accum and "
+                "--quantize-optimizer-state need the tensor-level step (the "
+                "input of convert-train-to-runtime)";
     return success();
   }
-  bool hasStep = static_cast<bool>(step);
-  if (!hasStep && !module.lookupSymbol("forward"))
-    return emitError(module.getLoc(), "trainmem-run: the module has neither "
-                                      "@train_step nor @forward");
-  if (!hasStep) {
+  if (!step) {
+    // A model: its forward pass becomes the step (train-autodiff marks it).
     PassManager autodiff(module.getContext());
     std::string options = ("train-autodiff{" + autodiffOptions + "}").str();
     if (failed(parsePassPipeline(options, autodiff, llvm::errs())))
@@ -124,16 +127,6 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
              << options << "'";
     if (failed(autodiff.run(module)))
       return failure();
-    // The runner trains the step train-autodiff marked, whatever
-    // step-name called it.
-    for (auto func : module.getOps<func::FuncOp>())
-      if (func->hasAttr(kStepAttrName) && func.getSymName() != "train_step") {
-        if (module.lookupSymbol("train_step"))
-          return emitError(func.getLoc(), "trainmem-run: the step is @")
-                 << func.getSymName()
-                 << " and another symbol is called @train_step";
-        func.setSymName("train_step");
-      }
   }
   std::string pipeline;
   if (!rematOptions.empty())
@@ -180,6 +173,26 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
     slot.bytes = bytes.getInt();
     slot.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
     slot.dtype = dtype.getValue().str();
+    if (Attribute value = dict.get("optimizer_state")) {
+      auto state = dyn_cast<StateAttr>(value);
+      if (!state)
+        return step->emitError("trainmem-run: entry ")
+               << index << " of '" << attrName
+               << "': optimizer_state is not a #train.state";
+      slot.stateKind = state.getKind();
+      slot.stateParam = state.getParam().str();
+      slot.statePart = state.getPart();
+      slot.stateMap = state.getMap();
+    }
+    if (Attribute value = dict.get("init")) {
+      auto init = dyn_cast<InitAttr>(value);
+      if (!init)
+        return step->emitError("trainmem-run: entry ")
+               << index << " of '" << attrName
+               << "': init is not a #train.init";
+      slot.init = init.getKind();
+      slot.initStd = init.getStd().convertToDouble();
+    }
     slots.push_back(slot);
   }
   return success();
@@ -187,19 +200,23 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
 
 FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
   PassManager pm(module.getContext());
-  Operation *symbol = module.lookupSymbol("train_step");
+  Operation *symbol = findMarkedStep(module, "trainmem-run");
+  if (!symbol)
+    return failure();
   if (!isLoweredStep(symbol))
     pm.addPass(createConvertTrainToRuntimePass());
-  if (!isa_and_nonnull<LLVM::LLVMFuncOp>(symbol) &&
+  if (!isa<LLVM::LLVMFuncOp>(symbol) &&
       failed(parsePassPipeline("convert-to-llvm,reconcile-unrealized-casts",
                                pm, llvm::errs())))
     return failure();
   if (failed(pm.run(module)))
     return failure();
-  auto step = module.lookupSymbol<LLVM::LLVMFuncOp>("train_step");
+  Operation *marked = findMarkedStep(module, "trainmem-run");
+  auto step = dyn_cast_or_null<LLVM::LLVMFuncOp>(marked);
   if (!step)
     return emitError(module.getLoc(),
-                     "trainmem-run: lowering produced no @train_step");
+                     "trainmem-run: lowering produced no LLVM function marked ")
+           << kStepAttrName;
   StepLayout layout;
   auto arenaBytes = step->getAttrOfType<IntegerAttr>(kArenaBytesAttrName);
   if (!arenaBytes || arenaBytes.getInt() <= 0)
@@ -247,7 +264,13 @@ std::unique_ptr<JitStep> JitStep::create(ModuleOp lowered,
 #include "trainmem/Conversion/RuntimeFunctions.def"
     return symbols;
   });
-  auto entry = (*engine)->lookup("train_step");
+  Operation *marked = findMarkedStep(lowered, "trainmem-run");
+  if (!marked) {
+    error = "the lowered module has no step marked train.step";
+    return nullptr;
+  }
+  auto entry =
+      (*engine)->lookup(SymbolTable::getSymbolName(marked).getValue());
   if (!entry) {
     error = llvm::toString(entry.takeError());
     return nullptr;

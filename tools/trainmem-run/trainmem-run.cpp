@@ -13,6 +13,8 @@
 
 #include "trainmem/Conversion/Passes.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Run/Step.h"
 #include "trainmem/Support/DynamicMap.h"
@@ -145,27 +147,24 @@ static double normal(uint64_t streamSeed, uint64_t stream, uint64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-/// Initial values of a parameter as the architecture's reference sets them:
-/// norm gains 1, biases 0, matrices N(0, 0.02), GPT's residual projections
-/// N(0, 0.02 / sqrt(2 · layers)) (GPT-2's scaled init).
+/// Initial values of a parameter from its #train.init (the model builder
+/// writes the architecture's reference: norm gains 1, biases 0, matrices
+/// N(0, 0.02), GPT's residual projections N(0, 0.02 / sqrt(2 · layers))).
 static std::vector<float> initialValues(const TensorSlot &slot,
-                                        unsigned paramIndex, int64_t layers) {
+                                        unsigned paramIndex) {
   std::vector<float> values(slot.numElements(), 0.0f);
-  StringRef name = slot.key;
-  bool isVector = slot.shape.size() == 1;
-  if (isVector) {
-    bool isGain = name.ends_with(".weight") &&
-                  (name.contains("ln") || name.contains("norm"));
-    if (isGain || name == "norm.weight")
-      std::fill(values.begin(), values.end(), 1.0f);
-    return values;
+  switch (*slot.init) {
+  case InitKind::zeros:
+    break;
+  case InitKind::ones:
+    std::fill(values.begin(), values.end(), 1.0f);
+    break;
+  case InitKind::normal:
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = static_cast<float>(slot.initStd *
+                                     normal(seed, 1000 + paramIndex, i));
+    break;
   }
-  double std = 0.02;
-  if (layers > 0 && (name.ends_with("attn.proj.weight") ||
-                     name.ends_with("mlp.proj.weight")))
-    std /= std::sqrt(2.0 * static_cast<double>(layers));
-  for (size_t i = 0; i < values.size(); ++i)
-    values[i] = static_cast<float>(std * normal(seed, 1000 + paramIndex, i));
   return values;
 }
 
@@ -612,10 +611,6 @@ int main(int argc, char **argv) {
       parseSourceFile<ModuleOp>(inputFile, sourceMgr, &context);
   if (!module)
     return 1;
-  int64_t layers = 0;
-  if (auto model = (*module)->getAttrOfType<DictionaryAttr>(kModelAttrName))
-    if (auto l = model.getAs<IntegerAttr>("layers"))
-      layers = l.getInt();
   std::optional<StringRef> quantize;
   if (quantizeOptions.getNumOccurrences())
     quantize = StringRef(quantizeOptions);
@@ -625,11 +620,26 @@ int main(int argc, char **argv) {
 
   // The tensor-level step stays for the interpreter; the lowered one runs.
   OwningOpRef<ModuleOp> tensorStep = module->clone();
-  auto stepFunc = tensorStep->lookupSymbol<func::FuncOp>("train_step");
-  if (backend == "interpret" && (!stepFunc || isLoweredStep(stepFunc)))
-    return fail("the interpret backend runs a tensor-level @train_step; this "
-                "one is already lowered (give the model, or the step before "
+  Operation *markedStep = findMarkedStep(*tensorStep, "trainmem-run");
+  if (!markedStep)
+    return 1;
+  auto stepFunc = dyn_cast<func::FuncOp>(markedStep);
+  if (isLoweredStep(markedStep))
+    stepFunc = nullptr;
+  if (backend == "interpret" && !stepFunc)
+    return fail("the interpret backend runs a tensor-level step; this one is "
+                "already lowered (give the model, or the step before "
                 "convert-train-to-runtime)");
+  // The vocabulary: the classes of the step's cross-entropy (the lowered
+  // step has none left; the model builder's description says it).
+  int64_t vocab = 0;
+  if (stepFunc)
+    stepFunc.walk([&](CrossEntropyOp op) {
+      vocab = op.getLogits().getType().getShape().back();
+    });
+  if (auto model = (*module)->getAttrOfType<DictionaryAttr>(kModelAttrName))
+    if (auto v = model.getAs<IntegerAttr>("vocab"); v && vocab == 0)
+      vocab = v.getInt();
   FailureOr<StepLayout> layout = lowerStep(*module);
   if (failed(layout))
     return 1;
@@ -637,10 +647,19 @@ int main(int argc, char **argv) {
   // The runner initializes and checkpoints f32 tensors and 8-bit codes.
   for (const TensorSlot &slot : layout->arguments)
     if (isState(slot) && slot.dtype != "f32" &&
-        !(slot.dtype == "i8" && StringRef(slot.key).ends_with(".codes")))
+        !(slot.dtype == "i8" && slot.statePart == StatePart::codes))
       return fail(slot.role + " '" + slot.key + "' is " + slot.dtype +
                   "; trainmem-run trains steps whose parameters and f32 "
                   "state are f32 (use --dtype=f32)");
+
+  // Parameters start as their #train.init says (the model builder writes
+  // it); without one there is no reference to follow.
+  for (const TensorSlot &slot : layout->arguments)
+    if (slot.role == "param" && !slot.init)
+      return fail("parameter '" + slot.key + "' has no " +
+                  kInitAttrName.str() +
+                  " (#train.init<zeros|ones|normal, std = S>); models from "
+                  "trainmem-model carry one");
 
   // A step that returns gradients (optimizer=none) updates nothing: training
   // it would run and learn nothing.
@@ -661,11 +680,6 @@ int main(int argc, char **argv) {
   if (tokensSlot->shape.size() != 2 || tokensSlot->shape != targetsSlot->shape)
     return fail("the step's tokens and targets must both be [batch, seq]");
   int64_t batchSize = tokensSlot->shape[0], seqLen = tokensSlot->shape[1];
-  int64_t vocab = 0;
-  for (const TensorSlot &slot : layout->arguments)
-    if (slot.role == "param" &&
-        (slot.key == "wte" || slot.key == "tok_embeddings"))
-      vocab = slot.shape[0];
   if (vocab < 256)
     return fail("the step's vocabulary has " + std::to_string(vocab) +
                 " tokens; byte-level data needs 256");
@@ -757,23 +771,20 @@ int main(int argc, char **argv) {
     std::map<std::string, Bytes> params;
     for (const TensorSlot &slot : layout->arguments)
       if (slot.role == "param") {
-        params[slot.key] =
-            floatBytes(initialValues(slot, paramIndex++, layers));
+        params[slot.key] = floatBytes(initialValues(slot, paramIndex++));
         state->write(slot, params[slot.key]);
       }
     for (const TensorSlot &slot : layout->arguments) {
-      if (slot.role != "optimizer_state")
+      if (!slot.stateKind)
         continue;
-      StringRef key = slot.key;
-      if (key.ends_with(".master")) {
-        state->write(slot, params[key.drop_back(strlen(".master")).str()]);
-      } else if (key.ends_with(".codes")) {
-        // 8-bit state starts at 0: the code of 0 in its map (unsigned for
-        // Adam's v, signed for m and SGD's momentum).
-        bool isSigned = !key.drop_back(strlen(".codes")).ends_with(".v");
-        uint8_t zero = trainmem::zeroCode(isSigned
-                                              ? trainmem::signedDynamicMap()
-                                              : trainmem::unsignedDynamicMap());
+      if (*slot.stateKind == StateKind::master) {
+        state->write(slot, params[slot.stateParam]);
+      } else if (slot.statePart == StatePart::codes) {
+        // 8-bit state starts at 0: the code of 0 in its map.
+        uint8_t zero = trainmem::zeroCode(
+            slot.stateMap == QuantMap::signed_dynamic
+                ? trainmem::signedDynamicMap()
+                : trainmem::unsignedDynamicMap());
         state->write(slot, Bytes(slot.bytes, zero));
       } else {
         state->write(slot, Bytes(slot.bytes, 0)); // f32 zeros, absmax 0

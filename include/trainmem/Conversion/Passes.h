@@ -8,21 +8,10 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 
 namespace mlir {
 namespace train {
-
-/// Attributes of a step lowered by convert-train-to-runtime: the arena's
-/// planned size, and where the host finds each argument and result.
-constexpr llvm::StringLiteral kArenaBytesAttrName = "tmrt.arena_bytes";
-constexpr llvm::StringLiteral kArgumentSlotsAttrName = "tmrt.arguments";
-constexpr llvm::StringLiteral kResultSlotsAttrName = "tmrt.results";
-
-/// Whether `op` (a func.func or llvm.func) is a step that
-/// convert-train-to-runtime already lowered.
-inline bool isLoweredStep(Operation *op) {
-  return op && op->hasAttr(kArenaBytesAttrName);
-}
 
 #define GEN_PASS_DECL
 #include "trainmem/Conversion/Passes.h.inc"

@@ -30,8 +30,8 @@ def ConvertTrainToRuntimePass
                            "::mlir::func::FuncDialect",
                            "::mlir::LLVM::LLVMDialect"];
   let options = [
-    Option<"function", "function", "std::string", "\"train_step\"",
-           "Name of the step to lower">
+    Option<"function", "function", "std::string", "\"\"",
+           "The step to lower (default: the function marked train.step)">
   ];
   let statistics = [
     Statistic<"numCalls", "runtime-calls", "Runtime calls emitted">

@@ -5,6 +5,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrs.h"
 
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,14 @@ struct TensorSlot {
   uint64_t bytes = 0;
   std::vector<int64_t> shape;
   std::string dtype;
+  /// Optimizer state: what it holds (from its #train.state).
+  std::optional<StateKind> stateKind;
+  std::string stateParam; // the parameter it belongs to
+  StatePart statePart = StatePart::value;
+  QuantMap stateMap = QuantMap::none;
+  /// Parameters: how they start (from #train.init); none without one.
+  std::optional<InitKind> init;
+  double initStd = 0.0;
   int64_t numElements() const;
 };
 

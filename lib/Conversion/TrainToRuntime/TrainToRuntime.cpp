@@ -12,6 +12,7 @@
 #include "trainmem/Conversion/Passes.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -568,13 +569,14 @@ LogicalResult Lowering::lower(Operation *op) {
 }
 
 /// The role and key of argument/result `index` from its markers.
-std::pair<StringRef, StringRef> roleOf(DictionaryAttr attrs) {
+std::pair<StringRef, std::string> roleOf(DictionaryAttr attrs) {
   if (!attrs)
     return {"", ""};
-  for (StringRef name : {kParamAttrName, kOptimizerStateAttrName,
-                         kInputAttrName, kGradAttrName})
+  if (auto state = attrs.getAs<StateAttr>(kOptimizerStateAttrName))
+    return {"optimizer_state", state.getKey()};
+  for (StringRef name : {kParamAttrName, kInputAttrName, kGradAttrName})
     if (auto value = attrs.getAs<StringAttr>(name))
-      return {name.drop_front(strlen("train.")), value.getValue()};
+      return {name.drop_front(strlen("train.")), value.getValue().str()};
   if (attrs.get(kLossAttrName))
     return {"loss", ""};
   if (attrs.get(kGradNormAttrName))
@@ -606,10 +608,19 @@ struct ConvertTrainToRuntimePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    Operation *symbol = module.lookupSymbol(function);
+    Operation *symbol = nullptr;
+    if (function.empty()) {
+      symbol = findMarkedStep(module, "convert-train-to-runtime");
+      if (!symbol)
+        return signalPassFailure();
+    } else {
+      symbol = module.lookupSymbol(function);
+    }
+    std::string name =
+        symbol ? SymbolTable::getSymbolName(symbol).str() : function;
     if (isLoweredStep(symbol)) {
       emitError(symbol->getLoc(), "convert-train-to-runtime: @")
-          << function
+          << name
           << " is already lowered (it takes the runtime's arena, not "
              "tensors); run this pass once, on the tensor-level step";
       return signalPassFailure();
@@ -617,7 +628,7 @@ struct ConvertTrainToRuntimePass
     auto step = dyn_cast_or_null<func::FuncOp>(symbol);
     if (!step || step.isExternal()) {
       emitError(module.getLoc(), "convert-train-to-runtime: no function @")
-          << function << " with a body";
+          << name << " with a body";
       return signalPassFailure();
     }
     for (auto [what, types] :
@@ -626,7 +637,7 @@ struct ConvertTrainToRuntimePass
       for (auto [index, type] : llvm::enumerate(types))
         if (!isa<RankedTensorType>(type)) {
           emitError(step.getLoc(), "convert-train-to-runtime: ")
-              << what << " " << index << " of @" << function << " is "
+              << what << " " << index << " of @" << name << " is "
               << type << "; a tensor-level step takes and returns ranked "
               << "tensors";
           return signalPassFailure();
@@ -646,6 +657,11 @@ struct ConvertTrainToRuntimePass
       NamedAttrList entry;
       entry.append("role", builder.getStringAttr(role));
       entry.append("key", builder.getStringAttr(key));
+      // What the runner needs to start the tensor: typed, not a name.
+      if (attrs)
+        for (StringRef name : {kOptimizerStateAttrName, kInitAttrName})
+          if (Attribute typed = attrs.get(name))
+            entry.append(name.drop_front(strlen("train.")), typed);
       entry.append("offset",
                    builder.getI64IntegerAttr(static_cast<int64_t>(plan.getOffset(
                        buffer - memory.getBuffers().data()))));
@@ -668,7 +684,7 @@ struct ConvertTrainToRuntimePass
     builder.setInsertionPoint(step);
     auto ptrType = LLVM::LLVMPointerType::get(context);
     auto lowered = func::FuncOp::create(
-        builder, step.getLoc(), function + ".lowered",
+        builder, step.getLoc(), name + ".lowered",
         builder.getFunctionType({ptrType}, {}));
     Block *entry = lowered.addEntryBlock();
     builder.setInsertionPointToEnd(entry);
@@ -696,7 +712,7 @@ struct ConvertTrainToRuntimePass
         OpBuilder partBuilder(lowered);
         auto part = func::FuncOp::create(
             partBuilder, step.getLoc(),
-            (function + ".part" + Twine(parts.size())).str(),
+            (name + ".part" + Twine(parts.size())).str(),
             partBuilder.getFunctionType({ptrType}, {}));
         part.setPrivate();
         parts.push_back(part);
@@ -723,7 +739,7 @@ struct ConvertTrainToRuntimePass
     lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
     lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
     step.erase();
-    lowered.setSymName(function);
+    lowered.setSymName(name);
 
     // Declarations of the runtime functions the step calls.
     builder.setInsertionPointToStart(module.getBody());

@@ -1,6 +1,6 @@
 // RUN: trainmem-opt %s -split-input-file -convert-train-to-runtime -verify-diagnostics
 
-func.func @train_step(%x: tensor<4xbf16>) -> tensor<4xbf16> {
+func.func @train_step(%x: tensor<4xbf16>) -> tensor<4xbf16> attributes {train.step} {
   // expected-error @+1 {{'train.gelu' op has a 'bf16' tensor; the runtime's kernels are f32 (write the model with --dtype f32)}}
   %0 = train.gelu %x : tensor<4xbf16>
   return %0 : tensor<4xbf16>
@@ -8,7 +8,7 @@ func.func @train_step(%x: tensor<4xbf16>) -> tensor<4xbf16> {
 
 // -----
 
-func.func @train_step(%x: tensor<2x3xf32>) -> tensor<3x2xf32> {
+func.func @train_step(%x: tensor<2x3xf32>) -> tensor<3x2xf32> attributes {train.step} {
   %t = train.transpose %x {permutation = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32>
   // expected-error @+1 {{'train.gelu' op reads a strided view; the runtime kernel of this op needs a row-major operand}}
   %0 = train.gelu %t : tensor<3x2xf32>
@@ -17,7 +17,7 @@ func.func @train_step(%x: tensor<2x3xf32>) -> tensor<3x2xf32> {
 
 // -----
 
-// expected-error @+1 {{convert-train-to-runtime: no function @train_step with a body}}
+// expected-error @+1 {{convert-train-to-runtime: no function marked train.step (run train-autodiff first)}}
 module {
   func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
     return %x : tensor<4xf32>

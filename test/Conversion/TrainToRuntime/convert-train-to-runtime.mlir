@@ -23,7 +23,7 @@
 // LLVM-NOT:     func.call
 
 func.func @train_step(%x: tensor<2x4xf32> {train.input = "x"},
-                      %w: tensor<4x3xf32> {train.param = "w"}) -> tensor<2x3xf32> {
+                      %w: tensor<4x3xf32> {train.param = "w"}) -> tensor<2x3xf32> attributes {train.step} {
   %m = train.matmul %x, %w : tensor<2x4xf32>, tensor<4x3xf32> -> tensor<2x3xf32>
   %g = train.gelu %m : tensor<2x3xf32>
   return %g : tensor<2x3xf32>
@@ -41,7 +41,7 @@ func.func @train_step(%x: tensor<2x4xf32> {train.input = "x"},
 // CHECK:         call @tmrt_copy_strided
 // CHECK-NOT:     call
 
-func.func @train_step(%x: tensor<2x6x3x4xf32> {train.input = "x"}) -> tensor<2x6x12xf32> {
+func.func @train_step(%x: tensor<2x6x3x4xf32> {train.input = "x"}) -> tensor<2x6x12xf32> attributes {train.step} {
   %q = train.transpose %x {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x6x3x4xf32> -> tensor<2x3x6x4xf32>
   %s = train.matmul %q, %q {transpose_rhs} : tensor<2x3x6x4xf32>, tensor<2x3x6x4xf32> -> tensor<2x3x6x6xf32>
   %c = train.matmul %s, %q : tensor<2x3x6x6xf32>, tensor<2x3x6x4xf32> -> tensor<2x3x6x4xf32>

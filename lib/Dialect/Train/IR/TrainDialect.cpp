@@ -5,13 +5,19 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace mlir::train;
 
 #include "trainmem/Dialect/Train/IR/TrainDialect.cpp.inc"
 #include "trainmem/Dialect/Train/IR/TrainEnums.cpp.inc"
+#define GET_ATTRDEF_CLASSES
+#include "trainmem/Dialect/Train/IR/TrainAttrs.cpp.inc"
 #include "trainmem/Dialect/Train/IR/TrainInterfaces.cpp.inc"
 
 void TrainDialect::initialize() {
@@ -19,6 +25,55 @@ void TrainDialect::initialize() {
 #define GET_OP_LIST
 #include "trainmem/Dialect/Train/IR/TrainOps.cpp.inc"
       >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "trainmem/Dialect/Train/IR/TrainAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+LogicalResult StateAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                StringRef param, StateKind kind,
+                                StatePart part, QuantMap map, int64_t block) {
+  if (param.empty())
+    return emitError() << "#train.state needs the parameter's name";
+  if (part == StatePart::value) {
+    if (map != QuantMap::none || block != 0)
+      return emitError() << "#train.state: a plain value has no map or block";
+    return success();
+  }
+  if (map == QuantMap::none)
+    return emitError() << "#train.state: 8-bit " << stringifyStatePart(part)
+                       << " need a map";
+  if (block < 1 || (block & (block - 1)) != 0)
+    return emitError() << "#train.state: block must be a power of two, got "
+                       << block;
+  return success();
+}
+
+StateAttr StateAttr::withPart(StatePart part, QuantMap map,
+                              int64_t block) const {
+  return StateAttr::get(getContext(), getParam(), getKind(), part, map, block);
+}
+
+std::string StateAttr::getKey() const {
+  std::string key = (getParam() + "." + stringifyStateKind(getKind())).str();
+  if (isQuantized())
+    key += ("." + stringifyStatePart(getPart())).str();
+  return key;
+}
+
+LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               InitKind kind, APFloat stdValue) {
+  double std = stdValue.convertToDouble();
+  if (kind == InitKind::normal && !(std > 0.0 && std::isfinite(std)))
+    return emitError() << "#train.init: normal needs std > 0, got " << std;
+  if (kind != InitKind::normal && std != 0.0)
+    return emitError() << "#train.init: only normal takes a std";
+  return success();
 }
 
 void TrainDialect::printCachedAttribute(Attribute attr, raw_ostream &os) {
@@ -45,24 +100,34 @@ bool namesState(StringRef name) {
 }
 
 /// Checks the value of a `train.*` argument or result attribute: a unit for
-/// the markers of the loss and the gradient norm, a name for the others.
+/// the markers of the loss and the gradient norm, a #train.state for
+/// optimizer state, a #train.init for initializers, a name for the others.
 LogicalResult verifyValue(Operation *op, StringRef where, unsigned index,
                           NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
-  bool isUnitMarker = name == kLossAttrName || name == kGradNormAttrName;
-  if (isUnitMarker) {
+  auto fail = [&]() {
+    return op->emitOpError() << where << " " << index << ": '" << name
+                             << "' ";
+  };
+  if (name == kLossAttrName || name == kGradNormAttrName) {
     if (!isa<UnitAttr>(attr.getValue()))
-      return op->emitOpError()
-             << where << " " << index << ": '" << name
-             << "' is a unit attribute, got " << attr.getValue();
+      return fail() << "is a unit attribute, got " << attr.getValue();
+    return success();
+  }
+  if (name == kOptimizerStateAttrName) {
+    if (!isa<StateAttr>(attr.getValue()))
+      return fail() << "must be a #train.state, got " << attr.getValue();
+    return success();
+  }
+  if (name == kInitAttrName) {
+    if (!isa<InitAttr>(attr.getValue()))
+      return fail() << "must be a #train.init, got " << attr.getValue();
     return success();
   }
   auto value = dyn_cast<StringAttr>(attr.getValue());
   if (!value || value.getValue().empty())
-    return op->emitOpError()
-           << where << " " << index << ": '" << name
-           << "' must be a non-empty string naming the tensor, got "
-           << attr.getValue();
+    return fail() << "must be a non-empty string naming the tensor, got "
+                  << attr.getValue();
   return success();
 }
 
@@ -81,7 +146,7 @@ LogicalResult verifyUnique(FunctionOpInterface func, bool results,
         }))
       return success(); // an earlier index did the check
   }
-  // Names and values are uniqued StringAttrs: the pair of them is the key.
+  // Names and values are uniqued attributes: the pair of them is the key.
   llvm::DenseMap<std::pair<Attribute, Attribute>, unsigned> seen;
   StringRef where = results ? "result" : "argument";
   for (unsigned i = index; i < count; ++i) {
@@ -90,11 +155,10 @@ LogicalResult verifyUnique(FunctionOpInterface func, bool results,
     if (!attrs)
       continue;
     for (NamedAttribute attr : attrs) {
-      auto value = dyn_cast<StringAttr>(attr.getValue());
-      if (!namesState(attr.getName().getValue()) || !value)
+      Attribute value = attr.getValue();
+      if (!namesState(attr.getName().getValue()))
         continue;
-      auto [it, inserted] =
-          seen.try_emplace({attr.getName(), value}, i);
+      auto [it, inserted] = seen.try_emplace({attr.getName(), value}, i);
       if (!inserted)
         return func.emitOpError()
                << where << "s " << it->second << " and " << i
@@ -109,10 +173,11 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
                                   NamedAttribute attr, bool results) {
   StringRef name = attr.getName().getValue();
   bool known = namesState(name) || name == kLossAttrName ||
-               name == kGradNormAttrName || name == kGradAttrName;
+               name == kGradNormAttrName || name == kGradAttrName ||
+               name == kInitAttrName;
   if (!known)
     return success();
-  if (results && name == kInputAttrName)
+  if (results && (name == kInputAttrName || name == kInitAttrName))
     return op->emitOpError() << "result " << index << ": '" << name
                              << "' belongs on arguments";
   if (!results && (name == kLossAttrName || name == kGradNormAttrName ||

@@ -268,14 +268,18 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
   SmallVector<Type> newTypes;
   SmallVector<DictionaryAttr> newAttrs;
   auto planArgument = [&](Type type, StringRef attrName,
-                          const Twine &value) -> int {
+                          Attribute value) -> int {
     newTypes.push_back(type);
-    newAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
-        attrName, builder.getStringAttr(value))));
+    newAttrs.push_back(
+        builder.getDictionaryAttr(builder.getNamedAttr(attrName, value)));
     return static_cast<int>(firstNew + newTypes.size() - 1);
   };
+  auto stateAttr = [&](const ParamInfo &param, StateKind kind) {
+    return StateAttr::get(builder.getContext(), param.name, kind);
+  };
   auto i64Scalar = RankedTensorType::get({}, builder.getI64Type());
-  int stepIndex = planArgument(i64Scalar, kInputAttrName, "step");
+  int stepIndex = planArgument(i64Scalar, kInputAttrName,
+                               builder.getStringAttr("step"));
 
   struct StateIndices {
     int master = -1, m = -1, v = -1, momentum = -1;
@@ -289,16 +293,16 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
                        !param.type.getElementType().isF32();
     if (needsMaster)
       state.master = planArgument(f32Type, kOptimizerStateAttrName,
-                                  param.name + ".master");
+                                  stateAttr(param, StateKind::master));
     if (optimizer == "adamw") {
       state.m = planArgument(f32Type, kOptimizerStateAttrName,
-                             param.name + ".m");
+                                  stateAttr(param, StateKind::m));
       state.v = planArgument(f32Type, kOptimizerStateAttrName,
-                             param.name + ".v");
+                                  stateAttr(param, StateKind::v));
     } else if (optimizer == "sgd" && momentum > 0.0) {
       Type bufferType = needsMaster ? Type(f32Type) : Type(param.type);
       state.momentum = planArgument(bufferType, kOptimizerStateAttrName,
-                                    param.name + ".momentum");
+                                  stateAttr(param, StateKind::momentum));
     }
     stateIndices.push_back(state);
   }
@@ -337,17 +341,17 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
   builder.setInsertionPoint(yield);
   SmallVector<Value> yielded;
   SmallVector<NamedAttribute> yieldedAttrs;
-  auto give = [&](Value value, StringRef attrName, const Twine &attrValue) {
+  auto give = [&](Value value, StringRef attrName, Attribute attrValue) {
     yielded.push_back(value);
-    yieldedAttrs.push_back(builder.getNamedAttr(
-        attrName, attrValue.isTriviallyEmpty()
-                      ? Attribute(builder.getUnitAttr())
-                      : Attribute(builder.getStringAttr(attrValue))));
+    yieldedAttrs.push_back(builder.getNamedAttr(attrName, attrValue));
+  };
+  auto giveNamed = [&](Value value, StringRef attrName, StringRef name) {
+    give(value, attrName, builder.getStringAttr(name));
   };
 
   if (optimizer == "none") {
     for (auto [param, grad] : llvm::zip(params, paramGrads))
-      give(grad, kGradAttrName, param.name);
+      giveNamed(grad, kGradAttrName, param.name);
   } else {
     Value lrValue;
     if (totalSteps > 0)
@@ -397,20 +401,24 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
       if (state.master) {
         Value newWeights =
             CastOp::create(builder, func.getLoc(), param.type, updated);
-        give(newWeights, kParamAttrName, param.name);
-        give(updated, kOptimizerStateAttrName, param.name + ".master");
+        giveNamed(newWeights, kParamAttrName, param.name);
+        give(updated, kOptimizerStateAttrName,
+                                  stateAttr(param, StateKind::master));
       } else {
-        give(updated, kParamAttrName, param.name);
+        giveNamed(updated, kParamAttrName, param.name);
       }
       if (newM) {
-        give(newM, kOptimizerStateAttrName, param.name + ".m");
-        give(newV, kOptimizerStateAttrName, param.name + ".v");
+        give(newM, kOptimizerStateAttrName,
+                                  stateAttr(param, StateKind::m));
+        give(newV, kOptimizerStateAttrName,
+                                  stateAttr(param, StateKind::v));
       }
       if (newMomentum)
-        give(newMomentum, kOptimizerStateAttrName, param.name + ".momentum");
+        give(newMomentum, kOptimizerStateAttrName,
+                                  stateAttr(param, StateKind::momentum));
     }
     if (norm)
-      give(norm, kGradNormAttrName, "");
+      give(norm, kGradNormAttrName, builder.getUnitAttr());
   }
   // The return reads the new state from inside the block for now; exporting
   // escaping values below turns them into the block's results.

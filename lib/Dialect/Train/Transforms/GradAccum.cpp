@@ -205,7 +205,7 @@ void TrainGradAccumPass::runOnOperation() {
   // micro-batches; say so instead of re-typing the loop's body.
   if (Operation *existing = findAccumulation(func))
     return fail(existing->getLoc(),
-                "@" + function + " already accumulates gradients (" +
+                "@" + func.getSymName() + " already accumulates gradients (" +
                     existing->getName().getStringRef() +
                     "); run train-grad-accum once, with the total number of "
                     "micro-batches");
@@ -225,7 +225,7 @@ void TrainGradAccumPass::runOnOperation() {
       batchArgs.push_back(arg);
   }
   if (batchArgs.empty())
-    return fail(func.getLoc(), "@" + function +
+    return fail(func.getLoc(), "@" + func.getSymName() +
                                    " has no batched data arguments "
                                    "(train.input with a first dimension)");
   if (steps > batch)
@@ -263,7 +263,7 @@ void TrainGradAccumPass::runOnOperation() {
     return fail(func.getLoc(),
                 "normalize=tokens needs a cross-entropy loss "
                 "(train.cross_entropy with an ignore index) in @" +
-                    function);
+                    func.getSymName());
   Value targets = crossEntropy ? resolveRegionResult(crossEntropy.getTargets())
                                : Value();
 

@@ -55,16 +55,15 @@ std::vector<std::pair<std::string, uint64_t>>
 optimizerStateByKind(func::FuncOp func) {
   std::vector<std::pair<std::string, uint64_t>> kinds;
   for (BlockArgument arg : func.getArguments()) {
-    auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+    auto state = func.getArgAttrOfType<StateAttr>(arg.getArgNumber(),
                                                   kOptimizerStateAttrName);
     auto type = dyn_cast<RankedTensorType>(arg.getType());
-    if (!name || !type || !type.hasStaticShape())
+    if (!state || !type || !type.hasStaticShape())
       continue;
-    StringRef key = name.getValue();
-    if (!key.consume_back(".codes"))
-      key.consume_back(".absmax");
-    StringRef kind = key.rsplit('.').second;
-    std::string label = kind == "m" || kind == "v" ? "m+v" : kind.str();
+    StateKind kind = state.getKind();
+    std::string label = kind == StateKind::m || kind == StateKind::v
+                            ? "m+v"
+                            : stringifyStateKind(kind).str();
     uint64_t bytes = static_cast<uint64_t>(type.getNumElements()) *
                      ((type.getElementTypeBitWidth() + 7) / 8);
     auto it = llvm::find_if(kinds, [&](auto &k) { return k.first == label; });
@@ -191,25 +190,31 @@ struct TrainMemoryReportPass
           << format << "' (expected 'text' or 'json')";
       return signalPassFailure();
     }
-    // The training step if there is one, else the one function with a body.
-    Operation *named = module.lookupSymbol("train_step");
-    if (named && !isa<func::FuncOp>(named)) {
-      emitError(named->getLoc(), "train-memory-report: @train_step is a '")
-          << named->getName()
-          << "': it is already lowered; report on the tensor-level step "
-             "(before convert-train-to-runtime)";
-      return signalPassFailure();
-    }
-    func::FuncOp func = dyn_cast_or_null<func::FuncOp>(named);
-    if (!func) {
+    // The training step (the function marked train.step) if there is one,
+    // else the one function with a body.
+    func::FuncOp func;
+    if (hasMarkedStep(module)) {
+      Operation *marked = findMarkedStep(module, "train-memory-report");
+      if (!marked)
+        return signalPassFailure();
+      func = dyn_cast<func::FuncOp>(marked);
+      if (!func) {
+        emitError(marked->getLoc(), "train-memory-report: @")
+            << SymbolTable::getSymbolName(marked).getValue() << " is a '"
+            << marked->getName()
+            << "': it is already lowered; report on the tensor-level step "
+               "(before convert-train-to-runtime)";
+        return signalPassFailure();
+      }
+    } else {
       SmallVector<func::FuncOp> candidates;
       for (auto f : module.getOps<func::FuncOp>())
         if (!f.isExternal())
           candidates.push_back(f);
       if (candidates.size() != 1) {
         emitError(module.getLoc(),
-                  "train-memory-report: expected @train_step or one "
-                  "function with a body, found ")
+                  "train-memory-report: expected a function marked ")
+            << kStepAttrName << " or one function with a body, found "
             << candidates.size();
         return signalPassFailure();
       }

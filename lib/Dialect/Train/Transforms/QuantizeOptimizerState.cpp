@@ -27,19 +27,18 @@ namespace {
 /// quantized.
 struct QuantizedState {
   BlockArgument oldArg;
-  StringAttr name;     // "<param>.m"
+  StateAttr state;     // the f32 state's marker
   bool isSigned;       // m, momentum: signed map; v: unsigned
   Value codes, absmax; // the new arguments
   Value oldResult;     // the f32 state after the update
   Value newCodes, newAbsmax; // the fused update's results
 };
 
-/// `{train.optimizer_state = "<name><suffix>"}`.
-DictionaryAttr stateAttrs(MLIRContext *ctx, StringAttr name,
-                          StringRef suffix) {
+/// `{train.optimizer_state = #train.state<...>}`.
+DictionaryAttr stateAttrs(MLIRContext *ctx, StateAttr state) {
   return DictionaryAttr::get(
       ctx, {NamedAttribute(StringAttr::get(ctx, kOptimizerStateAttrName),
-                           StringAttr::get(ctx, name.getValue() + suffix))});
+                           state)});
 }
 
 /// `codes`/`absmax` read back as f32 of `type` (signed or unsigned map).
@@ -83,8 +82,8 @@ struct TrainQuantizeOptimizerStatePass
                                          Value value, StringRef which) {
     auto arg = dyn_cast<BlockArgument>(value);
     if (arg && arg.getOwner() == &func.front() &&
-        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                          kOptimizerStateAttrName))
+        func.getArgAttrOfType<StateAttr>(arg.getArgNumber(),
+                                         kOptimizerStateAttrName))
       return arg;
     return op->emitError("train-quantize-optimizer-state: the update's ")
            << which << " is not an argument of @" << func.getName()
@@ -181,18 +180,25 @@ struct TrainQuantizeOptimizerStatePass
       // New arguments right after the f32 ones they replace.
       SmallVector<QuantizedState> quantized;
       for (auto [use, arg] : llvm::zip(uses, args)) {
-        auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+        auto state = func.getArgAttrOfType<StateAttr>(arg.getArgNumber(),
                                                       kOptimizerStateAttrName);
+        if (state.isQuantized())
+          return op->emitError("train-quantize-optimizer-state: the update's ")
+                 << use.which << " is already 8-bit (" << state << ")";
+        QuantMap map =
+            use.isSigned ? QuantMap::signed_dynamic : QuantMap::unsigned_dynamic;
         unsigned index = arg.getArgNumber() + 1;
-        if (failed(func.insertArgument(index, codesType,
-                                       stateAttrs(ctx, name, ".codes"),
-                                       arg.getLoc())) ||
-            failed(func.insertArgument(index + 1, absmaxType,
-                                       stateAttrs(ctx, name, ".absmax"),
-                                       arg.getLoc())))
+        if (failed(func.insertArgument(
+                index, codesType,
+                stateAttrs(ctx, state.withPart(StatePart::codes, map, block)),
+                arg.getLoc())) ||
+            failed(func.insertArgument(
+                index + 1, absmaxType,
+                stateAttrs(ctx, state.withPart(StatePart::absmax, map, block)),
+                arg.getLoc())))
           return op->emitError("train-quantize-optimizer-state: cannot add "
                                "the 8-bit state arguments");
-        quantized.push_back({arg, name, use.isSigned, func.getArgument(index),
+        quantized.push_back({arg, state, use.isSigned, func.getArgument(index),
                              func.getArgument(index + 1), use.after,
                              Value(), Value()});
       }
@@ -225,11 +231,15 @@ struct TrainQuantizeOptimizerStatePass
         continue;
       }
       const QuantizedState &state = states[it->second];
-      for (auto [value, suffix] : {std::pair{state.newCodes, ".codes"},
-                                   std::pair{state.newAbsmax, ".absmax"}}) {
+      QuantMap map = state.isSigned ? QuantMap::signed_dynamic
+                                    : QuantMap::unsigned_dynamic;
+      for (auto [value, part] :
+           {std::pair{state.newCodes, StatePart::codes},
+            std::pair{state.newAbsmax, StatePart::absmax}}) {
         results.push_back(value);
         resultTypes.push_back(value.getType());
-        resultAttrs.push_back(stateAttrs(ctx, state.name, suffix));
+        resultAttrs.push_back(
+            stateAttrs(ctx, state.state.withPart(part, map, block)));
       }
     }
     ret->setOperands(results);

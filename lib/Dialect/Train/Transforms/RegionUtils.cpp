@@ -8,21 +8,8 @@
 using namespace mlir;
 using namespace mlir::train;
 
-bool mlir::train::isTransparentRegionOp(Operation *op) {
-  return isa<BlockOp, RematOp>(op);
-}
-
 static YieldOp getYield(Operation *regionOp) {
   return cast<YieldOp>(regionOp->getRegion(0).front().getTerminator());
-}
-
-Value mlir::train::resolveRegionResult(Value value) {
-  while (Operation *def = value.getDefiningOp()) {
-    if (!isTransparentRegionOp(def))
-      break;
-    value = getYield(def).getValues()[cast<OpResult>(value).getResultNumber()];
-  }
-  return value;
 }
 
 /// A copy of `op` (block or remat, same properties) with `types` as result
@@ -144,6 +131,20 @@ void mlir::train::inlineRegionOp(Operation *regionOp) {
 
 func::FuncOp mlir::train::lookupStep(ModuleOp module, StringRef name,
                                      StringRef passName) {
+  if (name.empty()) {
+    Operation *marked = findMarkedStep(module, passName);
+    if (!marked)
+      return nullptr;
+    auto func = dyn_cast<func::FuncOp>(marked);
+    if (!func || func.isExternal()) {
+      emitError(marked->getLoc())
+          << passName << ": the step @"
+          << SymbolTable::getSymbolName(marked).getValue()
+          << " is not a func.func with a body (already lowered?)";
+      return nullptr;
+    }
+    return func;
+  }
   auto func = module.lookupSymbol<func::FuncOp>(name);
   if (func && !func.isExternal())
     return func;

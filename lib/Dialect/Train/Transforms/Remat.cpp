@@ -391,7 +391,7 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
     // its unrolled copies): checkpointing is chosen per layer first.
     if (Operation *accumulation = findAccumulation(func)) {
       emitError(accumulation->getLoc(), "train-remat: @")
-          << function
+          << func.getSymName()
           << " already accumulates gradients; run train-remat before "
              "train-grad-accum (remat regions are then repeated for each "
              "micro-batch)";
@@ -403,7 +403,7 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       if (index >= begin && index < end)
         selected.push_back({index, layer});
     if (selected.empty())
-      return fail("@" + function + " has no transformer layers" +
+      return fail("@" + func.getSymName() + " has no transformer layers" +
                   (layers.empty() ? "" : " in range " + layers) +
                   " (forward train.block attention/mlp with a layer index)");
 

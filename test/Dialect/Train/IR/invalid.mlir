@@ -907,8 +907,8 @@ func.func @duplicate_param(%a: tensor<4xf32> {train.param = "w"}, %b: tensor<4xf
 
 // -----
 
-// expected-error @+1 {{'func.func' op arguments 1 and 2 are both "train.optimizer_state" = "w.m"}}
-func.func @duplicate_state(%w: tensor<4xf32> {train.param = "w"}, %m: tensor<4xf32> {train.optimizer_state = "w.m"}, %m2: tensor<4xf32> {train.optimizer_state = "w.m"}) {
+// expected-error @+1 {{'func.func' op arguments 1 and 2 are both "train.optimizer_state" = #train.state<"w", m>}}
+func.func @duplicate_state(%w: tensor<4xf32> {train.param = "w"}, %m: tensor<4xf32> {train.optimizer_state = #train.state<"w", m>}, %m2: tensor<4xf32> {train.optimizer_state = #train.state<"w", m>}) {
   return
 }
 
@@ -929,9 +929,66 @@ func.func @param_not_a_name(%w: tensor<4xf32> {train.param = 3}) {
 
 // -----
 
-// expected-error @+1 {{'func.func' op argument 0: 'train.optimizer_state' must be a non-empty string naming the tensor, got ""}}
-func.func @empty_state_name(%w: tensor<4xf32> {train.optimizer_state = ""}) {
+// expected-error @+1 {{#train.state needs the parameter's name}}
+func.func @empty_state_name(%w: tensor<4xf32> {train.optimizer_state = #train.state<"", m>}) {
   return
+}
+
+// -----
+
+// State named by a string (the old form) says what it must be.
+// expected-error @+1 {{'func.func' op argument 0: 'train.optimizer_state' must be a #train.state, got "w.m"}}
+func.func @state_as_string(%w: tensor<4xf32> {train.optimizer_state = "w.m"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{#train.state: 8-bit codes need a map}}
+func.func @state_codes_without_map(%w: tensor<4xi8> {train.optimizer_state = #train.state<"w", m, codes, none, block = 256>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{#train.state: block must be a power of two, got 100}}
+func.func @state_block(%w: tensor<4xi8> {train.optimizer_state = #train.state<"w", v, codes, unsigned_dynamic, block = 100>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{#train.state: a plain value has no map or block}}
+func.func @state_value_with_map(%w: tensor<4xf32> {train.optimizer_state = #train.state<"w", v, value, unsigned_dynamic, block = 256>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'train.init' must be a #train.init, got "normal"}}
+func.func @init_as_string(%w: tensor<4xf32> {train.param = "w", train.init = "normal"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{#train.init: normal needs std > 0, got}}
+func.func @init_normal_without_std(%w: tensor<4xf32> {train.param = "w", train.init = #train.init<normal>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{#train.init: only normal takes a std}}
+func.func @init_ones_with_std(%w: tensor<4xf32> {train.param = "w", train.init = #train.init<ones, std = 2.0>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op result 0: 'train.init' belongs on arguments}}
+func.func @init_on_result(%w: tensor<4xf32>) -> (tensor<4xf32> {train.init = #train.init<zeros>}) {
+  return %w : tensor<4xf32>
 }
 
 // -----
@@ -959,7 +1016,7 @@ func.func @input_on_result(%w: tensor<f32>) -> (tensor<f32> {train.input = "step
 
 // A parameter and its state may share a name across kinds; and the same
 // name on an argument and a result is the state before and after the step.
-func.func @same_name_other_kind(%w: tensor<4xf32> {train.param = "w"}, %s: tensor<4xf32> {train.optimizer_state = "w"}) -> (tensor<4xf32> {train.param = "w"}) {
+func.func @same_name_other_kind(%w: tensor<4xf32> {train.param = "w"}, %s: tensor<4xf32> {train.optimizer_state = #train.state<"w", m>}, %v: tensor<4xf32> {train.optimizer_state = #train.state<"w", v>}) -> (tensor<4xf32> {train.param = "w"}) {
   return %w : tensor<4xf32>
 }
 

@@ -7,8 +7,8 @@
 
 // CHECK-LABEL: func.func @train_step(
 // CHECK-SAME:    %[[X:.*]]: tensor<2x4xf32> {train.input = "x"}, %[[T:.*]]: tensor<2xi32> {train.input = "targets"}, %[[W:.*]]: tensor<4x3xf32> {train.param = "w"},
-// CHECK-SAME:    %[[STEP:.*]]: tensor<i64> {train.input = "step"}, %[[M:.*]]: tensor<4x3xf32> {train.optimizer_state = "w.m"}, %[[V:.*]]: tensor<4x3xf32> {train.optimizer_state = "w.v"})
-// CHECK-SAME:    -> (tensor<f32> {train.loss}, tensor<4x3xf32> {train.param = "w"}, tensor<4x3xf32> {train.optimizer_state = "w.m"}, tensor<4x3xf32> {train.optimizer_state = "w.v"})
+// CHECK-SAME:    %[[STEP:.*]]: tensor<i64> {train.input = "step"}, %[[M:.*]]: tensor<4x3xf32> {train.optimizer_state = #train.state<"w", m>}, %[[V:.*]]: tensor<4x3xf32> {train.optimizer_state = #train.state<"w", v>})
+// CHECK-SAME:    -> (tensor<f32> {train.loss}, tensor<4x3xf32> {train.param = "w"}, tensor<4x3xf32> {train.optimizer_state = #train.state<"w", m>}, tensor<4x3xf32> {train.optimizer_state = #train.state<"w", v>})
 // The softmax keeps its output for the backward: the block yields it.
 // CHECK:       %[[P:.*]] = train.block attention layer 0 -> tensor<2x3xf32> {
 // CHECK:         %[[MM:.*]] = train.matmul %[[X]], %[[W]]
@@ -31,8 +31,8 @@
 // CHECK:       return %[[HEAD]]#0, %[[NEW]]#0, %[[NEW]]#1, %[[NEW]]#2
 
 // SGD-LABEL: func.func @train_step(
-// SGD-SAME:    %{{.*}}: tensor<4x3xf32> {train.optimizer_state = "w.momentum"})
-// SGD-SAME:    -> (tensor<f32> {train.loss}, tensor<4x3xf32> {train.param = "w"}, tensor<4x3xf32> {train.optimizer_state = "w.momentum"}, tensor<f32> {train.grad_norm})
+// SGD-SAME:    %{{.*}}: tensor<4x3xf32> {train.optimizer_state = #train.state<"w", momentum>})
+// SGD-SAME:    -> (tensor<f32> {train.loss}, tensor<4x3xf32> {train.param = "w"}, tensor<4x3xf32> {train.optimizer_state = #train.state<"w", momentum>}, tensor<f32> {train.grad_norm})
 // SGD:         train.block optimizer
 // SGD:           %[[LR:.*]] = train.lr_schedule %{{.*}} {min_lr = 0.000000e+00 : f64, peak_lr = 3.000000e-04 : f64, total_steps = 100 : i64, warmup_steps = 10 : i64}
 // SGD:           %[[CLIPPED:.*]], %[[NORM:.*]] = train.clip_grad_norm %{{.*}} {max_norm = 1.000000e+00 : f64}
@@ -66,8 +66,8 @@ func.func @forward(%x: tensor<2x4xf32> {train.input = "x"},
 
 // CHECK-LABEL: func.func @train_step(
 // CHECK-SAME:    %[[E:[^:]*]]: tensor<8x4xbf16> {train.param = "wte"}
-// CHECK-SAME:    %[[MASTER:[^:]*]]: tensor<8x4xf32> {train.optimizer_state = "wte.master"}, %[[M:[^:]*]]: tensor<8x4xf32> {train.optimizer_state = "wte.m"}, %[[V:[^:]*]]: tensor<8x4xf32> {train.optimizer_state = "wte.v"})
-// CHECK-SAME:    -> (tensor<f32> {train.loss}, tensor<8x4xbf16> {train.param = "wte"}, tensor<8x4xf32> {train.optimizer_state = "wte.master"}, tensor<8x4xf32> {train.optimizer_state = "wte.m"}, tensor<8x4xf32> {train.optimizer_state = "wte.v"})
+// CHECK-SAME:    %[[MASTER:[^:]*]]: tensor<8x4xf32> {train.optimizer_state = #train.state<"wte", master>}, %[[M:[^:]*]]: tensor<8x4xf32> {train.optimizer_state = #train.state<"wte", m>}, %[[V:[^:]*]]: tensor<8x4xf32> {train.optimizer_state = #train.state<"wte", v>})
+// CHECK-SAME:    -> (tensor<f32> {train.loss}, tensor<8x4xbf16> {train.param = "wte"}, tensor<8x4xf32> {train.optimizer_state = #train.state<"wte", master>}, tensor<8x4xf32> {train.optimizer_state = #train.state<"wte", m>}, tensor<8x4xf32> {train.optimizer_state = #train.state<"wte", v>})
 // CHECK:       %[[HB:.*]]:2 = train.block head backward -> tensor<2x3x4xbf16>, tensor<8x4xbf16>
 // CHECK:       train.block embedding backward -> tensor<8x4xbf16> {
 // CHECK:         %[[EG:.*]] = train.embedding_grad %[[HB]]#0

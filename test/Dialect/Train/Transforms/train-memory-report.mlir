@@ -86,13 +86,13 @@
 
 func.func @train_step(%x: tensor<2x8xf32> {train.input = "x"},
                       %w: tensor<8x16xf32> {train.param = "w"},
-                      %m: tensor<8x16xf32> {train.optimizer_state = "w.m"},
-                      %v: tensor<8x16xf32> {train.optimizer_state = "w.v"},
+                      %m: tensor<8x16xf32> {train.optimizer_state = #train.state<"w", m>},
+                      %v: tensor<8x16xf32> {train.optimizer_state = #train.state<"w", v>},
                       %lr: tensor<f32> {train.input = "lr"},
                       %step: tensor<i64> {train.input = "step"})
     -> (tensor<8x16xf32> {train.param = "w"},
-        tensor<8x16xf32> {train.optimizer_state = "w.m"},
-        tensor<8x16xf32> {train.optimizer_state = "w.v"}) {
+        tensor<8x16xf32> {train.optimizer_state = #train.state<"w", m>},
+        tensor<8x16xf32> {train.optimizer_state = #train.state<"w", v>}) attributes {train.step} {
   %h:2 = train.block mlp layer 0 -> tensor<2x16xf32>, tensor<2x16xf32> {
     %a = train.matmul %x, %w : tensor<2x8xf32>, tensor<8x16xf32> -> tensor<2x16xf32>
     %g = train.gelu %a : tensor<2x16xf32>

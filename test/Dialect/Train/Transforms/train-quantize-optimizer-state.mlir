@@ -8,16 +8,16 @@
 
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: %[[W:[^:]+]]: tensor<64x64xf32> {train.param = "w"}
-// CHECK-SAME: %[[MC:[^:]+]]: tensor<64x64xi8> {train.optimizer_state = "w.m.codes"}
-// CHECK-SAME: %[[MA:[^:]+]]: tensor<16xf32> {train.optimizer_state = "w.m.absmax"}
-// CHECK-SAME: %[[VC:[^:]+]]: tensor<64x64xi8> {train.optimizer_state = "w.v.codes"}
-// CHECK-SAME: %[[VA:[^:]+]]: tensor<16xf32> {train.optimizer_state = "w.v.absmax"}
-// CHECK-SAME: %[[BM:[^:]+]]: tensor<64xf32> {train.optimizer_state = "b.m"}
-// CHECK-SAME: %[[BV:[^:]+]]: tensor<64xf32> {train.optimizer_state = "b.v"}
+// CHECK-SAME: %[[MC:[^:]+]]: tensor<64x64xi8> {train.optimizer_state = #train.state<"w", m, codes, signed_dynamic, block = 256>}
+// CHECK-SAME: %[[MA:[^:]+]]: tensor<16xf32> {train.optimizer_state = #train.state<"w", m, absmax, signed_dynamic, block = 256>}
+// CHECK-SAME: %[[VC:[^:]+]]: tensor<64x64xi8> {train.optimizer_state = #train.state<"w", v, codes, unsigned_dynamic, block = 256>}
+// CHECK-SAME: %[[VA:[^:]+]]: tensor<16xf32> {train.optimizer_state = #train.state<"w", v, absmax, unsigned_dynamic, block = 256>}
+// CHECK-SAME: %[[BM:[^:]+]]: tensor<64xf32> {train.optimizer_state = #train.state<"b", m>}
+// CHECK-SAME: %[[BV:[^:]+]]: tensor<64xf32> {train.optimizer_state = #train.state<"b", v>}
 // CHECK-SAME: -> (tensor<f32> {train.loss}, tensor<64x64xf32> {train.param = "w"},
-// CHECK-SAME: tensor<64x64xi8> {train.optimizer_state = "w.m.codes"}, tensor<16xf32> {train.optimizer_state = "w.m.absmax"},
-// CHECK-SAME: tensor<64x64xi8> {train.optimizer_state = "w.v.codes"}, tensor<16xf32> {train.optimizer_state = "w.v.absmax"},
-// CHECK-SAME: tensor<64xf32> {train.param = "b"}, tensor<64xf32> {train.optimizer_state = "b.m"}, tensor<64xf32> {train.optimizer_state = "b.v"})
+// CHECK-SAME: tensor<64x64xi8> {train.optimizer_state = #train.state<"w", m, codes, signed_dynamic, block = 256>}, tensor<16xf32> {train.optimizer_state = #train.state<"w", m, absmax, signed_dynamic, block = 256>},
+// CHECK-SAME: tensor<64x64xi8> {train.optimizer_state = #train.state<"w", v, codes, unsigned_dynamic, block = 256>}, tensor<16xf32> {train.optimizer_state = #train.state<"w", v, absmax, unsigned_dynamic, block = 256>},
+// CHECK-SAME: tensor<64xf32> {train.param = "b"}, tensor<64xf32> {train.optimizer_state = #train.state<"b", m>}, tensor<64xf32> {train.optimizer_state = #train.state<"b", v>})
 // CHECK: %[[OPT:.+]]:8 = train.block optimizer
 // CHECK: %[[NP:[^,]+]], %[[NMC:[^,]+]], %[[NMA:[^,]+]], %[[NVC:[^,]+]], %[[NVA:[^ ]+]] = train.adamw_8bit %[[W]], %{{.+}}, %[[MC]], %[[MA]], %[[VC]], %[[VA]], %{{.+}}, %{{.+}} {beta1 = 9.000000e-01 : f64, beta2 = 0.9{{[0-9]+}} : f64, block = 256 : i64, epsilon = 1.000000e-08 : f64, weight_decay = 1.000000e-01 : f64}
 // CHECK: %[[NB:[^,]+]], %[[NBM:[^,]+]], %[[NBV:[^ ]+]] = train.adamw %{{.+}}, %{{.+}}, %[[BM]], %[[BV]]
@@ -25,13 +25,13 @@
 // CHECK: train.yield %[[NP]], %[[NB]], %[[NBM]], %[[NBV]], %[[NMC]], %[[NMA]], %[[NVC]], %[[NVA]] :
 // CHECK: return %{{.+}}, %[[OPT]]#0, %[[OPT]]#4, %[[OPT]]#5, %[[OPT]]#6, %[[OPT]]#7, %[[OPT]]#1, %[[OPT]]#2, %[[OPT]]#3 :
 
-// BLOCK: tensor<64x64xi8> {train.optimizer_state = "w.m.codes"}, %{{.+}}: tensor<2xf32> {train.optimizer_state = "w.m.absmax"}
+// BLOCK: tensor<64x64xi8> {train.optimizer_state = #train.state<"w", m, codes, signed_dynamic, block = 2048>}, %{{.+}}: tensor<2xf32> {train.optimizer_state = #train.state<"w", m, absmax, signed_dynamic, block = 2048>}
 // BLOCK: train.adamw_8bit {{.*}}block = 2048 : i64
 
 // NONE-NOT: train.adamw_8bit
 // NONE-NOT: codes
 
-// ALL: tensor<64xi8> {train.optimizer_state = "b.m.codes"}, %{{.+}}: tensor<1xf32> {train.optimizer_state = "b.m.absmax"}
+// ALL: tensor<64xi8> {train.optimizer_state = #train.state<"b", m, codes, signed_dynamic, block = 256>}, %{{.+}}: tensor<1xf32> {train.optimizer_state = #train.state<"b", m, absmax, signed_dynamic, block = 256>}
 // ALL-COUNT-2: train.adamw_8bit
 // ALL-NOT: train.adamw %
 
@@ -40,17 +40,17 @@ func.func @train_step(%x: tensor<64xf32> {train.input = "x"},
                       %w: tensor<64x64xf32> {train.param = "w"},
                       %b: tensor<64xf32> {train.param = "b"},
                       %step: tensor<i64> {train.input = "step"},
-                      %wm: tensor<64x64xf32> {train.optimizer_state = "w.m"},
-                      %wv: tensor<64x64xf32> {train.optimizer_state = "w.v"},
-                      %bm: tensor<64xf32> {train.optimizer_state = "b.m"},
-                      %bv: tensor<64xf32> {train.optimizer_state = "b.v"})
+                      %wm: tensor<64x64xf32> {train.optimizer_state = #train.state<"w", m>},
+                      %wv: tensor<64x64xf32> {train.optimizer_state = #train.state<"w", v>},
+                      %bm: tensor<64xf32> {train.optimizer_state = #train.state<"b", m>},
+                      %bv: tensor<64xf32> {train.optimizer_state = #train.state<"b", v>})
     -> (tensor<f32> {train.loss},
         tensor<64x64xf32> {train.param = "w"},
-        tensor<64x64xf32> {train.optimizer_state = "w.m"},
-        tensor<64x64xf32> {train.optimizer_state = "w.v"},
+        tensor<64x64xf32> {train.optimizer_state = #train.state<"w", m>},
+        tensor<64x64xf32> {train.optimizer_state = #train.state<"w", v>},
         tensor<64xf32> {train.param = "b"},
-        tensor<64xf32> {train.optimizer_state = "b.m"},
-        tensor<64xf32> {train.optimizer_state = "b.v"}) {
+        tensor<64xf32> {train.optimizer_state = #train.state<"b", m>},
+        tensor<64xf32> {train.optimizer_state = #train.state<"b", v>}) attributes {train.step} {
   %loss = arith.constant dense<1.0> : tensor<f32>
   %lr = arith.constant dense<1.0e-3> : tensor<f32>
   %gw = arith.constant dense<0.5> : tensor<64x64xf32>

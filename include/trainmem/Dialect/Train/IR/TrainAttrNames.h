@@ -8,6 +8,7 @@
 #ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAINATTRNAMES_H
 #define TRAINMEM_DIALECT_TRAIN_IR_TRAINATTRNAMES_H
 
+#include "mlir/IR/Operation.h"
 #include "llvm/ADT/StringRef.h"
 
 namespace mlir {
@@ -20,11 +21,14 @@ constexpr llvm::StringLiteral kParamAttrName = "train.param";
 /// ("tokens", "targets").
 constexpr llvm::StringLiteral kInputAttrName = "train.input";
 /// On a training step's argument or result: optimizer state of a parameter;
-/// the value is "<param>.master", "<param>.m", "<param>.v" or
-/// "<param>.momentum". A result and an argument with the same value are the
-/// same state before and after the step (updated in place).
+/// the value is a #train.state (the parameter, the kind, the encoding). A
+/// result and an argument with the same value are the same state before and
+/// after the step (updated in place).
 constexpr llvm::StringLiteral kOptimizerStateAttrName =
     "train.optimizer_state";
+/// On a parameter argument: how the runner initializes it, a #train.init
+/// the model builder writes.
+constexpr llvm::StringLiteral kInitAttrName = "train.init";
 /// On a training step's result: the loss.
 constexpr llvm::StringLiteral kLossAttrName = "train.loss";
 /// On a training step's result: the gradient of the named parameter
@@ -40,6 +44,20 @@ constexpr llvm::StringLiteral kStepAttrName = "train.step";
 constexpr llvm::StringLiteral kRecomputeAttrName = "train.recompute";
 /// On the module: a dictionary describing the model the graph came from.
 constexpr llvm::StringLiteral kModelAttrName = "train.model";
+
+/// Attributes of a step lowered by convert-train-to-runtime: the arena's
+/// planned size, and where the host finds each argument and result. A
+/// lowered step is marked by the first (train.step marks the tensor-level
+/// one).
+constexpr llvm::StringLiteral kArenaBytesAttrName = "tmrt.arena_bytes";
+constexpr llvm::StringLiteral kArgumentSlotsAttrName = "tmrt.arguments";
+constexpr llvm::StringLiteral kResultSlotsAttrName = "tmrt.results";
+
+/// Whether `op` (a func.func or llvm.func) is a step that
+/// convert-train-to-runtime already lowered.
+inline bool isLoweredStep(Operation *op) {
+  return op && op->hasAttr(kArenaBytesAttrName);
+}
 
 } // namespace train
 } // namespace mlir

@@ -3,7 +3,9 @@
 #ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAINATTRS_TD
 #define TRAINMEM_DIALECT_TRAIN_IR_TRAINATTRS_TD
 
+include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/EnumAttr.td"
+include "trainmem/Dialect/Train/IR/TrainDialect.td"
 
 // What a `train.block` region holds. Remat policies and the per-layer memory
 // report key on this, so attention can be treated apart from the MLP;
@@ -16,6 +18,139 @@ def Train_BlockKind : I32EnumAttr<"BlockKind", "kind of a model block", [
     I32EnumAttrCase<"optimizer", 4>
   ]> {
   let cppNamespace = "::mlir::train";
+}
+
+// What an optimizer-state tensor holds for its parameter.
+def Train_StateKind : I32EnumAttr<"StateKind", "kind of optimizer state", [
+    // The f32 master copy of a 16-bit parameter.
+    I32EnumAttrCase<"master", 0>,
+    // Adam's first and second moments.
+    I32EnumAttrCase<"m", 1>,
+    I32EnumAttrCase<"v", 2>,
+    // SGD's momentum buffer.
+    I32EnumAttrCase<"momentum", 3>
+  ]> {
+  let cppNamespace = "::mlir::train";
+  let genSpecializedAttr = 0;
+}
+
+// Which tensor of a state's encoding: the value itself (f32 or the
+// parameter's type), or the two tensors of a block-wise 8-bit encoding.
+def Train_StatePart : I32EnumAttr<"StatePart", "tensor of a state encoding", [
+    I32EnumAttrCase<"value", 0>,
+    I32EnumAttrCase<"codes", 1>,
+    I32EnumAttrCase<"absmax", 2>
+  ]> {
+  let cppNamespace = "::mlir::train";
+  let genSpecializedAttr = 0;
+}
+
+// The 256-entry map of a block-wise 8-bit encoding (Dettmers et al.'s
+// dynamic tree maps, include/trainmem/Support/DynamicMap.h).
+def Train_QuantMap : I32EnumAttr<"QuantMap", "8-bit quantization map", [
+    I32EnumAttrCase<"none", 0>,
+    I32EnumAttrCase<"signed_dynamic", 1>,
+    I32EnumAttrCase<"unsigned_dynamic", 2>
+  ]> {
+  let cppNamespace = "::mlir::train";
+  let genSpecializedAttr = 0;
+}
+
+// How a parameter starts.
+def Train_InitKind : I32EnumAttr<"InitKind", "initializer of a parameter", [
+    I32EnumAttrCase<"zeros", 0>,
+    I32EnumAttrCase<"ones", 1>,
+    // Normal with mean 0 and the given standard deviation.
+    I32EnumAttrCase<"normal", 2>
+  ]> {
+  let cppNamespace = "::mlir::train";
+  let genSpecializedAttr = 0;
+}
+
+// An f64 parameter, parsed as a float literal and printed exactly (MLIR's
+// round-trip float printer).
+class Train_F64Parameter<string desc, string default>
+    : APFloatParameter<desc> {
+  let defaultValue = "::llvm::APFloat(" # default # ")";
+  let parser = [{ [&]() -> ::mlir::FailureOr<::llvm::APFloat> {
+    double value;
+    if ($_parser.parseFloat(value))
+      return ::mlir::failure();
+    return ::llvm::APFloat(value);
+  }() }];
+  let printer = "$_printer.printFloat($_self)";
+}
+
+class Train_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Train_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def Train_StateAttr : Train_Attr<"State", "state"> {
+  let summary = "what an optimizer-state tensor of a step holds";
+  let description = [{
+    The value of `train.optimizer_state` on a step's arguments and results:
+    the parameter the state belongs to, its kind, and its encoding: the
+    plain value, or one of the two tensors (codes, block maxima) of a
+    block-wise 8-bit encoding with its map and block size. Passes and the
+    runner read these fields; nothing parses a name.
+
+    ```mlir
+    #train.state<"h.0.mlp.fc.weight", m>
+    #train.state<"h.0.mlp.fc.weight", v, codes, unsigned_dynamic, block = 256>
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"name of the parameter">:$param,
+    EnumParameter<Train_StateKind>:$kind,
+    DefaultValuedParameter<"::mlir::train::StatePart",
+                           "::mlir::train::StatePart::value">:$part,
+    DefaultValuedParameter<"::mlir::train::QuantMap",
+                           "::mlir::train::QuantMap::none">:$map,
+    DefaultValuedParameter<"int64_t", "0">:$block
+  );
+  let assemblyFormat = [{
+    `<` $param `,` $kind (`,` $part^ `,` $map `,` `block` `=` $block)? `>`
+  }];
+  let builders = [
+    // A plain (not 8-bit) state.
+    AttrBuilder<(ins "::llvm::StringRef":$param,
+                     "::mlir::train::StateKind":$kind), [{
+      return $_get($_ctxt, param, kind, ::mlir::train::StatePart::value,
+                   ::mlir::train::QuantMap::none, 0);
+    }]>
+  ];
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Whether this is one tensor of a block-wise 8-bit encoding.
+    bool isQuantized() const { return getPart() != StatePart::value; }
+    /// The same state in another part of its encoding.
+    StateAttr withPart(StatePart part, QuantMap map, int64_t block) const;
+    /// The name the runner and checkpoints key this tensor by:
+    /// "<param>.<kind>", and ".codes" or ".absmax" for 8-bit parts.
+    std::string getKey() const;
+  }];
+}
+
+def Train_InitAttr : Train_Attr<"Init", "init"> {
+  let summary = "how a parameter is initialized";
+  let description = [{
+    The value of `train.init` on a step's parameter arguments, written by the
+    model builder from the architecture's reference initialization: norm
+    gains `ones`, biases `zeros`, matrices `normal` with a standard
+    deviation (GPT-2 scales the residual projections by 1/sqrt(2 · layers)).
+
+    ```mlir
+    #train.init<normal, std = 0.02>
+    #train.init<ones>
+    ```
+  }];
+  let parameters = (ins
+    EnumParameter<Train_InitKind>:$kind,
+    Train_F64Parameter<"standard deviation of normal", "0.0">:$std
+  );
+  let assemblyFormat = "`<` $kind (`,` `std` `=` $std^)? `>`";
+  let genVerifyDecl = 1;
 }
 
 #endif // TRAINMEM_DIALECT_TRAIN_IR_TRAINATTRS_TD

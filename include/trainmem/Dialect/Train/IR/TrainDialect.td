@@ -27,7 +27,7 @@ def Train_Dialect : Dialect {
   }];
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
-  let useDefaultAttributePrinterParser = 0;
+  let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 0;
   let extraClassDeclaration = [{
     /// Writes the text MLIR's printer gives `attr` (e.g. `9.000000e-01 :

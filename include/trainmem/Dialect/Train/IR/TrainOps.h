@@ -12,10 +12,9 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "trainmem/Dialect/Train/IR/TrainAttrs.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainInterfaces.h"
-
-#include "trainmem/Dialect/Train/IR/TrainEnums.h.inc"
 
 namespace mlir {
 namespace train {

@@ -130,8 +130,8 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
     by `train-materialize-remat`.
   }];
   let options = [
-    Option<"function", "function", "std::string", "\"train_step\"",
-           "The training step">,
+    Option<"function", "function", "std::string", "\"\"",
+           "The training step (default: the function marked train.step)">,
     Option<"policy", "policy", "std::string", "\"full\"",
            "full, selective, attention, mlp or every">,
     Option<"every", "every", "int64_t", "1",
@@ -166,8 +166,8 @@ def TrainMaterializeRematPass
     then dissolved and block results nobody reads removed.
   }];
   let options = [
-    Option<"function", "function", "std::string", "\"train_step\"",
-           "The training step">
+    Option<"function", "function", "std::string", "\"\"",
+           "The training step (default: the function marked train.step)">
   ];
   let statistics = [
     Statistic<"numRecomputed", "recomputed-ops", "Ops cloned for recompute">
@@ -197,8 +197,8 @@ def TrainGradAccumPass : Pass<"train-grad-accum", "mlir::ModuleOp"> {
     short micro-batch by its real rows; `uneven=refuse` refuses it instead.
   }];
   let options = [
-    Option<"function", "function", "std::string", "\"train_step\"",
-           "The training step">,
+    Option<"function", "function", "std::string", "\"\"",
+           "The training step (default: the function marked train.step)">,
     Option<"steps", "steps", "int64_t", "1", "Micro-batches per update">,
     Option<"normalize", "normalize", "std::string", "\"tokens\"",
            "Loss normalization: tokens or mean">,
@@ -248,8 +248,8 @@ def TrainQuantizeOptimizerStatePass
     ```
   }];
   let options = [
-    Option<"function", "function", "std::string", "\"train_step\"",
-           "The training step">,
+    Option<"function", "function", "std::string", "\"\"",
+           "The training step (default: the function marked train.step)">,
     Option<"block", "block", "int64_t", "256",
            "Elements per quantization block (a power of two)">,
     Option<"minSize", "min-size", "int64_t", "4096",

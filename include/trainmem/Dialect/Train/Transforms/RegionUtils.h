@@ -11,18 +11,12 @@
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 namespace mlir {
 namespace train {
-
-/// True for train.block and train.remat.
-bool isTransparentRegionOp(Operation *op);
-
-/// The value `value` names: through block and remat results, the value
-/// their region yields.
-Value resolveRegionResult(Value value);
 
 /// Makes every value defined in `regionOp`'s body and used outside it an
 /// extra result (nested region ops first) and rewires the outside uses.
@@ -42,9 +36,10 @@ RematOp wrapInRemat(ArrayRef<Operation *> ops);
 /// Replaces `regionOp` by its body's ops, its results by what it yields.
 void inlineRegionOp(Operation *regionOp);
 
-/// The training step `name` of `module` for pass `passName`, or null after
-/// an error that says what is there instead: a step under another name
-/// (train-autodiff's step-name), or none yet.
+/// The training step of `module` for pass `passName`: the function called
+/// `name`, or with an empty `name` the one marked `train.step`; null after
+/// an error that says what is there instead (a step under another name, two
+/// marked steps, none yet).
 func::FuncOp lookupStep(ModuleOp module, StringRef name, StringRef passName);
 
 /// The first op of `func` that accumulates gradients over micro-batches (a

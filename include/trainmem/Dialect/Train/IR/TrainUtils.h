@@ -1,0 +1,38 @@
+//===- TrainUtils.h - queries on train IR shared by passes -------*- C++ -*-===//
+//
+// Questions every stage asks of train IR: which function is the step, and
+// what value a region result stands for. They live with the dialect so the
+// analyses, the passes and the lowering answer them the same way.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAINUTILS_H
+#define TRAINMEM_DIALECT_TRAIN_IR_TRAINUTILS_H
+
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir {
+namespace train {
+
+/// True for train.block and train.remat.
+bool isTransparentRegionOp(Operation *op);
+
+/// The value `value` names: through block and remat results, the value
+/// their region yields.
+Value resolveRegionResult(Value value);
+
+/// Whether some top-level op of `module` is marked `train.step` or is a
+/// lowered step.
+bool hasMarkedStep(ModuleOp module);
+
+/// The one top-level op of `module` marked `train.step` (the tensor-level
+/// step) or lowered by convert-train-to-runtime (`tmrt.arena_bytes`), or null after an error naming `passName`: none, or
+/// more than one.
+Operation *findMarkedStep(ModuleOp module, StringRef passName);
+
+} // namespace train
+} // namespace mlir
+
+#endif // TRAINMEM_DIALECT_TRAIN_IR_TRAINUTILS_H

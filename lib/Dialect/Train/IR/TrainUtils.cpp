@@ -1,0 +1,55 @@
+//===- TrainUtils.cpp - queries on train IR shared by passes --------------===//
+
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+
+#include "mlir/IR/SymbolTable.h"
+
+using namespace mlir;
+using namespace mlir::train;
+
+bool mlir::train::isTransparentRegionOp(Operation *op) {
+  return isa<BlockOp, RematOp>(op);
+}
+
+static YieldOp getYield(Operation *regionOp) {
+  return cast<YieldOp>(regionOp->getRegion(0).front().getTerminator());
+}
+
+Value mlir::train::resolveRegionResult(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (!isTransparentRegionOp(def))
+      break;
+    value = getYield(def).getValues()[cast<OpResult>(value).getResultNumber()];
+  }
+  return value;
+}
+
+bool mlir::train::hasMarkedStep(ModuleOp module) {
+  return llvm::any_of(module.getOps(), [](Operation &op) {
+    return op.hasAttr(kStepAttrName) || isLoweredStep(&op);
+  });
+}
+
+Operation *mlir::train::findMarkedStep(ModuleOp module, StringRef passName) {
+  Operation *found = nullptr;
+  for (Operation &op : module.getOps()) {
+    if (!op.hasAttr(kStepAttrName) && !isLoweredStep(&op))
+      continue;
+    if (found) {
+      emitError(op.getLoc())
+          << passName << ": @" << SymbolTable::getSymbolName(found).getValue()
+          << " and @" << SymbolTable::getSymbolName(&op).getValue()
+          << " are both marked " << kStepAttrName
+          << "; give the pass function=NAME";
+      return nullptr;
+    }
+    found = &op;
+  }
+  if (!found)
+    emitError(module.getLoc())
+        << passName << ": no function marked " << kStepAttrName
+        << " (run train-autodiff first)";
+  return found;
+}
+

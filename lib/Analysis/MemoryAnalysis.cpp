@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Analysis/Layout.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
@@ -163,11 +164,23 @@ void FunctionMemory::buildBuffers() {
   }
 
   AliasSets aliases;
-  llvm::StringMap<Value> stateArgs;
+  // State arguments by their marker (name and value, both uniqued): a
+  // result with the same marker is the same state after the step.
+  llvm::DenseMap<std::pair<Attribute, Attribute>, Value> stateArgs;
+  auto stateMarker = [&](DictionaryAttr attrs)
+      -> std::optional<std::pair<Attribute, Attribute>> {
+    if (!attrs)
+      return std::nullopt;
+    for (NamedAttribute attr : attrs)
+      if (attr.getName() == kParamAttrName ||
+          attr.getName() == kOptimizerStateAttrName)
+        return std::pair<Attribute, Attribute>{attr.getName(),
+                                               attr.getValue()};
+    return std::nullopt;
+  };
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    for (StringRef attr : {kParamAttrName, kOptimizerStateAttrName})
-      if (auto name = func.getArgAttrOfType<StringAttr>(i, attr))
-        stateArgs[(attr + ":" + name.getValue()).str()] = func.getArgument(i);
+    if (auto marker = stateMarker(func.getArgAttrDict(i)))
+      stateArgs[*marker] = func.getArgument(i);
 
   // The last point at which `value` or a view or block result naming its
   // memory is read.
@@ -201,54 +214,25 @@ void FunctionMemory::buildBuffers() {
            llvm::zip(op->getResults(), yield.getValues()))
         if (isTensor(result))
           unite(yielded, result);
-    } else if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+    } else if (auto tied = dyn_cast<TiedOpInterface>(op)) {
+      // Optimizer updates and clipping write their results over the
+      // operands they are tied to.
       unsigned point = pointOf.lookup(op);
-      for (auto [in, out] : llvm::zip(clip.getGrads(), clip.getClipped()))
-        uniteInPlace(in, out, point);
-    } else if (auto adamw = dyn_cast<AdamWOp>(op)) {
-      unsigned point = pointOf.lookup(op);
-      uniteInPlace(adamw.getParam(), adamw.getNewParam(), point);
-      uniteInPlace(adamw.getM(), adamw.getNewM(), point);
-      uniteInPlace(adamw.getV(), adamw.getNewV(), point);
-    } else if (auto adamw = dyn_cast<AdamW8bitOp>(op)) {
-      unsigned point = pointOf.lookup(op);
-      uniteInPlace(adamw.getParam(), adamw.getNewParam(), point);
-      uniteInPlace(adamw.getMCodes(), adamw.getNewMCodes(), point);
-      uniteInPlace(adamw.getMAbsmax(), adamw.getNewMAbsmax(), point);
-      uniteInPlace(adamw.getVCodes(), adamw.getNewVCodes(), point);
-      uniteInPlace(adamw.getVAbsmax(), adamw.getNewVAbsmax(), point);
-    } else if (auto sgd = dyn_cast<SGD8bitOp>(op)) {
-      unsigned point = pointOf.lookup(op);
-      uniteInPlace(sgd.getParam(), sgd.getNewParam(), point);
-      uniteInPlace(sgd.getCodes(), sgd.getNewCodes(), point);
-      uniteInPlace(sgd.getAbsmax(), sgd.getNewAbsmax(), point);
-    } else if (auto sgd = dyn_cast<SGDOp>(op)) {
-      unsigned point = pointOf.lookup(op);
-      uniteInPlace(sgd.getParam(), sgd.getNewParam(), point);
-      if (sgd.getMomentumBuffer())
-        uniteInPlace(sgd.getMomentumBuffer(), sgd.getNewMomentumBuffer(),
-                     point);
+      for (OpResult result : op->getResults())
+        if (std::optional<unsigned> operand =
+                tied.getTiedResultOperandIndex(result.getResultNumber()))
+          uniteInPlace(op->getOperand(*operand), result, point);
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       // A step result that carries a state is written into that state's
       // argument, when nothing reads the argument after the result exists.
       for (auto [index, value] : llvm::enumerate(ret.getOperands()))
-        for (StringRef attr : {kParamAttrName, kOptimizerStateAttrName})
-          if (auto name = func.getResultAttrOfType<StringAttr>(index, attr)) {
-            Value arg =
-                stateArgs.lookup((attr + ":" + name.getValue()).str());
+        if (auto marker = stateMarker(func.getResultAttrDict(index))) {
+            Value arg = stateArgs.lookup(*marker);
             if (!arg || !isTensor(value) || aliases.find(arg) == aliases.find(value))
               continue;
             // Where the value is really written: through block results to
             // the op that defines it.
-            Value source = value;
-            while (isa_and_nonnull<BlockOp, RematOp>(source.getDefiningOp()))
-              source = cast<YieldOp>(source.getDefiningOp()
-                                         ->getRegion(0)
-                                         .front()
-                                         .getTerminator())
-                           .getValues()[cast<OpResult>(source)
-                                            .getResultNumber()];
-            Operation *def = source.getDefiningOp();
+            Operation *def = resolveRegionResult(value).getDefiningOp();
             unsigned written = def ? pointOf.lookup(def) : 0;
             if (lastRead(arg) <= written)
               unite(arg, value);
@@ -317,14 +301,8 @@ void FunctionMemory::classify() {
   llvm::SetVector<Value> gradients;
   SmallVector<Value> finalGradients;
   for (Operation *op : schedule) {
-    if (auto adamw = dyn_cast<AdamWOp>(op))
-      finalGradients.push_back(adamw.getGrad());
-    else if (auto adamw8 = dyn_cast<AdamW8bitOp>(op))
-      finalGradients.push_back(adamw8.getGrad());
-    else if (auto sgd = dyn_cast<SGDOp>(op))
-      finalGradients.push_back(sgd.getGrad());
-    else if (auto sgd8 = dyn_cast<SGD8bitOp>(op))
-      finalGradients.push_back(sgd8.getGrad());
+    if (auto update = dyn_cast<OptimizerUpdateOpInterface>(op))
+      finalGradients.push_back(update.getGradient());
     else if (auto ret = dyn_cast<func::ReturnOp>(op))
       for (auto [index, value] : llvm::enumerate(ret.getOperands()))
         if (func.getResultAttr(index, kGradAttrName))
@@ -345,10 +323,11 @@ void FunctionMemory::classify() {
       auto yield = cast<YieldOp>(def->getRegion(0).front().getTerminator());
       worklist.push_back(
           yield.getValues()[cast<OpResult>(value).getResultNumber()]);
-    } else if (auto clip = dyn_cast<ClipGradNormOp>(def)) {
-      unsigned index = cast<OpResult>(value).getResultNumber();
-      if (index < clip.getGrads().size())
-        worklist.push_back(clip.getGrads()[index]);
+    } else if (auto tied = dyn_cast<TiedOpInterface>(def)) {
+      // A gradient updated in place (clipped) is the gradient it was.
+      if (std::optional<unsigned> operand = tied.getTiedResultOperandIndex(
+              cast<OpResult>(value).getResultNumber()))
+        worklist.push_back(def->getOperand(*operand));
     } else if (auto view = dyn_cast<ViewOpInterface>(def)) {
       if (isAliasingView(def))
         worklist.push_back(view.getViewSource());

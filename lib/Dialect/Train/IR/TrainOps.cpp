@@ -736,5 +736,100 @@ LogicalResult LRScheduleOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Tied results and optimizer updates
+//===----------------------------------------------------------------------===//
+
+/// Result i of an update reuses the operand of its parameter or state.
+static std::optional<unsigned>
+tiedOfUpdate(OptimizerUpdateOpInterface update, unsigned resultIndex) {
+  if (resultIndex == 0)
+    return 0u; // the parameter
+  for (const OptimizerStateUse &use : update.getStateUses())
+    if (use.resultIndex == resultIndex)
+      return use.operandIndex;
+  return std::nullopt;
+}
+
+std::optional<unsigned> ClipGradNormOp::getTiedResultOperandIndex(
+    unsigned resultIndex) {
+  if (resultIndex < getGrads().size())
+    return resultIndex;
+  return std::nullopt; // the norm
+}
+
+// AdamW: param, grad, m, v, lr, step -> new param, m, v.
+Value AdamWOp::getUpdatedParam() { return getParam(); }
+Value AdamWOp::getNewParamValue() { return getNewParam(); }
+Value AdamWOp::getGradient() { return getGrad(); }
+SmallVector<OptimizerStateUse> AdamWOp::getStateUses() {
+  return {{StateKind::m, StatePart::value, 2, 1},
+          {StateKind::v, StatePart::value, 3, 2}};
+}
+std::optional<unsigned> AdamWOp::getTiedResultOperandIndex(unsigned result) {
+  return tiedOfUpdate(*this, result);
+}
+Operation *AdamWOp::buildBlockwise8bit(OpBuilder &builder, ValueRange codes,
+                                       ValueRange absmax, int64_t block) {
+  return AdamW8bitOp::create(
+      builder, getLoc(), getParam().getType(), codes[0].getType(),
+      absmax[0].getType(), codes[1].getType(), absmax[1].getType(),
+      getParam(), getGrad(), codes[0], absmax[0], codes[1], absmax[1],
+      getLr(), getStep(), getBeta1Attr(), getBeta2Attr(), getEpsilonAttr(),
+      getWeightDecayAttr(), builder.getI64IntegerAttr(block));
+}
+
+// AdamW on 8-bit state: param, grad, m codes, m absmax, v codes, v absmax,
+// lr, step -> new param and the four state tensors.
+Value AdamW8bitOp::getUpdatedParam() { return getParam(); }
+Value AdamW8bitOp::getNewParamValue() { return getNewParam(); }
+Value AdamW8bitOp::getGradient() { return getGrad(); }
+SmallVector<OptimizerStateUse> AdamW8bitOp::getStateUses() {
+  return {{StateKind::m, StatePart::codes, 2, 1},
+          {StateKind::m, StatePart::absmax, 3, 2},
+          {StateKind::v, StatePart::codes, 4, 3},
+          {StateKind::v, StatePart::absmax, 5, 4}};
+}
+std::optional<unsigned>
+AdamW8bitOp::getTiedResultOperandIndex(unsigned result) {
+  return tiedOfUpdate(*this, result);
+}
+
+// SGD: param, grad, lr[, momentum buffer] -> new param[, buffer].
+Value SGDOp::getUpdatedParam() { return getParam(); }
+Value SGDOp::getNewParamValue() { return getNewParam(); }
+Value SGDOp::getGradient() { return getGrad(); }
+SmallVector<OptimizerStateUse> SGDOp::getStateUses() {
+  if (!getMomentumBuffer())
+    return {};
+  return {{StateKind::momentum, StatePart::value, 3, 1}};
+}
+std::optional<unsigned> SGDOp::getTiedResultOperandIndex(unsigned result) {
+  return tiedOfUpdate(*this, result);
+}
+Operation *SGDOp::buildBlockwise8bit(OpBuilder &builder, ValueRange codes,
+                                     ValueRange absmax, int64_t block) {
+  if (!getMomentumBuffer())
+    return nullptr;
+  return SGD8bitOp::create(
+      builder, getLoc(), getParam().getType(), codes[0].getType(),
+      absmax[0].getType(), getParam(), getGrad(), codes[0], absmax[0],
+      getLr(), getMomentumAttr(), getWeightDecayAttr(), getNesterovAttr(),
+      builder.getI64IntegerAttr(block));
+}
+
+// SGD on an 8-bit buffer: param, grad, codes, absmax, lr -> new param,
+// codes, absmax.
+Value SGD8bitOp::getUpdatedParam() { return getParam(); }
+Value SGD8bitOp::getNewParamValue() { return getNewParam(); }
+Value SGD8bitOp::getGradient() { return getGrad(); }
+SmallVector<OptimizerStateUse> SGD8bitOp::getStateUses() {
+  return {{StateKind::momentum, StatePart::codes, 2, 1},
+          {StateKind::momentum, StatePart::absmax, 3, 2}};
+}
+std::optional<unsigned> SGD8bitOp::getTiedResultOperandIndex(unsigned result) {
+  return tiedOfUpdate(*this, result);
+}
+
 #define GET_OP_CLASSES
 #include "trainmem/Dialect/Train/IR/TrainOps.cpp.inc"

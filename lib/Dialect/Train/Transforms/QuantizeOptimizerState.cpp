@@ -95,55 +95,38 @@ struct TrainQuantizeOptimizerStatePass
   /// One f32 state tensor of an update: what it is called in diagnostics,
   /// its value before and after, and its map.
   struct StateUse {
-    StringRef which;
+    std::string which;
     Value before, after;
     bool isSigned;
   };
 
-  /// The f32 states of an update this pass stores in 8 bits: AdamW's m and
-  /// v; SGD's momentum buffer. Empty for updates without state.
-  static SmallVector<StateUse> statesOf(Operation *op) {
-    if (auto adamw = dyn_cast<AdamWOp>(op))
-      return {{"m", adamw.getM(), adamw.getNewM(), true},
-              {"v", adamw.getV(), adamw.getNewV(), false}};
-    if (auto sgd = dyn_cast<SGDOp>(op); sgd && sgd.getMomentumBuffer())
-      return {{"momentum buffer", sgd.getMomentumBuffer(),
-               sgd.getNewMomentumBuffer(), true}};
-    return {};
-  }
-
-  /// The fused 8-bit update replacing `op`, reading `codes`/`absmax` (one
-  /// pair per state of statesOf(op)); returns the new parameter and the new
-  /// pairs.
-  Operation *createFused(OpBuilder &builder, Operation *op,
-                         ArrayRef<QuantizedState> states) {
-    IntegerAttr blockAttr = builder.getI64IntegerAttr(block);
-    if (auto adamw = dyn_cast<AdamWOp>(op))
-      return AdamW8bitOp::create(
-          builder, op->getLoc(), adamw.getParam().getType(),
-          states[0].codes.getType(), states[0].absmax.getType(),
-          states[1].codes.getType(), states[1].absmax.getType(),
-          adamw.getParam(), adamw.getGrad(), states[0].codes,
-          states[0].absmax, states[1].codes, states[1].absmax, adamw.getLr(),
-          adamw.getStep(), adamw.getBeta1Attr(), adamw.getBeta2Attr(),
-          adamw.getEpsilonAttr(), adamw.getWeightDecayAttr(), blockAttr);
-    auto sgd = cast<SGDOp>(op);
-    return SGD8bitOp::create(
-        builder, op->getLoc(), sgd.getParam().getType(),
-        states[0].codes.getType(), states[0].absmax.getType(), sgd.getParam(),
-        sgd.getGrad(), states[0].codes, states[0].absmax, sgd.getLr(),
-        sgd.getMomentumAttr(), sgd.getWeightDecayAttr(), sgd.getNesterovAttr(),
-        blockAttr);
+  /// The f32 states of an update this pass can store in 8 bits (those of an
+  /// update with an 8-bit form, e.g. AdamW's m and v, SGD's momentum
+  /// buffer). Empty for updates without state or already 8-bit.
+  static SmallVector<StateUse> statesOf(OptimizerUpdateOpInterface update) {
+    SmallVector<StateUse> uses;
+    Operation *op = update.getOperation();
+    for (const OptimizerStateUse &use : update.getStateUses()) {
+      if (use.part != StatePart::value)
+        return {};
+      std::string which = stringifyStateKind(use.kind).str();
+      if (use.kind == StateKind::momentum)
+        which = "momentum buffer";
+      uses.push_back({which, op->getOperand(use.operandIndex),
+                      op->getResult(use.resultIndex),
+                      quantMapFor(use.kind) == QuantMap::signed_dynamic});
+    }
+    return uses;
   }
 
   LogicalResult quantize(func::FuncOp func) {
-    SmallVector<Operation *> updates;
-    func.walk([&](Operation *op) {
-      if (statesOf(op).empty())
+    SmallVector<OptimizerUpdateOpInterface> updates;
+    func.walk([&](OptimizerUpdateOpInterface update) {
+      if (statesOf(update).empty())
         return;
-      auto param = cast<RankedTensorType>(op->getOperand(0).getType());
+      auto param = cast<RankedTensorType>(update.getUpdatedParam().getType());
       if (param.getNumElements() >= minSize)
-        updates.push_back(op);
+        updates.push_back(update);
     });
     if (updates.empty())
       return success();
@@ -157,8 +140,9 @@ struct TrainQuantizeOptimizerStatePass
     DenseMap<Value, unsigned> stateOfResult; // f32 result -> states index
     DenseSet<Value> seen;
 
-    for (Operation *op : updates) {
-      SmallVector<StateUse> uses = statesOf(op);
+    for (OptimizerUpdateOpInterface update : updates) {
+      Operation *op = update.getOperation();
+      SmallVector<StateUse> uses = statesOf(update);
       SmallVector<BlockArgument> args;
       for (const StateUse &use : uses) {
         FailureOr<BlockArgument> arg =
@@ -171,7 +155,8 @@ struct TrainQuantizeOptimizerStatePass
         args.push_back(*arg);
       }
 
-      auto paramType = cast<RankedTensorType>(op->getOperand(0).getType());
+      auto paramType =
+          cast<RankedTensorType>(update.getUpdatedParam().getType());
       int64_t elements = paramType.getNumElements();
       auto codesType = RankedTensorType::get(paramType.getShape(), i8);
       auto absmaxType =
@@ -204,8 +189,17 @@ struct TrainQuantizeOptimizerStatePass
       }
 
       OpBuilder builder(op);
-      Operation *fused = createFused(builder, op, quantized);
-      op->getResult(0).replaceAllUsesWith(fused->getResult(0));
+      SmallVector<Value> codes, absmax;
+      for (const QuantizedState &state : quantized) {
+        codes.push_back(state.codes);
+        absmax.push_back(state.absmax);
+      }
+      Operation *fused =
+          update.buildBlockwise8bit(builder, codes, absmax, block);
+      if (!fused)
+        return op->emitError("train-quantize-optimizer-state: '")
+               << op->getName() << "' has no 8-bit form";
+      update.getNewParamValue().replaceAllUsesWith(fused->getResult(0));
       for (auto [k, state] : llvm::enumerate(quantized)) {
         state.newCodes = fused->getResult(1 + 2 * k);
         state.newAbsmax = fused->getResult(2 + 2 * k);

@@ -6,6 +6,9 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrs.h"
+
+#include <optional>
 
 namespace mlir {
 namespace train {
@@ -40,6 +43,23 @@ uint64_t getTensorBytes(Type type);
 /// Number of elements of a ranked tensor type (1 for rank 0);
 /// kCountOverflow when it does not fit in 64 bits.
 uint64_t getNumElements(Type type);
+
+/// One state tensor an optimizer update reads (operand `operandIndex`) and
+/// writes (result `resultIndex`): what it holds and which part of its
+/// encoding it is.
+struct OptimizerStateUse {
+  StateKind kind;
+  StatePart part;
+  unsigned operandIndex;
+  unsigned resultIndex;
+};
+
+/// The 8-bit map a state of `kind` is stored on: Adam's v is non-negative
+/// (unsigned map); m and momentum take both signs.
+inline QuantMap quantMapFor(StateKind kind) {
+  return kind == StateKind::v ? QuantMap::unsigned_dynamic
+                              : QuantMap::signed_dynamic;
+}
 
 } // namespace train
 } // namespace mlir

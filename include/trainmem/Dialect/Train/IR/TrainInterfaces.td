@@ -71,4 +71,60 @@ def Train_ViewOpInterface : OpInterface<"ViewOpInterface"> {
   ];
 }
 
+def Train_TiedOpInterface : OpInterface<"TiedOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    An op some of whose results may reuse an operand's buffer (in the manner
+    of IREE's tied operands): the result is the operand updated, written in
+    place when nothing reads the operand afterwards. Optimizer updates tie
+    the new parameter and state to the old ones, clipping ties each clipped
+    gradient to its gradient. The memory analysis and the arena plan read
+    this instead of knowing the ops.
+  }];
+  let methods = [
+    InterfaceMethod<
+      "The operand whose buffer result `resultIndex` may reuse, if any.",
+      "::std::optional<unsigned>", "getTiedResultOperandIndex",
+      (ins "unsigned":$resultIndex)>
+  ];
+}
+
+def Train_OptimizerUpdateOpInterface
+    : OpInterface<"OptimizerUpdateOpInterface", [Train_TiedOpInterface]> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    One optimizer update of one parameter: it reads the parameter, its
+    gradient and its state, and returns the new parameter and the new state
+    (each result tied to its operand). Passes ask this interface what the
+    state is (its kind, and its part of an 8-bit encoding) instead of
+    matching optimizer ops, so a new optimizer plugs in by implementing it:
+    the memory analysis classifies the gradient and the state, and
+    `train-quantize-optimizer-state` stores the state in 8 bits when the op
+    can build its fused 8-bit form.
+  }];
+  let methods = [
+    InterfaceMethod<"The parameter before the update.",
+      "::mlir::Value", "getUpdatedParam">,
+    InterfaceMethod<"The parameter after the update.",
+      "::mlir::Value", "getNewParamValue">,
+    InterfaceMethod<"The gradient the update applies.",
+      "::mlir::Value", "getGradient">,
+    InterfaceMethod<
+      "The state tensors the update reads and writes, in operand order.",
+      "::llvm::SmallVector<::mlir::train::OptimizerStateUse>",
+      "getStateUses">,
+    InterfaceMethod<
+      "Builds the same update on block-wise 8-bit state: `codes` and "
+      "`absmax` hold one (codes, absmax) pair per f32 state of "
+      "getStateUses(), in order; returns the new op, whose results are the "
+      "new parameter followed by the new pairs, or null when this update "
+      "has no 8-bit form.",
+      "::mlir::Operation *", "buildBlockwise8bit",
+      (ins "::mlir::OpBuilder &":$builder, "::mlir::ValueRange":$codes,
+           "::mlir::ValueRange":$absmax, "int64_t":$block), [{}], [{
+        return nullptr;
+      }]>
+  ];
+}
+
 #endif // TRAINMEM_DIALECT_TRAIN_IR_TRAININTERFACES_TD

@@ -774,7 +774,9 @@ def Train_YieldOp : Train_Op<"yield", [
 //===----------------------------------------------------------------------===//
 
 def Train_AdamWOp : Train_ComputeOp<"adamw",
-    [AllTypesMatch<["param", "new_param"]>, AllTypesMatch<["m", "new_m"]>,
+    [DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+     DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface, ["buildBlockwise8bit"]>,
+     AllTypesMatch<["param", "new_param"]>, AllTypesMatch<["m", "new_m"]>,
      AllTypesMatch<["v", "new_v"]>]> {
   let summary = "one AdamW update with decoupled weight decay";
   let description = [{
@@ -806,7 +808,9 @@ def Train_AdamWOp : Train_ComputeOp<"adamw",
   let hasVerifier = 1;
 }
 
-def Train_SGDOp : Train_ComputeOp<"sgd"> {
+def Train_SGDOp : Train_ComputeOp<"sgd", [
+    DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+    DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface, ["buildBlockwise8bit"]>]> {
   let summary = "one SGD update, with optional momentum";
   let description = [{
     `g' = g + wd · p`; with momentum, `b' = momentum · b + g'` and the step
@@ -835,6 +839,8 @@ def Train_SGDOp : Train_ComputeOp<"sgd"> {
 }
 
 def Train_SGD8bitOp : Train_ComputeOp<"sgd_8bit", [
+    DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+    DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
     AllTypesMatch<["param", "new_param"]>,
     AllTypesMatch<["codes", "new_codes"]>,
     AllTypesMatch<["absmax", "new_absmax"]>]> {
@@ -869,7 +875,8 @@ def Train_SGD8bitOp : Train_ComputeOp<"sgd_8bit", [
   let hasVerifier = 1;
 }
 
-def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm"> {
+def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm", [
+    DeclareOpInterfaceMethods<Train_TiedOpInterface>]> {
   let summary = "scales gradients so their global L2 norm is at most max_norm";
   let description = [{
     Computes `norm = sqrt(Σ ||g_i||²)` over all operands and returns each
@@ -938,6 +945,8 @@ def Train_DequantizeOp : Train_ComputeOp<"dequantize"> {
 }
 
 def Train_AdamW8bitOp : Train_ComputeOp<"adamw_8bit", [
+    DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+    DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
     AllTypesMatch<["param", "new_param"]>,
     AllTypesMatch<["m_codes", "new_m_codes", "v_codes", "new_v_codes"]>,
     AllTypesMatch<["m_absmax", "new_m_absmax", "v_absmax", "new_v_absmax"]>]> {

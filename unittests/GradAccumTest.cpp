@@ -11,6 +11,7 @@
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Run/Step.h"
@@ -18,7 +19,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -264,6 +267,36 @@ TEST_F(GradAccumTest, DropoutWithoutPlacesDiffers) {
   EXPECT_GT(worstRelative(onEvaluator(*accumulated, args),
                           onEvaluator(*whole, args)),
             1e-3);
+}
+
+// train-unroll-accum creates arith constants (the micro-batch shares): it
+// declares the arith dialect, so it runs on a module that never loaded it.
+TEST(GradAccumDialects, UnrollLoadsArithItself) {
+  DialectRegistry registry;
+  registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect>();
+  MLIRContext context(registry);
+  registerTrainPasses();
+  const char *source = R"mlir(
+func.func @train_step(%tokens: tensor<4x8xi32> {train.input = "tokens"}, %table: tensor<16x2xf32> {train.param = "table"}, %n: tensor<i64> {train.input = "n"}) -> tensor<f32> attributes {train.step} {
+  %loss = train.accumulate %tokens steps 3 padding [0] weighted : (tensor<4x8xi32>) -> tensor<f32> {
+  ^bb0(%t: tensor<2x8xi32>, %w: tensor<f32>):
+    %e = train.embedding %table, %t : tensor<16x2xf32>, tensor<2x8xi32> -> tensor<2x8x2xf32>
+    %s, %c = train.cross_entropy %e, %t {ignore_index = -100 : i64} : tensor<2x8x2xf32>, tensor<2x8xi32> -> tensor<f32>, tensor<i64>
+    %l = train.mean_loss %s, %n weighted by %w : tensor<f32> : tensor<f32>, tensor<i64>
+    train.yield %l : tensor<f32>
+  }
+  return %loss : tensor<f32>
+}
+)mlir";
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context);
+  ASSERT_TRUE(module);
+  ASSERT_EQ(context.getLoadedDialect<arith::ArithDialect>(), nullptr);
+  PassManager pm(&context);
+  ASSERT_TRUE(succeeded(parsePassPipeline("train-unroll-accum", pm)));
+  ASSERT_TRUE(succeeded(pm.run(*module)));
+  size_t constants = 0;
+  module->walk([&](arith::ConstantOp) { ++constants; });
+  EXPECT_GE(constants, 3u);
 }
 
 } // namespace

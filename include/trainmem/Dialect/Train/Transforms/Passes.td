@@ -216,6 +216,8 @@ def TrainUnrollAccumPass : Pass<"train-unroll-accum", "mlir::ModuleOp"> {
     micro-step differently (e.g. communicate gradients only after it). With
     `factor=K`, K micro-steps per iteration of a loop of steps/K.
   }];
+  // Each copy's micro-batch index is an arith.constant.
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
   let options = [
     Option<"factor", "factor", "int64_t", "0",
            "Micro-steps per loop iteration; 0 unrolls completely">

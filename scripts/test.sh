@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
 # Sets the machine up, builds, then runs every lit and GoogleTest test
-# through the one check-trainmem target.
+# through the one check-trainmem target; then configures, builds and tests
+# the runtime alone, with no LLVM or MLIR on its include path.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/build.sh" check-trainmem
+
+build="${TRAINMEM_BUILD_DIR:-$root/build}"
+alone="$build/runtime-alone"
+jobs="${TRAINMEM_JOBS:-$(nproc)}"
+cmake -S "$root/runtime" -B "$alone" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 >/dev/null
+if grep -E -q -e '-I ?[^ ]*(llvm|mlir)' "$alone/compile_commands.json"; then
+  echo "test.sh: the runtime alone has LLVM or MLIR on its include path" >&2
+  exit 1
+fi
+ninja -C "$alone" -j "$jobs"
+ctest --test-dir "$alone" --output-on-failure

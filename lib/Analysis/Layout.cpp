@@ -2,6 +2,7 @@
 
 #include "trainmem/Analysis/Layout.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 using namespace mlir;
 using namespace mlir::train;
@@ -33,11 +34,8 @@ SmallVector<int64_t> mlir::train::getStrides(Value value) {
       strides.push_back(source[p]);
     return strides;
   }
-  if (isa_and_nonnull<BlockOp, RematOp>(def)) {
-    auto yield = cast<YieldOp>(def->getRegion(0).front().getTerminator());
-    return getStrides(
-        yield.getValues()[cast<OpResult>(value).getResultNumber()]);
-  }
+  if (isTransparentRegionOp(def))
+    return getStrides(resolveRegionResult(value));
   // Everything else, reshapes included (a view of a row-major value, or a
   // copy), is row-major.
   return getRowMajorStrides(type.getShape());

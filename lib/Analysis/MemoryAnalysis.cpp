@@ -208,10 +208,9 @@ void FunctionMemory::buildBuffers() {
     if (auto view = dyn_cast<ViewOpInterface>(op)) {
       if (isAliasingView(op))
         unite(view.getViewSource(), op->getResult(0));
-    } else if (isa<BlockOp, RematOp>(op)) {
-      auto yield = cast<YieldOp>(op->getRegion(0).front().getTerminator());
+    } else if (auto region = dyn_cast<TransparentRegionOpInterface>(op)) {
       for (auto [result, yielded] :
-           llvm::zip(op->getResults(), yield.getValues()))
+           llvm::zip(op->getResults(), region.getYieldedValues()))
         if (isTensor(result))
           unite(yielded, result);
     } else if (auto tied = dyn_cast<TiedOpInterface>(op)) {
@@ -243,7 +242,7 @@ void FunctionMemory::buildBuffers() {
   // A block result is only a name for what the block yields: the memory is
   // written where the yielded value is defined.
   auto isBlockResult = [](Value value) {
-    return isa_and_nonnull<BlockOp, RematOp>(value.getDefiningOp());
+    return isTransparentRegionOp(value.getDefiningOp());
   };
   unsigned returnPoint = schedule.size();
   for (Value value : values) {
@@ -319,10 +318,9 @@ void FunctionMemory::classify() {
     if (auto add = dyn_cast<AddOp>(def)) {
       worklist.push_back(add.getLhs());
       worklist.push_back(add.getRhs());
-    } else if (isa<BlockOp, RematOp>(def)) {
-      auto yield = cast<YieldOp>(def->getRegion(0).front().getTerminator());
-      worklist.push_back(
-          yield.getValues()[cast<OpResult>(value).getResultNumber()]);
+    } else if (auto region = dyn_cast<TransparentRegionOpInterface>(def)) {
+      worklist.push_back(region.getYieldedValue(
+          cast<OpResult>(value).getResultNumber()));
     } else if (auto tied = dyn_cast<TiedOpInterface>(def)) {
       // A gradient updated in place (clipped) is the gradient it was.
       if (std::optional<unsigned> operand = tied.getTiedResultOperandIndex(

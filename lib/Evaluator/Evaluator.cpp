@@ -983,16 +983,15 @@ LogicalResult Interpreter::exec(Operation *op) {
         lrSchedule(o);
         return success();
       })
-      .Case<BlockOp, RematOp>([&](Operation *o) -> LogicalResult {
-        Block &body = o->getRegion(0).front();
-        if (failed(run(body)))
-          return failure();
-        auto yield = cast<YieldOp>(body.getTerminator());
-        for (auto [result, value] :
-             llvm::zip(o->getResults(), yield.getValues()))
-          set(result, get(value));
-        return success();
-      })
+      .Case<TransparentRegionOpInterface>(
+          [&](TransparentRegionOpInterface region) -> LogicalResult {
+            if (failed(run(region->getRegion(0).front())))
+              return failure();
+            for (auto [result, value] : llvm::zip(
+                     region->getResults(), region.getYieldedValues()))
+              set(result, get(value));
+            return success();
+          })
       .Case<YieldOp>([&](auto) { return success(); })
       .Case<func::ReturnOp>([&](func::ReturnOp o) {
         for (Value v : o.getOperands())

@@ -413,7 +413,8 @@ LogicalResult RematOp::verify() {
   // Recompute repeats the region: only ops without side effects repeat
   // without changing the program.
   WalkResult result = getBody().walk([&](Operation *op) {
-    if (isa<YieldOp, BlockOp, RematOp>(op) || isMemoryEffectFree(op))
+    if (isa<YieldOp, TransparentRegionOpInterface>(op) ||
+        isMemoryEffectFree(op))
       return WalkResult::advance();
     emitOpError("cannot recompute '")
         << op->getName() << "': it has side effects";

@@ -9,19 +9,12 @@ using namespace mlir;
 using namespace mlir::train;
 
 bool mlir::train::isTransparentRegionOp(Operation *op) {
-  return isa<BlockOp, RematOp>(op);
-}
-
-static YieldOp getYield(Operation *regionOp) {
-  return cast<YieldOp>(regionOp->getRegion(0).front().getTerminator());
+  return isa_and_nonnull<TransparentRegionOpInterface>(op);
 }
 
 Value mlir::train::resolveRegionResult(Value value) {
-  while (Operation *def = value.getDefiningOp()) {
-    if (!isTransparentRegionOp(def))
-      break;
-    value = getYield(def).getValues()[cast<OpResult>(value).getResultNumber()];
-  }
+  while (auto region = value.getDefiningOp<TransparentRegionOpInterface>())
+    value = region.getYieldedValue(cast<OpResult>(value).getResultNumber());
   return value;
 }
 

@@ -97,10 +97,8 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
     } else if (auto embedding = dyn_cast<EmbeddingOp>(clone)) {
       shape.emplace(shapeOf(embedding.getIds()));
       shape->push_back(oldType.getShape().back());
-    } else if (isa<BlockOp, RematOp>(clone)) {
-      Value yielded = cast<YieldOp>(clone->getRegion(0).front().getTerminator())
-                          .getValues()[index];
-      shape.emplace(shapeOf(yielded));
+    } else if (auto region = dyn_cast<TransparentRegionOpInterface>(clone)) {
+      shape.emplace(shapeOf(region.getYieldedValue(index)));
     } else if (auto sumTo = dyn_cast<SumToOp>(clone)) {
       // A kept dimension that was the batch shrinks with it.
       ArrayRef<int64_t> oldInput = shapeOf(original->getOperand(0));

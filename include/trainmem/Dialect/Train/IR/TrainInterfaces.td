@@ -71,6 +71,30 @@ def Train_ViewOpInterface : OpInterface<"ViewOpInterface"> {
   ];
 }
 
+def Train_TransparentRegionOpInterface
+    : OpInterface<"TransparentRegionOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    An op with one region executed once, in place (`train.block`,
+    `train.remat`): its body uses outer values directly and its results are
+    what its `train.yield` yields. Analyses look through it (a result names
+    the yielded value's memory) and passes that move ops across it keep the
+    IR valid through this interface, not through a list of ops.
+  }];
+  let methods = [
+    InterfaceMethod<"The yielded values, one per result.",
+      "::mlir::OperandRange", "getYieldedValues", (ins), [{}], [{
+        return $_op->getRegion(0).front().getTerminator()->getOperands();
+      }]>,
+    InterfaceMethod<"The value result `resultIndex` stands for.",
+      "::mlir::Value", "getYieldedValue", (ins "unsigned":$resultIndex),
+      [{}], [{
+        return $_op->getRegion(0).front().getTerminator()->getOperand(
+            resultIndex);
+      }]>
+  ];
+}
+
 def Train_TiedOpInterface : OpInterface<"TiedOpInterface"> {
   let cppNamespace = "::mlir::train";
   let description = [{

@@ -692,7 +692,8 @@ def Train_CrossEntropyGradOp : Train_ComputeOp<"cross_entropy_grad"> {
 //===----------------------------------------------------------------------===//
 
 def Train_BlockOp : Train_Op<"block", [
-    SingleBlock, RecursiveMemoryEffects, RecursivelySpeculatable]> {
+    SingleBlock, RecursiveMemoryEffects, RecursivelySpeculatable,
+    DeclareOpInterfaceMethods<Train_TransparentRegionOpInterface>]> {
   let summary = "marks what part of a model a region of ops is";
   let description = [{
     A region executed once, in place, whose `train.yield` operands are the
@@ -725,7 +726,8 @@ def Train_BlockOp : Train_Op<"block", [
 }
 
 def Train_RematOp : Train_Op<"remat", [
-    SingleBlock, RecursiveMemoryEffects, RecursivelySpeculatable]> {
+    SingleBlock, RecursiveMemoryEffects, RecursivelySpeculatable,
+    DeclareOpInterfaceMethods<Train_TransparentRegionOpInterface>]> {
   let summary = "values computed inside are recomputed for the backward";
   let description = [{
     A region executed once, in place, in the forward pass; its `train.yield`

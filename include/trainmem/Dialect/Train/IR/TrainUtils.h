@@ -16,7 +16,8 @@
 namespace mlir {
 namespace train {
 
-/// True for train.block and train.remat.
+/// True for ops with a transparent region (TransparentRegionOpInterface:
+/// train.block, train.remat).
 bool isTransparentRegionOp(Operation *op);
 
 /// The value `value` names: through block and remat results, the value

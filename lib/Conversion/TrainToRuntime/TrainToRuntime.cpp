@@ -642,7 +642,14 @@ struct ConvertTrainToRuntimePass
               << "tensors";
           return signalPassFailure();
         }
-    FunctionMemory memory(step);
+    const FunctionMemory *analyzed = getAnalysis<MemoryAnalysis>().lookup(step);
+    if (!analyzed) {
+      emitError(step.getLoc(), "convert-train-to-runtime: no memory analysis "
+                               "of @")
+          << name;
+      return signalPassFailure();
+    }
+    const FunctionMemory &memory = *analyzed;
     if (failed(memory.checkCounts("convert-train-to-runtime")))
       return signalPassFailure();
     MemoryPlan plan(memory);

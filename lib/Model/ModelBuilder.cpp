@@ -180,15 +180,9 @@ Value GraphBuilder::block(BlockKind kind, std::optional<int64_t> layer,
 
 Value GraphBuilder::matmul(Value lhs, Value rhs, bool transposeRhs,
                            const Twine &name) {
-  auto lhsType = cast<RankedTensorType>(lhs.getType());
-  auto rhsType = cast<RankedTensorType>(rhs.getType());
-  std::string why;
-  FailureOr<SmallVector<int64_t>> shape = inferMatmulShape(
-      lhsType.getShape(), rhsType.getShape(), false, transposeRhs, why);
-  assert(succeeded(shape) && "model shapes are consistent by construction");
-  auto op = MatmulOp::create(builder, loc(name), tensor(*shape), lhs, rhs);
-  op.setTransposeRhs(transposeRhs);
-  return op;
+  // The result type is inferred (InferTypeOpAdaptor).
+  return MatmulOp::create(builder, loc(name), lhs, rhs,
+                          /*transpose_lhs=*/false, transposeRhs);
 }
 
 Value GraphBuilder::linear(Value x, int64_t in, int64_t out,

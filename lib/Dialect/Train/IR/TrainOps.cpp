@@ -23,8 +23,10 @@ static std::string shapeString(ArrayRef<int64_t> shape) {
   return text;
 }
 
-FailureOr<SmallVector<int64_t>>
-mlir::train::inferMatmulShape(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs,
+/// Shape of `op(lhs) · op(rhs)` for a batched matmul whose batch dimensions
+/// broadcast NumPy-style; on a mismatch, fails and sets `why`.
+static FailureOr<SmallVector<int64_t>>
+inferMatmulShape(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs,
                               bool transposeLhs, bool transposeRhs,
                               std::string &why) {
   if (lhs.size() < 2 || rhs.size() < 2) {
@@ -113,6 +115,61 @@ static LogicalResult verifyDropoutRate(Operation *op, double rate) {
 //===----------------------------------------------------------------------===//
 // Forward ops
 //===----------------------------------------------------------------------===//
+
+//===----------------------------------------------------------------------===//
+// Result types from the operands (InferTypeOpAdaptor)
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  auto table = dyn_cast<RankedTensorType>(adaptor.getTable().getType());
+  auto ids = dyn_cast<RankedTensorType>(adaptor.getIds().getType());
+  if (!table || !ids || table.getRank() != 2)
+    return emitOptionalError(location, "table must have rank 2 ([vocab, "
+                                       "hidden]) and ids must be ranked");
+  SmallVector<int64_t> shape(ids.getShape());
+  shape.push_back(table.getDimSize(1));
+  inferred.push_back(RankedTensorType::get(shape, table.getElementType()));
+  return success();
+}
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> location,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  auto lhs = dyn_cast<RankedTensorType>(adaptor.getLhs().getType());
+  auto rhs = dyn_cast<RankedTensorType>(adaptor.getRhs().getType());
+  if (!lhs || !rhs)
+    return emitOptionalError(location, "operands must be ranked tensors");
+  std::string why;
+  FailureOr<SmallVector<int64_t>> shape =
+      inferMatmulShape(lhs.getShape(), rhs.getShape(),
+                       static_cast<bool>(adaptor.getTransposeLhs()),
+                       static_cast<bool>(adaptor.getTransposeRhs()), why);
+  if (failed(shape))
+    return emitOptionalError(location, why);
+  inferred.push_back(RankedTensorType::get(*shape, lhs.getElementType()));
+  return success();
+}
+
+LogicalResult TransposeOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  auto input = dyn_cast<RankedTensorType>(adaptor.getInput().getType());
+  ArrayRef<int64_t> perm = adaptor.getPermutation();
+  if (!input || static_cast<int64_t>(perm.size()) != input.getRank() ||
+      llvm::any_of(perm, [&](int64_t p) {
+        return p < 0 || p >= input.getRank();
+      }))
+    return emitOptionalError(location, "permutation must have one entry per "
+                                       "dimension of the input");
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm)
+    shape.push_back(input.getDimSize(p));
+  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
 
 LogicalResult EmbeddingOp::verify() {
   RankedTensorType table = getTable().getType();

@@ -56,18 +56,8 @@ static Value flattenRows(OpBuilder &builder, Location loc, Value value) {
 
 static Value buildMatmul(OpBuilder &builder, Location loc, Value lhs,
                          Value rhs, bool transposeLhs, bool transposeRhs) {
-  auto lhsType = cast<RankedTensorType>(lhs.getType());
-  auto rhsType = cast<RankedTensorType>(rhs.getType());
-  std::string why;
-  FailureOr<SmallVector<int64_t>> shape =
-      inferMatmulShape(lhsType.getShape(), rhsType.getShape(), transposeLhs,
-                       transposeRhs, why);
-  assert(succeeded(shape) && "VJP matmul of a verified matmul must fit");
-  auto type = RankedTensorType::get(*shape, lhsType.getElementType());
-  auto op = MatmulOp::create(builder, loc, type, lhs, rhs);
-  op.setTransposeLhs(transposeLhs);
-  op.setTransposeRhs(transposeRhs);
-  return op;
+  // The result type is inferred (InferTypeOpAdaptor).
+  return MatmulOp::create(builder, loc, lhs, rhs, transposeLhs, transposeRhs);
 }
 
 LogicalResult MatmulOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,

@@ -73,19 +73,18 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
     if (!oldType)
       continue;
     std::optional<SmallVector<int64_t>> shape;
-    if (auto matmul = dyn_cast<MatmulOp>(clone)) {
-      std::string why;
-      FailureOr<SmallVector<int64_t>> s = inferMatmulShape(
-          shapeOf(matmul.getLhs()), shapeOf(matmul.getRhs()),
-          matmul.getTransposeLhs(), matmul.getTransposeRhs(), why);
-      if (failed(s))
-        return clone->emitOpError("cannot be re-typed for a micro-batch: ")
-               << why;
-      shape = *s;
-    } else if (auto transpose = dyn_cast<TransposeOp>(clone)) {
-      shape.emplace();
-      for (int64_t p : transpose.getPermutation())
-        shape->push_back(shapeOf(transpose.getInput())[p]);
+    if (auto infer = dyn_cast<InferTypeOpInterface>(clone)) {
+      // Ops whose result types follow from their operands (matmul,
+      // transpose, embedding, ...) say what they are now.
+      SmallVector<Type> types;
+      if (failed(infer.inferReturnTypes(
+              clone->getContext(), clone->getLoc(), clone->getOperands(),
+              clone->getRawDictionaryAttrs(), clone->getPropertiesStorage(),
+              clone->getRegions(), types)))
+        return clone->emitOpError("cannot be re-typed for a micro-batch");
+      ArrayRef<int64_t> inferred =
+          cast<RankedTensorType>(types[index]).getShape();
+      shape.emplace(inferred.begin(), inferred.end());
     } else if (auto reshape = dyn_cast<ReshapeOp>(clone)) {
       FailureOr<SmallVector<int64_t>> s = rebatchReshape(
           shapeOf(original->getOperand(0)), shapeOf(reshape.getInput()),
@@ -94,9 +93,6 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
         return clone->emitOpError("cannot be re-typed for a micro-batch: "
                                   "the batch does not divide its result");
       shape = *s;
-    } else if (auto embedding = dyn_cast<EmbeddingOp>(clone)) {
-      shape.emplace(shapeOf(embedding.getIds()));
-      shape->push_back(oldType.getShape().back());
     } else if (auto region = dyn_cast<TransparentRegionOpInterface>(clone)) {
       shape.emplace(shapeOf(region.getYieldedValue(index)));
     } else if (auto sumTo = dyn_cast<SumToOp>(clone)) {

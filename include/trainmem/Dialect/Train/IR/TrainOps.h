@@ -19,14 +19,6 @@
 namespace mlir {
 namespace train {
 
-/// Shape of `op(lhs) · op(rhs)` for a batched matmul whose batch dimensions
-/// broadcast NumPy-style; on a mismatch, fails and sets `why`.
-FailureOr<SmallVector<int64_t>> inferMatmulShape(ArrayRef<int64_t> lhs,
-                                                 ArrayRef<int64_t> rhs,
-                                                 bool transposeLhs,
-                                                 bool transposeRhs,
-                                                 std::string &why);
-
 /// True when a tensor of shape `from` broadcasts (NumPy rules, aligned from
 /// the right) to shape `to` without changing `to`.
 bool isBroadcastableTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to);

@@ -98,7 +98,10 @@ protected:
                                      const std::vector<RefTensor> &args) {
     FailureOr<SmallVector<RefTensor>> results =
         evaluate(module.lookupSymbol<func::FuncOp>("train_step"), args);
-    EXPECT_TRUE(succeeded(results));
+    if (failed(results)) {
+      ADD_FAILURE() << "the evaluator failed on the step";
+      return {};
+    }
     return std::vector<RefTensor>(results->begin(), results->end());
   }
 
@@ -110,10 +113,16 @@ protected:
         "train-unroll-accum,train-materialize-remat", pm)));
     EXPECT_TRUE(succeeded(pm.run(*lowered)));
     FailureOr<StepLayout> layout = lowerStep(*lowered);
-    EXPECT_TRUE(succeeded(layout));
+    if (failed(layout)) {
+      ADD_FAILURE() << "lowering the step failed";
+      return {};
+    }
     std::string error;
     std::unique_ptr<JitStep> jit = JitStep::create(*lowered, error);
-    EXPECT_TRUE(jit) << error;
+    if (!jit) {
+      ADD_FAILURE() << error;
+      return {};
+    }
     tmrt_context *ctx = tmrt_context_create("cpu", 2, nullptr);
     EXPECT_EQ(tmrt_arena_alloc(ctx, layout->arenaBytes), 0);
     uint8_t *arena = tmrt_arena_base(ctx);

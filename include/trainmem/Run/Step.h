@@ -52,7 +52,8 @@ struct StepLayout {
   const TensorSlot *findResult(StringRef role) const;
 };
 
-/// Makes `module` hold a tensor-level @train_step ready to lower: a module
+/// Makes `module` hold a tensor-level step (marked train.step) ready to
+/// lower: a module
 /// with @forward is differentiated with train-autodiff (options in the
 /// pass's syntax, e.g. "lr=1e-3 clip-norm=1.0"); then, with non-empty
 /// `rematOptions` (e.g. "policy=selective"), train-remat; with non-empty

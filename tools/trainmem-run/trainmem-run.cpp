@@ -771,7 +771,13 @@ int main(int argc, char **argv) {
     std::map<std::string, Bytes> params;
     for (const TensorSlot &slot : layout->arguments)
       if (slot.role == "param") {
-        params[slot.key] = floatBytes(initialValues(slot, paramIndex++));
+        std::vector<float> values = initialValues(slot, paramIndex++);
+        // A std too large for f32 would start training from infinities.
+        if (!llvm::all_of(values, [](float v) { return std::isfinite(v); }))
+          return fail("parameter '" + slot.key + "': its #train.init (std " +
+                      std::to_string(slot.initStd) +
+                      ") gives values that are not finite in f32");
+        params[slot.key] = floatBytes(values);
         state->write(slot, params[slot.key]);
       }
     for (const TensorSlot &slot : layout->arguments) {

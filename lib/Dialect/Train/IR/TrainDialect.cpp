@@ -194,6 +194,23 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
 
 } // namespace
 
+/// `train.step` marks the function that is the step: a unit attribute on a
+/// function (passes and runners find the step by it, and name it).
+LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
+                                                     NamedAttribute attr) {
+  if (attr.getName() != kStepAttrName)
+    return success();
+  if (!isa<UnitAttr>(attr.getValue()))
+    return op->emitOpError() << "'" << kStepAttrName
+                             << "' is a unit attribute, got "
+                             << attr.getValue();
+  if (!isa<FunctionOpInterface>(op))
+    return op->emitOpError() << "'" << kStepAttrName
+                             << "' marks a function (the step), not a '"
+                             << op->getName() << "'";
+  return success();
+}
+
 LogicalResult TrainDialect::verifyRegionArgAttribute(Operation *op, unsigned,
                                                      unsigned argIndex,
                                                      NamedAttribute attr) {

@@ -1054,3 +1054,16 @@ func.func @accumulate_index_type(%x: tensor<4x8xf32>) -> tensor<2x8xf32> {
   }
   return %sum : tensor<2x8xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'func.func' op 'train.step' is a unit attribute, got 3 : i64}}
+func.func @step_with_value(%x: tensor<4xf32>) -> tensor<4xf32> attributes {train.step = 3} {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'builtin.module' op 'train.step' marks a function (the step), not a 'builtin.module'}}
+module attributes {train.step} {
+}

@@ -51,3 +51,16 @@ func.func @train_step(%w: tensor<16xf32> {train.param = "w"}, %g: tensor<16xf32>
   %p, %b = train.sgd %w, %g, %lr, %g {momentum = 0.9 : f64, weight_decay = 0.0 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>)
   return %p : tensor<16xf32>
 }
+
+// -----
+
+// An f32 tensor marked as 8-bit codes: its marker contradicts the update.
+func.func @train_step(%w: tensor<16xf32> {train.param = "w"}, %g: tensor<16xf32>,
+                      %step: tensor<i64> {train.input = "step"},
+                      %m: tensor<16xf32> {train.optimizer_state = #train.state<"w", m, codes, signed_dynamic, block = 256>},
+                      %v: tensor<16xf32> {train.optimizer_state = #train.state<"w", v>}) -> tensor<16xf32> attributes {train.step} {
+  %lr = arith.constant dense<1.0e-3> : tensor<f32>
+  // expected-error @+1 {{train-quantize-optimizer-state: the update's m is already 8-bit (#train.state<"w", m, codes, signed_dynamic, block = 256>)}}
+  %p, %m2, %v2 = train.adamw %w, %g, %m, %v, %lr, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.0 : f64} : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>
+  return %p : tensor<16xf32>
+}

@@ -25,6 +25,7 @@ def Train_Dialect : Dialect {
     (the op builds its own vector-Jacobian product) and `CostOpInterface`
     (FLOPs and bytes read and written), so new ops work with every pass.
   }];
+  let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
   let useDefaultAttributePrinterParser = 1;

@@ -173,25 +173,30 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
     slot.bytes = bytes.getInt();
     slot.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
     slot.dtype = dtype.getValue().str();
-    if (Attribute value = dict.get("optimizer_state")) {
-      auto state = dyn_cast<StateAttr>(value);
-      if (!state)
-        return step->emitError("trainmem-run: entry ")
-               << index << " of '" << attrName
-               << "': optimizer_state is not a #train.state";
-      slot.stateKind = state.getKind();
-      slot.stateParam = state.getParam().str();
-      slot.statePart = state.getPart();
-      slot.stateMap = state.getMap();
+    // The typed entries (what the runner needs to start the tensor).
+    auto typed = [&](StringRef name, auto kind) -> FailureOr<decltype(kind)> {
+      Attribute value = dict.get(name);
+      if (!value)
+        return decltype(kind)();
+      if (auto attr = dyn_cast<decltype(kind)>(value))
+        return attr;
+      return step->emitError("trainmem-run: entry ")
+             << index << " of '" << attrName << "': " << name
+             << " is not a #train." << decltype(kind)::getMnemonic();
+    };
+    FailureOr<StateAttr> state = typed("optimizer_state", StateAttr());
+    FailureOr<InitAttr> init = typed("init", InitAttr());
+    if (failed(state) || failed(init))
+      return failure();
+    if (*state) {
+      slot.stateKind = state->getKind();
+      slot.stateParam = state->getParam().str();
+      slot.statePart = state->getPart();
+      slot.stateMap = state->getMap();
     }
-    if (Attribute value = dict.get("init")) {
-      auto init = dyn_cast<InitAttr>(value);
-      if (!init)
-        return step->emitError("trainmem-run: entry ")
-               << index << " of '" << attrName
-               << "': init is not a #train.init";
-      slot.init = init.getKind();
-      slot.initStd = init.getStd().convertToDouble();
+    if (*init) {
+      slot.init = init->getKind();
+      slot.initStd = init->getStd().convertToDouble();
     }
     slots.push_back(slot);
   }

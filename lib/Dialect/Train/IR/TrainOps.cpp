@@ -817,9 +817,6 @@ std::optional<unsigned> ClipGradNormOp::getTiedResultOperandIndex(
 }
 
 // AdamW: param, grad, m, v, lr, step -> new param, m, v.
-Value AdamWOp::getUpdatedParam() { return getParam(); }
-Value AdamWOp::getNewParamValue() { return getNewParam(); }
-Value AdamWOp::getGradient() { return getGrad(); }
 SmallVector<OptimizerStateUse> AdamWOp::getStateUses() {
   return {{StateKind::m, StatePart::value, 2, 1},
           {StateKind::v, StatePart::value, 3, 2}};
@@ -839,9 +836,6 @@ Operation *AdamWOp::buildBlockwise8bit(OpBuilder &builder, ValueRange codes,
 
 // AdamW on 8-bit state: param, grad, m codes, m absmax, v codes, v absmax,
 // lr, step -> new param and the four state tensors.
-Value AdamW8bitOp::getUpdatedParam() { return getParam(); }
-Value AdamW8bitOp::getNewParamValue() { return getNewParam(); }
-Value AdamW8bitOp::getGradient() { return getGrad(); }
 SmallVector<OptimizerStateUse> AdamW8bitOp::getStateUses() {
   return {{StateKind::m, StatePart::codes, 2, 1},
           {StateKind::m, StatePart::absmax, 3, 2},
@@ -854,9 +848,6 @@ AdamW8bitOp::getTiedResultOperandIndex(unsigned result) {
 }
 
 // SGD: param, grad, lr[, momentum buffer] -> new param[, buffer].
-Value SGDOp::getUpdatedParam() { return getParam(); }
-Value SGDOp::getNewParamValue() { return getNewParam(); }
-Value SGDOp::getGradient() { return getGrad(); }
 SmallVector<OptimizerStateUse> SGDOp::getStateUses() {
   if (!getMomentumBuffer())
     return {};
@@ -878,9 +869,6 @@ Operation *SGDOp::buildBlockwise8bit(OpBuilder &builder, ValueRange codes,
 
 // SGD on an 8-bit buffer: param, grad, codes, absmax, lr -> new param,
 // codes, absmax.
-Value SGD8bitOp::getUpdatedParam() { return getParam(); }
-Value SGD8bitOp::getNewParamValue() { return getNewParam(); }
-Value SGD8bitOp::getGradient() { return getGrad(); }
 SmallVector<OptimizerStateUse> SGD8bitOp::getStateUses() {
   return {{StateKind::momentum, StatePart::codes, 2, 1},
           {StateKind::momentum, StatePart::absmax, 3, 2}};

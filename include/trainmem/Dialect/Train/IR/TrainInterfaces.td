@@ -127,12 +127,20 @@ def Train_OptimizerUpdateOpInterface
     can build its fused 8-bit form.
   }];
   let methods = [
+    // The defaults read ODS operands named `param` and `grad` and the
+    // result `new_param`, as every update here names them.
     InterfaceMethod<"The parameter before the update.",
-      "::mlir::Value", "getUpdatedParam">,
+      "::mlir::Value", "getUpdatedParam", (ins), [{}], [{
+        return $_op.getParam();
+      }]>,
     InterfaceMethod<"The parameter after the update.",
-      "::mlir::Value", "getNewParamValue">,
+      "::mlir::Value", "getNewParamValue", (ins), [{}], [{
+        return $_op.getNewParam();
+      }]>,
     InterfaceMethod<"The gradient the update applies.",
-      "::mlir::Value", "getGradient">,
+      "::mlir::Value", "getGradient", (ins), [{}], [{
+        return $_op.getGrad();
+      }]>,
     InterfaceMethod<
       "The state tensors the update reads and writes, in operand order.",
       "::llvm::SmallVector<::mlir::train::OptimizerStateUse>",

@@ -10,7 +10,8 @@
 if(NOT TARGET TrainmemSupport)
   add_library(TrainmemSupport INTERFACE)
   target_include_directories(TrainmemSupport INTERFACE
-    ${TRAINMEM_SOURCE_DIR}/include)
+    $<BUILD_INTERFACE:${TRAINMEM_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_compile_options(TrainmemSupport INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>
     $<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>)

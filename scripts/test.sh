@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets the machine up, builds, then runs every lit and GoogleTest test
 # through the one check-trainmem target; then configures, builds and tests
-# the runtime alone, with no LLVM or MLIR on its include path.
+# the runtime alone, with no LLVM or MLIR on its include path; then installs
+# trainmem into a scratch prefix and builds and tests the out-of-tree pass
+# plugin (examples/memory-plugin) against the installed package.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/build.sh" check-trainmem
@@ -17,3 +19,15 @@ if grep -E -q -e '-I ?[^ ]*(llvm|mlir)' "$alone/compile_commands.json"; then
 fi
 ninja -C "$alone" -j "$jobs"
 ctest --test-dir "$alone" --output-on-failure
+
+# The installed package: the example plugin finds it with find_package,
+# builds against its headers and is loaded into its trainmem-opt.
+prefix="$build/install-test"
+plugin="$build/memory-plugin"
+rm -rf "$prefix" "$plugin"
+cmake --install "$build" --prefix "$prefix" >/dev/null
+cmake -S "$root/examples/memory-plugin" -B "$plugin" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+  -DTrainmem_DIR="$prefix/lib/cmake/trainmem" >/dev/null
+ninja -C "$plugin" -j "$jobs" check-plugin

@@ -1,5 +1,6 @@
 //===- Context.cpp - context, arena, threads ------------------------------===//
 
+#include "Backend.h"
 #include "Context.h"
 
 #include <cblas.h>
@@ -90,15 +91,81 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
   done.wait(lock, [&] { return pending == 0; });
 }
 
+//===----------------------------------------------------------------------===//
+// The registry of backends
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct BackendEntry {
+  const char *name;
+  /// Null for a backend this runtime was built without.
+  const Backend &(*get)();
+};
+} // namespace
+
+static const BackendEntry kBackends[] = {
+    {"cpu", &cpuBackend},
+    // The CUDA backend plugs in here when the runtime is built with it.
+    {"cuda", nullptr},
+};
+
+const Backend *tmrt::lookupBackend(const char *name, bool &known) {
+  known = false;
+  for (const BackendEntry &entry : kBackends) {
+    if (std::strcmp(entry.name, name) != 0)
+      continue;
+    known = true;
+    return entry.get ? &entry.get() : nullptr;
+  }
+  return nullptr;
+}
+
+const char *tmrt::builtBackendNames() {
+  static const std::string names = [] {
+    std::string list;
+    for (const BackendEntry &entry : kBackends)
+      if (entry.get)
+        list += (list.empty() ? "" : ", ") + std::string(entry.name);
+    return list;
+  }();
+  return names.c_str();
+}
+
+static int64_t singleSize(tmrt_context *) { return 1; }
+static int64_t singleRank(tmrt_context *) { return 0; }
+static void singleAllReduce(tmrt_context *, float *, int64_t) {}
+
+const Communicator &tmrt::singleProcessCommunicator() {
+  static const Communicator communicator = {"single", singleSize, singleRank,
+                                            singleAllReduce};
+  return communicator;
+}
+
+/// Sets *error to a message kept until the calling thread's next failure.
+static void setError(const char **error, std::string message) {
+  static thread_local std::string kept;
+  kept = std::move(message);
+  if (error)
+    *error = kept.c_str();
+}
+
 extern "C" {
 
-tmrt_context *tmrt_context_create(const char *backend, int64_t threads,
+tmrt_context *tmrt_context_create(const char *backendName, int64_t threads,
                                   const char **error) {
-  if (std::strcmp(backend, "cpu") != 0) {
-    if (error)
-      *error = std::strcmp(backend, "cuda") == 0
-                   ? "backend 'cuda' is not built into this runtime"
-                   : "unknown backend (expected 'cpu' or 'cuda')";
+  if (!backendName) {
+    setError(error, "no backend named");
+    return nullptr;
+  }
+  bool known = false;
+  const Backend *backend = lookupBackend(backendName, known);
+  if (!backend) {
+    setError(error,
+             known ? std::string("backend '") + backendName +
+                         "' is not built into this runtime (built: " +
+                         builtBackendNames() + ")"
+                   : std::string("unknown backend '") + backendName +
+                         "' (built: " + builtBackendNames() + ")");
     return nullptr;
   }
   if (threads < 1 || threads > kMaxThreads) {
@@ -111,14 +178,12 @@ tmrt_context *tmrt_context_create(const char *backend, int64_t threads,
   static std::once_flag blasThreads;
   std::call_once(blasThreads, [] { openblas_set_num_threads(1); });
   try {
-    return new tmrt_context(static_cast<int>(threads));
+    return new tmrt_context(*backend, singleProcessCommunicator(),
+                            static_cast<int>(threads));
   } catch (const std::exception &e) {
     // Threads the system refuses to start (std::system_error) or memory.
-    static thread_local std::string message;
-    message = std::string("cannot start ") + std::to_string(threads) +
-              " threads: " + e.what();
-    if (error)
-      *error = message.c_str();
+    setError(error, std::string("cannot start ") + std::to_string(threads) +
+                        " threads: " + e.what());
     return nullptr;
   }
 }
@@ -126,7 +191,8 @@ tmrt_context *tmrt_context_create(const char *backend, int64_t threads,
 void tmrt_context_destroy(tmrt_context *ctx) {
   if (!ctx)
     return;
-  std::free(ctx->arena);
+  if (ctx->arena)
+    ctx->backend->freeArena(ctx, ctx->arena);
   delete ctx;
 }
 
@@ -144,17 +210,17 @@ void tmrt_context_clear_error(tmrt_context *ctx) {
 int32_t tmrt_arena_alloc(tmrt_context *ctx, uint64_t bytes) {
   if (ctx->arena)
     return -1;
-  // 64-byte aligned, as the plan's offsets are.
-  uint64_t rounded = (bytes + 63) & ~uint64_t(63);
-  void *memory = nullptr;
-  if (rounded == 0 || posix_memalign(&memory, 64, rounded) != 0)
+  void *memory = ctx->backend->allocArena(ctx, bytes);
+  if (!memory)
     return -1;
   ctx->arena = static_cast<uint8_t *>(memory);
   ctx->arenaBytes = bytes;
   return 0;
 }
 
-uint8_t *tmrt_arena_base(tmrt_context *ctx) { return ctx->arena; }
+uint8_t *tmrt_arena_base(tmrt_context *ctx) {
+  return ctx->backend->hostArena ? ctx->arena : nullptr;
+}
 uint64_t tmrt_arena_bytes(tmrt_context *ctx) { return ctx->arenaBytes; }
 uint64_t tmrt_arena_high_water(tmrt_context *ctx) {
   return ctx->highWater.load();
@@ -164,9 +230,54 @@ void tmrt_arena_touch(tmrt_context *ctx, uint64_t offset, uint64_t bytes) {
 }
 uint64_t tmrt_kernel_calls(tmrt_context *ctx) { return ctx->kernelCalls.load(); }
 
-int64_t tmrt_world_size(tmrt_context *) { return 1; }
-void tmrt_all_reduce_sum_f32(tmrt_context *ctx, int64_t, int64_t) {
-  ++ctx->kernelCalls;
+int32_t tmrt_arena_write(tmrt_context *ctx, uint64_t offset,
+                         const void *source, uint64_t bytes) {
+  if (!ctx->arena || offset > ctx->arenaBytes ||
+      bytes > ctx->arenaBytes - offset)
+    return -1;
+  ctx->backend->writeArena(ctx, offset, source, bytes);
+  ctx->touch(static_cast<int64_t>(offset), bytes);
+  return 0;
 }
+
+int32_t tmrt_arena_read(tmrt_context *ctx, uint64_t offset, void *destination,
+                        uint64_t bytes) {
+  if (!ctx->arena || offset > ctx->arenaBytes ||
+      bytes > ctx->arenaBytes - offset)
+    return -1;
+  ctx->backend->readArena(ctx, offset, destination, bytes);
+  return 0;
+}
+
+int32_t tmrt_arena_copy(tmrt_context *ctx, uint64_t from, uint64_t to,
+                        uint64_t bytes) {
+  if (!ctx->arena || from > ctx->arenaBytes ||
+      bytes > ctx->arenaBytes - from || to > ctx->arenaBytes ||
+      bytes > ctx->arenaBytes - to)
+    return -1;
+  ctx->backend->copyArena(ctx, from, to, bytes);
+  ctx->touch(static_cast<int64_t>(to), bytes);
+  return 0;
+}
+
+const char *tmrt_context_backend(tmrt_context *ctx) {
+  return ctx->backend->name;
+}
+
+int32_t tmrt_backend_status(const char *name) {
+  if (!name)
+    return -1;
+  bool known = false;
+  if (lookupBackend(name, known))
+    return 1;
+  return known ? 0 : -1;
+}
+
+const char *tmrt_backend_names(void) { return builtBackendNames(); }
+
+int64_t tmrt_world_size(tmrt_context *ctx) {
+  return ctx->communicator->size(ctx);
+}
+int64_t tmrt_rank(tmrt_context *ctx) { return ctx->communicator->rank(ctx); }
 
 } // extern "C"

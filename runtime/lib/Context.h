@@ -42,12 +42,15 @@ private:
   bool stopping = false;
 };
 
-enum class Backend { Cpu };
+struct Backend;
+struct Communicator;
 
 } // namespace tmrt
 
 struct tmrt_context {
-  tmrt::Backend backend = tmrt::Backend::Cpu;
+  /// The tables the context's kernels and collectives go through.
+  const tmrt::Backend *backend;
+  const tmrt::Communicator *communicator;
   tmrt::ThreadPool pool;
   uint8_t *arena = nullptr;
   uint64_t arenaBytes = 0;
@@ -59,7 +62,9 @@ struct tmrt_context {
   double clipSumSquares = 0.0;
   double clipScale = 1.0;
 
-  explicit tmrt_context(int threads) : pool(threads) {}
+  tmrt_context(const tmrt::Backend &backend,
+               const tmrt::Communicator &communicator, int threads)
+      : backend(&backend), communicator(&communicator), pool(threads) {}
 
   template <typename T> T *at(int64_t offset) {
     return reinterpret_cast<T *>(arena + offset);

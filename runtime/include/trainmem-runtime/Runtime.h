@@ -22,19 +22,39 @@ extern "C" {
 
 typedef struct tmrt_context tmrt_context;
 
-/* Context: backend "cpu" (always built; "cuda" when built with it), 1 to
- * 1024 threads. Returns null and sets *error on failure (a static string,
- * or one valid until the calling thread's next failed create). Results do
- * not depend on the thread count. */
+/* Context: a backend by name ("cpu", always built; "cuda" when built with
+ * it), 1 to 1024 threads. Returns null and sets *error on failure (valid
+ * until the calling thread's next failed create). Results do not depend on
+ * the thread count. Every kernel below runs on the context's backend. */
 tmrt_context *tmrt_context_create(const char *backend, int64_t threads,
                                   const char **error);
 void tmrt_context_destroy(tmrt_context *ctx);
+/* The name of the context's backend. */
+const char *tmrt_context_backend(tmrt_context *ctx);
+/* Whether a backend can be created: 1 built in, 0 known but not built
+ * (cuda without CUDA), -1 unknown. */
+int32_t tmrt_backend_status(const char *name);
+/* The backends built in, comma-separated ("cpu"). */
+const char *tmrt_backend_names(void);
 /* The first error a kernel recorded since the last clear, or null. */
 const char *tmrt_context_error(tmrt_context *ctx);
 void tmrt_context_clear_error(tmrt_context *ctx);
 
 /* Arena: allocated once; returns 0, or -1 when it cannot be allocated. */
 int32_t tmrt_arena_alloc(tmrt_context *ctx, uint64_t bytes);
+/* Copies between host memory and the arena (which may be device memory);
+ * a write marks the region written. Return 0, or -1 for a range outside
+ * the arena. */
+int32_t tmrt_arena_write(tmrt_context *ctx, uint64_t offset,
+                         const void *source, uint64_t bytes);
+int32_t tmrt_arena_read(tmrt_context *ctx, uint64_t offset, void *destination,
+                        uint64_t bytes);
+/* Copies bytes within the arena (the regions may overlap); marks the
+ * destination written. */
+int32_t tmrt_arena_copy(tmrt_context *ctx, uint64_t from, uint64_t to,
+                        uint64_t bytes);
+/* The arena's host address: only for a backend whose arena is host memory
+ * (cpu); null otherwise. Prefer tmrt_arena_write/read. */
 uint8_t *tmrt_arena_base(tmrt_context *ctx);
 uint64_t tmrt_arena_bytes(tmrt_context *ctx);
 /* Highest arena byte any kernel has written (+1): the measured peak. */
@@ -204,8 +224,10 @@ void tmrt_lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
                       double peak_lr, double min_lr, int64_t warmup_steps,
                       int64_t total_steps);
 
-/* Collectives: one process, so an all-reduce leaves the data as it is. */
+/* Collectives, through the context's communicator (one process today, so
+ * an all-reduce leaves the data as it is). */
 int64_t tmrt_world_size(tmrt_context *ctx);
+int64_t tmrt_rank(tmrt_context *ctx);
 void tmrt_all_reduce_sum_f32(tmrt_context *ctx, int64_t buffer, int64_t n);
 
 #ifdef __cplusplus

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../Backend.h"
 #include "../Context.h"
 #include "Quantized.h"
 #include "trainmem/Support/Activations.h"
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -123,7 +125,6 @@ uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
 template <typename Fn>
 void unaryKernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                  Fn fn) {
-  ++ctx->kernelCalls;
   const float *x = ctx->at<float>(in);
   float *y = ctx->at<float>(out);
   elementwise(ctx, n, [&](int64_t i) {
@@ -136,7 +137,6 @@ void unaryKernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
 template <typename Fn>
 void binaryKernel(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
                   int64_t n, Fn fn) {
-  ++ctx->kernelCalls;
   const float *x = ctx->at<float>(a), *y = ctx->at<float>(b);
   float *z = ctx->at<float>(out);
   elementwise(ctx, n, [&](int64_t i) {
@@ -153,24 +153,26 @@ int64_t readId(tmrt_context *ctx, int64_t ids, int64_t index, int64_t bits) {
 
 } // namespace
 
-extern "C" {
+//===----------------------------------------------------------------------===//
+// The kernels (Kernels.def), reached through the table below
+//===----------------------------------------------------------------------===//
 
-void tmrt_fill_f32(tmrt_context *ctx, int64_t out, int64_t n, double value) {
-  ++ctx->kernelCalls;
+namespace {
+
+
+void fill_f32(tmrt_context *ctx, int64_t out, int64_t n, double value) {
   float *y = ctx->at<float>(out);
   elementwise(ctx, n, [&](int64_t i) { y[i] = static_cast<float>(value); });
   ctx->touch(out, n * 4);
 }
 
-void tmrt_fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value) {
-  ++ctx->kernelCalls;
+void fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value) {
   int64_t *y = ctx->at<int64_t>(out);
   std::fill(y, y + n, value);
   ctx->touch(out, n * 8);
 }
 
-void tmrt_iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits) {
-  ++ctx->kernelCalls;
+void iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits) {
   for (int64_t i = 0; i < n; ++i) {
     if (id_bits == 32)
       ctx->at<int32_t>(out)[i] = static_cast<int32_t>(i);
@@ -180,18 +182,16 @@ void tmrt_iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits) {
   ctx->touch(out, n * id_bits / 8);
 }
 
-void tmrt_copy_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  ++ctx->kernelCalls;
+void copy_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   if (in != out)
     std::memmove(ctx->at<float>(out), ctx->at<float>(in), n * 4);
   ctx->touch(out, n * 4);
 }
 
-void tmrt_copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
+void copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
                        int64_t d1, int64_t d2, int64_t d3, int64_t d4,
                        int64_t d5, int64_t s0, int64_t s1, int64_t s2,
                        int64_t s3, int64_t s4, int64_t s5) {
-  ++ctx->kernelCalls;
   const float *x = ctx->at<float>(in);
   float *y = ctx->at<float>(out);
   int64_t rows = d0 * d1 * d2 * d3 * d4;
@@ -213,12 +213,11 @@ void tmrt_copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
   ctx->touch(out, rows * d5 * 4);
 }
 
-void tmrt_matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
+void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
                  int64_t n, int64_t k, int64_t a_rs, int64_t a_cs,
                  int64_t b_rs, int64_t b_cs, int64_t c0, int64_t c1,
                  int64_t c2, int64_t c3, int64_t a0, int64_t a1, int64_t a2,
                  int64_t a3, int64_t b0, int64_t b1, int64_t b2, int64_t b3) {
-  ++ctx->kernelCalls;
   const float *pa = ctx->at<float>(a);
   const float *pb = ctx->at<float>(b);
   float *pc = ctx->at<float>(c);
@@ -290,56 +289,54 @@ void tmrt_matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
   ctx->touch(c, batches * m * n * 4);
 }
 
-void tmrt_add(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
+void add(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
               int64_t n) {
   binaryKernel(ctx, a, b, out, n, [](double x, double y) { return x + y; });
 }
 
-void tmrt_mul(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
+void mul(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
               int64_t n) {
   binaryKernel(ctx, a, b, out, n, [](double x, double y) { return x * y; });
 }
 
-void tmrt_scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+void scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                 double factor) {
   unaryKernel(ctx, in, out, n, [&](double x) { return x * factor; });
 }
 
-void tmrt_bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+void bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
                    int64_t n, int64_t bias_n) {
-  ++ctx->kernelCalls;
   const float *x = ctx->at<float>(in), *b = ctx->at<float>(bias);
   float *y = ctx->at<float>(out);
   elementwise(ctx, n, [&](int64_t i) { y[i] = x[i] + b[i % bias_n]; });
   ctx->touch(out, n * 4);
 }
 
-void tmrt_gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+void gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   unaryKernel(ctx, in, out, n, trainmem::gelu);
 }
 
-void tmrt_silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+void silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   unaryKernel(ctx, in, out, n, trainmem::silu);
 }
 
-void tmrt_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+void gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n) {
   binaryKernel(ctx, dy, x, out, n, [](double g, double v) {
     return g * trainmem::geluDerivative(v);
   });
 }
 
-void tmrt_silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+void silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n) {
   binaryKernel(ctx, dy, x, out, n, [](double g, double v) {
     return g * trainmem::siluDerivative(v);
   });
 }
 
-void tmrt_layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,
+void layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,
                      int64_t beta, int64_t out, int64_t rows, int64_t cols,
                      double eps) {
-  ++ctx->kernelCalls;
   const float *x = ctx->at<float>(in), *g = ctx->at<float>(gamma),
               *b = ctx->at<float>(beta);
   float *y = ctx->at<float>(out);
@@ -361,11 +358,10 @@ void tmrt_layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,
   ctx->touch(out, rows * cols * 4);
 }
 
-void tmrt_layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+void layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
                           int64_t gamma, int64_t dx, int64_t dgamma,
                           int64_t dbeta, int64_t rows, int64_t cols,
                           double eps) {
-  ++ctx->kernelCalls;
   const float *gy = ctx->at<float>(dy), *xv = ctx->at<float>(x),
               *g = ctx->at<float>(gamma);
   float *gx = ctx->at<float>(dx);
@@ -420,9 +416,8 @@ void tmrt_layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
   ctx->touch(dbeta, cols * 4);
 }
 
-void tmrt_rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
+void rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
                    int64_t rows, int64_t cols, double eps) {
-  ++ctx->kernelCalls;
   const float *x = ctx->at<float>(in), *g = ctx->at<float>(gamma);
   float *y = ctx->at<float>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
@@ -439,10 +434,9 @@ void tmrt_rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
   ctx->touch(out, rows * cols * 4);
 }
 
-void tmrt_rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
                         int64_t gamma, int64_t dx, int64_t dgamma,
                         int64_t rows, int64_t cols, double eps) {
-  ++ctx->kernelCalls;
   const float *gy = ctx->at<float>(dy), *xv = ctx->at<float>(x),
               *g = ctx->at<float>(gamma);
   float *gx = ctx->at<float>(dx);
@@ -479,9 +473,8 @@ void tmrt_rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
   ctx->touch(dgamma, cols * 4);
 }
 
-void tmrt_softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+void softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
                   int64_t cols, int64_t queries, int64_t causal) {
-  ++ctx->kernelCalls;
   const float *x = ctx->at<float>(in);
   float *y = ctx->at<float>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
@@ -504,9 +497,8 @@ void tmrt_softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
   ctx->touch(out, rows * cols * 4);
 }
 
-void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
+void softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
                        int64_t rows, int64_t cols) {
-  ++ctx->kernelCalls;
   const float *g = ctx->at<float>(dy), *yv = ctx->at<float>(y);
   float *z = ctx->at<float>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
@@ -522,11 +514,10 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
   ctx->touch(out, rows * cols * 4);
 }
 
-void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
+void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,
                   int64_t part_elements) {
-  ++ctx->kernelCalls;
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   const float *x = ctx->at<float>(in);
@@ -544,9 +535,8 @@ void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
   ctx->touch(mask, n);
 }
 
-void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
+void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
                        int64_t out, int64_t n, double rate) {
-  ++ctx->kernelCalls;
   const float *g = ctx->at<float>(dy);
   const uint8_t *keep = ctx->at<uint8_t>(mask);
   float *y = ctx->at<float>(out);
@@ -557,11 +547,10 @@ void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
   ctx->touch(out, n * 4);
 }
 
-void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
+void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
                        double rate, int64_t seed, int64_t offset,
                        int64_t key, int64_t first, int64_t part,
                        int64_t part_elements) {
-  ++ctx->kernelCalls;
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   uint8_t *keep = ctx->at<uint8_t>(mask);
@@ -572,10 +561,9 @@ void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
   ctx->touch(mask, n);
 }
 
-void tmrt_rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
+void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
                int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
                int64_t ss, int64_t sd, double theta, int64_t inverse) {
-  ++ctx->kernelCalls;
   const float *x = ctx->at<float>(in);
   float *y = ctx->at<float>(out);
   double sign = inverse ? -1.0 : 1.0;
@@ -597,10 +585,9 @@ void tmrt_rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
   ctx->touch(out, rows * d * 4);
 }
 
-void tmrt_embedding(tmrt_context *ctx, int64_t table, int64_t ids,
+void embedding(tmrt_context *ctx, int64_t table, int64_t ids,
                     int64_t out, int64_t num_ids, int64_t hidden,
                     int64_t vocab, int64_t id_bits) {
-  ++ctx->kernelCalls;
   const float *t = ctx->at<float>(table);
   float *y = ctx->at<float>(out);
   for (int64_t i = 0; i < num_ids; ++i) {
@@ -617,10 +604,9 @@ void tmrt_embedding(tmrt_context *ctx, int64_t table, int64_t ids,
   ctx->touch(out, num_ids * hidden * 4);
 }
 
-void tmrt_embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
+void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
                          int64_t out, int64_t num_ids, int64_t hidden,
                          int64_t vocab, int64_t id_bits) {
-  ++ctx->kernelCalls;
   const float *g = ctx->at<float>(dy);
   float *y = ctx->at<float>(out);
   // Accumulate in double per table row, in position order (deterministic).
@@ -641,11 +627,10 @@ void tmrt_embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
   ctx->touch(out, vocab * hidden * 4);
 }
 
-void tmrt_sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
+void sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
                  int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4,
                  int64_t d5, int64_t o0, int64_t o1, int64_t o2, int64_t o3,
                  int64_t o4, int64_t o5) {
-  ++ctx->kernelCalls;
   const float *x = ctx->at<float>(in);
   std::vector<double> acc(out_n, 0.0);
   int64_t index = 0;
@@ -664,10 +649,9 @@ void tmrt_sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
   ctx->touch(out, out_n * 4);
 }
 
-void tmrt_cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
+void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
                         int64_t loss_sum, int64_t count, int64_t rows,
                         int64_t vocab, int64_t ignore_index, int64_t id_bits) {
-  ++ctx->kernelCalls;
   const float *l = ctx->at<float>(logits);
   std::vector<double> rowLoss(rows, 0.0);
   std::vector<uint8_t> valid(rows, 0);
@@ -705,11 +689,10 @@ void tmrt_cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
   ctx->touch(count, 8);
 }
 
-void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
+void cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
                              int64_t logits, int64_t targets, int64_t out,
                              int64_t rows, int64_t vocab, int64_t ignore_index,
                              int64_t id_bits) {
-  ++ctx->kernelCalls;
   double g = *ctx->at<float>(dloss);
   const float *l = ctx->at<float>(logits);
   float *y = ctx->at<float>(out);
@@ -737,9 +720,8 @@ void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
   ctx->touch(out, rows * vocab * 4);
 }
 
-void tmrt_mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
+void mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
                     int64_t out, int64_t weight, double scale) {
-  ++ctx->kernelCalls;
   if (weight >= 0)
     scale *= *ctx->at<float>(weight);
   double sum = *ctx->at<float>(loss_sum);
@@ -749,9 +731,8 @@ void tmrt_mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
   ctx->touch(out, 4);
 }
 
-void tmrt_count_valid(tmrt_context *ctx, int64_t targets, int64_t out,
+void count_valid(tmrt_context *ctx, int64_t targets, int64_t out,
                       int64_t n, int64_t ignore_index, int64_t id_bits) {
-  ++ctx->kernelCalls;
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i)
     count += readId(ctx, targets, i, id_bits) != ignore_index;
@@ -759,10 +740,9 @@ void tmrt_count_valid(tmrt_context *ctx, int64_t targets, int64_t out,
   ctx->touch(out, 8);
 }
 
-void tmrt_slice_rows(tmrt_context *ctx, int64_t in, int64_t out,
+void slice_rows(tmrt_context *ctx, int64_t in, int64_t out,
                      int64_t offset, int64_t rows, int64_t available,
                      int64_t row_elems, int64_t kind, int64_t padding) {
-  ++ctx->kernelCalls;
   int64_t size = kind == 64 ? 8 : 4;
   int64_t copied = std::max<int64_t>(0, std::min(rows, available - offset));
   std::memcpy(ctx->arena + out, ctx->arena + in + offset * row_elems * size,
@@ -778,11 +758,10 @@ void tmrt_slice_rows(tmrt_context *ctx, int64_t in, int64_t out,
   ctx->touch(out, rows * row_elems * size);
 }
 
-void tmrt_adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+void adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
                 int64_t v, int64_t lr, int64_t step, int64_t new_param,
                 int64_t new_m, int64_t new_v, int64_t n, double beta1,
                 double beta2, double eps, double weight_decay) {
-  ++ctx->kernelCalls;
   const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad),
               *mv = ctx->at<float>(m), *vv = ctx->at<float>(v);
   float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m),
@@ -804,10 +783,9 @@ void tmrt_adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   ctx->touch(new_v, n * 4);
 }
 
-void tmrt_quantize(tmrt_context *ctx, int64_t in, int64_t codes,
+void quantize(tmrt_context *ctx, int64_t in, int64_t codes,
                    int64_t absmax, int64_t n, int64_t block,
                    int64_t is_signed) {
-  ++ctx->kernelCalls;
   block = effectiveBlock(block, n);
   const trainmem::DynamicMap &map = is_signed ? trainmem::signedDynamicMap()
                                               : trainmem::unsignedDynamicMap();
@@ -823,10 +801,9 @@ void tmrt_quantize(tmrt_context *ctx, int64_t in, int64_t codes,
   ctx->touch(absmax, blocks * 4);
 }
 
-void tmrt_dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax,
+void dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax,
                      int64_t out, int64_t n, int64_t block,
                      int64_t is_signed) {
-  ++ctx->kernelCalls;
   block = effectiveBlock(block, n);
   const trainmem::DynamicMap &map = is_signed ? trainmem::signedDynamicMap()
                                               : trainmem::unsignedDynamicMap();
@@ -839,7 +816,7 @@ void tmrt_dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax,
   ctx->touch(out, n * 4);
 }
 
-void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                      int64_t m_codes, int64_t m_absmax, int64_t v_codes,
                      int64_t v_absmax, int64_t lr, int64_t step,
                      int64_t new_param, int64_t new_m_codes,
@@ -847,7 +824,6 @@ void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                      int64_t new_v_absmax, int64_t n, int64_t block,
                      double beta1, double beta2, double eps,
                      double weight_decay) {
-  ++ctx->kernelCalls;
   block = effectiveBlock(block, n);
   const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
   const uint8_t *mc = ctx->at<uint8_t>(m_codes), *vc = ctx->at<uint8_t>(v_codes);
@@ -885,12 +861,11 @@ void tmrt_adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   ctx->touch(new_v_absmax, blocks * 4);
 }
 
-void tmrt_sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                    int64_t codes, int64_t absmax, int64_t lr,
                    int64_t new_param, int64_t new_codes, int64_t new_absmax,
                    int64_t n, int64_t block, double momentum,
                    double weight_decay, int64_t nesterov) {
-  ++ctx->kernelCalls;
   block = effectiveBlock(block, n);
   const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
   const uint8_t *c = ctx->at<uint8_t>(codes);
@@ -927,11 +902,10 @@ void tmrt_sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   ctx->touch(new_absmax, blocks * 4);
 }
 
-void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
+void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
               int64_t buffer, int64_t new_param, int64_t new_buffer,
               int64_t n, double momentum, double weight_decay,
               int64_t nesterov) {
-  ++ctx->kernelCalls;
   const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
   const float *b = buffer >= 0 ? ctx->at<float>(buffer) : nullptr;
   float *np = ctx->at<float>(new_param);
@@ -950,13 +924,11 @@ void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
     ctx->touch(new_buffer, n * 4);
 }
 
-void tmrt_clip_begin(tmrt_context *ctx) {
-  ++ctx->kernelCalls;
+void clip_begin(tmrt_context *ctx) {
   ctx->clipSumSquares = 0.0;
 }
 
-void tmrt_clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
-  ++ctx->kernelCalls;
+void clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
   const float *g = ctx->at<float>(grad);
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i)
@@ -964,17 +936,15 @@ void tmrt_clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
   ctx->clipSumSquares += sum;
 }
 
-void tmrt_clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
-  ++ctx->kernelCalls;
+void clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
   double value = std::sqrt(ctx->clipSumSquares);
   ctx->clipScale = std::min(1.0, max_norm / (value + 1e-6));
   *ctx->at<float>(norm) = static_cast<float>(value);
   ctx->touch(norm, 4);
 }
 
-void tmrt_clip_apply(tmrt_context *ctx, int64_t grad, int64_t out,
+void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out,
                      int64_t n) {
-  ++ctx->kernelCalls;
   const float *g = ctx->at<float>(grad);
   float *y = ctx->at<float>(out);
   double scale = ctx->clipScale;
@@ -984,10 +954,9 @@ void tmrt_clip_apply(tmrt_context *ctx, int64_t grad, int64_t out,
   ctx->touch(out, n * 4);
 }
 
-void tmrt_lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
+void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
                       double peak_lr, double min_lr, int64_t warmup_steps,
                       int64_t total_steps) {
-  ++ctx->kernelCalls;
   double t = static_cast<double>(*ctx->at<int64_t>(step));
   double warmup = static_cast<double>(warmup_steps);
   double total = static_cast<double>(total_steps);
@@ -1003,4 +972,50 @@ void tmrt_lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
   ctx->touch(out, 4);
 }
 
-} // extern "C"
+
+/// Collectives reduce host memory through the context's communicator.
+void all_reduce_sum_f32(tmrt_context *ctx, int64_t buffer, int64_t n) {
+  ctx->communicator->allReduceSumF32(ctx, ctx->at<float>(buffer), n);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// The table
+//===----------------------------------------------------------------------===//
+
+static void *allocArena(tmrt_context *, uint64_t bytes) {
+  // 64-byte aligned, as the plan's offsets are.
+  uint64_t rounded = (bytes + 63) & ~uint64_t(63);
+  void *memory = nullptr;
+  if (rounded == 0 || posix_memalign(&memory, 64, rounded) != 0)
+    return nullptr;
+  return memory;
+}
+
+static void freeArena(tmrt_context *, void *arena) { std::free(arena); }
+
+static void writeArena(tmrt_context *ctx, uint64_t offset, const void *source,
+                       uint64_t bytes) {
+  std::memcpy(ctx->arena + offset, source, bytes);
+}
+
+static void readArena(tmrt_context *ctx, uint64_t offset, void *destination,
+                      uint64_t bytes) {
+  std::memcpy(destination, ctx->arena + offset, bytes);
+}
+
+static void copyArena(tmrt_context *ctx, uint64_t from, uint64_t to,
+                      uint64_t bytes) {
+  std::memmove(ctx->arena + to, ctx->arena + from, bytes);
+}
+
+const tmrt::Backend &tmrt::cpuBackend() {
+  static const Backend backend = {
+      "cpu",      /*hostArena=*/true, allocArena, freeArena,
+      writeArena, readArena,          copyArena,
+#define TMRT_KERNEL(name, parameters, arguments) name,
+#include "trainmem-runtime/Kernels.def"
+  };
+  return backend;
+}

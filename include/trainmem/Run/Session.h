@@ -1,0 +1,189 @@
+//===- Session.h - a training run on one backend -----------------*- C++ -*-===//
+//
+// What trainmem-run is made of, as a library its tests and other drivers
+// reuse: the byte-level corpus, the run's state (parameters and optimizer
+// state, initialized from #train.init or restored from a checkpoint), the
+// checkpoint format, and a Session that runs a compiled step on a backend
+// and copies state the step could not update in place back to its slot.
+//
+// Backends: "interpret" runs the tensor-level step on the reference
+// evaluator; every other name is a runtime backend (tmrt_context_create:
+// "cpu", "cuda" when built), on which the lowered step runs JIT-compiled.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_RUN_SESSION_H
+#define TRAINMEM_RUN_SESSION_H
+
+#include "trainmem/Run/Step.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir {
+namespace train {
+
+/// The bytes of a tensor as the arena holds it (f32 values, i8 codes).
+using Bytes = std::vector<uint8_t>;
+
+/// Parameters and optimizer state: what a checkpoint holds.
+bool isState(const TensorSlot &slot);
+
+/// Largest step a run or checkpoint may reach: far beyond any run, far
+/// below where step arithmetic (step + 1, the Philox stream of the batch)
+/// wraps.
+constexpr uint64_t kMaxStep = uint64_t(1) << 53;
+
+//===----------------------------------------------------------------------===//
+// Data
+//===----------------------------------------------------------------------===//
+
+/// Text trained on byte by byte: token = byte, target = the next byte.
+class Corpus {
+public:
+  explicit Corpus(std::string bytes);
+  /// Reads a regular file of at most 16 GiB; on failure sets `error`
+  /// (naming the file) and returns nothing.
+  static std::optional<Corpus> load(StringRef path, std::string &error);
+
+  uint64_t size() const { return bytes.size(); }
+  /// FNV-1a of the bytes: tells a checkpoint which data it was trained on.
+  uint64_t fingerprint() const { return hash; }
+  /// tokens[b][s] = bytes[start_b + s], targets = the next byte, with
+  /// start_b drawn from (seed, step, b). Needs size() > seqLen.
+  void batch(uint64_t seed, int64_t step, int64_t batchSize, int64_t seqLen,
+             std::vector<int64_t> &tokens,
+             std::vector<int64_t> &targets) const;
+
+private:
+  std::string bytes;
+  uint64_t hash;
+};
+
+/// Initial values of a parameter (the `index`-th of the step) from its
+/// #train.init, drawn from the Philox stream of `seed`.
+std::vector<float> initialValues(const TensorSlot &slot, unsigned index,
+                                 uint64_t seed);
+
+//===----------------------------------------------------------------------===//
+// Checkpoints
+//===----------------------------------------------------------------------===//
+
+/// What a run trains on besides its state: resuming with other values
+/// breaks the promise that a resumed run equals one that never stopped.
+struct RunIdentity {
+  int64_t seed = 0;
+  uint64_t dataBytes = 0;
+  uint64_t dataHash = 0;
+};
+
+/// A checkpoint read and checked completely against a step's slots.
+struct Checkpoint {
+  int64_t step = 0;
+  std::optional<RunIdentity> identity; // absent in version 01
+  /// By "role:key".
+  std::map<std::string, Bytes> tensors;
+};
+
+/// Reads `dir`/checkpoint.bin and checks every field and every tensor
+/// against `slots`; on failure sets `error` and returns false.
+bool readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
+                    Checkpoint &checkpoint, std::string &error);
+
+/// Checks that a checkpoint can be written into `dir` (creating it), so
+/// that a bad path is found before a run, not after it.
+bool checkSaveDir(StringRef dir, std::string &error);
+
+//===----------------------------------------------------------------------===//
+// Session
+//===----------------------------------------------------------------------===//
+
+class State;
+
+struct SessionOptions {
+  /// "interpret" or a runtime backend ("cpu").
+  std::string backend = "cpu";
+  int64_t threads = 1;
+  /// Seeds the initial weights.
+  int64_t seed = 0;
+};
+
+class Session {
+public:
+  ~Session();
+
+  /// Whether `backend` can run here; otherwise an error that names the
+  /// backends that can.
+  static bool checkBackend(StringRef backend, std::string &error);
+
+  /// Takes a module whose step prepareStep made ready, lowers it and checks that it is one this
+  /// library trains (f32 parameters and state or 8-bit codes, every
+  /// parameter with a #train.init, an optimizer, tokens/targets/step inputs
+  /// and a loss). On failure sets `error` (empty when diagnostics were
+  /// emitted already) and returns null. Nothing is allocated yet.
+  static std::unique_ptr<Session> create(OwningOpRef<ModuleOp> module,
+                                         const SessionOptions &options,
+                                         std::string &error);
+
+  /// Creates the backend's context, allocates the arena and JIT-compiles
+  /// the step (runtime backends).
+  bool start(std::string &error);
+
+  /// Sets the state as the parameters' #train.init says (optimizer state
+  /// zero, master weights equal to the parameters).
+  bool initialize(std::string &error);
+  /// Sets the state from a checkpoint read for this step.
+  void restore(const Checkpoint &checkpoint);
+
+  /// Runs training step `step` on one batch and sets `loss`. On failure
+  /// sets `error` (empty when diagnostics were emitted already).
+  bool runStep(int64_t step, ArrayRef<int64_t> tokens,
+               ArrayRef<int64_t> targets, float &loss, std::string &error);
+
+  /// Writes the state as a checkpoint of `step`, atomically (temporary
+  /// file, fsync, rename, fsync of the directory).
+  bool save(StringRef dir, int64_t step, const RunIdentity &identity,
+            std::string &error) const;
+
+  /// A state tensor (param or optimizer_state slot) as it is now.
+  Bytes readState(const TensorSlot &slot) const;
+
+  const StepLayout &getLayout() const { return layout; }
+  StringRef getBackend() const { return options.backend; }
+  int64_t getThreads() const { return options.threads; }
+  int64_t getBatchSize() const { return batchSize; }
+  int64_t getSeqLen() const { return seqLen; }
+  /// Classes of the step's cross-entropy (or the model's `vocab`).
+  int64_t getVocab() const { return vocab; }
+  /// The highest arena byte written so far (runtime backends).
+  std::optional<uint64_t> getMeasuredPeak() const;
+
+private:
+  Session() = default;
+
+  SessionOptions options;
+  StepLayout layout;
+  OwningOpRef<ModuleOp> lowered;
+  /// The tensor-level step, for the interpreter.
+  OwningOpRef<ModuleOp> tensorStep;
+  func::FuncOp stepFunc;
+  int64_t batchSize = 0, seqLen = 0, vocab = 0;
+  const TensorSlot *tokensSlot = nullptr, *targetsSlot = nullptr,
+                   *stepSlot = nullptr, *lossSlot = nullptr;
+  tmrt_context *ctx = nullptr;
+  std::unique_ptr<JitStep> jit;
+  std::unique_ptr<State> state;
+};
+
+} // namespace train
+} // namespace mlir
+
+#endif // TRAINMEM_RUN_SESSION_H

@@ -1,0 +1,784 @@
+//===- Session.cpp - a training run on one backend ------------------------===//
+//
+// The corpus, the run's state, the checkpoint format and the session that
+// runs a compiled step (Session.h). trainmem-run is a command line over
+// this file.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Run/Session.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Evaluator/Evaluator.h"
+#include "trainmem/Support/DynamicMap.h"
+#include "trainmem/Support/Philox.h"
+#include "trainmem-runtime/Runtime.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cassert>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fcntl.h>
+#include <limits>
+#include <unistd.h>
+
+using namespace mlir;
+using namespace mlir::train;
+
+bool mlir::train::isState(const TensorSlot &slot) {
+  return slot.role == "param" || slot.role == "optimizer_state";
+}
+
+//===----------------------------------------------------------------------===//
+// Deterministic randomness
+//===----------------------------------------------------------------------===//
+
+/// 64 random bits of stream `stream` at `index`, from Philox keyed by seed.
+static uint64_t random64(uint64_t streamSeed, uint64_t stream,
+                         uint64_t index) {
+  uint64_t lo = trainmem::philoxWord(streamSeed, stream, 2 * index);
+  uint64_t hi = trainmem::philoxWord(streamSeed, stream, 2 * index + 1);
+  return (hi << 32) | lo;
+}
+
+/// Standard normal by Box-Muller.
+static double normal(uint64_t streamSeed, uint64_t stream, uint64_t index) {
+  double u1 = (static_cast<double>(random64(streamSeed, stream, 2 * index) >> 11) + 1.0) /
+              9007199254740993.0;
+  double u2 = static_cast<double>(random64(streamSeed, stream, 2 * index + 1) >> 11) /
+              9007199254740992.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+/// The model builder writes the architecture's reference: norm gains 1,
+/// biases 0, matrices N(0, 0.02), GPT's residual projections
+/// N(0, 0.02 / sqrt(2 · layers)).
+std::vector<float> mlir::train::initialValues(const TensorSlot &slot,
+                                              unsigned index, uint64_t seed) {
+  std::vector<float> values(slot.numElements(), 0.0f);
+  assert(slot.init && "a parameter without #train.init");
+  switch (*slot.init) {
+  case InitKind::zeros:
+    break;
+  case InitKind::ones:
+    std::fill(values.begin(), values.end(), 1.0f);
+    break;
+  case InitKind::normal:
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = static_cast<float>(slot.initStd *
+                                     normal(seed, 1000 + index, i));
+    break;
+  }
+  return values;
+}
+
+//===----------------------------------------------------------------------===//
+// Data
+//===----------------------------------------------------------------------===//
+
+static uint64_t fnv1a(StringRef data);
+
+Corpus::Corpus(std::string text) : bytes(std::move(text)), hash(fnv1a(bytes)) {}
+
+std::optional<Corpus> Corpus::load(StringRef path, std::string &error) {
+  // A regular file of bounded size: a device (/dev/zero) or a pipe would be
+  // read without end.
+  llvm::sys::fs::file_status status;
+  if (std::error_code ec = llvm::sys::fs::status(path, status)) {
+    error = "cannot read data '" + path.str() + "': " + ec.message();
+    return std::nullopt;
+  }
+  if (status.type() != llvm::sys::fs::file_type::regular_file) {
+    error = "data '" + path.str() + "' is not a regular file";
+    return std::nullopt;
+  }
+  constexpr uint64_t kMaxDataBytes = uint64_t(16) << 30;
+  if (status.getSize() > kMaxDataBytes) {
+    error = "data '" + path.str() + "' has " +
+            std::to_string(status.getSize()) +
+            " bytes; trainmem-run reads at most 16 GiB";
+    return std::nullopt;
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) {
+    error = "cannot read data '" + path.str() + "': " +
+            buffer.getError().message();
+    return std::nullopt;
+  }
+  return Corpus((*buffer)->getBuffer().str());
+}
+
+void Corpus::batch(uint64_t seed, int64_t step, int64_t batchSize,
+                   int64_t seqLen, std::vector<int64_t> &tokens,
+                   std::vector<int64_t> &targets) const {
+  assert(bytes.size() > static_cast<uint64_t>(seqLen) && "corpus too short");
+  uint64_t span = bytes.size() - static_cast<uint64_t>(seqLen);
+  tokens.resize(batchSize * seqLen);
+  targets.resize(batchSize * seqLen);
+  for (int64_t b = 0; b < batchSize; ++b) {
+    uint64_t start = random64(seed, 2000000 + step, b) % span;
+    for (int64_t s = 0; s < seqLen; ++s) {
+      tokens[b * seqLen + s] = static_cast<unsigned char>(bytes[start + s]);
+      targets[b * seqLen + s] =
+          static_cast<unsigned char>(bytes[start + s + 1]);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// State: the arena (runtime backends) or host tensors (interpret)
+//===----------------------------------------------------------------------===//
+
+static Bytes floatBytes(const std::vector<float> &values) {
+  Bytes bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+namespace mlir {
+namespace train {
+/// The persistent state of a run, addressed by (role, key) and held as the
+/// bytes of each tensor (f32 params and state, i8 codes of 8-bit state).
+class State {
+public:
+  virtual ~State() = default;
+  virtual void write(const TensorSlot &slot, const Bytes &bytes) = 0;
+  virtual Bytes read(const TensorSlot &slot) const = 0;
+};
+} // namespace train
+} // namespace mlir
+
+namespace {
+/// State in the backend's arena, reached through the runtime's copies (the
+/// arena may be device memory).
+class ArenaState : public State {
+public:
+  explicit ArenaState(tmrt_context *ctx) : ctx(ctx) {}
+  void write(const TensorSlot &slot, const Bytes &bytes) override {
+    assert(bytes.size() == slot.bytes && "state tensor of the wrong size");
+    int32_t status =
+        tmrt_arena_write(ctx, slot.offset, bytes.data(), slot.bytes);
+    assert(status == 0 && "a slot outside the arena");
+    (void)status;
+  }
+  Bytes read(const TensorSlot &slot) const override {
+    Bytes bytes(slot.bytes);
+    int32_t status =
+        tmrt_arena_read(ctx, slot.offset, bytes.data(), slot.bytes);
+    assert(status == 0 && "a slot outside the arena");
+    (void)status;
+    return bytes;
+  }
+
+private:
+  tmrt_context *ctx;
+};
+
+class HostState : public State {
+public:
+  void write(const TensorSlot &slot, const Bytes &bytes) override {
+    tensors[slot.role + ":" + slot.key] = bytes;
+  }
+  Bytes read(const TensorSlot &slot) const override {
+    return tensors.at(slot.role + ":" + slot.key);
+  }
+  std::map<std::string, Bytes> tensors;
+};
+} // namespace
+
+/// A state tensor as the interpreter takes it: i8 codes as integers 0..255.
+static RefTensor toRefTensor(const TensorSlot &slot, const Bytes &bytes) {
+  std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
+  if (slot.dtype == "i8")
+    return RefTensor::ofInts(shape, std::vector<int64_t>(bytes.begin(), bytes.end()));
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return RefTensor::ofFloats(shape, std::move(values));
+}
+
+static Bytes fromRefTensor(const TensorSlot &slot, const RefTensor &value) {
+  if (slot.dtype == "i8") {
+    Bytes bytes(value.ints.size());
+    for (size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] = static_cast<uint8_t>(value.ints[i]);
+    return bytes;
+  }
+  return floatBytes(value.floats);
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoints
+//===----------------------------------------------------------------------===//
+
+// Version 02 adds the run's seed and the fingerprint of its data after the
+// step; version 01 checkpoints (no seed, no data) still load.
+static constexpr char kMagic[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '2'};
+static constexpr char kMagicV1[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '1'};
+
+static uint64_t fnv1a(StringRef data) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : data)
+    hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+static void appendU64(std::string &out, uint64_t value) {
+  out.append(reinterpret_cast<const char *>(&value), 8);
+}
+static void appendString(std::string &out, const std::string &value) {
+  appendU64(out, value.size());
+  out += value;
+}
+
+/// Bytes per element of the dtypes a checkpoint may hold.
+static std::optional<uint64_t> dtypeBytes(StringRef dtype) {
+  return llvm::StringSwitch<std::optional<uint64_t>>(dtype)
+      .Cases({"f32", "i32"}, 4)
+      .Cases({"bf16", "f16"}, 2)
+      .Case("i64", 8)
+      .Case("i8", 1)
+      .Default(std::nullopt);
+}
+
+/// Writes params and optimizer state atomically: a temporary file, fsync,
+/// rename over the old checkpoint, fsync of the directory.
+static bool saveCheckpoint(StringRef dir, int64_t step,
+                           const RunIdentity &identity,
+                           ArrayRef<TensorSlot> slots, const State &state,
+                           std::string &error) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
+    error = "cannot create '" + dir.str() + "': " + ec.message();
+    return false;
+  }
+  std::string data(kMagic, 8);
+  appendU64(data, static_cast<uint64_t>(step));
+  appendU64(data, static_cast<uint64_t>(identity.seed));
+  appendU64(data, identity.dataBytes);
+  appendU64(data, identity.dataHash);
+  uint64_t count = 0;
+  for (const TensorSlot &slot : slots)
+    count += isState(slot);
+  appendU64(data, count);
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    appendString(data, slot.role);
+    appendString(data, slot.key);
+    appendString(data, slot.dtype);
+    appendU64(data, slot.shape.size());
+    for (int64_t d : slot.shape)
+      appendU64(data, static_cast<uint64_t>(d));
+    Bytes bytes = state.read(slot);
+    appendU64(data, bytes.size());
+    data.append(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+  }
+  appendU64(data, fnv1a(data));
+
+  std::string path = (dir + "/checkpoint.bin").str();
+  std::string temporary = path + ".tmp";
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    error = "cannot write '" + temporary + "': " + std::strerror(errno);
+    return false;
+  }
+  size_t written = 0;
+  while (written < data.size()) {
+    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n <= 0) {
+      error = "cannot write '" + temporary + "': " + std::strerror(errno);
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      return false;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0 ||
+      ::rename(temporary.c_str(), path.c_str()) != 0) {
+    error = "cannot commit '" + path + "': " + std::strerror(errno);
+    ::unlink(temporary.c_str());
+    return false;
+  }
+  int dirFd = ::open(dir.str().c_str(), O_RDONLY);
+  if (dirFd >= 0) {
+    ::fsync(dirFd);
+    ::close(dirFd);
+  }
+  return true;
+}
+
+bool mlir::train::checkSaveDir(StringRef dir, std::string &error) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
+    error = "cannot create --save directory '" + dir.str() + "': " +
+            ec.message();
+    return false;
+  }
+  std::string probe = (dir + "/checkpoint.bin.tmp").str();
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    error = "cannot write into --save directory '" + dir.str() + "': " +
+            std::strerror(errno);
+    return false;
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return true;
+}
+
+/// Nothing of the run's state is touched until every field agrees with the
+/// step.
+bool mlir::train::readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
+                                 Checkpoint &checkpoint, std::string &error) {
+  std::string path = (dir + "/checkpoint.bin").str();
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    error = "cannot read checkpoint '" + path + "': " +
+            buffer.getError().message();
+    return false;
+  }
+  StringRef data = (*buffer)->getBuffer();
+  auto corrupt = [&](const Twine &why) {
+    error = ("checkpoint '" + path + "' is corrupt: " + why).str();
+    return false;
+  };
+  if (data.size() < 16 || (std::memcmp(data.data(), kMagic, 8) != 0 &&
+                           std::memcmp(data.data(), kMagicV1, 8) != 0)) {
+    error = "'" + path + "' is not a trainmem checkpoint";
+    return false;
+  }
+  bool version1 = std::memcmp(data.data(), kMagicV1, 8) == 0;
+  uint64_t stored;
+  std::memcpy(&stored, data.data() + data.size() - 8, 8);
+  if (data.size() < 24 || fnv1a(data.drop_back(8)) != stored) {
+    error = "checkpoint '" + path +
+            "' is truncated or corrupt (checksum mismatch)";
+    return false;
+  }
+  StringRef body = data.drop_back(8);
+  size_t pos = 8;
+  bool truncated = false;
+  // Every length is checked against what is left before it is used, so no
+  // field can make a read run past the file or a size wrap around.
+  auto readU64 = [&]() -> uint64_t {
+    if (truncated || body.size() - pos < 8) {
+      truncated = true;
+      return 0;
+    }
+    uint64_t value;
+    std::memcpy(&value, body.data() + pos, 8);
+    pos += 8;
+    return value;
+  };
+  auto readBytes = [&](uint64_t size) -> StringRef {
+    if (truncated || size > body.size() - pos) {
+      truncated = true;
+      return "";
+    }
+    StringRef value = body.substr(pos, size);
+    pos += size;
+    return value;
+  };
+  uint64_t savedStep = readU64();
+  if (!truncated && savedStep > kMaxStep)
+    return corrupt("its step " + Twine(static_cast<int64_t>(savedStep)) +
+                   " is negative or absurd");
+  if (!version1) {
+    RunIdentity identity;
+    identity.seed = static_cast<int64_t>(readU64());
+    identity.dataBytes = readU64();
+    identity.dataHash = readU64();
+    checkpoint.identity = identity;
+  }
+  uint64_t count = readU64();
+  // Each entry takes at least 5 words; a count beyond that is a lie.
+  if (!truncated && count > (body.size() - pos) / 40)
+    return corrupt("it claims " + Twine(count) + " tensors");
+  std::map<std::string, std::string> description;
+  for (uint64_t i = 0; i < count && !truncated; ++i) {
+    std::string role = readBytes(readU64()).str();
+    std::string key = readBytes(readU64()).str();
+    std::string dtype = readBytes(readU64()).str();
+    uint64_t rank = readU64();
+    if (truncated)
+      break;
+    if (rank > 8)
+      return corrupt("tensor '" + key + "' has rank " + Twine(rank));
+    std::optional<uint64_t> elementBytes = dtypeBytes(dtype);
+    if (!elementBytes)
+      return corrupt("tensor '" + key + "' has unknown dtype '" + dtype + "'");
+    std::string shape;
+    uint64_t expectedBytes = *elementBytes;
+    for (uint64_t d = 0; d < rank && !truncated; ++d) {
+      uint64_t dim = readU64();
+      if (dim > (uint64_t(1) << 40) ||
+          (dim && expectedBytes > std::numeric_limits<uint64_t>::max() / dim))
+        return corrupt("tensor '" + key + "' has an absurd dimension " +
+                       Twine(dim));
+      expectedBytes *= dim;
+      shape += (d ? "x" : "") + std::to_string(dim);
+    }
+    uint64_t bytes = readU64();
+    if (!truncated && bytes != expectedBytes)
+      return corrupt("tensor '" + key + "' holds " + Twine(bytes) +
+                     " bytes; " + dtype + "[" + shape + "] needs " +
+                     Twine(expectedBytes));
+    StringRef values = readBytes(bytes);
+    if (truncated)
+      break;
+    std::string name = role + ":" + key;
+    if (checkpoint.tensors.count(name))
+      return corrupt("it holds " + role + " '" + key + "' twice");
+    checkpoint.tensors[name] = Bytes(values.bytes_begin(), values.bytes_end());
+    description[name] = dtype + "[" + shape + "]";
+  }
+  if (truncated || pos != body.size()) {
+    error = "checkpoint '" + path + "' is truncated or has trailing bytes";
+    return false;
+  }
+  // Every state tensor of this step must be there with its shape and type.
+  size_t expectedCount = 0;
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    ++expectedCount;
+    std::string name = slot.role + ":" + slot.key;
+    std::string shape;
+    for (size_t d = 0; d < slot.shape.size(); ++d)
+      shape += (d ? "x" : "") + std::to_string(slot.shape[d]);
+    std::string expected = slot.dtype + "[" + shape + "]";
+    auto it = description.find(name);
+    if (it == description.end()) {
+      error = "checkpoint '" + path + "' does not match this step: it has no " +
+              slot.role + " '" + slot.key + "'";
+      return false;
+    }
+    if (it->second != expected ||
+        checkpoint.tensors[name].size() != slot.bytes) {
+      error = "checkpoint '" + path + "' does not match this step: " +
+              slot.role + " '" + slot.key + "' is " + it->second +
+              " there and " + expected + " here";
+      return false;
+    }
+  }
+  if (checkpoint.tensors.size() != expectedCount) {
+    error = "checkpoint '" + path +
+            "' does not match this step: it holds other tensors as well";
+    return false;
+  }
+  checkpoint.step = static_cast<int64_t>(savedStep);
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Session
+//===----------------------------------------------------------------------===//
+
+Session::~Session() {
+  // The JIT's code calls into the context: it goes first.
+  jit.reset();
+  state.reset();
+  if (ctx)
+    tmrt_context_destroy(ctx);
+}
+
+bool Session::checkBackend(StringRef backend, std::string &error) {
+  if (backend == "interpret")
+    return true;
+  int32_t status = tmrt_backend_status(backend.str().c_str());
+  if (status > 0)
+    return true;
+  std::string built = tmrt_backend_names();
+  if (status == 0) {
+    error = "backend '" + backend.str() +
+            "' is not built into this runtime (built: " + built + ")";
+    return false;
+  }
+  std::string expected;
+  for (StringRef name : llvm::split(built, ", "))
+    expected += name.str() + " or ";
+  error = "unknown backend '" + backend.str() + "' (expected " + expected +
+          "interpret)";
+  return false;
+}
+
+std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
+                                         const SessionOptions &options,
+                                         std::string &error) {
+  error.clear();
+  if (!owned) {
+    error = "no module to run";
+    return nullptr;
+  }
+  ModuleOp module = *owned;
+  if (!checkBackend(options.backend, error))
+    return nullptr;
+  std::unique_ptr<Session> session(new Session());
+  session->options = options;
+  bool interpret = options.backend == "interpret";
+
+  Operation *marked = findMarkedStep(module, "trainmem-run");
+  if (!marked)
+    return nullptr;
+  auto stepFunc = dyn_cast<func::FuncOp>(marked);
+  if (isLoweredStep(marked))
+    stepFunc = nullptr;
+  if (interpret && !stepFunc) {
+    error = "the interpret backend runs a tensor-level step; this one is "
+            "already lowered (give the model, or the step before "
+            "convert-train-to-runtime)";
+    return nullptr;
+  }
+  // The vocabulary: the classes of the step's cross-entropy (the lowered
+  // step has none left; the model builder's description says it).
+  if (stepFunc)
+    stepFunc.walk([&](CrossEntropyOp op) {
+      session->vocab = op.getLogits().getType().getShape().back();
+    });
+  if (auto model = module->getAttrOfType<DictionaryAttr>(kModelAttrName))
+    if (auto v = model.getAs<IntegerAttr>("vocab"); v && session->vocab == 0)
+      session->vocab = v.getInt();
+
+  // The tensor-level step stays for the interpreter; the lowered one runs.
+  if (interpret) {
+    session->tensorStep = module.clone();
+    session->stepFunc = cast<func::FuncOp>(
+        findMarkedStep(*session->tensorStep, "trainmem-run"));
+  }
+  FailureOr<StepLayout> layout = lowerStep(module);
+  if (failed(layout))
+    return nullptr;
+  session->layout = std::move(*layout);
+  session->lowered = std::move(owned);
+  const StepLayout &slots = session->layout;
+
+  // The session initializes and checkpoints f32 tensors and 8-bit codes.
+  for (const TensorSlot &slot : slots.arguments)
+    if (isState(slot) && slot.dtype != "f32" &&
+        !(slot.dtype == "i8" && slot.statePart == StatePart::codes)) {
+      error = slot.role + " '" + slot.key + "' is " + slot.dtype +
+              "; trainmem-run trains steps whose parameters and f32 "
+              "state are f32 (use --dtype=f32)";
+      return nullptr;
+    }
+  // Parameters start as their #train.init says (the model builder writes
+  // it); without one there is no reference to follow.
+  for (const TensorSlot &slot : slots.arguments)
+    if (slot.role == "param" && !slot.init) {
+      error = "parameter '" + slot.key + "' has no " + kInitAttrName.str() +
+              " (#train.init<zeros|ones|normal, std = S>); models from "
+              "trainmem-model carry one";
+      return nullptr;
+    }
+  // A step that returns gradients (optimizer=none) updates nothing: training
+  // it would run and learn nothing.
+  if (llvm::none_of(slots.results, [](const TensorSlot &slot) {
+        return slot.role == "param";
+      })) {
+    error = "the step updates no parameter (built with optimizer=none? it "
+            "returns gradients); trainmem-run trains steps with an "
+            "optimizer (adamw or sgd)";
+    return nullptr;
+  }
+  session->tokensSlot = slots.findArgument("input", "tokens");
+  session->targetsSlot = slots.findArgument("input", "targets");
+  session->stepSlot = slots.findArgument("input", "step");
+  session->lossSlot = slots.findResult("loss");
+  if (!session->tokensSlot || !session->targetsSlot || !session->stepSlot ||
+      !session->lossSlot) {
+    error = "the step needs 'tokens', 'targets' and 'step' inputs and a "
+            "loss result";
+    return nullptr;
+  }
+  if (session->tokensSlot->shape.size() != 2 ||
+      session->tokensSlot->shape != session->targetsSlot->shape) {
+    error = "the step's tokens and targets must both be [batch, seq]";
+    return nullptr;
+  }
+  session->batchSize = session->tokensSlot->shape[0];
+  session->seqLen = session->tokensSlot->shape[1];
+  return session;
+}
+
+static std::string humanBytes(uint64_t bytes) {
+  char text[32];
+  if (bytes >= (1ull << 30))
+    snprintf(text, sizeof(text), "%.2f GiB", bytes / double(1ull << 30));
+  else if (bytes >= (1ull << 20))
+    snprintf(text, sizeof(text), "%.2f MiB", bytes / double(1ull << 20));
+  else
+    snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
+  return text;
+}
+
+bool Session::start(std::string &error) {
+  error.clear();
+  assert(!state && "the session has started already");
+  if (options.backend == "interpret") {
+    state = std::make_unique<HostState>();
+    return true;
+  }
+  const char *contextError = nullptr;
+  ctx = tmrt_context_create(options.backend.c_str(), options.threads,
+                            &contextError);
+  if (!ctx) {
+    error = contextError ? contextError : "cannot create the context";
+    return false;
+  }
+  if (tmrt_arena_alloc(ctx, layout.arenaBytes) != 0) {
+    error = "cannot allocate the arena of " +
+            std::to_string(layout.arenaBytes) + " bytes (" +
+            humanBytes(layout.arenaBytes) + ")";
+    return false;
+  }
+  jit = JitStep::create(*lowered, error);
+  if (!jit) {
+    error = "JIT compilation failed: " + error;
+    return false;
+  }
+  state = std::make_unique<ArenaState>(ctx);
+  return true;
+}
+
+bool Session::initialize(std::string &error) {
+  error.clear();
+  assert(state && "start the session first");
+  unsigned paramIndex = 0;
+  std::map<std::string, Bytes> params;
+  for (const TensorSlot &slot : layout.arguments)
+    if (slot.role == "param") {
+      std::vector<float> values =
+          initialValues(slot, paramIndex++, options.seed);
+      // A std too large for f32 would start training from infinities.
+      if (!llvm::all_of(values, [](float v) { return std::isfinite(v); })) {
+        error = "parameter '" + slot.key + "': its #train.init (std " +
+                std::to_string(slot.initStd) +
+                ") gives values that are not finite in f32";
+        return false;
+      }
+      params[slot.key] = floatBytes(values);
+      state->write(slot, params[slot.key]);
+    }
+  for (const TensorSlot &slot : layout.arguments) {
+    if (!slot.stateKind)
+      continue;
+    if (*slot.stateKind == StateKind::master) {
+      state->write(slot, params[slot.stateParam]);
+    } else if (slot.statePart == StatePart::codes) {
+      // 8-bit state starts at 0: the code of 0 in its map.
+      uint8_t zero = trainmem::zeroCode(
+          slot.stateMap == QuantMap::signed_dynamic
+              ? trainmem::signedDynamicMap()
+              : trainmem::unsignedDynamicMap());
+      state->write(slot, Bytes(slot.bytes, zero));
+    } else {
+      state->write(slot, Bytes(slot.bytes, 0)); // f32 zeros, absmax 0
+    }
+  }
+  return true;
+}
+
+void Session::restore(const Checkpoint &checkpoint) {
+  assert(state && "start the session first");
+  for (const TensorSlot &slot : layout.arguments)
+    if (isState(slot))
+      state->write(slot, checkpoint.tensors.at(slot.role + ":" + slot.key));
+}
+
+/// Token ids as the slot holds them (i32 or i64).
+static Bytes idBytes(const TensorSlot &slot, ArrayRef<int64_t> ids) {
+  if (slot.dtype == "i32") {
+    std::vector<int32_t> narrow(ids.begin(), ids.end());
+    Bytes bytes(narrow.size() * 4);
+    std::memcpy(bytes.data(), narrow.data(), bytes.size());
+    return bytes;
+  }
+  Bytes bytes(ids.size() * 8);
+  std::memcpy(bytes.data(), ids.data(), bytes.size());
+  return bytes;
+}
+
+bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
+                      ArrayRef<int64_t> targets, float &loss,
+                      std::string &error) {
+  error.clear();
+  assert(state && "start the session first");
+  assert(static_cast<int64_t>(tokens.size()) == batchSize * seqLen &&
+         tokens.size() == targets.size() && "a batch of another shape");
+  if (options.backend != "interpret") {
+    Bytes tokenBytes = idBytes(*tokensSlot, tokens);
+    Bytes targetBytes = idBytes(*targetsSlot, targets);
+    if (tokenBytes.size() != tokensSlot->bytes ||
+        targetBytes.size() != targetsSlot->bytes || stepSlot->bytes != 8) {
+      error = "the step's inputs do not have the sizes of their types";
+      return false;
+    }
+    tmrt_arena_write(ctx, tokensSlot->offset, tokenBytes.data(),
+                     tokenBytes.size());
+    tmrt_arena_write(ctx, targetsSlot->offset, targetBytes.data(),
+                     targetBytes.size());
+    tmrt_arena_write(ctx, stepSlot->offset, &step, 8);
+    jit->run(ctx);
+    if (const char *kernelError = tmrt_context_error(ctx)) {
+      error = "step " + std::to_string(step) + ": " + kernelError;
+      return false;
+    }
+    // State the step could not update in place comes back through its
+    // result slot.
+    for (const TensorSlot &result : layout.results) {
+      if (!isState(result))
+        continue;
+      const TensorSlot *argument = layout.findArgument(result.role, result.key);
+      if (argument && argument->offset != result.offset)
+        tmrt_arena_copy(ctx, result.offset, argument->offset, result.bytes);
+    }
+    tmrt_arena_read(ctx, lossSlot->offset, &loss, 4);
+    return true;
+  }
+
+  auto &host = static_cast<HostState &>(*state);
+  std::vector<RefTensor> args;
+  for (const TensorSlot &slot : layout.arguments) {
+    std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
+    if (slot.role == "input" && slot.key == "tokens")
+      args.push_back(RefTensor::ofInts(shape, tokens.vec()));
+    else if (slot.role == "input" && slot.key == "targets")
+      args.push_back(RefTensor::ofInts(shape, targets.vec()));
+    else if (slot.role == "input" && slot.key == "step")
+      args.push_back(RefTensor::ofInts({}, {step}));
+    else
+      args.push_back(toRefTensor(slot, host.read(slot)));
+  }
+  FailureOr<SmallVector<RefTensor>> results = evaluate(stepFunc, args);
+  if (failed(results))
+    return false;
+  for (auto [slot, value] : llvm::zip(layout.results, *results))
+    if (isState(slot))
+      host.write(slot, fromRefTensor(slot, value));
+  loss = (*results)[0].scalarFloat();
+  return true;
+}
+
+bool Session::save(StringRef dir, int64_t step, const RunIdentity &identity,
+                   std::string &error) const {
+  assert(state && "start the session first");
+  return saveCheckpoint(dir, step, identity, layout.arguments, *state, error);
+}
+
+Bytes Session::readState(const TensorSlot &slot) const {
+  assert(state && isState(slot) && "not a state slot of a started session");
+  return state->read(slot);
+}
+
+std::optional<uint64_t> Session::getMeasuredPeak() const {
+  if (!ctx)
+    return std::nullopt;
+  return tmrt_arena_high_water(ctx);
+}

@@ -1,0 +1,69 @@
+//===- Backend.h - the backend and communicator tables ----------*- C++ -*-===//
+//
+// A backend is a table: where the arena lives (allocate, free, copy to and
+// from the host) and one function per kernel of Kernels.def. The C entry
+// points tmrt_<kernel> (Dispatch.cpp) call through the table of the context
+// they are given, so a compiled step runs on whichever backend its context
+// was created with. The CPU backend is one entry of the registry; a CUDA
+// backend is another, filled in a file of its own, with nothing else to
+// change.
+//
+// Collectives go through a second table, the communicator: how many
+// processes take part and how they reduce. One process ("single") is the
+// only one built today; an MPI or NCCL communicator is another entry.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_RUNTIME_BACKEND_H
+#define TRAINMEM_RUNTIME_BACKEND_H
+
+#include "trainmem-runtime/Runtime.h"
+
+#include <cstdint>
+
+namespace tmrt {
+
+struct Backend {
+  /// The name tmrt_context_create selects it by.
+  const char *name;
+  /// Whether the arena is host memory (tmrt_arena_base gives its address).
+  bool hostArena;
+  /// The arena: one allocation per context, 64-byte aligned. allocArena
+  /// returns null when the memory cannot be had.
+  void *(*allocArena)(tmrt_context *ctx, uint64_t bytes);
+  void (*freeArena)(tmrt_context *ctx, void *arena);
+  /// Copies between the host and the arena (the arena may be device memory).
+  void (*writeArena)(tmrt_context *ctx, uint64_t offset, const void *source,
+                     uint64_t bytes);
+  void (*readArena)(tmrt_context *ctx, uint64_t offset, void *destination,
+                    uint64_t bytes);
+  /// Copies within the arena; the regions may overlap.
+  void (*copyArena)(tmrt_context *ctx, uint64_t from, uint64_t to,
+                    uint64_t bytes);
+  /// The kernels.
+#define TMRT_KERNEL(name, parameters, arguments) void(*name) parameters;
+#include "trainmem-runtime/Kernels.def"
+};
+
+struct Communicator {
+  const char *name;
+  int64_t (*size)(tmrt_context *ctx);
+  int64_t (*rank)(tmrt_context *ctx);
+  /// Sums `n` floats at `data` (host memory) over every process, in place.
+  void (*allReduceSumF32)(tmrt_context *ctx, float *data, int64_t n);
+};
+
+/// The backend named `name`, or null. `known` is true for a name
+/// the runtime knows but was built without (cuda, without CUDA).
+const Backend *lookupBackend(const char *name, bool &known);
+/// The names of the backends built in, comma-separated ("cpu").
+const char *builtBackendNames();
+
+/// The CPU backend (cpu/Kernels.cpp).
+const Backend &cpuBackend();
+/// One process: collectives leave the data as it is.
+const Communicator &singleProcessCommunicator();
+
+} // namespace tmrt
+
+#endif // TRAINMEM_RUNTIME_BACKEND_H

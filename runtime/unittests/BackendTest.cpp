@@ -1,0 +1,134 @@
+//===- BackendTest.cpp - contexts, the backend table, dispatch ------------===//
+//
+// tmrt_context_create picks a backend from the registry by name; every
+// kernel entry point calls through the context's table and counts the call;
+// the arena is reached through the backend's copies. A test backend (the CPU
+// table with one kernel replaced) shows that a compiled step's calls go
+// wherever its context's table points.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem-runtime/Runtime.h"
+
+#include "../lib/Backend.h"
+#include "../lib/Context.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct ContextDeleter {
+  void operator()(tmrt_context *ctx) const { tmrt_context_destroy(ctx); }
+};
+using ContextPtr = std::unique_ptr<tmrt_context, ContextDeleter>;
+
+TEST(Backend, RegistryNamesWhatIsBuilt) {
+  const char *error = nullptr;
+  ContextPtr cpu(tmrt_context_create("cpu", 1, &error));
+  ASSERT_NE(cpu, nullptr) << (error ? error : "");
+  EXPECT_STREQ(tmrt_context_backend(cpu.get()), "cpu");
+
+  error = nullptr;
+  EXPECT_EQ(tmrt_context_create("cuda", 1, &error), nullptr);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error),
+            "backend 'cuda' is not built into this runtime (built: cpu)");
+
+  error = nullptr;
+  EXPECT_EQ(tmrt_context_create("tpu", 1, &error), nullptr);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error), "unknown backend 'tpu' (built: cpu)");
+
+  error = nullptr;
+  EXPECT_EQ(tmrt_context_create(nullptr, 1, &error), nullptr);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error), "no backend named");
+}
+
+TEST(Backend, ArenaThroughTheBackend) {
+  ContextPtr ctx(tmrt_context_create("cpu", 1, nullptr));
+  ASSERT_NE(ctx, nullptr);
+  std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f};
+  // No arena yet: nothing to copy to.
+  EXPECT_EQ(tmrt_arena_write(ctx.get(), 0, values.data(), 16), -1);
+  ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 256), 0);
+  EXPECT_EQ(tmrt_arena_high_water(ctx.get()), 0u);
+  ASSERT_EQ(tmrt_arena_write(ctx.get(), 64, values.data(), 16), 0);
+  EXPECT_EQ(tmrt_arena_high_water(ctx.get()), 80u);
+  std::vector<float> back(4);
+  ASSERT_EQ(tmrt_arena_read(ctx.get(), 64, back.data(), 16), 0);
+  EXPECT_EQ(back, values);
+  // The CPU arena is host memory: its base is the same bytes.
+  ASSERT_NE(tmrt_arena_base(ctx.get()), nullptr);
+  EXPECT_EQ(std::memcmp(tmrt_arena_base(ctx.get()) + 64, values.data(), 16),
+            0);
+  // Ranges outside the arena are refused, also when offset + bytes wraps.
+  EXPECT_EQ(tmrt_arena_write(ctx.get(), 250, values.data(), 16), -1);
+  EXPECT_EQ(tmrt_arena_read(ctx.get(), 257, back.data(), 0), -1);
+  EXPECT_EQ(tmrt_arena_read(ctx.get(), 16, back.data(), ~uint64_t(0)), -1);
+}
+
+TEST(Backend, EntryPointsCountAndDispatch) {
+  ContextPtr ctx(tmrt_context_create("cpu", 2, nullptr));
+  ASSERT_NE(ctx, nullptr);
+  ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 1024), 0);
+  tmrt_fill_f32(ctx.get(), 0, 8, 2.0);
+  tmrt_fill_f32(ctx.get(), 64, 8, 3.0);
+  tmrt_add(ctx.get(), 0, 64, 128, 8);
+  EXPECT_EQ(tmrt_kernel_calls(ctx.get()), 3u);
+  float sum[8];
+  ASSERT_EQ(tmrt_arena_read(ctx.get(), 128, sum, sizeof(sum)), 0);
+  for (float value : sum)
+    EXPECT_EQ(value, 5.0f);
+
+  // One process: the all-reduce leaves the data and still counts.
+  EXPECT_EQ(tmrt_world_size(ctx.get()), 1);
+  EXPECT_EQ(tmrt_rank(ctx.get()), 0);
+  tmrt_all_reduce_sum_f32(ctx.get(), 128, 8);
+  EXPECT_EQ(tmrt_kernel_calls(ctx.get()), 4u);
+  ASSERT_EQ(tmrt_arena_read(ctx.get(), 128, sum, sizeof(sum)), 0);
+  for (float value : sum)
+    EXPECT_EQ(value, 5.0f);
+}
+
+// A backend is a table: one with another `add` gets the calls a compiled
+// step makes to tmrt_add on its contexts, and only those.
+int recordedAdds = 0;
+void recordingAdd(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
+                  int64_t n) {
+  ++recordedAdds;
+  tmrt::cpuBackend().add(ctx, a, b, out, n);
+}
+
+TEST(Backend, AnotherTableGetsTheCalls) {
+  tmrt::Backend recording = tmrt::cpuBackend();
+  recording.name = "recording";
+  recording.add = recordingAdd;
+  auto ctx = std::make_unique<tmrt_context>(
+      recording, tmrt::singleProcessCommunicator(), 1);
+  ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 256), 0);
+  recordedAdds = 0;
+  tmrt_fill_f32(ctx.get(), 0, 4, 1.0);
+  tmrt_add(ctx.get(), 0, 0, 64, 4);
+  tmrt_add(ctx.get(), 64, 0, 64, 4);
+  EXPECT_EQ(recordedAdds, 2);
+  EXPECT_STREQ(tmrt_context_backend(ctx.get()), "recording");
+  float out[4];
+  ASSERT_EQ(tmrt_arena_read(ctx.get(), 64, out, sizeof(out)), 0);
+  for (float value : out)
+    EXPECT_EQ(value, 3.0f);
+
+  ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_EQ(tmrt_arena_alloc(cpu.get(), 256), 0);
+  tmrt_add(cpu.get(), 0, 0, 64, 4);
+  EXPECT_EQ(recordedAdds, 2);
+  tmrt_context_destroy(ctx.release());
+}
+
+} // namespace

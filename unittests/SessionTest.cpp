@@ -1,0 +1,234 @@
+//===- SessionTest.cpp - the run library: sessions, checkpoints, backends ---===//
+//
+// The library trainmem-run is a command line over (trainmem/Run/Session.h),
+// used directly: a run stopped and resumed from its checkpoint ends
+// bit-identical to one that never stopped; the CPU backend and the
+// reference evaluator agree on the losses; bad backends, steps and data are
+// refused with errors that say why.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Model/ModelBuilder.h"
+#include "trainmem/Run/Session.h"
+#include "trainmem/Run/Step.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::train;
+
+namespace {
+
+class SessionTest : public ::testing::Test {
+protected:
+  SessionTest() : context(makeRegistry()) {
+    context.printOpOnDiagnostic(false);
+  }
+
+  static DialectRegistry makeRegistry() {
+    DialectRegistry registry;
+    registerRunDialects(registry);
+    return registry;
+  }
+
+  /// The tiny GPT in f32, differentiated with AdamW (or `autodiff`).
+  OwningOpRef<ModuleOp> model(StringRef autodiff = "lr=3e-3 clip-norm=1.0",
+                              std::optional<StringRef> quantize = {}) {
+    ModelConfig config = *getPreset("tiny");
+    config.layers = 2;
+    config.hidden = 16;
+    config.heads = 2;
+    config.kvHeads = 2;
+    config.ffn = 32;
+    config.seq = 16;
+    config.batch = 2;
+    config.dtype = "f32";
+    OwningOpRef<ModuleOp> module = buildModel(&context, config);
+    if (!module || failed(prepareStep(*module, autodiff, "", "", quantize)))
+      return nullptr;
+    return module;
+  }
+
+  std::unique_ptr<Session> session(StringRef backend,
+                                   OwningOpRef<ModuleOp> module) {
+    if (!module) {
+      ADD_FAILURE() << "the model did not build";
+      return nullptr;
+    }
+    SessionOptions options;
+    options.backend = backend.str();
+    options.threads = 2;
+    options.seed = 7;
+    std::string error;
+    std::unique_ptr<Session> session =
+        Session::create(std::move(module), options, error);
+    EXPECT_TRUE(session) << error;
+    if (session && !session->start(error)) {
+      ADD_FAILURE() << error;
+      return nullptr;
+    }
+    return session;
+  }
+
+  /// The shipped corpus (real text).
+  const Corpus &corpus() {
+    if (!text) {
+      std::string error;
+      text = Corpus::load(TRAINMEM_CORPUS, error);
+      EXPECT_TRUE(text) << error;
+    }
+    return *text;
+  }
+
+  /// Trains steps first..last and returns their losses.
+  std::vector<float> train(Session &session, int64_t first, int64_t last) {
+    std::vector<float> losses;
+    std::vector<int64_t> tokens, targets;
+    for (int64_t step = first; step <= last; ++step) {
+      corpus().batch(7, step, session.getBatchSize(), session.getSeqLen(),
+                     tokens, targets);
+      float loss = NAN;
+      std::string error;
+      EXPECT_TRUE(session.runStep(step, tokens, targets, loss, error))
+          << error;
+      losses.push_back(loss);
+    }
+    return losses;
+  }
+
+  std::string scratchDir(StringRef name) {
+    SmallString<128> dir;
+    EXPECT_FALSE(llvm::sys::fs::createUniqueDirectory("trainmem-session", dir));
+    llvm::sys::path::append(dir, name);
+    return dir.str().str();
+  }
+
+  MLIRContext context;
+  std::optional<Corpus> text;
+};
+
+TEST_F(SessionTest, ResumedRunIsBitIdentical) {
+  for (bool quantized : {false, true}) {
+    SCOPED_TRACE(quantized ? "8-bit state" : "f32 state");
+    std::optional<StringRef> quantize;
+    if (quantized)
+      quantize = StringRef("min-size=64 block=64");
+    std::string error;
+
+    // Four steps without a stop.
+    std::unique_ptr<Session> whole =
+        session("cpu", model("lr=3e-3 clip-norm=1.0", quantize));
+    ASSERT_TRUE(whole);
+    ASSERT_TRUE(whole->initialize(error)) << error;
+    std::vector<float> straight = train(*whole, 1, 4);
+
+    // Two steps, a checkpoint, a new session from it, two more steps.
+    RunIdentity identity{7, corpus().size(), corpus().fingerprint()};
+    std::string dir = scratchDir("ckpt");
+    {
+      std::unique_ptr<Session> first =
+          session("cpu", model("lr=3e-3 clip-norm=1.0", quantize));
+      ASSERT_TRUE(first);
+      ASSERT_TRUE(first->initialize(error)) << error;
+      train(*first, 1, 2);
+      ASSERT_TRUE(checkSaveDir(dir, error)) << error;
+      ASSERT_TRUE(first->save(dir, 2, identity, error)) << error;
+    }
+    std::unique_ptr<Session> second =
+        session("cpu", model("lr=3e-3 clip-norm=1.0", quantize));
+    ASSERT_TRUE(second);
+    Checkpoint checkpoint;
+    ASSERT_TRUE(readCheckpoint(dir, second->getLayout().arguments, checkpoint,
+                               error))
+        << error;
+    EXPECT_EQ(checkpoint.step, 2);
+    ASSERT_TRUE(checkpoint.identity);
+    EXPECT_EQ(checkpoint.identity->dataHash, corpus().fingerprint());
+    second->restore(checkpoint);
+    std::vector<float> resumed = train(*second, 3, 4);
+
+    ASSERT_EQ(straight.size(), 4u);
+    ASSERT_EQ(resumed.size(), 2u);
+    EXPECT_EQ(std::memcmp(&straight[2], resumed.data(), 2 * sizeof(float)), 0);
+    unsigned compared = 0;
+    for (const TensorSlot &slot : whole->getLayout().arguments) {
+      if (!isState(slot))
+        continue;
+      EXPECT_EQ(whole->readState(slot), second->readState(slot))
+          << slot.role << " " << slot.key;
+      ++compared;
+    }
+    EXPECT_GT(compared, 0u);
+    // The quantized run keeps 8-bit codes.
+    bool hasCodes = llvm::any_of(whole->getLayout().arguments,
+                                 [](const TensorSlot &slot) {
+                                   return slot.dtype == "i8";
+                                 });
+    EXPECT_EQ(hasCodes, quantized);
+  }
+}
+
+TEST_F(SessionTest, BackendsAgreeOnTheLosses) {
+  std::string error;
+  std::unique_ptr<Session> cpu = session("cpu", model());
+  std::unique_ptr<Session> reference = session("interpret", model());
+  ASSERT_TRUE(cpu && reference);
+  EXPECT_EQ(cpu->getBackend(), "cpu");
+  EXPECT_TRUE(cpu->getMeasuredPeak());
+  EXPECT_FALSE(reference->getMeasuredPeak());
+  ASSERT_TRUE(cpu->initialize(error)) << error;
+  ASSERT_TRUE(reference->initialize(error)) << error;
+  std::vector<float> a = train(*cpu, 1, 3), b = train(*reference, 1, 3);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(b[i])) << "step " << (i + 1);
+  // The arena high-water mark stays within the plan.
+  EXPECT_LE(*cpu->getMeasuredPeak(), cpu->getLayout().arenaBytes);
+  EXPECT_EQ(cpu->getVocab(), 256);
+}
+
+TEST_F(SessionTest, RefusesWhatItCannotRun) {
+  std::string error;
+  EXPECT_FALSE(Session::checkBackend("cuda", error));
+  EXPECT_EQ(error, "backend 'cuda' is not built into this runtime (built: cpu)");
+  EXPECT_FALSE(Session::checkBackend("tpu", error));
+  EXPECT_EQ(error, "unknown backend 'tpu' (expected cpu or interpret)");
+  EXPECT_TRUE(Session::checkBackend("interpret", error));
+
+  // A step without an optimizer returns gradients and updates nothing.
+  SessionOptions options;
+  EXPECT_FALSE(Session::create(model("optimizer=none"), options, error));
+  EXPECT_NE(error.find("the step updates no parameter"), std::string::npos)
+      << error;
+
+  // Data: a directory is not a corpus; a missing file names the file.
+  EXPECT_FALSE(Corpus::load(scratchDir(""), error));
+  EXPECT_NE(error.find("is not a regular file"), std::string::npos) << error;
+  EXPECT_FALSE(Corpus::load("/nonexistent/corpus.txt", error));
+  EXPECT_NE(error.find("cannot read data '/nonexistent/corpus.txt'"),
+            std::string::npos)
+      << error;
+
+  // A checkpoint of another step is refused before anything is touched.
+  std::unique_ptr<Session> small = session("cpu", model());
+  ASSERT_TRUE(small);
+  ASSERT_TRUE(small->initialize(error)) << error;
+  std::string dir = scratchDir("ckpt");
+  ASSERT_TRUE(small->save(dir, 1, RunIdentity{}, error)) << error;
+  std::unique_ptr<Session> sgd = session("cpu", model("optimizer=sgd"));
+  ASSERT_TRUE(sgd);
+  Checkpoint checkpoint;
+  EXPECT_FALSE(
+      readCheckpoint(dir, sgd->getLayout().arguments, checkpoint, error));
+  EXPECT_NE(error.find("does not match this step"), std::string::npos)
+      << error;
+}
+
+} // namespace

@@ -165,48 +165,25 @@ struct TrainAutodiffPass
 
   void runOnOperation() override;
   LogicalResult buildStep(func::FuncOp func);
-  LogicalResult checkOptions(Location loc);
+  OptimizerOptions optimizerOptions() const;
 };
 
-/// Options that would train nothing, or train on nonsense, are refused here
-/// rather than producing a step that runs and learns nothing.
-LogicalResult TrainAutodiffPass::checkOptions(Location loc) {
-  auto bad = [&](StringRef option, double value, StringRef expected) {
-    return emitError(loc, "train-autodiff: ")
-           << option << "=" << value << " is out of range (expected "
-           << expected << ")";
-  };
-  auto finite = [](double v) { return std::isfinite(v); };
-  if (optimizer != "adamw" && optimizer != "sgd" && optimizer != "none")
-    return emitError(loc, "train-autodiff: unknown optimizer '")
-           << optimizer << "' (expected adamw, sgd or none)";
-  // Learning rates beyond 10 diverge on any model this compiler targets;
-  // such a value is a typo (1e30 for 1e-3), not a setting.
-  if (!finite(lr) || lr <= 0.0 || lr > 10.0)
-    return bad("lr", lr, "a finite value in (0, 10]");
-  if (!finite(minLr) || minLr < 0.0 || minLr > lr)
-    return bad("min-lr", minLr, "a finite value in [0, lr]");
-  if (warmupSteps < 0)
-    return bad("warmup-steps", warmupSteps, ">= 0");
-  if (totalSteps < 0)
-    return bad("total-steps", totalSteps, ">= 0; 0 keeps the rate constant");
-  if (totalSteps > 0 && totalSteps <= warmupSteps)
-    return bad("total-steps", totalSteps, "more than warmup-steps");
-  if (!finite(beta1) || beta1 < 0.0 || beta1 >= 1.0)
-    return bad("beta1", beta1, "a value in [0, 1)");
-  if (!finite(beta2) || beta2 < 0.0 || beta2 >= 1.0)
-    return bad("beta2", beta2, "a value in [0, 1)");
-  if (!finite(epsilon) || epsilon <= 0.0)
-    return bad("eps", epsilon, "a finite value > 0");
-  if (!finite(weightDecay) || weightDecay < 0.0 || weightDecay >= 1.0 / lr)
-    return bad("weight-decay", weightDecay,
-               "a finite value >= 0 with lr * weight-decay < 1");
-  if (!finite(momentum) || momentum < 0.0 || momentum >= 1.0)
-    return bad("momentum", momentum, "a value in [0, 1)");
-  if (!finite(clipNorm) || clipNorm < 0.0)
-    return bad("clip-norm", clipNorm, "a finite value >= 0; 0 disables "
-                                      "clipping");
-  return success();
+/// The optimizer options, as train-add-optimizer takes them.
+OptimizerOptions TrainAutodiffPass::optimizerOptions() const {
+  OptimizerOptions options;
+  options.optimizer = optimizer;
+  options.lr = lr;
+  options.minLr = minLr;
+  options.warmupSteps = warmupSteps;
+  options.totalSteps = totalSteps;
+  options.beta1 = beta1;
+  options.beta2 = beta2;
+  options.epsilon = epsilon;
+  options.weightDecay = weightDecay;
+  options.momentum = momentum;
+  options.clipNorm = clipNorm;
+  options.masterWeights = masterWeights;
+  return options;
 }
 
 LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
@@ -262,53 +239,15 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
     paramGrads.push_back(grad);
   }
 
-  // New arguments: the step counter, then each parameter's optimizer state,
-  // added in one signature change (one at a time would be quadratic).
-  unsigned firstNew = func.getNumArguments();
-  SmallVector<Type> newTypes;
-  SmallVector<DictionaryAttr> newAttrs;
-  auto planArgument = [&](Type type, StringRef attrName,
-                          Attribute value) -> int {
-    newTypes.push_back(type);
-    newAttrs.push_back(
-        builder.getDictionaryAttr(builder.getNamedAttr(attrName, value)));
-    return static_cast<int>(firstNew + newTypes.size() - 1);
-  };
-  auto stateAttr = [&](const ParamInfo &param, StateKind kind) {
-    return StateAttr::get(builder.getContext(), param.name, kind);
-  };
+  // A new argument: the step counter (train-add-optimizer adds the
+  // optimizer state after it).
   auto i64Scalar = RankedTensorType::get({}, builder.getI64Type());
-  int stepIndex = planArgument(i64Scalar, kInputAttrName,
-                               builder.getStringAttr("step"));
-
-  struct StateIndices {
-    int master = -1, m = -1, v = -1, momentum = -1;
-  };
-  SmallVector<StateIndices> stateIndices;
-  for (const ParamInfo &param : params) {
-    StateIndices state;
-    auto f32Type =
-        RankedTensorType::get(param.type.getShape(), builder.getF32Type());
-    bool needsMaster = optimizer != "none" && masterWeights &&
-                       !param.type.getElementType().isF32();
-    if (needsMaster)
-      state.master = planArgument(f32Type, kOptimizerStateAttrName,
-                                  stateAttr(param, StateKind::master));
-    if (optimizer == "adamw") {
-      state.m = planArgument(f32Type, kOptimizerStateAttrName,
-                                  stateAttr(param, StateKind::m));
-      state.v = planArgument(f32Type, kOptimizerStateAttrName,
-                                  stateAttr(param, StateKind::v));
-    } else if (optimizer == "sgd" && momentum > 0.0) {
-      Type bufferType = needsMaster ? Type(f32Type) : Type(param.type);
-      state.momentum = planArgument(bufferType, kOptimizerStateAttrName,
-                                  stateAttr(param, StateKind::momentum));
-    }
-    stateIndices.push_back(state);
-  }
-  SmallVector<unsigned> newIndices(newTypes.size(), firstNew);
-  SmallVector<Location> newLocs(newTypes.size(), func.getLoc());
-  if (failed(func.insertArguments(newIndices, newTypes, newAttrs, newLocs)))
+  unsigned stepIndex = func.getNumArguments();
+  if (failed(func.insertArgument(
+          stepIndex, i64Scalar,
+          builder.getDictionaryAttr(builder.getNamedAttr(
+              kInputAttrName, builder.getStringAttr("step"))),
+          func.getLoc())))
     return func.emitError("train-autodiff: cannot extend the signature");
   Value step = func.getArgument(stepIndex);
   // Each step draws fresh dropout masks: the step counter keys the RNG.
@@ -316,115 +255,23 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
     if (!dropout.getKey())
       dropout.getKeyMutable().assign(step);
   });
-  auto argumentAt = [&](int index) {
-    return index < 0 ? Value() : Value(func.getArgument(index));
-  };
 
-  struct StateArgs {
-    Value master, m, v, momentum;
-  };
-  SmallVector<StateArgs> states;
-  for (const StateIndices &state : stateIndices)
-    states.push_back({argumentAt(state.master), argumentAt(state.m),
-                      argumentAt(state.v), argumentAt(state.momentum)});
-
-  // The update, in one optimizer block.
-  SmallVector<Value> results{loss};
-  SmallVector<NamedAttribute> resultAttrs{
-      builder.getNamedAttr(kLossAttrName, builder.getUnitAttr())};
+  // The step returns the loss and the gradients; the optimizer block that
+  // will hold the update is empty until train-add-optimizer fills it.
   auto block = BlockOp::create(
       builder, func.getLoc(), TypeRange{},
       BlockKindAttr::get(context, BlockKind::optimizer), IntegerAttr(),
       UnitAttr());
   builder.createBlock(&block.getBody());
-  auto yield = YieldOp::create(builder, func.getLoc());
-  builder.setInsertionPoint(yield);
-  SmallVector<Value> yielded;
-  SmallVector<NamedAttribute> yieldedAttrs;
-  auto give = [&](Value value, StringRef attrName, Attribute attrValue) {
-    yielded.push_back(value);
-    yieldedAttrs.push_back(builder.getNamedAttr(attrName, attrValue));
-  };
-  auto giveNamed = [&](Value value, StringRef attrName, StringRef name) {
-    give(value, attrName, builder.getStringAttr(name));
-  };
-
-  if (optimizer == "none") {
-    for (auto [param, grad] : llvm::zip(params, paramGrads))
-      giveNamed(grad, kGradAttrName, param.name);
-  } else {
-    Value lrValue;
-    if (totalSteps > 0)
-      lrValue = LRScheduleOp::create(builder, func.getLoc(), f32Scalar, step,
-                                builder.getF64FloatAttr(lr),
-                                builder.getF64FloatAttr(minLr),
-                                builder.getI64IntegerAttr(warmupSteps),
-                                builder.getI64IntegerAttr(totalSteps));
-    else
-      lrValue = arith::ConstantOp::create(
-          builder, func.getLoc(),
-          DenseElementsAttr::get(f32Scalar, static_cast<float>(lr)));
-    Value norm;
-    if (clipNorm > 0.0) {
-      SmallVector<Type> types;
-      for (Value grad : paramGrads)
-        types.push_back(grad.getType());
-      auto clip = ClipGradNormOp::create(builder, func.getLoc(), types,
-                                         f32Scalar, paramGrads,
-                                         builder.getF64FloatAttr(clipNorm));
-      paramGrads.assign(clip.getClipped().begin(), clip.getClipped().end());
-      norm = clip.getNorm();
-    }
-    for (auto [param, grad, state] : llvm::zip(params, paramGrads, states)) {
-      Value weights = func.getArgument(param.argIndex);
-      Value updated = state.master ? state.master : weights;
-      Value newMomentum;
-      Value newM, newV;
-      if (optimizer == "adamw") {
-        auto adamw = AdamWOp::create(
-            builder, func.getLoc(), updated, grad, state.m, state.v, lrValue, step,
-            builder.getF64FloatAttr(beta1), builder.getF64FloatAttr(beta2),
-            builder.getF64FloatAttr(epsilon),
-            builder.getF64FloatAttr(weightDecay));
-        updated = adamw.getNewParam();
-        newM = adamw.getNewM();
-        newV = adamw.getNewV();
-      } else {
-        auto sgd = SGDOp::create(
-            builder, func.getLoc(), updated.getType(),
-            state.momentum ? state.momentum.getType() : Type(), updated, grad,
-            lrValue, state.momentum, builder.getF64FloatAttr(momentum),
-            builder.getF64FloatAttr(weightDecay), UnitAttr());
-        updated = sgd.getNewParam();
-        newMomentum = sgd.getNewMomentumBuffer();
-      }
-      if (state.master) {
-        Value newWeights =
-            CastOp::create(builder, func.getLoc(), param.type, updated);
-        giveNamed(newWeights, kParamAttrName, param.name);
-        give(updated, kOptimizerStateAttrName,
-                                  stateAttr(param, StateKind::master));
-      } else {
-        giveNamed(updated, kParamAttrName, param.name);
-      }
-      if (newM) {
-        give(newM, kOptimizerStateAttrName,
-                                  stateAttr(param, StateKind::m));
-        give(newV, kOptimizerStateAttrName,
-                                  stateAttr(param, StateKind::v));
-      }
-      if (newMomentum)
-        give(newMomentum, kOptimizerStateAttrName,
-                                  stateAttr(param, StateKind::momentum));
-    }
-    if (norm)
-      give(norm, kGradNormAttrName, builder.getUnitAttr());
+  YieldOp::create(builder, func.getLoc());
+  SmallVector<Value> results{loss};
+  SmallVector<NamedAttribute> resultAttrs{
+      builder.getNamedAttr(kLossAttrName, builder.getUnitAttr())};
+  for (auto [param, grad] : llvm::zip(params, paramGrads)) {
+    results.push_back(grad);
+    resultAttrs.push_back(builder.getNamedAttr(
+        kGradAttrName, builder.getStringAttr(param.name)));
   }
-  // The return reads the new state from inside the block for now; exporting
-  // escaping values below turns them into the block's results.
-  results.append(yielded);
-  resultAttrs.append(yieldedAttrs);
-
   ret.getOperandsMutable().assign(results);
   SmallVector<Type> resultTypes;
   for (Value value : results)
@@ -448,7 +295,9 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
 
 void TrainAutodiffPass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (failed(checkOptions(module.getLoc())))
+  OptimizerOptions options = optimizerOptions();
+  if (failed(checkOptimizerOptions(options, module.getLoc(), getArgument(),
+                                   /*allowNone=*/true)))
     return signalPassFailure();
   auto func = module.lookupSymbol<func::FuncOp>(function);
   if (!func) {
@@ -464,6 +313,10 @@ void TrainAutodiffPass::runOnOperation() {
     return signalPassFailure();
   func.setSymName(stepName);
   func->setAttr(kStepAttrName, UnitAttr::get(&getContext()));
+  // The optimizer is train-add-optimizer's, run on the gradient step.
+  if (optimizer != "none" &&
+      failed(addOptimizer(func, options, getArgument())))
+    return signalPassFailure();
 }
 
 } // namespace

@@ -71,7 +71,7 @@ void mlir::train::exportEscapingValues(func::FuncOp func) {
       exportEscapingValues(&op);
 }
 
-static void pruneUnusedResults(Operation *regionOp) {
+void mlir::train::pruneUnusedResults(Operation *regionOp) {
   for (Operation &op :
        llvm::make_early_inc_range(regionOp->getRegion(0).front()))
     if (isTransparentRegionOp(&op))
@@ -100,7 +100,7 @@ static void pruneUnusedResults(Operation *regionOp) {
 void mlir::train::pruneUnusedResults(func::FuncOp func) {
   for (Operation &op : llvm::make_early_inc_range(func.front()))
     if (isTransparentRegionOp(&op))
-      ::pruneUnusedResults(&op);
+      pruneUnusedResults(&op);
 }
 
 RematOp mlir::train::wrapInRemat(ArrayRef<Operation *> ops) {

@@ -4,11 +4,44 @@
 #define TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PASSES_H
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
+#include <string>
+
 namespace mlir {
 namespace train {
+
+/// The optimizer a step gets (train-add-optimizer's options; train-autodiff
+/// has the same and appends the optimizer after differentiating).
+struct OptimizerOptions {
+  std::string optimizer = "adamw"; // adamw, sgd (none: gradients only)
+  double lr = 3.0e-4;
+  double minLr = 0.0;
+  int64_t warmupSteps = 0;
+  int64_t totalSteps = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1.0e-8;
+  double weightDecay = 0.01;
+  double momentum = 0.0;
+  double clipNorm = 0.0;
+  bool masterWeights = true;
+};
+
+/// Refuses options that would train nothing or train on nonsense, with an
+/// error at `loc` naming `passName`. `allowNone`: optimizer=none is valid.
+LogicalResult checkOptimizerOptions(const OptimizerOptions &options,
+                                    Location loc, StringRef passName,
+                                    bool allowNone);
+
+/// Appends the optimizer to `step`, a step that returns its loss and one
+/// gradient per parameter (`train.grad`): optimizer state arguments and
+/// results, the learning rate, clipping and the updates in the
+/// `train.block optimizer`. Errors name `passName`.
+LogicalResult addOptimizer(func::FuncOp step, const OptimizerOptions &options,
+                           StringRef passName);
 
 #define GEN_PASS_DECL
 #include "trainmem/Dialect/Train/Transforms/Passes.h.inc"

@@ -27,6 +27,28 @@ def TrainCostReportPass : Pass<"train-cost-report", "mlir::ModuleOp"> {
   ];
 }
 
+// The optimizer's options: train-add-optimizer's, and train-autodiff's,
+// which appends the same optimizer after differentiating.
+defvar TrainOptimizerOptions = [
+    Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
+           "Optimizer: adamw or sgd (train-autodiff also takes none: return "
+           "the gradients)">,
+    Option<"lr", "lr", "double", "3.0e-4", "Learning rate (peak with a schedule)">,
+    Option<"minLr", "min-lr", "double", "0.0", "Final learning rate of the cosine schedule">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", "0", "Linear warm-up steps">,
+    Option<"totalSteps", "total-steps", "int64_t", "0",
+           "Steps of the cosine schedule; 0 keeps the learning rate constant">,
+    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
+    Option<"epsilon", "eps", "double", "1.0e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.01", "Decoupled weight decay">,
+    Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
+    Option<"clipNorm", "clip-norm", "double", "0.0",
+           "Clip the global gradient norm to this value; 0 disables clipping">,
+    Option<"masterWeights", "master-weights", "bool", "true",
+           "Keep f32 master weights for 16-bit parameters">
+];
+
 def TrainAutodiffPass : Pass<"train-autodiff", "mlir::ModuleOp"> {
   let summary = "Turns a forward-plus-loss function into one training step";
   let description = [{
@@ -43,43 +65,53 @@ def TrainAutodiffPass : Pass<"train-autodiff", "mlir::ModuleOp"> {
     parameter gets an f32 master copy and f32 Adam m and v; AdamW updates the
     master and the 16-bit weight is refreshed from it with `train.cast`
     (2 + 2 + 12 bytes per parameter). Arguments and results are marked
-    `train.param = "name"` (weights), `train.optimizer_state = "name.master"`
-    / `"name.m"` / `"name.v"` / `"name.momentum"`, `train.input = "step"`,
+    `train.param = "name"` (weights), `train.optimizer_state =
+    #train.state<"name", master|m|v|momentum>`, `train.input = "step"`,
     `train.loss`, `train.grad_norm`; with `optimizer=none` the step returns
-    the gradients instead (`train.grad = "name"`).
+    the gradients instead (`train.grad = "name"`). The optimizer is
+    train-add-optimizer's: `train-autodiff{optimizer=adamw ...}` is
+    `train-autodiff{optimizer=none},train-add-optimizer{optimizer=adamw ...}`
+    and prints the same step.
 
     Values a backward block needs from a forward block become extra results
     of that forward block: what the forward saves for the backward is
     visible in the IR.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect"];
-  let options = [
+  let options = !listconcat([
     Option<"function", "function", "std::string", "\"forward\"",
            "Name of the forward-plus-loss function">,
     Option<"stepName", "step-name", "std::string", "\"train_step\"",
            "Name of the training-step function">,
-    Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
-           "Optimizer: adamw, sgd, or none (return gradients)">,
-    Option<"lr", "lr", "double", "3.0e-4", "Learning rate (peak with a schedule)">,
-    Option<"minLr", "min-lr", "double", "0.0", "Final learning rate of the cosine schedule">,
-    Option<"warmupSteps", "warmup-steps", "int64_t", "0", "Linear warm-up steps">,
-    Option<"totalSteps", "total-steps", "int64_t", "0",
-           "Steps of the cosine schedule; 0 keeps the learning rate constant">,
-    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
-    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
-    Option<"epsilon", "eps", "double", "1.0e-8", "AdamW epsilon">,
-    Option<"weightDecay", "weight-decay", "double", "0.01", "Decoupled weight decay">,
-    Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
-    Option<"clipNorm", "clip-norm", "double", "0.0",
-           "Clip the global gradient norm to this value; 0 disables clipping">,
-    Option<"masterWeights", "master-weights", "bool", "true",
-           "Keep f32 master weights for 16-bit parameters">,
     Option<"regenerateDropoutMasks", "regenerate-dropout-masks", "bool", "false",
            "Recompute dropout masks from the RNG in the backward instead of keeping them">
-  ];
+  ], TrainOptimizerOptions);
   let statistics = [
     Statistic<"numVJPs", "vjps", "Vector-Jacobian products built">
   ];
+}
+
+def TrainAddOptimizerPass : Pass<"train-add-optimizer", "mlir::ModuleOp"> {
+  let summary = "Appends the optimizer update to a step that returns gradients";
+  let description = [{
+    Takes the step marked `train.step` that returns its loss and one
+    gradient per parameter (`train.grad = "name"`, as
+    `train-autodiff{optimizer=none}` makes it) and turns it into a step that
+    updates the parameters: per parameter its optimizer state as new
+    arguments and results (`#train.state<"name", m|v|momentum|master>`),
+    then in the `train.block optimizer` the learning rate (constant or the
+    cosine schedule), global-norm clipping (`clip-norm`) and one
+    `train.adamw` or `train.sgd` per parameter (an f32 master copy for a
+    16-bit parameter with `master-weights`). The step then returns the loss,
+    per parameter its new weight and state, and the gradient norm when
+    clipping.
+
+    Differentiation and the optimizer are separate passes, so a pipeline can
+    swap the optimizer, or transform the gradient step (accumulate it,
+    partition it) before the update is appended.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+  let options = TrainOptimizerOptions;
 }
 
 def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {

@@ -28,6 +28,8 @@ void exportEscapingValues(func::FuncOp func);
 
 /// Removes the results nobody reads from every block and remat in `func`.
 void pruneUnusedResults(func::FuncOp func);
+/// The same for one region op (and the region ops nested in it).
+void pruneUnusedResults(Operation *regionOp);
 
 /// Moves `ops`, consecutive in one block, into a new train.remat at their
 /// place; what they define and is used after them becomes its results.

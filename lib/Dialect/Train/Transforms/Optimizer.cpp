@@ -1,0 +1,369 @@
+//===- Optimizer.cpp - train-add-optimizer --------------------------------===//
+//
+// Appends the optimizer update to a step that returns its gradients: the
+// state arguments and results, the learning rate, global-norm clipping and
+// one update op per parameter, in the step's `train.block optimizer`.
+// train-autodiff calls the same code after differentiating, so the two
+// spellings of a step print the same IR.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <cmath>
+
+namespace mlir {
+namespace train {
+#define GEN_PASS_DEF_TRAINADDOPTIMIZERPASS
+#include "trainmem/Dialect/Train/Transforms/Passes.h.inc"
+} // namespace train
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::train;
+
+LogicalResult mlir::train::checkOptimizerOptions(
+    const OptimizerOptions &options, Location loc, StringRef passName,
+    bool allowNone) {
+  auto bad = [&](StringRef option, double value, StringRef expected) {
+    return emitError(loc, passName)
+           << ": " << option << "=" << value << " is out of range (expected "
+           << expected << ")";
+  };
+  auto finite = [](double v) { return std::isfinite(v); };
+  const OptimizerOptions &o = options;
+  if (o.optimizer != "adamw" && o.optimizer != "sgd" &&
+      (!allowNone || o.optimizer != "none"))
+    return emitError(loc, passName)
+           << ": unknown optimizer '" << o.optimizer << "' (expected "
+           << (allowNone ? "adamw, sgd or none" : "adamw or sgd") << ")";
+  // Learning rates beyond 10 diverge on any model this compiler targets;
+  // such a value is a typo (1e30 for 1e-3), not a setting.
+  if (!finite(o.lr) || o.lr <= 0.0 || o.lr > 10.0)
+    return bad("lr", o.lr, "a finite value in (0, 10]");
+  if (!finite(o.minLr) || o.minLr < 0.0 || o.minLr > o.lr)
+    return bad("min-lr", o.minLr, "a finite value in [0, lr]");
+  if (o.warmupSteps < 0)
+    return bad("warmup-steps", o.warmupSteps, ">= 0");
+  if (o.totalSteps < 0)
+    return bad("total-steps", o.totalSteps, ">= 0; 0 keeps the rate constant");
+  if (o.totalSteps > 0 && o.totalSteps <= o.warmupSteps)
+    return bad("total-steps", o.totalSteps, "more than warmup-steps");
+  if (!finite(o.beta1) || o.beta1 < 0.0 || o.beta1 >= 1.0)
+    return bad("beta1", o.beta1, "a value in [0, 1)");
+  if (!finite(o.beta2) || o.beta2 < 0.0 || o.beta2 >= 1.0)
+    return bad("beta2", o.beta2, "a value in [0, 1)");
+  if (!finite(o.epsilon) || o.epsilon <= 0.0)
+    return bad("eps", o.epsilon, "a finite value > 0");
+  if (!finite(o.weightDecay) || o.weightDecay < 0.0 ||
+      o.weightDecay >= 1.0 / o.lr)
+    return bad("weight-decay", o.weightDecay,
+               "a finite value >= 0 with lr * weight-decay < 1");
+  if (!finite(o.momentum) || o.momentum < 0.0 || o.momentum >= 1.0)
+    return bad("momentum", o.momentum, "a value in [0, 1)");
+  if (!finite(o.clipNorm) || o.clipNorm < 0.0)
+    return bad("clip-norm", o.clipNorm, "a finite value >= 0; 0 disables "
+                                        "clipping");
+  return success();
+}
+
+namespace {
+struct ParamInfo {
+  unsigned argIndex;
+  std::string name;
+  RankedTensorType type;
+};
+} // namespace
+
+LogicalResult mlir::train::addOptimizer(func::FuncOp func,
+                                        const OptimizerOptions &options,
+                                        StringRef passName) {
+  MLIRContext *context = func.getContext();
+  const OptimizerOptions &o = options;
+  assert(o.optimizer != "none" && "no optimizer to add");
+  auto f32Scalar = RankedTensorType::get({}, Float32Type::get(context));
+  if (func.isExternal())
+    return func.emitError(passName) << ": the step has no body";
+
+  // What the step has: parameters, the step counter, and results that are
+  // the loss and one gradient per parameter.
+  SmallVector<ParamInfo> params;
+  llvm::StringMap<unsigned> paramByName;
+  int stepIndex = -1;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, kParamAttrName)) {
+      auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+      if (!type || !isa<FloatType>(type.getElementType()))
+        return func.emitError(passName)
+               << ": parameter '" << name.getValue()
+               << "' is not a float tensor";
+      paramByName[name.getValue()] = params.size();
+      params.push_back({i, name.getValue().str(), type});
+    }
+    if (func.getArgAttr(i, kOptimizerStateAttrName))
+      return func.emitError(passName)
+             << ": the step has an optimizer already (argument " << i
+             << " is optimizer state)";
+    if (auto input = func.getArgAttrOfType<StringAttr>(i, kInputAttrName))
+      if (input.getValue() == "step")
+        stepIndex = i;
+  }
+  if (params.empty())
+    return func.emitError(passName)
+           << ": the step has no parameters (arguments marked "
+           << kParamAttrName << ")";
+  if (stepIndex < 0)
+    return func.emitError(passName)
+           << ": the step has no step counter (an argument marked "
+           << kInputAttrName << " = \"step\")";
+
+  auto ret = cast<func::ReturnOp>(func.front().getTerminator());
+  Value loss;
+  SmallVector<Value> paramGrads(params.size());
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    Value value = ret.getOperand(i);
+    if (func.getResultAttr(i, kLossAttrName) && !loss) {
+      loss = value;
+      continue;
+    }
+    auto name = func.getResultAttrOfType<StringAttr>(i, kGradAttrName);
+    if (!name)
+      return func.emitError(passName)
+             << ": result " << i
+             << " of the step is neither its loss nor a gradient ("
+             << kLossAttrName << ", " << kGradAttrName
+             << "); the optimizer goes onto a step that returns gradients "
+                "(train-autodiff{optimizer=none})";
+    auto it = paramByName.find(name.getValue());
+    if (it == paramByName.end())
+      return func.emitError(passName)
+             << ": result " << i << " is the gradient of '" << name.getValue()
+             << "', which is not a parameter of the step";
+    if (paramGrads[it->second])
+      return func.emitError(passName)
+             << ": the step returns the gradient of '" << name.getValue()
+             << "' twice";
+    if (value.getType() != params[it->second].type)
+      return func.emitError(passName)
+             << ": the gradient of '" << name.getValue() << "' is "
+             << value.getType() << ", its parameter "
+             << params[it->second].type;
+    paramGrads[it->second] = value;
+  }
+  if (!loss)
+    return func.emitError(passName)
+           << ": the step returns no loss (a result marked " << kLossAttrName
+           << ")";
+  for (auto [param, grad] : llvm::zip(params, paramGrads))
+    if (!grad)
+      return func.emitError(passName)
+             << ": the step returns no gradient of parameter '" << param.name
+             << "' (a result marked " << kGradAttrName << ")";
+
+  // The optimizer block: the step's last `train.block optimizer`, or a new
+  // one before the return.
+  BlockOp block;
+  for (Operation &op : func.front())
+    if (auto candidate = dyn_cast<BlockOp>(op))
+      if (candidate.getKind() == BlockKind::optimizer)
+        block = candidate;
+  OpBuilder builder(ret);
+  if (!block) {
+    block = BlockOp::create(builder, func.getLoc(), TypeRange{},
+                            BlockKindAttr::get(context, BlockKind::optimizer),
+                            IntegerAttr(), UnitAttr());
+    builder.createBlock(&block.getBody());
+    YieldOp::create(builder, func.getLoc());
+  }
+
+  // New arguments: each parameter's optimizer state, added in one signature
+  // change (one at a time would be quadratic).
+  unsigned firstNew = func.getNumArguments();
+  SmallVector<Type> newTypes;
+  SmallVector<DictionaryAttr> newAttrs;
+  auto stateAttr = [&](const ParamInfo &param, StateKind kind) {
+    return StateAttr::get(context, param.name, kind);
+  };
+  auto planState = [&](Type type, const ParamInfo &param,
+                       StateKind kind) -> int {
+    newTypes.push_back(type);
+    newAttrs.push_back(builder.getDictionaryAttr(
+        builder.getNamedAttr(kOptimizerStateAttrName, stateAttr(param, kind))));
+    return static_cast<int>(firstNew + newTypes.size() - 1);
+  };
+  struct StateIndices {
+    int master = -1, m = -1, v = -1, momentum = -1;
+  };
+  SmallVector<StateIndices> stateIndices;
+  for (const ParamInfo &param : params) {
+    StateIndices state;
+    auto f32Type =
+        RankedTensorType::get(param.type.getShape(), builder.getF32Type());
+    bool needsMaster =
+        o.masterWeights && !param.type.getElementType().isF32();
+    if (needsMaster)
+      state.master = planState(f32Type, param, StateKind::master);
+    if (o.optimizer == "adamw") {
+      state.m = planState(f32Type, param, StateKind::m);
+      state.v = planState(f32Type, param, StateKind::v);
+    } else if (o.optimizer == "sgd" && o.momentum > 0.0) {
+      Type bufferType = needsMaster ? Type(f32Type) : Type(param.type);
+      state.momentum = planState(bufferType, param, StateKind::momentum);
+    }
+    stateIndices.push_back(state);
+  }
+  if (!newTypes.empty()) {
+    SmallVector<unsigned> newIndices(newTypes.size(), firstNew);
+    SmallVector<Location> newLocs(newTypes.size(), func.getLoc());
+    if (failed(func.insertArguments(newIndices, newTypes, newAttrs, newLocs)))
+      return func.emitError(passName) << ": cannot extend the signature";
+  }
+  Value step = func.getArgument(stepIndex);
+  auto argumentAt = [&](int index) {
+    return index < 0 ? Value() : Value(func.getArgument(index));
+  };
+
+  // The update, in the optimizer block. The return reads the new state
+  // from inside the block for now; exporting escaping values below turns
+  // them into the block's results.
+  builder.setInsertionPoint(block.getBody().front().getTerminator());
+  SmallVector<Value> results{loss};
+  SmallVector<NamedAttribute> resultAttrs{
+      builder.getNamedAttr(kLossAttrName, builder.getUnitAttr())};
+  auto give = [&](Value value, StringRef attrName, Attribute attrValue) {
+    results.push_back(value);
+    resultAttrs.push_back(builder.getNamedAttr(attrName, attrValue));
+  };
+  Location loc = func.getLoc();
+  Value lrValue;
+  if (o.totalSteps > 0)
+    lrValue = LRScheduleOp::create(builder, loc, f32Scalar, step,
+                                   builder.getF64FloatAttr(o.lr),
+                                   builder.getF64FloatAttr(o.minLr),
+                                   builder.getI64IntegerAttr(o.warmupSteps),
+                                   builder.getI64IntegerAttr(o.totalSteps));
+  else
+    lrValue = arith::ConstantOp::create(
+        builder, loc,
+        DenseElementsAttr::get(f32Scalar, static_cast<float>(o.lr)));
+  Value norm;
+  if (o.clipNorm > 0.0) {
+    SmallVector<Type> types;
+    for (Value grad : paramGrads)
+      types.push_back(grad.getType());
+    auto clip = ClipGradNormOp::create(builder, loc, types, f32Scalar,
+                                       paramGrads,
+                                       builder.getF64FloatAttr(o.clipNorm));
+    paramGrads.assign(clip.getClipped().begin(), clip.getClipped().end());
+    norm = clip.getNorm();
+  }
+  for (auto [param, grad, indices] :
+       llvm::zip(params, paramGrads, stateIndices)) {
+    Value master = argumentAt(indices.master);
+    Value weights = func.getArgument(param.argIndex);
+    Value updated = master ? master : weights;
+    Value newM, newV, newMomentum;
+    if (o.optimizer == "adamw") {
+      auto adamw = AdamWOp::create(
+          builder, loc, updated, grad, argumentAt(indices.m),
+          argumentAt(indices.v), lrValue, step,
+          builder.getF64FloatAttr(o.beta1), builder.getF64FloatAttr(o.beta2),
+          builder.getF64FloatAttr(o.epsilon),
+          builder.getF64FloatAttr(o.weightDecay));
+      updated = adamw.getNewParam();
+      newM = adamw.getNewM();
+      newV = adamw.getNewV();
+    } else {
+      Value buffer = argumentAt(indices.momentum);
+      auto sgd = SGDOp::create(
+          builder, loc, updated.getType(),
+          buffer ? buffer.getType() : Type(), updated, grad, lrValue, buffer,
+          builder.getF64FloatAttr(o.momentum),
+          builder.getF64FloatAttr(o.weightDecay), UnitAttr());
+      updated = sgd.getNewParam();
+      newMomentum = sgd.getNewMomentumBuffer();
+    }
+    if (master) {
+      Value newWeights = CastOp::create(builder, loc, param.type, updated);
+      give(newWeights, kParamAttrName, builder.getStringAttr(param.name));
+      give(updated, kOptimizerStateAttrName,
+           stateAttr(param, StateKind::master));
+    } else {
+      give(updated, kParamAttrName, builder.getStringAttr(param.name));
+    }
+    if (newM) {
+      give(newM, kOptimizerStateAttrName, stateAttr(param, StateKind::m));
+      give(newV, kOptimizerStateAttrName, stateAttr(param, StateKind::v));
+    }
+    if (newMomentum)
+      give(newMomentum, kOptimizerStateAttrName,
+           stateAttr(param, StateKind::momentum));
+  }
+  if (norm)
+    give(norm, kGradNormAttrName, builder.getUnitAttr());
+
+  ret.getOperandsMutable().assign(results);
+  SmallVector<Type> resultTypes;
+  for (Value value : results)
+    resultTypes.push_back(value.getType());
+  func.setFunctionType(
+      FunctionType::get(context, func.getArgumentTypes(), resultTypes));
+  SmallVector<DictionaryAttr> resultDicts;
+  for (NamedAttribute attr : resultAttrs)
+    resultDicts.push_back(builder.getDictionaryAttr(attr));
+  func.setAllResultAttrs(resultDicts);
+
+  // Results the block had before (gradients it yielded) are dead now; the
+  // update's values become its results.
+  pruneUnusedResults(block.getOperation());
+  exportEscapingValues(func);
+  return success();
+}
+
+namespace {
+struct TrainAddOptimizerPass
+    : public train::impl::TrainAddOptimizerPassBase<TrainAddOptimizerPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    OptimizerOptions options;
+    options.optimizer = optimizer;
+    options.lr = lr;
+    options.minLr = minLr;
+    options.warmupSteps = warmupSteps;
+    options.totalSteps = totalSteps;
+    options.beta1 = beta1;
+    options.beta2 = beta2;
+    options.epsilon = epsilon;
+    options.weightDecay = weightDecay;
+    options.momentum = momentum;
+    options.clipNorm = clipNorm;
+    options.masterWeights = masterWeights;
+    if (failed(checkOptimizerOptions(options, module.getLoc(), getArgument(),
+                                     /*allowNone=*/false)))
+      return signalPassFailure();
+    Operation *step = findMarkedStep(module, getArgument());
+    if (!step)
+      return signalPassFailure();
+    auto func = dyn_cast<func::FuncOp>(step);
+    if (!func || isLoweredStep(step)) {
+      step->emitError(getArgument())
+          << ": expects the tensor-level step (before "
+             "convert-train-to-runtime)";
+      return signalPassFailure();
+    }
+    if (failed(addOptimizer(func, options, getArgument())))
+      return signalPassFailure();
+  }
+};
+} // namespace

@@ -6,6 +6,7 @@
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 #include "trainmem-runtime/Runtime.h"
 
 #include "mlir/Conversion/Passes.h"
@@ -118,29 +119,22 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
                 "input of convert-train-to-runtime)";
     return success();
   }
-  if (!step) {
-    // A model: its forward pass becomes the step (train-autodiff marks it).
-    PassManager autodiff(module.getContext());
-    std::string options = ("train-autodiff{" + autodiffOptions + "}").str();
-    if (failed(parsePassPipeline(options, autodiff, llvm::errs())))
-      return emitError(module.getLoc(), "trainmem-run: bad pass options in '")
-             << options << "'";
-    if (failed(autodiff.run(module)))
-      return failure();
-  }
-  std::string pipeline;
-  if (!rematOptions.empty())
-    pipeline += ("train-remat{" + rematOptions + "},").str();
-  if (!gradAccumOptions.empty())
-    pipeline += ("train-grad-accum{" + gradAccumOptions + "},").str();
+  // The registered train-step pipeline: a model's forward pass becomes the
+  // step (train-autodiff marks it); a step is taken as it is.
+  TrainStepPipelineOptions options;
+  options.differentiate = step == nullptr;
+  options.autodiff = autodiffOptions.str();
+  options.remat = rematOptions.str();
+  options.gradAccum = gradAccumOptions.str();
+  options.quantize = quantizeOptions.has_value();
   if (quantizeOptions)
-    pipeline +=
-        ("train-quantize-optimizer-state{" + *quantizeOptions + "},").str();
-  pipeline += "train-unroll-accum,train-materialize-remat";
+    options.quantizeOptions = quantizeOptions->str();
   PassManager pm(module.getContext());
-  if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
-    return emitError(module.getLoc(), "trainmem-run: bad pass options in '")
-           << pipeline << "'";
+  if (failed(buildTrainStepPipeline(
+          pm, options, [&](const Twine &message) -> LogicalResult {
+            return emitError(module.getLoc(), "trainmem-run: ") << message;
+          })))
+    return failure();
   return pm.run(module);
 }
 

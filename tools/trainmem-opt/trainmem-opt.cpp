@@ -3,6 +3,7 @@
 #include "trainmem/Conversion/Passes.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -23,6 +24,7 @@ int main(int argc, char **argv) {
   // convert-to-llvm finds each dialect's lowering through these extensions.
   mlir::registerAllExtensions(registry);
   mlir::train::registerTrainPasses();
+  mlir::train::registerTrainPipelines();
   mlir::train::registerTrainConversionPasses();
   mlir::registerTransformsPasses();
   mlir::registerConvertToLLVMPass();

@@ -1,0 +1,70 @@
+//===- Pipelines.h - registered pipelines of the train dialect ---*- C++ -*-===//
+//
+// `train-step`: from a model (or a step) to a step ready to lower, the
+// pipeline trainmem-run compiles with, usable from trainmem-opt:
+//
+//   trainmem-opt model.mlir --pass-pipeline='builtin.module(train-step{
+//       autodiff="lr=1e-3 clip-norm=1.0" remat="policy=selective"
+//       grad-accum="steps=4" quantize=true})'
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PIPELINES_H
+#define TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace mlir {
+namespace train {
+
+struct TrainStepPipelineOptions
+    : public PassPipelineOptions<TrainStepPipelineOptions> {
+  Option<bool> differentiate{
+      *this, "differentiate",
+      llvm::cl::desc("Differentiate @forward first (train-autodiff); false "
+                     "when the input is a step already"),
+      llvm::cl::init(true)};
+  Option<std::string> autodiff{
+      *this, "autodiff",
+      llvm::cl::desc("train-autodiff options (optimizer included), e.g. "
+                     "\"lr=1e-3 clip-norm=1.0\""),
+      llvm::cl::init("")};
+  Option<std::string> remat{
+      *this, "remat",
+      llvm::cl::desc("train-remat options, e.g. \"policy=selective\"; "
+                     "empty: no rematerialization"),
+      llvm::cl::init("")};
+  Option<std::string> gradAccum{
+      *this, "grad-accum",
+      llvm::cl::desc("train-grad-accum options, e.g. \"steps=4\"; empty: "
+                     "one batch per update"),
+      llvm::cl::init("")};
+  Option<bool> quantize{
+      *this, "quantize",
+      llvm::cl::desc("Keep optimizer state in 8 bits "
+                     "(train-quantize-optimizer-state)"),
+      llvm::cl::init(false)};
+  Option<std::string> quantizeOptions{
+      *this, "quantize-options",
+      llvm::cl::desc("train-quantize-optimizer-state options, e.g. "
+                     "\"block=256\" (with quantize=true)"),
+      llvm::cl::init("")};
+};
+
+/// Adds the passes of `train-step` to `pm`: train-autodiff (with
+/// `differentiate`), train-remat, train-grad-accum and
+/// train-quantize-optimizer-state when asked for, then train-unroll-accum
+/// and train-materialize-remat. Bad nested options go to `errorHandler`.
+LogicalResult
+buildTrainStepPipeline(OpPassManager &pm,
+                       const TrainStepPipelineOptions &options,
+                       function_ref<LogicalResult(const Twine &)> errorHandler);
+
+/// Registers `train-step`.
+void registerTrainPipelines();
+
+} // namespace train
+} // namespace mlir
+
+#endif // TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PIPELINES_H

@@ -1,0 +1,61 @@
+//===- Pipelines.cpp - registered pipelines of the train dialect ----------===//
+
+#include "trainmem/Dialect/Train/Transforms/Pipelines.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::train;
+
+LogicalResult mlir::train::buildTrainStepPipeline(
+    OpPassManager &pm, const TrainStepPipelineOptions &options,
+    function_ref<LogicalResult(const Twine &)> errorHandler) {
+  // Each stage is parsed on its own, so that bad options name the pass
+  // they belong to.
+  auto add = [&](StringRef pass, StringRef passOptions) -> LogicalResult {
+    std::string text = (pass + "{" + passOptions + "}").str();
+    std::string message;
+    llvm::raw_string_ostream errors(message);
+    if (succeeded(parsePassPipeline(text, pm, errors)))
+      return success();
+    return errorHandler("train-step: bad options for " + pass + " ('" +
+                        passOptions + "'): " + StringRef(message).trim());
+  };
+  if (options.differentiate && failed(add("train-autodiff", options.autodiff)))
+    return failure();
+  if (!options.remat.empty() && failed(add("train-remat", options.remat)))
+    return failure();
+  if (!options.gradAccum.empty() &&
+      failed(add("train-grad-accum", options.gradAccum)))
+    return failure();
+  if (options.quantize &&
+      failed(add("train-quantize-optimizer-state", options.quantizeOptions)))
+    return failure();
+  if (!options.quantize && !options.quantizeOptions.empty())
+    return errorHandler("train-step: quantize-options needs quantize=true");
+  pm.addPass(createTrainUnrollAccumPass());
+  pm.addPass(createTrainMaterializeRematPass());
+  return success();
+}
+
+void mlir::train::registerTrainPipelines() {
+  registerPassPipeline(
+      "train-step",
+      "From a model to a step ready to lower: train-autodiff, then "
+      "train-remat, train-grad-accum, train-quantize-optimizer-state as "
+      "asked, train-unroll-accum, train-materialize-remat (trainmem-run's "
+      "pipeline)",
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> errorHandler) {
+        TrainStepPipelineOptions options;
+        if (failed(options.parseFromString(text)))
+          return errorHandler("train-step: cannot parse the options '" +
+                              text + "'");
+        return buildTrainStepPipeline(pm, options, errorHandler);
+      },
+      [](function_ref<void(const detail::PassOptions &)> optHandler) {
+        optHandler(TrainStepPipelineOptions());
+      });
+}

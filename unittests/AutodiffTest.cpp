@@ -84,7 +84,7 @@ protected:
 
     PassManager pm(&context);
     TrainAutodiffPassOptions options;
-    options.optimizer = "none";
+    options.optimizer = OptimizerKind::none;
     pm.addPass(createTrainAutodiffPass(options));
     ASSERT_TRUE(succeeded(pm.run(*stepModule)));
 

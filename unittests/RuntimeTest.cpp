@@ -327,7 +327,7 @@ TEST_F(RuntimeTest, WholeTinyStepGradientsMatchTheEvaluator) {
   OwningOpRef<ModuleOp> module = buildModel(&context, config);
   PassManager pm(&context);
   TrainAutodiffPassOptions options;
-  options.optimizer = "none";
+  options.optimizer = OptimizerKind::none;
   pm.addPass(createTrainAutodiffPass(options));
   ASSERT_TRUE(succeeded(pm.run(*module)));
   auto func = module->lookupSymbol<func::FuncOp>("train_step");

@@ -314,7 +314,7 @@ void TrainAutodiffPass::runOnOperation() {
   func.setSymName(stepName);
   func->setAttr(kStepAttrName, UnitAttr::get(&getContext()));
   // The optimizer is train-add-optimizer's, run on the gradient step.
-  if (optimizer != "none" &&
+  if (optimizer != OptimizerKind::none &&
       failed(addOptimizer(func, options, getArgument())))
     return signalPassFailure();
 }

@@ -138,11 +138,6 @@ struct TrainCostReportPass
   using Base::Base;
 
   void runOnOperation() override {
-    if (format != "text" && format != "json") {
-      emitError(getOperation().getLoc(), "train-cost-report: unknown format '")
-          << format << "' (expected 'text' or 'json')";
-      return signalPassFailure();
-    }
     uint64_t numOps = 0;
     SmallVector<FunctionCost> functions;
     for (auto func : getOperation().getOps<func::FuncOp>()) {
@@ -162,7 +157,7 @@ struct TrainCostReportPass
       emitError(getOperation().getLoc(), "train-cost-report: ") << errorMessage;
       return signalPassFailure();
     }
-    if (format == "json")
+    if (format == ReportFormat::json)
       file->os() << llvm::formatv("{0:2}", toJSON(functions)) << "\n";
     else
       printText(file->os(), functions);

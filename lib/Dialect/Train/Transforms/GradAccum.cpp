@@ -183,12 +183,6 @@ void TrainGradAccumPass::runOnOperation() {
     emitError(loc, "train-grad-accum: ") << message;
     signalPassFailure();
   };
-  if (normalize != "tokens" && normalize != "mean")
-    return fail(module.getLoc(), "unknown normalize '" + normalize +
-                                     "' (expected tokens or mean)");
-  if (uneven != "pad" && uneven != "refuse")
-    return fail(module.getLoc(),
-                "unknown uneven '" + uneven + "' (expected pad or refuse)");
   if (steps < 1)
     return fail(module.getLoc(),
                 "steps must be >= 1, got " + Twine(static_cast<int64_t>(steps)));
@@ -227,7 +221,7 @@ void TrainGradAccumPass::runOnOperation() {
                                    ") is larger than the batch (" +
                                    Twine(batch) + ")");
   bool even = batch % steps == 0;
-  if (!even && uneven == "refuse")
+  if (!even && uneven == AccumUneven::refuse)
     return fail(func.getLoc(),
                 "the batch (" + Twine(batch) + ") is not divisible by steps (" +
                     Twine(static_cast<int64_t>(steps)) + ") and uneven=refuse");
@@ -253,7 +247,7 @@ void TrainGradAccumPass::runOnOperation() {
   CrossEntropyOp crossEntropy;
   for (Operation *op : bodyOps)
     op->walk([&](CrossEntropyOp ce) { crossEntropy = ce; });
-  if (normalize == "tokens" && !crossEntropy)
+  if (normalize == AccumNormalize::tokens && !crossEntropy)
     return fail(func.getLoc(),
                 "normalize=tokens needs a cross-entropy loss "
                 "(train.cross_entropy with an ignore index) in @" +
@@ -282,7 +276,7 @@ void TrainGradAccumPass::runOnOperation() {
   OpBuilder builder(bodyOps.front());
   // The window's valid tokens, counted before any backward.
   Value windowCount;
-  if (normalize == "tokens")
+  if (normalize == AccumNormalize::tokens)
     windowCount = CountValidOp::create(builder, crossEntropy.getLoc(), targets,
                                        crossEntropy.getIgnoreIndexAttr().getInt());
 
@@ -312,7 +306,7 @@ void TrainGradAccumPass::runOnOperation() {
       builder, func.getLoc(), resultTypes, inputs,
       builder.getI64IntegerAttr(steps), builder.getDenseI64ArrayAttr(padding),
       hasDropout ? builder.getUnitAttr() : UnitAttr(),
-      normalize == "mean" ? builder.getUnitAttr() : UnitAttr());
+      normalize == AccumNormalize::mean ? builder.getUnitAttr() : UnitAttr());
   Block *body = builder.createBlock(&accumulate.getBody());
   IRMapping mapping;
   for (BlockArgument arg : batchArgs) {
@@ -330,7 +324,7 @@ void TrainGradAccumPass::runOnOperation() {
 
   // normalize=mean weighs each micro-batch's mean by its share of the rows.
   Value share;
-  if (normalize == "mean")
+  if (normalize == AccumNormalize::mean)
     share = body->addArgument(RankedTensorType::get({}, builder.getF32Type()),
                               func.getLoc());
 
@@ -362,7 +356,7 @@ void TrainGradAccumPass::runOnOperation() {
 
   // Loss normalization.
   body->walk([&](MeanLossOp meanLoss) {
-    if (normalize == "tokens") {
+    if (normalize == AccumNormalize::tokens) {
       Value count = resolveRegionResult(meanLoss.getCount());
       if (isa_and_nonnull<CrossEntropyOp>(count.getDefiningOp()))
         meanLoss.getCountMutable().assign(windowCount);

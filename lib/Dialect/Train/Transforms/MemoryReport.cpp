@@ -185,11 +185,6 @@ struct TrainMemoryReportPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (format != "text" && format != "json") {
-      emitError(module.getLoc(), "train-memory-report: unknown format '")
-          << format << "' (expected 'text' or 'json')";
-      return signalPassFailure();
-    }
     // The training step (the function marked train.step) if there is one,
     // else the one function with a body.
     func::FuncOp func;
@@ -257,7 +252,7 @@ struct TrainMemoryReportPass
       return signalPassFailure();
     }
     MemoryPlan plan(*memory);
-    if (format == "json")
+    if (format == ReportFormat::json)
       file->os() << llvm::formatv("{0:2}", toJSON(*memory, plan)) << "\n";
     else
       printText(file->os(), *memory, plan);

@@ -368,19 +368,10 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       emitError(module.getLoc(), "train-remat: ") << message;
       signalPassFailure();
     };
-    if (policy != "full" && policy != "selective" && policy != "attention" &&
-        policy != "mlp" && policy != "every" && policy != "custom" &&
-        policy != "budget")
-      return fail("unknown policy '" + policy +
-                  "' (expected full, selective, attention, mlp, every, "
-                  "custom or budget)");
-    if (policy == "budget" && budget <= 0)
+    if (policy == RematPolicy::budget && budget <= 0)
       return fail("policy=budget needs budget=BYTES > 0");
-    if (policy == "every" && every < 1)
+    if (policy == RematPolicy::every && every < 1)
       return fail("every must be >= 1, got " + Twine(every));
-    if (policy == "every" && method != "uniform" && method != "block")
-      return fail("unknown method '" + method +
-                  "' (expected uniform or block)");
     int64_t begin, end;
     if (failed(parseRange(layers, begin, end)))
       return fail("bad layer range '" + layers + "' (expected A:B, A < B)");
@@ -417,13 +408,19 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       return success();
     };
 
-    if (policy == "full" || policy == "attention" || policy == "mlp" ||
-        policy == "selective") {
-      if (failed(applyAll(*parseChoice(policy))))
+    if (policy == RematPolicy::full || policy == RematPolicy::attention || policy == RematPolicy::mlp ||
+        policy == RematPolicy::selective) {
+      Choice choice = policy == RematPolicy::full        ? Choice::Full
+                      : policy == RematPolicy::attention ? Choice::Attention
+                      : policy == RematPolicy::mlp       ? Choice::MLP
+                                                         : Choice::Selective;
+      if (failed(applyAll(choice)))
         return signalPassFailure();
-    } else if (policy == "custom") {
+    } else if (policy == RematPolicy::custom) {
       SmallVector<StringRef> names;
-      StringRef(choices).split(names, ',', -1, /*KeepEmpty=*/false);
+      for (const std::string &name : choices)
+        if (!StringRef(name).trim().empty())
+          names.push_back(StringRef(name).trim());
       if (names.size() != selected.size())
         return fail("choices names " + Twine(names.size()) +
                     " layers but the step has " + Twine(selected.size()));
@@ -437,7 +434,7 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
           return signalPassFailure();
         numRegions += *made;
       }
-    } else if (policy == "budget") {
+    } else if (policy == RematPolicy::budget) {
       SmallVector<int64_t> indices;
       for (auto &[index, layer] : selected)
         indices.push_back(index);
@@ -473,7 +470,7 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       func.emitRemark("train-remat: budget ")
           << static_cast<int64_t>(budget) << " B: choices " << summary << "; predicted peak "
           << plan->peak << " B, recompute " << plan->flops << " FLOPs";
-    } else if (method == "uniform") {
+    } else if (method == RematMethod::uniform) {
       for (size_t chunk = 0; chunk < selected.size(); chunk += every) {
         size_t last = std::min(selected.size(), chunk + every) - 1;
         wrapInRemat(opRange(wholeLayer(selected[chunk].second).front(),

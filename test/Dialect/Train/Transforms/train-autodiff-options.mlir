@@ -1,7 +1,7 @@
 // RUN: not trainmem-opt %s -train-autodiff="optimizer=lion" 2>&1 | FileCheck %s --check-prefix=OPT
 // RUN: not trainmem-opt %s -train-autodiff="function=model" 2>&1 | FileCheck %s --check-prefix=FUNC
 
-// OPT: error: train-autodiff: unknown optimizer 'lion' (expected adamw, sgd or none)
+// OPT: for the --optimizer option: Cannot find option named 'lion'!
 // FUNC: error: train-autodiff: no function @model
 
 func.func @forward(%w: tensor<2x2xf32> {train.param = "w"}, %t: tensor<2xi32> {train.input = "targets"}) -> tensor<f32> {

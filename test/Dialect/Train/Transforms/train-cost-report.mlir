@@ -26,7 +26,7 @@
 // JSON-NEXT: "parameter_bytes": 64,
 // JSON-NEXT: "parameters": 16
 
-// BADFORMAT: error: train-cost-report: unknown format 'yaml' (expected 'text' or 'json')
+// BADFORMAT: for the --format option: Cannot find option named 'yaml'!
 
 // The pass only reads the IR.
 // IR-LABEL: func.func @mlp

@@ -82,7 +82,7 @@
 // JSON-NEXT:   "weights": 512
 // JSON-NEXT: }
 
-// BAD: error: train-memory-report: unknown format 'xml' (expected 'text' or 'json')
+// BAD: for the --format option: Cannot find option named 'xml'!
 
 func.func @train_step(%x: tensor<2x8xf32> {train.input = "x"},
                       %w: tensor<8x16xf32> {train.param = "w"},

@@ -13,10 +13,18 @@
 namespace mlir {
 namespace train {
 
+/// The values of the passes' enum options (Passes.td).
+enum class ReportFormat { text, json };
+enum class RematPolicy { full, selective, attention, mlp, every, custom, budget };
+enum class RematMethod { uniform, block };
+enum class AccumNormalize { tokens, mean };
+enum class AccumUneven { pad, refuse };
+enum class OptimizerKind { adamw, sgd, none };
+
 /// The optimizer a step gets (train-add-optimizer's options; train-autodiff
 /// has the same and appends the optimizer after differentiating).
 struct OptimizerOptions {
-  std::string optimizer = "adamw"; // adamw, sgd (none: gradients only)
+  OptimizerKind optimizer = OptimizerKind::adamw;
   double lr = 3.0e-4;
   double minLr = 0.0;
   int64_t warmupSteps = 0;

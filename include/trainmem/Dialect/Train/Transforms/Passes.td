@@ -17,8 +17,13 @@ def TrainCostReportPass : Pass<"train-cost-report", "mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"format", "format", "std::string", /*default=*/"\"text\"",
-           "Report format: text or json">,
+    Option<"format", "format", "::mlir::train::ReportFormat",
+           /*default=*/"::mlir::train::ReportFormat::text",
+           "Report format", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::ReportFormat::text, "text",
+                        "Aligned text for people"),
+             clEnumValN(::mlir::train::ReportFormat::json, "json",
+                        "JSON for programs (docs/MemoryReport.md)"))}]>,
     Option<"output", "output", "std::string", /*default=*/"\"-\"",
            "File to write the report to ('-' for stdout)">
   ];
@@ -30,9 +35,16 @@ def TrainCostReportPass : Pass<"train-cost-report", "mlir::ModuleOp"> {
 // The optimizer's options: train-add-optimizer's, and train-autodiff's,
 // which appends the same optimizer after differentiating.
 defvar TrainOptimizerOptions = [
-    Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
-           "Optimizer: adamw or sgd (train-autodiff also takes none: return "
-           "the gradients)">,
+    Option<"optimizer", "optimizer", "::mlir::train::OptimizerKind",
+           "::mlir::train::OptimizerKind::adamw",
+           "The optimizer", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::OptimizerKind::adamw, "adamw",
+                        "AdamW (decoupled weight decay)"),
+             clEnumValN(::mlir::train::OptimizerKind::sgd, "sgd",
+                        "SGD, with momentum when momentum > 0"),
+             clEnumValN(::mlir::train::OptimizerKind::none, "none",
+                        "No update: the step returns the gradients "
+                        "(train-autodiff only)"))}]>,
     Option<"lr", "lr", "double", "3.0e-4", "Learning rate (peak with a schedule)">,
     Option<"minLr", "min-lr", "double", "0.0", "Final learning rate of the cosine schedule">,
     Option<"warmupSteps", "warmup-steps", "int64_t", "0", "Linear warm-up steps">,
@@ -125,8 +137,13 @@ def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {
     optimizer FLOPs. The JSON keys are documented in docs/MemoryReport.md.
   }];
   let options = [
-    Option<"format", "format", "std::string", /*default=*/"\"text\"",
-           "Report format: text or json">,
+    Option<"format", "format", "::mlir::train::ReportFormat",
+           /*default=*/"::mlir::train::ReportFormat::text",
+           "Report format", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::ReportFormat::text, "text",
+                        "Aligned text for people"),
+             clEnumValN(::mlir::train::ReportFormat::json, "json",
+                        "JSON for programs (docs/MemoryReport.md)"))}]>,
     Option<"output", "output", "std::string", /*default=*/"\"-\"",
            "File to write the report to ('-' for stdout)">
   ];
@@ -164,16 +181,36 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
   let options = [
     Option<"function", "function", "std::string", "\"\"",
            "The training step (default: the function marked train.step)">,
-    Option<"policy", "policy", "std::string", "\"full\"",
-           "full, selective, attention, mlp or every">,
+    Option<"policy", "policy", "::mlir::train::RematPolicy",
+           "::mlir::train::RematPolicy::full",
+           "What to recompute", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::RematPolicy::full, "full",
+                        "Every layer's attention and MLP"),
+             clEnumValN(::mlir::train::RematPolicy::selective, "selective",
+                        "The attention core (scores, softmax, context)"),
+             clEnumValN(::mlir::train::RematPolicy::attention, "attention",
+                        "Every layer's attention"),
+             clEnumValN(::mlir::train::RematPolicy::mlp, "mlp",
+                        "Every layer's MLP"),
+             clEnumValN(::mlir::train::RematPolicy::every, "every",
+                        "Chunks of layers (every=, method=)"),
+             clEnumValN(::mlir::train::RematPolicy::custom, "custom",
+                        "One choice per layer (choices=)"),
+             clEnumValN(::mlir::train::RematPolicy::budget, "budget",
+                        "The least recompute that fits budget= bytes"))}]>,
     Option<"every", "every", "int64_t", "1",
            "Layers per chunk (method=uniform) or layers recomputed "
            "(method=block), for policy=every">,
-    Option<"method", "method", "std::string", "\"uniform\"",
-           "uniform or block, for policy=every">,
+    Option<"method", "method", "::mlir::train::RematMethod",
+           "::mlir::train::RematMethod::uniform",
+           "For policy=every: how layers are grouped", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::RematMethod::uniform, "uniform",
+                        "Chunks of `every` layers, each one region"),
+             clEnumValN(::mlir::train::RematMethod::block, "block",
+                        "The first `every` layers, each whole"))}]>,
     Option<"layers", "layers", "std::string", "\"\"",
            "Layer range A:B (A..B-1); all layers when empty">,
-    Option<"choices", "choices", "std::string", "\"\"",
+    ListOption<"choices", "choices", "std::string",
            "For policy=custom: one of none, selective, attention, mlp, full "
            "per layer, comma-separated">,
     Option<"budget", "budget", "int64_t", "0",
@@ -232,10 +269,20 @@ def TrainGradAccumPass : Pass<"train-grad-accum", "mlir::ModuleOp"> {
     Option<"function", "function", "std::string", "\"\"",
            "The training step (default: the function marked train.step)">,
     Option<"steps", "steps", "int64_t", "1", "Micro-batches per update">,
-    Option<"normalize", "normalize", "std::string", "\"tokens\"",
-           "Loss normalization: tokens or mean">,
-    Option<"uneven", "uneven", "std::string", "\"pad\"",
-           "A batch not divisible by steps: pad or refuse">
+    Option<"normalize", "normalize", "::mlir::train::AccumNormalize",
+           "::mlir::train::AccumNormalize::tokens",
+           "Loss normalization", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::AccumNormalize::tokens, "tokens",
+                        "Divide by the batch's valid tokens (as one batch)"),
+             clEnumValN(::mlir::train::AccumNormalize::mean, "mean",
+                        "Mean of the micro-batches' mean losses"))}]>,
+    Option<"uneven", "uneven", "::mlir::train::AccumUneven",
+           "::mlir::train::AccumUneven::pad",
+           "A batch not divisible by steps", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::AccumUneven::pad, "pad",
+                        "Pad the last micro-batch with ignored targets"),
+             clEnumValN(::mlir::train::AccumUneven::refuse, "refuse",
+                        "Refuse the batch"))}]>
   ];
 }
 

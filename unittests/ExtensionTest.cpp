@@ -11,6 +11,10 @@
 #include "TestDialect.h"
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Conversion/Passes.h"
+#include "trainmem/Conversion/RuntimeLowering.h"
+#include "trainmem/Run/Session.h"
+#include "trainmem/Run/Step.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -42,13 +46,15 @@ protected:
     context.loadAllAvailableDialects();
     static bool registered = [] {
       registerTrainPasses();
+      registerTrainConversionPasses();
       return true;
     }();
     (void)registered;
   }
 
-  /// A 2-layer GPT whose MLP activation is trainmem_test.square.
-  OwningOpRef<ModuleOp> model() {
+  /// A 2-layer GPT whose MLP activation is trainmem_test.square (with
+  /// `asMul`, the same x · x as train.mul %x, %x).
+  OwningOpRef<ModuleOp> model(bool asMul = false) {
     std::optional<ModelConfig> preset = getPreset("tiny");
     if (!preset) {
       ADD_FAILURE() << "no preset 'tiny'";
@@ -71,7 +77,15 @@ protected:
     size_t replaced = 0;
     for (size_t at = text.find("train.gelu"); at != std::string::npos;
          at = text.find("train.gelu", at)) {
-      text.replace(at, strlen("train.gelu"), "trainmem_test.square");
+      if (asMul) {
+        // "train.gelu %x : T" -> "train.mul %x, %x : T"
+        size_t operand = at + strlen("train.gelu ");
+        size_t end = text.find(' ', operand);
+        std::string x = text.substr(operand, end - operand);
+        text.replace(at, end - at, "train.mul " + x + ", " + x);
+      } else {
+        text.replace(at, strlen("train.gelu"), "trainmem_test.square");
+      }
       ++replaced;
     }
     EXPECT_EQ(replaced, 2u);
@@ -168,6 +182,83 @@ TEST_F(ExtensionTest, RematRecomputesItAndLowersThePeak) {
   };
   EXPECT_LT(saved(rematMemory), saved(plainMemory));
   EXPECT_GT(rematMemory.getFunctions().front().getRecomputeFlops(), 0u);
+}
+
+/// The square's runtime lowering, attached by the test as a dialect would
+/// attach its own: x · x with the runtime's elementwise product.
+struct SquareRuntimeLowering
+    : public RuntimeLoweringOpInterface::ExternalModel<SquareRuntimeLowering,
+                                                       trainmem_test::SquareOp> {
+  LogicalResult lowerToRuntime(Operation *op,
+                               RuntimeCallBuilder &builder) const {
+    auto square = cast<trainmem_test::SquareOp>(op);
+    Value x = square.getInput();
+    return builder.callContiguous(
+        op, "tmrt_mul",
+        {builder.offset(x), builder.offset(x), builder.offset(square),
+         RuntimeCallBuilder::elements(square)});
+  }
+};
+
+TEST_F(ExtensionTest, LoweringNeedsItsRuntimeModel) {
+  // Without a RuntimeLoweringOpInterface model the lowering names the op.
+  OwningOpRef<ModuleOp> module = model();
+  ASSERT_TRUE(module);
+  std::string diagnostics;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diagnostic) {
+    diagnostics += diagnostic.str() + "\n";
+    return success();
+  });
+  EXPECT_TRUE(failed(run(*module, "train-autodiff,convert-train-to-runtime")));
+  EXPECT_NE(diagnostics.find("'trainmem_test.square' op has no lowering to "
+                             "the trainmem runtime"),
+            std::string::npos)
+      << diagnostics;
+}
+
+TEST_F(ExtensionTest, TrainsOnTheRuntimeThroughItsModel) {
+  DialectRegistry registry;
+  registerRunDialects(registry);
+  context.appendDialectRegistry(registry);
+  trainmem_test::SquareOp::attachInterface<SquareRuntimeLowering>(context);
+
+  // The same model with x · x spelled as train.mul: the losses agree (the
+  // square's VJP, 2 · (x · dy), and mul's, x · dy + dy · x, round alike).
+  auto losses = [&](OwningOpRef<ModuleOp> module) {
+    std::vector<float> result;
+    if (!module || failed(prepareStep(*module, "lr=1e-2 clip-norm=1.0")))
+      return result;
+    SessionOptions options;
+    options.seed = 3;
+    std::string error;
+    std::unique_ptr<Session> session =
+        Session::create(std::move(module), options, error);
+    if (!session || !session->start(error) || !session->initialize(error)) {
+      ADD_FAILURE() << error;
+      return result;
+    }
+    Corpus corpus("In the beginning God created the heaven and the earth. "
+                  "And the earth was without form, and void.");
+    std::vector<int64_t> tokens, targets;
+    for (int64_t step = 1; step <= 3; ++step) {
+      corpus.batch(3, step, session->getBatchSize(), session->getSeqLen(),
+                   tokens, targets);
+      float loss = NAN;
+      EXPECT_TRUE(session->runStep(step, tokens, targets, loss, error))
+          << error;
+      result.push_back(loss);
+    }
+    return result;
+  };
+  std::vector<float> square = losses(model());
+  std::vector<float> mul = losses(model(/*asMul=*/true));
+  ASSERT_EQ(square.size(), 3u);
+  ASSERT_EQ(mul.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(std::isfinite(square[i]));
+    EXPECT_NEAR(square[i], mul[i], 1e-6 * std::abs(mul[i])) << "step " << i;
+  }
+  EXPECT_LT(square[2], square[0]);
 }
 
 } // namespace

@@ -1,8 +1,8 @@
 //===- TrainToRuntime.cpp - convert-train-to-runtime ----------------------===//
 //
 // Walks the step in program order (the order the memory analysis measured)
-// and emits one runtime call per op, with arena offsets from the static
-// plan. Nothing is allocated at run time: the plan is the allocation.
+// and emits each op's runtime calls through its RuntimeLoweringOpInterface
+// model (RuntimeLowering.cpp), with arena offsets from the static plan. Nothing is allocated at run time: the plan is the allocation.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +10,7 @@
 #include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Analysis/MemoryPlan.h"
 #include "trainmem/Conversion/Passes.h"
+#include "trainmem/Conversion/RuntimeLowering.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -20,7 +21,6 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir {
 namespace train {
@@ -29,543 +29,29 @@ namespace train {
 
 namespace {
 
-/// The runtime functions: name -> parameter letters (RuntimeFunctions.def).
-const llvm::StringMap<StringRef> &runtimeSignatures() {
-  static const llvm::StringMap<StringRef> signatures = [] {
-    llvm::StringMap<StringRef> map;
-#define TMRT_FUNCTION(name, signature) map[#name] = signature;
-#include "trainmem/Conversion/RuntimeFunctions.def"
-    return map;
-  }();
-  return signatures;
-}
-
-/// A call argument: an integer or a floating-point constant.
-struct Arg {
-  Arg(int64_t value) : isFloat(false), integer(value) {}
-  Arg(int value) : isFloat(false), integer(value) {}
-  Arg(uint64_t value) : isFloat(false), integer(static_cast<int64_t>(value)) {}
-  Arg(double value) : isFloat(true), real(value) {}
-  bool isFloat;
-  int64_t integer = 0;
-  double real = 0.0;
-};
-
-class Lowering {
-public:
-  Lowering(func::FuncOp step, const FunctionMemory &memory,
-           const MemoryPlan &plan, OpBuilder &builder, Value ctx)
-      : step(step), memory(memory), plan(plan), builder(builder), ctx(ctx) {}
-
-  LogicalResult lower(Operation *op);
-  /// Emits the calls that follow into another function, whose argument is
-  /// the context.
-  void setContext(Value context) { ctx = context; }
-  uint64_t numCalls = 0;
-
-private:
-  func::FuncOp step;
-  const FunctionMemory &memory;
-  const MemoryPlan &plan;
-  OpBuilder &builder;
-  Value ctx;
-
-  int64_t offset(Value value) {
-    const Buffer *buffer = memory.lookupBuffer(value);
-    assert(buffer && "every tensor has a buffer");
-    return static_cast<int64_t>(
-        plan.getOffset(buffer - memory.getBuffers().data()));
-  }
-  static int64_t elements(Value value) {
-    return static_cast<int64_t>(getNumElements(value.getType()));
-  }
-  static ArrayRef<int64_t> shape(Value value) {
-    return cast<RankedTensorType>(value.getType()).getShape();
-  }
-  static int64_t lastDim(Value value) {
-    ArrayRef<int64_t> s = shape(value);
-    return s.empty() ? 1 : s.back();
-  }
-  static int64_t rows(Value value) {
-    int64_t cols = lastDim(value);
-    return cols ? elements(value) / cols : 0;
-  }
-  static int64_t idBits(Value ids) {
-    return cast<RankedTensorType>(ids.getType()).getElementTypeBitWidth();
-  }
-
-  void call(StringRef name, ArrayRef<Arg> args, Location loc);
-  LogicalResult requireContiguous(Operation *op);
-  LogicalResult matmul(MatmulOp op);
-  LogicalResult sumTo(SumToOp op);
-  LogicalResult copyStrided(ReshapeOp op);
-  LogicalResult rope(RopeOp op);
-  LogicalResult constant(arith::ConstantOp op);
-  LogicalResult clip(ClipGradNormOp op);
-};
-
-void Lowering::call(StringRef name, ArrayRef<Arg> args, Location loc) {
-  assert(runtimeSignatures().count(name) && "not in RuntimeFunctions.def");
-  assert(runtimeSignatures().lookup(name).size() == args.size() + 1 &&
-         "argument count differs from RuntimeFunctions.def");
-  SmallVector<Value> operands{ctx};
-  for (const Arg &arg : args) {
-    if (arg.isFloat)
-      operands.push_back(arith::ConstantOp::create(
-          builder, loc, builder.getF64FloatAttr(arg.real)));
-    else
-      operands.push_back(arith::ConstantOp::create(
-          builder, loc, builder.getI64IntegerAttr(arg.integer)));
-  }
-  func::CallOp::create(builder, loc, name, TypeRange{}, operands);
-  ++numCalls;
-}
-
-LogicalResult Lowering::requireContiguous(Operation *op) {
-  for (Value operand : op->getOperands())
-    if (isa<RankedTensorType>(operand.getType()) && !isContiguous(operand))
-      return op->emitOpError("reads a strided view; the runtime kernel of "
-                             "this op needs a row-major operand");
-  return success();
-}
-
-LogicalResult Lowering::matmul(MatmulOp op) {
-  Value a = op.getLhs(), b = op.getRhs(), c = op.getResult();
-  ArrayRef<int64_t> cShape = shape(c);
-  int64_t batchRank = static_cast<int64_t>(cShape.size()) - 2;
-  if (batchRank > 4)
-    return op.emitOpError("has ")
-           << batchRank << " batch dimensions; the runtime supports up to 4";
-  int64_t m = cShape[cShape.size() - 2], n = cShape.back();
-  int64_t k = op.getTransposeLhs() ? shape(a)[shape(a).size() - 2]
-                                   : shape(a).back();
-  // op(X) as a matrix: strides of its rows and columns.
-  auto matrixStrides = [](Value x, bool transposed) {
-    SmallVector<int64_t> s = getStrides(x);
-    int64_t rs = s[s.size() - 2], cs = s.back();
-    return transposed ? std::make_pair(cs, rs) : std::make_pair(rs, cs);
-  };
-  auto [aRs, aCs] = matrixStrides(a, op.getTransposeLhs());
-  auto [bRs, bCs] = matrixStrides(b, op.getTransposeRhs());
-  // Batch strides aligned from the right; broadcast dims get stride 0.
-  auto batchStrides = [&](Value x) {
-    SmallVector<int64_t> strides(4, 0);
-    ArrayRef<int64_t> xShape = shape(x);
-    SmallVector<int64_t> xStrides = getStrides(x);
-    int64_t xBatch = static_cast<int64_t>(xShape.size()) - 2;
-    for (int64_t i = 0; i < xBatch; ++i) {
-      int64_t slot = 4 - xBatch + i;
-      strides[slot] = xShape[i] == 1 ? 0 : xStrides[i];
-    }
-    return strides;
-  };
-  SmallVector<int64_t> cBatch(4, 1);
-  for (int64_t i = 0; i < batchRank; ++i)
-    cBatch[4 - batchRank + i] = cShape[i];
-  SmallVector<int64_t> aBatch = batchStrides(a), bBatch = batchStrides(b);
-  call("tmrt_matmul",
-       {offset(a), offset(b), offset(c), m, n, k, aRs, aCs, bRs, bCs,
-        cBatch[0], cBatch[1], cBatch[2], cBatch[3], aBatch[0], aBatch[1],
-        aBatch[2], aBatch[3], bBatch[0], bBatch[1], bBatch[2], bBatch[3]},
-       op.getLoc());
-  return success();
-}
-
-LogicalResult Lowering::sumTo(SumToOp op) {
-  if (failed(requireContiguous(op)))
-    return failure();
-  ArrayRef<int64_t> in = shape(op.getInput()), out = shape(op.getResult());
-  if (in.size() > 6)
-    return op.emitOpError("has rank ") << in.size()
-                                       << "; the runtime supports up to 6";
-  SmallVector<int64_t> dims(6, 1), outStrides(6, 0);
-  SmallVector<int64_t> rowMajor = getRowMajorStrides(out);
-  for (size_t i = 0; i < in.size(); ++i)
-    dims[6 - in.size() + i] = in[i];
-  for (size_t i = 0; i < out.size(); ++i) {
-    size_t slot = 6 - out.size() + i;
-    outStrides[slot] = out[i] == 1 ? 0 : rowMajor[i];
-  }
-  call("tmrt_sum_to",
-       {offset(op.getInput()), offset(op.getResult()), elements(op.getResult()),
-        dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], outStrides[0],
-        outStrides[1], outStrides[2], outStrides[3], outStrides[4],
-        outStrides[5]},
-       op.getLoc());
-  return success();
-}
-
-LogicalResult Lowering::copyStrided(ReshapeOp op) {
-  Value in = op.getInput();
-  ArrayRef<int64_t> inShape = shape(in);
-  if (inShape.size() > 6)
-    return op.emitOpError("copies a rank-")
-           << inShape.size() << " view; the runtime supports up to 6";
-  SmallVector<int64_t> strides = getStrides(in);
-  SmallVector<int64_t> dims(6, 1), padded(6, 0);
-  for (size_t i = 0; i < inShape.size(); ++i) {
-    dims[6 - inShape.size() + i] = inShape[i];
-    padded[6 - inShape.size() + i] = strides[i];
-  }
-  call("tmrt_copy_strided",
-       {offset(in), offset(op.getResult()), dims[0], dims[1], dims[2],
-        dims[3], dims[4], dims[5], padded[0], padded[1], padded[2], padded[3],
-        padded[4], padded[5]},
-       op.getLoc());
-  return success();
-}
-
-LogicalResult Lowering::rope(RopeOp op) {
-  Value in = op.getInput();
-  ArrayRef<int64_t> inShape = shape(in);
-  if (inShape.size() > 4)
-    return op.emitOpError("has rank ") << inShape.size()
-                                       << "; the runtime supports up to 4";
-  SmallVector<int64_t> strides = getStrides(in);
-  SmallVector<int64_t> dims(4, 1), padded(4, 0);
-  for (size_t i = 0; i < inShape.size(); ++i) {
-    dims[4 - inShape.size() + i] = inShape[i];
-    padded[4 - inShape.size() + i] = strides[i];
-  }
-  call("tmrt_rope",
-       {offset(in), offset(op.getResult()), dims[0], dims[1], dims[2], dims[3],
-        padded[0], padded[1], padded[2], padded[3],
-        op.getTheta().convertToDouble(),
-        static_cast<int64_t>(op.getInverse())},
-       op.getLoc());
-  return success();
-}
-
-LogicalResult Lowering::constant(arith::ConstantOp op) {
-  auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
-  auto type = dyn_cast<RankedTensorType>(op.getType());
-  if (!dense || !type || !dense.isSplat())
-    return op.emitOpError("only splat tensor constants can be lowered");
-  Type elementType = type.getElementType();
-  if (elementType.isF32())
-    call("tmrt_fill_f32",
-         {offset(op), elements(op),
-          dense.getSplatValue<APFloat>().convertToDouble()},
-         op.getLoc());
-  else if (elementType.isInteger(64))
-    call("tmrt_fill_i64",
-         {offset(op), elements(op),
-          dense.getSplatValue<APInt>().getSExtValue()},
-         op.getLoc());
-  else
-    return op.emitOpError("constant of type ")
-           << type << " cannot be lowered (f32 or i64 only)";
-  return success();
-}
-
-LogicalResult Lowering::clip(ClipGradNormOp op) {
-  call("tmrt_clip_begin", {}, op.getLoc());
-  for (Value grad : op.getGrads())
-    call("tmrt_clip_accumulate", {offset(grad), elements(grad)}, op.getLoc());
-  call("tmrt_clip_finish",
-       {offset(op.getNorm()), op.getMaxNorm().convertToDouble()},
-       op.getLoc());
-  for (auto [grad, clipped] : llvm::zip(op.getGrads(), op.getClipped()))
-    call("tmrt_clip_apply", {offset(grad), offset(clipped), elements(grad)},
-         op.getLoc());
-  return success();
-}
-
-LogicalResult Lowering::lower(Operation *op) {
-  // Kernels are f32; ids, counts and masks are integers. Blocks only name
-  // their values.
-  if (!isa<BlockOp, YieldOp>(op)) {
-    for (Value value : llvm::concat<Value>(op->getOperands(), op->getResults()))
-      if (auto type = dyn_cast<RankedTensorType>(value.getType()))
-        if (isa<FloatType>(type.getElementType()) &&
-            !type.getElementType().isF32())
-          return op->emitOpError("has a ")
-                 << type.getElementType()
-                 << " tensor; the runtime's kernels are f32 (write the model "
-                    "with --dtype f32)";
-  }
-
-  Location loc = op->getLoc();
-  auto simple = [&](StringRef name, ArrayRef<Arg> args) -> LogicalResult {
-    if (failed(requireContiguous(op)))
-      return failure();
-    call(name, args, loc);
+/// Lowers one op of the schedule: region ops only name their values; the
+/// rest go through their RuntimeLoweringOpInterface model.
+LogicalResult lowerOp(Operation *op, RuntimeCallBuilder &builder) {
+  if (isa<BlockOp, YieldOp>(op))
     return success();
-  };
-  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case<BlockOp, YieldOp>([](Operation *) { return success(); })
-      .Case<RematOp>([](RematOp o) {
-        return o.emitOpError("must be materialized before lowering (run "
+  if (auto remat = dyn_cast<RematOp>(op))
+    return remat.emitOpError("must be materialized before lowering (run "
                              "train-materialize-remat)");
-      })
-      .Case<TransposeOp>([](Operation *) { return success(); })
-      .Case<ReshapeOp>([&](ReshapeOp o) {
-        return isAliasingView(o) ? success() : copyStrided(o);
-      })
-      .Case<arith::ConstantOp>([&](auto o) { return constant(o); })
-      .Case<EmbeddingOp>([&](EmbeddingOp o) {
-        return simple("tmrt_embedding",
-                      {offset(o.getTable()), offset(o.getIds()),
-                       offset(o.getResult()), elements(o.getIds()),
-                       lastDim(o.getTable()), shape(o.getTable())[0],
-                       idBits(o.getIds())});
-      })
-      .Case<IotaOp>([&](IotaOp o) {
-        return simple("tmrt_iota", {offset(o.getResult()),
-                                    elements(o.getResult()),
-                                    idBits(o.getResult())});
-      })
-      .Case<MatmulOp>([&](auto o) { return matmul(o); })
-      .Case<AddOp>([&](AddOp o) {
-        return simple("tmrt_add", {offset(o.getLhs()), offset(o.getRhs()),
-                                   offset(o.getResult()),
-                                   elements(o.getResult())});
-      })
-      .Case<MulOp>([&](MulOp o) {
-        return simple("tmrt_mul", {offset(o.getLhs()), offset(o.getRhs()),
-                                   offset(o.getResult()),
-                                   elements(o.getResult())});
-      })
-      .Case<ScaleOp>([&](ScaleOp o) {
-        return simple("tmrt_scale",
-                      {offset(o.getInput()), offset(o.getResult()),
-                       elements(o.getResult()),
-                       o.getFactor().convertToDouble()});
-      })
-      .Case<BiasAddOp>([&](BiasAddOp o) {
-        return simple("tmrt_bias_add",
-                      {offset(o.getInput()), offset(o.getBias()),
-                       offset(o.getResult()), elements(o.getResult()),
-                       elements(o.getBias())});
-      })
-      .Case<LayerNormOp>([&](LayerNormOp o) {
-        return simple("tmrt_layer_norm",
-                      {offset(o.getInput()), offset(o.getGamma()),
-                       offset(o.getBeta()), offset(o.getResult()),
-                       rows(o.getInput()), lastDim(o.getInput()),
-                       o.getEpsilon().convertToDouble()});
-      })
-      .Case<RMSNormOp>([&](RMSNormOp o) {
-        return simple("tmrt_rms_norm",
-                      {offset(o.getInput()), offset(o.getGamma()),
-                       offset(o.getResult()), rows(o.getInput()),
-                       lastDim(o.getInput()),
-                       o.getEpsilon().convertToDouble()});
-      })
-      .Case<GeluOp>([&](GeluOp o) {
-        return simple("tmrt_gelu", {offset(o.getInput()),
-                                    offset(o.getResult()),
-                                    elements(o.getResult())});
-      })
-      .Case<SiluOp>([&](SiluOp o) {
-        return simple("tmrt_silu", {offset(o.getInput()),
-                                    offset(o.getResult()),
-                                    elements(o.getResult())});
-      })
-      .Case<SoftmaxOp>([&](SoftmaxOp o) {
-        ArrayRef<int64_t> s = shape(o.getInput());
-        int64_t queries = s.size() >= 2 ? s[s.size() - 2] : 1;
-        return simple("tmrt_softmax",
-                      {offset(o.getInput()), offset(o.getResult()),
-                       rows(o.getInput()), lastDim(o.getInput()), queries,
-                       static_cast<int64_t>(o.getCausal())});
-      })
-      .Case<DropoutOp>([&](DropoutOp o) {
-        return simple("tmrt_dropout",
-                      {offset(o.getInput()), offset(o.getResult()),
-                       offset(o.getMask()), elements(o.getInput()),
-                       o.getRate().convertToDouble(),
-                       o.getSeedAttr().getInt(), o.getOffsetAttr().getInt(),
-                       o.getKey() ? offset(o.getKey()) : int64_t(-1),
-                       o.getFirstAttr().getInt(),
-                       o.getPart() ? offset(o.getPart()) : int64_t(-1),
-                       o.getPartElementsAttr().getInt()});
-      })
-      .Case<DropoutMaskOp>([&](DropoutMaskOp o) {
-        return simple("tmrt_dropout_mask",
-                      {offset(o.getMask()), elements(o.getMask()),
-                       o.getRate().convertToDouble(),
-                       o.getSeedAttr().getInt(), o.getOffsetAttr().getInt(),
-                       o.getKey() ? offset(o.getKey()) : int64_t(-1),
-                       o.getFirstAttr().getInt(),
-                       o.getPart() ? offset(o.getPart()) : int64_t(-1),
-                       o.getPartElementsAttr().getInt()});
-      })
-      .Case<RopeOp>([&](auto o) { return rope(o); })
-      .Case<CrossEntropyOp>([&](CrossEntropyOp o) {
-        return simple("tmrt_cross_entropy",
-                      {offset(o.getLogits()), offset(o.getTargets()),
-                       offset(o.getLossSum()), offset(o.getCount()),
-                       rows(o.getLogits()), lastDim(o.getLogits()),
-                       o.getIgnoreIndexAttr().getInt(),
-                       idBits(o.getTargets())});
-      })
-      .Case<MeanLossOp>([&](MeanLossOp o) {
-        return simple("tmrt_mean_loss",
-                      {offset(o.getLossSum()), offset(o.getCount()),
-                       offset(o.getResult()),
-                       o.getWeight() ? offset(o.getWeight()) : int64_t(-1),
-                       o.getScale().convertToDouble()});
-      })
-      .Case<CountValidOp>([&](CountValidOp o) {
-        return simple("tmrt_count_valid",
-                      {offset(o.getTargets()), offset(o.getCount()),
-                       elements(o.getTargets()),
-                       o.getIgnoreIndexAttr().getInt(),
-                       idBits(o.getTargets())});
-      })
-      .Case<SliceRowsOp>([&](SliceRowsOp o) {
-        auto type = cast<RankedTensorType>(o.getResult().getType());
-        int64_t kind = isa<FloatType>(type.getElementType())
-                           ? 0
-                           : type.getElementTypeBitWidth();
-        int64_t rows = type.getDimSize(0);
-        return simple("tmrt_slice_rows",
-                      {offset(o.getInput()), offset(o.getResult()),
-                       o.getOffsetAttr().getInt(), rows,
-                       shape(o.getInput())[0],
-                       rows ? elements(o.getResult()) / rows : int64_t(0),
-                       kind, o.getPaddingAttr().getInt()});
-      })
-      .Case<AccumulateOp>([](AccumulateOp o) {
-        return o.emitOpError("must be unrolled before lowering (run "
-                             "train-unroll-accum)");
-      })
-      .Case<CastOp>([&](CastOp o) {
-        return simple("tmrt_copy_f32", {offset(o.getInput()),
-                                        offset(o.getResult()),
-                                        elements(o.getResult())});
-      })
-      .Case<EmbeddingGradOp>([&](EmbeddingGradOp o) {
-        return simple("tmrt_embedding_grad",
-                      {offset(o.getGrad()), offset(o.getIds()),
-                       offset(o.getResult()), elements(o.getIds()),
-                       lastDim(o.getResult()), shape(o.getResult())[0],
-                       idBits(o.getIds())});
-      })
-      .Case<SumToOp>([&](auto o) { return sumTo(o); })
-      .Case<LayerNormGradOp>([&](LayerNormGradOp o) {
-        return simple("tmrt_layer_norm_grad",
-                      {offset(o.getGrad()), offset(o.getInput()),
-                       offset(o.getGamma()), offset(o.getInputGrad()),
-                       offset(o.getGammaGrad()), offset(o.getBetaGrad()),
-                       rows(o.getInput()), lastDim(o.getInput()),
-                       o.getEpsilon().convertToDouble()});
-      })
-      .Case<RMSNormGradOp>([&](RMSNormGradOp o) {
-        return simple("tmrt_rms_norm_grad",
-                      {offset(o.getGrad()), offset(o.getInput()),
-                       offset(o.getGamma()), offset(o.getInputGrad()),
-                       offset(o.getGammaGrad()), rows(o.getInput()),
-                       lastDim(o.getInput()),
-                       o.getEpsilon().convertToDouble()});
-      })
-      .Case<GeluGradOp>([&](GeluGradOp o) {
-        return simple("tmrt_gelu_grad",
-                      {offset(o.getGrad()), offset(o.getInput()),
-                       offset(o.getResult()), elements(o.getResult())});
-      })
-      .Case<SiluGradOp>([&](SiluGradOp o) {
-        return simple("tmrt_silu_grad",
-                      {offset(o.getGrad()), offset(o.getInput()),
-                       offset(o.getResult()), elements(o.getResult())});
-      })
-      .Case<SoftmaxGradOp>([&](SoftmaxGradOp o) {
-        return simple("tmrt_softmax_grad",
-                      {offset(o.getGrad()), offset(o.getOutput()),
-                       offset(o.getResult()), rows(o.getOutput()),
-                       lastDim(o.getOutput())});
-      })
-      .Case<DropoutGradOp>([&](DropoutGradOp o) {
-        return simple("tmrt_dropout_grad",
-                      {offset(o.getGrad()), offset(o.getMask()),
-                       offset(o.getResult()), elements(o.getResult()),
-                       o.getRate().convertToDouble()});
-      })
-      .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp o) {
-        return simple("tmrt_cross_entropy_grad",
-                      {offset(o.getGrad()), offset(o.getLogits()),
-                       offset(o.getTargets()), offset(o.getResult()),
-                       rows(o.getLogits()), lastDim(o.getLogits()),
-                       o.getIgnoreIndexAttr().getInt(),
-                       idBits(o.getTargets())});
-      })
-      .Case<AdamWOp>([&](AdamWOp o) {
-        return simple("tmrt_adamw",
-                      {offset(o.getParam()), offset(o.getGrad()),
-                       offset(o.getM()), offset(o.getV()), offset(o.getLr()),
-                       offset(o.getStep()), offset(o.getNewParam()),
-                       offset(o.getNewM()), offset(o.getNewV()),
-                       elements(o.getParam()), o.getBeta1().convertToDouble(),
-                       o.getBeta2().convertToDouble(),
-                       o.getEpsilon().convertToDouble(),
-                       o.getWeightDecay().convertToDouble()});
-      })
-      .Case<QuantizeOp>([&](QuantizeOp o) {
-        return simple("tmrt_quantize",
-                      {offset(o.getInput()), offset(o.getCodes()),
-                       offset(o.getAbsmax()), elements(o.getInput()),
-                       o.getBlockAttr().getInt(),
-                       static_cast<int64_t>(o.getIsSigned())});
-      })
-      .Case<DequantizeOp>([&](DequantizeOp o) {
-        return simple("tmrt_dequantize",
-                      {offset(o.getCodes()), offset(o.getAbsmax()),
-                       offset(o.getResult()), elements(o.getResult()),
-                       o.getBlockAttr().getInt(),
-                       static_cast<int64_t>(o.getIsSigned())});
-      })
-      .Case<AdamW8bitOp>([&](AdamW8bitOp o) {
-        return simple(
-            "tmrt_adamw_8bit",
-            {offset(o.getParam()), offset(o.getGrad()), offset(o.getMCodes()),
-             offset(o.getMAbsmax()), offset(o.getVCodes()),
-             offset(o.getVAbsmax()), offset(o.getLr()), offset(o.getStep()),
-             offset(o.getNewParam()), offset(o.getNewMCodes()),
-             offset(o.getNewMAbsmax()), offset(o.getNewVCodes()),
-             offset(o.getNewVAbsmax()), elements(o.getParam()),
-             o.getBlockAttr().getInt(), o.getBeta1().convertToDouble(),
-             o.getBeta2().convertToDouble(), o.getEpsilon().convertToDouble(),
-             o.getWeightDecay().convertToDouble()});
-      })
-      .Case<SGD8bitOp>([&](SGD8bitOp o) {
-        return simple(
-            "tmrt_sgd_8bit",
-            {offset(o.getParam()), offset(o.getGrad()), offset(o.getCodes()),
-             offset(o.getAbsmax()), offset(o.getLr()), offset(o.getNewParam()),
-             offset(o.getNewCodes()), offset(o.getNewAbsmax()),
-             elements(o.getParam()), o.getBlockAttr().getInt(),
-             o.getMomentum().convertToDouble(),
-             o.getWeightDecay().convertToDouble(),
-             static_cast<int64_t>(o.getNesterov())});
-      })
-      .Case<SGDOp>([&](SGDOp o) {
-        Value buffer = o.getMomentumBuffer();
-        return simple("tmrt_sgd",
-                      {offset(o.getParam()), offset(o.getGrad()),
-                       offset(o.getLr()),
-                       buffer ? offset(buffer) : int64_t(-1),
-                       offset(o.getNewParam()),
-                       buffer ? offset(o.getNewMomentumBuffer()) : int64_t(-1),
-                       elements(o.getParam()),
-                       o.getMomentum().convertToDouble(),
-                       o.getWeightDecay().convertToDouble(),
-                       static_cast<int64_t>(o.getNesterov())});
-      })
-      .Case<ClipGradNormOp>([&](auto o) {
-        return failed(requireContiguous(o)) ? failure() : clip(o);
-      })
-      .Case<LRScheduleOp>([&](LRScheduleOp o) {
-        return simple("tmrt_lr_schedule",
-                      {offset(o.getStep()), offset(o.getResult()),
-                       o.getPeakLr().convertToDouble(),
-                       o.getMinLr().convertToDouble(),
-                       o.getWarmupStepsAttr().getInt(),
-                       o.getTotalStepsAttr().getInt()});
-      })
-      .Default([](Operation *o) {
-        return o->emitOpError("has no lowering to the trainmem runtime");
-      });
+  if (auto accumulate = dyn_cast<AccumulateOp>(op))
+    return accumulate.emitOpError("must be unrolled before lowering (run "
+                                  "train-unroll-accum)");
+  // Kernels are f32; ids, counts and masks are integers.
+  for (Value value : llvm::concat<Value>(op->getOperands(), op->getResults()))
+    if (auto type = dyn_cast<RankedTensorType>(value.getType()))
+      if (isa<FloatType>(type.getElementType()) &&
+          !type.getElementType().isF32())
+        return op->emitOpError("has a ")
+               << type.getElementType()
+               << " tensor; the runtime's kernels are f32 (write the model "
+                  "with --dtype f32)";
+  if (auto lowerable = dyn_cast<RuntimeLoweringOpInterface>(op))
+    return lowerable.lowerToRuntime(builder);
+  return op->emitOpError("has no lowering to the trainmem runtime");
 }
 
 /// The role and key of argument/result `index` from its markers.
@@ -605,6 +91,11 @@ StringRef dtypeName(Type elementType) {
 struct ConvertTrainToRuntimePass
     : public impl::ConvertTrainToRuntimePassBase<ConvertTrainToRuntimePass> {
   using Base::Base;
+
+  void getDependentDialects(DialectRegistry &registry) const override {
+    Base::getDependentDialects(registry);
+    registerRuntimeLoweringExternalModels(registry);
+  }
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -695,7 +186,13 @@ struct ConvertTrainToRuntimePass
         builder.getFunctionType({ptrType}, {}));
     Block *entry = lowered.addEntryBlock();
     builder.setInsertionPointToEnd(entry);
-    Lowering lowering(step, memory, plan, builder, lowered.getArgument(0));
+    RuntimeCallBuilder lowering(
+        builder, lowered.getArgument(0), [&](Value value) {
+          const Buffer *buffer = memory.lookupBuffer(value);
+          assert(buffer && "every tensor has a buffer");
+          return static_cast<int64_t>(
+              plan.getOffset(buffer - memory.getBuffers().data()));
+        });
     // The calls go into parts of at most kCallsPerPart calls, each a
     // function the step calls in turn: LLVM's code generation takes time
     // superlinear in the size of one function (a step of 256 unrolled
@@ -713,7 +210,7 @@ struct ConvertTrainToRuntimePass
     for (Operation *op : memory.getSchedule()) {
       if (isa<func::ReturnOp>(op))
         continue;
-      if (lowering.numCalls - partStart >= kCallsPerPart) {
+      if (lowering.getNumCalls() - partStart >= kCallsPerPart) {
         if (!parts.empty())
           func::ReturnOp::create(builder, step.getLoc());
         OpBuilder partBuilder(lowered);
@@ -728,9 +225,9 @@ struct ConvertTrainToRuntimePass
         Block *partEntry = part.addEntryBlock();
         builder.setInsertionPointToEnd(partEntry);
         lowering.setContext(partEntry->getArgument(0));
-        partStart = lowering.numCalls;
+        partStart = lowering.getNumCalls();
       }
-      if (failed(lowering.lower(op))) {
+      if (failed(lowerOp(op, lowering))) {
         erasePartial();
         return signalPassFailure();
       }
@@ -738,7 +235,7 @@ struct ConvertTrainToRuntimePass
     if (!parts.empty())
       func::ReturnOp::create(builder, step.getLoc());
     func::ReturnOp::create(stepBuilder, step.getLoc());
-    numCalls += lowering.numCalls;
+    numCalls += lowering.getNumCalls();
 
     lowered->setAttr(kArenaBytesAttrName,
                      builder.getI64IntegerAttr(

@@ -1,6 +1,11 @@
 //===- MemoryPlan.cpp - static offsets of a step's buffers ----------------===//
 
 #include "trainmem/Analysis/MemoryPlan.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 
 #include <algorithm>
 #include <map>
@@ -165,4 +170,165 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
     placed.insert(buffer.firstPoint, buffer.lastPoint,
                   {offsets[index], offsets[index] + size});
   }
+}
+
+//===----------------------------------------------------------------------===//
+// The plan in the IR (train-plan-arena)
+//===----------------------------------------------------------------------===//
+
+void MemoryPlan::writeToIR(const FunctionMemory &memory) const {
+  func::FuncOp func = memory.getFunction();
+  Builder builder(func.getContext());
+  const Buffer *base = memory.getBuffers().data();
+  auto offsetOf = [&](Value value) -> int64_t {
+    if (!isa<RankedTensorType>(value.getType()))
+      return -1;
+    const Buffer *buffer = memory.lookupBuffer(value);
+    return buffer ? static_cast<int64_t>(offsets[buffer - base]) : -1;
+  };
+  func->setAttr(kPlanArenaBytesAttrName,
+                builder.getI64IntegerAttr(static_cast<int64_t>(arenaBytes)));
+  for (BlockArgument argument : func.getArguments())
+    if (int64_t offset = offsetOf(argument); offset >= 0)
+      func.setArgAttr(argument.getArgNumber(), kPlanOffsetAttrName,
+                      builder.getI64IntegerAttr(offset));
+  func.walk([&](Operation *op) {
+    if (op == func.getOperation() || op->getNumResults() == 0)
+      return;
+    SmallVector<int64_t> resultOffsets;
+    for (Value result : op->getResults())
+      resultOffsets.push_back(offsetOf(result));
+    op->setAttr(kPlanOffsetsAttrName,
+                builder.getDenseI64ArrayAttr(resultOffsets));
+  });
+}
+
+bool MemoryPlan::hasPlanInIR(Operation *func) {
+  return func && func->hasAttr(kPlanArenaBytesAttrName);
+}
+
+FailureOr<MemoryPlan> MemoryPlan::readFromIR(const FunctionMemory &memory,
+                                             StringRef passName) {
+  func::FuncOp func = memory.getFunction();
+  auto arena = func->getAttrOfType<IntegerAttr>(kPlanArenaBytesAttrName);
+  if (!arena)
+    return func.emitError(passName)
+           << ": @" << func.getSymName() << " has no arena plan ('"
+           << kPlanArenaBytesAttrName << "'; run train-plan-arena)";
+  MemoryPlan plan;
+  plan.arenaBytes = static_cast<uint64_t>(arena.getInt());
+  ArrayRef<Buffer> buffers = memory.getBuffers();
+  const Buffer *base = buffers.data();
+  std::vector<int64_t> offsets(buffers.size(), -1);
+  auto stale = [&](Location loc) {
+    return emitError(loc, passName) << ": ";
+  };
+  const char *again =
+      "; the plan is older than the IR: run train-plan-arena after the last "
+      "transform";
+
+  // The offset the IR gives each tensor value, and its buffer's.
+  auto record = [&](Value value, int64_t offset, Location loc) -> LogicalResult {
+    const Buffer *buffer = memory.lookupBuffer(value);
+    if (!buffer)
+      return success();
+    if (offset < 0)
+      return stale(loc) << "a tensor has no planned offset" << again;
+    if (offset % 64 != 0)
+      return stale(loc) << "offset " << offset
+                        << " is not 64-byte aligned";
+    int64_t &known = offsets[buffer - base];
+    if (known >= 0 && known != offset)
+      return stale(loc) << "offset " << offset << " differs from " << known
+                        << ", the offset of the buffer it shares" << again;
+    known = offset;
+    return success();
+  };
+  for (BlockArgument argument : func.getArguments()) {
+    if (!isa<RankedTensorType>(argument.getType()))
+      continue;
+    auto offset =
+        func.getArgAttrOfType<IntegerAttr>(argument.getArgNumber(),
+                                           kPlanOffsetAttrName);
+    if (failed(record(argument, offset ? offset.getInt() : -1,
+                      func.getLoc())))
+      return failure();
+  }
+  WalkResult walk = func.walk([&](Operation *op) {
+    if (op == func.getOperation() || op->getNumResults() == 0)
+      return WalkResult::advance();
+    auto resultOffsets = op->getAttrOfType<DenseI64ArrayAttr>(
+        kPlanOffsetsAttrName);
+    for (Value result : op->getResults()) {
+      if (!isa<RankedTensorType>(result.getType()))
+        continue;
+      int64_t offset = resultOffsets && resultOffsets.size() ==
+                                            static_cast<int64_t>(
+                                                op->getNumResults())
+                           ? resultOffsets[cast<OpResult>(result)
+                                               .getResultNumber()]
+                           : -1;
+      if (failed(record(result, offset, op->getLoc())))
+        return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+
+  // Inside the arena, and no two buffers live at once share a byte: a sweep
+  // over program points with the live buffers ordered by offset.
+  std::vector<unsigned> order;
+  for (unsigned i = 0; i < buffers.size(); ++i) {
+    if (buffers[i].bytes == 0)
+      continue;
+    if (offsets[i] < 0)
+      return stale(func.getLoc())
+             << "a buffer of @" << func.getSymName() << " has no offset"
+             << again;
+    if (static_cast<uint64_t>(offsets[i]) > plan.arenaBytes ||
+        buffers[i].bytes > plan.arenaBytes - offsets[i])
+      return stale(buffers[i].owner.getLoc())
+             << "a buffer of " << buffers[i].bytes << " B at offset "
+             << offsets[i] << " ends past the arena of " << plan.arenaBytes
+             << " B";
+    order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
+    return buffers[a].firstPoint < buffers[b].firstPoint;
+  });
+  std::map<uint64_t, unsigned> live; // offset -> buffer
+  std::multimap<unsigned, uint64_t> ends; // last point -> offset
+  for (unsigned index : order) {
+    const Buffer &buffer = buffers[index];
+    // Buffers whose last point is before this one's first are free.
+    while (!ends.empty() && ends.begin()->first < buffer.firstPoint) {
+      live.erase(ends.begin()->second);
+      ends.erase(ends.begin());
+    }
+    uint64_t begin = offsets[index], end = begin + buffer.bytes;
+    auto next = live.lower_bound(begin);
+    auto clash = [&](unsigned other) {
+      return stale(buffer.owner.getLoc())
+             << "its buffer [" << begin << ", " << end
+             << ") overlaps another live at the same time at ["
+             << offsets[other] << ", "
+             << offsets[other] + buffers[other].bytes << ")" << again;
+    };
+    if (next != live.end() && next->first < end)
+      return clash(next->second);
+    if (next != live.begin()) {
+      auto previous = std::prev(next);
+      if (previous->first + buffers[previous->second].bytes > begin)
+        return clash(previous->second);
+    }
+    live[begin] = index;
+    ends.emplace(buffer.lastPoint, begin);
+  }
+  plan.alignment = 64;
+  // A buffer of no bytes has no place; like the planner, put it at 0.
+  plan.offsets.reserve(offsets.size());
+  for (int64_t offset : offsets)
+    plan.offsets.push_back(offset < 0 ? 0 : static_cast<uint64_t>(offset));
+  return plan;
 }

@@ -33,7 +33,24 @@ public:
   uint64_t getOffset(unsigned index) const { return offsets[index]; }
   ArrayRef<uint64_t> getOffsets() const { return offsets; }
 
+  /// Writes the plan into the function `memory` analyzed, as
+  /// train-plan-arena does: `train.arena_bytes` on it, `train.offset` on its
+  /// tensor arguments, `train.offsets` on every op with results.
+  void writeToIR(const FunctionMemory &memory) const;
+  /// Whether `func` carries a plan (`train.arena_bytes`).
+  static bool hasPlanInIR(Operation *func);
+  /// The plan written into the function `memory` analyzed, checked against
+  /// the analysis: every tensor value has an offset, 64-byte aligned, values
+  /// of one buffer share it, every buffer lies inside the arena, and no two
+  /// buffers live at the same time overlap. Otherwise an error at the
+  /// offending op naming `passName`, and failure: a plan written before a
+  /// later transform is refused, never used.
+  static FailureOr<MemoryPlan> readFromIR(const FunctionMemory &memory,
+                                          StringRef passName);
+
 private:
+  MemoryPlan() = default;
+
   uint64_t alignment;
   uint64_t arenaBytes = 0;
   std::vector<uint64_t> offsets;

@@ -143,7 +143,18 @@ struct ConvertTrainToRuntimePass
     const FunctionMemory &memory = *analyzed;
     if (failed(memory.checkCounts("convert-train-to-runtime")))
       return signalPassFailure();
-    MemoryPlan plan(memory);
+    // The plan train-plan-arena wrote into the step, checked against the IR
+    // as it is now; without one, planned here.
+    std::optional<MemoryPlan> plan;
+    if (MemoryPlan::hasPlanInIR(step)) {
+      FailureOr<MemoryPlan> written =
+          MemoryPlan::readFromIR(memory, "convert-train-to-runtime");
+      if (failed(written))
+        return signalPassFailure();
+      plan = std::move(*written);
+    } else {
+      plan.emplace(memory);
+    }
     MLIRContext *context = &getContext();
     OpBuilder builder(context);
 
@@ -161,7 +172,7 @@ struct ConvertTrainToRuntimePass
           if (Attribute typed = attrs.get(name))
             entry.append(name.drop_front(strlen("train.")), typed);
       entry.append("offset",
-                   builder.getI64IntegerAttr(static_cast<int64_t>(plan.getOffset(
+                   builder.getI64IntegerAttr(static_cast<int64_t>(plan->getOffset(
                        buffer - memory.getBuffers().data()))));
       entry.append("bytes", builder.getI64IntegerAttr(
                                 static_cast<int64_t>(getTensorBytes(type))));
@@ -191,7 +202,7 @@ struct ConvertTrainToRuntimePass
           const Buffer *buffer = memory.lookupBuffer(value);
           assert(buffer && "every tensor has a buffer");
           return static_cast<int64_t>(
-              plan.getOffset(buffer - memory.getBuffers().data()));
+              plan->getOffset(buffer - memory.getBuffers().data()));
         });
     // The calls go into parts of at most kCallsPerPart calls, each a
     // function the step calls in turn: LLVM's code generation takes time
@@ -239,7 +250,7 @@ struct ConvertTrainToRuntimePass
 
     lowered->setAttr(kArenaBytesAttrName,
                      builder.getI64IntegerAttr(
-                         static_cast<int64_t>(plan.getArenaBytes())));
+                         static_cast<int64_t>(plan->getArenaBytes())));
     lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
     lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
     step.erase();

@@ -172,6 +172,17 @@ LogicalResult verifyUnique(FunctionOpInterface func, bool results,
 LogicalResult verifyStepAttribute(Operation *op, unsigned index,
                                   NamedAttribute attr, bool results) {
   StringRef name = attr.getName().getValue();
+  if (name == kPlanOffsetAttrName) {
+    auto offset = dyn_cast<IntegerAttr>(attr.getValue());
+    if (results || !offset || offset.getInt() < 0)
+      return op->emitOpError()
+             << (results ? "result " : "argument ") << index << ": '"
+             << name
+             << "' is an argument's byte offset in the arena (an integer "
+                ">= 0), got "
+             << attr.getValue();
+    return success();
+  }
   bool known = namesState(name) || name == kLossAttrName ||
                name == kGradNormAttrName || name == kGradAttrName ||
                name == kInitAttrName;
@@ -198,6 +209,32 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
 /// function (passes and runners find the step by it, and name it).
 LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                                                      NamedAttribute attr) {
+  // The arena plan (train-plan-arena).
+  if (attr.getName() == kPlanOffsetsAttrName) {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!offsets || offsets.size() != static_cast<int64_t>(op->getNumResults()))
+      return op->emitOpError()
+             << "'" << kPlanOffsetsAttrName
+             << "' holds one arena offset per result (array<i64>, "
+             << op->getNumResults() << " values), got " << attr.getValue();
+    for (auto [result, offset] :
+         llvm::zip(op->getResults(), offsets.asArrayRef()))
+      if (isa<RankedTensorType>(result.getType()) ? offset < 0 : offset != -1)
+        return op->emitOpError()
+               << "'" << kPlanOffsetsAttrName << "': result "
+               << result.getResultNumber() << " has offset " << offset
+               << " (a tensor's is >= 0, any other result's -1)";
+    return success();
+  }
+  if (attr.getName() == kPlanArenaBytesAttrName) {
+    auto bytes = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!bytes || bytes.getInt() < 0 || !isa<FunctionOpInterface>(op))
+      return op->emitOpError()
+             << "'" << kPlanArenaBytesAttrName
+             << "' is the arena's size on the step (an integer >= 0), got "
+             << attr.getValue();
+    return success();
+  }
   if (attr.getName() != kStepAttrName)
     return success();
   if (!isa<UnitAttr>(attr.getValue()))

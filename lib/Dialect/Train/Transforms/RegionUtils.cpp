@@ -18,8 +18,11 @@ static Operation *rebuildWithResults(Operation *op, TypeRange types) {
   OpBuilder builder(op);
   OperationState state(op->getLoc(), op->getName());
   state.addTypes(types);
+  // The arena plan's offsets are per result: with other results they no
+  // longer apply (the lowering then asks for a new plan).
   for (NamedAttribute attr : op->getDiscardableAttrs())
-    state.addAttribute(attr.getName(), attr.getValue());
+    if (attr.getName() != kPlanOffsetsAttrName)
+      state.addAttribute(attr.getName(), attr.getValue());
   state.propertiesAttr = op->getPropertiesAsAttribute();
   state.addRegion();
   Operation *replacement = builder.create(state);

@@ -1067,3 +1067,41 @@ func.func @step_with_value(%x: tensor<4xf32>) -> tensor<4xf32> attributes {train
 // expected-error @+1 {{'builtin.module' op 'train.step' marks a function (the step), not a 'builtin.module'}}
 module attributes {train.step} {
 }
+
+// -----
+
+// The arena plan (train-plan-arena): one offset per result.
+func.func @plan_offsets_count(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'train.add' op 'train.offsets' holds one arena offset per result (array<i64>, 1 values), got array<i64: 0, 64>}}
+  %c = train.add %a, %a {train.offsets = array<i64: 0, 64>} : tensor<4xf32>
+  return %c : tensor<4xf32>
+}
+
+// -----
+
+func.func @plan_offsets_negative(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'train.add' op 'train.offsets': result 0 has offset -1 (a tensor's is >= 0, any other result's -1)}}
+  %c = train.add %a, %a {train.offsets = array<i64: -1>} : tensor<4xf32>
+  return %c : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op 'train.arena_bytes' is the arena's size on the step (an integer >= 0), got -5 : i64}}
+func.func @plan_arena_negative(%a: tensor<4xf32>) -> tensor<4xf32> attributes {train.arena_bytes = -5} {
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'train.offset' is an argument's byte offset in the arena (an integer >= 0), got "zero"}}
+func.func @plan_offset_string(%a: tensor<4xf32> {train.offset = "zero"}) -> tensor<4xf32> {
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op result 0: 'train.offset' is an argument's byte offset in the arena (an integer >= 0), got 0 : i64}}
+func.func @plan_offset_on_result(%a: tensor<4xf32>) -> (tensor<4xf32> {train.offset = 0}) {
+  return %a : tensor<4xf32>
+}

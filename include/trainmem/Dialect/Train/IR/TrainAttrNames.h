@@ -45,6 +45,15 @@ constexpr llvm::StringLiteral kRecomputeAttrName = "train.recompute";
 /// On the module: a dictionary describing the model the graph came from.
 constexpr llvm::StringLiteral kModelAttrName = "train.model";
 
+/// The static arena plan train-plan-arena writes into a tensor-level step
+/// (convert-train-to-runtime lowers with it when present): on the function
+/// the arena's bytes (i64), on each tensor argument its byte offset (i64),
+/// on each op with tensor results one offset per result (array<i64>, -1 for
+/// a result that is not a tensor).
+constexpr llvm::StringLiteral kPlanArenaBytesAttrName = "train.arena_bytes";
+constexpr llvm::StringLiteral kPlanOffsetAttrName = "train.offset";
+constexpr llvm::StringLiteral kPlanOffsetsAttrName = "train.offsets";
+
 /// Attributes of a step lowered by convert-train-to-runtime: the arena's
 /// planned size, and where the host finds each argument and result. A
 /// lowered step is marked by the first (train.step marks the tensor-level

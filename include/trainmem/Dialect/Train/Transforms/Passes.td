@@ -126,6 +126,28 @@ def TrainAddOptimizerPass : Pass<"train-add-optimizer", "mlir::ModuleOp"> {
   let options = TrainOptimizerOptions;
 }
 
+def TrainPlanArenaPass : Pass<"train-plan-arena", "mlir::ModuleOp"> {
+  let summary = "Writes the static arena plan into the step";
+  let description = [{
+    Plans the arena of the step marked `train.step` (MemoryPlan: greedy by
+    size over the memory analysis's buffers, 64-byte aligned) and writes it
+    into the IR, where a test can check it and a later pass can read it:
+    `train.arena_bytes` (i64) on the function, `train.offset` (i64) on each
+    tensor argument, `train.offsets` (array<i64>, one per result, -1 for a
+    result that is not a tensor) on every op with results. Values that share
+    a buffer (views, region results, in-place updates) share the offset.
+
+    convert-train-to-runtime lowers with this plan when the step carries one,
+    after checking it against the IR as it is then (every tensor placed,
+    buffers inside the arena, no two live at once overlapping): a plan that
+    a later transform made stale is refused, not used.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"\"",
+           "The training step (default: the function marked train.step)">
+  ];
+}
+
 def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {
   let summary = "Prints peak memory, its breakdown and saved activations per layer";
   let description = [{

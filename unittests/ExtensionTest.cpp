@@ -13,6 +13,7 @@
 #include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Conversion/Passes.h"
 #include "trainmem/Conversion/RuntimeLowering.h"
+#include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Run/Session.h"
 #include "trainmem/Run/Step.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
@@ -200,6 +201,22 @@ struct SquareRuntimeLowering
   }
 };
 
+/// The square on the reference evaluator: x · x in double, rounded to f32
+/// (as the evaluator's own elementwise ops compute).
+struct SquareEvaluation
+    : public EvaluableOpInterface::ExternalModel<SquareEvaluation,
+                                                 trainmem_test::SquareOp> {
+  LogicalResult evaluate(Operation *op, EvaluationState &state) const {
+    auto square = cast<trainmem_test::SquareOp>(op);
+    const RefTensor &x = state.get(square.getInput());
+    RefTensor y = RefTensor::ofFloats(x.shape, x.floats);
+    for (float &v : y.floats)
+      v = static_cast<float>(static_cast<double>(v) * static_cast<double>(v));
+    state.set(square.getResult(), std::move(y));
+    return success();
+  }
+};
+
 TEST_F(ExtensionTest, LoweringNeedsItsRuntimeModel) {
   // Without a RuntimeLoweringOpInterface model the lowering names the op.
   OwningOpRef<ModuleOp> module = model();
@@ -224,11 +241,13 @@ TEST_F(ExtensionTest, TrainsOnTheRuntimeThroughItsModel) {
 
   // The same model with x · x spelled as train.mul: the losses agree (the
   // square's VJP, 2 · (x · dy), and mul's, x · dy + dy · x, round alike).
-  auto losses = [&](OwningOpRef<ModuleOp> module) {
+  auto losses = [&](OwningOpRef<ModuleOp> module,
+                    StringRef backend = "cpu") {
     std::vector<float> result;
     if (!module || failed(prepareStep(*module, "lr=1e-2 clip-norm=1.0")))
       return result;
     SessionOptions options;
+    options.backend = backend.str();
     options.seed = 3;
     std::string error;
     std::unique_ptr<Session> session =
@@ -259,6 +278,47 @@ TEST_F(ExtensionTest, TrainsOnTheRuntimeThroughItsModel) {
     EXPECT_NEAR(square[i], mul[i], 1e-6 * std::abs(mul[i])) << "step " << i;
   }
   EXPECT_LT(square[2], square[0]);
+
+  // The reference evaluator runs it through the model the test attaches:
+  // the same losses as the runtime, to the runtime's 1e-5.
+  trainmem_test::SquareOp::attachInterface<SquareEvaluation>(context);
+  std::vector<float> reference = losses(model(), "interpret");
+  ASSERT_EQ(reference.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(square[i], reference[i], 1e-5 * std::abs(reference[i]))
+        << "step " << i;
+}
+
+TEST_F(ExtensionTest, EvaluatorNeedsItsModel) {
+  // Without an EvaluableOpInterface model the evaluator names the op.
+  OwningOpRef<ModuleOp> module = model();
+  ASSERT_TRUE(module);
+  auto forward = module->lookupSymbol<func::FuncOp>("forward");
+  ASSERT_TRUE(forward);
+  std::vector<RefTensor> args;
+  for (BlockArgument argument : forward.getArguments()) {
+    auto type = cast<RankedTensorType>(argument.getType());
+    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+    int64_t n = type.getNumElements();
+    args.push_back(isa<IntegerType>(type.getElementType())
+                       ? RefTensor::ofInts(shape, std::vector<int64_t>(n, 1))
+                       : RefTensor::ofFloats(shape, std::vector<float>(n, 0.5f)));
+  }
+  std::string diagnostics;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diagnostic) {
+    diagnostics += diagnostic.str() + "\n";
+    return success();
+  });
+  EXPECT_TRUE(failed(evaluate(forward, args)));
+  EXPECT_NE(diagnostics.find("reference evaluator: unsupported op "
+                             "'trainmem_test.square'"),
+            std::string::npos)
+      << diagnostics;
+  // With it, the forward runs.
+  trainmem_test::SquareOp::attachInterface<SquareEvaluation>(context);
+  FailureOr<SmallVector<RefTensor>> loss = evaluate(forward, args);
+  ASSERT_TRUE(succeeded(loss));
+  EXPECT_TRUE(std::isfinite((*loss)[0].scalarFloat()));
 }
 
 } // namespace

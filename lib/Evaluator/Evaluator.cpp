@@ -23,6 +23,8 @@
 using namespace mlir;
 using namespace mlir::train;
 
+#include "trainmem/Evaluator/EvaluableOpInterface.cpp.inc"
+
 RefTensor RefTensor::ofFloats(std::vector<int64_t> shape,
                               std::vector<float> values) {
   RefTensor t;
@@ -152,15 +154,16 @@ RefTensor sliceRows(const RefTensor &input, int64_t offset,
   return out;
 }
 
-class Interpreter {
+class Interpreter : public EvaluationState {
 public:
   LogicalResult run(Block &block);
   llvm::DenseMap<Value, RefTensor> values;
   SmallVector<RefTensor> returned;
 
+  const RefTensor &get(Value v) override { return values.find(v)->second; }
+  void set(Value v, RefTensor t) override { values[v] = std::move(t); }
+
 private:
-  const RefTensor &get(Value v) { return values.find(v)->second; }
-  void set(Value v, RefTensor t) { values[v] = std::move(t); }
   LogicalResult exec(Operation *op);
   LogicalResult accumulate(AccumulateOp op);
 
@@ -998,7 +1001,18 @@ LogicalResult Interpreter::exec(Operation *op) {
           returned.push_back(get(v));
         return success();
       })
-      .Default([&](Operation *o) {
+      .Default([&](Operation *o) -> LogicalResult {
+        // Ops of other dialects say how they run.
+        if (auto evaluable = dyn_cast<EvaluableOpInterface>(o)) {
+          if (failed(evaluable.evaluate(*this)))
+            return failure();
+          for (Value result : o->getResults())
+            if (!values.count(result))
+              return o->emitError("reference evaluator: '")
+                     << o->getName() << "' set no value for result "
+                     << cast<OpResult>(result).getResultNumber();
+          return success();
+        }
         return o->emitError("reference evaluator: unsupported op '")
                << o->getName() << "'";
       });

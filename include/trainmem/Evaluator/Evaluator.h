@@ -39,14 +39,28 @@ struct RefTensor {
   int64_t scalarInt() const { return ints.at(0); }
 };
 
+/// The values an op being evaluated reads and writes (EvaluableOpInterface).
+class EvaluationState {
+public:
+  virtual ~EvaluationState() = default;
+  /// The value of `value`, computed before the op that reads it.
+  virtual const RefTensor &get(Value value) = 0;
+  /// Sets the value of a result.
+  virtual void set(Value value, RefTensor tensor) = 0;
+};
+
 /// Runs `func` on `args` (one per function argument, shapes checked against
 /// the argument types). Returns the values of `func.return`, or failure after
 /// emitting a diagnostic at the op that could not run (a shape mismatch, an
-/// id out of range, an op the evaluator does not know).
+/// id out of range, an op the evaluator does not know). The train dialect's
+/// ops are the evaluator's own; any other op runs through its
+/// EvaluableOpInterface.
 FailureOr<SmallVector<RefTensor>> evaluate(func::FuncOp func,
                                            ArrayRef<RefTensor> args);
 
 } // namespace train
 } // namespace mlir
+
+#include "trainmem/Evaluator/EvaluableOpInterface.h.inc"
 
 #endif // TRAINMEM_EVALUATOR_EVALUATOR_H

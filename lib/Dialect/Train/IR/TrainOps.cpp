@@ -480,6 +480,27 @@ LogicalResult RematOp::verify() {
   return failure(result.wasInterrupted());
 }
 
+/// Control flow of a transparent region (RegionBranchOpInterface): the parent
+/// enters the body once, and the body's yield gives the parent's results.
+static void getTransparentSuccessors(Operation *op, Region &body,
+                                     RegionBranchPoint point,
+                                     SmallVectorImpl<RegionSuccessor> &regions) {
+  if (point.isParent())
+    regions.emplace_back(&body);
+  else
+    regions.emplace_back(op, op->getResults());
+}
+
+void BlockOp::getSuccessorRegions(RegionBranchPoint point,
+                                  SmallVectorImpl<RegionSuccessor> &regions) {
+  getTransparentSuccessors(*this, getBody(), point, regions);
+}
+
+void RematOp::getSuccessorRegions(RegionBranchPoint point,
+                                  SmallVectorImpl<RegionSuccessor> &regions) {
+  getTransparentSuccessors(*this, getBody(), point, regions);
+}
+
 LogicalResult SliceRowsOp::verify() {
   auto in = cast<RankedTensorType>(getInput().getType());
   auto out = cast<RankedTensorType>(getResult().getType());

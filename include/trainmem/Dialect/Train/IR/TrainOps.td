@@ -723,7 +723,8 @@ def Train_CrossEntropyGradOp : Train_ComputeOp<"cross_entropy_grad"> {
 
 def Train_BlockOp : Train_Op<"block", [
     SingleBlock, RecursiveMemoryEffects, RecursivelySpeculatable,
-    DeclareOpInterfaceMethods<Train_TransparentRegionOpInterface>]> {
+    DeclareOpInterfaceMethods<Train_TransparentRegionOpInterface>,
+    DeclareOpInterfaceMethods<RegionBranchOpInterface>]> {
   let summary = "marks what part of a model a region of ops is";
   let description = [{
     A region executed once, in place, whose `train.yield` operands are the
@@ -757,7 +758,8 @@ def Train_BlockOp : Train_Op<"block", [
 
 def Train_RematOp : Train_Op<"remat", [
     SingleBlock, RecursiveMemoryEffects, RecursivelySpeculatable,
-    DeclareOpInterfaceMethods<Train_TransparentRegionOpInterface>]> {
+    DeclareOpInterfaceMethods<Train_TransparentRegionOpInterface>,
+    DeclareOpInterfaceMethods<RegionBranchOpInterface>]> {
   let summary = "values computed inside are recomputed for the backward";
   let description = [{
     A region executed once, in place, in the forward pass; its `train.yield`

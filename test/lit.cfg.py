@@ -30,3 +30,12 @@ config.substitutions.append(
 config.substitutions.append(
     ("%corpus", os.path.join(config.trainmem_src_root, "data",
                              "kjv-genesis-exodus.txt")))
+
+# Compiles C++ against trainmem's headers (tests of what must not compile).
+config.substitutions.append(
+    ("%cxx-syntax", " ".join(
+        [config.cxx_compiler, "-std=c++20", "-fsyntax-only",
+         "-Wno-ambiguous-reversed-operator", "-Werror=reorder-init-list"] +
+        ["-I" + d for d in config.mlir_include_dir.split(";") if d] +
+        ["-I" + os.path.join(config.trainmem_src_root, "include"),
+         "-I" + os.path.join(config.trainmem_obj_root, "include")])))

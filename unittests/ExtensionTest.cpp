@@ -194,10 +194,11 @@ struct SquareRuntimeLowering
                                RuntimeCallBuilder &builder) const {
     auto square = cast<trainmem_test::SquareOp>(op);
     Value x = square.getInput();
-    return builder.callContiguous(
-        op, "tmrt_mul",
-        {builder.offset(x), builder.offset(x), builder.offset(square),
-         RuntimeCallBuilder::elements(square)});
+    return builder.emitContiguous(
+        op, rt::mul{.a = builder.offset(x),
+                    .b = builder.offset(x),
+                    .out = builder.offset(square),
+                    .n = RuntimeCallBuilder::elements(square)});
   }
 };
 

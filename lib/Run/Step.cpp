@@ -2,6 +2,7 @@
 
 #include "trainmem/Run/Step.h"
 #include "trainmem/Conversion/Passes.h"
+#include "trainmem/Conversion/RuntimeLowering.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -31,8 +32,9 @@ using namespace mlir::train;
 
 namespace {
 
-// Each runtime function's C prototype must match RuntimeFunctions.def, the
-// list the compiler emits calls from: checked here at compile time.
+// Each runtime function's C prototype must match the ABI letters the
+// compiler emits calls with (generated from Kernels.def into
+// kRuntimeFunctions): checked here at compile time.
 template <typename T> struct ParameterCode;
 template <> struct ParameterCode<tmrt_context *> {
   static constexpr char value = 'c';
@@ -53,10 +55,24 @@ constexpr bool matchesSignature(void (*)(Args...), const char *signature) {
       return true;
   }
 }
-#define TMRT_FUNCTION(name, signature)                                         \
-  static_assert(matchesSignature(&name, signature),                           \
-                #name " does not match RuntimeFunctions.def");
-#include "trainmem/Conversion/RuntimeFunctions.def"
+constexpr bool sameName(const char *a, const char *b) {
+  for (;; ++a, ++b) {
+    if (*a != *b)
+      return false;
+    if (!*a)
+      return true;
+  }
+}
+constexpr const char *lettersOf(const char *name) {
+  for (const RuntimeFunctionInfo &function : kRuntimeFunctions)
+    if (sameName(function.name, name))
+      return function.signature;
+  return "";
+}
+#define TMRT_KERNEL(name, parameters, arguments)                               \
+  static_assert(matchesSignature(&tmrt_##name, lettersOf("tmrt_" #name)),     \
+                "tmrt_" #name " does not match the compiler's letters");
+#include "trainmem-runtime/Kernels.def"
 
 } // namespace
 
@@ -146,7 +162,10 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
   if (!array)
     return step->emitError("trainmem-run: the lowered step has no '")
            << attrName << "' array";
-  for (auto [index, attr] : llvm::enumerate(array)) {
+  for (auto [entryIndex, attr] : llvm::enumerate(array)) {
+    // A plain variable: lambdas below capture it (C++17 cannot capture a
+    // structured binding).
+    size_t index = entryIndex;
     auto dict = dyn_cast<DictionaryAttr>(attr);
     auto role = dict ? dict.getAs<StringAttr>("role") : StringAttr();
     auto key = dict ? dict.getAs<StringAttr>("key") : StringAttr();
@@ -257,10 +276,11 @@ std::unique_ptr<JitStep> JitStep::create(ModuleOp lowered,
   }
   (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
     llvm::orc::SymbolMap symbols;
-#define TMRT_FUNCTION(name, signature)                                         \
-  symbols[interner(#name)] = {llvm::orc::ExecutorAddr::fromPtr(&name),        \
-                              llvm::JITSymbolFlags::Exported};
-#include "trainmem/Conversion/RuntimeFunctions.def"
+#define TMRT_KERNEL(name, parameters, arguments)                               \
+  symbols[interner("tmrt_" #name)] = {                                         \
+      llvm::orc::ExecutorAddr::fromPtr(&tmrt_##name),                          \
+      llvm::JITSymbolFlags::Exported};
+#include "trainmem-runtime/Kernels.def"
     return symbols;
   });
   Operation *marked = findMarkedStep(lowered, "trainmem-run");

@@ -15,7 +15,7 @@ def ConvertTrainToRuntimePass
     the arena offsets of its operands and results, sizes and attributes as
     i64/f64 constants. Views that share their source's buffer cost nothing; a
     reshape of a strided view becomes a copy. The functions it calls are the
-    ones in `include/trainmem/Conversion/RuntimeFunctions.def`.
+    runtime's kernels (`trainmem-runtime/Kernels.def`).
 
     The host learns where everything is from attributes on the function:
     `tmrt.arena_bytes`, and `tmrt.arguments` / `tmrt.results`, one

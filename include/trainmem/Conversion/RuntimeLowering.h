@@ -2,8 +2,8 @@
 //
 // What an op's RuntimeLoweringOpInterface model gets to emit its runtime
 // calls with: the arena offset of every tensor (the static plan), shapes
-// and strides, and `call`, which checks the call against
-// RuntimeFunctions.def. registerRuntimeLoweringExternalModels attaches the
+// and strides, and `emit`, which takes a call whose arguments are named
+// (rt::<kernel>, generated from the runtime's Kernels.def). registerRuntimeLoweringExternalModels attaches the
 // train dialect's models; a dialect with ops of its own attaches its own.
 //
 //===----------------------------------------------------------------------===//
@@ -34,6 +34,37 @@ struct RuntimeArg {
   double real = 0.0;
 };
 
+/// A parameter of a runtime call: it has no default, so a call that leaves
+/// one out does not compile.
+template <typename T> struct RuntimeParam {
+  RuntimeParam(T value) : value(value) {}
+  T value;
+};
+
+/// A runtime function compiled code may call: its name and ABI letters (c:
+/// the context, i: int64_t, f: double).
+struct RuntimeFunctionInfo {
+  const char *name;
+  const char *signature;
+};
+
+} // namespace train
+} // namespace mlir
+
+// rt::<kernel>: one struct per kernel of trainmem-runtime/Kernels.def, with
+// the kernel's parameters as fields, and kRuntimeFunctions.
+#include "trainmem/Conversion/RuntimeCalls.h.inc"
+
+namespace mlir {
+namespace train {
+
+/// Emits runtime calls. A call names each argument (C++20 designated
+/// initializers, which must follow the parameters' order):
+///
+///   builder.emitContiguous(op, rt::add{.a = builder.offset(lhs),
+///                                      .b = builder.offset(rhs),
+///                                      .out = builder.offset(result),
+///                                      .n = RuntimeCallBuilder::elements(result)});
 class RuntimeCallBuilder {
 public:
   /// `offsetOf` gives the arena byte offset of a tensor value.
@@ -41,15 +72,21 @@ public:
                      std::function<int64_t(Value)> offsetOf)
       : builder(builder), context(context), offsetOf(std::move(offsetOf)) {}
 
-  /// Calls runtime function `name` (RuntimeFunctions.def) with the context
-  /// and `args`; asserts that the function and the argument count exist.
-  void call(StringRef name, ArrayRef<RuntimeArg> args, Location loc);
+  /// Emits the call `callArgs` (an rt:: struct) at `loc`.
+  template <typename Call> void emit(const Call &callArgs, Location loc) {
+    call(Call::kName, callArgs.args(), loc);
+  }
   /// Fails with an error at `op` when a tensor operand is a strided view:
   /// most kernels read row-major operands.
   LogicalResult requireContiguous(Operation *op);
-  /// requireContiguous, then call.
-  LogicalResult callContiguous(Operation *op, StringRef name,
-                               ArrayRef<RuntimeArg> args);
+  /// requireContiguous, then emit at `op`'s location.
+  template <typename Call>
+  LogicalResult emitContiguous(Operation *op, const Call &callArgs) {
+    if (failed(requireContiguous(op)))
+      return failure();
+    emit(callArgs, op->getLoc());
+    return success();
+  }
 
   /// Where `value` lives in the arena.
   int64_t offset(Value value) const { return offsetOf(value); }
@@ -67,6 +104,10 @@ public:
   uint64_t getNumCalls() const { return numCalls; }
 
 private:
+  /// Calls runtime function `name` with the context and `args`; asserts
+  /// that the function and the argument count exist.
+  void call(StringRef name, ArrayRef<RuntimeArg> args, Location loc);
+
   OpBuilder &builder;
   Value context;
   std::function<int64_t(Value)> offsetOf;

@@ -16,7 +16,7 @@ def RuntimeLoweringOpInterface : OpInterface<"RuntimeLoweringOpInterface"> {
   let cppNamespace = "::mlir::train";
   let description = [{
     An op that convert-train-to-runtime lowers to calls of the trainmem
-    runtime (`tmrt_*`, RuntimeFunctions.def). `lowerToRuntime` emits them
+    runtime (`tmrt_*`, the runtime's Kernels.def). `lowerToRuntime` emits them
     through a `RuntimeCallBuilder`, which knows where every tensor lives in
     the arena (the static memory plan), and returns failure after an error
     at the op for what the runtime cannot do (a rank beyond a kernel's, a

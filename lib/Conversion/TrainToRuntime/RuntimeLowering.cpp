@@ -25,22 +25,24 @@ using namespace mlir::train;
 // RuntimeCallBuilder
 //===----------------------------------------------------------------------===//
 
-/// The runtime functions: name -> parameter letters (RuntimeFunctions.def).
+#ifndef NDEBUG
+/// The runtime functions: name -> ABI letters (generated from Kernels.def).
 static const llvm::StringMap<StringRef> &runtimeSignatures() {
   static const llvm::StringMap<StringRef> signatures = [] {
     llvm::StringMap<StringRef> map;
-#define TMRT_FUNCTION(name, signature) map[#name] = signature;
-#include "trainmem/Conversion/RuntimeFunctions.def"
+    for (const RuntimeFunctionInfo &function : kRuntimeFunctions)
+      map[function.name] = function.signature;
     return map;
   }();
   return signatures;
 }
+#endif
 
 void RuntimeCallBuilder::call(StringRef name, ArrayRef<RuntimeArg> args,
                               Location loc) {
-  assert(runtimeSignatures().count(name) && "not in RuntimeFunctions.def");
+  assert(runtimeSignatures().count(name) && "not a kernel of Kernels.def");
   assert(runtimeSignatures().lookup(name).size() == args.size() + 1 &&
-         "argument count differs from RuntimeFunctions.def");
+         "argument count differs from Kernels.def");
   SmallVector<Value> operands{context};
   for (const RuntimeArg &arg : args) {
     if (arg.isFloat)
@@ -59,15 +61,6 @@ LogicalResult RuntimeCallBuilder::requireContiguous(Operation *op) {
     if (isa<RankedTensorType>(operand.getType()) && !isContiguous(operand))
       return op->emitOpError("reads a strided view; the runtime kernel of "
                              "this op needs a row-major operand");
-  return success();
-}
-
-LogicalResult RuntimeCallBuilder::callContiguous(Operation *op,
-                                                 StringRef name,
-                                                 ArrayRef<RuntimeArg> args) {
-  if (failed(requireContiguous(op)))
-    return failure();
-  call(name, args, op->getLoc());
   return success();
 }
 
@@ -131,11 +124,7 @@ static LogicalResult lowerMatmul(MatmulOp op, RuntimeCallBuilder &builder) {
   for (int64_t i = 0; i < batchRank; ++i)
     cBatch[4 - batchRank + i] = cShape[i];
   SmallVector<int64_t> aBatch = batchStrides(a), bBatch = batchStrides(b);
-  builder.call("tmrt_matmul",
-       {builder.offset(a), builder.offset(b), builder.offset(c), m, n, k, aRs, aCs, bRs, bCs,
-        cBatch[0], cBatch[1], cBatch[2], cBatch[3], aBatch[0], aBatch[1],
-        aBatch[2], aBatch[3], bBatch[0], bBatch[1], bBatch[2], bBatch[3]},
-       op.getLoc());
+  builder.emit(rt::matmul{.a = builder.offset(a), .b = builder.offset(b), .c = builder.offset(c), .m = m, .n = n, .k = k, .a_rs = aRs, .a_cs = aCs, .b_rs = bRs, .b_cs = bCs, .c0 = cBatch[0], .c1 = cBatch[1], .c2 = cBatch[2], .c3 = cBatch[3], .a0 = aBatch[0], .a1 = aBatch[1], .a2 = aBatch[2], .a3 = aBatch[3], .b0 = bBatch[0], .b1 = bBatch[1], .b2 = bBatch[2], .b3 = bBatch[3]}, op.getLoc());
   return success();
 }
 
@@ -154,12 +143,7 @@ static LogicalResult lowerSumTo(SumToOp op, RuntimeCallBuilder &b) {
     size_t slot = 6 - out.size() + i;
     outStrides[slot] = out[i] == 1 ? 0 : rowMajor[i];
   }
-  b.call("tmrt_sum_to",
-       {b.offset(op.getInput()), b.offset(op.getResult()), b.elements(op.getResult()),
-        dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], outStrides[0],
-        outStrides[1], outStrides[2], outStrides[3], outStrides[4],
-        outStrides[5]},
-       op.getLoc());
+  b.emit(rt::sum_to{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .out_n = b.elements(op.getResult()), .d0 = dims[0], .d1 = dims[1], .d2 = dims[2], .d3 = dims[3], .d4 = dims[4], .d5 = dims[5], .o0 = outStrides[0], .o1 = outStrides[1], .o2 = outStrides[2], .o3 = outStrides[3], .o4 = outStrides[4], .o5 = outStrides[5]}, op.getLoc());
   return success();
 }
 
@@ -179,11 +163,7 @@ static LogicalResult lowerReshape(ReshapeOp op, RuntimeCallBuilder &b) {
     dims[6 - inShape.size() + i] = inShape[i];
     padded[6 - inShape.size() + i] = strides[i];
   }
-  b.call("tmrt_copy_strided",
-       {b.offset(in), b.offset(op.getResult()), dims[0], dims[1], dims[2],
-        dims[3], dims[4], dims[5], padded[0], padded[1], padded[2], padded[3],
-        padded[4], padded[5]},
-       op.getLoc());
+  b.emit(rt::copy_strided{.in = b.offset(in), .out = b.offset(op.getResult()), .d0 = dims[0], .d1 = dims[1], .d2 = dims[2], .d3 = dims[3], .d4 = dims[4], .d5 = dims[5], .s0 = padded[0], .s1 = padded[1], .s2 = padded[2], .s3 = padded[3], .s4 = padded[4], .s5 = padded[5]}, op.getLoc());
   return success();
 }
 
@@ -199,12 +179,7 @@ static LogicalResult lowerRope(RopeOp op, RuntimeCallBuilder &b) {
     dims[4 - inShape.size() + i] = inShape[i];
     padded[4 - inShape.size() + i] = strides[i];
   }
-  b.call("tmrt_rope",
-       {b.offset(in), b.offset(op.getResult()), dims[0], dims[1], dims[2], dims[3],
-        padded[0], padded[1], padded[2], padded[3],
-        op.getTheta().convertToDouble(),
-        static_cast<int64_t>(op.getInverse())},
-       op.getLoc());
+  b.emit(rt::rope{.in = b.offset(in), .out = b.offset(op.getResult()), .n0 = dims[0], .n1 = dims[1], .s = dims[2], .d = dims[3], .s0 = padded[0], .s1 = padded[1], .ss = padded[2], .sd = padded[3], .theta = op.getTheta().convertToDouble(), .inverse = static_cast<int64_t>(op.getInverse())}, op.getLoc());
   return success();
 }
 
@@ -215,15 +190,9 @@ static LogicalResult lowerConstant(arith::ConstantOp op, RuntimeCallBuilder &b) 
     return op.emitOpError("only splat tensor constants can be lowered");
   Type elementType = type.getElementType();
   if (elementType.isF32())
-    b.call("tmrt_fill_f32",
-         {b.offset(op), b.elements(op),
-          dense.getSplatValue<APFloat>().convertToDouble()},
-         op.getLoc());
+    b.emit(rt::fill_f32{.out = b.offset(op), .n = b.elements(op), .value = dense.getSplatValue<APFloat>().convertToDouble()}, op.getLoc());
   else if (elementType.isInteger(64))
-    b.call("tmrt_fill_i64",
-         {b.offset(op), b.elements(op),
-          dense.getSplatValue<APInt>().getSExtValue()},
-         op.getLoc());
+    b.emit(rt::fill_i64{.out = b.offset(op), .n = b.elements(op), .value = dense.getSplatValue<APInt>().getSExtValue()}, op.getLoc());
   else
     return op.emitOpError("constant of type ")
            << type << " cannot be lowered (f32 or i64 only)";
@@ -233,142 +202,80 @@ static LogicalResult lowerConstant(arith::ConstantOp op, RuntimeCallBuilder &b) 
 static LogicalResult lowerClip(ClipGradNormOp op, RuntimeCallBuilder &b) {
   if (failed(b.requireContiguous(op)))
     return failure();
-  b.call("tmrt_clip_begin", {}, op.getLoc());
+  b.emit(rt::clip_begin{}, op.getLoc());
   for (Value grad : op.getGrads())
-    b.call("tmrt_clip_accumulate", {b.offset(grad), b.elements(grad)}, op.getLoc());
-  b.call("tmrt_clip_finish",
-       {b.offset(op.getNorm()), op.getMaxNorm().convertToDouble()},
-       op.getLoc());
+    b.emit(rt::clip_accumulate{.grad = b.offset(grad), .n = b.elements(grad)}, op.getLoc());
+  b.emit(rt::clip_finish{.norm = b.offset(op.getNorm()), .max_norm = op.getMaxNorm().convertToDouble()}, op.getLoc());
   for (auto [grad, clipped] : llvm::zip(op.getGrads(), op.getClipped()))
-    b.call("tmrt_clip_apply", {b.offset(grad), b.offset(clipped), b.elements(grad)},
-         op.getLoc());
+    b.emit(rt::clip_apply{.grad = b.offset(grad), .out = b.offset(clipped), .n = b.elements(grad)}, op.getLoc());
   return success();
 }
 
 
 static LogicalResult lowerEmbedding(EmbeddingOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_embedding",
-                {b.offset(o.getTable()), b.offset(o.getIds()),
-                 b.offset(o.getResult()), b.elements(o.getIds()),
-                 b.lastDim(o.getTable()), b.shape(o.getTable())[0],
-                 b.idBits(o.getIds())});
+  return b.emitContiguous(o, rt::embedding{.table = b.offset(o.getTable()), .ids = b.offset(o.getIds()), .out = b.offset(o.getResult()), .num_ids = b.elements(o.getIds()), .hidden = b.lastDim(o.getTable()), .vocab = b.shape(o.getTable())[0], .id_bits = b.idBits(o.getIds())});
 }
 
 static LogicalResult lowerIota(IotaOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_iota", {b.offset(o.getResult()),
-                              b.elements(o.getResult()),
-                              b.idBits(o.getResult())});
+  return b.emitContiguous(o, rt::iota{.out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .id_bits = b.idBits(o.getResult())});
 }
 
 static LogicalResult lowerAdd(AddOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_add", {b.offset(o.getLhs()), b.offset(o.getRhs()),
-                             b.offset(o.getResult()),
-                             b.elements(o.getResult())});
+  return b.emitContiguous(o, rt::add{.a = b.offset(o.getLhs()), .b = b.offset(o.getRhs()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerMul(MulOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_mul", {b.offset(o.getLhs()), b.offset(o.getRhs()),
-                             b.offset(o.getResult()),
-                             b.elements(o.getResult())});
+  return b.emitContiguous(o, rt::mul{.a = b.offset(o.getLhs()), .b = b.offset(o.getRhs()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerScale(ScaleOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_scale",
-                {b.offset(o.getInput()), b.offset(o.getResult()),
-                 b.elements(o.getResult()),
-                 o.getFactor().convertToDouble()});
+  return b.emitContiguous(o, rt::scale{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .factor = o.getFactor().convertToDouble()});
 }
 
 static LogicalResult lowerBiasAdd(BiasAddOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_bias_add",
-                {b.offset(o.getInput()), b.offset(o.getBias()),
-                 b.offset(o.getResult()), b.elements(o.getResult()),
-                 b.elements(o.getBias())});
+  return b.emitContiguous(o, rt::bias_add{.in = b.offset(o.getInput()), .bias = b.offset(o.getBias()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .bias_n = b.elements(o.getBias())});
 }
 
 static LogicalResult lowerLayerNorm(LayerNormOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_layer_norm",
-                {b.offset(o.getInput()), b.offset(o.getGamma()),
-                 b.offset(o.getBeta()), b.offset(o.getResult()),
-                 b.rows(o.getInput()), b.lastDim(o.getInput()),
-                 o.getEpsilon().convertToDouble()});
+  return b.emitContiguous(o, rt::layer_norm{.in = b.offset(o.getInput()), .gamma = b.offset(o.getGamma()), .beta = b.offset(o.getBeta()), .out = b.offset(o.getResult()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .eps = o.getEpsilon().convertToDouble()});
 }
 
 static LogicalResult lowerRMSNorm(RMSNormOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_rms_norm",
-                {b.offset(o.getInput()), b.offset(o.getGamma()),
-                 b.offset(o.getResult()), b.rows(o.getInput()),
-                 b.lastDim(o.getInput()),
-                 o.getEpsilon().convertToDouble()});
+  return b.emitContiguous(o, rt::rms_norm{.in = b.offset(o.getInput()), .gamma = b.offset(o.getGamma()), .out = b.offset(o.getResult()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .eps = o.getEpsilon().convertToDouble()});
 }
 
 static LogicalResult lowerGelu(GeluOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_gelu", {b.offset(o.getInput()),
-                              b.offset(o.getResult()),
-                              b.elements(o.getResult())});
+  return b.emitContiguous(o, rt::gelu{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerSilu(SiluOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_silu", {b.offset(o.getInput()),
-                              b.offset(o.getResult()),
-                              b.elements(o.getResult())});
+  return b.emitContiguous(o, rt::silu{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerSoftmax(SoftmaxOp o, RuntimeCallBuilder &b) {
   ArrayRef<int64_t> s = b.shape(o.getInput());
   int64_t queries = s.size() >= 2 ? s[s.size() - 2] : 1;
-  return b.callContiguous(o, "tmrt_softmax",
-                {b.offset(o.getInput()), b.offset(o.getResult()),
-                 b.rows(o.getInput()), b.lastDim(o.getInput()), queries,
-                 static_cast<int64_t>(o.getCausal())});
+  return b.emitContiguous(o, rt::softmax{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .queries = queries, .causal = static_cast<int64_t>(o.getCausal())});
 }
 
 static LogicalResult lowerDropout(DropoutOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_dropout",
-                {b.offset(o.getInput()), b.offset(o.getResult()),
-                 b.offset(o.getMask()), b.elements(o.getInput()),
-                 o.getRate().convertToDouble(),
-                 o.getSeedAttr().getInt(), o.getOffsetAttr().getInt(),
-                 o.getKey() ? b.offset(o.getKey()) : int64_t(-1),
-                 o.getFirstAttr().getInt(),
-                 o.getPart() ? b.offset(o.getPart()) : int64_t(-1),
-                 o.getPartElementsAttr().getInt()});
+  return b.emitContiguous(o, rt::dropout{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .mask = b.offset(o.getMask()), .n = b.elements(o.getInput()), .rate = o.getRate().convertToDouble(), .seed = o.getSeedAttr().getInt(), .offset = o.getOffsetAttr().getInt(), .key = o.getKey() ? b.offset(o.getKey()) : int64_t(-1), .first = o.getFirstAttr().getInt(), .part = o.getPart() ? b.offset(o.getPart()) : int64_t(-1), .part_elements = o.getPartElementsAttr().getInt()});
 }
 
 static LogicalResult lowerDropoutMask(DropoutMaskOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_dropout_mask",
-                {b.offset(o.getMask()), b.elements(o.getMask()),
-                 o.getRate().convertToDouble(),
-                 o.getSeedAttr().getInt(), o.getOffsetAttr().getInt(),
-                 o.getKey() ? b.offset(o.getKey()) : int64_t(-1),
-                 o.getFirstAttr().getInt(),
-                 o.getPart() ? b.offset(o.getPart()) : int64_t(-1),
-                 o.getPartElementsAttr().getInt()});
+  return b.emitContiguous(o, rt::dropout_mask{.mask = b.offset(o.getMask()), .n = b.elements(o.getMask()), .rate = o.getRate().convertToDouble(), .seed = o.getSeedAttr().getInt(), .offset = o.getOffsetAttr().getInt(), .key = o.getKey() ? b.offset(o.getKey()) : int64_t(-1), .first = o.getFirstAttr().getInt(), .part = o.getPart() ? b.offset(o.getPart()) : int64_t(-1), .part_elements = o.getPartElementsAttr().getInt()});
 }
 
 static LogicalResult lowerCrossEntropy(CrossEntropyOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_cross_entropy",
-                {b.offset(o.getLogits()), b.offset(o.getTargets()),
-                 b.offset(o.getLossSum()), b.offset(o.getCount()),
-                 b.rows(o.getLogits()), b.lastDim(o.getLogits()),
-                 o.getIgnoreIndexAttr().getInt(),
-                 b.idBits(o.getTargets())});
+  return b.emitContiguous(o, rt::cross_entropy{.logits = b.offset(o.getLogits()), .targets = b.offset(o.getTargets()), .loss_sum = b.offset(o.getLossSum()), .count = b.offset(o.getCount()), .rows = b.rows(o.getLogits()), .vocab = b.lastDim(o.getLogits()), .ignore_index = o.getIgnoreIndexAttr().getInt(), .id_bits = b.idBits(o.getTargets())});
 }
 
 static LogicalResult lowerMeanLoss(MeanLossOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_mean_loss",
-                {b.offset(o.getLossSum()), b.offset(o.getCount()),
-                 b.offset(o.getResult()),
-                 o.getWeight() ? b.offset(o.getWeight()) : int64_t(-1),
-                 o.getScale().convertToDouble()});
+  return b.emitContiguous(o, rt::mean_loss{.loss_sum = b.offset(o.getLossSum()), .count = b.offset(o.getCount()), .out = b.offset(o.getResult()), .weight = o.getWeight() ? b.offset(o.getWeight()) : int64_t(-1), .scale = o.getScale().convertToDouble()});
 }
 
 static LogicalResult lowerCountValid(CountValidOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_count_valid",
-                {b.offset(o.getTargets()), b.offset(o.getCount()),
-                 b.elements(o.getTargets()),
-                 o.getIgnoreIndexAttr().getInt(),
-                 b.idBits(o.getTargets())});
+  return b.emitContiguous(o, rt::count_valid{.targets = b.offset(o.getTargets()), .out = b.offset(o.getCount()), .n = b.elements(o.getTargets()), .ignore_index = o.getIgnoreIndexAttr().getInt(), .id_bits = b.idBits(o.getTargets())});
 }
 
 static LogicalResult lowerSliceRows(SliceRowsOp o, RuntimeCallBuilder &b) {
@@ -377,157 +284,73 @@ static LogicalResult lowerSliceRows(SliceRowsOp o, RuntimeCallBuilder &b) {
                      ? 0
                      : type.getElementTypeBitWidth();
   int64_t rows = type.getDimSize(0);
-  return b.callContiguous(o, "tmrt_slice_rows",
-                {b.offset(o.getInput()), b.offset(o.getResult()),
-                 o.getOffsetAttr().getInt(), rows,
-                 b.shape(o.getInput())[0],
-                 rows ? b.elements(o.getResult()) / rows : int64_t(0),
-                 kind, o.getPaddingAttr().getInt()});
+  return b.emitContiguous(o, rt::slice_rows{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .offset = o.getOffsetAttr().getInt(), .rows = rows, .available = b.shape(o.getInput())[0], .row_elems = rows ? b.elements(o.getResult()) / rows : int64_t(0), .kind = kind, .padding = o.getPaddingAttr().getInt()});
 }
 
 
 static LogicalResult lowerCast(CastOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_copy_f32", {b.offset(o.getInput()),
-                                  b.offset(o.getResult()),
-                                  b.elements(o.getResult())});
+  return b.emitContiguous(o, rt::copy_f32{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerEmbeddingGrad(EmbeddingGradOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_embedding_grad",
-                {b.offset(o.getGrad()), b.offset(o.getIds()),
-                 b.offset(o.getResult()), b.elements(o.getIds()),
-                 b.lastDim(o.getResult()), b.shape(o.getResult())[0],
-                 b.idBits(o.getIds())});
+  return b.emitContiguous(o, rt::embedding_grad{.dy = b.offset(o.getGrad()), .ids = b.offset(o.getIds()), .out = b.offset(o.getResult()), .num_ids = b.elements(o.getIds()), .hidden = b.lastDim(o.getResult()), .vocab = b.shape(o.getResult())[0], .id_bits = b.idBits(o.getIds())});
 }
 
 static LogicalResult lowerLayerNormGrad(LayerNormGradOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_layer_norm_grad",
-                {b.offset(o.getGrad()), b.offset(o.getInput()),
-                 b.offset(o.getGamma()), b.offset(o.getInputGrad()),
-                 b.offset(o.getGammaGrad()), b.offset(o.getBetaGrad()),
-                 b.rows(o.getInput()), b.lastDim(o.getInput()),
-                 o.getEpsilon().convertToDouble()});
+  return b.emitContiguous(o, rt::layer_norm_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .gamma = b.offset(o.getGamma()), .dx = b.offset(o.getInputGrad()), .dgamma = b.offset(o.getGammaGrad()), .dbeta = b.offset(o.getBetaGrad()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .eps = o.getEpsilon().convertToDouble()});
 }
 
 static LogicalResult lowerRMSNormGrad(RMSNormGradOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_rms_norm_grad",
-                {b.offset(o.getGrad()), b.offset(o.getInput()),
-                 b.offset(o.getGamma()), b.offset(o.getInputGrad()),
-                 b.offset(o.getGammaGrad()), b.rows(o.getInput()),
-                 b.lastDim(o.getInput()),
-                 o.getEpsilon().convertToDouble()});
+  return b.emitContiguous(o, rt::rms_norm_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .gamma = b.offset(o.getGamma()), .dx = b.offset(o.getInputGrad()), .dgamma = b.offset(o.getGammaGrad()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .eps = o.getEpsilon().convertToDouble()});
 }
 
 static LogicalResult lowerGeluGrad(GeluGradOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_gelu_grad",
-                {b.offset(o.getGrad()), b.offset(o.getInput()),
-                 b.offset(o.getResult()), b.elements(o.getResult())});
+  return b.emitContiguous(o, rt::gelu_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerSiluGrad(SiluGradOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_silu_grad",
-                {b.offset(o.getGrad()), b.offset(o.getInput()),
-                 b.offset(o.getResult()), b.elements(o.getResult())});
+  return b.emitContiguous(o, rt::silu_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerSoftmaxGrad(SoftmaxGradOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_softmax_grad",
-                {b.offset(o.getGrad()), b.offset(o.getOutput()),
-                 b.offset(o.getResult()), b.rows(o.getOutput()),
-                 b.lastDim(o.getOutput())});
+  return b.emitContiguous(o, rt::softmax_grad{.dy = b.offset(o.getGrad()), .y = b.offset(o.getOutput()), .out = b.offset(o.getResult()), .rows = b.rows(o.getOutput()), .cols = b.lastDim(o.getOutput())});
 }
 
 static LogicalResult lowerDropoutGrad(DropoutGradOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_dropout_grad",
-                {b.offset(o.getGrad()), b.offset(o.getMask()),
-                 b.offset(o.getResult()), b.elements(o.getResult()),
-                 o.getRate().convertToDouble()});
+  return b.emitContiguous(o, rt::dropout_grad{.dy = b.offset(o.getGrad()), .mask = b.offset(o.getMask()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .rate = o.getRate().convertToDouble()});
 }
 
 static LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_cross_entropy_grad",
-                {b.offset(o.getGrad()), b.offset(o.getLogits()),
-                 b.offset(o.getTargets()), b.offset(o.getResult()),
-                 b.rows(o.getLogits()), b.lastDim(o.getLogits()),
-                 o.getIgnoreIndexAttr().getInt(),
-                 b.idBits(o.getTargets())});
+  return b.emitContiguous(o, rt::cross_entropy_grad{.dloss = b.offset(o.getGrad()), .logits = b.offset(o.getLogits()), .targets = b.offset(o.getTargets()), .out = b.offset(o.getResult()), .rows = b.rows(o.getLogits()), .vocab = b.lastDim(o.getLogits()), .ignore_index = o.getIgnoreIndexAttr().getInt(), .id_bits = b.idBits(o.getTargets())});
 }
 
 static LogicalResult lowerAdamW(AdamWOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_adamw",
-                {b.offset(o.getParam()), b.offset(o.getGrad()),
-                 b.offset(o.getM()), b.offset(o.getV()), b.offset(o.getLr()),
-                 b.offset(o.getStep()), b.offset(o.getNewParam()),
-                 b.offset(o.getNewM()), b.offset(o.getNewV()),
-                 b.elements(o.getParam()), o.getBeta1().convertToDouble(),
-                 o.getBeta2().convertToDouble(),
-                 o.getEpsilon().convertToDouble(),
-                 o.getWeightDecay().convertToDouble()});
+  return b.emitContiguous(o, rt::adamw{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .m = b.offset(o.getM()), .v = b.offset(o.getV()), .lr = b.offset(o.getLr()), .step = b.offset(o.getStep()), .new_param = b.offset(o.getNewParam()), .new_m = b.offset(o.getNewM()), .new_v = b.offset(o.getNewV()), .n = b.elements(o.getParam()), .beta1 = o.getBeta1().convertToDouble(), .beta2 = o.getBeta2().convertToDouble(), .eps = o.getEpsilon().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble()});
 }
 
 static LogicalResult lowerQuantize(QuantizeOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_quantize",
-                {b.offset(o.getInput()), b.offset(o.getCodes()),
-                 b.offset(o.getAbsmax()), b.elements(o.getInput()),
-                 o.getBlockAttr().getInt(),
-                 static_cast<int64_t>(o.getIsSigned())});
+  return b.emitContiguous(o, rt::quantize{.in = b.offset(o.getInput()), .codes = b.offset(o.getCodes()), .absmax = b.offset(o.getAbsmax()), .n = b.elements(o.getInput()), .block = o.getBlockAttr().getInt(), .is_signed = static_cast<int64_t>(o.getIsSigned())});
 }
 
 static LogicalResult lowerDequantize(DequantizeOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_dequantize",
-                {b.offset(o.getCodes()), b.offset(o.getAbsmax()),
-                 b.offset(o.getResult()), b.elements(o.getResult()),
-                 o.getBlockAttr().getInt(),
-                 static_cast<int64_t>(o.getIsSigned())});
+  return b.emitContiguous(o, rt::dequantize{.codes = b.offset(o.getCodes()), .absmax = b.offset(o.getAbsmax()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .block = o.getBlockAttr().getInt(), .is_signed = static_cast<int64_t>(o.getIsSigned())});
 }
 
 static LogicalResult lowerAdamW8bit(AdamW8bitOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, 
-      "tmrt_adamw_8bit",
-      {b.offset(o.getParam()), b.offset(o.getGrad()), b.offset(o.getMCodes()),
-       b.offset(o.getMAbsmax()), b.offset(o.getVCodes()),
-       b.offset(o.getVAbsmax()), b.offset(o.getLr()), b.offset(o.getStep()),
-       b.offset(o.getNewParam()), b.offset(o.getNewMCodes()),
-       b.offset(o.getNewMAbsmax()), b.offset(o.getNewVCodes()),
-       b.offset(o.getNewVAbsmax()), b.elements(o.getParam()),
-       o.getBlockAttr().getInt(), o.getBeta1().convertToDouble(),
-       o.getBeta2().convertToDouble(), o.getEpsilon().convertToDouble(),
-       o.getWeightDecay().convertToDouble()});
+  return b.emitContiguous(o, rt::adamw_8bit{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .m_codes = b.offset(o.getMCodes()), .m_absmax = b.offset(o.getMAbsmax()), .v_codes = b.offset(o.getVCodes()), .v_absmax = b.offset(o.getVAbsmax()), .lr = b.offset(o.getLr()), .step = b.offset(o.getStep()), .new_param = b.offset(o.getNewParam()), .new_m_codes = b.offset(o.getNewMCodes()), .new_m_absmax = b.offset(o.getNewMAbsmax()), .new_v_codes = b.offset(o.getNewVCodes()), .new_v_absmax = b.offset(o.getNewVAbsmax()), .n = b.elements(o.getParam()), .block = o.getBlockAttr().getInt(), .beta1 = o.getBeta1().convertToDouble(), .beta2 = o.getBeta2().convertToDouble(), .eps = o.getEpsilon().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble()});
 }
 
 static LogicalResult lowerSGD8bit(SGD8bitOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, 
-      "tmrt_sgd_8bit",
-      {b.offset(o.getParam()), b.offset(o.getGrad()), b.offset(o.getCodes()),
-       b.offset(o.getAbsmax()), b.offset(o.getLr()), b.offset(o.getNewParam()),
-       b.offset(o.getNewCodes()), b.offset(o.getNewAbsmax()),
-       b.elements(o.getParam()), o.getBlockAttr().getInt(),
-       o.getMomentum().convertToDouble(),
-       o.getWeightDecay().convertToDouble(),
-       static_cast<int64_t>(o.getNesterov())});
+  return b.emitContiguous(o, rt::sgd_8bit{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .codes = b.offset(o.getCodes()), .absmax = b.offset(o.getAbsmax()), .lr = b.offset(o.getLr()), .new_param = b.offset(o.getNewParam()), .new_codes = b.offset(o.getNewCodes()), .new_absmax = b.offset(o.getNewAbsmax()), .n = b.elements(o.getParam()), .block = o.getBlockAttr().getInt(), .momentum = o.getMomentum().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble(), .nesterov = static_cast<int64_t>(o.getNesterov())});
 }
 
 static LogicalResult lowerSGD(SGDOp o, RuntimeCallBuilder &b) {
   Value buffer = o.getMomentumBuffer();
-  return b.callContiguous(o, "tmrt_sgd",
-                {b.offset(o.getParam()), b.offset(o.getGrad()),
-                 b.offset(o.getLr()),
-                 buffer ? b.offset(buffer) : int64_t(-1),
-                 b.offset(o.getNewParam()),
-                 buffer ? b.offset(o.getNewMomentumBuffer()) : int64_t(-1),
-                 b.elements(o.getParam()),
-                 o.getMomentum().convertToDouble(),
-                 o.getWeightDecay().convertToDouble(),
-                 static_cast<int64_t>(o.getNesterov())});
+  return b.emitContiguous(o, rt::sgd{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .lr = b.offset(o.getLr()), .buffer = buffer ? b.offset(buffer) : int64_t(-1), .new_param = b.offset(o.getNewParam()), .new_buffer = buffer ? b.offset(o.getNewMomentumBuffer()) : int64_t(-1), .n = b.elements(o.getParam()), .momentum = o.getMomentum().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble(), .nesterov = static_cast<int64_t>(o.getNesterov())});
 }
 
 static LogicalResult lowerLRSchedule(LRScheduleOp o, RuntimeCallBuilder &b) {
-  return b.callContiguous(o, "tmrt_lr_schedule",
-                {b.offset(o.getStep()), b.offset(o.getResult()),
-                 o.getPeakLr().convertToDouble(),
-                 o.getMinLr().convertToDouble(),
-                 o.getWarmupStepsAttr().getInt(),
-                 o.getTotalStepsAttr().getInt()});
+  return b.emitContiguous(o, rt::lr_schedule{.step = b.offset(o.getStep()), .out = b.offset(o.getResult()), .peak_lr = o.getPeakLr().convertToDouble(), .min_lr = o.getMinLr().convertToDouble(), .warmup_steps = o.getWarmupStepsAttr().getInt(), .total_steps = o.getTotalStepsAttr().getInt()});
 }
 
 static LogicalResult lowerTranspose(TransposeOp, RuntimeCallBuilder &) {

@@ -1,6 +1,7 @@
 //===- trainmem-opt.cpp - the trainmem optimizer driver -------------------===//
 
 #include "trainmem/Conversion/Passes.h"
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/Pipelines.h"
@@ -12,6 +13,7 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/Support/CommandLine.h"
@@ -20,7 +22,9 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<mlir::train::TrainDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::tensor::TensorDialect,
-                  mlir::LLVM::LLVMDialect>();
+                  mlir::LLVM::LLVMDialect, mlir::shard::ShardDialect>();
+  // The train interfaces on upstream's shard collectives (train-zero).
+  mlir::train::registerShardExternalModels(registry);
   // convert-to-llvm finds each dialect's lowering through these extensions.
   mlir::registerAllExtensions(registry);
   mlir::train::registerTrainPasses();

@@ -35,6 +35,21 @@ void TrainDialect::initialize() {
 // Attributes
 //===----------------------------------------------------------------------===//
 
+LogicalResult ZeroAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               int64_t stage, int64_t ranks, int64_t bucket,
+                               int64_t prefetch) {
+  if (stage < 0 || stage > 3)
+    return emitError() << "ZeRO stage must be 0, 1, 2 or 3, got " << stage;
+  if (ranks < 1)
+    return emitError() << "ZeRO needs at least one rank, got " << ranks;
+  if (bucket < 1)
+    return emitError() << "ZeRO's gradient bucket must be at least 1 byte, got "
+                       << bucket;
+  if (prefetch < 0)
+    return emitError() << "ZeRO's prefetch must be >= 0, got " << prefetch;
+  return success();
+}
+
 LogicalResult StateAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                 StringRef param, StateKind kind,
                                 StatePart part, QuantMap map, int64_t block) {
@@ -224,6 +239,13 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                << "'" << kPlanOffsetsAttrName << "': result "
                << result.getResultNumber() << " has offset " << offset
                << " (a tensor's is >= 0, any other result's -1)";
+    return success();
+  }
+  if (attr.getName() == kZeroAttrName) {
+    if (!isa<ZeroAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
+      return op->emitOpError()
+             << "'" << kZeroAttrName
+             << "' is a #train.zero on the step, got " << attr.getValue();
     return success();
   }
   if (attr.getName() == kPlanArenaBytesAttrName) {

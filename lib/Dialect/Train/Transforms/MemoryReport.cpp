@@ -13,6 +13,8 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <map>
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINMEMORYREPORTPASS
@@ -87,6 +89,49 @@ double modelStatesPerParameter(const FunctionMemory &memory) {
              : 0.0;
 }
 
+/// Data parallelism of the step: its ZeRO partitioning (#train.zero), the
+/// batch one rank and all ranks train on, and what the collectives send per
+/// rank and step, by kind (ops inside a micro-batch loop count once per
+/// micro-batch).
+struct Parallelism {
+  ZeroAttr zero;
+  int64_t ranks = 1;
+  int64_t rankBatch = 0; // the step's batch (tokens' first dimension)
+  struct Traffic {
+    uint64_t ops = 0, elements = 0, bytes = 0;
+  };
+  std::map<std::string, Traffic> traffic;
+  int64_t globalBatch() const { return rankBatch * ranks; }
+};
+
+Parallelism parallelismOf(func::FuncOp func) {
+  Parallelism p;
+  p.zero = func->getAttrOfType<ZeroAttr>(kZeroAttrName);
+  if (p.zero)
+    p.ranks = p.zero.getRanks();
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (auto input = func.getArgAttrOfType<StringAttr>(i, kInputAttrName))
+      if (input.getValue() == "tokens")
+        if (auto type = dyn_cast<RankedTensorType>(
+                func.getArgument(i).getType()))
+          if (type.getRank() >= 1)
+            p.rankBatch = type.getDimSize(0);
+  func.walk([&](CommunicationOpInterface collective) {
+    uint64_t times = 1;
+    for (Operation *parent = collective->getParentOp(); parent;
+         parent = parent->getParentOp())
+      if (auto loop = dyn_cast<AccumulateOp>(parent))
+        times = mulCount(times, loop.getStepsAttr().getInt());
+    Parallelism::Traffic &t =
+        p.traffic[collective.getCollectiveKind().str()];
+    t.ops = addCount(t.ops, times);
+    t.elements =
+        addCount(t.elements, mulCount(collective.getElementsSent(), times));
+    t.bytes = addCount(t.bytes, mulCount(collective.getBytesSent(), times));
+  });
+  return p;
+}
+
 llvm::json::Object categoryObject(const CategoryBytes &bytes) {
   llvm::json::Object object;
   for (MemoryCategory category : kCategories)
@@ -97,6 +142,7 @@ llvm::json::Object categoryObject(const CategoryBytes &bytes) {
 
 llvm::json::Value toJSON(const FunctionMemory &memory,
                          const MemoryPlan &plan) {
+  Parallelism parallelism = parallelismOf(memory.getFunction());
   llvm::json::Array layers;
   for (const LayerActivations &layer : memory.getLayers())
     layers.push_back(llvm::json::Object{
@@ -105,7 +151,7 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
         {"attention", layer.attention},
         {"mlp", layer.mlp},
         {"norm", layer.norm}});
-  return llvm::json::Object{
+  llvm::json::Object object{
       {"function", memory.getFunction().getSymName()},
       {"parameters", memory.getParameters()},
       {"peak_bytes", memory.getPeakBytes()},
@@ -124,12 +170,36 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
          return kinds;
        }()},
       {"model_states_bytes_per_parameter", modelStatesPerParameter(memory)},
+
       {"flops",
        llvm::json::Object{
            {"forward", memory.getFlops(Phase::Forward)},
            {"backward", memory.getFlops(Phase::Backward)},
            {"optimizer", memory.getFlops(Phase::Optimizer)},
            {"recompute", memory.getRecomputeFlops()}}}};
+  // Data parallelism, for a step train-zero partitioned (the numbers above
+  // are one rank's).
+  if (parallelism.zero) {
+    llvm::json::Object extra{
+        {"ranks", parallelism.ranks},
+        {"zero_stage", parallelism.zero
+                         ? llvm::json::Value(parallelism.zero.getStage())
+                         : llvm::json::Value(nullptr)},
+        {"rank_batch", parallelism.rankBatch},
+        {"global_batch", parallelism.globalBatch()},
+        {"communication", [&] {
+         llvm::json::Object kinds;
+         for (auto &[kind, t] : parallelism.traffic)
+           kinds[kind] = llvm::json::Object{{"ops", t.ops},
+                                              {"elements_per_rank", t.elements},
+                                              {"bytes_per_rank", t.bytes}};
+         return kinds;
+       }()},
+    };
+    for (auto &entry : extra)
+      object[entry.first] = std::move(entry.second);
+  }
+  return object;
 }
 
 void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
@@ -169,6 +239,19 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                       memory.getFlops(Phase::Backward),
                       memory.getFlops(Phase::Optimizer),
                       memory.getRecomputeFlops());
+  // Data parallelism, for a step train-zero partitioned: the numbers above
+  // are one rank's.
+  Parallelism parallelism = parallelismOf(memory.getFunction());
+  if (parallelism.zero) {
+    os << llvm::formatv("  zero       stage {0}, {1} ranks (per rank above); "
+                        "global batch {2} = {3} per rank x {1} ranks\n",
+                        parallelism.zero.getStage(), parallelism.ranks,
+                        parallelism.globalBatch(), parallelism.rankBatch);
+    for (auto &[kind, t] : parallelism.traffic)
+      os << llvm::formatv("  communication {0,-15} {1,6} ops {2,20} elements "
+                          "{3,20} B per rank and step\n",
+                          kind, t.ops, t.elements, t.bytes);
+  }
   if (memory.getLayers().empty())
     return;
   os << "  saved activations per layer (B)\n";

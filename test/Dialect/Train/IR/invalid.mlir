@@ -1105,3 +1105,10 @@ func.func @plan_offset_string(%a: tensor<4xf32> {train.offset = "zero"}) -> tens
 func.func @plan_offset_on_result(%a: tensor<4xf32>) -> (tensor<4xf32> {train.offset = 0}) {
   return %a : tensor<4xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'func.func' op 'train.zero' is a #train.zero on the step, got 3 : i64}}
+func.func @zero_not_an_attr(%a: tensor<4xf32>) -> tensor<4xf32> attributes {train.zero = 3} {
+  return %a : tensor<4xf32>
+}

@@ -39,6 +39,11 @@ constexpr llvm::StringLiteral kGradNormAttrName = "train.grad_norm";
 /// On a function: a unit attribute marking the training step train-autodiff
 /// built, whatever its name (option step-name).
 constexpr llvm::StringLiteral kStepAttrName = "train.step";
+/// On the step: how train-zero partitioned it (#train.zero).
+constexpr llvm::StringLiteral kZeroAttrName = "train.zero";
+/// On a collective train-zero inserted: the gradient bucket it reduces
+/// (i64, in the order the backward fills them).
+constexpr llvm::StringLiteral kBucketAttrName = "train.bucket";
 /// On an op: a unit attribute marking a copy train-materialize-remat cloned
 /// to recompute a value for the backward.
 constexpr llvm::StringLiteral kRecomputeAttrName = "train.recompute";

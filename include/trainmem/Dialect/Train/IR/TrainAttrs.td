@@ -86,6 +86,34 @@ class Train_Attr<string name, string attrMnemonic, list<Trait> traits = []>
   let mnemonic = attrMnemonic;
 }
 
+def Train_ZeroAttr : Train_Attr<"Zero", "zero"> {
+  let summary = "how train-zero partitioned the step over data-parallel ranks";
+  let description = [{
+    The value of `train.zero` on the step: the ZeRO stage (0: plain data
+    parallel, 1: optimizer state sharded, 2: + gradients, 3: + parameters),
+    the data-parallel ranks of the `shard.grid` the collectives run on, the
+    gradient bucket in bytes and how many layers stage 3 gathers ahead. The
+    step is one SPMD program: every rank runs it on its own micro-batch, the
+    rank being a runtime value.
+
+    ```mlir
+    func.func @train_step(...) attributes {train.step,
+        train.zero = #train.zero<stage = 1, ranks = 8, bucket = 500000000>}
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$stage,
+    "int64_t":$ranks,
+    "int64_t":$bucket,
+    DefaultValuedParameter<"int64_t", "0">:$prefetch
+  );
+  let assemblyFormat = [{
+    `<` `stage` `=` $stage `,` `ranks` `=` $ranks `,` `bucket` `=` $bucket
+    (`,` `prefetch` `=` $prefetch^)? `>`
+  }];
+  let genVerifyDecl = 1;
+}
+
 def Train_StateAttr : Train_Attr<"State", "state"> {
   let summary = "what an optimizer-state tensor of a step holds";
   let description = [{

@@ -159,4 +159,28 @@ def Train_OptimizerUpdateOpInterface
   ];
 }
 
+def Train_CommunicationOpInterface : OpInterface<"CommunicationOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    A collective: what one rank sends per execution, by the ring algorithm
+    (Patarasuk & Yuan 2009, as NCCL runs it): a reduce-scatter or an
+    all-gather moves (N - 1)/N of the full buffer through each rank, an
+    all-reduce (a reduce-scatter then an all-gather) twice that, a local
+    slice nothing. The memory report sums it per kind ("communication");
+    the train dialect attaches this to upstream's `shard` collectives as
+    external models.
+  }];
+  let methods = [
+    InterfaceMethod<"The collective's kind, as the report names it.",
+      "::llvm::StringRef", "getCollectiveKind">,
+    InterfaceMethod<"The ranks taking part.", "int64_t", "getGroupSize">,
+    InterfaceMethod<
+      "Elements one rank sends per execution (as many arrive).",
+      "uint64_t", "getElementsSent">,
+    InterfaceMethod<
+      "Bytes one rank sends per execution (as many arrive).",
+      "uint64_t", "getBytesSent">
+  ];
+}
+
 #endif // TRAINMEM_DIALECT_TRAIN_IR_TRAININTERFACES_TD

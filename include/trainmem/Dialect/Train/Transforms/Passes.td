@@ -148,6 +148,41 @@ def TrainPlanArenaPass : Pass<"train-plan-arena", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainZeroPass : Pass<"train-zero", "mlir::ModuleOp"> {
+  let summary = "Partitions the step over data-parallel ranks (ZeRO) and "
+                "inserts the collectives";
+  let description = [{
+    Makes the step marked `train.step` one SPMD program for `ranks`
+    data-parallel ranks: every rank runs it on its own batch (the step's
+    batch is one rank's), the collectives are upstream `shard` ops on a
+    `shard.grid` of `ranks` processes, and the step is marked
+    `train.zero = #train.zero<stage = S, ranks = N, bucket = B>`.
+
+    - `stage=0`, plain data parallel: each gradient the optimizer reads is
+      averaged over the ranks (`shard.all_reduce ... reduction = average`)
+      before the update (and before clipping), in place. Gradients go in
+      buckets of `bucket` bytes in the order the backward produces them;
+      each bucket's all-reduces follow the op that produces its last
+      gradient, and carry `train.bucket = k`.
+
+    `ranks=1` leaves the step as it is. docs/Zero.md has the design, the
+    stages still to come and the memory and communication they give.
+  }];
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
+  let options = [
+    Option<"function", "function", "std::string", "\"\"",
+           "The training step (default: the function marked train.step)">,
+    Option<"stage", "stage", "int64_t", "0",
+           "ZeRO stage: 0 (data parallel), 1 (optimizer state sharded), 2 "
+           "(+ gradients), 3 (+ parameters)">,
+    Option<"ranks", "ranks", "int64_t", "1", "Data-parallel ranks">,
+    Option<"bucket", "bucket", "int64_t", "500000000",
+           "Gradient bucket in bytes (DeepSpeed's reduce_bucket_size)">,
+    Option<"prefetch", "prefetch", "int64_t", "1",
+           "Stage 3: layers whose parameters are gathered ahead">
+  ];
+}
+
 def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {
   let summary = "Prints peak memory, its breakdown and saved activations per layer";
   let description = [{

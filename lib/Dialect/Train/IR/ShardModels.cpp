@@ -1,0 +1,144 @@
+//===- ShardModels.cpp - the train interfaces on upstream shard ops ------===//
+
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
+#include "trainmem/Dialect/Train/IR/TrainInterfaces.h"
+
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+using namespace mlir;
+using namespace mlir::train;
+
+namespace {
+
+/// Ranks in the group of a collective: the product of its grid's sizes
+/// along `grid_axes` (all axes when none are named); 0 when the grid is
+/// missing or dynamic along them.
+template <typename OpT> int64_t groupSize(OpT op) {
+  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+      op.getOperation(), op.getGridAttr());
+  if (!grid)
+    return 0;
+  ArrayRef<int64_t> shape = grid.getShape();
+  SmallVector<int64_t> axes;
+  for (auto axis : op.getGridAxes())
+    axes.push_back(axis);
+  if (axes.empty())
+    for (int64_t i = 0, e = shape.size(); i < e; ++i)
+      axes.push_back(i);
+  int64_t size = 1;
+  for (int64_t axis : axes) {
+    if (axis < 0 || axis >= static_cast<int64_t>(shape.size()) ||
+        ShapedType::isDynamic(shape[axis]))
+      return 0;
+    size *= shape[axis];
+  }
+  return size;
+}
+
+/// elements · (n - 1) / n, rounded up (ring chunks of unequal size).
+uint64_t ringShare(uint64_t elements, int64_t n) {
+  if (n <= 1)
+    return 0;
+  uint64_t ranks = static_cast<uint64_t>(n);
+  uint64_t whole = elements / ranks, rest = elements % ranks;
+  return addCount(mulCount(whole, ranks - 1),
+                  (mulCount(rest, ranks - 1) + ranks - 1) / ranks);
+}
+
+uint64_t elementBytes(Value value) {
+  auto type = cast<ShapedType>(value.getType());
+  return (type.getElementTypeBitWidth() + 7) / 8;
+}
+
+/// The ring's per-rank traffic of each collective, as a multiple of its
+/// full buffer's share (N - 1)/N: all-reduce 2, reduce-scatter and
+/// all-gather 1, a local slice 0.
+template <typename OpT> struct Ring;
+template <> struct Ring<shard::AllReduceOp> {
+  static constexpr const char *kind = "all_reduce";
+  static constexpr unsigned passes = 2;
+  static Value buffer(shard::AllReduceOp op) { return op.getInput(); }
+};
+template <> struct Ring<shard::ReduceScatterOp> {
+  static constexpr const char *kind = "reduce_scatter";
+  static constexpr unsigned passes = 1;
+  static Value buffer(shard::ReduceScatterOp op) { return op.getInput(); }
+};
+template <> struct Ring<shard::AllGatherOp> {
+  static constexpr const char *kind = "all_gather";
+  static constexpr unsigned passes = 1;
+  static Value buffer(shard::AllGatherOp op) { return op.getResult(); }
+};
+template <> struct Ring<shard::AllSliceOp> {
+  static constexpr const char *kind = "all_slice";
+  static constexpr unsigned passes = 0;
+  static Value buffer(shard::AllSliceOp op) { return op.getInput(); }
+};
+
+template <typename OpT>
+struct CommunicationModel
+    : public CommunicationOpInterface::ExternalModel<CommunicationModel<OpT>,
+                                                     OpT> {
+  StringRef getCollectiveKind(Operation *) const { return Ring<OpT>::kind; }
+  int64_t getGroupSize(Operation *op) const { return groupSize(cast<OpT>(op)); }
+  uint64_t getElementsSent(Operation *op) const {
+    auto collective = cast<OpT>(op);
+    uint64_t elements =
+        getNumElements(Ring<OpT>::buffer(collective).getType());
+    return mulCount(ringShare(elements, groupSize(collective)),
+                    Ring<OpT>::passes);
+  }
+  uint64_t getBytesSent(Operation *op) const {
+    auto collective = cast<OpT>(op);
+    return mulCount(getElementsSent(op),
+                    elementBytes(Ring<OpT>::buffer(collective)));
+  }
+};
+
+/// The reduction a rank does: (N - 1)/N of the buffer's elements for the
+/// reducing collectives, none for the others. Bytes: every operand read,
+/// every result written (the defaults).
+template <typename OpT>
+struct CollectiveCostModel
+    : public CostOpInterface::ExternalModel<CollectiveCostModel<OpT>, OpT> {
+  uint64_t getFlops(Operation *op) const {
+    if (!std::is_same_v<OpT, shard::AllReduceOp> &&
+        !std::is_same_v<OpT, shard::ReduceScatterOp>)
+      return 0;
+    auto collective = cast<OpT>(op);
+    return ringShare(getNumElements(collective.getInput().getType()),
+                     groupSize(collective));
+  }
+};
+
+/// An all-reduce overwrites its buffer: the result is the operand, reduced.
+struct AllReduceTiedModel
+    : public TiedOpInterface::ExternalModel<AllReduceTiedModel,
+                                            shard::AllReduceOp> {
+  std::optional<unsigned> getTiedResultOperandIndex(Operation *op,
+                                                    unsigned) const {
+    auto allReduce = cast<shard::AllReduceOp>(op);
+    if (allReduce.getInput().getType() != allReduce.getResult().getType())
+      return std::nullopt;
+    return 0u;
+  }
+};
+
+template <typename OpT> void attach(MLIRContext *ctx) {
+  OpT::template attachInterface<CommunicationModel<OpT>,
+                                CollectiveCostModel<OpT>>(*ctx);
+}
+
+} // namespace
+
+void mlir::train::registerShardExternalModels(DialectRegistry &registry) {
+  registry.addExtension(+[](MLIRContext *ctx, shard::ShardDialect *) {
+    attach<shard::AllReduceOp>(ctx);
+    attach<shard::ReduceScatterOp>(ctx);
+    attach<shard::AllGatherOp>(ctx);
+    attach<shard::AllSliceOp>(ctx);
+    shard::AllReduceOp::attachInterface<AllReduceTiedModel>(*ctx);
+  });
+}

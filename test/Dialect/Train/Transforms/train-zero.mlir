@@ -1,0 +1,54 @@
+// Stage 0 (plain data parallel): every gradient the optimizer reads is
+// averaged over the ranks by an all-reduce on the grid, before clipping,
+// in buckets in the order the backward produces the gradients.
+// RUN: trainmem-opt %s -split-input-file -train-autodiff="clip-norm=1.0" -train-zero="ranks=4 bucket=600" | FileCheck %s
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 bucket=100" | FileCheck %s --check-prefix=SMALL
+//
+// One rank is the step as it is.
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -o %t.plain.mlir
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=1 stage=3" -o %t.one.mlir
+// RUN: diff %t.plain.mlir %t.one.mlir
+//
+// The memory report counts what the collectives send, from the IR: Ψ = 256
+// parameters on N = 4 ranks, 2Ψ(N-1)/N = 384 elements of f32 per rank.
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4" -train-memory-report=format=json -o /dev/null | FileCheck %s --check-prefix=JSON
+
+// CHECK: shard.grid @dp(shape = 4)
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: train.zero = #train.zero<stage = 0, ranks = 4, bucket = 600>
+// CHECK: %[[G2:.*]] = train.matmul %{{.*}}, %{{.*}} {transpose_lhs} : tensor<4x16xf32>, tensor<4x8xf32> -> tensor<16x8xf32>
+// CHECK: %[[G1:.*]] = train.matmul %{{.*}}, %{{.*}} {transpose_lhs} : tensor<4x8xf32>, tensor<4x16xf32> -> tensor<8x16xf32>
+// CHECK-NEXT: %[[R2:.*]] = shard.all_reduce %[[G2]] on @dp grid_axes = [0] reduction = average {train.bucket = 0 : i64} : tensor<16x8xf32> -> tensor<16x8xf32>
+// CHECK-NEXT: %[[R1:.*]] = shard.all_reduce %[[G1]] on @dp grid_axes = [0] reduction = average {train.bucket = 0 : i64} : tensor<8x16xf32> -> tensor<8x16xf32>
+// CHECK-NEXT: train.block optimizer
+// CHECK: train.clip_grad_norm %[[R1]], %[[R2]]
+
+// With 100-byte buckets each gradient is its own bucket, reduced as soon
+// as the backward has produced it.
+// SMALL: %[[G2:.*]] = train.matmul {{.*}} {transpose_lhs} : tensor<4x16xf32>, tensor<4x8xf32> -> tensor<16x8xf32>
+// SMALL-NEXT: shard.all_reduce %[[G2]] {{.*}} {train.bucket = 0 : i64}
+// SMALL: %[[G1:.*]] = train.matmul {{.*}} {transpose_lhs} : tensor<4x8xf32>, tensor<4x16xf32> -> tensor<8x16xf32>
+// SMALL-NEXT: shard.all_reduce %[[G1]] {{.*}} {train.bucket = 1 : i64}
+
+// REPORT: zero       stage 0, 4 ranks (per rank above); global batch 8 = 2 per rank x 4 ranks
+// REPORT: communication all_reduce           2 ops                  384 elements                 1536 B per rank and step
+
+// JSON: "communication": {
+// JSON-NEXT: "all_reduce": {
+// JSON-NEXT: "bytes_per_rank": 1536,
+// JSON-NEXT: "elements_per_rank": 384,
+// JSON-NEXT: "ops": 2
+// JSON: "global_batch": 8,
+// JSON: "rank_batch": 2,
+// JSON: "ranks": 4,
+// JSON: "zero_stage": 0
+
+func.func @forward(%x: tensor<4x8xf32> {train.input = "activations"}, %tokens: tensor<2x2xi32> {train.input = "tokens"}, %w1: tensor<8x16xf32> {train.param = "w1", train.init = #train.init<normal, std = 0.02>}, %w2: tensor<16x8xf32> {train.param = "w2", train.init = #train.init<normal, std = 0.02>}, %t: tensor<4xi32> {train.input = "targets"}) -> tensor<f32> {
+  %h = train.matmul %x, %w1 : tensor<4x8xf32>, tensor<8x16xf32> -> tensor<4x16xf32>
+  %a = train.gelu %h : tensor<4x16xf32>
+  %y = train.matmul %a, %w2 : tensor<4x16xf32>, tensor<16x8xf32> -> tensor<4x8xf32>
+  %sum, %count = train.cross_entropy %y, %t {ignore_index = -100 : i64} : tensor<4x8xf32>, tensor<4xi32> -> tensor<f32>, tensor<i64>
+  %l = train.mean_loss %sum, %count : tensor<f32>, tensor<i64>
+  return %l : tensor<f32>
+}

@@ -113,14 +113,23 @@ struct CollectiveCostModel
   }
 };
 
-/// An all-reduce overwrites its buffer: the result is the operand, reduced.
-struct AllReduceTiedModel
-    : public TiedOpInterface::ExternalModel<AllReduceTiedModel,
-                                            shard::AllReduceOp> {
+/// Collectives that write their result over their operand's buffer: an
+/// all-reduce (the result is the operand, reduced), a reduce-scatter and a
+/// local slice (the rank's shard is the start of the buffer it came from,
+/// as an in-place reduce-scatter leaves it). The memory analysis then keeps
+/// one buffer, of the operand's size, where nothing reads the operand
+/// afterwards.
+template <typename OpT>
+struct InPlaceModel
+    : public TiedOpInterface::ExternalModel<InPlaceModel<OpT>, OpT> {
   std::optional<unsigned> getTiedResultOperandIndex(Operation *op,
                                                     unsigned) const {
-    auto allReduce = cast<shard::AllReduceOp>(op);
-    if (allReduce.getInput().getType() != allReduce.getResult().getType())
+    auto collective = cast<OpT>(op);
+    auto in = cast<ShapedType>(collective.getInput().getType());
+    auto out = cast<ShapedType>(collective.getResult().getType());
+    if (in.getElementType() != out.getElementType() ||
+        !in.hasStaticShape() || !out.hasStaticShape() ||
+        out.getNumElements() > in.getNumElements())
       return std::nullopt;
     return 0u;
   }
@@ -139,6 +148,10 @@ void mlir::train::registerShardExternalModels(DialectRegistry &registry) {
     attach<shard::ReduceScatterOp>(ctx);
     attach<shard::AllGatherOp>(ctx);
     attach<shard::AllSliceOp>(ctx);
-    shard::AllReduceOp::attachInterface<AllReduceTiedModel>(*ctx);
+    shard::AllReduceOp::attachInterface<InPlaceModel<shard::AllReduceOp>>(
+        *ctx);
+    shard::ReduceScatterOp::attachInterface<
+        InPlaceModel<shard::ReduceScatterOp>>(*ctx);
+    shard::AllSliceOp::attachInterface<InPlaceModel<shard::AllSliceOp>>(*ctx);
   });
 }

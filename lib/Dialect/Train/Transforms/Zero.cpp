@@ -63,6 +63,8 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   void runOnOperation() override;
   LogicalResult dataParallel(func::FuncOp step, StringAttr grid,
                              ArrayRef<OptimizerUpdateOpInterface> updates);
+  LogicalResult shardOptimizer(func::FuncOp step, StringAttr grid,
+                               ArrayRef<OptimizerUpdateOpInterface> updates);
 };
 
 void TrainZeroPass::runOnOperation() {
@@ -108,10 +110,19 @@ void TrainZeroPass::runOnOperation() {
   // One rank is the step as it is.
   if (ranks == 1)
     return;
-  if (stage > 0)
+  if (stage > 1)
     return fail(step.getLoc(),
                 "stage " + Twine(static_cast<int64_t>(stage)) +
-                    " is not built yet (stage 0 is; docs/Zero.md)");
+                    " is not built yet (stages 0 and 1 are; docs/Zero.md)");
+  if (stage >= 1)
+    for (OptimizerUpdateOpInterface update : updates)
+      if (update.getGradient().getDefiningOp<ClipGradNormOp>())
+        return fail(update.getLoc(),
+                    "stage " + Twine(static_cast<int64_t>(stage)) +
+                        " with gradient clipping needs the global norm of "
+                        "the sharded gradients (an all-reduce of their "
+                        "squared norms), which is not built yet: use "
+                        "stage=0, or no clip-norm (docs/Zero.md)");
 
   // The process grid: one axis of `ranks` data-parallel processes.
   OpBuilder builder(module.getBodyRegion());
@@ -120,7 +131,9 @@ void TrainZeroPass::runOnOperation() {
                                     ArrayRef<int64_t>{ranks});
   SymbolTable symbols(module);
   symbols.insert(grid); // renames it when "dp" is taken
-  if (failed(dataParallel(step, grid.getSymNameAttr(), updates)))
+  if (failed(stage == 0
+                 ? dataParallel(step, grid.getSymNameAttr(), updates)
+                 : shardOptimizer(step, grid.getSymNameAttr(), updates)))
     return signalPassFailure();
   // Prefetch is stage 3's; the attribute keeps what applies.
   step->setAttr(kZeroAttrName,
@@ -138,24 +151,27 @@ TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
   llvm::DenseMap<Operation *, unsigned> position;
   for (Operation &op : step.front())
     position[&op] = position.size();
-  SmallVector<std::pair<unsigned, Value>> produced;
+  SmallVector<std::tuple<unsigned, unsigned, Value>> produced;
   for (Value gradient : gradients) {
     Operation *producer = topLevelProducer(step, gradient);
     if (!producer)
       return step.emitError("train-zero: a gradient of @")
              << step.getSymName()
              << " is an argument of the step, not computed by it";
-    produced.push_back({position[producer], gradient});
+    // By producer, then in the order the updates read them.
+    produced.push_back({position[producer],
+                        static_cast<unsigned>(produced.size()), gradient});
   }
-  llvm::stable_sort(produced, [](const auto &a, const auto &b) {
-    return a.first < b.first;
+  llvm::sort(produced, [](const auto &a, const auto &b) {
+    return std::make_pair(std::get<0>(a), std::get<1>(a)) <
+           std::make_pair(std::get<0>(b), std::get<1>(b));
   });
 
   // Buckets of `bucket` bytes; each reduced right after the op that
   // produces its last gradient.
   SmallVector<SmallVector<Value>> buckets(1);
   uint64_t filled = 0;
-  for (auto [index, gradient] : produced) {
+  for (auto [index, order, gradient] : produced) {
     buckets.back().push_back(gradient);
     filled += getTensorBytes(gradient.getType());
     if (filled >= static_cast<uint64_t>(bucket)) {
@@ -183,4 +199,214 @@ TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
   return success();
 }
 
+/// The ranks' share of a tensor of `type`: flattened and padded to a
+/// multiple of `ranks` x `granule` elements (a granule: one element, or an
+/// 8-bit block, which is never split across ranks).
+struct Partition {
+  int64_t elements = 0; // of the full tensor
+  int64_t padded = 0;   // a multiple of ranks x granule
+  int64_t shard = 0;    // padded / ranks
+};
+
+Partition partition(RankedTensorType type, int64_t ranks, int64_t granule) {
+  Partition p;
+  p.elements = type.getNumElements();
+  int64_t unit = ranks * granule;
+  p.padded = (p.elements + unit - 1) / unit * unit;
+  p.shard = p.padded / ranks;
+  return p;
+}
+
+/// `full` flattened to one dimension and padded with zeros to `padded`
+/// elements.
+Value flattenAndPad(OpBuilder &builder, Location loc, Value full,
+                    int64_t padded) {
+  auto type = cast<RankedTensorType>(full.getType());
+  Value flat = full;
+  if (type.getRank() != 1) {
+    auto flatType =
+        RankedTensorType::get({type.getNumElements()}, type.getElementType());
+    flat = ReshapeOp::create(builder, loc, flatType, full);
+  }
+  if (type.getNumElements() == padded)
+    return flat;
+  auto paddedType = RankedTensorType::get({padded}, type.getElementType());
+  return SliceRowsOp::create(builder, loc, paddedType, flat,
+                             builder.getI64IntegerAttr(0),
+                             builder.getI64IntegerAttr(0));
+}
+
+/// The full tensor of `type` from a gathered, padded flat one.
+Value unpadAndReshape(OpBuilder &builder, Location loc, Value padded,
+                      RankedTensorType type) {
+  Value flat = padded;
+  if (cast<RankedTensorType>(padded.getType()).getNumElements() !=
+      type.getNumElements())
+    flat = SliceRowsOp::create(
+        builder, loc,
+        RankedTensorType::get({type.getNumElements()}, type.getElementType()),
+        padded, builder.getI64IntegerAttr(0), builder.getI64IntegerAttr(0));
+  if (type.getRank() == 1)
+    return flat;
+  return ReshapeOp::create(builder, loc, type, flat);
+}
+
+/// Gives each region op in `block` (nested ones first) the types its
+/// yield now yields.
+void retypeRegionResults(Block &block) {
+  for (Operation &op : block) {
+    auto region = dyn_cast<TransparentRegionOpInterface>(op);
+    if (!region)
+      continue;
+    retypeRegionResults(op.getRegion(0).front());
+    for (auto [result, yielded] :
+         llvm::zip(op.getResults(), region.getYieldedValues()))
+      result.setType(yielded.getType());
+  }
+}
+
 } // namespace
+
+LogicalResult
+TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
+                              ArrayRef<OptimizerUpdateOpInterface> updates) {
+  MLIRContext *context = step.getContext();
+  auto gridRef = FlatSymbolRefAttr::get(grid);
+  auto axes = DenseI16ArrayAttr::get(context, {0});
+  auto axis0 = IntegerAttr::get(IndexType::get(context), 0);
+  OpBuilder builder(context);
+  int64_t n = ranks;
+
+  // A state tensor is an argument of the step that only its update reads:
+  // it becomes the rank's shard.
+  auto shardArgument = [&](Value value, Operation *update,
+                           int64_t shardElements) -> FailureOr<Value> {
+    auto argument = dyn_cast<BlockArgument>(value);
+    if (!argument || argument.getOwner() != &step.front() ||
+        !llvm::all_of(argument.getUsers(),
+                      [&](Operation *user) { return user == update; }))
+      return update->emitOpError("train-zero: its state must be an argument "
+                                 "of the step that only this update reads");
+    auto type = cast<RankedTensorType>(argument.getType());
+    argument.setType(
+        RankedTensorType::get({shardElements}, type.getElementType()));
+    return Value(argument);
+  };
+
+  for (OptimizerUpdateOpInterface update : updates) {
+    Operation *op = update.getOperation();
+    Location loc = op->getLoc();
+    // 8-bit state is sharded by whole blocks.
+    int64_t granule = 1;
+    for (const OptimizerStateUse &use : update.getStateUses())
+      if (use.part != StatePart::value)
+        if (auto block = op->getAttrOfType<IntegerAttr>("block"))
+          granule = block.getInt();
+    Value param = update.getUpdatedParam();
+    Value grad = update.getGradient();
+    auto paramType = cast<RankedTensorType>(param.getType());
+    Partition part = partition(paramType, n, granule);
+    auto shardType = [&](Type element, int64_t elements) {
+      return RankedTensorType::get({elements}, element);
+    };
+
+    // The gradient: averaged over the ranks, each keeping its shard.
+    builder.setInsertionPoint(op);
+    Value paddedGrad = flattenAndPad(builder, loc, grad, part.padded);
+    auto gradShard = shard::ReduceScatterOp::create(
+        builder, loc,
+        shardType(getElementTypeOrSelf(grad.getType()), part.shard), gridRef,
+        axes, paddedGrad,
+        shard::ReductionKindAttr::get(context, shard::ReductionKind::Average),
+        axis0);
+
+    // The parameter the update reads: an f32 master (state, sharded) or the
+    // weights, of which the rank takes its slice (no communication).
+    bool paramIsState = llvm::any_of(
+        update.getStateUses(), [&](const OptimizerStateUse &use) {
+          return op->getOperand(use.operandIndex) == param;
+        });
+    std::optional<unsigned> paramOperand;
+    for (OpOperand &operand : op->getOpOperands())
+      if (operand.get() == param)
+        paramOperand = operand.getOperandNumber();
+    bool isMaster = isa<BlockArgument>(param) &&
+                    cast<BlockArgument>(param).getOwner() == &step.front() &&
+                    step.getArgAttr(cast<BlockArgument>(param).getArgNumber(),
+                                    kOptimizerStateAttrName);
+    Value paramShard;
+    if (isMaster || paramIsState) {
+      FailureOr<Value> sharded = shardArgument(param, op, part.shard);
+      if (failed(sharded))
+        return failure();
+      paramShard = *sharded;
+    } else {
+      Value padded = flattenAndPad(builder, loc, param, part.padded);
+      paramShard = shard::AllSliceOp::create(
+          builder, loc, shardType(paramType.getElementType(), part.shard),
+          gridRef, axes, padded, axis0);
+    }
+    if (!paramOperand)
+      return op->emitOpError("train-zero: cannot find the parameter operand");
+
+    // The state: the rank's shards (8-bit block maxima: one per block).
+    for (const OptimizerStateUse &use : update.getStateUses()) {
+      Value state = op->getOperand(use.operandIndex);
+      if (state == param)
+        continue;
+      int64_t elements = use.part == StatePart::absmax
+                             ? part.shard / granule
+                             : part.shard;
+      if (failed(shardArgument(state, op, elements)))
+        return failure();
+    }
+    op->setOperand(*paramOperand, paramShard);
+    for (OpOperand &operand : op->getOpOperands())
+      if (operand.get() == grad)
+        operand.set(gradShard);
+    // Results take their tied operands' (shard) types.
+    auto tied = cast<TiedOpInterface>(op);
+    for (OpResult result : op->getResults())
+      if (std::optional<unsigned> index =
+              tied.getTiedResultOperandIndex(result.getResultNumber()))
+        result.setType(op->getOperand(*index).getType());
+
+    // The new weights, gathered: from the update's new parameter, or from
+    // the 16-bit copy of the new master.
+    Value newParam = op->getResult(0);
+    for (OpResult result : op->getResults())
+      if (std::optional<unsigned> index =
+              tied.getTiedResultOperandIndex(result.getResultNumber()))
+        if (*index == *paramOperand)
+          newParam = result;
+    SmallVector<std::pair<Value, RankedTensorType>> toGather;
+    if (isMaster) {
+      for (Operation *user : llvm::to_vector(newParam.getUsers()))
+        if (auto refresh = dyn_cast<CastOp>(user)) {
+          auto weights =
+              cast<RankedTensorType>(refresh.getResult().getType());
+          refresh.getResult().setType(
+              shardType(weights.getElementType(), part.shard));
+          toGather.push_back({refresh.getResult(), weights});
+        }
+    } else {
+      toGather.push_back({newParam, paramType});
+    }
+    for (auto [shardValue, fullType] : toGather) {
+      Operation *after = shardValue.getDefiningOp();
+      builder.setInsertionPointAfter(after);
+      auto gathered = shard::AllGatherOp::create(
+          builder, loc, shardType(fullType.getElementType(), part.padded),
+          gridRef, axes, shardValue, axis0);
+      Value full = unpadAndReshape(builder, loc, gathered, fullType);
+      shardValue.replaceAllUsesExcept(full, gathered);
+    }
+  }
+
+  // Types follow: region results, then the function's signature.
+  retypeRegionResults(step.front());
+  auto ret = cast<func::ReturnOp>(step.front().getTerminator());
+  step.setFunctionType(FunctionType::get(
+      context, step.front().getArgumentTypes(), ret.getOperandTypes()));
+  return success();
+}

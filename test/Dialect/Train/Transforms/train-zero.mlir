@@ -13,6 +13,14 @@
 // parameters on N = 4 ranks, 2Ψ(N-1)/N = 384 elements of f32 per rank.
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4" -train-memory-report=format=json -o /dev/null | FileCheck %s --check-prefix=JSON
+//
+// Stage 1: the optimizer state is the rank's shard (128 elements on 4
+// ranks: 32; on 3 ranks padded to 129: 43); the gradient is reduce-scattered
+// (averaged) into the rank's shard, the rank updates its slice of the
+// weights and the new weights are all-gathered.
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=1" | FileCheck %s --check-prefix=STAGE1
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=3 stage=1" | FileCheck %s --check-prefix=PADDED
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=1" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT1
 
 // CHECK: shard.grid @dp(shape = 4)
 // CHECK-LABEL: func.func @train_step
@@ -43,6 +51,34 @@
 // JSON: "rank_batch": 2,
 // JSON: "ranks": 4,
 // JSON: "zero_stage": 0
+
+// STAGE1-LABEL: func.func @train_step
+// STAGE1-SAME: %[[W1:[a-z0-9]+]]: tensor<8x16xf32> {train.init = #train.init<normal, std = 2.000000e-02>, train.param = "w1"}
+// STAGE1-SAME: %[[M1:[a-z0-9]+]]: tensor<32xf32> {train.optimizer_state = #train.state<"w1", m>}, %{{.*}}: tensor<32xf32> {train.optimizer_state = #train.state<"w1", v>}
+// STAGE1-SAME: -> (tensor<f32> {train.loss}, tensor<8x16xf32> {train.param = "w1"}, tensor<32xf32> {train.optimizer_state = #train.state<"w1", m>}
+// STAGE1-SAME: train.zero = #train.zero<stage = 1, ranks = 4, bucket = 500000000>
+// STAGE1: train.block optimizer
+// STAGE1: %[[FLAT:.*]] = train.reshape %{{.*}} : tensor<8x16xf32> -> tensor<128xf32>
+// STAGE1-NEXT: %[[G:.*]] = shard.reduce_scatter %[[FLAT]] on @dp grid_axes = [0] reduction = average scatter_axis = 0 : tensor<128xf32> -> tensor<32xf32>
+// STAGE1-NEXT: %[[WFLAT:.*]] = train.reshape %[[W1]] : tensor<8x16xf32> -> tensor<128xf32>
+// STAGE1-NEXT: %[[WS:.*]] = shard.all_slice %[[WFLAT]] on @dp grid_axes = [0] slice_axis = 0 : tensor<128xf32> -> tensor<32xf32>
+// STAGE1-NEXT: %[[NEW:.*]], %{{.*}}, %{{.*}} = train.adamw %[[WS]], %[[G]], %[[M1]]
+// STAGE1-NEXT: %[[ALL:.*]] = shard.all_gather %[[NEW]] on @dp grid_axes = [0] gather_axis = 0 : tensor<32xf32> -> tensor<128xf32>
+// STAGE1-NEXT: train.reshape %[[ALL]] : tensor<128xf32> -> tensor<8x16xf32>
+
+// PADDED: %{{.*}}: tensor<43xf32> {train.optimizer_state = #train.state<"w1", m>}
+// PADDED: %[[FLAT:.*]] = train.reshape %{{.*}} : tensor<8x16xf32> -> tensor<128xf32>
+// PADDED-NEXT: %[[PAD:.*]] = train.slice_rows %[[FLAT]] {offset = 0 : i64} : tensor<128xf32> -> tensor<129xf32>
+// PADDED-NEXT: shard.reduce_scatter %[[PAD]] {{.*}} : tensor<129xf32> -> tensor<43xf32>
+// PADDED: %[[ALL:.*]] = shard.all_gather {{.*}} : tensor<43xf32> -> tensor<129xf32>
+// PADDED-NEXT: %[[UNPAD:.*]] = train.slice_rows %[[ALL]] {offset = 0 : i64} : tensor<129xf32> -> tensor<128xf32>
+// PADDED-NEXT: train.reshape %[[UNPAD]] : tensor<128xf32> -> tensor<8x16xf32>
+
+// Stage 1 sends what stage 0 does (2Ψ(N-1)/N = 384 elements), in two
+// halves; the optimizer state is 8Ψ/N = 512 B.
+// REPORT1: optimizer state m+v {{ *}}512 B
+// REPORT1: communication all_gather           2 ops                  192 elements                  768 B per rank and step
+// REPORT1: communication reduce_scatter       2 ops                  192 elements                  768 B per rank and step
 
 func.func @forward(%x: tensor<4x8xf32> {train.input = "activations"}, %tokens: tensor<2x2xi32> {train.input = "tokens"}, %w1: tensor<8x16xf32> {train.param = "w1", train.init = #train.init<normal, std = 0.02>}, %w2: tensor<16x8xf32> {train.param = "w2", train.init = #train.init<normal, std = 0.02>}, %t: tensor<4xi32> {train.input = "targets"}) -> tensor<f32> {
   %h = train.matmul %x, %w1 : tensor<4x8xf32>, tensor<8x16xf32> -> tensor<4x16xf32>

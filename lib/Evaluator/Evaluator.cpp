@@ -16,6 +16,8 @@
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/SymbolTable.h"
 
 #include <cmath>
 #include <numeric>
@@ -162,9 +164,9 @@ public:
 
   const RefTensor &get(Value v) override { return values.find(v)->second; }
   void set(Value v, RefTensor t) override { values[v] = std::move(t); }
+  LogicalResult exec(Operation *op);
 
 private:
-  LogicalResult exec(Operation *op);
   LogicalResult accumulate(AccumulateOp op);
 
   LogicalResult embedding(EmbeddingOp op);
@@ -1058,14 +1060,14 @@ LogicalResult Interpreter::run(Block &block) {
 
 } // namespace
 
-FailureOr<SmallVector<RefTensor>>
-mlir::train::evaluate(func::FuncOp func, ArrayRef<RefTensor> args) {
+/// Checks `args` against `func`'s arguments and binds them in `interp`.
+static LogicalResult bindArguments(func::FuncOp func, ArrayRef<RefTensor> args,
+                                   Interpreter &interp) {
   if (func.isExternal())
     return func.emitError("reference evaluator: function has no body");
   if (args.size() != func.getNumArguments())
     return func.emitError("reference evaluator: expected ")
            << func.getNumArguments() << " arguments, got " << args.size();
-  Interpreter interp;
   for (auto [index, arg] : llvm::enumerate(func.getArguments())) {
     auto type = cast<RankedTensorType>(arg.getType());
     const RefTensor &value = args[index];
@@ -1079,7 +1081,189 @@ mlir::train::evaluate(func::FuncOp func, ArrayRef<RefTensor> args) {
              << index << " does not match its type " << type;
     interp.values[arg] = value;
   }
+  return success();
+}
+
+FailureOr<SmallVector<RefTensor>>
+mlir::train::evaluate(func::FuncOp func, ArrayRef<RefTensor> args) {
+  Interpreter interp;
+  if (failed(bindArguments(func, args, interp)))
+    return failure();
   if (failed(interp.run(func.getBody().front())))
     return failure();
   return std::move(interp.returned);
+}
+
+//===----------------------------------------------------------------------===//
+// Several ranks in lockstep
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Runs one SPMD step for every rank, op by op in lockstep; the shard
+/// collectives combine the ranks' values as the ring would (sums in double,
+/// rounded to the element type once).
+class Ranks {
+public:
+  explicit Ranks(size_t n) : ranks(n) {}
+  std::vector<Interpreter> ranks;
+
+  LogicalResult run(Block &block) {
+    for (Operation &op : block)
+      if (failed(step(&op)))
+        return failure();
+    return success();
+  }
+
+private:
+  static bool holdsCollective(Operation *op) {
+    return op
+        ->walk([](Operation *inner) {
+          return isa<shard::AllReduceOp, shard::ReduceScatterOp,
+                     shard::AllGatherOp, shard::AllSliceOp>(inner)
+                     ? WalkResult::interrupt()
+                     : WalkResult::advance();
+        })
+        .wasInterrupted();
+  }
+
+  LogicalResult checkGroup(Operation *op, shard::GridOp grid) {
+    if (!grid || grid.getShape().size() != 1 ||
+        grid.getShape()[0] != static_cast<int64_t>(ranks.size()))
+      return op->emitError("reference evaluator: the collective's grid is "
+                           "not one axis of ")
+             << ranks.size() << " ranks (the ranks simulated)";
+    return success();
+  }
+
+  /// Every rank's value of `value`, reduced (sum or average) elementwise.
+  RefTensor reduce(Value value, shard::ReductionKind kind) {
+    const RefTensor &first = ranks[0].get(value);
+    std::vector<double> sums(first.floats.size(), 0.0);
+    for (Interpreter &rank : ranks) {
+      const RefTensor &t = rank.get(value);
+      for (size_t i = 0; i < sums.size(); ++i)
+        sums[i] += static_cast<double>(t.floats[i]);
+    }
+    std::vector<float> out(sums.size());
+    double divisor =
+        kind == shard::ReductionKind::Average ? double(ranks.size()) : 1.0;
+    for (size_t i = 0; i < sums.size(); ++i)
+      out[i] = static_cast<float>(sums[i] / divisor);
+    return RefTensor::ofFloats(first.shape, std::move(out));
+  }
+
+  static RefTensor chunk(const RefTensor &t, size_t index, int64_t size) {
+    std::vector<float> out(t.floats.begin() + index * size,
+                           t.floats.begin() + (index + 1) * size);
+    return RefTensor::ofFloats({size}, std::move(out));
+  }
+
+  LogicalResult step(Operation *op) {
+    auto gridOf = [&](auto collective) {
+      return SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+          collective.getOperation(), collective.getGridAttr());
+    };
+    auto supported = [&](shard::ReductionKind kind) {
+      return kind == shard::ReductionKind::Sum ||
+             kind == shard::ReductionKind::Average;
+    };
+    if (auto allReduce = dyn_cast<shard::AllReduceOp>(op)) {
+      if (failed(checkGroup(op, gridOf(allReduce))) ||
+          !supported(allReduce.getReduction()))
+        return failed(checkGroup(op, gridOf(allReduce)))
+                   ? failure()
+                   : op->emitError("reference evaluator: only sum and "
+                                   "average reductions are simulated");
+      RefTensor reduced =
+          reduce(allReduce.getInput(), allReduce.getReduction());
+      for (Interpreter &rank : ranks)
+        rank.set(allReduce.getResult(), reduced);
+      return success();
+    }
+    if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op)) {
+      if (failed(checkGroup(op, gridOf(scatter))))
+        return failure();
+      if (!supported(scatter.getReduction()) ||
+          scatter.getScatterAxis().getZExtValue() != 0 ||
+          cast<RankedTensorType>(scatter.getInput().getType()).getRank() != 1)
+        return op->emitError("reference evaluator: simulates sum and average "
+                             "reduce-scatters of 1-D tensors");
+      RefTensor reduced = reduce(scatter.getInput(), scatter.getReduction());
+      int64_t size =
+          cast<RankedTensorType>(scatter.getResult().getType()).getDimSize(0);
+      for (auto [index, rank] : llvm::enumerate(ranks))
+        rank.set(scatter.getResult(), chunk(reduced, index, size));
+      return success();
+    }
+    if (auto slice = dyn_cast<shard::AllSliceOp>(op)) {
+      if (failed(checkGroup(op, gridOf(slice))))
+        return failure();
+      if (slice.getSliceAxis().getZExtValue() != 0 ||
+          cast<RankedTensorType>(slice.getInput().getType()).getRank() != 1)
+        return op->emitError("reference evaluator: simulates slices of 1-D "
+                             "tensors");
+      int64_t size =
+          cast<RankedTensorType>(slice.getResult().getType()).getDimSize(0);
+      for (auto [index, rank] : llvm::enumerate(ranks))
+        rank.set(slice.getResult(),
+                 chunk(rank.get(slice.getInput()), index, size));
+      return success();
+    }
+    if (auto gather = dyn_cast<shard::AllGatherOp>(op)) {
+      if (failed(checkGroup(op, gridOf(gather))))
+        return failure();
+      if (gather.getGatherAxis().getZExtValue() != 0 ||
+          cast<RankedTensorType>(gather.getInput().getType()).getRank() != 1)
+        return op->emitError("reference evaluator: simulates gathers of 1-D "
+                             "tensors");
+      std::vector<float> all;
+      for (Interpreter &rank : ranks) {
+        const RefTensor &part = rank.get(gather.getInput());
+        all.insert(all.end(), part.floats.begin(), part.floats.end());
+      }
+      RefTensor gathered = RefTensor::ofFloats(
+          {static_cast<int64_t>(all.size())}, std::move(all));
+      for (Interpreter &rank : ranks)
+        rank.set(gather.getResult(), gathered);
+      return success();
+    }
+    // A region holding collectives runs in lockstep inside.
+    if (auto region = dyn_cast<TransparentRegionOpInterface>(op);
+        region && holdsCollective(op)) {
+      if (failed(run(op->getRegion(0).front())))
+        return failure();
+      for (Interpreter &rank : ranks)
+        for (auto [result, value] :
+             llvm::zip(op->getResults(), region.getYieldedValues()))
+          rank.set(result, rank.get(value));
+      return success();
+    }
+    if (holdsCollective(op))
+      return op->emitError("reference evaluator: collectives inside '")
+             << op->getName() << "' are not simulated";
+    for (Interpreter &rank : ranks)
+      if (failed(rank.exec(op)))
+        return failure();
+    return success();
+  }
+};
+
+} // namespace
+
+FailureOr<std::vector<SmallVector<RefTensor>>>
+mlir::train::evaluateRanks(func::FuncOp func,
+                           ArrayRef<SmallVector<RefTensor>> argsPerRank) {
+  if (argsPerRank.empty())
+    return func.emitError("reference evaluator: no ranks to simulate");
+  Ranks ranks(argsPerRank.size());
+  for (auto [rank, args] : llvm::zip(ranks.ranks, argsPerRank))
+    if (failed(bindArguments(func, args, rank)))
+      return failure();
+  if (failed(ranks.run(func.getBody().front())))
+    return failure();
+  std::vector<SmallVector<RefTensor>> results;
+  for (Interpreter &rank : ranks.ranks)
+    results.push_back(std::move(rank.returned));
+  return results;
 }

@@ -58,6 +58,14 @@ public:
 FailureOr<SmallVector<RefTensor>> evaluate(func::FuncOp func,
                                            ArrayRef<RefTensor> args);
 
+/// Runs an SPMD step (train-zero) for argsPerRank.size() ranks in one
+/// process, op by op in lockstep: each rank's own values, and the shard
+/// collectives (all-reduce, reduce-scatter, all-gather, all-slice on a
+/// one-axis grid of that many ranks) combining them, sums in double. Returns
+/// each rank's results, or failure after a diagnostic at the op.
+FailureOr<std::vector<SmallVector<RefTensor>>>
+evaluateRanks(func::FuncOp func, ArrayRef<SmallVector<RefTensor>> argsPerRank);
+
 } // namespace train
 } // namespace mlir
 

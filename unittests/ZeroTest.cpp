@@ -117,11 +117,12 @@ protected:
     EXPECT_LE(worst, 1e-6 * scale) << what;
   }
 
-  void check(int64_t stage) {
+  void check(int64_t stage, StringRef before = "") {
     OwningOpRef<ModuleOp> wholeModule, zeroModule;
     func::FuncOp whole = step(kRanks * kRankBatch, "train-autodiff{lr=1e-2}",
                               wholeModule);
-    std::string zero = "train-autodiff{lr=1e-2},train-zero{ranks=" +
+    std::string zero = "train-autodiff{lr=1e-2}," + before.str() +
+                       "train-zero{ranks=" +
                        std::to_string(kRanks) +
                        " stage=" + std::to_string(stage) + "}";
     func::FuncOp parted = step(kRankBatch, zero, zeroModule);
@@ -188,5 +189,18 @@ protected:
 
 TEST_F(ZeroTest, Stage0RanksTrainAsOneOnTheBatch) { check(0); }
 TEST_F(ZeroTest, Stage1RanksTrainAsOneOnTheBatch) { check(1); }
+
+// With gradient accumulation (2 micro-batches of one row per rank), the
+// ranks reduce once, after the last micro-batch: the same step again.
+TEST_F(ZeroTest, Stage0WithAccumulation) {
+  check(0, "train-grad-accum{steps=2},");
+}
+TEST_F(ZeroTest, Stage1WithUnrolledAccumulation) {
+  check(1, "train-grad-accum{steps=2},train-unroll-accum,");
+}
+// Rematerialized layers change nothing in what the ranks compute.
+TEST_F(ZeroTest, Stage1WithRemat) {
+  check(1, "train-remat{policy=full},train-materialize-remat,");
+}
 
 } // namespace

@@ -1,7 +1,7 @@
 //===- ZeroTest.cpp - N simulated ranks train as one rank on the batch ----===//
 //
 // train-zero's transformation checked by execution: the step partitioned
-// over 4 data-parallel ranks (stages 0 and 1), run by the reference
+// over 4 data-parallel ranks (stages 0, 1 and 2), run by the reference
 // evaluator for 4 simulated ranks in lockstep, each on a quarter of the
 // batch, gives the weights (and, sharded, the optimizer state) that the
 // unpartitioned step gives on the whole batch, within 1e-6 relative in f32.
@@ -117,14 +117,15 @@ protected:
     EXPECT_LE(worst, 1e-6 * scale) << what;
   }
 
-  void check(int64_t stage, StringRef before = "") {
+  void check(int64_t stage, StringRef before = "", StringRef options = "") {
     OwningOpRef<ModuleOp> wholeModule, zeroModule;
     func::FuncOp whole = step(kRanks * kRankBatch, "train-autodiff{lr=1e-2}",
                               wholeModule);
     std::string zero = "train-autodiff{lr=1e-2}," + before.str() +
                        "train-zero{ranks=" +
                        std::to_string(kRanks) +
-                       " stage=" + std::to_string(stage) + "}";
+                       " stage=" + std::to_string(stage) + " " +
+                       options.str() + "}";
     func::FuncOp parted = step(kRankBatch, zero, zeroModule);
     ASSERT_TRUE(whole && parted);
     ASSERT_TRUE(parted->hasAttr(kZeroAttrName));
@@ -170,7 +171,7 @@ protected:
             joined.insert(joined.end(), part.begin(), part.end());
           }
         }
-        if (stage == 1) {
+        if (stage >= 1) {
           ASSERT_GE(joined.size(), want.floats.size());
           for (size_t k = want.floats.size(); k < joined.size(); ++k)
             EXPECT_EQ(joined[k], 0.0f) << "padding of " << state.getKey();
@@ -198,6 +199,11 @@ TEST_F(ZeroTest, Stage0WithAccumulation) {
 TEST_F(ZeroTest, Stage1WithUnrolledAccumulation) {
   check(1, "train-grad-accum{steps=2},train-unroll-accum,");
 }
+// Stage 2: gradients reduce-scattered as the backward produces them (one
+// bucket, or a bucket per gradient).
+TEST_F(ZeroTest, Stage2RanksTrainAsOneOnTheBatch) { check(2); }
+TEST_F(ZeroTest, Stage2WithSmallBuckets) { check(2, "", "bucket=64"); }
+
 // Rematerialized layers change nothing in what the ranks compute.
 TEST_F(ZeroTest, Stage1WithRemat) {
   check(1, "train-remat{policy=full},train-materialize-remat,");

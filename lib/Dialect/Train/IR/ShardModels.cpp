@@ -1,6 +1,7 @@
 //===- ShardModels.cpp - the train interfaces on upstream shard ops ------===//
 
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainInterfaces.h"
 
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -114,9 +115,9 @@ struct CollectiveCostModel
 };
 
 /// Collectives that write their result over their operand's buffer: an
-/// all-reduce (the result is the operand, reduced), a reduce-scatter and a
-/// local slice (the rank's shard is the start of the buffer it came from,
-/// as an in-place reduce-scatter leaves it). The memory analysis then keeps
+/// all-reduce (the result is the operand, reduced), a reduce-scatter marked
+/// `train.in_place` and a local slice (the rank's shard is the start of the
+/// buffer it came from, as an in-place reduce-scatter leaves it). The memory analysis then keeps
 /// one buffer, of the operand's size, where nothing reads the operand
 /// afterwards.
 template <typename OpT>
@@ -125,6 +126,12 @@ struct InPlaceModel
   std::optional<unsigned> getTiedResultOperandIndex(Operation *op,
                                                     unsigned) const {
     auto collective = cast<OpT>(op);
+    // A reduce-scatter writes over its buffer only where train-zero asked
+    // for it (stage 1); otherwise its shard is a buffer of its own and the
+    // full one can die (stage 2).
+    if (std::is_same_v<OpT, shard::ReduceScatterOp> &&
+        !op->hasAttr(kInPlaceAttrName))
+      return std::nullopt;
     auto in = cast<ShapedType>(collective.getInput().getType());
     auto out = cast<ShapedType>(collective.getResult().getType());
     if (in.getElementType() != out.getElementType() ||

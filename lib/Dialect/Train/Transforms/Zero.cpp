@@ -61,6 +61,11 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   }
 
   void runOnOperation() override;
+  /// The gradients the updates read (before clipping), in buckets of
+  /// `bucket` bytes in the order the backward produces them.
+  FailureOr<SmallVector<SmallVector<Value>>>
+  gradientBuckets(func::FuncOp step,
+                  ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult dataParallel(func::FuncOp step, StringAttr grid,
                              ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult shardOptimizer(func::FuncOp step, StringAttr grid,
@@ -110,10 +115,10 @@ void TrainZeroPass::runOnOperation() {
   // One rank is the step as it is.
   if (ranks == 1)
     return;
-  if (stage > 1)
+  if (stage > 2)
     return fail(step.getLoc(),
                 "stage " + Twine(static_cast<int64_t>(stage)) +
-                    " is not built yet (stages 0 and 1 are; docs/Zero.md)");
+                    " is not built yet (stages 0, 1 and 2 are; docs/Zero.md)");
   if (stage >= 1)
     for (OptimizerUpdateOpInterface update : updates)
       if (update.getGradient().getDefiningOp<ClipGradNormOp>())
@@ -141,9 +146,9 @@ void TrainZeroPass::runOnOperation() {
                               stage == 3 ? int64_t(prefetch) : int64_t(0)));
 }
 
-LogicalResult
-TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
-                            ArrayRef<OptimizerUpdateOpInterface> updates) {
+FailureOr<SmallVector<SmallVector<Value>>>
+TrainZeroPass::gradientBuckets(func::FuncOp step,
+                               ArrayRef<OptimizerUpdateOpInterface> updates) {
   // The gradients, in the order the backward produces them.
   llvm::SetVector<Value> gradients;
   for (OptimizerUpdateOpInterface update : updates)
@@ -181,10 +186,20 @@ TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
   }
   if (buckets.back().empty())
     buckets.pop_back();
+  return buckets;
+}
 
+
+LogicalResult
+TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
+                            ArrayRef<OptimizerUpdateOpInterface> updates) {
+  FailureOr<SmallVector<SmallVector<Value>>> buckets =
+      gradientBuckets(step, updates);
+  if (failed(buckets))
+    return failure();
   OpBuilder builder(step.getContext());
   SmallVector<shard::GridAxis> axes{0};
-  for (auto [index, members] : llvm::enumerate(buckets)) {
+  for (auto [index, members] : llvm::enumerate(*buckets)) {
     Operation *last = topLevelProducer(step, members.back());
     builder.setInsertionPointAfter(last);
     for (Value gradient : members) {
@@ -277,6 +292,24 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
   OpBuilder builder(context);
   int64_t n = ranks;
 
+  // Stage 2: each gradient is reduce-scattered into a shard of its own as
+  // soon as its bucket is complete, and the full gradient dies there.
+  // Stage 1 keeps the full gradients: the reduce-scatter, just before the
+  // update, leaves the shard in place in the gradient's buffer.
+  llvm::DenseMap<Value, std::pair<Operation *, int64_t>> bucketOf;
+  if (stage >= 2) {
+    FailureOr<SmallVector<SmallVector<Value>>> buckets =
+        gradientBuckets(step, updates);
+    if (failed(buckets))
+      return failure();
+    for (auto [index, members] : llvm::enumerate(*buckets))
+      for (Value gradient : members)
+        bucketOf[gradient] = {topLevelProducer(step, members.back()),
+                              static_cast<int64_t>(index)};
+  }
+  // Where the next reduce-scatter of a bucket goes (after the previous one).
+  llvm::DenseMap<Operation *, Operation *> lastPlaced;
+
   // A state tensor is an argument of the step that only its update reads:
   // it becomes the rank's shard.
   auto shardArgument = [&](Value value, Operation *update,
@@ -311,7 +344,16 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     };
 
     // The gradient: averaged over the ranks, each keeping its shard.
-    builder.setInsertionPoint(op);
+    Value rawGrad = grad;
+    std::optional<std::pair<Operation *, int64_t>> early;
+    if (auto it = bucketOf.find(rawGrad); it != bucketOf.end())
+      early = it->second;
+    if (early) {
+      Operation *&previous = lastPlaced[early->first];
+      builder.setInsertionPointAfter(previous ? previous : early->first);
+    } else {
+      builder.setInsertionPoint(op);
+    }
     Value paddedGrad = flattenAndPad(builder, loc, grad, part.padded);
     auto gradShard = shard::ReduceScatterOp::create(
         builder, loc,
@@ -319,6 +361,13 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
         axes, paddedGrad,
         shard::ReductionKindAttr::get(context, shard::ReductionKind::Average),
         axis0);
+    if (early) {
+      gradShard->setAttr(kBucketAttrName,
+                         builder.getI64IntegerAttr(early->second));
+      lastPlaced[early->first] = gradShard;
+    } else {
+      gradShard->setAttr(kInPlaceAttrName, builder.getUnitAttr());
+    }
 
     // The parameter the update reads: an f32 master (state, sharded) or the
     // weights, of which the rank takes its slice (no communication).

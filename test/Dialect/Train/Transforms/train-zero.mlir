@@ -21,6 +21,13 @@
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=1" | FileCheck %s --check-prefix=STAGE1
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=3 stage=1" | FileCheck %s --check-prefix=PADDED
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=1" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT1
+//
+// Stage 2: each gradient is reduce-scattered as soon as the backward has
+// completed its bucket (here one gradient per bucket), not before the
+// update; the full gradient dies there and the rank keeps its shard (a new
+// value, not tied to the full gradient's buffer as at stage 1).
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=2 bucket=100" | FileCheck %s --check-prefix=STAGE2
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=2" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT2
 
 // CHECK: shard.grid @dp(shape = 4)
 // CHECK-LABEL: func.func @train_step
@@ -59,7 +66,7 @@
 // STAGE1-SAME: train.zero = #train.zero<stage = 1, ranks = 4, bucket = 500000000>
 // STAGE1: train.block optimizer
 // STAGE1: %[[FLAT:.*]] = train.reshape %{{.*}} : tensor<8x16xf32> -> tensor<128xf32>
-// STAGE1-NEXT: %[[G:.*]] = shard.reduce_scatter %[[FLAT]] on @dp grid_axes = [0] reduction = average scatter_axis = 0 : tensor<128xf32> -> tensor<32xf32>
+// STAGE1-NEXT: %[[G:.*]] = shard.reduce_scatter %[[FLAT]] on @dp grid_axes = [0] reduction = average scatter_axis = 0 {train.in_place} : tensor<128xf32> -> tensor<32xf32>
 // STAGE1-NEXT: %[[WFLAT:.*]] = train.reshape %[[W1]] : tensor<8x16xf32> -> tensor<128xf32>
 // STAGE1-NEXT: %[[WS:.*]] = shard.all_slice %[[WFLAT]] on @dp grid_axes = [0] slice_axis = 0 : tensor<128xf32> -> tensor<32xf32>
 // STAGE1-NEXT: %[[NEW:.*]], %{{.*}}, %{{.*}} = train.adamw %[[WS]], %[[G]], %[[M1]]
@@ -79,6 +86,25 @@
 // REPORT1: optimizer state m+v {{ *}}512 B
 // REPORT1: communication all_gather           2 ops                  192 elements                  768 B per rank and step
 // REPORT1: communication reduce_scatter       2 ops                  192 elements                  768 B per rank and step
+
+// STAGE2-LABEL: func.func @train_step
+// STAGE2-SAME: train.zero = #train.zero<stage = 2, ranks = 4, bucket = 100>
+// STAGE2: %[[G2:.*]] = train.matmul {{.*}} {transpose_lhs} : tensor<4x16xf32>, tensor<4x8xf32> -> tensor<16x8xf32>
+// STAGE2-NEXT: %[[F2:.*]] = train.reshape %[[G2]] : tensor<16x8xf32> -> tensor<128xf32>
+// STAGE2-NEXT: %[[S2:.*]] = shard.reduce_scatter %[[F2]] on @dp grid_axes = [0] reduction = average scatter_axis = 0 {train.bucket = 0 : i64} : tensor<128xf32> -> tensor<32xf32>
+// STAGE2: %[[G1:.*]] = train.matmul {{.*}} {transpose_lhs} : tensor<4x8xf32>, tensor<4x16xf32> -> tensor<8x16xf32>
+// STAGE2-NEXT: %[[F1:.*]] = train.reshape %[[G1]] : tensor<8x16xf32> -> tensor<128xf32>
+// STAGE2-NEXT: %[[S1:.*]] = shard.reduce_scatter %[[F1]] on @dp grid_axes = [0] reduction = average scatter_axis = 0 {train.bucket = 1 : i64} : tensor<128xf32> -> tensor<32xf32>
+// STAGE2: train.block optimizer
+// STAGE2-NOT: shard.reduce_scatter
+// STAGE2: train.adamw %{{.*}}, %[[S1]]
+// STAGE2: train.adamw %{{.*}}, %[[S2]]
+
+// Stage 2 sends what stage 1 does; the gradients the rank keeps are its
+// shards (2 x 32 elements of f32 = 256 B in total).
+// REPORT2: gradients {{ *[0-9]+ *}} 256
+// REPORT2: communication all_gather           2 ops                  192 elements                  768 B per rank and step
+// REPORT2: communication reduce_scatter       2 ops                  192 elements                  768 B per rank and step
 
 func.func @forward(%x: tensor<4x8xf32> {train.input = "activations"}, %tokens: tensor<2x2xi32> {train.input = "tokens"}, %w1: tensor<8x16xf32> {train.param = "w1", train.init = #train.init<normal, std = 0.02>}, %w2: tensor<16x8xf32> {train.param = "w2", train.init = #train.init<normal, std = 0.02>}, %t: tensor<4xi32> {train.input = "targets"}) -> tensor<f32> {
   %h = train.matmul %x, %w1 : tensor<4x8xf32>, tensor<8x16xf32> -> tensor<4x16xf32>

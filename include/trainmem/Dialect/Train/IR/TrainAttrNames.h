@@ -44,6 +44,9 @@ constexpr llvm::StringLiteral kZeroAttrName = "train.zero";
 /// On a collective train-zero inserted: the gradient bucket it reduces
 /// (i64, in the order the backward fills them).
 constexpr llvm::StringLiteral kBucketAttrName = "train.bucket";
+/// On a shard.reduce_scatter: the rank's shard stays in place, at the start
+/// of the reduced buffer (ZeRO stage 1 keeps the full gradients).
+constexpr llvm::StringLiteral kInPlaceAttrName = "train.in_place";
 /// On an op: a unit attribute marking a copy train-materialize-remat cloned
 /// to recompute a value for the backward.
 constexpr llvm::StringLiteral kRecomputeAttrName = "train.recompute";

@@ -66,21 +66,32 @@ protected:
     return cast<func::FuncOp>(findMarkedStep(*module, "ZeroTest"));
   }
 
-  /// Arguments: weights from a fixed seed per parameter name, zero state,
-  /// step 1, and rows [first, first + rows) of a fixed global batch.
-  SmallVector<RefTensor> arguments(func::FuncOp func, int64_t first) {
+  /// Arguments of rank `rank`: weights from a fixed seed per parameter name
+  /// (a rank's shard of them at stage 3), zero state, step 1, and rows
+  /// [rank x rows, (rank + 1) x rows) of a fixed global batch.
+  SmallVector<RefTensor> arguments(func::FuncOp func, int64_t rank) {
     SmallVector<RefTensor> args;
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       auto type = cast<RankedTensorType>(func.getArgument(i).getType());
       std::vector<int64_t> shape(type.getShape().begin(),
                                  type.getShape().end());
-      int64_t n = type.getNumElements();
       if (auto param = func.getArgAttrOfType<StringAttr>(i, kParamAttrName)) {
+        auto full = func.getArgAttrOfType<TypeAttr>(i, kShardOfAttrName);
+        int64_t n = full ? cast<RankedTensorType>(full.getValue())
+                               .getNumElements()
+                         : type.getNumElements();
         std::mt19937 rng(std::hash<std::string>()(param.getValue().str()));
         std::normal_distribution<float> normal(0.0f, 0.5f);
         std::vector<float> values(n);
         for (float &v : values)
           v = normal(rng);
+        if (full) {
+          // The rank's shard of the flattened, zero-padded tensor.
+          int64_t shard = type.getNumElements();
+          values.resize(shard * kRanks, 0.0f);
+          values = std::vector<float>(values.begin() + rank * shard,
+                                      values.begin() + (rank + 1) * shard);
+        }
         args.push_back(RefTensor::ofFloats(shape, std::move(values)));
       } else if (auto input =
                      func.getArgAttrOfType<StringAttr>(i, kInputAttrName)) {
@@ -94,6 +105,7 @@ protected:
         std::vector<int64_t> global(kRanks * kRankBatch * shape[1]);
         for (int64_t &v : global)
           v = id(rng);
+        int64_t first = rank * shape[0];
         std::vector<int64_t> rows(global.begin() + first * shape[1],
                                   global.begin() + (first + shape[0]) *
                                                        shape[1]);
@@ -135,7 +147,7 @@ protected:
     ASSERT_TRUE(succeeded(reference));
     std::vector<SmallVector<RefTensor>> perRank;
     for (int64_t r = 0; r < kRanks; ++r)
-      perRank.push_back(arguments(parted, r * kRankBatch));
+      perRank.push_back(arguments(parted, r));
     FailureOr<std::vector<SmallVector<RefTensor>>> ranks =
         evaluateRanks(parted, perRank);
     ASSERT_TRUE(succeeded(ranks));
@@ -147,40 +159,45 @@ protected:
     EXPECT_NEAR(meanLoss, (*reference)[0].scalarFloat(),
                 1e-6 * std::abs((*reference)[0].scalarFloat()));
 
-    // Every result of the whole step by its marker; the ranks' alike.
-    unsigned weights = 0, states = 0;
+    // Every result of the whole step by its marker; the ranks' alike: the
+    // same tensor on every rank, or (train.shard_of) the ranks' shards of
+    // the flattened, zero-padded tensor.
+    unsigned weights = 0, states = 0, sharded = 0;
     for (unsigned i = 1; i < whole.getNumResults(); ++i) {
       const RefTensor &want = (*reference)[i];
-      if (auto param = whole.getResultAttrOfType<StringAttr>(i,
-                                                             kParamAttrName)) {
-        for (int64_t r = 0; r < kRanks; ++r)
-          expectClose((*ranks)[r][i].floats, want.floats,
-                      "weights of '" + param.getValue().str() + "', rank " +
-                          std::to_string(r));
+      std::string what;
+      if (auto param =
+              whole.getResultAttrOfType<StringAttr>(i, kParamAttrName)) {
+        what = "weights of '" + param.getValue().str() + "'";
         ++weights;
       } else if (auto state = whole.getResultAttrOfType<StateAttr>(
                      i, kOptimizerStateAttrName)) {
-        // Stage 0 keeps the state whole; stage 1 gives each rank its
-        // shard of the flattened, zero-padded state.
-        std::vector<float> joined;
-        for (int64_t r = 0; r < kRanks; ++r) {
-          const std::vector<float> &part = (*ranks)[r][i].floats;
-          if (stage == 0) {
-            expectClose(part, want.floats, "state " + state.getKey());
-          } else {
-            joined.insert(joined.end(), part.begin(), part.end());
-          }
-        }
-        if (stage >= 1) {
-          ASSERT_GE(joined.size(), want.floats.size());
-          for (size_t k = want.floats.size(); k < joined.size(); ++k)
-            EXPECT_EQ(joined[k], 0.0f) << "padding of " << state.getKey();
-          joined.resize(want.floats.size());
-          expectClose(joined, want.floats, "state " + state.getKey());
-        }
+        what = "state " + state.getKey();
         ++states;
+      } else {
+        continue;
       }
+      if (!parted.getResultAttr(i, kShardOfAttrName)) {
+        for (int64_t r = 0; r < kRanks; ++r)
+          expectClose((*ranks)[r][i].floats, want.floats,
+                      what + ", rank " + std::to_string(r));
+        continue;
+      }
+      ++sharded;
+      std::vector<float> joined;
+      for (int64_t r = 0; r < kRanks; ++r)
+        joined.insert(joined.end(), (*ranks)[r][i].floats.begin(),
+                      (*ranks)[r][i].floats.end());
+      ASSERT_GE(joined.size(), want.floats.size());
+      for (size_t k = want.floats.size(); k < joined.size(); ++k)
+        EXPECT_EQ(joined[k], 0.0f) << "padding of " << what;
+      joined.resize(want.floats.size());
+      expectClose(joined, want.floats, what);
     }
+    // What each stage shards: nothing, the state, and (3) the weights too.
+    EXPECT_EQ(sharded, stage == 0   ? 0u
+                       : stage < 3 ? states
+                                   : states + weights);
     EXPECT_GT(weights, 0u);
     EXPECT_EQ(states, 2 * weights);
   }
@@ -203,6 +220,18 @@ TEST_F(ZeroTest, Stage1WithUnrolledAccumulation) {
 // bucket, or a bucket per gradient).
 TEST_F(ZeroTest, Stage2RanksTrainAsOneOnTheBatch) { check(2); }
 TEST_F(ZeroTest, Stage2WithSmallBuckets) { check(2, "", "bucket=64"); }
+
+// Stage 3: the weights sharded too, gathered before each op that reads
+// them (the default prefetch of one, and none).
+TEST_F(ZeroTest, Stage3RanksTrainAsOneOnTheBatch) { check(3); }
+TEST_F(ZeroTest, Stage3WithoutPrefetch) { check(3, "", "prefetch=0"); }
+TEST_F(ZeroTest, Stage3WithAccumulation) {
+  check(3, "train-grad-accum{steps=2},");
+}
+TEST_F(ZeroTest, Stage3WithUnrolledAccumulationAndRemat) {
+  check(3, "train-remat{policy=selective},train-materialize-remat,"
+           "train-grad-accum{steps=2},train-unroll-accum,");
+}
 
 // Rematerialized layers change nothing in what the ranks compute.
 TEST_F(ZeroTest, Stage1WithRemat) {

@@ -39,6 +39,8 @@ StringRef mlir::train::stringifyMemoryCategory(MemoryCategory category) {
     return "activations";
   case MemoryCategory::Temporaries:
     return "temporaries";
+  case MemoryCategory::Gathered:
+    return "gathered";
   }
   llvm_unreachable("unknown memory category");
 }
@@ -375,6 +377,27 @@ void FunctionMemory::classify() {
       continue;
     }
     Operation *def = owner.getDefiningOp();
+    // A parameter gathered from the ranks' shards (a collective whose
+    // operand is a parameter argument).
+    if (def && isa<CommunicationOpInterface>(def) &&
+        llvm::any_of(def->getOperands(), [&](Value operand) {
+          auto param = dyn_cast<BlockArgument>(operand);
+          return param && param.getOwner()->getParentOp() == func &&
+                 func.getArgAttr(param.getArgNumber(), kParamAttrName);
+        })) {
+      buffer.category = MemoryCategory::Gathered;
+      continue;
+    }
+    // ... and what is made of it alone (its padding sliced off): the
+    // gathered parameter still.
+    if (def && def->getNumOperands() == 1) {
+      auto source = bufferIndex.find(def->getOperand(0));
+      if (source != bufferIndex.end() && source->second < index &&
+          buffers[source->second].category == MemoryCategory::Gathered) {
+        buffer.category = MemoryCategory::Gathered;
+        continue;
+      }
+    }
     bool definedInForward = !def || phaseOf.lookup(def) == Phase::Forward;
     Operation *reader = lastBackwardUser[index];
     if (!definedInForward || !reader) {
@@ -441,21 +464,23 @@ void FunctionMemory::computeLiveness() {
     if (buffer.firstPoint <= peakPoint && peakPoint <= buffer.lastPoint)
       atPeak[static_cast<unsigned>(buffer.category)] += buffer.bytes;
 
-  // The most temporary bytes live at once.
-  std::vector<int64_t> temporaryDelta(numPoints + 1, 0);
-  for (const Buffer &buffer : buffers)
-    if (buffer.category == MemoryCategory::Temporaries) {
-      temporaryDelta[buffer.firstPoint] += static_cast<int64_t>(buffer.bytes);
-      temporaryDelta[buffer.lastPoint + 1] -=
-          static_cast<int64_t>(buffer.bytes);
+  // The most temporary (and gathered) bytes live at once.
+  for (MemoryCategory category :
+       {MemoryCategory::Temporaries, MemoryCategory::Gathered}) {
+    std::vector<int64_t> categoryDelta(numPoints + 1, 0);
+    for (const Buffer &buffer : buffers)
+      if (buffer.category == category) {
+        categoryDelta[buffer.firstPoint] += static_cast<int64_t>(buffer.bytes);
+        categoryDelta[buffer.lastPoint + 1] -=
+            static_cast<int64_t>(buffer.bytes);
+      }
+    int64_t live = 0, most = 0;
+    for (unsigned point = 0; point < numPoints; ++point) {
+      live += categoryDelta[point];
+      most = std::max(most, live);
     }
-  int64_t temporaries = 0, maxTemporaries = 0;
-  for (unsigned point = 0; point < numPoints; ++point) {
-    temporaries += temporaryDelta[point];
-    maxTemporaries = std::max(maxTemporaries, temporaries);
+    totals[static_cast<unsigned>(category)] = static_cast<uint64_t>(most);
   }
-  totals[static_cast<unsigned>(MemoryCategory::Temporaries)] =
-      static_cast<uint64_t>(maxTemporaries);
 }
 
 void FunctionMemory::summarize() {
@@ -470,6 +495,7 @@ void FunctionMemory::summarize() {
       break;
     case MemoryCategory::Gradients:
     case MemoryCategory::Temporaries:
+    case MemoryCategory::Gathered:
       break; // Counted in classify() and computeLiveness().
     }
     if (buffer.category != MemoryCategory::Activations || !buffer.layer)
@@ -493,10 +519,15 @@ void FunctionMemory::summarize() {
   for (auto &[index, layer] : byLayer)
     layers.push_back(layer);
 
+  // Parameters: whole tensors, also where a rank keeps a shard of one.
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (func.getArgAttr(i, kParamAttrName))
-      parameters = add(parameters, getNumElements(func.getArgument(i).getType()),
-                       nullptr, "parameters");
+    if (func.getArgAttr(i, kParamAttrName)) {
+      Type type = func.getArgument(i).getType();
+      if (auto full = func.getArgAttrOfType<TypeAttr>(i, kShardOfAttrName))
+        type = full.getValue();
+      parameters = add(parameters, getNumElements(type), nullptr,
+                       "parameters");
+    }
 
   static constexpr StringLiteral kPhaseFlops[] = {
       "forward FLOPs", "backward FLOPs", "optimizer FLOPs"};

@@ -165,6 +165,11 @@ public:
   const RefTensor &get(Value v) override { return values.find(v)->second; }
   void set(Value v, RefTensor t) override { values[v] = std::move(t); }
   LogicalResult exec(Operation *op);
+  /// The micro-batch loop's pieces, which the ranks' lockstep run shares:
+  /// micro-batch `step`'s block arguments, zero sums, the yield added.
+  void bindMicroBatch(AccumulateOp op, int64_t step);
+  std::vector<RefTensor> zeroSums(AccumulateOp op);
+  void addYielded(AccumulateOp op, std::vector<RefTensor> &sums);
 
 private:
   LogicalResult accumulate(AccumulateOp op);
@@ -1020,31 +1025,44 @@ LogicalResult Interpreter::exec(Operation *op) {
       });
 }
 
-LogicalResult Interpreter::accumulate(AccumulateOp op) {
+void Interpreter::bindMicroBatch(AccumulateOp op, int64_t step) {
   Block &body = op.getBody().front();
   int64_t micro = op.getMicroBatchRows();
-  auto yield = cast<YieldOp>(body.getTerminator());
+  for (auto [index, input] : llvm::enumerate(op.getInputs())) {
+    Value arg = body.getArgument(index);
+    set(arg, sliceRows(get(input), step * micro, shapeOf(arg.getType()),
+                       op.getPadding()[index]));
+  }
+  if (op.getIndexed())
+    set(op.getIndexArgument(), RefTensor::ofInts({}, {step}));
+  if (op.getWeighted())
+    set(op.getShareArgument(),
+        RefTensor::ofFloats({}, {static_cast<float>(op.getShare(step))}));
+}
+
+std::vector<RefTensor> Interpreter::zeroSums(AccumulateOp op) {
   std::vector<RefTensor> sums;
   for (Value result : op.getResults())
     sums.push_back(RefTensor::zeros(shapeOf(result.getType())));
+  return sums;
+}
+
+void Interpreter::addYielded(AccumulateOp op, std::vector<RefTensor> &sums) {
+  auto yield = cast<YieldOp>(op.getBody().front().getTerminator());
+  for (auto [sum, value] : llvm::zip(sums, yield.getValues())) {
+    const RefTensor &part = get(value);
+    for (size_t i = 0; i < sum.floats.size(); ++i)
+      sum.floats[i] += part.floats[i];
+  }
+}
+
+LogicalResult Interpreter::accumulate(AccumulateOp op) {
+  std::vector<RefTensor> sums = zeroSums(op);
   for (int64_t step = 0; step < op.getStepsAttr().getInt(); ++step) {
-    for (auto [index, input] : llvm::enumerate(op.getInputs())) {
-      Value arg = body.getArgument(index);
-      set(arg, sliceRows(get(input), step * micro, shapeOf(arg.getType()),
-                         op.getPadding()[index]));
-    }
-    if (op.getIndexed())
-      set(op.getIndexArgument(), RefTensor::ofInts({}, {step}));
-    if (op.getWeighted())
-      set(op.getShareArgument(),
-          RefTensor::ofFloats({}, {static_cast<float>(op.getShare(step))}));
-    if (failed(run(body)))
+    bindMicroBatch(op, step);
+    if (failed(run(op.getBody().front())))
       return failure();
-    for (auto [sum, value] : llvm::zip(sums, yield.getValues())) {
-      const RefTensor &part = get(value);
-      for (size_t i = 0; i < sum.floats.size(); ++i)
-        sum.floats[i] += part.floats[i];
-    }
+    addYielded(op, sums);
   }
   for (auto [result, sum] : llvm::zip(op.getResults(), sums))
     set(result, std::move(sum));
@@ -1237,6 +1255,24 @@ private:
         for (auto [result, value] :
              llvm::zip(op->getResults(), region.getYieldedValues()))
           rank.set(result, rank.get(value));
+      return success();
+    }
+    // A micro-batch loop holding collectives: each micro-batch in lockstep.
+    if (auto loop = dyn_cast<AccumulateOp>(op); loop && holdsCollective(op)) {
+      std::vector<std::vector<RefTensor>> sums;
+      for (Interpreter &rank : ranks)
+        sums.push_back(rank.zeroSums(loop));
+      for (int64_t micro = 0; micro < loop.getStepsAttr().getInt(); ++micro) {
+        for (Interpreter &rank : ranks)
+          rank.bindMicroBatch(loop, micro);
+        if (failed(run(loop.getBody().front())))
+          return failure();
+        for (auto [rank, rankSums] : llvm::zip(ranks, sums))
+          rank.addYielded(loop, rankSums);
+      }
+      for (auto [rank, rankSums] : llvm::zip(ranks, sums))
+        for (auto [result, sum] : llvm::zip(op->getResults(), rankSums))
+          rank.set(result, std::move(sum));
       return success();
     }
     if (holdsCollective(op))

@@ -26,9 +26,12 @@ enum class MemoryCategory : unsigned {
   Gradients,
   Optimizer,
   Activations,
-  Temporaries
+  Temporaries,
+  /// Parameters gathered from the ranks' shards for one op (ZeRO stage 3):
+  /// whole tensors that live from their all-gather to that op's last use.
+  Gathered
 };
-constexpr unsigned kNumMemoryCategories = 5;
+constexpr unsigned kNumMemoryCategories = 6;
 llvm::StringRef stringifyMemoryCategory(MemoryCategory category);
 
 enum class Phase : unsigned { Forward, Backward, Optimizer };
@@ -85,7 +88,7 @@ public:
   const CategoryBytes &getAtPeak() const { return atPeak; }
   /// All weight, gradient (one per parameter, as the optimizer reads them)
   /// and optimizer tensors; all saved activations; the most temporary bytes
-  /// live at once.
+  /// and the most gathered parameter bytes live at once.
   const CategoryBytes &getTotals() const { return totals; }
   ArrayRef<LayerActivations> getLayers() const { return layers; }
   uint64_t getParameters() const { return parameters; }

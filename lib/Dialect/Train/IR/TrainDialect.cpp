@@ -184,6 +184,44 @@ LogicalResult verifyUnique(FunctionOpInterface func, bool results,
   return success();
 }
 
+/// `train.shard_of = T` on a 1-D tensor argument or result of a partitioned
+/// step: a shard of T's elements (same element type) that, times the ranks,
+/// covers all of them.
+LogicalResult verifyShardOf(Operation *op, unsigned index, NamedAttribute attr,
+                            bool results) {
+  auto fail = [&]() {
+    return op->emitOpError()
+           << (results ? "result " : "argument ") << index << ": '"
+           << kShardOfAttrName << "' ";
+  };
+  auto typeAttr = dyn_cast<TypeAttr>(attr.getValue());
+  auto full = typeAttr ? dyn_cast<RankedTensorType>(typeAttr.getValue())
+                       : RankedTensorType();
+  if (!full || !full.hasStaticShape())
+    return fail() << "is the static tensor type the value is a shard of, got "
+                  << attr.getValue();
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (!func)
+    return fail() << "belongs on a function's arguments and results";
+  auto zero = func->getAttrOfType<ZeroAttr>(kZeroAttrName);
+  if (!zero)
+    return fail() << "marks a shard, but the function is not partitioned "
+                     "(no '"
+                  << kZeroAttrName << "')";
+  ArrayRef<Type> types =
+      results ? func.getResultTypes() : func.getArgumentTypes();
+  auto shard = dyn_cast<RankedTensorType>(types[index]);
+  if (!shard || shard.getRank() != 1 || !shard.hasStaticShape() ||
+      shard.getElementType() != full.getElementType())
+    return fail() << "needs a 1-D static tensor of " << full.getElementType()
+                  << ", got " << types[index];
+  if (shard.getNumElements() * zero.getRanks() < full.getNumElements())
+    return fail() << "shards of " << shard.getNumElements() << " elements on "
+                  << zero.getRanks() << " ranks cannot hold the "
+                  << full.getNumElements() << " elements of " << full;
+  return success();
+}
+
 LogicalResult verifyStepAttribute(Operation *op, unsigned index,
                                   NamedAttribute attr, bool results) {
   StringRef name = attr.getName().getValue();
@@ -198,6 +236,8 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
              << attr.getValue();
     return success();
   }
+  if (name == kShardOfAttrName)
+    return verifyShardOf(op, index, attr, results);
   bool known = namesState(name) || name == kLossAttrName ||
                name == kGradNormAttrName || name == kGradAttrName ||
                name == kInitAttrName;

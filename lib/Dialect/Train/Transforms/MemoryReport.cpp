@@ -132,11 +132,45 @@ Parallelism parallelismOf(func::FuncOp func) {
   return p;
 }
 
-llvm::json::Object categoryObject(const CategoryBytes &bytes) {
+/// The zeros train-zero padded the ranks' shards with (arguments marked
+/// train.shard_of): elements and bytes over all ranks together.
+struct Padding {
+  uint64_t elements = 0, bytes = 0;
+};
+Padding paddingOf(func::FuncOp func, int64_t ranks) {
+  Padding padding;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto full = func.getArgAttrOfType<TypeAttr>(i, kShardOfAttrName);
+    auto shard = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+    if (!full || !shard || !shard.hasStaticShape())
+      continue;
+    auto fullType = cast<RankedTensorType>(full.getValue());
+    uint64_t held = mulCount(static_cast<uint64_t>(shard.getNumElements()),
+                             static_cast<uint64_t>(ranks));
+    uint64_t zeros = held - static_cast<uint64_t>(fullType.getNumElements());
+    padding.elements = addCount(padding.elements, zeros);
+    padding.bytes = addCount(
+        padding.bytes,
+        mulCount(zeros, (shard.getElementTypeBitWidth() + 7) / 8));
+  }
+  return padding;
+}
+
+/// Stage 3 gathers parameters: their category shows.
+bool gathers(func::FuncOp func) {
+  auto zero = func->getAttrOfType<ZeroAttr>(kZeroAttrName);
+  return zero && zero.getStage() >= 3;
+}
+
+llvm::json::Object categoryObject(const CategoryBytes &bytes,
+                                  bool withGathered) {
   llvm::json::Object object;
   for (MemoryCategory category : kCategories)
     object[stringifyMemoryCategory(category)] =
         bytes[static_cast<unsigned>(category)];
+  if (withGathered)
+    object[stringifyMemoryCategory(MemoryCategory::Gathered)] =
+        bytes[static_cast<unsigned>(MemoryCategory::Gathered)];
   return object;
 }
 
@@ -160,8 +194,10 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
        llvm::json::Object{{"arena_bytes", plan.getArenaBytes()},
                           {"alignment", plan.getAlignment()},
                           {"algorithm", "greedy-by-size"}}},
-      {"at_peak", categoryObject(memory.getAtPeak())},
-      {"totals", categoryObject(memory.getTotals())},
+      {"at_peak", categoryObject(memory.getAtPeak(),
+                                 gathers(memory.getFunction()))},
+      {"totals", categoryObject(memory.getTotals(),
+                                gathers(memory.getFunction()))},
       {"layers", std::move(layers)},
       {"optimizer_state", [&] {
          llvm::json::Object kinds;
@@ -180,7 +216,15 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
   // Data parallelism, for a step train-zero partitioned (the numbers above
   // are one rank's).
   if (parallelism.zero) {
+    Padding padding = paddingOf(memory.getFunction(), parallelism.ranks);
     llvm::json::Object extra{
+        {"padding",
+         llvm::json::Object{
+             {"elements_all_ranks", padding.elements},
+             {"bytes_all_ranks", padding.bytes},
+             {"bytes_per_rank_mean",
+              static_cast<double>(padding.bytes) /
+                  static_cast<double>(parallelism.ranks)}}},
         {"ranks", parallelism.ranks},
         {"zero_stage", parallelism.zero
                          ? llvm::json::Value(parallelism.zero.getStage())
@@ -219,7 +263,11 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                       plan.getAlignment());
   os << llvm::formatv("  {0,-12} {1,20}   {2,20}\n", "category", "at peak (B)",
                       "totals (B)");
-  for (MemoryCategory category : kCategories) {
+  SmallVector<MemoryCategory> categories(std::begin(kCategories),
+                                         std::end(kCategories));
+  if (gathers(memory.getFunction()))
+    categories.push_back(MemoryCategory::Gathered);
+  for (MemoryCategory category : categories) {
     unsigned i = static_cast<unsigned>(category);
     os << llvm::formatv("  {0,-12} {1,20}   {2,20}\n",
                         stringifyMemoryCategory(category),
@@ -247,6 +295,14 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                         "global batch {2} = {3} per rank x {1} ranks\n",
                         parallelism.zero.getStage(), parallelism.ranks,
                         parallelism.globalBatch(), parallelism.rankBatch);
+    Padding padding = paddingOf(memory.getFunction(), parallelism.ranks);
+    if (parallelism.zero.getStage() >= 1)
+      os << llvm::formatv("  padding    {0} elements, {1} B over all ranks' "
+                          "shards ({2:F1} B per rank; in the categories "
+                          "above)\n",
+                          padding.elements, padding.bytes,
+                          static_cast<double>(padding.bytes) /
+                              static_cast<double>(parallelism.ranks));
     for (auto &[kind, t] : parallelism.traffic)
       os << llvm::formatv("  communication {0,-15} {1,6} ops {2,20} elements "
                           "{3,20} B per rank and step\n",

@@ -52,6 +52,27 @@ Operation *topLevelProducer(func::FuncOp func, Value value) {
   return op;
 }
 
+/// Where a use of a parameter is gathered for (stage 3): the op holding
+/// `user` at the top of the step's body or of a micro-batch loop's body,
+/// so that each micro-batch gathers again instead of keeping the gathered
+/// parameter for the whole loop.
+Operation *gatherScope(func::FuncOp func, Operation *user) {
+  Operation *op = user;
+  while (op->getParentOp() != func.getOperation() &&
+         !isa<AccumulateOp>(op->getParentOp()))
+    op = op->getParentOp();
+  return op;
+}
+
+/// The step's argument that is the parameter named `name` (train.param).
+BlockArgument parameterArgument(func::FuncOp func, StringRef name) {
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (auto param = func.getArgAttrOfType<StringAttr>(i, kParamAttrName))
+      if (param.getValue() == name)
+        return func.getArgument(i);
+  return BlockArgument();
+}
+
 struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   using Base::Base;
 
@@ -115,10 +136,21 @@ void TrainZeroPass::runOnOperation() {
   // One rank is the step as it is.
   if (ranks == 1)
     return;
-  if (stage > 2)
-    return fail(step.getLoc(),
-                "stage " + Twine(static_cast<int64_t>(stage)) +
-                    " is not built yet (stages 0, 1 and 2 are; docs/Zero.md)");
+  // Stage 3 gathers the parameters for each op that reads them; recompute
+  // must be ops of the backward by then, so that it gathers again instead
+  // of keeping the forward's gathered parameters until the backward.
+  if (stage >= 3) {
+    RematOp remat;
+    step.walk([&](RematOp op) {
+      remat = op;
+      return WalkResult::interrupt();
+    });
+    if (remat)
+      return fail(remat.getLoc(),
+                  "stage 3 gathers the parameters again for recompute, but "
+                  "this train.remat region is not materialized: run "
+                  "train-materialize-remat before train-zero");
+  }
   if (stage >= 1)
     for (OptimizerUpdateOpInterface update : updates)
       if (update.getGradient().getDefiningOp<ClipGradNormOp>())
@@ -323,7 +355,34 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     auto type = cast<RankedTensorType>(argument.getType());
     argument.setType(
         RankedTensorType::get({shardElements}, type.getElementType()));
+    step.setArgAttr(argument.getArgNumber(), kShardOfAttrName,
+                    TypeAttr::get(type));
     return Value(argument);
+  };
+
+  // Stage 3: the weights arguments the ranks keep shards of, and the ops
+  // (in the step's body or a micro-batch loop's) that each gathers them
+  // for, in program order.
+  struct Gather {
+    BlockArgument shard;
+    RankedTensorType full;
+    int64_t padded;
+  };
+  llvm::MapVector<Operation *, SmallVector<Gather>> gathersFor;
+  auto shardWeights = [&](BlockArgument weights, Operation *update,
+                          const Partition &part) -> LogicalResult {
+    auto full = cast<RankedTensorType>(weights.getType());
+    for (Operation *user : weights.getUsers()) {
+      if (user == update)
+        continue;
+      SmallVector<Gather> &gathers = gathersFor[gatherScope(step, user)];
+      if (gathers.empty() || gathers.back().shard != weights)
+        gathers.push_back({weights, full, part.padded});
+    }
+    weights.setType(RankedTensorType::get({part.shard}, full.getElementType()));
+    step.setArgAttr(weights.getArgNumber(), kShardOfAttrName,
+                    TypeAttr::get(full));
+    return success();
   };
 
   for (OptimizerUpdateOpInterface update : updates) {
@@ -389,6 +448,17 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       if (failed(sharded))
         return failure();
       paramShard = *sharded;
+    } else if (stage >= 3) {
+      // The rank's shard of the weights is what the step keeps.
+      auto weights = dyn_cast<BlockArgument>(param);
+      if (!weights || weights.getOwner() != &step.front() ||
+          !step.getArgAttr(weights.getArgNumber(), kParamAttrName))
+        return op->emitOpError("train-zero: stage 3 shards the weights, but "
+                               "the parameter this update reads is not a "
+                               "parameter argument of the step");
+      if (failed(shardWeights(weights, op, part)))
+        return failure();
+      paramShard = weights;
     } else {
       Value padded = flattenAndPad(builder, loc, param, part.padded);
       paramShard = shard::AllSliceOp::create(
@@ -428,6 +498,19 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
               tied.getTiedResultOperandIndex(result.getResultNumber()))
         if (*index == *paramOperand)
           newParam = result;
+    if (stage >= 3 && isMaster) {
+      // The 16-bit weights the layers read: a shard per rank, like the
+      // master they are a copy of.
+      auto master = step.getArgAttrOfType<StateAttr>(
+          cast<BlockArgument>(param).getArgNumber(), kOptimizerStateAttrName);
+      BlockArgument weights = parameterArgument(step, master.getParam());
+      if (!weights)
+        return op->emitOpError("train-zero: stage 3 shards the weights of '")
+               << master.getParam()
+               << "', but the step has no parameter argument of that name";
+      if (failed(shardWeights(weights, op, part)))
+        return failure();
+    }
     SmallVector<std::pair<Value, RankedTensorType>> toGather;
     if (isMaster) {
       for (Operation *user : llvm::to_vector(newParam.getUsers()))
@@ -441,6 +524,9 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     } else {
       toGather.push_back({newParam, paramType});
     }
+    // Stage 3 returns the new shards; nothing is gathered after the update.
+    if (stage >= 3)
+      toGather.clear();
     for (auto [shardValue, fullType] : toGather) {
       Operation *after = shardValue.getDefiningOp();
       builder.setInsertionPointAfter(after);
@@ -452,10 +538,60 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     }
   }
 
+  // Stage 3: each op that reads sharded weights gets them gathered just
+  // before it (`prefetch` such ops earlier, in the same body), unpadded and
+  // reshaped; the gathered tensor dies after that op's last use of it. A
+  // layer's forward and its backward are separate ops, so each gathers.
+  llvm::MapVector<Block *, SmallVector<Operation *>> scopesIn;
+  for (auto &entry : gathersFor)
+    scopesIn[entry.first->getBlock()].push_back(entry.first);
+  for (auto &entry : scopesIn) {
+    SmallVector<Operation *> &scopes = entry.second;
+    llvm::sort(scopes, [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
+    for (size_t index = 0; index < scopes.size(); ++index) {
+      Operation *scope = scopes[index];
+      Operation *at =
+          scopes[index >= static_cast<size_t>(prefetch) ? index - prefetch
+                                                        : 0];
+      for (Gather gather : gathersFor[scope]) {
+        builder.setInsertionPoint(at);
+        Location loc = scope->getLoc();
+        auto gathered = shard::AllGatherOp::create(
+            builder, loc,
+            RankedTensorType::get({gather.padded},
+                                  gather.full.getElementType()),
+            gridRef,
+            axes, gather.shard, axis0);
+        Value full = unpadAndReshape(builder, loc, gathered, gather.full);
+        gather.shard.replaceUsesWithIf(full, [&](OpOperand &use) {
+          Operation *user = use.getOwner();
+          return scope == user || scope->isProperAncestor(user);
+        });
+      }
+    }
+  }
+
   // Types follow: region results, then the function's signature.
   retypeRegionResults(step.front());
   auto ret = cast<func::ReturnOp>(step.front().getTerminator());
   step.setFunctionType(FunctionType::get(
       context, step.front().getArgumentTypes(), ret.getOperandTypes()));
+  // A result is the same parameter or state as the argument with the same
+  // marker: it is a shard of the same tensor.
+  llvm::DenseMap<std::pair<StringRef, Attribute>, Attribute> shardOf;
+  constexpr StringLiteral kMarkers[] = {kParamAttrName,
+                                        kOptimizerStateAttrName};
+  for (unsigned a = 0; a < step.getNumArguments(); ++a)
+    if (Attribute full = step.getArgAttr(a, kShardOfAttrName))
+      for (StringRef marker : kMarkers)
+        if (Attribute key = step.getArgAttr(a, marker))
+          shardOf[{marker, key}] = full;
+  for (unsigned i = 0; i < step.getNumResults(); ++i)
+    for (StringRef marker : kMarkers)
+      if (Attribute key = step.getResultAttr(i, marker))
+        if (Attribute full = shardOf.lookup({marker, key}))
+          step.setResultAttr(i, kShardOfAttrName, full);
   return success();
 }

@@ -28,6 +28,16 @@
 // value, not tied to the full gradient's buffer as at stage 1).
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=2 bucket=100" | FileCheck %s --check-prefix=STAGE2
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=2" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT2
+//
+// Stage 3: the weights are shards too (train.shard_of), each gathered right
+// before the op that reads it, again before its backward use, and dead
+// after that op (prefetch=0); prefetch=1 gathers one op (a block, in a
+// model with blocks) ahead. The update writes the new shard; nothing is
+// gathered after it. On 3 ranks the padding (128 -> 129 elements per
+// tensor) shows in the report.
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=3 prefetch=0" | FileCheck %s --check-prefix=STAGE3
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=3" | FileCheck %s --check-prefix=PREFETCH
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=3 stage=3" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT3
 
 // CHECK: shard.grid @dp(shape = 4)
 // CHECK-LABEL: func.func @train_step
@@ -61,8 +71,8 @@
 
 // STAGE1-LABEL: func.func @train_step
 // STAGE1-SAME: %[[W1:[a-z0-9]+]]: tensor<8x16xf32> {train.init = #train.init<normal, std = 2.000000e-02>, train.param = "w1"}
-// STAGE1-SAME: %[[M1:[a-z0-9]+]]: tensor<32xf32> {train.optimizer_state = #train.state<"w1", m>}, %{{.*}}: tensor<32xf32> {train.optimizer_state = #train.state<"w1", v>}
-// STAGE1-SAME: -> (tensor<f32> {train.loss}, tensor<8x16xf32> {train.param = "w1"}, tensor<32xf32> {train.optimizer_state = #train.state<"w1", m>}
+// STAGE1-SAME: %[[M1:[a-z0-9]+]]: tensor<32xf32> {train.optimizer_state = #train.state<"w1", m>, train.shard_of = tensor<8x16xf32>}, %{{.*}}: tensor<32xf32> {train.optimizer_state = #train.state<"w1", v>, train.shard_of = tensor<8x16xf32>}
+// STAGE1-SAME: -> (tensor<f32> {train.loss}, tensor<8x16xf32> {train.param = "w1"}, tensor<32xf32> {train.optimizer_state = #train.state<"w1", m>, train.shard_of = tensor<8x16xf32>}
 // STAGE1-SAME: train.zero = #train.zero<stage = 1, ranks = 4, bucket = 500000000>
 // STAGE1: train.block optimizer
 // STAGE1: %[[FLAT:.*]] = train.reshape %{{.*}} : tensor<8x16xf32> -> tensor<128xf32>
@@ -73,7 +83,7 @@
 // STAGE1-NEXT: %[[ALL:.*]] = shard.all_gather %[[NEW]] on @dp grid_axes = [0] gather_axis = 0 : tensor<32xf32> -> tensor<128xf32>
 // STAGE1-NEXT: train.reshape %[[ALL]] : tensor<128xf32> -> tensor<8x16xf32>
 
-// PADDED: %{{.*}}: tensor<43xf32> {train.optimizer_state = #train.state<"w1", m>}
+// PADDED: %{{.*}}: tensor<43xf32> {train.optimizer_state = #train.state<"w1", m>, train.shard_of = tensor<8x16xf32>}
 // PADDED: %[[FLAT:.*]] = train.reshape %{{.*}} : tensor<8x16xf32> -> tensor<128xf32>
 // PADDED-NEXT: %[[PAD:.*]] = train.slice_rows %[[FLAT]] {offset = 0 : i64} : tensor<128xf32> -> tensor<129xf32>
 // PADDED-NEXT: shard.reduce_scatter %[[PAD]] {{.*}} : tensor<129xf32> -> tensor<43xf32>
@@ -105,6 +115,53 @@
 // REPORT2: gradients {{ *[0-9]+ *}} 256
 // REPORT2: communication all_gather           2 ops                  192 elements                  768 B per rank and step
 // REPORT2: communication reduce_scatter       2 ops                  192 elements                  768 B per rank and step
+
+// STAGE3-LABEL: func.func @train_step
+// STAGE3-SAME: %[[W1:[a-z0-9]+]]: tensor<32xf32> {train.init = #train.init<normal, std = 2.000000e-02>, train.param = "w1", train.shard_of = tensor<8x16xf32>}
+// STAGE3-SAME: %[[W2:[a-z0-9]+]]: tensor<32xf32> {train.init = #train.init<normal, std = 2.000000e-02>, train.param = "w2", train.shard_of = tensor<16x8xf32>}
+// STAGE3-SAME: -> (tensor<f32> {train.loss}, tensor<32xf32> {train.param = "w1", train.shard_of = tensor<8x16xf32>}
+// STAGE3-SAME: train.zero = #train.zero<stage = 3, ranks = 4, bucket = 500000000>
+// STAGE3-NEXT: %[[A1:.*]] = shard.all_gather %[[W1]] on @dp grid_axes = [0] gather_axis = 0 : tensor<32xf32> -> tensor<128xf32>
+// STAGE3-NEXT: %[[F1:.*]] = train.reshape %[[A1]] : tensor<128xf32> -> tensor<8x16xf32>
+// STAGE3-NEXT: train.matmul %{{.*}}, %[[F1]] : tensor<4x8xf32>, tensor<8x16xf32> -> tensor<4x16xf32>
+// STAGE3-NEXT: train.gelu
+// STAGE3-NEXT: %[[A2:.*]] = shard.all_gather %[[W2]] on @dp grid_axes = [0] gather_axis = 0 : tensor<32xf32> -> tensor<128xf32>
+// STAGE3-NEXT: %[[F2:.*]] = train.reshape %[[A2]] : tensor<128xf32> -> tensor<16x8xf32>
+// STAGE3-NEXT: train.matmul %{{.*}}, %[[F2]] : tensor<4x16xf32>, tensor<16x8xf32> -> tensor<4x8xf32>
+// STAGE3: train.cross_entropy_grad
+// STAGE3-NEXT: %[[B2:.*]] = shard.all_gather %[[W2]] on @dp
+// STAGE3-NEXT: %[[G2:.*]] = train.reshape %[[B2]] : tensor<128xf32> -> tensor<16x8xf32>
+// STAGE3-NEXT: train.matmul %{{.*}}, %[[G2]] {transpose_rhs}
+// STAGE3: train.gelu_grad
+// STAGE3-NEXT: %[[B1:.*]] = shard.all_gather %[[W1]] on @dp
+// STAGE3-NEXT: %[[G1:.*]] = train.reshape %[[B1]] : tensor<128xf32> -> tensor<8x16xf32>
+// STAGE3-NEXT: train.matmul %{{.*}}, %[[G1]] {transpose_rhs}
+// STAGE3-NOT: shard.all_gather
+// STAGE3: shard.reduce_scatter
+// STAGE3: train.block optimizer
+// STAGE3: train.adamw %[[W1]], %{{.*}} : tensor<32xf32>
+// STAGE3-NOT: shard.all_gather
+// STAGE3: return
+
+// PREFETCH-LABEL: func.func @train_step
+// PREFETCH-NEXT: shard.all_gather %{{.*}} : tensor<32xf32> -> tensor<128xf32>
+// PREFETCH-NEXT: train.reshape {{.*}} -> tensor<8x16xf32>
+// PREFETCH-NEXT: shard.all_gather %{{.*}} : tensor<32xf32> -> tensor<128xf32>
+// PREFETCH-NEXT: train.reshape {{.*}} -> tensor<16x8xf32>
+// PREFETCH-NEXT: train.matmul
+// PREFETCH-NEXT: train.gelu
+// PREFETCH-NEXT: shard.all_gather
+// PREFETCH-NEXT: train.reshape {{.*}} -> tensor<16x8xf32>
+// PREFETCH-NEXT: train.matmul
+
+// The gathered weights have their own line: at most both tensors (the
+// prefetch) unpadded, 2 x 512 B, and one padded as gathered, 516 B. Each
+// 128-element tensor is held as 43-element shards on 3 ranks, one zero of
+// padding per tensor: 2 weights + 4 states = 6 elements, 24 B.
+// REPORT3: gathered {{ *[0-9]+ *}} 1540
+// REPORT3: zero       stage 3, 3 ranks
+// REPORT3: padding    6 elements, 24 B over all ranks' shards (8.0 B per rank; in the categories above)
+// REPORT3: communication all_gather           4 ops                  344 elements                 1376 B per rank and step
 
 func.func @forward(%x: tensor<4x8xf32> {train.input = "activations"}, %tokens: tensor<2x2xi32> {train.input = "tokens"}, %w1: tensor<8x16xf32> {train.param = "w1", train.init = #train.init<normal, std = 0.02>}, %w2: tensor<16x8xf32> {train.param = "w2", train.init = #train.init<normal, std = 0.02>}, %t: tensor<4xi32> {train.input = "targets"}) -> tensor<f32> {
   %h = train.matmul %x, %w1 : tensor<4x8xf32>, tensor<8x16xf32> -> tensor<4x16xf32>

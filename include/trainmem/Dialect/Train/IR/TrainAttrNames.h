@@ -44,6 +44,11 @@ constexpr llvm::StringLiteral kZeroAttrName = "train.zero";
 /// On a collective train-zero inserted: the gradient bucket it reduces
 /// (i64, in the order the backward fills them).
 constexpr llvm::StringLiteral kBucketAttrName = "train.bucket";
+/// On an argument or result of a step train-zero partitioned: the value is
+/// one rank's shard of a tensor of this type (a TypeAttr), flattened and
+/// padded with zeros to ranks x shard elements; rank r holds elements
+/// [r * shard, (r + 1) * shard) of it.
+constexpr llvm::StringLiteral kShardOfAttrName = "train.shard_of";
 /// On a shard.reduce_scatter: the rank's shard stays in place, at the start
 /// of the reduced buffer (ZeRO stage 1 keeps the full gradients).
 constexpr llvm::StringLiteral kInPlaceAttrName = "train.in_place";

@@ -1112,3 +1112,31 @@ func.func @plan_offset_on_result(%a: tensor<4xf32>) -> (tensor<4xf32> {train.off
 func.func @zero_not_an_attr(%a: tensor<4xf32>) -> tensor<4xf32> attributes {train.zero = 3} {
   return %a : tensor<4xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'train.shard_of' is the static tensor type the value is a shard of, got 3 : i64}}
+func.func @shard_of_not_a_type(%a: tensor<4xf32> {train.shard_of = 3}) -> tensor<4xf32> attributes {train.zero = #train.zero<stage = 3, ranks = 2, bucket = 100>} {
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'train.shard_of' marks a shard, but the function is not partitioned (no 'train.zero')}}
+func.func @shard_of_unpartitioned(%a: tensor<4xf32> {train.shard_of = tensor<8xf32>}) -> tensor<4xf32> {
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op result 0: 'train.shard_of' needs a 1-D static tensor of 'f32', got 'tensor<2x2xf32>'}}
+func.func @shard_of_not_flat(%a: tensor<2x2xf32>) -> (tensor<2x2xf32> {train.shard_of = tensor<8xf32>}) attributes {train.zero = #train.zero<stage = 3, ranks = 2, bucket = 100>} {
+  return %a : tensor<2x2xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'train.shard_of' shards of 3 elements on 2 ranks cannot hold the 8 elements of 'tensor<8xf32>'}}
+func.func @shard_of_too_small(%a: tensor<3xf32> {train.shard_of = tensor<8xf32>}) -> tensor<3xf32> attributes {train.zero = #train.zero<stage = 3, ranks = 2, bucket = 100>} {
+  return %a : tensor<3xf32>
+}

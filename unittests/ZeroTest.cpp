@@ -131,9 +131,8 @@ protected:
 
   void check(int64_t stage, StringRef before = "", StringRef options = "") {
     OwningOpRef<ModuleOp> wholeModule, zeroModule;
-    func::FuncOp whole = step(kRanks * kRankBatch, "train-autodiff{lr=1e-2}",
-                              wholeModule);
-    std::string zero = "train-autodiff{lr=1e-2}," + before.str() +
+    func::FuncOp whole = step(kRanks * kRankBatch, autodiff, wholeModule);
+    std::string zero = autodiff + "," + before.str() +
                        "train-zero{ranks=" +
                        std::to_string(kRanks) +
                        " stage=" + std::to_string(stage) + " " +
@@ -162,7 +161,7 @@ protected:
     // Every result of the whole step by its marker; the ranks' alike: the
     // same tensor on every rank, or (train.shard_of) the ranks' shards of
     // the flattened, zero-padded tensor.
-    unsigned weights = 0, states = 0, sharded = 0;
+    unsigned weights = 0, states = 0, sharded = 0, norms = 0;
     for (unsigned i = 1; i < whole.getNumResults(); ++i) {
       const RefTensor &want = (*reference)[i];
       std::string what;
@@ -174,6 +173,10 @@ protected:
                      i, kOptimizerStateAttrName)) {
         what = "state " + state.getKey();
         ++states;
+      } else if (whole.getResultAttr(i, kGradNormAttrName)) {
+        // The global gradient norm, the same on every rank.
+        what = "gradient norm";
+        ++norms;
       } else {
         continue;
       }
@@ -200,9 +203,12 @@ protected:
                                    : states + weights);
     EXPECT_GT(weights, 0u);
     EXPECT_EQ(states, 2 * weights);
+    EXPECT_EQ(norms, autodiff.find("clip-norm") != std::string::npos ? 1u : 0u);
   }
 
   MLIRContext context;
+  /// How the whole and the partitioned step are differentiated.
+  std::string autodiff = "train-autodiff{lr=1e-2}";
 };
 
 TEST_F(ZeroTest, Stage0RanksTrainAsOneOnTheBatch) { check(0); }
@@ -231,6 +237,21 @@ TEST_F(ZeroTest, Stage3WithAccumulation) {
 TEST_F(ZeroTest, Stage3WithUnrolledAccumulationAndRemat) {
   check(3, "train-remat{policy=selective},train-materialize-remat,"
            "train-grad-accum{steps=2},train-unroll-accum,");
+}
+
+// Clipping by the global norm of the ranks' gradient shards (an all-reduce
+// of their squared norms); a max_norm small enough that it clips.
+TEST_F(ZeroTest, Stage1ClipsByTheGlobalNorm) {
+  autodiff = "train-autodiff{lr=1e-2 clip-norm=1e-3}";
+  check(1);
+}
+TEST_F(ZeroTest, Stage2ClipsByTheGlobalNorm) {
+  autodiff = "train-autodiff{lr=1e-2 clip-norm=1e-3}";
+  check(2, "", "bucket=64");
+}
+TEST_F(ZeroTest, Stage3ClipsByTheGlobalNorm) {
+  autodiff = "train-autodiff{lr=1e-2 clip-norm=1e-3}";
+  check(3, "train-grad-accum{steps=2},");
 }
 
 // Rematerialized layers change nothing in what the ranks compute.

@@ -711,11 +711,20 @@ void Interpreter::sgd(SGDOp op) {
     set(op.getNewMomentumBuffer(), std::move(nb));
 }
 
-void Interpreter::clip(ClipGradNormOp op) {
+/// Σ ||v||² over `values`' elements, in double.
+static double sumOfSquares(EvaluationState &state, ValueRange values) {
   double sumSquares = 0.0;
-  for (Value grad : op.getGrads())
-    for (float v : get(grad).floats)
+  for (Value value : values)
+    for (float v : state.get(value).floats)
       sumSquares += static_cast<double>(v) * v;
+  return sumSquares;
+}
+
+void Interpreter::clip(ClipGradNormOp op) {
+  // The ranks' summed squared norms, or those of the operands.
+  double sumSquares = op.getSquaredNorm()
+                          ? get(op.getSquaredNorm()).floats[0]
+                          : sumOfSquares(*this, op.getGrads());
   double norm = std::sqrt(sumSquares);
   double scale = std::min(1.0, op.getMaxNorm().convertToDouble() /
                                    (norm + 1e-6));
@@ -987,6 +996,12 @@ LogicalResult Interpreter::exec(Operation *op) {
       })
       .Case<ClipGradNormOp>([&](auto o) {
         clip(o);
+        return success();
+      })
+      .Case<SquaredNormOp>([&](auto o) {
+        set(o.getResult(),
+            RefTensor::ofFloats({}, {static_cast<float>(
+                                        sumOfSquares(*this, o.getInputs()))}));
         return success();
       })
       .Case<LRScheduleOp>([&](auto o) {

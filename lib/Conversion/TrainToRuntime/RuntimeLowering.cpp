@@ -202,15 +202,28 @@ static LogicalResult lowerConstant(arith::ConstantOp op, RuntimeCallBuilder &b) 
 static LogicalResult lowerClip(ClipGradNormOp op, RuntimeCallBuilder &b) {
   if (failed(b.requireContiguous(op)))
     return failure();
-  b.emit(rt::clip_begin{}, op.getLoc());
-  for (Value grad : op.getGrads())
-    b.emit(rt::clip_accumulate{.grad = b.offset(grad), .n = b.elements(grad)}, op.getLoc());
+  if (Value squared = op.getSquaredNorm()) {
+    b.emit(rt::clip_load_sum{.sum = b.offset(squared)}, op.getLoc());
+  } else {
+    b.emit(rt::clip_begin{}, op.getLoc());
+    for (Value grad : op.getGrads())
+      b.emit(rt::clip_accumulate{.grad = b.offset(grad), .n = b.elements(grad)}, op.getLoc());
+  }
   b.emit(rt::clip_finish{.norm = b.offset(op.getNorm()), .max_norm = op.getMaxNorm().convertToDouble()}, op.getLoc());
   for (auto [grad, clipped] : llvm::zip(op.getGrads(), op.getClipped()))
     b.emit(rt::clip_apply{.grad = b.offset(grad), .out = b.offset(clipped), .n = b.elements(grad)}, op.getLoc());
   return success();
 }
 
+static LogicalResult lowerSquaredNorm(SquaredNormOp op, RuntimeCallBuilder &b) {
+  if (failed(b.requireContiguous(op)))
+    return failure();
+  b.emit(rt::clip_begin{}, op.getLoc());
+  for (Value input : op.getInputs())
+    b.emit(rt::clip_accumulate{.grad = b.offset(input), .n = b.elements(input)}, op.getLoc());
+  b.emit(rt::clip_store_sum{.out = b.offset(op.getResult())}, op.getLoc());
+  return success();
+}
 
 static LogicalResult lowerEmbedding(EmbeddingOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::embedding{.table = b.offset(o.getTable()), .ids = b.offset(o.getIds()), .out = b.offset(o.getResult()), .num_ids = b.elements(o.getIds()), .hidden = b.lastDim(o.getTable()), .vocab = b.shape(o.getTable())[0], .id_bits = b.idBits(o.getIds())});
@@ -422,6 +435,7 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<RopeOp, lowerRope>(ctx);
     attach<TransposeOp, lowerTranspose>(ctx);
     attach<ClipGradNormOp, lowerClip>(ctx);
+    attach<SquaredNormOp, lowerSquaredNorm>(ctx);
   });
   registry.addExtension(+[](MLIRContext *ctx, arith::ArithDialect *) {
     attach<arith::ConstantOp, lowerConstant>(ctx);

@@ -218,6 +218,12 @@ void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
  * finish (writes the norm), then scale each gradient. */
 void tmrt_clip_begin(tmrt_context *ctx);
 void tmrt_clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n);
+/// The sum of squares accumulated since tmrt_clip_begin, as f32 at `out`
+/// (train.squared_norm).
+void tmrt_clip_store_sum(tmrt_context *ctx, int64_t out);
+/// Takes the sum of squares from the f32 at `sum` instead (the ranks'
+/// summed squared norms, train.clip_grad_norm ... squared_norm(...)).
+void tmrt_clip_load_sum(tmrt_context *ctx, int64_t sum);
 void tmrt_clip_finish(tmrt_context *ctx, int64_t norm, double max_norm);
 void tmrt_clip_apply(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n);
 void tmrt_lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,

@@ -936,6 +936,15 @@ void clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
   ctx->clipSumSquares += sum;
 }
 
+void clip_store_sum(tmrt_context *ctx, int64_t out) {
+  *ctx->at<float>(out) = static_cast<float>(ctx->clipSumSquares);
+  ctx->touch(out, 4);
+}
+
+void clip_load_sum(tmrt_context *ctx, int64_t sum) {
+  ctx->clipSumSquares = static_cast<double>(*ctx->at<float>(sum));
+}
+
 void clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
   double value = std::sqrt(ctx->clipSumSquares);
   ctx->clipScale = std::min(1.0, max_norm / (value + 1e-6));

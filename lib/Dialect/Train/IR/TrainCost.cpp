@@ -107,6 +107,12 @@ uint64_t ClipGradNormOp::getFlops() {
     total = addCount(total, mulCount(3, elems(grad))); // square-sum, scale
   return total;
 }
+uint64_t SquaredNormOp::getFlops() {
+  uint64_t total = 0;
+  for (Value input : getInputs())
+    total = addCount(total, mulCount(2, elems(input))); // square, add
+  return total;
+}
 uint64_t LRScheduleOp::getFlops() { return 8; }
 // Block absmax (1), scale (1), binary search over 256 entries (8).
 uint64_t QuantizeOp::getFlops() { return mulCount(10, elems(getInput())); }

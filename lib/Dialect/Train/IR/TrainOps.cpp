@@ -744,6 +744,12 @@ LogicalResult ClipGradNormOp::verify() {
   return success();
 }
 
+LogicalResult SquaredNormOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one tensor to take the norm of");
+  return success();
+}
+
 /// A block size that is a power of two, and absmax with one entry per
 /// block of `elements`.
 static LogicalResult verifyBlocks(Operation *op, int64_t block,

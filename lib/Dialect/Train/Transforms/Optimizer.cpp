@@ -259,7 +259,7 @@ LogicalResult mlir::train::addOptimizer(func::FuncOp func,
     for (Value grad : paramGrads)
       types.push_back(grad.getType());
     auto clip = ClipGradNormOp::create(builder, loc, types, f32Scalar,
-                                       paramGrads,
+                                       paramGrads, /*squared_norm=*/Value(),
                                        builder.getF64FloatAttr(o.clipNorm));
     paramGrads.assign(clip.getClipped().begin(), clip.getClipped().end());
     norm = clip.getNorm();

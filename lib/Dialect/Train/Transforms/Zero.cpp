@@ -151,16 +151,6 @@ void TrainZeroPass::runOnOperation() {
                   "this train.remat region is not materialized: run "
                   "train-materialize-remat before train-zero");
   }
-  if (stage >= 1)
-    for (OptimizerUpdateOpInterface update : updates)
-      if (update.getGradient().getDefiningOp<ClipGradNormOp>())
-        return fail(update.getLoc(),
-                    "stage " + Twine(static_cast<int64_t>(stage)) +
-                        " with gradient clipping needs the global norm of "
-                        "the sharded gradients (an all-reduce of their "
-                        "squared norms), which is not built yet: use "
-                        "stage=0, or no clip-norm (docs/Zero.md)");
-
   // The process grid: one axis of `ranks` data-parallel processes.
   OpBuilder builder(module.getBodyRegion());
   builder.setInsertionPointToStart(module.getBody());
@@ -342,6 +332,23 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
   // Where the next reduce-scatter of a bucket goes (after the previous one).
   llvm::DenseMap<Operation *, Operation *> lastPlaced;
 
+  // Clipping: the updates read clipped gradients; the ranks reduce-scatter
+  // the raw ones and clip their shards by the global norm (below).
+  ClipGradNormOp clip;
+  for (OptimizerUpdateOpInterface update : updates)
+    if (auto reads = update.getGradient().getDefiningOp<ClipGradNormOp>()) {
+      if (clip && reads != clip)
+        return reads.emitOpError("train-zero: the updates clip their "
+                                 "gradients in more than one "
+                                 "train.clip_grad_norm; one global norm is "
+                                 "supported");
+      clip = reads;
+    }
+  if (clip && clip.getSquaredNorm())
+    return clip.emitOpError("train-zero: this clip takes its norm from "
+                            "ranks already");
+  llvm::DenseMap<Value, Value> shardOfGradient;
+
   // A state tensor is an argument of the step that only its update reads:
   // it becomes the rank's shard.
   auto shardArgument = [&](Value value, Operation *update,
@@ -395,7 +402,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
         if (auto block = op->getAttrOfType<IntegerAttr>("block"))
           granule = block.getInt();
     Value param = update.getUpdatedParam();
-    Value grad = update.getGradient();
+    Value grad = clip ? rawGradient(update) : update.getGradient();
     auto paramType = cast<RankedTensorType>(param.getType());
     Partition part = partition(paramType, n, granule);
     auto shardType = [&](Type element, int64_t elements) {
@@ -411,7 +418,8 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       Operation *&previous = lastPlaced[early->first];
       builder.setInsertionPointAfter(previous ? previous : early->first);
     } else {
-      builder.setInsertionPoint(op);
+      // Before the update, or before the clip that reads all of them.
+      builder.setInsertionPoint(clip ? clip.getOperation() : op);
     }
     Value paddedGrad = flattenAndPad(builder, loc, grad, part.padded);
     auto gradShard = shard::ReduceScatterOp::create(
@@ -480,6 +488,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
         return failure();
     }
     op->setOperand(*paramOperand, paramShard);
+    shardOfGradient[grad] = gradShard;
     for (OpOperand &operand : op->getOpOperands())
       if (operand.get() == grad)
         operand.set(gradShard);
@@ -536,6 +545,37 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       Value full = unpadAndReshape(builder, loc, gathered, fullType);
       shardValue.replaceAllUsesExcept(full, gathered);
     }
+  }
+
+  // The global norm of sharded gradients: each rank's squared norm of its
+  // shards (zeros of padding add nothing), summed over the ranks; every
+  // rank clips its shards by it.
+  if (clip) {
+    builder.setInsertionPoint(clip);
+    Location loc = clip.getLoc();
+    SmallVector<Value> shards;
+    SmallVector<Type> shardTypes;
+    for (Value gradient : clip.getGrads()) {
+      Value gradShard = shardOfGradient.lookup(gradient);
+      if (!gradShard)
+        return clip.emitOpError("train-zero: clips a gradient no optimizer "
+                                "update reads");
+      shards.push_back(gradShard);
+      shardTypes.push_back(gradShard.getType());
+    }
+    auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
+    auto local = SquaredNormOp::create(builder, loc, f32Scalar, shards);
+    auto global = shard::AllReduceOp::create(
+        builder, loc, local.getResult(), grid.getValue(),
+        ArrayRef<shard::GridAxis>{0}, shard::ReductionKind::Sum);
+    auto sharded = ClipGradNormOp::create(builder, loc, shardTypes, f32Scalar,
+                                          shards, global.getResult(),
+                                          clip.getMaxNormAttr());
+    for (auto [old, clipped] :
+         llvm::zip(clip.getClipped(), sharded.getClipped()))
+      old.replaceAllUsesWith(clipped);
+    clip.getNorm().replaceAllUsesWith(sharded.getNorm());
+    clip.erase();
   }
 
   // Stage 3: each op that reads sharded weights gets them gathered just

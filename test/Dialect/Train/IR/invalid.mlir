@@ -1140,3 +1140,11 @@ func.func @shard_of_not_flat(%a: tensor<2x2xf32>) -> (tensor<2x2xf32> {train.sha
 func.func @shard_of_too_small(%a: tensor<3xf32> {train.shard_of = tensor<8xf32>}) -> tensor<3xf32> attributes {train.zero = #train.zero<stage = 3, ranks = 2, bucket = 100>} {
   return %a : tensor<3xf32>
 }
+
+// -----
+
+func.func @squared_norm_of_nothing() -> tensor<f32> {
+  // expected-error @+1 {{'train.squared_norm' op needs at least one tensor to take the norm of}}
+  %s = "train.squared_norm"() : () -> tensor<f32>
+  return %s : tensor<f32>
+}

@@ -910,24 +910,53 @@ def Train_SGD8bitOp : Train_ComputeOp<"sgd_8bit", [
 }
 
 def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm", [
+    AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Train_TiedOpInterface>]> {
   let summary = "scales gradients so their global L2 norm is at most max_norm";
   let description = [{
     Computes `norm = sqrt(Σ ||g_i||²)` over all operands and returns each
     gradient times `min(1, max_norm / (norm + 1e-6))`, followed by `norm`.
 
+    With `squared_norm(%s)`, the squared global norm is `%s` instead: the
+    gradients are one rank's shards (ZeRO stages 1-3), and `%s` is the sum
+    of every rank's `train.squared_norm` of its shards (a `shard.all_reduce`
+    of them), so that every rank clips by the same global norm.
+
     ```mlir
     %g0c, %g1c, %norm = train.clip_grad_norm %g0, %g1 {max_norm = 1.0 : f64}
         : (tensor<768xf32>, tensor<768x768xf32>)
        -> (tensor<768xf32>, tensor<768x768xf32>, tensor<f32>)
+    %s0c, %n = train.clip_grad_norm %s0 squared_norm(%all) {max_norm = 1.0 : f64}
+        : (tensor<192xf32>, tensor<f32>) -> (tensor<192xf32>, tensor<f32>)
     ```
   }];
-  let arguments = (ins Variadic<Train_FloatTensor>:$grads, F64Attr:$max_norm);
+  let arguments = (ins Variadic<Train_FloatTensor>:$grads,
+                       Optional<Train_F32Scalar>:$squared_norm,
+                       F64Attr:$max_norm);
   let results = (outs Variadic<Train_FloatTensor>:$clipped,
                       Train_F32Scalar:$norm);
   let assemblyFormat = [{
-    $grads attr-dict `:` functional-type(operands, results)
+    $grads (`squared_norm` `(` $squared_norm^ `)`)? attr-dict `:`
+    functional-type(operands, results)
   }];
+  let hasVerifier = 1;
+}
+
+def Train_SquaredNormOp : Train_ComputeOp<"squared_norm"> {
+  let summary = "the sum of the squares of every element of its operands";
+  let description = [{
+    `Σ_i ||g_i||²` over all operands (summed in double, rounded to f32 once):
+    one rank's part of the squared global gradient norm when the gradients
+    are sharded (ZeRO), which a `shard.all_reduce` (sum) completes for
+    `train.clip_grad_norm ... squared_norm(...)`.
+
+    ```mlir
+    %s = train.squared_norm %g0, %g1 : tensor<192xf32>, tensor<64xf32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Variadic<Train_FloatTensor>:$inputs);
+  let results = (outs Train_F32Scalar:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
   let hasVerifier = 1;
 }
 

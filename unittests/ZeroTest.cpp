@@ -129,14 +129,15 @@ protected:
     EXPECT_LE(worst, 1e-6 * scale) << what;
   }
 
-  void check(int64_t stage, StringRef before = "", StringRef options = "") {
+  void check(int64_t stage, StringRef before = "", StringRef options = "",
+             StringRef after = "") {
     OwningOpRef<ModuleOp> wholeModule, zeroModule;
     func::FuncOp whole = step(kRanks * kRankBatch, autodiff, wholeModule);
     std::string zero = autodiff + "," + before.str() +
                        "train-zero{ranks=" +
                        std::to_string(kRanks) +
                        " stage=" + std::to_string(stage) + " " +
-                       options.str() + "}";
+                       options.str() + "}" + after.str();
     func::FuncOp parted = step(kRankBatch, zero, zeroModule);
     ASSERT_TRUE(whole && parted);
     ASSERT_TRUE(parted->hasAttr(kZeroAttrName));
@@ -227,6 +228,20 @@ TEST_F(ZeroTest, Stage1WithUnrolledAccumulation) {
 TEST_F(ZeroTest, Stage2RanksTrainAsOneOnTheBatch) { check(2); }
 TEST_F(ZeroTest, Stage2WithSmallBuckets) { check(2, "", "bucket=64"); }
 
+// Stage 2 under accumulation: each micro-batch's gradients reduce-scattered
+// inside the loop into f32 shards (the default), also when the loop is
+// unrolled after train-zero; or the full gradients accumulated and
+// reduce-scattered once.
+TEST_F(ZeroTest, Stage2ReduceScattersEachMicroBatch) {
+  check(2, "train-grad-accum{steps=2},", "bucket=64");
+}
+TEST_F(ZeroTest, Stage2ReduceScattersEachMicroBatchUnrolled) {
+  check(2, "train-grad-accum{steps=2},", "", ",train-unroll-accum");
+}
+TEST_F(ZeroTest, Stage2AccumulatesFullGradients) {
+  check(2, "train-grad-accum{steps=2},", "accumulate=full");
+}
+
 // Stage 3: the weights sharded too, gathered before each op that reads
 // them (the default prefetch of one, and none).
 TEST_F(ZeroTest, Stage3RanksTrainAsOneOnTheBatch) { check(3); }
@@ -235,8 +250,16 @@ TEST_F(ZeroTest, Stage3WithAccumulation) {
   check(3, "train-grad-accum{steps=2},");
 }
 TEST_F(ZeroTest, Stage3WithUnrolledAccumulationAndRemat) {
-  check(3, "train-remat{policy=selective},train-materialize-remat,"
-           "train-grad-accum{steps=2},train-unroll-accum,");
+  check(3,
+        "train-remat{policy=selective},train-materialize-remat,"
+        "train-grad-accum{steps=2},",
+        "", ",train-unroll-accum");
+}
+TEST_F(ZeroTest, Stage3AfterUnrollingAccumulatesFullGradients) {
+  check(3,
+        "train-remat{policy=full},train-materialize-remat,"
+        "train-grad-accum{steps=2},train-unroll-accum,",
+        "accumulate=full");
 }
 
 // Clipping by the global norm of the ranks' gradient shards (an all-reduce

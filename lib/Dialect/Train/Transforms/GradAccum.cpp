@@ -516,10 +516,13 @@ struct TrainUnrollAccumPass
         Type f32Type = loop.getResult(index).getType();
         if (part.getType() != f32Type)
           part = CastOp::create(builder, loop.getLoc(), f32Type, part);
-        sums[index] = sums[index]
-                          ? Value(AddOp::create(builder, loop.getLoc(),
-                                                sums[index], part))
-                          : part;
+        if (sums[index]) {
+          auto sum = AddOp::create(builder, loop.getLoc(), sums[index], part);
+          sum->setAttr(kMicroBatchSumAttrName, builder.getUnitAttr());
+          sums[index] = sum;
+        } else {
+          sums[index] = part;
+        }
       }
     }
     if (outer) {

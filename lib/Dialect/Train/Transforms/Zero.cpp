@@ -349,6 +349,130 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
                             "ranks already");
   llvm::DenseMap<Value, Value> shardOfGradient;
 
+  // 8-bit state is sharded by whole blocks.
+  auto partitionFor = [&](OptimizerUpdateOpInterface update) {
+    Operation *op = update.getOperation();
+    int64_t granule = 1;
+    for (const OptimizerStateUse &use : update.getStateUses())
+      if (use.part != StatePart::value)
+        if (auto block = op->getAttrOfType<IntegerAttr>("block"))
+          granule = block.getInt();
+    auto type = cast<RankedTensorType>(update.getUpdatedParam().getType());
+    return std::make_pair(partition(type, n, granule), granule);
+  };
+
+  // Stages 2-3 under a micro-batch loop (accumulate=micro-batch): each
+  // micro-batch's gradient is reduce-scattered inside the loop, in buckets
+  // in the order the body's backward produces them, and the loop sums the
+  // shards in f32. Gradients summed by an unrolled loop cannot be: their
+  // micro-batches are gone by now.
+  llvm::DenseSet<Value> scatteredInLoop;
+  if (stage >= 2 && accumulate == ZeroAccumulate::microBatch) {
+    struct InLoop {
+      unsigned yieldIndex;
+      Partition part;
+    };
+    llvm::MapVector<AccumulateOp, SmallVector<InLoop>> perLoop;
+    for (OptimizerUpdateOpInterface update : updates) {
+      Value raw = rawGradient(update);
+      auto isUnrolledSum = [](Value value) {
+        Operation *def = value.getDefiningOp();
+        return def && def->hasAttr(kMicroBatchSumAttrName);
+      };
+      auto loop = raw.getDefiningOp<AccumulateOp>();
+      Value yielded =
+          loop ? loop.getBody().front().getTerminator()->getOperand(
+                     cast<OpResult>(raw).getResultNumber())
+               : Value();
+      if (isUnrolledSum(raw) || (yielded && isUnrolledSum(yielded)))
+        return update.emitOpError("train-zero: stage ")
+               << static_cast<int64_t>(stage)
+               << " reduce-scatters each micro-batch's gradients "
+                  "(accumulate=micro-batch), but this gradient is the sum of "
+                  "an unrolled micro-batch loop: run train-zero before "
+                  "train-unroll-accum, or use accumulate=full to reduce the "
+                  "sum once";
+      if (!loop || loop->getParentOp() != step.getOperation())
+        continue;
+      perLoop[loop].push_back({cast<OpResult>(raw).getResultNumber(),
+                               partitionFor(update).first});
+      scatteredInLoop.insert(raw);
+    }
+    for (auto &[loop, gradients] : perLoop) {
+      Block &body = loop.getBody().front();
+      Operation *yield = body.getTerminator();
+      llvm::DenseMap<Operation *, unsigned> position;
+      for (Operation &inner : body)
+        position[&inner] = position.size();
+      // The op at the top of the body that produces `value`.
+      auto producerInBody = [&](Value value) -> Operation * {
+        Operation *def = value.getDefiningOp();
+        while (def && def->getBlock() != &body)
+          def = def->getParentOp();
+        return def;
+      };
+      SmallVector<std::tuple<unsigned, unsigned, InLoop>> produced;
+      for (auto [order, gradient] : llvm::enumerate(gradients)) {
+        Operation *producer =
+            producerInBody(yield->getOperand(gradient.yieldIndex));
+        if (!producer)
+          return loop.emitOpError("train-zero: a micro-batch's gradient is "
+                                  "not computed in the loop's body");
+        produced.push_back({position[producer], static_cast<unsigned>(order),
+                            gradient});
+      }
+      llvm::sort(produced, [](const auto &a, const auto &b) {
+        return std::make_pair(std::get<0>(a), std::get<1>(a)) <
+               std::make_pair(std::get<0>(b), std::get<1>(b));
+      });
+      // Buckets of `bucket` bytes, each reduce-scattered after the op that
+      // produces its last gradient (and after an earlier bucket's
+      // reduce-scatters placed there).
+      SmallVector<SmallVector<InLoop>> buckets(1);
+      uint64_t filled = 0;
+      for (auto &[index, order, gradient] : produced) {
+        buckets.back().push_back(gradient);
+        filled += getTensorBytes(
+            yield->getOperand(gradient.yieldIndex).getType());
+        if (filled >= static_cast<uint64_t>(bucket)) {
+          buckets.emplace_back();
+          filled = 0;
+        }
+      }
+      if (buckets.back().empty())
+        buckets.pop_back();
+      llvm::DenseMap<Operation *, Operation *> placedAfter;
+      for (auto [index, members] : llvm::enumerate(buckets)) {
+        Operation *last =
+            producerInBody(yield->getOperand(members.back().yieldIndex));
+        Operation *&previous = placedAfter[last];
+        builder.setInsertionPointAfter(previous ? previous : last);
+        for (const InLoop &gradient : members) {
+          Value micro = yield->getOperand(gradient.yieldIndex);
+          Location loc = micro.getLoc();
+          Value padded =
+              flattenAndPad(builder, loc, micro, gradient.part.padded);
+          auto scattered = shard::ReduceScatterOp::create(
+              builder, loc,
+              RankedTensorType::get({gradient.part.shard},
+                                    getElementTypeOrSelf(micro.getType())),
+              gridRef, axes, padded,
+              shard::ReductionKindAttr::get(context,
+                                            shard::ReductionKind::Average),
+              axis0);
+          scattered->setAttr(kBucketAttrName, builder.getI64IntegerAttr(
+                                                  static_cast<int64_t>(index)));
+          yield->setOperand(gradient.yieldIndex, scattered);
+          previous = scattered;
+          // The loop sums the shards, in f32.
+          loop.getResult(gradient.yieldIndex)
+              .setType(RankedTensorType::get({gradient.part.shard},
+                                             builder.getF32Type()));
+        }
+      }
+    }
+  }
+
   // A state tensor is an argument of the step that only its update reads:
   // it becomes the rank's shard.
   auto shardArgument = [&](Value value, Operation *update,
@@ -395,45 +519,45 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
   for (OptimizerUpdateOpInterface update : updates) {
     Operation *op = update.getOperation();
     Location loc = op->getLoc();
-    // 8-bit state is sharded by whole blocks.
-    int64_t granule = 1;
-    for (const OptimizerStateUse &use : update.getStateUses())
-      if (use.part != StatePart::value)
-        if (auto block = op->getAttrOfType<IntegerAttr>("block"))
-          granule = block.getInt();
+    auto [part, granule] = partitionFor(update);
     Value param = update.getUpdatedParam();
     Value grad = clip ? rawGradient(update) : update.getGradient();
     auto paramType = cast<RankedTensorType>(param.getType());
-    Partition part = partition(paramType, n, granule);
     auto shardType = [&](Type element, int64_t elements) {
       return RankedTensorType::get({elements}, element);
     };
 
-    // The gradient: averaged over the ranks, each keeping its shard.
+    // The gradient: averaged over the ranks, each keeping its shard (summed
+    // over the micro-batches already where the loop reduce-scatters).
     Value rawGrad = grad;
-    std::optional<std::pair<Operation *, int64_t>> early;
-    if (auto it = bucketOf.find(rawGrad); it != bucketOf.end())
-      early = it->second;
-    if (early) {
-      Operation *&previous = lastPlaced[early->first];
-      builder.setInsertionPointAfter(previous ? previous : early->first);
-    } else {
-      // Before the update, or before the clip that reads all of them.
-      builder.setInsertionPoint(clip ? clip.getOperation() : op);
-    }
-    Value paddedGrad = flattenAndPad(builder, loc, grad, part.padded);
-    auto gradShard = shard::ReduceScatterOp::create(
-        builder, loc,
-        shardType(getElementTypeOrSelf(grad.getType()), part.shard), gridRef,
-        axes, paddedGrad,
-        shard::ReductionKindAttr::get(context, shard::ReductionKind::Average),
-        axis0);
-    if (early) {
-      gradShard->setAttr(kBucketAttrName,
-                         builder.getI64IntegerAttr(early->second));
-      lastPlaced[early->first] = gradShard;
-    } else {
-      gradShard->setAttr(kInPlaceAttrName, builder.getUnitAttr());
+    Value gradShard = rawGrad;
+    if (!scatteredInLoop.contains(rawGrad)) {
+      std::optional<std::pair<Operation *, int64_t>> early;
+      if (auto it = bucketOf.find(rawGrad); it != bucketOf.end())
+        early = it->second;
+      if (early) {
+        Operation *&previous = lastPlaced[early->first];
+        builder.setInsertionPointAfter(previous ? previous : early->first);
+      } else {
+        // Before the update, or before the clip that reads all of them.
+        builder.setInsertionPoint(clip ? clip.getOperation() : op);
+      }
+      Value paddedGrad = flattenAndPad(builder, loc, grad, part.padded);
+      auto scattered = shard::ReduceScatterOp::create(
+          builder, loc,
+          shardType(getElementTypeOrSelf(grad.getType()), part.shard),
+          gridRef, axes, paddedGrad,
+          shard::ReductionKindAttr::get(context,
+                                        shard::ReductionKind::Average),
+          axis0);
+      if (early) {
+        scattered->setAttr(kBucketAttrName,
+                           builder.getI64IntegerAttr(early->second));
+        lastPlaced[early->first] = scattered;
+      } else {
+        scattered->setAttr(kInPlaceAttrName, builder.getUnitAttr());
+      }
+      gradShard = scattered;
     }
 
     // The parameter the update reads: an f32 master (state, sharded) or the
@@ -468,6 +592,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
         return failure();
       paramShard = weights;
     } else {
+      builder.setInsertionPoint(op);
       Value padded = flattenAndPad(builder, loc, param, part.padded);
       paramShard = shard::AllSliceOp::create(
           builder, loc, shardType(paramType.getElementType(), part.shard),

@@ -49,6 +49,9 @@ constexpr llvm::StringLiteral kBucketAttrName = "train.bucket";
 /// padded with zeros to ranks x shard elements; rank r holds elements
 /// [r * shard, (r + 1) * shard) of it.
 constexpr llvm::StringLiteral kShardOfAttrName = "train.shard_of";
+/// On a train.add train-unroll-accum made: it sums micro-batches'
+/// gradients (or losses) of one optimizer step.
+constexpr llvm::StringLiteral kMicroBatchSumAttrName = "train.micro_batch_sum";
 /// On a shard.reduce_scatter: the rank's shard stays in place, at the start
 /// of the reduced buffer (ZeRO stage 1 keeps the full gradients).
 constexpr llvm::StringLiteral kInPlaceAttrName = "train.in_place";

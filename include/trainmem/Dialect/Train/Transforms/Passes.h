@@ -21,6 +21,7 @@ enum class RematMethod { uniform, block };
 enum class AccumNormalize { tokens, mean };
 enum class AccumUneven { pad, refuse };
 enum class OptimizerKind { adamw, sgd, none };
+enum class ZeroAccumulate { microBatch, full };
 
 /// The optimizer a step gets (train-add-optimizer's options; train-autodiff
 /// has the same and appends the optimizer after differentiating).

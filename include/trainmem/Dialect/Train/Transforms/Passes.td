@@ -165,8 +165,23 @@ def TrainZeroPass : Pass<"train-zero", "mlir::ModuleOp"> {
       each bucket's all-reduces follow the op that produces its last
       gradient, and carry `train.bucket = k`.
 
-    `ranks=1` leaves the step as it is. docs/Zero.md has the design, the
-    stages still to come and the memory and communication they give.
+    - `stage=1`: the optimizer state is the rank's shard of each tensor
+      (flattened, padded to a multiple of `ranks`, or `ranks` x block for
+      8-bit state); gradients are reduce-scattered into the rank's shard
+      before the update, the new weights all-gathered after it.
+    - `stage=2`: each gradient is reduce-scattered into a shard of its own
+      as soon as its bucket is complete. Under a `train.accumulate` loop,
+      `accumulate=micro-batch` (the default) reduce-scatters inside the
+      loop, into accumulated f32 shards; `accumulate=full` accumulates full
+      gradients and reduce-scatters once after the loop.
+    - `stage=3`: the weights are shards too, gathered
+      (`shard.all_gather`) before each op that reads them and dead after
+      it; `prefetch=K` gathers K ops ahead.
+
+    With clipping, the rank's shards are clipped by the global norm
+    (`train.squared_norm`, a `shard.all_reduce`, `train.clip_grad_norm ...
+    squared_norm(...)`). `ranks=1` leaves the step as it is. docs/Zero.md
+    has the design and the memory and communication the stages give.
   }];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
   let options = [
@@ -179,7 +194,17 @@ def TrainZeroPass : Pass<"train-zero", "mlir::ModuleOp"> {
     Option<"bucket", "bucket", "int64_t", "500000000",
            "Gradient bucket in bytes (DeepSpeed's reduce_bucket_size)">,
     Option<"prefetch", "prefetch", "int64_t", "1",
-           "Stage 3: layers whose parameters are gathered ahead">
+           "Stage 3: layers whose parameters are gathered ahead">,
+    Option<"accumulate", "accumulate", "::mlir::train::ZeroAccumulate",
+           "::mlir::train::ZeroAccumulate::microBatch",
+           "Stages 2-3 under gradient accumulation", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::ZeroAccumulate::microBatch,
+                        "micro-batch",
+                        "Reduce-scatter each micro-batch's gradients into "
+                        "accumulated f32 shards (DeepSpeed's default)"),
+             clEnumValN(::mlir::train::ZeroAccumulate::full, "full",
+                        "Accumulate full gradients, reduce-scatter them "
+                        "once after the last micro-batch"))}]>
   ];
 }
 

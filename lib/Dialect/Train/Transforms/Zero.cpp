@@ -18,6 +18,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/bit.h"
 
 namespace mlir {
 namespace train {
@@ -520,6 +521,23 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     Operation *op = update.getOperation();
     Location loc = op->getLoc();
     auto [part, granule] = partitionFor(update);
+    // Whole blocks per rank: a tensor of fewer blocks than ranks would leave
+    // ranks with nothing but padding.
+    if (granule > 1) {
+      int64_t blocks = (part.elements + granule - 1) / granule;
+      if (blocks < n)
+        return op->emitOpError("train-zero: its 8-bit state has ")
+               << blocks << " block" << (blocks == 1 ? "" : "s") << " of "
+               << granule << " elements (" << part.elements
+               << " parameters), which cannot be split evenly over " << n
+               << " ranks without splitting a block: quantize with a block "
+                  "of at most "
+               << llvm::bit_floor(static_cast<uint64_t>(
+                      std::max<int64_t>(part.elements / n, 1)))
+               << " (train-quantize-optimizer-state block=), keep this "
+                  "tensor's state in f32 (a min-size above "
+               << part.elements << "), or use fewer ranks";
+    }
     Value param = update.getUpdatedParam();
     Value grad = clip ? rawGradient(update) : update.getGradient();
     auto paramType = cast<RankedTensorType>(param.getType());

@@ -724,7 +724,9 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
   // Stage 3: each op that reads sharded weights gets them gathered just
   // before it (`prefetch` such ops earlier, in the same body), unpadded and
   // reshaped; the gathered tensor dies after that op's last use of it. A
-  // layer's forward and its backward are separate ops, so each gathers.
+  // layer's forward and its backward are separate ops, so each gathers;
+  // an op that reads weights the op before it gathered (the head's forward
+  // and backward) keeps those instead of gathering them again.
   llvm::MapVector<Block *, SmallVector<Operation *>> scopesIn;
   for (auto &entry : gathersFor)
     scopesIn[entry.first->getBlock()].push_back(entry.first);
@@ -733,21 +735,30 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     llvm::sort(scopes, [](Operation *a, Operation *b) {
       return a->isBeforeInBlock(b);
     });
+    // Per shard: the last scope that gathered it, and what it gathered.
+    llvm::DenseMap<Value, std::pair<size_t, Value>> gatheredFor;
     for (size_t index = 0; index < scopes.size(); ++index) {
       Operation *scope = scopes[index];
       Operation *at =
           scopes[index >= static_cast<size_t>(prefetch) ? index - prefetch
                                                         : 0];
       for (Gather gather : gathersFor[scope]) {
-        builder.setInsertionPoint(at);
-        Location loc = scope->getLoc();
-        auto gathered = shard::AllGatherOp::create(
-            builder, loc,
-            RankedTensorType::get({gather.padded},
-                                  gather.full.getElementType()),
-            gridRef,
-            axes, gather.shard, axis0);
-        Value full = unpadAndReshape(builder, loc, gathered, gather.full);
+        Value full;
+        auto previous = gatheredFor.find(gather.shard);
+        if (previous != gatheredFor.end() &&
+            previous->second.first + 1 == index) {
+          full = previous->second.second;
+        } else {
+          builder.setInsertionPoint(at);
+          Location loc = scope->getLoc();
+          auto gathered = shard::AllGatherOp::create(
+              builder, loc,
+              RankedTensorType::get({gather.padded},
+                                    gather.full.getElementType()),
+              gridRef, axes, gather.shard, axis0);
+          full = unpadAndReshape(builder, loc, gathered, gather.full);
+        }
+        gatheredFor[gather.shard] = {index, full};
         gather.shard.replaceUsesWithIf(full, [&](OpOperand &use) {
           Operation *user = use.getOwner();
           return scope == user || scope->isProperAncestor(user);

@@ -474,6 +474,11 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     }
   }
 
+  // The arguments that become shards, and the full type of each: set on
+  // the signature once at the end (each setArgAttr rebuilds all of the
+  // arguments' attributes).
+  llvm::DenseMap<unsigned, Attribute> shardOfArgument;
+
   // A state tensor is an argument of the step that only its update reads:
   // it becomes the rank's shard.
   auto shardArgument = [&](Value value, Operation *update,
@@ -487,8 +492,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     auto type = cast<RankedTensorType>(argument.getType());
     argument.setType(
         RankedTensorType::get({shardElements}, type.getElementType()));
-    step.setArgAttr(argument.getArgNumber(), kShardOfAttrName,
-                    TypeAttr::get(type));
+    shardOfArgument[argument.getArgNumber()] = TypeAttr::get(type);
     return Value(argument);
   };
 
@@ -512,8 +516,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
         gathers.push_back({weights, full, part.padded});
     }
     weights.setType(RankedTensorType::get({part.shard}, full.getElementType()));
-    step.setArgAttr(weights.getArgNumber(), kShardOfAttrName,
-                    TypeAttr::get(full));
+    shardOfArgument[weights.getArgNumber()] = TypeAttr::get(full);
     return success();
   };
 
@@ -774,18 +777,35 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       context, step.front().getArgumentTypes(), ret.getOperandTypes()));
   // A result is the same parameter or state as the argument with the same
   // marker: it is a shard of the same tensor.
+  auto withShardOf = [&](DictionaryAttr attrs, Attribute full) {
+    NamedAttrList list(attrs);
+    list.set(kShardOfAttrName, full);
+    return list.getDictionary(context);
+  };
   llvm::DenseMap<std::pair<StringRef, Attribute>, Attribute> shardOf;
   constexpr StringLiteral kMarkers[] = {kParamAttrName,
                                         kOptimizerStateAttrName};
-  for (unsigned a = 0; a < step.getNumArguments(); ++a)
-    if (Attribute full = step.getArgAttr(a, kShardOfAttrName))
+  SmallVector<DictionaryAttr> argAttrs;
+  for (unsigned a = 0; a < step.getNumArguments(); ++a) {
+    DictionaryAttr attrs = step.getArgAttrDict(a);
+    if (Attribute full = shardOfArgument.lookup(a)) {
       for (StringRef marker : kMarkers)
         if (Attribute key = step.getArgAttr(a, marker))
           shardOf[{marker, key}] = full;
-  for (unsigned i = 0; i < step.getNumResults(); ++i)
+      attrs = withShardOf(attrs, full);
+    }
+    argAttrs.push_back(attrs ? attrs : DictionaryAttr::get(context));
+  }
+  step.setAllArgAttrs(argAttrs);
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (unsigned i = 0; i < step.getNumResults(); ++i) {
+    DictionaryAttr attrs = step.getResultAttrDict(i);
     for (StringRef marker : kMarkers)
       if (Attribute key = step.getResultAttr(i, marker))
         if (Attribute full = shardOf.lookup({marker, key}))
-          step.setResultAttr(i, kShardOfAttrName, full);
+          attrs = withShardOf(attrs, full);
+    resultAttrs.push_back(attrs ? attrs : DictionaryAttr::get(context));
+  }
+  step.setAllResultAttrs(resultAttrs);
   return success();
 }

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Benchmarks of train-zero: compile time, planning at scale, llama2-70b.
+
+1. Compile time (issue 13's goal: <= 3x): llama2-70b at s = 8192, selective
+   remat, 8 micro-batches, ZeRO-3 on 8 ranks, timed as
+     base:  trainmem-opt IN -o /dev/null                 (parse, verify, print)
+     zero:  trainmem-opt IN <pipeline> -train-memory-report -o /dev/null
+   best of --repeat runs each (wall clock, one process per run); the ratio
+   zero/base is printed, with MLIR's pass timing of one zero run.
+2. Planning at scale: a 1T-parameter GPT (128 layers, hidden 25600, 160
+   heads; Megatron's 1T shape) partitioned at stage 3 over 4096 ranks and
+   analysed: wall seconds of the whole trainmem-opt run, and the per-rank
+   model states it reports.
+3. The llama2-70b table of docs/Zero.md: per-rank memory by category at the
+   peak (GB = 1e9 B) for the configurations practitioners quote on 8 GPUs at
+   s = 8192, from the memory report's JSON.
+
+Usage: bench/zero.py [--build build] [--repeat 5] [--skip-table]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def best_time(cmd, repeat):
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+PIPELINE = ["-train-autodiff", "-train-remat=policy=selective",
+            "-train-materialize-remat", "-train-grad-accum=steps=8"]
+
+# (name, batch per rank, passes after autodiff/remat/accumulation)
+TABLE = [
+    ("accumulation only (mb 4 x 8), no ZeRO", 32,
+     ["-train-autodiff", "-train-grad-accum=steps=8",
+      "-train-zero=ranks=8 stage=0"], "28 GB"),
+    ("+ selective recompute", 32, PIPELINE + ["-train-zero=ranks=8 stage=0"],
+     "16 GB"),
+    ("+ ZeRO-3", 32, PIPELINE + ["-train-zero=ranks=8 stage=3"], "10 GB"),
+    ("+ ZeRO-3, 8-bit Adam", 32,
+     PIPELINE + ["-train-quantize-optimizer-state",
+                 "-train-zero=ranks=8 stage=3"], "-"),
+    ("ZeRO-1 instead of 3 (mb 4 x 8), f32 Adam", 32,
+     PIPELINE + ["-train-zero=ranks=8 stage=1"], "-"),
+    ("ZeRO-1, mb 2 x 8, selective, 8-bit Adam", 16,
+     PIPELINE + ["-train-quantize-optimizer-state",
+                 "-train-zero=ranks=8 stage=1"], "about 28 GB"),
+]
+CATEGORIES = ["weights", "gradients", "optimizer", "activations",
+              "temporaries", "gathered"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(
+        os.path.dirname(__file__), "..", "build"))
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--skip-table", action="store_true")
+    args = parser.parse_args()
+    model = os.path.join(args.build, "bin", "trainmem-model")
+    opt = os.path.join(args.build, "bin", "trainmem-opt")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        def graph(name, *flags):
+            path = os.path.join(tmp, name + ".mlir")
+            subprocess.run([model, *flags, "-o", path], check=True)
+            return path
+
+        def report(path, passes):
+            out = os.path.join(tmp, "report.json")
+            subprocess.run([opt, path, *passes,
+                            "-train-memory-report=format=json output=" + out,
+                            "-o", os.devnull], check=True)
+            with open(out) as f:
+                return json.load(f)
+
+        # 1. Compile time.
+        llama = graph("llama2-70b-b32", "--preset", "llama2-70b", "--seq",
+                      "8192", "--batch", "32")
+        zero = PIPELINE + ["-train-zero=ranks=8 stage=3",
+                           "-train-memory-report=output=" + os.devnull]
+        base = best_time([opt, llama, "-o", os.devnull], args.repeat)
+        step = best_time([opt, llama, *zero, "-o", os.devnull], args.repeat)
+        print("compile time: llama2-70b, s=8192, selective remat, 8 "
+              "micro-batches, ZeRO-3 on 8 ranks")
+        print(f"  parse + print                  {base:8.3f} s")
+        print(f"  parse + pipeline + report      {step:8.3f} s")
+        print(f"  ratio                          {step / base:8.2f}x "
+              "(goal <= 3x)")
+        timing = subprocess.run([opt, llama, *zero, "-o", os.devnull,
+                                 "-mlir-timing"], check=True, text=True,
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE).stderr
+        for line in timing.splitlines():
+            if "%)" in line:
+                print("   " + line.rstrip())
+
+        # 2. Planning at scale.
+        start = time.perf_counter()
+        trillion = graph("gpt-1t", "--preset", "gpt3-175b", "--layers", "128",
+                         "--hidden", "25600", "--heads", "160", "--ffn",
+                         "102400", "--seq", "2048", "--batch", "1")
+        big = report(trillion, ["-train-autodiff",
+                                "-train-zero=ranks=4096 stage=3"])
+        seconds = time.perf_counter() - start
+        print()
+        print(f"planning: {big['parameters'] / 1e12:.3f}T parameters, ZeRO-3 "
+              f"on {big['ranks']} ranks: model + autodiff + train-zero + "
+              f"report in {seconds:.2f} s; model states "
+              f"{big['model_states_bytes_per_parameter']:.6f} B/param "
+              f"(16/N = {16 / big['ranks']:.6f}), peak "
+              f"{big['peak_bytes'] / 1e9:.1f} GB per rank")
+
+        if args.skip_table:
+            return 0
+        # 3. The llama2-70b table.
+        print()
+        print("llama2-70b, s = 8192, 8 ranks, bf16 with f32 master weights; "
+              "per rank at the peak, GB (1e9 B)")
+        print()
+        print("| configuration | " + " | ".join(CATEGORIES) +
+              " | peak | quoted |")
+        print("|---|" + "---:|" * (len(CATEGORIES) + 1) + "---|")
+        graphs = {}
+        for name, batch, passes, quoted in TABLE:
+            if batch not in graphs:
+                graphs[batch] = graph(f"llama2-70b-b{batch}", "--preset",
+                                      "llama2-70b", "--seq", "8192",
+                                      "--batch", str(batch))
+            r = report(graphs[batch], passes)
+            cells = [f"{r['at_peak'].get(c, 0) / 1e9:.1f}" for c in
+                     CATEGORIES]
+            print(f"| {name} | " + " | ".join(cells) +
+                  f" | {r['peak_bytes'] / 1e9:.1f} | {quoted} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -277,6 +277,18 @@ TEST_F(ZeroTest, Stage3ClipsByTheGlobalNorm) {
   check(3, "train-grad-accum{steps=2},");
 }
 
+// The learning-rate schedule (warm-up) and weight decay: scalars every
+// rank computes alike, on every stage's shards.
+TEST_F(ZeroTest, Stage1WithTheSchedule) {
+  autodiff = "train-autodiff{lr=1e-2 warmup-steps=4 total-steps=20 "
+             "clip-norm=1e-3}";
+  check(1);
+}
+TEST_F(ZeroTest, Stage3WithTheSchedule) {
+  autodiff = "train-autodiff{lr=1e-2 warmup-steps=4 total-steps=20}";
+  check(3, "", "prefetch=2");
+}
+
 // Rematerialized layers change nothing in what the ranks compute.
 TEST_F(ZeroTest, Stage1WithRemat) {
   check(1, "train-remat{policy=full},train-materialize-remat,");

@@ -38,6 +38,7 @@
 // gathered after it. On 3 ranks the padding (128 -> 129 elements per
 // tensor) shows in the report.
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=3 prefetch=0" | FileCheck %s --check-prefix=STAGE3
+// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=3 prefetch=0" | FileCheck %s --check-prefix=FREE
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=3" | FileCheck %s --check-prefix=PREFETCH
 // RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=3 stage=3" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT3
 
@@ -142,6 +143,20 @@
 // STAGE3: train.adamw %[[W1]], %{{.*}} : tensor<32xf32>
 // STAGE3-NOT: shard.all_gather
 // STAGE3: return
+
+// Each gathered tensor is read by its op only, and dead after it: the
+// backward gathers w1 anew.
+// FREE-LABEL: func.func @train_step
+// FREE: %[[A1:.*]] = shard.all_gather
+// FREE-NEXT: %[[F1:.*]] = train.reshape %[[A1]]
+// FREE-NEXT: train.matmul %{{.*}}, %[[F1]] :
+// FREE-NOT: %[[F1]]{{[ ,]}}
+// FREE: train.gelu_grad
+// FREE-NEXT: %[[B1:.*]] = shard.all_gather %{{.*}} : tensor<32xf32> -> tensor<128xf32>
+// FREE-NEXT: %[[G1:.*]] = train.reshape %[[B1]] : tensor<128xf32> -> tensor<8x16xf32>
+// FREE-NEXT: train.matmul %{{.*}}, %[[G1]] {transpose_rhs}
+// FREE-NOT: %[[G1]]{{[ ,]}}
+// FREE: return
 
 // PREFETCH-LABEL: func.func @train_step
 // PREFETCH-NEXT: shard.all_gather %{{.*}} : tensor<32xf32> -> tensor<128xf32>

@@ -188,10 +188,16 @@ void MemoryPlan::writeToIR(const FunctionMemory &memory) const {
   };
   func->setAttr(kPlanArenaBytesAttrName,
                 builder.getI64IntegerAttr(static_cast<int64_t>(arenaBytes)));
-  for (BlockArgument argument : func.getArguments())
+  // All arguments' attributes at once (setArgAttr per argument rebuilds
+  // every argument's attributes each time).
+  SmallVector<DictionaryAttr> argAttrs;
+  for (BlockArgument argument : func.getArguments()) {
+    NamedAttrList attrs(func.getArgAttrDict(argument.getArgNumber()));
     if (int64_t offset = offsetOf(argument); offset >= 0)
-      func.setArgAttr(argument.getArgNumber(), kPlanOffsetAttrName,
-                      builder.getI64IntegerAttr(offset));
+      attrs.set(kPlanOffsetAttrName, builder.getI64IntegerAttr(offset));
+    argAttrs.push_back(attrs.getDictionary(func.getContext()));
+  }
+  func.setAllArgAttrs(argAttrs);
   func.walk([&](Operation *op) {
     if (op == func.getOperation() || op->getNumResults() == 0)
       return;

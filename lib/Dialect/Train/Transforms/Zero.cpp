@@ -18,6 +18,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/bit.h"
 
 namespace mlir {
@@ -65,13 +66,13 @@ Operation *gatherScope(func::FuncOp func, Operation *user) {
   return op;
 }
 
-/// The step's argument that is the parameter named `name` (train.param).
-BlockArgument parameterArgument(func::FuncOp func, StringRef name) {
+/// The step's arguments that are parameters (train.param), by name.
+llvm::StringMap<BlockArgument> parameterArguments(func::FuncOp func) {
+  llvm::StringMap<BlockArgument> byName;
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
     if (auto param = func.getArgAttrOfType<StringAttr>(i, kParamAttrName))
-      if (param.getValue() == name)
-        return func.getArgument(i);
-  return BlockArgument();
+      byName[param.getValue()] = func.getArgument(i);
+  return byName;
 }
 
 struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
@@ -474,6 +475,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     }
   }
 
+  llvm::StringMap<BlockArgument> parameters = parameterArguments(step);
   // The arguments that become shards, and the full type of each: set on
   // the signature once at the end (each setArgAttr rebuilds all of the
   // arguments' attributes).
@@ -658,7 +660,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       // master they are a copy of.
       auto master = step.getArgAttrOfType<StateAttr>(
           cast<BlockArgument>(param).getArgNumber(), kOptimizerStateAttrName);
-      BlockArgument weights = parameterArgument(step, master.getParam());
+      BlockArgument weights = parameters.lookup(master.getParam());
       if (!weights)
         return op->emitOpError("train-zero: stage 3 shards the weights of '")
                << master.getParam()

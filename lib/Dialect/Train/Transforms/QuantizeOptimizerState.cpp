@@ -32,13 +32,19 @@ struct QuantizedState {
   Value codes, absmax; // the new arguments
   Value oldResult;     // the f32 state after the update
   Value newCodes, newAbsmax; // the fused update's results
+  Type codesShardOf, absmaxShardOf; // full types, for a rank's shard
 };
 
-/// `{train.optimizer_state = #train.state<...>}`.
-DictionaryAttr stateAttrs(MLIRContext *ctx, StateAttr state) {
-  return DictionaryAttr::get(
-      ctx, {NamedAttribute(StringAttr::get(ctx, kOptimizerStateAttrName),
-                           state)});
+/// `{train.optimizer_state = #train.state<...>}`, and `train.shard_of =
+/// shardOf` where the state is one rank's shard (train-zero ran first).
+DictionaryAttr stateAttrs(MLIRContext *ctx, StateAttr state,
+                          Type shardOf = Type()) {
+  SmallVector<NamedAttribute, 2> attrs{
+      NamedAttribute(StringAttr::get(ctx, kOptimizerStateAttrName), state)};
+  if (shardOf)
+    attrs.push_back(NamedAttribute(StringAttr::get(ctx, kShardOfAttrName),
+                                   TypeAttr::get(shardOf)));
+  return DictionaryAttr::get(ctx, attrs);
 }
 
 /// `codes`/`absmax` read back as f32 of `type` (signed or unsigned map).
@@ -124,8 +130,15 @@ struct TrainQuantizeOptimizerStatePass
     func.walk([&](OptimizerUpdateOpInterface update) {
       if (statesOf(update).empty())
         return;
+      // The whole tensor's size decides, also where a rank holds a shard
+      // of its state (train-zero first).
       auto param = cast<RankedTensorType>(update.getUpdatedParam().getType());
-      if (param.getNumElements() >= minSize)
+      int64_t elements = param.getNumElements();
+      if (auto state = dyn_cast<BlockArgument>(statesOf(update)[0].before))
+        if (auto full = func.getArgAttrOfType<TypeAttr>(state.getArgNumber(),
+                                                        kShardOfAttrName))
+          elements = cast<RankedTensorType>(full.getValue()).getNumElements();
+      if (elements >= minSize)
         updates.push_back(update);
     });
     if (updates.empty())
@@ -172,20 +185,40 @@ struct TrainQuantizeOptimizerStatePass
                  << use.which << " is already 8-bit (" << state << ")";
         QuantMap map =
             use.isSigned ? QuantMap::signed_dynamic : QuantMap::unsigned_dynamic;
+        // A rank's shard (train-zero first): its blocks are the whole
+        // tensor's when the shard is whole blocks.
+        Type codesShardOf, absmaxShardOf;
+        if (auto full = func.getArgAttrOfType<TypeAttr>(arg.getArgNumber(),
+                                                        kShardOfAttrName)) {
+          auto fullType = cast<RankedTensorType>(full.getValue());
+          if (elements % block != 0)
+            return op->emitError("train-quantize-optimizer-state: the rank's ")
+                   << use.which << " is a shard of " << elements
+                   << " elements (train-zero), not whole blocks of "
+                   << static_cast<int64_t>(block)
+                   << ": use a block that divides " << elements
+                   << ", or run train-quantize-optimizer-state before "
+                      "train-zero (which shards the blocks whole)";
+          codesShardOf = RankedTensorType::get(fullType.getShape(), i8);
+          absmaxShardOf = RankedTensorType::get(
+              {(fullType.getNumElements() + block - 1) / block}, f32);
+        }
         unsigned index = arg.getArgNumber() + 1;
         if (failed(func.insertArgument(
                 index, codesType,
-                stateAttrs(ctx, state.withPart(StatePart::codes, map, block)),
+                stateAttrs(ctx, state.withPart(StatePart::codes, map, block),
+                           codesShardOf),
                 arg.getLoc())) ||
             failed(func.insertArgument(
                 index + 1, absmaxType,
-                stateAttrs(ctx, state.withPart(StatePart::absmax, map, block)),
+                stateAttrs(ctx, state.withPart(StatePart::absmax, map, block),
+                           absmaxShardOf),
                 arg.getLoc())))
           return op->emitError("train-quantize-optimizer-state: cannot add "
                                "the 8-bit state arguments");
         quantized.push_back({arg, state, use.isSigned, func.getArgument(index),
                              func.getArgument(index + 1), use.after,
-                             Value(), Value()});
+                             Value(), Value(), codesShardOf, absmaxShardOf});
       }
 
       OpBuilder builder(op);
@@ -227,13 +260,14 @@ struct TrainQuantizeOptimizerStatePass
       const QuantizedState &state = states[it->second];
       QuantMap map = state.isSigned ? QuantMap::signed_dynamic
                                     : QuantMap::unsigned_dynamic;
-      for (auto [value, part] :
-           {std::pair{state.newCodes, StatePart::codes},
-            std::pair{state.newAbsmax, StatePart::absmax}}) {
+      for (auto [value, part, shardOf] :
+           {std::tuple{state.newCodes, StatePart::codes, state.codesShardOf},
+            std::tuple{state.newAbsmax, StatePart::absmax,
+                       state.absmaxShardOf}}) {
         results.push_back(value);
         resultTypes.push_back(value.getType());
         resultAttrs.push_back(
-            stateAttrs(ctx, state.state.withPart(part, map, block)));
+            stateAttrs(ctx, state.state.withPart(part, map, block), shardOf));
       }
     }
     ret->setOperands(results);

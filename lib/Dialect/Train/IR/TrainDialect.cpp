@@ -150,17 +150,34 @@ LogicalResult verifyValue(Operation *op, StringRef where, unsigned index,
 /// a checkpoint or a runner keyed by that name would mix them up. Checked
 /// once per function, at its first attribute-carrying index, so the cost is
 /// linear in the number of arguments.
+/// The first index of `all` (a function's argument or result attributes)
+/// whose attributes name a state. Uniqued and immutable, `all` decides it,
+/// so the last answer is kept: the verifier asks once per state attribute.
+unsigned firstStateIndex(ArrayAttr all) {
+  static thread_local ArrayAttr lastAll;
+  static thread_local unsigned lastFirst = 0;
+  if (all == lastAll)
+    return lastFirst;
+  unsigned first = all.size();
+  for (auto [i, attrs] : llvm::enumerate(all))
+    if (auto dict = dyn_cast_or_null<DictionaryAttr>(attrs))
+      if (llvm::any_of(dict, [](NamedAttribute a) {
+            return namesState(a.getName().getValue());
+          })) {
+        first = static_cast<unsigned>(i);
+        break;
+      }
+  lastAll = all;
+  lastFirst = first;
+  return first;
+}
+
 LogicalResult verifyUnique(FunctionOpInterface func, bool results,
                            unsigned index) {
   unsigned count = results ? func.getNumResults() : func.getNumArguments();
-  for (unsigned i = 0; i < index; ++i) {
-    DictionaryAttr attrs =
-        results ? func.getResultAttrDict(i) : func.getArgAttrDict(i);
-    if (attrs && llvm::any_of(attrs, [](NamedAttribute a) {
-          return namesState(a.getName().getValue());
-        }))
-      return success(); // an earlier index did the check
-  }
+  ArrayAttr all = results ? func.getResAttrsAttr() : func.getArgAttrsAttr();
+  if (all && firstStateIndex(all) < index)
+    return success(); // an earlier index did the check
   // Names and values are uniqued attributes: the pair of them is the key.
   llvm::DenseMap<std::pair<Attribute, Attribute>, unsigned> seen;
   StringRef where = results ? "result" : "argument";

@@ -2,6 +2,7 @@
 # lit configuration of trainmem's regression tests (FileCheck, verify).
 
 import os
+import shutil
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -39,3 +40,11 @@ config.substitutions.append(
         ["-I" + d for d in config.mlir_include_dir.split(";") if d] +
         ["-I" + os.path.join(config.trainmem_src_root, "include"),
          "-I" + os.path.join(config.trainmem_obj_root, "include")])))
+
+# Several processes: the runtime's MPI communicator and mpirun (OpenMPI).
+# Tests run ranks oversubscribed on this machine's cores, as root in CI.
+if config.trainmem_runtime_mpi == "ON" and shutil.which("mpirun"):
+    config.available_features.add("mpi")
+    config.substitutions.append(
+        ("%mpirun", "mpirun --allow-run-as-root --oversubscribe "
+                    "--mca btl self,vader"))

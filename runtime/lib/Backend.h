@@ -9,8 +9,8 @@
 // change.
 //
 // Collectives go through a second table, the communicator: how many
-// processes take part and how they reduce. One process ("single") is the
-// only one built today; an MPI or NCCL communicator is another entry.
+// processes take part and how they exchange bytes. One process ("single")
+// and MPI ("mpi") are built; NCCL is another entry.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,13 +45,31 @@ struct Backend {
 #include "trainmem-runtime/Kernels.def"
 };
 
+/// How the processes of a step talk: their number, this one's rank, and a
+/// point-to-point exchange that the collectives' rings are built of
+/// (cpu/Collectives.cpp), plus a broadcast and a barrier. Each returns
+/// false after failing the context with a message naming the peer.
 struct Communicator {
   const char *name;
   int64_t (*size)(tmrt_context *ctx);
   int64_t (*rank)(tmrt_context *ctx);
-  /// Sums `n` floats at `data` (host memory) over every process, in place.
-  void (*allReduceSumF32)(tmrt_context *ctx, float *data, int64_t n);
+  /// Sends `sendBytes` at `send` to rank `to` while receiving `recvBytes`
+  /// into `recv` from rank `from`.
+  bool (*sendRecv)(tmrt_context *ctx, const void *send, uint64_t sendBytes,
+                   int64_t to, void *recv, uint64_t recvBytes, int64_t from);
+  bool (*broadcast)(tmrt_context *ctx, void *data, uint64_t bytes,
+                    int64_t root);
+  bool (*barrier)(tmrt_context *ctx);
 };
+
+/// The communicator named `name`, or null; `known` is true for a name the
+/// runtime knows but was built without (mpi, without MPI).
+const Communicator *lookupCommunicator(const char *name, bool &known);
+const char *builtCommunicatorNames();
+#ifdef TMRT_HAVE_MPI
+/// OpenMPI (mpi/Mpi.cpp): MPI_COMM_WORLD, initialized on first use.
+const Communicator &mpiCommunicator();
+#endif
 
 /// The backend named `name`, or null. `known` is true for a name
 /// the runtime knows but was built without (cuda, without CUDA).

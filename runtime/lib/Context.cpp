@@ -133,12 +133,64 @@ const char *tmrt::builtBackendNames() {
 
 static int64_t singleSize(tmrt_context *) { return 1; }
 static int64_t singleRank(tmrt_context *) { return 0; }
-static void singleAllReduce(tmrt_context *, float *, int64_t) {}
+// One rank has no peer but itself: an exchange is a copy.
+static bool singleSendRecv(tmrt_context *ctx, const void *send,
+                           uint64_t sendBytes, int64_t, void *recv,
+                           uint64_t recvBytes, int64_t) {
+  if (sendBytes != recvBytes) {
+    ctx->fail("single: an exchange of " + std::to_string(sendBytes) +
+              " bytes received as " + std::to_string(recvBytes));
+    return false;
+  }
+  std::memmove(recv, send, sendBytes);
+  return true;
+}
+static bool singleBroadcast(tmrt_context *, void *, uint64_t, int64_t) {
+  return true;
+}
+static bool singleBarrier(tmrt_context *) { return true; }
 
 const Communicator &tmrt::singleProcessCommunicator() {
-  static const Communicator communicator = {"single", singleSize, singleRank,
-                                            singleAllReduce};
+  static const Communicator communicator = {
+      "single", singleSize, singleRank, singleSendRecv, singleBroadcast,
+      singleBarrier};
   return communicator;
+}
+
+namespace {
+struct CommunicatorEntry {
+  const char *name;
+  const Communicator &(*get)(); // null: known, not built
+};
+constexpr CommunicatorEntry kCommunicators[] = {
+    {"single", &singleProcessCommunicator},
+#ifdef TMRT_HAVE_MPI
+    {"mpi", &mpiCommunicator},
+#else
+    {"mpi", nullptr},
+#endif
+};
+} // namespace
+
+const Communicator *tmrt::lookupCommunicator(const char *name, bool &known) {
+  known = false;
+  for (const CommunicatorEntry &entry : kCommunicators)
+    if (std::strcmp(entry.name, name) == 0) {
+      known = true;
+      return entry.get ? &entry.get() : nullptr;
+    }
+  return nullptr;
+}
+
+const char *tmrt::builtCommunicatorNames() {
+  static const std::string names = [] {
+    std::string list;
+    for (const CommunicatorEntry &entry : kCommunicators)
+      if (entry.get)
+        list += (list.empty() ? "" : ", ") + std::string(entry.name);
+    return list;
+  }();
+  return names.c_str();
 }
 
 /// Sets *error to a message kept until the calling thread's next failure.
@@ -279,5 +331,33 @@ int64_t tmrt_world_size(tmrt_context *ctx) {
   return ctx->communicator->size(ctx);
 }
 int64_t tmrt_rank(tmrt_context *ctx) { return ctx->communicator->rank(ctx); }
+
+int tmrt_context_set_communicator(tmrt_context *ctx, const char *name,
+                                  const char **error) {
+  bool known = false;
+  const Communicator *communicator =
+      name ? lookupCommunicator(name, known) : nullptr;
+  if (!communicator) {
+    std::string shown = name ? name : "(null)";
+    setError(error, known ? "communicator '" + shown +
+                                "' is not built into this runtime (built: " +
+                                builtCommunicatorNames() + ")"
+                          : "unknown communicator '" + shown + "' (built: " +
+                                builtCommunicatorNames() + ")");
+    return -1;
+  }
+  ctx->communicator = communicator;
+  return 0;
+}
+
+const char *tmrt_communicator_name(tmrt_context *ctx) {
+  return ctx->communicator->name;
+}
+const char *tmrt_communicator_names(void) { return builtCommunicatorNames(); }
+
+uint64_t tmrt_bytes_sent(tmrt_context *ctx) { return ctx->bytesSent.load(); }
+uint64_t tmrt_bytes_received(tmrt_context *ctx) {
+  return ctx->bytesReceived.load();
+}
 
 } // extern "C"

@@ -61,6 +61,8 @@ struct tmrt_context {
   bool hasError = false;
   double clipSumSquares = 0.0;
   double clipScale = 1.0;
+  /// Bytes this rank sent and received through collectives.
+  std::atomic<uint64_t> bytesSent{0}, bytesReceived{0};
 
   tmrt_context(const tmrt::Backend &backend,
                const tmrt::Communicator &communicator, int threads)

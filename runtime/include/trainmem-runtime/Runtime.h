@@ -230,11 +230,35 @@ void tmrt_lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
                       double peak_lr, double min_lr, int64_t warmup_steps,
                       int64_t total_steps);
 
-/* Collectives, through the context's communicator (one process today, so
- * an all-reduce leaves the data as it is). */
+/* Collectives, through the context's communicator: "single" (one process,
+ * the default) or "mpi" (one rank per process under mpirun, built when MPI
+ * is found). Rings over the communicator's send-receive, in a fixed order:
+ * the same bits on every run with the same ranks. f32 buffers at arena
+ * offsets; `n` is the elements of the buffer (all-reduce) or of one rank's
+ * shard (the rest); in == out works in place (a reduce-scatter leaves the
+ * rank's shard at the start of the buffer). A communication failure is the
+ * context's error (tmrt_context_error). */
 int64_t tmrt_world_size(tmrt_context *ctx);
 int64_t tmrt_rank(tmrt_context *ctx);
-void tmrt_all_reduce_sum_f32(tmrt_context *ctx, int64_t buffer, int64_t n);
+/* Selects the communicator by name; 0 on success, else -1 and *error. */
+int tmrt_context_set_communicator(tmrt_context *ctx, const char *name,
+                                  const char **error);
+const char *tmrt_communicator_name(tmrt_context *ctx);
+/* The communicators built in, comma-separated ("single, mpi"). */
+const char *tmrt_communicator_names(void);
+/* Bytes this rank has sent and received through collectives. */
+uint64_t tmrt_bytes_sent(tmrt_context *ctx);
+uint64_t tmrt_bytes_received(tmrt_context *ctx);
+void tmrt_all_reduce_f32(tmrt_context *ctx, int64_t in, int64_t out,
+                         int64_t n, int64_t average);
+void tmrt_reduce_scatter_f32(tmrt_context *ctx, int64_t in, int64_t out,
+                             int64_t n, int64_t average);
+void tmrt_all_gather_f32(tmrt_context *ctx, int64_t in, int64_t out,
+                         int64_t n);
+void tmrt_all_slice_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void tmrt_broadcast_f32(tmrt_context *ctx, int64_t buffer, int64_t n,
+                        int64_t root);
+void tmrt_barrier(tmrt_context *ctx);
 
 #ifdef __cplusplus
 }

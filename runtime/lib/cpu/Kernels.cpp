@@ -8,6 +8,7 @@
 
 #include "../Backend.h"
 #include "../Context.h"
+#include "Collectives.h"
 #include "Quantized.h"
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
@@ -981,11 +982,13 @@ void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
   ctx->touch(out, 4);
 }
 
-
-/// Collectives reduce host memory through the context's communicator.
-void all_reduce_sum_f32(tmrt_context *ctx, int64_t buffer, int64_t n) {
-  ctx->communicator->allReduceSumF32(ctx, ctx->at<float>(buffer), n);
-}
+// Collectives: rings over the context's communicator (Collectives.cpp).
+using tmrt::cpu::all_gather_f32;
+using tmrt::cpu::all_reduce_f32;
+using tmrt::cpu::all_slice_f32;
+using tmrt::cpu::barrier;
+using tmrt::cpu::broadcast_f32;
+using tmrt::cpu::reduce_scatter_f32;
 
 } // namespace
 

@@ -1,0 +1,195 @@
+//===- Collectives.cpp - ring collectives over a communicator -------------===//
+//
+// The CPU backend's collectives, on f32 buffers in the (host) arena, built
+// of the communicator's send-receive as rings (Patarasuk & Yuan 2009; what
+// NCCL does on one ring): a reduce-scatter passes each chunk around the
+// ring N-1 times, adding as it goes; an all-gather passes each rank's chunk
+// on N-1 times; an all-reduce is the one then the other. Every rank sends
+// (N-1) chunks per ring, the figure the compiler's communication analysis
+// counts (ShardModels.cpp): a buffer that does not split evenly is split
+// into N chunks of ceil(n / N) elements, the last padded with zeros on the
+// wire, so that the bytes counted are the analysis's exactly.
+//
+// The order of the additions is fixed by N (chunk c is summed starting from
+// rank c + 1, around the ring), so a run gives the same bits every time on
+// the same number of ranks, whatever the MPI library's own algorithms.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Collectives.h"
+
+#include "../Backend.h"
+#include "../Context.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace tmrt;
+
+namespace {
+
+int64_t mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
+
+/// Elements [begin, begin + chunk) of a buffer of `n` floats at `data`, as
+/// a chunk of exactly `chunk` floats (zeros past the end).
+struct Chunks {
+  int64_t n, chunk;
+  int64_t begin(int64_t c) const { return std::min(c * chunk, n); }
+  int64_t size(int64_t c) const {
+    return std::max<int64_t>(0, std::min(chunk, n - c * chunk));
+  }
+};
+
+/// One step of a ring: sends `chunk` floats (the first `sendSize` from
+/// `send`, zeros after) to the next rank, receives `chunk` floats from the
+/// previous one into `recv`.
+bool exchange(tmrt_context *ctx, const float *send, int64_t sendSize,
+              std::vector<float> &outgoing, std::vector<float> &incoming,
+              int64_t chunk) {
+  const Communicator &comm = *ctx->communicator;
+  int64_t size = comm.size(ctx), rank = comm.rank(ctx);
+  std::fill(outgoing.begin(), outgoing.end(), 0.0f);
+  if (sendSize > 0)
+    std::memcpy(outgoing.data(), send, sendSize * sizeof(float));
+  uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(float);
+  if (!comm.sendRecv(ctx, outgoing.data(), bytes, mod(rank + 1, size),
+                     incoming.data(), bytes, mod(rank - 1, size)))
+    return false;
+  ctx->bytesSent += bytes;
+  ctx->bytesReceived += bytes;
+  return true;
+}
+
+/// The ring reduce-scatter of `n` floats at `in` in chunks of `chunk`:
+/// leaves the sum (or mean) of every rank's chunk `rank` in `result`
+/// (`chunk` floats). `in` is only read.
+bool ringReduceScatter(tmrt_context *ctx, const float *in, int64_t n,
+                       int64_t chunk, bool average,
+                       std::vector<float> &result) {
+  const Communicator &comm = *ctx->communicator;
+  int64_t size = comm.size(ctx), rank = comm.rank(ctx);
+  Chunks chunks{n, chunk};
+  result.assign(chunk, 0.0f);
+  // The running sum of the chunk this rank passes on: at step s, chunk
+  // (rank - s - 1); at the end, chunk rank itself, summed by all.
+  int64_t first = mod(rank - 1, size);
+  std::copy_n(in + chunks.begin(first), chunks.size(first), result.begin());
+  std::vector<float> outgoing(chunk), incoming(chunk);
+  for (int64_t step = 0; step + 1 < size; ++step) {
+    if (!exchange(ctx, result.data(), chunk, outgoing, incoming, chunk))
+      return false;
+    int64_t c = mod(rank - step - 2, size);
+    std::fill(result.begin(), result.end(), 0.0f);
+    std::copy_n(in + chunks.begin(c), chunks.size(c), result.begin());
+    for (int64_t i = 0; i < chunk; ++i)
+      result[i] = incoming[i] + result[i];
+  }
+  if (average)
+    for (float &v : result)
+      v = static_cast<float>(static_cast<double>(v) / size);
+  return true;
+}
+
+/// The ring all-gather: chunk c of `out` (n floats, chunks of `chunk`)
+/// comes from rank c; this rank's is there already.
+bool ringAllGather(tmrt_context *ctx, float *out, int64_t n, int64_t chunk) {
+  const Communicator &comm = *ctx->communicator;
+  int64_t size = comm.size(ctx), rank = comm.rank(ctx);
+  Chunks chunks{n, chunk};
+  std::vector<float> outgoing(chunk), incoming(chunk);
+  for (int64_t step = 0; step + 1 < size; ++step) {
+    int64_t sendChunk = mod(rank - step, size);
+    int64_t recvChunk = mod(rank - step - 1, size);
+    if (!exchange(ctx, out + chunks.begin(sendChunk), chunks.size(sendChunk),
+                  outgoing, incoming, chunk))
+      return false;
+    std::copy_n(incoming.begin(), chunks.size(recvChunk),
+                out + chunks.begin(recvChunk));
+  }
+  return true;
+}
+
+} // namespace
+
+namespace tmrt {
+namespace cpu {
+
+void all_reduce_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                    int64_t average) {
+  if (n < 0)
+    return ctx->fail("all_reduce_f32: negative element count");
+  int64_t size = ctx->communicator->size(ctx);
+  int64_t rank = ctx->communicator->rank(ctx);
+  int64_t chunk = (n + size - 1) / size;
+  std::vector<float> mine;
+  if (!ringReduceScatter(ctx, ctx->at<float>(in), n, chunk, average != 0,
+                         mine))
+    return;
+  // The reduced chunk into place (in may be out: its other chunks are
+  // read no more), then the ring gathers the others'.
+  float *result = ctx->at<float>(out);
+  Chunks chunks{n, chunk};
+  std::copy_n(mine.begin(), chunks.size(rank), result + chunks.begin(rank));
+  if (!ringAllGather(ctx, result, n, chunk))
+    return;
+  ctx->touch(out, static_cast<uint64_t>(n) * 4);
+}
+
+void reduce_scatter_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                        int64_t average) {
+  if (n < 0)
+    return ctx->fail("reduce_scatter_f32: negative element count");
+  int64_t size = ctx->communicator->size(ctx);
+  std::vector<float> mine;
+  if (!ringReduceScatter(ctx, ctx->at<float>(in), n * size, n, average != 0,
+                         mine))
+    return;
+  // In place (in == out) the shard lands at the start of the buffer.
+  std::copy_n(mine.begin(), n, ctx->at<float>(out));
+  ctx->touch(out, static_cast<uint64_t>(n) * 4);
+}
+
+void all_gather_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  if (n < 0)
+    return ctx->fail("all_gather_f32: negative element count");
+  int64_t size = ctx->communicator->size(ctx);
+  int64_t rank = ctx->communicator->rank(ctx);
+  float *result = ctx->at<float>(out);
+  std::memmove(result + rank * n, ctx->at<float>(in), n * sizeof(float));
+  if (!ringAllGather(ctx, result, n * size, n))
+    return;
+  ctx->touch(out, static_cast<uint64_t>(n * size) * 4);
+}
+
+void all_slice_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  if (n < 0)
+    return ctx->fail("all_slice_f32: negative element count");
+  int64_t rank = ctx->communicator->rank(ctx);
+  std::memmove(ctx->at<float>(out), ctx->at<float>(in) + rank * n,
+               n * sizeof(float));
+  ctx->touch(out, static_cast<uint64_t>(n) * 4);
+}
+
+void broadcast_f32(tmrt_context *ctx, int64_t buffer, int64_t n,
+                   int64_t root) {
+  int64_t size = ctx->communicator->size(ctx);
+  if (n < 0 || root < 0 || root >= size)
+    return ctx->fail("broadcast_f32: root " + std::to_string(root) +
+                     " is not a rank of " + std::to_string(size));
+  uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
+  if (!ctx->communicator->broadcast(ctx, ctx->at<float>(buffer), bytes, root))
+    return;
+  // A broadcast tree sends the buffer once to each rank but the root.
+  if (ctx->communicator->rank(ctx) == root)
+    ctx->bytesSent += bytes * static_cast<uint64_t>(size - 1);
+  else
+    ctx->bytesReceived += bytes;
+  ctx->touch(buffer, bytes);
+}
+
+void barrier(tmrt_context *ctx) { ctx->communicator->barrier(ctx); }
+
+} // namespace cpu
+} // namespace tmrt

@@ -1,0 +1,28 @@
+//===- Collectives.h - the CPU backend's collectives ------------*- C++ -*-===//
+//
+// The kernels of Kernels.def's collectives for the CPU backend: rings over
+// the context's communicator (Collectives.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_RUNTIME_CPU_COLLECTIVES_H
+#define TRAINMEM_RUNTIME_CPU_COLLECTIVES_H
+
+#include "trainmem-runtime/Runtime.h"
+
+namespace tmrt {
+namespace cpu {
+
+void all_reduce_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                    int64_t average);
+void reduce_scatter_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                        int64_t average);
+void all_gather_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void all_slice_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void broadcast_f32(tmrt_context *ctx, int64_t buffer, int64_t n, int64_t root);
+void barrier(tmrt_context *ctx);
+
+} // namespace cpu
+} // namespace tmrt
+
+#endif // TRAINMEM_RUNTIME_CPU_COLLECTIVES_H

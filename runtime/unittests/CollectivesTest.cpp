@@ -1,0 +1,183 @@
+//===- CollectivesTest.cpp - the runtime's ring collectives ---------------===//
+//
+// Each rank fills its buffers from its rank, runs every collective and
+// checks the result against the sums computed here (small integers: exact
+// in f32), the bytes it counted against the ring's (N-1) chunks of
+// ceil(n / N) elements (the compiler's communication figures), and that a
+// second run gives the same bits. Run alone it uses the "single"
+// communicator (N = 1); under mpirun (test/Runtime/collectives-mpi.test,
+// 2 and 4 ranks) the "mpi" one.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem-runtime/Runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct ContextDeleter {
+  void operator()(tmrt_context *ctx) const { tmrt_context_destroy(ctx); }
+};
+using ContextPtr = std::unique_ptr<tmrt_context, ContextDeleter>;
+
+/// A context on the communicator mpirun implies, with an arena.
+ContextPtr makeContext(uint64_t arenaBytes) {
+  const char *error = nullptr;
+  ContextPtr ctx(tmrt_context_create("cpu", 1, &error));
+  EXPECT_NE(ctx, nullptr) << (error ? error : "");
+  if (!ctx)
+    return ctx;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE"))
+    EXPECT_EQ(tmrt_context_set_communicator(ctx.get(), "mpi", &error), 0)
+        << (error ? error : "");
+  EXPECT_EQ(tmrt_arena_alloc(ctx.get(), arenaBytes), 0);
+  return ctx;
+}
+
+std::vector<float> read(tmrt_context *ctx, int64_t offset, int64_t n) {
+  std::vector<float> values(n);
+  EXPECT_EQ(tmrt_arena_read(ctx, offset, values.data(), n * 4), 0);
+  return values;
+}
+
+void write(tmrt_context *ctx, int64_t offset, const std::vector<float> &v) {
+  EXPECT_EQ(tmrt_arena_write(ctx, offset, v.data(), v.size() * 4), 0);
+}
+
+/// Rank r's element i.
+float valueOf(int64_t rank, int64_t i) { return float(rank * 100 + i); }
+
+TEST(Collectives, AllReduceSumsEveryRanksBuffer) {
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t size = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  // 10 elements: uneven chunks on 4 ranks (3, 3, 3, 1).
+  const int64_t n = 10;
+  std::vector<float> mine(n);
+  for (int64_t i = 0; i < n; ++i)
+    mine[i] = valueOf(rank, i);
+  for (int64_t average : {0, 1}) {
+    for (bool inPlace : {true, false}) {
+      write(ctx.get(), 0, mine);
+      uint64_t before = tmrt_bytes_sent(ctx.get());
+      tmrt_all_reduce_f32(ctx.get(), 0, inPlace ? 0 : 4096, n, average);
+      ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
+      std::vector<float> got = read(ctx.get(), inPlace ? 0 : 4096, n);
+      for (int64_t i = 0; i < n; ++i) {
+        double sum = 0;
+        for (int64_t r = 0; r < size; ++r)
+          sum += valueOf(r, i);
+        EXPECT_EQ(got[i], float(average ? sum / size : sum)) << i;
+      }
+      // 2 (N - 1) chunks of ceil(n / N) elements.
+      uint64_t chunk = (n + size - 1) / size;
+      EXPECT_EQ(tmrt_bytes_sent(ctx.get()) - before,
+                2 * uint64_t(size - 1) * chunk * 4);
+    }
+  }
+  EXPECT_EQ(tmrt_bytes_sent(ctx.get()), tmrt_bytes_received(ctx.get()));
+}
+
+TEST(Collectives, ReduceScatterLeavesEachRankItsShard) {
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t size = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  const int64_t shard = 3;
+  std::vector<float> mine(shard * size);
+  for (int64_t i = 0; i < shard * size; ++i)
+    mine[i] = valueOf(rank, i);
+  for (bool inPlace : {true, false}) {
+    write(ctx.get(), 0, mine);
+    uint64_t before = tmrt_bytes_sent(ctx.get());
+    int64_t out = inPlace ? 0 : 8192;
+    tmrt_reduce_scatter_f32(ctx.get(), 0, out, shard, /*average=*/1);
+    ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
+    std::vector<float> got = read(ctx.get(), out, shard);
+    for (int64_t i = 0; i < shard; ++i) {
+      double sum = 0;
+      for (int64_t r = 0; r < size; ++r)
+        sum += valueOf(r, rank * shard + i);
+      EXPECT_EQ(got[i], float(sum / size)) << i;
+    }
+    EXPECT_EQ(tmrt_bytes_sent(ctx.get()) - before,
+              uint64_t(size - 1) * shard * 4);
+  }
+}
+
+TEST(Collectives, AllGatherAndSliceAreInverse) {
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t size = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  const int64_t shard = 5;
+  std::vector<float> mine(shard);
+  for (int64_t i = 0; i < shard; ++i)
+    mine[i] = valueOf(rank, i);
+  write(ctx.get(), 0, mine);
+  tmrt_all_gather_f32(ctx.get(), 0, 4096, shard);
+  ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
+  std::vector<float> all = read(ctx.get(), 4096, shard * size);
+  for (int64_t r = 0; r < size; ++r)
+    for (int64_t i = 0; i < shard; ++i)
+      EXPECT_EQ(all[r * shard + i], valueOf(r, i));
+  EXPECT_EQ(tmrt_bytes_sent(ctx.get()), uint64_t(size - 1) * shard * 4);
+  // The local slice takes the rank's part back, sending nothing.
+  tmrt_all_slice_f32(ctx.get(), 4096, 8192, shard);
+  EXPECT_EQ(read(ctx.get(), 8192, shard), mine);
+  EXPECT_EQ(tmrt_bytes_sent(ctx.get()), uint64_t(size - 1) * shard * 4);
+}
+
+TEST(Collectives, BroadcastAndBarrier) {
+  ContextPtr ctx = makeContext(1 << 12);
+  ASSERT_NE(ctx, nullptr);
+  int64_t size = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  int64_t root = size - 1;
+  std::vector<float> mine(4, float(rank));
+  write(ctx.get(), 0, mine);
+  tmrt_broadcast_f32(ctx.get(), 0, 4, root);
+  tmrt_barrier(ctx.get());
+  ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
+  EXPECT_EQ(read(ctx.get(), 0, 4), std::vector<float>(4, float(root)));
+  // A root that is no rank is the context's error, not a hang.
+  tmrt_broadcast_f32(ctx.get(), 0, 4, size);
+  EXPECT_NE(tmrt_context_error(ctx.get()), nullptr);
+}
+
+TEST(Collectives, TheSameBitsEveryRun) {
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t rank = tmrt_rank(ctx.get());
+  // Values whose sums round: the order of the additions shows.
+  const int64_t n = 1000;
+  std::vector<float> mine(n);
+  for (int64_t i = 0; i < n; ++i)
+    mine[i] = 1.0f / float(1 + i + 7 * rank) + 1e-3f * float(rank);
+  write(ctx.get(), 0, mine);
+  tmrt_all_reduce_f32(ctx.get(), 0, 0, n, 1);
+  std::vector<float> first = read(ctx.get(), 0, n);
+  write(ctx.get(), 0, mine);
+  tmrt_all_reduce_f32(ctx.get(), 0, 0, n, 1);
+  EXPECT_EQ(read(ctx.get(), 0, n), first);
+  ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
+}
+
+TEST(Collectives, CommunicatorsByName) {
+  ContextPtr ctx = makeContext(64);
+  ASSERT_NE(ctx, nullptr);
+  const char *error = nullptr;
+  EXPECT_EQ(tmrt_context_set_communicator(ctx.get(), "nccl", &error), -1);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error),
+            std::string("unknown communicator 'nccl' (built: ") +
+                tmrt_communicator_names() + ")");
+  EXPECT_EQ(tmrt_context_set_communicator(ctx.get(), "single", &error), 0);
+  EXPECT_STREQ(tmrt_communicator_name(ctx.get()), "single");
+}
+
+} // namespace

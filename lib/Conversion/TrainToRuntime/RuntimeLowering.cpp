@@ -12,6 +12,9 @@
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringMap.h"
@@ -377,6 +380,80 @@ static LogicalResult lowerTranspose(TransposeOp, RuntimeCallBuilder &) {
 
 namespace {
 /// The model of OpT: calls `Lower`.
+//===----------------------------------------------------------------------===//
+// Collectives: upstream shard ops on a one-axis grid, as the runtime's rings
+//===----------------------------------------------------------------------===//
+
+/// A collective the runtime runs: over all ranks of a one-axis grid (the
+/// process world), on f32 1-D buffers along axis 0.
+template <typename OpT>
+static LogicalResult checkCollective(OpT op, RuntimeCallBuilder &b,
+                                     int64_t axis) {
+  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+      op.getOperation(), op.getGridAttr());
+  if (!grid || grid.getShape().size() != 1)
+    return op.emitOpError("runs on the runtime's process world: its grid "
+                          "must have one axis");
+  ArrayRef<int16_t> axes = op.getGridAxes();
+  if (!(axes.empty() || (axes.size() == 1 && axes[0] == 0)))
+    return op.emitOpError("runs over every rank of its grid (grid_axes = "
+                          "[0])");
+  for (Value value : op->getOperands())
+    if (auto type = dyn_cast<RankedTensorType>(value.getType());
+        type && type.getRank() != 1 && axis >= 0)
+      return op.emitOpError("works on 1-D buffers (train-zero flattens "
+                            "them)");
+  if (axis > 0)
+    return op.emitOpError("splits along axis 0 only");
+  return b.requireContiguous(op);
+}
+
+static bool averages(shard::ReductionKind kind) {
+  return kind == shard::ReductionKind::Average;
+}
+static LogicalResult checkReduction(Operation *op, shard::ReductionKind kind) {
+  if (kind == shard::ReductionKind::Sum ||
+      kind == shard::ReductionKind::Average)
+    return success();
+  return op->emitOpError("reduces by ")
+         << shard::stringifyReductionKind(kind)
+         << "; the runtime's rings sum or average";
+}
+
+static LogicalResult lowerAllReduce(shard::AllReduceOp op,
+                                    RuntimeCallBuilder &b) {
+  if (failed(checkCollective(op, b, -1)) ||
+      failed(checkReduction(op, op.getReduction())))
+    return failure();
+  b.emit(rt::all_reduce_f32{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult()), .average = averages(op.getReduction())}, op.getLoc());
+  return success();
+}
+
+static LogicalResult lowerReduceScatter(shard::ReduceScatterOp op,
+                                        RuntimeCallBuilder &b) {
+  if (failed(checkCollective(op, b, op.getScatterAxis().getSExtValue())) ||
+      failed(checkReduction(op, op.getReduction())))
+    return failure();
+  b.emit(rt::reduce_scatter_f32{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult()), .average = averages(op.getReduction())}, op.getLoc());
+  return success();
+}
+
+static LogicalResult lowerAllGather(shard::AllGatherOp op,
+                                    RuntimeCallBuilder &b) {
+  if (failed(checkCollective(op, b, op.getGatherAxis().getSExtValue())))
+    return failure();
+  b.emit(rt::all_gather_f32{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getInput())}, op.getLoc());
+  return success();
+}
+
+static LogicalResult lowerAllSlice(shard::AllSliceOp op,
+                                   RuntimeCallBuilder &b) {
+  if (failed(checkCollective(op, b, op.getSliceAxis().getSExtValue())))
+    return failure();
+  b.emit(rt::all_slice_f32{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult())}, op.getLoc());
+  return success();
+}
+
 template <typename OpT, LogicalResult (*Lower)(OpT, RuntimeCallBuilder &)>
 struct LoweringModel
     : public RuntimeLoweringOpInterface::ExternalModel<
@@ -439,5 +516,11 @@ void mlir::train::registerRuntimeLoweringExternalModels(
   });
   registry.addExtension(+[](MLIRContext *ctx, arith::ArithDialect *) {
     attach<arith::ConstantOp, lowerConstant>(ctx);
+  });
+  registry.addExtension(+[](MLIRContext *ctx, shard::ShardDialect *) {
+    attach<shard::AllReduceOp, lowerAllReduce>(ctx);
+    attach<shard::ReduceScatterOp, lowerReduceScatter>(ctx);
+    attach<shard::AllGatherOp, lowerAllGather>(ctx);
+    attach<shard::AllSliceOp, lowerAllSlice>(ctx);
   });
 }

@@ -16,6 +16,8 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
@@ -253,7 +255,16 @@ struct ConvertTrainToRuntimePass
                          static_cast<int64_t>(plan->getArenaBytes())));
     lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
     lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
+    if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))
+      lowered->setAttr(kLoweredRanksAttrName,
+                       builder.getI64IntegerAttr(zero.getRanks()));
     step.erase();
+    // The collectives are runtime calls now: their grids go (a grid still
+    // named by another op stays).
+    for (auto grid : llvm::make_early_inc_range(
+             module.getBody()->getOps<shard::GridOp>()))
+      if (SymbolTable::symbolKnownUseEmpty(grid, module))
+        grid.erase();
     lowered.setSymName(name);
 
     // Declarations of the runtime functions the step calls.

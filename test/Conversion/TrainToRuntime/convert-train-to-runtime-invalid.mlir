@@ -23,3 +23,23 @@ module {
     return %x : tensor<4xf32>
   }
 }
+
+// -----
+
+// The runtime's rings sum or average.
+shard.grid @dp(shape = 2)
+func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> attributes {train.step} {
+  // expected-error @+1 {{'shard.all_reduce' op reduces by max; the runtime's rings sum or average}}
+  %r = shard.all_reduce %a on @dp grid_axes = [0] reduction = max : tensor<8xf32> -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+// Over the process world: a grid of one axis.
+shard.grid @dp2(shape = 2x2)
+func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> attributes {train.step} {
+  // expected-error @+1 {{'shard.all_reduce' op runs on the runtime's process world: its grid must have one axis}}
+  %r = shard.all_reduce %a on @dp2 grid_axes = [0] : tensor<8xf32> -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}

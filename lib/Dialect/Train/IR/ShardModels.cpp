@@ -38,14 +38,14 @@ template <typename OpT> int64_t groupSize(OpT op) {
   return size;
 }
 
-/// elements · (n - 1) / n, rounded up (ring chunks of unequal size).
+/// What one pass of a ring sends through each rank: (n - 1) chunks of
+/// ceil(elements / n) (a buffer that does not split evenly is sent in
+/// equal chunks, the last padded, as the runtime's rings do).
 uint64_t ringShare(uint64_t elements, int64_t n) {
   if (n <= 1)
     return 0;
   uint64_t ranks = static_cast<uint64_t>(n);
-  uint64_t whole = elements / ranks, rest = elements % ranks;
-  return addCount(mulCount(whole, ranks - 1),
-                  (mulCount(rest, ranks - 1) + ranks - 1) / ranks);
+  return mulCount((elements + ranks - 1) / ranks, ranks - 1);
 }
 
 uint64_t elementBytes(Value value) {

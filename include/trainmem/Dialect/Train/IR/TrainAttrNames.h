@@ -77,6 +77,9 @@ constexpr llvm::StringLiteral kPlanOffsetsAttrName = "train.offsets";
 constexpr llvm::StringLiteral kArenaBytesAttrName = "tmrt.arena_bytes";
 constexpr llvm::StringLiteral kArgumentSlotsAttrName = "tmrt.arguments";
 constexpr llvm::StringLiteral kResultSlotsAttrName = "tmrt.results";
+/// On a lowered step train-zero partitioned: the ranks it runs on (i64), as
+/// many processes as the runtime's communicator must have.
+constexpr llvm::StringLiteral kLoweredRanksAttrName = "tmrt.ranks";
 
 /// Whether `op` (a func.func or llvm.func) is a step that
 /// convert-train-to-runtime already lowered.

@@ -118,13 +118,13 @@ std::optional<Corpus> Corpus::load(StringRef path, std::string &error) {
 
 void Corpus::batch(uint64_t seed, int64_t step, int64_t batchSize,
                    int64_t seqLen, std::vector<int64_t> &tokens,
-                   std::vector<int64_t> &targets) const {
+                   std::vector<int64_t> &targets, int64_t firstRow) const {
   assert(bytes.size() > static_cast<uint64_t>(seqLen) && "corpus too short");
   uint64_t span = bytes.size() - static_cast<uint64_t>(seqLen);
   tokens.resize(batchSize * seqLen);
   targets.resize(batchSize * seqLen);
   for (int64_t b = 0; b < batchSize; ++b) {
-    uint64_t start = random64(seed, 2000000 + step, b) % span;
+    uint64_t start = random64(seed, 2000000 + step, firstRow + b) % span;
     for (int64_t s = 0; s < seqLen; ++s) {
       tokens[b * seqLen + s] = static_cast<unsigned char>(bytes[start + s]);
       targets[b * seqLen + s] =
@@ -530,6 +530,12 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   auto stepFunc = dyn_cast<func::FuncOp>(marked);
   if (isLoweredStep(marked))
     stepFunc = nullptr;
+  // The ranks train-zero partitioned it for.
+  if (auto zero = marked->getAttrOfType<ZeroAttr>(kZeroAttrName))
+    session->ranks = zero.getRanks();
+  else if (auto lowered =
+               marked->getAttrOfType<IntegerAttr>(kLoweredRanksAttrName))
+    session->ranks = lowered.getInt();
   if (interpret && !stepFunc) {
     error = "the interpret backend runs a tensor-level step; this one is "
             "already lowered (give the model, or the step before "
@@ -552,6 +558,20 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
     session->stepFunc = cast<func::FuncOp>(
         findMarkedStep(*session->tensorStep, "trainmem-run"));
   }
+  // What the step's collectives send per rank, as the analysis counts them
+  // (CommunicationOpInterface; a micro-batch loop's body once per
+  // micro-batch), for the runtime's counts to be held against.
+  if (stepFunc)
+    stepFunc.walk([&](CommunicationOpInterface collective) {
+      uint64_t times = 1;
+      for (Operation *parent = collective->getParentOp(); parent;
+           parent = parent->getParentOp())
+        if (auto loop = dyn_cast<AccumulateOp>(parent))
+          times = mulCount(times,
+                           static_cast<uint64_t>(loop.getStepsAttr().getInt()));
+      session->plannedBytesSent = addCount(
+          session->plannedBytesSent, mulCount(collective.getBytesSent(), times));
+    });
   FailureOr<StepLayout> layout = lowerStep(module);
   if (failed(layout))
     return nullptr;
@@ -622,6 +642,11 @@ bool Session::start(std::string &error) {
   error.clear();
   assert(!state && "the session has started already");
   if (options.backend == "interpret") {
+    if (ranks > 1) {
+      error = "the interpreter runs one rank; a step partitioned for " +
+              std::to_string(ranks) + " ranks runs on a runtime backend";
+      return false;
+    }
     state = std::make_unique<HostState>();
     return true;
   }
@@ -630,6 +655,25 @@ bool Session::start(std::string &error) {
                             &contextError);
   if (!ctx) {
     error = contextError ? contextError : "cannot create the context";
+    return false;
+  }
+  if (options.communicator != "single" &&
+      tmrt_context_set_communicator(ctx, options.communicator.c_str(),
+                                    &contextError) != 0) {
+    error = contextError;
+    return false;
+  }
+  int64_t world = tmrt_world_size(ctx);
+  rank = tmrt_rank(ctx);
+  if (world != ranks) {
+    error = ranks > 1
+                ? "the step is partitioned for " + std::to_string(ranks) +
+                      " ranks (train-zero ranks=" + std::to_string(ranks) +
+                      "), but " + std::to_string(world) +
+                      " processes run it"
+                : std::to_string(world) +
+                      " processes run a step that is not partitioned "
+                      "(give --zero to partition it over them)";
     return false;
   }
   if (tmrt_arena_alloc(ctx, layout.arenaBytes) != 0) {
@@ -647,15 +691,37 @@ bool Session::start(std::string &error) {
   return true;
 }
 
+/// The rank's part of `values` (a whole tensor's) for `slot`: all of it,
+/// or (a shard) elements [rank x n, (rank + 1) x n) of the tensor padded
+/// with zeros.
+static std::vector<float> partOf(const TensorSlot &slot,
+                                 const std::vector<float> &values,
+                                 int64_t rank) {
+  if (slot.fullShape.empty())
+    return values;
+  int64_t n = slot.numElements();
+  std::vector<float> part(n, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t at = rank * n + i;
+    if (at < static_cast<int64_t>(values.size()))
+      part[i] = values[at];
+  }
+  return part;
+}
+
 bool Session::initialize(std::string &error) {
   error.clear();
   assert(state && "start the session first");
   unsigned paramIndex = 0;
-  std::map<std::string, Bytes> params;
+  // Whole tensors: every rank draws the same, and keeps its part.
+  std::map<std::string, std::vector<float>> params;
   for (const TensorSlot &slot : layout.arguments)
     if (slot.role == "param") {
+      TensorSlot whole = slot;
+      if (!slot.fullShape.empty())
+        whole.shape = slot.fullShape;
       std::vector<float> values =
-          initialValues(slot, paramIndex++, options.seed);
+          initialValues(whole, paramIndex++, options.seed);
       // A std too large for f32 would start training from infinities.
       if (!llvm::all_of(values, [](float v) { return std::isfinite(v); })) {
         error = "parameter '" + slot.key + "': its #train.init (std " +
@@ -663,14 +729,15 @@ bool Session::initialize(std::string &error) {
                 ") gives values that are not finite in f32";
         return false;
       }
-      params[slot.key] = floatBytes(values);
-      state->write(slot, params[slot.key]);
+      state->write(slot, floatBytes(partOf(slot, values, rank)));
+      params[slot.key] = std::move(values);
     }
   for (const TensorSlot &slot : layout.arguments) {
     if (!slot.stateKind)
       continue;
     if (*slot.stateKind == StateKind::master) {
-      state->write(slot, params[slot.stateParam]);
+      state->write(slot,
+                   floatBytes(partOf(slot, params[slot.stateParam], rank)));
     } else if (slot.statePart == StatePart::codes) {
       // 8-bit state starts at 0: the code of 0 in its map.
       uint8_t zero = trainmem::zeroCode(
@@ -683,6 +750,26 @@ bool Session::initialize(std::string &error) {
     }
   }
   return true;
+}
+
+bool Session::meanOverRanks(double &value, std::string &error) const {
+  if (ranks == 1 || !ctx)
+    return true;
+  double sum = value;
+  if (tmrt_host_sum_f64(ctx, &sum, 1) != 0) {
+    const char *why = tmrt_context_error(ctx);
+    error = why ? why : "the ranks could not sum a value";
+    return false;
+  }
+  value = sum / static_cast<double>(ranks);
+  return true;
+}
+
+uint64_t Session::getBytesSent() const {
+  return ctx ? tmrt_bytes_sent(ctx) : 0;
+}
+uint64_t Session::getBytesReceived() const {
+  return ctx ? tmrt_bytes_received(ctx) : 0;
 }
 
 void Session::restore(const Checkpoint &checkpoint) {
@@ -769,6 +856,12 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
 bool Session::save(StringRef dir, int64_t step, const RunIdentity &identity,
                    std::string &error) const {
   assert(state && "start the session first");
+  if (ranks > 1) {
+    error = "checkpoints of a step partitioned over " +
+            std::to_string(ranks) +
+            " ranks (one shard per rank and a manifest) are not built yet";
+    return false;
+  }
   return saveCheckpoint(dir, step, identity, layout.arguments, *state, error);
 }
 

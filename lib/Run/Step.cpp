@@ -117,7 +117,8 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
                                        StringRef autodiffOptions,
                                        StringRef rematOptions,
                                        StringRef gradAccumOptions,
-                                       std::optional<StringRef> quantizeOptions) {
+                                       std::optional<StringRef> quantizeOptions,
+                                       StringRef zeroOptions) {
   Operation *step = nullptr;
   if (hasMarkedStep(module)) {
     step = findMarkedStep(module, "trainmem-run");
@@ -127,12 +128,13 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   if (isLoweredStep(step)) {
     // A step lowered by trainmem-opt runs as it is; the passes that would
     // reshape it work on the tensor-level step only.
-    if (!rematOptions.empty() || !gradAccumOptions.empty() || quantizeOptions)
+    if (!rematOptions.empty() || !gradAccumOptions.empty() || quantizeOptions ||
+        !zeroOptions.empty())
       return emitError(step->getLoc(), "trainmem-run: @")
              << SymbolTable::getSymbolName(step).getValue()
-             << " is already lowered; --remat, --grad-accum and "
-                "--quantize-optimizer-state need the tensor-level step (the "
-                "input of convert-train-to-runtime)";
+             << " is already lowered; --remat, --grad-accum, "
+                "--quantize-optimizer-state and --zero need the tensor-level "
+                "step (the input of convert-train-to-runtime)";
     return success();
   }
   // The registered train-step pipeline: a model's forward pass becomes the
@@ -142,6 +144,7 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   options.autodiff = autodiffOptions.str();
   options.remat = rematOptions.str();
   options.gradAccum = gradAccumOptions.str();
+  options.zero = zeroOptions.str();
   options.quantize = quantizeOptions.has_value();
   if (quantizeOptions)
     options.quantizeOptions = quantizeOptions->str();
@@ -185,6 +188,8 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
     slot.offset = offset.getInt();
     slot.bytes = bytes.getInt();
     slot.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+    if (auto full = dict.getAs<DenseI64ArrayAttr>("full_shape"))
+      slot.fullShape.assign(full.asArrayRef().begin(), full.asArrayRef().end());
     slot.dtype = dtype.getValue().str();
     // The typed entries (what the runner needs to start the tensor).
     auto typed = [&](StringRef name, auto kind) -> FailureOr<decltype(kind)> {

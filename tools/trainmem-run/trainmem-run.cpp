@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <csignal>
 #include <thread>
@@ -99,6 +100,13 @@ static cl::opt<std::string> quantizeOptions(
     "quantize-optimizer-state", cl::ValueOptional,
     cl::desc("Keep AdamW's m and v in 8 bits: train-quantize-optimizer-state "
              "options, e.g. \"block=256 min-size=4096\" (empty: defaults)"),
+    cl::cat(category));
+
+static cl::opt<std::string> zeroOptions(
+    "zero",
+    cl::desc("Partition the step over the processes mpirun starts: "
+             "train-zero options without ranks, e.g. \"stage=1\" (ranks: "
+             "the process count)"),
     cl::cat(category));
 
 /// Set by SIGINT/SIGTERM; the loop checkpoints at the next step boundary
@@ -177,8 +185,28 @@ int main(int argc, char **argv) {
   std::optional<StringRef> quantize;
   if (quantizeOptions.getNumOccurrences())
     quantize = StringRef(quantizeOptions);
+  // One rank per process under mpirun: the world's size is the ranks.
+  int64_t worldSize = 1, worldRank = 0;
+  if (const char *size = std::getenv("OMPI_COMM_WORLD_SIZE"))
+    if (StringRef(size).getAsInteger(10, worldSize) || worldSize < 1)
+      return fail("OMPI_COMM_WORLD_SIZE is '" + llvm::Twine(size) +
+                  "', not a process count");
+  if (const char *rankText = std::getenv("OMPI_COMM_WORLD_RANK"))
+    if (StringRef(rankText).getAsInteger(10, worldRank))
+      return fail("OMPI_COMM_WORLD_RANK is '" + llvm::Twine(rankText) + "'");
+  std::string zero;
+  if (zeroOptions.getNumOccurrences()) {
+    if (StringRef(zeroOptions).contains("ranks"))
+      return fail("--zero takes train-zero's options but ranks: the ranks "
+                  "are the processes mpirun starts (" +
+                  llvm::Twine(worldSize) + " here)");
+    zero = "ranks=" + std::to_string(worldSize) + " " + zeroOptions;
+  }
+  if (worldSize > 1 && (!saveDir.empty() || !resumeDir.empty()))
+    return fail("--save and --resume on " + llvm::Twine(worldSize) +
+                " ranks need sharded checkpoints, which are not built yet");
   if (failed(prepareStep(*module, autodiffOptions, rematOptions,
-                         gradAccumOptions, quantize)))
+                         gradAccumOptions, quantize, zero)))
     return 1;
 
   SessionOptions options;
@@ -187,6 +215,8 @@ int main(int argc, char **argv) {
       threads > 0 ? threads
                   : std::max<int64_t>(1, std::thread::hardware_concurrency());
   options.seed = seed;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE"))
+    options.communicator = "mpi";
   std::string error;
   std::unique_ptr<Session> session =
       Session::create(std::move(module), options, error);
@@ -280,10 +310,16 @@ int main(int argc, char **argv) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
-  llvm::errs() << "trainmem-run: " << backend << " backend, "
-               << options.threads << " threads, arena plan "
-               << layout.arenaBytes << " B (" << humanBytes(layout.arenaBytes)
-               << "), steps " << firstStep << ".." << steps << "\n";
+  int64_t ranks = session->getRanks(), rank = session->getRank();
+  bool leader = rank == 0;
+  if (ranks > 1)
+    llvm::errs() << "trainmem-run: rank " << rank << " of " << ranks << ": ";
+  else
+    llvm::errs() << "trainmem-run: ";
+  llvm::errs() << backend << " backend, " << options.threads
+               << " threads, arena plan " << layout.arenaBytes << " B ("
+               << humanBytes(layout.arenaBytes) << "), steps " << firstStep
+               << ".." << steps << "\n";
 
   std::vector<int64_t> tokens, targets;
   double firstLoss = NAN, lastLoss = NAN;
@@ -292,10 +328,18 @@ int main(int argc, char **argv) {
   std::vector<double> stepSeconds;
   for (int64_t step = firstStep; step <= steps; ++step) {
     auto stepStart = std::chrono::steady_clock::now();
-    corpus->batch(seed, step, batchSize, seqLen, tokens, targets);
-    float loss;
-    if (!session->runStep(step, tokens, targets, loss, error))
+    // Rank r trains on rows [r x batch, (r + 1) x batch) of the global
+    // batch.
+    corpus->batch(seed, step, batchSize, seqLen, tokens, targets,
+                  rank * batchSize);
+    float rankLoss;
+    if (!session->runStep(step, tokens, targets, rankLoss, error))
       return error.empty() ? 1 : fail(error);
+    // The global batch's loss: the mean of the ranks' (equal batches).
+    double meanLoss = rankLoss;
+    if (!session->meanOverRanks(meanLoss, error))
+      return fail(error);
+    float loss = static_cast<float>(meanLoss);
     stepSeconds.push_back(std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - stepStart)
                               .count());
@@ -303,22 +347,24 @@ int main(int argc, char **argv) {
       firstLoss = loss;
     lastLoss = loss;
     losses.push_back(loss);
-    if (lossFile) {
+    if (lossFile && leader) {
       *lossFile << step << " " << llvm::format("%.6f", loss) << "\n";
       lossFile->flush();
     }
     double seconds = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - start)
                          .count();
-    double tokensPerSecond =
-        (step - firstStep + 1) * batchSize * seqLen / std::max(seconds, 1e-9);
+    double tokensPerSecond = (step - firstStep + 1) * batchSize * ranks *
+                             seqLen / std::max(seconds, 1e-9);
     std::optional<uint64_t> measured = session->getMeasuredPeak();
     std::string line = llvm::formatv(
         "step {0}/{1}  loss {2:F4}  {3:F0} tok/s  arena plan {4} measured {5}",
         step, steps.getValue(), loss, tokensPerSecond,
         humanBytes(layout.arenaBytes),
         measured ? humanBytes(*measured) : "-");
-    if (terminal) {
+    if (!leader) {
+      // Only rank 0 reports progress.
+    } else if (terminal) {
       int width = 24, filled = static_cast<int>(
                                   width * (step - firstStep + 1) /
                                   std::max<int64_t>(1, steps - firstStep + 1));
@@ -351,6 +397,19 @@ int main(int argc, char **argv) {
       !session->save(saveDir, std::max<int64_t>(steps, firstStep - 1),
                      identity, error))
     return fail(error);
+  if (std::optional<uint64_t> measured = session->getMeasuredPeak();
+      measured && ranks > 1) {
+    // Every rank's own figures, on stderr, one line each.
+    uint64_t stepsRun = std::max<int64_t>(1, steps - firstStep + 1);
+    llvm::errs() << llvm::formatv(
+        "trainmem-run: rank {0}: arena planned {1} B, measured peak {2} B; "
+        "sent {3} B, received {4} B: {5} B per step (analysis {6} B)\n",
+        rank, layout.arenaBytes, *measured, session->getBytesSent(),
+        session->getBytesReceived(), session->getBytesSent() / stepsRun,
+        session->getPlannedBytesSent());
+  }
+  if (!leader)
+    return 0;
   if (firstStep <= steps) {
     llvm::outs() << llvm::formatv(
         "loss: first {0:F4} (step {1}), last {2:F4} (step {3})\n", firstLoss,

@@ -58,10 +58,13 @@ public:
   /// FNV-1a of the bytes: tells a checkpoint which data it was trained on.
   uint64_t fingerprint() const { return hash; }
   /// tokens[b][s] = bytes[start_b + s], targets = the next byte, with
-  /// start_b drawn from (seed, step, b). Needs size() > seqLen.
+  /// start_b drawn from (seed, step, firstRow + b): rows [firstRow,
+  /// firstRow + batchSize) of the step's global batch, so that a rank's
+  /// part of it does not depend on how many ranks share it. Needs size() >
+  /// seqLen.
   void batch(uint64_t seed, int64_t step, int64_t batchSize, int64_t seqLen,
-             std::vector<int64_t> &tokens,
-             std::vector<int64_t> &targets) const;
+             std::vector<int64_t> &tokens, std::vector<int64_t> &targets,
+             int64_t firstRow = 0) const;
 
 private:
   std::string bytes;
@@ -114,6 +117,9 @@ struct SessionOptions {
   int64_t threads = 1;
   /// Seeds the initial weights.
   int64_t seed = 0;
+  /// How the ranks of a partitioned step talk: "single" (one process) or
+  /// "mpi" (one rank per process under mpirun).
+  std::string communicator = "single";
 };
 
 class Session {
@@ -165,6 +171,19 @@ public:
   int64_t getVocab() const { return vocab; }
   /// The highest arena byte written so far (runtime backends).
   std::optional<uint64_t> getMeasuredPeak() const;
+  /// The ranks the step runs on (1 unless train-zero partitioned it), and
+  /// this process's (after start).
+  int64_t getRanks() const { return ranks; }
+  int64_t getRank() const { return rank; }
+  /// The mean of `value` over the ranks, in rank order (every rank gets
+  /// it); `value` itself on one rank.
+  bool meanOverRanks(double &value, std::string &error) const;
+  /// Bytes this rank has sent and received through the step's collectives.
+  uint64_t getBytesSent() const;
+  uint64_t getBytesReceived() const;
+  /// What the step's collectives send per rank and step, as the compiler's
+  /// communication analysis counts it (0 for a step given lowered).
+  uint64_t getPlannedBytesSent() const { return plannedBytesSent; }
 
 private:
   Session() = default;
@@ -176,6 +195,8 @@ private:
   OwningOpRef<ModuleOp> tensorStep;
   func::FuncOp stepFunc;
   int64_t batchSize = 0, seqLen = 0, vocab = 0;
+  int64_t ranks = 1, rank = 0;
+  uint64_t plannedBytesSent = 0;
   const TensorSlot *tokensSlot = nullptr, *targetsSlot = nullptr,
                    *stepSlot = nullptr, *lossSlot = nullptr;
   tmrt_context *ctx = nullptr;

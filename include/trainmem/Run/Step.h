@@ -38,6 +38,10 @@ struct TensorSlot {
   std::string stateParam; // the parameter it belongs to
   StatePart statePart = StatePart::value;
   QuantMap stateMap = QuantMap::none;
+  /// A rank's shard of a tensor of this shape (train.shard_of; the
+  /// flattened tensor padded to ranks x shard, rank r holding elements
+  /// [r x shard, (r + 1) x shard)); empty when the slot is the whole tensor.
+  std::vector<int64_t> fullShape;
   /// Parameters: how they start (from #train.init); none without one.
   std::optional<InitKind> init;
   double initStd = 0.0;
@@ -60,11 +64,13 @@ struct StepLayout {
 /// `gradAccumOptions` (e.g. "steps=4"), train-grad-accum; with
 /// `quantizeOptions` (possibly empty: the defaults),
 /// train-quantize-optimizer-state; then accumulation loops are unrolled and
-/// train.remat regions materialized.
+/// train.remat regions materialized; with non-empty `zeroOptions` (e.g.
+/// "ranks=2 stage=1"), train-zero between the two (train-step's order).
 LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
                           StringRef rematOptions = "",
                           StringRef gradAccumOptions = "",
-                          std::optional<StringRef> quantizeOptions = {});
+                          std::optional<StringRef> quantizeOptions = {},
+                          StringRef zeroOptions = "");
 
 /// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
 /// convert-to-llvm) and reads its arena layout.

@@ -179,6 +179,12 @@ struct ConvertTrainToRuntimePass
       entry.append("bytes", builder.getI64IntegerAttr(
                                 static_cast<int64_t>(getTensorBytes(type))));
       entry.append("shape", builder.getDenseI64ArrayAttr(type.getShape()));
+      // A rank's shard: the whole tensor's shape, to start it from.
+      if (auto full = attrs ? attrs.getAs<TypeAttr>(kShardOfAttrName)
+                            : TypeAttr())
+        entry.append("full_shape",
+                     builder.getDenseI64ArrayAttr(
+                         cast<RankedTensorType>(full.getValue()).getShape()));
       entry.append("dtype",
                    builder.getStringAttr(dtypeName(type.getElementType())));
       return entry.getDictionary(context);

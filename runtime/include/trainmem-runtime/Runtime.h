@@ -259,6 +259,10 @@ void tmrt_all_slice_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
 void tmrt_broadcast_f32(tmrt_context *ctx, int64_t buffer, int64_t n,
                         int64_t root);
 void tmrt_barrier(tmrt_context *ctx);
+/* Host values summed over the ranks, in rank order, the same on every rank
+ * (a run's loss, for its mean): not a step's communication, not counted.
+ * 0, or -1 with the context's error. */
+int tmrt_host_sum_f64(tmrt_context *ctx, double *values, int64_t n);
 
 #ifdef __cplusplus
 }

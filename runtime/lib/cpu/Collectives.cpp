@@ -193,3 +193,32 @@ void barrier(tmrt_context *ctx) { ctx->communicator->barrier(ctx); }
 
 } // namespace cpu
 } // namespace tmrt
+
+extern "C" int tmrt_host_sum_f64(tmrt_context *ctx, double *values,
+                                 int64_t n) {
+  const Communicator &comm = *ctx->communicator;
+  int64_t size = comm.size(ctx), rank = comm.rank(ctx);
+  if (n < 0) {
+    ctx->fail("tmrt_host_sum_f64: negative count");
+    return -1;
+  }
+  // Every rank's values around the ring, then the sum in rank order.
+  std::vector<double> all(static_cast<size_t>(size * n));
+  std::copy_n(values, n, all.begin() + rank * n);
+  uint64_t bytes = static_cast<uint64_t>(n) * sizeof(double);
+  for (int64_t step = 0; step + 1 < size; ++step) {
+    int64_t sendPart = mod(rank - step, size);
+    int64_t recvPart = mod(rank - step - 1, size);
+    if (!comm.sendRecv(ctx, all.data() + sendPart * n, bytes,
+                       mod(rank + 1, size), all.data() + recvPart * n, bytes,
+                       mod(rank - 1, size)))
+      return -1;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0.0;
+    for (int64_t r = 0; r < size; ++r)
+      sum += all[r * n + i];
+    values[i] = sum;
+  }
+  return 0;
+}

@@ -35,8 +35,18 @@ LogicalResult mlir::train::buildTrainStepPipeline(
     return failure();
   if (!options.quantize && !options.quantizeOptions.empty())
     return errorHandler("train-step: quantize-options needs quantize=true");
-  pm.addPass(createTrainUnrollAccumPass());
+  if (options.zero.empty()) {
+    pm.addPass(createTrainUnrollAccumPass());
+    pm.addPass(createTrainMaterializeRematPass());
+    return success();
+  }
+  // Partitioned: recompute is materialized first (stage 3 gathers for it),
+  // and the micro-batch loop unrolled after train-zero (stages 2-3 reduce
+  // each micro-batch inside it).
   pm.addPass(createTrainMaterializeRematPass());
+  if (failed(add("train-zero", options.zero)))
+    return failure();
+  pm.addPass(createTrainUnrollAccumPass());
   return success();
 }
 
@@ -45,8 +55,9 @@ void mlir::train::registerTrainPipelines() {
       "train-step",
       "From a model to a step ready to lower: train-autodiff, then "
       "train-remat, train-grad-accum, train-quantize-optimizer-state as "
-      "asked, train-unroll-accum, train-materialize-remat (trainmem-run's "
-      "pipeline)",
+      "asked, train-unroll-accum, train-materialize-remat; with zero, "
+      "train-materialize-remat, train-zero, train-unroll-accum "
+      "(trainmem-run's pipeline)",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {
         TrainStepPipelineOptions options;

@@ -45,6 +45,11 @@ struct TrainStepPipelineOptions
       llvm::cl::desc("Keep optimizer state in 8 bits "
                      "(train-quantize-optimizer-state)"),
       llvm::cl::init(false)};
+  Option<std::string> zero{
+      *this, "zero",
+      llvm::cl::desc("train-zero options, e.g. \"ranks=2 stage=1\"; empty: "
+                     "one process"),
+      llvm::cl::init("")};
   Option<std::string> quantizeOptions{
       *this, "quantize-options",
       llvm::cl::desc("train-quantize-optimizer-state options, e.g. "

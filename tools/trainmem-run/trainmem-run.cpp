@@ -321,6 +321,22 @@ int main(int argc, char **argv) {
                << humanBytes(layout.arenaBytes) << "), steps " << firstStep
                << ".." << steps << "\n";
 
+  struct Fault {
+    bool kill;
+    int64_t rank, step;
+  };
+  std::optional<Fault> fault;
+  if (const char *text = std::getenv("TRAINMEM_FAULT")) {
+    SmallVector<StringRef> parts;
+    StringRef(text).split(parts, ':');
+    Fault f{};
+    if (parts.size() != 3 || !(parts[0] == "kill" || parts[0] == "hang") ||
+        parts[1].getAsInteger(10, f.rank) || parts[2].getAsInteger(10, f.step))
+      return fail("TRAINMEM_FAULT is kill:RANK:STEP or hang:RANK:STEP, got '" +
+                  llvm::Twine(text) + "'");
+    f.kill = parts[0] == "kill";
+    fault = f;
+  }
   std::vector<int64_t> tokens, targets;
   double firstLoss = NAN, lastLoss = NAN;
   std::vector<float> losses;
@@ -328,6 +344,14 @@ int main(int argc, char **argv) {
   std::vector<double> stepSeconds;
   for (int64_t step = firstStep; step <= steps; ++step) {
     auto stepStart = std::chrono::steady_clock::now();
+    // Fault injection for the failure tests (TRAINMEM_FAULT=kill:R:S or
+    // hang:R:S): rank R dies by SIGKILL, or stops answering, at step S.
+    if (fault && fault->rank == rank && fault->step == step) {
+      if (fault->kill)
+        std::raise(SIGKILL);
+      for (;;)
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     // Rank r trains on rows [r x batch, (r + 1) x batch) of the global
     // batch.
     corpus->batch(seed, step, batchSize, seqLen, tokens, targets,

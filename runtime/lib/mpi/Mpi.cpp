@@ -3,7 +3,10 @@
 // One rank per process under mpirun: MPI_COMM_WORLD, initialized on first
 // use and finalized at exit. Errors come back as return codes
 // (MPI_ERRORS_RETURN) and fail the context with a message naming the peer,
-// instead of aborting in the MPI library.
+// instead of aborting in the MPI library. Every exchange is nonblocking and
+// watched: one that makes no progress for TMRT_MPI_TIMEOUT seconds (default
+// 30: a rank that hangs, or waits on one that died without mpirun noticing)
+// says which rank it waited for and aborts the job, so that no rank hangs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,10 +15,13 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <string>
+#include <thread>
 
 using namespace tmrt;
 
@@ -80,48 +86,103 @@ bool fits(tmrt_context *ctx, uint64_t bytes) {
   return false;
 }
 
+/// Seconds an exchange may make no progress (TMRT_MPI_TIMEOUT).
+double timeoutSeconds() {
+  static const double seconds = [] {
+    const char *text = std::getenv("TMRT_MPI_TIMEOUT");
+    char *end = nullptr;
+    double value = text ? std::strtod(text, &end) : 0.0;
+    return text && end != text && value > 0.0 ? value : 30.0;
+  }();
+  return seconds;
+}
+
+/// Waits for `requests` (started by `what`), polling so that a peer that
+/// never answers ends the job with a message naming it instead of a hang.
+bool waitWatched(tmrt_context *ctx, MPI_Request *requests, int count,
+                 const std::string &what) {
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    int code = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
+    if (code != MPI_SUCCESS) {
+      ctx->fail("mpi: rank " + std::to_string(mpiRank(ctx)) + ", " + what +
+                ": " + errorText(code));
+      return false;
+    }
+    if (done)
+      return true;
+    double waited =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    if (waited > timeoutSeconds()) {
+      std::string message =
+          "mpi: rank " + std::to_string(mpiRank(ctx)) + " waited " +
+          std::to_string(static_cast<int>(waited)) + " s, " + what +
+          ", without progress (TMRT_MPI_TIMEOUT=" +
+          std::to_string(static_cast<int>(timeoutSeconds())) +
+          "); aborting every rank";
+      ctx->fail(message);
+      std::fprintf(stderr, "trainmem runtime: %s\n", message.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      return false;
+    }
+    // Spin briefly, then leave the cores to the ranks that compute.
+    if (polls > 1000)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    else
+      std::this_thread::yield();
+  }
+}
+
 bool mpiSendRecv(tmrt_context *ctx, const void *send, uint64_t sendBytes,
                  int64_t to, void *recv, uint64_t recvBytes, int64_t from) {
   if (!ensureInitialized(ctx) || !fits(ctx, sendBytes) ||
       !fits(ctx, recvBytes))
     return false;
-  int code = MPI_Sendrecv(send, static_cast<int>(sendBytes), MPI_BYTE,
-                          static_cast<int>(to), 0, recv,
-                          static_cast<int>(recvBytes), MPI_BYTE,
-                          static_cast<int>(from), 0, MPI_COMM_WORLD,
-                          MPI_STATUS_IGNORE);
+  MPI_Request requests[2];
+  std::string what = "sending to rank " + std::to_string(to) +
+                     " and receiving from rank " + std::to_string(from);
+  int code = MPI_Irecv(recv, static_cast<int>(recvBytes), MPI_BYTE,
+                       static_cast<int>(from), 0, MPI_COMM_WORLD,
+                       &requests[0]);
+  if (code == MPI_SUCCESS)
+    code = MPI_Isend(send, static_cast<int>(sendBytes), MPI_BYTE,
+                     static_cast<int>(to), 0, MPI_COMM_WORLD, &requests[1]);
   if (code != MPI_SUCCESS) {
-    ctx->fail("mpi: rank " + std::to_string(mpiRank(ctx)) +
-              " exchanging with ranks " + std::to_string(to) + " and " +
-              std::to_string(from) + ": " + errorText(code));
+    ctx->fail("mpi: rank " + std::to_string(mpiRank(ctx)) + ", " + what +
+              ": " + errorText(code));
     return false;
   }
-  return true;
+  return waitWatched(ctx, requests, 2, what);
 }
 
 bool mpiBroadcast(tmrt_context *ctx, void *data, uint64_t bytes,
                   int64_t root) {
   if (!ensureInitialized(ctx) || !fits(ctx, bytes))
     return false;
-  int code = MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE,
-                       static_cast<int>(root), MPI_COMM_WORLD);
+  MPI_Request request;
+  std::string what = "in a broadcast from rank " + std::to_string(root);
+  int code = MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE,
+                        static_cast<int>(root), MPI_COMM_WORLD, &request);
   if (code != MPI_SUCCESS) {
-    ctx->fail("mpi: broadcast from rank " + std::to_string(root) + ": " +
-              errorText(code));
+    ctx->fail("mpi: " + what + ": " + errorText(code));
     return false;
   }
-  return true;
+  return waitWatched(ctx, &request, 1, what);
 }
 
 bool mpiBarrier(tmrt_context *ctx) {
   if (!ensureInitialized(ctx))
     return false;
-  int code = MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Request request;
+  int code = MPI_Ibarrier(MPI_COMM_WORLD, &request);
   if (code != MPI_SUCCESS) {
     ctx->fail("mpi: barrier: " + errorText(code));
     return false;
   }
-  return true;
+  return waitWatched(ctx, &request, 1, "in a barrier");
 }
 
 } // namespace

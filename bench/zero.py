@@ -14,12 +14,21 @@
 3. The llama2-70b table of docs/Zero.md: per-rank memory by category at the
    peak (GB = 1e9 B) for the configurations practitioners quote on 8 GPUs at
    s = 8192, from the memory report's JSON.
+4. Execution (needs mpirun and the runtime's MPI communicator): a small GPT
+   (4 layers, hidden 256, f32, global batch 8) trained for --mpi-steps steps
+   at stages 0-3 on 1, 2 and 4 ranks: per-rank planned and measured arena
+   peak, bytes sent per step by the rings next to the analysis's figure, and
+   the step time relative to one rank (4 ranks share this machine's cores:
+   the ratio shows the overhead, not a speed-up).
 
 Usage: bench/zero.py [--build build] [--repeat 5] [--skip-table]
+                     [--skip-mpi] [--mpi-steps 10]
 """
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,12 +68,73 @@ CATEGORIES = ["weights", "gradients", "optimizer", "activations",
               "temporaries", "gathered"]
 
 
+RANK_LINE = re.compile(
+    r"rank (\d+): arena planned (\d+) B, measured peak (\d+) B; sent \d+ B, "
+    r"received \d+ B: (\d+) B per step \(analysis (\d+) B\)")
+STEP_TIME = re.compile(r"step time: best ([0-9.]+) s, median ([0-9.]+) s")
+
+
+def run_ranks(args, model, tmp):
+    """Stages 0-3 on 1, 2 and 4 ranks of a small GPT, for real."""
+    mpirun = shutil.which("mpirun")
+    run = os.path.join(args.build, "bin", "trainmem-run")
+    data = os.path.join(os.path.dirname(__file__), "..", "data",
+                        "kjv-genesis-exodus.txt")
+    if not mpirun:
+        print("\nexecution: no mpirun here (apt install openmpi-bin)")
+        return
+    print()
+    print(f"execution: GPT 4 x 256, f32, global batch 8, seq 128, "
+          f"{args.mpi_steps} steps, 1 thread per rank (per-rank figures; "
+          f"time: median step)")
+    print(f"{'ranks':>5} {'stage':>5} {'planned peak':>13} {'measured':>13} "
+          f"{'sent/step (B)':>14} {'analysis (B)':>13} {'step (s)':>9} "
+          f"{'vs 1 rank':>9}")
+    base_time = None
+    for ranks in (1, 2, 4):
+        path = os.path.join(tmp, f"small-{ranks}.mlir")
+        subprocess.run([model, "--preset", "tiny", "--layers", "4",
+                        "--hidden", "256", "--heads", "4", "--ffn", "1024",
+                        "--seq", "128", "--positions", "128",
+                        "--batch", str(8 // ranks),
+                        "--dropout", "0", "--dtype", "f32", "-o", path],
+                       check=True)
+        for stage in ((None,) if ranks == 1 else (0, 1, 2, 3)):
+            command = [run, path, "--data", data, "--steps",
+                       str(args.mpi_steps), "--threads", "1"]
+            if stage is not None:
+                command = [mpirun, "--allow-run-as-root", "--oversubscribe",
+                           "--mca", "btl", "self,vader", "-np", str(ranks),
+                           *command, "--zero", f"stage={stage}"]
+            result = subprocess.run(command, check=True, text=True,
+                                    capture_output=True)
+            times = STEP_TIME.search(result.stdout)
+            median = float(times.group(2)) if times else float("nan")
+            rows = [m.groups() for m in RANK_LINE.finditer(result.stderr)]
+            if stage is None:
+                arena = re.search(r"arena: planned (\d+) B, measured peak "
+                                  r"(\d+) B", result.stdout)
+                rows = [("0", arena.group(1), arena.group(2), "0", "0")]
+                base_time = median
+            planned = max(int(r[1]) for r in rows)
+            measured = max(int(r[2]) for r in rows)
+            sent = max(int(r[3]) for r in rows)
+            analysis = max(int(r[4]) for r in rows)
+            same = all(r[1] == r[2] and r[3] == r[4] for r in rows)
+            print(f"{ranks:>5} {'-' if stage is None else stage:>5} "
+                  f"{planned:>13} {measured:>13} {sent:>14} {analysis:>13} "
+                  f"{median:>9.4f} {median / base_time:>8.2f}x"
+                  f"{'' if same else '  (differs!)'}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=os.path.join(
         os.path.dirname(__file__), "..", "build"))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--skip-table", action="store_true")
+    parser.add_argument("--skip-mpi", action="store_true")
+    parser.add_argument("--mpi-steps", type=int, default=10)
     args = parser.parse_args()
     model = os.path.join(args.build, "bin", "trainmem-model")
     opt = os.path.join(args.build, "bin", "trainmem-opt")
@@ -120,6 +190,8 @@ def main():
               f"(16/N = {16 / big['ranks']:.6f}), peak "
               f"{big['peak_bytes'] / 1e9:.1f} GB per rank")
 
+        if not args.skip_mpi:
+            run_ranks(args, model, tmp)
         if args.skip_table:
             return 0
         # 3. The llama2-70b table.

@@ -21,6 +21,7 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 
 #include <cassert>
 #include <cerrno>
@@ -250,10 +251,16 @@ static std::optional<uint64_t> dtypeBytes(StringRef dtype) {
 
 /// Writes params and optimizer state atomically: a temporary file, fsync,
 /// rename over the old checkpoint, fsync of the directory.
+/// Writes `data` as `dir`/`name` atomically: a temporary file, fsync,
+/// rename over the old one, fsync of the directory.
+static bool writeAtomically(StringRef dir, StringRef name,
+                            const std::string &data, std::string &error);
+
 static bool saveCheckpoint(StringRef dir, int64_t step,
                            const RunIdentity &identity,
                            ArrayRef<TensorSlot> slots, const State &state,
-                           std::string &error) {
+                           std::string &error,
+                           StringRef name = "checkpoint.bin") {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
     error = "cannot create '" + dir.str() + "': " + ec.message();
     return false;
@@ -281,8 +288,12 @@ static bool saveCheckpoint(StringRef dir, int64_t step,
     data.append(reinterpret_cast<const char *>(bytes.data()), bytes.size());
   }
   appendU64(data, fnv1a(data));
+  return writeAtomically(dir, name, data, error);
+}
 
-  std::string path = (dir + "/checkpoint.bin").str();
+static bool writeAtomically(StringRef dir, StringRef name,
+                            const std::string &data, std::string &error) {
+  std::string path = (dir + "/" + name).str();
   std::string temporary = path + ".tmp";
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
@@ -335,8 +346,9 @@ bool mlir::train::checkSaveDir(StringRef dir, std::string &error) {
 /// Nothing of the run's state is touched until every field agrees with the
 /// step.
 bool mlir::train::readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
-                                 Checkpoint &checkpoint, std::string &error) {
-  std::string path = (dir + "/checkpoint.bin").str();
+                                 Checkpoint &checkpoint, std::string &error,
+                                 StringRef name) {
+  std::string path = (dir + "/" + name).str();
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer) {
@@ -765,6 +777,11 @@ bool Session::meanOverRanks(double &value, std::string &error) const {
   return true;
 }
 
+void Session::abortRanks(int code) const {
+  if (ranks > 1 && ctx)
+    tmrt_abort(ctx, code);
+}
+
 uint64_t Session::getBytesSent() const {
   return ctx ? tmrt_bytes_sent(ctx) : 0;
 }
@@ -853,14 +870,69 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
   return true;
 }
 
+static std::string shardName(int64_t rank, int64_t ranks) {
+  return "shard-" + std::to_string(rank) + "-of-" + std::to_string(ranks) +
+         ".bin";
+}
+
 bool Session::save(StringRef dir, int64_t step, const RunIdentity &identity,
                    std::string &error) const {
   assert(state && "start the session first");
   if (ranks > 1) {
-    error = "checkpoints of a step partitioned over " +
-            std::to_string(ranks) +
-            " ranks (one shard per rank and a manifest) are not built yet";
-    return false;
+    // Each rank its shard, in a directory of the step; then rank 0 the
+    // manifest that names them, so that it names a complete set only.
+    std::string stepName = "step-" + std::to_string(step);
+    std::string stepDir = (dir + "/" + stepName).str();
+    if (!saveCheckpoint(stepDir, step, identity, layout.arguments, *state,
+                        error, shardName(rank, ranks)))
+      return false;
+    auto barrier = [&]() {
+      tmrt_barrier(ctx);
+      if (const char *why = tmrt_context_error(ctx)) {
+        error = std::string("checkpoint of step ") + std::to_string(step) +
+                ": " + why;
+        return false;
+      }
+      return true;
+    };
+    if (!barrier())
+      return false;
+    if (rank == 0) {
+      std::string manifest = "trainmem sharded checkpoint 1\nranks " +
+                             std::to_string(ranks) + "\nstep " +
+                             std::to_string(step) + "\n";
+      for (int64_t r = 0; r < ranks; ++r) {
+        std::string file = stepName + "/" + shardName(r, ranks);
+        auto buffer = llvm::MemoryBuffer::getFile(
+            (dir + "/" + file).str(), /*IsText=*/false,
+            /*RequiresNullTerminator=*/false);
+        if (!buffer) {
+          error = "cannot read the shard of rank " + std::to_string(r) +
+                  " ('" + file + "'): " + buffer.getError().message();
+          return false;
+        }
+        StringRef data = (*buffer)->getBuffer();
+        manifest += "shard " + std::to_string(r) + " " + file + " " +
+                    std::to_string(data.size()) + " " +
+                    std::to_string(fnv1a(data)) + "\n";
+      }
+      if (!writeAtomically(dir, "manifest", manifest, error))
+        return false;
+      // The checkpoints the manifest no longer names go.
+      std::error_code ec;
+      for (llvm::sys::fs::directory_iterator it(dir, ec), end;
+           it != end && !ec; it.increment(ec)) {
+        StringRef name = llvm::sys::path::filename(it->path());
+        if (!name.starts_with("step-") || name == stepName)
+          continue;
+        std::error_code inner;
+        for (llvm::sys::fs::directory_iterator file(it->path(), inner), last;
+             file != last && !inner; file.increment(inner))
+          llvm::sys::fs::remove(file->path());
+        llvm::sys::fs::remove(it->path());
+      }
+    }
+    return barrier();
   }
   return saveCheckpoint(dir, step, identity, layout.arguments, *state, error);
 }
@@ -874,4 +946,60 @@ std::optional<uint64_t> Session::getMeasuredPeak() const {
   if (!ctx)
     return std::nullopt;
   return tmrt_arena_high_water(ctx);
+}
+
+bool mlir::train::readShardedCheckpoint(StringRef dir,
+                                        ArrayRef<TensorSlot> slots,
+                                        int64_t ranks, int64_t rank,
+                                        Checkpoint &checkpoint,
+                                        std::string &error) {
+  std::string path = (dir + "/manifest").str();
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer) {
+    error = "cannot read the manifest of the sharded checkpoint '" + path +
+            "': " + buffer.getError().message();
+    return false;
+  }
+  SmallVector<StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
+  auto bad = [&](const Twine &why) {
+    error = ("manifest '" + path + "' " + why).str();
+    return false;
+  };
+  int64_t savedRanks = 0;
+  if (lines.size() < 3 || lines[0] != "trainmem sharded checkpoint 1" ||
+      !lines[1].consume_front("ranks ") ||
+      lines[1].getAsInteger(10, savedRanks) || savedRanks < 1)
+    return bad("is not a trainmem sharded checkpoint's");
+  if (savedRanks != ranks)
+    return bad("holds " + Twine(savedRanks) + " shards; this run has " +
+               Twine(ranks) +
+               " ranks (resuming on another number of ranks, re-sharding "
+               "from the manifest, is not built yet)");
+  std::string prefix = "shard " + std::to_string(rank) + " ";
+  for (StringRef line : llvm::drop_begin(lines, 3)) {
+    if (!line.consume_front(prefix))
+      continue;
+    SmallVector<StringRef> fields;
+    line.split(fields, ' ');
+    uint64_t size = 0, hash = 0;
+    if (fields.size() != 3 || fields[1].getAsInteger(10, size) ||
+        fields[2].getAsInteger(10, hash))
+      return bad("has a bad line for rank " + Twine(rank));
+    std::string file = (dir + "/" + fields[0]).str();
+    auto shard = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
+                                             /*RequiresNullTerminator=*/false);
+    if (!shard)
+      return bad("names '" + file + "' for rank " + Twine(rank) +
+                 ", which cannot be read: " + shard.getError().message());
+    StringRef data = (*shard)->getBuffer();
+    if (data.size() != size || fnv1a(data) != hash)
+      return bad("names '" + file + "' for rank " + Twine(rank) +
+                 " with another size or checksum: the shard is not the one "
+                 "the manifest was written for");
+    StringRef parent = llvm::sys::path::parent_path(fields[0]);
+    return readCheckpoint((dir + "/" + parent).str(), slots, checkpoint,
+                          error, llvm::sys::path::filename(fields[0]));
+  }
+  return bad("names no shard for rank " + Twine(rank));
 }

@@ -60,6 +60,9 @@ struct Communicator {
   bool (*broadcast)(tmrt_context *ctx, void *data, uint64_t bytes,
                     int64_t root);
   bool (*barrier)(tmrt_context *ctx);
+  /// Ends every rank's process (a rank that fails must not leave the others
+  /// waiting for it); one process has nothing to end.
+  void (*abort)(tmrt_context *ctx, int code);
 };
 
 /// The communicator named `name`, or null; `known` is true for a name the

@@ -149,11 +149,12 @@ static bool singleBroadcast(tmrt_context *, void *, uint64_t, int64_t) {
   return true;
 }
 static bool singleBarrier(tmrt_context *) { return true; }
+static void singleAbort(tmrt_context *, int) {}
 
 const Communicator &tmrt::singleProcessCommunicator() {
   static const Communicator communicator = {
       "single", singleSize, singleRank, singleSendRecv, singleBroadcast,
-      singleBarrier};
+      singleBarrier, singleAbort};
   return communicator;
 }
 
@@ -356,6 +357,10 @@ const char *tmrt_communicator_name(tmrt_context *ctx) {
 const char *tmrt_communicator_names(void) { return builtCommunicatorNames(); }
 
 uint64_t tmrt_bytes_sent(tmrt_context *ctx) { return ctx->bytesSent.load(); }
+
+void tmrt_abort(tmrt_context *ctx, int code) {
+  ctx->communicator->abort(ctx, code);
+}
 uint64_t tmrt_bytes_received(tmrt_context *ctx) {
   return ctx->bytesReceived.load();
 }

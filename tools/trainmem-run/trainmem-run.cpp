@@ -202,9 +202,6 @@ int main(int argc, char **argv) {
                   llvm::Twine(worldSize) + " here)");
     zero = "ranks=" + std::to_string(worldSize) + " " + zeroOptions;
   }
-  if (worldSize > 1 && (!saveDir.empty() || !resumeDir.empty()))
-    return fail("--save and --resume on " + llvm::Twine(worldSize) +
-                " ranks need sharded checkpoints, which are not built yet");
   if (failed(prepareStep(*module, autodiffOptions, rematOptions,
                          gradAccumOptions, quantize, zero)))
     return 1;
@@ -243,12 +240,22 @@ int main(int argc, char **argv) {
 
   if (!session->start(error))
     return fail(error);
+  // From here every rank runs the step; one that fails ends the others,
+  // which would wait for it in a collective.
+  auto train = [&]() -> int {
 
   // Initial state, or the checkpoint's.
   int64_t firstStep = 1;
   if (!resumeDir.empty()) {
     Checkpoint checkpoint;
-    if (!readCheckpoint(resumeDir, layout.arguments, checkpoint, error))
+    bool read = session->getRanks() > 1
+                    ? readShardedCheckpoint(resumeDir, layout.arguments,
+                                            session->getRanks(),
+                                            session->getRank(), checkpoint,
+                                            error)
+                    : readCheckpoint(resumeDir, layout.arguments, checkpoint,
+                                     error);
+    if (!read)
       return fail(error);
     if (checkpoint.step >= steps)
       return fail("the checkpoint in '" + resumeDir + "' is at step " +
@@ -466,4 +473,11 @@ int main(int argc, char **argv) {
     llvm::outs() << "arena: planned " << layout.arenaBytes
                  << " B, measured peak " << *measured << " B\n";
   return 0;
+  };
+  int code = train();
+  if (code != 0) {
+    llvm::errs().flush();
+    session->abortRanks(code);
+  }
+  return code;
 }

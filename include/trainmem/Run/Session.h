@@ -99,7 +99,19 @@ struct Checkpoint {
 /// Reads `dir`/checkpoint.bin and checks every field and every tensor
 /// against `slots`; on failure sets `error` and returns false.
 bool readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
-                    Checkpoint &checkpoint, std::string &error);
+                    Checkpoint &checkpoint, std::string &error,
+                    StringRef name = "checkpoint.bin");
+
+/// A step partitioned over N ranks checkpoints as one shard file per rank,
+/// `dir`/step-<K>/shard-<r>-of-<N>.bin (each the format above, holding the
+/// rank's tensors), and `dir`/manifest, written last by rank 0 (ranks,
+/// step, and each shard's file, size and FNV-1a checksum), so that the
+/// manifest always names a complete set. Reads rank `rank`'s shard of the
+/// checkpoint the manifest names, after checking the ranks and the
+/// shard's checksum.
+bool readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
+                           int64_t ranks, int64_t rank,
+                           Checkpoint &checkpoint, std::string &error);
 
 /// Checks that a checkpoint can be written into `dir` (creating it), so
 /// that a bad path is found before a run, not after it.
@@ -178,6 +190,9 @@ public:
   /// The mean of `value` over the ranks, in rank order (every rank gets
   /// it); `value` itself on one rank.
   bool meanOverRanks(double &value, std::string &error) const;
+  /// Ends every rank's process (a rank that failed, so that no other waits
+  /// for it); nothing on one rank.
+  void abortRanks(int code) const;
   /// Bytes this rank has sent and received through the step's collectives.
   uint64_t getBytesSent() const;
   uint64_t getBytesReceived() const;

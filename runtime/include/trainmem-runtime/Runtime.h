@@ -246,6 +246,9 @@ int tmrt_context_set_communicator(tmrt_context *ctx, const char *name,
 const char *tmrt_communicator_name(tmrt_context *ctx);
 /* The communicators built in, comma-separated ("single, mpi"). */
 const char *tmrt_communicator_names(void);
+/* Ends every rank's process with `code` (MPI_Abort): a rank that fails
+ * calls it so that no other waits for it; one process: nothing. */
+void tmrt_abort(tmrt_context *ctx, int code);
 /* Bytes this rank has sent and received through collectives. */
 uint64_t tmrt_bytes_sent(tmrt_context *ctx);
 uint64_t tmrt_bytes_received(tmrt_context *ctx);

@@ -185,10 +185,16 @@ bool mpiBarrier(tmrt_context *ctx) {
   return waitWatched(ctx, &request, 1, "in a barrier");
 }
 
+void mpiAbort(tmrt_context *ctx, int code) {
+  if (ensureInitialized(ctx))
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 } // namespace
 
 const Communicator &tmrt::mpiCommunicator() {
   static const Communicator communicator = {
-      "mpi", mpiSize, mpiRank, mpiSendRecv, mpiBroadcast, mpiBarrier};
+      "mpi",        mpiSize,    mpiRank, mpiSendRecv,
+      mpiBroadcast, mpiBarrier, mpiAbort};
   return communicator;
 }

@@ -345,10 +345,23 @@ bool mlir::train::checkSaveDir(StringRef dir, std::string &error) {
 
 /// Nothing of the run's state is touched until every field agrees with the
 /// step.
+/// Reads the checkpoint file at `path`; with `slots`, checks every tensor
+/// against them (without, the tensors are taken as they are: the shards of
+/// another number of ranks, to re-shard).
+static bool readCheckpointFile(const std::string &path,
+                               std::optional<ArrayRef<TensorSlot>> slotsToCheck,
+                               Checkpoint &checkpoint, std::string &error);
+
 bool mlir::train::readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
                                  Checkpoint &checkpoint, std::string &error,
                                  StringRef name) {
-  std::string path = (dir + "/" + name).str();
+  return readCheckpointFile((dir + "/" + name).str(), slots, checkpoint,
+                            error);
+}
+
+static bool readCheckpointFile(const std::string &path,
+                               std::optional<ArrayRef<TensorSlot>> slotsToCheck,
+                               Checkpoint &checkpoint, std::string &error) {
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer) {
@@ -455,7 +468,11 @@ bool mlir::train::readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
     error = "checkpoint '" + path + "' is truncated or has trailing bytes";
     return false;
   }
+  checkpoint.step = static_cast<int64_t>(savedStep);
+  if (!slotsToCheck)
+    return true;
   // Every state tensor of this step must be there with its shape and type.
+  ArrayRef<TensorSlot> slots = *slotsToCheck;
   size_t expectedCount = 0;
   for (const TensorSlot &slot : slots) {
     if (!isState(slot))
@@ -543,8 +560,10 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   if (isLoweredStep(marked))
     stepFunc = nullptr;
   // The ranks train-zero partitioned it for.
-  if (auto zero = marked->getAttrOfType<ZeroAttr>(kZeroAttrName))
+  if (auto zero = marked->getAttrOfType<ZeroAttr>(kZeroAttrName)) {
     session->ranks = zero.getRanks();
+    session->zeroStage = zero.getStage();
+  }
   else if (auto lowered =
                marked->getAttrOfType<IntegerAttr>(kLoweredRanksAttrName))
     session->ranks = lowered.getInt();
@@ -870,6 +889,30 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
   return true;
 }
 
+/// Removes from `dir` every checkpoint but `keep`: one rank's
+/// checkpoint.bin, a sharded one's manifest and step-K directories.
+static void removeOtherCheckpoints(StringRef dir, StringRef keep) {
+  std::error_code ec;
+  std::vector<std::string> stale;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    StringRef name = llvm::sys::path::filename(it->path());
+    if (name == keep)
+      continue;
+    if (name == "checkpoint.bin" ||
+        (name == "manifest" && keep == "checkpoint.bin") ||
+        name.starts_with("step-"))
+      stale.push_back(it->path());
+  }
+  for (const std::string &path : stale) {
+    std::error_code inner;
+    for (llvm::sys::fs::directory_iterator file(path, inner), last;
+         file != last && !inner; file.increment(inner))
+      llvm::sys::fs::remove(file->path());
+    llvm::sys::fs::remove(path);
+  }
+}
+
 static std::string shardName(int64_t rank, int64_t ranks) {
   return "shard-" + std::to_string(rank) + "-of-" + std::to_string(ranks) +
          ".bin";
@@ -899,7 +942,8 @@ bool Session::save(StringRef dir, int64_t step, const RunIdentity &identity,
       return false;
     if (rank == 0) {
       std::string manifest = "trainmem sharded checkpoint 1\nranks " +
-                             std::to_string(ranks) + "\nstep " +
+                             std::to_string(ranks) + "\nstage " +
+                             std::to_string(zeroStage) + "\nstep " +
                              std::to_string(step) + "\n";
       for (int64_t r = 0; r < ranks; ++r) {
         std::string file = stepName + "/" + shardName(r, ranks);
@@ -918,23 +962,17 @@ bool Session::save(StringRef dir, int64_t step, const RunIdentity &identity,
       }
       if (!writeAtomically(dir, "manifest", manifest, error))
         return false;
-      // The checkpoints the manifest no longer names go.
-      std::error_code ec;
-      for (llvm::sys::fs::directory_iterator it(dir, ec), end;
-           it != end && !ec; it.increment(ec)) {
-        StringRef name = llvm::sys::path::filename(it->path());
-        if (!name.starts_with("step-") || name == stepName)
-          continue;
-        std::error_code inner;
-        for (llvm::sys::fs::directory_iterator file(it->path(), inner), last;
-             file != last && !inner; file.increment(inner))
-          llvm::sys::fs::remove(file->path());
-        llvm::sys::fs::remove(it->path());
-      }
+      // The checkpoints the manifest no longer names go (and one rank's).
+      removeOtherCheckpoints(dir, stepName);
     }
     return barrier();
   }
-  return saveCheckpoint(dir, step, identity, layout.arguments, *state, error);
+
+  if (!saveCheckpoint(dir, step, identity, layout.arguments, *state, error))
+    return false;
+  // One rank's checkpoint replaces a sharded one in the same directory.
+  removeOtherCheckpoints(dir, "checkpoint.bin");
+  return true;
 }
 
 Bytes Session::readState(const TensorSlot &slot) const {
@@ -951,7 +989,7 @@ std::optional<uint64_t> Session::getMeasuredPeak() const {
 bool mlir::train::readShardedCheckpoint(StringRef dir,
                                         ArrayRef<TensorSlot> slots,
                                         int64_t ranks, int64_t rank,
-                                        Checkpoint &checkpoint,
+                                        int64_t stage, Checkpoint &checkpoint,
                                         std::string &error) {
   std::string path = (dir + "/manifest").str();
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
@@ -966,40 +1004,103 @@ bool mlir::train::readShardedCheckpoint(StringRef dir,
     error = ("manifest '" + path + "' " + why).str();
     return false;
   };
-  int64_t savedRanks = 0;
-  if (lines.size() < 3 || lines[0] != "trainmem sharded checkpoint 1" ||
+  int64_t savedRanks = 0, savedStage = 0;
+  if (lines.size() < 4 || lines[0] != "trainmem sharded checkpoint 1" ||
       !lines[1].consume_front("ranks ") ||
-      lines[1].getAsInteger(10, savedRanks) || savedRanks < 1)
+      lines[1].getAsInteger(10, savedRanks) || savedRanks < 1 ||
+      !lines[2].consume_front("stage ") ||
+      lines[2].getAsInteger(10, savedStage))
     return bad("is not a trainmem sharded checkpoint's");
-  if (savedRanks != ranks)
-    return bad("holds " + Twine(savedRanks) + " shards; this run has " +
-               Twine(ranks) +
-               " ranks (resuming on another number of ranks, re-sharding "
-               "from the manifest, is not built yet)");
-  std::string prefix = "shard " + std::to_string(rank) + " ";
-  for (StringRef line : llvm::drop_begin(lines, 3)) {
-    if (!line.consume_front(prefix))
-      continue;
-    SmallVector<StringRef> fields;
-    line.split(fields, ' ');
-    uint64_t size = 0, hash = 0;
-    if (fields.size() != 3 || fields[1].getAsInteger(10, size) ||
-        fields[2].getAsInteger(10, hash))
-      return bad("has a bad line for rank " + Twine(rank));
-    std::string file = (dir + "/" + fields[0]).str();
-    auto shard = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
-                                             /*RequiresNullTerminator=*/false);
-    if (!shard)
-      return bad("names '" + file + "' for rank " + Twine(rank) +
-                 ", which cannot be read: " + shard.getError().message());
-    StringRef data = (*shard)->getBuffer();
-    if (data.size() != size || fnv1a(data) != hash)
-      return bad("names '" + file + "' for rank " + Twine(rank) +
-                 " with another size or checksum: the shard is not the one "
-                 "the manifest was written for");
-    StringRef parent = llvm::sys::path::parent_path(fields[0]);
-    return readCheckpoint((dir + "/" + parent).str(), slots, checkpoint,
-                          error, llvm::sys::path::filename(fields[0]));
+  // Each shard the manifest names, checked against its size and checksum.
+  auto readShard = [&](int64_t r, std::optional<ArrayRef<TensorSlot>> check,
+                       Checkpoint &shard) -> bool {
+    std::string prefix = "shard " + std::to_string(r) + " ";
+    for (StringRef line : llvm::drop_begin(lines, 4)) {
+      if (!line.consume_front(prefix))
+        continue;
+      SmallVector<StringRef> fields;
+      line.split(fields, ' ');
+      uint64_t size = 0, hash = 0;
+      if (fields.size() != 3 || fields[1].getAsInteger(10, size) ||
+          fields[2].getAsInteger(10, hash))
+        return bad("has a bad line for rank " + Twine(r));
+      std::string file = (dir + "/" + fields[0]).str();
+      auto data = llvm::MemoryBuffer::getFile(
+          file, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+      if (!data)
+        return bad("names '" + file + "' for rank " + Twine(r) +
+                   ", which cannot be read: " + data.getError().message());
+      StringRef bytes = (*data)->getBuffer();
+      if (bytes.size() != size || fnv1a(bytes) != hash)
+        return bad("names '" + file + "' for rank " + Twine(r) +
+                   " with another size or checksum: the shard is not the one "
+                   "the manifest was written for");
+      return readCheckpointFile(file, check, shard, error);
+    }
+    return bad("names no shard for rank " + Twine(r));
+  };
+  if (savedRanks == ranks && savedStage == stage)
+    return readShard(rank, slots, checkpoint);
+
+  // Another number of ranks (or stage): every old shard, joined into whole
+  // tensors, then this rank's part of each, padded as this run's shards
+  // are.
+  std::vector<Checkpoint> old(savedRanks);
+  for (int64_t r = 0; r < savedRanks; ++r) {
+    if (!readShard(r, std::nullopt, old[r]))
+      return false;
+    if (old[r].step != old[0].step)
+      return bad("names shards of steps " + Twine(old[0].step) + " and " +
+                 Twine(old[r].step));
   }
-  return bad("names no shard for rank " + Twine(rank));
+  checkpoint.step = old[0].step;
+  checkpoint.identity = old[0].identity;
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    std::string name = slot.role + ":" + slot.key;
+    for (const Checkpoint &shard : old)
+      if (!shard.tensors.count(name))
+        return bad("names shards without " + slot.role + " '" + slot.key +
+                   "', which this step has");
+    // The whole tensor: as every old rank held it, or its shards joined.
+    const std::vector<int64_t> &wholeShape =
+        slot.fullShape.empty() ? slot.shape : slot.fullShape;
+    uint64_t elements = 1;
+    for (int64_t d : wholeShape)
+      elements *= static_cast<uint64_t>(d);
+    uint64_t elementBytes =
+        slot.bytes / std::max<int64_t>(1, slot.numElements());
+    uint64_t wholeBytes = elements * elementBytes;
+    Bytes joined;
+    if (old[0].tensors.at(name).size() == wholeBytes) {
+      joined = old[0].tensors.at(name);
+    } else {
+      for (const Checkpoint &shard : old) {
+        const Bytes &part = shard.tensors.at(name);
+        joined.insert(joined.end(), part.begin(), part.end());
+      }
+      if (joined.size() < wholeBytes)
+        return bad("names shards of " + slot.role + " '" + slot.key +
+                   "' that hold " + Twine(joined.size()) + " bytes of its " +
+                   Twine(wholeBytes));
+      joined.resize(wholeBytes);
+    }
+    if (slot.fullShape.empty()) {
+      checkpoint.tensors[name] = std::move(joined);
+      continue;
+    }
+    // Padding as a fresh shard's: zeros, the code of 0 for 8-bit codes.
+    uint8_t pad = 0;
+    if (slot.statePart == StatePart::codes)
+      pad = trainmem::zeroCode(slot.stateMap == QuantMap::signed_dynamic
+                                   ? trainmem::signedDynamicMap()
+                                   : trainmem::unsignedDynamicMap());
+    Bytes part(slot.bytes, pad);
+    uint64_t first = static_cast<uint64_t>(rank) * slot.bytes;
+    for (uint64_t i = 0; i < slot.bytes && first + i < joined.size(); ++i)
+      part[i] = joined[first + i];
+    checkpoint.tensors[name] = std::move(part);
+  }
+  return true;
 }

@@ -248,11 +248,15 @@ int main(int argc, char **argv) {
   int64_t firstStep = 1;
   if (!resumeDir.empty()) {
     Checkpoint checkpoint;
-    bool read = session->getRanks() > 1
+    // A sharded checkpoint (a manifest) on any number of ranks, or one
+    // rank's checkpoint.
+    bool sharded = llvm::sys::fs::exists(resumeDir + "/manifest");
+    bool read = sharded
                     ? readShardedCheckpoint(resumeDir, layout.arguments,
                                             session->getRanks(),
-                                            session->getRank(), checkpoint,
-                                            error)
+                                            session->getRank(),
+                                            session->getZeroStage(),
+                                            checkpoint, error)
                     : readCheckpoint(resumeDir, layout.arguments, checkpoint,
                                      error);
     if (!read)

@@ -106,11 +106,13 @@ bool readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
 /// `dir`/step-<K>/shard-<r>-of-<N>.bin (each the format above, holding the
 /// rank's tensors), and `dir`/manifest, written last by rank 0 (ranks,
 /// step, and each shard's file, size and FNV-1a checksum), so that the
-/// manifest always names a complete set. Reads rank `rank`'s shard of the
-/// checkpoint the manifest names, after checking the ranks and the
-/// shard's checksum.
+/// manifest always names a complete set. Reads rank `rank`'s part of the
+/// checkpoint the manifest names, after checking the stage and each shard's
+/// checksum: its shard on as many ranks as wrote it; on another number of
+/// ranks (or one: `ranks` = 1), the shards joined into whole tensors and
+/// this rank's part of them, padded as this run's shards are.
 bool readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
-                           int64_t ranks, int64_t rank,
+                           int64_t ranks, int64_t rank, int64_t stage,
                            Checkpoint &checkpoint, std::string &error);
 
 /// Checks that a checkpoint can be written into `dir` (creating it), so
@@ -187,6 +189,7 @@ public:
   /// this process's (after start).
   int64_t getRanks() const { return ranks; }
   int64_t getRank() const { return rank; }
+  int64_t getZeroStage() const { return zeroStage; }
   /// The mean of `value` over the ranks, in rank order (every rank gets
   /// it); `value` itself on one rank.
   bool meanOverRanks(double &value, std::string &error) const;
@@ -210,7 +213,7 @@ private:
   OwningOpRef<ModuleOp> tensorStep;
   func::FuncOp stepFunc;
   int64_t batchSize = 0, seqLen = 0, vocab = 0;
-  int64_t ranks = 1, rank = 0;
+  int64_t ranks = 1, rank = 0, zeroStage = 0;
   uint64_t plannedBytesSent = 0;
   const TensorSlot *tokensSlot = nullptr, *targetsSlot = nullptr,
                    *stepSlot = nullptr, *lossSlot = nullptr;

@@ -945,6 +945,20 @@ bool Session::save(StringRef dir, int64_t step, const RunIdentity &identity,
                              std::to_string(ranks) + "\nstage " +
                              std::to_string(zeroStage) + "\nstep " +
                              std::to_string(step) + "\n";
+      // What each tensor is: its rank's shape, the whole tensor's.
+      auto shapeText = [](const std::vector<int64_t> &shape) {
+        std::string text;
+        for (size_t d = 0; d < shape.size(); ++d)
+          text += (d ? "x" : "") + std::to_string(shape[d]);
+        return text.empty() ? std::string("scalar") : text;
+      };
+      for (const TensorSlot &slot : layout.arguments)
+        if (isState(slot))
+          manifest += "tensor " + slot.role + ":" + slot.key + " " +
+                      slot.dtype + " " + shapeText(slot.shape) + " " +
+                      shapeText(slot.fullShape.empty() ? slot.shape
+                                                       : slot.fullShape) +
+                      "\n";
       for (int64_t r = 0; r < ranks; ++r) {
         std::string file = stepName + "/" + shardName(r, ranks);
         auto buffer = llvm::MemoryBuffer::getFile(

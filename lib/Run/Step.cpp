@@ -10,6 +10,8 @@
 #include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 #include "trainmem-runtime/Runtime.h"
 
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -77,8 +79,10 @@ constexpr const char *lettersOf(const char *name) {
 } // namespace
 
 void mlir::train::registerRunDialects(DialectRegistry &registry) {
+  // shard: a step train-zero partitioned (its collectives and grid).
   registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect,
-                  LLVM::LLVMDialect>();
+                  LLVM::LLVMDialect, shard::ShardDialect>();
+  registerShardExternalModels(registry);
   registerAllExtensions(registry);
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);

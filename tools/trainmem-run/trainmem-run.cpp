@@ -25,6 +25,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -243,6 +244,32 @@ int main(int argc, char **argv) {
   // From here every rank runs the step; one that fails ends the others,
   // which would wait for it in a collective.
   auto train = [&]() -> int {
+  // The ranks must run the same step: a checksum of the step file and the
+  // options that shape it, compared across them (in 16-bit parts, summed:
+  // the largest differs from the mean wherever two ranks differ).
+  if (session->getRanks() > 1) {
+    auto file = llvm::MemoryBuffer::getFile(inputFile);
+    std::string what = file ? (*file)->getBuffer().str() : std::string();
+    for (const std::string &option :
+         {std::string(autodiffOptions), std::string(rematOptions),
+          std::string(gradAccumOptions), std::string(quantizeOptions),
+          std::string(zeroOptions)})
+      what += "\n" + option;
+    uint64_t hash = 14695981039346656037ull;
+    for (unsigned char c : what)
+      hash = (hash ^ c) * 1099511628211ull;
+    for (int part = 0; part < 4; ++part) {
+      double mine = static_cast<double>((hash >> (16 * part)) & 0xffff);
+      double sum = mine;
+      if (!session->meanOverRanks(sum, error))
+        return fail(error);
+      if (sum != mine)
+        return fail("rank " + llvm::Twine(session->getRank()) +
+                    ": the ranks disagree on the step (the step file or "
+                    "the options that shape it differ between ranks; "
+                    "checksum " + llvm::Twine(hash) + " here)");
+    }
+  }
 
   // Initial state, or the checkpoint's.
   int64_t firstStep = 1;

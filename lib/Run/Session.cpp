@@ -1000,6 +1000,29 @@ std::optional<uint64_t> Session::getMeasuredPeak() const {
   return tmrt_arena_high_water(ctx);
 }
 
+/// "8x16" or "scalar" as a shape.
+static std::optional<std::vector<int64_t>> parseShape(StringRef text) {
+  std::vector<int64_t> shape;
+  if (text == "scalar")
+    return shape;
+  SmallVector<StringRef> dims;
+  text.split(dims, 'x');
+  for (StringRef dim : dims) {
+    int64_t size = 0;
+    if (dim.getAsInteger(10, size) || size < 0 || size > (int64_t(1) << 40))
+      return std::nullopt;
+    shape.push_back(size);
+  }
+  return shape;
+}
+
+static uint64_t elementsOf(ArrayRef<int64_t> shape) {
+  uint64_t elements = 1;
+  for (int64_t d : shape)
+    elements *= static_cast<uint64_t>(d);
+  return elements;
+}
+
 bool mlir::train::readShardedCheckpoint(StringRef dir,
                                         ArrayRef<TensorSlot> slots,
                                         int64_t ranks, int64_t rank,
@@ -1018,47 +1041,75 @@ bool mlir::train::readShardedCheckpoint(StringRef dir,
     error = ("manifest '" + path + "' " + why).str();
     return false;
   };
+  // More ranks than any run has is a corrupt number, not a cluster.
+  constexpr int64_t kMaxRanks = int64_t(1) << 20;
   int64_t savedRanks = 0, savedStage = 0;
   if (lines.size() < 4 || lines[0] != "trainmem sharded checkpoint 1" ||
       !lines[1].consume_front("ranks ") ||
       lines[1].getAsInteger(10, savedRanks) || savedRanks < 1 ||
-      !lines[2].consume_front("stage ") ||
+      savedRanks > kMaxRanks || !lines[2].consume_front("stage ") ||
       lines[2].getAsInteger(10, savedStage))
     return bad("is not a trainmem sharded checkpoint's");
-  // Each shard the manifest names, checked against its size and checksum.
-  auto readShard = [&](int64_t r, std::optional<ArrayRef<TensorSlot>> check,
-                       Checkpoint &shard) -> bool {
-    std::string prefix = "shard " + std::to_string(r) + " ";
-    for (StringRef line : llvm::drop_begin(lines, 4)) {
-      if (!line.consume_front(prefix))
-        continue;
-      SmallVector<StringRef> fields;
-      line.split(fields, ' ');
-      uint64_t size = 0, hash = 0;
-      if (fields.size() != 3 || fields[1].getAsInteger(10, size) ||
-          fields[2].getAsInteger(10, hash))
-        return bad("has a bad line for rank " + Twine(r));
-      std::string file = (dir + "/" + fields[0]).str();
-      auto data = llvm::MemoryBuffer::getFile(
-          file, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-      if (!data)
-        return bad("names '" + file + "' for rank " + Twine(r) +
-                   ", which cannot be read: " + data.getError().message());
-      StringRef bytes = (*data)->getBuffer();
-      if (bytes.size() != size || fnv1a(bytes) != hash)
-        return bad("names '" + file + "' for rank " + Twine(r) +
-                   " with another size or checksum: the shard is not the one "
-                   "the manifest was written for");
-      return readCheckpointFile(file, check, shard, error);
+
+  // What each tensor was (dtype, a rank's shape, the whole shape), and
+  // where each rank's shard is.
+  struct Tensor {
+    std::string dtype;
+    std::vector<int64_t> shard, whole;
+  };
+  struct Shard {
+    std::string file;
+    uint64_t size = 0, hash = 0;
+  };
+  std::map<std::string, Tensor> tensors;
+  std::map<int64_t, Shard> shards;
+  for (StringRef line : llvm::drop_begin(lines, 4)) {
+    SmallVector<StringRef> fields;
+    line.split(fields, ' ');
+    if (fields.size() == 5 && fields[0] == "tensor") {
+      auto shard = parseShape(fields[3]), whole = parseShape(fields[4]);
+      if (!shard || !whole)
+        return bad("has a bad line for tensor '" + fields[1] + "'");
+      tensors[fields[1].str()] = {fields[2].str(), *shard, *whole};
+      continue;
     }
-    return bad("names no shard for rank " + Twine(r));
+    int64_t r = 0;
+    Shard shard;
+    if (fields.size() != 5 || fields[0] != "shard" ||
+        fields[1].getAsInteger(10, r) || r < 0 || r >= savedRanks ||
+        fields[3].getAsInteger(10, shard.size) ||
+        fields[4].getAsInteger(10, shard.hash) || shards.count(r))
+      return bad("has a bad line: '" + line + "'");
+    shard.file = fields[2].str();
+    shards[r] = shard;
+  }
+  if (static_cast<int64_t>(shards.size()) != savedRanks)
+    return bad("names " + Twine(shards.size()) + " shards of its " +
+               Twine(savedRanks) + " ranks");
+
+  // A rank's shard, checked against its size and checksum.
+  auto readShard = [&](int64_t r, std::optional<ArrayRef<TensorSlot>> check,
+                       Checkpoint &into) -> bool {
+    const Shard &shard = shards.at(r);
+    std::string file = (dir + "/" + shard.file).str();
+    auto data = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+    if (!data)
+      return bad("names '" + file + "' for rank " + Twine(r) +
+                 ", which cannot be read: " + data.getError().message());
+    StringRef bytes = (*data)->getBuffer();
+    if (bytes.size() != shard.size || fnv1a(bytes) != shard.hash)
+      return bad("names '" + file + "' for rank " + Twine(r) +
+                 " with another size or checksum: the shard is not the one "
+                 "the manifest was written for");
+    return readCheckpointFile(file, check, into, error);
   };
   if (savedRanks == ranks && savedStage == stage)
     return readShard(rank, slots, checkpoint);
 
   // Another number of ranks (or stage): every old shard, joined into whole
   // tensors, then this rank's part of each, padded as this run's shards
-  // are.
+  // are. The manifest says what each tensor was; it must be this step's.
   std::vector<Checkpoint> old(savedRanks);
   for (int64_t r = 0; r < savedRanks; ++r) {
     if (!readShard(r, std::nullopt, old[r]))
@@ -1073,21 +1124,30 @@ bool mlir::train::readShardedCheckpoint(StringRef dir,
     if (!isState(slot))
       continue;
     std::string name = slot.role + ":" + slot.key;
-    for (const Checkpoint &shard : old)
-      if (!shard.tensors.count(name))
-        return bad("names shards without " + slot.role + " '" + slot.key +
-                   "', which this step has");
-    // The whole tensor: as every old rank held it, or its shards joined.
     const std::vector<int64_t> &wholeShape =
         slot.fullShape.empty() ? slot.shape : slot.fullShape;
-    uint64_t elements = 1;
-    for (int64_t d : wholeShape)
-      elements *= static_cast<uint64_t>(d);
+    auto saved = tensors.find(name);
+    if (saved == tensors.end())
+      return bad("has no " + slot.role + " '" + slot.key +
+                 "', which this step has");
+    if (saved->second.dtype != slot.dtype ||
+        saved->second.whole != wholeShape)
+      return bad("has " + slot.role + " '" + slot.key +
+                 "' of another type or shape than this step's");
     uint64_t elementBytes =
         slot.bytes / std::max<int64_t>(1, slot.numElements());
-    uint64_t wholeBytes = elements * elementBytes;
+    uint64_t wholeBytes = elementsOf(wholeShape) * elementBytes;
+    uint64_t shardBytes = elementsOf(saved->second.shard) * elementBytes;
+    for (const Checkpoint &shard : old) {
+      auto it = shard.tensors.find(name);
+      if (it == shard.tensors.end() || it->second.size() != shardBytes)
+        return bad("names shards whose " + slot.role + " '" + slot.key +
+                   "' is not the manifest's");
+    }
+    // The whole tensor: as every old rank held it, or its shards joined.
+    bool wasSharded = saved->second.shard != saved->second.whole;
     Bytes joined;
-    if (old[0].tensors.at(name).size() == wholeBytes) {
+    if (!wasSharded) {
       joined = old[0].tensors.at(name);
     } else {
       for (const Checkpoint &shard : old) {

@@ -43,3 +43,13 @@ func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> at
   %r = shard.all_reduce %a on @dp2 grid_axes = [0] : tensor<8xf32> -> tensor<8xf32>
   return %r : tensor<8xf32>
 }
+
+// -----
+
+// The rings work on flat buffers (train-zero flattens what it shards).
+shard.grid @dp3(shape = 2)
+func.func @train_step(%a: tensor<4x2xf32> {train.input = "a"}) -> tensor<2x2xf32> attributes {train.step} {
+  // expected-error @+1 {{'shard.reduce_scatter' op works on 1-D buffers (train-zero flattens them)}}
+  %s = shard.reduce_scatter %a on @dp3 grid_axes = [0] scatter_axis = 0 : tensor<4x2xf32> -> tensor<2x2xf32>
+  return %s : tensor<2x2xf32>
+}

@@ -34,14 +34,7 @@ import sys
 import tempfile
 import time
 
-
-def best_time(cmd, repeat):
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        best = min(best, time.perf_counter() - start)
-    return best
+from compile_time import best_time  # the same timing as the other bench
 
 
 PIPELINE = ["-train-autodiff", "-train-remat=policy=selective",

@@ -561,3 +561,21 @@ const FunctionMemory *MemoryAnalysis::lookup(func::FuncOp func) const {
       return &memory;
   return nullptr;
 }
+
+std::map<std::string, CollectiveTraffic>
+mlir::train::collectiveTrafficOf(func::FuncOp func) {
+  std::map<std::string, CollectiveTraffic> traffic;
+  func.walk([&](CommunicationOpInterface collective) {
+    uint64_t times = 1;
+    for (Operation *parent = collective->getParentOp(); parent;
+         parent = parent->getParentOp())
+      if (auto loop = dyn_cast<AccumulateOp>(parent))
+        times = mulCount(times, loop.getStepsAttr().getInt());
+    CollectiveTraffic &t = traffic[collective.getCollectiveKind().str()];
+    t.ops = addCount(t.ops, times);
+    t.elements =
+        addCount(t.elements, mulCount(collective.getElementsSent(), times));
+    t.bytes = addCount(t.bytes, mulCount(collective.getBytesSent(), times));
+  });
+  return traffic;
+}

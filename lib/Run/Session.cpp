@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Run/Session.h"
+#include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -85,7 +86,6 @@ std::vector<float> mlir::train::initialValues(const TensorSlot &slot,
 // Data
 //===----------------------------------------------------------------------===//
 
-static uint64_t fnv1a(StringRef data);
 
 Corpus::Corpus(std::string text) : bytes(std::move(text)), hash(fnv1a(bytes)) {}
 
@@ -224,7 +224,7 @@ static Bytes fromRefTensor(const TensorSlot &slot, const RefTensor &value) {
 static constexpr char kMagic[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '2'};
 static constexpr char kMagicV1[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '1'};
 
-static uint64_t fnv1a(StringRef data) {
+uint64_t mlir::train::fnv1a(StringRef data) {
   uint64_t hash = 1469598103934665603ull;
   for (unsigned char c : data)
     hash = (hash ^ c) * 1099511628211ull;
@@ -589,20 +589,12 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
     session->stepFunc = cast<func::FuncOp>(
         findMarkedStep(*session->tensorStep, "trainmem-run"));
   }
-  // What the step's collectives send per rank, as the analysis counts them
-  // (CommunicationOpInterface; a micro-batch loop's body once per
-  // micro-batch), for the runtime's counts to be held against.
+  // What the step's collectives send per rank, as the analysis counts them,
+  // for the runtime's counts to be held against.
   if (stepFunc)
-    stepFunc.walk([&](CommunicationOpInterface collective) {
-      uint64_t times = 1;
-      for (Operation *parent = collective->getParentOp(); parent;
-           parent = parent->getParentOp())
-        if (auto loop = dyn_cast<AccumulateOp>(parent))
-          times = mulCount(times,
-                           static_cast<uint64_t>(loop.getStepsAttr().getInt()));
-      session->plannedBytesSent = addCount(
-          session->plannedBytesSent, mulCount(collective.getBytesSent(), times));
-    });
+    for (auto &[kind, traffic] : collectiveTrafficOf(stepFunc))
+      session->plannedBytesSent =
+          addCount(session->plannedBytesSent, traffic.bytes);
   FailureOr<StepLayout> layout = lowerStep(module);
   if (failed(layout))
     return nullptr;

@@ -96,38 +96,48 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
 //===----------------------------------------------------------------------===//
 
 namespace {
-struct BackendEntry {
+/// A registry entry: a table of this runtime by name, `get` null for one it
+/// was built without (the name is still known, for a precise error).
+template <typename Table> struct Entry {
   const char *name;
-  /// Null for a backend this runtime was built without.
-  const Backend &(*get)();
+  const Table &(*get)();
 };
+
+template <typename Table, size_t N>
+const Table *lookupIn(const Entry<Table> (&entries)[N], const char *name,
+                      bool &known) {
+  known = false;
+  for (const Entry<Table> &entry : entries)
+    if (std::strcmp(entry.name, name) == 0) {
+      known = true;
+      return entry.get ? &entry.get() : nullptr;
+    }
+  return nullptr;
+}
+
+/// The built entries' names, comma-separated.
+template <typename Table, size_t N>
+std::string builtNames(const Entry<Table> (&entries)[N]) {
+  std::string list;
+  for (const Entry<Table> &entry : entries)
+    if (entry.get)
+      list += (list.empty() ? "" : ", ") + std::string(entry.name);
+  return list;
+}
 } // namespace
 
-static const BackendEntry kBackends[] = {
+static const Entry<Backend> kBackends[] = {
     {"cpu", &cpuBackend},
     // The CUDA backend plugs in here when the runtime is built with it.
     {"cuda", nullptr},
 };
 
 const Backend *tmrt::lookupBackend(const char *name, bool &known) {
-  known = false;
-  for (const BackendEntry &entry : kBackends) {
-    if (std::strcmp(entry.name, name) != 0)
-      continue;
-    known = true;
-    return entry.get ? &entry.get() : nullptr;
-  }
-  return nullptr;
+  return lookupIn(kBackends, name, known);
 }
 
 const char *tmrt::builtBackendNames() {
-  static const std::string names = [] {
-    std::string list;
-    for (const BackendEntry &entry : kBackends)
-      if (entry.get)
-        list += (list.empty() ? "" : ", ") + std::string(entry.name);
-    return list;
-  }();
+  static const std::string names = builtNames(kBackends);
   return names.c_str();
 }
 
@@ -158,12 +168,7 @@ const Communicator &tmrt::singleProcessCommunicator() {
   return communicator;
 }
 
-namespace {
-struct CommunicatorEntry {
-  const char *name;
-  const Communicator &(*get)(); // null: known, not built
-};
-constexpr CommunicatorEntry kCommunicators[] = {
+static const Entry<Communicator> kCommunicators[] = {
     {"single", &singleProcessCommunicator},
 #ifdef TMRT_HAVE_MPI
     {"mpi", &mpiCommunicator},
@@ -171,26 +176,13 @@ constexpr CommunicatorEntry kCommunicators[] = {
     {"mpi", nullptr},
 #endif
 };
-} // namespace
 
 const Communicator *tmrt::lookupCommunicator(const char *name, bool &known) {
-  known = false;
-  for (const CommunicatorEntry &entry : kCommunicators)
-    if (std::strcmp(entry.name, name) == 0) {
-      known = true;
-      return entry.get ? &entry.get() : nullptr;
-    }
-  return nullptr;
+  return lookupIn(kCommunicators, name, known);
 }
 
 const char *tmrt::builtCommunicatorNames() {
-  static const std::string names = [] {
-    std::string list;
-    for (const CommunicatorEntry &entry : kCommunicators)
-      if (entry.get)
-        list += (list.empty() ? "" : ", ") + std::string(entry.name);
-    return list;
-  }();
+  static const std::string names = builtNames(kCommunicators);
   return names.c_str();
 }
 

@@ -255,9 +255,7 @@ int main(int argc, char **argv) {
           std::string(gradAccumOptions), std::string(quantizeOptions),
           std::string(zeroOptions)})
       what += "\n" + option;
-    uint64_t hash = 14695981039346656037ull;
-    for (unsigned char c : what)
-      hash = (hash ^ c) * 1099511628211ull;
+    uint64_t hash = fnv1a(what);
     for (int part = 0; part < 4; ++part) {
       double mine = static_cast<double>((hash >> (16 * part)) & 0xffff);
       double sum = mine;

@@ -11,6 +11,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Operation.h"
+
+#include <map>
+#include <string>
 #include "llvm/ADT/DenseMap.h"
 
 #include <array>
@@ -143,6 +146,14 @@ private:
 
 /// The memory of every function with a body in a module (or of one
 /// function).
+/// What one rank's collectives send per step, by kind ("all_reduce",
+/// "reduce_scatter", ...), from their CommunicationOpInterface; a
+/// micro-batch loop's body counts once per micro-batch.
+struct CollectiveTraffic {
+  uint64_t ops = 0, elements = 0, bytes = 0;
+};
+std::map<std::string, CollectiveTraffic> collectiveTrafficOf(func::FuncOp func);
+
 class MemoryAnalysis {
 public:
   explicit MemoryAnalysis(Operation *op);

@@ -34,6 +34,9 @@ namespace train {
 /// The bytes of a tensor as the arena holds it (f32 values, i8 codes).
 using Bytes = std::vector<uint8_t>;
 
+/// FNV-1a of `data`: the checksum of checkpoints, manifests and corpora.
+uint64_t fnv1a(StringRef data);
+
 /// Parameters and optimizer state: what a checkpoint holds.
 bool isState(const TensorSlot &slot);
 

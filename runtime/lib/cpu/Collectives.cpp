@@ -50,12 +50,17 @@ bool exchange(tmrt_context *ctx, const float *send, int64_t sendSize,
               int64_t chunk) {
   const Communicator &comm = *ctx->communicator;
   int64_t size = comm.size(ctx), rank = comm.rank(ctx);
-  std::fill(outgoing.begin(), outgoing.end(), 0.0f);
-  if (sendSize > 0)
-    std::memcpy(outgoing.data(), send, sendSize * sizeof(float));
+  // A whole chunk goes as it is; a short one (the buffer's end) padded.
+  const float *wire = send;
+  if (sendSize < chunk) {
+    std::fill(outgoing.begin(), outgoing.end(), 0.0f);
+    if (sendSize > 0)
+      std::memcpy(outgoing.data(), send, sendSize * sizeof(float));
+    wire = outgoing.data();
+  }
   uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(float);
-  if (!comm.sendRecv(ctx, outgoing.data(), bytes, mod(rank + 1, size),
-                     incoming.data(), bytes, mod(rank - 1, size)))
+  if (!comm.sendRecv(ctx, wire, bytes, mod(rank + 1, size), incoming.data(),
+                     bytes, mod(rank - 1, size)))
     return false;
   ctx->bytesSent += bytes;
   ctx->bytesReceived += bytes;

@@ -97,18 +97,20 @@ double timeoutSeconds() {
   return seconds;
 }
 
-/// Waits for `requests` (started by `what`), polling so that a peer that
-/// never answers ends the job with a message naming it instead of a hang.
+/// Waits for `requests` (started by what `describe` says), polling so that
+/// a peer that never answers ends the job with a message naming it instead
+/// of a hang.
+template <typename Describe>
 bool waitWatched(tmrt_context *ctx, MPI_Request *requests, int count,
-                 const std::string &what) {
+                 Describe describe) {
   using Clock = std::chrono::steady_clock;
   auto start = Clock::now();
   for (int polls = 0;; ++polls) {
     int done = 0;
     int code = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
     if (code != MPI_SUCCESS) {
-      ctx->fail("mpi: rank " + std::to_string(mpiRank(ctx)) + ", " + what +
-                ": " + errorText(code));
+      ctx->fail("mpi: rank " + std::to_string(mpiRank(ctx)) + ", " +
+                describe() + ": " + errorText(code));
       return false;
     }
     if (done)
@@ -118,7 +120,7 @@ bool waitWatched(tmrt_context *ctx, MPI_Request *requests, int count,
     if (waited > timeoutSeconds()) {
       std::string message =
           "mpi: rank " + std::to_string(mpiRank(ctx)) + " waited " +
-          std::to_string(static_cast<int>(waited)) + " s, " + what +
+          std::to_string(static_cast<int>(waited)) + " s, " + describe() +
           ", without progress (TMRT_MPI_TIMEOUT=" +
           std::to_string(static_cast<int>(timeoutSeconds())) +
           "); aborting every rank";
@@ -142,8 +144,10 @@ bool mpiSendRecv(tmrt_context *ctx, const void *send, uint64_t sendBytes,
       !fits(ctx, recvBytes))
     return false;
   MPI_Request requests[2];
-  std::string what = "sending to rank " + std::to_string(to) +
-                     " and receiving from rank " + std::to_string(from);
+  auto what = [&] {
+    return "sending to rank " + std::to_string(to) +
+           " and receiving from rank " + std::to_string(from);
+  };
   int code = MPI_Irecv(recv, static_cast<int>(recvBytes), MPI_BYTE,
                        static_cast<int>(from), 0, MPI_COMM_WORLD,
                        &requests[0]);
@@ -151,7 +155,7 @@ bool mpiSendRecv(tmrt_context *ctx, const void *send, uint64_t sendBytes,
     code = MPI_Isend(send, static_cast<int>(sendBytes), MPI_BYTE,
                      static_cast<int>(to), 0, MPI_COMM_WORLD, &requests[1]);
   if (code != MPI_SUCCESS) {
-    ctx->fail("mpi: rank " + std::to_string(mpiRank(ctx)) + ", " + what +
+    ctx->fail("mpi: rank " + std::to_string(mpiRank(ctx)) + ", " + what() +
               ": " + errorText(code));
     return false;
   }
@@ -163,11 +167,11 @@ bool mpiBroadcast(tmrt_context *ctx, void *data, uint64_t bytes,
   if (!ensureInitialized(ctx) || !fits(ctx, bytes))
     return false;
   MPI_Request request;
-  std::string what = "in a broadcast from rank " + std::to_string(root);
+  auto what = [&] { return "in a broadcast from rank " + std::to_string(root); };
   int code = MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE,
                         static_cast<int>(root), MPI_COMM_WORLD, &request);
   if (code != MPI_SUCCESS) {
-    ctx->fail("mpi: " + what + ": " + errorText(code));
+    ctx->fail("mpi: " + what() + ": " + errorText(code));
     return false;
   }
   return waitWatched(ctx, &request, 1, what);
@@ -182,7 +186,8 @@ bool mpiBarrier(tmrt_context *ctx) {
     ctx->fail("mpi: barrier: " + errorText(code));
     return false;
   }
-  return waitWatched(ctx, &request, 1, "in a barrier");
+  return waitWatched(ctx, &request, 1,
+                     [] { return std::string("in a barrier"); });
 }
 
 void mpiAbort(tmrt_context *ctx, int code) {

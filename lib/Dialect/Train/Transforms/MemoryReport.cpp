@@ -97,10 +97,7 @@ struct Parallelism {
   ZeroAttr zero;
   int64_t ranks = 1;
   int64_t rankBatch = 0; // the step's batch (tokens' first dimension)
-  struct Traffic {
-    uint64_t ops = 0, elements = 0, bytes = 0;
-  };
-  std::map<std::string, Traffic> traffic;
+  std::map<std::string, CollectiveTraffic> traffic;
   int64_t globalBatch() const { return rankBatch * ranks; }
 };
 
@@ -116,19 +113,7 @@ Parallelism parallelismOf(func::FuncOp func) {
                 func.getArgument(i).getType()))
           if (type.getRank() >= 1)
             p.rankBatch = type.getDimSize(0);
-  func.walk([&](CommunicationOpInterface collective) {
-    uint64_t times = 1;
-    for (Operation *parent = collective->getParentOp(); parent;
-         parent = parent->getParentOp())
-      if (auto loop = dyn_cast<AccumulateOp>(parent))
-        times = mulCount(times, loop.getStepsAttr().getInt());
-    Parallelism::Traffic &t =
-        p.traffic[collective.getCollectiveKind().str()];
-    t.ops = addCount(t.ops, times);
-    t.elements =
-        addCount(t.elements, mulCount(collective.getElementsSent(), times));
-    t.bytes = addCount(t.bytes, mulCount(collective.getBytesSent(), times));
-  });
+  p.traffic = collectiveTrafficOf(func);
   return p;
 }
 

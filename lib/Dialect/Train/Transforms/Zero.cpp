@@ -45,13 +45,47 @@ Value rawGradient(OptimizerUpdateOpInterface update) {
   return grad;
 }
 
-/// The op at the top of `func`'s body that `value` comes from (its
-/// definition, or the region op holding it); null for an argument.
-Operation *topLevelProducer(func::FuncOp func, Value value) {
+/// The op of `block` that `value` comes from (its definition, or the
+/// region op holding it); null for a block argument or a value defined
+/// outside `block`.
+Operation *producerIn(Block &block, Value value) {
   Operation *op = value.getDefiningOp();
-  while (op && op->getParentOp() != func.getOperation())
+  while (op && op->getBlock() != &block)
     op = op->getParentOp();
   return op;
+}
+
+/// `values` (indices into it) in buckets of `bucketBytes`, in the order
+/// `block` produces them (ties: in the order given), as the backward fills
+/// DeepSpeed's buckets. Fails through `noProducer` when a value is not
+/// computed in `block`.
+FailureOr<SmallVector<SmallVector<unsigned>>>
+bucketsInOrder(Block &block, ArrayRef<Value> values, uint64_t bucketBytes,
+               function_ref<InFlightDiagnostic()> noProducer) {
+  llvm::DenseMap<Operation *, unsigned> position;
+  for (Operation &op : block)
+    position[&op] = position.size();
+  SmallVector<std::pair<unsigned, unsigned>> produced; // (position, index)
+  for (auto [index, value] : llvm::enumerate(values)) {
+    Operation *producer = producerIn(block, value);
+    if (!producer)
+      return noProducer();
+    produced.push_back({position[producer], static_cast<unsigned>(index)});
+  }
+  llvm::sort(produced);
+  SmallVector<SmallVector<unsigned>> buckets(1);
+  uint64_t filled = 0;
+  for (auto [at, index] : produced) {
+    buckets.back().push_back(index);
+    filled += getTensorBytes(values[index].getType());
+    if (filled >= bucketBytes) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+  }
+  if (buckets.back().empty())
+    buckets.pop_back();
+  return buckets;
 }
 
 /// Where a use of a parameter is gathered for (stage 3): the op holding
@@ -173,46 +207,26 @@ void TrainZeroPass::runOnOperation() {
 FailureOr<SmallVector<SmallVector<Value>>>
 TrainZeroPass::gradientBuckets(func::FuncOp step,
                                ArrayRef<OptimizerUpdateOpInterface> updates) {
-  // The gradients, in the order the backward produces them.
+  // The gradients, in the order the updates read them; each bucket is
+  // reduced right after the op that produces its last gradient.
   llvm::SetVector<Value> gradients;
   for (OptimizerUpdateOpInterface update : updates)
     gradients.insert(rawGradient(update));
-  llvm::DenseMap<Operation *, unsigned> position;
-  for (Operation &op : step.front())
-    position[&op] = position.size();
-  SmallVector<std::tuple<unsigned, unsigned, Value>> produced;
-  for (Value gradient : gradients) {
-    Operation *producer = topLevelProducer(step, gradient);
-    if (!producer)
-      return step.emitError("train-zero: a gradient of @")
-             << step.getSymName()
-             << " is an argument of the step, not computed by it";
-    // By producer, then in the order the updates read them.
-    produced.push_back({position[producer],
-                        static_cast<unsigned>(produced.size()), gradient});
-  }
-  llvm::sort(produced, [](const auto &a, const auto &b) {
-    return std::make_pair(std::get<0>(a), std::get<1>(a)) <
-           std::make_pair(std::get<0>(b), std::get<1>(b));
-  });
-
-  // Buckets of `bucket` bytes; each reduced right after the op that
-  // produces its last gradient.
-  SmallVector<SmallVector<Value>> buckets(1);
-  uint64_t filled = 0;
-  for (auto [index, order, gradient] : produced) {
-    buckets.back().push_back(gradient);
-    filled += getTensorBytes(gradient.getType());
-    if (filled >= static_cast<uint64_t>(bucket)) {
-      buckets.emplace_back();
-      filled = 0;
-    }
-  }
-  if (buckets.back().empty())
-    buckets.pop_back();
+  FailureOr<SmallVector<SmallVector<unsigned>>> order = bucketsInOrder(
+      step.front(), gradients.getArrayRef(), static_cast<uint64_t>(bucket),
+      [&] {
+        return step.emitError("train-zero: a gradient of @")
+               << step.getSymName()
+               << " is an argument of the step, not computed by it";
+      });
+  if (failed(order))
+    return failure();
+  SmallVector<SmallVector<Value>> buckets;
+  for (ArrayRef<unsigned> members : *order)
+    buckets.push_back(llvm::to_vector(llvm::map_range(
+        members, [&](unsigned index) { return gradients[index]; })));
   return buckets;
 }
-
 
 LogicalResult
 TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
@@ -224,7 +238,7 @@ TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
   OpBuilder builder(step.getContext());
   SmallVector<shard::GridAxis> axes{0};
   for (auto [index, members] : llvm::enumerate(*buckets)) {
-    Operation *last = topLevelProducer(step, members.back());
+    Operation *last = producerIn(step.front(), members.back());
     builder.setInsertionPointAfter(last);
     for (Value gradient : members) {
       auto reduced = shard::AllReduceOp::create(
@@ -328,7 +342,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       return failure();
     for (auto [index, members] : llvm::enumerate(*buckets))
       for (Value gradient : members)
-        bucketOf[gradient] = {topLevelProducer(step, members.back()),
+        bucketOf[gradient] = {producerIn(step.front(), members.back()),
                               static_cast<int64_t>(index)};
   }
   // Where the next reduce-scatter of a bucket goes (after the previous one).
@@ -403,50 +417,27 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     for (auto &[loop, gradients] : perLoop) {
       Block &body = loop.getBody().front();
       Operation *yield = body.getTerminator();
-      llvm::DenseMap<Operation *, unsigned> position;
-      for (Operation &inner : body)
-        position[&inner] = position.size();
-      // The op at the top of the body that produces `value`.
-      auto producerInBody = [&](Value value) -> Operation * {
-        Operation *def = value.getDefiningOp();
-        while (def && def->getBlock() != &body)
-          def = def->getParentOp();
-        return def;
-      };
-      SmallVector<std::tuple<unsigned, unsigned, InLoop>> produced;
-      for (auto [order, gradient] : llvm::enumerate(gradients)) {
-        Operation *producer =
-            producerInBody(yield->getOperand(gradient.yieldIndex));
-        if (!producer)
-          return loop.emitOpError("train-zero: a micro-batch's gradient is "
-                                  "not computed in the loop's body");
-        produced.push_back({position[producer], static_cast<unsigned>(order),
-                            gradient});
-      }
-      llvm::sort(produced, [](const auto &a, const auto &b) {
-        return std::make_pair(std::get<0>(a), std::get<1>(a)) <
-               std::make_pair(std::get<0>(b), std::get<1>(b));
-      });
       // Buckets of `bucket` bytes, each reduce-scattered after the op that
       // produces its last gradient (and after an earlier bucket's
       // reduce-scatters placed there).
-      SmallVector<SmallVector<InLoop>> buckets(1);
-      uint64_t filled = 0;
-      for (auto &[index, order, gradient] : produced) {
-        buckets.back().push_back(gradient);
-        filled += getTensorBytes(
-            yield->getOperand(gradient.yieldIndex).getType());
-        if (filled >= static_cast<uint64_t>(bucket)) {
-          buckets.emplace_back();
-          filled = 0;
-        }
-      }
-      if (buckets.back().empty())
-        buckets.pop_back();
+      SmallVector<Value> yielded;
+      for (const InLoop &gradient : gradients)
+        yielded.push_back(yield->getOperand(gradient.yieldIndex));
+      FailureOr<SmallVector<SmallVector<unsigned>>> order = bucketsInOrder(
+          body, yielded, static_cast<uint64_t>(bucket), [&] {
+            return loop.emitOpError("train-zero: a micro-batch's gradient "
+                                    "is not computed in the loop's body");
+          });
+      if (failed(order))
+        return failure();
+      SmallVector<SmallVector<InLoop>> buckets;
+      for (ArrayRef<unsigned> members : *order)
+        buckets.push_back(llvm::to_vector(llvm::map_range(
+            members, [&](unsigned index) { return gradients[index]; })));
       llvm::DenseMap<Operation *, Operation *> placedAfter;
       for (auto [index, members] : llvm::enumerate(buckets)) {
         Operation *last =
-            producerInBody(yield->getOperand(members.back().yieldIndex));
+            producerIn(body, yield->getOperand(members.back().yieldIndex));
         Operation *&previous = placedAfter[last];
         builder.setInsertionPointAfter(previous ? previous : last);
         for (const InLoop &gradient : members) {

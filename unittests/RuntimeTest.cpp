@@ -8,6 +8,14 @@
 // formulas with f32 storage and double accumulation, OpenBLAS GEMMs
 // accumulate in f32. Integer results and masks agree exactly.
 //
+// Every case of f32 tensors runs again with them in bf16 and in f16 (the
+// source rewritten): both sides read the same 16-bit inputs, compute in f32
+// or double and round each result to 16 bits, so a result agrees within one
+// 16-bit ulp of the tensor's largest magnitude (2^-7 for bf16, 2^-10 for
+// f16: a sum formed in another order can round to the neighbouring value);
+// the elementwise kernels and conversions agree bit for bit, also on
+// values at the 16-bit limits, subnormals, NaN and infinities.
+//
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
@@ -16,16 +24,23 @@
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Run/Step.h"
 #include "trainmem-runtime/Runtime.h"
+#include "trainmem/Support/Float16.h"
+
+#include "llvm/ADT/APFloat.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 using namespace mlir;
@@ -58,8 +73,24 @@ protected:
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     std::vector<float> values(n);
     for (float &v : values)
-      v = uniform(rng);
+      v = roundTo16(uniform(rng), type.getElementType());
     return RefTensor::ofFloats(shape, values);
+  }
+
+  /// `value` as the nearest value of a 16-bit element type (itself for f32).
+  static float roundTo16(float value, Type elementType) {
+    if (elementType.isBF16())
+      return trainmem::floatFromBF16Bits(trainmem::bf16BitsFromFloat(value));
+    if (elementType.isF16())
+      return trainmem::floatFromF16Bits(trainmem::f16BitsFromFloat(value));
+    return value;
+  }
+
+  static float read16(const uint8_t *p, int64_t i, StringRef dtype) {
+    uint16_t bits;
+    std::memcpy(&bits, p + 2 * i, 2);
+    return dtype == "bf16" ? trainmem::floatFromBF16Bits(bits)
+                           : trainmem::floatFromF16Bits(bits);
   }
 
   static void writeSlot(uint8_t *arena, const TensorSlot &slot,
@@ -68,7 +99,12 @@ protected:
     for (int64_t i = 0; i < slot.numElements(); ++i) {
       if (slot.dtype == "f32")
         reinterpret_cast<float *>(p)[i] = value.floats[i];
-      else if (slot.dtype == "i64")
+      else if (slot.dtype == "bf16" || slot.dtype == "f16") {
+        uint16_t bits = slot.dtype == "bf16"
+                            ? trainmem::bf16BitsFromFloat(value.floats[i])
+                            : trainmem::f16BitsFromFloat(value.floats[i]);
+        std::memcpy(p + 2 * i, &bits, 2);
+      } else if (slot.dtype == "i64")
         reinterpret_cast<int64_t *>(p)[i] = value.ints[i];
       else if (slot.dtype == "i32")
         reinterpret_cast<int32_t *>(p)[i] = static_cast<int32_t>(value.ints[i]);
@@ -77,9 +113,36 @@ protected:
     }
   }
 
-  static void expectSlot(const uint8_t *arena, const TensorSlot &slot,
+  void expectSlot(const uint8_t *arena, const TensorSlot &slot,
                          const RefTensor &expected, const std::string &what) {
     const uint8_t *p = arena + slot.offset;
+    if (slot.dtype == "bf16" || slot.dtype == "f16") {
+      double scale = 1e-3, worst = 0.0;
+      for (float v : expected.floats)
+        if (std::isfinite(v))
+          scale = std::max(scale, static_cast<double>(std::abs(v)));
+      int64_t differing = 0;
+      for (int64_t i = 0; i < slot.numElements(); ++i) {
+        float got = read16(p, i, slot.dtype), want = expected.floats[i];
+        if (std::isnan(want) || std::isnan(got)) {
+          EXPECT_EQ(std::isnan(got), std::isnan(want))
+              << what << " element " << i << ": " << got << " vs " << want;
+          continue;
+        }
+        if (std::isinf(want) || std::isinf(got)) {
+          EXPECT_EQ(got, want) << what << " element " << i;
+          continue;
+        }
+        differing += got != want;
+        worst = std::max(worst, std::abs(static_cast<double>(got) - want));
+      }
+      if (exact16)
+        EXPECT_EQ(differing, 0) << what << " (" << slot.dtype
+                                << ") differs from the evaluator";
+      double ulp = slot.dtype == "bf16" ? 0x1p-7 : 0x1p-10;
+      EXPECT_LE(worst, ulp * scale) << what << " (" << slot.dtype << ")";
+      return;
+    }
     if (slot.dtype == "f32") {
       double scale = 1e-3, worst = 0.0;
       for (float v : expected.floats)
@@ -140,11 +203,42 @@ protected:
     tmrt_context_destroy(ctx);
   }
 
-  void compare(const char *source, std::vector<RefTensor> inputs = {}) {
+  /// Runs `source` as written, and with its f32 tensors in bf16 and in f16
+  /// unless `only32` (steps whose f32 operands must stay f32).
+  void compare(const char *source, std::vector<RefTensor> inputs = {},
+               bool only32 = false) {
     OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context);
     ASSERT_TRUE(module);
-    compare(*module, std::move(inputs));
+    compare(*module, inputs);
+    if (only32 || !StringRef(source).contains("xf32>"))
+      return;
+    for (StringRef dtype : {"bf16", "f16"}) {
+      SCOPED_TRACE(dtype.str());
+      std::string rewritten =
+          llvm::join(llvm::split(StringRef(source), "xf32>"),
+                     ("x" + dtype + ">").str());
+      compare16(rewritten.c_str(), dtype, inputs);
+    }
   }
+
+  /// Runs a step with 16-bit tensors; float inputs given are rounded to
+  /// the argument's type first.
+  void compare16(const char *source, StringRef dtype,
+                 std::vector<RefTensor> inputs = {}, bool exact = false) {
+    OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context);
+    ASSERT_TRUE(module) << source;
+    auto func = module->lookupSymbol<func::FuncOp>("train_step");
+    ASSERT_TRUE(func);
+    inputs.resize(func.getNumArguments());
+    for (auto [input, type] : llvm::zip(inputs, func.getArgumentTypes()))
+      for (float &v : input.floats)
+        v = roundTo16(v, getElementTypeOrSelf(type));
+    exact16 = exact;
+    compare(*module, inputs);
+    exact16 = false;
+  }
+
+  bool exact16 = false;
 
   MLIRContext context;
   std::mt19937 rng{77};
@@ -282,7 +376,7 @@ TEST_F(RuntimeTest, Optimizers) {
       %s:2 = train.sgd %p, %g, %lr, %b {momentum = 0.9 : f64, weight_decay = 0.01 : f64, nesterov} : (tensor<10xf32>, tensor<10xf32>, tensor<f32>, tensor<10xf32>) -> (tensor<10xf32>, tensor<10xf32>)
       return %a#0, %a#1, %a#2, %s#0, %s#1, %c#0, %c#1, %lr : tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<f32>, tensor<f32>
     })mlir",
-          {{}, {}, {}, {}, {}, RefTensor::ofInts({}, {6})});
+          {{}, {}, {}, {}, {}, RefTensor::ofInts({}, {6})}, /*only32=*/true);
 }
 
 TEST_F(RuntimeTest, EightBitOptimizerState) {
@@ -307,7 +401,8 @@ TEST_F(RuntimeTest, EightBitOptimizerState) {
     })mlir",
           {{}, {}, RefTensor::ofInts({1000}, mCodes), RefTensor::ofFloats({4}, absmax),
            RefTensor::ofInts({1000}, vCodes), RefTensor::ofFloats({4}, absmax),
-           RefTensor::ofInts({}, {5})});
+           RefTensor::ofInts({}, {5})},
+          /*only32=*/true);
 }
 
 TEST_F(RuntimeTest, ConstantsFill) {
@@ -317,6 +412,147 @@ TEST_F(RuntimeTest, ConstantsFill) {
       %1 = arith.constant dense<-4> : tensor<2xi64>
       return %0, %1 : tensor<3xf32>, tensor<2xi64>
     })mlir");
+}
+
+TEST_F(RuntimeTest, OptimizersTake16BitGradients) {
+  // Mixed precision: f32 weights (the masters) and state, 16-bit gradients,
+  // clipped in 16 bits.
+  for (StringRef dtype : {"bf16", "f16"}) {
+    SCOPED_TRACE(dtype.str());
+    std::string source = llvm::join(llvm::split(StringRef(R"mlir(
+    func.func @train_step(%p: tensor<10xf32>, %g: tensor<10xG>, %m: tensor<10xf32>, %v: tensor<10xf32>, %b: tensor<10xf32>, %t: tensor<i64>)
+        -> (tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<10xG>, tensor<f32>) {
+      %lr = arith.constant dense<1.0e-2> : tensor<f32>
+      %c:2 = train.clip_grad_norm %g {max_norm = 0.5 : f64} : (tensor<10xG>) -> (tensor<10xG>, tensor<f32>)
+      %v2 = train.mul %v, %v : tensor<10xf32>
+      %a:3 = train.adamw %p, %c#0, %m, %v2, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.95 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.1 : f64} : tensor<10xf32>, tensor<10xG>, tensor<10xf32>, tensor<10xf32>, tensor<f32>, tensor<i64>
+      %s:2 = train.sgd %p, %g, %lr, %b {momentum = 0.9 : f64, weight_decay = 0.01 : f64, nesterov} : (tensor<10xf32>, tensor<10xG>, tensor<f32>, tensor<10xf32>) -> (tensor<10xf32>, tensor<10xf32>)
+      return %a#0, %a#1, %a#2, %s#0, %s#1, %c#0, %c#1 : tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<10xf32>, tensor<10xG>, tensor<f32>
+    })mlir"), "xG>"), ("x" + dtype + ">").str());
+    compare16(source.c_str(), dtype,
+              {{}, {}, {}, {}, {}, RefTensor::ofInts({}, {6})});
+    std::string eightBit = llvm::join(llvm::split(StringRef(R"mlir(
+    func.func @train_step(%p: tensor<1000xf32>, %g: tensor<1000xG>, %mc: tensor<1000xi8>, %ma: tensor<4xf32>, %vc: tensor<1000xi8>, %va: tensor<4xf32>, %t: tensor<i64>)
+        -> (tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>) {
+      %lr = arith.constant dense<1.0e-3> : tensor<f32>
+      %a:5 = train.adamw_8bit %p, %g, %mc, %ma, %vc, %va, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.01 : f64, block = 256 : i64} : tensor<1000xf32>, tensor<1000xG>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<f32>, tensor<i64>
+      %s:3 = train.sgd_8bit %p, %g, %mc, %ma, %lr {momentum = 0.9 : f64, weight_decay = 0.01 : f64, nesterov, block = 256 : i64} : tensor<1000xf32>, tensor<1000xG>, tensor<1000xi8>, tensor<4xf32>, tensor<f32>
+      return %a#0, %a#1, %a#2, %a#3, %a#4, %s#0, %s#1, %s#2 : tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>
+    })mlir"), "xG>"), ("x" + dtype + ">").str());
+    std::uniform_int_distribution<int64_t> code(0, 255);
+    std::vector<int64_t> mCodes(1000), vCodes(1000);
+    for (int64_t i = 0; i < 1000; ++i) {
+      mCodes[i] = code(rng);
+      vCodes[i] = code(rng);
+    }
+    std::vector<float> absmax = {0.02f, 0.5f, 1e-5f, 0.0f};
+    compare16(eightBit.c_str(), dtype,
+              {{}, {}, RefTensor::ofInts({1000}, mCodes),
+               RefTensor::ofFloats({4}, absmax),
+               RefTensor::ofInts({1000}, vCodes),
+               RefTensor::ofFloats({4}, absmax), RefTensor::ofInts({}, {5})});
+  }
+}
+
+/// Values at the edges of the 16-bit formats, as f32: the largest finite
+/// values and what rounds past them, the smallest normal, subnormals and
+/// what rounds to zero, signed zeros, infinities and NaN.
+static std::vector<float> edgeValues() {
+  float inf = std::numeric_limits<float>::infinity();
+  return {65504.0f,  -65504.0f, 65519.0f, 65520.0f,  70000.0f, 3.0e38f,
+          -3.4e38f,  6.1035156e-5f, 5.9604645e-8f, 2.9802322e-8f,
+          2.9802326e-8f, 1.0e-6f, -3.0e-7f, 1.0e-40f, 0.0f, -0.0f,
+          inf,       -inf,      std::nanf(""), 1.0f, -1.5f, 0.33333334f,
+          1.00390625f, 1.01171875f, 1.0009766f, 2049.0f, 2051.0f, 1.0e4f};
+}
+
+TEST_F(RuntimeTest, ConversionsAndElementwiseAtThe16BitLimits) {
+  // train.cast rounds f32 to 16 bits (and back, and between the two), and
+  // the elementwise kernels round what they store, bit for bit as the
+  // evaluator does, NaN and infinities included.
+  std::vector<float> values = edgeValues();
+  int64_t n = static_cast<int64_t>(values.size());
+  for (StringRef dtype : {"bf16", "f16"}) {
+    SCOPED_TRACE(dtype.str());
+    StringRef other = dtype == "bf16" ? "f16" : "bf16";
+    std::string source = llvm::formatv(R"mlir(
+    func.func @train_step(%x: tensor<{0}xf32>, %y: tensor<{0}x{1}>)
+        -> (tensor<{0}x{1}>, tensor<{0}xf32>, tensor<{0}x{2}>, tensor<{0}x{1}>, tensor<{0}x{1}>, tensor<{0}x{1}>, tensor<{0}x{1}>, tensor<{0}x{1}>) {
+      %0 = train.cast %x : tensor<{0}xf32> -> tensor<{0}x{1}>
+      %1 = train.cast %y : tensor<{0}x{1}> -> tensor<{0}xf32>
+      %2 = train.cast %y : tensor<{0}x{1}> -> tensor<{0}x{2}>
+      %3 = train.add %y, %y : tensor<{0}x{1}>
+      %4 = train.mul %y, %y : tensor<{0}x{1}>
+      %5 = train.scale %y {{factor = 0.5 : f64} : tensor<{0}x{1}>
+      %6 = train.gelu %y : tensor<{0}x{1}>
+      %7 = train.silu %y : tensor<{0}x{1}>
+      return %0, %1, %2, %3, %4, %5, %6, %7 : tensor<{0}x{1}>, tensor<{0}xf32>, tensor<{0}x{2}>, tensor<{0}x{1}>, tensor<{0}x{1}>, tensor<{0}x{1}>, tensor<{0}x{1}>, tensor<{0}x{1}>
+    })mlir", n, dtype, other).str();
+    compare16(source.c_str(), dtype,
+              {RefTensor::ofFloats({n}, values), RefTensor::ofFloats({n}, values)},
+              /*exact=*/true);
+  }
+}
+
+TEST(Float16Conversions, MatchAPFloatRoundToNearestEven) {
+  // Every 16-bit value widens exactly and narrows back to itself; f32
+  // values (edges, every 2^-16th bit pattern, and those just around each
+  // rounding boundary of both formats) narrow as APFloat's
+  // round-to-nearest-even does.
+  auto viaAPFloat = [](float value, const llvm::fltSemantics &semantics) {
+    llvm::APFloat wide(value);
+    bool losesInfo = false;
+    wide.convert(semantics, llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+    return static_cast<uint16_t>(wide.bitcastToAPInt().getZExtValue());
+  };
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    uint16_t b = static_cast<uint16_t>(bits);
+    float bf = trainmem::floatFromBF16Bits(b), h = trainmem::floatFromF16Bits(b);
+    llvm::APFloat apBf(llvm::APFloat::BFloat(), llvm::APInt(16, bits));
+    llvm::APFloat apH(llvm::APFloat::IEEEhalf(), llvm::APInt(16, bits));
+    bool losesInfo = false;
+    apBf.convert(llvm::APFloat::IEEEsingle(), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+    apH.convert(llvm::APFloat::IEEEsingle(), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+    if (std::isnan(bf)) {
+      EXPECT_TRUE(apBf.isNaN());
+      EXPECT_TRUE(std::isnan(trainmem::floatFromBF16Bits(trainmem::bf16BitsFromFloat(bf))));
+    } else {
+      EXPECT_EQ(trainmem::floatBits(bf), trainmem::floatBits(apBf.convertToFloat())) << bits;
+      EXPECT_EQ(trainmem::bf16BitsFromFloat(bf), b) << bits;
+    }
+    if (std::isnan(h)) {
+      EXPECT_TRUE(apH.isNaN());
+    } else {
+      EXPECT_EQ(trainmem::floatBits(h), trainmem::floatBits(apH.convertToFloat())) << bits;
+      EXPECT_EQ(trainmem::f16BitsFromFloat(h), b) << bits;
+    }
+  }
+  std::vector<float> probes = edgeValues();
+  for (uint64_t bits = 0; bits < (1ull << 32); bits += 65521)
+    probes.push_back(trainmem::floatFromBits(static_cast<uint32_t>(bits)));
+  // Around each boundary between two 16-bit values: the midpoint and its
+  // f32 neighbours.
+  for (uint32_t bits = 0; bits < 65535; bits += 7) {
+    for (bool bf16 : {true, false}) {
+      float lo = bf16 ? trainmem::floatFromBF16Bits(bits) : trainmem::floatFromF16Bits(bits);
+      float hi = bf16 ? trainmem::floatFromBF16Bits(bits + 1) : trainmem::floatFromF16Bits(bits + 1);
+      if (!std::isfinite(lo) || !std::isfinite(hi))
+        continue;
+      float mid = static_cast<float>((static_cast<double>(lo) + hi) / 2);
+      probes.push_back(mid);
+      probes.push_back(std::nextafter(mid, -INFINITY));
+      probes.push_back(std::nextafter(mid, INFINITY));
+    }
+  }
+  for (float value : probes) {
+    if (std::isnan(value)) {
+      EXPECT_TRUE(std::isnan(trainmem::floatFromBF16Bits(trainmem::bf16BitsFromFloat(value))));
+      EXPECT_TRUE(std::isnan(trainmem::floatFromF16Bits(trainmem::f16BitsFromFloat(value))));
+      continue;
+    }
+    EXPECT_EQ(trainmem::bf16BitsFromFloat(value), viaAPFloat(value, llvm::APFloat::BFloat())) << value;
+    EXPECT_EQ(trainmem::f16BitsFromFloat(value), viaAPFloat(value, llvm::APFloat::IEEEhalf())) << value;
+  }
 }
 
 TEST_F(RuntimeTest, WholeTinyStepGradientsMatchTheEvaluator) {

@@ -10,6 +10,7 @@
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/DynamicMap.h"
+#include "trainmem/Support/Float16.h"
 #include "trainmem/Support/Philox.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -156,6 +157,35 @@ RefTensor sliceRows(const RefTensor &input, int64_t offset,
   return out;
 }
 
+/// Rounds `value` to the nearest `type` value (ties to even), as the
+/// hardware conversion does, and widens it back to f32.
+float roundTo(float value, Type type) {
+  if (type.isF32())
+    return value;
+  if (type.isBF16())
+    return trainmem::floatFromBF16Bits(trainmem::bf16BitsFromFloat(value));
+  if (type.isF16())
+    return trainmem::floatFromF16Bits(trainmem::f16BitsFromFloat(value));
+  llvm::APFloat wide(value);
+  bool losesInfo = false;
+  wide.convert(cast<FloatType>(type).getFloatSemantics(),
+               llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+  wide.convert(llvm::APFloat::IEEEsingle(), llvm::APFloat::rmNearestTiesToEven,
+               &losesInfo);
+  return wide.convertToFloat();
+}
+
+/// A float result holds values of its element type: what an op computes in
+/// f32 is rounded where the IR stores it in 16 bits, as the runtime's
+/// kernels store it.
+void roundToElementType(RefTensor &tensor, Type type) {
+  Type element = getElementTypeOrSelf(type);
+  if (tensor.isInteger || element.isF32() || !isa<FloatType>(element))
+    return;
+  for (float &v : tensor.floats)
+    v = roundTo(v, element);
+}
+
 class Interpreter : public EvaluationState {
 public:
   LogicalResult run(Block &block);
@@ -163,7 +193,10 @@ public:
   SmallVector<RefTensor> returned;
 
   const RefTensor &get(Value v) override { return values.find(v)->second; }
-  void set(Value v, RefTensor t) override { values[v] = std::move(t); }
+  void set(Value v, RefTensor t) override {
+    roundToElementType(t, v.getType());
+    values[v] = std::move(t);
+  }
   LogicalResult exec(Operation *op);
   /// The micro-batch loop's pieces, which the ranks' lockstep run shares:
   /// micro-batch `step`'s block arguments, zero sums, the yield added.
@@ -754,19 +787,6 @@ void Interpreter::lrSchedule(LRScheduleOp op) {
   set(op.getResult(), RefTensor::ofFloats({}, {static_cast<float>(lr)}));
 }
 
-/// Rounds `value` to the nearest `type` value (ties to even), as the
-/// hardware conversion does, and widens it back to f32.
-float roundTo(float value, Type type) {
-  if (type.isF32())
-    return value;
-  llvm::APFloat wide(value);
-  bool losesInfo = false;
-  wide.convert(cast<FloatType>(type).getFloatSemantics(),
-               llvm::APFloat::rmNearestTiesToEven, &losesInfo);
-  wide.convert(llvm::APFloat::IEEEsingle(), llvm::APFloat::rmNearestTiesToEven,
-               &losesInfo);
-  return wide.convertToFloat();
-}
 
 LogicalResult constant(arith::ConstantOp op, RefTensor &out) {
   auto dense = dyn_cast<DenseElementsAttr>(op.getValue());

@@ -13,6 +13,7 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Support/DynamicMap.h"
+#include "trainmem/Support/Float16.h"
 #include "trainmem/Support/Philox.h"
 #include "trainmem-runtime/Runtime.h"
 
@@ -138,10 +139,38 @@ void Corpus::batch(uint64_t seed, int64_t step, int64_t batchSize,
 // State: the arena (runtime backends) or host tensors (interpret)
 //===----------------------------------------------------------------------===//
 
-static Bytes floatBytes(const std::vector<float> &values) {
+/// Float values as a tensor of `dtype` holds them: f32, or bf16/f16
+/// rounded to nearest even.
+static Bytes floatBytes(StringRef dtype, const std::vector<float> &values) {
+  if (dtype == "bf16" || dtype == "f16") {
+    Bytes bytes(values.size() * 2);
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint16_t bits = dtype == "bf16" ? trainmem::bf16BitsFromFloat(values[i])
+                                      : trainmem::f16BitsFromFloat(values[i]);
+      std::memcpy(bytes.data() + 2 * i, &bits, 2);
+    }
+    return bytes;
+  }
   Bytes bytes(values.size() * sizeof(float));
   std::memcpy(bytes.data(), values.data(), bytes.size());
   return bytes;
+}
+
+/// The values of a float tensor of `dtype`, widened to f32 (exactly).
+static std::vector<float> floatValues(StringRef dtype, const Bytes &bytes) {
+  if (dtype == "bf16" || dtype == "f16") {
+    std::vector<float> values(bytes.size() / 2);
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, bytes.data() + 2 * i, 2);
+      values[i] = dtype == "bf16" ? trainmem::floatFromBF16Bits(bits)
+                                  : trainmem::floatFromF16Bits(bits);
+    }
+    return values;
+  }
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
 }
 
 namespace mlir {
@@ -200,9 +229,7 @@ static RefTensor toRefTensor(const TensorSlot &slot, const Bytes &bytes) {
   std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
   if (slot.dtype == "i8")
     return RefTensor::ofInts(shape, std::vector<int64_t>(bytes.begin(), bytes.end()));
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), bytes.size());
-  return RefTensor::ofFloats(shape, std::move(values));
+  return RefTensor::ofFloats(shape, floatValues(slot.dtype, bytes));
 }
 
 static Bytes fromRefTensor(const TensorSlot &slot, const RefTensor &value) {
@@ -212,7 +239,7 @@ static Bytes fromRefTensor(const TensorSlot &slot, const RefTensor &value) {
       bytes[i] = static_cast<uint8_t>(value.ints[i]);
     return bytes;
   }
-  return floatBytes(value.floats);
+  return floatBytes(slot.dtype, value.floats);
 }
 
 //===----------------------------------------------------------------------===//
@@ -602,15 +629,19 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   session->lowered = std::move(owned);
   const StepLayout &slots = session->layout;
 
-  // The session initializes and checkpoints f32 tensors and 8-bit codes.
-  for (const TensorSlot &slot : slots.arguments)
-    if (isState(slot) && slot.dtype != "f32" &&
+  // The session initializes and checkpoints f32, bf16 and f16 weights,
+  // f32 optimizer state and 8-bit codes.
+  for (const TensorSlot &slot : slots.arguments) {
+    bool weight16 = slot.role == "param" &&
+                    (slot.dtype == "bf16" || slot.dtype == "f16");
+    if (isState(slot) && slot.dtype != "f32" && !weight16 &&
         !(slot.dtype == "i8" && slot.statePart == StatePart::codes)) {
       error = slot.role + " '" + slot.key + "' is " + slot.dtype +
-              "; trainmem-run trains steps whose parameters and f32 "
-              "state are f32 (use --dtype=f32)";
+              "; trainmem-run trains steps whose weights are f32, bf16 or "
+              "f16 and whose optimizer state is f32 or 8-bit codes";
       return nullptr;
     }
+  }
   // Parameters start as their #train.init says (the model builder writes
   // it); without one there is no reference to follow.
   for (const TensorSlot &slot : slots.arguments)
@@ -752,7 +783,7 @@ bool Session::initialize(std::string &error) {
                 ") gives values that are not finite in f32";
         return false;
       }
-      state->write(slot, floatBytes(partOf(slot, values, rank)));
+      state->write(slot, floatBytes(slot.dtype, partOf(slot, values, rank)));
       params[slot.key] = std::move(values);
     }
   for (const TensorSlot &slot : layout.arguments) {
@@ -760,7 +791,8 @@ bool Session::initialize(std::string &error) {
       continue;
     if (*slot.stateKind == StateKind::master) {
       state->write(slot,
-                   floatBytes(partOf(slot, params[slot.stateParam], rank)));
+                   floatBytes(slot.dtype,
+                              partOf(slot, params[slot.stateParam], rank)));
     } else if (slot.statePart == StatePart::codes) {
       // 8-bit state starts at 0: the code of 0 in its map.
       uint8_t zero = trainmem::zeroCode(
@@ -791,6 +823,23 @@ bool Session::meanOverRanks(double &value, std::string &error) const {
 void Session::abortRanks(int code) const {
   if (ranks > 1 && ctx)
     tmrt_abort(ctx, code);
+}
+
+std::vector<std::string> Session::describeGemms16() const {
+  std::vector<std::string> lines;
+  if (!ctx)
+    return lines;
+  auto has = [&](StringRef dtype) {
+    return llvm::any_of(layout.arguments, [&](const TensorSlot &slot) {
+      return slot.role == "param" && slot.dtype == dtype;
+    });
+  };
+  if (has("bf16"))
+    lines.push_back(std::string("bf16 GEMMs: ") + tmrt_bf16_gemm(ctx));
+  if (has("f16"))
+    lines.push_back("f16 GEMMs: f16 tiles widened to f32, cblas_sgemm "
+                    "(OpenBLAS has no half-precision GEMM)");
+  return lines;
 }
 
 uint64_t Session::getBytesSent() const {

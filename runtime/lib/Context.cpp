@@ -4,6 +4,7 @@
 #include "Context.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -11,6 +12,33 @@
 #include <stdexcept>
 
 using namespace tmrt;
+
+const char *tmrt::dtypeName(int64_t dtype) {
+  switch (dtype) {
+  case TMRT_DTYPE_F32:
+    return "f32";
+  case TMRT_DTYPE_BF16:
+    return "bf16";
+  case TMRT_DTYPE_F16:
+    return "f16";
+  default:
+    return "an unknown element type";
+  }
+}
+
+tmrt::SbgemmFn tmrt::findSbgemm() {
+  static const SbgemmFn found = reinterpret_cast<SbgemmFn>(
+      dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
+  return found;
+}
+
+void tmrt_context::failDtype(int64_t ref, int64_t expected) {
+  fail(std::string("a kernel read the ") + dtypeName(tmrt::dtypeOf(ref)) +
+       " tensor at offset " + std::to_string(tmrt::offsetOf(ref)) + " as " +
+       (expected == TMRT_DTYPE_F32 ? "f32 (or integers)"
+                                   : dtypeName(expected)) +
+       "; the compiler's lowering and the kernel disagree");
+}
 
 /// More threads than any machine of this kind has cores by far; a larger
 /// count is a typo, not a request.
@@ -222,9 +250,29 @@ tmrt_context *tmrt_context_create(const char *backendName, int64_t threads,
   // tmrt_matmul); this is set once per process, never per call.
   static std::once_flag blasThreads;
   std::call_once(blasThreads, [] { openblas_set_num_threads(1); });
+  tmrt::Bf16Gemm bf16Gemm = tmrt::Bf16Gemm::widen;
+  if (const char *path = std::getenv("TMRT_BF16_GEMM")) {
+    if (!std::strcmp(path, "sbgemm")) {
+      if (!tmrt::findSbgemm()) {
+        setError(error, "TMRT_BF16_GEMM=sbgemm, but this process's OpenBLAS "
+                        "has no cblas_sbgemm (Debian's is built without "
+                        "BUILD_BFLOAT16); unset it to widen bf16 tiles to "
+                        "f32");
+        return nullptr;
+      }
+      bf16Gemm = tmrt::Bf16Gemm::sbgemm;
+    } else if (std::strcmp(path, "widen") != 0) {
+      setError(error, std::string("TMRT_BF16_GEMM is '") + path +
+                          "'; expected widen or sbgemm");
+      return nullptr;
+    }
+  }
   try {
-    return new tmrt_context(*backend, singleProcessCommunicator(),
-                            static_cast<int>(threads));
+    auto *ctx = new tmrt_context(*backend, singleProcessCommunicator(),
+                                 static_cast<int>(threads));
+    ctx->bf16Gemm = bf16Gemm;
+    ctx->sbgemm = tmrt::findSbgemm();
+    return ctx;
   } catch (const std::exception &e) {
     // Threads the system refuses to start (std::system_error) or memory.
     setError(error, std::string("cannot start ") + std::to_string(threads) +
@@ -274,6 +322,16 @@ void tmrt_arena_touch(tmrt_context *ctx, uint64_t offset, uint64_t bytes) {
   ctx->touch(static_cast<int64_t>(offset), bytes);
 }
 uint64_t tmrt_kernel_calls(tmrt_context *ctx) { return ctx->kernelCalls.load(); }
+const char *tmrt_bf16_gemm(tmrt_context *ctx) {
+  if (ctx->bf16Gemm == tmrt::Bf16Gemm::sbgemm)
+    return "cblas_sbgemm";
+  return ctx->sbgemm ? "bf16 tiles widened to f32, cblas_sgemm"
+                     : "bf16 tiles widened to f32, cblas_sgemm (this "
+                       "OpenBLAS has no cblas_sbgemm)";
+}
+uint64_t tmrt_gemm16_calls(tmrt_context *ctx, int32_t sbgemm) {
+  return sbgemm ? ctx->sbgemmCalls.load() : ctx->widenedGemmCalls.load();
+}
 
 int32_t tmrt_arena_write(tmrt_context *ctx, uint64_t offset,
                          const void *source, uint64_t bytes) {

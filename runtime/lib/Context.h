@@ -4,6 +4,7 @@
 #define TRAINMEM_RUNTIME_CONTEXT_H
 
 #include "trainmem-runtime/Runtime.h"
+#include "trainmem/Support/Float16.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -45,6 +46,34 @@ private:
 struct Backend;
 struct Communicator;
 
+/// The element type a tensor reference carries (Runtime.h: TMRT_DTYPE_*):
+/// what a kernel's view of a buffer reads and writes.
+/// Integers, bytes and f32 are references without a type tag.
+template <typename T> inline constexpr int64_t kDtypeOf = TMRT_DTYPE_F32;
+template <> inline constexpr int64_t kDtypeOf<trainmem::BFloat16> = TMRT_DTYPE_BF16;
+template <> inline constexpr int64_t kDtypeOf<trainmem::Float16> = TMRT_DTYPE_F16;
+
+inline int64_t dtypeOf(int64_t ref) { return ref >> TMRT_DTYPE_SHIFT; }
+inline int64_t offsetOf(int64_t ref) {
+  return ref & ((int64_t(1) << TMRT_DTYPE_SHIFT) - 1);
+}
+const char *dtypeName(int64_t dtype);
+
+/// How bf16 GEMMs run (TMRT_BF16_GEMM): `widen` converts tiles to f32 and
+/// calls cblas_sgemm, which forms the same sums on every CPU as the f32
+/// path; `sbgemm` calls OpenBLAS's cblas_sbgemm, which uses AVX512_BF16
+/// where the CPU has it and then sums in another order.
+enum class Bf16Gemm { widen, sbgemm };
+
+/// OpenBLAS's cblas_sbgemm (bf16 A and B, f32 C), found in the process at
+/// run time: Debian's OpenBLAS 0.3.21 declares it in cblas.h but is built
+/// without BUILD_BFLOAT16 and so lacks it; another OpenBLAS may have it.
+using SbgemmFn = void (*)(int order, int transA, int transB, int m, int n,
+                          int k, float alpha, const uint16_t *a, int lda,
+                          const uint16_t *b, int ldb, float beta, float *c,
+                          int ldc);
+SbgemmFn findSbgemm();
+
 } // namespace tmrt
 
 struct tmrt_context {
@@ -61,6 +90,10 @@ struct tmrt_context {
   bool hasError = false;
   double clipSumSquares = 0.0;
   double clipScale = 1.0;
+  tmrt::Bf16Gemm bf16Gemm = tmrt::Bf16Gemm::widen;
+  tmrt::SbgemmFn sbgemm = nullptr;
+  /// 16-bit GEMMs by path.
+  std::atomic<uint64_t> sbgemmCalls{0}, widenedGemmCalls{0};
   /// Bytes this rank sent and received through collectives.
   std::atomic<uint64_t> bytesSent{0}, bytesReceived{0};
 
@@ -68,12 +101,19 @@ struct tmrt_context {
                const tmrt::Communicator &communicator, int threads)
       : backend(&backend), communicator(&communicator), pool(threads) {}
 
-  template <typename T> T *at(int64_t offset) {
-    return reinterpret_cast<T *>(arena + offset);
+  /// The buffer a tensor reference names, as T. A reference of another
+  /// element type than T's fails the context (a kernel read as f32 what the
+  /// compiler laid out as bf16), and the kernel reads the bytes as T.
+  template <typename T> T *at(int64_t ref) {
+    if (tmrt::dtypeOf(ref) != tmrt::kDtypeOf<T>)
+      failDtype(ref, tmrt::kDtypeOf<T>);
+    return reinterpret_cast<T *>(arena + tmrt::offsetOf(ref));
   }
-  /// Records that [offset, offset + bytes) was written.
-  void touch(int64_t offset, uint64_t bytes) {
-    uint64_t end = static_cast<uint64_t>(offset) + bytes;
+  void failDtype(int64_t ref, int64_t expected);
+  /// Records that [offset, offset + bytes) of the buffer `ref` names was
+  /// written.
+  void touch(int64_t ref, uint64_t bytes) {
+    uint64_t end = static_cast<uint64_t>(tmrt::offsetOf(ref)) + bytes;
     uint64_t seen = highWater.load(std::memory_order_relaxed);
     while (end > seen &&
            !highWater.compare_exchange_weak(seen, end,

@@ -77,8 +77,8 @@ TEST(Backend, EntryPointsCountAndDispatch) {
   ContextPtr ctx(tmrt_context_create("cpu", 2, nullptr));
   ASSERT_NE(ctx, nullptr);
   ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 1024), 0);
-  tmrt_fill_f32(ctx.get(), 0, 8, 2.0);
-  tmrt_fill_f32(ctx.get(), 64, 8, 3.0);
+  tmrt_fill(ctx.get(), 0, 8, 2.0);
+  tmrt_fill(ctx.get(), 64, 8, 3.0);
   tmrt_add(ctx.get(), 0, 64, 128, 8);
   EXPECT_EQ(tmrt_kernel_calls(ctx.get()), 3u);
   float sum[8];
@@ -114,7 +114,7 @@ TEST(Backend, AnotherTableGetsTheCalls) {
       recording, tmrt::singleProcessCommunicator(), 1);
   ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 256), 0);
   recordedAdds = 0;
-  tmrt_fill_f32(ctx.get(), 0, 4, 1.0);
+  tmrt_fill(ctx.get(), 0, 4, 1.0);
   tmrt_add(ctx.get(), 0, 0, 64, 4);
   tmrt_add(ctx.get(), 64, 0, 64, 4);
   EXPECT_EQ(recordedAdds, 2);

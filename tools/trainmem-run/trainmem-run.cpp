@@ -356,6 +356,9 @@ int main(int argc, char **argv) {
                << " threads, arena plan " << layout.arenaBytes << " B ("
                << humanBytes(layout.arenaBytes) << "), steps " << firstStep
                << ".." << steps << "\n";
+  if (leader)
+    for (const std::string &line : session->describeGemms16())
+      llvm::errs() << "trainmem-run: " << line << "\n";
 
   struct Fault {
     bool kill;

@@ -88,8 +88,23 @@ public:
     return success();
   }
 
-  /// Where `value` lives in the arena.
-  int64_t offset(Value value) const { return offsetOf(value); }
+  /// The runtime's reference to `value`: its arena byte offset, with the
+  /// element type of a bf16 or f16 tensor in the bits above
+  /// (TMRT_DTYPE_SHIFT); f32 and integer tensors are their offset.
+  int64_t offset(Value value) const {
+    return offsetOf(value) | (dtypeCode(value.getType()) << kDtypeShift);
+  }
+  /// The runtime's element-type code of a tensor type (Runtime.h's
+  /// TMRT_DTYPE_*): 1 bf16, 2 f16, 0 for everything else.
+  static int64_t dtypeCode(Type type);
+  /// Whether the runtime's kernels take tensors of `elementType`: f32,
+  /// bf16, f16 and integers.
+  static bool isRuntimeElementType(Type elementType);
+  /// Fails with an error at `op` when one of `values` is a 16-bit float
+  /// tensor: for the kernels that are f32 only, `what` says which.
+  static LogicalResult requireF32(Operation *op, ValueRange values,
+                                  StringRef what);
+  static constexpr int64_t kDtypeShift = 56;
   static int64_t elements(Value value);
   static ArrayRef<int64_t> shape(Value value);
   static int64_t lastDim(Value value);

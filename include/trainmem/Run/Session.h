@@ -199,6 +199,10 @@ public:
   /// Ends every rank's process (a rank that failed, so that no other waits
   /// for it); nothing on one rank.
   void abortRanks(int code) const;
+  /// How the runtime runs the step's 16-bit GEMMs, one line per 16-bit
+  /// element type the step's weights have ("bf16 GEMMs: cblas_sbgemm");
+  /// empty for an f32 step or the interpreter.
+  std::vector<std::string> describeGemms16() const;
   /// Bytes this rank has sent and received through the step's collectives.
   uint64_t getBytesSent() const;
   uint64_t getBytesReceived() const;

@@ -67,6 +67,30 @@ LogicalResult RuntimeCallBuilder::requireContiguous(Operation *op) {
   return success();
 }
 
+int64_t RuntimeCallBuilder::dtypeCode(Type type) {
+  Type element = getElementTypeOrSelf(type);
+  if (element.isBF16())
+    return 1;
+  if (element.isF16())
+    return 2;
+  return 0;
+}
+
+bool RuntimeCallBuilder::isRuntimeElementType(Type elementType) {
+  return elementType.isF32() || elementType.isBF16() || elementType.isF16() ||
+         isa<IntegerType, IndexType>(elementType);
+}
+
+LogicalResult RuntimeCallBuilder::requireF32(Operation *op, ValueRange values,
+                                             StringRef what) {
+  for (Value value : values)
+    if (dtypeCode(value.getType()) != 0)
+      return op->emitOpError("has a ")
+             << getElementTypeOrSelf(value.getType()) << " operand; " << what
+             << " f32 only (cast it with train.cast)";
+  return success();
+}
+
 int64_t RuntimeCallBuilder::elements(Value value) {
   return static_cast<int64_t>(getNumElements(value.getType()));
 }
@@ -192,13 +216,13 @@ static LogicalResult lowerConstant(arith::ConstantOp op, RuntimeCallBuilder &b) 
   if (!dense || !type || !dense.isSplat())
     return op.emitOpError("only splat tensor constants can be lowered");
   Type elementType = type.getElementType();
-  if (elementType.isF32())
-    b.emit(rt::fill_f32{.out = b.offset(op), .n = b.elements(op), .value = dense.getSplatValue<APFloat>().convertToDouble()}, op.getLoc());
+  if (isa<FloatType>(elementType) && b.isRuntimeElementType(elementType))
+    b.emit(rt::fill{.out = b.offset(op), .n = b.elements(op), .value = dense.getSplatValue<APFloat>().convertToDouble()}, op.getLoc());
   else if (elementType.isInteger(64))
     b.emit(rt::fill_i64{.out = b.offset(op), .n = b.elements(op), .value = dense.getSplatValue<APInt>().getSExtValue()}, op.getLoc());
   else
     return op.emitOpError("constant of type ")
-           << type << " cannot be lowered (f32 or i64 only)";
+           << type << " cannot be lowered (f32, bf16, f16 or i64 only)";
   return success();
 }
 
@@ -305,7 +329,7 @@ static LogicalResult lowerSliceRows(SliceRowsOp o, RuntimeCallBuilder &b) {
 
 
 static LogicalResult lowerCast(CastOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::copy_f32{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
+  return b.emitContiguous(o, rt::convert{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerEmbeddingGrad(EmbeddingGradOp o, RuntimeCallBuilder &b) {
@@ -341,26 +365,38 @@ static LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp o, RuntimeCallBuil
 }
 
 static LogicalResult lowerAdamW(AdamWOp o, RuntimeCallBuilder &b) {
+  if (failed(b.requireF32(o, {o.getParam(), o.getM(), o.getV()}, "the runtime's AdamW keeps its weight and state in")))
+    return failure();
   return b.emitContiguous(o, rt::adamw{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .m = b.offset(o.getM()), .v = b.offset(o.getV()), .lr = b.offset(o.getLr()), .step = b.offset(o.getStep()), .new_param = b.offset(o.getNewParam()), .new_m = b.offset(o.getNewM()), .new_v = b.offset(o.getNewV()), .n = b.elements(o.getParam()), .beta1 = o.getBeta1().convertToDouble(), .beta2 = o.getBeta2().convertToDouble(), .eps = o.getEpsilon().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble()});
 }
 
 static LogicalResult lowerQuantize(QuantizeOp o, RuntimeCallBuilder &b) {
+  if (failed(b.requireF32(o, o.getInput(), "the runtime quantizes")))
+    return failure();
   return b.emitContiguous(o, rt::quantize{.in = b.offset(o.getInput()), .codes = b.offset(o.getCodes()), .absmax = b.offset(o.getAbsmax()), .n = b.elements(o.getInput()), .block = o.getBlockAttr().getInt(), .is_signed = static_cast<int64_t>(o.getIsSigned())});
 }
 
 static LogicalResult lowerDequantize(DequantizeOp o, RuntimeCallBuilder &b) {
+  if (failed(b.requireF32(o, o.getResult(), "the runtime dequantizes to")))
+    return failure();
   return b.emitContiguous(o, rt::dequantize{.codes = b.offset(o.getCodes()), .absmax = b.offset(o.getAbsmax()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .block = o.getBlockAttr().getInt(), .is_signed = static_cast<int64_t>(o.getIsSigned())});
 }
 
 static LogicalResult lowerAdamW8bit(AdamW8bitOp o, RuntimeCallBuilder &b) {
+  if (failed(b.requireF32(o, o.getParam(), "the runtime's AdamW keeps its weight in")))
+    return failure();
   return b.emitContiguous(o, rt::adamw_8bit{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .m_codes = b.offset(o.getMCodes()), .m_absmax = b.offset(o.getMAbsmax()), .v_codes = b.offset(o.getVCodes()), .v_absmax = b.offset(o.getVAbsmax()), .lr = b.offset(o.getLr()), .step = b.offset(o.getStep()), .new_param = b.offset(o.getNewParam()), .new_m_codes = b.offset(o.getNewMCodes()), .new_m_absmax = b.offset(o.getNewMAbsmax()), .new_v_codes = b.offset(o.getNewVCodes()), .new_v_absmax = b.offset(o.getNewVAbsmax()), .n = b.elements(o.getParam()), .block = o.getBlockAttr().getInt(), .beta1 = o.getBeta1().convertToDouble(), .beta2 = o.getBeta2().convertToDouble(), .eps = o.getEpsilon().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble()});
 }
 
 static LogicalResult lowerSGD8bit(SGD8bitOp o, RuntimeCallBuilder &b) {
+  if (failed(b.requireF32(o, o.getParam(), "the runtime's SGD keeps its weight in")))
+    return failure();
   return b.emitContiguous(o, rt::sgd_8bit{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .codes = b.offset(o.getCodes()), .absmax = b.offset(o.getAbsmax()), .lr = b.offset(o.getLr()), .new_param = b.offset(o.getNewParam()), .new_codes = b.offset(o.getNewCodes()), .new_absmax = b.offset(o.getNewAbsmax()), .n = b.elements(o.getParam()), .block = o.getBlockAttr().getInt(), .momentum = o.getMomentum().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble(), .nesterov = static_cast<int64_t>(o.getNesterov())});
 }
 
 static LogicalResult lowerSGD(SGDOp o, RuntimeCallBuilder &b) {
+  if (failed(b.requireF32(o, o.getParam(), "the runtime's SGD keeps its weight and momentum in")))
+    return failure();
   Value buffer = o.getMomentumBuffer();
   return b.emitContiguous(o, rt::sgd{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .lr = b.offset(o.getLr()), .buffer = buffer ? b.offset(buffer) : int64_t(-1), .new_param = b.offset(o.getNewParam()), .new_buffer = buffer ? b.offset(o.getNewMomentumBuffer()) : int64_t(-1), .n = b.elements(o.getParam()), .momentum = o.getMomentum().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble(), .nesterov = static_cast<int64_t>(o.getNesterov())});
 }
@@ -405,6 +441,9 @@ static LogicalResult checkCollective(OpT op, RuntimeCallBuilder &b,
                             "them)");
   if (axis > 0)
     return op.emitOpError("splits along axis 0 only");
+  if (failed(RuntimeCallBuilder::requireF32(
+          op, op->getOperands(), "the runtime's collectives reduce")))
+    return failure();
   return b.requireContiguous(op);
 }
 

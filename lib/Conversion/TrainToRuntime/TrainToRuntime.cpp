@@ -42,15 +42,14 @@ LogicalResult lowerOp(Operation *op, RuntimeCallBuilder &builder) {
   if (auto accumulate = dyn_cast<AccumulateOp>(op))
     return accumulate.emitOpError("must be unrolled before lowering (run "
                                   "train-unroll-accum)");
-  // Kernels are f32; ids, counts and masks are integers.
+  // Float tensors are f32, bf16 or f16; ids, counts and masks integers.
   for (Value value : llvm::concat<Value>(op->getOperands(), op->getResults()))
     if (auto type = dyn_cast<RankedTensorType>(value.getType()))
-      if (isa<FloatType>(type.getElementType()) &&
-          !type.getElementType().isF32())
+      if (!RuntimeCallBuilder::isRuntimeElementType(type.getElementType()))
         return op->emitOpError("has a ")
                << type.getElementType()
-               << " tensor; the runtime's kernels are f32 (write the model "
-                  "with --dtype f32)";
+               << " tensor; the runtime's kernels take f32, bf16 and f16 "
+                  "(and integer) tensors";
   if (auto lowerable = dyn_cast<RuntimeLoweringOpInterface>(op))
     return lowerable.lowerToRuntime(builder);
   return op->emitOpError("has no lowering to the trainmem runtime");

@@ -3,8 +3,16 @@
  * What compiled training steps call. Every tensor lives in one arena owned by
  * the context, at a byte offset the compiler's static memory plan chose;
  * kernels take offsets, element counts and shapes as 64-bit integers and the
- * context as their first argument. Float tensors are f32; token ids i32 or
- * i64 (`id_bits`); dropout masks one byte per element.
+ * context as their first argument. Token ids are i32 or i64 (`id_bits`);
+ * dropout masks one byte per element.
+ *
+ * A float tensor is passed as a reference: its byte offset in the low 56
+ * bits and its element type in the bits above (TMRT_DTYPE_*; f32 is 0, so
+ * an f32 reference is its offset). bf16 and f16 tensors are stored in 16
+ * bits; the kernels read them as f32, compute in f32 or double, and round
+ * what they store to the nearest 16-bit value, ties to even. Operands of one
+ * kernel share an element type unless its comment says otherwise (the
+ * optimizers' gradients, cross-entropy's f32 loss, tmrt_convert).
  *
  * A kernel never aborts: a bad input (an id outside a table) is recorded in
  * the context and reported by tmrt_context_error() after the step.
@@ -21,6 +29,15 @@ extern "C" {
 #endif
 
 typedef struct tmrt_context tmrt_context;
+
+#define TMRT_DTYPE_SHIFT 56
+#define TMRT_DTYPE_F32 0
+#define TMRT_DTYPE_BF16 1
+#define TMRT_DTYPE_F16 2
+/* The reference of the tensor at byte `offset` with element type `dtype`. */
+static inline int64_t tmrt_tensor_ref(int64_t offset, int64_t dtype) {
+  return offset | (dtype << TMRT_DTYPE_SHIFT);
+}
 
 /* Context: a backend by name ("cpu", always built; "cuda" when built with
  * it), 1 to 1024 threads. Returns null and sets *error on failure (valid
@@ -64,12 +81,25 @@ void tmrt_arena_touch(tmrt_context *ctx, uint64_t offset, uint64_t bytes);
 
 /* Counters. */
 uint64_t tmrt_kernel_calls(tmrt_context *ctx);
+/* How the context runs bf16 GEMMs, in words: "cblas_sbgemm" when the
+ * environment says TMRT_BF16_GEMM=sbgemm (bf16 products on AVX512_BF16
+ * where the CPU has it; the sums' order, and so the bits, depend on the
+ * CPU), else tiles widened to f32 and cblas_sgemm (the default: the same
+ * bits on every CPU, as f32). f16 GEMMs always widen (OpenBLAS has no half
+ * GEMM). */
+const char *tmrt_bf16_gemm(tmrt_context *ctx);
+/* 16-bit matmul calls so far that went through cblas_sbgemm (sbgemm = 1)
+ * or through widened tiles (0). */
+uint64_t tmrt_gemm16_calls(tmrt_context *ctx, int32_t sbgemm);
 
-/* Fills and casts. */
-void tmrt_fill_f32(tmrt_context *ctx, int64_t out, int64_t n, double value);
+/* Fills, copies and conversions. `out` of fill and both of copy may be of
+ * any float element type (copy: the same one); convert reads `in` of one
+ * and writes `out` of another, rounding to nearest even. */
+void tmrt_fill(tmrt_context *ctx, int64_t out, int64_t n, double value);
 void tmrt_fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value);
 void tmrt_iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits);
-void tmrt_copy_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void tmrt_copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void tmrt_convert(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
 
 /* Copies a strided view (rank <= 6, padded with size 1) into a row-major
  * buffer. */

@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <initializer_list>
+#include <type_traits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -122,29 +124,75 @@ uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
          index * static_cast<uint64_t>(partElements);
 }
 
-/// out[i] = fn(in[i]) over f32 tensors, computed in double.
-template <typename Fn>
+/// out[i] = fn(in[i]) over tensors of T, computed in double and rounded
+/// to f32, then to T.
+template <typename T, typename Fn>
 void unaryKernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                  Fn fn) {
-  const float *x = ctx->at<float>(in);
-  float *y = ctx->at<float>(out);
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
   elementwise(ctx, n, [&](int64_t i) {
     y[i] = static_cast<float>(fn(static_cast<double>(x[i])));
   });
-  ctx->touch(out, n * 4);
+  ctx->touch(out, n * sizeof(T));
 }
 
-/// out[i] = fn(a[i], b[i]) over f32 tensors, computed in double.
-template <typename Fn>
+/// out[i] = fn(a[i], b[i]) over tensors of T, computed in double.
+template <typename T, typename Fn>
 void binaryKernel(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
                   int64_t n, Fn fn) {
-  const float *x = ctx->at<float>(a), *y = ctx->at<float>(b);
-  float *z = ctx->at<float>(out);
+  const T *x = ctx->at<T>(a), *y = ctx->at<T>(b);
+  T *z = ctx->at<T>(out);
   elementwise(ctx, n, [&](int64_t i) {
     z[i] = static_cast<float>(
         fn(static_cast<double>(x[i]), static_cast<double>(y[i])));
   });
-  ctx->touch(out, n * 4);
+  ctx->touch(out, n * sizeof(T));
+}
+
+/// Calls fn(T{}) with T the element type (float, BFloat16, Float16) that
+/// the tensor references `refs` share; fails the context when they differ.
+template <typename Fn>
+void withFloatType(tmrt_context *ctx, const char *kernel,
+                   std::initializer_list<int64_t> refs, Fn fn) {
+  int64_t dtype = tmrt::dtypeOf(*refs.begin());
+  for (int64_t ref : refs)
+    if (tmrt::dtypeOf(ref) != dtype) {
+      ctx->fail(std::string(kernel) + ": operands of element types " +
+                tmrt::dtypeName(dtype) + " and " +
+                tmrt::dtypeName(tmrt::dtypeOf(ref)) +
+                "; this kernel's operands share one");
+      return;
+    }
+  switch (dtype) {
+  case TMRT_DTYPE_F32:
+    return fn(float{});
+  case TMRT_DTYPE_BF16:
+    return fn(trainmem::BFloat16{});
+  case TMRT_DTYPE_F16:
+    return fn(trainmem::Float16{});
+  default:
+    ctx->fail(std::string(kernel) + ": element type code " +
+              std::to_string(dtype) + " is not one the runtime knows");
+  }
+}
+
+/// A float tensor as f32: the buffer itself when it is f32, else a host
+/// copy widened from 16 bits (for kernels whose vector code reads f32).
+const float *widened(tmrt_context *ctx, int64_t ref, int64_t n,
+                     std::vector<float> &copy) {
+  int64_t dtype = tmrt::dtypeOf(ref);
+  if (dtype == TMRT_DTYPE_F32)
+    return ctx->at<float>(ref);
+  copy.resize(n);
+  if (dtype == TMRT_DTYPE_BF16) {
+    const trainmem::BFloat16 *x = ctx->at<trainmem::BFloat16>(ref);
+    elementwise(ctx, n, [&](int64_t i) { copy[i] = x[i]; });
+  } else {
+    const trainmem::Float16 *x = ctx->at<trainmem::Float16>(ref);
+    elementwise(ctx, n, [&](int64_t i) { copy[i] = x[i]; });
+  }
+  return copy.data();
 }
 
 int64_t readId(tmrt_context *ctx, int64_t ids, int64_t index, int64_t bits) {
@@ -161,10 +209,17 @@ int64_t readId(tmrt_context *ctx, int64_t ids, int64_t index, int64_t bits) {
 namespace {
 
 
-void fill_f32(tmrt_context *ctx, int64_t out, int64_t n, double value) {
-  float *y = ctx->at<float>(out);
+template <typename T>
+void fillOf(tmrt_context *ctx, int64_t out, int64_t n, double value) {
+  T *y = ctx->at<T>(out);
   elementwise(ctx, n, [&](int64_t i) { y[i] = static_cast<float>(value); });
-  ctx->touch(out, n * 4);
+  ctx->touch(out, n * sizeof(T));
+}
+
+void fill(tmrt_context *ctx, int64_t out, int64_t n, double value) {
+  withFloatType(ctx, "fill", {out}, [&](auto type) {
+    fillOf<decltype(type)>(ctx, out, n, value);
+  });
 }
 
 void fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value) {
@@ -183,18 +238,26 @@ void iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits) {
   ctx->touch(out, n * id_bits / 8);
 }
 
-void copy_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+template <typename T>
+void copyOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   if (in != out)
-    std::memmove(ctx->at<float>(out), ctx->at<float>(in), n * 4);
-  ctx->touch(out, n * 4);
+    std::memmove(ctx->at<T>(out), ctx->at<T>(in), n * sizeof(T));
+  ctx->touch(out, n * sizeof(T));
 }
 
-void copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
+void copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  withFloatType(ctx, "copy", {in, out}, [&](auto type) {
+    copyOf<decltype(type)>(ctx, in, out, n);
+  });
+}
+
+template <typename T>
+void copy_stridedOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
                        int64_t d1, int64_t d2, int64_t d3, int64_t d4,
                        int64_t d5, int64_t s0, int64_t s1, int64_t s2,
                        int64_t s3, int64_t s4, int64_t s5) {
-  const float *x = ctx->at<float>(in);
-  float *y = ctx->at<float>(out);
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
   int64_t rows = d0 * d1 * d2 * d3 * d4;
   ctx->pool.parallelFor(rows, rowGrain(d5), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -205,23 +268,49 @@ void copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
       int64_t i2 = rest % d2;
       rest /= d2;
       int64_t i1 = rest % d1, i0 = rest / d1;
-      const float *src = x + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4;
-      float *dst = y + r * d5;
+      const T *src = x + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4;
+      T *dst = y + r * d5;
       for (int64_t i5 = 0; i5 < d5; ++i5)
         dst[i5] = src[i5 * s5];
     }
   });
-  ctx->touch(out, rows * d5 * 4);
+  ctx->touch(out, rows * d5 * sizeof(T));
 }
 
-void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
+template <typename From, typename To>
+void convertOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  const From *x = ctx->at<From>(in);
+  To *y = ctx->at<To>(out);
+  elementwise(ctx, n, [&](int64_t i) { y[i] = static_cast<float>(x[i]); });
+  ctx->touch(out, n * sizeof(To));
+}
+
+void convert(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  withFloatType(ctx, "convert", {in}, [&](auto from) {
+    withFloatType(ctx, "convert", {out}, [&](auto to) {
+      convertOf<decltype(from), decltype(to)>(ctx, in, out, n);
+    });
+  });
+}
+
+void copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
+                       int64_t d1, int64_t d2, int64_t d3, int64_t d4,
+                       int64_t d5, int64_t s0, int64_t s1, int64_t s2,
+                       int64_t s3, int64_t s4, int64_t s5) {
+  withFloatType(ctx, "copy_strided", {in, out}, [&](auto type) {
+    copy_stridedOf<decltype(type)>(ctx, in, out, d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5);
+  });
+}
+
+template <typename T>
+void matmulOf(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
                  int64_t n, int64_t k, int64_t a_rs, int64_t a_cs,
                  int64_t b_rs, int64_t b_cs, int64_t c0, int64_t c1,
                  int64_t c2, int64_t c3, int64_t a0, int64_t a1, int64_t a2,
                  int64_t a3, int64_t b0, int64_t b1, int64_t b2, int64_t b3) {
-  const float *pa = ctx->at<float>(a);
-  const float *pb = ctx->at<float>(b);
-  float *pc = ctx->at<float>(c);
+  const T *pa = ctx->at<T>(a);
+  const T *pb = ctx->at<T>(b);
+  T *pc = ctx->at<T>(c);
   // A BLAS matrix needs unit stride along one of its dimensions.
   auto layout = [](int64_t rs, int64_t cs, int64_t rows, int64_t cols,
                    CBLAS_TRANSPOSE &trans, int64_t &ld) {
@@ -241,6 +330,8 @@ void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
   int64_t lda = 0, ldb = 0;
   bool blas = layout(a_rs, a_cs, m, k, ta, lda) &&
               layout(b_rs, b_cs, k, n, tb, ldb);
+  bool sbgemm = std::is_same_v<T, trainmem::BFloat16> && blas &&
+                ctx->bf16Gemm == tmrt::Bf16Gemm::sbgemm;
   int64_t batches = c0 * c1 * c2 * c3;
   // C is cut into tiles fixed by the shape alone, each computed by one
   // single-threaded BLAS call, and the tiles are spread over the pool. No
@@ -260,26 +351,61 @@ void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
     int64_t col0 = (tile % colTiles) * kGemmTileCols;
     int64_t rows = std::min(kGemmTileRows, m - row0);
     int64_t cols = std::min(kGemmTileCols, n - col0);
-    const float *ma =
-        pa + i0 * a0 + i1 * a1 + i2 * a2 + i3 * a3 + row0 * a_rs;
-    const float *mb =
-        pb + i0 * b0 + i1 * b1 + i2 * b2 + i3 * b3 + col0 * b_cs;
-    float *mc = pc + batch * m * n + row0 * n + col0;
-    if (blas) {
-      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(rows),
-                  static_cast<int>(cols), static_cast<int>(k), 1.0f, ma,
-                  static_cast<int>(lda), mb, static_cast<int>(ldb), 0.0f, mc,
-                  static_cast<int>(n));
-      return;
-    }
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
-        double acc = 0.0;
-        for (int64_t p = 0; p < k; ++p)
-          acc += static_cast<double>(ma[i * a_rs + p * a_cs]) *
-                 mb[p * b_rs + j * b_cs];
-        mc[i * n + j] = static_cast<float>(acc);
+    const T *ma = pa + i0 * a0 + i1 * a1 + i2 * a2 + i3 * a3 + row0 * a_rs;
+    const T *mb = pb + i0 * b0 + i1 * b1 + i2 * b2 + i3 * b3 + col0 * b_cs;
+    T *mc = pc + batch * m * n + row0 * n + col0;
+    if constexpr (std::is_same_v<T, float>) {
+      if (blas) {
+        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(rows),
+                    static_cast<int>(cols), static_cast<int>(k), 1.0f, ma,
+                    static_cast<int>(lda), mb, static_cast<int>(ldb), 0.0f,
+                    mc, static_cast<int>(n));
+        return;
       }
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          double acc = 0.0;
+          for (int64_t p = 0; p < k; ++p)
+            acc += static_cast<double>(ma[i * a_rs + p * a_cs]) *
+                   mb[p * b_rs + j * b_cs];
+          mc[i * n + j] = static_cast<float>(acc);
+        }
+    } else {
+      // 16-bit operands: an f32 tile of C, rounded into C once.
+      thread_local std::vector<float> wideA, wideB, wideC;
+      wideC.resize(rows * cols);
+      if (sbgemm) {
+        // bf16 in, f32 out (AVX512_BF16 where the CPU has it).
+        ctx->sbgemm(CblasRowMajor, ta, tb, static_cast<int>(rows),
+                    static_cast<int>(cols), static_cast<int>(k), 1.0f,
+                    reinterpret_cast<const uint16_t *>(ma),
+                    static_cast<int>(lda),
+                    reinterpret_cast<const uint16_t *>(mb),
+                    static_cast<int>(ldb), 0.0f, wideC.data(),
+                    static_cast<int>(std::max<int64_t>(cols, 1)));
+      } else {
+        // Tiles of A and B widened to row-major f32 (exact), then the f32
+        // GEMM: the same sums on every CPU that the f32 path forms.
+        wideA.resize(rows * k);
+        wideB.resize(k * cols);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t p = 0; p < k; ++p)
+            wideA[i * k + p] = ma[i * a_rs + p * a_cs];
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t j = 0; j < cols; ++j)
+            wideB[p * cols + j] = mb[p * b_rs + j * b_cs];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                    static_cast<int>(rows), static_cast<int>(cols),
+                    static_cast<int>(k), 1.0f, wideA.data(),
+                    static_cast<int>(std::max<int64_t>(k, 1)), wideB.data(),
+                    static_cast<int>(std::max<int64_t>(cols, 1)), 0.0f,
+                    wideC.data(),
+                    static_cast<int>(std::max<int64_t>(cols, 1)));
+      }
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          mc[i * n + j] = wideC[i * cols + j];
+    }
   };
   if (m > 0 && n > 0)
     ctx->pool.parallelFor(batches * tilesPerBatch, 1,
@@ -287,63 +413,141 @@ void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
                             for (int64_t task = begin; task < end; ++task)
                               runTile(task);
                           });
-  ctx->touch(c, batches * m * n * 4);
+  if (sbgemm)
+    ctx->sbgemmCalls.fetch_add(1, std::memory_order_relaxed);
+  else if (!std::is_same_v<T, float>)
+    ctx->widenedGemmCalls.fetch_add(1, std::memory_order_relaxed);
+  ctx->touch(c, batches * m * n * sizeof(T));
+}
+
+void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
+                 int64_t n, int64_t k, int64_t a_rs, int64_t a_cs,
+                 int64_t b_rs, int64_t b_cs, int64_t c0, int64_t c1,
+                 int64_t c2, int64_t c3, int64_t a0, int64_t a1, int64_t a2,
+                 int64_t a3, int64_t b0, int64_t b1, int64_t b2, int64_t b3) {
+  withFloatType(ctx, "matmul", {a, b, c}, [&](auto type) {
+    matmulOf<decltype(type)>(ctx, a, b, c, m, n, k, a_rs, a_cs, b_rs, b_cs,
+                             c0, c1, c2, c3, a0, a1, a2, a3, b0, b1, b2, b3);
+  });
+}
+
+template <typename T>
+void addOf(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
+              int64_t n) {
+  binaryKernel<T>(ctx, a, b, out, n, [](double x, double y) { return x + y; });
 }
 
 void add(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
               int64_t n) {
-  binaryKernel(ctx, a, b, out, n, [](double x, double y) { return x + y; });
+  withFloatType(ctx, "add", {a, b, out}, [&](auto type) {
+    addOf<decltype(type)>(ctx, a, b, out, n);
+  });
+}
+
+template <typename T>
+void mulOf(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
+              int64_t n) {
+  binaryKernel<T>(ctx, a, b, out, n, [](double x, double y) { return x * y; });
 }
 
 void mul(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
               int64_t n) {
-  binaryKernel(ctx, a, b, out, n, [](double x, double y) { return x * y; });
+  withFloatType(ctx, "mul", {a, b, out}, [&](auto type) {
+    mulOf<decltype(type)>(ctx, a, b, out, n);
+  });
+}
+
+template <typename T>
+void scaleOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                double factor) {
+  unaryKernel<T>(ctx, in, out, n, [&](double x) { return x * factor; });
 }
 
 void scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                 double factor) {
-  unaryKernel(ctx, in, out, n, [&](double x) { return x * factor; });
+  withFloatType(ctx, "scale", {in, out}, [&](auto type) {
+    scaleOf<decltype(type)>(ctx, in, out, n, factor);
+  });
+}
+
+template <typename T>
+void bias_addOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+                   int64_t n, int64_t bias_n) {
+  const T *x = ctx->at<T>(in), *b = ctx->at<T>(bias);
+  T *y = ctx->at<T>(out);
+  elementwise(ctx, n, [&](int64_t i) { y[i] = x[i] + b[i % bias_n]; });
+  ctx->touch(out, n * sizeof(T));
 }
 
 void bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
                    int64_t n, int64_t bias_n) {
-  const float *x = ctx->at<float>(in), *b = ctx->at<float>(bias);
-  float *y = ctx->at<float>(out);
-  elementwise(ctx, n, [&](int64_t i) { y[i] = x[i] + b[i % bias_n]; });
-  ctx->touch(out, n * 4);
+  withFloatType(ctx, "bias_add", {in, bias, out}, [&](auto type) {
+    bias_addOf<decltype(type)>(ctx, in, bias, out, n, bias_n);
+  });
+}
+
+template <typename T>
+void geluOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  unaryKernel<T>(ctx, in, out, n, trainmem::gelu);
 }
 
 void gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  unaryKernel(ctx, in, out, n, trainmem::gelu);
+  withFloatType(ctx, "gelu", {in, out}, [&](auto type) {
+    geluOf<decltype(type)>(ctx, in, out, n);
+  });
+}
+
+template <typename T>
+void siluOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  unaryKernel<T>(ctx, in, out, n, trainmem::silu);
 }
 
 void silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  unaryKernel(ctx, in, out, n, trainmem::silu);
+  withFloatType(ctx, "silu", {in, out}, [&](auto type) {
+    siluOf<decltype(type)>(ctx, in, out, n);
+  });
+}
+
+template <typename T>
+void gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+                    int64_t n) {
+  binaryKernel<T>(ctx, dy, x, out, n, [](double g, double v) {
+    return g * trainmem::geluDerivative(v);
+  });
 }
 
 void gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n) {
-  binaryKernel(ctx, dy, x, out, n, [](double g, double v) {
-    return g * trainmem::geluDerivative(v);
+  withFloatType(ctx, "gelu_grad", {dy, x, out}, [&](auto type) {
+    gelu_gradOf<decltype(type)>(ctx, dy, x, out, n);
+  });
+}
+
+template <typename T>
+void silu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+                    int64_t n) {
+  binaryKernel<T>(ctx, dy, x, out, n, [](double g, double v) {
+    return g * trainmem::siluDerivative(v);
   });
 }
 
 void silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n) {
-  binaryKernel(ctx, dy, x, out, n, [](double g, double v) {
-    return g * trainmem::siluDerivative(v);
+  withFloatType(ctx, "silu_grad", {dy, x, out}, [&](auto type) {
+    silu_gradOf<decltype(type)>(ctx, dy, x, out, n);
   });
 }
 
-void layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,
+template <typename T>
+void layer_normOf(tmrt_context *ctx, int64_t in, int64_t gamma,
                      int64_t beta, int64_t out, int64_t rows, int64_t cols,
                      double eps) {
-  const float *x = ctx->at<float>(in), *g = ctx->at<float>(gamma),
-              *b = ctx->at<float>(beta);
-  float *y = ctx->at<float>(out);
+  const T *x = ctx->at<T>(in), *g = ctx->at<T>(gamma),
+              *b = ctx->at<T>(beta);
+  T *y = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float *xr = x + r * cols;
+      const T *xr = x + r * cols;
       double mean = 0.0, var = 0.0;
       for (int64_t c = 0; c < cols; ++c)
         mean += xr[c];
@@ -356,16 +560,25 @@ void layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,
             static_cast<float>((xr[c] - mean) * rstd * g[c] + b[c]);
     }
   });
-  ctx->touch(out, rows * cols * 4);
+  ctx->touch(out, rows * cols * sizeof(T));
 }
 
-void layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+void layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,
+                     int64_t beta, int64_t out, int64_t rows, int64_t cols,
+                     double eps) {
+  withFloatType(ctx, "layer_norm", {in, gamma, beta, out}, [&](auto type) {
+    layer_normOf<decltype(type)>(ctx, in, gamma, beta, out, rows, cols, eps);
+  });
+}
+
+template <typename T>
+void layer_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
                           int64_t gamma, int64_t dx, int64_t dgamma,
                           int64_t dbeta, int64_t rows, int64_t cols,
                           double eps) {
-  const float *gy = ctx->at<float>(dy), *xv = ctx->at<float>(x),
-              *g = ctx->at<float>(gamma);
-  float *gx = ctx->at<float>(dx);
+  const T *gy = ctx->at<T>(dy), *xv = ctx->at<T>(x),
+              *g = ctx->at<T>(gamma);
+  T *gx = ctx->at<T>(dx);
   // Row-parallel input gradient; the parameter gradients are column sums,
   // accumulated per task of kReductionRows rows and then added in task
   // order (the same for every thread count).
@@ -377,7 +590,7 @@ void layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
       std::vector<double> xhat(cols), dxhat(cols);
       for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks;
            ++r) {
-        const float *xr = xv + r * cols, *dr = gy + r * cols;
+        const T *xr = xv + r * cols, *dr = gy + r * cols;
         double mean = 0.0, var = 0.0;
         for (int64_t c = 0; c < cols; ++c)
           mean += xr[c];
@@ -402,7 +615,7 @@ void layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
       }
     }
   });
-  float *gg = ctx->at<float>(dgamma), *gb = ctx->at<float>(dbeta);
+  T *gg = ctx->at<T>(dgamma), *gb = ctx->at<T>(dbeta);
   for (int64_t c = 0; c < cols; ++c) {
     double sg = 0.0, sb = 0.0;
     for (int64_t task = 0; task < tasks; ++task) {
@@ -412,18 +625,28 @@ void layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
     gg[c] = static_cast<float>(sg);
     gb[c] = static_cast<float>(sb);
   }
-  ctx->touch(dx, rows * cols * 4);
-  ctx->touch(dgamma, cols * 4);
-  ctx->touch(dbeta, cols * 4);
+  ctx->touch(dx, rows * cols * sizeof(T));
+  ctx->touch(dgamma, cols * sizeof(T));
+  ctx->touch(dbeta, cols * sizeof(T));
 }
 
-void rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
+void layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+                          int64_t gamma, int64_t dx, int64_t dgamma,
+                          int64_t dbeta, int64_t rows, int64_t cols,
+                          double eps) {
+  withFloatType(ctx, "layer_norm_grad", {dy, x, gamma, dx, dgamma, dbeta}, [&](auto type) {
+    layer_norm_gradOf<decltype(type)>(ctx, dy, x, gamma, dx, dgamma, dbeta, rows, cols, eps);
+  });
+}
+
+template <typename T>
+void rms_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
                    int64_t rows, int64_t cols, double eps) {
-  const float *x = ctx->at<float>(in), *g = ctx->at<float>(gamma);
-  float *y = ctx->at<float>(out);
+  const T *x = ctx->at<T>(in), *g = ctx->at<T>(gamma);
+  T *y = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float *xr = x + r * cols;
+      const T *xr = x + r * cols;
       double ms = 0.0;
       for (int64_t c = 0; c < cols; ++c)
         ms += static_cast<double>(xr[c]) * xr[c];
@@ -432,15 +655,23 @@ void rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
         y[r * cols + c] = static_cast<float>(xr[c] * rrms * g[c]);
     }
   });
-  ctx->touch(out, rows * cols * 4);
+  ctx->touch(out, rows * cols * sizeof(T));
 }
 
-void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+void rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
+                   int64_t rows, int64_t cols, double eps) {
+  withFloatType(ctx, "rms_norm", {in, gamma, out}, [&](auto type) {
+    rms_normOf<decltype(type)>(ctx, in, gamma, out, rows, cols, eps);
+  });
+}
+
+template <typename T>
+void rms_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
                         int64_t gamma, int64_t dx, int64_t dgamma,
                         int64_t rows, int64_t cols, double eps) {
-  const float *gy = ctx->at<float>(dy), *xv = ctx->at<float>(x),
-              *g = ctx->at<float>(gamma);
-  float *gx = ctx->at<float>(dx);
+  const T *gy = ctx->at<T>(dy), *xv = ctx->at<T>(x),
+              *g = ctx->at<T>(gamma);
+  T *gx = ctx->at<T>(dx);
   int64_t tasks = (rows + kReductionRows - 1) / kReductionRows;
   std::vector<double> partial(cols * std::max<int64_t>(tasks, 1), 0.0);
   ctx->pool.parallelFor(tasks, 1, [&](int64_t tb, int64_t te) {
@@ -448,7 +679,7 @@ void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
       double *pg = &partial[cols * task];
       for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks;
            ++r) {
-        const float *xr = xv + r * cols, *dr = gy + r * cols;
+        const T *xr = xv + r * cols, *dr = gy + r * cols;
         double ms = 0.0, dot = 0.0;
         for (int64_t c = 0; c < cols; ++c)
           ms += static_cast<double>(xr[c]) * xr[c];
@@ -463,26 +694,35 @@ void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
       }
     }
   });
-  float *gg = ctx->at<float>(dgamma);
+  T *gg = ctx->at<T>(dgamma);
   for (int64_t c = 0; c < cols; ++c) {
     double sum = 0.0;
     for (int64_t task = 0; task < tasks; ++task)
       sum += partial[cols * task + c];
     gg[c] = static_cast<float>(sum);
   }
-  ctx->touch(dx, rows * cols * 4);
-  ctx->touch(dgamma, cols * 4);
+  ctx->touch(dx, rows * cols * sizeof(T));
+  ctx->touch(dgamma, cols * sizeof(T));
 }
 
-void softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+                        int64_t gamma, int64_t dx, int64_t dgamma,
+                        int64_t rows, int64_t cols, double eps) {
+  withFloatType(ctx, "rms_norm_grad", {dy, x, gamma, dx, dgamma}, [&](auto type) {
+    rms_norm_gradOf<decltype(type)>(ctx, dy, x, gamma, dx, dgamma, rows, cols, eps);
+  });
+}
+
+template <typename T>
+void softmaxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
                   int64_t cols, int64_t queries, int64_t causal) {
-  const float *x = ctx->at<float>(in);
-  float *y = ctx->at<float>(out);
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int64_t visible = causal ? (r % queries) + 1 : cols;
-      const float *xr = x + r * cols;
-      float *yr = y + r * cols;
+      const T *xr = x + r * cols;
+      T *yr = y + r * cols;
       double maxValue = -INFINITY;
       for (int64_t c = 0; c < visible; ++c)
         maxValue = std::max(maxValue, static_cast<double>(xr[c]));
@@ -495,13 +735,21 @@ void softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
         yr[c] = 0.0f;
     }
   });
-  ctx->touch(out, rows * cols * 4);
+  ctx->touch(out, rows * cols * sizeof(T));
 }
 
-void softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
+void softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+                  int64_t cols, int64_t queries, int64_t causal) {
+  withFloatType(ctx, "softmax", {in, out}, [&](auto type) {
+    softmaxOf<decltype(type)>(ctx, in, out, rows, cols, queries, causal);
+  });
+}
+
+template <typename T>
+void softmax_gradOf(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
                        int64_t rows, int64_t cols) {
-  const float *g = ctx->at<float>(dy), *yv = ctx->at<float>(y);
-  float *z = ctx->at<float>(out);
+  const T *g = ctx->at<T>(dy), *yv = ctx->at<T>(y);
+  T *z = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       double dot = 0.0;
@@ -512,17 +760,25 @@ void softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
             static_cast<float>(yv[r * cols + c] * (g[r * cols + c] - dot));
     }
   });
-  ctx->touch(out, rows * cols * 4);
+  ctx->touch(out, rows * cols * sizeof(T));
 }
 
-void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
+void softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
+                       int64_t rows, int64_t cols) {
+  withFloatType(ctx, "softmax_grad", {dy, y, out}, [&](auto type) {
+    softmax_gradOf<decltype(type)>(ctx, dy, y, out, rows, cols);
+  });
+}
+
+template <typename T>
+void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,
                   int64_t part_elements) {
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
-  const float *x = ctx->at<float>(in);
-  float *y = ctx->at<float>(out);
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
   uint8_t *keep = ctx->at<uint8_t>(mask);
   double scale = 1.0 / (1.0 - rate);
   forEachKeepParallel(ctx, n, static_cast<uint64_t>(seed),
@@ -532,20 +788,37 @@ void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                         keep[i] = k;
                         y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
                       });
-  ctx->touch(out, n * 4);
+  ctx->touch(out, n * sizeof(T));
   ctx->touch(mask, n);
 }
 
-void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
+void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
+                  int64_t n, double rate, int64_t seed, int64_t offset,
+                  int64_t key, int64_t first, int64_t part,
+                  int64_t part_elements) {
+  withFloatType(ctx, "dropout", {in, out}, [&](auto type) {
+    dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, seed, offset, key, first, part, part_elements);
+  });
+}
+
+template <typename T>
+void dropout_gradOf(tmrt_context *ctx, int64_t dy, int64_t mask,
                        int64_t out, int64_t n, double rate) {
-  const float *g = ctx->at<float>(dy);
+  const T *g = ctx->at<T>(dy);
   const uint8_t *keep = ctx->at<uint8_t>(mask);
-  float *y = ctx->at<float>(out);
+  T *y = ctx->at<T>(out);
   double scale = 1.0 / (1.0 - rate);
   elementwise(ctx, n, [&](int64_t i) {
     y[i] = keep[i] ? static_cast<float>(g[i] * scale) : 0.0f;
   });
-  ctx->touch(out, n * 4);
+  ctx->touch(out, n * sizeof(T));
+}
+
+void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
+                       int64_t out, int64_t n, double rate) {
+  withFloatType(ctx, "dropout_grad", {dy, out}, [&](auto type) {
+    dropout_gradOf<decltype(type)>(ctx, dy, mask, out, n, rate);
+  });
 }
 
 void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
@@ -562,18 +835,19 @@ void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
   ctx->touch(mask, n);
 }
 
-void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
+template <typename T>
+void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
                int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
                int64_t ss, int64_t sd, double theta, int64_t inverse) {
-  const float *x = ctx->at<float>(in);
-  float *y = ctx->at<float>(out);
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
   double sign = inverse ? -1.0 : 1.0;
   int64_t rows = n0 * n1 * s;
   ctx->pool.parallelFor(rows, rowGrain(d), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int64_t pos = r % s, rest = r / s;
       int64_t i1 = rest % n1, i0 = rest / n1;
-      const float *xr = x + i0 * s0 + i1 * s1 + pos * ss;
+      const T *xr = x + i0 * s0 + i1 * s1 + pos * ss;
       for (int64_t i = 0; i < d / 2; ++i) {
         double angle = sign * pos * std::pow(theta, -2.0 * i / d);
         double c = std::cos(angle), sn = std::sin(angle);
@@ -583,14 +857,23 @@ void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
       }
     }
   });
-  ctx->touch(out, rows * d * 4);
+  ctx->touch(out, rows * d * sizeof(T));
 }
 
-void embedding(tmrt_context *ctx, int64_t table, int64_t ids,
+void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
+               int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
+               int64_t ss, int64_t sd, double theta, int64_t inverse) {
+  withFloatType(ctx, "rope", {in, out}, [&](auto type) {
+    ropeOf<decltype(type)>(ctx, in, out, n0, n1, s, d, s0, s1, ss, sd, theta, inverse);
+  });
+}
+
+template <typename T>
+void embeddingOf(tmrt_context *ctx, int64_t table, int64_t ids,
                     int64_t out, int64_t num_ids, int64_t hidden,
                     int64_t vocab, int64_t id_bits) {
-  const float *t = ctx->at<float>(table);
-  float *y = ctx->at<float>(out);
+  const T *t = ctx->at<T>(table);
+  T *y = ctx->at<T>(out);
   for (int64_t i = 0; i < num_ids; ++i) {
     int64_t id = readId(ctx, ids, i, id_bits);
     if (id < 0 || id >= vocab) {
@@ -600,16 +883,25 @@ void embedding(tmrt_context *ctx, int64_t table, int64_t ids,
       std::fill(y + i * hidden, y + (i + 1) * hidden, 0.0f);
       continue;
     }
-    std::memcpy(y + i * hidden, t + id * hidden, hidden * 4);
+    std::memcpy(y + i * hidden, t + id * hidden, hidden * sizeof(T));
   }
-  ctx->touch(out, num_ids * hidden * 4);
+  ctx->touch(out, num_ids * hidden * sizeof(T));
 }
 
-void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
+void embedding(tmrt_context *ctx, int64_t table, int64_t ids,
+                    int64_t out, int64_t num_ids, int64_t hidden,
+                    int64_t vocab, int64_t id_bits) {
+  withFloatType(ctx, "embedding", {table, out}, [&](auto type) {
+    embeddingOf<decltype(type)>(ctx, table, ids, out, num_ids, hidden, vocab, id_bits);
+  });
+}
+
+template <typename T>
+void embedding_gradOf(tmrt_context *ctx, int64_t dy, int64_t ids,
                          int64_t out, int64_t num_ids, int64_t hidden,
                          int64_t vocab, int64_t id_bits) {
-  const float *g = ctx->at<float>(dy);
-  float *y = ctx->at<float>(out);
+  const T *g = ctx->at<T>(dy);
+  T *y = ctx->at<T>(out);
   // Accumulate in double per table row, in position order (deterministic).
   std::vector<double> acc(vocab * hidden, 0.0);
   for (int64_t i = 0; i < num_ids; ++i) {
@@ -625,14 +917,23 @@ void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
   }
   for (int64_t i = 0; i < vocab * hidden; ++i)
     y[i] = static_cast<float>(acc[i]);
-  ctx->touch(out, vocab * hidden * 4);
+  ctx->touch(out, vocab * hidden * sizeof(T));
 }
 
-void sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
+void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
+                         int64_t out, int64_t num_ids, int64_t hidden,
+                         int64_t vocab, int64_t id_bits) {
+  withFloatType(ctx, "embedding_grad", {dy, out}, [&](auto type) {
+    embedding_gradOf<decltype(type)>(ctx, dy, ids, out, num_ids, hidden, vocab, id_bits);
+  });
+}
+
+template <typename T>
+void sum_toOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
                  int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4,
                  int64_t d5, int64_t o0, int64_t o1, int64_t o2, int64_t o3,
                  int64_t o4, int64_t o5) {
-  const float *x = ctx->at<float>(in);
+  const T *x = ctx->at<T>(in);
   std::vector<double> acc(out_n, 0.0);
   int64_t index = 0;
   for (int64_t i0 = 0; i0 < d0; ++i0)
@@ -644,16 +945,26 @@ void sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
             for (int64_t i5 = 0; i5 < d5; ++i5)
               acc[base + i5 * o5] += x[index++];
           }
-  float *y = ctx->at<float>(out);
+  T *y = ctx->at<T>(out);
   for (int64_t i = 0; i < out_n; ++i)
     y[i] = static_cast<float>(acc[i]);
-  ctx->touch(out, out_n * 4);
+  ctx->touch(out, out_n * sizeof(T));
 }
 
-void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
+void sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
+                 int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4,
+                 int64_t d5, int64_t o0, int64_t o1, int64_t o2, int64_t o3,
+                 int64_t o4, int64_t o5) {
+  withFloatType(ctx, "sum_to", {in, out}, [&](auto type) {
+    sum_toOf<decltype(type)>(ctx, in, out, out_n, d0, d1, d2, d3, d4, d5, o0, o1, o2, o3, o4, o5);
+  });
+}
+
+template <typename T>
+void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
                         int64_t loss_sum, int64_t count, int64_t rows,
                         int64_t vocab, int64_t ignore_index, int64_t id_bits) {
-  const float *l = ctx->at<float>(logits);
+  const T *l = ctx->at<T>(logits);
   std::vector<double> rowLoss(rows, 0.0);
   std::vector<uint8_t> valid(rows, 0);
   ctx->pool.parallelFor(rows, rowGrain(vocab), [&](int64_t begin, int64_t end) {
@@ -667,7 +978,7 @@ void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
                   std::to_string(vocab));
         continue;
       }
-      const float *lr = l + r * vocab;
+      const T *lr = l + r * vocab;
       double maxValue = -INFINITY;
       for (int64_t c = 0; c < vocab; ++c)
         maxValue = std::max(maxValue, static_cast<double>(lr[c]));
@@ -690,22 +1001,31 @@ void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
   ctx->touch(count, 8);
 }
 
-void cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
+void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
+                        int64_t loss_sum, int64_t count, int64_t rows,
+                        int64_t vocab, int64_t ignore_index, int64_t id_bits) {
+  withFloatType(ctx, "cross_entropy", {logits}, [&](auto type) {
+    cross_entropyOf<decltype(type)>(ctx, logits, targets, loss_sum, count, rows, vocab, ignore_index, id_bits);
+  });
+}
+
+template <typename T>
+void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss,
                              int64_t logits, int64_t targets, int64_t out,
                              int64_t rows, int64_t vocab, int64_t ignore_index,
                              int64_t id_bits) {
   double g = *ctx->at<float>(dloss);
-  const float *l = ctx->at<float>(logits);
-  float *y = ctx->at<float>(out);
+  const T *l = ctx->at<T>(logits);
+  T *y = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(vocab), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int64_t t = readId(ctx, targets, r, id_bits);
-      float *yr = y + r * vocab;
+      T *yr = y + r * vocab;
       if (t == ignore_index || t < 0 || t >= vocab) {
         std::fill(yr, yr + vocab, 0.0f);
         continue;
       }
-      const float *lr = l + r * vocab;
+      const T *lr = l + r * vocab;
       double maxValue = -INFINITY;
       for (int64_t c = 0; c < vocab; ++c)
         maxValue = std::max(maxValue, static_cast<double>(lr[c]));
@@ -718,7 +1038,16 @@ void cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
             g * (std::exp(lr[c] - maxValue - logZ) - (c == t ? 1.0 : 0.0)));
     }
   });
-  ctx->touch(out, rows * vocab * 4);
+  ctx->touch(out, rows * vocab * sizeof(T));
+}
+
+void cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
+                             int64_t logits, int64_t targets, int64_t out,
+                             int64_t rows, int64_t vocab, int64_t ignore_index,
+                             int64_t id_bits) {
+  withFloatType(ctx, "cross_entropy_grad", {logits, out}, [&](auto type) {
+    cross_entropy_gradOf<decltype(type)>(ctx, dloss, logits, targets, out, rows, vocab, ignore_index, id_bits);
+  });
 }
 
 void mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
@@ -744,27 +1073,40 @@ void count_valid(tmrt_context *ctx, int64_t targets, int64_t out,
 void slice_rows(tmrt_context *ctx, int64_t in, int64_t out,
                      int64_t offset, int64_t rows, int64_t available,
                      int64_t row_elems, int64_t kind, int64_t padding) {
-  int64_t size = kind == 64 ? 8 : 4;
+  // kind: 0 a float tensor (its reference says which), 32 or 64 integers.
+  int64_t dtype = tmrt::dtypeOf(in);
+  if (tmrt::dtypeOf(out) != dtype || (kind != 0 && dtype != TMRT_DTYPE_F32)) {
+    ctx->fail("slice_rows: input and result of different element types");
+    return;
+  }
+  int64_t size = kind == 64 ? 8 : kind == 32 || dtype == TMRT_DTYPE_F32 ? 4 : 2;
   int64_t copied = std::max<int64_t>(0, std::min(rows, available - offset));
-  std::memcpy(ctx->arena + out, ctx->arena + in + offset * row_elems * size,
+  std::memcpy(ctx->arena + tmrt::offsetOf(out),
+              ctx->arena + tmrt::offsetOf(in) + offset * row_elems * size,
               copied * row_elems * size);
   for (int64_t i = copied * row_elems; i < rows * row_elems; ++i) {
-    if (kind == 0)
-      ctx->at<float>(out)[i] = static_cast<float>(padding);
-    else if (kind == 32)
+    if (kind == 32)
       ctx->at<int32_t>(out)[i] = static_cast<int32_t>(padding);
-    else
+    else if (kind == 64)
       ctx->at<int64_t>(out)[i] = padding;
+    else if (dtype == TMRT_DTYPE_BF16)
+      ctx->at<trainmem::BFloat16>(out)[i] = static_cast<float>(padding);
+    else if (dtype == TMRT_DTYPE_F16)
+      ctx->at<trainmem::Float16>(out)[i] = static_cast<float>(padding);
+    else
+      ctx->at<float>(out)[i] = static_cast<float>(padding);
   }
   ctx->touch(out, rows * row_elems * size);
 }
 
-void adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+template <typename T>
+void adamwOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
                 int64_t v, int64_t lr, int64_t step, int64_t new_param,
                 int64_t new_m, int64_t new_v, int64_t n, double beta1,
                 double beta2, double eps, double weight_decay) {
-  const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad),
-              *mv = ctx->at<float>(m), *vv = ctx->at<float>(v);
+  const float *p = ctx->at<float>(param), *mv = ctx->at<float>(m),
+              *vv = ctx->at<float>(v);
+  const T *g = ctx->at<T>(grad);
   float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m),
         *nv = ctx->at<float>(new_v);
   const trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
@@ -782,6 +1124,15 @@ void adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   ctx->touch(new_param, n * 4);
   ctx->touch(new_m, n * 4);
   ctx->touch(new_v, n * 4);
+}
+
+void adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+                int64_t v, int64_t lr, int64_t step, int64_t new_param,
+                int64_t new_m, int64_t new_v, int64_t n, double beta1,
+                double beta2, double eps, double weight_decay) {
+  withFloatType(ctx, "adamw", {grad}, [&](auto type) {
+    adamwOf<decltype(type)>(ctx, param, grad, m, v, lr, step, new_param, new_m, new_v, n, beta1, beta2, eps, weight_decay);
+  });
 }
 
 void quantize(tmrt_context *ctx, int64_t in, int64_t codes,
@@ -826,7 +1177,10 @@ void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                      double beta1, double beta2, double eps,
                      double weight_decay) {
   block = effectiveBlock(block, n);
-  const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
+  // A 16-bit gradient is widened once into host memory for the vector code.
+  std::vector<float> wideGrad;
+  const float *p = ctx->at<float>(param),
+              *g = widened(ctx, grad, n, wideGrad);
   const uint8_t *mc = ctx->at<uint8_t>(m_codes), *vc = ctx->at<uint8_t>(v_codes);
   const float *ma = ctx->at<float>(m_absmax), *va = ctx->at<float>(v_absmax);
   float *np = ctx->at<float>(new_param);
@@ -868,7 +1222,10 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                    int64_t n, int64_t block, double momentum,
                    double weight_decay, int64_t nesterov) {
   block = effectiveBlock(block, n);
-  const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
+  // A 16-bit gradient is widened once into host memory for the vector code.
+  std::vector<float> wideGrad;
+  const float *p = ctx->at<float>(param),
+              *g = widened(ctx, grad, n, wideGrad);
   const uint8_t *c = ctx->at<uint8_t>(codes);
   const float *a = ctx->at<float>(absmax);
   float *np = ctx->at<float>(new_param);
@@ -903,11 +1260,13 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   ctx->touch(new_absmax, blocks * 4);
 }
 
-void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
+template <typename T>
+void sgdOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
               int64_t buffer, int64_t new_param, int64_t new_buffer,
               int64_t n, double momentum, double weight_decay,
               int64_t nesterov) {
-  const float *p = ctx->at<float>(param), *g = ctx->at<float>(grad);
+  const float *p = ctx->at<float>(param);
+  const T *g = ctx->at<T>(grad);
   const float *b = buffer >= 0 ? ctx->at<float>(buffer) : nullptr;
   float *np = ctx->at<float>(new_param);
   float *nb = buffer >= 0 ? ctx->at<float>(new_buffer) : nullptr;
@@ -925,16 +1284,32 @@ void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
     ctx->touch(new_buffer, n * 4);
 }
 
+void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
+              int64_t buffer, int64_t new_param, int64_t new_buffer,
+              int64_t n, double momentum, double weight_decay,
+              int64_t nesterov) {
+  withFloatType(ctx, "sgd", {grad}, [&](auto type) {
+    sgdOf<decltype(type)>(ctx, param, grad, lr, buffer, new_param, new_buffer, n, momentum, weight_decay, nesterov);
+  });
+}
+
 void clip_begin(tmrt_context *ctx) {
   ctx->clipSumSquares = 0.0;
 }
 
-void clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
-  const float *g = ctx->at<float>(grad);
+template <typename T>
+void clip_accumulateOf(tmrt_context *ctx, int64_t grad, int64_t n) {
+  const T *g = ctx->at<T>(grad);
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i)
     sum += static_cast<double>(g[i]) * g[i];
   ctx->clipSumSquares += sum;
+}
+
+void clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
+  withFloatType(ctx, "clip_accumulate", {grad}, [&](auto type) {
+    clip_accumulateOf<decltype(type)>(ctx, grad, n);
+  });
 }
 
 void clip_store_sum(tmrt_context *ctx, int64_t out) {
@@ -953,15 +1328,23 @@ void clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
   ctx->touch(norm, 4);
 }
 
-void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out,
+template <typename T>
+void clip_applyOf(tmrt_context *ctx, int64_t grad, int64_t out,
                      int64_t n) {
-  const float *g = ctx->at<float>(grad);
-  float *y = ctx->at<float>(out);
+  const T *g = ctx->at<T>(grad);
+  T *y = ctx->at<T>(out);
   double scale = ctx->clipScale;
   elementwise(ctx, n, [&](int64_t i) {
     y[i] = static_cast<float>(g[i] * scale);
   });
-  ctx->touch(out, n * 4);
+  ctx->touch(out, n * sizeof(T));
+}
+
+void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out,
+                     int64_t n) {
+  withFloatType(ctx, "clip_apply", {grad, out}, [&](auto type) {
+    clip_applyOf<decltype(type)>(ctx, grad, out, n);
+  });
 }
 
 void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,

@@ -1,9 +1,27 @@
 // RUN: trainmem-opt %s -split-input-file -convert-train-to-runtime -verify-diagnostics
 
-func.func @train_step(%x: tensor<4xbf16>) -> tensor<4xbf16> attributes {train.step} {
-  // expected-error @+1 {{'train.gelu' op has a 'bf16' tensor; the runtime's kernels are f32 (write the model with --dtype f32)}}
-  %0 = train.gelu %x : tensor<4xbf16>
-  return %0 : tensor<4xbf16>
+func.func @train_step() -> tensor<4xf64> attributes {train.step} {
+  // expected-error @+1 {{'arith.constant' op has a 'f64' tensor; the runtime's kernels take f32, bf16 and f16 (and integer) tensors}}
+  %0 = arith.constant dense<1.0> : tensor<4xf64>
+  return %0 : tensor<4xf64>
+}
+
+// -----
+
+// The rings reduce f32: a 16-bit gradient is cast first.
+shard.grid @dp(shape = 2)
+func.func @train_step(%g: tensor<8xbf16>) -> tensor<8xbf16> attributes {train.step} {
+  // expected-error @+1 {{'shard.all_reduce' op has a 'bf16' operand; the runtime's collectives reduce f32 only (cast it with train.cast)}}
+  %0 = shard.all_reduce %g on @dp grid_axes = [0] reduction = sum : tensor<8xbf16> -> tensor<8xbf16>
+  return %0 : tensor<8xbf16>
+}
+
+// -----
+
+func.func @train_step(%m: tensor<64xbf16>) -> (tensor<64xi8>, tensor<1xf32>) attributes {train.step} {
+  // expected-error @+1 {{'train.quantize' op has a 'bf16' operand; the runtime quantizes f32 only (cast it with train.cast)}}
+  %codes, %absmax = train.quantize %m {block = 64 : i64, is_signed} : tensor<64xbf16> -> tensor<64xi8>, tensor<1xf32>
+  return %codes, %absmax : tensor<64xi8>, tensor<1xf32>
 }
 
 // -----

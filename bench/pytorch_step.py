@@ -172,6 +172,17 @@ def torch_worker(spec_path):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                targets.reshape(-1))
 
+    # "bf16": the forward and backward under CPU autocast (bf16 matmuls,
+    # f32 weights and optimizer), how PyTorch trains in bf16 on a CPU.
+    autocast = spec.get("dtype", "f32") == "bf16"
+    plain_loss_of = loss_of
+
+    def loss_of(tokens, targets):
+        if not autocast:
+            return plain_loss_of(tokens, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return plain_loss_of(tokens, targets)
+
     optimizer = torch.optim.AdamW(list(p.values()), lr=3e-3,
                                   betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=0.0)
@@ -198,14 +209,15 @@ def torch_worker(spec_path):
 
 # --- driver ---------------------------------------------------------------
 
-def run_torch(tmp, shape, threads, steps, init, weights=False):
+def run_torch(tmp, shape, threads, steps, init, weights=False, dtype="f32"):
     spec = os.path.join(tmp, "spec.json")
     out = os.path.join(tmp, "torch.json")
     json.dump({"shape": shape, "threads": threads, "steps": steps,
                "init": init, "corpus": CORPUS, "out": out,
-               "weights": weights}, open(spec, "w"))
+               "weights": weights, "dtype": dtype}, open(spec, "w"))
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-    subprocess.run([TORCH_PYTHON, __file__, "--torch-worker", spec],
+    subprocess.run([TORCH_PYTHON, os.path.abspath(__file__), "--torch-worker",
+                    spec],
                    check=True, env=env)
     return json.load(open(out))
 

@@ -147,11 +147,16 @@ protected:
       double scale = 1e-3, worst = 0.0;
       for (float v : expected.floats)
         scale = std::max(scale, static_cast<double>(std::abs(v)));
-      for (int64_t i = 0; i < slot.numElements(); ++i)
-        worst = std::max(worst,
-                         std::abs(static_cast<double>(
-                                      reinterpret_cast<const float *>(p)[i]) -
-                                  expected.floats[i]));
+      for (int64_t i = 0; i < slot.numElements(); ++i) {
+        float got = reinterpret_cast<const float *>(p)[i];
+        float want = expected.floats[i];
+        if (std::isnan(got) || std::isnan(want)) {
+          EXPECT_EQ(std::isnan(got), std::isnan(want))
+              << what << " element " << i << ": " << got << " vs " << want;
+          continue;
+        }
+        worst = std::max(worst, std::abs(static_cast<double>(got) - want));
+      }
       EXPECT_LE(worst, kRelTol * scale) << what;
       return;
     }
@@ -452,6 +457,62 @@ TEST_F(RuntimeTest, OptimizersTake16BitGradients) {
                RefTensor::ofInts({1000}, vCodes),
                RefTensor::ofFloats({4}, absmax), RefTensor::ofInts({}, {5})});
   }
+}
+
+TEST_F(RuntimeTest, LossScalingAndSkippedUpdates) {
+  // The scale from the state, the unscaled f32 gradients and the new state;
+  // then AdamW on them. With an infinite gradient element every unscaled
+  // gradient is NaN, the state records the skip, and AdamW leaves the
+  // weights and moments as they were.
+  const char *source = R"mlir(
+    func.func @train_step(%g0: tensor<6xf16>, %g1: tensor<2x3xf16>, %state: tensor<3xi64>, %p: tensor<6xf32>, %m: tensor<6xf32>, %v: tensor<6xf32>, %t: tensor<i64>)
+        -> (tensor<f32>, tensor<6xf32>, tensor<2x3xf32>, tensor<3xi64>, tensor<6xf32>, tensor<6xf32>, tensor<6xf32>) {
+      %s = train.loss_scale %state {initial = 1024.0 : f64} : tensor<3xi64> -> tensor<f32>
+      %u:3 = train.unscale_gradients %g0, %g1 scale(%state) {initial = 1024.0 : f64, growth_interval = 6 : i64} : (tensor<6xf16>, tensor<2x3xf16>), tensor<3xi64> -> (tensor<6xf32>, tensor<2x3xf32>), tensor<3xi64>
+      %lr = arith.constant dense<1.0e-2> : tensor<f32>
+      %v2 = train.mul %v, %v : tensor<6xf32>
+      %a:3 = train.adamw %p, %u#0, %m, %v2, %lr, %t {beta1 = 0.9 : f64, beta2 = 0.95 : f64, epsilon = 1.0e-08 : f64, weight_decay = 0.1 : f64} : tensor<6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<f32>, tensor<i64>
+      return %s, %u#0, %u#1, %u#2, %a#0, %a#1, %a#2 : tensor<f32>, tensor<6xf32>, tensor<2x3xf32>, tensor<3xi64>, tensor<6xf32>, tensor<6xf32>, tensor<6xf32>
+    })mlir";
+  float inf = std::numeric_limits<float>::infinity();
+  // Clean step 5 of 6 at scale 1024 · 2^3: the scale doubles.
+  compare16(source, "f16",
+            {RefTensor::ofFloats({6}, {100.0f, -3.0f, 0.5f, 65504.0f, 1e-7f, 0.0f}),
+             {}, RefTensor::ofInts({3}, {3, 5, 1}), {}, {}, {},
+             RefTensor::ofInts({}, {4})},
+            /*exact=*/true);
+  // An overflow: everything skipped, the scale halves.
+  std::vector<RefTensor> overflow = {
+      RefTensor::ofFloats({6}, {100.0f, -3.0f, inf, 1.0f, 2.0f, 3.0f}),
+      RefTensor::ofFloats({2, 3}, {1, 2, 3, 4, 5, 6}),
+      RefTensor::ofInts({3}, {-2, 4, 7}),
+      RefTensor::ofFloats({6}, {0.5f, -1, 2, 0, 1, 3}),
+      RefTensor::ofFloats({6}, {0.1f, 0.2f, 0, 0, 0, 0}),
+      RefTensor::ofFloats({6}, {0.3f, 0.1f, 0, 0, 0, 0}),
+      RefTensor::ofInts({}, {4})};
+  compare16(source, "f16", overflow, /*exact=*/true);
+  // What the two agree on: the skip as the op defines it.
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context);
+  ASSERT_TRUE(module);
+  auto func = module->lookupSymbol<func::FuncOp>("train_step");
+  FailureOr<SmallVector<RefTensor>> results = evaluate(func, overflow);
+  ASSERT_TRUE(succeeded(results));
+  EXPECT_EQ((*results)[0].floats[0], 256.0f); // 1024 · 2^-2
+  EXPECT_TRUE(std::isnan((*results)[2].floats[0])); // the finite tensor too
+  EXPECT_EQ((*results)[3].ints, (std::vector<int64_t>{-3, 0, 8}));
+  EXPECT_EQ((*results)[4].floats, overflow[3].floats); // weights kept
+  EXPECT_EQ((*results)[5].floats, overflow[4].floats); // m kept
+  // A clean step: gradients over the scale, the scale doubles after the
+  // sixth clean step.
+  std::vector<RefTensor> clean = overflow;
+  clean[0] = RefTensor::ofFloats({6}, {8192.0f, -4096.0f, 1, 2, 3, 4});
+  clean[2] = RefTensor::ofInts({3}, {3, 5, 1});
+  results = evaluate(func, clean);
+  ASSERT_TRUE(succeeded(results));
+  EXPECT_EQ((*results)[1].floats[0], 1.0f); // 8192 / (1024 · 2^3)
+  EXPECT_EQ((*results)[1].floats[1], -0.5f);
+  EXPECT_EQ((*results)[3].ints, (std::vector<int64_t>{4, 0, 1}));
+  EXPECT_NE((*results)[4].floats, clean[3].floats); // updated
 }
 
 /// Values at the edges of the 16-bit formats, as f32: the largest finite

@@ -21,6 +21,7 @@
 #include "mlir/IR/SymbolTable.h"
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 using namespace mlir;
@@ -235,6 +236,7 @@ private:
   void sgd(SGDOp op);
   void sgd8bit(SGD8bitOp op);
   void clip(ClipGradNormOp op);
+  void unscaleGradients(UnscaleGradientsOp op);
   void lrSchedule(LRScheduleOp op);
 
   template <typename Fn> void unary(Operation *op, Fn fn) {
@@ -580,11 +582,23 @@ LogicalResult Interpreter::crossEntropyGrad(CrossEntropyGradOp op) {
   return success();
 }
 
+/// Whether every element is finite (updates skip their tensor otherwise).
+static bool allFinite(const RefTensor &t) {
+  return std::all_of(t.floats.begin(), t.floats.end(),
+                     [](float x) { return std::isfinite(x); });
+}
+
 void Interpreter::adamw(AdamWOp op) {
   const RefTensor &p = get(op.getParam());
   const RefTensor &g = get(op.getGrad());
   const RefTensor &m = get(op.getM());
   const RefTensor &v = get(op.getV());
+  if (!allFinite(g)) {
+    set(op.getNewParam(), p);
+    set(op.getNewM(), m);
+    set(op.getNewV(), v);
+    return;
+  }
   trainmem::AdamWStep step(get(op.getLr()).scalarFloat(),
                            op.getBeta1().convertToDouble(),
                            op.getBeta2().convertToDouble(),
@@ -634,12 +648,6 @@ void Interpreter::dequantize(DequantizeOp op) {
     y.floats[i] = trainmem::dequantizeValue(map, codeAt(codes, i),
                                             absmax.floats[i / block]);
   set(op.getResult(), std::move(y));
-}
-
-/// Whether every element is finite (8-bit updates skip otherwise).
-static bool allFinite(const RefTensor &t) {
-  return std::all_of(t.floats.begin(), t.floats.end(),
-                     [](float x) { return std::isfinite(x); });
 }
 
 void Interpreter::adamw8bit(AdamW8bitOp op) {
@@ -729,6 +737,12 @@ void Interpreter::sgd(SGDOp op) {
   bool nesterov = op.getNesterov();
   const RefTensor *buf =
       op.getMomentumBuffer() ? &get(op.getMomentumBuffer()) : nullptr;
+  if (!allFinite(g)) {
+    set(op.getNewParam(), p);
+    if (buf)
+      set(op.getNewMomentumBuffer(), *buf);
+    return;
+  }
   trainmem::SGDMomentumStep update{lr, momentum, wd, nesterov};
   RefTensor np = RefTensor::zeros(p.shape), nb = RefTensor::zeros(p.shape);
   for (int64_t i = 0; i < p.numElements(); ++i) {
@@ -751,6 +765,40 @@ static double sumOfSquares(EvaluationState &state, ValueRange values) {
     for (float v : state.get(value).floats)
       sumSquares += static_cast<double>(v) * v;
   return sumSquares;
+}
+
+/// initial · 2^state[0], as the runtime computes it.
+static double lossScaleOf(const RefTensor &state, double initial) {
+  return std::ldexp(initial, static_cast<int>(std::clamp<int64_t>(
+                                 state.ints.at(0), -2000, 2000)));
+}
+
+void Interpreter::unscaleGradients(UnscaleGradientsOp op) {
+  const RefTensor &state = get(op.getState());
+  double inverse = 1.0 / lossScaleOf(state, op.getInitial().convertToDouble());
+  bool finite = llvm::all_of(op.getGrads(), [&](Value grad) {
+    return allFinite(get(grad));
+  });
+  for (auto [grad, out] : llvm::zip(op.getGrads(), op.getUnscaled())) {
+    RefTensor y = get(grad);
+    for (float &v : y.floats)
+      v = finite ? static_cast<float>(static_cast<double>(v) * inverse)
+                 : std::numeric_limits<float>::quiet_NaN();
+    set(out, std::move(y));
+  }
+  int64_t exponent = state.ints[0], clean = state.ints[1],
+          skipped = state.ints[2];
+  if (finite) {
+    if (++clean >= op.getGrowthInterval()) {
+      ++exponent;
+      clean = 0;
+    }
+  } else {
+    --exponent;
+    clean = 0;
+    ++skipped;
+  }
+  set(op.getNewState(), RefTensor::ofInts({3}, {exponent, clean, skipped}));
 }
 
 void Interpreter::clip(ClipGradNormOp op) {
@@ -1012,6 +1060,17 @@ LogicalResult Interpreter::exec(Operation *op) {
       })
       .Case<SGD8bitOp>([&](auto o) {
         sgd8bit(o);
+        return success();
+      })
+      .Case<LossScaleOp>([&](LossScaleOp o) {
+        double scale = lossScaleOf(get(o.getState()),
+                                   o.getInitial().convertToDouble());
+        set(o.getScale(),
+            RefTensor::ofFloats({}, {static_cast<float>(scale)}));
+        return success();
+      })
+      .Case<UnscaleGradientsOp>([&](UnscaleGradientsOp o) {
+        unscaleGradients(o);
         return success();
       })
       .Case<ClipGradNormOp>([&](auto o) {

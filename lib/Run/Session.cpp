@@ -229,10 +229,20 @@ static RefTensor toRefTensor(const TensorSlot &slot, const Bytes &bytes) {
   std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
   if (slot.dtype == "i8")
     return RefTensor::ofInts(shape, std::vector<int64_t>(bytes.begin(), bytes.end()));
+  if (slot.dtype == "i64") {
+    std::vector<int64_t> values(bytes.size() / 8);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    return RefTensor::ofInts(shape, std::move(values));
+  }
   return RefTensor::ofFloats(shape, floatValues(slot.dtype, bytes));
 }
 
 static Bytes fromRefTensor(const TensorSlot &slot, const RefTensor &value) {
+  if (slot.dtype == "i64") {
+    Bytes bytes(value.ints.size() * 8);
+    std::memcpy(bytes.data(), value.ints.data(), bytes.size());
+    return bytes;
+  }
   if (slot.dtype == "i8") {
     Bytes bytes(value.ints.size());
     for (size_t i = 0; i < bytes.size(); ++i)
@@ -609,6 +619,11 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   if (auto model = module->getAttrOfType<DictionaryAttr>(kModelAttrName))
     if (auto v = model.getAs<IntegerAttr>("vocab"); v && session->vocab == 0)
       session->vocab = v.getInt();
+  // The initial loss scale of a loss-scaled step, to report the scale by.
+  if (stepFunc)
+    stepFunc.walk([&](LossScaleOp op) {
+      session->lossScaleInitial = op.getInitial().convertToDouble();
+    });
 
   // The tensor-level step stays for the interpreter; the lowered one runs.
   if (interpret) {
@@ -634,7 +649,9 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   for (const TensorSlot &slot : slots.arguments) {
     bool weight16 = slot.role == "param" &&
                     (slot.dtype == "bf16" || slot.dtype == "f16");
-    if (isState(slot) && slot.dtype != "f32" && !weight16 &&
+    bool lossScale = slot.stateKind == StateKind::loss_scale &&
+                     slot.dtype == "i64" && slot.numElements() == 3;
+    if (isState(slot) && slot.dtype != "f32" && !weight16 && !lossScale &&
         !(slot.dtype == "i8" && slot.statePart == StatePart::codes)) {
       error = slot.role + " '" + slot.key + "' is " + slot.dtype +
               "; trainmem-run trains steps whose weights are f32, bf16 or "
@@ -825,6 +842,22 @@ void Session::abortRanks(int code) const {
     tmrt_abort(ctx, code);
 }
 
+std::optional<LossScaleState> Session::getLossScale() const {
+  if (!state)
+    return std::nullopt;
+  for (const TensorSlot &slot : layout.arguments)
+    if (slot.stateKind == StateKind::loss_scale && slot.dtype == "i64") {
+      Bytes bytes = state->read(slot);
+      int64_t values[3];
+      std::memcpy(values, bytes.data(), 24);
+      return LossScaleState{std::ldexp(lossScaleInitial,
+                                       static_cast<int>(std::clamp<int64_t>(
+                                           values[0], -2000, 2000))),
+                            values[1], values[2]};
+    }
+  return std::nullopt;
+}
+
 std::vector<std::string> Session::describeGemms16() const {
   std::vector<std::string> lines;
   if (!ctx)
@@ -894,6 +927,29 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
       error = "step " + std::to_string(step) + ": " + kernelError;
       return false;
     }
+    // An update skipped for a non-finite gradient is a loss-scaled step's
+    // overflow, handled by its scale; in any other step it is an error
+    // that names the tensor (before the state of this step comes back).
+    uint64_t skipped = tmrt_skipped_updates(ctx);
+    if (skipped && !getLossScale()) {
+      int64_t offset = tmrt_skipped_update_param(ctx, 0);
+      std::string name = "at offset " + std::to_string(offset);
+      for (const TensorSlot &slot : layout.arguments)
+        if ((slot.role == "param" || slot.stateKind == StateKind::master) &&
+            static_cast<int64_t>(slot.offset) == offset)
+          name = "'" + (slot.role == "param" ? slot.key : slot.stateParam) +
+                 "'";
+      error = "step " + std::to_string(step) + ": the gradient of " + name +
+              (skipped > 1 ? " (and of " + std::to_string(skipped - 1) +
+                                 " more tensors)"
+                           : std::string()) +
+              " is not finite (NaN or infinity; in f16, an overflow), so its "
+              "update was skipped; stopping without writing this step's "
+              "state (train f16 with loss scaling: --loss-scale)";
+      tmrt_clear_skipped_updates(ctx);
+      return false;
+    }
+    tmrt_clear_skipped_updates(ctx);
     // State the step could not update in place comes back through its
     // result slot.
     for (const TensorSlot &result : layout.results) {

@@ -122,7 +122,8 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
                                        StringRef rematOptions,
                                        StringRef gradAccumOptions,
                                        std::optional<StringRef> quantizeOptions,
-                                       StringRef zeroOptions) {
+                                       StringRef zeroOptions,
+                                       std::optional<StringRef> lossScaleOptions) {
   Operation *step = nullptr;
   if (hasMarkedStep(module)) {
     step = findMarkedStep(module, "trainmem-run");
@@ -133,12 +134,12 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
     // A step lowered by trainmem-opt runs as it is; the passes that would
     // reshape it work on the tensor-level step only.
     if (!rematOptions.empty() || !gradAccumOptions.empty() || quantizeOptions ||
-        !zeroOptions.empty())
+        !zeroOptions.empty() || lossScaleOptions)
       return emitError(step->getLoc(), "trainmem-run: @")
              << SymbolTable::getSymbolName(step).getValue()
              << " is already lowered; --remat, --grad-accum, "
-                "--quantize-optimizer-state and --zero need the tensor-level "
-                "step (the input of convert-train-to-runtime)";
+                "--quantize-optimizer-state, --zero and --loss-scale need the "
+                "tensor-level step (the input of convert-train-to-runtime)";
     return success();
   }
   // The registered train-step pipeline: a model's forward pass becomes the
@@ -152,6 +153,9 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   options.quantize = quantizeOptions.has_value();
   if (quantizeOptions)
     options.quantizeOptions = quantizeOptions->str();
+  options.lossScale = lossScaleOptions.has_value();
+  if (lossScaleOptions)
+    options.lossScaleOptions = lossScaleOptions->str();
   PassManager pm(module.getContext());
   if (failed(buildTrainStepPipeline(
           pm, options, [&](const Twine &message) -> LogicalResult {

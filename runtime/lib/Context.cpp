@@ -322,6 +322,16 @@ void tmrt_arena_touch(tmrt_context *ctx, uint64_t offset, uint64_t bytes) {
   ctx->touch(static_cast<int64_t>(offset), bytes);
 }
 uint64_t tmrt_kernel_calls(tmrt_context *ctx) { return ctx->kernelCalls.load(); }
+uint64_t tmrt_skipped_updates(tmrt_context *ctx) {
+  return ctx->skippedUpdates;
+}
+int64_t tmrt_skipped_update_param(tmrt_context *ctx, uint64_t i) {
+  return i < ctx->skippedParams.size() ? ctx->skippedParams[i] : -1;
+}
+void tmrt_clear_skipped_updates(tmrt_context *ctx) {
+  ctx->skippedUpdates = 0;
+  ctx->skippedParams.clear();
+}
 const char *tmrt_bf16_gemm(tmrt_context *ctx) {
   if (ctx->bf16Gemm == tmrt::Bf16Gemm::sbgemm)
     return "cblas_sbgemm";

@@ -88,6 +88,18 @@ struct tmrt_context {
   std::mutex errorMutex;
   std::string error;
   bool hasError = false;
+  /// Whether every gradient finite_check saw since finite_begin was finite.
+  bool gradientsFinite = true;
+  /// Updates skipped for a non-finite gradient: the count, and the first
+  /// kMaxSkippedKept parameters' offsets (kernels run one at a time).
+  static constexpr size_t kMaxSkippedKept = 64;
+  uint64_t skippedUpdates = 0;
+  std::vector<int64_t> skippedParams;
+  void recordSkipped(int64_t paramRef) {
+    ++skippedUpdates;
+    if (skippedParams.size() < kMaxSkippedKept)
+      skippedParams.push_back(tmrt::offsetOf(paramRef));
+  }
   double clipSumSquares = 0.0;
   double clipScale = 1.0;
   tmrt::Bf16Gemm bf16Gemm = tmrt::Bf16Gemm::widen;

@@ -103,6 +103,13 @@ static cl::opt<std::string> quantizeOptions(
              "options, e.g. \"block=256 min-size=4096\" (empty: defaults)"),
     cl::cat(category));
 
+static cl::opt<std::string> lossScaleOptions(
+    "loss-scale", cl::ValueOptional,
+    cl::desc("Dynamic loss scaling for f16 steps: train-loss-scale options, "
+             "e.g. \"initial=1024 growth-interval=100\" (empty: GradScaler's "
+             "defaults, 2^16 and 2000)"),
+    cl::cat(category));
+
 static cl::opt<std::string> zeroOptions(
     "zero",
     cl::desc("Partition the step over the processes mpirun starts: "
@@ -186,6 +193,9 @@ int main(int argc, char **argv) {
   std::optional<StringRef> quantize;
   if (quantizeOptions.getNumOccurrences())
     quantize = StringRef(quantizeOptions);
+  std::optional<StringRef> lossScale;
+  if (lossScaleOptions.getNumOccurrences())
+    lossScale = StringRef(lossScaleOptions);
   // One rank per process under mpirun: the world's size is the ranks.
   int64_t worldSize = 1, worldRank = 0;
   if (const char *size = std::getenv("OMPI_COMM_WORLD_SIZE"))
@@ -204,7 +214,7 @@ int main(int argc, char **argv) {
     zero = "ranks=" + std::to_string(worldSize) + " " + zeroOptions;
   }
   if (failed(prepareStep(*module, autodiffOptions, rematOptions,
-                         gradAccumOptions, quantize, zero)))
+                         gradAccumOptions, quantize, zero, lossScale)))
     return 1;
 
   SessionOptions options;
@@ -253,7 +263,7 @@ int main(int argc, char **argv) {
     for (const std::string &option :
          {std::string(autodiffOptions), std::string(rematOptions),
           std::string(gradAccumOptions), std::string(quantizeOptions),
-          std::string(zeroOptions)})
+          std::string(zeroOptions), std::string(lossScaleOptions)})
       what += "\n" + option;
     uint64_t hash = fnv1a(what);
     for (int part = 0; part < 4; ++part) {
@@ -396,8 +406,23 @@ int main(int argc, char **argv) {
     corpus->batch(seed, step, batchSize, seqLen, tokens, targets,
                   rank * batchSize);
     float rankLoss;
+    std::optional<LossScaleState> scaleBefore = session->getLossScale();
     if (!session->runStep(step, tokens, targets, rankLoss, error))
       return error.empty() ? 1 : fail(error);
+    // Dynamic loss scaling: every skipped step and every change of scale.
+    if (std::optional<LossScaleState> scaleAfter = session->getLossScale();
+        scaleAfter && scaleBefore && leader) {
+      if (scaleAfter->skippedSteps != scaleBefore->skippedSteps)
+        llvm::errs() << "trainmem-run: step " << step
+                     << ": gradients not finite, update skipped, loss scale "
+                     << llvm::format("%.10g", scaleBefore->scale) << " -> "
+                     << llvm::format("%.10g", scaleAfter->scale) << "\n";
+      else if (scaleAfter->scale != scaleBefore->scale)
+        llvm::errs() << "trainmem-run: step " << step << ": loss scale "
+                     << llvm::format("%.10g", scaleBefore->scale) << " -> "
+                     << llvm::format("%.10g", scaleAfter->scale) << " after " << scaleBefore->cleanSteps + 1
+                     << " clean steps\n";
+    }
     // The global batch's loss: the mean of the ranks' (equal batches).
     double meanLoss = rankLoss;
     if (!session->meanOverRanks(meanLoss, error))
@@ -504,6 +529,12 @@ int main(int argc, char **argv) {
   if (std::optional<uint64_t> measured = session->getMeasuredPeak())
     llvm::outs() << "arena: planned " << layout.arenaBytes
                  << " B, measured peak " << *measured << " B\n";
+  if (std::optional<LossScaleState> scale = session->getLossScale();
+      scale && leader)
+    llvm::outs() << "loss scale: " << llvm::format("%.10g", scale->scale)
+                 << ", "
+                 << scale->skippedSteps << " steps skipped in all, "
+                 << scale->cleanSteps << " clean steps since the last change\n";
   return 0;
   };
   int code = train();

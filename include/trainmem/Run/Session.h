@@ -139,6 +139,13 @@ struct SessionOptions {
   std::string communicator = "single";
 };
 
+/// Where dynamic loss scaling stands (train-loss-scale).
+struct LossScaleState {
+  double scale;
+  int64_t cleanSteps;
+  int64_t skippedSteps;
+};
+
 class Session {
 public:
   ~Session();
@@ -199,6 +206,10 @@ public:
   /// Ends every rank's process (a rank that failed, so that no other waits
   /// for it); nothing on one rank.
   void abortRanks(int code) const;
+  /// A loss-scaled step's scale now, its clean steps since the scale last
+  /// changed and the steps it skipped (train-loss-scale's state); none for
+  /// a step without loss scaling.
+  std::optional<LossScaleState> getLossScale() const;
   /// How the runtime runs the step's 16-bit GEMMs, one line per 16-bit
   /// element type the step's weights have ("bf16 GEMMs: cblas_sbgemm");
   /// empty for an f32 step or the interpreter.
@@ -219,6 +230,7 @@ private:
   /// The tensor-level step, for the interpreter.
   OwningOpRef<ModuleOp> tensorStep;
   func::FuncOp stepFunc;
+  double lossScaleInitial = 1.0;
   int64_t batchSize = 0, seqLen = 0, vocab = 0;
   int64_t ranks = 1, rank = 0, zeroStage = 0;
   uint64_t plannedBytesSent = 0;

@@ -65,12 +65,15 @@ struct StepLayout {
 /// `quantizeOptions` (possibly empty: the defaults),
 /// train-quantize-optimizer-state; then accumulation loops are unrolled and
 /// train.remat regions materialized; with non-empty `zeroOptions` (e.g.
-/// "ranks=2 stage=1"), train-zero between the two (train-step's order).
+/// "ranks=2 stage=1"), train-zero between the two (train-step's order);
+/// with `lossScaleOptions` (possibly empty), train-loss-scale after
+/// train-autodiff.
 LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
                           StringRef rematOptions = "",
                           StringRef gradAccumOptions = "",
                           std::optional<StringRef> quantizeOptions = {},
-                          StringRef zeroOptions = "");
+                          StringRef zeroOptions = "",
+                          std::optional<StringRef> lossScaleOptions = {});
 
 /// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
 /// convert-to-llvm) and reads its arena layout.

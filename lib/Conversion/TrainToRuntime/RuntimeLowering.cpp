@@ -405,6 +405,27 @@ static LogicalResult lowerLRSchedule(LRScheduleOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::lr_schedule{.step = b.offset(o.getStep()), .out = b.offset(o.getResult()), .peak_lr = o.getPeakLr().convertToDouble(), .min_lr = o.getMinLr().convertToDouble(), .warmup_steps = o.getWarmupStepsAttr().getInt(), .total_steps = o.getTotalStepsAttr().getInt()});
 }
 
+static LogicalResult lowerLossScale(LossScaleOp o, RuntimeCallBuilder &b) {
+  return b.emitContiguous(o, rt::loss_scale{.state = b.offset(o.getState()), .out = b.offset(o.getScale()), .initial = o.getInitial().convertToDouble()});
+}
+
+static LogicalResult lowerUnscaleGradients(UnscaleGradientsOp o,
+                                           RuntimeCallBuilder &b) {
+  if (failed(b.requireContiguous(o)))
+    return failure();
+  // Every gradient checked before any is written: an overflow in the last
+  // one makes every result NaN. The state is updated last, after the
+  // divisions that read the old scale.
+  double initial = o.getInitial().convertToDouble();
+  b.emit(rt::finite_begin{}, o.getLoc());
+  for (Value grad : o.getGrads())
+    b.emit(rt::finite_check{.grad = b.offset(grad), .n = b.elements(grad)}, o.getLoc());
+  for (auto [grad, out] : llvm::zip(o.getGrads(), o.getUnscaled()))
+    b.emit(rt::unscale{.grad = b.offset(grad), .out = b.offset(out), .n = b.elements(grad), .state = b.offset(o.getState()), .initial = initial}, o.getLoc());
+  b.emit(rt::loss_scale_update{.state = b.offset(o.getState()), .new_state = b.offset(o.getNewState()), .growth_interval = o.getGrowthInterval()}, o.getLoc());
+  return success();
+}
+
 static LogicalResult lowerTranspose(TransposeOp, RuntimeCallBuilder &) {
   // A transpose is a strided view of its operand: no data moves.
   return success();
@@ -545,6 +566,8 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<SGD8bitOp, lowerSGD8bit>(ctx);
     attach<SGDOp, lowerSGD>(ctx);
     attach<LRScheduleOp, lowerLRSchedule>(ctx);
+    attach<LossScaleOp, lowerLossScale>(ctx);
+    attach<UnscaleGradientsOp, lowerUnscaleGradients>(ctx);
     attach<MatmulOp, lowerMatmul>(ctx);
     attach<SumToOp, lowerSumTo>(ctx);
     attach<ReshapeOp, lowerReshape>(ctx);

@@ -260,6 +260,30 @@ void tmrt_lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
                       double peak_lr, double min_lr, int64_t warmup_steps,
                       int64_t total_steps);
 
+/* Dynamic loss scaling (train.loss_scale, train.unscale_gradients).
+ * `state` is i64[3]: [log2(scale / initial), clean steps, skipped steps].
+ * loss_scale writes the f32 scale initial · 2^state[0] to `out`.
+ * finite_begin, then finite_check on every gradient, records whether all
+ * are finite; unscale writes grad / scale (f32 `out`), or NaN everywhere
+ * when one was not; loss_scale_update then writes the new state: halved
+ * scale and one more skipped step after an overflow, doubled after
+ * `growth_interval` clean steps. */
+void tmrt_loss_scale(tmrt_context *ctx, int64_t state, int64_t out,
+                     double initial);
+void tmrt_finite_begin(tmrt_context *ctx);
+void tmrt_finite_check(tmrt_context *ctx, int64_t grad, int64_t n);
+void tmrt_unscale(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
+                  int64_t state, double initial);
+void tmrt_loss_scale_update(tmrt_context *ctx, int64_t state,
+                            int64_t new_state, int64_t growth_interval);
+/* Optimizer updates skipped since the last clear because their gradient was
+ * not finite (tmrt_adamw, tmrt_sgd and the 8-bit ones leave such a tensor as
+ * it is), and the arena offset of the parameter of the i-th of them (the
+ * first 64 are kept). */
+uint64_t tmrt_skipped_updates(tmrt_context *ctx);
+int64_t tmrt_skipped_update_param(tmrt_context *ctx, uint64_t i);
+void tmrt_clear_skipped_updates(tmrt_context *ctx);
+
 /* Collectives, through the context's communicator: "single" (one process,
  * the default) or "mpi" (one rank per process under mpirun, built when MPI
  * is found). Rings over the communicator's send-receive, in a fixed order:

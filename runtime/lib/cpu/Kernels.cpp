@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <initializer_list>
+#include <limits>
 #include <type_traits>
 #include <cmath>
 #include <cstdlib>
@@ -46,6 +47,24 @@ bool allFinite(tmrt_context *ctx, const float *g, int64_t n) {
       finite.store(false, std::memory_order_relaxed);
   });
   return finite.load();
+}
+
+/// allFinite for a gradient of any float type.
+template <typename T>
+bool allFiniteOf(tmrt_context *ctx, const T *g, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return allFinite(ctx, g, n);
+  } else {
+    std::atomic<bool> finite{true};
+    ctx->pool.parallelFor(n, 1 << 16, [&](int64_t begin, int64_t end) {
+      bool nonFinite = false;
+      for (int64_t i = begin; i < end; ++i)
+        nonFinite |= !std::isfinite(static_cast<float>(g[i]));
+      if (nonFinite)
+        finite.store(false, std::memory_order_relaxed);
+    });
+    return finite.load();
+  }
 }
 
 constexpr int64_t kGrain = 16384; // elements per task for cheap loops
@@ -1109,6 +1128,17 @@ void adamwOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   const T *g = ctx->at<T>(grad);
   float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m),
         *nv = ctx->at<float>(new_v);
+  if (!allFiniteOf(ctx, g, n)) {
+    // Skip this tensor's step: carry everything over unchanged.
+    std::memmove(np, p, n * 4);
+    std::memmove(nm, mv, n * 4);
+    std::memmove(nv, vv, n * 4);
+    ctx->recordSkipped(param);
+    ctx->touch(new_param, n * 4);
+    ctx->touch(new_m, n * 4);
+    ctx->touch(new_v, n * 4);
+    return;
+  }
   const trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
                                    weight_decay, *ctx->at<int64_t>(step));
   ctx->pool.parallelFor(n, kGrain, [&](int64_t begin, int64_t end) {
@@ -1208,6 +1238,7 @@ void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
     std::memmove(nvc, vc, n);
     std::memmove(nma, ma, blocks * 4);
     std::memmove(nva, va, blocks * 4);
+    ctx->recordSkipped(param);
   }
   ctx->touch(new_param, n * 4);
   ctx->touch(new_m_codes, n);
@@ -1254,6 +1285,7 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
     std::memmove(np, p, n * 4);
     std::memmove(nc, c, n);
     std::memmove(na, a, blocks * 4);
+    ctx->recordSkipped(param);
   }
   ctx->touch(new_param, n * 4);
   ctx->touch(new_codes, n);
@@ -1270,6 +1302,16 @@ void sgdOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
   const float *b = buffer >= 0 ? ctx->at<float>(buffer) : nullptr;
   float *np = ctx->at<float>(new_param);
   float *nb = buffer >= 0 ? ctx->at<float>(new_buffer) : nullptr;
+  if (!allFiniteOf(ctx, g, n)) {
+    std::memmove(np, p, n * 4);
+    if (nb)
+      std::memmove(nb, b, n * 4);
+    ctx->recordSkipped(param);
+    ctx->touch(new_param, n * 4);
+    if (nb)
+      ctx->touch(new_buffer, n * 4);
+    return;
+  }
   double rate = *ctx->at<float>(lr);
   trainmem::SGDMomentumStep update{rate, momentum, weight_decay,
                                    nesterov != 0};
@@ -1345,6 +1387,66 @@ void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out,
   withFloatType(ctx, "clip_apply", {grad, out}, [&](auto type) {
     clip_applyOf<decltype(type)>(ctx, grad, out, n);
   });
+}
+
+/// initial · 2^state[0], the scale of the step's loss (in double).
+double lossScaleOf(tmrt_context *ctx, int64_t state, double initial) {
+  return std::ldexp(initial,
+                    static_cast<int>(std::clamp<int64_t>(
+                        ctx->at<int64_t>(state)[0], -2000, 2000)));
+}
+
+void loss_scale(tmrt_context *ctx, int64_t state, int64_t out,
+                double initial) {
+  *ctx->at<float>(out) = static_cast<float>(lossScaleOf(ctx, state, initial));
+  ctx->touch(out, 4);
+}
+
+void finite_begin(tmrt_context *ctx) { ctx->gradientsFinite = true; }
+
+void finite_check(tmrt_context *ctx, int64_t grad, int64_t n) {
+  withFloatType(ctx, "finite_check", {grad}, [&](auto type) {
+    using T = decltype(type);
+    if (!allFiniteOf(ctx, ctx->at<T>(grad), n))
+      ctx->gradientsFinite = false;
+  });
+}
+
+void unscale(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
+             int64_t state, double initial) {
+  double inverse = 1.0 / lossScaleOf(ctx, state, initial);
+  bool finite = ctx->gradientsFinite;
+  float *y = ctx->at<float>(out);
+  withFloatType(ctx, "unscale", {grad}, [&](auto type) {
+    using T = decltype(type);
+    const T *g = ctx->at<T>(grad);
+    elementwise(ctx, n, [&](int64_t i) {
+      y[i] = finite ? static_cast<float>(static_cast<double>(g[i]) * inverse)
+                    : std::numeric_limits<float>::quiet_NaN();
+    });
+  });
+  ctx->touch(out, n * 4);
+}
+
+void loss_scale_update(tmrt_context *ctx, int64_t state, int64_t new_state,
+                       int64_t growth_interval) {
+  const int64_t *old = ctx->at<int64_t>(state);
+  int64_t exponent = old[0], clean = old[1], skipped = old[2];
+  if (ctx->gradientsFinite) {
+    if (++clean >= growth_interval) {
+      ++exponent;
+      clean = 0;
+    }
+  } else {
+    --exponent;
+    clean = 0;
+    ++skipped;
+  }
+  int64_t *updated = ctx->at<int64_t>(new_state);
+  updated[0] = exponent;
+  updated[1] = clean;
+  updated[2] = skipped;
+  ctx->touch(new_state, 24);
 }
 
 void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,

@@ -114,6 +114,15 @@ uint64_t SquaredNormOp::getFlops() {
   return total;
 }
 uint64_t LRScheduleOp::getFlops() { return 8; }
+uint64_t LossScaleOp::getFlops() { return 1; }
+// Finiteness check (1) and the division (1) per element.
+uint64_t UnscaleGradientsOp::getFlops() {
+  uint64_t total = 0;
+  for (Value grad : getGrads())
+    total = addCount(total, mulCount(2, elems(grad)));
+  return total;
+}
+
 // Block absmax (1), scale (1), binary search over 256 entries (8).
 uint64_t QuantizeOp::getFlops() { return mulCount(10, elems(getInput())); }
 uint64_t DequantizeOp::getFlops() { return elems(getResult()); }

@@ -750,6 +750,49 @@ LogicalResult SquaredNormOp::verify() {
   return success();
 }
 
+/// The loss-scale state: [log2(scale / initial), clean steps, skipped].
+static LogicalResult verifyLossScale(Operation *op, Value state,
+                                     double initial) {
+  auto type = cast<RankedTensorType>(state.getType());
+  if (type.getRank() != 1 || type.getDimSize(0) != 3)
+    return op->emitOpError("loss-scale state must be tensor<3xi64> (log2 of "
+                           "the scale over the initial one, clean steps, "
+                           "skipped steps), got ")
+           << type;
+  if (!(initial > 0.0) || !std::isfinite(initial))
+    return op->emitOpError("initial loss scale must be finite and > 0, got ")
+           << initial;
+  return success();
+}
+
+LogicalResult LossScaleOp::verify() {
+  return verifyLossScale(*this, getState(), getInitial().convertToDouble());
+}
+
+LogicalResult UnscaleGradientsOp::verify() {
+  if (failed(verifyLossScale(*this, getState(),
+                             getInitial().convertToDouble())))
+    return failure();
+  if (getNewState().getType() != getState().getType())
+    return emitOpError("new state must have the state's type");
+  if (getGrads().empty())
+    return emitOpError("needs at least one gradient");
+  if (getUnscaled().size() != getGrads().size())
+    return emitOpError("must return one unscaled gradient per gradient");
+  for (auto [grad, out] : llvm::zip(getGrads(), getUnscaled())) {
+    auto in = cast<RankedTensorType>(grad.getType());
+    auto result = cast<RankedTensorType>(out.getType());
+    if (in.getShape() != result.getShape() || !result.getElementType().isF32())
+      return emitOpError("an unscaled gradient is f32 of its gradient's "
+                         "shape, got ")
+             << result << " for " << in;
+  }
+  if (getGrowthInterval() < 1)
+    return emitOpError("growth_interval must be >= 1, got ")
+           << getGrowthInterval();
+  return success();
+}
+
 /// A block size that is a power of two, and absmax with one entry per
 /// block of `elements`.
 static LogicalResult verifyBlocks(Operation *op, int64_t block,

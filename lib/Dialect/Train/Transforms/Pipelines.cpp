@@ -25,6 +25,11 @@ LogicalResult mlir::train::buildTrainStepPipeline(
   };
   if (options.differentiate && failed(add("train-autodiff", options.autodiff)))
     return failure();
+  if (options.lossScale &&
+      failed(add("train-loss-scale", options.lossScaleOptions)))
+    return failure();
+  if (!options.lossScale && !options.lossScaleOptions.empty())
+    return errorHandler("train-step: loss-scale-options needs loss-scale=true");
   if (!options.remat.empty() && failed(add("train-remat", options.remat)))
     return failure();
   if (!options.gradAccum.empty() &&
@@ -54,7 +59,7 @@ void mlir::train::registerTrainPipelines() {
   registerPassPipeline(
       "train-step",
       "From a model to a step ready to lower: train-autodiff, then "
-      "train-remat, train-grad-accum, train-quantize-optimizer-state as "
+      "train-loss-scale, train-remat, train-grad-accum, train-quantize-optimizer-state as "
       "asked, train-unroll-accum, train-materialize-remat; with zero, "
       "train-materialize-remat, train-zero, train-unroll-accum "
       "(trainmem-run's pipeline)",

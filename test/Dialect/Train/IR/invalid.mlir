@@ -1148,3 +1148,43 @@ func.func @squared_norm_of_nothing() -> tensor<f32> {
   %s = "train.squared_norm"() : () -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// -----
+
+func.func @loss_scale_state_shape(%state: tensor<2xi64>) -> tensor<f32> {
+  // expected-error @+1 {{'train.loss_scale' op loss-scale state must be tensor<3xi64> (log2 of the scale over the initial one, clean steps, skipped steps), got 'tensor<2xi64>'}}
+  %s = train.loss_scale %state {initial = 65536.0 : f64} : tensor<2xi64> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+func.func @loss_scale_initial(%state: tensor<3xi64>) -> tensor<f32> {
+  // expected-error @+1 {{'train.loss_scale' op initial loss scale must be finite and > 0, got -1.000000e+00}}
+  %s = train.loss_scale %state {initial = -1.0 : f64} : tensor<3xi64> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+func.func @unscaled_not_f32(%g: tensor<8xf16>, %state: tensor<3xi64>) {
+  // expected-error @+1 {{'train.unscale_gradients' op an unscaled gradient is f32 of its gradient's shape, got 'tensor<8xf16>' for 'tensor<8xf16>'}}
+  %u:2 = train.unscale_gradients %g scale(%state) {initial = 1.0 : f64, growth_interval = 10 : i64} : (tensor<8xf16>), tensor<3xi64> -> (tensor<8xf16>), tensor<3xi64>
+  return
+}
+
+// -----
+
+func.func @unscale_count(%g: tensor<8xf16>, %state: tensor<3xi64>) {
+  // expected-error @+1 {{'train.unscale_gradients' op must return one unscaled gradient per gradient}}
+  %u:3 = train.unscale_gradients %g scale(%state) {initial = 1.0 : f64, growth_interval = 10 : i64} : (tensor<8xf16>), tensor<3xi64> -> (tensor<8xf32>, tensor<8xf32>), tensor<3xi64>
+  return
+}
+
+// -----
+
+func.func @unscale_growth(%g: tensor<8xf16>, %state: tensor<3xi64>) {
+  // expected-error @+1 {{'train.unscale_gradients' op growth_interval must be >= 1, got 0}}
+  %u:2 = train.unscale_gradients %g scale(%state) {initial = 1.0 : f64, growth_interval = 0 : i64} : (tensor<8xf16>), tensor<3xi64> -> (tensor<8xf32>), tensor<3xi64>
+  return
+}

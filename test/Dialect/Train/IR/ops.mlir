@@ -230,3 +230,12 @@ func.func @indexed_accumulation(%x: tensor<4x8xf32>) -> tensor<2x8xf32> {
   }
   return %sum : tensor<2x8xf32>
 }
+
+// CHECK-LABEL: func.func @loss_scaling
+func.func @loss_scaling(%g0: tensor<8xf16>, %g1: tensor<4x8xf16>, %state: tensor<3xi64>) {
+  // CHECK: train.loss_scale %{{.*}} {initial = 6.553600e+04 : f64} : tensor<3xi64> -> tensor<f32>
+  %s = train.loss_scale %state {initial = 65536.0 : f64} : tensor<3xi64> -> tensor<f32>
+  // CHECK: train.unscale_gradients %{{.*}}, %{{.*}} scale(%{{.*}}) {growth_interval = 2000 : i64, initial = 6.553600e+04 : f64} : (tensor<8xf16>, tensor<4x8xf16>), tensor<3xi64> -> (tensor<8xf32>, tensor<4x8xf32>), tensor<3xi64>
+  %u:3 = train.unscale_gradients %g0, %g1 scale(%state) {initial = 65536.0 : f64, growth_interval = 2000 : i64} : (tensor<8xf16>, tensor<4x8xf16>), tensor<3xi64> -> (tensor<8xf32>, tensor<4x8xf32>), tensor<3xi64>
+  return
+}

@@ -28,7 +28,11 @@ def Train_StateKind : I32EnumAttr<"StateKind", "kind of optimizer state", [
     I32EnumAttrCase<"m", 1>,
     I32EnumAttrCase<"v", 2>,
     // SGD's momentum buffer.
-    I32EnumAttrCase<"momentum", 3>
+    I32EnumAttrCase<"momentum", 3>,
+    // The step's dynamic loss scale (train-loss-scale): tensor<3xi64> of
+    // [log2(scale / initial scale), clean steps since the last change,
+    // skipped steps], zeros at the start.
+    I32EnumAttrCase<"loss_scale", 4>
   ]> {
   let cppNamespace = "::mlir::train";
   let genSpecializedAttr = 0;

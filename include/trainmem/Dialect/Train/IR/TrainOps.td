@@ -820,7 +820,10 @@ def Train_AdamWOp : Train_ComputeOp<"adamw",
     evaluated in f32 as `p' = (1 - lr·wd) p - α m' / (sqrt(v') + ε̂)` with
     `α = lr sqrt(1-β2^t) / (1-β1^t)` and `ε̂ = eps sqrt(1-β2^t)` (Kingma &
     Ba's form; the constants in f64 once per tensor). `m` and `v` are f32;
-    the parameter may be the f32 master copy of a 16-bit weight.
+    the parameter may be the f32 master copy of a 16-bit weight. A gradient
+    with an element that is not finite leaves the parameter, `m` and `v` as
+    they are (the update of this tensor is skipped; see
+    `train.unscale_gradients`).
 
     ```mlir
     %p2, %m2, %v2 = train.adamw %p, %g, %m, %v, %lr, %step
@@ -850,7 +853,8 @@ def Train_SGDOp : Train_ComputeOp<"sgd", [
     `g' = g + wd · p`; with momentum, `b' = momentum · b + g'` and the step
     uses `b'` (or `g' + momentum · b'` with `nesterov`); `p' = p - lr · step`.
     The momentum buffer is an operand and a result exactly when
-    `momentum > 0`.
+    `momentum > 0`. A gradient with an element that is not finite leaves the
+    parameter and buffer as they are.
 
     ```mlir
     %p2, %b2 = train.sgd %p, %g, %lr, %buf {momentum = 0.9 : f64, weight_decay = 0.0 : f64}
@@ -957,6 +961,57 @@ def Train_SquaredNormOp : Train_ComputeOp<"squared_norm"> {
   let arguments = (ins Variadic<Train_FloatTensor>:$inputs);
   let results = (outs Train_F32Scalar:$result);
   let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_LossScaleOp : Train_ComputeOp<"loss_scale"> {
+  let summary = "the dynamic loss scale a step's backward is seeded with";
+  let description = [{
+    `initial · 2^state[0]` as an f32 scalar, where `state` is the step's
+    loss-scale state (`#train.state<"step", loss_scale>`, see
+    `train.unscale_gradients`). train-loss-scale multiplies the loss
+    gradient by it, so that small f16 gradients do not flush to zero.
+
+    ```mlir
+    %s = train.loss_scale %state {initial = 65536.0 : f64} : tensor<3xi64> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins StaticShapeTensorOf<[I64]>:$state, F64Attr:$initial);
+  let results = (outs Train_F32Scalar:$scale);
+  let assemblyFormat = "$state attr-dict `:` type($state) `->` type($scale)";
+  let hasVerifier = 1;
+}
+
+def Train_UnscaleGradientsOp : Train_ComputeOp<"unscale_gradients"> {
+  let summary = "divides scaled gradients by the loss scale and updates it";
+  let description = [{
+    Dynamic loss scaling, with PyTorch GradScaler's defaults: with
+    `s = initial · 2^state[0]` (the scale the backward was seeded with),
+    when every element of every gradient is finite, each result is its
+    gradient divided by `s`, in f32; `state[1]` (clean steps) counts up and
+    after `growth_interval` clean steps the scale doubles (`state[0] + 1`,
+    `state[1] = 0`). When any element is not finite (an f16 overflow), every
+    result is NaN, so that every optimizer update of the step is skipped
+    (`train.adamw` and the others leave a tensor whose gradient is not
+    finite as it is), the scale halves (`state[0] - 1`), `state[1] = 0` and
+    `state[2]` (skipped steps) counts up.
+
+    ```mlir
+    %u0, %u1, %new_state = train.unscale_gradients %g0, %g1 scale(%state)
+        {initial = 65536.0 : f64, growth_interval = 2000 : i64}
+        : (tensor<768xf16>, tensor<768x768xf16>), tensor<3xi64>
+       -> (tensor<768xf32>, tensor<768x768xf32>), tensor<3xi64>
+    ```
+  }];
+  let arguments = (ins Variadic<Train_FloatTensor>:$grads,
+                       StaticShapeTensorOf<[I64]>:$state, F64Attr:$initial,
+                       I64Attr:$growth_interval);
+  let results = (outs Variadic<Train_FloatTensor>:$unscaled,
+                      StaticShapeTensorOf<[I64]>:$new_state);
+  let assemblyFormat = [{
+    $grads `scale` `(` $state `)` attr-dict `:` `(` type($grads) `)` `,`
+    type($state) `->` `(` type($unscaled) `)` `,` type($new_state)
+  }];
   let hasVerifier = 1;
 }
 

@@ -126,6 +126,39 @@ def TrainAddOptimizerPass : Pass<"train-add-optimizer", "mlir::ModuleOp"> {
   let options = TrainOptimizerOptions;
 }
 
+def TrainLossScalePass : Pass<"train-loss-scale", "mlir::ModuleOp"> {
+  let summary = "Dynamic loss scaling for 16-bit (f16) steps, as IR";
+  let description = [{
+    Takes a step with its optimizer update (after train-autodiff or
+    train-add-optimizer) and scales its loss the way PyTorch's GradScaler
+    does, with its defaults: the backward is seeded with the loss gradient
+    times the scale (`train.loss_scale`, starting at `initial`, 2^16); in
+    the `train.block optimizer`, `train.unscale_gradients` divides every
+    gradient by it in f32 before clipping and the update. A step whose
+    gradients are not all finite (an f16 overflow) skips every update
+    (weights and optimizer state stay as they are) and halves the scale;
+    after `growth-interval` clean steps (2000) the scale doubles. The scale,
+    the clean steps and the skipped steps are one state tensor of the step
+    (`#train.state<"step", loss_scale>`, an argument and a result), so they
+    are in the checkpoint. bf16 has f32's range and needs none.
+
+    ```mlir
+    %s = train.loss_scale %state {initial = 65536.0 : f64} : tensor<3xi64> -> tensor<f32>
+    %seed = train.mul %dloss, %s : tensor<f32>
+    ...
+    %u:2, %new_state = train.unscale_gradients %g0, %g1 scale(%state) {...}
+    ```
+  }];
+  let options = [
+    Option<"initial", "initial", "double", "65536.0",
+           "The loss scale at the first step">,
+    Option<"growthInterval", "growth-interval", "int64_t", "2000",
+           "Clean steps after which the scale doubles">,
+    Option<"function", "function", "std::string", "\"\"",
+           "The training step (default: the function marked train.step)">
+  ];
+}
+
 def TrainPlanArenaPass : Pass<"train-plan-arena", "mlir::ModuleOp"> {
   let summary = "Writes the static arena plan into the step";
   let description = [{

@@ -45,6 +45,15 @@ struct TrainStepPipelineOptions
       llvm::cl::desc("Keep optimizer state in 8 bits "
                      "(train-quantize-optimizer-state)"),
       llvm::cl::init(false)};
+  Option<bool> lossScale{
+      *this, "loss-scale",
+      llvm::cl::desc("Dynamic loss scaling (train-loss-scale), for f16"),
+      llvm::cl::init(false)};
+  Option<std::string> lossScaleOptions{
+      *this, "loss-scale-options",
+      llvm::cl::desc("train-loss-scale options, e.g. \"initial=1024\" "
+                     "(with loss-scale=true)"),
+      llvm::cl::init("")};
   Option<std::string> zero{
       *this, "zero",
       llvm::cl::desc("train-zero options, e.g. \"ranks=2 stage=1\"; empty: "
@@ -58,7 +67,7 @@ struct TrainStepPipelineOptions
 };
 
 /// Adds the passes of `train-step` to `pm`: train-autodiff (with
-/// `differentiate`), train-remat, train-grad-accum and
+/// `differentiate`), train-loss-scale, train-remat, train-grad-accum and
 /// train-quantize-optimizer-state when asked for, then train-unroll-accum
 /// and train-materialize-remat. Bad nested options go to `errorHandler`.
 LogicalResult

@@ -1,0 +1,188 @@
+//===- LossScale.cpp - train-loss-scale -----------------------------------===//
+//
+// Dynamic loss scaling as IR: the backward's seed times the scale, the
+// gradients unscaled (in f32) at the top of the optimizer block, the scale
+// and its counters one state tensor of the step. What happens on an
+// overflow is train.unscale_gradients's: every gradient NaN, so that every
+// update skips its tensor.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <cmath>
+
+namespace mlir {
+namespace train {
+#define GEN_PASS_DEF_TRAINLOSSSCALEPASS
+#include "trainmem/Dialect/Train/Transforms/Passes.h.inc"
+} // namespace train
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::train;
+
+namespace {
+
+constexpr llvm::StringLiteral kPassName = "train-loss-scale";
+
+/// The step's state tensor holding the loss scale: the parameter name the
+/// state attribute needs (the scale belongs to the whole step).
+constexpr llvm::StringLiteral kLossScaleStateParam = "step";
+
+struct TrainLossScalePass
+    : public train::impl::TrainLossScalePassBase<TrainLossScalePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (!(initial > 0.0) || !std::isfinite(initial.getValue())) {
+      emitError(module.getLoc(), kPassName)
+          << ": initial must be finite and > 0, got " << initial;
+      return signalPassFailure();
+    }
+    if (growthInterval < 1) {
+      emitError(module.getLoc(), kPassName)
+          << ": growth-interval must be >= 1, got "
+          << static_cast<int64_t>(growthInterval);
+      return signalPassFailure();
+    }
+    func::FuncOp func = lookupStep(module, function, kPassName);
+    if (!func || failed(scale(func)))
+      return signalPassFailure();
+  }
+
+  LogicalResult scale(func::FuncOp func) {
+    MLIRContext *context = func.getContext();
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (auto state = func.getArgAttrOfType<StateAttr>(
+              i, kOptimizerStateAttrName);
+          state && state.getKind() == StateKind::loss_scale)
+        return func.emitError(kPassName)
+               << ": @" << func.getSymName()
+               << " is loss-scaled already (argument " << i << ")";
+    BlockOp optimizer;
+    func.walk([&](BlockOp block) {
+      if (block.getKind() == BlockKind::optimizer)
+        optimizer = block;
+    });
+    if (!optimizer)
+      return func.emitError(kPassName)
+             << ": @" << func.getSymName()
+             << " has no train.block optimizer (run train-autodiff with an "
+                "optimizer, or train-add-optimizer, first)";
+
+    // The gradients the updates apply, before clipping.
+    llvm::SetVector<Value> grads;
+    SmallVector<ClipGradNormOp> clips;
+    optimizer.walk([&](OptimizerUpdateOpInterface update) {
+      Value grad = update.getGradient();
+      if (auto clip = grad.getDefiningOp<ClipGradNormOp>()) {
+        if (!llvm::is_contained(clips, clip))
+          clips.push_back(clip);
+        auto clipped = llvm::find(clip.getClipped(), grad);
+        grad = clip.getGrads()[clipped - clip.getClipped().begin()];
+      }
+      grads.insert(grad);
+    });
+    if (grads.empty())
+      return func.emitError(kPassName)
+             << ": @" << func.getSymName()
+             << " has no optimizer update (a step from "
+                "train-autodiff{optimizer=none} returns gradients; run "
+                "train-add-optimizer first)";
+    SmallVector<CrossEntropyGradOp> seeds;
+    func.walk([&](CrossEntropyGradOp op) { seeds.push_back(op); });
+    if (seeds.empty())
+      return func.emitError(kPassName)
+             << ": @" << func.getSymName()
+             << " has no train.cross_entropy_grad to seed with the scale "
+                "(its loss must be a cross-entropy)";
+
+    // The state: an argument and a result of the step.
+    OpBuilder builder(context);
+    auto stateType = RankedTensorType::get({3}, builder.getI64Type());
+    auto stateAttr =
+        StateAttr::get(context, kLossScaleStateParam, StateKind::loss_scale);
+    unsigned stateIndex = func.getNumArguments();
+    if (failed(func.insertArguments(
+            {stateIndex}, {stateType},
+            {builder.getDictionaryAttr(
+                builder.getNamedAttr(kOptimizerStateAttrName, stateAttr))},
+            {func.getLoc()})))
+      return func.emitError(kPassName) << ": cannot extend the signature";
+    Value state = func.getArgument(stateIndex);
+    FloatAttr initialAttr = builder.getF64FloatAttr(initial);
+    auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
+
+    // The seed: the loss gradient times the scale.
+    for (CrossEntropyGradOp seed : seeds) {
+      builder.setInsertionPoint(seed);
+      Value scale = LossScaleOp::create(builder, seed.getLoc(), f32Scalar,
+                                        state, initialAttr);
+      Value scaled = MulOp::create(builder, seed.getLoc(), seed.getGrad(),
+                                   scale);
+      seed.getGradMutable().assign(scaled);
+    }
+
+    // The unscaled gradients, first thing in the optimizer block.
+    Block &body = optimizer.getBody().front();
+    builder.setInsertionPointToStart(&body);
+    SmallVector<Type> unscaledTypes;
+    for (Value grad : grads)
+      unscaledTypes.push_back(RankedTensorType::get(
+          cast<RankedTensorType>(grad.getType()).getShape(),
+          builder.getF32Type()));
+    auto unscale = UnscaleGradientsOp::create(
+        builder, optimizer.getLoc(), unscaledTypes, stateType,
+        grads.getArrayRef(), state, initialAttr,
+        builder.getI64IntegerAttr(growthInterval));
+    for (auto [gradValue, unscaled] : llvm::zip(grads, unscale.getUnscaled())) {
+      Value grad = gradValue;
+      grad.replaceUsesWithIf(unscaled, [&](OpOperand &use) {
+        return use.getOwner() != unscale &&
+               optimizer->isProperAncestor(use.getOwner());
+      });
+    }
+    // A clip now reads f32 gradients: rebuilt with f32 results.
+    for (ClipGradNormOp clip : clips) {
+      builder.setInsertionPoint(clip);
+      SmallVector<Type> types;
+      for (Value grad : clip.getGrads())
+        types.push_back(grad.getType());
+      auto rebuilt = ClipGradNormOp::create(
+          builder, clip.getLoc(), types, clip.getNorm().getType(),
+          clip.getGrads(), clip.getSquaredNorm(), clip.getMaxNormAttr());
+      rebuilt->setAttrs(clip->getAttrs());
+      clip.replaceAllUsesWith(rebuilt.getResults());
+      clip.erase();
+    }
+
+    // The new state leaves the block and the step.
+    auto ret = cast<func::ReturnOp>(func.front().getTerminator());
+    SmallVector<Value> results(ret.getOperands());
+    results.push_back(unscale.getNewState());
+    ret.getOperandsMutable().assign(results);
+    SmallVector<Type> resultTypes(func.getResultTypes());
+    resultTypes.push_back(stateType);
+    SmallVector<DictionaryAttr> resultAttrs;
+    func.getAllResultAttrs(resultAttrs);
+    resultAttrs.push_back(builder.getDictionaryAttr(
+        builder.getNamedAttr(kOptimizerStateAttrName, stateAttr)));
+    func.setFunctionType(FunctionType::get(context, func.getArgumentTypes(),
+                                           resultTypes));
+    func.setAllResultAttrs(resultAttrs);
+    exportEscapingValues(func);
+    return success();
+  }
+};
+
+} // namespace

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem-runtime/Runtime.h"
+#include "trainmem/Support/Float16.h"
 
 #include <gtest/gtest.h>
 
@@ -67,7 +68,7 @@ TEST(Collectives, AllReduceSumsEveryRanksBuffer) {
     for (bool inPlace : {true, false}) {
       write(ctx.get(), 0, mine);
       uint64_t before = tmrt_bytes_sent(ctx.get());
-      tmrt_all_reduce_f32(ctx.get(), 0, inPlace ? 0 : 4096, n, average);
+      tmrt_all_reduce(ctx.get(), 0, inPlace ? 0 : 4096, n, average);
       ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
       std::vector<float> got = read(ctx.get(), inPlace ? 0 : 4096, n);
       for (int64_t i = 0; i < n; ++i) {
@@ -97,7 +98,7 @@ TEST(Collectives, ReduceScatterLeavesEachRankItsShard) {
     write(ctx.get(), 0, mine);
     uint64_t before = tmrt_bytes_sent(ctx.get());
     int64_t out = inPlace ? 0 : 8192;
-    tmrt_reduce_scatter_f32(ctx.get(), 0, out, shard, /*average=*/1);
+    tmrt_reduce_scatter(ctx.get(), 0, out, shard, /*average=*/1);
     ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
     std::vector<float> got = read(ctx.get(), out, shard);
     for (int64_t i = 0; i < shard; ++i) {
@@ -111,6 +112,62 @@ TEST(Collectives, ReduceScatterLeavesEachRankItsShard) {
   }
 }
 
+TEST(Collectives, SixteenBitBuffersTravelInSixteenBits) {
+  // bf16 and f16 all-reduce and all-gather: small integers (exact in both
+  // formats, sums included), half the bytes of f32 on the wire.
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t size = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  const int64_t n = 10;
+  for (int64_t dtype : {int64_t(TMRT_DTYPE_BF16), int64_t(TMRT_DTYPE_F16)}) {
+    auto encode = [&](float v) {
+      return dtype == TMRT_DTYPE_BF16 ? trainmem::bf16BitsFromFloat(v)
+                                      : trainmem::f16BitsFromFloat(v);
+    };
+    auto decode = [&](uint16_t bits) {
+      return dtype == TMRT_DTYPE_BF16 ? trainmem::floatFromBF16Bits(bits)
+                                      : trainmem::floatFromF16Bits(bits);
+    };
+    std::vector<uint16_t> mine(n);
+    for (int64_t i = 0; i < n; ++i)
+      mine[i] = encode(float(rank * 4 + i));
+    ASSERT_EQ(tmrt_arena_write(ctx.get(), 0, mine.data(), n * 2), 0);
+    uint64_t before = tmrt_bytes_sent(ctx.get());
+    tmrt_all_reduce(ctx.get(), tmrt_tensor_ref(0, dtype),
+                    tmrt_tensor_ref(4096, dtype), n, /*average=*/0);
+    ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr)
+        << tmrt_context_error(ctx.get());
+    std::vector<uint16_t> got(n);
+    ASSERT_EQ(tmrt_arena_read(ctx.get(), 4096, got.data(), n * 2), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (int64_t r = 0; r < size; ++r)
+        sum += r * 4 + i;
+      EXPECT_EQ(decode(got[i]), float(sum)) << i;
+    }
+    uint64_t chunk = (n + size - 1) / size;
+    EXPECT_EQ(tmrt_bytes_sent(ctx.get()) - before,
+              2 * uint64_t(size - 1) * chunk * 2);
+    // Gather: rank r's 3 elements land at 3 r.
+    ASSERT_EQ(tmrt_arena_write(ctx.get(), 0, mine.data(), 3 * 2), 0);
+    tmrt_all_gather(ctx.get(), tmrt_tensor_ref(0, dtype),
+                    tmrt_tensor_ref(8192, dtype), 3);
+    ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr);
+    std::vector<uint16_t> all(3 * size);
+    ASSERT_EQ(tmrt_arena_read(ctx.get(), 8192, all.data(), all.size() * 2), 0);
+    for (int64_t r = 0; r < size; ++r)
+      for (int64_t i = 0; i < 3; ++i)
+        EXPECT_EQ(decode(all[r * 3 + i]), float(r * 4 + i));
+  }
+  // Input and result of different types are refused.
+  tmrt_all_reduce(ctx.get(), tmrt_tensor_ref(0, TMRT_DTYPE_BF16),
+                  tmrt_tensor_ref(4096, TMRT_DTYPE_F32), n, 0);
+  ASSERT_NE(tmrt_context_error(ctx.get()), nullptr);
+  EXPECT_EQ(std::string(tmrt_context_error(ctx.get())),
+            "all_reduce: input bf16 and result f32 differ");
+  tmrt_context_clear_error(ctx.get());
+}
+
 TEST(Collectives, AllGatherAndSliceAreInverse) {
   ContextPtr ctx = makeContext(1 << 16);
   ASSERT_NE(ctx, nullptr);
@@ -120,7 +177,7 @@ TEST(Collectives, AllGatherAndSliceAreInverse) {
   for (int64_t i = 0; i < shard; ++i)
     mine[i] = valueOf(rank, i);
   write(ctx.get(), 0, mine);
-  tmrt_all_gather_f32(ctx.get(), 0, 4096, shard);
+  tmrt_all_gather(ctx.get(), 0, 4096, shard);
   ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
   std::vector<float> all = read(ctx.get(), 4096, shard * size);
   for (int64_t r = 0; r < size; ++r)
@@ -128,7 +185,7 @@ TEST(Collectives, AllGatherAndSliceAreInverse) {
       EXPECT_EQ(all[r * shard + i], valueOf(r, i));
   EXPECT_EQ(tmrt_bytes_sent(ctx.get()), uint64_t(size - 1) * shard * 4);
   // The local slice takes the rank's part back, sending nothing.
-  tmrt_all_slice_f32(ctx.get(), 4096, 8192, shard);
+  tmrt_all_slice(ctx.get(), 4096, 8192, shard);
   EXPECT_EQ(read(ctx.get(), 8192, shard), mine);
   EXPECT_EQ(tmrt_bytes_sent(ctx.get()), uint64_t(size - 1) * shard * 4);
 }
@@ -140,12 +197,12 @@ TEST(Collectives, BroadcastAndBarrier) {
   int64_t root = size - 1;
   std::vector<float> mine(4, float(rank));
   write(ctx.get(), 0, mine);
-  tmrt_broadcast_f32(ctx.get(), 0, 4, root);
+  tmrt_broadcast(ctx.get(), 0, 4, root);
   tmrt_barrier(ctx.get());
   ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
   EXPECT_EQ(read(ctx.get(), 0, 4), std::vector<float>(4, float(root)));
   // A root that is no rank is the context's error, not a hang.
-  tmrt_broadcast_f32(ctx.get(), 0, 4, size);
+  tmrt_broadcast(ctx.get(), 0, 4, size);
   EXPECT_NE(tmrt_context_error(ctx.get()), nullptr);
 }
 
@@ -159,10 +216,10 @@ TEST(Collectives, TheSameBitsEveryRun) {
   for (int64_t i = 0; i < n; ++i)
     mine[i] = 1.0f / float(1 + i + 7 * rank) + 1e-3f * float(rank);
   write(ctx.get(), 0, mine);
-  tmrt_all_reduce_f32(ctx.get(), 0, 0, n, 1);
+  tmrt_all_reduce(ctx.get(), 0, 0, n, 1);
   std::vector<float> first = read(ctx.get(), 0, n);
   write(ctx.get(), 0, mine);
-  tmrt_all_reduce_f32(ctx.get(), 0, 0, n, 1);
+  tmrt_all_reduce(ctx.get(), 0, 0, n, 1);
   EXPECT_EQ(read(ctx.get(), 0, n), first);
   ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
 }

@@ -442,7 +442,7 @@ namespace {
 //===----------------------------------------------------------------------===//
 
 /// A collective the runtime runs: over all ranks of a one-axis grid (the
-/// process world), on f32 1-D buffers along axis 0.
+/// process world), on 1-D buffers (f32, bf16 or f16) along axis 0.
 template <typename OpT>
 static LogicalResult checkCollective(OpT op, RuntimeCallBuilder &b,
                                      int64_t axis) {
@@ -462,9 +462,6 @@ static LogicalResult checkCollective(OpT op, RuntimeCallBuilder &b,
                             "them)");
   if (axis > 0)
     return op.emitOpError("splits along axis 0 only");
-  if (failed(RuntimeCallBuilder::requireF32(
-          op, op->getOperands(), "the runtime's collectives reduce")))
-    return failure();
   return b.requireContiguous(op);
 }
 
@@ -485,7 +482,7 @@ static LogicalResult lowerAllReduce(shard::AllReduceOp op,
   if (failed(checkCollective(op, b, -1)) ||
       failed(checkReduction(op, op.getReduction())))
     return failure();
-  b.emit(rt::all_reduce_f32{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult()), .average = averages(op.getReduction())}, op.getLoc());
+  b.emit(rt::all_reduce{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult()), .average = averages(op.getReduction())}, op.getLoc());
   return success();
 }
 
@@ -494,7 +491,7 @@ static LogicalResult lowerReduceScatter(shard::ReduceScatterOp op,
   if (failed(checkCollective(op, b, op.getScatterAxis().getSExtValue())) ||
       failed(checkReduction(op, op.getReduction())))
     return failure();
-  b.emit(rt::reduce_scatter_f32{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult()), .average = averages(op.getReduction())}, op.getLoc());
+  b.emit(rt::reduce_scatter{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult()), .average = averages(op.getReduction())}, op.getLoc());
   return success();
 }
 
@@ -502,7 +499,7 @@ static LogicalResult lowerAllGather(shard::AllGatherOp op,
                                     RuntimeCallBuilder &b) {
   if (failed(checkCollective(op, b, op.getGatherAxis().getSExtValue())))
     return failure();
-  b.emit(rt::all_gather_f32{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getInput())}, op.getLoc());
+  b.emit(rt::all_gather{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getInput())}, op.getLoc());
   return success();
 }
 
@@ -510,7 +507,7 @@ static LogicalResult lowerAllSlice(shard::AllSliceOp op,
                                    RuntimeCallBuilder &b) {
   if (failed(checkCollective(op, b, op.getSliceAxis().getSExtValue())))
     return failure();
-  b.emit(rt::all_slice_f32{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult())}, op.getLoc());
+  b.emit(rt::all_slice{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult())}, op.getLoc());
   return success();
 }
 

@@ -287,8 +287,9 @@ void tmrt_clear_skipped_updates(tmrt_context *ctx);
 /* Collectives, through the context's communicator: "single" (one process,
  * the default) or "mpi" (one rank per process under mpirun, built when MPI
  * is found). Rings over the communicator's send-receive, in a fixed order:
- * the same bits on every run with the same ranks. f32 buffers at arena
- * offsets; `n` is the elements of the buffer (all-reduce) or of one rank's
+ * the same bits on every run with the same ranks. f32, bf16 or f16
+ * buffers (input and result of one type; 16-bit ones travel in 16 bits
+ * and are summed in f32 at each hop); `n` is the elements of the buffer (all-reduce) or of one rank's
  * shard (the rest); in == out works in place (a reduce-scatter leaves the
  * rank's shard at the start of the buffer). A communication failure is the
  * context's error (tmrt_context_error). */
@@ -306,14 +307,14 @@ void tmrt_abort(tmrt_context *ctx, int code);
 /* Bytes this rank has sent and received through collectives. */
 uint64_t tmrt_bytes_sent(tmrt_context *ctx);
 uint64_t tmrt_bytes_received(tmrt_context *ctx);
-void tmrt_all_reduce_f32(tmrt_context *ctx, int64_t in, int64_t out,
+void tmrt_all_reduce(tmrt_context *ctx, int64_t in, int64_t out,
                          int64_t n, int64_t average);
-void tmrt_reduce_scatter_f32(tmrt_context *ctx, int64_t in, int64_t out,
+void tmrt_reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out,
                              int64_t n, int64_t average);
-void tmrt_all_gather_f32(tmrt_context *ctx, int64_t in, int64_t out,
+void tmrt_all_gather(tmrt_context *ctx, int64_t in, int64_t out,
                          int64_t n);
-void tmrt_all_slice_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
-void tmrt_broadcast_f32(tmrt_context *ctx, int64_t buffer, int64_t n,
+void tmrt_all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void tmrt_broadcast(tmrt_context *ctx, int64_t buffer, int64_t n,
                         int64_t root);
 void tmrt_barrier(tmrt_context *ctx);
 /* Host values summed over the ranks, in rank order, the same on every rank

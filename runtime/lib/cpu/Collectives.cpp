@@ -1,6 +1,7 @@
 //===- Collectives.cpp - ring collectives over a communicator -------------===//
 //
-// The CPU backend's collectives, on f32 buffers in the (host) arena, built
+// The CPU backend's collectives, on f32, bf16 or f16 buffers in the (host)
+// arena (16-bit ones travel in 16 bits, summed in f32 at each hop), built
 // of the communicator's send-receive as rings (Patarasuk & Yuan 2009; what
 // NCCL does on one ring): a reduce-scatter passes each chunk around the
 // ring N-1 times, adding as it goes; an all-gather passes each rank's chunk
@@ -23,6 +24,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -42,23 +44,24 @@ struct Chunks {
   }
 };
 
-/// One step of a ring: sends `chunk` floats (the first `sendSize` from
-/// `send`, zeros after) to the next rank, receives `chunk` floats from the
-/// previous one into `recv`.
-bool exchange(tmrt_context *ctx, const float *send, int64_t sendSize,
-              std::vector<float> &outgoing, std::vector<float> &incoming,
+/// One step of a ring: sends `chunk` elements of T (the first `sendSize`
+/// from `send`, zeros after) to the next rank, receives `chunk` from the
+/// previous one into `incoming`.
+template <typename T>
+bool exchange(tmrt_context *ctx, const T *send, int64_t sendSize,
+              std::vector<T> &outgoing, std::vector<T> &incoming,
               int64_t chunk) {
   const Communicator &comm = *ctx->communicator;
   int64_t size = comm.size(ctx), rank = comm.rank(ctx);
   // A whole chunk goes as it is; a short one (the buffer's end) padded.
-  const float *wire = send;
+  const T *wire = send;
   if (sendSize < chunk) {
-    std::fill(outgoing.begin(), outgoing.end(), 0.0f);
+    std::fill(outgoing.begin(), outgoing.end(), T(0.0f));
     if (sendSize > 0)
-      std::memcpy(outgoing.data(), send, sendSize * sizeof(float));
+      std::memcpy(outgoing.data(), send, sendSize * sizeof(T));
     wire = outgoing.data();
   }
-  uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(float);
+  uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(T);
   if (!comm.sendRecv(ctx, wire, bytes, mod(rank + 1, size), incoming.data(),
                      bytes, mod(rank - 1, size)))
     return false;
@@ -67,10 +70,13 @@ bool exchange(tmrt_context *ctx, const float *send, int64_t sendSize,
   return true;
 }
 
-/// The ring reduce-scatter of `n` floats at `in` in chunks of `chunk`:
-/// leaves the sum (or mean) of every rank's chunk `rank` in `result`
-/// (`chunk` floats). `in` is only read.
-bool ringReduceScatter(tmrt_context *ctx, const float *in, int64_t n,
+/// The ring reduce-scatter of `n` elements of T at `in` in chunks of
+/// `chunk`: leaves the sum (or mean) of every rank's chunk `rank` in
+/// `result` (`chunk` values). `in` is only read. Each hop adds in f32 and
+/// sends the partial sum as T (16 bits on the wire for bf16 and f16, as
+/// NCCL sends them: each hop rounds).
+template <typename T>
+bool ringReduceScatter(tmrt_context *ctx, const T *in, int64_t n,
                        int64_t chunk, bool average,
                        std::vector<float> &result) {
   const Communicator &comm = *ctx->communicator;
@@ -81,15 +87,23 @@ bool ringReduceScatter(tmrt_context *ctx, const float *in, int64_t n,
   // (rank - s - 1); at the end, chunk rank itself, summed by all.
   int64_t first = mod(rank - 1, size);
   std::copy_n(in + chunks.begin(first), chunks.size(first), result.begin());
-  std::vector<float> outgoing(chunk), incoming(chunk);
+  std::vector<T> partial(chunk), outgoing(chunk), incoming(chunk);
   for (int64_t step = 0; step + 1 < size; ++step) {
-    if (!exchange(ctx, result.data(), chunk, outgoing, incoming, chunk))
+    const T *send;
+    if constexpr (std::is_same_v<T, float>) {
+      send = result.data();
+    } else {
+      for (int64_t i = 0; i < chunk; ++i)
+        partial[i] = result[i];
+      send = partial.data();
+    }
+    if (!exchange(ctx, send, chunk, outgoing, incoming, chunk))
       return false;
     int64_t c = mod(rank - step - 2, size);
     std::fill(result.begin(), result.end(), 0.0f);
     std::copy_n(in + chunks.begin(c), chunks.size(c), result.begin());
     for (int64_t i = 0; i < chunk; ++i)
-      result[i] = incoming[i] + result[i];
+      result[i] = static_cast<float>(incoming[i]) + result[i];
   }
   if (average)
     for (float &v : result)
@@ -97,13 +111,14 @@ bool ringReduceScatter(tmrt_context *ctx, const float *in, int64_t n,
   return true;
 }
 
-/// The ring all-gather: chunk c of `out` (n floats, chunks of `chunk`)
+/// The ring all-gather: chunk c of `out` (n elements, chunks of `chunk`)
 /// comes from rank c; this rank's is there already.
-bool ringAllGather(tmrt_context *ctx, float *out, int64_t n, int64_t chunk) {
+template <typename T>
+bool ringAllGather(tmrt_context *ctx, T *out, int64_t n, int64_t chunk) {
   const Communicator &comm = *ctx->communicator;
   int64_t size = comm.size(ctx), rank = comm.rank(ctx);
   Chunks chunks{n, chunk};
-  std::vector<float> outgoing(chunk), incoming(chunk);
+  std::vector<T> outgoing(chunk), incoming(chunk);
   for (int64_t step = 0; step + 1 < size; ++step) {
     int64_t sendChunk = mod(rank - step, size);
     int64_t recvChunk = mod(rank - step - 1, size);
@@ -116,72 +131,102 @@ bool ringAllGather(tmrt_context *ctx, float *out, int64_t n, int64_t chunk) {
   return true;
 }
 
+/// Calls fn(T{}) with the element type of `in` and `out`, which must agree.
+template <typename Fn>
+void withElementType(tmrt_context *ctx, const char *kernel, int64_t in,
+                     int64_t out, Fn fn) {
+  if (dtypeOf(in) != dtypeOf(out))
+    return ctx->fail(std::string(kernel) + ": input " +
+                     dtypeName(dtypeOf(in)) + " and result " +
+                     dtypeName(dtypeOf(out)) + " differ");
+  switch (dtypeOf(in)) {
+  case TMRT_DTYPE_F32:
+    return fn(float{});
+  case TMRT_DTYPE_BF16:
+    return fn(trainmem::BFloat16{});
+  case TMRT_DTYPE_F16:
+    return fn(trainmem::Float16{});
+  default:
+    ctx->fail(std::string(kernel) + ": unknown element type");
+  }
+}
+
 } // namespace
 
 namespace tmrt {
 namespace cpu {
 
-void all_reduce_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                int64_t average) {
+  if (n < 0)
+    return ctx->fail("all_reduce: negative element count");
+  withElementType(ctx, "all_reduce", in, out, [&](auto type) {
+    using T = decltype(type);
+    int64_t size = ctx->communicator->size(ctx);
+    int64_t rank = ctx->communicator->rank(ctx);
+    int64_t chunk = (n + size - 1) / size;
+    std::vector<float> mine;
+    if (!ringReduceScatter(ctx, ctx->at<T>(in), n, chunk, average != 0, mine))
+      return;
+    // The reduced chunk into place (in may be out: its other chunks are
+    // read no more), then the ring gathers the others'.
+    T *result = ctx->at<T>(out);
+    Chunks chunks{n, chunk};
+    std::copy_n(mine.begin(), chunks.size(rank), result + chunks.begin(rank));
+    if (!ringAllGather(ctx, result, n, chunk))
+      return;
+    ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
+  });
+}
+
+void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                     int64_t average) {
   if (n < 0)
-    return ctx->fail("all_reduce_f32: negative element count");
-  int64_t size = ctx->communicator->size(ctx);
-  int64_t rank = ctx->communicator->rank(ctx);
-  int64_t chunk = (n + size - 1) / size;
-  std::vector<float> mine;
-  if (!ringReduceScatter(ctx, ctx->at<float>(in), n, chunk, average != 0,
-                         mine))
-    return;
-  // The reduced chunk into place (in may be out: its other chunks are
-  // read no more), then the ring gathers the others'.
-  float *result = ctx->at<float>(out);
-  Chunks chunks{n, chunk};
-  std::copy_n(mine.begin(), chunks.size(rank), result + chunks.begin(rank));
-  if (!ringAllGather(ctx, result, n, chunk))
-    return;
-  ctx->touch(out, static_cast<uint64_t>(n) * 4);
+    return ctx->fail("reduce_scatter: negative element count");
+  withElementType(ctx, "reduce_scatter", in, out, [&](auto type) {
+    using T = decltype(type);
+    int64_t size = ctx->communicator->size(ctx);
+    std::vector<float> mine;
+    if (!ringReduceScatter(ctx, ctx->at<T>(in), n * size, n, average != 0,
+                           mine))
+      return;
+    // In place (in == out) the shard lands at the start of the buffer.
+    std::copy_n(mine.begin(), n, ctx->at<T>(out));
+    ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
+  });
 }
 
-void reduce_scatter_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                        int64_t average) {
+void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   if (n < 0)
-    return ctx->fail("reduce_scatter_f32: negative element count");
-  int64_t size = ctx->communicator->size(ctx);
-  std::vector<float> mine;
-  if (!ringReduceScatter(ctx, ctx->at<float>(in), n * size, n, average != 0,
-                         mine))
-    return;
-  // In place (in == out) the shard lands at the start of the buffer.
-  std::copy_n(mine.begin(), n, ctx->at<float>(out));
-  ctx->touch(out, static_cast<uint64_t>(n) * 4);
+    return ctx->fail("all_gather: negative element count");
+  withElementType(ctx, "all_gather", in, out, [&](auto type) {
+    using T = decltype(type);
+    int64_t size = ctx->communicator->size(ctx);
+    int64_t rank = ctx->communicator->rank(ctx);
+    T *result = ctx->at<T>(out);
+    std::memmove(result + rank * n, ctx->at<T>(in), n * sizeof(T));
+    if (!ringAllGather(ctx, result, n * size, n))
+      return;
+    ctx->touch(out, static_cast<uint64_t>(n * size) * sizeof(T));
+  });
 }
 
-void all_gather_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   if (n < 0)
-    return ctx->fail("all_gather_f32: negative element count");
-  int64_t size = ctx->communicator->size(ctx);
-  int64_t rank = ctx->communicator->rank(ctx);
-  float *result = ctx->at<float>(out);
-  std::memmove(result + rank * n, ctx->at<float>(in), n * sizeof(float));
-  if (!ringAllGather(ctx, result, n * size, n))
-    return;
-  ctx->touch(out, static_cast<uint64_t>(n * size) * 4);
+    return ctx->fail("all_slice: negative element count");
+  withElementType(ctx, "all_slice", in, out, [&](auto type) {
+    using T = decltype(type);
+    int64_t rank = ctx->communicator->rank(ctx);
+    std::memmove(ctx->at<T>(out), ctx->at<T>(in) + rank * n, n * sizeof(T));
+    ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
+  });
 }
 
-void all_slice_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  if (n < 0)
-    return ctx->fail("all_slice_f32: negative element count");
-  int64_t rank = ctx->communicator->rank(ctx);
-  std::memmove(ctx->at<float>(out), ctx->at<float>(in) + rank * n,
-               n * sizeof(float));
-  ctx->touch(out, static_cast<uint64_t>(n) * 4);
-}
-
-void broadcast_f32(tmrt_context *ctx, int64_t buffer, int64_t n,
+void broadcast(tmrt_context *ctx, int64_t buffer, int64_t n,
                    int64_t root) {
   int64_t size = ctx->communicator->size(ctx);
   if (n < 0 || root < 0 || root >= size)
-    return ctx->fail("broadcast_f32: root " + std::to_string(root) +
+    return ctx->fail("broadcast: root " + std::to_string(root) +
                      " is not a rank of " + std::to_string(size));
   uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
   if (!ctx->communicator->broadcast(ctx, ctx->at<float>(buffer), bytes, root))

@@ -13,13 +13,13 @@
 namespace tmrt {
 namespace cpu {
 
-void all_reduce_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                     int64_t average);
-void reduce_scatter_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                         int64_t average);
-void all_gather_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
-void all_slice_f32(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
-void broadcast_f32(tmrt_context *ctx, int64_t buffer, int64_t n, int64_t root);
+void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void broadcast(tmrt_context *ctx, int64_t buffer, int64_t n, int64_t root);
 void barrier(tmrt_context *ctx);
 
 } // namespace cpu

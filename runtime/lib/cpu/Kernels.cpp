@@ -1468,12 +1468,12 @@ void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
 }
 
 // Collectives: rings over the context's communicator (Collectives.cpp).
-using tmrt::cpu::all_gather_f32;
-using tmrt::cpu::all_reduce_f32;
-using tmrt::cpu::all_slice_f32;
+using tmrt::cpu::all_gather;
+using tmrt::cpu::all_reduce;
+using tmrt::cpu::all_slice;
 using tmrt::cpu::barrier;
-using tmrt::cpu::broadcast_f32;
-using tmrt::cpu::reduce_scatter_f32;
+using tmrt::cpu::broadcast;
+using tmrt::cpu::reduce_scatter;
 
 } // namespace
 

@@ -6,10 +6,10 @@
 // it runs on. A reduce-scatter whose operand dies there may work in place.
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: tmrt.ranks = 4 : i64
-// CHECK: call @tmrt_all_reduce_f32(%{{.*}}, %{{.*}}, %{{.*}}, %c8_i64, %c1_i64)
-// CHECK: call @tmrt_reduce_scatter_f32(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64{{.*}}, %c0_i64
-// CHECK: call @tmrt_all_gather_f32(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64
-// CHECK: call @tmrt_all_slice_f32(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64
+// CHECK: call @tmrt_all_reduce(%{{.*}}, %{{.*}}, %{{.*}}, %c8_i64, %c1_i64)
+// CHECK: call @tmrt_reduce_scatter(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64{{.*}}, %c0_i64
+// CHECK: call @tmrt_all_gather(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64
+// CHECK: call @tmrt_all_slice(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64
 shard.grid @dp(shape = 4)
 func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> (tensor<8xf32>, tensor<8xf32>, tensor<2xf32>) attributes {train.step, train.zero = #train.zero<stage = 1, ranks = 4, bucket = 100>} {
   %r = shard.all_reduce %a on @dp grid_axes = [0] reduction = average : tensor<8xf32> -> tensor<8xf32>

@@ -8,16 +8,6 @@ func.func @train_step() -> tensor<4xf64> attributes {train.step} {
 
 // -----
 
-// The rings reduce f32: a 16-bit gradient is cast first.
-shard.grid @dp(shape = 2)
-func.func @train_step(%g: tensor<8xbf16>) -> tensor<8xbf16> attributes {train.step} {
-  // expected-error @+1 {{'shard.all_reduce' op has a 'bf16' operand; the runtime's collectives reduce f32 only (cast it with train.cast)}}
-  %0 = shard.all_reduce %g on @dp grid_axes = [0] reduction = sum : tensor<8xbf16> -> tensor<8xbf16>
-  return %0 : tensor<8xbf16>
-}
-
-// -----
-
 func.func @train_step(%m: tensor<64xbf16>) -> (tensor<64xi8>, tensor<1xf32>) attributes {train.step} {
   // expected-error @+1 {{'train.quantize' op has a 'bf16' operand; the runtime quantizes f32 only (cast it with train.cast)}}
   %codes, %absmax = train.quantize %m {block = 64 : i64, is_signed} : tensor<64xbf16> -> tensor<64xi8>, tensor<1xf32>

@@ -192,6 +192,9 @@ public:
   LogicalResult run(Block &block);
   llvm::DenseMap<Value, RefTensor> values;
   SmallVector<RefTensor> returned;
+  /// The parameters (operands) of updates skipped for a gradient that was
+  /// not finite, in order.
+  SmallVector<Value> skippedUpdates;
 
   const RefTensor &get(Value v) override { return values.find(v)->second; }
   void set(Value v, RefTensor t) override {
@@ -594,6 +597,7 @@ void Interpreter::adamw(AdamWOp op) {
   const RefTensor &m = get(op.getM());
   const RefTensor &v = get(op.getV());
   if (!allFinite(g)) {
+    skippedUpdates.push_back(op.getParam());
     set(op.getNewParam(), p);
     set(op.getNewM(), m);
     set(op.getNewV(), v);
@@ -656,6 +660,7 @@ void Interpreter::adamw8bit(AdamW8bitOp op) {
   const RefTensor &mc = get(op.getMCodes()), &ma = get(op.getMAbsmax());
   const RefTensor &vc = get(op.getVCodes()), &va = get(op.getVAbsmax());
   if (!allFinite(g)) {
+    skippedUpdates.push_back(op.getParam());
     set(op.getNewParam(), p);
     set(op.getNewMCodes(), mc);
     set(op.getNewMAbsmax(), ma);
@@ -699,6 +704,7 @@ void Interpreter::sgd8bit(SGD8bitOp op) {
   const RefTensor &g = get(op.getGrad());
   const RefTensor &codes = get(op.getCodes()), &absmax = get(op.getAbsmax());
   if (!allFinite(g)) {
+    skippedUpdates.push_back(op.getParam());
     set(op.getNewParam(), p);
     set(op.getNewCodes(), codes);
     set(op.getNewAbsmax(), absmax);
@@ -738,6 +744,7 @@ void Interpreter::sgd(SGDOp op) {
   const RefTensor *buf =
       op.getMomentumBuffer() ? &get(op.getMomentumBuffer()) : nullptr;
   if (!allFinite(g)) {
+    skippedUpdates.push_back(op.getParam());
     set(op.getNewParam(), p);
     if (buf)
       set(op.getNewMomentumBuffer(), *buf);
@@ -1197,12 +1204,16 @@ static LogicalResult bindArguments(func::FuncOp func, ArrayRef<RefTensor> args,
 }
 
 FailureOr<SmallVector<RefTensor>>
-mlir::train::evaluate(func::FuncOp func, ArrayRef<RefTensor> args) {
+mlir::train::evaluate(func::FuncOp func, ArrayRef<RefTensor> args,
+                      SmallVectorImpl<Value> *skippedUpdates) {
   Interpreter interp;
   if (failed(bindArguments(func, args, interp)))
     return failure();
   if (failed(interp.run(func.getBody().front())))
     return failure();
+  if (skippedUpdates)
+    skippedUpdates->assign(interp.skippedUpdates.begin(),
+                           interp.skippedUpdates.end());
   return std::move(interp.returned);
 }
 

@@ -902,6 +902,23 @@ static Bytes idBytes(const TensorSlot &slot, ArrayRef<int64_t> ids) {
   return bytes;
 }
 
+/// The error of a step without loss scaling whose update skipped tensors
+/// (`first`, the parameter or master of the first, when known).
+static std::string skippedUpdateError(int64_t step, const TensorSlot *first,
+                                      uint64_t skipped) {
+  std::string name = "a parameter";
+  if (first)
+    name = "'" + (first->role == "param" ? first->key : first->stateParam) +
+           "'";
+  return "step " + std::to_string(step) + ": the gradient of " + name +
+         (skipped > 1
+              ? " (and of " + std::to_string(skipped - 1) + " more tensors)"
+              : std::string()) +
+         " is not finite (NaN or infinity; in f16, an overflow), so its "
+         "update was skipped; stopping without writing this step's state "
+         "(train f16 with loss scaling: --loss-scale)";
+}
+
 bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
                       ArrayRef<int64_t> targets, float &loss,
                       std::string &error) {
@@ -933,19 +950,11 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
     uint64_t skipped = tmrt_skipped_updates(ctx);
     if (skipped && !getLossScale()) {
       int64_t offset = tmrt_skipped_update_param(ctx, 0);
-      std::string name = "at offset " + std::to_string(offset);
+      const TensorSlot *first = nullptr;
       for (const TensorSlot &slot : layout.arguments)
-        if ((slot.role == "param" || slot.stateKind == StateKind::master) &&
-            static_cast<int64_t>(slot.offset) == offset)
-          name = "'" + (slot.role == "param" ? slot.key : slot.stateParam) +
-                 "'";
-      error = "step " + std::to_string(step) + ": the gradient of " + name +
-              (skipped > 1 ? " (and of " + std::to_string(skipped - 1) +
-                                 " more tensors)"
-                           : std::string()) +
-              " is not finite (NaN or infinity; in f16, an overflow), so its "
-              "update was skipped; stopping without writing this step's "
-              "state (train f16 with loss scaling: --loss-scale)";
+        if (static_cast<int64_t>(slot.offset) == offset)
+          first = &slot;
+      error = skippedUpdateError(step, first, skipped);
       tmrt_clear_skipped_updates(ctx);
       return false;
     }
@@ -976,9 +985,18 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
     else
       args.push_back(toRefTensor(slot, host.read(slot)));
   }
-  FailureOr<SmallVector<RefTensor>> results = evaluate(stepFunc, args);
+  SmallVector<Value> skipped;
+  FailureOr<SmallVector<RefTensor>> results =
+      evaluate(stepFunc, args, &skipped);
   if (failed(results))
     return false;
+  if (!skipped.empty() && !getLossScale()) {
+    const TensorSlot *first = nullptr;
+    if (auto arg = dyn_cast<BlockArgument>(skipped.front()))
+      first = &layout.arguments[arg.getArgNumber()];
+    error = skippedUpdateError(step, first, skipped.size());
+    return false;
+  }
   for (auto [slot, value] : llvm::zip(layout.results, *results))
     if (isState(slot))
       host.write(slot, fromRefTensor(slot, value));

@@ -123,7 +123,9 @@ static volatile std::sig_atomic_t stopSignal = 0;
 static void onStopSignal(int signal) { stopSignal = signal; }
 
 static int fail(const llvm::Twine &message) {
-  llvm::errs() << "trainmem-run: error: " << message << "\n";
+  // One write: the ranks of a run share stderr, and a line written in
+  // pieces interleaves with theirs.
+  llvm::errs() << ("trainmem-run: error: " + message + "\n").str();
   return 1;
 }
 
@@ -358,14 +360,19 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &action, nullptr);
   int64_t ranks = session->getRanks(), rank = session->getRank();
   bool leader = rank == 0;
-  if (ranks > 1)
-    llvm::errs() << "trainmem-run: rank " << rank << " of " << ranks << ": ";
-  else
-    llvm::errs() << "trainmem-run: ";
-  llvm::errs() << backend << " backend, " << options.threads
-               << " threads, arena plan " << layout.arenaBytes << " B ("
-               << humanBytes(layout.arenaBytes) << "), steps " << firstStep
-               << ".." << steps << "\n";
+  {
+    // One write per line: the ranks share stderr.
+    std::string line;
+    llvm::raw_string_ostream os(line);
+    if (ranks > 1)
+      os << "trainmem-run: rank " << rank << " of " << ranks << ": ";
+    else
+      os << "trainmem-run: ";
+    os << backend << " backend, " << options.threads << " threads, arena plan "
+       << layout.arenaBytes << " B (" << humanBytes(layout.arenaBytes)
+       << "), steps " << firstStep << ".." << steps << "\n";
+    llvm::errs() << line;
+  }
   if (leader)
     for (const std::string &line : session->describeGemms16())
       llvm::errs() << "trainmem-run: " << line << "\n";

@@ -55,8 +55,11 @@ public:
 /// id out of range, an op the evaluator does not know). The train dialect's
 /// ops are the evaluator's own; any other op runs through its
 /// EvaluableOpInterface.
-FailureOr<SmallVector<RefTensor>> evaluate(func::FuncOp func,
-                                           ArrayRef<RefTensor> args);
+/// With `skippedUpdates`, the parameter operands of the optimizer updates
+/// that skipped their tensor because its gradient was not finite.
+FailureOr<SmallVector<RefTensor>>
+evaluate(func::FuncOp func, ArrayRef<RefTensor> args,
+         SmallVectorImpl<Value> *skippedUpdates = nullptr);
 
 /// Runs an SPMD step (train-zero) for argsPerRank.size() ranks in one
 /// process, op by op in lockstep: each rank's own values, and the shard

@@ -796,7 +796,7 @@ void Interpreter::unscaleGradients(UnscaleGradientsOp op) {
   int64_t exponent = state.ints[0], clean = state.ints[1],
           skipped = state.ints[2];
   if (finite) {
-    if (++clean >= op.getGrowthInterval()) {
+    if (++clean >= static_cast<int64_t>(op.getGrowthInterval())) {
       ++exponent;
       clean = 0;
     }

@@ -1188,3 +1188,19 @@ func.func @unscale_growth(%g: tensor<8xf16>, %state: tensor<3xi64>) {
   %u:2 = train.unscale_gradients %g scale(%state) {initial = 1.0 : f64, growth_interval = 0 : i64} : (tensor<8xf16>), tensor<3xi64> -> (tensor<8xf32>), tensor<3xi64>
   return
 }
+
+// -----
+
+func.func @unscale_state_type(%g: tensor<8xf16>, %state: tensor<3xi64>) {
+  // expected-error @+1 {{'train.unscale_gradients' op new state must have the state's type}}
+  %u:2 = train.unscale_gradients %g scale(%state) {initial = 1.0 : f64, growth_interval = 10 : i64} : (tensor<8xf16>), tensor<3xi64> -> (tensor<8xf32>), tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @unscale_nothing(%state: tensor<3xi64>) {
+  // expected-error @+1 {{'train.unscale_gradients' op needs at least one gradient}}
+  %u = "train.unscale_gradients"(%state) {initial = 1.0 : f64, growth_interval = 10 : i64} : (tensor<3xi64>) -> tensor<3xi64>
+  return
+}

@@ -11,6 +11,7 @@
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/Float16.h"
+#include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -774,10 +775,9 @@ static double sumOfSquares(EvaluationState &state, ValueRange values) {
   return sumSquares;
 }
 
-/// initial · 2^state[0], as the runtime computes it.
+/// The scale of the step's loss, from its state.
 static double lossScaleOf(const RefTensor &state, double initial) {
-  return std::ldexp(initial, static_cast<int>(std::clamp<int64_t>(
-                                 state.ints.at(0), -2000, 2000)));
+  return trainmem::lossScale(initial, state.ints.at(0));
 }
 
 void Interpreter::unscaleGradients(UnscaleGradientsOp op) {
@@ -793,19 +793,10 @@ void Interpreter::unscaleGradients(UnscaleGradientsOp op) {
                  : std::numeric_limits<float>::quiet_NaN();
     set(out, std::move(y));
   }
-  int64_t exponent = state.ints[0], clean = state.ints[1],
-          skipped = state.ints[2];
-  if (finite) {
-    if (++clean >= static_cast<int64_t>(op.getGrowthInterval())) {
-      ++exponent;
-      clean = 0;
-    }
-  } else {
-    --exponent;
-    clean = 0;
-    ++skipped;
-  }
-  set(op.getNewState(), RefTensor::ofInts({3}, {exponent, clean, skipped}));
+  std::vector<int64_t> updated(state.ints.begin(), state.ints.end());
+  trainmem::advanceLossScale(updated.data(), finite,
+                             static_cast<int64_t>(op.getGrowthInterval()));
+  set(op.getNewState(), RefTensor::ofInts({3}, std::move(updated)));
 }
 
 void Interpreter::clip(ClipGradNormOp op) {

@@ -14,6 +14,7 @@
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/Float16.h"
+#include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
 #include "trainmem-runtime/Runtime.h"
 
@@ -850,9 +851,7 @@ std::optional<LossScaleState> Session::getLossScale() const {
       Bytes bytes = state->read(slot);
       int64_t values[3];
       std::memcpy(values, bytes.data(), 24);
-      return LossScaleState{std::ldexp(lossScaleInitial,
-                                       static_cast<int>(std::clamp<int64_t>(
-                                           values[0], -2000, 2000))),
+      return LossScaleState{trainmem::lossScale(lossScaleInitial, values[0]),
                             values[1], values[2]};
     }
   return std::nullopt;

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Collectives.h"
+#include "FloatTypes.h"
 
 #include "../Backend.h"
 #include "../Context.h"
@@ -139,16 +140,7 @@ void withElementType(tmrt_context *ctx, const char *kernel, int64_t in,
     return ctx->fail(std::string(kernel) + ": input " +
                      dtypeName(dtypeOf(in)) + " and result " +
                      dtypeName(dtypeOf(out)) + " differ");
-  switch (dtypeOf(in)) {
-  case TMRT_DTYPE_F32:
-    return fn(float{});
-  case TMRT_DTYPE_BF16:
-    return fn(trainmem::BFloat16{});
-  case TMRT_DTYPE_F16:
-    return fn(trainmem::Float16{});
-  default:
-    ctx->fail(std::string(kernel) + ": unknown element type");
-  }
+  cpu::dispatchFloatType(ctx, kernel, dtypeOf(in), fn);
 }
 
 } // namespace

@@ -9,10 +9,12 @@
 #include "../Backend.h"
 #include "../Context.h"
 #include "Collectives.h"
+#include "FloatTypes.h"
 #include "Quantized.h"
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/DynamicMap.h"
+#include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
 
 #include <cblas.h>
@@ -183,17 +185,7 @@ void withFloatType(tmrt_context *ctx, const char *kernel,
                 "; this kernel's operands share one");
       return;
     }
-  switch (dtype) {
-  case TMRT_DTYPE_F32:
-    return fn(float{});
-  case TMRT_DTYPE_BF16:
-    return fn(trainmem::BFloat16{});
-  case TMRT_DTYPE_F16:
-    return fn(trainmem::Float16{});
-  default:
-    ctx->fail(std::string(kernel) + ": element type code " +
-              std::to_string(dtype) + " is not one the runtime knows");
-  }
+  tmrt::cpu::dispatchFloatType(ctx, kernel, dtype, fn);
 }
 
 /// A float tensor as f32: the buffer itself when it is f32, else a host
@@ -1389,11 +1381,9 @@ void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out,
   });
 }
 
-/// initial · 2^state[0], the scale of the step's loss (in double).
+/// The scale of the step's loss, from its state (in double).
 double lossScaleOf(tmrt_context *ctx, int64_t state, double initial) {
-  return std::ldexp(initial,
-                    static_cast<int>(std::clamp<int64_t>(
-                        ctx->at<int64_t>(state)[0], -2000, 2000)));
+  return trainmem::lossScale(initial, ctx->at<int64_t>(state)[0]);
 }
 
 void loss_scale(tmrt_context *ctx, int64_t state, int64_t out,
@@ -1430,22 +1420,10 @@ void unscale(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
 
 void loss_scale_update(tmrt_context *ctx, int64_t state, int64_t new_state,
                        int64_t growth_interval) {
-  const int64_t *old = ctx->at<int64_t>(state);
-  int64_t exponent = old[0], clean = old[1], skipped = old[2];
-  if (ctx->gradientsFinite) {
-    if (++clean >= growth_interval) {
-      ++exponent;
-      clean = 0;
-    }
-  } else {
-    --exponent;
-    clean = 0;
-    ++skipped;
-  }
-  int64_t *updated = ctx->at<int64_t>(new_state);
-  updated[0] = exponent;
-  updated[1] = clean;
-  updated[2] = skipped;
+  int64_t updated[3];
+  std::copy_n(ctx->at<int64_t>(state), 3, updated);
+  trainmem::advanceLossScale(updated, ctx->gradientsFinite, growth_interval);
+  std::copy_n(updated, 3, ctx->at<int64_t>(new_state));
   ctx->touch(new_state, 24);
 }
 

@@ -1,0 +1,45 @@
+//===- LossScale.h - dynamic loss scaling's rule ----------------*- C++ -*-===//
+//
+// The scale and the update of train-loss-scale's state ([log2(scale /
+// initial), clean steps, skipped steps]), header-only and free of LLVM, so
+// the runtime's kernels, the reference evaluator and the run library apply
+// the same rule.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_SUPPORT_LOSSSCALE_H
+#define TRAINMEM_SUPPORT_LOSSSCALE_H
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace trainmem {
+
+/// initial · 2^exponent (the exponent clamped far past f32's range, so that
+/// a corrupted state gives an infinite or zero scale, not undefined shifts).
+inline double lossScale(double initial, int64_t exponent) {
+  return std::ldexp(initial, static_cast<int>(std::clamp<int64_t>(
+                                 exponent, -2000, 2000)));
+}
+
+/// The state after a step: one more clean step, and the scale doubled after
+/// `growthInterval` of them; or, when a gradient was not finite, the scale
+/// halved, the clean steps restarted and one more step skipped.
+inline void advanceLossScale(int64_t state[3], bool finite,
+                             int64_t growthInterval) {
+  if (finite) {
+    if (++state[1] >= growthInterval) {
+      ++state[0];
+      state[1] = 0;
+    }
+  } else {
+    --state[0];
+    state[1] = 0;
+    ++state[2];
+  }
+}
+
+} // namespace trainmem
+
+#endif // TRAINMEM_SUPPORT_LOSSSCALE_H

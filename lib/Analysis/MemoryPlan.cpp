@@ -6,6 +6,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 #include <map>
@@ -43,12 +45,61 @@ public:
     *first = range;
     runs.erase(first + 1, last);
   }
-  void appendTo(std::vector<Interval> &out) const {
-    out.insert(out.end(), runs.begin(), runs.end());
+  /// `merged` := `merged` united with this set; both sorted, disjoint and
+  /// not touching, and so is the result (`scratch` is reused storage). A
+  /// query merges O(log P) such sets that overlap heavily (a long-lived
+  /// buffer is in the set of every node its lifetime covers): merging them
+  /// one by one keeps the union small, where concatenating and sorting them
+  /// sorted many times more runs than the union has.
+  void uniteInto(std::vector<Interval> &merged,
+                 std::vector<Interval> &scratch) const {
+    if (runs.empty())
+      return;
+    if (merged.empty()) {
+      merged.assign(runs.begin(), runs.end());
+      return;
+    }
+    // Mostly the runs are inside the union already (the sets overlap):
+    // then there is nothing to merge.
+    const Interval *m = merged.data(), *mEnd = m + merged.size();
+    bool contained = true;
+    for (const Interval &run : runs) {
+      while (m != mEnd && m->end < run.begin)
+        ++m;
+      if (m == mEnd || run.begin < m->begin || m->end < run.end) {
+        contained = false;
+        break;
+      }
+    }
+    if (contained)
+      return;
+    scratch.resize(merged.size() + runs.size());
+    Interval *out = scratch.data();
+    Interval *outBegin = out;
+    const Interval *a = merged.data(), *aEnd = a + merged.size();
+    const Interval *b = runs.data(), *bEnd = b + runs.size();
+    *out = a->begin <= b->begin ? *a++ : *b++;
+    auto append = [&](const Interval &run) {
+      if (run.begin <= out->end) {
+        out->end = std::max(out->end, run.end);
+      } else {
+        *++out = run;
+      }
+    };
+    while (a != aEnd && b != bEnd)
+      append(a->begin <= b->begin ? *a++ : *b++);
+    for (; a != aEnd; ++a)
+      append(*a);
+    for (; b != bEnd; ++b)
+      append(*b);
+    scratch.resize(out - outBegin + 1);
+    merged.swap(scratch);
   }
 
 private:
-  std::vector<Interval> runs; // sorted, disjoint, not touching
+  /// Sorted, disjoint, not touching. Most nodes hold at most one run: kept
+  /// inline, a node's sets are one cache line and no allocation.
+  llvm::SmallVector<Interval, 1> runs;
 };
 
 /// The offset ranges of placed buffers, by lifetime, so that the memory
@@ -63,18 +114,23 @@ private:
 /// the root's `stored`: a few runs).
 class PlacedBuffers {
 public:
+  /// Halving [0, lastPoint] at its middle gives a tree of depth
+  /// ceil(log2(lastPoint + 1)): its node indices stay below twice the next
+  /// power of two.
   explicit PlacedBuffers(unsigned lastPoint)
-      : lastPoint(lastPoint), nodes(4 * (static_cast<size_t>(lastPoint) + 1)) {}
+      : lastPoint(lastPoint),
+        nodes(2 * llvm::PowerOf2Ceil(static_cast<uint64_t>(lastPoint) + 1)) {}
 
   void insert(unsigned first, unsigned last, Interval range) {
     insertAt(1, 0, lastPoint, first, last, range);
   }
 
-  /// Appends runs covering exactly the memory of the placed buffers live
-  /// at some point of [first, last] (runs may overlap one another).
-  void collect(unsigned first, unsigned last,
-               std::vector<Interval> &taken) const {
-    collectAt(1, 0, lastPoint, first, last, taken);
+  /// Sets `taken` to the merged runs (sorted, disjoint, not touching) of
+  /// the memory held by placed buffers live at some point of [first, last].
+  void collect(unsigned first, unsigned last, std::vector<Interval> &taken,
+               std::vector<Interval> &scratch) const {
+    taken.clear();
+    collectAt(1, 0, lastPoint, first, last, taken, scratch);
   }
 
 private:
@@ -97,17 +153,18 @@ private:
   }
 
   void collectAt(unsigned node, unsigned lo, unsigned hi, unsigned first,
-                 unsigned last, std::vector<Interval> &taken) const {
+                 unsigned last, std::vector<Interval> &taken,
+                 std::vector<Interval> &scratch) const {
     if (last < lo || hi < first)
       return;
     if (first <= lo && hi <= last) {
-      nodes[node].below.appendTo(taken);
+      nodes[node].below.uniteInto(taken, scratch);
       return;
     }
-    nodes[node].stored.appendTo(taken);
+    nodes[node].stored.uniteInto(taken, scratch);
     unsigned mid = lo + (hi - lo) / 2;
-    collectAt(2 * node, lo, mid, first, last, taken);
-    collectAt(2 * node + 1, mid + 1, hi, first, last, taken);
+    collectAt(2 * node, lo, mid, first, last, taken, scratch);
+    collectAt(2 * node + 1, mid + 1, hi, first, last, taken, scratch);
   }
 
   unsigned lastPoint;
@@ -138,19 +195,14 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
   for (const Buffer &buffer : buffers)
     lastPoint = std::max(lastPoint, buffer.lastPoint);
   PlacedBuffers placed(lastPoint);
-  std::vector<Interval> taken;
+  std::vector<Interval> taken, scratch;
   for (unsigned index : order) {
     const Buffer &buffer = buffers[index];
     uint64_t size = alignedSize(buffer);
     if (size == 0)
       continue;
     // Memory held, at some point of this buffer's lifetime, by others.
-    taken.clear();
-    placed.collect(buffer.firstPoint, buffer.lastPoint, taken);
-    std::sort(taken.begin(), taken.end(), [](const Interval &a,
-                                             const Interval &b) {
-      return a.begin < b.begin;
-    });
+    placed.collect(buffer.firstPoint, buffer.lastPoint, taken, scratch);
     // The smallest gap that fits, else after everything.
     uint64_t best = UINT64_MAX, bestGap = UINT64_MAX, cursor = 0;
     for (const Interval &interval : taken) {

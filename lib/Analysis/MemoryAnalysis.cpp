@@ -47,28 +47,32 @@ StringRef mlir::train::stringifyMemoryCategory(MemoryCategory category) {
 
 namespace {
 
-/// Union-find over values; the representative is the value defined first.
+/// Union-find over the values' definition indices; the representative is
+/// the value defined first (the smaller index).
 class AliasSets {
 public:
-  Value find(Value value) {
-    auto it = parent.find(value);
-    if (it == parent.end() || it->second == value)
-      return value;
-    Value root = find(it->second);
-    parent[value] = root;
-    return root;
+  explicit AliasSets(unsigned size) : parent(size) {
+    for (unsigned i = 0; i < size; ++i)
+      parent[i] = i;
   }
-  void unite(Value a, Value b, const llvm::DenseMap<Value, unsigned> &order) {
-    Value ra = find(a), rb = find(b);
+  unsigned find(unsigned index) {
+    while (parent[index] != index) {
+      parent[index] = parent[parent[index]];
+      index = parent[index];
+    }
+    return index;
+  }
+  void unite(unsigned a, unsigned b) {
+    unsigned ra = find(a), rb = find(b);
     if (ra == rb)
       return;
-    if (order.lookup(rb) < order.lookup(ra))
+    if (rb < ra)
       std::swap(ra, rb);
     parent[rb] = ra;
   }
 
 private:
-  llvm::DenseMap<Value, Value> parent;
+  std::vector<unsigned> parent;
 };
 
 bool isTensor(Value value) { return isa<RankedTensorType>(value.getType()); }
@@ -112,8 +116,8 @@ Operation *FunctionMemory::getPeakOp() const {
 }
 
 const Buffer *FunctionMemory::lookupBuffer(Value value) const {
-  auto it = bufferIndex.find(value);
-  return it == bufferIndex.end() ? nullptr : &buffers[it->second];
+  auto it = valueIndex.find(value);
+  return it == valueIndex.end() ? nullptr : &buffers[bufferOfValue[it->second]];
 }
 
 void FunctionMemory::buildSchedule(Block &block, Phase phase) {
@@ -126,8 +130,8 @@ void FunctionMemory::buildSchedule(Block &block, Phase phase) {
                     ? Phase::Optimizer
                     : Phase::Forward;
     schedule.push_back(&op);
+    phases.push_back(opPhase);
     pointOf[&op] = schedule.size();
-    phaseOf[&op] = opPhase;
     if (isa<BlockOp>(op)) {
       buildSchedule(op.getRegion(0).front(), opPhase);
       if (block.getParentOp() == func ||
@@ -144,28 +148,28 @@ void FunctionMemory::buildSchedule(Block &block, Phase phase) {
 
 void FunctionMemory::buildBuffers() {
   // Definition order: arguments first, then op results in program order.
-  llvm::DenseMap<Value, unsigned> order;
   SmallVector<Value> values;
+  auto define = [&](Value value) {
+    valueIndex[value] = values.size();
+    values.push_back(value);
+  };
   for (BlockArgument arg : func.getArguments())
-    if (isTensor(arg)) {
-      order[arg] = values.size();
-      values.push_back(arg);
-    }
+    if (isTensor(arg))
+      define(arg);
   for (Operation *op : schedule) {
     // A loop's micro-batch arguments are written where the loop starts.
     if (auto loop = dyn_cast<AccumulateOp>(op))
-      for (BlockArgument arg : loop.getBody().front().getArguments()) {
-        order[arg] = values.size();
-        values.push_back(arg);
-      }
+      for (BlockArgument arg : loop.getBody().front().getArguments())
+        define(arg);
     for (Value result : op->getResults())
-      if (isTensor(result)) {
-        order[result] = values.size();
-        values.push_back(result);
-      }
+      if (isTensor(result))
+        define(result);
   }
 
-  AliasSets aliases;
+  AliasSets aliases(values.size());
+  auto aliasOf = [&](Value value) {
+    return aliases.find(valueIndex.lookup(value));
+  };
   // State arguments by their marker (name and value, both uniqued): a
   // result with the same marker is the same state after the step.
   llvm::DenseMap<std::pair<Attribute, Attribute>, Value> stateArgs;
@@ -200,7 +204,11 @@ void FunctionMemory::buildBuffers() {
     return last;
   };
   for (Operation *op : schedule) {
-    auto unite = [&](Value a, Value b) { aliases.unite(a, b, order); };
+    auto unite = [&](Value a, Value b) {
+      auto ia = valueIndex.find(a), ib = valueIndex.find(b);
+      if (ia != valueIndex.end() && ib != valueIndex.end())
+        aliases.unite(ia->second, ib->second);
+    };
     // An update writes in place only where nothing reads the old value
     // after it; otherwise its result gets memory of its own.
     auto uniteInPlace = [&](Value old, Value updated, unsigned point) {
@@ -229,7 +237,7 @@ void FunctionMemory::buildBuffers() {
       for (auto [index, value] : llvm::enumerate(ret.getOperands()))
         if (auto marker = stateMarker(func.getResultAttrDict(index))) {
             Value arg = stateArgs.lookup(*marker);
-            if (!arg || !isTensor(value) || aliases.find(arg) == aliases.find(value))
+            if (!arg || !isTensor(value) || aliasOf(arg) == aliasOf(value))
               continue;
             // Where the value is really written: through block results to
             // the op that defines it.
@@ -247,20 +255,21 @@ void FunctionMemory::buildBuffers() {
     return isTransparentRegionOp(value.getDefiningOp());
   };
   unsigned returnPoint = schedule.size();
-  for (Value value : values) {
-    Value root = aliases.find(value);
-    auto [it, inserted] = bufferIndex.try_emplace(root, buffers.size());
-    // Copied out: inserting `value` below may move the map's entries.
-    unsigned index = it->second;
-    if (inserted) {
+  bufferOfValue.assign(values.size(), 0);
+  std::vector<unsigned> bufferOfRoot(values.size(), ~0u);
+  for (auto [valueNumber, value] : llvm::enumerate(values)) {
+    unsigned root = aliases.find(valueNumber);
+    unsigned &index = bufferOfRoot[root];
+    if (index == ~0u) {
+      index = buffers.size();
       Buffer buffer;
-      buffer.owner = root;
-      buffer.bytes = getTensorBytes(root.getType());
+      buffer.owner = values[root];
+      buffer.bytes = getTensorBytes(buffer.owner.getType());
       // Live bytes are summed in signed 64 bits: a tensor that alone
       // reaches 2^62 bytes cannot be planned or summed.
       if (buffer.bytes >= (uint64_t(1) << 62)) {
-        auto arg = dyn_cast<BlockArgument>(root);
-        noteOverflow(root.getDefiningOp(),
+        auto arg = dyn_cast<BlockArgument>(buffer.owner);
+        noteOverflow(buffer.owner.getDefiningOp(),
                      arg ? "bytes of argument #" +
                                std::to_string(arg.getArgNumber())
                          : std::string("bytes of its result"));
@@ -269,7 +278,7 @@ void FunctionMemory::buildBuffers() {
       buffer.lastPoint = 0;
       buffers.push_back(buffer);
     }
-    bufferIndex[value] = index;
+    bufferOfValue[valueNumber] = index;
     Buffer &buffer = buffers[index];
     if (!isBlockResult(value)) {
       Operation *def = value.getDefiningOp();
@@ -342,22 +351,25 @@ void FunctionMemory::classify() {
   // Per buffer: which phases use it, and its last backward reader.
   std::vector<Operation *> lastBackwardUser(buffers.size(), nullptr);
   std::vector<bool> readByNormGrad(buffers.size(), false);
-  for (auto [value, index] : bufferIndex)
-    for (OpOperand &use : value.getUses()) {
-      Operation *user = use.getOwner();
-      if (phaseOf.lookup(user) != Phase::Backward || isa<YieldOp>(user))
+  // Over the schedule in order: each backward reader is later than the
+  // last one seen (ops outside the schedule are in no phase's backward).
+  for (auto [position, user] : llvm::enumerate(schedule)) {
+    if (phases[position] != Phase::Backward || isa<YieldOp>(user))
+      continue;
+    auto layerNorm = dyn_cast<LayerNormGradOp>(user);
+    auto rmsNorm = dyn_cast<RMSNormGradOp>(user);
+    for (OpOperand &use : user->getOpOperands()) {
+      auto it = valueIndex.find(use.get());
+      if (it == valueIndex.end())
         continue;
-      Operation *&last = lastBackwardUser[index];
-      if (!last || pointOf.lookup(user) > pointOf.lookup(last))
-        last = user;
+      unsigned index = bufferOfValue[it->second];
+      lastBackwardUser[index] = user;
       // A norm's backward reads its input: that is what the norm keeps.
-      if (auto norm = dyn_cast<LayerNormGradOp>(user))
-        readByNormGrad[index] = readByNormGrad[index] ||
-                                &use == &norm.getInputMutable();
-      if (auto norm = dyn_cast<RMSNormGradOp>(user))
-        readByNormGrad[index] = readByNormGrad[index] ||
-                                &use == &norm.getInputMutable();
+      if ((layerNorm && &use == &layerNorm.getInputMutable()) ||
+          (rmsNorm && &use == &rmsNorm.getInputMutable()))
+        readByNormGrad[index] = true;
     }
+  }
 
   for (auto [index, buffer] : llvm::enumerate(buffers)) {
     Value owner = buffer.owner;
@@ -391,14 +403,14 @@ void FunctionMemory::classify() {
     // ... and what is made of it alone (its padding sliced off): the
     // gathered parameter still.
     if (def && def->getNumOperands() == 1) {
-      auto source = bufferIndex.find(def->getOperand(0));
-      if (source != bufferIndex.end() && source->second < index &&
-          buffers[source->second].category == MemoryCategory::Gathered) {
+      const Buffer *source = lookupBuffer(def->getOperand(0));
+      if (source && static_cast<size_t>(source - buffers.data()) < index &&
+          source->category == MemoryCategory::Gathered) {
         buffer.category = MemoryCategory::Gathered;
         continue;
       }
     }
-    bool definedInForward = !def || phaseOf.lookup(def) == Phase::Forward;
+    bool definedInForward = !def || getPhase(def) == Phase::Forward;
     Operation *reader = lastBackwardUser[index];
     if (!definedInForward || !reader) {
       buffer.category = MemoryCategory::Temporaries;
@@ -537,7 +549,7 @@ void FunctionMemory::summarize() {
         recomputeFlops =
             add(recomputeFlops, cost.getFlops(), op, "recompute FLOPs");
       } else {
-        unsigned phase = static_cast<unsigned>(phaseOf.lookup(op));
+        unsigned phase = static_cast<unsigned>(getPhase(op));
         flops[phase] = add(flops[phase], cost.getFlops(), op,
                            kPhaseFlops[phase]);
       }

@@ -80,7 +80,11 @@ public:
   /// The buffer holding `value`, if it is a tensor.
   const Buffer *lookupBuffer(Value value) const;
   unsigned getPoint(Operation *op) const { return pointOf.lookup(op); }
-  Phase getPhase(Operation *op) const { return phaseOf.lookup(op); }
+  /// The phase of a scheduled op (an op outside the schedule: Forward).
+  Phase getPhase(Operation *op) const {
+    unsigned point = getPoint(op);
+    return point ? phases[point - 1] : Phase::Forward;
+  }
 
   /// Live bytes at each program point.
   ArrayRef<uint64_t> getLiveBytes() const { return liveBytes; }
@@ -129,9 +133,13 @@ private:
   func::FuncOp func;
   std::vector<Operation *> schedule;
   llvm::DenseMap<Operation *, unsigned> pointOf;
-  llvm::DenseMap<Operation *, Phase> phaseOf;
+  /// The phase of schedule[i].
+  std::vector<Phase> phases;
   std::vector<Buffer> buffers;
-  llvm::DenseMap<Value, unsigned> bufferIndex;
+  /// Tensor values by definition order (arguments, then results and loop
+  /// arguments in program order), and the buffer of each.
+  llvm::DenseMap<Value, unsigned> valueIndex;
+  std::vector<unsigned> bufferOfValue;
   std::vector<uint64_t> liveBytes;
   uint64_t peakBytes = 0;
   unsigned peakPoint = 0;

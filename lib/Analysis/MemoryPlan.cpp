@@ -45,6 +45,8 @@ public:
     *first = range;
     runs.erase(first + 1, last);
   }
+  bool empty() const { return runs.empty(); }
+
   /// `merged` := `merged` united with this set; both sorted, disjoint and
   /// not touching, and so is the result (`scratch` is reused storage). A
   /// query merges O(log P) such sets that overlap heavily (a long-lived
@@ -155,7 +157,8 @@ private:
   void collectAt(unsigned node, unsigned lo, unsigned hi, unsigned first,
                  unsigned last, std::vector<Interval> &taken,
                  std::vector<Interval> &scratch) const {
-    if (last < lo || hi < first)
+    // Nothing placed in this subtree (what is stored here is below too).
+    if (last < lo || hi < first || nodes[node].below.empty())
       return;
     if (first <= lo && hi <= last) {
       nodes[node].below.uniteInto(taken, scratch);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compile-time benchmark of train-autodiff + train-memory-report.
 
-For each preset, times (best of --repeat runs, wall clock, one process each):
+For each preset, times (best of --repeat rounds that run base and step in
+turn, wall clock, one process each):
   base:  trainmem-opt IN -o /dev/null                      (parse, verify, print)
   step:  trainmem-opt IN -train-autodiff -train-memory-report -o /dev/null
          (parse, autodiff, analysis + report, print of the whole step)
@@ -23,11 +24,20 @@ import time
 
 
 def best_time(cmd, repeat):
-    best = float("inf")
+    return best_times([cmd], repeat)[0]
+
+
+def best_times(cmds, repeat):
+    """Best wall time of each command over `repeat` rounds; each round runs
+    the commands in turn, so that a slow spell of a shared machine falls on
+    all of them and not on one command's runs (a ratio of two bests is then
+    measured in the same conditions)."""
+    best = [float("inf")] * len(cmds)
     for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        best = min(best, time.perf_counter() - start)
+        for i, cmd in enumerate(cmds):
+            start = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            best[i] = min(best[i], time.perf_counter() - start)
     return best
 
 
@@ -62,19 +72,20 @@ def main():
         for preset, layers in [("gpt2-124m", 12), ("llama2-7b", 32),
                                ("gpt3-175b", 96)]:
             path = graph(preset, "--preset", preset)
-            base = best_time([opt, path, "-o", os.devnull], args.repeat)
-            step = best_time([opt, path, *step_passes, "-o", os.devnull],
-                             args.repeat)
+            base, step = best_times(
+                [[opt, path, "-o", os.devnull],
+                 [opt, path, *step_passes, "-o", os.devnull]], args.repeat)
             print(f"{preset:<12} {layers:>6} {base:>10.3f} {step:>10.3f} {step / base:>9.2f}x")
 
         print()
         print(f"{'gpt2-124m width':<16} {'step (s)':>10}")
-        times = {}
-        for layers in (12, 96):
-            path = graph(f"gpt2-{layers}", "--preset", "gpt2-124m",
-                         "--layers", str(layers))
-            times[layers] = best_time([opt, path, *step_passes, "-o",
-                                       os.devnull], args.repeat)
+        depths = (12, 96)
+        paths = [graph(f"gpt2-{layers}", "--preset", "gpt2-124m",
+                       "--layers", str(layers)) for layers in depths]
+        times = dict(zip(depths, best_times(
+            [[opt, path, *step_passes, "-o", os.devnull] for path in paths],
+            args.repeat)))
+        for layers in depths:
             print(f"{layers:>3} layers {'':<6} {times[layers]:>10.3f}")
         print(f"96/12 layers: {times[96] / times[12]:.2f}x (8x more layers)")
 

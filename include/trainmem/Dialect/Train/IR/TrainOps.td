@@ -500,9 +500,9 @@ def Train_SliceRowsOp : Train_ComputeOp<"slice_rows"> {
         : tensor<8x1024xi32> -> tensor<3x1024xi32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$input, I64Attr:$offset,
+  let arguments = (ins Train_AnyRankedTensor:$input, I64Attr:$offset,
                        DefaultValuedAttr<I64Attr, "0">:$padding);
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs Train_AnyRankedTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -533,10 +533,10 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     }
     ```
   }];
-  let arguments = (ins Variadic<AnyRankedTensor>:$inputs, I64Attr:$steps,
+  let arguments = (ins Variadic<Train_AnyRankedTensor>:$inputs, I64Attr:$steps,
                        DenseI64ArrayAttr:$padding, UnitAttr:$indexed,
                        UnitAttr:$weighted);
-  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let results = (outs Variadic<Train_AnyRankedTensor>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $inputs `steps` $steps `padding` $padding (`indexed` $indexed^)?
@@ -897,14 +897,14 @@ def Train_SGD8bitOp : Train_ComputeOp<"sgd_8bit", [
     ```
   }];
   let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
-                       StaticShapeTensorOf<[I8]>:$codes,
-                       StaticShapeTensorOf<[F32]>:$absmax,
+                       Train_StaticTensorOf<[I8]>:$codes,
+                       Train_StaticTensorOf<[F32]>:$absmax,
                        Train_F32Scalar:$lr, F64Attr:$momentum,
                        F64Attr:$weight_decay, UnitAttr:$nesterov,
                        I64Attr:$block);
   let results = (outs Train_FloatTensor:$new_param,
-                      StaticShapeTensorOf<[I8]>:$new_codes,
-                      StaticShapeTensorOf<[F32]>:$new_absmax);
+                      Train_StaticTensorOf<[I8]>:$new_codes,
+                      Train_StaticTensorOf<[F32]>:$new_absmax);
   let assemblyFormat = [{
     $param `,` $grad `,` $codes `,` $absmax `,` $lr attr-dict `:`
     type($param) `,` type($grad) `,` type($codes) `,` type($absmax) `,`
@@ -976,7 +976,7 @@ def Train_LossScaleOp : Train_ComputeOp<"loss_scale"> {
     %s = train.loss_scale %state {initial = 65536.0 : f64} : tensor<3xi64> -> tensor<f32>
     ```
   }];
-  let arguments = (ins StaticShapeTensorOf<[I64]>:$state, F64Attr:$initial);
+  let arguments = (ins Train_StaticTensorOf<[I64]>:$state, F64Attr:$initial);
   let results = (outs Train_F32Scalar:$scale);
   let assemblyFormat = "$state attr-dict `:` type($state) `->` type($scale)";
   let hasVerifier = 1;
@@ -1004,10 +1004,10 @@ def Train_UnscaleGradientsOp : Train_ComputeOp<"unscale_gradients"> {
     ```
   }];
   let arguments = (ins Variadic<Train_FloatTensor>:$grads,
-                       StaticShapeTensorOf<[I64]>:$state, F64Attr:$initial,
+                       Train_StaticTensorOf<[I64]>:$state, F64Attr:$initial,
                        I64Attr:$growth_interval);
   let results = (outs Variadic<Train_FloatTensor>:$unscaled,
-                      StaticShapeTensorOf<[I64]>:$new_state);
+                      Train_StaticTensorOf<[I64]>:$new_state);
   let assemblyFormat = [{
     $grads `scale` `(` $state `)` attr-dict `:` `(` type($grads) `)` `,`
     type($state) `->` `(` type($unscaled) `)` `,` type($new_state)
@@ -1032,8 +1032,8 @@ def Train_QuantizeOp : Train_ComputeOp<"quantize"> {
   }];
   let arguments = (ins Train_FloatTensor:$input, I64Attr:$block,
                        UnitAttr:$is_signed);
-  let results = (outs StaticShapeTensorOf<[I8]>:$codes,
-                      StaticShapeTensorOf<[F32]>:$absmax);
+  let results = (outs Train_StaticTensorOf<[I8]>:$codes,
+                      Train_StaticTensorOf<[F32]>:$absmax);
   let assemblyFormat = [{
     $input attr-dict `:` type($input) `->` type($codes) `,` type($absmax)
   }];
@@ -1051,10 +1051,10 @@ def Train_DequantizeOp : Train_ComputeOp<"dequantize"> {
         : tensor<768x768xi8>, tensor<2304xf32> -> tensor<768x768xf32>
     ```
   }];
-  let arguments = (ins StaticShapeTensorOf<[I8]>:$codes,
-                       StaticShapeTensorOf<[F32]>:$absmax, I64Attr:$block,
+  let arguments = (ins Train_StaticTensorOf<[I8]>:$codes,
+                       Train_StaticTensorOf<[F32]>:$absmax, I64Attr:$block,
                        UnitAttr:$is_signed);
-  let results = (outs StaticShapeTensorOf<[F32]>:$result);
+  let results = (outs Train_StaticTensorOf<[F32]>:$result);
   let assemblyFormat = [{
     $codes `,` $absmax attr-dict `:` type($codes) `,` type($absmax) `->`
     type($result)
@@ -1085,18 +1085,18 @@ def Train_AdamW8bitOp : Train_ComputeOp<"adamw_8bit", [
     ```
   }];
   let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
-                       StaticShapeTensorOf<[I8]>:$m_codes,
-                       StaticShapeTensorOf<[F32]>:$m_absmax,
-                       StaticShapeTensorOf<[I8]>:$v_codes,
-                       StaticShapeTensorOf<[F32]>:$v_absmax,
+                       Train_StaticTensorOf<[I8]>:$m_codes,
+                       Train_StaticTensorOf<[F32]>:$m_absmax,
+                       Train_StaticTensorOf<[I8]>:$v_codes,
+                       Train_StaticTensorOf<[F32]>:$v_absmax,
                        Train_F32Scalar:$lr, Train_I64Scalar:$step,
                        F64Attr:$beta1, F64Attr:$beta2, F64Attr:$epsilon,
                        F64Attr:$weight_decay, I64Attr:$block);
   let results = (outs Train_FloatTensor:$new_param,
-                      StaticShapeTensorOf<[I8]>:$new_m_codes,
-                      StaticShapeTensorOf<[F32]>:$new_m_absmax,
-                      StaticShapeTensorOf<[I8]>:$new_v_codes,
-                      StaticShapeTensorOf<[F32]>:$new_v_absmax);
+                      Train_StaticTensorOf<[I8]>:$new_m_codes,
+                      Train_StaticTensorOf<[F32]>:$new_m_absmax,
+                      Train_StaticTensorOf<[I8]>:$new_v_codes,
+                      Train_StaticTensorOf<[F32]>:$new_v_absmax);
   // `<operands> attr-dict : <their types>`, as `train.adamw`.
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;

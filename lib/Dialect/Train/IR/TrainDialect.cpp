@@ -174,10 +174,10 @@ unsigned firstStateIndex(ArrayAttr all) {
 
 LogicalResult verifyUnique(FunctionOpInterface func, bool results,
                            unsigned index) {
-  unsigned count = results ? func.getNumResults() : func.getNumArguments();
   ArrayAttr all = results ? func.getResAttrsAttr() : func.getArgAttrsAttr();
   if (all && firstStateIndex(all) < index)
     return success(); // an earlier index did the check
+  unsigned count = results ? func.getNumResults() : func.getNumArguments();
   // Names and values are uniqued attributes: the pair of them is the key.
   llvm::DenseMap<std::pair<Attribute, Attribute>, unsigned> seen;
   StringRef where = results ? "result" : "argument";
@@ -204,7 +204,8 @@ LogicalResult verifyUnique(FunctionOpInterface func, bool results,
 /// `train.shard_of = T` on a 1-D tensor argument or result of a partitioned
 /// step: a shard of T's elements (same element type) that, times the ranks,
 /// covers all of them.
-LogicalResult verifyShardOf(Operation *op, unsigned index, NamedAttribute attr,
+LogicalResult verifyShardOf(Operation *op, FunctionOpInterface func,
+                            unsigned index, NamedAttribute attr,
                             bool results) {
   auto fail = [&]() {
     return op->emitOpError()
@@ -217,7 +218,6 @@ LogicalResult verifyShardOf(Operation *op, unsigned index, NamedAttribute attr,
   if (!full || !full.hasStaticShape())
     return fail() << "is the static tensor type the value is a shard of, got "
                   << attr.getValue();
-  auto func = dyn_cast<FunctionOpInterface>(op);
   if (!func)
     return fail() << "belongs on a function's arguments and results";
   auto zero = func->getAttrOfType<ZeroAttr>(kZeroAttrName);
@@ -253,9 +253,13 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
              << attr.getValue();
     return success();
   }
+  // One interface lookup per attribute (the verifier asks for every
+  // argument and result attribute of every function).
   if (name == kShardOfAttrName)
-    return verifyShardOf(op, index, attr, results);
-  bool known = namesState(name) || name == kLossAttrName ||
+    return verifyShardOf(op, dyn_cast<FunctionOpInterface>(op), index, attr,
+                         results);
+  bool state = namesState(name);
+  bool known = state || name == kLossAttrName ||
                name == kGradNormAttrName || name == kGradAttrName ||
                name == kInitAttrName;
   if (!known)
@@ -269,8 +273,9 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
                              << "' belongs on results";
   if (failed(verifyValue(op, results ? "result" : "argument", index, attr)))
     return failure();
-  auto func = dyn_cast<FunctionOpInterface>(op);
-  if (func && namesState(name))
+  if (!state)
+    return success();
+  if (auto func = dyn_cast<FunctionOpInterface>(op))
     return verifyUnique(func, results, index);
   return success();
 }

@@ -23,12 +23,20 @@ def ConvertTrainToRuntimePass
     `optimizer_state`, `input`, `loss`, `grad`, `grad_norm`), `key` (the
     marker's value), `offset`, `bytes`, `shape` and `dtype`.
 
-    Kernels are f32: a step with 16-bit tensors is refused with a
-    diagnostic at the op.
+    It is a dialect conversion (`populateTrainToRuntimePatterns`): every
+    compute op is illegal and becomes the calls its
+    `RuntimeLoweringOpInterface` model emits, in place; `train.block`
+    regions are then inlined, so the calls run in program order, the order
+    the memory analysis measured. Tensors are f32, bf16 or f16 (and integer
+    ids, counts and masks); an op without a lowering, an unmaterialized
+    `train.remat`, a `train.accumulate` not yet unrolled and what a kernel
+    cannot take (a strided operand, a rank beyond its own) get a diagnostic
+    at the op.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
-                           "::mlir::LLVM::LLVMDialect"];
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::ub::UBDialect"];
   let options = [
     Option<"function", "function", "std::string", "\"\"",
            "The step to lower (default: the function marked train.step)">

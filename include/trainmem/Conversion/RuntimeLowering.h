@@ -13,6 +13,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/DenseMap.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/Value.h"
 
@@ -128,6 +130,31 @@ private:
   std::function<int64_t(Value)> offsetOf;
   uint64_t numCalls = 0;
 };
+
+/// What convert-train-to-runtime's patterns share while they run.
+struct RuntimeLoweringState {
+  /// The runtime context the calls take.
+  Value context;
+  /// The arena offset of a tensor value (the static plan).
+  std::function<int64_t(Value)> offsetOf;
+  /// Calls emitted so far.
+  uint64_t numCalls = 0;
+  /// An op's lowering failed (it said why at the op).
+  bool failed = false;
+  /// The calls of each op: the first op emitted for it, and how many calls.
+  llvm::DenseMap<Operation *, uint64_t> callGroups;
+  /// The lowered step is cut into functions of about this many calls each
+  /// (an op's calls never straddle two).
+  uint64_t callsPerPart = 256;
+};
+
+/// The patterns of convert-train-to-runtime: an op with a
+/// RuntimeLoweringOpInterface model becomes its runtime calls, a transparent
+/// region op (train.block) its inlined body, a func.return one without
+/// operands. The calls read `state.offsetOf`, take `state.context`, and
+/// land in program order.
+void populateTrainToRuntimePatterns(RewritePatternSet &patterns,
+                                    RuntimeLoweringState &state);
 
 /// Attaches the runtime lowering of every train op (and of splat
 /// arith.constant tensors) to the ops, as external models.

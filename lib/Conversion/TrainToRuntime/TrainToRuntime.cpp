@@ -1,8 +1,16 @@
 //===- TrainToRuntime.cpp - convert-train-to-runtime ----------------------===//
 //
-// Walks the step in program order (the order the memory analysis measured)
-// and emits each op's runtime calls through its RuntimeLoweringOpInterface
-// model (RuntimeLowering.cpp), with arena offsets from the static plan. Nothing is allocated at run time: the plan is the allocation.
+// A dialect conversion: every compute op of the step is illegal, and the
+// pattern (populateTrainToRuntimePatterns) replaces each by its runtime
+// calls, which its RuntimeLoweringOpInterface model (RuntimeLowering.cpp)
+// emits where the op stands, with the arena offsets of the static plan; its
+// results become placeholders (ub.poison: the models read shapes and views
+// through the IR as it was, which stays whole until the conversion ends).
+// Then the region ops are inlined, so the calls follow program order (the
+// order the memory analysis measured), and everything but the calls goes.
+// Nothing is allocated at run time: the plan is the allocation. The step's
+// body becomes the lowered function, taking the runtime context, split into
+// parts of a bounded number of calls.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,11 +24,14 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/UB/IR/UBOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -31,10 +42,12 @@ namespace train {
 
 namespace {
 
-/// Lowers one op of the schedule: region ops only name their values; the
-/// rest go through their RuntimeLoweringOpInterface model.
-LogicalResult lowerOp(Operation *op, RuntimeCallBuilder &builder) {
-  if (isa<BlockOp, YieldOp>(op))
+/// What can be lowered at all, checked over the schedule before the
+/// conversion starts (the errors the models cannot give: an op with no
+/// model, regions that must be materialized or unrolled first, element
+/// types no kernel takes).
+LogicalResult checkLowerable(Operation *op) {
+  if (isa<BlockOp, YieldOp, func::ReturnOp>(op))
     return success();
   if (auto remat = dyn_cast<RematOp>(op))
     return remat.emitOpError("must be materialized before lowering (run "
@@ -50,10 +63,56 @@ LogicalResult lowerOp(Operation *op, RuntimeCallBuilder &builder) {
                << type.getElementType()
                << " tensor; the runtime's kernels take f32, bf16 and f16 "
                   "(and integer) tensors";
-  if (auto lowerable = dyn_cast<RuntimeLoweringOpInterface>(op))
-    return lowerable.lowerToRuntime(builder);
-  return op->emitOpError("has no lowering to the trainmem runtime");
+  if (!isa<RuntimeLoweringOpInterface>(op))
+    return op->emitOpError("has no lowering to the trainmem runtime");
+  return success();
 }
+
+/// An op with a runtime lowering: its calls, emitted where it stands by its
+/// RuntimeLoweringOpInterface model, replace it; its results become
+/// placeholders (no call reads them: the calls name arena offsets). A model
+/// that fails has said why at the op; the op is still replaced, and the
+/// pass fails after the conversion with the models' errors and no other.
+struct RuntimeCallsPattern : public ConversionPattern {
+  RuntimeCallsPattern(MLIRContext *context, RuntimeLoweringState &state)
+      : ConversionPattern(MatchInterfaceOpTypeTag(),
+                          TypeID::get<RuntimeLoweringOpInterface>(),
+                          /*benefit=*/1, context),
+        state(state) {}
+
+  LogicalResult
+  matchAndRewrite(Operation *op, ArrayRef<Value>,
+                  ConversionPatternRewriter &rewriter) const override {
+    Operation *before = op->getPrevNode();
+    RuntimeCallBuilder calls(rewriter, state.context, state.offsetOf);
+    if (failed(cast<RuntimeLoweringOpInterface>(op).lowerToRuntime(calls)))
+      state.failed = true;
+    state.numCalls += calls.getNumCalls();
+    // The op's calls, for cutting the step into parts in program order
+    // later (the conversion visits ops in an order of its own).
+    Operation *first =
+        before ? before->getNextNode() : &op->getBlock()->front();
+    if (first != op)
+      state.callGroups.try_emplace(first, calls.getNumCalls());
+    SmallVector<Value> placeholders;
+    for (Type type : op->getResultTypes())
+      placeholders.push_back(ub::PoisonOp::create(rewriter, op->getLoc(), type));
+    rewriter.replaceOp(op, placeholders);
+    return success();
+  }
+
+  RuntimeLoweringState &state;
+};
+
+} // namespace
+
+void populateTrainToRuntimePatterns(RewritePatternSet &patterns,
+                                    RuntimeLoweringState &state) {
+  MLIRContext *context = patterns.getContext();
+  patterns.add<RuntimeCallsPattern>(context, state);
+}
+
+namespace {
 
 /// The role and key of argument/result `index` from its markers.
 std::pair<StringRef, std::string> roleOf(DictionaryAttr attrs) {
@@ -196,64 +255,124 @@ struct ConvertTrainToRuntimePass
     for (auto [i, value] : llvm::enumerate(ret.getOperands()))
       results.push_back(describe(value, step.getResultAttrDict(i)));
 
-    // The lowered step, built next to the original and swapped in.
-    builder.setInsertionPoint(step);
+    // Everything the schedule holds must have a lowering.
+    for (Operation *op : memory.getSchedule())
+      if (failed(checkLowerable(op)))
+        return signalPassFailure();
+
+    // The conversion: every op of the step goes; the calls that replace
+    // them take the runtime context, a new argument of the entry block
+    // (the tensor arguments go after the conversion, unused by then).
     auto ptrType = LLVM::LLVMPointerType::get(context);
+    Block &entry = step.front();
+    unsigned numTensorArgs = entry.getNumArguments();
+    RuntimeLoweringState state;
+    state.context = entry.addArgument(ptrType, step.getLoc());
+    state.offsetOf = [&](Value value) {
+      const Buffer *buffer = memory.lookupBuffer(value);
+      assert(buffer && "every tensor has a buffer");
+      return static_cast<int64_t>(
+          plan->getOffset(buffer - memory.getBuffers().data()));
+    };
+    // Illegal: the step's ops but its regions' structure (transparent
+    // region ops, their yields, the return), which the next step removes.
+    llvm::DenseSet<Operation *> computeOps;
+    step.walk([&](Operation *op) {
+      if (!isa<func::FuncOp, func::ReturnOp, YieldOp,
+               TransparentRegionOpInterface>(op))
+        computeOps.insert(op);
+    });
+    ConversionTarget target(*context);
+    target.markUnknownOpDynamicallyLegal(
+        [&](Operation *op) { return !computeOps.contains(op); });
+    RewritePatternSet patterns(context);
+    populateTrainToRuntimePatterns(patterns, state);
+    if (failed(applyPartialConversion(step, target, std::move(patterns))) ||
+        state.failed)
+      return signalPassFailure();
+    numCalls += state.numCalls;
+
+    // The regions run in place: their bodies inlined, outermost first, the
+    // calls are in program order; then only the calls and their constants
+    // stay.
+    SmallVector<Operation *> regionOps;
+    for (Operation &op : entry)
+      if (isa<TransparentRegionOpInterface>(op))
+        regionOps.push_back(&op);
+    while (!regionOps.empty()) {
+      Operation *regionOp = regionOps.pop_back_val();
+      Block &body = regionOp->getRegion(0).front();
+      for (Operation &op : body)
+        if (isa<TransparentRegionOpInterface>(op))
+          regionOps.push_back(&op);
+      regionOp->getBlock()->getOperations().splice(
+          regionOp->getIterator(), body.getOperations());
+      regionOp->dropAllUses();
+      regionOp->erase();
+    }
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(entry)))
+      if (isa<ub::PoisonOp, YieldOp, func::ReturnOp>(op)) {
+        op.dropAllUses();
+        op.erase();
+      }
+    OpBuilder atEnd = OpBuilder::atBlockEnd(&entry);
+    func::ReturnOp::create(atEnd, step.getLoc());
+    entry.eraseArguments(0, numTensorArgs);
+
+    // The lowered step takes the body, built next to the original and
+    // swapped in.
+    builder.setInsertionPoint(step);
     auto lowered = func::FuncOp::create(
         builder, step.getLoc(), name + ".lowered",
         builder.getFunctionType({ptrType}, {}));
-    Block *entry = lowered.addEntryBlock();
-    builder.setInsertionPointToEnd(entry);
-    RuntimeCallBuilder lowering(
-        builder, lowered.getArgument(0), [&](Value value) {
-          const Buffer *buffer = memory.lookupBuffer(value);
-          assert(buffer && "every tensor has a buffer");
-          return static_cast<int64_t>(
-              plan->getOffset(buffer - memory.getBuffers().data()));
-        });
-    // The calls go into parts of at most kCallsPerPart calls, each a
-    // function the step calls in turn: LLVM's code generation takes time
-    // superlinear in the size of one function (a step of 256 unrolled
-    // micro-batches took minutes to JIT-compile as one).
-    constexpr uint64_t kCallsPerPart = 256;
-    SmallVector<func::FuncOp> parts;
-    OpBuilder stepBuilder(context);
-    stepBuilder.setInsertionPointToEnd(entry);
-    uint64_t partStart = 0;
-    auto erasePartial = [&] {
-      lowered.erase();
-      for (func::FuncOp part : parts)
-        part.erase();
-    };
-    for (Operation *op : memory.getSchedule()) {
-      if (isa<func::ReturnOp>(op))
+    lowered.getBody().takeBody(step.getBody());
+    // Parts: LLVM's code generation takes time superlinear in the size of
+    // one function (a step of 256 unrolled micro-batches took minutes to
+    // JIT-compile as one), so the calls go into functions of about
+    // callsPerPart calls each, which the step calls in turn.
+    // An op's calls stay together: a part starts at the first op whose
+    // calls come when the part before holds callsPerPart calls or more.
+    Block &body = lowered.front();
+    Operation *terminator = body.getTerminator();
+    Value contextArg = body.getArgument(0);
+    SmallVector<Operation *> partStarts;
+    uint64_t callsSoFar = 0, partStart = 0;
+    for (Operation &op : body) {
+      auto group = state.callGroups.find(&op);
+      if (group == state.callGroups.end())
         continue;
-      if (lowering.getNumCalls() - partStart >= kCallsPerPart) {
-        if (!parts.empty())
-          func::ReturnOp::create(builder, step.getLoc());
-        OpBuilder partBuilder(lowered);
-        auto part = func::FuncOp::create(
-            partBuilder, step.getLoc(),
-            (name + ".part" + Twine(parts.size())).str(),
-            partBuilder.getFunctionType({ptrType}, {}));
-        part.setPrivate();
-        parts.push_back(part);
-        func::CallOp::create(stepBuilder, step.getLoc(), part,
-                             ValueRange{lowered.getArgument(0)});
-        Block *partEntry = part.addEntryBlock();
-        builder.setInsertionPointToEnd(partEntry);
-        lowering.setContext(partEntry->getArgument(0));
-        partStart = lowering.getNumCalls();
+      if (callsSoFar - partStart >= state.callsPerPart) {
+        partStarts.push_back(&op);
+        partStart = callsSoFar;
       }
-      if (failed(lowerOp(op, lowering))) {
-        erasePartial();
-        return signalPassFailure();
-      }
+      callsSoFar += group->second;
     }
-    if (!parts.empty())
-      func::ReturnOp::create(builder, step.getLoc());
-    func::ReturnOp::create(stepBuilder, step.getLoc());
-    numCalls += lowering.getNumCalls();
+    SmallVector<func::FuncOp> parts;
+    for (auto [index, start] : llvm::enumerate(partStarts)) {
+      Operation *end =
+          index + 1 < partStarts.size() ? partStarts[index + 1] : terminator;
+      OpBuilder partBuilder(lowered);
+      auto part = func::FuncOp::create(
+          partBuilder, step.getLoc(),
+          (name + ".part" + Twine(parts.size())).str(),
+          partBuilder.getFunctionType({ptrType}, {}));
+      part.setPrivate();
+      parts.push_back(part);
+      Block *partEntry = part.addEntryBlock();
+      partEntry->getOperations().splice(partEntry->end(), body.getOperations(),
+                                        start->getIterator(),
+                                        end->getIterator());
+      contextArg.replaceUsesWithIf(
+          partEntry->getArgument(0),
+          [&](OpOperand &use) { return use.getOwner()->getBlock() == partEntry; });
+      OpBuilder partEnd = OpBuilder::atBlockEnd(partEntry);
+      func::ReturnOp::create(partEnd, step.getLoc());
+    }
+    // The step calls the parts in turn, after its own calls.
+    OpBuilder callParts(terminator);
+    for (func::FuncOp part : parts)
+      func::CallOp::create(callParts, step.getLoc(), part,
+                           ValueRange{contextArg});
 
     lowered->setAttr(kArenaBytesAttrName,
                      builder.getI64IntegerAttr(

@@ -25,6 +25,32 @@ func.func @train_step(%x: tensor<2x3xf32>) -> tensor<3x2xf32> attributes {train.
 
 // -----
 
+// Every op the kernels cannot take is named, inside a block too, and
+// nothing else is reported.
+func.func @train_step(%x: tensor<2x3xf32>) -> tensor<3x2xf32> attributes {train.step} {
+  %t = train.transpose %x {permutation = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32>
+  // expected-error @+1 {{'train.gelu' op reads a strided view; the runtime kernel of this op needs a row-major operand}}
+  %0 = train.gelu %t : tensor<3x2xf32>
+  %1 = train.block mlp layer 0 -> tensor<3x2xf32> {
+    // expected-error @+1 {{'train.silu' op reads a strided view; the runtime kernel of this op needs a row-major operand}}
+    %2 = train.silu %t : tensor<3x2xf32>
+    train.yield %2 : tensor<3x2xf32>
+  }
+  %3 = train.add %0, %1 : tensor<3x2xf32>
+  return %3 : tensor<3x2xf32>
+}
+
+// -----
+
+func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> attributes {train.step} {
+  // expected-error @+1 {{'tensor.empty' op has no lowering to the trainmem runtime}}
+  %0 = tensor.empty() : tensor<4xf32>
+  %1 = train.add %x, %0 : tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+
+// -----
+
 // expected-error @+1 {{convert-train-to-runtime: no function marked train.step (run train-autodiff first)}}
 module {
   func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {

@@ -188,29 +188,57 @@ void roundToElementType(RefTensor &tensor, Type type) {
     v = roundTo(v, element);
 }
 
-class Interpreter : public EvaluationState {
-public:
-  LogicalResult run(Block &block);
-  llvm::DenseMap<Value, RefTensor> values;
-  SmallVector<RefTensor> returned;
-  /// The parameters (operands) of updates skipped for a gradient that was
-  /// not finite, in order.
-  SmallVector<Value> skippedUpdates;
+/// The train ops' semantics, one `evaluate` per op, on the values of an
+/// EvaluationState: what the ops' EvaluableOpInterface models run.
+struct OpKernels {
+  EvaluationState &state;
 
-  const RefTensor &get(Value v) override { return values.find(v)->second; }
-  void set(Value v, RefTensor t) override {
-    roundToElementType(t, v.getType());
-    values[v] = std::move(t);
-  }
-  LogicalResult exec(Operation *op);
-  /// The micro-batch loop's pieces, which the ranks' lockstep run shares:
-  /// micro-batch `step`'s block arguments, zero sums, the yield added.
-  void bindMicroBatch(AccumulateOp op, int64_t step);
-  std::vector<RefTensor> zeroSums(AccumulateOp op);
-  void addYielded(AccumulateOp op, std::vector<RefTensor> &sums);
+  const RefTensor &get(Value v) { return state.get(v); }
+  void set(Value v, RefTensor t) { state.set(v, std::move(t)); }
 
-private:
-  LogicalResult accumulate(AccumulateOp op);
+  LogicalResult evaluate(EmbeddingOp o);
+  LogicalResult evaluate(IotaOp o);
+  LogicalResult evaluate(MatmulOp o);
+  LogicalResult evaluate(AddOp o);
+  LogicalResult evaluate(MulOp o);
+  LogicalResult evaluate(ScaleOp o);
+  LogicalResult evaluate(BiasAddOp o);
+  LogicalResult evaluate(LayerNormOp o);
+  LogicalResult evaluate(RMSNormOp o);
+  LogicalResult evaluate(GeluOp o);
+  LogicalResult evaluate(SiluOp o);
+  LogicalResult evaluate(SoftmaxOp o);
+  LogicalResult evaluate(DropoutOp o);
+  LogicalResult evaluate(RopeOp o);
+  LogicalResult evaluate(ReshapeOp o);
+  LogicalResult evaluate(TransposeOp o);
+  LogicalResult evaluate(CrossEntropyOp o);
+  LogicalResult evaluate(MeanLossOp o);
+  LogicalResult evaluate(CastOp o);
+  LogicalResult evaluate(DropoutMaskOp o);
+  LogicalResult evaluate(arith::ConstantOp o);
+  LogicalResult evaluate(CountValidOp o);
+  LogicalResult evaluate(SliceRowsOp o);
+  LogicalResult evaluate(EmbeddingGradOp o);
+  LogicalResult evaluate(SumToOp o);
+  LogicalResult evaluate(LayerNormGradOp o);
+  LogicalResult evaluate(RMSNormGradOp o);
+  LogicalResult evaluate(GeluGradOp o);
+  LogicalResult evaluate(SiluGradOp o);
+  LogicalResult evaluate(SoftmaxGradOp o);
+  LogicalResult evaluate(DropoutGradOp o);
+  LogicalResult evaluate(CrossEntropyGradOp o);
+  LogicalResult evaluate(AdamWOp o);
+  LogicalResult evaluate(QuantizeOp o);
+  LogicalResult evaluate(DequantizeOp o);
+  LogicalResult evaluate(AdamW8bitOp o);
+  LogicalResult evaluate(SGDOp o);
+  LogicalResult evaluate(SGD8bitOp o);
+  LogicalResult evaluate(LossScaleOp o);
+  LogicalResult evaluate(UnscaleGradientsOp o);
+  LogicalResult evaluate(ClipGradNormOp o);
+  LogicalResult evaluate(SquaredNormOp o);
+  LogicalResult evaluate(LRScheduleOp o);
 
   LogicalResult embedding(EmbeddingOp op);
   LogicalResult matmul(MatmulOp op);
@@ -261,12 +289,43 @@ private:
   }
 };
 
+/// Runs a function's blocks: values by SSA value, the regions (blocks,
+/// micro-batch loops) in place, and every other op through its
+/// EvaluableOpInterface model (the train ops' models are OpKernels).
+class Interpreter : public EvaluationState {
+public:
+  LogicalResult run(Block &block);
+  llvm::DenseMap<Value, RefTensor> values;
+  SmallVector<RefTensor> returned;
+  /// The parameters (operands) of updates skipped for a gradient that was
+  /// not finite, in order.
+  SmallVector<Value> skippedUpdates;
+
+  const RefTensor &get(Value v) override { return values.find(v)->second; }
+  void set(Value v, RefTensor t) override {
+    roundToElementType(t, v.getType());
+    values[v] = std::move(t);
+  }
+  void noteSkippedUpdate(Value param) override {
+    skippedUpdates.push_back(param);
+  }
+  LogicalResult exec(Operation *op);
+  /// The micro-batch loop's pieces, which the ranks' lockstep run shares:
+  /// micro-batch `step`'s block arguments, zero sums, the yield added.
+  void bindMicroBatch(AccumulateOp op, int64_t step);
+  std::vector<RefTensor> zeroSums(AccumulateOp op);
+  void addYielded(AccumulateOp op, std::vector<RefTensor> &sums);
+
+private:
+  LogicalResult accumulate(AccumulateOp op);
+};
+
 using trainmem::gelu;
 using trainmem::geluDerivative;
 using trainmem::silu;
 using trainmem::siluDerivative;
 
-LogicalResult Interpreter::embedding(EmbeddingOp op) {
+LogicalResult OpKernels::embedding(EmbeddingOp op) {
   const RefTensor &table = get(op.getTable());
   const RefTensor &ids = get(op.getIds());
   int64_t vocab = table.shape[0], hidden = table.shape[1];
@@ -284,7 +343,7 @@ LogicalResult Interpreter::embedding(EmbeddingOp op) {
   return success();
 }
 
-LogicalResult Interpreter::matmul(MatmulOp op) {
+LogicalResult OpKernels::matmul(MatmulOp op) {
   const RefTensor &a = get(op.getLhs());
   const RefTensor &b = get(op.getRhs());
   bool ta = op.getTransposeLhs(), tb = op.getTransposeRhs();
@@ -317,7 +376,7 @@ LogicalResult Interpreter::matmul(MatmulOp op) {
   return success();
 }
 
-void Interpreter::layerNorm(LayerNormOp op) {
+void OpKernels::layerNorm(LayerNormOp op) {
   const RefTensor &x = get(op.getInput());
   const RefTensor &g = get(op.getGamma());
   const RefTensor &b = get(op.getBeta());
@@ -335,7 +394,7 @@ void Interpreter::layerNorm(LayerNormOp op) {
   set(op.getResult(), std::move(y));
 }
 
-void Interpreter::rmsNorm(RMSNormOp op) {
+void OpKernels::rmsNorm(RMSNormOp op) {
   const RefTensor &x = get(op.getInput());
   const RefTensor &g = get(op.getGamma());
   double eps = op.getEpsilon().convertToDouble();
@@ -350,7 +409,7 @@ void Interpreter::rmsNorm(RMSNormOp op) {
   set(op.getResult(), std::move(y));
 }
 
-void Interpreter::softmax(SoftmaxOp op) {
+void OpKernels::softmax(SoftmaxOp op) {
   const RefTensor &x = get(op.getInput());
   auto [rows, cols] = rowsOf(x);
   int64_t queries = x.shape.size() >= 2 ? x.shape[x.shape.size() - 2] : 1;
@@ -373,7 +432,7 @@ void Interpreter::softmax(SoftmaxOp op) {
   set(op.getResult(), std::move(y));
 }
 
-void Interpreter::dropout(DropoutOp op) {
+void OpKernels::dropout(DropoutOp op) {
   const RefTensor &x = get(op.getInput());
   double rate = op.getRate().convertToDouble();
   auto seed = static_cast<uint64_t>(op.getSeedAttr().getInt());
@@ -396,7 +455,7 @@ void Interpreter::dropout(DropoutOp op) {
   set(op.getMask(), std::move(mask));
 }
 
-void Interpreter::rope(RopeOp op) {
+void OpKernels::rope(RopeOp op) {
   const RefTensor &x = get(op.getInput());
   double theta = op.getTheta().convertToDouble();
   double sign = op.getInverse() ? -1.0 : 1.0;
@@ -416,7 +475,7 @@ void Interpreter::rope(RopeOp op) {
   set(op.getResult(), std::move(y));
 }
 
-void Interpreter::transpose(TransposeOp op) {
+void OpKernels::transpose(TransposeOp op) {
   const RefTensor &x = get(op.getInput());
   ArrayRef<int64_t> perm = op.getPermutation();
   std::vector<int64_t> outShape = shapeOf(op.getResult().getType());
@@ -432,7 +491,7 @@ void Interpreter::transpose(TransposeOp op) {
   set(op.getResult(), std::move(y));
 }
 
-LogicalResult Interpreter::crossEntropy(CrossEntropyOp op) {
+LogicalResult OpKernels::crossEntropy(CrossEntropyOp op) {
   const RefTensor &logits = get(op.getLogits());
   const RefTensor &targets = get(op.getTargets());
   int64_t ignore = op.getIgnoreIndexAttr().getInt();
@@ -457,7 +516,7 @@ LogicalResult Interpreter::crossEntropy(CrossEntropyOp op) {
   return success();
 }
 
-LogicalResult Interpreter::embeddingGrad(EmbeddingGradOp op) {
+LogicalResult OpKernels::embeddingGrad(EmbeddingGradOp op) {
   const RefTensor &grad = get(op.getGrad());
   const RefTensor &ids = get(op.getIds());
   std::vector<int64_t> tableShape = shapeOf(op.getResult().getType());
@@ -479,7 +538,7 @@ LogicalResult Interpreter::embeddingGrad(EmbeddingGradOp op) {
   return success();
 }
 
-void Interpreter::sumTo(SumToOp op) {
+void OpKernels::sumTo(SumToOp op) {
   const RefTensor &x = get(op.getInput());
   std::vector<int64_t> outShape = shapeOf(op.getResult().getType());
   RefTensor y = RefTensor::zeros(outShape);
@@ -491,7 +550,7 @@ void Interpreter::sumTo(SumToOp op) {
   set(op.getResult(), std::move(y));
 }
 
-void Interpreter::layerNormGrad(LayerNormGradOp op) {
+void OpKernels::layerNormGrad(LayerNormGradOp op) {
   const RefTensor &dy = get(op.getGrad());
   const RefTensor &x = get(op.getInput());
   const RefTensor &g = get(op.getGamma());
@@ -530,7 +589,7 @@ void Interpreter::layerNormGrad(LayerNormGradOp op) {
   set(op.getBetaGrad(), std::move(dbT));
 }
 
-void Interpreter::rmsNormGrad(RMSNormGradOp op) {
+void OpKernels::rmsNormGrad(RMSNormGradOp op) {
   const RefTensor &dy = get(op.getGrad());
   const RefTensor &x = get(op.getInput());
   const RefTensor &g = get(op.getGamma());
@@ -559,7 +618,7 @@ void Interpreter::rmsNormGrad(RMSNormGradOp op) {
   set(op.getGammaGrad(), std::move(dgT));
 }
 
-LogicalResult Interpreter::crossEntropyGrad(CrossEntropyGradOp op) {
+LogicalResult OpKernels::crossEntropyGrad(CrossEntropyGradOp op) {
   double dsum = get(op.getGrad()).scalarFloat();
   const RefTensor &logits = get(op.getLogits());
   const RefTensor &targets = get(op.getTargets());
@@ -592,13 +651,13 @@ static bool allFinite(const RefTensor &t) {
                      [](float x) { return std::isfinite(x); });
 }
 
-void Interpreter::adamw(AdamWOp op) {
+void OpKernels::adamw(AdamWOp op) {
   const RefTensor &p = get(op.getParam());
   const RefTensor &g = get(op.getGrad());
   const RefTensor &m = get(op.getM());
   const RefTensor &v = get(op.getV());
   if (!allFinite(g)) {
-    skippedUpdates.push_back(op.getParam());
+    state.noteSkippedUpdate(op.getParam());
     set(op.getNewParam(), p);
     set(op.getNewM(), m);
     set(op.getNewV(), v);
@@ -625,7 +684,7 @@ uint8_t codeAt(const RefTensor &codes, int64_t i) {
   return static_cast<uint8_t>(codes.ints[i]);
 }
 
-void Interpreter::quantize(QuantizeOp op) {
+void OpKernels::quantize(QuantizeOp op) {
   const RefTensor &x = get(op.getInput());
   const trainmem::DynamicMap &map = op.getIsSigned()
                                         ? trainmem::signedDynamicMap()
@@ -641,7 +700,7 @@ void Interpreter::quantize(QuantizeOp op) {
                                           std::move(absmax)));
 }
 
-void Interpreter::dequantize(DequantizeOp op) {
+void OpKernels::dequantize(DequantizeOp op) {
   const RefTensor &codes = get(op.getCodes());
   const RefTensor &absmax = get(op.getAbsmax());
   const trainmem::DynamicMap &map = op.getIsSigned()
@@ -655,13 +714,13 @@ void Interpreter::dequantize(DequantizeOp op) {
   set(op.getResult(), std::move(y));
 }
 
-void Interpreter::adamw8bit(AdamW8bitOp op) {
+void OpKernels::adamw8bit(AdamW8bitOp op) {
   const RefTensor &p = get(op.getParam());
   const RefTensor &g = get(op.getGrad());
   const RefTensor &mc = get(op.getMCodes()), &ma = get(op.getMAbsmax());
   const RefTensor &vc = get(op.getVCodes()), &va = get(op.getVAbsmax());
   if (!allFinite(g)) {
-    skippedUpdates.push_back(op.getParam());
+    state.noteSkippedUpdate(op.getParam());
     set(op.getNewParam(), p);
     set(op.getNewMCodes(), mc);
     set(op.getNewMAbsmax(), ma);
@@ -700,12 +759,12 @@ void Interpreter::adamw8bit(AdamW8bitOp op) {
   set(op.getNewVAbsmax(), RefTensor::ofFloats(va.shape, std::move(vAbsmax)));
 }
 
-void Interpreter::sgd8bit(SGD8bitOp op) {
+void OpKernels::sgd8bit(SGD8bitOp op) {
   const RefTensor &p = get(op.getParam());
   const RefTensor &g = get(op.getGrad());
   const RefTensor &codes = get(op.getCodes()), &absmax = get(op.getAbsmax());
   if (!allFinite(g)) {
-    skippedUpdates.push_back(op.getParam());
+    state.noteSkippedUpdate(op.getParam());
     set(op.getNewParam(), p);
     set(op.getNewCodes(), codes);
     set(op.getNewAbsmax(), absmax);
@@ -735,7 +794,7 @@ void Interpreter::sgd8bit(SGD8bitOp op) {
   set(op.getNewAbsmax(), RefTensor::ofFloats(absmax.shape, std::move(newAbsmax)));
 }
 
-void Interpreter::sgd(SGDOp op) {
+void OpKernels::sgd(SGDOp op) {
   const RefTensor &p = get(op.getParam());
   const RefTensor &g = get(op.getGrad());
   double lr = get(op.getLr()).scalarFloat();
@@ -745,7 +804,7 @@ void Interpreter::sgd(SGDOp op) {
   const RefTensor *buf =
       op.getMomentumBuffer() ? &get(op.getMomentumBuffer()) : nullptr;
   if (!allFinite(g)) {
-    skippedUpdates.push_back(op.getParam());
+    state.noteSkippedUpdate(op.getParam());
     set(op.getNewParam(), p);
     if (buf)
       set(op.getNewMomentumBuffer(), *buf);
@@ -780,7 +839,7 @@ static double lossScaleOf(const RefTensor &state, double initial) {
   return trainmem::lossScale(initial, state.ints.at(0));
 }
 
-void Interpreter::unscaleGradients(UnscaleGradientsOp op) {
+void OpKernels::unscaleGradients(UnscaleGradientsOp op) {
   const RefTensor &state = get(op.getState());
   double inverse = 1.0 / lossScaleOf(state, op.getInitial().convertToDouble());
   bool finite = llvm::all_of(op.getGrads(), [&](Value grad) {
@@ -799,11 +858,11 @@ void Interpreter::unscaleGradients(UnscaleGradientsOp op) {
   set(op.getNewState(), RefTensor::ofInts({3}, std::move(updated)));
 }
 
-void Interpreter::clip(ClipGradNormOp op) {
+void OpKernels::clip(ClipGradNormOp op) {
   // The ranks' summed squared norms, or those of the operands.
   double sumSquares = op.getSquaredNorm()
                           ? get(op.getSquaredNorm()).floats[0]
-                          : sumOfSquares(*this, op.getGrads());
+                          : sumOfSquares(state, op.getGrads());
   double norm = std::sqrt(sumSquares);
   double scale = std::min(1.0, op.getMaxNorm().convertToDouble() /
                                    (norm + 1e-6));
@@ -816,7 +875,7 @@ void Interpreter::clip(ClipGradNormOp op) {
   set(op.getNorm(), RefTensor::ofFloats({}, {static_cast<float>(norm)}));
 }
 
-void Interpreter::lrSchedule(LRScheduleOp op) {
+void OpKernels::lrSchedule(LRScheduleOp op) {
   double t = static_cast<double>(get(op.getStep()).scalarInt());
   double peak = op.getPeakLr().convertToDouble();
   double minLr = op.getMinLr().convertToDouble();
@@ -855,266 +914,309 @@ LogicalResult constant(arith::ConstantOp op, RefTensor &out) {
   return success();
 }
 
+LogicalResult OpKernels::evaluate(EmbeddingOp o) { return embedding(o); }
+
+LogicalResult OpKernels::evaluate(IotaOp o) {
+  int64_t n = o.getResult().getType().getDimSize(0);
+  std::vector<int64_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  set(o.getResult(), RefTensor::ofInts({n}, std::move(ids)));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(MatmulOp o) { return matmul(o); }
+
+LogicalResult OpKernels::evaluate(AddOp o) {
+  binary(o, [](double a, double b) { return a + b; });
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(MulOp o) {
+  binary(o, [](double a, double b) { return a * b; });
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(ScaleOp o) {
+  double factor = o.getFactor().convertToDouble();
+  unary(o, [&](double x) { return x * factor; });
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(BiasAddOp o) {
+  const RefTensor &x = get(o.getInput());
+  const RefTensor &b = get(o.getBias());
+  RefTensor y = x;
+  int64_t n = b.numElements();
+  for (int64_t i = 0; i < x.numElements(); ++i)
+    y.floats[i] = x.floats[i] + b.floats[i % n];
+  set(o.getResult(), std::move(y));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(LayerNormOp o) {
+  layerNorm(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(RMSNormOp o) {
+  rmsNorm(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(GeluOp o) {
+  unary(o, gelu);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SiluOp o) {
+  unary(o, silu);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SoftmaxOp o) {
+  softmax(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(DropoutOp o) {
+  dropout(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(RopeOp o) {
+  rope(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(ReshapeOp o) {
+  RefTensor y = get(o.getInput());
+  y.shape = shapeOf(o.getResult().getType());
+  set(o.getResult(), std::move(y));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(TransposeOp o) {
+  transpose(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(CrossEntropyOp o) { return crossEntropy(o); }
+
+LogicalResult OpKernels::evaluate(MeanLossOp o) {
+  double sum = get(o.getLossSum()).scalarFloat();
+  int64_t count = get(o.getCount()).scalarInt();
+  double weight = o.getWeight() ? get(o.getWeight()).scalarFloat() : 1.0;
+  double mean = o.getScale().convertToDouble() * weight * sum /
+                static_cast<double>(std::max<int64_t>(count, 1));
+  set(o.getResult(), RefTensor::ofFloats({}, {static_cast<float>(mean)}));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(CastOp o) {
+  RefTensor y = get(o.getInput());
+  Type elementType = o.getResult().getType().getElementType();
+  for (float &v : y.floats)
+    v = roundTo(v, elementType);
+  set(o.getResult(), std::move(y));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(DropoutMaskOp o) {
+  std::vector<int64_t> shape = shapeOf(o.getMask().getType());
+  RefTensor mask = RefTensor::ofInts(
+      shape, std::vector<int64_t>(getNumElements(o.getMask().getType())));
+  uint32_t threshold =
+      trainmem::dropoutKeepThreshold(o.getRate().convertToDouble());
+  auto seed = static_cast<uint64_t>(o.getSeedAttr().getInt());
+  if (o.getKey())
+    seed += static_cast<uint64_t>(get(o.getKey()).scalarInt());
+  auto offset = static_cast<uint64_t>(o.getOffsetAttr().getInt());
+  uint64_t base = dropoutBase(o.getFirstAttr().getInt(), o.getPart(),
+                              o.getPartElementsAttr().getInt());
+  for (int64_t i = 0; i < mask.numElements(); ++i)
+    mask.ints[i] = trainmem::dropoutKeep(seed, offset, base + i, threshold);
+  set(o.getMask(), std::move(mask));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(arith::ConstantOp o) {
+  RefTensor value;
+  if (failed(constant(o, value)))
+    return failure();
+  set(o.getResult(), std::move(value));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(CountValidOp o) {
+  int64_t ignore = o.getIgnoreIndexAttr().getInt();
+  int64_t count = 0;
+  for (int64_t id : get(o.getTargets()).ints)
+    count += id != ignore;
+  set(o.getCount(), RefTensor::ofInts({}, {count}));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SliceRowsOp o) {
+  set(o.getResult(),
+      sliceRows(get(o.getInput()), o.getOffsetAttr().getInt(),
+                shapeOf(o.getResult().getType()), o.getPaddingAttr().getInt()));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(EmbeddingGradOp o) {
+  return embeddingGrad(o);
+}
+
+LogicalResult OpKernels::evaluate(SumToOp o) {
+  sumTo(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(LayerNormGradOp o) {
+  layerNormGrad(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(RMSNormGradOp o) {
+  rmsNormGrad(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(GeluGradOp o) {
+  binary(o, [](double dy, double x) { return dy * geluDerivative(x); });
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SiluGradOp o) {
+  binary(o, [](double dy, double x) { return dy * siluDerivative(x); });
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SoftmaxGradOp o) {
+  const RefTensor &dy = get(o.getGrad());
+  const RefTensor &y = get(o.getOutput());
+  auto [rows, cols] = rowsOf(y);
+  RefTensor dx = RefTensor::zeros(y.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    double dot = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      dot +=
+          static_cast<double>(dy.floats[r * cols + c]) * y.floats[r * cols + c];
+    for (int64_t c = 0; c < cols; ++c)
+      dx.floats[r * cols + c] = static_cast<float>(
+          y.floats[r * cols + c] * (dy.floats[r * cols + c] - dot));
+  }
+  set(o.getResult(), std::move(dx));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(DropoutGradOp o) {
+  const RefTensor &dy = get(o.getGrad());
+  const RefTensor &mask = get(o.getMask());
+  double scale = 1.0 / (1.0 - o.getRate().convertToDouble());
+  RefTensor dx = RefTensor::zeros(dy.shape);
+  for (int64_t i = 0; i < dy.numElements(); ++i)
+    dx.floats[i] =
+        mask.ints[i] ? static_cast<float>(dy.floats[i] * scale) : 0.0f;
+  set(o.getResult(), std::move(dx));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(CrossEntropyGradOp o) {
+  return crossEntropyGrad(o);
+}
+
+LogicalResult OpKernels::evaluate(AdamWOp o) {
+  adamw(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(QuantizeOp o) {
+  quantize(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(DequantizeOp o) {
+  dequantize(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(AdamW8bitOp o) {
+  adamw8bit(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SGDOp o) {
+  sgd(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SGD8bitOp o) {
+  sgd8bit(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(LossScaleOp o) {
+  double scale =
+      lossScaleOf(get(o.getState()), o.getInitial().convertToDouble());
+  set(o.getScale(), RefTensor::ofFloats({}, {static_cast<float>(scale)}));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(UnscaleGradientsOp o) {
+  unscaleGradients(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(ClipGradNormOp o) {
+  clip(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SquaredNormOp o) {
+  set(o.getResult(),
+      RefTensor::ofFloats(
+          {}, {static_cast<float>(sumOfSquares(state, o.getInputs()))}));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(LRScheduleOp o) {
+  lrSchedule(o);
+  return success();
+}
+
 LogicalResult Interpreter::exec(Operation *op) {
-  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case<EmbeddingOp>([&](auto o) { return embedding(o); })
-      .Case<IotaOp>([&](IotaOp o) {
-        int64_t n = o.getResult().getType().getDimSize(0);
-        std::vector<int64_t> ids(n);
-        std::iota(ids.begin(), ids.end(), 0);
-        set(o.getResult(), RefTensor::ofInts({n}, std::move(ids)));
-        return success();
-      })
-      .Case<MatmulOp>([&](auto o) { return matmul(o); })
-      .Case<AddOp>([&](Operation *o) {
-        binary(o, [](double a, double b) { return a + b; });
-        return success();
-      })
-      .Case<MulOp>([&](Operation *o) {
-        binary(o, [](double a, double b) { return a * b; });
-        return success();
-      })
-      .Case<ScaleOp>([&](ScaleOp o) {
-        double factor = o.getFactor().convertToDouble();
-        unary(o, [&](double x) { return x * factor; });
-        return success();
-      })
-      .Case<BiasAddOp>([&](BiasAddOp o) {
-        const RefTensor &x = get(o.getInput());
-        const RefTensor &b = get(o.getBias());
-        RefTensor y = x;
-        int64_t n = b.numElements();
-        for (int64_t i = 0; i < x.numElements(); ++i)
-          y.floats[i] = x.floats[i] + b.floats[i % n];
-        set(o.getResult(), std::move(y));
-        return success();
-      })
-      .Case<LayerNormOp>([&](auto o) {
-        layerNorm(o);
-        return success();
-      })
-      .Case<RMSNormOp>([&](auto o) {
-        rmsNorm(o);
-        return success();
-      })
-      .Case<GeluOp>([&](Operation *o) {
-        unary(o, gelu);
-        return success();
-      })
-      .Case<SiluOp>([&](Operation *o) {
-        unary(o, silu);
-        return success();
-      })
-      .Case<SoftmaxOp>([&](auto o) {
-        softmax(o);
-        return success();
-      })
-      .Case<DropoutOp>([&](auto o) {
-        dropout(o);
-        return success();
-      })
-      .Case<RopeOp>([&](auto o) {
-        rope(o);
-        return success();
-      })
-      .Case<ReshapeOp>([&](ReshapeOp o) {
-        RefTensor y = get(o.getInput());
-        y.shape = shapeOf(o.getResult().getType());
-        set(o.getResult(), std::move(y));
-        return success();
-      })
-      .Case<TransposeOp>([&](auto o) {
-        transpose(o);
-        return success();
-      })
-      .Case<CrossEntropyOp>([&](auto o) { return crossEntropy(o); })
-      .Case<MeanLossOp>([&](MeanLossOp o) {
-        double sum = get(o.getLossSum()).scalarFloat();
-        int64_t count = get(o.getCount()).scalarInt();
-        double weight = o.getWeight() ? get(o.getWeight()).scalarFloat() : 1.0;
-        double mean = o.getScale().convertToDouble() * weight * sum /
-                      static_cast<double>(std::max<int64_t>(count, 1));
-        set(o.getResult(), RefTensor::ofFloats({}, {static_cast<float>(mean)}));
-        return success();
-      })
-      .Case<CastOp>([&](CastOp o) {
-        RefTensor y = get(o.getInput());
-        Type elementType = o.getResult().getType().getElementType();
-        for (float &v : y.floats)
-          v = roundTo(v, elementType);
-        set(o.getResult(), std::move(y));
-        return success();
-      })
-      .Case<DropoutMaskOp>([&](DropoutMaskOp o) {
-        std::vector<int64_t> shape = shapeOf(o.getMask().getType());
-        RefTensor mask = RefTensor::ofInts(
-            shape, std::vector<int64_t>(getNumElements(o.getMask().getType())));
-        uint32_t threshold =
-            trainmem::dropoutKeepThreshold(o.getRate().convertToDouble());
-        auto seed = static_cast<uint64_t>(o.getSeedAttr().getInt());
-        if (o.getKey())
-          seed += static_cast<uint64_t>(get(o.getKey()).scalarInt());
-        auto offset = static_cast<uint64_t>(o.getOffsetAttr().getInt());
-        uint64_t base = dropoutBase(o.getFirstAttr().getInt(), o.getPart(),
-                                    o.getPartElementsAttr().getInt());
-        for (int64_t i = 0; i < mask.numElements(); ++i)
-          mask.ints[i] =
-              trainmem::dropoutKeep(seed, offset, base + i, threshold);
-        set(o.getMask(), std::move(mask));
-        return success();
-      })
-      .Case<arith::ConstantOp>([&](arith::ConstantOp o) -> LogicalResult {
-        RefTensor value;
-        if (failed(constant(o, value)))
-          return failure();
-        set(o.getResult(), std::move(value));
-        return success();
-      })
-      .Case<CountValidOp>([&](CountValidOp o) {
-        int64_t ignore = o.getIgnoreIndexAttr().getInt();
-        int64_t count = 0;
-        for (int64_t id : get(o.getTargets()).ints)
-          count += id != ignore;
-        set(o.getCount(), RefTensor::ofInts({}, {count}));
-        return success();
-      })
-      .Case<SliceRowsOp>([&](SliceRowsOp o) {
-        set(o.getResult(), sliceRows(get(o.getInput()),
-                                     o.getOffsetAttr().getInt(),
-                                     shapeOf(o.getResult().getType()),
-                                     o.getPaddingAttr().getInt()));
-        return success();
-      })
-      .Case<AccumulateOp>([&](auto o) { return accumulate(o); })
-      .Case<EmbeddingGradOp>([&](auto o) { return embeddingGrad(o); })
-      .Case<SumToOp>([&](auto o) {
-        sumTo(o);
-        return success();
-      })
-      .Case<LayerNormGradOp>([&](auto o) {
-        layerNormGrad(o);
-        return success();
-      })
-      .Case<RMSNormGradOp>([&](auto o) {
-        rmsNormGrad(o);
-        return success();
-      })
-      .Case<GeluGradOp>([&](Operation *o) {
-        binary(o, [](double dy, double x) { return dy * geluDerivative(x); });
-        return success();
-      })
-      .Case<SiluGradOp>([&](Operation *o) {
-        binary(o, [](double dy, double x) { return dy * siluDerivative(x); });
-        return success();
-      })
-      .Case<SoftmaxGradOp>([&](SoftmaxGradOp o) {
-        const RefTensor &dy = get(o.getGrad());
-        const RefTensor &y = get(o.getOutput());
-        auto [rows, cols] = rowsOf(y);
-        RefTensor dx = RefTensor::zeros(y.shape);
-        for (int64_t r = 0; r < rows; ++r) {
-          double dot = 0.0;
-          for (int64_t c = 0; c < cols; ++c)
-            dot += static_cast<double>(dy.floats[r * cols + c]) *
-                   y.floats[r * cols + c];
-          for (int64_t c = 0; c < cols; ++c)
-            dx.floats[r * cols + c] = static_cast<float>(
-                y.floats[r * cols + c] * (dy.floats[r * cols + c] - dot));
-        }
-        set(o.getResult(), std::move(dx));
-        return success();
-      })
-      .Case<DropoutGradOp>([&](DropoutGradOp o) {
-        const RefTensor &dy = get(o.getGrad());
-        const RefTensor &mask = get(o.getMask());
-        double scale = 1.0 / (1.0 - o.getRate().convertToDouble());
-        RefTensor dx = RefTensor::zeros(dy.shape);
-        for (int64_t i = 0; i < dy.numElements(); ++i)
-          dx.floats[i] =
-              mask.ints[i] ? static_cast<float>(dy.floats[i] * scale) : 0.0f;
-        set(o.getResult(), std::move(dx));
-        return success();
-      })
-      .Case<CrossEntropyGradOp>([&](auto o) { return crossEntropyGrad(o); })
-      .Case<AdamWOp>([&](auto o) {
-        adamw(o);
-        return success();
-      })
-      .Case<QuantizeOp>([&](auto o) {
-        quantize(o);
-        return success();
-      })
-      .Case<DequantizeOp>([&](auto o) {
-        dequantize(o);
-        return success();
-      })
-      .Case<AdamW8bitOp>([&](auto o) {
-        adamw8bit(o);
-        return success();
-      })
-      .Case<SGDOp>([&](auto o) {
-        sgd(o);
-        return success();
-      })
-      .Case<SGD8bitOp>([&](auto o) {
-        sgd8bit(o);
-        return success();
-      })
-      .Case<LossScaleOp>([&](LossScaleOp o) {
-        double scale = lossScaleOf(get(o.getState()),
-                                   o.getInitial().convertToDouble());
-        set(o.getScale(),
-            RefTensor::ofFloats({}, {static_cast<float>(scale)}));
-        return success();
-      })
-      .Case<UnscaleGradientsOp>([&](UnscaleGradientsOp o) {
-        unscaleGradients(o);
-        return success();
-      })
-      .Case<ClipGradNormOp>([&](auto o) {
-        clip(o);
-        return success();
-      })
-      .Case<SquaredNormOp>([&](auto o) {
-        set(o.getResult(),
-            RefTensor::ofFloats({}, {static_cast<float>(
-                                        sumOfSquares(*this, o.getInputs()))}));
-        return success();
-      })
-      .Case<LRScheduleOp>([&](auto o) {
-        lrSchedule(o);
-        return success();
-      })
-      .Case<TransparentRegionOpInterface>(
-          [&](TransparentRegionOpInterface region) -> LogicalResult {
-            if (failed(run(region->getRegion(0).front())))
-              return failure();
-            for (auto [result, value] : llvm::zip(
-                     region->getResults(), region.getYieldedValues()))
-              set(result, get(value));
-            return success();
-          })
-      .Case<YieldOp>([&](auto) { return success(); })
-      .Case<func::ReturnOp>([&](func::ReturnOp o) {
-        for (Value v : o.getOperands())
-          returned.push_back(get(v));
-        return success();
-      })
-      .Default([&](Operation *o) -> LogicalResult {
-        // Ops of other dialects say how they run.
-        if (auto evaluable = dyn_cast<EvaluableOpInterface>(o)) {
-          if (failed(evaluable.evaluate(*this)))
-            return failure();
-          for (Value result : o->getResults())
-            if (!values.count(result))
-              return o->emitError("reference evaluator: '")
-                     << o->getName() << "' set no value for result "
-                     << cast<OpResult>(result).getResultNumber();
-          return success();
-        }
-        return o->emitError("reference evaluator: unsupported op '")
-               << o->getName() << "'";
-      });
+  if (auto region = dyn_cast<TransparentRegionOpInterface>(op)) {
+    if (failed(run(region->getRegion(0).front())))
+      return failure();
+    for (auto [result, value] :
+         llvm::zip(region->getResults(), region.getYieldedValues()))
+      set(result, get(value));
+    return success();
+  }
+  if (auto loop = dyn_cast<AccumulateOp>(op))
+    return accumulate(loop);
+  if (isa<YieldOp>(op))
+    return success();
+  if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+    for (Value v : ret.getOperands())
+      returned.push_back(get(v));
+    return success();
+  }
+  // Every other op says how it runs: the train ops through the models
+  // attached below, ops of other dialects through their own.
+  auto evaluable = dyn_cast<EvaluableOpInterface>(op);
+  if (!evaluable)
+    return op->emitError("reference evaluator: unsupported op '")
+           << op->getName() << "'";
+  if (failed(evaluable.evaluate(*this)))
+    return failure();
+  for (Value result : op->getResults())
+    if (!values.count(result))
+      return op->emitError("reference evaluator: '")
+             << op->getName() << "' set no value for result "
+             << cast<OpResult>(result).getResultNumber();
+  return success();
 }
 
 void Interpreter::bindMicroBatch(AccumulateOp op, int64_t step) {
@@ -1170,6 +1272,86 @@ LogicalResult Interpreter::run(Block &block) {
 
 } // namespace
 
+//===----------------------------------------------------------------------===//
+// The train ops' EvaluableOpInterface models
+//===----------------------------------------------------------------------===//
+
+namespace {
+template <typename OpT>
+struct KernelModel
+    : public EvaluableOpInterface::ExternalModel<KernelModel<OpT>, OpT> {
+  LogicalResult evaluate(Operation *op, EvaluationState &state) const {
+    return OpKernels{state}.evaluate(cast<OpT>(op));
+  }
+};
+
+template <typename... OpTs> void attachKernels(MLIRContext *context) {
+  (OpTs::template attachInterface<KernelModel<OpTs>>(*context), ...);
+}
+} // namespace
+
+void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
+  registry.addExtension(+[](MLIRContext *context, TrainDialect *) {
+    attachKernels<EmbeddingOp,
+                  IotaOp,
+                  MatmulOp,
+                  AddOp,
+                  MulOp,
+                  ScaleOp,
+                  BiasAddOp,
+                  LayerNormOp,
+                  RMSNormOp,
+                  GeluOp,
+                  SiluOp,
+                  SoftmaxOp,
+                  DropoutOp,
+                  RopeOp,
+                  ReshapeOp,
+                  TransposeOp,
+                  CrossEntropyOp,
+                  MeanLossOp,
+                  CastOp,
+                  DropoutMaskOp,
+                  CountValidOp,
+                  SliceRowsOp,
+                  EmbeddingGradOp,
+                  SumToOp,
+                  LayerNormGradOp,
+                  RMSNormGradOp,
+                  GeluGradOp,
+                  SiluGradOp,
+                  SoftmaxGradOp,
+                  DropoutGradOp,
+                  CrossEntropyGradOp,
+                  AdamWOp,
+                  QuantizeOp,
+                  DequantizeOp,
+                  AdamW8bitOp,
+                  SGDOp,
+                  SGD8bitOp,
+                  LossScaleOp,
+                  UnscaleGradientsOp,
+                  ClipGradNormOp,
+                  SquaredNormOp,
+                  LRScheduleOp>(context);
+  });
+  registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
+    attachKernels<arith::ConstantOp>(context);
+  });
+}
+
+/// The models, on the contexts that run the evaluator: attached once, from
+/// the registry extensions above.
+static void ensureKernelModels(MLIRContext *context) {
+  std::optional<RegisteredOperationName> add =
+      RegisteredOperationName::lookup(AddOp::getOperationName(), context);
+  if (add && add->hasInterface<EvaluableOpInterface>())
+    return;
+  DialectRegistry registry;
+  registerEvaluatorExternalModels(registry);
+  context->appendDialectRegistry(registry);
+}
+
 /// Checks `args` against `func`'s arguments and binds them in `interp`.
 static LogicalResult bindArguments(func::FuncOp func, ArrayRef<RefTensor> args,
                                    Interpreter &interp) {
@@ -1197,6 +1379,7 @@ static LogicalResult bindArguments(func::FuncOp func, ArrayRef<RefTensor> args,
 FailureOr<SmallVector<RefTensor>>
 mlir::train::evaluate(func::FuncOp func, ArrayRef<RefTensor> args,
                       SmallVectorImpl<Value> *skippedUpdates) {
+  ensureKernelModels(func.getContext());
   Interpreter interp;
   if (failed(bindArguments(func, args, interp)))
     return failure();
@@ -1388,6 +1571,7 @@ mlir::train::evaluateRanks(func::FuncOp func,
                            ArrayRef<SmallVector<RefTensor>> argsPerRank) {
   if (argsPerRank.empty())
     return func.emitError("reference evaluator: no ranks to simulate");
+  ensureKernelModels(func.getContext());
   Ranks ranks(argsPerRank.size());
   for (auto [rank, args] : llvm::zip(ranks.ranks, argsPerRank))
     if (failed(bindArguments(func, args, rank)))

@@ -1,10 +1,10 @@
 //===- EvaluableOpInterface.td - ops the reference evaluator runs --------===//
 //
-// How the reference evaluator runs an op it does not know: the op computes
-// its results from its operands' host tensors. The train dialect's own ops
-// are the evaluator's built-in table; an op of another dialect implements
-// this interface (or gets it as an external model) and runs with no change
-// to the evaluator.
+// How the reference evaluator runs an op: the op computes its results from
+// its operands' host tensors. The train ops get it as external models that
+// the evaluator library attaches (registerEvaluatorExternalModels); an op of
+// another dialect implements it (or gets its own model) and runs with no
+// change to the evaluator.
 //
 //===----------------------------------------------------------------------===//
 

@@ -10,6 +10,7 @@
 #define TRAINMEM_EVALUATOR_EVALUATOR_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
 #include "mlir/Support/LLVM.h"
 
 #include <cstdint>
@@ -47,14 +48,19 @@ public:
   virtual const RefTensor &get(Value value) = 0;
   /// Sets the value of a result.
   virtual void set(Value value, RefTensor tensor) = 0;
+  /// An optimizer update left `param` as it was: its gradient was not
+  /// finite.
+  virtual void noteSkippedUpdate(Value param) {}
 };
 
 /// Runs `func` on `args` (one per function argument, shapes checked against
 /// the argument types). Returns the values of `func.return`, or failure after
 /// emitting a diagnostic at the op that could not run (a shape mismatch, an
-/// id out of range, an op the evaluator does not know). The train dialect's
-/// ops are the evaluator's own; any other op runs through its
-/// EvaluableOpInterface.
+/// id out of range, an op with no EvaluableOpInterface model). Region ops
+/// (train.block, train.remat, train.accumulate) run their bodies in place;
+/// every other op runs through its EvaluableOpInterface: the train ops'
+/// models (registerEvaluatorExternalModels, attached to the function's
+/// context on first use) and those any other dialect brings.
 /// With `skippedUpdates`, the parameter operands of the optimizer updates
 /// that skipped their tensor because its gradient was not finite.
 FailureOr<SmallVector<RefTensor>>
@@ -68,6 +74,10 @@ evaluate(func::FuncOp func, ArrayRef<RefTensor> args,
 /// each rank's results, or failure after a diagnostic at the op.
 FailureOr<std::vector<SmallVector<RefTensor>>>
 evaluateRanks(func::FuncOp func, ArrayRef<SmallVector<RefTensor>> argsPerRank);
+
+/// Attaches the train ops' (and splat arith.constant's) evaluation, as
+/// EvaluableOpInterface external models.
+void registerEvaluatorExternalModels(DialectRegistry &registry);
 
 } // namespace train
 } // namespace mlir

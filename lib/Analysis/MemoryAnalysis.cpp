@@ -549,8 +549,12 @@ void FunctionMemory::summarize() {
         recomputeFlops =
             add(recomputeFlops, cost.getFlops(), op, "recompute FLOPs");
       } else {
+        // What an op redoes of its forward (a fused attention's backward
+        // recomputing its scores) is recompute too.
+        uint64_t redone = std::min(cost.getRecomputeFlops(), cost.getFlops());
+        recomputeFlops = add(recomputeFlops, redone, op, "recompute FLOPs");
         unsigned phase = static_cast<unsigned>(getPhase(op));
-        flops[phase] = add(flops[phase], cost.getFlops(), op,
+        flops[phase] = add(flops[phase], cost.getFlops() - redone, op,
                            kPhaseFlops[phase]);
       }
     }

@@ -239,6 +239,35 @@ struct OpKernels {
   LogicalResult evaluate(ClipGradNormOp o);
   LogicalResult evaluate(SquaredNormOp o);
   LogicalResult evaluate(LRScheduleOp o);
+  LogicalResult evaluate(AttentionOp o);
+  LogicalResult evaluate(AttentionGradOp o);
+
+  /// A fused attention's dropout: whether score element `index` (its
+  /// position among the B·H·S·S' scores) is kept, and the keep scale.
+  template <typename OpT> struct AttentionDropout {
+    double rate = 0.0, scale = 1.0;
+    uint64_t seed = 0, offset = 0, base = 0;
+    uint32_t threshold = 0;
+    bool keep(uint64_t index) const {
+      return rate == 0.0 ||
+             trainmem::dropoutKeep(seed, offset, base + index, threshold);
+    }
+  };
+  template <typename OpT> AttentionDropout<OpT> attentionDropout(OpT op) {
+    AttentionDropout<OpT> d;
+    d.rate = op.getRate().convertToDouble();
+    if (d.rate == 0.0)
+      return d;
+    d.scale = 1.0 / (1.0 - d.rate);
+    d.seed = static_cast<uint64_t>(op.getSeedAttr().getInt());
+    if (op.getKey())
+      d.seed += static_cast<uint64_t>(get(op.getKey()).scalarInt());
+    d.offset = static_cast<uint64_t>(op.getOffsetAttr().getInt());
+    d.threshold = trainmem::dropoutKeepThreshold(d.rate);
+    d.base = dropoutBase(op.getFirstAttr().getInt(), op.getPart(),
+                         op.getPartElementsAttr().getInt());
+    return d;
+  }
 
   LogicalResult embedding(EmbeddingOp op);
   LogicalResult matmul(MatmulOp op);
@@ -1185,6 +1214,126 @@ LogicalResult OpKernels::evaluate(LRScheduleOp o) {
   return success();
 }
 
+/// Attention, the plain way: per query row the scaled, masked scores, their
+/// log-sum-exp, the (dropped-out) probabilities and their weighted sum of
+/// values, in double.
+LogicalResult OpKernels::evaluate(AttentionOp o) {
+  const RefTensor &q = get(o.getQ()), &k = get(o.getK()), &v = get(o.getV());
+  int64_t batch = q.shape[0], heads = q.shape[1], queries = q.shape[2],
+          dim = q.shape[3], kvHeads = k.shape[1], keys = k.shape[2],
+          valueDim = v.shape[3], group = heads / kvHeads;
+  double scale = o.getScale().convertToDouble();
+  bool causal = o.getCausal();
+  auto dropout = attentionDropout(o);
+  RefTensor out = RefTensor::zeros({batch, heads, queries, valueDim});
+  RefTensor lse = RefTensor::zeros({batch, heads, queries});
+  std::vector<double> scores(keys), acc(valueDim);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t kvh = h / group;
+      const float *qh = &q.floats[((b * heads + h) * queries) * dim];
+      const float *kh = &k.floats[((b * kvHeads + kvh) * keys) * dim];
+      const float *vh = &v.floats[((b * kvHeads + kvh) * keys) * valueDim];
+      for (int64_t i = 0; i < queries; ++i) {
+        int64_t visible = causal ? i + 1 : keys;
+        double most = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < visible; ++j) {
+          double dot = 0.0;
+          for (int64_t d = 0; d < dim; ++d)
+            dot += static_cast<double>(qh[i * dim + d]) * kh[j * dim + d];
+          scores[j] = scale * dot;
+          most = std::max(most, scores[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < visible; ++j)
+          sum += std::exp(scores[j] - most);
+        double logSumExp = most + std::log(sum);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        uint64_t row = static_cast<uint64_t>(((b * heads + h) * queries + i) *
+                                             keys);
+        for (int64_t j = 0; j < visible; ++j) {
+          if (!dropout.keep(row + j))
+            continue;
+          double p = std::exp(scores[j] - logSumExp) * dropout.scale;
+          for (int64_t d = 0; d < valueDim; ++d)
+            acc[d] += p * vh[j * valueDim + d];
+        }
+        float *oi = &out.floats[((b * heads + h) * queries + i) * valueDim];
+        for (int64_t d = 0; d < valueDim; ++d)
+          oi[d] = static_cast<float>(acc[d]);
+        lse.floats[(b * heads + h) * queries + i] =
+            static_cast<float>(logSumExp);
+      }
+    }
+  set(o.getOutput(), std::move(out));
+  set(o.getLse(), std::move(lse));
+  return success();
+}
+
+/// The backward from the saved log-sum-exp: p = exp(s − lse), the mask
+/// drawn again, D = Σ do·o per row, ds = p·(dp − D).
+LogicalResult OpKernels::evaluate(AttentionGradOp o) {
+  const RefTensor &dout = get(o.getGrad()), &q = get(o.getQ()),
+                  &k = get(o.getK()), &v = get(o.getV()),
+                  &out = get(o.getOutput()), &lse = get(o.getLse());
+  int64_t batch = q.shape[0], heads = q.shape[1], queries = q.shape[2],
+          dim = q.shape[3], kvHeads = k.shape[1], keys = k.shape[2],
+          valueDim = v.shape[3], group = heads / kvHeads;
+  double scale = o.getScale().convertToDouble();
+  bool causal = o.getCausal();
+  auto dropout = attentionDropout(o);
+  std::vector<double> dq(q.floats.size()), dk(k.floats.size()),
+      dv(v.floats.size());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t kvh = h / group;
+      int64_t qBase = ((b * heads + h) * queries) * dim;
+      int64_t kBase = ((b * kvHeads + kvh) * keys) * dim;
+      int64_t vBase = ((b * kvHeads + kvh) * keys) * valueDim;
+      int64_t oBase = ((b * heads + h) * queries) * valueDim;
+      for (int64_t i = 0; i < queries; ++i) {
+        int64_t visible = causal ? i + 1 : keys;
+        double rowDot = 0.0;
+        for (int64_t d = 0; d < valueDim; ++d)
+          rowDot += static_cast<double>(dout.floats[oBase + i * valueDim + d]) *
+                    out.floats[oBase + i * valueDim + d];
+        double logSumExp = lse.floats[(b * heads + h) * queries + i];
+        uint64_t row = static_cast<uint64_t>(((b * heads + h) * queries + i) *
+                                             keys);
+        for (int64_t j = 0; j < visible; ++j) {
+          double dot = 0.0;
+          for (int64_t d = 0; d < dim; ++d)
+            dot += static_cast<double>(q.floats[qBase + i * dim + d]) *
+                   k.floats[kBase + j * dim + d];
+          double p = std::exp(scale * dot - logSumExp);
+          bool keep = dropout.keep(row + j);
+          double kept = keep ? p * dropout.scale : 0.0;
+          double dpKept = 0.0;
+          for (int64_t d = 0; d < valueDim; ++d) {
+            double g = dout.floats[oBase + i * valueDim + d];
+            dv[vBase + j * valueDim + d] += kept * g;
+            dpKept += g * v.floats[vBase + j * valueDim + d];
+          }
+          double dp = keep ? dpKept * dropout.scale : 0.0;
+          double ds = p * (dp - rowDot) * scale;
+          for (int64_t d = 0; d < dim; ++d) {
+            dq[qBase + i * dim + d] += ds * k.floats[kBase + j * dim + d];
+            dk[kBase + j * dim + d] += ds * q.floats[qBase + i * dim + d];
+          }
+        }
+      }
+    }
+  auto toTensor = [](const std::vector<int64_t> &shape,
+                     const std::vector<double> &values) {
+    std::vector<float> floats(values.begin(), values.end());
+    return RefTensor::ofFloats(shape, std::move(floats));
+  };
+  set(o.getQGrad(), toTensor(q.shape, dq));
+  set(o.getKGrad(), toTensor(k.shape, dk));
+  set(o.getVGrad(), toTensor(v.shape, dv));
+  return success();
+}
+
 LogicalResult Interpreter::exec(Operation *op) {
   if (auto region = dyn_cast<TransparentRegionOpInterface>(op)) {
     if (failed(run(region->getRegion(0).front())))
@@ -1333,7 +1482,9 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
                   UnscaleGradientsOp,
                   ClipGradNormOp,
                   SquaredNormOp,
-                  LRScheduleOp>(context);
+                  LRScheduleOp,
+                  AttentionOp,
+                  AttentionGradOp>(context);
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);

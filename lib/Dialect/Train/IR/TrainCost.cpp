@@ -63,6 +63,56 @@ uint64_t SoftmaxOp::getFlops() { return mulCount(5, elems(getResult())); }
 // compare (1), scale (1).
 uint64_t DropoutOp::getFlops() { return mulCount(2, elems(getResult())); }
 // 2x2 rotation: 6 FLOPs per pair.
+/// Score elements of an attention: B · H · S · S'.
+static uint64_t scoreElements(Value q, Value k) {
+  auto qt = cast<RankedTensorType>(q.getType());
+  auto kt = cast<RankedTensorType>(k.getType());
+  return mulCount(mulCount(static_cast<uint64_t>(qt.getDimSize(0)),
+                           static_cast<uint64_t>(qt.getDimSize(1))),
+                  mulCount(static_cast<uint64_t>(qt.getDimSize(2)),
+                           static_cast<uint64_t>(kt.getDimSize(2))));
+}
+
+/// The forward's arithmetic, as the decomposed pattern counts it: q·kᵀ,
+/// scale, softmax (5 per element), dropout (2) and p·v.
+static uint64_t attentionForwardFlops(Value q, Value k, Value v,
+                                      double rate) {
+  uint64_t scores = scoreElements(q, k);
+  uint64_t headDim = cast<RankedTensorType>(q.getType()).getDimSize(3);
+  uint64_t valueDim = cast<RankedTensorType>(v.getType()).getDimSize(3);
+  uint64_t flops = mulCount(mulCount(2, scores), headDim); // q·kᵀ
+  flops = addCount(flops, mulCount(rate > 0.0 ? 8 : 6, scores));
+  return addCount(flops, mulCount(mulCount(2, scores), valueDim)); // p·v
+}
+
+uint64_t AttentionOp::getFlops() {
+  return attentionForwardFlops(getQ(), getK(), getV(),
+                               getRate().convertToDouble());
+}
+
+/// The backward redoes the forward up to the probabilities: q·kᵀ, scale,
+/// softmax from the log-sum-exp, the dropout draw.
+uint64_t AttentionGradOp::getRecomputeFlops() {
+  uint64_t scores = scoreElements(getQ(), getK());
+  uint64_t headDim = getQ().getType().getDimSize(3);
+  return addCount(mulCount(mulCount(2, scores), headDim),
+                  mulCount(getRate().convertToDouble() > 0.0 ? 8 : 6, scores));
+}
+
+/// Recompute, then what the decomposed backward does: dv and dp (two
+/// products with v's width), dropout's and softmax's gradients, the scale's,
+/// dq and dk (two products with the head dimension).
+uint64_t AttentionGradOp::getFlops() {
+  uint64_t scores = scoreElements(getQ(), getK());
+  uint64_t headDim = getQ().getType().getDimSize(3);
+  uint64_t valueDim = getV().getType().getDimSize(3);
+  uint64_t flops = getRecomputeFlops();
+  flops = addCount(flops, mulCount(mulCount(4, scores), valueDim));
+  flops = addCount(flops, mulCount(getRate().convertToDouble() > 0.0 ? 7 : 5,
+                                   scores));
+  return addCount(flops, mulCount(mulCount(4, scores), headDim));
+}
+
 uint64_t RopeOp::getFlops() { return mulCount(3, elems(getResult())); }
 
 uint64_t ReshapeOp::getFlops() { return 0; }

@@ -305,6 +305,191 @@ LogicalResult DropoutOp::verify() {
                                getPartElementsAttr().getInt());
 }
 
+//===----------------------------------------------------------------------===//
+// Fused attention
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The shapes of an attention: q [B, H, S, D], k [B, KVH, S', D],
+/// v [B, KVH, S', Dv].
+struct AttentionShape {
+  int64_t batch, heads, kvHeads, queries, keys, headDim, valueDim;
+};
+} // namespace
+
+/// Checks q, k and v against each other and the attributes; `emit` gives
+/// the op's error.
+static FailureOr<AttentionShape>
+checkAttention(Type qType, Type kType, Type vType, bool causal,
+               function_ref<InFlightDiagnostic()> emit) {
+  auto q = dyn_cast<RankedTensorType>(qType);
+  auto k = dyn_cast<RankedTensorType>(kType);
+  auto v = dyn_cast<RankedTensorType>(vType);
+  if (!q || !k || !v || q.getRank() != 4 || k.getRank() != 4 ||
+      v.getRank() != 4) {
+    emit() << "q, k and v must be rank-4 tensors [batch, heads, sequence, "
+              "head dim]";
+    return failure();
+  }
+  if (q.getElementType() != k.getElementType() ||
+      q.getElementType() != v.getElementType()) {
+    emit() << "q, k and v must have one element type";
+    return failure();
+  }
+  AttentionShape shape{q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
+                       q.getDimSize(2), k.getDimSize(2), q.getDimSize(3),
+                       v.getDimSize(3)};
+  if (k.getDimSize(0) != shape.batch || v.getDimSize(0) != shape.batch) {
+    emit() << "q, k and v must have one batch size";
+    return failure();
+  }
+  if (v.getDimSize(1) != shape.kvHeads || v.getDimSize(2) != shape.keys) {
+    emit() << "k and v must have the same heads and sequence, got "
+           << k << " and " << v;
+    return failure();
+  }
+  if (shape.kvHeads <= 0 || shape.heads % shape.kvHeads != 0) {
+    emit() << "the query heads (" << shape.heads
+           << ") must be a multiple of the key/value heads ("
+           << shape.kvHeads << ")";
+    return failure();
+  }
+  if (k.getDimSize(3) != shape.headDim) {
+    emit() << "q and k must have one head dimension, got " << shape.headDim
+           << " and " << k.getDimSize(3);
+    return failure();
+  }
+  if (causal && shape.queries != shape.keys) {
+    emit() << "causal attention needs as many keys as queries, got "
+           << shape.keys << " and " << shape.queries;
+    return failure();
+  }
+  return shape;
+}
+
+static RankedTensorType attentionOutputType(RankedTensorType q,
+                                            RankedTensorType v) {
+  return RankedTensorType::get(
+      {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), v.getDimSize(3)},
+      q.getElementType());
+}
+
+static RankedTensorType attentionLseType(RankedTensorType q) {
+  return RankedTensorType::get(
+      {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2)},
+      Float32Type::get(q.getContext()));
+}
+
+LogicalResult AttentionOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  auto emit = [&]() { return mlir::emitError(*location); };
+  if (!location) {
+    auto q = dyn_cast<RankedTensorType>(adaptor.getQ().getType());
+    auto v = dyn_cast<RankedTensorType>(adaptor.getV().getType());
+    if (!q || !v || q.getRank() != 4 || v.getRank() != 4)
+      return failure();
+  } else if (failed(checkAttention(adaptor.getQ().getType(),
+                                   adaptor.getK().getType(),
+                                   adaptor.getV().getType(),
+                                   static_cast<bool>(adaptor.getCausal()),
+                                   emit))) {
+    return failure();
+  }
+  auto q = cast<RankedTensorType>(adaptor.getQ().getType());
+  auto v = cast<RankedTensorType>(adaptor.getV().getType());
+  inferred.push_back(attentionOutputType(q, v));
+  inferred.push_back(attentionLseType(q));
+  return success();
+}
+
+/// What the forward and the backward check alike: shapes, dropout, and the
+/// results' types.
+template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
+  FailureOr<AttentionShape> shape =
+      checkAttention(op.getQ().getType(), op.getK().getType(),
+                     op.getV().getType(), op.getCausal(),
+                     [&]() { return op.emitOpError(); });
+  if (failed(shape))
+    return failure();
+  double scale = op.getScale().convertToDouble();
+  if (!(scale > 0.0) || !std::isfinite(scale))
+    return op.emitOpError("scale must be finite and > 0, got ") << scale;
+  if (failed(verifyDropoutRate(op, op.getRate().convertToDouble())))
+    return failure();
+  if (op.getRate().convertToDouble() == 0.0 &&
+      (op.getKey() || op.getPart() || op.getSeedAttr().getInt() != 0 ||
+       op.getOffsetAttr().getInt() != 0 || op.getFirstAttr().getInt() != 0 ||
+       op.getPartElementsAttr().getInt() != 0))
+    return op.emitOpError("has dropout counters (key, part, seed, offset, "
+                          "first, part_elements) but no dropout (rate 0)");
+  return verifyDropoutCounters(op, op.getOffsetAttr().getInt(),
+                               op.getFirstAttr().getInt(), op.getPart(),
+                               op.getPartElementsAttr().getInt());
+}
+
+LogicalResult AttentionOp::verify() {
+  if (failed(verifyAttentionCommon(*this)))
+    return failure();
+  auto q = getQ().getType(), v = getV().getType();
+  if (getOutput().getType() != attentionOutputType(q, v))
+    return emitOpError("output must be ") << attentionOutputType(q, v);
+  if (getLse().getType() != attentionLseType(q))
+    return emitOpError("lse must be ") << attentionLseType(q);
+  return success();
+}
+
+int64_t AttentionOp::getDrawnElements() {
+  RankedTensorType q = getQ().getType();
+  return q.getDimSize(0) * q.getDimSize(1) * q.getDimSize(2) *
+         getK().getType().getDimSize(2);
+}
+
+bool AttentionOp::drawsRandom() { return getRate().convertToDouble() > 0.0; }
+
+LogicalResult AttentionGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  inferred.push_back(adaptor.getQ().getType());
+  inferred.push_back(adaptor.getK().getType());
+  inferred.push_back(adaptor.getV().getType());
+  return success();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyAttentionCommon(*this)))
+    return failure();
+  auto q = getQ().getType(), v = getV().getType();
+  if (getOutput().getType() != attentionOutputType(q, v) ||
+      getGrad().getType() != getOutput().getType())
+    return emitOpError("output and its gradient must be ")
+           << attentionOutputType(q, v);
+  if (getLse().getType() != attentionLseType(q))
+    return emitOpError("lse must be ") << attentionLseType(q);
+  if (getQGrad().getType() != q || getKGrad().getType() != getK().getType() ||
+      getVGrad().getType() != v)
+    return emitOpError("gradients must have the types of q, k and v");
+  return success();
+}
+
+int64_t AttentionGradOp::getDrawnElements() {
+  RankedTensorType q = getQ().getType();
+  return q.getDimSize(0) * q.getDimSize(1) * q.getDimSize(2) *
+         getK().getType().getDimSize(2);
+}
+
+bool AttentionGradOp::drawsRandom() {
+  return getRate().convertToDouble() > 0.0;
+}
+
+int64_t DropoutOp::getDrawnElements() {
+  return getInput().getType().getNumElements();
+}
+
+int64_t DropoutMaskOp::getDrawnElements() {
+  return getMask().getType().getNumElements();
+}
+
 LogicalResult RopeOp::verify() {
   RankedTensorType type = getInput().getType();
   if (type.getRank() < 2)

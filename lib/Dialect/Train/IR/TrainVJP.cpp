@@ -192,6 +192,27 @@ LogicalResult DropoutOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
   return success();
 }
 
+LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  // The log-sum-exp is an internal result: no gradient flows into it.
+  if (!resultGrads[0]) {
+    operandGrads.append(3, Value());
+    operandGrads.append(getNumOperands() - 3, Value());
+    return success();
+  }
+  auto grad = AttentionGradOp::create(
+      builder, getLoc(), resultGrads[0], getQ(), getK(), getV(), getOutput(),
+      getLse(), getKey(), getPart(), getScaleAttr(), getCausalAttr(),
+      getRateAttr(), getSeedAttr(), getOffsetAttr(), getFirstAttr(),
+      getPartElementsAttr());
+  operandGrads.push_back(grad.getQGrad());
+  operandGrads.push_back(grad.getKGrad());
+  operandGrads.push_back(grad.getVGrad());
+  // key and part are counters, not differentiable.
+  operandGrads.append(getNumOperands() - 3, Value());
+  return success();
+}
+
 LogicalResult RopeOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                SmallVectorImpl<Value> &operandGrads) {
   if (noGradient(*this, resultGrads, operandGrads))

@@ -251,9 +251,9 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
     return func.emitError("train-autodiff: cannot extend the signature");
   Value step = func.getArgument(stepIndex);
   // Each step draws fresh dropout masks: the step counter keys the RNG.
-  func.walk([&](DropoutOp dropout) {
-    if (!dropout.getKey())
-      dropout.getKeyMutable().assign(step);
+  func.walk([&](BatchDrawOpInterface draw) {
+    if (draw.drawsRandom() && !draw.getKeyValue())
+      draw.setKeyValue(step);
   });
 
   // The step returns the loss and the gradients; the optimizer block that

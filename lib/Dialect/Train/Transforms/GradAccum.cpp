@@ -147,7 +147,8 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
 /// tensor without the batch keeps its mask.
 LogicalResult placeDropout(Operation *original, Operation *clone,
                            Value microIndex) {
-  if (!isa<DropoutOp, DropoutMaskOp>(clone))
+  auto draw = dyn_cast<BatchDrawOpInterface>(clone);
+  if (!draw || !draw.drawsRandom())
     return success();
   auto oldType = cast<RankedTensorType>(original->getResult(0).getType());
   auto newType = cast<RankedTensorType>(clone->getResult(0).getType());
@@ -159,16 +160,11 @@ LogicalResult placeDropout(Operation *original, Operation *clone,
                               "batch's mask: the batch is not the first "
                               "dimension of ")
            << oldType;
-  auto setPart = [&](auto op) -> LogicalResult {
-    if (op.getPart())
-      return op.emitOpError("already has a part (accumulated twice?)");
-    op.getPartMutable().assign(microIndex);
-    op.setPartElements(newType.getNumElements());
-    return success();
-  };
-  if (auto dropout = dyn_cast<DropoutOp>(clone))
-    return setPart(dropout);
-  return setPart(cast<DropoutMaskOp>(clone));
+  if (draw.getPartValue())
+    return clone->emitOpError("already has a part (accumulated twice?)");
+  draw.setPartValue(microIndex);
+  draw.setElementsPerPart(draw.getDrawnElements());
+  return success();
 }
 
 struct TrainGradAccumPass
@@ -297,7 +293,8 @@ void TrainGradAccumPass::runOnOperation() {
   bool hasDropout = llvm::any_of(bodyOps, [](Operation *op) {
     return op
         ->walk([](Operation *inner) {
-          return isa<DropoutOp, DropoutMaskOp>(inner) ? WalkResult::interrupt()
+          auto draw = dyn_cast<BatchDrawOpInterface>(inner);
+          return draw && draw.drawsRandom() ? WalkResult::interrupt()
                                                       : WalkResult::advance();
         })
         .wasInterrupted();
@@ -431,7 +428,7 @@ struct TrainUnrollAccumPass
     bool indexElsewhere = false;
     if (indexArg)
       for (OpOperand &use : indexArg.getUses()) {
-        if (isa<DropoutOp, DropoutMaskOp>(use.getOwner()))
+        if (isa<BatchDrawOpInterface>(use.getOwner()))
           placed.push_back(use.getOwner());
         else
           indexElsewhere = true;
@@ -496,20 +493,15 @@ struct TrainUnrollAccumPass
         builder.clone(op, mapping);
       for (Operation *op : placed) {
         Operation *copy = mapping.lookup(op->getResult(0)).getDefiningOp();
-        auto place = [&](auto dropout) {
-          int64_t elements = dropout.getPartElementsAttr().getInt();
-          dropout.setFirst(dropout.getFirstAttr().getInt() + step * elements);
-          if (outer) {
-            dropout.setPartElements(elements * perIteration);
-          } else {
-            dropout.getPartMutable().clear();
-            dropout.setPartElements(0);
-          }
-        };
-        if (auto dropout = dyn_cast<DropoutOp>(copy))
-          place(dropout);
-        else
-          place(cast<DropoutMaskOp>(copy));
+        auto draw = cast<BatchDrawOpInterface>(copy);
+        int64_t elements = draw.getElementsPerPart();
+        draw.setFirstPosition(draw.getFirstPosition() + step * elements);
+        if (outer) {
+          draw.setElementsPerPart(elements * perIteration);
+        } else {
+          draw.setPartValue(Value());
+          draw.setElementsPerPart(0);
+        }
       }
       for (auto [index, value] : llvm::enumerate(yield.getValues())) {
         Value part = mapping.lookup(value);

@@ -39,6 +39,10 @@ def Train_CostOpInterface : OpInterface<"CostOpInterface"> {
   let methods = [
     InterfaceMethod<"Floating-point operations of one execution.",
       "uint64_t", "getFlops">,
+    InterfaceMethod<"Of getFlops, the operations that redo forward work (a "
+      "backward that recomputes what its forward did not keep); the memory "
+      "report counts them as recompute.",
+      "uint64_t", "getRecomputeFlops", (ins), [{}], [{ return 0; }]>,
     InterfaceMethod<"Bytes read from memory.",
       "uint64_t", "getBytesRead", (ins), [{}], [{
         uint64_t bytes = 0;
@@ -55,6 +59,54 @@ def Train_CostOpInterface : OpInterface<"CostOpInterface"> {
               bytes, ::mlir::train::getTensorBytes(result.getType()));
         return bytes;
       }]>
+  ];
+}
+
+def Train_BatchDrawOpInterface : OpInterface<"BatchDrawOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    An op that draws Philox numbers by an element's position in the whole
+    batch (dropout and its masks, fused attention's dropout): element `i`
+    of a draw is at `first + part · part_elements + i`. Gradient
+    accumulation gives a micro-batch's copy its index as `part` and its
+    draw's element count as `part_elements`; unrolling folds them into
+    `first`. Each sample then draws what it draws in the whole batch.
+  }];
+  let methods = [
+    InterfaceMethod<"Whether the op draws at all (a dropout rate above 0).",
+      "bool", "drawsRandom", (ins), [{}], [{ return true; }]>,
+    InterfaceMethod<"The elements one execution draws.",
+      "int64_t", "getDrawnElements">,
+    InterfaceMethod<"The key operand (a step passes its step counter, so "
+      "each step draws afresh; null without one).",
+      "::mlir::Value", "getKeyValue", (ins), [{}],
+      [{ return $_op.getKey(); }]>,
+    InterfaceMethod<"Sets the key operand.",
+      "void", "setKeyValue", (ins "::mlir::Value":$key), [{}],
+      [{ $_op.getKeyMutable().assign(key); }]>,
+    InterfaceMethod<"The micro-batch index operand (null without one).",
+      "::mlir::Value", "getPartValue", (ins), [{}],
+      [{ return $_op.getPart(); }]>,
+    InterfaceMethod<"Sets (or, with a null value, removes) the micro-batch "
+      "index operand.",
+      "void", "setPartValue", (ins "::mlir::Value":$part), [{}], [{
+        if (part)
+          $_op.getPartMutable().assign(part);
+        else
+          $_op.getPartMutable().clear();
+      }]>,
+    InterfaceMethod<"Position of the first element (with part 0).",
+      "int64_t", "getFirstPosition", (ins), [{}],
+      [{ return $_op.getFirstAttr().getInt(); }]>,
+    InterfaceMethod<"Sets the position of the first element.",
+      "void", "setFirstPosition", (ins "int64_t":$first), [{}],
+      [{ $_op.setFirst(first); }]>,
+    InterfaceMethod<"Elements between two parts.",
+      "int64_t", "getElementsPerPart", (ins), [{}],
+      [{ return $_op.getPartElementsAttr().getInt(); }]>,
+    InterfaceMethod<"Sets the elements between two parts.",
+      "void", "setElementsPerPart", (ins "int64_t":$elements), [{}],
+      [{ $_op.setPartElements(elements); }]>
   ];
 }
 

@@ -264,7 +264,8 @@ def Train_SoftmaxOp : Train_DiffOp<"softmax", [SameOperandsAndResultType]> {
 }
 
 def Train_DropoutOp : Train_DiffOp<"dropout",
-    [AllTypesMatch<["input", "result"]>, AttrSizedOperandSegments]> {
+    [AllTypesMatch<["input", "result"]>, AttrSizedOperandSegments,
+     DeclareOpInterfaceMethods<Train_BatchDrawOpInterface>]> {
   let summary = "inverted dropout with a counter-based keep-mask";
   let description = [{
     Zeroes each element with probability `rate` and scales the rest by
@@ -304,6 +305,59 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
     OpBuilder<(ins "::mlir::Value":$input, "double":$rate, "int64_t":$seed,
                    "int64_t":$offset)>
   ];
+}
+
+def Train_AttentionOp : Train_DiffOp<"attention",
+    [AttrSizedOperandSegments, InferTypeOpAdaptor,
+     DeclareOpInterfaceMethods<Train_BatchDrawOpInterface, ["drawsRandom"]>]> {
+  let summary = "fused memory-efficient attention (causal, GQA, dropout)";
+  let description = [{
+    `output = dropout(softmax(scale · q·kᵀ [causal])) · v` per batch and
+    query head, without the score matrix: `q` is `[B, H, S, D]`, `k` and `v`
+    `[B, KVH, S', D]` and `[B, KVH, S', Dv]` with `H` a multiple of `KVH`
+    (query head `h` reads key/value head `h / (H / KVH)`: grouped-query
+    attention; `KVH = H` is multi-head). With `causal`, key `j > i` is
+    masked for query `i` (then `S' = S`). The second result is the row-wise
+    log-sum-exp of the scaled, masked scores, in f32: with `q`, `k`, `v`
+    and `output` it is all the backward (`train.attention_grad`) needs, as
+    in FlashAttention, so no `S × S'` tensor is kept or even built whole.
+
+    Dropout (`rate > 0`) is `train.dropout`'s on the probabilities, element
+    `(b, h, i, j)` at position `first + part · part_elements +
+    ((b·H + h)·S + i)·S' + j`: the mask the decomposed pattern draws, with
+    no mask stored (the backward draws it again).
+
+    ```mlir
+    %o, %lse = train.attention %q, %k, %v {causal, scale = 0.125 : f64}
+        : tensor<8x12x1024x64xbf16>, tensor<8x12x1024x64xbf16>,
+          tensor<8x12x1024x64xbf16> -> tensor<8x12x1024x64xbf16>,
+          tensor<8x12x1024xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$q, Train_FloatTensor:$k,
+                       Train_FloatTensor:$v,
+                       Optional<Train_I64Scalar>:$key,
+                       Optional<Train_I64Scalar>:$part,
+                       F64Attr:$scale, UnitAttr:$causal,
+                       DefaultValuedAttr<F64Attr, "0.0">:$rate,
+                       DefaultValuedAttr<I64Attr, "0">:$seed,
+                       DefaultValuedAttr<I64Attr, "0">:$offset,
+                       DefaultValuedAttr<I64Attr, "0">:$first,
+                       DefaultValuedAttr<I64Attr, "0">:$part_elements);
+  let results = (outs Train_FloatTensor:$output,
+                      Train_StaticTensorOf<[F32]>:$lse);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v (`key` `(` $key^ `:` type($key) `)`)?
+    (`part` `(` $part^ `:` type($part) `)`)? attr-dict `:` type($q) `,`
+    type($k) `,` type($v) `->` type($output) `,` type($lse)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange,
+                                        ::mlir::TypeRange) {
+      return true;
+    }
+  }];
 }
 
 def Train_RopeOp : Train_DiffOp<"rope", [SameOperandsAndResultType]> {
@@ -435,7 +489,8 @@ def Train_CastOp : Train_DiffOp<"cast", [SameOperandsAndResultShape]> {
 }
 
 def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask",
-    [AttrSizedOperandSegments]> {
+    [AttrSizedOperandSegments,
+     DeclareOpInterfaceMethods<Train_BatchDrawOpInterface>]> {
   let summary = "regenerates the keep-mask of a dropout from its RNG stream";
   let description = [{
     The mask `train.dropout` with the same `key`, `part`, `rate`, `seed`,
@@ -694,6 +749,56 @@ def Train_DropoutGradOp : Train_ComputeOp<"dropout_grad",
     $grad `,` $mask attr-dict `:` type($grad) `,` type($mask)
   }];
   let hasVerifier = 1;
+}
+
+def Train_AttentionGradOp : Train_ComputeOp<"attention_grad",
+    [AttrSizedOperandSegments, InferTypeOpAdaptor,
+     DeclareOpInterfaceMethods<Train_BatchDrawOpInterface, ["drawsRandom"]>],
+    ["getRecomputeFlops"]> {
+  let summary = "gradient of train.attention from q, k, v, output and lse";
+  let description = [{
+    The FlashAttention backward: the probabilities are recomputed from `q`,
+    `k` and the saved log-sum-exp (its `q·kᵀ` is counted as recompute), the
+    dropout mask is drawn again at the same positions, and with
+    `Dᵢ = Σ doᵢ·oᵢ` the score gradient is `p · (dp − D)`. Gradients of `k`
+    and `v` sum over the query heads that share them. The attributes are the
+    forward's.
+
+    ```mlir
+    %dq, %dk, %dv = train.attention_grad %do, %q, %k, %v, %o, %lse
+        {causal, scale = 0.125 : f64}
+        : tensor<8x12x1024x64xbf16>, tensor<8x12x1024x64xbf16>,
+          tensor<8x12x1024x64xbf16>, tensor<8x12x1024x64xbf16>,
+          tensor<8x12x1024x64xbf16>, tensor<8x12x1024xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$q,
+                       Train_FloatTensor:$k, Train_FloatTensor:$v,
+                       Train_FloatTensor:$output,
+                       Train_StaticTensorOf<[F32]>:$lse,
+                       Optional<Train_I64Scalar>:$key,
+                       Optional<Train_I64Scalar>:$part,
+                       F64Attr:$scale, UnitAttr:$causal,
+                       DefaultValuedAttr<F64Attr, "0.0">:$rate,
+                       DefaultValuedAttr<I64Attr, "0">:$seed,
+                       DefaultValuedAttr<I64Attr, "0">:$offset,
+                       DefaultValuedAttr<I64Attr, "0">:$first,
+                       DefaultValuedAttr<I64Attr, "0">:$part_elements);
+  let results = (outs Train_FloatTensor:$q_grad, Train_FloatTensor:$k_grad,
+                      Train_FloatTensor:$v_grad);
+  let assemblyFormat = [{
+    $grad `,` $q `,` $k `,` $v `,` $output `,` $lse
+    (`key` `(` $key^ `:` type($key) `)`)?
+    (`part` `(` $part^ `:` type($part) `)`)? attr-dict `:` type($grad) `,`
+    type($q) `,` type($k) `,` type($v) `,` type($output) `,` type($lse)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange,
+                                        ::mlir::TypeRange) {
+      return true;
+    }
+  }];
 }
 
 def Train_CrossEntropyGradOp : Train_ComputeOp<"cross_entropy_grad"> {

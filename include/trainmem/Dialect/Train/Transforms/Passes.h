@@ -7,6 +7,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
 
 #include <string>
@@ -52,6 +53,10 @@ LogicalResult checkOptimizerOptions(const OptimizerOptions &options,
 /// `train.block optimizer`. Errors name `passName`.
 LogicalResult addOptimizer(func::FuncOp step, const OptimizerOptions &options,
                            StringRef passName);
+
+/// The rewrite of train-fuse-attention: decomposed attention (q·kᵀ, scale,
+/// softmax, dropout, ·v) into train.attention.
+void populateFuseAttentionPatterns(RewritePatternSet &patterns);
 
 #define GEN_PASS_DECL
 #include "trainmem/Dialect/Train/Transforms/Passes.h.inc"

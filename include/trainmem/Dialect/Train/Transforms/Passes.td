@@ -5,6 +5,27 @@
 
 include "mlir/Pass/PassBase.td"
 
+def TrainFuseAttentionPass : Pass<"train-fuse-attention"> {
+  let summary = "Rewrites decomposed attention into train.attention";
+  let description = [{
+    Finds `matmul(q, k, transpose_rhs)`, `scale`, `softmax` (causal or
+    not), an optional `dropout` and `matmul(·, v)`, each value used only by
+    the next, and replaces them by one `train.attention`: no score tensor
+    is kept or built whole, and the backward keeps q, k, v, the output and
+    the row log-sum-exp. Multi-head (`[B, H, S, D]` operands) and
+    grouped-query attention (`[B, KVH, G, S, D]` queries against
+    `[B, KVH, 1, S, D]` keys and values, reshaped to `[B, H, S, D]` and
+    `[B, KVH, S, D]` for the op) both fuse; the dropout's counters carry
+    over, so the fused op draws the decomposed pattern's mask. It is a
+    rewrite pattern (`populateFuseAttentionPatterns`) that any op holding
+    the pattern can run on; run it on the forward, before `train-autodiff`
+    (after it, the backward reads the scores, so nothing matches).
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused-attentions", "Attentions fused">
+  ];
+}
+
 def TrainCostReportPass : Pass<"train-cost-report", "mlir::ModuleOp"> {
   let summary = "Prints parameters, FLOPs and bytes moved of each function";
   let description = [{

@@ -1225,7 +1225,16 @@ LogicalResult OpKernels::evaluate(AttentionOp o) {
   double scale = o.getScale().convertToDouble();
   bool causal = o.getCausal();
   auto dropout = attentionDropout(o);
-  RefTensor out = RefTensor::zeros({batch, heads, queries, valueDim});
+  bool transposed = o.getTransposeOutput();
+  // Where output row (b, h, i) starts: [B, H, S, Dv] or [B, S, H, Dv].
+  auto outRow = [&](int64_t b, int64_t h, int64_t i) {
+    return (transposed ? (b * queries + i) * heads + h
+                       : (b * heads + h) * queries + i) *
+           valueDim;
+  };
+  RefTensor out = RefTensor::zeros(
+      transposed ? std::vector<int64_t>{batch, queries, heads, valueDim}
+                 : std::vector<int64_t>{batch, heads, queries, valueDim});
   RefTensor lse = RefTensor::zeros({batch, heads, queries});
   std::vector<double> scores(keys), acc(valueDim);
   for (int64_t b = 0; b < batch; ++b)
@@ -1258,7 +1267,7 @@ LogicalResult OpKernels::evaluate(AttentionOp o) {
           for (int64_t d = 0; d < valueDim; ++d)
             acc[d] += p * vh[j * valueDim + d];
         }
-        float *oi = &out.floats[((b * heads + h) * queries + i) * valueDim];
+        float *oi = &out.floats[outRow(b, h, i)];
         for (int64_t d = 0; d < valueDim; ++d)
           oi[d] = static_cast<float>(acc[d]);
         lse.floats[(b * heads + h) * queries + i] =
@@ -1282,6 +1291,12 @@ LogicalResult OpKernels::evaluate(AttentionGradOp o) {
   double scale = o.getScale().convertToDouble();
   bool causal = o.getCausal();
   auto dropout = attentionDropout(o);
+  bool transposed = o.getTransposeOutput();
+  auto outRow = [&](int64_t b, int64_t h, int64_t i) {
+    return (transposed ? (b * queries + i) * heads + h
+                       : (b * heads + h) * queries + i) *
+           valueDim;
+  };
   std::vector<double> dq(q.floats.size()), dk(k.floats.size()),
       dv(v.floats.size());
   for (int64_t b = 0; b < batch; ++b)
@@ -1290,13 +1305,13 @@ LogicalResult OpKernels::evaluate(AttentionGradOp o) {
       int64_t qBase = ((b * heads + h) * queries) * dim;
       int64_t kBase = ((b * kvHeads + kvh) * keys) * dim;
       int64_t vBase = ((b * kvHeads + kvh) * keys) * valueDim;
-      int64_t oBase = ((b * heads + h) * queries) * valueDim;
       for (int64_t i = 0; i < queries; ++i) {
+        int64_t oRow = outRow(b, h, i);
         int64_t visible = causal ? i + 1 : keys;
         double rowDot = 0.0;
         for (int64_t d = 0; d < valueDim; ++d)
-          rowDot += static_cast<double>(dout.floats[oBase + i * valueDim + d]) *
-                    out.floats[oBase + i * valueDim + d];
+          rowDot += static_cast<double>(dout.floats[oRow + d]) *
+                    out.floats[oRow + d];
         double logSumExp = lse.floats[(b * heads + h) * queries + i];
         uint64_t row = static_cast<uint64_t>(((b * heads + h) * queries + i) *
                                              keys);
@@ -1310,7 +1325,7 @@ LogicalResult OpKernels::evaluate(AttentionGradOp o) {
           double kept = keep ? p * dropout.scale : 0.0;
           double dpKept = 0.0;
           for (int64_t d = 0; d < valueDim; ++d) {
-            double g = dout.floats[oBase + i * valueDim + d];
+            double g = dout.floats[oRow + d];
             dv[vBase + j * valueDim + d] += kept * g;
             dpKept += g * v.floats[vBase + j * valueDim + d];
           }

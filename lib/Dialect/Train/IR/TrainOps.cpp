@@ -368,7 +368,12 @@ checkAttention(Type qType, Type kType, Type vType, bool causal,
 }
 
 static RankedTensorType attentionOutputType(RankedTensorType q,
-                                            RankedTensorType v) {
+                                            RankedTensorType v,
+                                            bool transposed) {
+  if (transposed)
+    return RankedTensorType::get(
+        {q.getDimSize(0), q.getDimSize(2), q.getDimSize(1), v.getDimSize(3)},
+        q.getElementType());
   return RankedTensorType::get(
       {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), v.getDimSize(3)},
       q.getElementType());
@@ -398,7 +403,8 @@ LogicalResult AttentionOp::inferReturnTypes(
   }
   auto q = cast<RankedTensorType>(adaptor.getQ().getType());
   auto v = cast<RankedTensorType>(adaptor.getV().getType());
-  inferred.push_back(attentionOutputType(q, v));
+  inferred.push_back(
+      attentionOutputType(q, v, static_cast<bool>(adaptor.getTransposeOutput())));
   inferred.push_back(attentionLseType(q));
   return success();
 }
@@ -432,8 +438,9 @@ LogicalResult AttentionOp::verify() {
   if (failed(verifyAttentionCommon(*this)))
     return failure();
   auto q = getQ().getType(), v = getV().getType();
-  if (getOutput().getType() != attentionOutputType(q, v))
-    return emitOpError("output must be ") << attentionOutputType(q, v);
+  RankedTensorType output = attentionOutputType(q, v, getTransposeOutput());
+  if (getOutput().getType() != output)
+    return emitOpError("output must be ") << output;
   if (getLse().getType() != attentionLseType(q))
     return emitOpError("lse must be ") << attentionLseType(q);
   return success();
@@ -460,10 +467,9 @@ LogicalResult AttentionGradOp::verify() {
   if (failed(verifyAttentionCommon(*this)))
     return failure();
   auto q = getQ().getType(), v = getV().getType();
-  if (getOutput().getType() != attentionOutputType(q, v) ||
-      getGrad().getType() != getOutput().getType())
-    return emitOpError("output and its gradient must be ")
-           << attentionOutputType(q, v);
+  RankedTensorType output = attentionOutputType(q, v, getTransposeOutput());
+  if (getOutput().getType() != output || getGrad().getType() != output)
+    return emitOpError("output and its gradient must be ") << output;
   if (getLse().getType() != attentionLseType(q))
     return emitOpError("lse must be ") << attentionLseType(q);
   if (getQGrad().getType() != q || getKGrad().getType() != getK().getType() ||

@@ -203,7 +203,7 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
   auto grad = AttentionGradOp::create(
       builder, getLoc(), resultGrads[0], getQ(), getK(), getV(), getOutput(),
       getLse(), getKey(), getPart(), getScaleAttr(), getCausalAttr(),
-      getRateAttr(), getSeedAttr(), getOffsetAttr(), getFirstAttr(),
+      getTransposeOutputAttr(), getRateAttr(), getSeedAttr(), getOffsetAttr(), getFirstAttr(),
       getPartElementsAttr());
   operandGrads.push_back(grad.getQGrad());
   operandGrads.push_back(grad.getKGrad());

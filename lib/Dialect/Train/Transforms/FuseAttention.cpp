@@ -98,10 +98,28 @@ struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
       return rewriter.notifyMatchFailure(pv, "not rank 4 or 5");
     }
 
+    // The model reads the output heads-last ([B, S, H, Dv]) through a
+    // transpose (after a reshape to heads, for grouped queries): the op
+    // writes that order itself, so the reshape after it is a view and the
+    // backward keeps no second copy of the output.
+    TransposeOp heads;
+    Operation *user = pv->hasOneUse() ? *pv->getUsers().begin() : nullptr;
+    if (auto reshape = dyn_cast_or_null<ReshapeOp>(user);
+        reshape && qType.getRank() == 5 && reshape->hasOneUse() &&
+        cast<RankedTensorType>(reshape.getResult().getType()).getShape() ==
+            ArrayRef<int64_t>{outType.getDimSize(0),
+                              outType.getDimSize(1) * outType.getDimSize(2),
+                              outType.getDimSize(3), outType.getDimSize(4)})
+      user = *reshape->getUsers().begin();
+    if (auto transpose = dyn_cast_or_null<TransposeOp>(user))
+      if (transpose.getPermutation() == ArrayRef<int64_t>{0, 2, 1, 3})
+        heads = transpose;
+
     auto attention = AttentionOp::create(
         rewriter, loc, q, k, v, dropout ? dropout.getKey() : Value(),
         dropout ? dropout.getPart() : Value(), scale.getFactorAttr(),
         softmax.getCausalAttr(),
+        heads ? rewriter.getUnitAttr() : UnitAttr(),
         dropout ? dropout.getRateAttr() : rewriter.getF64FloatAttr(0.0),
         dropout ? dropout.getSeedAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getOffsetAttr() : rewriter.getI64IntegerAttr(0),
@@ -109,9 +127,19 @@ struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
         dropout ? dropout.getPartElementsAttr()
                 : rewriter.getI64IntegerAttr(0));
     Value output = attention.getOutput();
-    if (output.getType() != outType)
-      output = ReshapeOp::create(rewriter, loc, outType, output);
-    rewriter.replaceOp(pv, output);
+    if (heads) {
+      // The transpose (and the reshape before it) go with the product.
+      rewriter.replaceOp(heads, output);
+      Operation *between = pv->hasOneUse() ? *pv->getUsers().begin() : nullptr;
+      if (between && between != heads.getOperation() &&
+          between->use_empty())
+        rewriter.eraseOp(between);
+      rewriter.eraseOp(pv);
+    } else {
+      if (output.getType() != outType)
+        output = ReshapeOp::create(rewriter, loc, outType, output);
+      rewriter.replaceOp(pv, output);
+    }
     // The chain has no other users: it goes with its product.
     if (dropout)
       rewriter.eraseOp(dropout);

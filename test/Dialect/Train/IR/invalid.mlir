@@ -1204,3 +1204,67 @@ func.func @unscale_nothing(%state: tensor<3xi64>) {
   %u = "train.unscale_gradients"(%state) {initial = 1.0 : f64, growth_interval = 10 : i64} : (tensor<3xi64>) -> tensor<3xi64>
   return
 }
+
+// -----
+
+func.func @attention_heads(%q: tensor<1x6x8x4xf32>, %kv: tensor<1x4x8x4xf32>) {
+  // expected-error @+1 {{'train.attention' op the query heads (6) must be a multiple of the key/value heads (4)}}
+  %o, %lse = "train.attention"(%q, %kv, %kv) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<1x6x8x4xf32>, tensor<1x4x8x4xf32>, tensor<1x4x8x4xf32>) -> (tensor<1x6x8x4xf32>, tensor<1x6x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_causal_keys(%q: tensor<1x2x8x4xf32>, %kv: tensor<1x2x6x4xf32>) {
+  // expected-error @+1 {{'train.attention' op causal attention needs as many keys as queries, got 6 and 8}}
+  %o, %lse = "train.attention"(%q, %kv, %kv) {causal, scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_rate(%q: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{'train.attention' op rate must be in [0, 1), got 1.000000e+00}}
+  %o, %lse = train.attention %q, %q, %q {causal, scale = 0.5 : f64, rate = 1.0 : f64} : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_counters(%q: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{'train.attention' op has dropout counters (key, part, seed, offset, first, part_elements) but no dropout (rate 0)}}
+  %o, %lse = train.attention %q, %q, %q {causal, scale = 0.5 : f64, seed = 3 : i64} : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_scale(%q: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{'train.attention' op scale must be finite and > 0, got -1}}
+  %o, %lse = train.attention %q, %q, %q {causal, scale = -1.0 : f64} : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_head_dim(%q: tensor<1x2x8x4xf32>, %k: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'train.attention' op q and k must have one head dimension, got 4 and 8}}
+  %o, %lse = "train.attention"(%q, %k, %k) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x2x8x8xf32>, tensor<1x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_output(%q: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{'train.attention' op output must be 'tensor<1x8x2x4xf32>'}}
+  %o, %lse = "train.attention"(%q, %q, %q) {scale = 0.5 : f64, transpose_output, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_types(%q: tensor<1x2x8x4xf32>, %lse: tensor<1x2x8xf32>) {
+  // expected-error @+1 {{'train.attention_grad' op gradients must have the types of q, k and v}}
+  %dq, %dk, %dv = "train.attention_grad"(%q, %q, %q, %q, %q, %lse) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x8xf32>)
+  return
+}

@@ -239,3 +239,14 @@ func.func @loss_scaling(%g0: tensor<8xf16>, %g1: tensor<4x8xf16>, %state: tensor
   %u:3 = train.unscale_gradients %g0, %g1 scale(%state) {initial = 65536.0 : f64, growth_interval = 2000 : i64} : (tensor<8xf16>, tensor<4x8xf16>), tensor<3xi64> -> (tensor<8xf32>, tensor<4x8xf32>), tensor<3xi64>
   return
 }
+
+// CHECK-LABEL: func @attention
+func.func @attention(%q: tensor<2x8x16x4xbf16>, %kv: tensor<2x2x16x4xbf16>, %step: tensor<i64>, %j: tensor<i64>) {
+  // CHECK: %[[O:.*]], %[[LSE:.*]] = train.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, scale = 5.000000e-01 : f64} : tensor<2x8x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x2x16x4xbf16> -> tensor<2x8x16x4xbf16>, tensor<2x8x16xf32>
+  %o, %lse = train.attention %q, %kv, %kv {causal, scale = 0.5 : f64} : tensor<2x8x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x2x16x4xbf16> -> tensor<2x8x16x4xbf16>, tensor<2x8x16xf32>
+  // CHECK: train.attention %{{.*}}, %{{.*}}, %{{.*}} key(%{{.*}} : tensor<i64>) part(%{{.*}} : tensor<i64>) {causal, offset = 2 : i64, part_elements = 4096 : i64, rate = 1.000000e-01 : f64, scale = 5.000000e-01 : f64, seed = 7 : i64, transpose_output} : tensor<2x8x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x2x16x4xbf16> -> tensor<2x16x8x4xbf16>, tensor<2x8x16xf32>
+  %o2, %lse2 = train.attention %q, %kv, %kv key(%step : tensor<i64>) part(%j : tensor<i64>) {causal, scale = 0.5 : f64, rate = 0.1 : f64, seed = 7 : i64, offset = 2 : i64, part_elements = 4096 : i64, transpose_output} : tensor<2x8x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x2x16x4xbf16> -> tensor<2x16x8x4xbf16>, tensor<2x8x16xf32>
+  // CHECK: train.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[O]], %[[LSE]] {causal, scale = 5.000000e-01 : f64} : tensor<2x8x16x4xbf16>, tensor<2x8x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x8x16x4xbf16>, tensor<2x8x16xf32>
+  %dq, %dk, %dv = train.attention_grad %o, %q, %kv, %kv, %o, %lse {causal, scale = 0.5 : f64} : tensor<2x8x16x4xbf16>, tensor<2x8x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x8x16x4xbf16>, tensor<2x8x16xf32>
+  return
+}

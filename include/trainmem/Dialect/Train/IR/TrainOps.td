@@ -322,6 +322,10 @@ def Train_AttentionOp : Train_DiffOp<"attention",
     and `output` it is all the backward (`train.attention_grad`) needs, as
     in FlashAttention, so no `S × S'` tensor is kept or even built whole.
 
+    With `transpose_output` the output is `[B, S, H, Dv]` (the order the
+    model's output projection reads, so that it is a view of the output and
+    the backward keeps no second copy); the log-sum-exp stays `[B, H, S]`.
+
     Dropout (`rate > 0`) is `train.dropout`'s on the probabilities, element
     `(b, h, i, j)` at position `first + part · part_elements +
     ((b·H + h)·S + i)·S' + j`: the mask the decomposed pattern draws, with
@@ -339,6 +343,7 @@ def Train_AttentionOp : Train_DiffOp<"attention",
                        Optional<Train_I64Scalar>:$key,
                        Optional<Train_I64Scalar>:$part,
                        F64Attr:$scale, UnitAttr:$causal,
+                       UnitAttr:$transpose_output,
                        DefaultValuedAttr<F64Attr, "0.0">:$rate,
                        DefaultValuedAttr<I64Attr, "0">:$seed,
                        DefaultValuedAttr<I64Attr, "0">:$offset,
@@ -762,7 +767,8 @@ def Train_AttentionGradOp : Train_ComputeOp<"attention_grad",
     dropout mask is drawn again at the same positions, and with
     `Dᵢ = Σ doᵢ·oᵢ` the score gradient is `p · (dp − D)`. Gradients of `k`
     and `v` sum over the query heads that share them. The attributes are the
-    forward's.
+    forward's (with `transpose_output`, `grad` and `output` are
+    `[B, S, H, Dv]`).
 
     ```mlir
     %dq, %dk, %dv = train.attention_grad %do, %q, %k, %v, %o, %lse
@@ -779,6 +785,7 @@ def Train_AttentionGradOp : Train_ComputeOp<"attention_grad",
                        Optional<Train_I64Scalar>:$key,
                        Optional<Train_I64Scalar>:$part,
                        F64Attr:$scale, UnitAttr:$causal,
+                       UnitAttr:$transpose_output,
                        DefaultValuedAttr<F64Attr, "0.0">:$rate,
                        DefaultValuedAttr<I64Attr, "0">:$seed,
                        DefaultValuedAttr<I64Attr, "0">:$offset,

@@ -123,7 +123,8 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
                                        StringRef gradAccumOptions,
                                        std::optional<StringRef> quantizeOptions,
                                        StringRef zeroOptions,
-                                       std::optional<StringRef> lossScaleOptions) {
+                                       std::optional<StringRef> lossScaleOptions,
+                                       bool fuseAttention) {
   Operation *step = nullptr;
   if (hasMarkedStep(module)) {
     step = findMarkedStep(module, "trainmem-run");
@@ -133,6 +134,11 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   if (isLoweredStep(step)) {
     // A step lowered by trainmem-opt runs as it is; the passes that would
     // reshape it work on the tensor-level step only.
+    if (fuseAttention)
+      return emitError(step->getLoc(), "trainmem-run: @")
+             << SymbolTable::getSymbolName(step).getValue()
+             << " is already lowered; --fuse-attention rewrites the forward "
+                "(before train-autodiff)";
     if (!rematOptions.empty() || !gradAccumOptions.empty() || quantizeOptions ||
         !zeroOptions.empty() || lossScaleOptions)
       return emitError(step->getLoc(), "trainmem-run: @")
@@ -146,6 +152,7 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   // step (train-autodiff marks it); a step is taken as it is.
   TrainStepPipelineOptions options;
   options.differentiate = step == nullptr;
+  options.fuseAttention = fuseAttention;
   options.autodiff = autodiffOptions.str();
   options.remat = rematOptions.str();
   options.gradAccum = gradAccumOptions.str();

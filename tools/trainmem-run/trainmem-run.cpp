@@ -91,6 +91,11 @@ static cl::opt<std::string> gradAccumOptions(
     cl::desc("Accumulate gradients over micro-batches of the step's batch: "
              "train-grad-accum options, e.g. \"steps=4\""),
     cl::cat(category));
+static cl::opt<bool> fuseAttention(
+    "fuse-attention",
+    cl::desc("Fuse each attention into train.attention (train-fuse-attention "
+             "on the forward): no score tensor kept"),
+    cl::cat(category));
 static cl::opt<std::string>
     rematOptions("remat",
                  cl::desc("Recompute activations: train-remat options, e.g. "
@@ -216,7 +221,8 @@ int main(int argc, char **argv) {
     zero = "ranks=" + std::to_string(worldSize) + " " + zeroOptions;
   }
   if (failed(prepareStep(*module, autodiffOptions, rematOptions,
-                         gradAccumOptions, quantize, zero, lossScale)))
+                         gradAccumOptions, quantize, zero, lossScale,
+                         fuseAttention)))
     return 1;
 
   SessionOptions options;
@@ -265,7 +271,8 @@ int main(int argc, char **argv) {
     for (const std::string &option :
          {std::string(autodiffOptions), std::string(rematOptions),
           std::string(gradAccumOptions), std::string(quantizeOptions),
-          std::string(zeroOptions), std::string(lossScaleOptions)})
+          std::string(zeroOptions), std::string(lossScaleOptions),
+          std::string(fuseAttention ? "fuse-attention" : "")})
       what += "\n" + option;
     uint64_t hash = fnv1a(what);
     for (int part = 0; part < 4; ++part) {

@@ -67,13 +67,15 @@ struct StepLayout {
 /// train.remat regions materialized; with non-empty `zeroOptions` (e.g.
 /// "ranks=2 stage=1"), train-zero between the two (train-step's order);
 /// with `lossScaleOptions` (possibly empty), train-loss-scale after
-/// train-autodiff.
+/// train-autodiff; with `fuseAttention`, train-fuse-attention on the
+/// forward before it.
 LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
                           StringRef rematOptions = "",
                           StringRef gradAccumOptions = "",
                           std::optional<StringRef> quantizeOptions = {},
                           StringRef zeroOptions = "",
-                          std::optional<StringRef> lossScaleOptions = {});
+                          std::optional<StringRef> lossScaleOptions = {},
+                          bool fuseAttention = false);
 
 /// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
 /// convert-to-llvm) and reads its arena layout.

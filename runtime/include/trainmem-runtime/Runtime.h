@@ -155,6 +155,39 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
  * scalar, or -1 for none) at counter offset; see Support/Philox.h. Element
  * i draws at position first + part * part_elements + i in the stream (part:
  * offset of an i64 scalar, or -1 for 0): its place in the whole batch. */
+/* Fused attention (train.attention): q [batch, heads, queries, dim], k and
+ * v [batch, kv_heads, keys, dim|value_dim] read through element strides
+ * (q0..q3: views of a projection are fine); out [batch, heads, queries,
+ * value_dim], or [batch, queries, heads, value_dim] with transpose_output,
+ * and lse [batch, heads, queries] (f32) written row-major. Query head h
+ * reads key/value head h / (heads / kv_heads). Causal masks key j > query
+ * i. Dropout (rate > 0) draws tmrt_dropout's mask for the score element
+ * ((b·heads + h)·queries + i)·keys + j. Sums in double, in a fixed order:
+ * the same bits on any thread count. */
+void tmrt_attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
+                    int64_t out, int64_t lse, int64_t batch, int64_t heads,
+                    int64_t kv_heads, int64_t queries, int64_t keys,
+                    int64_t dim, int64_t value_dim, int64_t q0, int64_t q1,
+                    int64_t q2, int64_t q3, int64_t k0, int64_t k1, int64_t k2,
+                    int64_t k3, int64_t v0, int64_t v1, int64_t v2, int64_t v3,
+                    int64_t transpose_output, double scale, int64_t causal,
+                    double rate, int64_t seed, int64_t offset, int64_t key,
+                    int64_t first, int64_t part, int64_t part_elements);
+/* The gradients of tmrt_attention's q, k and v (dq, dk, dv row-major)
+ * from the output's gradient dout, q, k, v, out and lse: the scores
+ * recomputed, the mask drawn again. */
+void tmrt_attention_grad(tmrt_context *ctx, int64_t dout, int64_t q,
+                         int64_t k, int64_t v, int64_t out, int64_t lse,
+                         int64_t dq, int64_t dk, int64_t dv, int64_t batch,
+                         int64_t heads, int64_t kv_heads, int64_t queries,
+                         int64_t keys, int64_t dim, int64_t value_dim,
+                         int64_t q0, int64_t q1, int64_t q2, int64_t q3,
+                         int64_t k0, int64_t k1, int64_t k2, int64_t k3,
+                         int64_t v0, int64_t v1, int64_t v2, int64_t v3,
+                         int64_t transpose_output, double scale,
+                         int64_t causal, double rate, int64_t seed,
+                         int64_t offset, int64_t key, int64_t first,
+                         int64_t part, int64_t part_elements);
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,

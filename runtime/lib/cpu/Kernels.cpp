@@ -781,6 +781,234 @@ void softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
   });
 }
 
+/// The dimensions, strides and dropout of a fused attention.
+struct AttentionShape {
+  int64_t batch, heads, kvHeads, queries, keys, dim, valueDim;
+  int64_t qs[4], ks[4], vs[4];
+  bool transposeOutput, causal;
+  double scale, rate, keepScale;
+  uint64_t seed, offset, base;
+  uint32_t threshold;
+
+  int64_t group() const { return heads / kvHeads; }
+  /// Where output row (b, h, i) starts.
+  int64_t outRow(int64_t b, int64_t h, int64_t i) const {
+    return (transposeOutput ? (b * queries + i) * heads + h
+                            : (b * heads + h) * queries + i) *
+           valueDim;
+  }
+  /// Whether score (b, h, i, j) survives dropout.
+  bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (rate == 0.0)
+      return true;
+    auto index = static_cast<uint64_t>(((b * heads + h) * queries + i) * keys +
+                                       j);
+    return trainmem::dropoutKeep(seed, offset, base + index, threshold);
+  }
+  /// The scaled score of query (b, h, i) and key (b, kvh, j), in double.
+  template <typename T>
+  double score(const T *q, const T *k, int64_t b, int64_t h, int64_t kvh,
+               int64_t i, int64_t j) const {
+    const T *qi = q + b * qs[0] + h * qs[1] + i * qs[2];
+    const T *kj = k + b * ks[0] + kvh * ks[1] + j * ks[2];
+    double dot = 0.0;
+    for (int64_t d = 0; d < dim; ++d)
+      dot += static_cast<double>(static_cast<float>(qi[d * qs[3]])) *
+             static_cast<float>(kj[d * ks[3]]);
+    return scale * dot;
+  }
+};
+
+AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
+                              int64_t kv_heads, int64_t queries, int64_t keys,
+                              int64_t dim, int64_t value_dim,
+                              std::initializer_list<int64_t> strides,
+                              int64_t transpose_output, double scale,
+                              int64_t causal, double rate, int64_t seed,
+                              int64_t offset, int64_t key, int64_t first,
+                              int64_t part, int64_t part_elements) {
+  AttentionShape a{};
+  a.batch = batch;
+  a.heads = heads;
+  a.kvHeads = kv_heads;
+  a.queries = queries;
+  a.keys = keys;
+  a.dim = dim;
+  a.valueDim = value_dim;
+  const int64_t *stride = strides.begin();
+  for (int i = 0; i < 4; ++i) {
+    a.qs[i] = stride[i];
+    a.ks[i] = stride[4 + i];
+    a.vs[i] = stride[8 + i];
+  }
+  a.transposeOutput = transpose_output != 0;
+  a.causal = causal != 0;
+  a.scale = scale;
+  a.rate = rate;
+  a.keepScale = rate > 0.0 ? 1.0 / (1.0 - rate) : 1.0;
+  if (rate > 0.0) {
+    if (key >= 0)
+      seed += *ctx->at<int64_t>(key);
+    a.seed = static_cast<uint64_t>(seed);
+    a.offset = static_cast<uint64_t>(offset);
+    a.threshold = trainmem::dropoutKeepThreshold(rate);
+    a.base = dropoutBase(ctx, first, part, part_elements);
+  }
+  return a;
+}
+
+/// One task per (batch, head): its output rows and log-sum-exps are its
+/// own, each a sum over keys in order, so the result does not depend on the
+/// threads.
+template <typename T>
+void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
+                 int64_t k, int64_t v, int64_t out, int64_t lse) {
+  const T *Q = ctx->at<T>(q), *K = ctx->at<T>(k), *V = ctx->at<T>(v);
+  T *O = ctx->at<T>(out);
+  float *L = ctx->at<float>(lse);
+  ctx->pool.parallelFor(a.batch * a.heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> scores(a.keys), acc(a.valueDim);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      int64_t b = bh / a.heads, h = bh % a.heads, kvh = h / a.group();
+      const T *vh = V + b * a.vs[0] + kvh * a.vs[1];
+      for (int64_t i = 0; i < a.queries; ++i) {
+        int64_t visible = a.causal ? i + 1 : a.keys;
+        double most = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < visible; ++j) {
+          scores[j] = a.score(Q, K, b, h, kvh, i, j);
+          most = std::max(most, scores[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < visible; ++j)
+          sum += std::exp(scores[j] - most);
+        double logSumExp = most + std::log(sum);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t j = 0; j < visible; ++j) {
+          if (!a.keep(b, h, i, j))
+            continue;
+          double p = std::exp(scores[j] - logSumExp) * a.keepScale;
+          for (int64_t d = 0; d < a.valueDim; ++d)
+            acc[d] += p * static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
+        }
+        T *oi = O + a.outRow(b, h, i);
+        for (int64_t d = 0; d < a.valueDim; ++d)
+          oi[d] = static_cast<float>(acc[d]);
+        L[(b * a.heads + h) * a.queries + i] = static_cast<float>(logSumExp);
+      }
+    }
+  });
+  ctx->touch(out, a.batch * a.heads * a.queries * a.valueDim * sizeof(T));
+  ctx->touch(lse, a.batch * a.heads * a.queries * sizeof(float));
+}
+
+/// One task per (batch, key/value head): the query heads that share it,
+/// each query's keys in order, so every sum has one order on any thread
+/// count (the evaluator's).
+template <typename T>
+void attentionGradOf(tmrt_context *ctx, const AttentionShape &a, int64_t dout,
+                     int64_t q, int64_t k, int64_t v, int64_t out, int64_t lse,
+                     int64_t dq, int64_t dk, int64_t dv) {
+  const T *dO = ctx->at<T>(dout), *Q = ctx->at<T>(q), *K = ctx->at<T>(k),
+          *V = ctx->at<T>(v), *O = ctx->at<T>(out);
+  const float *L = ctx->at<float>(lse);
+  T *dQ = ctx->at<T>(dq), *dK = ctx->at<T>(dk), *dV = ctx->at<T>(dv);
+  ctx->pool.parallelFor(a.batch * a.kvHeads, 1, [&](int64_t begin,
+                                                    int64_t end) {
+    std::vector<double> dkAcc(a.keys * a.dim), dvAcc(a.keys * a.valueDim),
+        dqAcc(a.dim);
+    for (int64_t task = begin; task < end; ++task) {
+      int64_t b = task / a.kvHeads, kvh = task % a.kvHeads;
+      std::fill(dkAcc.begin(), dkAcc.end(), 0.0);
+      std::fill(dvAcc.begin(), dvAcc.end(), 0.0);
+      const T *kh = K + b * a.ks[0] + kvh * a.ks[1];
+      const T *vh = V + b * a.vs[0] + kvh * a.vs[1];
+      for (int64_t g = 0; g < a.group(); ++g) {
+        int64_t h = kvh * a.group() + g;
+        const T *qh = Q + b * a.qs[0] + h * a.qs[1];
+        for (int64_t i = 0; i < a.queries; ++i) {
+          int64_t visible = a.causal ? i + 1 : a.keys;
+          const T *doi = dO + a.outRow(b, h, i), *oi = O + a.outRow(b, h, i);
+          double rowDot = 0.0;
+          for (int64_t d = 0; d < a.valueDim; ++d)
+            rowDot += static_cast<double>(static_cast<float>(doi[d])) *
+                      static_cast<float>(oi[d]);
+          double logSumExp = L[(b * a.heads + h) * a.queries + i];
+          std::fill(dqAcc.begin(), dqAcc.end(), 0.0);
+          for (int64_t j = 0; j < visible; ++j) {
+            double p = std::exp(a.score(Q, K, b, h, kvh, i, j) - logSumExp);
+            bool keep = a.keep(b, h, i, j);
+            double kept = keep ? p * a.keepScale : 0.0;
+            double dpKept = 0.0;
+            for (int64_t d = 0; d < a.valueDim; ++d) {
+              double gd = static_cast<float>(doi[d]);
+              dvAcc[j * a.valueDim + d] += kept * gd;
+              dpKept += gd * static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
+            }
+            double dp = keep ? dpKept * a.keepScale : 0.0;
+            double ds = p * (dp - rowDot) * a.scale;
+            for (int64_t d = 0; d < a.dim; ++d) {
+              dqAcc[d] += ds * static_cast<float>(kh[j * a.ks[2] + d * a.ks[3]]);
+              dkAcc[j * a.dim + d] +=
+                  ds * static_cast<float>(qh[i * a.qs[2] + d * a.qs[3]]);
+            }
+          }
+          T *dqi = dQ + ((b * a.heads + h) * a.queries + i) * a.dim;
+          for (int64_t d = 0; d < a.dim; ++d)
+            dqi[d] = static_cast<float>(dqAcc[d]);
+        }
+      }
+      T *dkh = dK + (b * a.kvHeads + kvh) * a.keys * a.dim;
+      T *dvh = dV + (b * a.kvHeads + kvh) * a.keys * a.valueDim;
+      for (int64_t x = 0; x < a.keys * a.dim; ++x)
+        dkh[x] = static_cast<float>(dkAcc[x]);
+      for (int64_t x = 0; x < a.keys * a.valueDim; ++x)
+        dvh[x] = static_cast<float>(dvAcc[x]);
+    }
+  });
+  ctx->touch(dq, a.batch * a.heads * a.queries * a.dim * sizeof(T));
+  ctx->touch(dk, a.batch * a.kvHeads * a.keys * a.dim * sizeof(T));
+  ctx->touch(dv, a.batch * a.kvHeads * a.keys * a.valueDim * sizeof(T));
+}
+
+void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
+               int64_t out, int64_t lse, int64_t batch, int64_t heads,
+               int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
+               int64_t value_dim, int64_t q0, int64_t q1, int64_t q2,
+               int64_t q3, int64_t k0, int64_t k1, int64_t k2, int64_t k3,
+               int64_t v0, int64_t v1, int64_t v2, int64_t v3,
+               int64_t transpose_output, double scale, int64_t causal,
+               double rate, int64_t seed, int64_t offset, int64_t key,
+               int64_t first, int64_t part, int64_t part_elements) {
+  AttentionShape a = attentionShape(
+      ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
+      {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output,
+      scale, causal, rate, seed, offset, key, first, part, part_elements);
+  withFloatType(ctx, "attention", {q, k, v, out}, [&](auto type) {
+    attentionOf<decltype(type)>(ctx, a, q, k, v, out, lse);
+  });
+}
+
+void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
+                    int64_t v, int64_t out, int64_t lse, int64_t dq,
+                    int64_t dk, int64_t dv, int64_t batch, int64_t heads,
+                    int64_t kv_heads, int64_t queries, int64_t keys,
+                    int64_t dim, int64_t value_dim, int64_t q0, int64_t q1,
+                    int64_t q2, int64_t q3, int64_t k0, int64_t k1, int64_t k2,
+                    int64_t k3, int64_t v0, int64_t v1, int64_t v2, int64_t v3,
+                    int64_t transpose_output, double scale, int64_t causal,
+                    double rate, int64_t seed, int64_t offset, int64_t key,
+                    int64_t first, int64_t part, int64_t part_elements) {
+  AttentionShape a = attentionShape(
+      ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
+      {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output,
+      scale, causal, rate, seed, offset, key, first, part, part_elements);
+  withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},
+                [&](auto type) {
+                  attentionGradOf<decltype(type)>(ctx, a, dout, q, k, v, out,
+                                                  lse, dq, dk, dv);
+                });
+}
+
 template <typename T>
 void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,

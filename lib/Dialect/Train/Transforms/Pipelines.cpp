@@ -23,6 +23,11 @@ LogicalResult mlir::train::buildTrainStepPipeline(
     return errorHandler("train-step: bad options for " + pass + " ('" +
                         passOptions + "'): " + StringRef(message).trim());
   };
+  if (options.fuseAttention && !options.differentiate)
+    return errorHandler("train-step: fuse-attention rewrites the forward, "
+                        "before train-autodiff; the input is a step already");
+  if (options.fuseAttention)
+    pm.addPass(createTrainFuseAttentionPass());
   if (options.differentiate && failed(add("train-autodiff", options.autodiff)))
     return failure();
   if (options.lossScale &&

@@ -25,6 +25,12 @@ struct TrainStepPipelineOptions
       llvm::cl::desc("Differentiate @forward first (train-autodiff); false "
                      "when the input is a step already"),
       llvm::cl::init(true)};
+  Option<bool> fuseAttention{
+      *this, "fuse-attention",
+      llvm::cl::desc("Fuse decomposed attention into train.attention "
+                     "(train-fuse-attention, on the forward before "
+                     "train-autodiff)"),
+      llvm::cl::init(false)};
   Option<std::string> autodiff{
       *this, "autodiff",
       llvm::cl::desc("train-autodiff options (optimizer included), e.g. "

@@ -167,6 +167,17 @@ FailureOr<unsigned> applyChoice(int64_t index, Layer layer, Choice choice) {
   case Choice::Selective: {
     if (!layer.attention)
       return 0u;
+    // A fused attention keeps no score tensor: selective recompute has
+    // nothing to do there.
+    if (layer.attention
+            .walk([](AttentionOp) { return WalkResult::interrupt(); })
+            .wasInterrupted()) {
+      layer.attention.emitRemark("train-remat: the attention of layer ")
+          << index
+          << " is fused (train.attention keeps no score tensor); selective "
+             "recompute leaves it as it is";
+      return 0u;
+    }
     FailureOr<SmallVector<Operation *>> core = attentionCore(layer.attention);
     if (failed(core)) {
       layer.attention.emitError("train-remat: the attention block of layer ")

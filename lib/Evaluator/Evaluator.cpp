@@ -9,6 +9,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
+#include "trainmem/Support/Attention.h"
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/Float16.h"
 #include "trainmem/Support/LossScale.h"
@@ -242,31 +243,32 @@ struct OpKernels {
   LogicalResult evaluate(AttentionOp o);
   LogicalResult evaluate(AttentionGradOp o);
 
-  /// A fused attention's dropout: whether score element `index` (its
-  /// position among the B·H·S·S' scores) is kept, and the keep scale.
-  template <typename OpT> struct AttentionDropout {
-    double rate = 0.0, scale = 1.0;
-    uint64_t seed = 0, offset = 0, base = 0;
-    uint32_t threshold = 0;
-    bool keep(uint64_t index) const {
-      return rate == 0.0 ||
-             trainmem::dropoutKeep(seed, offset, base + index, threshold);
-    }
-  };
-  template <typename OpT> AttentionDropout<OpT> attentionDropout(OpT op) {
-    AttentionDropout<OpT> d;
-    d.rate = op.getRate().convertToDouble();
-    if (d.rate == 0.0)
-      return d;
-    d.scale = 1.0 / (1.0 - d.rate);
-    d.seed = static_cast<uint64_t>(op.getSeedAttr().getInt());
+  /// A fused attention's layout and dropout (trainmem/Support/Attention.h,
+  /// which the runtime's kernels use too).
+  template <typename OpT> trainmem::AttentionLayout attentionLayout(OpT op) {
+    auto q = op.getQ().getType(), k = op.getK().getType(),
+         v = op.getV().getType();
+    trainmem::AttentionLayout a;
+    a.batch = q.getDimSize(0);
+    a.heads = q.getDimSize(1);
+    a.queries = q.getDimSize(2);
+    a.dim = q.getDimSize(3);
+    a.kvHeads = k.getDimSize(1);
+    a.keys = k.getDimSize(2);
+    a.valueDim = v.getDimSize(3);
+    a.transposeOutput = op.getTransposeOutput();
+    a.causal = op.getCausal();
+    return a;
+  }
+  template <typename OpT> trainmem::AttentionDropout attentionDropout(OpT op) {
+    auto seed = static_cast<uint64_t>(op.getSeedAttr().getInt());
     if (op.getKey())
-      d.seed += static_cast<uint64_t>(get(op.getKey()).scalarInt());
-    d.offset = static_cast<uint64_t>(op.getOffsetAttr().getInt());
-    d.threshold = trainmem::dropoutKeepThreshold(d.rate);
-    d.base = dropoutBase(op.getFirstAttr().getInt(), op.getPart(),
-                         op.getPartElementsAttr().getInt());
-    return d;
+      seed += static_cast<uint64_t>(get(op.getKey()).scalarInt());
+    return trainmem::AttentionDropout::make(
+        op.getRate().convertToDouble(), seed,
+        static_cast<uint64_t>(op.getOffsetAttr().getInt()),
+        dropoutBase(op.getFirstAttr().getInt(), op.getPart(),
+                    op.getPartElementsAttr().getInt()));
   }
 
   LogicalResult embedding(EmbeddingOp op);
@@ -1219,37 +1221,26 @@ LogicalResult OpKernels::evaluate(LRScheduleOp o) {
 /// values, in double.
 LogicalResult OpKernels::evaluate(AttentionOp o) {
   const RefTensor &q = get(o.getQ()), &k = get(o.getK()), &v = get(o.getV());
-  int64_t batch = q.shape[0], heads = q.shape[1], queries = q.shape[2],
-          dim = q.shape[3], kvHeads = k.shape[1], keys = k.shape[2],
-          valueDim = v.shape[3], group = heads / kvHeads;
+  trainmem::AttentionLayout a = attentionLayout(o);
+  trainmem::AttentionDropout dropout = attentionDropout(o);
   double scale = o.getScale().convertToDouble();
-  bool causal = o.getCausal();
-  auto dropout = attentionDropout(o);
-  bool transposed = o.getTransposeOutput();
-  // Where output row (b, h, i) starts: [B, H, S, Dv] or [B, S, H, Dv].
-  auto outRow = [&](int64_t b, int64_t h, int64_t i) {
-    return (transposed ? (b * queries + i) * heads + h
-                       : (b * heads + h) * queries + i) *
-           valueDim;
-  };
-  RefTensor out = RefTensor::zeros(
-      transposed ? std::vector<int64_t>{batch, queries, heads, valueDim}
-                 : std::vector<int64_t>{batch, heads, queries, valueDim});
-  RefTensor lse = RefTensor::zeros({batch, heads, queries});
-  std::vector<double> scores(keys), acc(valueDim);
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h) {
-      int64_t kvh = h / group;
-      const float *qh = &q.floats[((b * heads + h) * queries) * dim];
-      const float *kh = &k.floats[((b * kvHeads + kvh) * keys) * dim];
-      const float *vh = &v.floats[((b * kvHeads + kvh) * keys) * valueDim];
-      for (int64_t i = 0; i < queries; ++i) {
-        int64_t visible = causal ? i + 1 : keys;
+  RefTensor out = RefTensor::zeros(shapeOf(o.getOutput().getType()));
+  RefTensor lse = RefTensor::zeros(shapeOf(o.getLse().getType()));
+  std::vector<double> scores(a.keys), acc(a.valueDim);
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h) {
+      int64_t kvh = a.kvHead(h);
+      const float *qh = &q.floats[a.row(b, h, 0) * a.dim];
+      const float *kh = &k.floats[((b * a.kvHeads + kvh) * a.keys) * a.dim];
+      const float *vh =
+          &v.floats[((b * a.kvHeads + kvh) * a.keys) * a.valueDim];
+      for (int64_t i = 0; i < a.queries; ++i) {
+        int64_t visible = a.visibleKeys(i);
         double most = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < visible; ++j) {
           double dot = 0.0;
-          for (int64_t d = 0; d < dim; ++d)
-            dot += static_cast<double>(qh[i * dim + d]) * kh[j * dim + d];
+          for (int64_t d = 0; d < a.dim; ++d)
+            dot += static_cast<double>(qh[i * a.dim + d]) * kh[j * a.dim + d];
           scores[j] = scale * dot;
           most = std::max(most, scores[j]);
         }
@@ -1258,20 +1249,17 @@ LogicalResult OpKernels::evaluate(AttentionOp o) {
           sum += std::exp(scores[j] - most);
         double logSumExp = most + std::log(sum);
         std::fill(acc.begin(), acc.end(), 0.0);
-        uint64_t row = static_cast<uint64_t>(((b * heads + h) * queries + i) *
-                                             keys);
         for (int64_t j = 0; j < visible; ++j) {
-          if (!dropout.keep(row + j))
+          if (!dropout.keep(a.score(b, h, i, j)))
             continue;
-          double p = std::exp(scores[j] - logSumExp) * dropout.scale;
-          for (int64_t d = 0; d < valueDim; ++d)
-            acc[d] += p * vh[j * valueDim + d];
+          double p = std::exp(scores[j] - logSumExp) * dropout.keepScale;
+          for (int64_t d = 0; d < a.valueDim; ++d)
+            acc[d] += p * vh[j * a.valueDim + d];
         }
-        float *oi = &out.floats[outRow(b, h, i)];
-        for (int64_t d = 0; d < valueDim; ++d)
+        float *oi = &out.floats[a.outRow(b, h, i)];
+        for (int64_t d = 0; d < a.valueDim; ++d)
           oi[d] = static_cast<float>(acc[d]);
-        lse.floats[(b * heads + h) * queries + i] =
-            static_cast<float>(logSumExp);
+        lse.floats[a.row(b, h, i)] = static_cast<float>(logSumExp);
       }
     }
   set(o.getOutput(), std::move(out));
@@ -1285,55 +1273,44 @@ LogicalResult OpKernels::evaluate(AttentionGradOp o) {
   const RefTensor &dout = get(o.getGrad()), &q = get(o.getQ()),
                   &k = get(o.getK()), &v = get(o.getV()),
                   &out = get(o.getOutput()), &lse = get(o.getLse());
-  int64_t batch = q.shape[0], heads = q.shape[1], queries = q.shape[2],
-          dim = q.shape[3], kvHeads = k.shape[1], keys = k.shape[2],
-          valueDim = v.shape[3], group = heads / kvHeads;
+  trainmem::AttentionLayout a = attentionLayout(o);
+  trainmem::AttentionDropout dropout = attentionDropout(o);
   double scale = o.getScale().convertToDouble();
-  bool causal = o.getCausal();
-  auto dropout = attentionDropout(o);
-  bool transposed = o.getTransposeOutput();
-  auto outRow = [&](int64_t b, int64_t h, int64_t i) {
-    return (transposed ? (b * queries + i) * heads + h
-                       : (b * heads + h) * queries + i) *
-           valueDim;
-  };
   std::vector<double> dq(q.floats.size()), dk(k.floats.size()),
       dv(v.floats.size());
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h) {
-      int64_t kvh = h / group;
-      int64_t qBase = ((b * heads + h) * queries) * dim;
-      int64_t kBase = ((b * kvHeads + kvh) * keys) * dim;
-      int64_t vBase = ((b * kvHeads + kvh) * keys) * valueDim;
-      for (int64_t i = 0; i < queries; ++i) {
-        int64_t oRow = outRow(b, h, i);
-        int64_t visible = causal ? i + 1 : keys;
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h) {
+      int64_t kvh = a.kvHead(h);
+      int64_t qBase = a.row(b, h, 0) * a.dim;
+      int64_t kBase = ((b * a.kvHeads + kvh) * a.keys) * a.dim;
+      int64_t vBase = ((b * a.kvHeads + kvh) * a.keys) * a.valueDim;
+      for (int64_t i = 0; i < a.queries; ++i) {
+        int64_t visible = a.visibleKeys(i);
+        int64_t oRow = a.outRow(b, h, i);
         double rowDot = 0.0;
-        for (int64_t d = 0; d < valueDim; ++d)
+        for (int64_t d = 0; d < a.valueDim; ++d)
           rowDot += static_cast<double>(dout.floats[oRow + d]) *
                     out.floats[oRow + d];
-        double logSumExp = lse.floats[(b * heads + h) * queries + i];
-        uint64_t row = static_cast<uint64_t>(((b * heads + h) * queries + i) *
-                                             keys);
+        double logSumExp = lse.floats[a.row(b, h, i)];
         for (int64_t j = 0; j < visible; ++j) {
           double dot = 0.0;
-          for (int64_t d = 0; d < dim; ++d)
-            dot += static_cast<double>(q.floats[qBase + i * dim + d]) *
-                   k.floats[kBase + j * dim + d];
+          for (int64_t d = 0; d < a.dim; ++d)
+            dot += static_cast<double>(q.floats[qBase + i * a.dim + d]) *
+                   k.floats[kBase + j * a.dim + d];
           double p = std::exp(scale * dot - logSumExp);
-          bool keep = dropout.keep(row + j);
-          double kept = keep ? p * dropout.scale : 0.0;
+          bool keep = dropout.keep(a.score(b, h, i, j));
+          double kept = keep ? p * dropout.keepScale : 0.0;
           double dpKept = 0.0;
-          for (int64_t d = 0; d < valueDim; ++d) {
+          for (int64_t d = 0; d < a.valueDim; ++d) {
             double g = dout.floats[oRow + d];
-            dv[vBase + j * valueDim + d] += kept * g;
-            dpKept += g * v.floats[vBase + j * valueDim + d];
+            dv[vBase + j * a.valueDim + d] += kept * g;
+            dpKept += g * v.floats[vBase + j * a.valueDim + d];
           }
-          double dp = keep ? dpKept * dropout.scale : 0.0;
+          double dp = keep ? dpKept * dropout.keepScale : 0.0;
           double ds = p * (dp - rowDot) * scale;
-          for (int64_t d = 0; d < dim; ++d) {
-            dq[qBase + i * dim + d] += ds * k.floats[kBase + j * dim + d];
-            dk[kBase + j * dim + d] += ds * q.floats[qBase + i * dim + d];
+          for (int64_t d = 0; d < a.dim; ++d) {
+            dq[qBase + i * a.dim + d] += ds * k.floats[kBase + j * a.dim + d];
+            dk[kBase + j * a.dim + d] += ds * q.floats[qBase + i * a.dim + d];
           }
         }
       }

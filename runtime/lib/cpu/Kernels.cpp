@@ -13,6 +13,7 @@
 #include "Quantized.h"
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
+#include "trainmem/Support/Attention.h"
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
@@ -781,34 +782,20 @@ void softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
   });
 }
 
-/// The dimensions, strides and dropout of a fused attention.
-struct AttentionShape {
-  int64_t batch, heads, kvHeads, queries, keys, dim, valueDim;
+/// A fused attention's layout and dropout (trainmem/Support/Attention.h,
+/// which the reference evaluator uses too), with the strides of q, k, v.
+struct AttentionShape : trainmem::AttentionLayout {
   int64_t qs[4], ks[4], vs[4];
-  bool transposeOutput, causal;
-  double scale, rate, keepScale;
-  uint64_t seed, offset, base;
-  uint32_t threshold;
+  double scale;
+  trainmem::AttentionDropout dropout;
 
-  int64_t group() const { return heads / kvHeads; }
-  /// Where output row (b, h, i) starts.
-  int64_t outRow(int64_t b, int64_t h, int64_t i) const {
-    return (transposeOutput ? (b * queries + i) * heads + h
-                            : (b * heads + h) * queries + i) *
-           valueDim;
-  }
-  /// Whether score (b, h, i, j) survives dropout.
   bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    if (rate == 0.0)
-      return true;
-    auto index = static_cast<uint64_t>(((b * heads + h) * queries + i) * keys +
-                                       j);
-    return trainmem::dropoutKeep(seed, offset, base + index, threshold);
+    return dropout.keep(score(b, h, i, j));
   }
   /// The scaled score of query (b, h, i) and key (b, kvh, j), in double.
   template <typename T>
-  double score(const T *q, const T *k, int64_t b, int64_t h, int64_t kvh,
-               int64_t i, int64_t j) const {
+  double scaledScore(const T *q, const T *k, int64_t b, int64_t h,
+                     int64_t kvh, int64_t i, int64_t j) const {
     const T *qi = q + b * qs[0] + h * qs[1] + i * qs[2];
     const T *kj = k + b * ks[0] + kvh * ks[1] + j * ks[2];
     double dot = 0.0;
@@ -827,7 +814,7 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
                               int64_t causal, double rate, int64_t seed,
                               int64_t offset, int64_t key, int64_t first,
                               int64_t part, int64_t part_elements) {
-  AttentionShape a{};
+  AttentionShape a;
   a.batch = batch;
   a.heads = heads;
   a.kvHeads = kv_heads;
@@ -835,24 +822,21 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
   a.keys = keys;
   a.dim = dim;
   a.valueDim = value_dim;
+  a.transposeOutput = transpose_output != 0;
+  a.causal = causal != 0;
   const int64_t *stride = strides.begin();
   for (int i = 0; i < 4; ++i) {
     a.qs[i] = stride[i];
     a.ks[i] = stride[4 + i];
     a.vs[i] = stride[8 + i];
   }
-  a.transposeOutput = transpose_output != 0;
-  a.causal = causal != 0;
   a.scale = scale;
-  a.rate = rate;
-  a.keepScale = rate > 0.0 ? 1.0 / (1.0 - rate) : 1.0;
   if (rate > 0.0) {
     if (key >= 0)
       seed += *ctx->at<int64_t>(key);
-    a.seed = static_cast<uint64_t>(seed);
-    a.offset = static_cast<uint64_t>(offset);
-    a.threshold = trainmem::dropoutKeepThreshold(rate);
-    a.base = dropoutBase(ctx, first, part, part_elements);
+    a.dropout = trainmem::AttentionDropout::make(
+        rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
+        dropoutBase(ctx, first, part, part_elements));
   }
   return a;
 }
@@ -869,13 +853,13 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
   ctx->pool.parallelFor(a.batch * a.heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<double> scores(a.keys), acc(a.valueDim);
     for (int64_t bh = begin; bh < end; ++bh) {
-      int64_t b = bh / a.heads, h = bh % a.heads, kvh = h / a.group();
+      int64_t b = bh / a.heads, h = bh % a.heads, kvh = a.kvHead(h);
       const T *vh = V + b * a.vs[0] + kvh * a.vs[1];
       for (int64_t i = 0; i < a.queries; ++i) {
-        int64_t visible = a.causal ? i + 1 : a.keys;
+        int64_t visible = a.visibleKeys(i);
         double most = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < visible; ++j) {
-          scores[j] = a.score(Q, K, b, h, kvh, i, j);
+          scores[j] = a.scaledScore(Q, K, b, h, kvh, i, j);
           most = std::max(most, scores[j]);
         }
         double sum = 0.0;
@@ -886,14 +870,14 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
         for (int64_t j = 0; j < visible; ++j) {
           if (!a.keep(b, h, i, j))
             continue;
-          double p = std::exp(scores[j] - logSumExp) * a.keepScale;
+          double p = std::exp(scores[j] - logSumExp) * a.dropout.keepScale;
           for (int64_t d = 0; d < a.valueDim; ++d)
             acc[d] += p * static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
         }
         T *oi = O + a.outRow(b, h, i);
         for (int64_t d = 0; d < a.valueDim; ++d)
           oi[d] = static_cast<float>(acc[d]);
-        L[(b * a.heads + h) * a.queries + i] = static_cast<float>(logSumExp);
+        L[a.row(b, h, i)] = static_cast<float>(logSumExp);
       }
     }
   });
@@ -926,25 +910,25 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a, int64_t dout,
         int64_t h = kvh * a.group() + g;
         const T *qh = Q + b * a.qs[0] + h * a.qs[1];
         for (int64_t i = 0; i < a.queries; ++i) {
-          int64_t visible = a.causal ? i + 1 : a.keys;
+          int64_t visible = a.visibleKeys(i);
           const T *doi = dO + a.outRow(b, h, i), *oi = O + a.outRow(b, h, i);
           double rowDot = 0.0;
           for (int64_t d = 0; d < a.valueDim; ++d)
             rowDot += static_cast<double>(static_cast<float>(doi[d])) *
                       static_cast<float>(oi[d]);
-          double logSumExp = L[(b * a.heads + h) * a.queries + i];
+          double logSumExp = L[a.row(b, h, i)];
           std::fill(dqAcc.begin(), dqAcc.end(), 0.0);
           for (int64_t j = 0; j < visible; ++j) {
-            double p = std::exp(a.score(Q, K, b, h, kvh, i, j) - logSumExp);
+            double p = std::exp(a.scaledScore(Q, K, b, h, kvh, i, j) - logSumExp);
             bool keep = a.keep(b, h, i, j);
-            double kept = keep ? p * a.keepScale : 0.0;
+            double kept = keep ? p * a.dropout.keepScale : 0.0;
             double dpKept = 0.0;
             for (int64_t d = 0; d < a.valueDim; ++d) {
               double gd = static_cast<float>(doi[d]);
               dvAcc[j * a.valueDim + d] += kept * gd;
               dpKept += gd * static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
             }
-            double dp = keep ? dpKept * a.keepScale : 0.0;
+            double dp = keep ? dpKept * a.dropout.keepScale : 0.0;
             double ds = p * (dp - rowDot) * a.scale;
             for (int64_t d = 0; d < a.dim; ++d) {
               dqAcc[d] += ds * static_cast<float>(kh[j * a.ks[2] + d * a.ks[3]]);
@@ -952,7 +936,7 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a, int64_t dout,
                   ds * static_cast<float>(qh[i * a.qs[2] + d * a.qs[3]]);
             }
           }
-          T *dqi = dQ + ((b * a.heads + h) * a.queries + i) * a.dim;
+          T *dqi = dQ + a.row(b, h, i) * a.dim;
           for (int64_t d = 0; d < a.dim; ++d)
             dqi[d] = static_cast<float>(dqAcc[d]);
         }

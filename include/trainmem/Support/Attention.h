@@ -1,0 +1,78 @@
+//===- Attention.h - a fused attention's index arithmetic -------*- C++ -*-===//
+//
+// Where train.attention's rows, scores and log-sum-exps are, and which
+// scores its dropout keeps: header-only and free of LLVM, so the reference
+// evaluator and the runtime's kernels agree on them by construction.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_SUPPORT_ATTENTION_H
+#define TRAINMEM_SUPPORT_ATTENTION_H
+
+#include "trainmem/Support/Philox.h"
+
+#include <cstdint>
+
+namespace trainmem {
+
+/// q [batch, heads, queries, dim], k and v [batch, kvHeads, keys, dim |
+/// valueDim]; the output [batch, heads, queries, valueDim] or, transposed,
+/// [batch, queries, heads, valueDim]; the log-sum-exp [batch, heads,
+/// queries].
+struct AttentionLayout {
+  int64_t batch = 0, heads = 0, kvHeads = 0, queries = 0, keys = 0, dim = 0,
+          valueDim = 0;
+  bool transposeOutput = false, causal = false;
+
+  /// Query heads per key/value head.
+  int64_t group() const { return heads / kvHeads; }
+  /// The key/value head query head `h` reads.
+  int64_t kvHead(int64_t h) const { return h / group(); }
+  /// Keys query `i` sees: 0..i when causal.
+  int64_t visibleKeys(int64_t i) const { return causal ? i + 1 : keys; }
+  /// Index of row (b, h, i) of the log-sum-exp.
+  int64_t row(int64_t b, int64_t h, int64_t i) const {
+    return (b * heads + h) * queries + i;
+  }
+  /// Where output row (b, h, i) starts.
+  int64_t outRow(int64_t b, int64_t h, int64_t i) const {
+    return (transposeOutput ? (b * queries + i) * heads + h : row(b, h, i)) *
+           valueDim;
+  }
+  /// Position of score (b, h, i, j) among the batch · heads · queries ·
+  /// keys scores (row-major): what its dropout draw is keyed by.
+  uint64_t score(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return static_cast<uint64_t>(row(b, h, i) * keys + j);
+  }
+};
+
+/// train.dropout's draw on the probabilities: score `index` is kept when
+/// the Philox word at stream position `base + index` says so.
+struct AttentionDropout {
+  double rate = 0.0, keepScale = 1.0;
+  uint64_t seed = 0, offset = 0, base = 0;
+  uint32_t threshold = 0;
+
+  /// No dropout for rate 0; `seed` already includes the step key, `base`
+  /// is `first + part · part_elements`.
+  static AttentionDropout make(double rate, uint64_t seed, uint64_t offset,
+                               uint64_t base) {
+    AttentionDropout d;
+    if (!(rate > 0.0))
+      return d;
+    d.rate = rate;
+    d.keepScale = 1.0 / (1.0 - rate);
+    d.seed = seed;
+    d.offset = offset;
+    d.base = base;
+    d.threshold = dropoutKeepThreshold(rate);
+    return d;
+  }
+  bool keep(uint64_t index) const {
+    return rate == 0.0 || dropoutKeep(seed, offset, base + index, threshold);
+  }
+};
+
+} // namespace trainmem
+
+#endif // TRAINMEM_SUPPORT_ATTENTION_H

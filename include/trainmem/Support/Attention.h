@@ -71,6 +71,29 @@ struct AttentionDropout {
   bool keep(uint64_t index) const {
     return rate == 0.0 || dropoutKeep(seed, offset, base + index, threshold);
   }
+  /// keep(first + j) for j < n into `kept`, drawing each Philox block of
+  /// four words once (the same words keep() draws one at a time).
+  void keepRun(uint64_t first, int64_t n, uint8_t *kept) const {
+    if (rate == 0.0) {
+      for (int64_t j = 0; j < n; ++j)
+        kept[j] = 1;
+      return;
+    }
+    PhiloxKey key = {static_cast<uint32_t>(seed),
+                     static_cast<uint32_t>(seed >> 32)};
+    uint64_t begin = base + first, end = begin + static_cast<uint64_t>(n);
+    for (uint64_t block = begin / 4; block * 4 < end; ++block) {
+      PhiloxCounter words = philox4x32_10(
+          {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+           static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)},
+          key);
+      for (uint64_t w = 0; w < 4; ++w) {
+        uint64_t position = block * 4 + w;
+        if (position >= begin && position < end)
+          kept[position - begin] = (words[w] >> 8) < threshold;
+      }
+    }
+  }
 };
 
 } // namespace trainmem

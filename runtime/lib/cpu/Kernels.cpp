@@ -789,9 +789,6 @@ struct AttentionShape : trainmem::AttentionLayout {
   double scale;
   trainmem::AttentionDropout dropout;
 
-  bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    return dropout.keep(score(b, h, i, j));
-  }
   /// The scaled score of query (b, h, i) and key (b, kvh, j), in double.
   template <typename T>
   double scaledScore(const T *q, const T *k, int64_t b, int64_t h,
@@ -841,6 +838,53 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
   return a;
 }
 
+/// A key/value head's keys and values packed as floats: kt and vt
+/// transposed ([dim][keys]: a query's scores, or a gradient's products
+/// with every value, are computed for many keys at once, each still summed
+/// over the head dimension in order), k and v row-major ([keys][dim]).
+struct PackedKeys {
+  std::vector<float> kt, vt, k, v;
+
+  template <typename T>
+  void pack(const AttentionShape &a, const T *K, const T *V, int64_t b,
+            int64_t kvh, bool rowMajor) {
+    kt.resize(a.dim * a.keys);
+    vt.resize(a.valueDim * a.keys);
+    const T *kh = K + b * a.ks[0] + kvh * a.ks[1];
+    const T *vh = V + b * a.vs[0] + kvh * a.vs[1];
+    for (int64_t j = 0; j < a.keys; ++j) {
+      for (int64_t d = 0; d < a.dim; ++d)
+        kt[d * a.keys + j] = static_cast<float>(kh[j * a.ks[2] + d * a.ks[3]]);
+      for (int64_t d = 0; d < a.valueDim; ++d)
+        vt[d * a.keys + j] = static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
+    }
+    if (!rowMajor)
+      return;
+    k.resize(a.keys * a.dim);
+    v.resize(a.keys * a.valueDim);
+    for (int64_t j = 0; j < a.keys; ++j) {
+      for (int64_t d = 0; d < a.dim; ++d)
+        k[j * a.dim + d] = kt[d * a.keys + j];
+      for (int64_t d = 0; d < a.valueDim; ++d)
+        v[j * a.valueDim + d] = vt[d * a.keys + j];
+    }
+  }
+};
+
+/// `out[j] = Σ_d x[d] · t[d][j]` for j < n, each sum in d's order, in
+/// double (what the reference evaluator computes key by key).
+static void dotsInOrder(const float *x, const float *t, int64_t rows,
+                        int64_t stride, int64_t n, double *out) {
+  for (int64_t j = 0; j < n; ++j)
+    out[j] = 0.0;
+  for (int64_t d = 0; d < rows; ++d) {
+    double xd = x[d];
+    const float *td = t + d * stride;
+    for (int64_t j = 0; j < n; ++j)
+      out[j] += xd * td[j];
+  }
+}
+
 /// One task per (batch, head): its output rows and log-sum-exps are its
 /// own, each a sum over keys in order, so the result does not depend on the
 /// threads.
@@ -852,14 +896,22 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
   float *L = ctx->at<float>(lse);
   ctx->pool.parallelFor(a.batch * a.heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<double> scores(a.keys), acc(a.valueDim);
+    std::vector<float> qi(a.dim);
+    std::vector<uint8_t> kept(a.keys);
+    PackedKeys packed;
     for (int64_t bh = begin; bh < end; ++bh) {
       int64_t b = bh / a.heads, h = bh % a.heads, kvh = a.kvHead(h);
-      const T *vh = V + b * a.vs[0] + kvh * a.vs[1];
+      packed.pack(a, K, V, b, kvh, /*rowMajor=*/true);
+      const T *qh = Q + b * a.qs[0] + h * a.qs[1];
       for (int64_t i = 0; i < a.queries; ++i) {
         int64_t visible = a.visibleKeys(i);
+        for (int64_t d = 0; d < a.dim; ++d)
+          qi[d] = static_cast<float>(qh[i * a.qs[2] + d * a.qs[3]]);
+        dotsInOrder(qi.data(), packed.kt.data(), a.dim, a.keys, visible,
+                    scores.data());
         double most = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < visible; ++j) {
-          scores[j] = a.scaledScore(Q, K, b, h, kvh, i, j);
+          scores[j] = a.scale * scores[j];
           most = std::max(most, scores[j]);
         }
         double sum = 0.0;
@@ -867,12 +919,14 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
           sum += std::exp(scores[j] - most);
         double logSumExp = most + std::log(sum);
         std::fill(acc.begin(), acc.end(), 0.0);
+        a.dropout.keepRun(a.score(b, h, i, 0), visible, kept.data());
         for (int64_t j = 0; j < visible; ++j) {
-          if (!a.keep(b, h, i, j))
+          if (!kept[j])
             continue;
           double p = std::exp(scores[j] - logSumExp) * a.dropout.keepScale;
+          const float *vj = &packed.v[j * a.valueDim];
           for (int64_t d = 0; d < a.valueDim; ++d)
-            acc[d] += p * static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
+            acc[d] += p * vj[d];
         }
         T *oi = O + a.outRow(b, h, i);
         for (int64_t d = 0; d < a.valueDim; ++d)
@@ -899,13 +953,15 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a, int64_t dout,
   ctx->pool.parallelFor(a.batch * a.kvHeads, 1, [&](int64_t begin,
                                                     int64_t end) {
     std::vector<double> dkAcc(a.keys * a.dim), dvAcc(a.keys * a.valueDim),
-        dqAcc(a.dim);
+        dqAcc(a.dim), scores(a.keys), dpKept(a.keys);
+    std::vector<float> qi(a.dim), gi(a.valueDim);
+    std::vector<uint8_t> kept(a.keys);
+    PackedKeys packed;
     for (int64_t task = begin; task < end; ++task) {
       int64_t b = task / a.kvHeads, kvh = task % a.kvHeads;
       std::fill(dkAcc.begin(), dkAcc.end(), 0.0);
       std::fill(dvAcc.begin(), dvAcc.end(), 0.0);
-      const T *kh = K + b * a.ks[0] + kvh * a.ks[1];
-      const T *vh = V + b * a.vs[0] + kvh * a.vs[1];
+      packed.pack(a, K, V, b, kvh, /*rowMajor=*/true);
       for (int64_t g = 0; g < a.group(); ++g) {
         int64_t h = kvh * a.group() + g;
         const T *qh = Q + b * a.qs[0] + h * a.qs[1];
@@ -913,27 +969,33 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a, int64_t dout,
           int64_t visible = a.visibleKeys(i);
           const T *doi = dO + a.outRow(b, h, i), *oi = O + a.outRow(b, h, i);
           double rowDot = 0.0;
-          for (int64_t d = 0; d < a.valueDim; ++d)
-            rowDot += static_cast<double>(static_cast<float>(doi[d])) *
-                      static_cast<float>(oi[d]);
+          for (int64_t d = 0; d < a.valueDim; ++d) {
+            gi[d] = static_cast<float>(doi[d]);
+            rowDot += static_cast<double>(gi[d]) * static_cast<float>(oi[d]);
+          }
+          for (int64_t d = 0; d < a.dim; ++d)
+            qi[d] = static_cast<float>(qh[i * a.qs[2] + d * a.qs[3]]);
           double logSumExp = L[a.row(b, h, i)];
+          dotsInOrder(qi.data(), packed.kt.data(), a.dim, a.keys, visible,
+                      scores.data());
+          dotsInOrder(gi.data(), packed.vt.data(), a.valueDim, a.keys,
+                      visible, dpKept.data());
           std::fill(dqAcc.begin(), dqAcc.end(), 0.0);
+          a.dropout.keepRun(a.score(b, h, i, 0), visible, kept.data());
           for (int64_t j = 0; j < visible; ++j) {
-            double p = std::exp(a.scaledScore(Q, K, b, h, kvh, i, j) - logSumExp);
-            bool keep = a.keep(b, h, i, j);
-            double kept = keep ? p * a.dropout.keepScale : 0.0;
-            double dpKept = 0.0;
-            for (int64_t d = 0; d < a.valueDim; ++d) {
-              double gd = static_cast<float>(doi[d]);
-              dvAcc[j * a.valueDim + d] += kept * gd;
-              dpKept += gd * static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
-            }
-            double dp = keep ? dpKept * a.dropout.keepScale : 0.0;
+            double p = std::exp(a.scale * scores[j] - logSumExp);
+            bool keep = kept[j] != 0;
+            double keptP = keep ? p * a.dropout.keepScale : 0.0;
+            double *dvj = &dvAcc[j * a.valueDim];
+            for (int64_t d = 0; d < a.valueDim; ++d)
+              dvj[d] += keptP * static_cast<double>(gi[d]);
+            double dp = keep ? dpKept[j] * a.dropout.keepScale : 0.0;
             double ds = p * (dp - rowDot) * a.scale;
+            const float *kj = &packed.k[j * a.dim];
+            double *dkj = &dkAcc[j * a.dim];
             for (int64_t d = 0; d < a.dim; ++d) {
-              dqAcc[d] += ds * static_cast<float>(kh[j * a.ks[2] + d * a.ks[3]]);
-              dkAcc[j * a.dim + d] +=
-                  ds * static_cast<float>(qh[i * a.qs[2] + d * a.qs[3]]);
+              dqAcc[d] += ds * kj[d];
+              dkj[d] += ds * qi[d];
             }
           }
           T *dqi = dQ + a.row(b, h, i) * a.dim;

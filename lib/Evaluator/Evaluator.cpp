@@ -1236,18 +1236,14 @@ LogicalResult OpKernels::evaluate(AttentionOp o) {
           &v.floats[((b * a.kvHeads + kvh) * a.keys) * a.valueDim];
       for (int64_t i = 0; i < a.queries; ++i) {
         int64_t visible = a.visibleKeys(i);
-        double most = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < visible; ++j) {
           double dot = 0.0;
           for (int64_t d = 0; d < a.dim; ++d)
             dot += static_cast<double>(qh[i * a.dim + d]) * kh[j * a.dim + d];
-          scores[j] = scale * dot;
-          most = std::max(most, scores[j]);
+          scores[j] = dot;
         }
-        double sum = 0.0;
-        for (int64_t j = 0; j < visible; ++j)
-          sum += std::exp(scores[j] - most);
-        double logSumExp = most + std::log(sum);
+        double logSumExp =
+            trainmem::scaleRowAndLogSumExp(scores.data(), visible, scale);
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < visible; ++j) {
           if (!dropout.keep(a.score(b, h, i, j)))

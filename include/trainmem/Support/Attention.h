@@ -11,7 +11,10 @@
 
 #include "trainmem/Support/Philox.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace trainmem {
 
@@ -45,6 +48,21 @@ struct AttentionLayout {
     return static_cast<uint64_t>(row(b, h, i) * keys + j);
   }
 };
+
+/// Scales a row of `n` scores (dot products) by `scale` in place and
+/// returns their log-sum-exp, with the row's largest score taken out
+/// first so that no exponential overflows.
+inline double scaleRowAndLogSumExp(double *scores, int64_t n, double scale) {
+  double most = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = scale * scores[j];
+    most = std::max(most, scores[j]);
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j)
+    sum += std::exp(scores[j] - most);
+  return most + std::log(sum);
+}
 
 /// train.dropout's draw on the probabilities: score `index` is kept when
 /// the Philox word at stream position `base + index` says so.

@@ -909,15 +909,8 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
           qi[d] = static_cast<float>(qh[i * a.qs[2] + d * a.qs[3]]);
         dotsInOrder(qi.data(), packed.kt.data(), a.dim, a.keys, visible,
                     scores.data());
-        double most = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < visible; ++j) {
-          scores[j] = a.scale * scores[j];
-          most = std::max(most, scores[j]);
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < visible; ++j)
-          sum += std::exp(scores[j] - most);
-        double logSumExp = most + std::log(sum);
+        double logSumExp =
+            trainmem::scaleRowAndLogSumExp(scores.data(), visible, a.scale);
         std::fill(acc.begin(), acc.end(), 0.0);
         a.dropout.keepRun(a.score(b, h, i, 0), visible, kept.data());
         for (int64_t j = 0; j < visible; ++j) {

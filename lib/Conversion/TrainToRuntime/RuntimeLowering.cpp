@@ -512,27 +512,19 @@ static LogicalResult lowerAllSlice(shard::AllSliceOp op,
 }
 
 /// q, k and v are read through their strides (the heads of a projection
-/// are a transposed view); the output, its gradient and lse row-major.
+/// are a transposed view).
 template <typename OpT>
-static LogicalResult attentionOperands(OpT op, RuntimeCallBuilder &b,
-                                       SmallVectorImpl<int64_t> &strides,
-                                       ArrayRef<Value> rowMajor) {
-  for (Value value : rowMajor)
-    if (!isContiguous(value))
-      return op.emitOpError("reads a strided view as its output or output "
-                            "gradient; the runtime kernel needs them "
-                            "row-major");
+static SmallVector<int64_t> attentionOperandStrides(OpT op) {
+  SmallVector<int64_t> strides;
   for (Value value : {op.getQ(), op.getK(), op.getV()}) {
     SmallVector<int64_t> s = getStrides(value);
     strides.append(s.begin(), s.end());
   }
-  return success();
+  return strides;
 }
 
 static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
-  SmallVector<int64_t> s;
-  if (failed(attentionOperands(op, b, s, {})))
-    return failure();
+  SmallVector<int64_t> s = attentionOperandStrides(op);
   ArrayRef<int64_t> q = b.shape(op.getQ()), k = b.shape(op.getK()),
                     v = b.shape(op.getV());
   b.emit(rt::attention{.q = b.offset(op.getQ()), .k = b.offset(op.getK()), .v = b.offset(op.getV()), .out = b.offset(op.getOutput()), .lse = b.offset(op.getLse()), .batch = q[0], .heads = q[1], .kv_heads = k[1], .queries = q[2], .keys = k[2], .dim = q[3], .value_dim = v[3], .q0 = s[0], .q1 = s[1], .q2 = s[2], .q3 = s[3], .k0 = s[4], .k1 = s[5], .k2 = s[6], .k3 = s[7], .v0 = s[8], .v1 = s[9], .v2 = s[10], .v3 = s[11], .transpose_output = op.getTransposeOutput() ? 1 : 0, .scale = op.getScale().convertToDouble(), .causal = op.getCausal() ? 1 : 0, .rate = op.getRate().convertToDouble(), .seed = op.getSeedAttr().getInt(), .offset = op.getOffsetAttr().getInt(), .key = op.getKey() ? b.offset(op.getKey()) : -1, .first = op.getFirstAttr().getInt(), .part = op.getPart() ? b.offset(op.getPart()) : -1, .part_elements = op.getPartElementsAttr().getInt()}, op.getLoc());
@@ -541,12 +533,19 @@ static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
 
 static LogicalResult lowerAttentionGrad(AttentionGradOp op,
                                         RuntimeCallBuilder &b) {
-  SmallVector<int64_t> s;
-  if (failed(attentionOperands(op, b, s, {op.getGrad(), op.getOutput()})))
-    return failure();
+  SmallVector<int64_t> s = attentionOperandStrides(op);
+  // The output's gradient through its strides, in (batch, head, query,
+  // value) order: a transpose's VJP hands it over as a view. The output
+  // itself is the forward's result, row-major.
+  SmallVector<int64_t> g = getStrides(op.getGrad());
+  if (op.getTransposeOutput())
+    std::swap(g[1], g[2]);
+  if (!isContiguous(op.getOutput()))
+    return op.emitOpError("reads its forward's output as a strided view; "
+                          "the runtime kernel needs it row-major");
   ArrayRef<int64_t> q = b.shape(op.getQ()), k = b.shape(op.getK()),
                     v = b.shape(op.getV());
-  b.emit(rt::attention_grad{.dout = b.offset(op.getGrad()), .q = b.offset(op.getQ()), .k = b.offset(op.getK()), .v = b.offset(op.getV()), .out = b.offset(op.getOutput()), .lse = b.offset(op.getLse()), .dq = b.offset(op.getQGrad()), .dk = b.offset(op.getKGrad()), .dv = b.offset(op.getVGrad()), .batch = q[0], .heads = q[1], .kv_heads = k[1], .queries = q[2], .keys = k[2], .dim = q[3], .value_dim = v[3], .q0 = s[0], .q1 = s[1], .q2 = s[2], .q3 = s[3], .k0 = s[4], .k1 = s[5], .k2 = s[6], .k3 = s[7], .v0 = s[8], .v1 = s[9], .v2 = s[10], .v3 = s[11], .transpose_output = op.getTransposeOutput() ? 1 : 0, .scale = op.getScale().convertToDouble(), .causal = op.getCausal() ? 1 : 0, .rate = op.getRate().convertToDouble(), .seed = op.getSeedAttr().getInt(), .offset = op.getOffsetAttr().getInt(), .key = op.getKey() ? b.offset(op.getKey()) : -1, .first = op.getFirstAttr().getInt(), .part = op.getPart() ? b.offset(op.getPart()) : -1, .part_elements = op.getPartElementsAttr().getInt()}, op.getLoc());
+  b.emit(rt::attention_grad{.dout = b.offset(op.getGrad()), .q = b.offset(op.getQ()), .k = b.offset(op.getK()), .v = b.offset(op.getV()), .out = b.offset(op.getOutput()), .lse = b.offset(op.getLse()), .dq = b.offset(op.getQGrad()), .dk = b.offset(op.getKGrad()), .dv = b.offset(op.getVGrad()), .batch = q[0], .heads = q[1], .kv_heads = k[1], .queries = q[2], .keys = k[2], .dim = q[3], .value_dim = v[3], .q0 = s[0], .q1 = s[1], .q2 = s[2], .q3 = s[3], .k0 = s[4], .k1 = s[5], .k2 = s[6], .k3 = s[7], .v0 = s[8], .v1 = s[9], .v2 = s[10], .v3 = s[11], .g0 = g[0], .g1 = g[1], .g2 = g[2], .g3 = g[3], .transpose_output = op.getTransposeOutput() ? 1 : 0, .scale = op.getScale().convertToDouble(), .causal = op.getCausal() ? 1 : 0, .rate = op.getRate().convertToDouble(), .seed = op.getSeedAttr().getInt(), .offset = op.getOffsetAttr().getInt(), .key = op.getKey() ? b.offset(op.getKey()) : -1, .first = op.getFirstAttr().getInt(), .part = op.getPart() ? b.offset(op.getPart()) : -1, .part_elements = op.getPartElementsAttr().getInt()}, op.getLoc());
   return success();
 }
 

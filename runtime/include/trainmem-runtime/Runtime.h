@@ -174,8 +174,9 @@ void tmrt_attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
                     double rate, int64_t seed, int64_t offset, int64_t key,
                     int64_t first, int64_t part, int64_t part_elements);
 /* The gradients of tmrt_attention's q, k and v (dq, dk, dv row-major)
- * from the output's gradient dout, q, k, v, out and lse: the scores
- * recomputed, the mask drawn again. */
+ * from the output's gradient dout (read through element strides g0..g3 of
+ * its batch, head, query and value dimensions: a view is fine), q, k, v,
+ * out and lse: the scores recomputed, the mask drawn again. */
 void tmrt_attention_grad(tmrt_context *ctx, int64_t dout, int64_t q,
                          int64_t k, int64_t v, int64_t out, int64_t lse,
                          int64_t dq, int64_t dk, int64_t dv, int64_t batch,
@@ -184,6 +185,7 @@ void tmrt_attention_grad(tmrt_context *ctx, int64_t dout, int64_t q,
                          int64_t q0, int64_t q1, int64_t q2, int64_t q3,
                          int64_t k0, int64_t k1, int64_t k2, int64_t k3,
                          int64_t v0, int64_t v1, int64_t v2, int64_t v3,
+                         int64_t g0, int64_t g1, int64_t g2, int64_t g3,
                          int64_t transpose_output, double scale,
                          int64_t causal, double rate, int64_t seed,
                          int64_t offset, int64_t key, int64_t first,

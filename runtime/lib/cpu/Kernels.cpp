@@ -936,9 +936,10 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
 /// each query's keys in order, so every sum has one order on any thread
 /// count (the evaluator's).
 template <typename T>
-void attentionGradOf(tmrt_context *ctx, const AttentionShape &a, int64_t dout,
-                     int64_t q, int64_t k, int64_t v, int64_t out, int64_t lse,
-                     int64_t dq, int64_t dk, int64_t dv) {
+void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
+                     const int64_t gs[4], int64_t dout, int64_t q, int64_t k,
+                     int64_t v, int64_t out, int64_t lse, int64_t dq,
+                     int64_t dk, int64_t dv) {
   const T *dO = ctx->at<T>(dout), *Q = ctx->at<T>(q), *K = ctx->at<T>(k),
           *V = ctx->at<T>(v), *O = ctx->at<T>(out);
   const float *L = ctx->at<float>(lse);
@@ -960,10 +961,12 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a, int64_t dout,
         const T *qh = Q + b * a.qs[0] + h * a.qs[1];
         for (int64_t i = 0; i < a.queries; ++i) {
           int64_t visible = a.visibleKeys(i);
-          const T *doi = dO + a.outRow(b, h, i), *oi = O + a.outRow(b, h, i);
+          // The output's gradient may be a view (a transpose's VJP).
+          const T *doi = dO + b * gs[0] + h * gs[1] + i * gs[2];
+          const T *oi = O + a.outRow(b, h, i);
           double rowDot = 0.0;
           for (int64_t d = 0; d < a.valueDim; ++d) {
-            gi[d] = static_cast<float>(doi[d]);
+            gi[d] = static_cast<float>(doi[d * gs[3]]);
             rowDot += static_cast<double>(gi[d]) * static_cast<float>(oi[d]);
           }
           for (int64_t d = 0; d < a.dim; ++d)
@@ -1034,17 +1037,20 @@ void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
                     int64_t dim, int64_t value_dim, int64_t q0, int64_t q1,
                     int64_t q2, int64_t q3, int64_t k0, int64_t k1, int64_t k2,
                     int64_t k3, int64_t v0, int64_t v1, int64_t v2, int64_t v3,
+                    int64_t g0, int64_t g1, int64_t g2, int64_t g3,
                     int64_t transpose_output, double scale, int64_t causal,
                     double rate, int64_t seed, int64_t offset, int64_t key,
                     int64_t first, int64_t part, int64_t part_elements) {
+  const int64_t gradStrides[4] = {g0, g1, g2, g3};
   AttentionShape a = attentionShape(
       ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
       {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output,
       scale, causal, rate, seed, offset, key, first, part, part_elements);
   withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},
                 [&](auto type) {
-                  attentionGradOf<decltype(type)>(ctx, a, dout, q, k, v, out,
-                                                  lse, dq, dk, dv);
+                  attentionGradOf<decltype(type)>(ctx, a, gradStrides, dout,
+                                                  q, k, v, out, lse, dq, dk,
+                                                  dv);
                 });
 }
 

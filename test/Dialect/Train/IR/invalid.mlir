@@ -1268,3 +1268,59 @@ func.func @attention_grad_types(%q: tensor<1x2x8x4xf32>, %lse: tensor<1x2x8xf32>
   %dq, %dk, %dv = "train.attention_grad"(%q, %q, %q, %q, %q, %lse) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x8xf32>)
   return
 }
+
+// -----
+
+func.func @attention_rank(%q: tensor<2x8x4xf32>) {
+  // expected-error @+1 {{'train.attention' op q, k and v must be rank-4 tensors [batch, heads, sequence, head dim]}}
+  %o, %lse = "train.attention"(%q, %q, %q) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>) -> (tensor<2x8x4xf32>, tensor<2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_element_types(%q: tensor<1x2x8x4xf32>, %kv: tensor<1x2x8x4xbf16>) {
+  // expected-error @+1 {{'train.attention' op q, k and v must have one element type}}
+  %o, %lse = "train.attention"(%q, %kv, %kv) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xbf16>, tensor<1x2x8x4xbf16>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_batch(%q: tensor<1x2x8x4xf32>, %kv: tensor<2x2x8x4xf32>) {
+  // expected-error @+1 {{'train.attention' op q, k and v must have one batch size}}
+  %o, %lse = "train.attention"(%q, %kv, %kv) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_kv(%q: tensor<1x2x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x6x4xf32>) {
+  // expected-error @+1 {{'train.attention' op k and v must have the same heads and sequence, got 'tensor<1x2x8x4xf32>' and 'tensor<1x2x6x4xf32>'}}
+  %o, %lse = "train.attention"(%q, %k, %v) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x6x4xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_lse(%q: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{'train.attention' op lse must be 'tensor<1x2x8xf32>'}}
+  %o, %lse = "train.attention"(%q, %q, %q) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x8x2xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_output(%q: tensor<1x2x8x4xf32>, %o: tensor<1x8x2x4xf32>, %lse: tensor<1x2x8xf32>) {
+  // expected-error @+1 {{'train.attention_grad' op output and its gradient must be 'tensor<1x2x8x4xf32>'}}
+  %dq, %dk, %dv = "train.attention_grad"(%o, %q, %q, %q, %o, %lse) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0>} : (tensor<1x8x2x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x8x2x4xf32>, tensor<1x2x8xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_lse(%q: tensor<1x2x8x4xf32>, %lse: tensor<1x2x4xf32>) {
+  // expected-error @+1 {{'train.attention_grad' op lse must be 'tensor<1x2x8xf32>'}}
+  %dq, %dk, %dv = "train.attention_grad"(%q, %q, %q, %q, %q, %lse) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x4xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>)
+  return
+}

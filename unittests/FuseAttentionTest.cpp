@@ -14,6 +14,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Evaluator/Evaluator.h"
+#include "Tolerance.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Run/Step.h"
 
@@ -115,23 +116,6 @@ protected:
       return {};
     }
     return std::vector<RefTensor>(results->begin(), results->end());
-  }
-
-  /// Largest over results of max |a - b| / max(|b|, 1e-3).
-  static double worstRelative(const std::vector<RefTensor> &a,
-                              const std::vector<RefTensor> &b) {
-    double worst = 0.0;
-    EXPECT_EQ(a.size(), b.size());
-    for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
-      double scale = 1e-3, diff = 0.0;
-      for (float v : b[r].floats)
-        scale = std::max(scale, static_cast<double>(std::abs(v)));
-      for (size_t i = 0; i < b[r].floats.size(); ++i)
-        diff = std::max(diff, std::abs(static_cast<double>(a[r].floats[i]) -
-                                       b[r].floats[i]));
-      worst = std::max(worst, diff / scale);
-    }
-    return worst;
   }
 
   /// Fused and decomposed steps of `config`: same loss and gradients,

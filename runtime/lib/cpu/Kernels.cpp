@@ -841,32 +841,27 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
 /// A key/value head's keys and values packed as floats: kt and vt
 /// transposed ([dim][keys]: a query's scores, or a gradient's products
 /// with every value, are computed for many keys at once, each still summed
-/// over the head dimension in order), k and v row-major ([keys][dim]).
+/// over the head dimension in order), k and v row-major ([keys][dim]). The
+/// forward reads kt and v; the backward all four.
 struct PackedKeys {
   std::vector<float> kt, vt, k, v;
 
   template <typename T>
   void pack(const AttentionShape &a, const T *K, const T *V, int64_t b,
-            int64_t kvh, bool rowMajor) {
+            int64_t kvh) {
     kt.resize(a.dim * a.keys);
     vt.resize(a.valueDim * a.keys);
+    k.resize(a.keys * a.dim);
+    v.resize(a.keys * a.valueDim);
     const T *kh = K + b * a.ks[0] + kvh * a.ks[1];
     const T *vh = V + b * a.vs[0] + kvh * a.vs[1];
     for (int64_t j = 0; j < a.keys; ++j) {
       for (int64_t d = 0; d < a.dim; ++d)
-        kt[d * a.keys + j] = static_cast<float>(kh[j * a.ks[2] + d * a.ks[3]]);
+        k[j * a.dim + d] = kt[d * a.keys + j] =
+            static_cast<float>(kh[j * a.ks[2] + d * a.ks[3]]);
       for (int64_t d = 0; d < a.valueDim; ++d)
-        vt[d * a.keys + j] = static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
-    }
-    if (!rowMajor)
-      return;
-    k.resize(a.keys * a.dim);
-    v.resize(a.keys * a.valueDim);
-    for (int64_t j = 0; j < a.keys; ++j) {
-      for (int64_t d = 0; d < a.dim; ++d)
-        k[j * a.dim + d] = kt[d * a.keys + j];
-      for (int64_t d = 0; d < a.valueDim; ++d)
-        v[j * a.valueDim + d] = vt[d * a.keys + j];
+        v[j * a.valueDim + d] = vt[d * a.keys + j] =
+            static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
     }
   }
 };
@@ -901,7 +896,7 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
     PackedKeys packed;
     for (int64_t bh = begin; bh < end; ++bh) {
       int64_t b = bh / a.heads, h = bh % a.heads, kvh = a.kvHead(h);
-      packed.pack(a, K, V, b, kvh, /*rowMajor=*/true);
+      packed.pack(a, K, V, b, kvh);
       const T *qh = Q + b * a.qs[0] + h * a.qs[1];
       for (int64_t i = 0; i < a.queries; ++i) {
         int64_t visible = a.visibleKeys(i);
@@ -955,7 +950,7 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
       int64_t b = task / a.kvHeads, kvh = task % a.kvHeads;
       std::fill(dkAcc.begin(), dkAcc.end(), 0.0);
       std::fill(dvAcc.begin(), dvAcc.end(), 0.0);
-      packed.pack(a, K, V, b, kvh, /*rowMajor=*/true);
+      packed.pack(a, K, V, b, kvh);
       for (int64_t g = 0; g < a.group(); ++g) {
         int64_t h = kvh * a.group() + g;
         const T *qh = Q + b * a.qs[0] + h * a.qs[1];

@@ -7,6 +7,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::train;
 
@@ -446,10 +448,20 @@ LogicalResult AttentionOp::verify() {
   return success();
 }
 
+/// The scores an attention draws its dropout for, B · H · S · S'
+/// (saturated: a count past int64 is refused by the analyses).
+static int64_t attentionScores(RankedTensorType q, RankedTensorType k) {
+  uint64_t scores = mulCount(
+      mulCount(static_cast<uint64_t>(q.getDimSize(0)),
+               static_cast<uint64_t>(q.getDimSize(1))),
+      mulCount(static_cast<uint64_t>(q.getDimSize(2)),
+               static_cast<uint64_t>(k.getDimSize(2))));
+  return static_cast<int64_t>(
+      std::min<uint64_t>(scores, std::numeric_limits<int64_t>::max()));
+}
+
 int64_t AttentionOp::getDrawnElements() {
-  RankedTensorType q = getQ().getType();
-  return q.getDimSize(0) * q.getDimSize(1) * q.getDimSize(2) *
-         getK().getType().getDimSize(2);
+  return attentionScores(getQ().getType(), getK().getType());
 }
 
 bool AttentionOp::drawsRandom() { return getRate().convertToDouble() > 0.0; }
@@ -479,9 +491,7 @@ LogicalResult AttentionGradOp::verify() {
 }
 
 int64_t AttentionGradOp::getDrawnElements() {
-  RankedTensorType q = getQ().getType();
-  return q.getDimSize(0) * q.getDimSize(1) * q.getDimSize(2) *
-         getK().getType().getDimSize(2);
+  return attentionScores(getQ().getType(), getK().getType());
 }
 
 bool AttentionGradOp::drawsRandom() {

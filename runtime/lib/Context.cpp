@@ -2,6 +2,7 @@
 
 #include "Backend.h"
 #include "Context.h"
+#include "cpu/Quantized.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -338,6 +339,9 @@ const char *tmrt_bf16_gemm(tmrt_context *ctx) {
   return ctx->sbgemm ? "bf16 tiles widened to f32, cblas_sgemm"
                      : "bf16 tiles widened to f32, cblas_sgemm (this "
                        "OpenBLAS has no cblas_sbgemm)";
+}
+const char *tmrt_state8_kernels(tmrt_context *) {
+  return tmrt::statePathName(tmrt::statePath());
 }
 uint64_t tmrt_gemm16_calls(tmrt_context *ctx, int32_t sbgemm) {
   return sbgemm ? ctx->sbgemmCalls.load() : ctx->widenedGemmCalls.load();

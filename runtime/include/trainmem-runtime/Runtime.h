@@ -88,6 +88,11 @@ uint64_t tmrt_kernel_calls(tmrt_context *ctx);
  * bits on every CPU, as f32). f16 GEMMs always widen (OpenBLAS has no half
  * GEMM). */
 const char *tmrt_bf16_gemm(tmrt_context *ctx);
+/* The vector code of the 8-bit optimizer-state kernels (quantize,
+ * dequantize, the fused 8-bit AdamW): "avx512-vbmi", "avx2" or "scalar",
+ * the best the CPU has unless TMRT_NO_AVX512 or TMRT_NO_AVX2 is set; every
+ * path gives the same bits. */
+const char *tmrt_state8_kernels(tmrt_context *ctx);
 /* 16-bit matmul calls so far that went through cblas_sbgemm (sbgemm = 1)
  * or through widened tiles (0). */
 uint64_t tmrt_gemm16_calls(tmrt_context *ctx, int32_t sbgemm);

@@ -1,8 +1,8 @@
 //===- Quantized.cpp - the 8-bit state kernels, vectorized ----------------===//
 //
 // The block loops of tmrt_adamw_8bit, tmrt_quantize and tmrt_dequantize with
-// AVX-512 (F, BW, DQ and VBMI), used when the CPU has them; scalar loops
-// otherwise. Per block of state, the fused update:
+// AVX-512 (F, BW, DQ and VBMI), used when the CPU has them; else the AVX2
+// loops of QuantizedAvx2.cpp or scalar ones (statePath). Per block of state, the fused update:
 //  1. map entries for 64 codes at a time by byte permutes: each byte of the
 //     256 f32 entries is a 256-byte table in four registers (two vpermt2b
 //     and a blend), and four unpacks put the bytes together into 4 x 16
@@ -38,7 +38,7 @@
 
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
 #include <immintrin.h>
-#define TMRT_HAVE_AVX512 1
+#define TMRT_HAVE_X86_VECTORS 1
 #endif
 
 namespace tmrt {
@@ -68,7 +68,7 @@ void adamW8bitBlocksGeneric(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
   }
 }
 
-#ifdef TMRT_HAVE_AVX512
+#ifdef TMRT_HAVE_X86_VECTORS
 
 #define TMRT_AVX512                                                            \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi")))
@@ -578,30 +578,54 @@ TMRT_AVX512 static void dequantizeAvx512(const trainmem::DynamicMap &map,
   }
 }
 
-#endif // TMRT_HAVE_AVX512
+#endif // TMRT_HAVE_X86_VECTORS
 
-/// Whether the vector kernels run: the CPU has AVX-512 F, BW, DQ and VBMI
-/// and TMRT_NO_AVX512 is not set.
-static bool useAvx512() {
-#ifdef TMRT_HAVE_AVX512
-  static const bool avx512 =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vbmi") &&
-      std::getenv("TMRT_NO_AVX512") == nullptr;
-  return avx512;
+StatePath statePath() {
+  static const StatePath path = [] {
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
+    bool avx2 = __builtin_cpu_supports("avx2") &&
+                std::getenv("TMRT_NO_AVX2") == nullptr;
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                  __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512vbmi") &&
+                  std::getenv("TMRT_NO_AVX512") == nullptr;
+    return avx512 ? StatePath::Avx512
+                  : avx2 ? StatePath::Avx2 : StatePath::Scalar;
 #else
-  return false;
+    return StatePath::Scalar;
 #endif
+  }();
+  return path;
+}
+
+const char *statePathName(StatePath path) {
+  switch (path) {
+  case StatePath::Avx512:
+    return "avx512-vbmi";
+  case StatePath::Avx2:
+    return "avx2";
+  case StatePath::Scalar:
+    break;
+  }
+  return "scalar";
 }
 
 void quantizeBlocks(const trainmem::DynamicMap &map, const float *x,
                     int64_t n, int64_t block, uint8_t *codes, float *absmax,
                     int64_t b0, int64_t b1) {
-#ifdef TMRT_HAVE_AVX512
-  if (useAvx512() && trainmem::quantizerFor(map))
-    return quantizeBlocksAvx512(map, x, n, block, codes, absmax, b0, b1);
+  if (trainmem::quantizerFor(map)) {
+    switch (statePath()) {
+#ifdef TMRT_HAVE_X86_VECTORS
+    case StatePath::Avx512:
+      return quantizeBlocksAvx512(map, x, n, block, codes, absmax, b0, b1);
+    case StatePath::Avx2:
+      return quantizeBlocksAvx2(map, x, n, block, codes, absmax, b0, b1);
 #endif
+    default:
+      break;
+    }
+  }
   for (int64_t b = b0; b < b1; ++b) {
     int64_t begin = b * block;
     quantizeOneBlock(map, x + begin, std::min(block, n - begin),
@@ -612,24 +636,41 @@ void quantizeBlocks(const trainmem::DynamicMap &map, const float *x,
 void dequantizeRange(const trainmem::DynamicMap &map, const uint8_t *codes,
                      const float *absmax, int64_t block, float *out,
                      int64_t i0, int64_t i1) {
-#ifdef TMRT_HAVE_AVX512
-  if (useAvx512() && (block & (block - 1)) == 0 &&
-      trainmem::quantizerFor(map)) {
-    int shift = 0;
-    while ((int64_t(1) << shift) < block)
-      ++shift;
-    return dequantizeAvx512(map, codes, absmax, shift, out, i0, i1);
-  }
+  if (trainmem::quantizerFor(map)) {
+    switch (statePath()) {
+#ifdef TMRT_HAVE_X86_VECTORS
+    case StatePath::Avx512:
+      if ((block & (block - 1)) == 0) {
+        int shift = 0;
+        while ((int64_t(1) << shift) < block)
+          ++shift;
+        return dequantizeAvx512(map, codes, absmax, shift, out, i0, i1);
+      }
+      [[fallthrough]];
+    case StatePath::Avx2:
+      return dequantizeAvx2(map, codes, absmax, block, out, i0, i1);
 #endif
+    default:
+      break;
+    }
+  }
   for (int64_t i = i0; i < i1; ++i)
     out[i] = trainmem::dequantizeValue(map, codes[i], absmax[i / block]);
 }
 
 void adamW8bitBlocks(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
-#ifdef TMRT_HAVE_AVX512
-  if (useAvx512())
-    return adamW8bitBlocksAvx512(w, b0, b1);
+  if (trainmem::quantizerFor(*w.mMap) && trainmem::quantizerFor(*w.vMap)) {
+    switch (statePath()) {
+#ifdef TMRT_HAVE_X86_VECTORS
+    case StatePath::Avx512:
+      return adamW8bitBlocksAvx512(w, b0, b1);
+    case StatePath::Avx2:
+      return adamW8bitBlocksAvx2(w, b0, b1);
 #endif
+    default:
+      break;
+    }
+  }
   adamW8bitBlocksGeneric(w, b0, b1);
 }
 

@@ -27,9 +27,16 @@ struct AdamW8bitBlock {
   const trainmem::DynamicMap *mMap, *vMap;
 };
 
-/// Blocks [b0, b1) of the fused update: with AVX-512 (F, BW, DQ, VBMI)
-/// when the CPU has it and TMRT_NO_AVX512 is not set, else in scalar code;
-/// the same bits either way.
+/// The vector code the 8-bit state kernels run: AVX-512 (F, BW, DQ, VBMI)
+/// where the CPU has it, else AVX2 where it has that, else scalar loops.
+/// TMRT_NO_AVX512=1 in the environment stops at AVX2, TMRT_NO_AVX2=1 at
+/// the scalar loops (to test every path on one machine). The results are
+/// the same bits on every path.
+enum class StatePath { Scalar, Avx2, Avx512 };
+StatePath statePath();
+const char *statePathName(StatePath path);
+
+/// Blocks [b0, b1) of the fused update on statePath().
 void adamW8bitBlocks(const AdamW8bitBlock &work, int64_t b0, int64_t b1);
 
 /// trainmem::quantizeBlockwise over blocks [b0, b1) of x[0..n): vectorized
@@ -47,6 +54,16 @@ void dequantizeRange(const trainmem::DynamicMap &map, const uint8_t *codes,
 /// The scalar version, always.
 void adamW8bitBlocksGeneric(const AdamW8bitBlock &work, int64_t b0,
                             int64_t b1);
+
+/// The AVX2 versions (QuantizedAvx2.cpp), for the signed and unsigned
+/// dynamic maps only; call them only where statePath() is Avx2 or better.
+void adamW8bitBlocksAvx2(const AdamW8bitBlock &work, int64_t b0, int64_t b1);
+void quantizeBlocksAvx2(const trainmem::DynamicMap &map, const float *x,
+                        int64_t n, int64_t block, uint8_t *codes,
+                        float *absmax, int64_t b0, int64_t b1);
+void dequantizeAvx2(const trainmem::DynamicMap &map, const uint8_t *codes,
+                    const float *absmax, int64_t block, float *out,
+                    int64_t i0, int64_t i1);
 
 } // namespace tmrt
 

@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Model/ModelBuilder.h"
@@ -243,6 +244,32 @@ protected:
     exact16 = false;
   }
 
+  /// Inputs of a model's step: byte tokens (step number 1 for a scalar),
+  /// parameters drawn from N(0, 0.1).
+  std::vector<RefTensor> modelStepInputs(func::FuncOp func) {
+    std::vector<RefTensor> inputs(func.getNumArguments());
+    std::uniform_int_distribution<int64_t> byte(0, 255);
+    std::normal_distribution<float> normal(0.0f, 0.1f);
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto type = cast<RankedTensorType>(func.getArgument(i).getType());
+      std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+      if (isa<IntegerType>(type.getElementType())) {
+        std::vector<int64_t> ids(type.getNumElements());
+        for (int64_t &id : ids)
+          id = byte(rng);
+        if (type.getRank() == 0)
+          ids = {1};
+        inputs[i] = RefTensor::ofInts(shape, ids);
+      } else {
+        std::vector<float> values(type.getNumElements());
+        for (float &v : values)
+          v = normal(rng);
+        inputs[i] = RefTensor::ofFloats(shape, values);
+      }
+    }
+    return inputs;
+  }
+
   bool exact16 = false;
 
   MLIRContext context;
@@ -368,6 +395,51 @@ TEST_F(RuntimeTest, ReductionsAndScatter) {
       return %0, %1, %2, %3 : tensor<4xf32>, tensor<3x4xf32>, tensor<2x1x4xf32>, tensor<6x4xf32>
     })mlir",
           {{}, RefTensor::ofInts({2, 3}, {5, 1, 5, 0, 1, 5})});
+}
+
+TEST_F(RuntimeTest, FusedAttentionAndItsGradient) {
+  // The tiled kernels (tiles of 64 queries by 64 keys, f32 products by
+  // cblas_sgemm, fastExp) against the evaluator's double sums: 70 positions
+  // cross a tile edge; causal with grouped-query heads (4 over 2) and a
+  // value width apart from the key width; not causal with dropout and the
+  // output transposed.
+  const char *source = R"(
+func.func @train_step(%q: tensor<2x4x70x16xT>, %k: tensor<2x2x70x16xT>, %v: tensor<2x2x70x8xT>, %dout: tensor<2x4x70x8xT>, %doutT: tensor<2x70x4x8xT>, %step: tensor<i64>) -> (tensor<2x4x70x8xT>, tensor<2x4x70xf32>, tensor<2x4x70x16xT>, tensor<2x2x70x16xT>, tensor<2x2x70x8xT>, tensor<2x70x4x8xT>, tensor<2x4x70xf32>, tensor<2x4x70x16xT>, tensor<2x2x70x16xT>, tensor<2x2x70x8xT>) {
+  %o, %lse = train.attention %q, %k, %v {causal, scale = 0.25 : f64} : tensor<2x4x70x16xT>, tensor<2x2x70x16xT>, tensor<2x2x70x8xT> -> tensor<2x4x70x8xT>, tensor<2x4x70xf32>
+  %dq, %dk, %dv = train.attention_grad %dout, %q, %k, %v, %o, %lse {causal, scale = 0.25 : f64} : tensor<2x4x70x8xT>, tensor<2x4x70x16xT>, tensor<2x2x70x16xT>, tensor<2x2x70x8xT>, tensor<2x4x70x8xT>, tensor<2x4x70xf32>
+  %o2, %lse2 = train.attention %q, %k, %v key(%step : tensor<i64>) {scale = 0.25 : f64, rate = 0.2 : f64, seed = 5 : i64, transpose_output} : tensor<2x4x70x16xT>, tensor<2x2x70x16xT>, tensor<2x2x70x8xT> -> tensor<2x70x4x8xT>, tensor<2x4x70xf32>
+  %dq2, %dk2, %dv2 = train.attention_grad %doutT, %q, %k, %v, %o2, %lse2 key(%step : tensor<i64>) {scale = 0.25 : f64, rate = 0.2 : f64, seed = 5 : i64, transpose_output} : tensor<2x70x4x8xT>, tensor<2x4x70x16xT>, tensor<2x2x70x16xT>, tensor<2x2x70x8xT>, tensor<2x70x4x8xT>, tensor<2x4x70xf32>
+  return %o, %lse, %dq, %dk, %dv, %o2, %lse2, %dq2, %dk2, %dv2 : tensor<2x4x70x8xT>, tensor<2x4x70xf32>, tensor<2x4x70x16xT>, tensor<2x2x70x16xT>, tensor<2x2x70x8xT>, tensor<2x70x4x8xT>, tensor<2x4x70xf32>, tensor<2x4x70x16xT>, tensor<2x2x70x16xT>, tensor<2x2x70x8xT>
+})";
+  auto in = [&](StringRef dtype) {
+    return llvm::join(llvm::split(StringRef(source), "xT>"),
+                      ("x" + dtype + ">").str());
+  };
+  // (The log-sum-exp is f32 whatever the operands are.)
+  compare(in("f32").c_str(), {}, /*only32=*/true);
+  for (StringRef dtype : {"bf16", "f16"}) {
+    SCOPED_TRACE(dtype.str());
+    compare16(in(dtype).c_str(), dtype);
+  }
+}
+
+TEST_F(RuntimeTest, WholeTinyStepWithFusedAttentionMatchesTheEvaluator) {
+  // The tiny preset with dropout, its attention fused, differentiated into
+  // a step that returns the loss and every parameter's gradient.
+  ModelConfig config = *getPreset("tiny");
+  config.dropout = 0.1;
+  OwningOpRef<ModuleOp> module = buildModel(&context, config);
+  PassManager pm(&context);
+  pm.addPass(createTrainFuseAttentionPass());
+  TrainAutodiffPassOptions options;
+  options.optimizer = OptimizerKind::none;
+  pm.addPass(createTrainAutodiffPass(options));
+  ASSERT_TRUE(succeeded(pm.run(*module)));
+  auto func = module->lookupSymbol<func::FuncOp>("train_step");
+  bool fused = false;
+  func.walk([&](AttentionGradOp) { fused = true; });
+  ASSERT_TRUE(fused);
+  compare(*module, modelStepInputs(func));
 }
 
 TEST_F(RuntimeTest, Optimizers) {
@@ -628,27 +700,7 @@ TEST_F(RuntimeTest, WholeTinyStepGradientsMatchTheEvaluator) {
   pm.addPass(createTrainAutodiffPass(options));
   ASSERT_TRUE(succeeded(pm.run(*module)));
   auto func = module->lookupSymbol<func::FuncOp>("train_step");
-  std::vector<RefTensor> inputs(func.getNumArguments());
-  std::uniform_int_distribution<int64_t> byte(0, 255);
-  std::normal_distribution<float> normal(0.0f, 0.1f);
-  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    auto type = cast<RankedTensorType>(func.getArgument(i).getType());
-    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
-    if (isa<IntegerType>(type.getElementType())) {
-      std::vector<int64_t> ids(type.getNumElements());
-      for (int64_t &id : ids)
-        id = byte(rng);
-      if (type.getRank() == 0)
-        ids = {1};
-      inputs[i] = RefTensor::ofInts(shape, ids);
-    } else {
-      std::vector<float> values(type.getNumElements());
-      for (float &v : values)
-        v = normal(rng);
-      inputs[i] = RefTensor::ofFloats(shape, values);
-    }
-  }
-  compare(*module, inputs);
+  compare(*module, modelStepInputs(func));
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 #include "../Backend.h"
 #include "../Context.h"
 #include "Collectives.h"
+#include "FastExp.h"
 #include "FloatTypes.h"
 #include "Quantized.h"
 #include "trainmem/Support/Activations.h"
@@ -788,19 +789,6 @@ struct AttentionShape : trainmem::AttentionLayout {
   int64_t qs[4], ks[4], vs[4];
   double scale;
   trainmem::AttentionDropout dropout;
-
-  /// The scaled score of query (b, h, i) and key (b, kvh, j), in double.
-  template <typename T>
-  double scaledScore(const T *q, const T *k, int64_t b, int64_t h,
-                     int64_t kvh, int64_t i, int64_t j) const {
-    const T *qi = q + b * qs[0] + h * qs[1] + i * qs[2];
-    const T *kj = k + b * ks[0] + kvh * ks[1] + j * ks[2];
-    double dot = 0.0;
-    for (int64_t d = 0; d < dim; ++d)
-      dot += static_cast<double>(static_cast<float>(qi[d * qs[3]])) *
-             static_cast<float>(kj[d * ks[3]]);
-    return scale * dot;
-  }
 };
 
 AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
@@ -838,88 +826,136 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
   return a;
 }
 
-/// A key/value head's keys and values packed as floats: kt and vt
-/// transposed ([dim][keys]: a query's scores, or a gradient's products
-/// with every value, are computed for many keys at once, each still summed
-/// over the head dimension in order), k and v row-major ([keys][dim]). The
-/// forward reads kt and v; the backward all four.
-struct PackedKeys {
-  std::vector<float> kt, vt, k, v;
+/// The fused attention in tiles (FlashAttention's algorithm, Dao et al.
+/// 2022, and its second version's loop order, Dao 2023): scores of
+/// kAttentionQueryTile queries by kAttentionKeyTile keys at a time, each
+/// tile's products by cblas_sgemm on f32 copies of the operands, the
+/// softmax online (a running row maximum and sum), exponentials by fastExp.
+/// No score tensor exists beyond one tile per thread. Every sum has one
+/// order that the shape alone fixes (tiles in key order, one task per
+/// output tile), so the bits do not depend on the thread count.
+constexpr int64_t kAttentionQueryTile = 64, kAttentionKeyTile = 64;
 
-  template <typename T>
-  void pack(const AttentionShape &a, const T *K, const T *V, int64_t b,
-            int64_t kvh) {
-    kt.resize(a.dim * a.keys);
-    vt.resize(a.valueDim * a.keys);
-    k.resize(a.keys * a.dim);
-    v.resize(a.keys * a.valueDim);
-    const T *kh = K + b * a.ks[0] + kvh * a.ks[1];
-    const T *vh = V + b * a.vs[0] + kvh * a.vs[1];
-    for (int64_t j = 0; j < a.keys; ++j) {
-      for (int64_t d = 0; d < a.dim; ++d)
-        k[j * a.dim + d] = kt[d * a.keys + j] =
-            static_cast<float>(kh[j * a.ks[2] + d * a.ks[3]]);
-      for (int64_t d = 0; d < a.valueDim; ++d)
-        v[j * a.valueDim + d] = vt[d * a.keys + j] =
-            static_cast<float>(vh[j * a.vs[2] + d * a.vs[3]]);
-    }
-  }
-};
-
-/// `out[j] = Σ_d x[d] · t[d][j]` for j < n, each sum in d's order, in
-/// double (what the reference evaluator computes key by key).
-static void dotsInOrder(const float *x, const float *t, int64_t rows,
-                        int64_t stride, int64_t n, double *out) {
-  for (int64_t j = 0; j < n; ++j)
-    out[j] = 0.0;
-  for (int64_t d = 0; d < rows; ++d) {
-    double xd = x[d];
-    const float *td = t + d * stride;
-    for (int64_t j = 0; j < n; ++j)
-      out[j] += xd * td[j];
+/// Rows [first, first + count) of a [rows, cols] operand with strides
+/// `rowStride`, `colStride` (elements) as row-major f32.
+template <typename T>
+void packRows(const T *from, int64_t rowStride, int64_t colStride,
+              int64_t first, int64_t count, int64_t cols, float *to) {
+  for (int64_t r = 0; r < count; ++r) {
+    const T *row = from + (first + r) * rowStride;
+    for (int64_t c = 0; c < cols; ++c)
+      to[r * cols + c] = static_cast<float>(row[c * colStride]);
   }
 }
 
-/// One task per (batch, head): its output rows and log-sum-exps are its
-/// own, each a sum over keys in order, so the result does not depend on the
-/// threads.
+/// C[m, n] = alpha A B (+ C when accumulate), row-major f32 with leading
+/// dimensions; A is [m, k] or, transposed, [k, m]; B [k, n] or [n, k].
+void attentionGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                   const float *A, int64_t lda, const float *B, int64_t ldb,
+                   bool accumulate, float *C, int64_t ldc) {
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i)
+        std::fill(C + i * ldc, C + i * ldc + n, 0.0f);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.0f, A,
+              static_cast<int>(lda), B, static_cast<int>(ldb),
+              accumulate ? 1.0f : 0.0f, C, static_cast<int>(ldc));
+}
+
+/// One task per (batch, head, tile of queries): the tile's output rows and
+/// log-sum-exps are its own.
 template <typename T>
 void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
                  int64_t k, int64_t v, int64_t out, int64_t lse) {
   const T *Q = ctx->at<T>(q), *K = ctx->at<T>(k), *V = ctx->at<T>(v);
   T *O = ctx->at<T>(out);
   float *L = ctx->at<float>(lse);
-  ctx->pool.parallelFor(a.batch * a.heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<double> scores(a.keys), acc(a.valueDim);
-    std::vector<float> qi(a.dim);
-    std::vector<uint8_t> kept(a.keys);
-    PackedKeys packed;
-    for (int64_t bh = begin; bh < end; ++bh) {
+  const int64_t BQ = kAttentionQueryTile, BK = kAttentionKeyTile;
+  int64_t tiles = (a.queries + BQ - 1) / BQ;
+  float keepScale = static_cast<float>(a.dropout.keepScale),
+        scale = static_cast<float>(a.scale);
+  ctx->pool.parallelFor(a.batch * a.heads * tiles, 1, [&](int64_t begin,
+                                                          int64_t end) {
+    std::vector<float> qt(BQ * a.dim), kh, vh, s(BQ * BK),
+        o(BQ * a.valueDim), most(BQ), sum(BQ);
+    std::vector<uint8_t> kept(BK);
+    int64_t packedHead = -1; // b * kvHeads + kvh of kh and vh
+    for (int64_t task = begin; task < end; ++task) {
+      int64_t tile = task % tiles, bh = task / tiles;
       int64_t b = bh / a.heads, h = bh % a.heads, kvh = a.kvHead(h);
-      packed.pack(a, K, V, b, kvh);
-      const T *qh = Q + b * a.qs[0] + h * a.qs[1];
-      for (int64_t i = 0; i < a.queries; ++i) {
-        int64_t visible = a.visibleKeys(i);
-        for (int64_t d = 0; d < a.dim; ++d)
-          qi[d] = static_cast<float>(qh[i * a.qs[2] + d * a.qs[3]]);
-        dotsInOrder(qi.data(), packed.kt.data(), a.dim, a.keys, visible,
-                    scores.data());
-        double logSumExp =
-            trainmem::scaleRowAndLogSumExp(scores.data(), visible, a.scale);
-        std::fill(acc.begin(), acc.end(), 0.0);
-        a.dropout.keepRun(a.score(b, h, i, 0), visible, kept.data());
-        for (int64_t j = 0; j < visible; ++j) {
-          if (!kept[j])
+      int64_t q0 = tile * BQ, rows = std::min(BQ, a.queries - q0);
+      // Keys the tile's last query sees.
+      int64_t keyEnd = a.visibleKeys(q0 + rows - 1);
+      if (packedHead != b * a.kvHeads + kvh) {
+        packedHead = b * a.kvHeads + kvh;
+        kh.resize(a.keys * a.dim);
+        vh.resize(a.keys * a.valueDim);
+        packRows(K + b * a.ks[0] + kvh * a.ks[1], a.ks[2], a.ks[3], 0,
+                 a.keys, a.dim, kh.data());
+        packRows(V + b * a.vs[0] + kvh * a.vs[1], a.vs[2], a.vs[3], 0,
+                 a.keys, a.valueDim, vh.data());
+      }
+      packRows(Q + b * a.qs[0] + h * a.qs[1], a.qs[2], a.qs[3], q0, rows,
+               a.dim, qt.data());
+      std::fill(most.begin(), most.end(),
+                -std::numeric_limits<float>::infinity());
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      std::fill(o.begin(), o.end(), 0.0f);
+      for (int64_t k0 = 0; k0 < keyEnd; k0 += BK) {
+        int64_t cols = std::min(BK, keyEnd - k0);
+        attentionGemm(false, true, rows, cols, a.dim, qt.data(), a.dim,
+                      kh.data() + k0 * a.dim, a.dim, false, s.data(), BK);
+        for (int64_t r = 0; r < rows; ++r) {
+          int64_t i = q0 + r;
+          int64_t visible =
+              std::clamp<int64_t>(a.visibleKeys(i) - k0, 0, cols);
+          float *sr = s.data() + r * BK;
+          if (visible == 0) {
+            std::fill(sr, sr + cols, 0.0f);
             continue;
-          double p = std::exp(scores[j] - logSumExp) * a.dropout.keepScale;
-          const float *vj = &packed.v[j * a.valueDim];
+          }
+          float tileMost = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < visible; ++j) {
+            sr[j] *= scale;
+            tileMost = std::max(tileMost, sr[j]);
+          }
+          float newMost = std::max(most[r], tileMost);
+          float rescale = tmrt::fastExp(most[r] - newMost);
+          for (int64_t j = 0; j < visible; ++j)
+            sr[j] -= newMost;
+          tmrt::fastExpInPlace(sr, visible);
+          float rowSum = 0.0f;
+          for (int64_t j = 0; j < visible; ++j)
+            rowSum += sr[j];
+          std::fill(sr + visible, sr + cols, 0.0f);
+          sum[r] = sum[r] * rescale + rowSum;
+          most[r] = newMost;
+          if (a.dropout.rate > 0.0) {
+            a.dropout.keepRun(a.score(b, h, i, k0), visible, kept.data());
+            for (int64_t j = 0; j < visible; ++j)
+              sr[j] = kept[j] ? sr[j] * keepScale : 0.0f;
+          }
+          float *orow = o.data() + r * a.valueDim;
           for (int64_t d = 0; d < a.valueDim; ++d)
-            acc[d] += p * vj[d];
+            orow[d] *= rescale;
         }
+        attentionGemm(false, false, rows, a.valueDim, cols, s.data(), BK,
+                      vh.data() + k0 * a.valueDim, a.valueDim, true, o.data(),
+                      a.valueDim);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t i = q0 + r;
+        float inverse = 1.0f / sum[r];
         T *oi = O + a.outRow(b, h, i);
         for (int64_t d = 0; d < a.valueDim; ++d)
-          oi[d] = static_cast<float>(acc[d]);
-        L[a.row(b, h, i)] = static_cast<float>(logSumExp);
+          oi[d] = o[r * a.valueDim + d] * inverse;
+        L[a.row(b, h, i)] = most[r] + std::log(sum[r]);
       }
     }
   });
@@ -927,9 +963,11 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
   ctx->touch(lse, a.batch * a.heads * a.queries * sizeof(float));
 }
 
-/// One task per (batch, key/value head): the query heads that share it,
-/// each query's keys in order, so every sum has one order on any thread
-/// count (the evaluator's).
+/// One task per (batch, key/value head), in FlashAttention-2's order: key
+/// tiles outside, the query heads that share the key/value head and their
+/// query tiles inside; a key tile's dK and dV are done when its loop ends,
+/// each query's dQ sums over key tiles in order. Scores and probabilities
+/// are recomputed from Q, K and the log-sum-exp, one tile at a time.
 template <typename T>
 void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
                      const int64_t gs[4], int64_t dout, int64_t q, int64_t k,
@@ -939,67 +977,125 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
           *V = ctx->at<T>(v), *O = ctx->at<T>(out);
   const float *L = ctx->at<float>(lse);
   T *dQ = ctx->at<T>(dq), *dK = ctx->at<T>(dk), *dV = ctx->at<T>(dv);
+  const int64_t BQ = kAttentionQueryTile, BK = kAttentionKeyTile;
+  const int64_t group = a.group(), D = a.dim, DV = a.valueDim;
+  float keepScale = static_cast<float>(a.dropout.keepScale),
+        scale = static_cast<float>(a.scale);
+  bool dropout = a.dropout.rate > 0.0;
   ctx->pool.parallelFor(a.batch * a.kvHeads, 1, [&](int64_t begin,
                                                     int64_t end) {
-    std::vector<double> dkAcc(a.keys * a.dim), dvAcc(a.keys * a.valueDim),
-        dqAcc(a.dim), scores(a.keys), dpKept(a.keys);
-    std::vector<float> qi(a.dim), gi(a.valueDim);
-    std::vector<uint8_t> kept(a.keys);
-    PackedKeys packed;
+    // The group's queries, output gradients, row terms and dQ, whole; one
+    // tile of everything else.
+    std::vector<float> kh(a.keys * D), vh(a.keys * DV),
+        qg(group * a.queries * D), gg(group * a.queries * DV),
+        rowDot(group * a.queries), rowLse(group * a.queries),
+        dqg(group * a.queries * D), p(BQ * BK), ds(BQ * BK), dkt(BK * D),
+        dvt(BK * DV);
+    std::vector<uint8_t> kept(BQ * BK);
     for (int64_t task = begin; task < end; ++task) {
       int64_t b = task / a.kvHeads, kvh = task % a.kvHeads;
-      std::fill(dkAcc.begin(), dkAcc.end(), 0.0);
-      std::fill(dvAcc.begin(), dvAcc.end(), 0.0);
-      packed.pack(a, K, V, b, kvh);
-      for (int64_t g = 0; g < a.group(); ++g) {
-        int64_t h = kvh * a.group() + g;
-        const T *qh = Q + b * a.qs[0] + h * a.qs[1];
+      packRows(K + b * a.ks[0] + kvh * a.ks[1], a.ks[2], a.ks[3], 0, a.keys,
+               D, kh.data());
+      packRows(V + b * a.vs[0] + kvh * a.vs[1], a.vs[2], a.vs[3], 0, a.keys,
+               DV, vh.data());
+      for (int64_t g = 0; g < group; ++g) {
+        int64_t h = kvh * group + g;
+        float *qgh = qg.data() + g * a.queries * D,
+              *ggh = gg.data() + g * a.queries * DV;
+        packRows(Q + b * a.qs[0] + h * a.qs[1], a.qs[2], a.qs[3], 0,
+                 a.queries, D, qgh);
+        // The output's gradient may be a view (a transpose's VJP).
+        packRows(dO + b * gs[0] + h * gs[1], gs[2], gs[3], 0, a.queries, DV,
+                 ggh);
         for (int64_t i = 0; i < a.queries; ++i) {
-          int64_t visible = a.visibleKeys(i);
-          // The output's gradient may be a view (a transpose's VJP).
-          const T *doi = dO + b * gs[0] + h * gs[1] + i * gs[2];
           const T *oi = O + a.outRow(b, h, i);
-          double rowDot = 0.0;
-          for (int64_t d = 0; d < a.valueDim; ++d) {
-            gi[d] = static_cast<float>(doi[d * gs[3]]);
-            rowDot += static_cast<double>(gi[d]) * static_cast<float>(oi[d]);
-          }
-          for (int64_t d = 0; d < a.dim; ++d)
-            qi[d] = static_cast<float>(qh[i * a.qs[2] + d * a.qs[3]]);
-          double logSumExp = L[a.row(b, h, i)];
-          dotsInOrder(qi.data(), packed.kt.data(), a.dim, a.keys, visible,
-                      scores.data());
-          dotsInOrder(gi.data(), packed.vt.data(), a.valueDim, a.keys,
-                      visible, dpKept.data());
-          std::fill(dqAcc.begin(), dqAcc.end(), 0.0);
-          a.dropout.keepRun(a.score(b, h, i, 0), visible, kept.data());
-          for (int64_t j = 0; j < visible; ++j) {
-            double p = std::exp(a.scale * scores[j] - logSumExp);
-            bool keep = kept[j] != 0;
-            double keptP = keep ? p * a.dropout.keepScale : 0.0;
-            double *dvj = &dvAcc[j * a.valueDim];
-            for (int64_t d = 0; d < a.valueDim; ++d)
-              dvj[d] += keptP * static_cast<double>(gi[d]);
-            double dp = keep ? dpKept[j] * a.dropout.keepScale : 0.0;
-            double ds = p * (dp - rowDot) * a.scale;
-            const float *kj = &packed.k[j * a.dim];
-            double *dkj = &dkAcc[j * a.dim];
-            for (int64_t d = 0; d < a.dim; ++d) {
-              dqAcc[d] += ds * kj[d];
-              dkj[d] += ds * qi[d];
-            }
-          }
-          T *dqi = dQ + a.row(b, h, i) * a.dim;
-          for (int64_t d = 0; d < a.dim; ++d)
-            dqi[d] = static_cast<float>(dqAcc[d]);
+          double dot = 0.0;
+          for (int64_t d = 0; d < DV; ++d)
+            dot += static_cast<double>(ggh[i * DV + d]) *
+                   static_cast<float>(oi[d]);
+          rowDot[g * a.queries + i] = static_cast<float>(dot);
+          rowLse[g * a.queries + i] = L[a.row(b, h, i)];
         }
       }
-      T *dkh = dK + (b * a.kvHeads + kvh) * a.keys * a.dim;
-      T *dvh = dV + (b * a.kvHeads + kvh) * a.keys * a.valueDim;
-      for (int64_t x = 0; x < a.keys * a.dim; ++x)
-        dkh[x] = static_cast<float>(dkAcc[x]);
-      for (int64_t x = 0; x < a.keys * a.valueDim; ++x)
-        dvh[x] = static_cast<float>(dvAcc[x]);
+      std::fill(dqg.begin(), dqg.end(), 0.0f);
+      for (int64_t k0 = 0; k0 < a.keys; k0 += BK) {
+        int64_t cols = std::min(BK, a.keys - k0);
+        std::fill(dkt.begin(), dkt.end(), 0.0f);
+        std::fill(dvt.begin(), dvt.end(), 0.0f);
+        const float *kt = kh.data() + k0 * D, *vt = vh.data() + k0 * DV;
+        // Causal: query i sees keys up to i, so tiles of queries below k0
+        // see none of these keys.
+        int64_t firstQuery = a.causal ? k0 : 0;
+        for (int64_t g = 0; g < group; ++g) {
+          int64_t h = kvh * group + g;
+          for (int64_t q0 = firstQuery / BQ * BQ; q0 < a.queries; q0 += BQ) {
+            int64_t rows = std::min(BQ, a.queries - q0);
+            const float *qt = qg.data() + (g * a.queries + q0) * D;
+            const float *gt = gg.data() + (g * a.queries + q0) * DV;
+            // p = exp(scale · Q Kᵀ - lse), 0 where the key is not visible;
+            // then the dropped-out probabilities into ds for dV.
+            attentionGemm(false, true, rows, cols, D, qt, D, kt, D, false,
+                          p.data(), BK);
+            for (int64_t r = 0; r < rows; ++r) {
+              int64_t i = q0 + r;
+              int64_t visible =
+                  std::clamp<int64_t>(a.visibleKeys(i) - k0, 0, cols);
+              float *pr = p.data() + r * BK, *dr = ds.data() + r * BK;
+              float rowL = rowLse[g * a.queries + i];
+              for (int64_t j = 0; j < visible; ++j)
+                pr[j] = pr[j] * scale - rowL;
+              tmrt::fastExpInPlace(pr, visible);
+              std::fill(pr + visible, pr + cols, 0.0f);
+              uint8_t *keptRow = kept.data() + r * BK;
+              if (dropout) {
+                a.dropout.keepRun(a.score(b, h, i, k0), visible, keptRow);
+                std::fill(keptRow + visible, keptRow + cols, 0);
+                for (int64_t j = 0; j < cols; ++j)
+                  dr[j] = keptRow[j] ? pr[j] * keepScale : 0.0f;
+              }
+            }
+            // dV += P_keptᵀ dO.
+            attentionGemm(true, false, cols, DV, rows,
+                          dropout ? ds.data() : p.data(), BK, gt, DV, true,
+                          dvt.data(), DV);
+            // dP = dO Vᵀ; dS = p (dP_kept - rowDot) scale.
+            attentionGemm(false, true, rows, cols, DV, gt, DV, vt, DV, false,
+                          ds.data(), BK);
+            for (int64_t r = 0; r < rows; ++r) {
+              int64_t i = q0 + r;
+              float *pr = p.data() + r * BK, *dr = ds.data() + r * BK;
+              const uint8_t *keptRow = kept.data() + r * BK;
+              float dot = rowDot[g * a.queries + i];
+              for (int64_t j = 0; j < cols; ++j) {
+                float dp = dr[j];
+                if (dropout)
+                  dp = keptRow[j] ? dp * keepScale : 0.0f;
+                dr[j] = pr[j] * (dp - dot) * scale;
+              }
+            }
+            // dK += dSᵀ Q; dQ += dS K.
+            attentionGemm(true, false, cols, D, rows, ds.data(), BK, qt, D,
+                          true, dkt.data(), D);
+            attentionGemm(false, false, rows, D, cols, ds.data(), BK, kt, D,
+                          true, dqg.data() + (g * a.queries + q0) * D, D);
+          }
+        }
+        T *dkh = dK + ((b * a.kvHeads + kvh) * a.keys + k0) * D;
+        T *dvh = dV + ((b * a.kvHeads + kvh) * a.keys + k0) * DV;
+        for (int64_t x = 0; x < cols * D; ++x)
+          dkh[x] = dkt[x];
+        for (int64_t x = 0; x < cols * DV; ++x)
+          dvh[x] = dvt[x];
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        int64_t h = kvh * group + g;
+        for (int64_t i = 0; i < a.queries; ++i) {
+          T *dqi = dQ + a.row(b, h, i) * D;
+          const float *from = dqg.data() + (g * a.queries + i) * D;
+          for (int64_t d = 0; d < D; ++d)
+            dqi[d] = from[d];
+        }
+      }
     }
   });
   ctx->touch(dq, a.batch * a.heads * a.queries * a.dim * sizeof(T));

@@ -31,8 +31,11 @@ unless --decomposed; PyTorch 1.13 has no fused attention on the CPU, so its
 eager step forms the score tensors.
 
 PyTorch is Debian's python3-torch (1.13) run by /usr/bin/python3, with
-OMP_WAIT_POLICY=PASSIVE: without it its two thread pools spin against each
-other on 2 cores.
+OMP_WAIT_POLICY=PASSIVE (without it its two thread pools spin against each
+other on 2 cores) and OPENBLAS_NUM_THREADS and OMP_NUM_THREADS set to the
+thread count: its GEMMs run in the system OpenBLAS, whose threads
+torch.set_num_threads does not govern (measured: a 1024^3 matmul at
+set_num_threads(1) used 1.98 cores without them, 1.00 with).
 
 Usage: bench/pytorch_step.py [--build build] [--steps 8] [--rounds 3]
                              [--threads 1 2] [--shapes 0 1 2]
@@ -229,7 +232,11 @@ def run_torch(tmp, shape, threads, steps, init, weights=False, dtype="f32"):
     json.dump({"shape": shape, "threads": threads, "steps": steps,
                "init": init, "corpus": CORPUS, "out": out,
                "weights": weights, "dtype": dtype}, open(spec, "w"))
-    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    # Debian's torch does its GEMMs in the system OpenBLAS, whose threads
+    # torch.set_num_threads does not govern: without these, a "1 thread"
+    # PyTorch step multiplies on every core.
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE",
+               OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     _, rss = run_measured([TORCH_PYTHON, os.path.abspath(__file__),
                            "--torch-worker", spec], env=env)
     result = json.load(open(out))

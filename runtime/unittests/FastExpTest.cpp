@@ -1,6 +1,6 @@
 //===- FastExpTest.cpp - the kernels' f32 exponential ---------------------===//
 
-#include "../lib/cpu/FastExp.h"
+#include "trainmem/Support/FastExp.h"
 
 #include <gtest/gtest.h>
 
@@ -43,7 +43,7 @@ TEST(FastExpTest, WithinOneUlp) {
     for (uint32_t bits = 0; bits <= last + 61; bits += 61) {
       float x = floatOf(std::min(bits, last) | (negative ? 0x80000000u : 0u));
       float want = static_cast<float>(std::exp(static_cast<double>(x)));
-      float got = tmrt::fastExp(x);
+      float got = trainmem::fastExp(x);
       if (want < std::numeric_limits<float>::min()) {
         EXPECT_LE(got, std::numeric_limits<float>::min()) << x;
         continue;
@@ -58,20 +58,20 @@ TEST(FastExpTest, WithinOneUlp) {
 }
 
 TEST(FastExpTest, EdgesAndTheVectorLoop) {
-  EXPECT_EQ(tmrt::fastExp(0.0f), 1.0f);
-  EXPECT_EQ(tmrt::fastExp(-std::numeric_limits<float>::infinity()), 0.0f);
-  EXPECT_EQ(tmrt::fastExp(-100.0f), 0.0f);
-  EXPECT_TRUE(std::isnan(tmrt::fastExp(std::nanf(""))));
-  EXPECT_TRUE(std::isfinite(tmrt::fastExp(88.72283f)));
+  EXPECT_EQ(trainmem::fastExp(0.0f), 1.0f);
+  EXPECT_EQ(trainmem::fastExp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(trainmem::fastExp(-100.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(trainmem::fastExp(std::nanf(""))));
+  EXPECT_TRUE(std::isfinite(trainmem::fastExp(88.72283f)));
   // The vectorized loop gives what the scalar function gives, bit for bit,
   // including the lanes past the last whole vector.
   std::vector<float> x(1003);
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = -90.0f + 0.17891f * static_cast<float>(i);
   std::vector<float> y = x;
-  tmrt::fastExpInPlace(y.data(), static_cast<int64_t>(y.size()));
+  trainmem::fastExpInPlace(y.data(), static_cast<int64_t>(y.size()));
   for (size_t i = 0; i < x.size(); ++i)
-    EXPECT_EQ(bitsOf(y[i]), bitsOf(tmrt::fastExp(x[i]))) << x[i];
+    EXPECT_EQ(bitsOf(y[i]), bitsOf(trainmem::fastExp(x[i]))) << x[i];
 }
 
 } // namespace

@@ -9,6 +9,8 @@
 #ifndef TRAINMEM_SUPPORT_ACTIVATIONS_H
 #define TRAINMEM_SUPPORT_ACTIVATIONS_H
 
+#include "trainmem/Support/FastExp.h"
+
 #include <cmath>
 
 namespace trainmem {
@@ -16,25 +18,58 @@ namespace trainmem {
 constexpr double kGeluC = 0.7978845608028654; // sqrt(2 / pi)
 constexpr double kGeluA = 0.044715;
 
-/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2 uses.
-inline double gelu(double x) {
-  return 0.5 * x * (1.0 + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
+// In f32, from fastExp: loops of them vectorize, and the evaluator and the
+// kernels (which call these same functions) get the same bits. The forms
+// avoid cancellation: 1 + tanh(u) = 2 sigmoid(2u) and 1 - sigmoid(z) =
+// e^-z sigmoid(z), each a quotient of positive terms.
+
+/// sigmoid(z) = 1 / (1 + e^-z) and 1 - sigmoid(z), in f32.
+struct Sigmoid {
+  float value, complement;
+  explicit Sigmoid(float z) {
+    float e = fastExp(-z);
+    value = 1.0f / (1.0f + e);
+    complement = e * value;
+  }
+};
+
+/// GELU's tanh argument sqrt(2/pi) (x + 0.044715 x^3), doubled.
+inline float geluArgument2(float x) {
+  const float c2 = static_cast<float>(2.0 * kGeluC),
+              a = static_cast<float>(kGeluA);
+  return c2 * (x + a * (x * x * x));
 }
 
-inline double geluDerivative(double x) {
-  double t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
-  return 0.5 * (1.0 + t) +
-         0.5 * x * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * kGeluA * x * x);
-}
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2 uses, which
+/// is x sigmoid(2u).
+inline float geluF(float x) { return x * Sigmoid(geluArgument2(x)).value; }
 
-inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+/// d/dx of geluF: s + x s (1 - s) 2u', s = sigmoid(2u), u' = sqrt(2/pi)
+/// (1 + 3 · 0.044715 x^2).
+inline float geluDerivativeF(float x) {
+  const float c2 = static_cast<float>(2.0 * kGeluC),
+              a3 = static_cast<float>(3.0 * kGeluA);
+  Sigmoid s(geluArgument2(x));
+  return s.value + x * (s.value * s.complement) * (c2 * (1.0f + a3 * (x * x)));
+}
 
 /// x · sigmoid(x).
-inline double silu(double x) { return x * sigmoid(x); }
+inline float siluF(float x) { return x * Sigmoid(x).value; }
 
+/// d/dx of siluF: s (1 + x (1 - s)).
+inline float siluDerivativeF(float x) {
+  Sigmoid s(x);
+  return s.value * (1.0f + x * s.complement);
+}
+
+/// The same on doubles that hold f32 values (the evaluator's tensors).
+inline double gelu(double x) { return geluF(static_cast<float>(x)); }
+inline double geluDerivative(double x) {
+  return geluDerivativeF(static_cast<float>(x));
+}
+inline double silu(double x) { return siluF(static_cast<float>(x)); }
 inline double siluDerivative(double x) {
-  double s = sigmoid(x);
-  return s * (1.0 + x * (1.0 - s));
+  return siluDerivativeF(static_cast<float>(x));
 }
 
 } // namespace trainmem

@@ -9,13 +9,13 @@
 #include "../Backend.h"
 #include "../Context.h"
 #include "Collectives.h"
-#include "FastExp.h"
 #include "FloatTypes.h"
 #include "Quantized.h"
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/Attention.h"
 #include "trainmem/Support/DynamicMap.h"
+#include "trainmem/Support/FastExp.h"
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
 
@@ -501,7 +501,10 @@ void bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
 
 template <typename T>
 void geluOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  unaryKernel<T>(ctx, in, out, n, trainmem::gelu);
+  // (A lambda, not the function's address, so that it inlines and the
+  // loop vectorizes.)
+  unaryKernel<T>(ctx, in, out, n,
+                 [](double x) { return trainmem::gelu(x); });
 }
 
 void gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
@@ -512,7 +515,8 @@ void gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
 
 template <typename T>
 void siluOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  unaryKernel<T>(ctx, in, out, n, trainmem::silu);
+  unaryKernel<T>(ctx, in, out, n,
+                 [](double x) { return trainmem::silu(x); });
 }
 
 void silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
@@ -926,10 +930,10 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
             tileMost = std::max(tileMost, sr[j]);
           }
           float newMost = std::max(most[r], tileMost);
-          float rescale = tmrt::fastExp(most[r] - newMost);
+          float rescale = trainmem::fastExp(most[r] - newMost);
           for (int64_t j = 0; j < visible; ++j)
             sr[j] -= newMost;
-          tmrt::fastExpInPlace(sr, visible);
+          trainmem::fastExpInPlace(sr, visible);
           float rowSum = 0.0f;
           for (int64_t j = 0; j < visible; ++j)
             rowSum += sr[j];
@@ -1044,7 +1048,7 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
               float rowL = rowLse[g * a.queries + i];
               for (int64_t j = 0; j < visible; ++j)
                 pr[j] = pr[j] * scale - rowL;
-              tmrt::fastExpInPlace(pr, visible);
+              trainmem::fastExpInPlace(pr, visible);
               std::fill(pr + visible, pr + cols, 0.0f);
               uint8_t *keptRow = kept.data() + r * BK;
               if (dropout) {

@@ -1,4 +1,4 @@
-//===- FastExp.h - exp in f32 for the CPU kernels' inner loops --*- C++ -*-===//
+//===- FastExp.h - exp in f32 for inner loops --------------------*- C++ -*-===//
 //
 // e^x in float from additions, multiplications and bit operations only, so
 // that the compiler vectorizes a loop of it at any width and every CPU
@@ -8,18 +8,20 @@
 // x = n ln2 + r with ln2 in two parts, |r| <= ln2 / 2, and the degree-7
 // Taylor polynomial of e^r (its truncation error is below 2^-27 · e^r);
 // within 1 ulp of e^x over every float in [-87.3, 88.7] (measured once;
-// FastExpTest checks every 61st). Below -87.33 (e^x under the smallest normal float) the
-// result is 0, as for -inf; NaN gives NaN.
+// FastExpTest checks every 61st). Below -87.33 (e^x under the smallest
+// normal float) the result is 0, as for -inf; above 88.72 it is that
+// bound's value; NaN gives NaN. Header-only and free of LLVM: the reference
+// evaluator's activations and the runtime's kernels share it.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TRAINMEM_RUNTIME_CPU_FASTEXP_H
-#define TRAINMEM_RUNTIME_CPU_FASTEXP_H
+#ifndef TRAINMEM_SUPPORT_FASTEXP_H
+#define TRAINMEM_SUPPORT_FASTEXP_H
 
 #include <cstdint>
 #include <cstring>
 
-namespace tmrt {
+namespace trainmem {
 
 inline float fastExp(float x) {
   const float lowest = -87.33654f, highest = 88.72283f;
@@ -60,6 +62,6 @@ inline void fastExpInPlace(float *x, int64_t n) {
     x[i] = fastExp(x[i]);
 }
 
-} // namespace tmrt
+} // namespace trainmem
 
-#endif // TRAINMEM_RUNTIME_CPU_FASTEXP_H
+#endif // TRAINMEM_SUPPORT_FASTEXP_H

@@ -9,6 +9,7 @@
 #include "../Backend.h"
 #include "../Context.h"
 #include "Collectives.h"
+#include "CpuFeatures.h"
 #include "FloatTypes.h"
 #include "Quantized.h"
 #include "trainmem/Support/Activations.h"
@@ -119,14 +120,31 @@ int64_t effectiveBlock(int64_t block, int64_t n) {
 /// Rows per task so that a task does about kGrain elements of work.
 int64_t rowGrain(int64_t cols) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)); }
 
+/// fn(i) for i in [begin, end), on a copy of fn: its captured pointers are
+/// then locals the loop's stores cannot reach, and the loop vectorizes.
+template <typename Fn> void elementLoop(int64_t begin, int64_t end, Fn fn) {
+  for (int64_t i = begin; i < end; ++i)
+    fn(i);
+}
+
+/// The same loop compiled for AVX2: 8 lanes where the baseline has 4. The
+/// build contracts no multiply-add and AVX2 brings no FMA, so each element
+/// gets the bits the baseline loop gives it.
+template <typename Fn>
+__attribute__((target("avx2"))) void elementLoopAvx2(int64_t begin,
+                                                     int64_t end, Fn fn) {
+  for (int64_t i = begin; i < end; ++i)
+    fn(i);
+}
+
 template <typename Fn>
 void elementwise(tmrt_context *ctx, int64_t n, Fn fn) {
+  bool avx2 = tmrt::avx2Enabled();
   ctx->pool.parallelFor(n, kGrain, [&](int64_t begin, int64_t end) {
-    // A copy per task: its captured pointers are then locals the loop's
-    // stores cannot reach, and the loop vectorizes.
-    Fn local = fn;
-    for (int64_t i = begin; i < end; ++i)
-      local(i);
+    if (avx2)
+      elementLoopAvx2(begin, end, fn);
+    else
+      elementLoop(begin, end, fn);
   });
 }
 

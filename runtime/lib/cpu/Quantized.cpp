@@ -27,6 +27,8 @@
 
 #include "Quantized.h"
 
+#include "CpuFeatures.h"
+
 #include "trainmem/Support/DynamicMap.h"
 
 #include <algorithm>
@@ -581,22 +583,9 @@ TMRT_AVX512 static void dequantizeAvx512(const trainmem::DynamicMap &map,
 #endif // TMRT_HAVE_X86_VECTORS
 
 StatePath statePath() {
-  static const StatePath path = [] {
-#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
-    bool avx2 = __builtin_cpu_supports("avx2") &&
-                std::getenv("TMRT_NO_AVX2") == nullptr;
-    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
-                  __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512dq") &&
-                  __builtin_cpu_supports("avx512vbmi") &&
-                  std::getenv("TMRT_NO_AVX512") == nullptr;
-    return avx512 ? StatePath::Avx512
-                  : avx2 ? StatePath::Avx2 : StatePath::Scalar;
-#else
-    return StatePath::Scalar;
-#endif
-  }();
-  return path;
+  return avx512VbmiEnabled() ? StatePath::Avx512
+         : avx2Enabled()     ? StatePath::Avx2
+                             : StatePath::Scalar;
 }
 
 const char *statePathName(StatePath path) {

@@ -423,6 +423,17 @@ func.func @train_step(%q: tensor<2x4x70x16xT>, %k: tensor<2x2x70x16xT>, %v: tens
   }
 }
 
+TEST_F(RuntimeTest, FusedAttentionOfFewQueriesOverManyKeys) {
+  // Not causal, 5 queries over 130 keys (two whole key tiles and a part),
+  // an odd head width, dropout.
+  compare(R"(
+func.func @train_step(%q: tensor<1x2x5x3xf32>, %k: tensor<1x2x130x3xf32>, %v: tensor<1x2x130x3xf32>, %dout: tensor<1x2x5x3xf32>, %step: tensor<i64>) -> (tensor<1x2x5x3xf32>, tensor<1x2x5xf32>, tensor<1x2x5x3xf32>, tensor<1x2x130x3xf32>, tensor<1x2x130x3xf32>) {
+  %o, %lse = train.attention %q, %k, %v key(%step : tensor<i64>) {scale = 0.5 : f64, rate = 0.1 : f64, seed = 3 : i64} : tensor<1x2x5x3xf32>, tensor<1x2x130x3xf32>, tensor<1x2x130x3xf32> -> tensor<1x2x5x3xf32>, tensor<1x2x5xf32>
+  %dq, %dk, %dv = train.attention_grad %dout, %q, %k, %v, %o, %lse key(%step : tensor<i64>) {scale = 0.5 : f64, rate = 0.1 : f64, seed = 3 : i64} : tensor<1x2x5x3xf32>, tensor<1x2x5x3xf32>, tensor<1x2x130x3xf32>, tensor<1x2x130x3xf32>, tensor<1x2x5x3xf32>, tensor<1x2x5xf32>
+  return %o, %lse, %dq, %dk, %dv : tensor<1x2x5x3xf32>, tensor<1x2x5xf32>, tensor<1x2x5x3xf32>, tensor<1x2x130x3xf32>, tensor<1x2x130x3xf32>
+})", {}, /*only32=*/true);
+}
+
 TEST_F(RuntimeTest, WholeTinyStepWithFusedAttentionMatchesTheEvaluator) {
   // The tiny preset with dropout, its attention fused, differentiated into
   // a step that returns the loss and every parameter's gradient.

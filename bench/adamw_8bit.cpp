@@ -138,18 +138,17 @@ int main(int argc, char **argv) {
   }
   double fusedRate = fusedBytes / fused, copyRate = 2.0 * copyBytes / copy,
          adamwRate = 28.0 * n / adamw;
+  const char *kernels = tmrt_state8_kernels(ctx);
   std::printf("elements %lld, block %lld, threads %lld, best of %d rounds, "
               "%s kernels\n",
               static_cast<long long>(n), static_cast<long long>(block),
-              static_cast<long long>(threads), repeats,
-              tmrt_state8_kernels(ctx));
+              static_cast<long long>(threads), repeats, kernels);
   std::printf("  memcpy            %8.3f ms  %7.2f GB/s moved\n", copy * 1e3,
               copyRate / 1e9);
   std::printf("  adamw (f32)       %8.3f ms  %7.2f GB/s moved  %.2f ns/elem\n",
               adamw * 1e3, adamwRate / 1e9, adamw * 1e9 / n);
   std::printf("  adamw_8bit fused  %8.3f ms  %7.2f GB/s moved  %.2f ns/elem\n",
               fused * 1e3, fusedRate / 1e9, fused * 1e9 / n);
-  const char *kernels = tmrt_state8_kernels(ctx);
   const char *goal = std::strcmp(kernels, "avx512-vbmi") == 0 ? " (goal >= 0.5)"
                      : std::strcmp(kernels, "avx2") == 0      ? " (goal >= 0.3)"
                                                               : "";

@@ -291,6 +291,7 @@ def main():
     parser.add_argument("--weight-tol", type=float, default=1e-3)
     parser.add_argument("--shapes", type=int, nargs="+",
                         default=list(range(len(SHAPES))),
+                        choices=range(len(SHAPES)),
                         help="indices into SHAPES")
     parser.add_argument("--decomposed", action="store_true",
                         help="trainmem without --fuse-attention")

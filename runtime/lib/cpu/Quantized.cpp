@@ -246,11 +246,6 @@ struct GuessRegs {
   }
 };
 
-/// What the vector quantizer does with negative values: mirror them (a
-/// signed map), give them code 0 (an unsigned map, as quantizeToMap does),
-/// or nothing (an unsigned map's values known to be at least +0: v).
-enum class Signs { Mirror, Zero, None };
-
 /// The first half of MapQuantizer::quantize for 64 values of a block with a
 /// finite absmax: values[i] becomes y = |x| of x = values[i] * inverse,
 /// guesses[i] the guess for y, *negative bit i the sign of x. With

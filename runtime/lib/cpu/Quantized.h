@@ -55,6 +55,11 @@ void dequantizeRange(const trainmem::DynamicMap &map, const uint8_t *codes,
 void adamW8bitBlocksGeneric(const AdamW8bitBlock &work, int64_t b0,
                             int64_t b1);
 
+/// What the vector quantizers do with negative values: mirror them (a
+/// signed map), give them code 0 (an unsigned map, as quantizeToMap does),
+/// or nothing (an unsigned map's values known to be at least +0: v).
+enum class Signs { Mirror, Zero, None };
+
 /// The AVX2 versions (QuantizedAvx2.cpp), for the signed and unsigned
 /// dynamic maps only; call them only where statePath() is Avx2 or better.
 void adamW8bitBlocksAvx2(const AdamW8bitBlock &work, int64_t b0, int64_t b1);

@@ -41,11 +41,6 @@ namespace {
 
 using trainmem::MapQuantizer;
 
-/// What the quantizer does with negative values (as in Quantized.cpp):
-/// mirror them (a signed map), give them code 0 (an unsigned map), or
-/// nothing (values known to be at least +0: v).
-enum class Signs { Mirror, Zero, None };
-
 /// MapQuantizer's tables, the small ones in registers.
 struct QuantizerRegs {
   /// binadeKey[skip ..], 8 entries each: the binades below `skip` have the
@@ -162,29 +157,34 @@ TMRT_AVX2 inline __m256i packCodes(__m256i a, __m256i b, __m256i c,
                                      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/// Codes of values[0..count) (padded with finite values to a multiple of
-/// 32) for a block of finite, nonzero maximum `absmax`.
+/// Codes of lanes [j, j + 32) of values[0..count) (padded with finite
+/// values to a multiple of 32) of a block whose maximum is 1 / inverse,
+/// finite and nonzero; the lanes from count on are not stored.
 template <Signs S>
-TMRT_AVX2 void codesOfBlock(const QuantizerRegs &regs, const float *values,
-                            int64_t count, float absmax, uint8_t *codes) {
-  __m256 inverse = _mm256_set1_ps(1.0f / absmax);
-  for (int64_t j = 0; j < count; j += 32) {
-    __m256i part[4];
-    for (int r = 0; r < 4; ++r)
-      part[r] = codesOf<S>(
-          regs, _mm256_mul_ps(_mm256_loadu_ps(values + j + 8 * r), inverse));
-    __m256i bytes = packCodes(part[0], part[1], part[2], part[3]);
-    if (count - j >= 32) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i *>(codes + j), bytes);
-    } else {
-      alignas(32) uint8_t last[32];
-      _mm256_store_si256(reinterpret_cast<__m256i *>(last), bytes);
-      std::memcpy(codes + j, last, count - j);
-    }
+TMRT_AVX2 inline void codes32(const QuantizerRegs &regs, __m256 inverse,
+                              const float *values, int64_t count, int64_t j,
+                              uint8_t *codes) {
+  __m256i part[4];
+  for (int r = 0; r < 4; ++r)
+    part[r] = codesOf<S>(
+        regs, _mm256_mul_ps(_mm256_loadu_ps(values + j + 8 * r), inverse));
+  __m256i bytes = packCodes(part[0], part[1], part[2], part[3]);
+  if (count - j >= 32) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(codes + j), bytes);
+  } else {
+    alignas(32) uint8_t last[32];
+    _mm256_store_si256(reinterpret_cast<__m256i *>(last), bytes);
+    std::memcpy(codes + j, last, count - j);
   }
 }
 
-/// The codes of one block of f32 values (padded as for codesOfBlock) whose
+/// Whether a block with this maximum takes the vector quantizer: finite,
+/// nonzero and without NaN among its values.
+inline bool vectorQuantizes(float absmax, bool hasNaN) {
+  return absmax > 0.0f && !std::isinf(absmax) && !hasNaN;
+}
+
+/// The codes of one block of f32 values (padded as for codes32) whose
 /// maximum magnitude is `absmax` and which holds NaN if `hasNaN`: the vector
 /// quantizer, the zero code, or the scalar reference (which knows NaN and
 /// infinity), as quantizeBlockwise would give.
@@ -193,8 +193,10 @@ TMRT_AVX2 void quantizeBlock(const MapQuantizer &quantizer,
                              const QuantizerRegs &regs, const float *values,
                              int64_t count, float absmax, bool hasNaN,
                              uint8_t *codes) {
-  if (absmax > 0.0f && !std::isinf(absmax) && !hasNaN) {
-    codesOfBlock<S>(regs, values, count, absmax, codes);
+  if (vectorQuantizes(absmax, hasNaN)) {
+    __m256 inverse = _mm256_set1_ps(1.0f / absmax);
+    for (int64_t j = 0; j < count; j += 32)
+      codes32<S>(regs, inverse, values, count, j, codes);
   } else if (!(absmax > 0.0f)) {
     std::memset(codes, quantizer.zeroCodeOf(), count);
   } else {
@@ -313,31 +315,8 @@ struct StateBlock {
   int64_t count = 0;
 
   explicit StateBlock(int64_t padded) : values(padded, 0.0f) {}
-  bool vectorized() const {
-    return absmax > 0.0f && !std::isinf(absmax) && !hasNaN;
-  }
+  bool vectorized() const { return vectorQuantizes(absmax, hasNaN); }
 };
-
-/// Codes of lanes [j, j + 32) of a vectorized block.
-template <Signs S>
-TMRT_AVX2 inline void codes32(const QuantizerRegs &regs, __m256 inverse,
-                              const StateBlock &block, int64_t j,
-                              uint8_t *codes) {
-  __m256i part[4];
-  for (int r = 0; r < 4; ++r)
-    part[r] = codesOf<S>(regs, _mm256_mul_ps(
-                                   _mm256_loadu_ps(block.values.data() + j +
-                                                   8 * r),
-                                   inverse));
-  __m256i bytes = packCodes(part[0], part[1], part[2], part[3]);
-  if (block.count - j >= 32) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(codes + j), bytes);
-  } else {
-    alignas(32) uint8_t last[32];
-    _mm256_store_si256(reinterpret_cast<__m256i *>(last), bytes);
-    std::memcpy(codes + j, last, block.count - j);
-  }
-}
 
 } // namespace
 
@@ -388,43 +367,18 @@ TMRT_AVX2 void adamW8bitBlocksAvx2(const AdamW8bitBlock &work, int64_t b0,
     const float *mPrevValues = mPrev.values.data(),
                 *vPrevValues = vPrev.values.data();
     uint8_t *nmc = w.nmc + prevBegin, *nvc = w.nvc + prevBegin;
-    int64_t j = 0;
-    if (mCoding && vCoding) {
-      // The common case, 32 whole lanes of both: each 8 lanes' update next
-      // to 8 lanes' codes of m and v, so that the divider's work spreads
-      // among the other pipes' (a whole 32 lanes of each apart is more
-      // than the reorder window holds).
-      for (int64_t both = std::min(whole, prevCount) / 32 * 32; j < both;
-           j += 32) {
-        __m256i mCodes[4], vCodes[4];
-        for (int r = 0; r < 4; ++r) {
-          int64_t i = j + 8 * r;
-          update8(regs, mEntries, vEntries, mScale, vScale, p + i, g + i,
-                  mc + i, vc + i, np + i, mValues + i, vValues + i, mMax,
-                  vMax);
-          mCodes[r] = codesOf<Signs::Mirror>(
-              mRegs, _mm256_mul_ps(_mm256_loadu_ps(mPrevValues + i), mInverse));
-          // v = beta2 v + (1 - beta2) g^2 is at least +0.
-          vCodes[r] = codesOf<Signs::None>(
-              vRegs, _mm256_mul_ps(_mm256_loadu_ps(vPrevValues + i), vInverse));
-        }
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(nmc + j),
-                            packCodes(mCodes[0], mCodes[1], mCodes[2],
-                                      mCodes[3]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(nvc + j),
-                            packCodes(vCodes[0], vCodes[1], vCodes[2],
-                                      vCodes[3]));
-      }
-    }
-    for (; j < std::max(whole, prevCount); j += 32) {
+    for (int64_t j = 0; j < std::max(whole, prevCount); j += 32) {
       for (int64_t i = j; i < std::min(whole, j + 32); i += 8)
         update8(regs, mEntries, vEntries, mScale, vScale, p + i, g + i,
                 mc + i, vc + i, np + i, mValues + i, vValues + i, mMax, vMax);
       if (j < prevCount) {
         if (mCoding)
-          codes32<Signs::Mirror>(mRegs, mInverse, mPrev, j, nmc);
+          codes32<Signs::Mirror>(mRegs, mInverse, mPrevValues, prevCount, j,
+                                 nmc);
+        // v = beta2 v + (1 - beta2) g^2 is at least +0.
         if (vCoding)
-          codes32<Signs::None>(vRegs, vInverse, vPrev, j, nvc);
+          codes32<Signs::None>(vRegs, vInverse, vPrevValues, prevCount, j,
+                               nvc);
       }
     }
     if (coding) {

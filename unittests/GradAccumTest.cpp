@@ -240,6 +240,34 @@ TEST_F(GradAccumTest, DropoutInAPartlyUnrolledLoop) {
             kRelTol);
 }
 
+// `groups` sets the order of the sums (ZeRO's ranks' order: docs/Zero.md):
+// the evaluator's rolled loop sums as the unrolled copies do, to the bit,
+// for consecutive and interleaved groups, with dropout; the result is the
+// whole batch's within the tolerance, and not the plain order's bits.
+TEST_F(GradAccumTest, GroupsSetTheOrderOfTheSums) {
+  dropout = 0.1;
+  OwningOpRef<ModuleOp> whole = step("train-autodiff{optimizer=none}");
+  OwningOpRef<ModuleOp> plain =
+      step("train-autodiff{optimizer=none},train-grad-accum{steps=4}");
+  std::vector<RefTensor> args =
+      inputs(whole->lookupSymbol<func::FuncOp>("train_step"), true);
+  std::vector<RefTensor> plainSums = onEvaluator(*plain, args);
+  for (const char *accum :
+       {"steps=4 groups=2", "steps=4 groups=2 interleaved=true"}) {
+    std::string pipeline = std::string("train-autodiff{optimizer=none},"
+                                       "train-grad-accum{") +
+                           accum + "}";
+    OwningOpRef<ModuleOp> rolled = step(pipeline);
+    OwningOpRef<ModuleOp> unrolled = step(pipeline + ",train-unroll-accum");
+    std::vector<RefTensor> grouped = onEvaluator(*rolled, args);
+    EXPECT_EQ(worstRelative(grouped, onEvaluator(*unrolled, args)), 0.0)
+        << accum;
+    EXPECT_LE(worstRelative(grouped, onEvaluator(*whole, args)), kRelTol)
+        << accum;
+    EXPECT_GT(worstRelative(grouped, plainSums), 0.0) << accum;
+  }
+}
+
 // The test above can fail: without the micro-batch's place, every
 // micro-batch draws the first micro-batch's masks.
 TEST_F(GradAccumTest, DropoutWithoutPlacesDiffers) {

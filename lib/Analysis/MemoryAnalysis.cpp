@@ -103,6 +103,9 @@ uint64_t FunctionMemory::add(uint64_t a, uint64_t b, Operation *op,
 }
 
 LogicalResult FunctionMemory::checkCounts(StringRef passName) const {
+  if (unmodeled)
+    return emitError(unmodeled->op->getLoc())
+           << passName << ": " << unmodeled->message;
   if (!overflow)
     return success();
   return emitError(overflow->op->getLoc())
@@ -138,6 +141,14 @@ void FunctionMemory::buildSchedule(Block &block, Phase phase) {
           isa<AccumulateOp>(block.getParentOp()))
         phase = opPhase;
     } else if (isa<RematOp, AccumulateOp>(op)) {
+      // A loop summed in groups holds a group's sums next to the total:
+      // one more set of accumulators that one iteration does not show.
+      if (auto loop = dyn_cast<AccumulateOp>(op);
+          loop && loop.getGroups().value_or(1) > 1 && !unmodeled)
+        unmodeled = Unmodeled{
+            &op, "a train.accumulate summed in groups is analyzed unrolled "
+                 "(its groups' partial sums are ops then): run "
+                 "train-unroll-accum first"};
       // A remat region runs in place in the phase around it; an
       // accumulation loop's iterations all look like its body, so one
       // iteration is the schedule.

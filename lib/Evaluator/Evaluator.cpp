@@ -11,6 +11,7 @@
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/Attention.h"
 #include "trainmem/Support/DynamicMap.h"
+#include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/Float16.h"
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
@@ -857,12 +858,16 @@ void OpKernels::sgd(SGDOp op) {
 }
 
 /// Σ ||v||² over `values`' elements, in double.
-static double sumOfSquares(EvaluationState &state, ValueRange values) {
-  double sumSquares = 0.0;
-  for (Value value : values)
-    for (float v : state.get(value).floats)
-      sumSquares += static_cast<double>(v) * v;
-  return sumSquares;
+/// The exact sum of squares of `values`' elements (ExactSum.h's words).
+static std::vector<int64_t> exactSumOfSquares(EvaluationState &state,
+                                              ValueRange values) {
+  std::vector<int64_t> words(trainmem::kExactSumWords, 0);
+  trainmem::ExactSquareSum sum(words.data());
+  for (Value value : values) {
+    const std::vector<float> &floats = state.get(value).floats;
+    sum.addSquares(floats.data(), static_cast<int64_t>(floats.size()));
+  }
+  return words;
 }
 
 /// The scale of the step's loss, from its state.
@@ -891,9 +896,10 @@ void OpKernels::unscaleGradients(UnscaleGradientsOp op) {
 
 void OpKernels::clip(ClipGradNormOp op) {
   // The ranks' summed squared norms, or those of the operands.
-  double sumSquares = op.getSquaredNorm()
-                          ? get(op.getSquaredNorm()).floats[0]
-                          : sumOfSquares(state, op.getGrads());
+  std::vector<int64_t> words = op.getSquaredNorm()
+                                   ? get(op.getSquaredNorm()).ints
+                                   : exactSumOfSquares(state, op.getGrads());
+  double sumSquares = trainmem::ExactSquareSum(words.data()).value();
   double norm = std::sqrt(sumSquares);
   double scale = std::min(1.0, op.getMaxNorm().convertToDouble() /
                                    (norm + 1e-6));
@@ -1206,8 +1212,8 @@ LogicalResult OpKernels::evaluate(ClipGradNormOp o) {
 
 LogicalResult OpKernels::evaluate(SquaredNormOp o) {
   set(o.getResult(),
-      RefTensor::ofFloats(
-          {}, {static_cast<float>(sumOfSquares(state, o.getInputs()))}));
+      RefTensor::ofInts({trainmem::kExactSumWords},
+                        exactSumOfSquares(state, o.getInputs())));
   return success();
 }
 
@@ -1388,13 +1394,30 @@ void Interpreter::addYielded(AccumulateOp op, std::vector<RefTensor> &sums) {
 }
 
 LogicalResult Interpreter::accumulate(AccumulateOp op) {
-  std::vector<RefTensor> sums = zeroSums(op);
-  for (int64_t step = 0; step < op.getStepsAttr().getInt(); ++step) {
+  // In the loop's sum order: each group summed, then added to the total.
+  std::vector<RefTensor> sums = zeroSums(op), total;
+  SmallVector<std::pair<int64_t, bool>> order = op.getSumOrder();
+  for (auto [position, entry] : llvm::enumerate(order)) {
+    auto [step, startsGroup] = entry;
+    if (startsGroup && position > 0) {
+      if (total.empty())
+        total = zeroSums(op);
+      for (auto [into, group] : llvm::zip(total, sums))
+        for (size_t i = 0; i < into.floats.size(); ++i)
+          into.floats[i] += group.floats[i];
+      sums = zeroSums(op);
+    }
     bindMicroBatch(op, step);
     if (failed(run(op.getBody().front())))
       return failure();
     addYielded(op, sums);
   }
+  if (!total.empty())
+    for (auto [into, group] : llvm::zip(total, sums)) {
+      for (size_t i = 0; i < into.floats.size(); ++i)
+        into.floats[i] += group.floats[i];
+      group = std::move(into);
+    }
   for (auto [result, sum] : llvm::zip(op.getResults(), sums))
     set(result, std::move(sum));
   return success();
@@ -1575,6 +1598,16 @@ private:
   /// Every rank's value of `value`, reduced (sum or average) elementwise.
   RefTensor reduce(Value value, shard::ReductionKind kind) {
     const RefTensor &first = ranks[0].get(value);
+    if (!first.ints.empty() && first.floats.empty()) {
+      // Integers (exact sums of squares) add exactly.
+      std::vector<int64_t> sums(first.ints.size(), 0);
+      for (Interpreter &rank : ranks) {
+        const RefTensor &t = rank.get(value);
+        for (size_t i = 0; i < sums.size(); ++i)
+          sums[i] += t.ints[i];
+      }
+      return RefTensor::ofInts(first.shape, std::move(sums));
+    }
     std::vector<double> sums(first.floats.size(), 0.0);
     for (Interpreter &rank : ranks) {
       const RefTensor &t = rank.get(value);

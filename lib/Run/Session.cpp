@@ -838,6 +838,19 @@ bool Session::meanOverRanks(double &value, std::string &error) const {
   return true;
 }
 
+bool Session::meanLossOverRanks(float &loss, std::string &error) const {
+  if (ranks == 1 || !ctx)
+    return true;
+  float sum = loss;
+  if (tmrt_host_sum_f32(ctx, &sum, 1) != 0) {
+    const char *why = tmrt_context_error(ctx);
+    error = why ? why : "the ranks could not sum their losses";
+    return false;
+  }
+  loss = static_cast<float>(static_cast<double>(sum) / ranks);
+  return true;
+}
+
 void Session::abortRanks(int code) const {
   if (ranks > 1 && ctx)
     tmrt_abort(ctx, code);

@@ -4,6 +4,7 @@
 #define TRAINMEM_RUNTIME_CONTEXT_H
 
 #include "trainmem-runtime/Runtime.h"
+#include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/Float16.h"
 
 #include <atomic>
@@ -100,7 +101,8 @@ struct tmrt_context {
     if (skippedParams.size() < kMaxSkippedKept)
       skippedParams.push_back(tmrt::offsetOf(paramRef));
   }
-  double clipSumSquares = 0.0;
+  /// The clip's sum of squares, exact (trainmem/Support/ExactSum.h).
+  int64_t clipSum[trainmem::kExactSumWords] = {};
   double clipScale = 1.0;
   tmrt::Bf16Gemm bf16Gemm = tmrt::Bf16Gemm::widen;
   tmrt::SbgemmFn sbgemm = nullptr;

@@ -438,10 +438,9 @@ int main(int argc, char **argv) {
                      << " clean steps\n";
     }
     // The global batch's loss: the mean of the ranks' (equal batches).
-    double meanLoss = rankLoss;
-    if (!session->meanOverRanks(meanLoss, error))
+    float loss = rankLoss;
+    if (!session->meanLossOverRanks(loss, error))
       return fail(error);
-    float loss = static_cast<float>(meanLoss);
     stepSeconds.push_back(std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - stepStart)
                               .count());

@@ -115,6 +115,13 @@ public:
     std::string quantity;
   };
   const std::optional<Overflow> &getOverflow() const { return overflow; }
+  /// An op whose memory the analysis does not model (the first one), with
+  /// what to do instead; checkCounts reports it.
+  struct Unmodeled {
+    Operation *op;
+    std::string message;
+  };
+  const std::optional<Unmodeled> &getUnmodeled() const { return unmodeled; }
   /// Emits the overflow, if any, at its op as an error of pass `passName`.
   LogicalResult checkCounts(llvm::StringRef passName) const;
 
@@ -150,6 +157,7 @@ private:
   std::array<uint64_t, 3> flops{};
   uint64_t recomputeFlops = 0;
   std::optional<Overflow> overflow;
+  std::optional<Unmodeled> unmodeled;
 };
 
 /// The memory of every function with a body in a module (or of one

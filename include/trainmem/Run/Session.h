@@ -203,6 +203,10 @@ public:
   /// The mean of `value` over the ranks, in rank order (every rank gets
   /// it); `value` itself on one rank.
   bool meanOverRanks(double &value, std::string &error) const;
+  /// The mean of the ranks' losses: summed in f32 in rank order, as one
+  /// process sums its micro-batches' (so that N ranks print the loss of one
+  /// rank running N micro-batches, to the bit, for a power-of-two N).
+  bool meanLossOverRanks(float &loss, std::string &error) const;
   /// Ends every rank's process (a rank that failed, so that no other waits
   /// for it); nothing on one rank.
   void abortRanks(int code) const;

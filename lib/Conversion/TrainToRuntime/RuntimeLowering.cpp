@@ -482,6 +482,19 @@ static LogicalResult lowerAllReduce(shard::AllReduceOp op,
   if (failed(checkCollective(op, b, -1)) ||
       failed(checkReduction(op, op.getReduction())))
     return failure();
+  Type element = getElementTypeOrSelf(op.getInput().getType());
+  if (element.isInteger(64)) {
+    // Integers (the exact sums of train.squared_norm) add exactly.
+    if (averages(op.getReduction()))
+      return op.emitOpError("averages i64 values; the runtime sums them "
+                            "(average floats)");
+    b.emit(rt::all_reduce_i64{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult())}, op.getLoc());
+    return success();
+  }
+  if (isa<IntegerType, IndexType>(element))
+    return op.emitOpError("reduces ")
+           << element << " values; the runtime reduces f32, bf16, f16 and "
+                         "i64";
   b.emit(rt::all_reduce{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult()), .average = averages(op.getReduction())}, op.getLoc());
   return success();
 }

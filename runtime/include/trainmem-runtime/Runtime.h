@@ -284,15 +284,16 @@ void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
               int64_t buffer, int64_t new_param, int64_t new_buffer,
               int64_t n, double momentum, double weight_decay,
               int64_t nesterov);
-/* Global-norm clipping in three calls: accumulate Σg² over every gradient,
- * finish (writes the norm), then scale each gradient. */
+/* Global-norm clipping in three calls: accumulate Σg² over every gradient
+ * (exactly: the norm does not depend on the order of the terms), finish
+ * (writes the norm), then scale each gradient. */
 void tmrt_clip_begin(tmrt_context *ctx);
 void tmrt_clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n);
-/// The sum of squares accumulated since tmrt_clip_begin, as f32 at `out`
-/// (train.squared_norm).
+/// The sum of squares accumulated since tmrt_clip_begin, exactly, as the
+/// 24 i64 words at `out` (train.squared_norm; trainmem/Support/ExactSum.h).
 void tmrt_clip_store_sum(tmrt_context *ctx, int64_t out);
-/// Takes the sum of squares from the f32 at `sum` instead (the ranks'
-/// summed squared norms, train.clip_grad_norm ... squared_norm(...)).
+/// Takes the sum of squares from the 24 i64 words at `sum` instead (the
+/// ranks' summed exact sums, train.clip_grad_norm ... squared_norm(...)).
 void tmrt_clip_load_sum(tmrt_context *ctx, int64_t sum);
 void tmrt_clip_finish(tmrt_context *ctx, int64_t norm, double max_norm);
 void tmrt_clip_apply(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n);
@@ -349,6 +350,8 @@ uint64_t tmrt_bytes_sent(tmrt_context *ctx);
 uint64_t tmrt_bytes_received(tmrt_context *ctx);
 void tmrt_all_reduce(tmrt_context *ctx, int64_t in, int64_t out,
                          int64_t n, int64_t average);
+void tmrt_all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out,
+                         int64_t n);
 void tmrt_reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out,
                              int64_t n, int64_t average);
 void tmrt_all_gather(tmrt_context *ctx, int64_t in, int64_t out,
@@ -361,6 +364,9 @@ void tmrt_barrier(tmrt_context *ctx);
  * (a run's loss, for its mean): not a step's communication, not counted.
  * 0, or -1 with the context's error. */
 int tmrt_host_sum_f64(tmrt_context *ctx, double *values, int64_t n);
+/* The same in f32, ((v0 + v1) + v2) + ...: the ranks' losses added as one
+ * process adds its micro-batches' (train.accumulate), for their mean. */
+int tmrt_host_sum_f32(tmrt_context *ctx, float *values, int64_t n);
 
 #ifdef __cplusplus
 }

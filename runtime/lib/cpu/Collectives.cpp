@@ -45,15 +45,14 @@ struct Chunks {
   }
 };
 
-/// One step of a ring: sends `chunk` elements of T (the first `sendSize`
-/// from `send`, zeros after) to the next rank, receives `chunk` from the
-/// previous one into `incoming`.
+/// One exchange: sends `chunk` elements of T (the first `sendSize` from
+/// `send`, zeros after) to rank `to` while receiving `chunk` from rank
+/// `from` into `incoming`.
 template <typename T>
 bool exchange(tmrt_context *ctx, const T *send, int64_t sendSize,
-              std::vector<T> &outgoing, std::vector<T> &incoming,
-              int64_t chunk) {
+              std::vector<T> &outgoing, T *incoming, int64_t chunk, int64_t to,
+              int64_t from) {
   const Communicator &comm = *ctx->communicator;
-  int64_t size = comm.size(ctx), rank = comm.rank(ctx);
   // A whole chunk goes as it is; a short one (the buffer's end) padded.
   const T *wire = send;
   if (sendSize < chunk) {
@@ -63,52 +62,52 @@ bool exchange(tmrt_context *ctx, const T *send, int64_t sendSize,
     wire = outgoing.data();
   }
   uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(T);
-  if (!comm.sendRecv(ctx, wire, bytes, mod(rank + 1, size), incoming.data(),
-                     bytes, mod(rank - 1, size)))
+  if (!comm.sendRecv(ctx, wire, bytes, to, incoming, bytes, from))
     return false;
   ctx->bytesSent += bytes;
   ctx->bytesReceived += bytes;
   return true;
 }
 
-/// The ring reduce-scatter of `n` elements of T at `in` in chunks of
-/// `chunk`: leaves the sum (or mean) of every rank's chunk `rank` in
-/// `result` (`chunk` values). `in` is only read. Each hop adds in f32 and
-/// sends the partial sum as T (16 bits on the wire for bf16 and f16, as
-/// NCCL sends them: each hop rounds).
-template <typename T>
-bool ringReduceScatter(tmrt_context *ctx, const T *in, int64_t n,
-                       int64_t chunk, bool average,
-                       std::vector<float> &result) {
+/// The reduce-scatter of `n` elements of T at `in` in chunks of `chunk`:
+/// leaves the sum (or mean) of every rank's chunk `rank` in `result`
+/// (`chunk` values). `in` is only read. Each rank sends its chunk c to rank
+/// c directly, one peer per exchange (step s: to rank + s, from rank - s),
+/// N - 1 chunks out and N - 1 in, as many bytes as a ring sends; the owner
+/// then adds the N contributions in f32 in rank order:
+/// (g0 + g1) + g2 ... — the order in which one process accumulating N
+/// micro-batches adds them (train.accumulate), so that N ranks and one rank
+/// with N micro-batches give the same bits. 16-bit contributions travel in
+/// 16 bits and are summed in f32 (one rounding, at the end).
+template <typename T, typename Sum>
+bool reduceScatterInRankOrder(tmrt_context *ctx, const T *in, int64_t n,
+                              int64_t chunk, bool average,
+                              std::vector<Sum> &result) {
   const Communicator &comm = *ctx->communicator;
   int64_t size = comm.size(ctx), rank = comm.rank(ctx);
   Chunks chunks{n, chunk};
-  result.assign(chunk, 0.0f);
-  // The running sum of the chunk this rank passes on: at step s, chunk
-  // (rank - s - 1); at the end, chunk rank itself, summed by all.
-  int64_t first = mod(rank - 1, size);
-  std::copy_n(in + chunks.begin(first), chunks.size(first), result.begin());
-  std::vector<T> partial(chunk), outgoing(chunk), incoming(chunk);
-  for (int64_t step = 0; step + 1 < size; ++step) {
-    const T *send;
-    if constexpr (std::is_same_v<T, float>) {
-      send = result.data();
-    } else {
-      for (int64_t i = 0; i < chunk; ++i)
-        partial[i] = result[i];
-      send = partial.data();
-    }
-    if (!exchange(ctx, send, chunk, outgoing, incoming, chunk))
+  // Every rank's contribution to chunk `rank`, at contribution r · chunk.
+  std::vector<T> contributions(static_cast<size_t>(size * chunk), T(0.0f));
+  std::copy_n(in + chunks.begin(rank), chunks.size(rank),
+              contributions.begin() + rank * chunk);
+  std::vector<T> outgoing(chunk);
+  for (int64_t step = 1; step < size; ++step) {
+    int64_t to = mod(rank + step, size), from = mod(rank - step, size);
+    if (!exchange(ctx, in + chunks.begin(to), chunks.size(to), outgoing,
+                  contributions.data() + from * chunk, chunk, to, from))
       return false;
-    int64_t c = mod(rank - step - 2, size);
-    std::fill(result.begin(), result.end(), 0.0f);
-    std::copy_n(in + chunks.begin(c), chunks.size(c), result.begin());
+  }
+  result.resize(chunk);
+  for (int64_t i = 0; i < chunk; ++i)
+    result[i] = static_cast<Sum>(contributions[i]);
+  for (int64_t r = 1; r < size; ++r) {
+    const T *part = contributions.data() + r * chunk;
     for (int64_t i = 0; i < chunk; ++i)
-      result[i] = static_cast<float>(incoming[i]) + result[i];
+      result[i] = result[i] + static_cast<Sum>(part[i]);
   }
   if (average)
-    for (float &v : result)
-      v = static_cast<float>(static_cast<double>(v) / size);
+    for (Sum &v : result)
+      v = static_cast<Sum>(static_cast<double>(v) / size);
   return true;
 }
 
@@ -124,7 +123,8 @@ bool ringAllGather(tmrt_context *ctx, T *out, int64_t n, int64_t chunk) {
     int64_t sendChunk = mod(rank - step, size);
     int64_t recvChunk = mod(rank - step - 1, size);
     if (!exchange(ctx, out + chunks.begin(sendChunk), chunks.size(sendChunk),
-                  outgoing, incoming, chunk))
+                  outgoing, incoming.data(), chunk, mod(rank + 1, size),
+                  mod(rank - 1, size)))
       return false;
     std::copy_n(incoming.begin(), chunks.size(recvChunk),
                 out + chunks.begin(recvChunk));
@@ -158,7 +158,8 @@ void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
     int64_t rank = ctx->communicator->rank(ctx);
     int64_t chunk = (n + size - 1) / size;
     std::vector<float> mine;
-    if (!ringReduceScatter(ctx, ctx->at<T>(in), n, chunk, average != 0, mine))
+    if (!reduceScatterInRankOrder(ctx, ctx->at<T>(in), n, chunk, average != 0,
+                                  mine))
       return;
     // The reduced chunk into place (in may be out: its other chunks are
     // read no more), then the ring gathers the others'.
@@ -171,6 +172,24 @@ void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
   });
 }
 
+void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  if (n < 0)
+    return ctx->fail("all_reduce_i64: negative element count");
+  int64_t size = ctx->communicator->size(ctx);
+  int64_t rank = ctx->communicator->rank(ctx);
+  int64_t chunk = (n + size - 1) / size;
+  std::vector<int64_t> mine;
+  if (!reduceScatterInRankOrder(ctx, ctx->at<int64_t>(in), n, chunk, false,
+                                mine))
+    return;
+  int64_t *result = ctx->at<int64_t>(out);
+  Chunks chunks{n, chunk};
+  std::copy_n(mine.begin(), chunks.size(rank), result + chunks.begin(rank));
+  if (!ringAllGather(ctx, result, n, chunk))
+    return;
+  ctx->touch(out, static_cast<uint64_t>(n) * sizeof(int64_t));
+}
+
 void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                     int64_t average) {
   if (n < 0)
@@ -179,8 +198,8 @@ void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
     using T = decltype(type);
     int64_t size = ctx->communicator->size(ctx);
     std::vector<float> mine;
-    if (!ringReduceScatter(ctx, ctx->at<T>(in), n * size, n, average != 0,
-                           mine))
+    if (!reduceScatterInRankOrder(ctx, ctx->at<T>(in), n * size, n,
+                                  average != 0, mine))
       return;
     // In place (in == out) the shard lands at the start of the buffer.
     std::copy_n(mine.begin(), n, ctx->at<T>(out));
@@ -236,18 +255,21 @@ void barrier(tmrt_context *ctx) { ctx->communicator->barrier(ctx); }
 } // namespace cpu
 } // namespace tmrt
 
-extern "C" int tmrt_host_sum_f64(tmrt_context *ctx, double *values,
-                                 int64_t n) {
+namespace {
+
+/// Host values summed over the ranks in rank order, in T: every rank's
+/// values around the ring, then ((v0 + v1) + v2) + ... on every rank.
+template <typename T>
+int hostSum(tmrt_context *ctx, T *values, int64_t n, const char *name) {
   const Communicator &comm = *ctx->communicator;
   int64_t size = comm.size(ctx), rank = comm.rank(ctx);
   if (n < 0) {
-    ctx->fail("tmrt_host_sum_f64: negative count");
+    ctx->fail(std::string(name) + ": negative count");
     return -1;
   }
-  // Every rank's values around the ring, then the sum in rank order.
-  std::vector<double> all(static_cast<size_t>(size * n));
+  std::vector<T> all(static_cast<size_t>(size * n));
   std::copy_n(values, n, all.begin() + rank * n);
-  uint64_t bytes = static_cast<uint64_t>(n) * sizeof(double);
+  uint64_t bytes = static_cast<uint64_t>(n) * sizeof(T);
   for (int64_t step = 0; step + 1 < size; ++step) {
     int64_t sendPart = mod(rank - step, size);
     int64_t recvPart = mod(rank - step - 1, size);
@@ -257,10 +279,20 @@ extern "C" int tmrt_host_sum_f64(tmrt_context *ctx, double *values,
       return -1;
   }
   for (int64_t i = 0; i < n; ++i) {
-    double sum = 0.0;
-    for (int64_t r = 0; r < size; ++r)
-      sum += all[r * n + i];
+    T sum = all[i];
+    for (int64_t r = 1; r < size; ++r)
+      sum = sum + all[r * n + i];
     values[i] = sum;
   }
   return 0;
+}
+
+} // namespace
+
+extern "C" int tmrt_host_sum_f64(tmrt_context *ctx, double *values, int64_t n) {
+  return hostSum(ctx, values, n, "tmrt_host_sum_f64");
+}
+
+extern "C" int tmrt_host_sum_f32(tmrt_context *ctx, float *values, int64_t n) {
+  return hostSum(ctx, values, n, "tmrt_host_sum_f32");
 }

@@ -15,6 +15,7 @@ namespace cpu {
 
 void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                     int64_t average);
+void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
 void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                         int64_t average);
 void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);

@@ -24,13 +24,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <initializer_list>
-#include <limits>
-#include <type_traits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -1751,35 +1752,36 @@ void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
 }
 
 void clip_begin(tmrt_context *ctx) {
-  ctx->clipSumSquares = 0.0;
-}
-
-template <typename T>
-void clip_accumulateOf(tmrt_context *ctx, int64_t grad, int64_t n) {
-  const T *g = ctx->at<T>(grad);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i)
-    sum += static_cast<double>(g[i]) * g[i];
-  ctx->clipSumSquares += sum;
+  trainmem::ExactSquareSum(ctx->clipSum).clear();
 }
 
 void clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
   withFloatType(ctx, "clip_accumulate", {grad}, [&](auto type) {
-    clip_accumulateOf<decltype(type)>(ctx, grad, n);
+    using T = decltype(type);
+    const T *g = ctx->at<T>(grad);
+    // Chunks summed apart and merged: exact sums, so the bits do not
+    // depend on the chunks or the threads.
+    std::mutex merging;
+    ctx->pool.parallelFor(n, 1 << 18, [&](int64_t begin, int64_t end) {
+      int64_t words[trainmem::kExactSumWords] = {};
+      trainmem::ExactSquareSum(words).addSquares(g + begin, end - begin);
+      std::lock_guard<std::mutex> lock(merging);
+      trainmem::ExactSquareSum(ctx->clipSum).merge(words);
+    });
   });
 }
 
 void clip_store_sum(tmrt_context *ctx, int64_t out) {
-  *ctx->at<float>(out) = static_cast<float>(ctx->clipSumSquares);
-  ctx->touch(out, 4);
+  std::memcpy(ctx->at<int64_t>(out), ctx->clipSum, sizeof ctx->clipSum);
+  ctx->touch(out, sizeof ctx->clipSum);
 }
 
 void clip_load_sum(tmrt_context *ctx, int64_t sum) {
-  ctx->clipSumSquares = static_cast<double>(*ctx->at<float>(sum));
+  std::memcpy(ctx->clipSum, ctx->at<int64_t>(sum), sizeof ctx->clipSum);
 }
 
 void clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
-  double value = std::sqrt(ctx->clipSumSquares);
+  double value = std::sqrt(trainmem::ExactSquareSum(ctx->clipSum).value());
   ctx->clipScale = std::min(1.0, max_norm / (value + 1e-6));
   *ctx->at<float>(norm) = static_cast<float>(value);
   ctx->touch(norm, 4);
@@ -1871,6 +1873,7 @@ void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
 // Collectives: rings over the context's communicator (Collectives.cpp).
 using tmrt::cpu::all_gather;
 using tmrt::cpu::all_reduce;
+using tmrt::cpu::all_reduce_i64;
 using tmrt::cpu::all_slice;
 using tmrt::cpu::barrier;
 using tmrt::cpu::broadcast;

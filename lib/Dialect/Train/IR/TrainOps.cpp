@@ -1,6 +1,7 @@
 //===- TrainOps.cpp - ops of the train dialect: verifiers ------------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Support/ExactSum.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -744,6 +745,20 @@ BlockArgument AccumulateOp::getShareArgument() {
   return getBody().front().getArguments().back();
 }
 
+SmallVector<std::pair<int64_t, bool>> AccumulateOp::getSumOrder() {
+  int64_t steps = getStepsAttr().getInt();
+  int64_t groups = getGroups().value_or(1);
+  if (groups < 1 || steps % groups != 0)
+    groups = 1; // the verifier refuses it
+  int64_t members = steps / groups;
+  SmallVector<std::pair<int64_t, bool>> order;
+  for (int64_t j = 0; j < groups; ++j)
+    for (int64_t k = 0; k < members; ++k)
+      order.push_back(
+          {getInterleaved() ? j + k * groups : j * members + k, k == 0});
+  return order;
+}
+
 LogicalResult AccumulateOp::verify() {
   int64_t steps = getStepsAttr().getInt();
   if (getInputs().empty())
@@ -757,6 +772,13 @@ LogicalResult AccumulateOp::verify() {
            << steps << ") must not exceed the batch (" << rows << " rows)";
   if (getPadding().size() != getInputs().size())
     return emitOpError("needs one padding value per input");
+  if (std::optional<int64_t> groups = getGroups()) {
+    if (*groups < 1 || steps % *groups != 0)
+      return emitOpError("groups (")
+             << *groups << ") must divide steps (" << steps << ")";
+  } else if (getInterleaved()) {
+    return emitOpError("interleaved needs groups");
+  }
   Block &body = getBody().front();
   if (body.getNumArguments() != getInputs().size() + (getIndexed() ? 1 : 0) +
                                     (getWeighted() ? 1 : 0))
@@ -933,6 +955,19 @@ LogicalResult SGDOp::verify() {
   return success();
 }
 
+/// An exact sum of squares (ExactSum.h) is tensor<kExactSumWords x i64>.
+static LogicalResult verifyExactSum(Operation *op, Type type, StringRef what) {
+  auto tensor = cast<RankedTensorType>(type);
+  if (tensor.getRank() == 1 &&
+      tensor.getDimSize(0) == trainmem::kExactSumWords &&
+      tensor.getElementType().isInteger(64))
+    return success();
+  return op->emitOpError(what)
+         << " must be tensor<" << trainmem::kExactSumWords
+         << "xi64> (an exact sum of squares: " << trainmem::kExactSumLimbs
+         << " limbs, the infinite and NaN counts), not " << type;
+}
+
 LogicalResult ClipGradNormOp::verify() {
   if (getClipped().size() != getGrads().size())
     return emitOpError("must return one clipped gradient per gradient and "
@@ -942,13 +977,17 @@ LogicalResult ClipGradNormOp::verify() {
       return emitOpError("clipped gradient types must equal the gradients'");
   if (!(getMaxNorm().convertToDouble() > 0.0))
     return emitOpError("max_norm must be > 0");
+  if (Value squared = getSquaredNorm())
+    if (failed(
+            verifyExactSum(getOperation(), squared.getType(), "squared_norm")))
+      return failure();
   return success();
 }
 
 LogicalResult SquaredNormOp::verify() {
   if (getInputs().empty())
     return emitOpError("needs at least one tensor to take the norm of");
-  return success();
+  return verifyExactSum(getOperation(), getResult().getType(), "result");
 }
 
 /// The loss-scale state: [log2(scale / initial), clean steps, skipped].

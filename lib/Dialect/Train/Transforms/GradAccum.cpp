@@ -221,6 +221,13 @@ void TrainGradAccumPass::runOnOperation() {
     return fail(func.getLoc(),
                 "the batch (" + Twine(batch) + ") is not divisible by steps (" +
                     Twine(static_cast<int64_t>(steps)) + ") and uneven=refuse");
+  if (groups < 1 || steps % groups != 0)
+    return fail(func.getLoc(), "groups (" +
+                                   Twine(static_cast<int64_t>(groups)) +
+                                   ") must divide steps (" +
+                                   Twine(static_cast<int64_t>(steps)) + ")");
+  if (interleaved && groups == 1)
+    return fail(func.getLoc(), "interleaved needs groups > 1");
   int64_t micro = (batch + steps - 1) / steps;
 
   // Everything before the optimizer block runs per micro-batch.
@@ -303,7 +310,9 @@ void TrainGradAccumPass::runOnOperation() {
       builder, func.getLoc(), resultTypes, inputs,
       builder.getI64IntegerAttr(steps), builder.getDenseI64ArrayAttr(padding),
       hasDropout ? builder.getUnitAttr() : UnitAttr(),
-      normalize == AccumNormalize::mean ? builder.getUnitAttr() : UnitAttr());
+      normalize == AccumNormalize::mean ? builder.getUnitAttr() : UnitAttr(),
+      groups > 1 ? builder.getI64IntegerAttr(groups) : IntegerAttr(),
+      interleaved ? builder.getUnitAttr() : UnitAttr());
   Block *body = builder.createBlock(&accumulate.getBody());
   IRMapping mapping;
   for (BlockArgument arg : batchArgs) {
@@ -433,6 +442,9 @@ struct TrainUnrollAccumPass
         else
           indexElsewhere = true;
       }
+    if (loop.getGroups() && perIteration != steps)
+      return loop.emitOpError("train-unroll-accum: a loop summed in groups "
+                              "unrolls completely only (factor=0)");
     if (indexElsewhere && perIteration != steps)
       return loop.emitOpError("train-unroll-accum: a partial unroll of a "
                               "loop whose index feeds other ops than "
@@ -443,7 +455,8 @@ struct TrainUnrollAccumPass
       outer = AccumulateOp::create(
           builder, loop.getLoc(), loop.getResultTypes(), loop.getInputs(),
           builder.getI64IntegerAttr(steps / perIteration),
-          loop.getPaddingAttr(), loop.getIndexedAttr(), UnitAttr());
+          loop.getPaddingAttr(), loop.getIndexedAttr(), UnitAttr(),
+          IntegerAttr(), UnitAttr());
       Block *outerBody = builder.createBlock(&outer.getBody());
       sources.clear();
       for (Value input : loop.getInputs()) {
@@ -459,8 +472,30 @@ struct TrainUnrollAccumPass
       builder.setInsertionPointToEnd(outerBody);
     }
 
-    SmallVector<Value> sums(loop.getNumResults());
-    for (int64_t step = 0; step < perIteration; ++step) {
+    // Micro-batches in the order their parts are summed (the loop's
+    // groups); a group's sum joins the total when the next group starts.
+    SmallVector<std::pair<int64_t, bool>> order;
+    if (perIteration == steps)
+      order = loop.getSumOrder();
+    else
+      for (int64_t step = 0; step < perIteration; ++step)
+        order.push_back({step, step == 0});
+    SmallVector<Value> sums(loop.getNumResults()), total(loop.getNumResults());
+    auto addInto = [&](SmallVector<Value> &into, unsigned index, Value part) {
+      if (!into[index]) {
+        into[index] = part;
+        return;
+      }
+      auto sum = AddOp::create(builder, loop.getLoc(), into[index], part);
+      sum->setAttr(kMicroBatchSumAttrName, builder.getUnitAttr());
+      into[index] = sum;
+    };
+    for (auto [step, startsGroup] : order) {
+      if (startsGroup && !sums.empty() && sums.front())
+        for (unsigned index = 0; index < sums.size(); ++index) {
+          addInto(total, index, sums[index]);
+          sums[index] = Value();
+        }
       IRMapping mapping;
       // Unrolled copies of the dropouts stop reading the index (fixed up
       // below); a constant stands in for other readers.
@@ -508,15 +543,14 @@ struct TrainUnrollAccumPass
         Type f32Type = loop.getResult(index).getType();
         if (part.getType() != f32Type)
           part = CastOp::create(builder, loop.getLoc(), f32Type, part);
-        if (sums[index]) {
-          auto sum = AddOp::create(builder, loop.getLoc(), sums[index], part);
-          sum->setAttr(kMicroBatchSumAttrName, builder.getUnitAttr());
-          sums[index] = sum;
-        } else {
-          sums[index] = part;
-        }
+        addInto(sums, index, part);
       }
     }
+    if (!total.empty() && total.front())
+      for (unsigned index = 0; index < sums.size(); ++index) {
+        addInto(total, index, sums[index]);
+        sums[index] = total[index];
+      }
     if (outer) {
       YieldOp::create(builder, loop.getLoc(), sums);
       loop.replaceAllUsesWith(outer.getResults());

@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Support/ExactSum.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
@@ -688,7 +689,8 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
 
   // The global norm of sharded gradients: each rank's squared norm of its
   // shards (zeros of padding add nothing), summed over the ranks; every
-  // rank clips its shards by it.
+  // rank clips its shards by it. The sums are exact (integer words), so
+  // the norm is the one a single rank computes from the whole gradients.
   if (clip) {
     builder.setInsertionPoint(clip);
     Location loc = clip.getLoc();
@@ -703,7 +705,9 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       shardTypes.push_back(gradShard.getType());
     }
     auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
-    auto local = SquaredNormOp::create(builder, loc, f32Scalar, shards);
+    auto exactSum =
+        RankedTensorType::get({trainmem::kExactSumWords}, builder.getI64Type());
+    auto local = SquaredNormOp::create(builder, loc, exactSum, shards);
     auto global = shard::AllReduceOp::create(
         builder, loc, local.getResult(), grid.getValue(),
         ArrayRef<shard::GridAxis>{0}, shard::ReductionKind::Sum);

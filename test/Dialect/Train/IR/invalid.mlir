@@ -1143,10 +1143,34 @@ func.func @shard_of_too_small(%a: tensor<3xf32> {train.shard_of = tensor<8xf32>}
 
 // -----
 
-func.func @squared_norm_of_nothing() -> tensor<f32> {
+func.func @squared_norm_of_nothing() -> tensor<24xi64> {
   // expected-error @+1 {{'train.squared_norm' op needs at least one tensor to take the norm of}}
-  %s = "train.squared_norm"() : () -> tensor<f32>
-  return %s : tensor<f32>
+  %s = "train.squared_norm"() : () -> tensor<24xi64>
+  return %s : tensor<24xi64>
+}
+
+// -----
+
+func.func @squared_norm_rounded(%g: tensor<8xf32>) -> tensor<4xi64> {
+  // expected-error @+1 {{'train.squared_norm' op result must be tensor<24xi64> (an exact sum of squares: 22 limbs, the infinite and NaN counts), not 'tensor<4xi64>'}}
+  %s = train.squared_norm %g : tensor<8xf32> -> tensor<4xi64>
+  return %s : tensor<4xi64>
+}
+
+// -----
+
+func.func @clip_by_a_float_squared_norm(%g: tensor<8xf32>, %s: tensor<f32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'train.clip_grad_norm' op operand #1 must be statically shaped tensor of 64-bit signless integer values, but got 'tensor<f32>'}}
+  %c:2 = train.clip_grad_norm %g squared_norm(%s) {max_norm = 1.0 : f64} : (tensor<8xf32>, tensor<f32>) -> (tensor<8xf32>, tensor<f32>)
+  return %c#0 : tensor<8xf32>
+}
+
+// -----
+
+func.func @clip_by_a_short_squared_norm(%g: tensor<8xf32>, %s: tensor<23xi64>) -> tensor<8xf32> {
+  // expected-error @+1 {{'train.clip_grad_norm' op squared_norm must be tensor<24xi64> (an exact sum of squares: 22 limbs, the infinite and NaN counts), not 'tensor<23xi64>'}}
+  %c:2 = train.clip_grad_norm %g squared_norm(%s) {max_norm = 1.0 : f64} : (tensor<8xf32>, tensor<23xi64>) -> (tensor<8xf32>, tensor<f32>)
+  return %c#0 : tensor<8xf32>
 }
 
 // -----

@@ -584,6 +584,15 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     micro-batch's share of the batch's real rows (rows / B, 0 for a
     micro-batch of padding only).
 
+    The sums add the micro-batches' parts in order, ((p0 + p1) + p2) + ...,
+    unless `groups G` is given: then the parts are summed in G groups of
+    K = steps / G, each in order, and the groups' sums added in order.
+    Group j holds micro-batches j·K to j·K + K - 1, or, `interleaved`, j,
+    j + G, j + 2G, ...: the order in which ranks sum (train-zero on G
+    ranks, each accumulating K micro-batches, reduces after the loop: plain
+    groups; on K ranks reducing each of G micro-batches: interleaved), so
+    one process reproduces such a run's gradients to the bit.
+
     ```mlir
     %acc:2 = train.accumulate %tokens, %targets steps 4 padding [0, -100]
         : (tensor<8x64xi32>, tensor<8x64xi32>) -> (tensor<f32>, tensor<256x64xf32>) {
@@ -595,12 +604,13 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
   }];
   let arguments = (ins Variadic<Train_AnyRankedTensor>:$inputs, I64Attr:$steps,
                        DenseI64ArrayAttr:$padding, UnitAttr:$indexed,
-                       UnitAttr:$weighted);
+                       UnitAttr:$weighted, OptionalAttr<I64Attr>:$groups,
+                       UnitAttr:$interleaved);
   let results = (outs Variadic<Train_AnyRankedTensor>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $inputs `steps` $steps `padding` $padding (`indexed` $indexed^)?
-    (`weighted` $weighted^)?
+    (`weighted` $weighted^)? (`groups` $groups^)? (`interleaved` $interleaved^)?
     attr-dict `:` functional-type($inputs, $results) $body
   }];
   let hasVerifier = 1;
@@ -613,6 +623,10 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     ::mlir::BlockArgument getIndexArgument();
     /// The body argument holding the share (`weighted`), or null.
     ::mlir::BlockArgument getShareArgument();
+    /// The micro-batches in the order their parts are summed (`groups`),
+    /// each with whether it starts a group; a group's sum is added to the
+    /// total when the next group starts and after the last part.
+    ::llvm::SmallVector<std::pair<int64_t, bool>> getSumOrder();
   }];
 }
 
@@ -1033,21 +1047,26 @@ def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm", [
     Computes `norm = sqrt(Σ ||g_i||²)` over all operands and returns each
     gradient times `min(1, max_norm / (norm + 1e-6))`, followed by `norm`.
 
+    The squared norm is summed exactly (trainmem/Support/ExactSum.h: every
+    square added to a fixed-point number without rounding, the sum rounded
+    to double once), so the norm does not depend on the order of the terms.
+
     With `squared_norm(%s)`, the squared global norm is `%s` instead: the
     gradients are one rank's shards (ZeRO stages 1-3), and `%s` is the sum
     of every rank's `train.squared_norm` of its shards (a `shard.all_reduce`
-    of them), so that every rank clips by the same global norm.
+    of their exact sums), so that every rank clips by the same global norm,
+    the norm one rank computes from the whole gradients, to the bit.
 
     ```mlir
     %g0c, %g1c, %norm = train.clip_grad_norm %g0, %g1 {max_norm = 1.0 : f64}
         : (tensor<768xf32>, tensor<768x768xf32>)
        -> (tensor<768xf32>, tensor<768x768xf32>, tensor<f32>)
     %s0c, %n = train.clip_grad_norm %s0 squared_norm(%all) {max_norm = 1.0 : f64}
-        : (tensor<192xf32>, tensor<f32>) -> (tensor<192xf32>, tensor<f32>)
+        : (tensor<192xf32>, tensor<24xi64>) -> (tensor<192xf32>, tensor<f32>)
     ```
   }];
   let arguments = (ins Variadic<Train_FloatTensor>:$grads,
-                       Optional<Train_F32Scalar>:$squared_norm,
+                       Optional<Train_StaticTensorOf<[I64]>>:$squared_norm,
                        F64Attr:$max_norm);
   let results = (outs Variadic<Train_FloatTensor>:$clipped,
                       Train_F32Scalar:$norm);
@@ -1059,19 +1078,22 @@ def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm", [
 }
 
 def Train_SquaredNormOp : Train_ComputeOp<"squared_norm"> {
-  let summary = "the sum of the squares of every element of its operands";
+  let summary = "the exact sum of the squares of every element of its operands";
   let description = [{
-    `Σ_i ||g_i||²` over all operands (summed in double, rounded to f32 once):
-    one rank's part of the squared global gradient norm when the gradients
-    are sharded (ZeRO), which a `shard.all_reduce` (sum) completes for
+    `Σ_i ||g_i||²` over all operands, without rounding: a fixed-point number
+    of 22 limbs of 32 bits, the lowest weighing 2^-352, each held in an i64,
+    followed by the counts of infinite and NaN squares
+    (trainmem/Support/ExactSum.h). One rank's part of the squared global
+    gradient norm when the gradients are sharded (ZeRO): a `shard.all_reduce`
+    (sum) of the words adds the ranks' parts exactly, in any order, for
     `train.clip_grad_norm ... squared_norm(...)`.
 
     ```mlir
-    %s = train.squared_norm %g0, %g1 : tensor<192xf32>, tensor<64xf32> -> tensor<f32>
+    %s = train.squared_norm %g0, %g1 : tensor<192xf32>, tensor<64xf32> -> tensor<24xi64>
     ```
   }];
   let arguments = (ins Variadic<Train_FloatTensor>:$inputs);
-  let results = (outs Train_F32Scalar:$result);
+  let results = (outs Train_StaticTensorOf<[I64]>:$result);
   let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
   let hasVerifier = 1;
 }

@@ -400,6 +400,11 @@ def TrainGradAccumPass : Pass<"train-grad-accum", "mlir::ModuleOp"> {
     A batch not divisible by `steps` pads its last micro-batch with ignored
     targets: tokens normalization counts only real tokens, mean weighs a
     short micro-batch by its real rows; `uneven=refuse` refuses it instead.
+
+    `groups=G` (and `interleaved`) sum the micro-batches' parts in G groups
+    (`train.accumulate`'s `groups`): the order in which G ranks of
+    train-zero sum theirs, so that one process reproduces an N-rank run's
+    gradients to the bit (docs/Zero.md).
   }];
   let options = [
     Option<"function", "function", "std::string", "\"\"",
@@ -418,7 +423,13 @@ def TrainGradAccumPass : Pass<"train-grad-accum", "mlir::ModuleOp"> {
              clEnumValN(::mlir::train::AccumUneven::pad, "pad",
                         "Pad the last micro-batch with ignored targets"),
              clEnumValN(::mlir::train::AccumUneven::refuse, "refuse",
-                        "Refuse the batch"))}]>
+                        "Refuse the batch"))}]>,
+    Option<"groups", "groups", "int64_t", "1",
+           "Sum the micro-batches in this many groups, each in order, then "
+           "the groups in order (must divide steps)">,
+    Option<"interleaved", "interleaved", "bool", "false",
+           "Group j holds micro-batches j, j + groups, ... (instead of "
+           "steps/groups consecutive ones)">
   ];
 }
 

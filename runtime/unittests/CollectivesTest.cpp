@@ -2,7 +2,8 @@
 //
 // Each rank fills its buffers from its rank, runs every collective and
 // checks the result against the sums computed here (small integers: exact
-// in f32), the bytes it counted against the ring's (N-1) chunks of
+// in f32; and values whose sums round, added in rank order), the bytes it
+// counted against the ring's (N-1) chunks of
 // ceil(n / N) elements (the compiler's communication figures), and that a
 // second run gives the same bits. Run alone it uses the "single"
 // communicator (N = 1); under mpirun (test/Runtime/collectives-mpi.test,
@@ -222,6 +223,66 @@ TEST(Collectives, TheSameBitsEveryRun) {
   tmrt_all_reduce(ctx.get(), 0, 0, n, 1);
   EXPECT_EQ(read(ctx.get(), 0, n), first);
   ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
+}
+
+// The sums are added in rank order, ((v0 + v1) + v2) + ..., in f32: the
+// order in which one process adds N micro-batches, computed here from
+// every rank's values. Values whose sums round, so another order shows.
+TEST(Collectives, SumsInRankOrder) {
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t size = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  const int64_t n = 1000;
+  auto value = [](int64_t r, int64_t i) {
+    return 1.0f / float(1 + i + 7 * r) + (r % 2 ? 3e3f : -1e-3f);
+  };
+  std::vector<float> mine(n);
+  for (int64_t i = 0; i < n; ++i)
+    mine[i] = value(rank, i);
+  write(ctx.get(), 0, mine);
+  tmrt_all_reduce(ctx.get(), 0, 0, n, /*average=*/0);
+  ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr);
+  std::vector<float> got = read(ctx.get(), 0, n);
+  for (int64_t i = 0; i < n; ++i) {
+    float sum = value(0, i);
+    for (int64_t r = 1; r < size; ++r)
+      sum = sum + value(r, i);
+    ASSERT_EQ(got[i], sum) << i;
+  }
+  // The host sum (the ranks' losses) in the same order.
+  float loss = value(rank, 5);
+  ASSERT_EQ(tmrt_host_sum_f32(ctx.get(), &loss, 1), 0);
+  float expected = value(0, 5);
+  for (int64_t r = 1; r < size; ++r)
+    expected = expected + value(r, 5);
+  EXPECT_EQ(loss, expected);
+}
+
+// i64 buffers (exact sums of squares) add exactly, over uneven chunks, with
+// the ring's bytes.
+TEST(Collectives, IntegersAddExactly) {
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t size = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  const int64_t n = 24;
+  std::vector<int64_t> mine(n);
+  for (int64_t i = 0; i < n; ++i)
+    mine[i] = (int64_t(1) << 40) * (rank + 1) + i * 1000003 + rank;
+  ASSERT_EQ(tmrt_arena_write(ctx.get(), 0, mine.data(), n * 8), 0);
+  uint64_t before = tmrt_bytes_sent(ctx.get());
+  tmrt_all_reduce_i64(ctx.get(), 0, 0, n);
+  ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr);
+  std::vector<int64_t> got(n);
+  ASSERT_EQ(tmrt_arena_read(ctx.get(), 0, got.data(), n * 8), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t sum = 0;
+    for (int64_t r = 0; r < size; ++r)
+      sum += (int64_t(1) << 40) * (r + 1) + i * 1000003 + r;
+    EXPECT_EQ(got[i], sum) << i;
+  }
+  uint64_t chunk = (n + size - 1) / size;
+  EXPECT_EQ(tmrt_bytes_sent(ctx.get()) - before,
+            2 * uint64_t(size - 1) * chunk * 8);
 }
 
 TEST(Collectives, CommunicatorsByName) {

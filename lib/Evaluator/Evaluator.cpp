@@ -208,6 +208,7 @@ struct OpKernels {
   LogicalResult evaluate(LayerNormOp o);
   LogicalResult evaluate(RMSNormOp o);
   LogicalResult evaluate(GeluOp o);
+  LogicalResult evaluate(BiasGeluOp o);
   LogicalResult evaluate(SiluOp o);
   LogicalResult evaluate(SoftmaxOp o);
   LogicalResult evaluate(DropoutOp o);
@@ -226,6 +227,7 @@ struct OpKernels {
   LogicalResult evaluate(LayerNormGradOp o);
   LogicalResult evaluate(RMSNormGradOp o);
   LogicalResult evaluate(GeluGradOp o);
+  LogicalResult evaluate(BiasGeluGradOp o);
   LogicalResult evaluate(SiluGradOp o);
   LogicalResult evaluate(SoftmaxGradOp o);
   LogicalResult evaluate(DropoutGradOp o);
@@ -1005,6 +1007,26 @@ LogicalResult OpKernels::evaluate(GeluOp o) {
   return success();
 }
 
+/// input + bias broadcast over the leading dimensions, rounded to the
+/// input's element type (what train.bias_add stores).
+static RefTensor biasSum(const RefTensor &x, const RefTensor &b, Type type) {
+  RefTensor h = RefTensor::ofFloats(x.shape, x.floats);
+  int64_t n = b.numElements();
+  for (int64_t i = 0; i < x.numElements(); ++i)
+    h.floats[i] = x.floats[i] + b.floats[i % n];
+  roundToElementType(h, type);
+  return h;
+}
+
+LogicalResult OpKernels::evaluate(BiasGeluOp o) {
+  RefTensor y =
+      biasSum(get(o.getInput()), get(o.getBias()), o.getInput().getType());
+  for (float &v : y.floats)
+    v = static_cast<float>(gelu(static_cast<double>(v)));
+  set(o.getResult(), std::move(y));
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(SiluOp o) {
   unary(o, silu);
   return success();
@@ -1121,6 +1143,17 @@ LogicalResult OpKernels::evaluate(RMSNormGradOp o) {
 
 LogicalResult OpKernels::evaluate(GeluGradOp o) {
   binary(o, [](double dy, double x) { return dy * geluDerivative(x); });
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(BiasGeluGradOp o) {
+  const RefTensor &dy = get(o.getGrad());
+  RefTensor y =
+      biasSum(get(o.getInput()), get(o.getBias()), o.getInput().getType());
+  for (size_t i = 0; i < y.floats.size(); ++i)
+    y.floats[i] = static_cast<float>(static_cast<double>(dy.floats[i]) *
+                                     geluDerivative(y.floats[i]));
+  set(o.getResult(), std::move(y));
   return success();
 }
 
@@ -1452,50 +1485,17 @@ template <typename... OpTs> void attachKernels(MLIRContext *context) {
 
 void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, TrainDialect *) {
-    attachKernels<EmbeddingOp,
-                  IotaOp,
-                  MatmulOp,
-                  AddOp,
-                  MulOp,
-                  ScaleOp,
-                  BiasAddOp,
-                  LayerNormOp,
-                  RMSNormOp,
-                  GeluOp,
-                  SiluOp,
-                  SoftmaxOp,
-                  DropoutOp,
-                  RopeOp,
-                  ReshapeOp,
-                  TransposeOp,
-                  CrossEntropyOp,
-                  MeanLossOp,
-                  CastOp,
-                  DropoutMaskOp,
-                  CountValidOp,
-                  SliceRowsOp,
-                  EmbeddingGradOp,
-                  SumToOp,
-                  LayerNormGradOp,
-                  RMSNormGradOp,
-                  GeluGradOp,
-                  SiluGradOp,
-                  SoftmaxGradOp,
-                  DropoutGradOp,
-                  CrossEntropyGradOp,
-                  AdamWOp,
-                  QuantizeOp,
-                  DequantizeOp,
-                  AdamW8bitOp,
-                  SGDOp,
-                  SGD8bitOp,
-                  LossScaleOp,
-                  UnscaleGradientsOp,
-                  ClipGradNormOp,
-                  SquaredNormOp,
-                  LRScheduleOp,
-                  AttentionOp,
-                  AttentionGradOp>(context);
+    attachKernels<EmbeddingOp, IotaOp, MatmulOp, AddOp, MulOp, ScaleOp,
+                  BiasAddOp, LayerNormOp, RMSNormOp, GeluOp, BiasGeluOp, SiluOp,
+                  SoftmaxOp, DropoutOp, RopeOp, ReshapeOp, TransposeOp,
+                  CrossEntropyOp, MeanLossOp, CastOp, DropoutMaskOp,
+                  CountValidOp, SliceRowsOp, EmbeddingGradOp, SumToOp,
+                  LayerNormGradOp, RMSNormGradOp, GeluGradOp, BiasGeluGradOp,
+                  SiluGradOp, SoftmaxGradOp, DropoutGradOp, CrossEntropyGradOp,
+                  AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp, SGDOp,
+                  SGD8bitOp, LossScaleOp, UnscaleGradientsOp, ClipGradNormOp,
+                  SquaredNormOp, LRScheduleOp, AttentionOp, AttentionGradOp>(
+        context);
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);

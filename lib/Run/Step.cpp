@@ -117,14 +117,11 @@ const TensorSlot *StepLayout::findResult(StringRef role) const {
   return nullptr;
 }
 
-LogicalResult mlir::train::prepareStep(ModuleOp module,
-                                       StringRef autodiffOptions,
-                                       StringRef rematOptions,
-                                       StringRef gradAccumOptions,
-                                       std::optional<StringRef> quantizeOptions,
-                                       StringRef zeroOptions,
-                                       std::optional<StringRef> lossScaleOptions,
-                                       bool fuseAttention) {
+LogicalResult mlir::train::prepareStep(
+    ModuleOp module, StringRef autodiffOptions, StringRef rematOptions,
+    StringRef gradAccumOptions, std::optional<StringRef> quantizeOptions,
+    StringRef zeroOptions, std::optional<StringRef> lossScaleOptions,
+    bool fuseAttention, bool fuseElementwise) {
   Operation *step = nullptr;
   if (hasMarkedStep(module)) {
     step = findMarkedStep(module, "trainmem-run");
@@ -134,11 +131,12 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   if (isLoweredStep(step)) {
     // A step lowered by trainmem-opt runs as it is; the passes that would
     // reshape it work on the tensor-level step only.
-    if (fuseAttention)
+    if (fuseAttention || fuseElementwise)
       return emitError(step->getLoc(), "trainmem-run: @")
              << SymbolTable::getSymbolName(step).getValue()
-             << " is already lowered; --fuse-attention rewrites the forward "
-                "(before train-autodiff)";
+             << " is already lowered; "
+             << (fuseAttention ? "--fuse-attention" : "--fuse-elementwise")
+             << " rewrites the forward (before train-autodiff)";
     if (!rematOptions.empty() || !gradAccumOptions.empty() || quantizeOptions ||
         !zeroOptions.empty() || lossScaleOptions)
       return emitError(step->getLoc(), "trainmem-run: @")
@@ -153,6 +151,7 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   TrainStepPipelineOptions options;
   options.differentiate = step == nullptr;
   options.fuseAttention = fuseAttention;
+  options.fuseElementwise = fuseElementwise;
   options.autodiff = autodiffOptions.str();
   options.remat = rematOptions.str();
   options.gradAccum = gradAccumOptions.str();

@@ -96,6 +96,11 @@ static cl::opt<bool> fuseAttention(
     cl::desc("Fuse each attention into train.attention (train-fuse-attention "
              "on the forward): no score tensor kept"),
     cl::cat(category));
+static cl::opt<bool> fuseElementwise(
+    "fuse-elementwise",
+    cl::desc("Fuse element-wise chains (bias + GELU into train.bias_gelu: "
+             "train-fuse-elementwise on the forward); the same bits"),
+    cl::cat(category));
 static cl::opt<std::string>
     rematOptions("remat",
                  cl::desc("Recompute activations: train-remat options, e.g. "
@@ -222,7 +227,7 @@ int main(int argc, char **argv) {
   }
   if (failed(prepareStep(*module, autodiffOptions, rematOptions,
                          gradAccumOptions, quantize, zero, lossScale,
-                         fuseAttention)))
+                         fuseAttention, fuseElementwise)))
     return 1;
 
   SessionOptions options;
@@ -272,7 +277,8 @@ int main(int argc, char **argv) {
          {std::string(autodiffOptions), std::string(rematOptions),
           std::string(gradAccumOptions), std::string(quantizeOptions),
           std::string(zeroOptions), std::string(lossScaleOptions),
-          std::string(fuseAttention ? "fuse-attention" : "")})
+          std::string(fuseAttention ? "fuse-attention" : ""),
+          std::string(fuseElementwise ? "fuse-elementwise" : "")})
       what += "\n" + option;
     uint64_t hash = fnv1a(what);
     for (int part = 0; part < 4; ++part) {

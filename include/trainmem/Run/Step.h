@@ -68,14 +68,15 @@ struct StepLayout {
 /// "ranks=2 stage=1"), train-zero between the two (train-step's order);
 /// with `lossScaleOptions` (possibly empty), train-loss-scale after
 /// train-autodiff; with `fuseAttention`, train-fuse-attention on the
-/// forward before it.
+/// forward before it, with `fuseElementwise` train-fuse-elementwise.
 LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
                           StringRef rematOptions = "",
                           StringRef gradAccumOptions = "",
                           std::optional<StringRef> quantizeOptions = {},
                           StringRef zeroOptions = "",
                           std::optional<StringRef> lossScaleOptions = {},
-                          bool fuseAttention = false);
+                          bool fuseAttention = false,
+                          bool fuseElementwise = false);
 
 /// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
 /// convert-to-llvm) and reads its arena layout.

@@ -288,6 +288,10 @@ static LogicalResult lowerGelu(GeluOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::gelu{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
+static LogicalResult lowerBiasGelu(BiasGeluOp o, RuntimeCallBuilder &b) {
+  return b.emitContiguous(o, rt::bias_gelu{.in = b.offset(o.getInput()), .bias = b.offset(o.getBias()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .bias_n = b.elements(o.getBias())});
+}
+
 static LogicalResult lowerSilu(SiluOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::silu{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
@@ -346,6 +350,11 @@ static LogicalResult lowerRMSNormGrad(RMSNormGradOp o, RuntimeCallBuilder &b) {
 
 static LogicalResult lowerGeluGrad(GeluGradOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::gelu_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
+}
+
+static LogicalResult lowerBiasGeluGrad(BiasGeluGradOp o,
+                                       RuntimeCallBuilder &b) {
+  return b.emitContiguous(o, rt::bias_gelu_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .bias = b.offset(o.getBias()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .bias_n = b.elements(o.getBias())});
 }
 
 static LogicalResult lowerSiluGrad(SiluGradOp o, RuntimeCallBuilder &b) {
@@ -590,6 +599,7 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<LayerNormOp, lowerLayerNorm>(ctx);
     attach<RMSNormOp, lowerRMSNorm>(ctx);
     attach<GeluOp, lowerGelu>(ctx);
+    attach<BiasGeluOp, lowerBiasGelu>(ctx);
     attach<SiluOp, lowerSilu>(ctx);
     attach<SoftmaxOp, lowerSoftmax>(ctx);
     attach<DropoutOp, lowerDropout>(ctx);
@@ -603,6 +613,7 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<LayerNormGradOp, lowerLayerNormGrad>(ctx);
     attach<RMSNormGradOp, lowerRMSNormGrad>(ctx);
     attach<GeluGradOp, lowerGeluGrad>(ctx);
+    attach<BiasGeluGradOp, lowerBiasGeluGrad>(ctx);
     attach<SiluGradOp, lowerSiluGrad>(ctx);
     attach<SoftmaxGradOp, lowerSoftmaxGrad>(ctx);
     attach<DropoutGradOp, lowerDropoutGrad>(ctx);

@@ -131,6 +131,14 @@ void tmrt_scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
 void tmrt_bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
                    int64_t n, int64_t bias_n);
 void tmrt_gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+/* gelu(in + bias) and its gradient dy · gelu'(x + bias), the bias
+ * broadcast over rows of bias_n, the sum rounded to the element type first:
+ * the bits of tmrt_bias_add then tmrt_gelu (tmrt_gelu_grad). */
+void tmrt_bias_gelu(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+                    int64_t n, int64_t bias_n);
+void tmrt_bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x,
+                         int64_t bias, int64_t out, int64_t n,
+                         int64_t bias_n);
 void tmrt_silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
 void tmrt_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n);

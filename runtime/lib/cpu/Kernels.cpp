@@ -569,6 +569,66 @@ void gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   });
 }
 
+/// fn(row, c) for c in [0, cols) of each row, rows in parallel, each row's
+/// loop on a copy of fn (vectorized; AVX2 where the CPU has it, with the
+/// baseline's bits, as elementwise).
+template <typename Fn>
+void rowwise(tmrt_context *ctx, int64_t rows, int64_t cols, Fn fn) {
+  bool avx2 = tmrt::avx2Enabled();
+  ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      auto row = [fn, r](int64_t c) { fn(r, c); };
+      if (avx2)
+        elementLoopAvx2(0, cols, row);
+      else
+        elementLoop(0, cols, row);
+    }
+  });
+}
+
+template <typename T>
+void bias_geluOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+                 int64_t n, int64_t bias_n) {
+  const T *x = ctx->at<T>(in), *b = ctx->at<T>(bias);
+  T *y = ctx->at<T>(out);
+  int64_t rows = bias_n > 0 ? n / bias_n : 0;
+  rowwise(ctx, rows, bias_n, [x, b, y, bias_n](int64_t r, int64_t c) {
+    int64_t i = r * bias_n + c;
+    T h = x[i] + b[c]; // rounded as tmrt_bias_add stores it
+    y[i] = static_cast<float>(trainmem::gelu(static_cast<double>(h)));
+  });
+  ctx->touch(out, n * sizeof(T));
+}
+
+void bias_gelu(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+               int64_t n, int64_t bias_n) {
+  withFloatType(ctx, "bias_gelu", {in, bias, out}, [&](auto type) {
+    bias_geluOf<decltype(type)>(ctx, in, bias, out, n, bias_n);
+  });
+}
+
+template <typename T>
+void bias_gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
+                      int64_t out, int64_t n, int64_t bias_n) {
+  const T *g = ctx->at<T>(dy), *v = ctx->at<T>(x), *b = ctx->at<T>(bias);
+  T *z = ctx->at<T>(out);
+  int64_t rows = bias_n > 0 ? n / bias_n : 0;
+  rowwise(ctx, rows, bias_n, [g, v, b, z, bias_n](int64_t r, int64_t c) {
+    int64_t i = r * bias_n + c;
+    T h = v[i] + b[c];
+    z[i] = static_cast<float>(static_cast<double>(g[i]) *
+                              trainmem::geluDerivative(static_cast<double>(h)));
+  });
+  ctx->touch(out, n * sizeof(T));
+}
+
+void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
+                    int64_t out, int64_t n, int64_t bias_n) {
+  withFloatType(ctx, "bias_gelu_grad", {dy, x, bias, out}, [&](auto type) {
+    bias_gelu_gradOf<decltype(type)>(ctx, dy, x, bias, out, n, bias_n);
+  });
+}
+
 template <typename T>
 void siluOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   unaryKernel<T>(ctx, in, out, n,

@@ -56,6 +56,8 @@ uint64_t LayerNormOp::getFlops() { return mulCount(7, elems(getResult())); }
 uint64_t RMSNormOp::getFlops() { return mulCount(4, elems(getResult())); }
 // x³ (2), fma (2), tanh (1), 1+ (1), two products (2).
 uint64_t GeluOp::getFlops() { return mulCount(8, elems(getResult())); }
+// The bias add (1) and GELU (8).
+uint64_t BiasGeluOp::getFlops() { return mulCount(9, elems(getResult())); }
 // exp (1), 1+ (1), divide (1), product (1).
 uint64_t SiluOp::getFlops() { return mulCount(4, elems(getResult())); }
 // max (1), subtract (1), exp (1), sum (1), divide (1).
@@ -138,6 +140,8 @@ uint64_t SumToOp::getFlops() { return elems(getInput()); }
 uint64_t LayerNormGradOp::getFlops() { return mulCount(12, elems(getInput())); }
 uint64_t RMSNormGradOp::getFlops() { return mulCount(8, elems(getInput())); }
 uint64_t GeluGradOp::getFlops() { return mulCount(12, elems(getInput())); }
+// The bias add again (1) and GELU's gradient (12).
+uint64_t BiasGeluGradOp::getFlops() { return mulCount(13, elems(getInput())); }
 uint64_t SiluGradOp::getFlops() { return mulCount(6, elems(getInput())); }
 uint64_t SoftmaxGradOp::getFlops() { return mulCount(4, elems(getOutput())); }
 uint64_t DropoutGradOp::getFlops() { return mulCount(2, elems(getGrad())); }

@@ -223,17 +223,31 @@ LogicalResult ScaleOp::verify() {
   return success();
 }
 
-LogicalResult BiasAddOp::verify() {
-  RankedTensorType input = getInput().getType(), bias = getBias().getType();
+/// A bias broadcast over `input`'s leading dimensions: its element type,
+/// and the shape of its trailing dimensions.
+static LogicalResult verifyBias(Operation *op, RankedTensorType input,
+                                RankedTensorType bias) {
   if (bias.getElementType() != input.getElementType())
-    return emitOpError("bias element type must match the input's");
+    return op->emitOpError("bias element type must match the input's");
   if (bias.getRank() < 1 || bias.getRank() > input.getRank() ||
       input.getShape().take_back(bias.getRank()) != bias.getShape())
-    return emitOpError("bias shape ")
+    return op->emitOpError("bias shape ")
            << shapeString(bias.getShape())
            << " must equal the trailing dimensions of input shape "
            << shapeString(input.getShape());
   return success();
+}
+
+LogicalResult BiasAddOp::verify() {
+  return verifyBias(*this, getInput().getType(), getBias().getType());
+}
+
+LogicalResult BiasGeluOp::verify() {
+  return verifyBias(*this, getInput().getType(), getBias().getType());
+}
+
+LogicalResult BiasGeluGradOp::verify() {
+  return verifyBias(*this, getInput().getType(), getBias().getType());
 }
 
 LogicalResult LayerNormOp::verify() {

@@ -161,6 +161,18 @@ LogicalResult GeluOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
   return success();
 }
 
+LogicalResult BiasGeluOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
+                                   SmallVectorImpl<Value> &operandGrads) {
+  if (noGradient(*this, resultGrads, operandGrads))
+    return success();
+  Value sumGrad = BiasGeluGradOp::create(builder, getLoc(), resultGrads[0],
+                                         getInput(), getBias());
+  operandGrads.push_back(sumGrad);
+  operandGrads.push_back(
+      sumToType(builder, getLoc(), sumGrad, getBias().getType()));
+  return success();
+}
+
 LogicalResult SiluOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                SmallVectorImpl<Value> &operandGrads) {
   if (noGradient(*this, resultGrads, operandGrads))

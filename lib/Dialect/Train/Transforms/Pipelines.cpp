@@ -26,8 +26,13 @@ LogicalResult mlir::train::buildTrainStepPipeline(
   if (options.fuseAttention && !options.differentiate)
     return errorHandler("train-step: fuse-attention rewrites the forward, "
                         "before train-autodiff; the input is a step already");
+  if (options.fuseElementwise && !options.differentiate)
+    return errorHandler("train-step: fuse-elementwise rewrites the forward, "
+                        "before train-autodiff; the input is a step already");
   if (options.fuseAttention)
     pm.addPass(createTrainFuseAttentionPass());
+  if (options.fuseElementwise)
+    pm.addPass(createTrainFuseElementwisePass());
   if (options.differentiate && failed(add("train-autodiff", options.autodiff)))
     return failure();
   if (options.lossScale &&

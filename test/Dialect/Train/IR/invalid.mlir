@@ -1348,3 +1348,19 @@ func.func @attention_grad_lse(%q: tensor<1x2x8x4xf32>, %lse: tensor<1x2x4xf32>) 
   %dq, %dk, %dv = "train.attention_grad"(%q, %q, %q, %q, %q, %lse) {scale = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0>} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x4xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>)
   return
 }
+
+// -----
+
+func.func @bias_gelu_bias_shape(%x: tensor<4x8xf32>, %b: tensor<4xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'train.bias_gelu' op bias shape [4] must equal the trailing dimensions of input shape [4x8]}}
+  %y = train.bias_gelu %x, %b : tensor<4x8xf32>, tensor<4xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @bias_gelu_grad_bias_type(%dy: tensor<4x8xf32>, %x: tensor<4x8xf32>, %b: tensor<8xbf16>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'train.bias_gelu_grad' op bias element type must match the input's}}
+  %y = train.bias_gelu_grad %dy, %x, %b : tensor<4x8xf32>, tensor<8xbf16>
+  return %y : tensor<4x8xf32>
+}

@@ -192,6 +192,10 @@ func.func @optimizer(%p: tensor<8xf32>, %g: tensor<8xbf16>, %m: tensor<8xf32>,
   %p4, %b4 = train.sgd %p, %m, %lr, %v {momentum = 0.9 : f64, weight_decay = 0.0 : f64, nesterov} : (tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>)
   // CHECK: train.clip_grad_norm %{{.*}}, %{{.*}} {max_norm = 1.000000e+00 : f64} : (tensor<8xf32>, tensor<4x8xf32>) -> (tensor<8xf32>, tensor<4x8xf32>, tensor<f32>)
   %c:3 = train.clip_grad_norm %m, %w {max_norm = 1.0 : f64} : (tensor<8xf32>, tensor<4x8xf32>) -> (tensor<8xf32>, tensor<4x8xf32>, tensor<f32>)
+  // CHECK: train.bias_gelu %{{.*}}, %{{.*}} : tensor<4x8xf32>, tensor<8xf32>
+  %bg = train.bias_gelu %w, %m : tensor<4x8xf32>, tensor<8xf32>
+  // CHECK: train.bias_gelu_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<4x8xf32>, tensor<8xf32>
+  %bgg = train.bias_gelu_grad %bg, %w, %m : tensor<4x8xf32>, tensor<8xf32>
   // CHECK: %[[SQ:.*]] = train.squared_norm %{{.*}}, %{{.*}} : tensor<8xf32>, tensor<4x8xf32> -> tensor<24xi64>
   %sq = train.squared_norm %m, %w : tensor<8xf32>, tensor<4x8xf32> -> tensor<24xi64>
   // CHECK: train.clip_grad_norm %{{.*}} squared_norm(%[[SQ]]) {max_norm = 1.000000e+00 : f64} : (tensor<8xf32>, tensor<24xi64>) -> (tensor<8xf32>, tensor<f32>)

@@ -235,6 +235,28 @@ def Train_GeluOp : Train_DiffOp<"gelu", [SameOperandsAndResultType]> {
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
+def Train_BiasGeluOp : Train_DiffOp<"bias_gelu",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "GELU of a tensor plus a bias broadcast over leading dimensions";
+  let description = [{
+    `gelu(input + bias)`, the sum rounded to the element type first: to the
+    bit `train.gelu` of `train.bias_add` (train-fuse-elementwise makes it
+    of them), in one pass over memory instead of two. Its gradient
+    (`train.bias_gelu_grad`) reads the input and the bias, not the sum, so
+    the step saves the input where it saved the sum: the same bytes.
+
+    ```mlir
+    %y = train.bias_gelu %x, %b : tensor<8x1024x3072xbf16>, tensor<3072xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$bias);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $bias attr-dict `:` type($input) `,` type($bias)
+  }];
+  let hasVerifier = 1;
+}
+
 def Train_SiluOp : Train_DiffOp<"silu", [SameOperandsAndResultType]> {
   let summary = "SiLU (swish): x · sigmoid(x)";
   let description = [{
@@ -733,6 +755,28 @@ class Train_UnaryGradOp<string mnemonic, string what>
 
 def Train_GeluGradOp : Train_UnaryGradOp<"gelu_grad", "GELU (tanh)">;
 def Train_SiluGradOp : Train_UnaryGradOp<"silu_grad", "SiLU">;
+
+def Train_BiasGeluGradOp : Train_ComputeOp<"bias_gelu_grad",
+    [AllTypesMatch<["grad", "input", "result"]>]> {
+  let summary = "gradient of bias_gelu from its saved input and bias";
+  let description = [{
+    `result = grad · gelu'(input + bias)`, the sum rounded to the element
+    type as the forward rounds it: the gradient with respect to the sum,
+    which is the input's; the bias's is its sum over the leading dimensions
+    (`train.sum_to`).
+
+    ```mlir
+    %dh = train.bias_gelu_grad %dy, %x, %b : tensor<4x64x256xf32>, tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input,
+                       Train_FloatTensor:$bias);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $bias attr-dict `:` type($result) `,` type($bias)
+  }];
+  let hasVerifier = 1;
+}
 
 def Train_SoftmaxGradOp : Train_ComputeOp<"softmax_grad",
     [AllTypesMatch<["grad", "output", "result"]>]> {

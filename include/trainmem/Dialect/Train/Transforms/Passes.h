@@ -58,6 +58,10 @@ LogicalResult addOptimizer(func::FuncOp step, const OptimizerOptions &options,
 /// softmax, dropout, ·v) into train.attention.
 void populateFuseAttentionPatterns(RewritePatternSet &patterns);
 
+/// The rewrites of train-fuse-elementwise: gelu of a bias_add into
+/// train.bias_gelu.
+void populateFuseElementwisePatterns(RewritePatternSet &patterns);
+
 #define GEN_PASS_DECL
 #include "trainmem/Dialect/Train/Transforms/Passes.h.inc"
 

@@ -26,6 +26,23 @@ def TrainFuseAttentionPass : Pass<"train-fuse-attention"> {
   ];
 }
 
+def TrainFuseElementwisePass : Pass<"train-fuse-elementwise"> {
+  let summary = "Fuses chains of element-wise ops into one op each";
+  let description = [{
+    Rewrites `train.gelu` of a `train.bias_add` used only by it into one
+    `train.bias_gelu`: the same bits (the sum is rounded to the element
+    type as bias_add stores it), one pass over memory instead of two in
+    the forward, and the backward (`train.bias_gelu_grad`) reads the
+    bias_add's input and the bias instead of the sum, the same bytes saved.
+    A rewrite pattern (`populateFuseElementwisePatterns`) for any op
+    holding the chain; run it on the forward, before `train-autodiff`, as
+    train-fuse-attention (docs/CpuSpeed.md).
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused-chains", "Element-wise chains fused">
+  ];
+}
+
 def TrainCostReportPass : Pass<"train-cost-report", "mlir::ModuleOp"> {
   let summary = "Prints parameters, FLOPs and bytes moved of each function";
   let description = [{

@@ -31,6 +31,11 @@ struct TrainStepPipelineOptions
                      "(train-fuse-attention, on the forward before "
                      "train-autodiff)"),
       llvm::cl::init(false)};
+  Option<bool> fuseElementwise{
+      *this, "fuse-elementwise",
+      llvm::cl::desc("Fuse element-wise chains (train-fuse-elementwise, on "
+                     "the forward before train-autodiff)"),
+      llvm::cl::init(false)};
   Option<std::string> autodiff{
       *this, "autodiff",
       llvm::cl::desc("train-autodiff options (optimizer included), e.g. "

@@ -27,8 +27,9 @@ the best and the median step of each, the ratios trainmem / PyTorch
 peak resident memory (the largest over the rounds, from wait4).
 
 trainmem runs with --fuse-attention (train.attention, its tiled kernels)
-unless --decomposed; PyTorch 1.13 has no fused attention on the CPU, so its
-eager step forms the score tensors.
+and --fuse-elementwise (bias + GELU as one op) unless --decomposed; PyTorch
+1.13 has no fused attention on the CPU, so its eager step forms the score
+tensors.
 
 PyTorch is Debian's python3-torch (1.13) run by /usr/bin/python3, with
 OMP_WAIT_POLICY=PASSIVE (without it its two thread pools spin against each
@@ -262,7 +263,7 @@ def run_trainmem(build, model, threads, steps, tmp, save=None, fuse=True):
            CORPUS, "--steps", str(steps), "--threads", str(threads),
            "--loss-log", log]
     if fuse:
-        cmd.append("--fuse-attention")
+        cmd += ["--fuse-attention", "--fuse-elementwise"]
     if save:
         cmd += ["--save", save]
     stdout, rss = run_measured(cmd)
@@ -294,7 +295,8 @@ def main():
                         choices=range(len(SHAPES)),
                         help="indices into SHAPES")
     parser.add_argument("--decomposed", action="store_true",
-                        help="trainmem without --fuse-attention")
+                        help="trainmem without --fuse-attention and "
+                             "--fuse-elementwise")
     parser.add_argument("--torch-worker")
     args = parser.parse_args()
     if args.torch_worker:

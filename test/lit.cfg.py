@@ -3,6 +3,7 @@
 
 import os
 import shutil
+import subprocess
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -40,6 +41,19 @@ config.substitutions.append(
         ["-I" + d for d in config.mlir_include_dir.split(";") if d] +
         ["-I" + os.path.join(config.trainmem_src_root, "include"),
          "-I" + os.path.join(config.trainmem_obj_root, "include")])))
+
+# The CUDA backend: "cuda" where the runtime is built with it, "cuda-device"
+# where a GPU also answers (nvidia-smi lists one). Tests of the GPU itself
+# say REQUIRES: cuda-device; without one they are reported unsupported.
+if config.trainmem_runtime_cuda == "ON":
+    config.available_features.add("cuda")
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                                text=True, timeout=30)
+        if listed.returncode == 0 and "GPU" in listed.stdout:
+            config.available_features.add("cuda-device")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 # Several processes: the runtime's MPI communicator and mpirun (OpenMPI).
 # Tests run ranks oversubscribed on this machine's cores, as root in CI.

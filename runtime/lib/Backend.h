@@ -20,6 +20,7 @@
 #include "trainmem-runtime/Runtime.h"
 
 #include <cstdint>
+#include <string>
 
 namespace tmrt {
 
@@ -43,6 +44,12 @@ struct Backend {
   /// The kernels.
 #define TMRT_KERNEL(name, parameters, arguments) void(*name) parameters;
 #include "trainmem-runtime/Kernels.def"
+  /// Called when a context is created on the backend and before it is
+  /// destroyed (null: nothing to do): a device backend picks its device
+  /// and makes its stream (tmrt_context::deviceState). `open` returns
+  /// false with `error` set when the backend cannot run here (no device).
+  bool (*open)(tmrt_context *ctx, std::string &error);
+  void (*close)(tmrt_context *ctx);
 };
 
 /// How the processes of a step talk: their number, this one's rank, and a
@@ -82,6 +89,10 @@ const char *builtBackendNames();
 
 /// The CPU backend (cpu/Kernels.cpp).
 const Backend &cpuBackend();
+#ifdef TMRT_HAVE_CUDA
+/// The CUDA backend (cuda/CudaBackend.cu), built with the CUDA toolkit.
+const Backend &cudaBackend();
+#endif
 /// One process: collectives leave the data as it is.
 const Communicator &singleProcessCommunicator();
 

@@ -157,8 +157,11 @@ std::string builtNames(const Entry<Table> (&entries)[N]) {
 
 static const Entry<Backend> kBackends[] = {
     {"cpu", &cpuBackend},
-    // The CUDA backend plugs in here when the runtime is built with it.
+#ifdef TMRT_HAVE_CUDA
+    {"cuda", &cudaBackend},
+#else
     {"cuda", nullptr},
+#endif
 };
 
 const Backend *tmrt::lookupBackend(const char *name, bool &known) {
@@ -273,6 +276,12 @@ tmrt_context *tmrt_context_create(const char *backendName, int64_t threads,
                                  static_cast<int>(threads));
     ctx->bf16Gemm = bf16Gemm;
     ctx->sbgemm = tmrt::findSbgemm();
+    std::string message;
+    if (backend->open && !backend->open(ctx, message)) {
+      delete ctx;
+      setError(error, message);
+      return nullptr;
+    }
     return ctx;
   } catch (const std::exception &e) {
     // Threads the system refuses to start (std::system_error) or memory.
@@ -287,6 +296,8 @@ void tmrt_context_destroy(tmrt_context *ctx) {
     return;
   if (ctx->arena)
     ctx->backend->freeArena(ctx, ctx->arena);
+  if (ctx->backend->close)
+    ctx->backend->close(ctx);
   delete ctx;
 }
 

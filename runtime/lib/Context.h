@@ -81,6 +81,8 @@ struct tmrt_context {
   /// The tables the context's kernels and collectives go through.
   const tmrt::Backend *backend;
   const tmrt::Communicator *communicator;
+  /// A device backend's own state (its device and stream), from its open.
+  void *deviceState = nullptr;
   tmrt::ThreadPool pool;
   uint8_t *arena = nullptr;
   uint64_t arenaBytes = 0;

@@ -33,16 +33,22 @@ TEST(Backend, RegistryNamesWhatIsBuilt) {
   ASSERT_NE(cpu, nullptr) << (error ? error : "");
   EXPECT_STREQ(tmrt_context_backend(cpu.get()), "cpu");
 
-  error = nullptr;
-  EXPECT_EQ(tmrt_context_create("cuda", 1, &error), nullptr);
-  ASSERT_NE(error, nullptr);
-  EXPECT_EQ(std::string(error),
-            "backend 'cuda' is not built into this runtime (built: cpu)");
+  // cuda: built where the CUDA toolkit is (then a context needs a device,
+  // CudaTest), a known name without it.
+  std::string built = tmrt_backend_names();
+  EXPECT_TRUE(built == "cpu" || built == "cpu, cuda") << built;
+  if (built == "cpu") {
+    error = nullptr;
+    EXPECT_EQ(tmrt_context_create("cuda", 1, &error), nullptr);
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(std::string(error),
+              "backend 'cuda' is not built into this runtime (built: cpu)");
+  }
 
   error = nullptr;
   EXPECT_EQ(tmrt_context_create("tpu", 1, &error), nullptr);
   ASSERT_NE(error, nullptr);
-  EXPECT_EQ(std::string(error), "unknown backend 'tpu' (built: cpu)");
+  EXPECT_EQ(std::string(error), "unknown backend 'tpu' (built: " + built + ")");
 
   error = nullptr;
   EXPECT_EQ(tmrt_context_create(nullptr, 1, &error), nullptr);

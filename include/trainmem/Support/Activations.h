@@ -26,7 +26,7 @@ constexpr double kGeluA = 0.044715;
 /// sigmoid(z) = 1 / (1 + e^-z) and 1 - sigmoid(z), in f32.
 struct Sigmoid {
   float value, complement;
-  explicit Sigmoid(float z) {
+  TRAINMEM_HD explicit Sigmoid(float z) {
     float e = fastExp(-z);
     value = 1.0f / (1.0f + e);
     complement = e * value;
@@ -34,7 +34,7 @@ struct Sigmoid {
 };
 
 /// GELU's tanh argument sqrt(2/pi) (x + 0.044715 x^3), doubled.
-inline float geluArgument2(float x) {
+TRAINMEM_HD inline float geluArgument2(float x) {
   const float c2 = static_cast<float>(2.0 * kGeluC),
               a = static_cast<float>(kGeluA);
   return c2 * (x + a * (x * x * x));
@@ -42,11 +42,13 @@ inline float geluArgument2(float x) {
 
 /// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2 uses, which
 /// is x sigmoid(2u).
-inline float geluF(float x) { return x * Sigmoid(geluArgument2(x)).value; }
+TRAINMEM_HD inline float geluF(float x) {
+  return x * Sigmoid(geluArgument2(x)).value;
+}
 
 /// d/dx of geluF: s + x s (1 - s) 2u', s = sigmoid(2u), u' = sqrt(2/pi)
 /// (1 + 3 · 0.044715 x^2).
-inline float geluDerivativeF(float x) {
+TRAINMEM_HD inline float geluDerivativeF(float x) {
   const float c2 = static_cast<float>(2.0 * kGeluC),
               a3 = static_cast<float>(3.0 * kGeluA);
   Sigmoid s(geluArgument2(x));
@@ -54,21 +56,25 @@ inline float geluDerivativeF(float x) {
 }
 
 /// x · sigmoid(x).
-inline float siluF(float x) { return x * Sigmoid(x).value; }
+TRAINMEM_HD inline float siluF(float x) { return x * Sigmoid(x).value; }
 
 /// d/dx of siluF: s (1 + x (1 - s)).
-inline float siluDerivativeF(float x) {
+TRAINMEM_HD inline float siluDerivativeF(float x) {
   Sigmoid s(x);
   return s.value * (1.0f + x * s.complement);
 }
 
 /// The same on doubles that hold f32 values (the evaluator's tensors).
-inline double gelu(double x) { return geluF(static_cast<float>(x)); }
-inline double geluDerivative(double x) {
+TRAINMEM_HD inline double gelu(double x) {
+  return geluF(static_cast<float>(x));
+}
+TRAINMEM_HD inline double geluDerivative(double x) {
   return geluDerivativeF(static_cast<float>(x));
 }
-inline double silu(double x) { return siluF(static_cast<float>(x)); }
-inline double siluDerivative(double x) {
+TRAINMEM_HD inline double silu(double x) {
+  return siluF(static_cast<float>(x));
+}
+TRAINMEM_HD inline double siluDerivative(double x) {
   return siluDerivativeF(static_cast<float>(x));
 }
 

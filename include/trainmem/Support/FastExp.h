@@ -18,12 +18,13 @@
 #ifndef TRAINMEM_SUPPORT_FASTEXP_H
 #define TRAINMEM_SUPPORT_FASTEXP_H
 
+#include "trainmem/Support/HostDevice.h"
+
 #include <cstdint>
-#include <cstring>
 
 namespace trainmem {
 
-inline float fastExp(float x) {
+TRAINMEM_HD inline float fastExp(float x) {
   const float lowest = -87.33654f, highest = 88.72283f;
   float clamped = x < lowest ? lowest : (x > highest ? highest : x);
   // n = round(x / ln2) by the addition of 1.5 * 2^23 (round to nearest).
@@ -47,9 +48,7 @@ inline float fastExp(float x) {
   int32_t half = e >> 1;
   uint32_t bits1 = static_cast<uint32_t>(half + 127) << 23,
            bits2 = static_cast<uint32_t>(e - half + 127) << 23;
-  float scale1, scale2;
-  std::memcpy(&scale1, &bits1, 4);
-  std::memcpy(&scale2, &bits2, 4);
+  float scale1 = bitCast<float>(bits1), scale2 = bitCast<float>(bits2);
   float y = p * scale1 * scale2;
   y = x < lowest ? 0.0f : y;
   return x != x ? x : y;

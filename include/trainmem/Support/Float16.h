@@ -16,25 +16,22 @@
 #ifndef TRAINMEM_SUPPORT_FLOAT16_H
 #define TRAINMEM_SUPPORT_FLOAT16_H
 
+#include "trainmem/Support/HostDevice.h"
+
 #include <cstdint>
-#include <cstring>
 
 namespace trainmem {
 
-inline uint32_t floatBits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  return bits;
+TRAINMEM_HD inline uint32_t floatBits(float value) {
+  return bitCast<uint32_t>(value);
 }
 
-inline float floatFromBits(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
+TRAINMEM_HD inline float floatFromBits(uint32_t bits) {
+  return bitCast<float>(bits);
 }
 
 /// f32 -> bf16 bits, round to nearest, ties to even.
-inline uint16_t bf16BitsFromFloat(float value) {
+TRAINMEM_HD inline uint16_t bf16BitsFromFloat(float value) {
   uint32_t bits = floatBits(value);
   if ((bits & 0x7fffffffu) > 0x7f800000u) // NaN: keep sign, make quiet
     return static_cast<uint16_t>((bits >> 16) | 0x0040u);
@@ -42,13 +39,13 @@ inline uint16_t bf16BitsFromFloat(float value) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-inline float floatFromBF16Bits(uint16_t bits) {
+TRAINMEM_HD inline float floatFromBF16Bits(uint16_t bits) {
   return floatFromBits(static_cast<uint32_t>(bits) << 16);
 }
 
 /// f32 -> f16 bits (IEEE binary16), round to nearest, ties to even,
 /// subnormals kept.
-inline uint16_t f16BitsFromFloat(float value) {
+TRAINMEM_HD inline uint16_t f16BitsFromFloat(float value) {
   uint32_t bits = floatBits(value);
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t magnitude = bits & 0x7fffffffu;
@@ -76,7 +73,7 @@ inline uint16_t f16BitsFromFloat(float value) {
   return static_cast<uint16_t>(sign | quotient);
 }
 
-inline float floatFromF16Bits(uint16_t bits) {
+TRAINMEM_HD inline float floatFromF16Bits(uint16_t bits) {
   uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
   uint32_t exponent = (bits >> 10) & 0x1fu;
   uint32_t mantissa = bits & 0x3ffu;
@@ -93,8 +90,8 @@ inline float floatFromF16Bits(uint16_t bits) {
 struct BFloat16 {
   uint16_t bits;
   BFloat16() = default;
-  BFloat16(float value) : bits(bf16BitsFromFloat(value)) {}
-  operator float() const { return floatFromBF16Bits(bits); }
+  TRAINMEM_HD BFloat16(float value) : bits(bf16BitsFromFloat(value)) {}
+  TRAINMEM_HD operator float() const { return floatFromBF16Bits(bits); }
   static constexpr const char *name() { return "bf16"; }
 };
 
@@ -102,8 +99,8 @@ struct BFloat16 {
 struct Float16 {
   uint16_t bits;
   Float16() = default;
-  Float16(float value) : bits(f16BitsFromFloat(value)) {}
-  operator float() const { return floatFromF16Bits(bits); }
+  TRAINMEM_HD Float16(float value) : bits(f16BitsFromFloat(value)) {}
+  TRAINMEM_HD operator float() const { return floatFromF16Bits(bits); }
   static constexpr const char *name() { return "f16"; }
 };
 

@@ -1977,6 +1977,7 @@ const tmrt::Backend &tmrt::cpuBackend() {
       writeArena, readArena,          copyArena,
 #define TMRT_KERNEL(name, parameters, arguments) name,
 #include "trainmem-runtime/Kernels.def"
+      /*open=*/nullptr, /*close=*/nullptr,
   };
   return backend;
 }

@@ -1,0 +1,481 @@
+//===- CudaBackend.cu - the CUDA backend's table, arena and kernels -------===//
+//
+// The "cuda" entry of the backend registry (Backend.h): a context on it
+// picks a device (TMRT_CUDA_DEVICE, default 0) and makes a stream; its arena
+// is one cudaMalloc of the planned size, at the compiler's offsets, and the
+// kernels run on the stream in program order. Host copies (batches,
+// losses, checkpoints) go through writeArena/readArena and wait for the
+// stream.
+//
+// The per-element math is the support headers' (Float16.h, FastExp.h,
+// Activations.h: `__host__ __device__` under nvcc), the functions the CPU
+// kernels and the reference evaluator call; built with -fmad=false, so a
+// kernel here gives each element the bits the CPU kernel gives it. This
+// file holds launches and indexing only.
+//
+// The kernels of Kernels.def that have no CUDA version yet fail the context
+// with a message naming the kernel (issue 17 is built in steps: element-
+// wise kernels first; norms, softmax, attention, cross-entropy, cuBLAS
+// GEMMs, optimizers and NCCL next).
+//
+//===----------------------------------------------------------------------===//
+
+#include "../Backend.h"
+#include "../Context.h"
+
+#include "trainmem/Support/Activations.h"
+#include "trainmem/Support/Float16.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+using namespace tmrt;
+
+namespace {
+
+struct CudaState {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+};
+
+CudaState &stateOf(tmrt_context *ctx) {
+  return *static_cast<CudaState *>(ctx->deviceState);
+}
+
+/// Fails the context with `what` and CUDA's message; false on failure.
+bool check(tmrt_context *ctx, cudaError_t status, const std::string &what) {
+  if (status == cudaSuccess)
+    return true;
+  ctx->fail("cuda: " + what + ": " + cudaGetErrorString(status));
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Context, device, arena
+//===----------------------------------------------------------------------===//
+
+bool open(tmrt_context *ctx, std::string &error) {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    error = std::string("cuda: no CUDA device here (") +
+            (status != cudaSuccess ? cudaGetErrorString(status)
+                                   : "cudaGetDeviceCount found 0") +
+            ")";
+    return false;
+  }
+  int device = 0;
+  if (const char *text = std::getenv("TMRT_CUDA_DEVICE")) {
+    char *end = nullptr;
+    long value = std::strtol(text, &end, 10);
+    if (!*text || *end || value < 0 || value >= count) {
+      error = std::string("cuda: TMRT_CUDA_DEVICE is '") + text +
+              "'; this machine has devices 0 to " + std::to_string(count - 1);
+      return false;
+    }
+    device = static_cast<int>(value);
+  }
+  auto *state = new CudaState;
+  state->device = device;
+  if ((status = cudaSetDevice(device)) != cudaSuccess ||
+      (status = cudaStreamCreateWithFlags(&state->stream,
+                                          cudaStreamNonBlocking)) !=
+          cudaSuccess) {
+    error = std::string("cuda: device ") + std::to_string(device) + ": " +
+            cudaGetErrorString(status);
+    delete state;
+    return false;
+  }
+  ctx->deviceState = state;
+  return true;
+}
+
+void close(tmrt_context *ctx) {
+  if (!ctx->deviceState)
+    return;
+  CudaState &state = stateOf(ctx);
+  cudaSetDevice(state.device);
+  cudaStreamSynchronize(state.stream);
+  cudaStreamDestroy(state.stream);
+  delete &state;
+  ctx->deviceState = nullptr;
+}
+
+void *allocArena(tmrt_context *ctx, uint64_t bytes) {
+  CudaState &state = stateOf(ctx);
+  cudaSetDevice(state.device);
+  uint64_t rounded = (bytes + 63) & ~uint64_t(63);
+  void *memory = nullptr;
+  if (rounded != 0 && cudaMalloc(&memory, rounded) == cudaSuccess)
+    return memory;
+  cudaGetLastError(); // clear the failed allocation's error
+  size_t freeBytes = 0, totalBytes = 0;
+  cudaMemGetInfo(&freeBytes, &totalBytes);
+  ctx->fail("cuda: the planned arena of " + std::to_string(bytes) +
+            " B does not fit on device " + std::to_string(state.device) +
+            ": " + std::to_string(freeBytes) + " B free of " +
+            std::to_string(totalBytes));
+  return nullptr;
+}
+
+void freeArena(tmrt_context *ctx, void *arena) {
+  cudaSetDevice(stateOf(ctx).device);
+  cudaFree(arena);
+}
+
+void writeArena(tmrt_context *ctx, uint64_t offset, const void *source,
+                uint64_t bytes) {
+  CudaState &state = stateOf(ctx);
+  if (check(ctx,
+            cudaMemcpyAsync(ctx->arena + offset, source, bytes,
+                            cudaMemcpyHostToDevice, state.stream),
+            "copy to the arena"))
+    check(ctx, cudaStreamSynchronize(state.stream), "copy to the arena");
+}
+
+void readArena(tmrt_context *ctx, uint64_t offset, void *destination,
+               uint64_t bytes) {
+  CudaState &state = stateOf(ctx);
+  if (check(ctx,
+            cudaMemcpyAsync(destination, ctx->arena + offset, bytes,
+                            cudaMemcpyDeviceToHost, state.stream),
+            "copy from the arena"))
+    check(ctx, cudaStreamSynchronize(state.stream), "copy from the arena");
+}
+
+void copyArena(tmrt_context *ctx, uint64_t from, uint64_t to,
+               uint64_t bytes) {
+  if (from == to || bytes == 0)
+    return;
+  CudaState &state = stateOf(ctx);
+  bool overlap = from < to + bytes && to < from + bytes;
+  if (!overlap) {
+    check(ctx,
+          cudaMemcpyAsync(ctx->arena + to, ctx->arena + from, bytes,
+                          cudaMemcpyDeviceToDevice, state.stream),
+          "copy within the arena");
+    return;
+  }
+  // Overlapping regions: through a scratch buffer (memmove's meaning).
+  void *scratch = nullptr;
+  if (!check(ctx, cudaMallocAsync(&scratch, bytes, state.stream),
+             "scratch for an overlapping copy"))
+    return;
+  check(ctx,
+        cudaMemcpyAsync(scratch, ctx->arena + from, bytes,
+                        cudaMemcpyDeviceToDevice, state.stream),
+        "copy within the arena");
+  check(ctx,
+        cudaMemcpyAsync(ctx->arena + to, scratch, bytes,
+                        cudaMemcpyDeviceToDevice, state.stream),
+        "copy within the arena");
+  cudaFreeAsync(scratch, state.stream);
+}
+
+//===----------------------------------------------------------------------===//
+// Launching
+//===----------------------------------------------------------------------===//
+
+template <typename Fn> __global__ void elementKernel(int64_t n, Fn fn) {
+  int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride)
+    fn(i);
+}
+
+/// fn(i) for i in [0, n) on the context's stream.
+template <typename Fn>
+void elementwise(tmrt_context *ctx, const char *kernel, int64_t n, Fn fn) {
+  if (n <= 0)
+    return;
+  constexpr int kThreads = 256;
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  if (blocks > 65536)
+    blocks = 65536; // the grid-stride loop covers the rest
+  elementKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                  stateOf(ctx).stream>>>(n, fn);
+  check(ctx, cudaGetLastError(), std::string("launching ") + kernel);
+}
+
+/// Calls fn(T{}) with the element type the references share.
+template <typename Fn>
+void withFloatType(tmrt_context *ctx, const char *kernel,
+                   std::initializer_list<int64_t> refs, Fn fn) {
+  int64_t dtype = dtypeOf(*refs.begin());
+  for (int64_t ref : refs)
+    if (dtypeOf(ref) != dtype)
+      return ctx->fail(std::string(kernel) + ": operands of element types " +
+                       dtypeName(dtype) + " and " + dtypeName(dtypeOf(ref)) +
+                       "; this kernel's operands share one");
+  switch (dtype) {
+  case TMRT_DTYPE_F32:
+    return fn(float{});
+  case TMRT_DTYPE_BF16:
+    return fn(trainmem::BFloat16{});
+  case TMRT_DTYPE_F16:
+    return fn(trainmem::Float16{});
+  default:
+    ctx->fail(std::string(kernel) + ": element type code " +
+              std::to_string(dtype) + " is not one the runtime knows");
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise kernels: each element computed as the CPU kernel computes it
+// (runtime/lib/cpu/Kernels.cpp: in double or f32 as there, rounded to f32,
+// then to T)
+//===----------------------------------------------------------------------===//
+
+// (The device lambdas live in function templates: nvcc allows none inside
+// the generic lambdas that dispatch on the element type.)
+
+template <typename T> void fillOf(tmrt_context *ctx, int64_t out, int64_t n,
+                                  double value) {
+  T *y = ctx->at<T>(out);
+  float v = static_cast<float>(value);
+  elementwise(ctx, "fill", n, [=] __device__(int64_t i) { y[i] = T(v); });
+  ctx->touch(out, n * sizeof(T));
+}
+
+void fill(tmrt_context *ctx, int64_t out, int64_t n, double value) {
+  withFloatType(ctx, "fill", {out}, [&](auto type) {
+    fillOf<decltype(type)>(ctx, out, n, value);
+  });
+}
+
+void fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value) {
+  int64_t *y = ctx->at<int64_t>(out);
+  elementwise(ctx, "fill_i64", n, [=] __device__(int64_t i) { y[i] = value; });
+  ctx->touch(out, n * 8);
+}
+
+void iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits) {
+  if (id_bits == 32) {
+    int32_t *y = ctx->at<int32_t>(out);
+    elementwise(ctx, "iota", n,
+                [=] __device__(int64_t i) { y[i] = static_cast<int32_t>(i); });
+  } else {
+    int64_t *y = ctx->at<int64_t>(out);
+    elementwise(ctx, "iota", n, [=] __device__(int64_t i) { y[i] = i; });
+  }
+  ctx->touch(out, n * id_bits / 8);
+}
+
+void copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  withFloatType(ctx, "copy", {in, out}, [&](auto type) {
+    using T = decltype(type);
+    copyArena(ctx, offsetOf(in), offsetOf(out), n * sizeof(T));
+    ctx->touch(out, n * sizeof(T));
+  });
+}
+
+template <typename From, typename To>
+void convertOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  const From *x = ctx->at<From>(in);
+  To *y = ctx->at<To>(out);
+  elementwise(ctx, "convert", n, [=] __device__(int64_t i) {
+    y[i] = To(static_cast<float>(x[i]));
+  });
+  ctx->touch(out, n * sizeof(To));
+}
+
+void convert(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  withFloatType(ctx, "convert", {in}, [&](auto from) {
+    withFloatType(ctx, "convert", {out}, [&](auto to) {
+      convertOf<decltype(from), decltype(to)>(ctx, in, out, n);
+    });
+  });
+}
+
+/// out[i] = fn(a[i], b[i]) in double, rounded to f32, then to T.
+template <typename T, typename Fn>
+void binaryOf(tmrt_context *ctx, const char *kernel, int64_t a, int64_t b,
+              int64_t out, int64_t n, Fn fn) {
+  const T *x = ctx->at<T>(a), *y = ctx->at<T>(b);
+  T *z = ctx->at<T>(out);
+  elementwise(ctx, kernel, n, [=] __device__(int64_t i) {
+    z[i] = T(static_cast<float>(fn(static_cast<double>(float(x[i])),
+                                   static_cast<double>(float(y[i])))));
+  });
+  ctx->touch(out, n * sizeof(T));
+}
+
+template <typename Fn>
+void binary(tmrt_context *ctx, const char *kernel, int64_t a, int64_t b,
+            int64_t out, int64_t n, Fn fn) {
+  withFloatType(ctx, kernel, {a, b, out}, [&](auto type) {
+    binaryOf<decltype(type)>(ctx, kernel, a, b, out, n, fn);
+  });
+}
+
+/// out[i] = fn(in[i]) in double, rounded to f32, then to T.
+template <typename T, typename Fn>
+void unaryOf(tmrt_context *ctx, const char *kernel, int64_t in, int64_t out,
+             int64_t n, Fn fn) {
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
+  elementwise(ctx, kernel, n, [=] __device__(int64_t i) {
+    y[i] = T(static_cast<float>(fn(static_cast<double>(float(x[i])))));
+  });
+  ctx->touch(out, n * sizeof(T));
+}
+
+template <typename Fn>
+void unary(tmrt_context *ctx, const char *kernel, int64_t in, int64_t out,
+           int64_t n, Fn fn) {
+  withFloatType(ctx, kernel, {in, out}, [&](auto type) {
+    unaryOf<decltype(type)>(ctx, kernel, in, out, n, fn);
+  });
+}
+
+void add(tmrt_context *ctx, int64_t a, int64_t b, int64_t out, int64_t n) {
+  binary(ctx, "add", a, b, out, n,
+         [] __device__(double x, double y) { return x + y; });
+}
+
+void mul(tmrt_context *ctx, int64_t a, int64_t b, int64_t out, int64_t n) {
+  binary(ctx, "mul", a, b, out, n,
+         [] __device__(double x, double y) { return x * y; });
+}
+
+void scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+           double factor) {
+  unary(ctx, "scale", in, out, n,
+        [=] __device__(double x) { return x * factor; });
+}
+
+void gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  unary(ctx, "gelu", in, out, n,
+        [] __device__(double x) { return trainmem::gelu(x); });
+}
+
+void silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  unary(ctx, "silu", in, out, n,
+        [] __device__(double x) { return trainmem::silu(x); });
+}
+
+void gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+               int64_t n) {
+  binary(ctx, "gelu_grad", dy, x, out, n, [] __device__(double g, double v) {
+    return g * trainmem::geluDerivative(v);
+  });
+}
+
+void silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+               int64_t n) {
+  binary(ctx, "silu_grad", dy, x, out, n, [] __device__(double g, double v) {
+    return g * trainmem::siluDerivative(v);
+  });
+}
+
+template <typename T>
+void bias_addOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+                int64_t n, int64_t bias_n) {
+  const T *x = ctx->at<T>(in), *b = ctx->at<T>(bias);
+  T *y = ctx->at<T>(out);
+  if (bias_n > 0)
+    elementwise(ctx, "bias_add", n, [=] __device__(int64_t i) {
+      y[i] = T(float(x[i]) + float(b[i % bias_n]));
+    });
+  ctx->touch(out, n * sizeof(T));
+}
+
+void bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+              int64_t n, int64_t bias_n) {
+  withFloatType(ctx, "bias_add", {in, bias, out}, [&](auto type) {
+    bias_addOf<decltype(type)>(ctx, in, bias, out, n, bias_n);
+  });
+}
+
+template <typename T>
+void bias_geluOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+                 int64_t n, int64_t bias_n) {
+  const T *x = ctx->at<T>(in), *b = ctx->at<T>(bias);
+  T *y = ctx->at<T>(out);
+  if (bias_n > 0)
+    elementwise(ctx, "bias_gelu", n, [=] __device__(int64_t i) {
+      T h(float(x[i]) + float(b[i % bias_n])); // as bias_add stores it
+      y[i] = T(static_cast<float>(
+          trainmem::gelu(static_cast<double>(float(h)))));
+    });
+  ctx->touch(out, n * sizeof(T));
+}
+
+void bias_gelu(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
+               int64_t n, int64_t bias_n) {
+  withFloatType(ctx, "bias_gelu", {in, bias, out}, [&](auto type) {
+    bias_geluOf<decltype(type)>(ctx, in, bias, out, n, bias_n);
+  });
+}
+
+template <typename T>
+void bias_gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
+                      int64_t out, int64_t n, int64_t bias_n) {
+  const T *g = ctx->at<T>(dy), *v = ctx->at<T>(x), *b = ctx->at<T>(bias);
+  T *z = ctx->at<T>(out);
+  if (bias_n > 0)
+    elementwise(ctx, "bias_gelu_grad", n, [=] __device__(int64_t i) {
+      T h(float(v[i]) + float(b[i % bias_n]));
+      z[i] = T(static_cast<float>(
+          static_cast<double>(float(g[i])) *
+          trainmem::geluDerivative(static_cast<double>(float(h)))));
+    });
+  ctx->touch(out, n * sizeof(T));
+}
+
+void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
+                    int64_t out, int64_t n, int64_t bias_n) {
+  withFloatType(ctx, "bias_gelu_grad", {dy, x, bias, out}, [&](auto type) {
+    bias_gelu_gradOf<decltype(type)>(ctx, dy, x, bias, out, n, bias_n);
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// The table
+//===----------------------------------------------------------------------===//
+
+// Every kernel of Kernels.def not yet built for CUDA: a clear error.
+#define TMRT_KERNEL(name, parameters, arguments)                               \
+  void missing_##name parameters {                                             \
+    ctx->fail("cuda: the kernel '" #name "' has no CUDA version yet (the "     \
+              "cuda backend is being built kernel by kernel; run this step "   \
+              "on --backend cpu)");                                            \
+  }
+#include "trainmem-runtime/Kernels.def"
+
+Backend makeTable() {
+  Backend table = {
+      "cuda",     /*hostArena=*/false, allocArena, freeArena,
+      writeArena, readArena,           copyArena,
+#define TMRT_KERNEL(name, parameters, arguments) missing_##name,
+#include "trainmem-runtime/Kernels.def"
+  };
+  table.open = open;
+  table.close = close;
+  table.fill = fill;
+  table.fill_i64 = fill_i64;
+  table.iota = iota;
+  table.copy = copy;
+  table.convert = convert;
+  table.add = add;
+  table.mul = mul;
+  table.scale = scale;
+  table.bias_add = bias_add;
+  table.gelu = gelu;
+  table.silu = silu;
+  table.gelu_grad = gelu_grad;
+  table.silu_grad = silu_grad;
+  table.bias_gelu = bias_gelu;
+  table.bias_gelu_grad = bias_gelu_grad;
+  return table;
+}
+
+} // namespace
+
+const Backend &tmrt::cudaBackend() {
+  static const Backend backend = makeTable();
+  return backend;
+}

@@ -1,0 +1,177 @@
+//===- CudaTest.cpp - the CUDA backend against the CPU backend ------------===//
+//
+// Host side (runs wherever the runtime is built with CUDA): the "cuda"
+// table fills every kernel of Kernels.def and its hooks, and a context on
+// a machine without a GPU is refused with a message that says so.
+//
+// Device side (skipped, with the reason, where no GPU answers): each kernel
+// the backend has so far runs on a CUDA context and on a CPU context with
+// the same inputs, in f32, bf16 and f16, and must give the same bytes (the
+// per-element math is the same functions, built with -fmad=false); the
+// arena's copies round-trip; a kernel without a CUDA version fails the
+// context naming it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem-runtime/Runtime.h"
+#include "trainmem/Support/Float16.h"
+
+#include "../lib/Backend.h"
+#include "../lib/Context.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct ContextDeleter {
+  void operator()(tmrt_context *ctx) const { tmrt_context_destroy(ctx); }
+};
+using ContextPtr = std::unique_ptr<tmrt_context, ContextDeleter>;
+
+bool cudaBuilt() {
+  return std::string(tmrt_backend_names()).find("cuda") != std::string::npos;
+}
+
+/// A CUDA context, or null with the reason in `why`.
+ContextPtr cudaContext(std::string &why) {
+  const char *error = nullptr;
+  ContextPtr ctx(tmrt_context_create("cuda", 1, &error));
+  if (!ctx)
+    why = error ? error : "no reason given";
+  return ctx;
+}
+
+#ifdef TMRT_HAVE_CUDA
+TEST(Cuda, TheTableIsComplete) {
+  const tmrt::Backend &table = tmrt::cudaBackend();
+  EXPECT_STREQ(table.name, "cuda");
+  EXPECT_FALSE(table.hostArena);
+  EXPECT_NE(table.open, nullptr);
+  EXPECT_NE(table.close, nullptr);
+  EXPECT_NE(table.allocArena, nullptr);
+  EXPECT_NE(table.readArena, nullptr);
+#define TMRT_KERNEL(name, parameters, arguments)                               \
+  EXPECT_NE(table.name, nullptr) << #name;
+#include "trainmem-runtime/Kernels.def"
+}
+#endif
+
+TEST(Cuda, NoDeviceIsAClearError) {
+  if (!cudaBuilt())
+    GTEST_SKIP() << "the runtime is built without CUDA";
+  std::string why;
+  ContextPtr ctx = cudaContext(why);
+  if (ctx)
+    GTEST_SKIP() << "a CUDA device answers here";
+  EXPECT_EQ(why.rfind("cuda: ", 0), 0u) << why;
+  EXPECT_NE(why.find("device"), std::string::npos) << why;
+}
+
+/// Runs `kernel` on `ctx` over an arena holding `input`, returns the arena.
+std::vector<uint8_t> runOn(tmrt_context *ctx, const std::vector<uint8_t> &input,
+                           const std::function<void(tmrt_context *)> &kernel) {
+  EXPECT_EQ(tmrt_arena_alloc(ctx, input.size()), 0);
+  EXPECT_EQ(tmrt_arena_write(ctx, 0, input.data(), input.size()), 0);
+  kernel(ctx);
+  std::vector<uint8_t> output(input.size());
+  EXPECT_EQ(tmrt_arena_read(ctx, 0, output.data(), output.size()), 0);
+  const char *error = tmrt_context_error(ctx);
+  EXPECT_EQ(error, nullptr) << error;
+  return output;
+}
+
+TEST(Cuda, ElementwiseKernelsGiveTheCpuBits) {
+  std::string why;
+  ContextPtr probe = cudaContext(why);
+  if (!probe)
+    GTEST_SKIP() << why;
+  // Four tensors of n elements of one type at offsets 0, 1, 2, 3 × slot,
+  // the bias (its first `cols`) in the fourth; results into the third.
+  const int64_t n = 3 * 1000 + 7, cols = 37;
+  for (int64_t dtype : {TMRT_DTYPE_F32, TMRT_DTYPE_BF16, TMRT_DTYPE_F16}) {
+    int64_t size = dtype == TMRT_DTYPE_F32 ? 4 : 2;
+    int64_t slot = ((n * size + 63) / 64) * 64;
+    std::vector<uint8_t> input(4 * slot);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (int64_t t = 0; t < 4; ++t)
+      for (int64_t i = 0; i < n; ++i) {
+        float v = normal(rng);
+        uint8_t *at = input.data() + t * slot + i * size;
+        if (dtype == TMRT_DTYPE_F32) {
+          std::memcpy(at, &v, 4);
+        } else {
+          uint16_t bits = dtype == TMRT_DTYPE_BF16
+                              ? trainmem::bf16BitsFromFloat(v)
+                              : trainmem::f16BitsFromFloat(v);
+          std::memcpy(at, &bits, 2);
+        }
+      }
+    auto ref = [&](int64_t t) { return tmrt_tensor_ref(t * slot, dtype); };
+    std::vector<std::pair<const char *, std::function<void(tmrt_context *)>>>
+        kernels = {
+            {"fill", [&](tmrt_context *c) { tmrt_fill(c, ref(2), n, 0.1); }},
+            {"add",
+             [&](tmrt_context *c) { tmrt_add(c, ref(0), ref(1), ref(2), n); }},
+            {"mul",
+             [&](tmrt_context *c) { tmrt_mul(c, ref(0), ref(1), ref(2), n); }},
+            {"scale",
+             [&](tmrt_context *c) { tmrt_scale(c, ref(0), ref(2), n, 0.3); }},
+            {"gelu", [&](tmrt_context *c) { tmrt_gelu(c, ref(0), ref(2), n); }},
+            {"silu", [&](tmrt_context *c) { tmrt_silu(c, ref(0), ref(2), n); }},
+            {"gelu_grad",
+             [&](tmrt_context *c) {
+               tmrt_gelu_grad(c, ref(0), ref(1), ref(2), n);
+             }},
+            {"silu_grad",
+             [&](tmrt_context *c) {
+               tmrt_silu_grad(c, ref(0), ref(1), ref(2), n);
+             }},
+            {"bias_add",
+             [&](tmrt_context *c) {
+               tmrt_bias_add(c, ref(0), ref(3), ref(2), n - n % cols, cols);
+             }},
+            {"bias_gelu",
+             [&](tmrt_context *c) {
+               tmrt_bias_gelu(c, ref(0), ref(3), ref(2), n - n % cols, cols);
+             }},
+            {"bias_gelu_grad",
+             [&](tmrt_context *c) {
+               tmrt_bias_gelu_grad(c, ref(1), ref(0), ref(3), ref(2),
+                                   n - n % cols, cols);
+             }},
+            {"copy", [&](tmrt_context *c) { tmrt_copy(c, ref(0), ref(2), n); }},
+        };
+    for (auto &[name, kernel] : kernels) {
+      SCOPED_TRACE(std::string(name) + " " + std::to_string(dtype));
+      ContextPtr cpu(tmrt_context_create("cpu", 2, nullptr));
+      ContextPtr gpu = cudaContext(why);
+      ASSERT_NE(gpu, nullptr) << why;
+      EXPECT_EQ(runOn(gpu.get(), input, kernel),
+                runOn(cpu.get(), input, kernel));
+    }
+  }
+}
+
+TEST(Cuda, AKernelWithoutACudaVersionNamesItself) {
+  std::string why;
+  ContextPtr ctx = cudaContext(why);
+  if (!ctx)
+    GTEST_SKIP() << why;
+  ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 1024), 0);
+  tmrt_layer_norm(ctx.get(), 0, 256, 512, 768, 1, 4, 1e-5);
+  const char *error = tmrt_context_error(ctx.get());
+  ASSERT_NE(error, nullptr);
+  EXPECT_NE(std::string(error).find("'layer_norm' has no CUDA version"),
+            std::string::npos)
+      << error;
+}
+
+} // namespace

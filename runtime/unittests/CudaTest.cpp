@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -92,16 +93,17 @@ TEST(Cuda, ElementwiseKernelsGiveTheCpuBits) {
   ContextPtr probe = cudaContext(why);
   if (!probe)
     GTEST_SKIP() << why;
-  // Four tensors of n elements of one type at offsets 0, 1, 2, 3 × slot,
-  // the bias (its first `cols`) in the fourth; results into the third.
+  // Six tensors of n elements of one type at offsets 0 to 5 × slot: x, dy,
+  // the result, the bias or gamma (its first `cols`), beta, and the
+  // parameter gradients (gamma's at 0, beta's at cols).
   const int64_t n = 3 * 1000 + 7, cols = 37;
   for (int64_t dtype : {TMRT_DTYPE_F32, TMRT_DTYPE_BF16, TMRT_DTYPE_F16}) {
     int64_t size = dtype == TMRT_DTYPE_F32 ? 4 : 2;
     int64_t slot = ((n * size + 63) / 64) * 64;
-    std::vector<uint8_t> input(4 * slot);
+    std::vector<uint8_t> input(6 * slot);
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 3.0f);
-    for (int64_t t = 0; t < 4; ++t)
+    for (int64_t t = 0; t < 6; ++t)
       for (int64_t i = 0; i < n; ++i) {
         float v = normal(rng);
         uint8_t *at = input.data() + t * slot + i * size;
@@ -148,6 +150,37 @@ TEST(Cuda, ElementwiseKernelsGiveTheCpuBits) {
                                    n - n % cols, cols);
              }},
             {"copy", [&](tmrt_context *c) { tmrt_copy(c, ref(0), ref(2), n); }},
+            {"layer_norm",
+             [&](tmrt_context *c) {
+               tmrt_layer_norm(c, ref(0), ref(3), ref(4), ref(2), n / cols,
+                               cols, 1e-5);
+             }},
+            {"layer_norm_grad",
+             [&](tmrt_context *c) {
+               tmrt_layer_norm_grad(c, ref(1), ref(0), ref(3), ref(2), ref(5),
+                                    tmrt_tensor_ref(5 * slot + cols * size,
+                                                    dtype),
+                                    n / cols, cols, 1e-5);
+             }},
+            {"rms_norm",
+             [&](tmrt_context *c) {
+               tmrt_rms_norm(c, ref(0), ref(3), ref(2), n / cols, cols, 1e-6);
+             }},
+            {"rms_norm_grad",
+             [&](tmrt_context *c) {
+               tmrt_rms_norm_grad(c, ref(1), ref(0), ref(3), ref(2), ref(5),
+                                  n / cols, cols, 1e-6);
+             }},
+            {"softmax_grad",
+             [&](tmrt_context *c) {
+               tmrt_softmax_grad(c, ref(1), ref(0), ref(2), n / cols, cols);
+             }},
+            {"sum_to (bias gradient)",
+             [&](tmrt_context *c) {
+               // [n / cols, cols] summed over rows into [cols].
+               tmrt_sum_to(c, ref(0), ref(5), cols, 1, 1, 1, 1, n / cols,
+                           cols, 0, 0, 0, 0, 0, 1);
+             }},
         };
     for (auto &[name, kernel] : kernels) {
       SCOPED_TRACE(std::string(name) + " " + std::to_string(dtype));
@@ -160,16 +193,48 @@ TEST(Cuda, ElementwiseKernelsGiveTheCpuBits) {
   }
 }
 
+// Softmax sums e^x in double with CUDA's exp, which may differ from
+// libm's in the last place: within 1e-6 relative of the CPU's (f32).
+TEST(Cuda, SoftmaxWithinAnUlpOfTheCpu) {
+  std::string why;
+  ContextPtr gpu = cudaContext(why);
+  if (!gpu)
+    GTEST_SKIP() << why;
+  const int64_t rows = 64, cols = 64, n = rows * cols;
+  std::vector<float> x(n);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (float &v : x)
+    v = normal(rng);
+  std::vector<uint8_t> input(2 * n * 4);
+  std::memcpy(input.data(), x.data(), n * 4);
+  for (int64_t causal : {0, 1}) {
+    auto kernel = [&](tmrt_context *c) {
+      tmrt_softmax(c, 0, n * 4, rows, cols, /*queries=*/cols, causal);
+    };
+    ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
+    ContextPtr device = cudaContext(why);
+    std::vector<uint8_t> a = runOn(device.get(), input, kernel),
+                         b = runOn(cpu.get(), input, kernel);
+    for (int64_t i = 0; i < n; ++i) {
+      float fa, fb;
+      std::memcpy(&fa, a.data() + (n + i) * 4, 4);
+      std::memcpy(&fb, b.data() + (n + i) * 4, 4);
+      EXPECT_NEAR(fa, fb, 1e-6 * std::abs(fb) + 1e-30) << i;
+    }
+  }
+}
+
 TEST(Cuda, AKernelWithoutACudaVersionNamesItself) {
   std::string why;
   ContextPtr ctx = cudaContext(why);
   if (!ctx)
     GTEST_SKIP() << why;
   ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 1024), 0);
-  tmrt_layer_norm(ctx.get(), 0, 256, 512, 768, 1, 4, 1e-5);
+  tmrt_embedding(ctx.get(), 0, 256, 512, 2, 4, 8, 32);
   const char *error = tmrt_context_error(ctx.get());
   ASSERT_NE(error, nullptr);
-  EXPECT_NE(std::string(error).find("'layer_norm' has no CUDA version"),
+  EXPECT_NE(std::string(error).find("'embedding' has no CUDA version"),
             std::string::npos)
       << error;
 }

@@ -15,7 +15,7 @@
 //
 // The kernels of Kernels.def that have no CUDA version yet fail the context
 // with a message naming the kernel (issue 17 is built in steps: element-
-// wise kernels first; norms, softmax, attention, cross-entropy, cuBLAS
+// wise and row kernels first; attention, cross-entropy, embedding, cuBLAS
 // GEMMs, optimizers and NCCL next).
 //
 //===----------------------------------------------------------------------===//
@@ -434,6 +434,335 @@ void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
 }
 
 //===----------------------------------------------------------------------===//
+// Row kernels: one thread per row (or per task of rows, or per output
+// element), each summing in double in the CPU kernel's order, so that the
+// sums are the CPU's. Correct first; the block-per-row versions come with
+// a device to measure them on.
+//===----------------------------------------------------------------------===//
+
+/// The CPU kernels' fixed tasks of rows for column sums (kReductionRows).
+constexpr int64_t kReductionRows = 64;
+
+/// Device scratch on the context's stream, freed with it.
+struct Scratch {
+  tmrt_context *ctx;
+  void *memory = nullptr;
+  Scratch(tmrt_context *ctx, uint64_t bytes) : ctx(ctx) {
+    if (!check(ctx, cudaMallocAsync(&memory, bytes ? bytes : 8,
+                                    stateOf(ctx).stream),
+               "scratch"))
+      memory = nullptr;
+  }
+  ~Scratch() {
+    if (memory)
+      cudaFreeAsync(memory, stateOf(ctx).stream);
+  }
+  template <typename U> U *as() { return static_cast<U *>(memory); }
+};
+
+template <typename T>
+void layer_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t beta,
+                  int64_t out, int64_t rows, int64_t cols, double eps) {
+  const T *x = ctx->at<T>(in), *g = ctx->at<T>(gamma), *b = ctx->at<T>(beta);
+  T *y = ctx->at<T>(out);
+  elementwise(ctx, "layer_norm", rows, [=] __device__(int64_t r) {
+    const T *xr = x + r * cols;
+    double mean = 0.0, var = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      mean += float(xr[c]);
+    mean /= cols;
+    for (int64_t c = 0; c < cols; ++c)
+      var += (float(xr[c]) - mean) * (float(xr[c]) - mean);
+    double rstd = 1.0 / sqrt(var / cols + eps);
+    for (int64_t c = 0; c < cols; ++c)
+      y[r * cols + c] = T(static_cast<float>(
+          (float(xr[c]) - mean) * rstd * float(g[c]) + float(b[c])));
+  });
+  ctx->touch(out, rows * cols * sizeof(T));
+}
+
+void layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t beta,
+                int64_t out, int64_t rows, int64_t cols, double eps) {
+  withFloatType(ctx, "layer_norm", {in, gamma, beta, out}, [&](auto type) {
+    layer_normOf<decltype(type)>(ctx, in, gamma, beta, out, rows, cols, eps);
+  });
+}
+
+template <typename T>
+void layer_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
+                       int64_t gamma, int64_t dx, int64_t dgamma,
+                       int64_t dbeta, int64_t rows, int64_t cols,
+                       double eps) {
+  const T *gy = ctx->at<T>(dy), *xv = ctx->at<T>(x), *g = ctx->at<T>(gamma);
+  T *gx = ctx->at<T>(dx);
+  int64_t tasks = (rows + kReductionRows - 1) / kReductionRows;
+  int64_t slots = tasks > 0 ? tasks : 1;
+  Scratch scratch(ctx, 2 * cols * slots * sizeof(double));
+  double *partial = scratch.as<double>();
+  if (!partial)
+    return;
+  // One thread per task of rows, as the CPU's tasks: the input gradient of
+  // its rows and its partial column sums, in the CPU's order (x̂ and the
+  // gradient of x̂ computed again in the second pass: the same values).
+  elementwise(ctx, "layer_norm_grad", tasks, [=] __device__(int64_t task) {
+    double *pg = partial + 2 * cols * task, *pb = pg + cols;
+    for (int64_t c = 0; c < cols; ++c)
+      pg[c] = pb[c] = 0.0;
+    for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks; ++r) {
+      const T *xr = xv + r * cols, *dr = gy + r * cols;
+      double mean = 0.0, var = 0.0;
+      for (int64_t c = 0; c < cols; ++c)
+        mean += float(xr[c]);
+      mean /= cols;
+      for (int64_t c = 0; c < cols; ++c)
+        var += (float(xr[c]) - mean) * (float(xr[c]) - mean);
+      double rstd = 1.0 / sqrt(var / cols + eps);
+      double meanD = 0.0, meanDX = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        double xhat = (float(xr[c]) - mean) * rstd;
+        double dxhat = static_cast<double>(float(dr[c])) * float(g[c]);
+        meanD += dxhat;
+        meanDX += dxhat * xhat;
+        pg[c] += float(dr[c]) * xhat;
+        pb[c] += float(dr[c]);
+      }
+      meanD /= cols;
+      meanDX /= cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        double xhat = (float(xr[c]) - mean) * rstd;
+        double dxhat = static_cast<double>(float(dr[c])) * float(g[c]);
+        gx[r * cols + c] =
+            T(static_cast<float>(rstd * (dxhat - meanD - xhat * meanDX)));
+      }
+    }
+  });
+  // The parameter gradients: the tasks' partial sums added in task order.
+  T *gg = ctx->at<T>(dgamma), *gb = ctx->at<T>(dbeta);
+  elementwise(ctx, "layer_norm_grad", cols, [=] __device__(int64_t c) {
+    double sg = 0.0, sb = 0.0;
+    for (int64_t task = 0; task < tasks; ++task) {
+      sg += partial[2 * cols * task + c];
+      sb += partial[2 * cols * task + cols + c];
+    }
+    gg[c] = T(static_cast<float>(sg));
+    gb[c] = T(static_cast<float>(sb));
+  });
+  ctx->touch(dx, rows * cols * sizeof(T));
+  ctx->touch(dgamma, cols * sizeof(T));
+  ctx->touch(dbeta, cols * sizeof(T));
+}
+
+void layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t gamma,
+                     int64_t dx, int64_t dgamma, int64_t dbeta, int64_t rows,
+                     int64_t cols, double eps) {
+  withFloatType(ctx, "layer_norm_grad", {dy, x, gamma, dx, dgamma, dbeta},
+                [&](auto type) {
+                  layer_norm_gradOf<decltype(type)>(ctx, dy, x, gamma, dx,
+                                                    dgamma, dbeta, rows, cols,
+                                                    eps);
+                });
+}
+
+template <typename T>
+void rms_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
+                int64_t rows, int64_t cols, double eps) {
+  const T *x = ctx->at<T>(in), *g = ctx->at<T>(gamma);
+  T *y = ctx->at<T>(out);
+  elementwise(ctx, "rms_norm", rows, [=] __device__(int64_t r) {
+    const T *xr = x + r * cols;
+    double ms = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      ms += static_cast<double>(float(xr[c])) * float(xr[c]);
+    double rrms = 1.0 / sqrt(ms / cols + eps);
+    for (int64_t c = 0; c < cols; ++c)
+      y[r * cols + c] = T(static_cast<float>(float(xr[c]) * rrms * float(g[c])));
+  });
+  ctx->touch(out, rows * cols * sizeof(T));
+}
+
+void rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
+              int64_t rows, int64_t cols, double eps) {
+  withFloatType(ctx, "rms_norm", {in, gamma, out}, [&](auto type) {
+    rms_normOf<decltype(type)>(ctx, in, gamma, out, rows, cols, eps);
+  });
+}
+
+template <typename T>
+void rms_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t gamma,
+                     int64_t dx, int64_t dgamma, int64_t rows, int64_t cols,
+                     double eps) {
+  const T *gy = ctx->at<T>(dy), *xv = ctx->at<T>(x), *g = ctx->at<T>(gamma);
+  T *gx = ctx->at<T>(dx);
+  int64_t tasks = (rows + kReductionRows - 1) / kReductionRows;
+  Scratch scratch(ctx, cols * (tasks > 0 ? tasks : 1) * sizeof(double));
+  double *partial = scratch.as<double>();
+  if (!partial)
+    return;
+  elementwise(ctx, "rms_norm_grad", tasks, [=] __device__(int64_t task) {
+    double *pg = partial + cols * task;
+    for (int64_t c = 0; c < cols; ++c)
+      pg[c] = 0.0;
+    for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks; ++r) {
+      const T *xr = xv + r * cols, *dr = gy + r * cols;
+      double ms = 0.0, dot = 0.0;
+      for (int64_t c = 0; c < cols; ++c)
+        ms += static_cast<double>(float(xr[c])) * float(xr[c]);
+      double rrms = 1.0 / sqrt(ms / cols + eps);
+      for (int64_t c = 0; c < cols; ++c) {
+        dot += static_cast<double>(float(dr[c])) * float(g[c]) * float(xr[c]);
+        pg[c] += static_cast<double>(float(dr[c])) * float(xr[c]) * rrms;
+      }
+      for (int64_t c = 0; c < cols; ++c)
+        gx[r * cols + c] = T(static_cast<float>(
+            rrms * float(dr[c]) * float(g[c]) -
+            float(xr[c]) * rrms * rrms * rrms * dot / cols));
+    }
+  });
+  T *gg = ctx->at<T>(dgamma);
+  elementwise(ctx, "rms_norm_grad", cols, [=] __device__(int64_t c) {
+    double sum = 0.0;
+    for (int64_t task = 0; task < tasks; ++task)
+      sum += partial[cols * task + c];
+    gg[c] = T(static_cast<float>(sum));
+  });
+  ctx->touch(dx, rows * cols * sizeof(T));
+  ctx->touch(dgamma, cols * sizeof(T));
+}
+
+void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t gamma,
+                   int64_t dx, int64_t dgamma, int64_t rows, int64_t cols,
+                   double eps) {
+  withFloatType(ctx, "rms_norm_grad", {dy, x, gamma, dx, dgamma},
+                [&](auto type) {
+                  rms_norm_gradOf<decltype(type)>(ctx, dy, x, gamma, dx,
+                                                  dgamma, rows, cols, eps);
+                });
+}
+
+/// Softmax in double (exp: CUDA's, within an ulp of libm's, so the bits
+/// may differ from the CPU's in the last place).
+template <typename T>
+void softmaxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+               int64_t cols, int64_t queries, int64_t causal) {
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
+  elementwise(ctx, "softmax", rows, [=] __device__(int64_t r) {
+    int64_t visible = causal ? (r % queries) + 1 : cols;
+    const T *xr = x + r * cols;
+    T *yr = y + r * cols;
+    double maxValue = -INFINITY;
+    for (int64_t c = 0; c < visible; ++c)
+      maxValue = fmax(maxValue, static_cast<double>(float(xr[c])));
+    double sum = 0.0;
+    for (int64_t c = 0; c < visible; ++c)
+      sum += exp(float(xr[c]) - maxValue);
+    for (int64_t c = 0; c < visible; ++c)
+      yr[c] = T(static_cast<float>(exp(float(xr[c]) - maxValue) / sum));
+    for (int64_t c = visible; c < cols; ++c)
+      yr[c] = T(0.0f);
+  });
+  ctx->touch(out, rows * cols * sizeof(T));
+}
+
+void softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+             int64_t cols, int64_t queries, int64_t causal) {
+  withFloatType(ctx, "softmax", {in, out}, [&](auto type) {
+    softmaxOf<decltype(type)>(ctx, in, out, rows, cols, queries, causal);
+  });
+}
+
+template <typename T>
+void softmax_gradOf(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
+                    int64_t rows, int64_t cols) {
+  const T *g = ctx->at<T>(dy), *yv = ctx->at<T>(y);
+  T *z = ctx->at<T>(out);
+  elementwise(ctx, "softmax_grad", rows, [=] __device__(int64_t r) {
+    double dot = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      dot += static_cast<double>(float(g[r * cols + c])) *
+             float(yv[r * cols + c]);
+    for (int64_t c = 0; c < cols; ++c)
+      z[r * cols + c] = T(static_cast<float>(
+          float(yv[r * cols + c]) * (float(g[r * cols + c]) - dot)));
+  });
+  ctx->touch(out, rows * cols * sizeof(T));
+}
+
+void softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
+                  int64_t rows, int64_t cols) {
+  withFloatType(ctx, "softmax_grad", {dy, y, out}, [&](auto type) {
+    softmax_gradOf<decltype(type)>(ctx, dy, y, out, rows, cols);
+  });
+}
+
+/// A sum_to's input extents and output strides (captured by value).
+struct SumDims {
+  int64_t d[6], o[6];
+};
+
+/// One thread per output element: the inputs that sum into it, in the
+/// CPU's order (input index order: the summed dimensions
+/// lexicographically, the kept ones fixed by the output element).
+template <typename T>
+void sum_toOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
+              int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4,
+              int64_t d5, int64_t o0, int64_t o1, int64_t o2, int64_t o3,
+              int64_t o4, int64_t o5) {
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
+  SumDims dims = {{d0, d1, d2, d3, d4, d5}, {o0, o1, o2, o3, o4, o5}};
+  elementwise(ctx, "sum_to", out_n, [=] __device__(int64_t j) {
+    // Row-major input strides; the kept dimensions' indices from j (a kept
+    // dimension has a non-zero output stride; the output is row-major over
+    // them).
+    int64_t stride[6], fixed[6];
+    int64_t s = 1;
+    for (int k = 5; k >= 0; --k) {
+      stride[k] = s;
+      s *= dims.d[k];
+    }
+    for (int k = 0; k < 6; ++k)
+      fixed[k] = dims.o[k] != 0 ? (j / dims.o[k]) % dims.d[k] : 0;
+    // The summed dimensions' indices, counted like an odometer.
+    int64_t idx[6] = {0, 0, 0, 0, 0, 0};
+    double acc = 0.0;
+    while (true) {
+      int64_t at = 0;
+      for (int k = 0; k < 6; ++k)
+        at += (dims.o[k] != 0 ? fixed[k] : idx[k]) * stride[k];
+      acc += float(x[at]);
+      int k = 5;
+      for (; k >= 0; --k) {
+        if (dims.o[k] != 0)
+          continue;
+        if (++idx[k] < dims.d[k])
+          break;
+        idx[k] = 0;
+      }
+      if (k < 0)
+        break;
+    }
+    y[j] = T(static_cast<float>(acc));
+  });
+  ctx->touch(out, out_n * sizeof(T));
+}
+
+void sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
+            int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4,
+            int64_t d5, int64_t o0, int64_t o1, int64_t o2, int64_t o3,
+            int64_t o4, int64_t o5) {
+  for (int64_t d : {d0, d1, d2, d3, d4, d5})
+    if (d == 0) {
+      // Nothing to sum: zeros, as the CPU kernel writes.
+      return fill(ctx, out, out_n, 0.0);
+    }
+  withFloatType(ctx, "sum_to", {in, out}, [&](auto type) {
+    sum_toOf<decltype(type)>(ctx, in, out, out_n, d0, d1, d2, d3, d4, d5, o0,
+                             o1, o2, o3, o4, o5);
+  });
+}
+
+//===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
 
@@ -470,6 +799,13 @@ Backend makeTable() {
   table.silu_grad = silu_grad;
   table.bias_gelu = bias_gelu;
   table.bias_gelu_grad = bias_gelu_grad;
+  table.layer_norm = layer_norm;
+  table.layer_norm_grad = layer_norm_grad;
+  table.rms_norm = rms_norm;
+  table.rms_norm_grad = rms_norm_grad;
+  table.softmax = softmax;
+  table.softmax_grad = softmax_grad;
+  table.sum_to = sum_to;
   return table;
 }
 

@@ -193,6 +193,53 @@ TEST(Cuda, ElementwiseKernelsGiveTheCpuBits) {
   }
 }
 
+// Embedding and its gradient (ids repeated, so rows sum several
+// positions) give the CPU's bytes; a bad id fails the context naming it.
+TEST(Cuda, EmbeddingGivesTheCpuBits) {
+  std::string why;
+  ContextPtr probe = cudaContext(why);
+  if (!probe)
+    GTEST_SKIP() << why;
+  const int64_t vocab = 11, hidden = 7, num = 40;
+  std::vector<uint8_t> input(4096, 0);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < vocab * hidden; ++i) {
+    float v = normal(rng);
+    std::memcpy(input.data() + 4 * i, &v, 4); // table at 0
+  }
+  for (int64_t i = 0; i < num * hidden; ++i) {
+    float v = normal(rng);
+    std::memcpy(input.data() + 1024 + 4 * i, &v, 4); // dy at 1024
+  }
+  for (int64_t i = 0; i < num; ++i) {
+    int32_t id = static_cast<int32_t>((i * 7) % vocab);
+    std::memcpy(input.data() + 2304 + 4 * i, &id, 4); // ids at 2304
+  }
+  auto forward = [&](tmrt_context *c) {
+    tmrt_embedding(c, 0, 2304, 2560, num, hidden, vocab, 32);
+  };
+  auto backward = [&](tmrt_context *c) {
+    tmrt_embedding_grad(c, 1024, 2304, 2560, num, hidden, vocab, 32);
+  };
+  for (auto kernel : {std::function<void(tmrt_context *)>(forward),
+                      std::function<void(tmrt_context *)>(backward)}) {
+    ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
+    ContextPtr gpu = cudaContext(why);
+    EXPECT_EQ(runOn(gpu.get(), input, kernel), runOn(cpu.get(), input, kernel));
+  }
+  int32_t badId = 99;
+  std::memcpy(input.data() + 2304 + 4 * 5, &badId, 4);
+  ContextPtr gpu = cudaContext(why);
+  ASSERT_EQ(tmrt_arena_alloc(gpu.get(), input.size()), 0);
+  ASSERT_EQ(tmrt_arena_write(gpu.get(), 0, input.data(), input.size()), 0);
+  forward(gpu.get());
+  const char *error = tmrt_context_error(gpu.get());
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error),
+            "token id 99 at position 5 is outside the table of 11 rows");
+}
+
 // Softmax sums e^x in double with CUDA's exp, which may differ from
 // libm's in the last place: within 1e-6 relative of the CPU's (f32).
 TEST(Cuda, SoftmaxWithinAnUlpOfTheCpu) {
@@ -231,10 +278,10 @@ TEST(Cuda, AKernelWithoutACudaVersionNamesItself) {
   if (!ctx)
     GTEST_SKIP() << why;
   ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 1024), 0);
-  tmrt_embedding(ctx.get(), 0, 256, 512, 2, 4, 8, 32);
+  tmrt_lr_schedule(ctx.get(), 0, 256, 1e-3, 1e-4, 10, 100);
   const char *error = tmrt_context_error(ctx.get());
   ASSERT_NE(error, nullptr);
-  EXPECT_NE(std::string(error).find("'embedding' has no CUDA version"),
+  EXPECT_NE(std::string(error).find("'lr_schedule' has no CUDA version"),
             std::string::npos)
       << error;
 }

@@ -763,6 +763,310 @@ void sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
 }
 
 //===----------------------------------------------------------------------===//
+// Embedding, the loss head: bad ids are found on the device (the first bad
+// position, by atomicMin) and reported after the kernel, as the CPU kernel
+// reports them
+//===----------------------------------------------------------------------===//
+
+/// `count` values of U copied from device memory (waits for the stream).
+template <typename U>
+bool readBack(tmrt_context *ctx, const U *device, int64_t count,
+              std::vector<U> &host) {
+  host.resize(count);
+  if (count == 0)
+    return true;
+  CudaState &state = stateOf(ctx);
+  return check(ctx,
+               cudaMemcpyAsync(host.data(), device, count * sizeof(U),
+                               cudaMemcpyDeviceToHost, state.stream),
+               "reading back") &&
+         check(ctx, cudaStreamSynchronize(state.stream), "reading back");
+}
+
+/// A device slot for the first bad position (UINT64_MAX: none).
+struct FirstBad {
+  Scratch scratch;
+  explicit FirstBad(tmrt_context *ctx) : scratch(ctx, 8) {
+    if (scratch.memory)
+      check(ctx,
+            cudaMemsetAsync(scratch.memory, 0xff, 8, stateOf(ctx).stream),
+            "clearing a flag");
+  }
+  unsigned long long *slot() { return scratch.as<unsigned long long>(); }
+  /// The first bad position, or -1.
+  int64_t read(tmrt_context *ctx) {
+    std::vector<unsigned long long> value;
+    if (!slot() || !readBack(ctx, slot(), 1, value) ||
+        value[0] == ~0ull)
+      return -1;
+    return static_cast<int64_t>(value[0]);
+  }
+};
+
+__device__ inline int64_t idAt(const void *ids, int64_t i, int64_t bits) {
+  return bits == 32 ? static_cast<const int32_t *>(ids)[i]
+                    : static_cast<const int64_t *>(ids)[i];
+}
+
+const void *idsAt(tmrt_context *ctx, int64_t ids, int64_t bits) {
+  return bits == 32 ? static_cast<const void *>(ctx->at<int32_t>(ids))
+                    : static_cast<const void *>(ctx->at<int64_t>(ids));
+}
+
+/// The id at position `i` of `ids`, read from the device.
+int64_t idOnDevice(tmrt_context *ctx, const void *ids, int64_t i,
+                   int64_t bits) {
+  if (bits == 32) {
+    std::vector<int32_t> v;
+    return readBack(ctx, static_cast<const int32_t *>(ids) + i, 1, v) ? v[0]
+                                                                        : 0;
+  }
+  std::vector<int64_t> v;
+  return readBack(ctx, static_cast<const int64_t *>(ids) + i, 1, v) ? v[0]
+                                                                      : 0;
+}
+
+template <typename T>
+void embeddingOf(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
+                 int64_t num_ids, int64_t hidden, int64_t vocab,
+                 int64_t id_bits) {
+  const T *t = ctx->at<T>(table);
+  const void *idv = idsAt(ctx, ids, id_bits);
+  T *y = ctx->at<T>(out);
+  FirstBad bad(ctx);
+  unsigned long long *badSlot = bad.slot();
+  if (!badSlot)
+    return;
+  elementwise(ctx, "embedding", num_ids * hidden, [=] __device__(int64_t e) {
+    int64_t i = e / hidden, h = e % hidden;
+    int64_t id = idAt(idv, i, id_bits);
+    if (id < 0 || id >= vocab) {
+      y[e] = T(0.0f);
+      atomicMin(badSlot, static_cast<unsigned long long>(i));
+      return;
+    }
+    y[e] = t[id * hidden + h];
+  });
+  if (int64_t i = bad.read(ctx); i >= 0)
+    ctx->fail("token id " + std::to_string(idOnDevice(ctx, idv, i, id_bits)) +
+              " at position " + std::to_string(i) +
+              " is outside the table of " + std::to_string(vocab) + " rows");
+  ctx->touch(out, num_ids * hidden * sizeof(T));
+}
+
+void embedding(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
+               int64_t num_ids, int64_t hidden, int64_t vocab,
+               int64_t id_bits) {
+  withFloatType(ctx, "embedding", {table, out}, [&](auto type) {
+    embeddingOf<decltype(type)>(ctx, table, ids, out, num_ids, hidden, vocab,
+                                id_bits);
+  });
+}
+
+/// The table gradient: the ids are read back and each row's positions
+/// listed in position order (on the host), then one thread per (row,
+/// column) adds its positions' gradients in double in that order: the CPU
+/// kernel's sums.
+template <typename T>
+void embedding_gradOf(tmrt_context *ctx, int64_t dy, int64_t ids,
+                      int64_t out, int64_t num_ids, int64_t hidden,
+                      int64_t vocab, int64_t id_bits) {
+  const T *g = ctx->at<T>(dy);
+  T *y = ctx->at<T>(out);
+  const void *idv = idsAt(ctx, ids, id_bits);
+  std::vector<int64_t> host(num_ids);
+  if (id_bits == 32) {
+    std::vector<int32_t> narrow;
+    if (!readBack(ctx, static_cast<const int32_t *>(idv), num_ids, narrow))
+      return;
+    host.assign(narrow.begin(), narrow.end());
+  } else if (!readBack(ctx, static_cast<const int64_t *>(idv), num_ids,
+                       host)) {
+    return;
+  }
+  std::vector<int64_t> begin(vocab + 1, 0), positions;
+  for (int64_t i = 0; i < num_ids; ++i) {
+    if (host[i] < 0 || host[i] >= vocab) {
+      ctx->fail("token id " + std::to_string(host[i]) + " at position " +
+                std::to_string(i) + " is outside the table of " +
+                std::to_string(vocab) + " rows");
+      continue;
+    }
+    ++begin[host[i] + 1];
+  }
+  for (int64_t v = 0; v < vocab; ++v)
+    begin[v + 1] += begin[v];
+  positions.resize(begin[vocab]);
+  std::vector<int64_t> next(begin.begin(), begin.end() - 1);
+  for (int64_t i = 0; i < num_ids; ++i)
+    if (host[i] >= 0 && host[i] < vocab)
+      positions[next[host[i]]++] = i;
+  Scratch lists(ctx, (begin.size() + positions.size()) * sizeof(int64_t));
+  int64_t *dBegin = lists.as<int64_t>();
+  if (!dBegin)
+    return;
+  int64_t *dPositions = dBegin + begin.size();
+  CudaState &state = stateOf(ctx);
+  if (!check(ctx,
+             cudaMemcpyAsync(dBegin, begin.data(),
+                             begin.size() * sizeof(int64_t),
+                             cudaMemcpyHostToDevice, state.stream),
+             "embedding_grad lists") ||
+      (!positions.empty() &&
+       !check(ctx,
+              cudaMemcpyAsync(dPositions, positions.data(),
+                              positions.size() * sizeof(int64_t),
+                              cudaMemcpyHostToDevice, state.stream),
+              "embedding_grad lists")))
+    return;
+  elementwise(ctx, "embedding_grad", vocab * hidden,
+              [=] __device__(int64_t e) {
+                int64_t v = e / hidden, h = e % hidden;
+                double acc = 0.0;
+                for (int64_t p = dBegin[v]; p < dBegin[v + 1]; ++p)
+                  acc += float(g[dPositions[p] * hidden + h]);
+                y[e] = T(static_cast<float>(acc));
+              });
+  // The lists must outlive the kernel: wait before the scratch goes.
+  check(ctx, cudaStreamSynchronize(state.stream), "embedding_grad");
+  ctx->touch(out, vocab * hidden * sizeof(T));
+}
+
+void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids, int64_t out,
+                    int64_t num_ids, int64_t hidden, int64_t vocab,
+                    int64_t id_bits) {
+  withFloatType(ctx, "embedding_grad", {dy, out}, [&](auto type) {
+    embedding_gradOf<decltype(type)>(ctx, dy, ids, out, num_ids, hidden,
+                                     vocab, id_bits);
+  });
+}
+
+/// Cross-entropy: each row's loss in double (exp and log: CUDA's, within
+/// an ulp of libm's), then one thread adds the rows' losses in row order.
+template <typename T>
+void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
+                     int64_t loss_sum, int64_t count, int64_t rows,
+                     int64_t vocab, int64_t ignore_index, int64_t id_bits) {
+  const T *l = ctx->at<T>(logits);
+  const void *tv = idsAt(ctx, targets, id_bits);
+  Scratch rowLoss(ctx, (rows > 0 ? rows : 1) * (sizeof(double) + 1));
+  double *loss = rowLoss.as<double>();
+  FirstBad bad(ctx);
+  unsigned long long *badSlot = bad.slot();
+  if (!loss || !badSlot)
+    return;
+  uint8_t *valid = reinterpret_cast<uint8_t *>(loss + (rows > 0 ? rows : 1));
+  elementwise(ctx, "cross_entropy", rows, [=] __device__(int64_t r) {
+    loss[r] = 0.0;
+    valid[r] = 0;
+    int64_t t = idAt(tv, r, id_bits);
+    if (t == ignore_index)
+      return;
+    if (t < 0 || t >= vocab) {
+      atomicMin(badSlot, static_cast<unsigned long long>(r));
+      return;
+    }
+    const T *lr = l + r * vocab;
+    double maxValue = -INFINITY;
+    for (int64_t c = 0; c < vocab; ++c)
+      maxValue = fmax(maxValue, static_cast<double>(float(lr[c])));
+    double z = 0.0;
+    for (int64_t c = 0; c < vocab; ++c)
+      z += exp(float(lr[c]) - maxValue);
+    loss[r] = maxValue + log(z) - float(lr[t]);
+    valid[r] = 1;
+  });
+  float *sumOut = ctx->at<float>(loss_sum);
+  int64_t *countOut = ctx->at<int64_t>(count);
+  elementwise(ctx, "cross_entropy", 1, [=] __device__(int64_t) {
+    double sum = 0.0;
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += loss[r];
+      n += valid[r];
+    }
+    *sumOut = static_cast<float>(sum);
+    *countOut = n;
+  });
+  if (int64_t r = bad.read(ctx); r >= 0)
+    ctx->fail("target " + std::to_string(idOnDevice(ctx, tv, r, id_bits)) +
+              " at position " + std::to_string(r) +
+              " is outside the vocabulary of " + std::to_string(vocab));
+  ctx->touch(loss_sum, 4);
+  ctx->touch(count, 8);
+}
+
+void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
+                   int64_t loss_sum, int64_t count, int64_t rows,
+                   int64_t vocab, int64_t ignore_index, int64_t id_bits) {
+  withFloatType(ctx, "cross_entropy", {logits}, [&](auto type) {
+    cross_entropyOf<decltype(type)>(ctx, logits, targets, loss_sum, count,
+                                    rows, vocab, ignore_index, id_bits);
+  });
+}
+
+template <typename T>
+void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss, int64_t logits,
+                          int64_t targets, int64_t out, int64_t rows,
+                          int64_t vocab, int64_t ignore_index,
+                          int64_t id_bits) {
+  const float *dl = ctx->at<float>(dloss);
+  const T *l = ctx->at<T>(logits);
+  const void *tv = idsAt(ctx, targets, id_bits);
+  T *y = ctx->at<T>(out);
+  elementwise(ctx, "cross_entropy_grad", rows, [=] __device__(int64_t r) {
+    double g = *dl;
+    int64_t t = idAt(tv, r, id_bits);
+    T *yr = y + r * vocab;
+    if (t == ignore_index || t < 0 || t >= vocab) {
+      for (int64_t c = 0; c < vocab; ++c)
+        yr[c] = T(0.0f);
+      return;
+    }
+    const T *lr = l + r * vocab;
+    double maxValue = -INFINITY;
+    for (int64_t c = 0; c < vocab; ++c)
+      maxValue = fmax(maxValue, static_cast<double>(float(lr[c])));
+    double z = 0.0;
+    for (int64_t c = 0; c < vocab; ++c)
+      z += exp(float(lr[c]) - maxValue);
+    double logZ = log(z);
+    for (int64_t c = 0; c < vocab; ++c)
+      yr[c] = T(static_cast<float>(
+          g * (exp(float(lr[c]) - maxValue - logZ) - (c == t ? 1.0 : 0.0))));
+  });
+  ctx->touch(out, rows * vocab * sizeof(T));
+}
+
+void cross_entropy_grad(tmrt_context *ctx, int64_t dloss, int64_t logits,
+                        int64_t targets, int64_t out, int64_t rows,
+                        int64_t vocab, int64_t ignore_index,
+                        int64_t id_bits) {
+  withFloatType(ctx, "cross_entropy_grad", {logits, out}, [&](auto type) {
+    cross_entropy_gradOf<decltype(type)>(ctx, dloss, logits, targets, out,
+                                         rows, vocab, ignore_index, id_bits);
+  });
+}
+
+void mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
+               int64_t out, int64_t weight, double scale) {
+  const float *sumIn = ctx->at<float>(loss_sum);
+  const int64_t *countIn = ctx->at<int64_t>(count);
+  const float *weightIn = weight >= 0 ? ctx->at<float>(weight) : nullptr;
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, "mean_loss", 1, [=] __device__(int64_t) {
+    double s = scale;
+    if (weightIn)
+      s *= *weightIn;
+    double sum = *sumIn;
+    int64_t n = *countIn;
+    *y = static_cast<float>(s * sum /
+                            static_cast<double>(n > 1 ? n : int64_t(1)));
+  });
+  ctx->touch(out, 4);
+}
+
+//===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
 
@@ -806,6 +1110,11 @@ Backend makeTable() {
   table.softmax = softmax;
   table.softmax_grad = softmax_grad;
   table.sum_to = sum_to;
+  table.embedding = embedding;
+  table.embedding_grad = embedding_grad;
+  table.cross_entropy = cross_entropy;
+  table.cross_entropy_grad = cross_entropy_grad;
+  table.mean_loss = mean_loss;
   return table;
 }
 

@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -270,6 +271,46 @@ TEST(Cuda, SoftmaxWithinAnUlpOfTheCpu) {
       EXPECT_NEAR(fa, fb, 1e-6 * std::abs(fb) + 1e-30) << i;
     }
   }
+}
+
+// GEMMs through cuBLAS (TF32 off): another summation order than the CPU's
+// OpenBLAS tiles, so within 1e-5 of C's largest magnitude in f32; plain,
+// transposed operands and a batch of 3.
+TEST(Cuda, MatmulThroughCublas) {
+  std::string why;
+  ContextPtr probe = cudaContext(why);
+  if (!probe)
+    GTEST_SKIP() << why;
+  const int64_t m = 37, n = 29, k = 53, batches = 3;
+  const int64_t aBytes = batches * m * k * 4, bBytes = batches * k * n * 4;
+  std::vector<uint8_t> input(aBytes + bBytes + batches * m * n * 4);
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < (aBytes + bBytes) / 4; ++i) {
+    float v = normal(rng);
+    std::memcpy(input.data() + 4 * i, &v, 4);
+  }
+  for (bool transposeA : {false, true})
+    for (bool transposeB : {false, true}) {
+      SCOPED_TRACE(std::to_string(transposeA) + std::to_string(transposeB));
+      auto kernel = [&](tmrt_context *c) {
+        tmrt_matmul(c, 0, aBytes, aBytes + bBytes, m, n, k, transposeA ? 1 : k,
+                    transposeA ? m : 1, transposeB ? 1 : n, transposeB ? k : 1,
+                    batches, 1, 1, 1, m * k, 0, 0, 0, k * n, 0, 0, 0);
+      };
+      ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
+      ContextPtr gpu = cudaContext(why);
+      std::vector<uint8_t> a = runOn(gpu.get(), input, kernel),
+                           b = runOn(cpu.get(), input, kernel);
+      float largest = 0.0f;
+      std::vector<float> fa(batches * m * n), fb(batches * m * n);
+      std::memcpy(fa.data(), a.data() + aBytes + bBytes, fa.size() * 4);
+      std::memcpy(fb.data(), b.data() + aBytes + bBytes, fb.size() * 4);
+      for (float v : fb)
+        largest = std::max(largest, std::abs(v));
+      for (size_t i = 0; i < fa.size(); ++i)
+        EXPECT_NEAR(fa[i], fb[i], 1e-5f * largest) << i;
+    }
 }
 
 TEST(Cuda, AKernelWithoutACudaVersionNamesItself) {

@@ -26,20 +26,76 @@
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/Float16.h"
 
+#include <cublas_api.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace tmrt;
 
 namespace {
 
+/// cuBLAS, loaded when a context opens (dlopen: the runtime does not link
+/// it, so that processes that never make a CUDA context do not load it).
+struct Cublas {
+  void *library = nullptr;
+  cublasStatus_t (*create)(cublasHandle_t *) = nullptr;
+  cublasStatus_t (*destroy)(cublasHandle_t) = nullptr;
+  cublasStatus_t (*setStream)(cublasHandle_t, cudaStream_t) = nullptr;
+  cublasStatus_t (*gemmEx)(cublasHandle_t, cublasOperation_t,
+                           cublasOperation_t, int, int, int, const void *,
+                           const void *, cudaDataType, int, const void *,
+                           cudaDataType, int, const void *, void *,
+                           cudaDataType, int, cublasComputeType_t,
+                           cublasGemmAlgo_t) = nullptr;
+};
+
 struct CudaState {
   int device = 0;
   cudaStream_t stream = nullptr;
+  Cublas blas;
+  cublasHandle_t handle = nullptr;
+  /// TF32 for f32 GEMMs: off unless TMRT_CUDA_TF32=1 (then cuBLAS may
+  /// round the inputs to 10-bit mantissas).
+  bool tf32 = false;
 };
+
+/// Loads cuBLAS and makes a handle on the state's stream.
+bool openCublas(CudaState &state, std::string &error) {
+  Cublas &blas = state.blas;
+  for (const char *name : {"libcublas.so.13", "libcublas.so"})
+    if ((blas.library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+      break;
+  if (!blas.library) {
+    error = std::string("cuda: cuBLAS cannot be loaded (") + dlerror() + ")";
+    return false;
+  }
+  auto find = [&](auto &fn, const char *symbol) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+        dlsym(blas.library, symbol));
+    return fn != nullptr;
+  };
+  if (!find(blas.create, "cublasCreate_v2") ||
+      !find(blas.destroy, "cublasDestroy_v2") ||
+      !find(blas.setStream, "cublasSetStream_v2") ||
+      !find(blas.gemmEx, "cublasGemmEx")) {
+    error = "cuda: the cuBLAS loaded lacks cublasGemmEx or its handle calls";
+    return false;
+  }
+  if (blas.create(&state.handle) != CUBLAS_STATUS_SUCCESS ||
+      blas.setStream(state.handle, state.stream) != CUBLAS_STATUS_SUCCESS) {
+    error = "cuda: cannot make a cuBLAS handle";
+    return false;
+  }
+  const char *tf32 = std::getenv("TMRT_CUDA_TF32");
+  state.tf32 = tf32 && std::string(tf32) == "1";
+  return true;
+}
 
 CudaState &stateOf(tmrt_context *ctx) {
   return *static_cast<CudaState *>(ctx->deviceState);
@@ -56,6 +112,19 @@ bool check(tmrt_context *ctx, cudaError_t status, const std::string &what) {
 //===----------------------------------------------------------------------===//
 // Context, device, arena
 //===----------------------------------------------------------------------===//
+
+void close(tmrt_context *ctx) {
+  if (!ctx->deviceState)
+    return;
+  CudaState &state = stateOf(ctx);
+  cudaSetDevice(state.device);
+  cudaStreamSynchronize(state.stream);
+  if (state.handle)
+    state.blas.destroy(state.handle);
+  cudaStreamDestroy(state.stream);
+  delete &state;
+  ctx->deviceState = nullptr;
+}
 
 bool open(tmrt_context *ctx, std::string &error) {
   int count = 0;
@@ -90,18 +159,11 @@ bool open(tmrt_context *ctx, std::string &error) {
     return false;
   }
   ctx->deviceState = state;
+  if (!openCublas(*state, error)) {
+    close(ctx);
+    return false;
+  }
   return true;
-}
-
-void close(tmrt_context *ctx) {
-  if (!ctx->deviceState)
-    return;
-  CudaState &state = stateOf(ctx);
-  cudaSetDevice(state.device);
-  cudaStreamSynchronize(state.stream);
-  cudaStreamDestroy(state.stream);
-  delete &state;
-  ctx->deviceState = nullptr;
 }
 
 void *allocArena(tmrt_context *ctx, uint64_t bytes) {
@@ -1067,6 +1129,108 @@ void mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
 }
 
 //===----------------------------------------------------------------------===//
+// GEMMs through cuBLAS (f32 with TF32 off unless asked, bf16/f16 in with
+// f32 compute, C rounded once), one call per batch
+//===----------------------------------------------------------------------===//
+
+template <typename T> constexpr cudaDataType cudaTypeOf() {
+  if constexpr (std::is_same_v<T, float>)
+    return CUDA_R_32F;
+  else if constexpr (std::is_same_v<T, trainmem::BFloat16>)
+    return CUDA_R_16BF;
+  else
+    return CUDA_R_16F;
+}
+
+template <typename T>
+void matmulOf(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
+              int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs,
+              int64_t b_cs, int64_t c0, int64_t c1, int64_t c2, int64_t c3,
+              int64_t a0, int64_t a1, int64_t a2, int64_t a3, int64_t b0,
+              int64_t b1, int64_t b2, int64_t b3) {
+  const T *pa = ctx->at<T>(a), *pb = ctx->at<T>(b);
+  T *pc = ctx->at<T>(c);
+  CudaState &state = stateOf(ctx);
+  // Row-major C = A B is column-major Cᵀ = Bᵀ Aᵀ. A matrix stored with
+  // unit column stride (row-major, leading dimension its row stride) is
+  // its transpose in column-major terms: no transpose asked; one with
+  // unit row stride needs the transpose.
+  auto layout = [](int64_t rs, int64_t cs, int64_t rows, int64_t cols,
+                   cublasOperation_t &op, int64_t &ld) {
+    if (cs == 1 && rs >= (cols > 1 ? cols : 1)) {
+      op = CUBLAS_OP_N;
+      ld = rs > 1 ? rs : 1;
+      return true;
+    }
+    if (rs == 1 && cs >= (rows > 1 ? rows : 1)) {
+      op = CUBLAS_OP_T;
+      ld = cs > 1 ? cs : 1;
+      return true;
+    }
+    return false;
+  };
+  cublasOperation_t opA, opB;
+  int64_t lda = 0, ldb = 0;
+  bool blas = layout(a_rs, a_cs, m, k, opA, lda) &&
+              layout(b_rs, b_cs, k, n, opB, ldb) && m <= INT32_MAX &&
+              n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX &&
+              ldb <= INT32_MAX;
+  cublasComputeType_t compute =
+      std::is_same_v<T, float> && state.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                             : CUBLAS_COMPUTE_32F;
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t i0 = 0; i0 < c0; ++i0)
+    for (int64_t i1 = 0; i1 < c1; ++i1)
+      for (int64_t i2 = 0; i2 < c2; ++i2)
+        for (int64_t i3 = 0; i3 < c3; ++i3) {
+          int64_t batch = ((i0 * c1 + i1) * c2 + i2) * c3 + i3;
+          const T *ma = pa + i0 * a0 + i1 * a1 + i2 * a2 + i3 * a3;
+          const T *mb = pb + i0 * b0 + i1 * b1 + i2 * b2 + i3 * b3;
+          T *mc = pc + batch * m * n;
+          if (m == 0 || n == 0)
+            continue;
+          if (blas && k > 0) {
+            cublasStatus_t status = state.blas.gemmEx(
+                state.handle, opB, opA, static_cast<int>(n),
+                static_cast<int>(m), static_cast<int>(k), &one, mb,
+                cudaTypeOf<T>(), static_cast<int>(ldb), ma, cudaTypeOf<T>(),
+                static_cast<int>(lda), &zero, mc, cudaTypeOf<T>(),
+                static_cast<int>(n), compute, CUBLAS_GEMM_DEFAULT);
+            if (status != CUBLAS_STATUS_SUCCESS)
+              return ctx->fail("cuda: cublasGemmEx failed with status " +
+                               std::to_string(static_cast<int>(status)) +
+                               " (" + std::to_string(m) + " x " +
+                               std::to_string(n) + " x " + std::to_string(k) +
+                               ")");
+            continue;
+          }
+          // Operands BLAS cannot take (neither stride unit) or k = 0: one
+          // thread per element of C, the sum in double, as the CPU's
+          // fallback.
+          elementwise(ctx, "matmul", m * n, [=] __device__(int64_t e) {
+            int64_t i = e / n, j = e % n;
+            double acc = 0.0;
+            for (int64_t p = 0; p < k; ++p)
+              acc += static_cast<double>(float(ma[i * a_rs + p * a_cs])) *
+                     float(mb[p * b_rs + j * b_cs]);
+            mc[e] = T(static_cast<float>(acc));
+          });
+        }
+  ctx->touch(c, c0 * c1 * c2 * c3 * m * n * sizeof(T));
+}
+
+void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
+            int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs,
+            int64_t b_cs, int64_t c0, int64_t c1, int64_t c2, int64_t c3,
+            int64_t a0, int64_t a1, int64_t a2, int64_t a3, int64_t b0,
+            int64_t b1, int64_t b2, int64_t b3) {
+  withFloatType(ctx, "matmul", {a, b, c}, [&](auto type) {
+    matmulOf<decltype(type)>(ctx, a, b, c, m, n, k, a_rs, a_cs, b_rs, b_cs,
+                             c0, c1, c2, c3, a0, a1, a2, a3, b0, b1, b2, b3);
+  });
+}
+
+//===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
 
@@ -1115,6 +1279,7 @@ Backend makeTable() {
   table.cross_entropy = cross_entropy;
   table.cross_entropy_grad = cross_entropy_grad;
   table.mean_loss = mean_loss;
+  table.matmul = matmul;
   return table;
 }
 

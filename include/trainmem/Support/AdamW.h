@@ -9,6 +9,8 @@
 #ifndef TRAINMEM_SUPPORT_ADAMW_H
 #define TRAINMEM_SUPPORT_ADAMW_H
 
+#include "trainmem/Support/HostDevice.h"
+
 #include <cmath>
 #include <cstdint>
 
@@ -39,11 +41,11 @@ struct AdamWStep {
   /// p - lr (m'/c1 / (sqrt(v'/c2) + eps) + wd p) with c = 1 - β^t. In f32,
   /// one operation at a time (the build contracts no multiply-add), so
   /// vector kernels that do the same operations get the same bits.
-  void apply(float param, float grad, float m, float v, float &newParam,
-             float &newM, float &newV) const {
+  TRAINMEM_HD void apply(float param, float grad, float m, float v,
+                         float &newParam, float &newM, float &newV) const {
     float mi = beta1 * m + oneMinusBeta1 * grad;
     float vi = beta2 * v + oneMinusBeta2 * (grad * grad);
-    float denominator = std::sqrt(vi) + epsilonHat;
+    float denominator = sqrtf(vi) + epsilonHat;
     newM = mi;
     newV = vi;
     newParam = param * decay - stepSize * (mi / denominator);
@@ -57,8 +59,8 @@ struct SGDMomentumStep {
   double lr, momentum, weightDecay;
   bool nesterov;
 
-  void apply(float param, float grad, float buffer, float &newParam,
-             float &newBuffer) const {
+  TRAINMEM_HD void apply(float param, float grad, float buffer, float &newParam,
+                         float &newBuffer) const {
     double g = grad + weightDecay * param;
     double b = momentum * buffer + g;
     newBuffer = static_cast<float>(b);

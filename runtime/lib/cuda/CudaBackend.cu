@@ -24,12 +24,16 @@
 #include "../Context.h"
 
 #include "trainmem/Support/Activations.h"
+#include "trainmem/Support/AdamW.h"
+#include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/Float16.h"
 
 #include <cublas_api.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -1231,6 +1235,199 @@ void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
 }
 
 //===----------------------------------------------------------------------===//
+// The optimizer block: schedule, clipping, AdamW and SGD. A tensor whose
+// gradient is not finite keeps its state, as on the CPU (the check is a
+// device flag read back).
+//===----------------------------------------------------------------------===//
+
+void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out, double peak_lr,
+                 double min_lr, int64_t warmup_steps, int64_t total_steps) {
+  const int64_t *stepIn = ctx->at<int64_t>(step);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, "lr_schedule", 1, [=] __device__(int64_t) {
+    double t = static_cast<double>(*stepIn);
+    double warmup = static_cast<double>(warmup_steps);
+    double total = static_cast<double>(total_steps);
+    double lr;
+    if (warmup > 0 && t <= warmup)
+      lr = peak_lr * t / warmup;
+    else if (t >= total)
+      lr = min_lr;
+    else
+      lr = min_lr + 0.5 * (peak_lr - min_lr) *
+                        (1.0 + cos(M_PI * (t - warmup) / (total - warmup)));
+    *y = static_cast<float>(lr);
+  });
+  ctx->touch(out, 4);
+}
+
+/// Whether every one of the `n` values is finite (a device flag read back).
+template <typename T>
+bool allFinite(tmrt_context *ctx, const T *g, int64_t n) {
+  Scratch flag(ctx, 4);
+  int *nonFinite = flag.as<int>();
+  if (!nonFinite ||
+      !check(ctx, cudaMemsetAsync(nonFinite, 0, 4, stateOf(ctx).stream),
+             "clearing a flag"))
+    return false;
+  elementwise(ctx, "finite check", n, [=] __device__(int64_t i) {
+    if (!isfinite(float(g[i])))
+      *nonFinite = 1;
+  });
+  std::vector<int> value;
+  return readBack(ctx, nonFinite, 1, value) && value[0] == 0;
+}
+
+/// A scalar from the arena (waits for the stream).
+template <typename U> U scalarAt(tmrt_context *ctx, int64_t ref) {
+  std::vector<U> value;
+  return readBack(ctx, ctx->at<U>(ref), 1, value) ? value[0] : U(0);
+}
+
+template <typename T>
+void adamwOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+             int64_t v, int64_t lr, int64_t step, int64_t new_param,
+             int64_t new_m, int64_t new_v, int64_t n, double beta1,
+             double beta2, double eps, double weight_decay) {
+  const float *p = ctx->at<float>(param), *mv = ctx->at<float>(m),
+              *vv = ctx->at<float>(v);
+  const T *g = ctx->at<T>(grad);
+  float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m),
+        *nv = ctx->at<float>(new_v);
+  if (!allFinite(ctx, g, n)) {
+    if (ctx->hasError)
+      return;
+    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
+    copyArena(ctx, offsetOf(m), offsetOf(new_m), n * 4);
+    copyArena(ctx, offsetOf(v), offsetOf(new_v), n * 4);
+    ctx->recordSkipped(param);
+  } else {
+    // The step's constants in double on the host, as the CPU kernel.
+    const trainmem::AdamWStep update(scalarAt<float>(ctx, lr), beta1, beta2,
+                                     eps, weight_decay,
+                                     scalarAt<int64_t>(ctx, step));
+    elementwise(ctx, "adamw", n, [=] __device__(int64_t i) {
+      float newParam, newM, newV;
+      update.apply(p[i], float(g[i]), mv[i], vv[i], newParam, newM, newV);
+      np[i] = newParam;
+      nm[i] = newM;
+      nv[i] = newV;
+    });
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m, n * 4);
+  ctx->touch(new_v, n * 4);
+}
+
+void adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+           int64_t v, int64_t lr, int64_t step, int64_t new_param,
+           int64_t new_m, int64_t new_v, int64_t n, double beta1,
+           double beta2, double eps, double weight_decay) {
+  withFloatType(ctx, "adamw", {grad}, [&](auto type) {
+    adamwOf<decltype(type)>(ctx, param, grad, m, v, lr, step, new_param,
+                            new_m, new_v, n, beta1, beta2, eps, weight_decay);
+  });
+}
+
+template <typename T>
+void sgdOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
+           int64_t buffer, int64_t new_param, int64_t new_buffer, int64_t n,
+           double momentum, double weight_decay, int64_t nesterov) {
+  const float *p = ctx->at<float>(param);
+  const T *g = ctx->at<T>(grad);
+  const float *b = buffer >= 0 ? ctx->at<float>(buffer) : nullptr;
+  float *np = ctx->at<float>(new_param);
+  float *nb = buffer >= 0 ? ctx->at<float>(new_buffer) : nullptr;
+  if (!allFinite(ctx, g, n)) {
+    if (ctx->hasError)
+      return;
+    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
+    if (nb)
+      copyArena(ctx, offsetOf(buffer), offsetOf(new_buffer), n * 4);
+    ctx->recordSkipped(param);
+  } else {
+    double rate = scalarAt<float>(ctx, lr);
+    trainmem::SGDMomentumStep update{rate, momentum, weight_decay,
+                                     nesterov != 0};
+    elementwise(ctx, "sgd", n, [=] __device__(int64_t i) {
+      if (b) {
+        float newParam, newBuffer;
+        update.apply(p[i], float(g[i]), b[i], newParam, newBuffer);
+        np[i] = newParam;
+        nb[i] = newBuffer;
+      } else {
+        np[i] = static_cast<float>(p[i] -
+                                   rate * (float(g[i]) + weight_decay * p[i]));
+      }
+    });
+  }
+  ctx->touch(new_param, n * 4);
+  if (nb)
+    ctx->touch(new_buffer, n * 4);
+}
+
+void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
+         int64_t buffer, int64_t new_param, int64_t new_buffer, int64_t n,
+         double momentum, double weight_decay, int64_t nesterov) {
+  withFloatType(ctx, "sgd", {grad}, [&](auto type) {
+    sgdOf<decltype(type)>(ctx, param, grad, lr, buffer, new_param, new_buffer,
+                          n, momentum, weight_decay, nesterov);
+  });
+}
+
+// Clipping: the exact sum of squares on the host for now (the gradient
+// read back; ExactSum.h is host code), so the norm is the CPU's to the bit.
+
+void clip_begin(tmrt_context *ctx) {
+  trainmem::ExactSquareSum(ctx->clipSum).clear();
+}
+
+void clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
+  withFloatType(ctx, "clip_accumulate", {grad}, [&](auto type) {
+    using T = decltype(type);
+    std::vector<T> host;
+    if (readBack(ctx, ctx->at<T>(grad), n, host))
+      trainmem::ExactSquareSum(ctx->clipSum).addSquares(host.data(), n);
+  });
+}
+
+void clip_store_sum(tmrt_context *ctx, int64_t out) {
+  writeArena(ctx, offsetOf(out), ctx->clipSum, sizeof ctx->clipSum);
+  ctx->touch(out, sizeof ctx->clipSum);
+}
+
+void clip_load_sum(tmrt_context *ctx, int64_t sum) {
+  std::vector<int64_t> words;
+  if (readBack(ctx, ctx->at<int64_t>(sum), trainmem::kExactSumWords, words))
+    std::copy(words.begin(), words.end(), ctx->clipSum);
+}
+
+void clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
+  double value = std::sqrt(trainmem::ExactSquareSum(ctx->clipSum).value());
+  ctx->clipScale = std::min(1.0, max_norm / (value + 1e-6));
+  float norm32 = static_cast<float>(value);
+  writeArena(ctx, offsetOf(norm), &norm32, 4);
+  ctx->touch(norm, 4);
+}
+
+template <typename T>
+void clip_applyOf(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n) {
+  const T *g = ctx->at<T>(grad);
+  T *y = ctx->at<T>(out);
+  double scale = ctx->clipScale;
+  elementwise(ctx, "clip_apply", n, [=] __device__(int64_t i) {
+    y[i] = T(static_cast<float>(float(g[i]) * scale));
+  });
+  ctx->touch(out, n * sizeof(T));
+}
+
+void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n) {
+  withFloatType(ctx, "clip_apply", {grad, out}, [&](auto type) {
+    clip_applyOf<decltype(type)>(ctx, grad, out, n);
+  });
+}
+
+//===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
 
@@ -1280,6 +1477,15 @@ Backend makeTable() {
   table.cross_entropy_grad = cross_entropy_grad;
   table.mean_loss = mean_loss;
   table.matmul = matmul;
+  table.lr_schedule = lr_schedule;
+  table.adamw = adamw;
+  table.sgd = sgd;
+  table.clip_begin = clip_begin;
+  table.clip_accumulate = clip_accumulate;
+  table.clip_store_sum = clip_store_sum;
+  table.clip_load_sum = clip_load_sum;
+  table.clip_finish = clip_finish;
+  table.clip_apply = clip_apply;
   return table;
 }
 

@@ -1428,6 +1428,132 @@ void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n) {
 }
 
 //===----------------------------------------------------------------------===//
+// Data movement: strided copies, micro-batch slices, counting targets
+//===----------------------------------------------------------------------===//
+
+/// copy_strided's extents and input strides (captured by value).
+struct Strides6 {
+  int64_t d[6], s[6];
+};
+
+template <typename T>
+void copy_stridedOf(tmrt_context *ctx, int64_t in, int64_t out,
+                    Strides6 shape) {
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
+  int64_t total = 1;
+  for (int64_t d : shape.d)
+    total *= d;
+  elementwise(ctx, "copy_strided", total, [=] __device__(int64_t e) {
+    int64_t rest = e, at = 0;
+    for (int k = 5; k >= 0; --k) {
+      at += (rest % shape.d[k]) * shape.s[k];
+      rest /= shape.d[k];
+    }
+    y[e] = x[at];
+  });
+  ctx->touch(out, total * sizeof(T));
+}
+
+void copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
+                  int64_t d1, int64_t d2, int64_t d3, int64_t d4, int64_t d5,
+                  int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4,
+                  int64_t s5) {
+  Strides6 shape = {{d0, d1, d2, d3, d4, d5}, {s0, s1, s2, s3, s4, s5}};
+  for (int64_t d : shape.d)
+    if (d == 0)
+      return;
+  withFloatType(ctx, "copy_strided", {in, out}, [&](auto type) {
+    copy_stridedOf<decltype(type)>(ctx, in, out, shape);
+  });
+}
+
+template <typename U>
+void padWith(tmrt_context *ctx, U *y, int64_t from, int64_t to, U value) {
+  elementwise(ctx, "slice_rows", to - from,
+              [=] __device__(int64_t i) { y[from + i] = value; });
+}
+
+void slice_rows(tmrt_context *ctx, int64_t in, int64_t out, int64_t offset,
+                int64_t rows, int64_t available, int64_t row_elems,
+                int64_t kind, int64_t padding) {
+  // kind: 0 a float tensor (its reference says which), 32 or 64 integers.
+  int64_t dtype = dtypeOf(in);
+  if (dtypeOf(out) != dtype || (kind != 0 && dtype != TMRT_DTYPE_F32))
+    return ctx->fail("slice_rows: input and result of different element "
+                     "types");
+  int64_t size = kind == 64 ? 8 : kind == 32 || dtype == TMRT_DTYPE_F32 ? 4 : 2;
+  int64_t copied = std::max<int64_t>(0, std::min(rows, available - offset));
+  if (copied > 0)
+    copyArena(ctx, offsetOf(in) + offset * row_elems * size, offsetOf(out),
+              copied * row_elems * size);
+  int64_t from = copied * row_elems, to = rows * row_elems;
+  if (to > from) {
+    if (kind == 32)
+      padWith(ctx, ctx->at<int32_t>(out), from, to,
+              static_cast<int32_t>(padding));
+    else if (kind == 64)
+      padWith(ctx, ctx->at<int64_t>(out), from, to, padding);
+    else if (dtype == TMRT_DTYPE_BF16)
+      padWith(ctx, ctx->at<trainmem::BFloat16>(out), from, to,
+              trainmem::BFloat16(static_cast<float>(padding)));
+    else if (dtype == TMRT_DTYPE_F16)
+      padWith(ctx, ctx->at<trainmem::Float16>(out), from, to,
+              trainmem::Float16(static_cast<float>(padding)));
+    else
+      padWith(ctx, ctx->at<float>(out), from, to,
+              static_cast<float>(padding));
+  }
+  ctx->touch(out, rows * row_elems * size);
+}
+
+void count_valid(tmrt_context *ctx, int64_t targets, int64_t out, int64_t n,
+                 int64_t ignore_index, int64_t id_bits) {
+  const void *tv = idsAt(ctx, targets, id_bits);
+  int64_t *y = ctx->at<int64_t>(out);
+  elementwise(ctx, "count_valid", 1, [=] __device__(int64_t) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; ++i)
+      count += idAt(tv, i, id_bits) != ignore_index;
+    *y = count;
+  });
+  ctx->touch(out, 8);
+}
+
+/// Rotary position embedding, as the CPU kernel (pow, cos and sin in
+/// double: CUDA's, within an ulp of libm's).
+template <typename T>
+void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
+            int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
+            int64_t ss, int64_t sd, double theta, int64_t inverse) {
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
+  double sign = inverse ? -1.0 : 1.0;
+  int64_t rows = n0 * n1 * s, half = d / 2;
+  elementwise(ctx, "rope", rows * half, [=] __device__(int64_t e) {
+    int64_t r = e / half, i = e % half;
+    int64_t pos = r % s, rest = r / s;
+    int64_t i1 = rest % n1, i0 = rest / n1;
+    const T *xr = x + i0 * s0 + i1 * s1 + pos * ss;
+    double angle = sign * pos * pow(theta, -2.0 * i / d);
+    double c = cos(angle), sn = sin(angle);
+    double x0 = float(xr[2 * i * sd]), x1 = float(xr[(2 * i + 1) * sd]);
+    y[r * d + 2 * i] = T(static_cast<float>(x0 * c - x1 * sn));
+    y[r * d + 2 * i + 1] = T(static_cast<float>(x0 * sn + x1 * c));
+  });
+  ctx->touch(out, rows * d * sizeof(T));
+}
+
+void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
+          int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss,
+          int64_t sd, double theta, int64_t inverse) {
+  withFloatType(ctx, "rope", {in, out}, [&](auto type) {
+    ropeOf<decltype(type)>(ctx, in, out, n0, n1, s, d, s0, s1, ss, sd, theta,
+                           inverse);
+  });
+}
+
+//===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
 
@@ -1486,6 +1612,10 @@ Backend makeTable() {
   table.clip_load_sum = clip_load_sum;
   table.clip_finish = clip_finish;
   table.clip_apply = clip_apply;
+  table.copy_strided = copy_strided;
+  table.slice_rows = slice_rows;
+  table.count_valid = count_valid;
+  table.rope = rope;
   return table;
 }
 

@@ -78,6 +78,21 @@ TRAINMEM_HD inline double siluDerivative(double x) {
   return siluDerivativeF(static_cast<float>(x));
 }
 
+/// train.bias_gelu on one element: gelu(x + b), the sum rounded to T (as
+/// train.bias_add stores it) first; and its gradient dy · gelu'(x + b).
+/// T is float, BFloat16 or Float16; the result is f32, rounded to T by
+/// the caller's store.
+template <typename T> TRAINMEM_HD inline float biasGelu(T x, T b) {
+  T sum(static_cast<float>(x) + static_cast<float>(b));
+  return static_cast<float>(gelu(static_cast<double>(static_cast<float>(sum))));
+}
+template <typename T> TRAINMEM_HD inline float biasGeluGrad(T dy, T x, T b) {
+  T sum(static_cast<float>(x) + static_cast<float>(b));
+  return static_cast<float>(
+      static_cast<double>(static_cast<float>(dy)) *
+      geluDerivative(static_cast<double>(static_cast<float>(sum))));
+}
+
 } // namespace trainmem
 
 #endif // TRAINMEM_SUPPORT_ACTIVATIONS_H

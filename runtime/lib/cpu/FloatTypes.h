@@ -11,6 +11,7 @@
 
 #include "../Context.h"
 
+#include <initializer_list>
 #include <string>
 
 namespace tmrt {
@@ -32,6 +33,24 @@ void dispatchFloatType(tmrt_context *ctx, const char *kernel, int64_t dtype,
     ctx->fail(std::string(kernel) + ": element type code " +
               std::to_string(dtype) + " is not one the runtime knows");
   }
+}
+
+/// Calls fn(T{}) with T the element type (float, BFloat16, Float16) that
+/// the tensor references `refs` share; fails the context when they differ.
+/// (The CPU and the CUDA kernels dispatch through it.)
+template <typename Fn>
+void withFloatType(tmrt_context *ctx, const char *kernel,
+                   std::initializer_list<int64_t> refs, Fn fn) {
+  int64_t dtype = tmrt::dtypeOf(*refs.begin());
+  for (int64_t ref : refs)
+    if (tmrt::dtypeOf(ref) != dtype) {
+      ctx->fail(std::string(kernel) + ": operands of element types " +
+                tmrt::dtypeName(dtype) + " and " +
+                tmrt::dtypeName(tmrt::dtypeOf(ref)) +
+                "; this kernel's operands share one");
+      return;
+    }
+  dispatchFloatType(ctx, kernel, dtype, fn);
 }
 
 } // namespace cpu

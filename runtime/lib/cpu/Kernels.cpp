@@ -218,22 +218,7 @@ void binaryKernel(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
   ctx->touch(out, n * sizeof(T));
 }
 
-/// Calls fn(T{}) with T the element type (float, BFloat16, Float16) that
-/// the tensor references `refs` share; fails the context when they differ.
-template <typename Fn>
-void withFloatType(tmrt_context *ctx, const char *kernel,
-                   std::initializer_list<int64_t> refs, Fn fn) {
-  int64_t dtype = tmrt::dtypeOf(*refs.begin());
-  for (int64_t ref : refs)
-    if (tmrt::dtypeOf(ref) != dtype) {
-      ctx->fail(std::string(kernel) + ": operands of element types " +
-                tmrt::dtypeName(dtype) + " and " +
-                tmrt::dtypeName(tmrt::dtypeOf(ref)) +
-                "; this kernel's operands share one");
-      return;
-    }
-  tmrt::cpu::dispatchFloatType(ctx, kernel, dtype, fn);
-}
+using tmrt::cpu::withFloatType;
 
 /// A float tensor as f32: the buffer itself when it is f32, else a host
 /// copy widened from 16 bits (for kernels whose vector code reads f32).
@@ -594,8 +579,7 @@ void bias_geluOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
   int64_t rows = bias_n > 0 ? n / bias_n : 0;
   rowwise(ctx, rows, bias_n, [x, b, y, bias_n](int64_t r, int64_t c) {
     int64_t i = r * bias_n + c;
-    T h = x[i] + b[c]; // rounded as tmrt_bias_add stores it
-    y[i] = static_cast<float>(trainmem::gelu(static_cast<double>(h)));
+    y[i] = trainmem::biasGelu(x[i], b[c]);
   });
   ctx->touch(out, n * sizeof(T));
 }
@@ -615,9 +599,7 @@ void bias_gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
   int64_t rows = bias_n > 0 ? n / bias_n : 0;
   rowwise(ctx, rows, bias_n, [g, v, b, z, bias_n](int64_t r, int64_t c) {
     int64_t i = r * bias_n + c;
-    T h = v[i] + b[c];
-    z[i] = static_cast<float>(static_cast<double>(g[i]) *
-                              trainmem::geluDerivative(static_cast<double>(h)));
+    z[i] = trainmem::biasGeluGrad(g[i], v[i], b[c]);
   });
   ctx->touch(out, n * sizeof(T));
 }

@@ -22,6 +22,7 @@
 
 #include "../Backend.h"
 #include "../Context.h"
+#include "../cpu/FloatTypes.h"
 
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
@@ -266,28 +267,7 @@ void elementwise(tmrt_context *ctx, const char *kernel, int64_t n, Fn fn) {
   check(ctx, cudaGetLastError(), std::string("launching ") + kernel);
 }
 
-/// Calls fn(T{}) with the element type the references share.
-template <typename Fn>
-void withFloatType(tmrt_context *ctx, const char *kernel,
-                   std::initializer_list<int64_t> refs, Fn fn) {
-  int64_t dtype = dtypeOf(*refs.begin());
-  for (int64_t ref : refs)
-    if (dtypeOf(ref) != dtype)
-      return ctx->fail(std::string(kernel) + ": operands of element types " +
-                       dtypeName(dtype) + " and " + dtypeName(dtypeOf(ref)) +
-                       "; this kernel's operands share one");
-  switch (dtype) {
-  case TMRT_DTYPE_F32:
-    return fn(float{});
-  case TMRT_DTYPE_BF16:
-    return fn(trainmem::BFloat16{});
-  case TMRT_DTYPE_F16:
-    return fn(trainmem::Float16{});
-  default:
-    ctx->fail(std::string(kernel) + ": element type code " +
-              std::to_string(dtype) + " is not one the runtime knows");
-  }
-}
+using tmrt::cpu::withFloatType;
 
 //===----------------------------------------------------------------------===//
 // Element-wise kernels: each element computed as the CPU kernel computes it
@@ -463,9 +443,7 @@ void bias_geluOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
   T *y = ctx->at<T>(out);
   if (bias_n > 0)
     elementwise(ctx, "bias_gelu", n, [=] __device__(int64_t i) {
-      T h(float(x[i]) + float(b[i % bias_n])); // as bias_add stores it
-      y[i] = T(static_cast<float>(
-          trainmem::gelu(static_cast<double>(float(h)))));
+      y[i] = T(trainmem::biasGelu(x[i], b[i % bias_n]));
     });
   ctx->touch(out, n * sizeof(T));
 }
@@ -484,10 +462,7 @@ void bias_gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
   T *z = ctx->at<T>(out);
   if (bias_n > 0)
     elementwise(ctx, "bias_gelu_grad", n, [=] __device__(int64_t i) {
-      T h(float(v[i]) + float(b[i % bias_n]));
-      z[i] = T(static_cast<float>(
-          static_cast<double>(float(g[i])) *
-          trainmem::geluDerivative(static_cast<double>(float(h)))));
+      z[i] = T(trainmem::biasGeluGrad(g[i], v[i], b[i % bias_n]));
     });
   ctx->touch(out, n * sizeof(T));
 }

@@ -981,17 +981,6 @@ LogicalResult OpKernels::evaluate(ScaleOp o) {
   return success();
 }
 
-LogicalResult OpKernels::evaluate(BiasAddOp o) {
-  const RefTensor &x = get(o.getInput());
-  const RefTensor &b = get(o.getBias());
-  RefTensor y = x;
-  int64_t n = b.numElements();
-  for (int64_t i = 0; i < x.numElements(); ++i)
-    y.floats[i] = x.floats[i] + b.floats[i % n];
-  set(o.getResult(), std::move(y));
-  return success();
-}
-
 LogicalResult OpKernels::evaluate(LayerNormOp o) {
   layerNorm(o);
   return success();
@@ -1016,6 +1005,12 @@ static RefTensor biasSum(const RefTensor &x, const RefTensor &b, Type type) {
     h.floats[i] = x.floats[i] + b.floats[i % n];
   roundToElementType(h, type);
   return h;
+}
+
+LogicalResult OpKernels::evaluate(BiasAddOp o) {
+  set(o.getResult(),
+      biasSum(get(o.getInput()), get(o.getBias()), o.getInput().getType()));
+  return success();
 }
 
 LogicalResult OpKernels::evaluate(BiasGeluOp o) {
@@ -1428,30 +1423,25 @@ void Interpreter::addYielded(AccumulateOp op, std::vector<RefTensor> &sums) {
 
 LogicalResult Interpreter::accumulate(AccumulateOp op) {
   // In the loop's sum order: each group summed, then added to the total.
-  std::vector<RefTensor> sums = zeroSums(op), total;
-  SmallVector<std::pair<int64_t, bool>> order = op.getSumOrder();
-  for (auto [position, entry] : llvm::enumerate(order)) {
+  // The running group's sums, and the finished groups' total.
+  std::vector<RefTensor> sums = zeroSums(op), total = zeroSums(op);
+  auto closeGroup = [&] {
+    for (auto [into, group] : llvm::zip(total, sums))
+      for (size_t i = 0; i < into.floats.size(); ++i)
+        into.floats[i] += group.floats[i];
+    sums = zeroSums(op);
+  };
+  for (auto [position, entry] : llvm::enumerate(op.getSumOrder())) {
     auto [step, startsGroup] = entry;
-    if (startsGroup && position > 0) {
-      if (total.empty())
-        total = zeroSums(op);
-      for (auto [into, group] : llvm::zip(total, sums))
-        for (size_t i = 0; i < into.floats.size(); ++i)
-          into.floats[i] += group.floats[i];
-      sums = zeroSums(op);
-    }
+    if (startsGroup && position > 0)
+      closeGroup();
     bindMicroBatch(op, step);
     if (failed(run(op.getBody().front())))
       return failure();
     addYielded(op, sums);
   }
-  if (!total.empty())
-    for (auto [into, group] : llvm::zip(total, sums)) {
-      for (size_t i = 0; i < into.floats.size(); ++i)
-        into.floats[i] += group.floats[i];
-      group = std::move(into);
-    }
-  for (auto [result, sum] : llvm::zip(op.getResults(), sums))
+  closeGroup();
+  for (auto [result, sum] : llvm::zip(op.getResults(), total))
     set(result, std::move(sum));
   return success();
 }

@@ -89,6 +89,19 @@ std::vector<uint8_t> runOn(tmrt_context *ctx, const std::vector<uint8_t> &input,
   return output;
 }
 
+/// The `n` f32 values at byte `offset` of two arenas agree within 1e-6
+/// relative (plus `absolute`): kernels whose libm calls (exp, cos, ...)
+/// CUDA computes within an ulp of the host's.
+void expectNearF32(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b,
+                   int64_t offset, int64_t n, double absolute) {
+  for (int64_t i = 0; i < n; ++i) {
+    float fa, fb;
+    std::memcpy(&fa, a.data() + offset + i * 4, 4);
+    std::memcpy(&fb, b.data() + offset + i * 4, 4);
+    EXPECT_NEAR(fa, fb, 1e-6 * std::abs(fb) + absolute) << i;
+  }
+}
+
 TEST(Cuda, ElementwiseKernelsGiveTheCpuBits) {
   std::string why;
   ContextPtr probe = cudaContext(why);
@@ -273,14 +286,8 @@ TEST(Cuda, SoftmaxWithinAnUlpOfTheCpu) {
     };
     ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
     ContextPtr device = cudaContext(why);
-    std::vector<uint8_t> a = runOn(device.get(), input, kernel),
-                         b = runOn(cpu.get(), input, kernel);
-    for (int64_t i = 0; i < n; ++i) {
-      float fa, fb;
-      std::memcpy(&fa, a.data() + (n + i) * 4, 4);
-      std::memcpy(&fb, b.data() + (n + i) * 4, 4);
-      EXPECT_NEAR(fa, fb, 1e-6 * std::abs(fb) + 1e-30) << i;
-    }
+    expectNearF32(runOn(device.get(), input, kernel),
+                  runOn(cpu.get(), input, kernel), n * 4, n, 1e-30);
   }
 }
 
@@ -383,14 +390,8 @@ TEST(Cuda, RopeWithinAnUlpOfTheCpu) {
     };
     ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
     ContextPtr gpu = cudaContext(why);
-    std::vector<uint8_t> a = runOn(gpu.get(), input, kernel),
-                         b = runOn(cpu.get(), input, kernel);
-    for (int64_t i = 0; i < n; ++i) {
-      float fa, fb;
-      std::memcpy(&fa, a.data() + (n + i) * 4, 4);
-      std::memcpy(&fb, b.data() + (n + i) * 4, 4);
-      EXPECT_NEAR(fa, fb, 1e-6 * std::abs(fb) + 1e-7) << i;
-    }
+    expectNearF32(runOn(gpu.get(), input, kernel),
+                  runOn(cpu.get(), input, kernel), n * 4, n, 1e-7);
   }
 }
 

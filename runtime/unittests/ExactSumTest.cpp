@@ -123,4 +123,20 @@ TEST(ExactSumTest, LargestSquaresAndNonFiniteTerms) {
   EXPECT_EQ(words[trainmem::kExactSumLimbs + 1], 1);
 }
 
+// Words no sum of squares makes (a squared_norm operand of hand-written IR
+// holding a negative total): NaN, not a number read from the bits.
+TEST(ExactSumTest, WordsOfANegativeTotalAreNotANumber) {
+  Sum s;
+  s.sum.addSquares(std::vector<float>{3.0f}.data(), 1);
+  std::vector<int64_t> negative(kExactSumWords, 0);
+  negative[12] = -5;
+  s.sum.merge(negative.data());
+  EXPECT_TRUE(std::isnan(s.sum.value()));
+  std::vector<int64_t> negativeCount(kExactSumWords, 0);
+  negativeCount[trainmem::kExactSumLimbs] = -1;
+  Sum t;
+  t.sum.merge(negativeCount.data());
+  EXPECT_TRUE(std::isnan(t.sum.value()));
+}
+
 } // namespace

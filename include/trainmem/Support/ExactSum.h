@@ -111,19 +111,8 @@ public:
       return;
     // square = mantissa · 2^(biased - 1075), mantissa of 53 bits (a square
     // of a float is a normal double: at least 2^-298).
-    uint64_t mantissa =
-        (bits & ((uint64_t(1) << 52) - 1)) | (uint64_t(1) << 52);
-    int position = static_cast<int>(biased) - 1075 - kExactSumLowestExponent;
-    if (position < 0) // not a square of a float: keep what the limbs hold
-      mantissa >>= -position, position = 0;
-    int limb = position / 32, shift = position % 32;
-    unsigned __int128 shifted = static_cast<unsigned __int128>(mantissa)
-                                << shift; // at most 85 bits
-    for (int k = limb; shifted != 0 && k < kExactSumLimbs; ++k) {
-      words[k] +=
-          static_cast<int64_t>(static_cast<uint64_t>(shifted) & 0xffffffffu);
-      shifted >>= 32;
-    }
+    addBin(static_cast<uint32_t>(biased),
+           (bits & ((uint64_t(1) << 52) - 1)) | (uint64_t(1) << 52));
   }
 
   /// Adds `sum` · 2^(biased - 1075): a bin of significands of finite
@@ -164,11 +153,15 @@ public:
   /// The sum rounded to the nearest double: a function of the exact value
   /// alone (the words are normalized first).
   double value() {
+    // Words no sum of squares makes (a negative count, a negative limb
+    // left after the carries, from hand-written IR): not a number.
+    normalize();
+    if (words[kExactSumLimbs] < 0 || words[kExactSumLimbs - 1] < 0)
+      return std::numeric_limits<double>::quiet_NaN();
     if (words[kExactSumLimbs + 1] != 0)
       return std::numeric_limits<double>::quiet_NaN();
     if (words[kExactSumLimbs] != 0)
       return std::numeric_limits<double>::infinity();
-    normalize();
     int top = kExactSumLimbs - 1;
     while (top >= 0 && words[top] == 0)
       --top;

@@ -70,6 +70,26 @@ func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> at
 
 // -----
 
+// i64 buffers (exact sums of squares) are summed, never averaged.
+shard.grid @dp(shape = 2)
+func.func @train_step(%a: tensor<24xi64> {train.input = "a"}) -> tensor<24xi64> attributes {train.step} {
+  // expected-error @+1 {{'shard.all_reduce' op averages i64 values; the runtime sums them (average floats)}}
+  %r = shard.all_reduce %a on @dp grid_axes = [0] reduction = average : tensor<24xi64> -> tensor<24xi64>
+  return %r : tensor<24xi64>
+}
+
+// -----
+
+// Other integers the runtime does not reduce.
+shard.grid @dp(shape = 2)
+func.func @train_step(%a: tensor<8xi32> {train.input = "a"}) -> tensor<8xi32> attributes {train.step} {
+  // expected-error @+1 {{'shard.all_reduce' op reduces 'i32' values; the runtime reduces f32, bf16, f16 and i64}}
+  %r = shard.all_reduce %a on @dp grid_axes = [0] : tensor<8xi32> -> tensor<8xi32>
+  return %r : tensor<8xi32>
+}
+
+// -----
+
 // Over the process world: a grid of one axis.
 shard.grid @dp2(shape = 2x2)
 func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> attributes {train.step} {

@@ -723,8 +723,8 @@ bool Session::start(std::string &error) {
     return true;
   }
   const char *contextError = nullptr;
-  ctx = tmrt_context_create(options.backend.c_str(), options.threads,
-                            &contextError);
+  ctx = tmrt_context_create_on_device(options.backend.c_str(), options.device,
+                                      options.threads, &contextError);
   if (!ctx) {
     error = contextError ? contextError : "cannot create the context";
     return false;
@@ -749,9 +749,12 @@ bool Session::start(std::string &error) {
     return false;
   }
   if (tmrt_arena_alloc(ctx, layout.arenaBytes) != 0) {
-    error = "cannot allocate the arena of " +
-            std::to_string(layout.arenaBytes) + " bytes (" +
-            humanBytes(layout.arenaBytes) + ")";
+    const char *why = tmrt_context_error(ctx);
+    error = why ? std::string(why) + " (the arena of " +
+                      humanBytes(layout.arenaBytes) + ")"
+                : "cannot allocate the arena of " +
+                      std::to_string(layout.arenaBytes) + " bytes (" +
+                      humanBytes(layout.arenaBytes) + ")";
     return false;
   }
   jit = JitStep::create(*lowered, error);

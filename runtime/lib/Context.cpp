@@ -230,6 +230,12 @@ extern "C" {
 
 tmrt_context *tmrt_context_create(const char *backendName, int64_t threads,
                                   const char **error) {
+  return tmrt_context_create_on_device(backendName, -1, threads, error);
+}
+
+tmrt_context *tmrt_context_create_on_device(const char *backendName,
+                                            int64_t device, int64_t threads,
+                                            const char **error) {
   if (!backendName) {
     setError(error, "no backend named");
     return nullptr;
@@ -243,6 +249,15 @@ tmrt_context *tmrt_context_create(const char *backendName, int64_t threads,
                          builtBackendNames() + ")"
                    : std::string("unknown backend '") + backendName +
                          "' (built: " + builtBackendNames() + ")");
+    return nullptr;
+  }
+  if (device < -1 || (device >= 0 && !backend->open)) {
+    setError(error, device < -1 ? "device " + std::to_string(device) +
+                                      " is not a device number"
+                                : std::string("backend '") + backendName +
+                                      "' has no devices to choose (device " +
+                                      std::to_string(device) +
+                                      " asked for; devices are for cuda)");
     return nullptr;
   }
   if (threads < 1 || threads > kMaxThreads) {
@@ -275,6 +290,7 @@ tmrt_context *tmrt_context_create(const char *backendName, int64_t threads,
     auto *ctx = new tmrt_context(*backend, singleProcessCommunicator(),
                                  static_cast<int>(threads));
     ctx->bf16Gemm = bf16Gemm;
+    ctx->requestedDevice = device;
     ctx->sbgemm = tmrt::findSbgemm();
     std::string message;
     if (backend->open && !backend->open(ctx, message)) {

@@ -83,6 +83,9 @@ struct tmrt_context {
   const tmrt::Communicator *communicator;
   /// A device backend's own state (its device and stream), from its open.
   void *deviceState = nullptr;
+  /// The device tmrt_context_create_on_device asked for, or -1 (the
+  /// backend's choice); read by the backend's open.
+  int64_t requestedDevice = -1;
   tmrt::ThreadPool pool;
   uint8_t *arena = nullptr;
   uint64_t arenaBytes = 0;

@@ -56,6 +56,23 @@ TEST(Backend, RegistryNamesWhatIsBuilt) {
   EXPECT_EQ(std::string(error), "no backend named");
 }
 
+// A device is a cuda notion: the cpu backend takes the backend's choice
+// (-1) only, and a negative number other than -1 is no device.
+TEST(Backend, DevicesAreForBackendsThatHaveThem) {
+  const char *error = nullptr;
+  ContextPtr ctx(tmrt_context_create_on_device("cpu", -1, 1, &error));
+  EXPECT_NE(ctx, nullptr) << (error ? error : "");
+  error = nullptr;
+  EXPECT_EQ(tmrt_context_create_on_device("cpu", 0, 1, &error), nullptr);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error), "backend 'cpu' has no devices to choose "
+                                "(device 0 asked for; devices are for cuda)");
+  error = nullptr;
+  EXPECT_EQ(tmrt_context_create_on_device("cpu", -2, 1, &error), nullptr);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(std::string(error), "device -2 is not a device number");
+}
+
 TEST(Backend, ArenaThroughTheBackend) {
   ContextPtr ctx(tmrt_context_create("cpu", 1, nullptr));
   ASSERT_NE(ctx, nullptr);

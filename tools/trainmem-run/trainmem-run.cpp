@@ -72,9 +72,15 @@ static cl::opt<std::string> resumeDir("resume",
                                       cl::desc("Continue from this checkpoint"),
                                       cl::cat(category));
 static cl::opt<std::string> backend("backend",
-                                    cl::desc("A runtime backend (cpu), or "
-                                             "interpret (reference evaluator)"),
+                                    cl::desc("A runtime backend (cpu, cuda), "
+                                             "or interpret (reference "
+                                             "evaluator)"),
                                     cl::init("cpu"), cl::cat(category));
+static cl::opt<int64_t> device(
+    "device",
+    cl::desc("The GPU of --backend cuda (default: TMRT_CUDA_DEVICE, else the "
+             "process's rank on its node under mpirun, else 0)"),
+    cl::init(-1), cl::cat(category));
 static cl::opt<std::string>
     autodiffOptions("autodiff-options",
                     cl::desc("train-autodiff options for a forward + loss "
@@ -185,6 +191,12 @@ int main(int argc, char **argv) {
     if (!Session::checkBackend(backend, error))
       return fail(error);
   }
+  if (device.getNumOccurrences() && device < 0)
+    return fail("--device must be a device number (0 or more), got " +
+                llvm::Twine(device.getValue()));
+  if (device >= 0 && backend != "cuda")
+    return fail("--device chooses the GPU of --backend cuda; the backend is " +
+                backend);
   if (steps < 0 || static_cast<uint64_t>(steps) > kMaxStep)
     return fail("--steps must be from 0 to 2^53, got " + llvm::Twine(steps.getValue()));
   if (saveEvery < 0)
@@ -232,6 +244,7 @@ int main(int argc, char **argv) {
 
   SessionOptions options;
   options.backend = backend;
+  options.device = device;
   options.threads =
       threads > 0 ? threads
                   : std::max<int64_t>(1, std::thread::hardware_concurrency());

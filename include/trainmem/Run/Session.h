@@ -131,6 +131,8 @@ class State;
 struct SessionOptions {
   /// "interpret" or a runtime backend ("cpu").
   std::string backend = "cpu";
+  /// The backend's device (cuda), or -1 for the backend's choice.
+  int64_t device = -1;
   int64_t threads = 1;
   /// Seeds the initial weights.
   int64_t seed = 0;

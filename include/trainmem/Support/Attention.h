@@ -28,23 +28,25 @@ struct AttentionLayout {
   bool transposeOutput = false, causal = false;
 
   /// Query heads per key/value head.
-  int64_t group() const { return heads / kvHeads; }
+  TRAINMEM_HD int64_t group() const { return heads / kvHeads; }
   /// The key/value head query head `h` reads.
-  int64_t kvHead(int64_t h) const { return h / group(); }
+  TRAINMEM_HD int64_t kvHead(int64_t h) const { return h / group(); }
   /// Keys query `i` sees: 0..i when causal.
-  int64_t visibleKeys(int64_t i) const { return causal ? i + 1 : keys; }
+  TRAINMEM_HD int64_t visibleKeys(int64_t i) const {
+    return causal ? i + 1 : keys;
+  }
   /// Index of row (b, h, i) of the log-sum-exp.
-  int64_t row(int64_t b, int64_t h, int64_t i) const {
+  TRAINMEM_HD int64_t row(int64_t b, int64_t h, int64_t i) const {
     return (b * heads + h) * queries + i;
   }
   /// Where output row (b, h, i) starts.
-  int64_t outRow(int64_t b, int64_t h, int64_t i) const {
+  TRAINMEM_HD int64_t outRow(int64_t b, int64_t h, int64_t i) const {
     return (transposeOutput ? (b * queries + i) * heads + h : row(b, h, i)) *
            valueDim;
   }
   /// Position of score (b, h, i, j) among the batch · heads · queries ·
   /// keys scores (row-major): what its dropout draw is keyed by.
-  uint64_t score(int64_t b, int64_t h, int64_t i, int64_t j) const {
+  TRAINMEM_HD uint64_t score(int64_t b, int64_t h, int64_t i, int64_t j) const {
     return static_cast<uint64_t>(row(b, h, i) * keys + j);
   }
 };
@@ -86,7 +88,7 @@ struct AttentionDropout {
     d.threshold = dropoutKeepThreshold(rate);
     return d;
   }
-  bool keep(uint64_t index) const {
+  TRAINMEM_HD bool keep(uint64_t index) const {
     return rate == 0.0 || dropoutKeep(seed, offset, base + index, threshold);
   }
   /// keep(first + j) for j < n into `kept`, drawing each Philox block of

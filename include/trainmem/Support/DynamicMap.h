@@ -13,6 +13,8 @@
 #ifndef TRAINMEM_SUPPORT_DYNAMICMAP_H
 #define TRAINMEM_SUPPORT_DYNAMICMAP_H
 
+#include "trainmem/Support/HostDevice.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -68,7 +70,10 @@ inline const DynamicMap &unsignedDynamicMap() {
 /// of x's code. NaN and values at or below the first entry give 0. A
 /// branch-free binary search: the largest index whose entry is below x,
 /// then the nearer of it and the next.
-inline uint8_t quantizeToMap(const DynamicMap &map, float x) {
+/// quantizeToMap over any 256 entries that index like a DynamicMap (the
+/// CUDA kernels pass a copy of the map in their parameters).
+template <typename Map>
+TRAINMEM_HD inline uint8_t quantizeToEntries(const Map &map, float x) {
   if (!(x > map[0]))
     return 0;
   unsigned base = 0;
@@ -79,6 +84,10 @@ inline uint8_t quantizeToMap(const DynamicMap &map, float x) {
   float below = x - map[base], above = map[base + 1] - x;
   bool lower = x > 0.0f ? below <= above : below < above;
   return static_cast<uint8_t>(lower ? base : base + 1);
+}
+
+inline uint8_t quantizeToMap(const DynamicMap &map, float x) {
+  return quantizeToEntries(map, x);
 }
 
 /// The code of 0 in a map (what all-zero state quantizes to).
@@ -261,9 +270,21 @@ inline void quantizeBlockwise(const DynamicMap &map, const float *values,
   }
 }
 
-inline float dequantizeValue(const DynamicMap &map, uint8_t code,
-                             float absmax) {
+template <typename Map>
+TRAINMEM_HD inline float dequantizeValue(const Map &map, uint8_t code,
+                                         float absmax) {
   return map[code] * absmax;
+}
+
+/// The block a tensor of n elements is quantized in: `block`, or the
+/// smallest power of two covering n where that is smaller (the same codes
+/// and absmax as one block of the whole tensor; per-block buffers stay the
+/// tensor's size however large the compiler's block).
+inline int64_t effectiveStateBlock(int64_t block, int64_t n) {
+  int64_t cover = 1;
+  while (cover < n)
+    cover <<= 1;
+  return std::min(block, cover);
 }
 
 } // namespace trainmem

@@ -10,6 +10,8 @@
 #ifndef TRAINMEM_SUPPORT_LOSSSCALE_H
 #define TRAINMEM_SUPPORT_LOSSSCALE_H
 
+#include "trainmem/Support/HostDevice.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,9 +20,11 @@ namespace trainmem {
 
 /// initial · 2^exponent (the exponent clamped far past f32's range, so that
 /// a corrupted state gives an infinite or zero scale, not undefined shifts).
-inline double lossScale(double initial, int64_t exponent) {
-  return std::ldexp(initial, static_cast<int>(std::clamp<int64_t>(
-                                 exponent, -2000, 2000)));
+TRAINMEM_HD inline double lossScale(double initial, int64_t exponent) {
+  int64_t clamped = exponent < -2000  ? -2000
+                    : exponent > 2000 ? 2000
+                                      : exponent;
+  return ldexp(initial, static_cast<int>(clamped));
 }
 
 /// The state after a step: one more clean step, and the scale doubled after

@@ -16,6 +16,8 @@
 #ifndef TRAINMEM_SUPPORT_PHILOX_H
 #define TRAINMEM_SUPPORT_PHILOX_H
 
+#include "trainmem/Support/HostDevice.h"
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -25,8 +27,8 @@ namespace trainmem {
 using PhiloxCounter = std::array<uint32_t, 4>;
 using PhiloxKey = std::array<uint32_t, 2>;
 
-inline PhiloxCounter philox4x32Round(const PhiloxCounter &ctr,
-                                     const PhiloxKey &key) {
+TRAINMEM_HD inline PhiloxCounter philox4x32Round(const PhiloxCounter &ctr,
+                                                 const PhiloxKey &key) {
   constexpr uint64_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   uint64_t p0 = kM0 * ctr[0];
   uint64_t p1 = kM1 * ctr[2];
@@ -37,7 +39,8 @@ inline PhiloxCounter philox4x32Round(const PhiloxCounter &ctr,
 }
 
 /// Ten rounds of Philox-4x32 with the Weyl key schedule.
-inline PhiloxCounter philox4x32_10(PhiloxCounter ctr, PhiloxKey key) {
+TRAINMEM_HD inline PhiloxCounter philox4x32_10(PhiloxCounter ctr,
+                                               PhiloxKey key) {
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   ctr = philox4x32Round(ctr, key);
   for (int round = 1; round < 10; ++round) {
@@ -49,7 +52,8 @@ inline PhiloxCounter philox4x32_10(PhiloxCounter ctr, PhiloxKey key) {
 }
 
 /// The 32-bit word of the stream (seed, offset) at element `index`.
-inline uint32_t philoxWord(uint64_t seed, uint64_t offset, uint64_t index) {
+TRAINMEM_HD inline uint32_t philoxWord(uint64_t seed, uint64_t offset,
+                                       uint64_t index) {
   uint64_t block = index / 4;
   PhiloxCounter ctr = {static_cast<uint32_t>(block),
                        static_cast<uint32_t>(block >> 32),
@@ -66,8 +70,8 @@ inline uint32_t dropoutKeepThreshold(double rate) {
   return static_cast<uint32_t>(std::llround((1.0 - rate) * 16777216.0));
 }
 
-inline bool dropoutKeep(uint64_t seed, uint64_t offset, uint64_t index,
-                        uint32_t keepThreshold) {
+TRAINMEM_HD inline bool dropoutKeep(uint64_t seed, uint64_t offset,
+                                    uint64_t index, uint32_t keepThreshold) {
   return (philoxWord(seed, offset, index) >> 8) < keepThreshold;
 }
 

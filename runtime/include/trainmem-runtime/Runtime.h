@@ -45,6 +45,14 @@ static inline int64_t tmrt_tensor_ref(int64_t offset, int64_t dtype) {
  * the thread count. Every kernel below runs on the context's backend. */
 tmrt_context *tmrt_context_create(const char *backend, int64_t threads,
                                   const char **error);
+/* The same on device `device` of a backend that has devices (cuda); -1
+ * lets the backend choose (cuda: TMRT_CUDA_DEVICE, else the process's rank
+ * on its node under mpirun, one process per GPU, else device 0). A device
+ * the machine lacks, or any device for a backend without devices (cpu),
+ * is an error. */
+tmrt_context *tmrt_context_create_on_device(const char *backend, int64_t device,
+                                            int64_t threads,
+                                            const char **error);
 void tmrt_context_destroy(tmrt_context *ctx);
 /* The name of the context's backend. */
 const char *tmrt_context_backend(tmrt_context *ctx);

@@ -107,15 +107,11 @@ void gemmTiles(int64_t m, int64_t n, int64_t batches, int64_t &tileRows,
 /// on the thread count.
 constexpr int64_t kReductionRows = 64;
 
-/// The block a kernel works with: a block larger than the tensor is one
-/// block of the whole tensor, so it is cut to the smallest power of two that
-/// holds the tensor (same codes and absmax; per-block buffers stay the
-/// tensor's size however large the compiler's block).
+/// The block a kernel works with (trainmem::effectiveStateBlock: a block
+/// larger than the tensor is cut to the smallest power of two that holds
+/// it; same codes and absmax, per-block buffers the tensor's size).
 int64_t effectiveBlock(int64_t block, int64_t n) {
-  int64_t cover = 1;
-  while (cover < n)
-    cover <<= 1;
-  return std::min(block, cover);
+  return trainmem::effectiveStateBlock(block, n);
 }
 
 /// Rows per task so that a task does about kGrain elements of work.

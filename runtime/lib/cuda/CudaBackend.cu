@@ -13,11 +13,11 @@
 // kernel here gives each element the bits the CPU kernel gives it. This
 // file holds launches and indexing only.
 //
-// The kernels of Kernels.def that have no CUDA version yet fail the context
-// with a message naming the kernel (issue 17 is built in steps: element-
-// wise and row kernels first; attention, cross-entropy, embedding, cuBLAS
-// GEMMs, optimizers and NCCL next).
-//
+// Every kernel of Kernels.def has a CUDA version: this file's, and those
+// of CudaState.cu (dropout, loss scaling, 8-bit state), CudaAttention.cu
+// and CudaCollectives.cu (NCCL). A context picks its device from
+// TMRT_CUDA_DEVICE, else, under mpirun, from its rank on the node (one
+// process per GPU), else device 0.
 //===----------------------------------------------------------------------===//
 
 #include "../Backend.h"
@@ -41,34 +41,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "CudaCommon.h"
+#include "CudaKernels.h"
+
 using namespace tmrt;
 
-namespace {
-
-/// cuBLAS, loaded when a context opens (dlopen: the runtime does not link
-/// it, so that processes that never make a CUDA context do not load it).
-struct Cublas {
-  void *library = nullptr;
-  cublasStatus_t (*create)(cublasHandle_t *) = nullptr;
-  cublasStatus_t (*destroy)(cublasHandle_t) = nullptr;
-  cublasStatus_t (*setStream)(cublasHandle_t, cudaStream_t) = nullptr;
-  cublasStatus_t (*gemmEx)(cublasHandle_t, cublasOperation_t,
-                           cublasOperation_t, int, int, int, const void *,
-                           const void *, cudaDataType, int, const void *,
-                           cudaDataType, int, const void *, void *,
-                           cudaDataType, int, cublasComputeType_t,
-                           cublasGemmAlgo_t) = nullptr;
-};
-
-struct CudaState {
-  int device = 0;
-  cudaStream_t stream = nullptr;
-  Cublas blas;
-  cublasHandle_t handle = nullptr;
-  /// TF32 for f32 GEMMs: off unless TMRT_CUDA_TF32=1 (then cuBLAS may
-  /// round the inputs to 10-bit mantissas).
-  bool tf32 = false;
-};
+namespace tmrt {
+namespace cuda {
 
 /// Loads cuBLAS and makes a handle on the state's stream.
 bool openCublas(CudaState &state, std::string &error) {
@@ -102,18 +81,6 @@ bool openCublas(CudaState &state, std::string &error) {
   return true;
 }
 
-CudaState &stateOf(tmrt_context *ctx) {
-  return *static_cast<CudaState *>(ctx->deviceState);
-}
-
-/// Fails the context with `what` and CUDA's message; false on failure.
-bool check(tmrt_context *ctx, cudaError_t status, const std::string &what) {
-  if (status == cudaSuccess)
-    return true;
-  ctx->fail("cuda: " + what + ": " + cudaGetErrorString(status));
-  return false;
-}
-
 //===----------------------------------------------------------------------===//
 // Context, device, arena
 //===----------------------------------------------------------------------===//
@@ -124,8 +91,11 @@ void close(tmrt_context *ctx) {
   CudaState &state = stateOf(ctx);
   cudaSetDevice(state.device);
   cudaStreamSynchronize(state.stream);
+  closeNccl(state);
   if (state.handle)
     state.blas.destroy(state.handle);
+  if (state.nonFinite)
+    cudaFree(state.nonFinite);
   cudaStreamDestroy(state.stream);
   delete &state;
   ctx->deviceState = nullptr;
@@ -142,7 +112,16 @@ bool open(tmrt_context *ctx, std::string &error) {
     return false;
   }
   int device = 0;
-  if (const char *text = std::getenv("TMRT_CUDA_DEVICE")) {
+  const char *localRank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (ctx->requestedDevice >= 0) {
+    if (ctx->requestedDevice >= count) {
+      error = "cuda: device " + std::to_string(ctx->requestedDevice) +
+              " asked for; this machine has devices 0 to " +
+              std::to_string(count - 1);
+      return false;
+    }
+    device = static_cast<int>(ctx->requestedDevice);
+  } else if (const char *text = std::getenv("TMRT_CUDA_DEVICE")) {
     char *end = nullptr;
     long value = std::strtol(text, &end, 10);
     if (!*text || *end || value < 0 || value >= count) {
@@ -151,6 +130,9 @@ bool open(tmrt_context *ctx, std::string &error) {
       return false;
     }
     device = static_cast<int>(value);
+  } else if (localRank) {
+    // Under mpirun: one process per GPU, by the rank on this node.
+    device = static_cast<int>(std::strtol(localRank, nullptr, 10) % count);
   }
   auto *state = new CudaState;
   state->device = device;
@@ -164,6 +146,13 @@ bool open(tmrt_context *ctx, std::string &error) {
     return false;
   }
   ctx->deviceState = state;
+  if ((status = cudaMalloc(&state->nonFinite, sizeof(int))) != cudaSuccess ||
+      (status = cudaMemset(state->nonFinite, 0, sizeof(int))) != cudaSuccess) {
+    error = std::string("cuda: device ") + std::to_string(device) + ": " +
+            cudaGetErrorString(status);
+    close(ctx);
+    return false;
+  }
   if (!openCublas(*state, error)) {
     close(ctx);
     return false;
@@ -241,33 +230,6 @@ void copyArena(tmrt_context *ctx, uint64_t from, uint64_t to,
         "copy within the arena");
   cudaFreeAsync(scratch, state.stream);
 }
-
-//===----------------------------------------------------------------------===//
-// Launching
-//===----------------------------------------------------------------------===//
-
-template <typename Fn> __global__ void elementKernel(int64_t n, Fn fn) {
-  int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < n; i += stride)
-    fn(i);
-}
-
-/// fn(i) for i in [0, n) on the context's stream.
-template <typename Fn>
-void elementwise(tmrt_context *ctx, const char *kernel, int64_t n, Fn fn) {
-  if (n <= 0)
-    return;
-  constexpr int kThreads = 256;
-  int64_t blocks = (n + kThreads - 1) / kThreads;
-  if (blocks > 65536)
-    blocks = 65536; // the grid-stride loop covers the rest
-  elementKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
-                  stateOf(ctx).stream>>>(n, fn);
-  check(ctx, cudaGetLastError(), std::string("launching ") + kernel);
-}
-
-using tmrt::cpu::withFloatType;
 
 //===----------------------------------------------------------------------===//
 // Element-wise kernels: each element computed as the CPU kernel computes it
@@ -483,23 +445,6 @@ void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
 
 /// The CPU kernels' fixed tasks of rows for column sums (kReductionRows).
 constexpr int64_t kReductionRows = 64;
-
-/// Device scratch on the context's stream, freed with it.
-struct Scratch {
-  tmrt_context *ctx;
-  void *memory = nullptr;
-  Scratch(tmrt_context *ctx, uint64_t bytes) : ctx(ctx) {
-    if (!check(ctx, cudaMallocAsync(&memory, bytes ? bytes : 8,
-                                    stateOf(ctx).stream),
-               "scratch"))
-      memory = nullptr;
-  }
-  ~Scratch() {
-    if (memory)
-      cudaFreeAsync(memory, stateOf(ctx).stream);
-  }
-  template <typename U> U *as() { return static_cast<U *>(memory); }
-};
 
 template <typename T>
 void layer_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t beta,
@@ -808,21 +753,6 @@ void sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
 // position, by atomicMin) and reported after the kernel, as the CPU kernel
 // reports them
 //===----------------------------------------------------------------------===//
-
-/// `count` values of U copied from device memory (waits for the stream).
-template <typename U>
-bool readBack(tmrt_context *ctx, const U *device, int64_t count,
-              std::vector<U> &host) {
-  host.resize(count);
-  if (count == 0)
-    return true;
-  CudaState &state = stateOf(ctx);
-  return check(ctx,
-               cudaMemcpyAsync(host.data(), device, count * sizeof(U),
-                               cudaMemcpyDeviceToHost, state.stream),
-               "reading back") &&
-         check(ctx, cudaStreamSynchronize(state.stream), "reading back");
-}
 
 /// A device slot for the first bad position (UINT64_MAX: none).
 struct FirstBad {
@@ -1236,29 +1166,6 @@ void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out, double peak_lr,
   ctx->touch(out, 4);
 }
 
-/// Whether every one of the `n` values is finite (a device flag read back).
-template <typename T>
-bool allFinite(tmrt_context *ctx, const T *g, int64_t n) {
-  Scratch flag(ctx, 4);
-  int *nonFinite = flag.as<int>();
-  if (!nonFinite ||
-      !check(ctx, cudaMemsetAsync(nonFinite, 0, 4, stateOf(ctx).stream),
-             "clearing a flag"))
-    return false;
-  elementwise(ctx, "finite check", n, [=] __device__(int64_t i) {
-    if (!isfinite(float(g[i])))
-      *nonFinite = 1;
-  });
-  std::vector<int> value;
-  return readBack(ctx, nonFinite, 1, value) && value[0] == 0;
-}
-
-/// A scalar from the arena (waits for the stream).
-template <typename U> U scalarAt(tmrt_context *ctx, int64_t ref) {
-  std::vector<U> value;
-  return readBack(ctx, ctx->at<U>(ref), 1, value) ? value[0] : U(0);
-}
-
 template <typename T>
 void adamwOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
              int64_t v, int64_t lr, int64_t step, int64_t new_param,
@@ -1532,71 +1439,24 @@ void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
 // The table
 //===----------------------------------------------------------------------===//
 
-// Every kernel of Kernels.def not yet built for CUDA: a clear error.
-#define TMRT_KERNEL(name, parameters, arguments)                               \
-  void missing_##name parameters {                                             \
-    ctx->fail("cuda: the kernel '" #name "' has no CUDA version yet (the "     \
-              "cuda backend is being built kernel by kernel; run this step "   \
-              "on --backend cpu)");                                            \
-  }
-#include "trainmem-runtime/Kernels.def"
-
+// Every kernel of Kernels.def, in its order: one that has no CUDA version
+// fails to link (CudaKernels.h declares them all).
 Backend makeTable() {
   Backend table = {
       "cuda",     /*hostArena=*/false, allocArena, freeArena,
       writeArena, readArena,           copyArena,
-#define TMRT_KERNEL(name, parameters, arguments) missing_##name,
+#define TMRT_KERNEL(name, parameters, arguments) name,
 #include "trainmem-runtime/Kernels.def"
   };
   table.open = open;
   table.close = close;
-  table.fill = fill;
-  table.fill_i64 = fill_i64;
-  table.iota = iota;
-  table.copy = copy;
-  table.convert = convert;
-  table.add = add;
-  table.mul = mul;
-  table.scale = scale;
-  table.bias_add = bias_add;
-  table.gelu = gelu;
-  table.silu = silu;
-  table.gelu_grad = gelu_grad;
-  table.silu_grad = silu_grad;
-  table.bias_gelu = bias_gelu;
-  table.bias_gelu_grad = bias_gelu_grad;
-  table.layer_norm = layer_norm;
-  table.layer_norm_grad = layer_norm_grad;
-  table.rms_norm = rms_norm;
-  table.rms_norm_grad = rms_norm_grad;
-  table.softmax = softmax;
-  table.softmax_grad = softmax_grad;
-  table.sum_to = sum_to;
-  table.embedding = embedding;
-  table.embedding_grad = embedding_grad;
-  table.cross_entropy = cross_entropy;
-  table.cross_entropy_grad = cross_entropy_grad;
-  table.mean_loss = mean_loss;
-  table.matmul = matmul;
-  table.lr_schedule = lr_schedule;
-  table.adamw = adamw;
-  table.sgd = sgd;
-  table.clip_begin = clip_begin;
-  table.clip_accumulate = clip_accumulate;
-  table.clip_store_sum = clip_store_sum;
-  table.clip_load_sum = clip_load_sum;
-  table.clip_finish = clip_finish;
-  table.clip_apply = clip_apply;
-  table.copy_strided = copy_strided;
-  table.slice_rows = slice_rows;
-  table.count_valid = count_valid;
-  table.rope = rope;
   return table;
 }
 
-} // namespace
+} // namespace cuda
+} // namespace tmrt
 
 const Backend &tmrt::cudaBackend() {
-  static const Backend backend = makeTable();
+  static const Backend backend = cuda::makeTable();
   return backend;
 }

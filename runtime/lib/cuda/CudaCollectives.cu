@@ -1,0 +1,411 @@
+//===- CudaCollectives.cu - the collectives of Kernels.def through NCCL ---===//
+//
+// The CUDA backend's collectives, behind the same tmrt_ calls as the CPU's
+// (cpu/Collectives.cpp) and with the same arithmetic:
+//  - reductions in rank order: each rank sends chunk c of its buffer
+//    straight to rank c (ncclSend/ncclRecv, all N - 1 exchanges in one NCCL
+//    group), and the owner adds the N contributions on the device in f32 as
+//    ((g0 + g1) + g2) + ... — the CPU ranks' order, and the order one
+//    process adds N micro-batches in, so N GPUs give one GPU's bits;
+//  - all-gathers by ncclAllGather (copies: no arithmetic to order);
+//  - buffers that do not split evenly go as N chunks of ceil(n / N), the
+//    last padded with zeros, so the bytes are the compiler's analysis's,
+//    counted in the context as the CPU backend counts them.
+// On one rank every collective is a copy or nothing, and NCCL is not
+// loaded. On more, NCCL (libnccl.so.2, dlopen'd) makes its communicator at
+// the first collective: rank 0's unique id goes to the others through the
+// context's own communicator (MPI under mpirun), one process per GPU.
+//
+// Failures: every NCCL call's result is checked, and each collective waits
+// for its stream while polling ncclCommGetAsyncError, for at most
+// TMRT_MPI_TIMEOUT seconds (default 30) without completing; an error or the
+// timeout aborts the NCCL communicator and fails the context with a message
+// naming the collective, and the run then ends every rank (tmrt_abort).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaCommon.h"
+#include "CudaKernels.h"
+
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <string>
+#include <thread>
+#include <type_traits>
+
+namespace tmrt {
+namespace cuda {
+
+/// NCCL's entry points (loaded, not linked) and this context's communicator.
+struct Nccl {
+  void *library = nullptr;
+  ncclResult_t (*getUniqueId)(ncclUniqueId *) = nullptr;
+  ncclResult_t (*commInitRank)(ncclComm_t *, int, ncclUniqueId, int) = nullptr;
+  ncclResult_t (*commDestroy)(ncclComm_t) = nullptr;
+  ncclResult_t (*commAbort)(ncclComm_t) = nullptr;
+  ncclResult_t (*commGetAsyncError)(ncclComm_t, ncclResult_t *) = nullptr;
+  const char *(*getErrorString)(ncclResult_t) = nullptr;
+  ncclResult_t (*groupStart)() = nullptr;
+  ncclResult_t (*groupEnd)() = nullptr;
+  ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t,
+                       cudaStream_t) = nullptr;
+  ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t,
+                       cudaStream_t) = nullptr;
+  ncclResult_t (*allGather)(const void *, void *, size_t, ncclDataType_t,
+                            ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int,
+                            ncclComm_t, cudaStream_t) = nullptr;
+  ncclComm_t comm = nullptr;
+  bool broken = false;
+};
+
+void closeNccl(CudaState &state) {
+  Nccl *nccl = state.nccl;
+  if (!nccl)
+    return;
+  if (nccl->comm)
+    (nccl->broken ? nccl->commAbort : nccl->commDestroy)(nccl->comm);
+  delete nccl;
+  state.nccl = nullptr;
+}
+
+namespace {
+
+int64_t ranksOf(tmrt_context *ctx) { return ctx->communicator->size(ctx); }
+int64_t rankOf(tmrt_context *ctx) { return ctx->communicator->rank(ctx); }
+int64_t mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
+
+/// Fails the context with NCCL's message for `result`; false on failure.
+bool ok(tmrt_context *ctx, Nccl &nccl, ncclResult_t result,
+        const char *collective) {
+  if (result == ncclSuccess)
+    return true;
+  nccl.broken = true;
+  ctx->fail(std::string("cuda: NCCL failed in ") + collective + " on rank " +
+            std::to_string(rankOf(ctx)) + ": " + nccl.getErrorString(result));
+  return false;
+}
+
+/// Loads NCCL and makes the communicator of the context's ranks.
+Nccl *ncclOf(tmrt_context *ctx, const char *collective) {
+  CudaState &state = stateOf(ctx);
+  if (state.nccl)
+    return state.nccl->broken ? nullptr : state.nccl;
+  auto *nccl = new Nccl;
+  state.nccl = nccl;
+  for (const char *name : {"libnccl.so.2", "libnccl.so"})
+    if ((nccl->library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+      break;
+  auto find = [&](auto &fn, const char *symbol) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+        dlsym(nccl->library, symbol));
+    return fn != nullptr;
+  };
+  if (!nccl->library || !find(nccl->getUniqueId, "ncclGetUniqueId") ||
+      !find(nccl->commInitRank, "ncclCommInitRank") ||
+      !find(nccl->commDestroy, "ncclCommDestroy") ||
+      !find(nccl->commAbort, "ncclCommAbort") ||
+      !find(nccl->commGetAsyncError, "ncclCommGetAsyncError") ||
+      !find(nccl->getErrorString, "ncclGetErrorString") ||
+      !find(nccl->groupStart, "ncclGroupStart") ||
+      !find(nccl->groupEnd, "ncclGroupEnd") || !find(nccl->send, "ncclSend") ||
+      !find(nccl->recv, "ncclRecv") ||
+      !find(nccl->allGather, "ncclAllGather") ||
+      !find(nccl->broadcast, "ncclBroadcast")) {
+    nccl->broken = true;
+    ctx->fail(std::string("cuda: ") + collective + " on " +
+              std::to_string(ranksOf(ctx)) +
+              " ranks needs NCCL, and libnccl.so.2 cannot be loaded or "
+              "lacks its calls (" +
+              (nccl->library ? "missing symbols" : dlerror()) + ")");
+    return nullptr;
+  }
+  ncclUniqueId id{};
+  if (rankOf(ctx) == 0 && !ok(ctx, *nccl, nccl->getUniqueId(&id), collective))
+    return nullptr;
+  if (!ctx->communicator->broadcast(ctx, &id, sizeof id, 0)) {
+    nccl->broken = true;
+    if (!ctx->hasError)
+      ctx->fail("cuda: the NCCL id could not be broadcast to the ranks");
+    return nullptr;
+  }
+  if (!ok(ctx, *nccl,
+          nccl->commInitRank(&nccl->comm, static_cast<int>(ranksOf(ctx)), id,
+                             static_cast<int>(rankOf(ctx))),
+          collective))
+    return nullptr;
+  return nccl;
+}
+
+/// Waits for the stream's collectives, watching NCCL's asynchronous error
+/// and the time (TMRT_MPI_TIMEOUT seconds, default 30).
+bool finish(tmrt_context *ctx, Nccl &nccl, const char *collective) {
+  static const double timeout = [] {
+    const char *text = std::getenv("TMRT_MPI_TIMEOUT");
+    char *end = nullptr;
+    double value = text ? std::strtod(text, &end) : 0.0;
+    return text && end != text && value > 0.0 ? value : 30.0;
+  }();
+  cudaStream_t stream = stateOf(ctx).stream;
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    cudaError_t status = cudaStreamQuery(stream);
+    if (status == cudaSuccess)
+      return true;
+    if (status != cudaErrorNotReady)
+      return check(ctx, status, std::string("waiting for ") + collective);
+    ncclResult_t async = ncclSuccess;
+    if (!ok(ctx, nccl, nccl.commGetAsyncError(nccl.comm, &async), collective) ||
+        !ok(ctx, nccl, async, collective))
+      return false;
+    std::chrono::duration<double> waited =
+        std::chrono::steady_clock::now() - start;
+    if (waited.count() > timeout) {
+      nccl.broken = true;
+      ctx->fail(std::string("cuda: ") + collective + " on rank " +
+                std::to_string(rankOf(ctx)) + " made no progress for " +
+                std::to_string(static_cast<int>(timeout)) +
+                " s (TMRT_MPI_TIMEOUT): a rank failed or hangs");
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+/// Sum types: f32 for the float types, i64 for i64.
+template <typename T>
+using SumOf = std::conditional_t<std::is_same_v<T, int64_t>, int64_t, float>;
+
+/// The reduce-scatter of `n` elements of T at `in` (chunks of `chunk`,
+/// padded) in rank order into `mine` (`chunk` elements of T): each chunk
+/// straight to its owner, then the N contributions added in order.
+template <typename T>
+bool reduceScatterInRankOrder(tmrt_context *ctx, const T *in, int64_t n,
+                              int64_t chunk, bool average, T *mine,
+                              const char *collective) {
+  int64_t size = ranksOf(ctx), rank = rankOf(ctx);
+  CudaState &state = stateOf(ctx);
+  Scratch padded(ctx, static_cast<uint64_t>(size * chunk) * sizeof(T));
+  Scratch parts(ctx, static_cast<uint64_t>(size * chunk) * sizeof(T));
+  T *wire = padded.as<T>(), *contributions = parts.as<T>();
+  if (!wire || !contributions)
+    return false;
+  // The buffer, zeros past its end, so that every chunk is whole.
+  if (!check(ctx,
+             cudaMemsetAsync(wire, 0, size * chunk * sizeof(T), state.stream),
+             collective) ||
+      !check(ctx,
+             cudaMemcpyAsync(wire, in, n * sizeof(T), cudaMemcpyDeviceToDevice,
+                             state.stream),
+             collective) ||
+      !check(ctx,
+             cudaMemcpyAsync(contributions + rank * chunk, wire + rank * chunk,
+                             chunk * sizeof(T), cudaMemcpyDeviceToDevice,
+                             state.stream),
+             collective))
+    return false;
+  if (size > 1) {
+    Nccl *nccl = ncclOf(ctx, collective);
+    if (!nccl)
+      return false;
+    uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(T);
+    if (!ok(ctx, *nccl, nccl->groupStart(), collective))
+      return false;
+    for (int64_t step = 1; step < size; ++step) {
+      int64_t to = mod(rank + step, size), from = mod(rank - step, size);
+      if (!ok(ctx, *nccl,
+              nccl->send(wire + to * chunk, bytes, ncclUint8,
+                         static_cast<int>(to), nccl->comm, state.stream),
+              collective) ||
+          !ok(ctx, *nccl,
+              nccl->recv(contributions + from * chunk, bytes, ncclUint8,
+                         static_cast<int>(from), nccl->comm, state.stream),
+              collective))
+        return false;
+    }
+    if (!ok(ctx, *nccl, nccl->groupEnd(), collective) ||
+        !finish(ctx, *nccl, collective))
+      return false;
+    ctx->bytesSent += bytes * static_cast<uint64_t>(size - 1);
+    ctx->bytesReceived += bytes * static_cast<uint64_t>(size - 1);
+  }
+  elementwise(ctx, collective, chunk, [=] __device__(int64_t i) {
+    using Sum = SumOf<T>;
+    Sum sum = static_cast<Sum>(contributions[i]);
+    for (int64_t r = 1; r < size; ++r)
+      sum = sum + static_cast<Sum>(contributions[r * chunk + i]);
+    if (average)
+      sum = static_cast<Sum>(static_cast<double>(sum) / size);
+    mine[i] = T(sum);
+  });
+  return !ctx->hasError;
+}
+
+/// The all-gather of `chunk` elements per rank from `mine` into `out`
+/// (size · chunk elements).
+template <typename T>
+bool allGather(tmrt_context *ctx, const T *mine, T *out, int64_t chunk,
+               const char *collective) {
+  int64_t size = ranksOf(ctx);
+  if (size == 1)
+    return check(ctx,
+                 cudaMemcpyAsync(out, mine, chunk * sizeof(T),
+                                 cudaMemcpyDeviceToDevice, stateOf(ctx).stream),
+                 collective);
+  Nccl *nccl = ncclOf(ctx, collective);
+  if (!nccl)
+    return false;
+  uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(T);
+  if (!ok(ctx, *nccl,
+          nccl->allGather(mine, out, bytes, ncclUint8, nccl->comm,
+                          stateOf(ctx).stream),
+          collective) ||
+      !finish(ctx, *nccl, collective))
+    return false;
+  ctx->bytesSent += bytes * static_cast<uint64_t>(size - 1);
+  ctx->bytesReceived += bytes * static_cast<uint64_t>(size - 1);
+  return true;
+}
+
+/// reduce, then gather: an all-reduce of `n` elements of T.
+template <typename T>
+void allReduceOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                 bool average, const char *collective) {
+  int64_t size = ranksOf(ctx);
+  int64_t chunk = (n + size - 1) / size;
+  Scratch reduced(ctx, static_cast<uint64_t>(chunk) * sizeof(T));
+  Scratch gathered(ctx, static_cast<uint64_t>(size * chunk) * sizeof(T));
+  if (!reduced.memory || !gathered.memory ||
+      !reduceScatterInRankOrder(ctx, ctx->at<T>(in), n, chunk, average,
+                                reduced.as<T>(), collective) ||
+      !allGather(ctx, reduced.as<T>(), gathered.as<T>(), chunk, collective))
+    return;
+  if (check(ctx,
+            cudaMemcpyAsync(ctx->at<T>(out), gathered.as<T>(), n * sizeof(T),
+                            cudaMemcpyDeviceToDevice, stateOf(ctx).stream),
+            collective))
+    ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
+}
+
+/// Calls fn(T{}) for the element type of `in` and `out`, which must agree.
+template <typename Fn>
+void withElementType(tmrt_context *ctx, const char *kernel, int64_t in,
+                     int64_t out, Fn fn) {
+  if (dtypeOf(in) != dtypeOf(out))
+    return ctx->fail(std::string(kernel) + ": input " + dtypeName(dtypeOf(in)) +
+                     " and result " + dtypeName(dtypeOf(out)) + " differ");
+  cpu::dispatchFloatType(ctx, kernel, dtypeOf(in), fn);
+}
+
+template <typename T>
+void reduceScatterOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                     bool average) {
+  int64_t size = ranksOf(ctx);
+  Scratch mine(ctx, static_cast<uint64_t>(n) * sizeof(T));
+  if (!mine.memory ||
+      !reduceScatterInRankOrder(ctx, ctx->at<T>(in), n * size, n, average,
+                                mine.as<T>(), "reduce_scatter"))
+    return;
+  if (check(ctx,
+            cudaMemcpyAsync(ctx->at<T>(out), mine.as<T>(), n * sizeof(T),
+                            cudaMemcpyDeviceToDevice, stateOf(ctx).stream),
+            "reduce_scatter"))
+    ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
+}
+
+template <typename T>
+void allGatherOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  int64_t size = ranksOf(ctx);
+  // This rank's shard through scratch (in may overlap out), then the rest.
+  Scratch mine(ctx, static_cast<uint64_t>(n) * sizeof(T));
+  if (!mine.memory ||
+      !check(ctx,
+             cudaMemcpyAsync(mine.as<T>(), ctx->at<T>(in), n * sizeof(T),
+                             cudaMemcpyDeviceToDevice, stateOf(ctx).stream),
+             "all_gather") ||
+      !allGather(ctx, mine.as<T>(), ctx->at<T>(out), n, "all_gather"))
+    return;
+  ctx->touch(out, static_cast<uint64_t>(n * size) * sizeof(T));
+}
+
+} // namespace
+
+void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                int64_t average) {
+  if (n < 0)
+    return ctx->fail("all_reduce: negative element count");
+  withElementType(ctx, "all_reduce", in, out, [&](auto type) {
+    allReduceOf<decltype(type)>(ctx, in, out, n, average != 0, "all_reduce");
+  });
+}
+
+void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  if (n < 0)
+    return ctx->fail("all_reduce_i64: negative element count");
+  allReduceOf<int64_t>(ctx, in, out, n, false, "all_reduce_i64");
+}
+
+void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                    int64_t average) {
+  if (n < 0)
+    return ctx->fail("reduce_scatter: negative element count");
+  withElementType(ctx, "reduce_scatter", in, out, [&](auto type) {
+    reduceScatterOf<decltype(type)>(ctx, in, out, n, average != 0);
+  });
+}
+
+void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  if (n < 0)
+    return ctx->fail("all_gather: negative element count");
+  withElementType(ctx, "all_gather", in, out, [&](auto type) {
+    allGatherOf<decltype(type)>(ctx, in, out, n);
+  });
+}
+
+void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  if (n < 0)
+    return ctx->fail("all_slice: negative element count");
+  withElementType(ctx, "all_slice", in, out, [&](auto type) {
+    using T = decltype(type);
+    uint64_t bytes = static_cast<uint64_t>(n) * sizeof(T);
+    copyArena(ctx, offsetOf(in) + rankOf(ctx) * bytes, offsetOf(out), bytes);
+    ctx->touch(out, bytes);
+  });
+}
+
+void broadcast(tmrt_context *ctx, int64_t buffer, int64_t n, int64_t root) {
+  int64_t size = ranksOf(ctx);
+  if (n < 0 || root < 0 || root >= size)
+    return ctx->fail("broadcast: root " + std::to_string(root) +
+                     " is not a rank of " + std::to_string(size));
+  uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
+  if (size > 1) {
+    Nccl *nccl = ncclOf(ctx, "broadcast");
+    float *data = ctx->at<float>(buffer);
+    if (!nccl ||
+        !ok(ctx, *nccl,
+            nccl->broadcast(data, data, bytes, ncclUint8,
+                            static_cast<int>(root), nccl->comm,
+                            stateOf(ctx).stream),
+            "broadcast") ||
+        !finish(ctx, *nccl, "broadcast"))
+      return;
+    if (rankOf(ctx) == root)
+      ctx->bytesSent += bytes * static_cast<uint64_t>(size - 1);
+    else
+      ctx->bytesReceived += bytes;
+  }
+  ctx->touch(buffer, bytes);
+}
+
+void barrier(tmrt_context *ctx) {
+  // The device's work first, then the ranks meet on the host.
+  if (check(ctx, cudaStreamSynchronize(stateOf(ctx).stream), "barrier"))
+    ctx->communicator->barrier(ctx);
+}
+
+} // namespace cuda
+} // namespace tmrt

@@ -1,0 +1,522 @@
+//===- CudaState.cu - dropout, loss scaling and 8-bit state on CUDA -------===//
+//
+// The CUDA versions of the kernels whose per-element math lives in the
+// support headers, compiled here for the device:
+//  - dropout, its gradient and its mask: Philox-4x32-10 (Philox.h) at the
+//    same stream positions as the CPU kernels, one thread per Philox block
+//    of four positions, so a mask is the CPU's bit for bit;
+//  - dynamic loss scaling (LossScale.h): the finiteness of the gradients in
+//    a device flag that unscale reads on the device; the scale's state
+//    advanced on the host once per step;
+//  - 8-bit optimizer state (DynamicMap.h, AdamW.h): one thread block per
+//    quantization block; the block's maximum by a reduction whose result
+//    does not depend on its order, the codes by quantizeToEntries (the
+//    reference quantizer, which the CPU's MapQuantizer equals), so that the
+//    codes and maxima are the CPU kernels'.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaCommon.h"
+#include "CudaKernels.h"
+
+#include "trainmem/Support/AdamW.h"
+#include "trainmem/Support/DynamicMap.h"
+#include "trainmem/Support/LossScale.h"
+#include "trainmem/Support/Philox.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace tmrt {
+namespace cuda {
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The stream position of a dropout's element 0 (the part index read from
+/// the device, as tmrt_dropout defines it).
+uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
+                     int64_t partElements) {
+  uint64_t index =
+      part >= 0 ? static_cast<uint64_t>(scalarAt<int64_t>(ctx, part)) : 0;
+  return static_cast<uint64_t>(first) +
+         index * static_cast<uint64_t>(partElements);
+}
+
+/// The seed with the step's key added (train.dropout keyed by the step).
+uint64_t dropoutSeed(tmrt_context *ctx, int64_t seed, int64_t key) {
+  if (key >= 0)
+    seed += scalarAt<int64_t>(ctx, key);
+  return static_cast<uint64_t>(seed);
+}
+
+/// fn(i, keep) for the n elements whose element 0 is at stream position
+/// `base`: one thread per Philox block (four positions, one call).
+template <typename Fn>
+void forEachKeep(tmrt_context *ctx, const char *kernel, int64_t n,
+                 uint64_t seed, uint64_t offset, double rate, uint64_t base,
+                 Fn fn) {
+  if (n <= 0)
+    return;
+  uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
+  uint64_t firstBlock = base / 4;
+  uint64_t endPosition = base + static_cast<uint64_t>(n);
+  int64_t blocks = static_cast<int64_t>((endPosition + 3) / 4 - firstBlock);
+  elementwise(ctx, kernel, blocks, [=] __device__(int64_t j) {
+    uint64_t block = firstBlock + static_cast<uint64_t>(j);
+    trainmem::PhiloxCounter words = trainmem::philox4x32_10(
+        {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+         static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)},
+        {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+    for (uint64_t w = 0; w < 4; ++w) {
+      uint64_t position = block * 4 + w;
+      if (position >= base && position < endPosition)
+        fn(static_cast<int64_t>(position - base), (words[w] >> 8) < threshold);
+    }
+  });
+}
+
+template <typename T>
+void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
+               int64_t n, double rate, uint64_t seed, int64_t offset,
+               uint64_t base) {
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
+  uint8_t *keep = ctx->at<uint8_t>(mask);
+  double scale = 1.0 / (1.0 - rate);
+  forEachKeep(ctx, "dropout", n, seed, static_cast<uint64_t>(offset), rate,
+              base, [=] __device__(int64_t i, bool k) {
+                keep[i] = k;
+                y[i] = T(k ? static_cast<float>(float(x[i]) * scale) : 0.0f);
+              });
+  ctx->touch(out, n * sizeof(T));
+  ctx->touch(mask, n);
+}
+
+template <typename T>
+void dropout_gradOf(tmrt_context *ctx, int64_t dy, int64_t mask, int64_t out,
+                    int64_t n, double rate) {
+  const T *g = ctx->at<T>(dy);
+  const uint8_t *keep = ctx->at<uint8_t>(mask);
+  T *y = ctx->at<T>(out);
+  double scale = 1.0 / (1.0 - rate);
+  elementwise(ctx, "dropout_grad", n, [=] __device__(int64_t i) {
+    y[i] = T(keep[i] ? static_cast<float>(float(g[i]) * scale) : 0.0f);
+  });
+  ctx->touch(out, n * sizeof(T));
+}
+
+} // namespace
+
+void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
+             int64_t n, double rate, int64_t seed, int64_t offset, int64_t key,
+             int64_t first, int64_t part, int64_t part_elements) {
+  uint64_t keyed = dropoutSeed(ctx, seed, key);
+  uint64_t base = dropoutBase(ctx, first, part, part_elements);
+  withFloatType(ctx, "dropout", {in, out}, [&](auto type) {
+    dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, keyed, offset, base);
+  });
+}
+
+void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask, int64_t out,
+                  int64_t n, double rate) {
+  withFloatType(ctx, "dropout_grad", {dy, out}, [&](auto type) {
+    dropout_gradOf<decltype(type)>(ctx, dy, mask, out, n, rate);
+  });
+}
+
+void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
+                  int64_t seed, int64_t offset, int64_t key, int64_t first,
+                  int64_t part, int64_t part_elements) {
+  uint64_t keyed = dropoutSeed(ctx, seed, key);
+  uint64_t base = dropoutBase(ctx, first, part, part_elements);
+  uint8_t *keep = ctx->at<uint8_t>(mask);
+  forEachKeep(ctx, "dropout_mask", n, keyed, static_cast<uint64_t>(offset),
+              rate, base, [=] __device__(int64_t i, bool k) { keep[i] = k; });
+  ctx->touch(mask, n);
+}
+
+//===----------------------------------------------------------------------===//
+// Dynamic loss scaling
+//===----------------------------------------------------------------------===//
+
+void loss_scale(tmrt_context *ctx, int64_t state, int64_t out, double initial) {
+  const int64_t *s = ctx->at<int64_t>(state);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, "loss_scale", 1, [=] __device__(int64_t) {
+    *y = static_cast<float>(trainmem::lossScale(initial, s[0]));
+  });
+  ctx->touch(out, 4);
+}
+
+void finite_begin(tmrt_context *ctx) {
+  CudaState &state = stateOf(ctx);
+  ctx->gradientsFinite = true;
+  check(ctx, cudaMemsetAsync(state.nonFinite, 0, sizeof(int), state.stream),
+        "clearing the finiteness flag");
+}
+
+template <typename T>
+static void finiteCheckOf(tmrt_context *ctx, int64_t grad, int64_t n) {
+  const T *g = ctx->at<T>(grad);
+  int *flag = stateOf(ctx).nonFinite;
+  elementwise(ctx, "finite_check", n, [=] __device__(int64_t i) {
+    if (!isfinite(float(g[i])))
+      *flag = 1;
+  });
+}
+
+void finite_check(tmrt_context *ctx, int64_t grad, int64_t n) {
+  withFloatType(ctx, "finite_check", {grad}, [&](auto type) {
+    finiteCheckOf<decltype(type)>(ctx, grad, n);
+  });
+}
+
+template <typename T>
+static void unscaleOf(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
+                      int64_t state, double initial) {
+  const T *g = ctx->at<T>(grad);
+  const int64_t *s = ctx->at<int64_t>(state);
+  const int *flag = stateOf(ctx).nonFinite;
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, "unscale", n, [=] __device__(int64_t i) {
+    double inverse = 1.0 / trainmem::lossScale(initial, s[0]);
+    y[i] = *flag == 0
+               ? static_cast<float>(static_cast<double>(float(g[i])) * inverse)
+               : __int_as_float(0x7fc00000); // quiet NaN
+  });
+  ctx->touch(out, n * 4);
+}
+
+void unscale(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
+             int64_t state, double initial) {
+  withFloatType(ctx, "unscale", {grad}, [&](auto type) {
+    unscaleOf<decltype(type)>(ctx, grad, out, n, state, initial);
+  });
+}
+
+void loss_scale_update(tmrt_context *ctx, int64_t state, int64_t new_state,
+                       int64_t growth_interval) {
+  std::vector<int> flag;
+  std::vector<int64_t> updated;
+  if (!readBack(ctx, stateOf(ctx).nonFinite, 1, flag) ||
+      !readBack(ctx, ctx->at<int64_t>(state), 3, updated))
+    return;
+  ctx->gradientsFinite = flag[0] == 0;
+  trainmem::advanceLossScale(updated.data(), ctx->gradientsFinite,
+                             growth_interval);
+  writeArena(ctx, offsetOf(new_state), updated.data(), 24);
+  ctx->touch(new_state, 24);
+}
+
+//===----------------------------------------------------------------------===//
+// 8-bit optimizer state
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A dynamic map's 256 entries, passed by value in a kernel's parameters.
+struct DeviceMap {
+  float entries[256];
+  TRAINMEM_HD float operator[](unsigned i) const { return entries[i]; }
+};
+
+DeviceMap deviceMap(bool isSigned) {
+  const trainmem::DynamicMap &map =
+      isSigned ? trainmem::signedDynamicMap() : trainmem::unsignedDynamicMap();
+  DeviceMap result;
+  std::copy(map.begin(), map.end(), result.entries);
+  return result;
+}
+
+constexpr int kBlockThreads = 256;
+
+/// The largest of the block's threads' `value`s (std::max's meaning: a NaN
+/// never wins); every thread gets it. Order does not matter to a maximum,
+/// so this is the CPU's value.
+__device__ float blockMaximum(float value) {
+  __shared__ float partial[kBlockThreads];
+  partial[threadIdx.x] = value;
+  __syncthreads();
+  for (unsigned half = kBlockThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half &&
+        partial[threadIdx.x] < partial[threadIdx.x + half])
+      partial[threadIdx.x] = partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  float result = partial[0];
+  __syncthreads();
+  return result;
+}
+
+/// One thread block per quantization block b of a tensor of n elements:
+/// first(i) -> the element's new value (computed twice: once for the
+/// block's maximum, once to quantize; the same bits both times), then
+/// store(i, code) and storeMax(maximum) after every thread has read its
+/// inputs (so the outputs may be the inputs).
+template <typename Fn>
+__global__ void blockKernel(int64_t n, int64_t block, Fn fn) {
+  int64_t b = blockIdx.x;
+  int64_t begin = b * block, end = min(n, begin + block);
+  fn(b, begin, end);
+}
+
+template <typename Fn>
+void perBlock(tmrt_context *ctx, const char *kernel, int64_t n, int64_t block,
+              Fn fn) {
+  int64_t blocks = (n + block - 1) / block;
+  if (blocks <= 0)
+    return;
+  if (blocks > 0x7fffffff)
+    return ctx->fail(std::string(kernel) + ": " + std::to_string(blocks) +
+                     " blocks exceed a CUDA grid");
+  blockKernel<<<static_cast<unsigned>(blocks), kBlockThreads, 0,
+                stateOf(ctx).stream>>>(n, block, fn);
+  check(ctx, cudaGetLastError(), std::string("launching ") + kernel);
+}
+
+/// Quantizes the values value(i) of [begin, end) into codes and *absmax as
+/// trainmem::quantizeBlockWith does (a block of zeros or NaNs: the zero
+/// code and its maximum). Called by every thread of the block.
+template <typename Value>
+__device__ void quantizeBlockOnDevice(const DeviceMap &map, int64_t begin,
+                                      int64_t end, Value value, uint8_t *codes,
+                                      float *absmax, bool readsAbsmax) {
+  float largest = 0.0f;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    float y = fabsf(value(i));
+    if (largest < y)
+      largest = y;
+  }
+  float scale = blockMaximum(largest);
+  uint8_t zero = trainmem::quantizeToEntries(map, 0.0f);
+  float inverse = 1.0f / scale;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    codes[i] = scale > 0.0f
+                   ? trainmem::quantizeToEntries(map, value(i) * inverse)
+                   : zero;
+  if (readsAbsmax)
+    __syncthreads(); // every thread has read the old maximum
+  if (threadIdx.x == 0)
+    *absmax = scale;
+}
+
+} // namespace
+
+void quantize(tmrt_context *ctx, int64_t in, int64_t codes, int64_t absmax,
+              int64_t n, int64_t block, int64_t is_signed) {
+  block = trainmem::effectiveStateBlock(block, n);
+  DeviceMap map = deviceMap(is_signed != 0);
+  const float *x = ctx->at<float>(in);
+  uint8_t *c = ctx->at<uint8_t>(codes);
+  float *a = ctx->at<float>(absmax);
+  perBlock(ctx, "quantize", n, block,
+           [=] __device__(int64_t b, int64_t begin, int64_t end) {
+             quantizeBlockOnDevice(
+                 map, begin, end, [=](int64_t i) { return x[i]; }, c, a + b,
+                 false);
+           });
+  ctx->touch(codes, n);
+  ctx->touch(absmax, ((n + block - 1) / block) * 4);
+}
+
+void dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax, int64_t out,
+                int64_t n, int64_t block, int64_t is_signed) {
+  block = trainmem::effectiveStateBlock(block, n);
+  DeviceMap map = deviceMap(is_signed != 0);
+  const uint8_t *c = ctx->at<uint8_t>(codes);
+  const float *a = ctx->at<float>(absmax);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, "dequantize", n, [=] __device__(int64_t i) {
+    y[i] = trainmem::dequantizeValue(map, c[i], a[i / block]);
+  });
+  ctx->touch(out, n * 4);
+}
+
+namespace {
+
+template <typename T>
+void adamw_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad,
+                  int64_t m_codes, int64_t m_absmax, int64_t v_codes,
+                  int64_t v_absmax, int64_t lr, int64_t step, int64_t new_param,
+                  int64_t new_m_codes, int64_t new_m_absmax,
+                  int64_t new_v_codes, int64_t new_v_absmax, int64_t n,
+                  int64_t block, double beta1, double beta2, double eps,
+                  double weight_decay) {
+  const float *p = ctx->at<float>(param);
+  const T *g = ctx->at<T>(grad);
+  const uint8_t *mc = ctx->at<uint8_t>(m_codes),
+                *vc = ctx->at<uint8_t>(v_codes);
+  const float *ma = ctx->at<float>(m_absmax), *va = ctx->at<float>(v_absmax);
+  float *np = ctx->at<float>(new_param);
+  uint8_t *nmc = ctx->at<uint8_t>(new_m_codes),
+          *nvc = ctx->at<uint8_t>(new_v_codes);
+  float *nma = ctx->at<float>(new_m_absmax),
+        *nva = ctx->at<float>(new_v_absmax);
+  int64_t blocks = (n + block - 1) / block;
+  if (allFinite(ctx, g, n)) {
+    const trainmem::AdamWStep update(scalarAt<float>(ctx, lr), beta1, beta2,
+                                     eps, weight_decay,
+                                     scalarAt<int64_t>(ctx, step));
+    DeviceMap mMap = deviceMap(true), vMap = deviceMap(false);
+    perBlock(ctx, "adamw_8bit", n, block,
+             [=] __device__(int64_t b, int64_t begin, int64_t end) {
+               float oldM = ma[b], oldV = va[b];
+               // The update is computed twice per element, for the block's
+               // maxima and then for the codes (the same operations, the
+               // same bits): a block of any size needs no shared memory.
+               // Thread t reads and writes its own elements only; the
+               // maxima are written after every thread has read them.
+               auto updated = [=](int64_t i, float &newParam, float &m,
+                                  float &v) {
+                 update.apply(p[i], float(g[i]),
+                              trainmem::dequantizeValue(mMap, mc[i], oldM),
+                              trainmem::dequantizeValue(vMap, vc[i], oldV),
+                              newParam, m, v);
+               };
+               float mLargest = 0.0f, vLargest = 0.0f;
+               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+                 float np0, m, v;
+                 updated(i, np0, m, v);
+                 if (mLargest < fabsf(m))
+                   mLargest = fabsf(m);
+                 if (vLargest < fabsf(v))
+                   vLargest = fabsf(v);
+               }
+               float mScale = blockMaximum(mLargest);
+               float vScale = blockMaximum(vLargest);
+               uint8_t mZero = trainmem::quantizeToEntries(mMap, 0.0f);
+               uint8_t vZero = trainmem::quantizeToEntries(vMap, 0.0f);
+               float mInverse = 1.0f / mScale, vInverse = 1.0f / vScale;
+               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+                 float newParam, m, v;
+                 updated(i, newParam, m, v);
+                 // Element i is read and written by this thread only.
+                 nmc[i] = mScale > 0.0f
+                              ? trainmem::quantizeToEntries(mMap, m * mInverse)
+                              : mZero;
+                 nvc[i] = vScale > 0.0f
+                              ? trainmem::quantizeToEntries(vMap, v * vInverse)
+                              : vZero;
+                 np[i] = newParam;
+               }
+               __syncthreads();
+               if (threadIdx.x == 0) {
+                 nma[b] = mScale;
+                 nva[b] = vScale;
+               }
+             });
+  } else {
+    if (ctx->hasError)
+      return;
+    // Skip this tensor's step: carry everything over unchanged.
+    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
+    copyArena(ctx, offsetOf(m_codes), offsetOf(new_m_codes), n);
+    copyArena(ctx, offsetOf(v_codes), offsetOf(new_v_codes), n);
+    copyArena(ctx, offsetOf(m_absmax), offsetOf(new_m_absmax), blocks * 4);
+    copyArena(ctx, offsetOf(v_absmax), offsetOf(new_v_absmax), blocks * 4);
+    ctx->recordSkipped(param);
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m_codes, n);
+  ctx->touch(new_v_codes, n);
+  ctx->touch(new_m_absmax, blocks * 4);
+  ctx->touch(new_v_absmax, blocks * 4);
+}
+
+template <typename T>
+void sgd_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
+                int64_t absmax, int64_t lr, int64_t new_param,
+                int64_t new_codes, int64_t new_absmax, int64_t n, int64_t block,
+                double momentum, double weight_decay, int64_t nesterov) {
+  const float *p = ctx->at<float>(param);
+  const T *g = ctx->at<T>(grad);
+  const uint8_t *c = ctx->at<uint8_t>(codes);
+  const float *a = ctx->at<float>(absmax);
+  float *np = ctx->at<float>(new_param);
+  uint8_t *nc = ctx->at<uint8_t>(new_codes);
+  float *na = ctx->at<float>(new_absmax);
+  int64_t blocks = (n + block - 1) / block;
+  if (allFinite(ctx, g, n)) {
+    trainmem::SGDMomentumStep update{scalarAt<float>(ctx, lr), momentum,
+                                     weight_decay, nesterov != 0};
+    DeviceMap map = deviceMap(true);
+    perBlock(ctx, "sgd_8bit", n, block,
+             [=] __device__(int64_t b, int64_t begin, int64_t end) {
+               float old = a[b];
+               auto updated = [=](int64_t i, float &newParam, float &buffer) {
+                 update.apply(p[i], float(g[i]),
+                              trainmem::dequantizeValue(map, c[i], old),
+                              newParam, buffer);
+               };
+               float largest = 0.0f;
+               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+                 float newParam, buffer;
+                 updated(i, newParam, buffer);
+                 if (largest < fabsf(buffer))
+                   largest = fabsf(buffer);
+               }
+               float scale = blockMaximum(largest);
+               uint8_t zero = trainmem::quantizeToEntries(map, 0.0f);
+               float inverse = 1.0f / scale;
+               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+                 float newParam, buffer;
+                 updated(i, newParam, buffer);
+                 nc[i] =
+                     scale > 0.0f
+                         ? trainmem::quantizeToEntries(map, buffer * inverse)
+                         : zero;
+                 np[i] = newParam;
+               }
+               __syncthreads();
+               if (threadIdx.x == 0)
+                 na[b] = scale;
+             });
+  } else {
+    if (ctx->hasError)
+      return;
+    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
+    copyArena(ctx, offsetOf(codes), offsetOf(new_codes), n);
+    copyArena(ctx, offsetOf(absmax), offsetOf(new_absmax), blocks * 4);
+    ctx->recordSkipped(param);
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_codes, n);
+  ctx->touch(new_absmax, blocks * 4);
+}
+
+} // namespace
+
+void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
+                int64_t m_absmax, int64_t v_codes, int64_t v_absmax, int64_t lr,
+                int64_t step, int64_t new_param, int64_t new_m_codes,
+                int64_t new_m_absmax, int64_t new_v_codes, int64_t new_v_absmax,
+                int64_t n, int64_t block, double beta1, double beta2,
+                double eps, double weight_decay) {
+  block = trainmem::effectiveStateBlock(block, n);
+  withFloatType(ctx, "adamw_8bit", {grad}, [&](auto type) {
+    adamw_8bitOf<decltype(type)>(ctx, param, grad, m_codes, m_absmax, v_codes,
+                                 v_absmax, lr, step, new_param, new_m_codes,
+                                 new_m_absmax, new_v_codes, new_v_absmax, n,
+                                 block, beta1, beta2, eps, weight_decay);
+  });
+}
+
+void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
+              int64_t absmax, int64_t lr, int64_t new_param, int64_t new_codes,
+              int64_t new_absmax, int64_t n, int64_t block, double momentum,
+              double weight_decay, int64_t nesterov) {
+  block = trainmem::effectiveStateBlock(block, n);
+  withFloatType(ctx, "sgd_8bit", {grad}, [&](auto type) {
+    sgd_8bitOf<decltype(type)>(ctx, param, grad, codes, absmax, lr, new_param,
+                               new_codes, new_absmax, n, block, momentum,
+                               weight_decay, nesterov);
+  });
+}
+
+} // namespace cuda
+} // namespace tmrt

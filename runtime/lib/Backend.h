@@ -92,6 +92,9 @@ const Backend &cpuBackend();
 #ifdef TMRT_HAVE_CUDA
 /// The CUDA backend (cuda/CudaBackend.cu), built with the CUDA toolkit.
 const Backend &cudaBackend();
+/// Whether cuBLAS and NCCL load (dlopen) and have every call the backend
+/// makes; what was found or missing in `report`. Needs no device.
+bool cudaLibrariesLoad(std::string &report);
 #endif
 /// One process: collectives leave the data as it is.
 const Communicator &singleProcessCommunicator();

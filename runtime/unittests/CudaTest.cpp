@@ -64,6 +64,14 @@ TEST(Cuda, TheTableIsComplete) {
   EXPECT_NE(table.name, nullptr) << #name;
 #include "trainmem-runtime/Kernels.def"
 }
+
+// cuBLAS and NCCL are loaded at run time (dlopen): both load here and have
+// every call the backend makes (a misspelt symbol would otherwise surface
+// only on a GPU).
+TEST(Cuda, ItsLibrariesLoadWithTheirCalls) {
+  std::string report;
+  EXPECT_TRUE(tmrt::cudaLibrariesLoad(report)) << report;
+}
 #endif
 
 TEST(Cuda, NoDeviceIsAClearError) {

@@ -19,6 +19,7 @@
 #include "trainmem/Support/FastExp.h"
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
+#include "trainmem/Support/RowKernels.h"
 
 #include <cblas.h>
 
@@ -657,19 +658,8 @@ void layer_normOf(tmrt_context *ctx, int64_t in, int64_t gamma,
               *b = ctx->at<T>(beta);
   T *y = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T *xr = x + r * cols;
-      double mean = 0.0, var = 0.0;
-      for (int64_t c = 0; c < cols; ++c)
-        mean += xr[c];
-      mean /= cols;
-      for (int64_t c = 0; c < cols; ++c)
-        var += (xr[c] - mean) * (xr[c] - mean);
-      double rstd = 1.0 / std::sqrt(var / cols + eps);
-      for (int64_t c = 0; c < cols; ++c)
-        y[r * cols + c] =
-            static_cast<float>((xr[c] - mean) * rstd * g[c] + b[c]);
-    }
+    for (int64_t r = begin; r < end; ++r)
+      trainmem::rows::layerNorm(x + r * cols, g, b, y + r * cols, cols, eps);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
@@ -698,32 +688,9 @@ void layer_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
   ctx->pool.parallelFor(tasks, 1, [&](int64_t tb, int64_t te) {
     for (int64_t task = tb; task < te; ++task) {
       double *pg = &partial[2 * cols * task], *pb = pg + cols;
-      std::vector<double> xhat(cols), dxhat(cols);
-      for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks;
-           ++r) {
-        const T *xr = xv + r * cols, *dr = gy + r * cols;
-        double mean = 0.0, var = 0.0;
-        for (int64_t c = 0; c < cols; ++c)
-          mean += xr[c];
-        mean /= cols;
-        for (int64_t c = 0; c < cols; ++c)
-          var += (xr[c] - mean) * (xr[c] - mean);
-        double rstd = 1.0 / std::sqrt(var / cols + eps);
-        double meanD = 0.0, meanDX = 0.0;
-        for (int64_t c = 0; c < cols; ++c) {
-          xhat[c] = (xr[c] - mean) * rstd;
-          dxhat[c] = static_cast<double>(dr[c]) * g[c];
-          meanD += dxhat[c];
-          meanDX += dxhat[c] * xhat[c];
-          pg[c] += dr[c] * xhat[c];
-          pb[c] += dr[c];
-        }
-        meanD /= cols;
-        meanDX /= cols;
-        for (int64_t c = 0; c < cols; ++c)
-          gx[r * cols + c] =
-              static_cast<float>(rstd * (dxhat[c] - meanD - xhat[c] * meanDX));
-      }
+      for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks; ++r)
+        trainmem::rows::layerNormGrad(gy + r * cols, xv + r * cols, g,
+                                      gx + r * cols, pg, pb, cols, eps);
     }
   });
   T *gg = ctx->at<T>(dgamma), *gb = ctx->at<T>(dbeta);
@@ -756,15 +723,8 @@ void rms_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
   const T *x = ctx->at<T>(in), *g = ctx->at<T>(gamma);
   T *y = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T *xr = x + r * cols;
-      double ms = 0.0;
-      for (int64_t c = 0; c < cols; ++c)
-        ms += static_cast<double>(xr[c]) * xr[c];
-      double rrms = 1.0 / std::sqrt(ms / cols + eps);
-      for (int64_t c = 0; c < cols; ++c)
-        y[r * cols + c] = static_cast<float>(xr[c] * rrms * g[c]);
-    }
+    for (int64_t r = begin; r < end; ++r)
+      trainmem::rows::rmsNorm(x + r * cols, g, y + r * cols, cols, eps);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
@@ -788,21 +748,9 @@ void rms_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
   ctx->pool.parallelFor(tasks, 1, [&](int64_t tb, int64_t te) {
     for (int64_t task = tb; task < te; ++task) {
       double *pg = &partial[cols * task];
-      for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks;
-           ++r) {
-        const T *xr = xv + r * cols, *dr = gy + r * cols;
-        double ms = 0.0, dot = 0.0;
-        for (int64_t c = 0; c < cols; ++c)
-          ms += static_cast<double>(xr[c]) * xr[c];
-        double rrms = 1.0 / std::sqrt(ms / cols + eps);
-        for (int64_t c = 0; c < cols; ++c) {
-          dot += static_cast<double>(dr[c]) * g[c] * xr[c];
-          pg[c] += static_cast<double>(dr[c]) * xr[c] * rrms;
-        }
-        for (int64_t c = 0; c < cols; ++c)
-          gx[r * cols + c] = static_cast<float>(
-              rrms * dr[c] * g[c] - xr[c] * rrms * rrms * rrms * dot / cols);
-      }
+      for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks; ++r)
+        trainmem::rows::rmsNormGrad(gy + r * cols, xv + r * cols, g,
+                                    gx + r * cols, pg, cols, eps);
     }
   });
   T *gg = ctx->at<T>(dgamma);
@@ -830,21 +778,9 @@ void softmaxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
   const T *x = ctx->at<T>(in);
   T *y = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      int64_t visible = causal ? (r % queries) + 1 : cols;
-      const T *xr = x + r * cols;
-      T *yr = y + r * cols;
-      double maxValue = -INFINITY;
-      for (int64_t c = 0; c < visible; ++c)
-        maxValue = std::max(maxValue, static_cast<double>(xr[c]));
-      double sum = 0.0;
-      for (int64_t c = 0; c < visible; ++c)
-        sum += std::exp(xr[c] - maxValue);
-      for (int64_t c = 0; c < visible; ++c)
-        yr[c] = static_cast<float>(std::exp(xr[c] - maxValue) / sum);
-      for (int64_t c = visible; c < cols; ++c)
-        yr[c] = 0.0f;
-    }
+    for (int64_t r = begin; r < end; ++r)
+      trainmem::rows::softmax(x + r * cols, y + r * cols, cols,
+                              causal ? (r % queries) + 1 : cols);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
@@ -862,14 +798,9 @@ void softmax_gradOf(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
   const T *g = ctx->at<T>(dy), *yv = ctx->at<T>(y);
   T *z = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      double dot = 0.0;
-      for (int64_t c = 0; c < cols; ++c)
-        dot += static_cast<double>(g[r * cols + c]) * yv[r * cols + c];
-      for (int64_t c = 0; c < cols; ++c)
-        z[r * cols + c] =
-            static_cast<float>(yv[r * cols + c] * (g[r * cols + c] - dot));
-    }
+    for (int64_t r = begin; r < end; ++r)
+      trainmem::rows::softmaxGrad(g + r * cols, yv + r * cols, z + r * cols,
+                                  cols);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
@@ -1451,14 +1382,7 @@ void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
                   std::to_string(vocab));
         continue;
       }
-      const T *lr = l + r * vocab;
-      double maxValue = -INFINITY;
-      for (int64_t c = 0; c < vocab; ++c)
-        maxValue = std::max(maxValue, static_cast<double>(lr[c]));
-      double z = 0.0;
-      for (int64_t c = 0; c < vocab; ++c)
-        z += std::exp(lr[c] - maxValue);
-      rowLoss[r] = maxValue + std::log(z) - lr[t];
+      rowLoss[r] = trainmem::rows::crossEntropy(l + r * vocab, vocab, t);
       valid[r] = 1;
     }
   });
@@ -1498,17 +1422,7 @@ void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss,
         std::fill(yr, yr + vocab, 0.0f);
         continue;
       }
-      const T *lr = l + r * vocab;
-      double maxValue = -INFINITY;
-      for (int64_t c = 0; c < vocab; ++c)
-        maxValue = std::max(maxValue, static_cast<double>(lr[c]));
-      double z = 0.0;
-      for (int64_t c = 0; c < vocab; ++c)
-        z += std::exp(lr[c] - maxValue);
-      double logZ = std::log(z);
-      for (int64_t c = 0; c < vocab; ++c)
-        yr[c] = static_cast<float>(
-            g * (std::exp(lr[c] - maxValue - logZ) - (c == t ? 1.0 : 0.0)));
+      trainmem::rows::crossEntropyGrad(l + r * vocab, yr, vocab, t, g);
     }
   });
   ctx->touch(out, rows * vocab * sizeof(T));

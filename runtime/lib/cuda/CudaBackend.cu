@@ -28,6 +28,7 @@
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/Float16.h"
+#include "trainmem/Support/RowKernels.h"
 
 #include <cublas_api.h>
 #include <cuda_runtime.h>
@@ -49,9 +50,8 @@ using namespace tmrt;
 namespace tmrt {
 namespace cuda {
 
-/// Loads cuBLAS and makes a handle on the state's stream.
-bool openCublas(CudaState &state, std::string &error) {
-  Cublas &blas = state.blas;
+/// Loads cuBLAS and finds its calls (no device needed).
+bool loadCublas(Cublas &blas, std::string &error) {
   for (const char *name : {"libcublas.so.13", "libcublas.so"})
     if ((blas.library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
       break;
@@ -71,6 +71,14 @@ bool openCublas(CudaState &state, std::string &error) {
     error = "cuda: the cuBLAS loaded lacks cublasGemmEx or its handle calls";
     return false;
   }
+  return true;
+}
+
+/// Loads cuBLAS and makes a handle on the state's stream.
+bool openCublas(CudaState &state, std::string &error) {
+  Cublas &blas = state.blas;
+  if (!loadCublas(blas, error))
+    return false;
   if (blas.create(&state.handle) != CUBLAS_STATUS_SUCCESS ||
       blas.setStream(state.handle, state.stream) != CUBLAS_STATUS_SUCCESS) {
     error = "cuda: cannot make a cuBLAS handle";
@@ -438,9 +446,9 @@ void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
 
 //===----------------------------------------------------------------------===//
 // Row kernels: one thread per row (or per task of rows, or per output
-// element), each summing in double in the CPU kernel's order, so that the
-// sums are the CPU's. Correct first; the block-per-row versions come with
-// a device to measure them on.
+// element), each row by the functions of trainmem/Support/RowKernels.h that
+// the CPU kernels call, so that the sums are the CPU's. Correct first; the
+// block-per-row versions come with a device to measure them on.
 //===----------------------------------------------------------------------===//
 
 /// The CPU kernels' fixed tasks of rows for column sums (kReductionRows).
@@ -452,17 +460,7 @@ void layer_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t beta,
   const T *x = ctx->at<T>(in), *g = ctx->at<T>(gamma), *b = ctx->at<T>(beta);
   T *y = ctx->at<T>(out);
   elementwise(ctx, "layer_norm", rows, [=] __device__(int64_t r) {
-    const T *xr = x + r * cols;
-    double mean = 0.0, var = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      mean += float(xr[c]);
-    mean /= cols;
-    for (int64_t c = 0; c < cols; ++c)
-      var += (float(xr[c]) - mean) * (float(xr[c]) - mean);
-    double rstd = 1.0 / sqrt(var / cols + eps);
-    for (int64_t c = 0; c < cols; ++c)
-      y[r * cols + c] = T(static_cast<float>(
-          (float(xr[c]) - mean) * rstd * float(g[c]) + float(b[c])));
+    trainmem::rows::layerNorm(x + r * cols, g, b, y + r * cols, cols, eps);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
@@ -494,33 +492,9 @@ void layer_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
     double *pg = partial + 2 * cols * task, *pb = pg + cols;
     for (int64_t c = 0; c < cols; ++c)
       pg[c] = pb[c] = 0.0;
-    for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks; ++r) {
-      const T *xr = xv + r * cols, *dr = gy + r * cols;
-      double mean = 0.0, var = 0.0;
-      for (int64_t c = 0; c < cols; ++c)
-        mean += float(xr[c]);
-      mean /= cols;
-      for (int64_t c = 0; c < cols; ++c)
-        var += (float(xr[c]) - mean) * (float(xr[c]) - mean);
-      double rstd = 1.0 / sqrt(var / cols + eps);
-      double meanD = 0.0, meanDX = 0.0;
-      for (int64_t c = 0; c < cols; ++c) {
-        double xhat = (float(xr[c]) - mean) * rstd;
-        double dxhat = static_cast<double>(float(dr[c])) * float(g[c]);
-        meanD += dxhat;
-        meanDX += dxhat * xhat;
-        pg[c] += float(dr[c]) * xhat;
-        pb[c] += float(dr[c]);
-      }
-      meanD /= cols;
-      meanDX /= cols;
-      for (int64_t c = 0; c < cols; ++c) {
-        double xhat = (float(xr[c]) - mean) * rstd;
-        double dxhat = static_cast<double>(float(dr[c])) * float(g[c]);
-        gx[r * cols + c] =
-            T(static_cast<float>(rstd * (dxhat - meanD - xhat * meanDX)));
-      }
-    }
+    for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks; ++r)
+      trainmem::rows::layerNormGrad(gy + r * cols, xv + r * cols, g,
+                                    gx + r * cols, pg, pb, cols, eps);
   });
   // The parameter gradients: the tasks' partial sums added in task order.
   T *gg = ctx->at<T>(dgamma), *gb = ctx->at<T>(dbeta);
@@ -555,13 +529,7 @@ void rms_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
   const T *x = ctx->at<T>(in), *g = ctx->at<T>(gamma);
   T *y = ctx->at<T>(out);
   elementwise(ctx, "rms_norm", rows, [=] __device__(int64_t r) {
-    const T *xr = x + r * cols;
-    double ms = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      ms += static_cast<double>(float(xr[c])) * float(xr[c]);
-    double rrms = 1.0 / sqrt(ms / cols + eps);
-    for (int64_t c = 0; c < cols; ++c)
-      y[r * cols + c] = T(static_cast<float>(float(xr[c]) * rrms * float(g[c])));
+    trainmem::rows::rmsNorm(x + r * cols, g, y + r * cols, cols, eps);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
@@ -588,21 +556,9 @@ void rms_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t gamma,
     double *pg = partial + cols * task;
     for (int64_t c = 0; c < cols; ++c)
       pg[c] = 0.0;
-    for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks; ++r) {
-      const T *xr = xv + r * cols, *dr = gy + r * cols;
-      double ms = 0.0, dot = 0.0;
-      for (int64_t c = 0; c < cols; ++c)
-        ms += static_cast<double>(float(xr[c])) * float(xr[c]);
-      double rrms = 1.0 / sqrt(ms / cols + eps);
-      for (int64_t c = 0; c < cols; ++c) {
-        dot += static_cast<double>(float(dr[c])) * float(g[c]) * float(xr[c]);
-        pg[c] += static_cast<double>(float(dr[c])) * float(xr[c]) * rrms;
-      }
-      for (int64_t c = 0; c < cols; ++c)
-        gx[r * cols + c] = T(static_cast<float>(
-            rrms * float(dr[c]) * float(g[c]) -
-            float(xr[c]) * rrms * rrms * rrms * dot / cols));
-    }
+    for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks; ++r)
+      trainmem::rows::rmsNormGrad(gy + r * cols, xv + r * cols, g,
+                                  gx + r * cols, pg, cols, eps);
   });
   T *gg = ctx->at<T>(dgamma);
   elementwise(ctx, "rms_norm_grad", cols, [=] __device__(int64_t c) {
@@ -633,19 +589,8 @@ void softmaxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
   const T *x = ctx->at<T>(in);
   T *y = ctx->at<T>(out);
   elementwise(ctx, "softmax", rows, [=] __device__(int64_t r) {
-    int64_t visible = causal ? (r % queries) + 1 : cols;
-    const T *xr = x + r * cols;
-    T *yr = y + r * cols;
-    double maxValue = -INFINITY;
-    for (int64_t c = 0; c < visible; ++c)
-      maxValue = fmax(maxValue, static_cast<double>(float(xr[c])));
-    double sum = 0.0;
-    for (int64_t c = 0; c < visible; ++c)
-      sum += exp(float(xr[c]) - maxValue);
-    for (int64_t c = 0; c < visible; ++c)
-      yr[c] = T(static_cast<float>(exp(float(xr[c]) - maxValue) / sum));
-    for (int64_t c = visible; c < cols; ++c)
-      yr[c] = T(0.0f);
+    trainmem::rows::softmax(x + r * cols, y + r * cols, cols,
+                            causal ? (r % queries) + 1 : cols);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
@@ -663,13 +608,8 @@ void softmax_gradOf(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
   const T *g = ctx->at<T>(dy), *yv = ctx->at<T>(y);
   T *z = ctx->at<T>(out);
   elementwise(ctx, "softmax_grad", rows, [=] __device__(int64_t r) {
-    double dot = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      dot += static_cast<double>(float(g[r * cols + c])) *
-             float(yv[r * cols + c]);
-    for (int64_t c = 0; c < cols; ++c)
-      z[r * cols + c] = T(static_cast<float>(
-          float(yv[r * cols + c]) * (float(g[r * cols + c]) - dot)));
+    trainmem::rows::softmaxGrad(g + r * cols, yv + r * cols, z + r * cols,
+                                cols);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
@@ -937,14 +877,7 @@ void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
       atomicMin(badSlot, static_cast<unsigned long long>(r));
       return;
     }
-    const T *lr = l + r * vocab;
-    double maxValue = -INFINITY;
-    for (int64_t c = 0; c < vocab; ++c)
-      maxValue = fmax(maxValue, static_cast<double>(float(lr[c])));
-    double z = 0.0;
-    for (int64_t c = 0; c < vocab; ++c)
-      z += exp(float(lr[c]) - maxValue);
-    loss[r] = maxValue + log(z) - float(lr[t]);
+    loss[r] = trainmem::rows::crossEntropy(l + r * vocab, vocab, t);
     valid[r] = 1;
   });
   float *sumOut = ctx->at<float>(loss_sum);
@@ -994,17 +927,7 @@ void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss, int64_t logits,
         yr[c] = T(0.0f);
       return;
     }
-    const T *lr = l + r * vocab;
-    double maxValue = -INFINITY;
-    for (int64_t c = 0; c < vocab; ++c)
-      maxValue = fmax(maxValue, static_cast<double>(float(lr[c])));
-    double z = 0.0;
-    for (int64_t c = 0; c < vocab; ++c)
-      z += exp(float(lr[c]) - maxValue);
-    double logZ = log(z);
-    for (int64_t c = 0; c < vocab; ++c)
-      yr[c] = T(static_cast<float>(
-          g * (exp(float(lr[c]) - maxValue - logZ) - (c == t ? 1.0 : 0.0))));
+    trainmem::rows::crossEntropyGrad(l + r * vocab, yr, vocab, t, g);
   });
   ctx->touch(out, rows * vocab * sizeof(T));
 }
@@ -1455,6 +1378,17 @@ Backend makeTable() {
 
 } // namespace cuda
 } // namespace tmrt
+
+bool tmrt::cudaLibrariesLoad(std::string &report) {
+  cuda::Cublas blas;
+  std::string error;
+  bool ok = cuda::loadCublas(blas, error);
+  report = ok ? "cuBLAS: cublasGemmEx and its handle calls found" : error;
+  std::string ncclReport;
+  ok = cuda::loadNccl(ncclReport) && ok;
+  report += "; " + ncclReport;
+  return ok;
+}
 
 const Backend &tmrt::cudaBackend() {
   static const Backend backend = cuda::makeTable();

@@ -66,7 +66,7 @@ void closeNccl(CudaState &state) {
   Nccl *nccl = state.nccl;
   if (!nccl)
     return;
-  if (nccl->comm)
+  if (nccl->comm && nccl->commAbort && nccl->commDestroy)
     (nccl->broken ? nccl->commAbort : nccl->commDestroy)(nccl->comm);
   delete nccl;
   state.nccl = nullptr;
@@ -89,6 +89,41 @@ bool ok(tmrt_context *ctx, Nccl &nccl, ncclResult_t result,
   return false;
 }
 
+/// Loads NCCL into `nccl` and finds its calls; false with the reason.
+bool loadInto(Nccl &nccl, std::string &error) {
+  for (const char *name : {"libnccl.so.2", "libnccl.so"})
+    if ((nccl.library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+      break;
+  if (!nccl.library) {
+    error = std::string("libnccl.so.2 cannot be loaded (") + dlerror() + ")";
+    return false;
+  }
+  const char *missing = nullptr;
+  auto find = [&](auto &fn, const char *symbol) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+        dlsym(nccl.library, symbol));
+    if (!fn && !missing)
+      missing = symbol;
+  };
+  find(nccl.getUniqueId, "ncclGetUniqueId");
+  find(nccl.commInitRank, "ncclCommInitRank");
+  find(nccl.commDestroy, "ncclCommDestroy");
+  find(nccl.commAbort, "ncclCommAbort");
+  find(nccl.commGetAsyncError, "ncclCommGetAsyncError");
+  find(nccl.getErrorString, "ncclGetErrorString");
+  find(nccl.groupStart, "ncclGroupStart");
+  find(nccl.groupEnd, "ncclGroupEnd");
+  find(nccl.send, "ncclSend");
+  find(nccl.recv, "ncclRecv");
+  find(nccl.allGather, "ncclAllGather");
+  find(nccl.broadcast, "ncclBroadcast");
+  if (missing) {
+    error = std::string("the NCCL loaded lacks ") + missing;
+    return false;
+  }
+  return true;
+}
+
 /// Loads NCCL and makes the communicator of the context's ranks.
 Nccl *ncclOf(tmrt_context *ctx, const char *collective) {
   CudaState &state = stateOf(ctx);
@@ -96,31 +131,11 @@ Nccl *ncclOf(tmrt_context *ctx, const char *collective) {
     return state.nccl->broken ? nullptr : state.nccl;
   auto *nccl = new Nccl;
   state.nccl = nccl;
-  for (const char *name : {"libnccl.so.2", "libnccl.so"})
-    if ((nccl->library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
-      break;
-  auto find = [&](auto &fn, const char *symbol) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-        dlsym(nccl->library, symbol));
-    return fn != nullptr;
-  };
-  if (!nccl->library || !find(nccl->getUniqueId, "ncclGetUniqueId") ||
-      !find(nccl->commInitRank, "ncclCommInitRank") ||
-      !find(nccl->commDestroy, "ncclCommDestroy") ||
-      !find(nccl->commAbort, "ncclCommAbort") ||
-      !find(nccl->commGetAsyncError, "ncclCommGetAsyncError") ||
-      !find(nccl->getErrorString, "ncclGetErrorString") ||
-      !find(nccl->groupStart, "ncclGroupStart") ||
-      !find(nccl->groupEnd, "ncclGroupEnd") || !find(nccl->send, "ncclSend") ||
-      !find(nccl->recv, "ncclRecv") ||
-      !find(nccl->allGather, "ncclAllGather") ||
-      !find(nccl->broadcast, "ncclBroadcast")) {
+  std::string why;
+  if (!loadInto(*nccl, why)) {
     nccl->broken = true;
     ctx->fail(std::string("cuda: ") + collective + " on " +
-              std::to_string(ranksOf(ctx)) +
-              " ranks needs NCCL, and libnccl.so.2 cannot be loaded or "
-              "lacks its calls (" +
-              (nccl->library ? "missing symbols" : dlerror()) + ")");
+              std::to_string(ranksOf(ctx)) + " ranks needs NCCL: " + why);
     return nullptr;
   }
   ncclUniqueId id{};
@@ -332,6 +347,14 @@ void allGatherOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
 }
 
 } // namespace
+
+bool loadNccl(std::string &report) {
+  Nccl nccl;
+  if (!loadInto(nccl, report))
+    return false;
+  report = "NCCL: every call the collectives make found";
+  return true;
+}
 
 void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                 int64_t average) {

@@ -21,6 +21,9 @@ namespace cuda {
 
 /// Ends the context's NCCL communicator, if it has one (CudaCollectives.cu).
 void closeNccl(CudaState &state);
+/// Loads NCCL and finds every call the collectives make, without making a
+/// communicator (no device needed); what it found or lacks in `report`.
+bool loadNccl(std::string &report);
 
 } // namespace cuda
 } // namespace tmrt

@@ -1,0 +1,192 @@
+//===- RowKernels.h - the row kernels' math, for the CPU and the GPU -*- C++
+//-*-===//
+//
+// One row of the runtime's row kernels (layer and RMS norm and their
+// gradients, softmax and its gradient, the cross-entropy head), written
+// once: the CPU kernels (runtime/lib/cpu/Kernels.cpp) call these per row in
+// their tasks, the CUDA kernels (runtime/lib/cuda) per thread, so the CPU
+// tests exercise the sums the GPU forms, in the same order and precision
+// (double, elements widened from T through f32; each result rounded to f32,
+// then to T). The only differences left are libm's: exp, log and sqrt are
+// the platform's (glibc's on the host, CUDA's on the device), each within
+// an ulp of the exact value.
+//
+// T is float, trainmem::BFloat16 or trainmem::Float16 (Float16.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_SUPPORT_ROWKERNELS_H
+#define TRAINMEM_SUPPORT_ROWKERNELS_H
+
+#include "trainmem/Support/HostDevice.h"
+
+#include <cmath>
+#include <cstdint>
+
+namespace trainmem {
+namespace rows {
+
+/// An element as the kernels read it: widened to f32 (exactly).
+template <typename T> TRAINMEM_HD inline float wide(const T &x) {
+  return static_cast<float>(x);
+}
+
+/// A result as the kernels store it: rounded to f32, then to T.
+template <typename T> TRAINMEM_HD inline T narrow(double x) {
+  return T(static_cast<float>(x));
+}
+
+/// Mean and 1/sqrt(variance + eps) of a row (two passes, in double).
+template <typename T>
+TRAINMEM_HD inline void meanAndRstd(const T *x, int64_t cols, double eps,
+                                    double &mean, double &rstd) {
+  mean = 0.0;
+  for (int64_t c = 0; c < cols; ++c)
+    mean += wide(x[c]);
+  mean /= cols;
+  double var = 0.0;
+  for (int64_t c = 0; c < cols; ++c)
+    var += (wide(x[c]) - mean) * (wide(x[c]) - mean);
+  rstd = 1.0 / sqrt(var / cols + eps);
+}
+
+/// y = (x - mean) / sqrt(var + eps) · gamma + beta.
+template <typename T>
+TRAINMEM_HD inline void layerNorm(const T *x, const T *gamma, const T *beta,
+                                  T *y, int64_t cols, double eps) {
+  double mean, rstd;
+  meanAndRstd(x, cols, eps, mean, rstd);
+  for (int64_t c = 0; c < cols; ++c)
+    y[c] =
+        narrow<T>((wide(x[c]) - mean) * rstd * wide(gamma[c]) + wide(beta[c]));
+}
+
+/// dx of one row, and the row's terms of dgamma and dbeta added into
+/// `dgamma`, `dbeta` (double, the caller's partial sums): with x̂ = (x -
+/// mean) rstd and d = dy · gamma, dx = rstd (d - mean(d) - x̂ mean(d x̂)).
+template <typename T>
+TRAINMEM_HD inline void layerNormGrad(const T *dy, const T *x, const T *gamma,
+                                      T *dx, double *dgamma, double *dbeta,
+                                      int64_t cols, double eps) {
+  double mean, rstd;
+  meanAndRstd(x, cols, eps, mean, rstd);
+  double meanD = 0.0, meanDX = 0.0;
+  for (int64_t c = 0; c < cols; ++c) {
+    double xhat = (wide(x[c]) - mean) * rstd;
+    double d = static_cast<double>(wide(dy[c])) * wide(gamma[c]);
+    meanD += d;
+    meanDX += d * xhat;
+    dgamma[c] += wide(dy[c]) * xhat;
+    dbeta[c] += wide(dy[c]);
+  }
+  meanD /= cols;
+  meanDX /= cols;
+  // x̂ and d again: the same expressions, the same values.
+  for (int64_t c = 0; c < cols; ++c) {
+    double xhat = (wide(x[c]) - mean) * rstd;
+    double d = static_cast<double>(wide(dy[c])) * wide(gamma[c]);
+    dx[c] = narrow<T>(rstd * (d - meanD - xhat * meanDX));
+  }
+}
+
+/// 1 / sqrt(mean(x²) + eps).
+template <typename T>
+TRAINMEM_HD inline double inverseRms(const T *x, int64_t cols, double eps) {
+  double ms = 0.0;
+  for (int64_t c = 0; c < cols; ++c)
+    ms += static_cast<double>(wide(x[c])) * wide(x[c]);
+  return 1.0 / sqrt(ms / cols + eps);
+}
+
+/// y = x / rms(x) · gamma.
+template <typename T>
+TRAINMEM_HD inline void rmsNorm(const T *x, const T *gamma, T *y, int64_t cols,
+                                double eps) {
+  double rrms = inverseRms(x, cols, eps);
+  for (int64_t c = 0; c < cols; ++c)
+    y[c] = narrow<T>(wide(x[c]) * rrms * wide(gamma[c]));
+}
+
+/// dx of one row, its dgamma terms added into `dgamma`.
+template <typename T>
+TRAINMEM_HD inline void rmsNormGrad(const T *dy, const T *x, const T *gamma,
+                                    T *dx, double *dgamma, int64_t cols,
+                                    double eps) {
+  double rrms = inverseRms(x, cols, eps);
+  double dot = 0.0;
+  for (int64_t c = 0; c < cols; ++c) {
+    dot += static_cast<double>(wide(dy[c])) * wide(gamma[c]) * wide(x[c]);
+    dgamma[c] += static_cast<double>(wide(dy[c])) * wide(x[c]) * rrms;
+  }
+  for (int64_t c = 0; c < cols; ++c)
+    dx[c] = narrow<T>(rrms * wide(dy[c]) * wide(gamma[c]) -
+                      wide(x[c]) * rrms * rrms * rrms * dot / cols);
+}
+
+/// The largest of the first `n` values (double; -inf for none).
+template <typename T> TRAINMEM_HD inline double rowMax(const T *x, int64_t n) {
+  double most = -INFINITY;
+  for (int64_t c = 0; c < n; ++c) {
+    double v = wide(x[c]);
+    most = most < v ? v : most; // std::max's choice
+  }
+  return most;
+}
+
+/// Softmax of the first `visible` values (the rest of the `cols` zero: a
+/// causal row).
+template <typename T>
+TRAINMEM_HD inline void softmax(const T *x, T *y, int64_t cols,
+                                int64_t visible) {
+  double most = rowMax(x, visible);
+  double sum = 0.0;
+  for (int64_t c = 0; c < visible; ++c)
+    sum += exp(wide(x[c]) - most);
+  for (int64_t c = 0; c < visible; ++c)
+    y[c] = narrow<T>(exp(wide(x[c]) - most) / sum);
+  for (int64_t c = visible; c < cols; ++c)
+    y[c] = T(0.0f);
+}
+
+/// dx = y (dy - dy · y).
+template <typename T>
+TRAINMEM_HD inline void softmaxGrad(const T *dy, const T *y, T *dx,
+                                    int64_t cols) {
+  double dot = 0.0;
+  for (int64_t c = 0; c < cols; ++c)
+    dot += static_cast<double>(wide(dy[c])) * wide(y[c]);
+  for (int64_t c = 0; c < cols; ++c)
+    dx[c] = narrow<T>(wide(y[c]) * (wide(dy[c]) - dot));
+}
+
+/// The cross-entropy of a row of logits against target `t` (in range):
+/// log-sum-exp minus the target's logit.
+template <typename T>
+TRAINMEM_HD inline double crossEntropy(const T *logits, int64_t vocab,
+                                       int64_t t) {
+  double most = rowMax(logits, vocab);
+  double z = 0.0;
+  for (int64_t c = 0; c < vocab; ++c)
+    z += exp(wide(logits[c]) - most);
+  return most + log(z) - wide(logits[t]);
+}
+
+/// The gradient of a row's cross-entropy, times `scale` (the loss's
+/// gradient): scale (softmax - onehot(t)).
+template <typename T>
+TRAINMEM_HD inline void crossEntropyGrad(const T *logits, T *dx, int64_t vocab,
+                                         int64_t t, double scale) {
+  double most = rowMax(logits, vocab);
+  double z = 0.0;
+  for (int64_t c = 0; c < vocab; ++c)
+    z += exp(wide(logits[c]) - most);
+  double logZ = log(z);
+  for (int64_t c = 0; c < vocab; ++c)
+    dx[c] = narrow<T>(
+        scale * (exp(wide(logits[c]) - most - logZ) - (c == t ? 1.0 : 0.0)));
+}
+
+} // namespace rows
+} // namespace trainmem
+
+#endif // TRAINMEM_SUPPORT_ROWKERNELS_H

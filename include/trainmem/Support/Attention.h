@@ -27,6 +27,24 @@ struct AttentionLayout {
           valueDim = 0;
   bool transposeOutput = false, causal = false;
 
+  /// The layout of the runtime kernels' arguments (the lowering's order).
+  static AttentionLayout of(int64_t batch, int64_t heads, int64_t kvHeads,
+                            int64_t queries, int64_t keys, int64_t dim,
+                            int64_t valueDim, int64_t transposeOutput,
+                            int64_t causal) {
+    AttentionLayout a;
+    a.batch = batch;
+    a.heads = heads;
+    a.kvHeads = kvHeads;
+    a.queries = queries;
+    a.keys = keys;
+    a.dim = dim;
+    a.valueDim = valueDim;
+    a.transposeOutput = transposeOutput != 0;
+    a.causal = causal != 0;
+    return a;
+  }
+
   /// Query heads per key/value head.
   TRAINMEM_HD int64_t group() const { return heads / kvHeads; }
   /// The key/value head query head `h` reads.

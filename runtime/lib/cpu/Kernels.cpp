@@ -829,15 +829,9 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
                               int64_t offset, int64_t key, int64_t first,
                               int64_t part, int64_t part_elements) {
   AttentionShape a;
-  a.batch = batch;
-  a.heads = heads;
-  a.kvHeads = kv_heads;
-  a.queries = queries;
-  a.keys = keys;
-  a.dim = dim;
-  a.valueDim = value_dim;
-  a.transposeOutput = transpose_output != 0;
-  a.causal = causal != 0;
+  static_cast<trainmem::AttentionLayout &>(a) =
+      trainmem::AttentionLayout::of(batch, heads, kv_heads, queries, keys, dim,
+                                    value_dim, transpose_output, causal);
   const int64_t *stride = strides.begin();
   for (int i = 0; i < 4; ++i) {
     a.qs[i] = stride[i];

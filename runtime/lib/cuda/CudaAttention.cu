@@ -69,15 +69,9 @@ Shape shapeOf(tmrt_context *ctx, int64_t batch, int64_t heads, int64_t kv_heads,
               int64_t causal, double rate, int64_t seed, int64_t offset,
               int64_t key, int64_t first, int64_t part, int64_t part_elements) {
   Shape a;
-  a.batch = batch;
-  a.heads = heads;
-  a.kvHeads = kv_heads;
-  a.queries = queries;
-  a.keys = keys;
-  a.dim = dim;
-  a.valueDim = value_dim;
-  a.transposeOutput = transpose_output != 0;
-  a.causal = causal != 0;
+  static_cast<trainmem::AttentionLayout &>(a) =
+      trainmem::AttentionLayout::of(batch, heads, kv_heads, queries, keys, dim,
+                                    value_dim, transpose_output, causal);
   for (int i = 0; i < 4; ++i) {
     a.qs[i] = strides[i];
     a.ks[i] = strides[4 + i];

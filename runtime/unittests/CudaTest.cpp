@@ -340,8 +340,8 @@ TEST(Cuda, MatmulThroughCublas) {
     }
 }
 
-// The optimizer block: the schedule, clipping (the exact norm) and AdamW
-// give the CPU's bytes, except the schedule's cos (CUDA's against libm's).
+// The optimizer block: clipping (the exact sum of squares, summed on the
+// device: the same words) and AdamW give the CPU's bytes.
 TEST(Cuda, ClippedAdamWGivesTheCpuBits) {
   std::string why;
   ContextPtr probe = cudaContext(why);
@@ -367,6 +367,7 @@ TEST(Cuda, ClippedAdamWGivesTheCpuBits) {
   auto kernel = [&](tmrt_context *c) {
     tmrt_clip_begin(c);
     tmrt_clip_accumulate(c, 4 * n, n);
+    tmrt_clip_store_sum(c, 36 * n); // the exact sum's words, normalized
     tmrt_clip_finish(c, norm, 0.5);
     tmrt_clip_apply(c, 4 * n, clipped, n);
     tmrt_adamw(c, 0, clipped, 8 * n, 12 * n, 16 * n, 16 * n + 8, out,

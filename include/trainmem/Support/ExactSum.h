@@ -27,6 +27,8 @@
 #ifndef TRAINMEM_SUPPORT_EXACTSUM_H
 #define TRAINMEM_SUPPORT_EXACTSUM_H
 
+#include "trainmem/Support/HostDevice.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -45,7 +47,7 @@ constexpr int kExactSumLowestExponent = -352;
 /// integers: two sums add word by word.
 class ExactSquareSum {
 public:
-  explicit ExactSquareSum(int64_t *words) : words(words) {}
+  TRAINMEM_HD explicit ExactSquareSum(int64_t *words) : words(words) {}
 
   void clear() { std::memset(words, 0, sizeof(int64_t) * kExactSumWords); }
 
@@ -97,10 +99,9 @@ public:
 
   /// Adds x² for a float x; each limb grows by less than 2^32, so at most
   /// 2^31 of these may come between two normalize() calls.
-  void addSquare(float x) {
+  TRAINMEM_HD void addSquare(float x) {
     double square = static_cast<double>(x) * static_cast<double>(x);
-    uint64_t bits;
-    std::memcpy(&bits, &square, sizeof bits);
+    uint64_t bits = bitCast<uint64_t>(square);
     uint64_t biased = (bits >> 52) & 0x7ff; // a NaN may carry a sign
     if (biased == 0x7ff) {                  // infinite or NaN
       ++words[(bits & ((uint64_t(1) << 52) - 1)) ? kExactSumLimbs + 1
@@ -118,7 +119,7 @@ public:
   /// Adds `sum` · 2^(biased - 1075): a bin of significands of finite
   /// squares whose biased double exponent is `biased`. Each limb grows by
   /// less than 2^32.
-  void addBin(uint32_t biased, uint64_t sum) {
+  TRAINMEM_HD void addBin(uint32_t biased, uint64_t sum) {
     if (biased == 0) // zeros (squares of floats are never subnormal)
       return;
     int position = static_cast<int>(biased) - 1075 - kExactSumLowestExponent;
@@ -135,7 +136,7 @@ public:
 
   /// Moves carries up so that every limb but the top is below 2^32 (the
   /// value is unchanged).
-  void normalize() {
+  TRAINMEM_HD void normalize() {
     for (int k = 0; k + 1 < kExactSumLimbs; ++k) {
       words[k + 1] += words[k] >> 32;
       words[k] &= 0xffffffff;

@@ -104,6 +104,8 @@ void close(tmrt_context *ctx) {
     state.blas.destroy(state.handle);
   if (state.nonFinite)
     cudaFree(state.nonFinite);
+  if (state.clipWords)
+    cudaFree(state.clipWords);
   cudaStreamDestroy(state.stream);
   delete &state;
   ctx->deviceState = nullptr;
@@ -155,7 +157,11 @@ bool open(tmrt_context *ctx, std::string &error) {
   }
   ctx->deviceState = state;
   if ((status = cudaMalloc(&state->nonFinite, sizeof(int))) != cudaSuccess ||
-      (status = cudaMemset(state->nonFinite, 0, sizeof(int))) != cudaSuccess) {
+      (status = cudaMemset(state->nonFinite, 0, sizeof(int))) != cudaSuccess ||
+      (status = cudaMalloc(&state->clipWords, sizeof ctx->clipSum)) !=
+          cudaSuccess ||
+      (status = cudaMemset(state->clipWords, 0, sizeof ctx->clipSum)) !=
+          cudaSuccess) {
     error = std::string("cuda: device ") + std::to_string(device) + ": " +
             cudaGetErrorString(status);
     close(ctx);
@@ -1180,34 +1186,87 @@ void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
   });
 }
 
-// Clipping: the exact sum of squares on the host for now (the gradient
-// read back; ExactSum.h is host code), so the norm is the CPU's to the bit.
+// Clipping: the exact sum of squares (ExactSum.h) on the device. Each
+// thread adds its elements' squares into words of its own, normalizes them
+// and adds them to the context's words by atomic integer additions: exact,
+// so the sum does not depend on the threads or the order, and it is the
+// CPU's. Only the 24 words are read back, by clip_finish.
+
+template <typename T>
+__global__ void clipAccumulateKernel(const T *g, int64_t n, int64_t *total) {
+  int64_t words[trainmem::kExactSumWords] = {};
+  trainmem::ExactSquareSum sum(words);
+  int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride)
+    sum.addSquare(float(g[i]));
+  sum.normalize();
+  for (int k = 0; k < trainmem::kExactSumWords; ++k)
+    if (words[k] != 0)
+      atomicAdd(reinterpret_cast<unsigned long long *>(total + k),
+                static_cast<unsigned long long>(words[k]));
+}
 
 void clip_begin(tmrt_context *ctx) {
   trainmem::ExactSquareSum(ctx->clipSum).clear();
+  CudaState &state = stateOf(ctx);
+  check(ctx,
+        cudaMemsetAsync(state.clipWords, 0, sizeof ctx->clipSum, state.stream),
+        "clearing the clip's sum");
+}
+
+template <typename T>
+void clipAccumulateOf(tmrt_context *ctx, int64_t grad, int64_t n) {
+  if (n <= 0)
+    return;
+  constexpr int kThreads = 256;
+  int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 1024);
+  CudaState &state = stateOf(ctx);
+  clipAccumulateKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                         state.stream>>>(ctx->at<T>(grad), n, state.clipWords);
+  check(ctx, cudaGetLastError(), "launching clip_accumulate");
 }
 
 void clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
   withFloatType(ctx, "clip_accumulate", {grad}, [&](auto type) {
-    using T = decltype(type);
-    std::vector<T> host;
-    if (readBack(ctx, ctx->at<T>(grad), n, host))
-      trainmem::ExactSquareSum(ctx->clipSum).addSquares(host.data(), n);
+    clipAccumulateOf<decltype(type)>(ctx, grad, n);
+  });
+}
+
+/// The context's words normalized (limbs below 2^32, as the CPU keeps
+/// them), so that stored sums are the CPU's words.
+void normalizeClipWords(tmrt_context *ctx) {
+  int64_t *words = stateOf(ctx).clipWords;
+  elementwise(ctx, "clip sum", 1, [=] __device__(int64_t) {
+    trainmem::ExactSquareSum(words).normalize();
   });
 }
 
 void clip_store_sum(tmrt_context *ctx, int64_t out) {
-  writeArena(ctx, offsetOf(out), ctx->clipSum, sizeof ctx->clipSum);
+  normalizeClipWords(ctx);
+  CudaState &state = stateOf(ctx);
+  check(ctx,
+        cudaMemcpyAsync(ctx->at<int64_t>(out), state.clipWords,
+                        sizeof ctx->clipSum, cudaMemcpyDeviceToDevice,
+                        state.stream),
+        "storing the clip's sum");
   ctx->touch(out, sizeof ctx->clipSum);
 }
 
 void clip_load_sum(tmrt_context *ctx, int64_t sum) {
-  std::vector<int64_t> words;
-  if (readBack(ctx, ctx->at<int64_t>(sum), trainmem::kExactSumWords, words))
-    std::copy(words.begin(), words.end(), ctx->clipSum);
+  CudaState &state = stateOf(ctx);
+  check(ctx,
+        cudaMemcpyAsync(state.clipWords, ctx->at<int64_t>(sum),
+                        sizeof ctx->clipSum, cudaMemcpyDeviceToDevice,
+                        state.stream),
+        "loading the clip's sum");
 }
 
 void clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
+  std::vector<int64_t> words;
+  if (!readBack(ctx, stateOf(ctx).clipWords, trainmem::kExactSumWords, words))
+    return;
+  std::copy(words.begin(), words.end(), ctx->clipSum);
   double value = std::sqrt(trainmem::ExactSquareSum(ctx->clipSum).value());
   ctx->clipScale = std::min(1.0, max_norm / (value + 1e-6));
   float norm32 = static_cast<float>(value);

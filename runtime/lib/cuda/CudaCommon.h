@@ -57,6 +57,10 @@ struct CudaState {
   /// non-finite value since finite_begin (read by unscale on the device
   /// and by loss_scale_update on the host).
   int *nonFinite = nullptr;
+  /// The clip's exact sum of squares on the device (kExactSumWords words,
+  /// trainmem/Support/ExactSum.h): clip_accumulate adds into it, so no
+  /// gradient leaves the device; clip_finish reads its 192 bytes back.
+  int64_t *clipWords = nullptr;
 };
 
 inline CudaState &stateOf(tmrt_context *ctx) {

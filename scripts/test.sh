@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sets the machine up, builds, then runs every lit and GoogleTest test
 # through the one check-trainmem target; then configures, builds and tests
-# the runtime alone, with no LLVM or MLIR on its include path; then installs
-# trainmem into a scratch prefix and builds and tests the out-of-tree pass
-# plugin (examples/memory-plugin) against the installed package.
+# the runtime alone, with no LLVM or MLIR on its include path and without
+# the CUDA backend (BackendTest then checks that `cuda` is refused by
+# name); then installs trainmem into a scratch prefix and builds and tests
+# the out-of-tree pass plugin (examples/memory-plugin) against the installed
+# package.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/build.sh" check-trainmem
@@ -11,8 +13,11 @@ bash "$root/scripts/build.sh" check-trainmem
 build="${TRAINMEM_BUILD_DIR:-$root/build}"
 alone="$build/runtime-alone"
 jobs="${TRAINMEM_JOBS:-$(nproc)}"
+# (Without the CUDA backend: the main build has it, so this one checks
+# that the runtime builds without it and refuses `cuda` by name.)
 cmake -S "$root/runtime" -B "$alone" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 >/dev/null
+  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+  -DTRAINMEM_ENABLE_CUDA=OFF >/dev/null
 if grep -E -q -e '-I ?[^ ]*(llvm|mlir)' "$alone/compile_commands.json"; then
   echo "test.sh: the runtime alone has LLVM or MLIR on its include path" >&2
   exit 1

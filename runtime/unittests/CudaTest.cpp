@@ -405,6 +405,25 @@ TEST(Cuda, RopeWithinAnUlpOfTheCpu) {
   }
 }
 
+// An arena larger than the device's free memory is refused when it is
+// allocated (before any step), with the planned and the free bytes.
+TEST(Cuda, AnArenaLargerThanTheDeviceIsRefused) {
+  std::string why;
+  ContextPtr ctx = cudaContext(why);
+  if (!ctx)
+    GTEST_SKIP() << why;
+  const uint64_t petabyte = uint64_t(1) << 50;
+  EXPECT_EQ(tmrt_arena_alloc(ctx.get(), petabyte), -1);
+  const char *error = tmrt_context_error(ctx.get());
+  ASSERT_NE(error, nullptr);
+  EXPECT_NE(std::string(error).find("the planned arena of " +
+                                    std::to_string(petabyte) +
+                                    " B does not fit on device "),
+            std::string::npos)
+      << error;
+  EXPECT_NE(std::string(error).find(" B free of "), std::string::npos) << error;
+}
+
 /// `n` normal values (f32) into `bytes` at `offset` (|x| when `positive`).
 void fillNormal(std::vector<uint8_t> &bytes, int64_t offset, int64_t n,
                 unsigned seed, float sigma = 1.0f, bool positive = false) {

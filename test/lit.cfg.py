@@ -28,6 +28,9 @@ llvm_config.add_tool_substitutions(
 config.substitutions.append(
     ("%unittests", os.path.join(config.trainmem_obj_root, "unittests")))
 
+# The directory of the tools (for scripts that take it, TRAINMEM_BIN).
+config.substitutions.append(("%trainmem-bin", config.trainmem_tools_dir))
+
 # The shipped corpus.
 config.substitutions.append(
     ("%corpus", os.path.join(config.trainmem_src_root, "data",

@@ -149,6 +149,19 @@ static int fail(const llvm::Twine &message) {
 // main
 //===----------------------------------------------------------------------===//
 
+/// Seconds as a progress line shows them: 42s, 3m05s, 2h07m.
+static std::string duration(double seconds) {
+  long long s = std::llround(std::max(0.0, seconds));
+  char text[32];
+  if (s < 60)
+    snprintf(text, sizeof text, "%llds", s);
+  else if (s < 3600)
+    snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  else
+    snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
+  return text;
+}
+
 static std::string humanBytes(uint64_t bytes) {
   char text[32];
   if (bytes >= (1ull << 30))
@@ -477,11 +490,18 @@ int main(int argc, char **argv) {
     double tokensPerSecond = (step - firstStep + 1) * batchSize * ranks *
                              seqLen / std::max(seconds, 1e-9);
     std::optional<uint64_t> measured = session->getMeasuredPeak();
+    // The time left, at the mean pace of the steps so far; the time taken
+    // once the last step is done.
+    int64_t stepsDone = step - firstStep + 1, stepsLeft = steps - step;
+    std::string eta = stepsLeft > 0
+                          ? "ETA " + duration(seconds / stepsDone * stepsLeft)
+                          : "done in " + duration(seconds);
     std::string line = llvm::formatv(
-        "step {0}/{1}  loss {2:F4}  {3:F0} tok/s  arena plan {4} measured {5}",
+        "step {0}/{1}  loss {2:F4}  {3:F0} tok/s  arena plan {4} measured {5}"
+        "  {6}",
         step, steps.getValue(), loss, tokensPerSecond,
-        humanBytes(layout.arenaBytes),
-        measured ? humanBytes(*measured) : "-");
+        humanBytes(layout.arenaBytes), measured ? humanBytes(*measured) : "-",
+        eta);
     if (!leader) {
       // Only rank 0 reports progress.
     } else if (terminal) {

@@ -303,6 +303,228 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                         layer.attention, layer.mlp, layer.norm, layer.total());
 }
 
+//===----------------------------------------------------------------------===//
+// The timeline as SVG (format=svg)
+//===----------------------------------------------------------------------===//
+
+/// Live bytes per category at every program point (point 0: the entry; op
+/// i of the schedule: point i + 1), from the buffers' live ranges.
+std::vector<CategoryBytes> liveByCategory(const FunctionMemory &memory) {
+  size_t points = memory.getSchedule().size() + 1;
+  std::vector<CategoryBytes> delta(points + 1, CategoryBytes{});
+  for (const Buffer &buffer : memory.getBuffers()) {
+    unsigned c = static_cast<unsigned>(buffer.category);
+    delta[buffer.firstPoint][c] += buffer.bytes;
+    delta[buffer.lastPoint + 1][c] -= buffer.bytes;
+  }
+  std::vector<CategoryBytes> live(points, CategoryBytes{});
+  CategoryBytes running{};
+  for (size_t p = 0; p < points; ++p) {
+    for (unsigned c = 0; c < kNumMemoryCategories; ++c)
+      running[c] += delta[p][c];
+    live[p] = running;
+  }
+  return live;
+}
+
+/// Text for an SVG element or a double-quoted attribute.
+std::string xmlEscaped(StringRef text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+    case '&':
+      out += "&amp;";
+      break;
+    case '<':
+      out += "&lt;";
+      break;
+    case '>':
+      out += "&gt;";
+      break;
+    case '"':
+      out += "&quot;";
+      break;
+    default:
+      out += c;
+    }
+  }
+  return out;
+}
+
+/// Bytes as people read them on an axis: B, KiB, MiB or GiB.
+std::string axisBytes(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return llvm::formatv("{0:G} {1}", bytes, units[unit]).str();
+}
+
+/// A step of about `top / ticks`, a power of two bytes (which reads well in
+/// binary units: 256 MiB, 1 GiB, ...).
+double tickStep(double top, int ticks) {
+  double step = 1.0;
+  while (top / step > ticks)
+    step *= 2.0;
+  return step;
+}
+
+void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
+  const int width = 960, height = 440, left = 90, right = 20, top = 50,
+            bottom = 90;
+  const int plotW = width - left - right, plotH = height - top - bottom;
+  std::vector<CategoryBytes> live = liveByCategory(memory);
+  ArrayRef<uint64_t> total = memory.getLiveBytes();
+  size_t points = live.size();
+  uint64_t peak = memory.getPeakBytes();
+  unsigned peakPoint = memory.getPeakPoint();
+  // Columns two pixels wide at least; each shows its point of most live
+  // bytes (so the peak is drawn at its height), as a flat step.
+  size_t columns = std::min<size_t>(points, static_cast<size_t>(plotW / 2));
+  std::vector<size_t> shown(columns);
+  for (size_t col = 0; col < columns; ++col) {
+    size_t first = col * points / columns, last = (col + 1) * points / columns;
+    size_t best = first;
+    for (size_t p = first; p < last; ++p)
+      if (total[p] > total[best] || p == peakPoint)
+        best = p;
+    if (peakPoint >= first && peakPoint < last)
+      best = peakPoint;
+    shown[col] = best;
+  }
+  double yTop = std::max<double>(1.0, static_cast<double>(peak)) * 1.08;
+  // Column col spans [x(col), x(col + 1)).
+  auto x = [&](double col) { return left + col * plotW / columns; };
+  auto y = [&](double bytes) { return top + plotH - bytes / yTop * plotH; };
+
+  static const std::pair<MemoryCategory, const char *> kColors[] = {
+      {MemoryCategory::Weights, "#4e79a7"},
+      {MemoryCategory::Gradients, "#f28e2b"},
+      {MemoryCategory::Optimizer, "#e15759"},
+      {MemoryCategory::Gathered, "#edc948"},
+      {MemoryCategory::Activations, "#76b7b2"},
+      {MemoryCategory::Temporaries, "#59a14f"}};
+
+  os << llvm::formatv(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
+      "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" "
+      "font-size=\"12\" data-function=\"{2}\" data-peak-bytes=\"{3}\" "
+      "data-peak-point=\"{4}\">\n",
+      width, height, xmlEscaped(memory.getFunction().getSymName()), peak,
+      peakPoint);
+  os << llvm::formatv("<title>@{0}: live bytes over the schedule, peak {1} "
+                      "B</title>\n",
+                      xmlEscaped(memory.getFunction().getSymName()), peak);
+  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  // The phases as bands behind the areas.
+  static const std::pair<Phase, const char *> kPhases[] = {
+      {Phase::Forward, "forward"},
+      {Phase::Backward, "backward"},
+      {Phase::Optimizer, "optimizer"}};
+  ArrayRef<Operation *> schedule = memory.getSchedule();
+  for (auto [phase, name] : kPhases) {
+    std::optional<size_t> from, to;
+    for (size_t col = 0; col < columns; ++col) {
+      size_t p = shown[col];
+      if (p == 0 || memory.getPhase(schedule[p - 1]) != phase)
+        continue;
+      if (!from)
+        from = col;
+      to = col;
+    }
+    if (!from)
+      continue;
+    double x0 = x(*from), x1 = x(*to + 1);
+    os << llvm::formatv("<rect x=\"{0:F1}\" y=\"{1}\" width=\"{2:F1}\" "
+                        "height=\"{3}\" fill=\"{4}\" opacity=\"0.35\"/>\n",
+                        x0, top, std::max(1.0, x1 - x0), plotH,
+                        phase == Phase::Backward ? "#e8e8f4" : "#f2f2f2");
+    os << llvm::formatv("<text x=\"{0:F1}\" y=\"{1}\" fill=\"#666\">{2}</"
+                        "text>\n",
+                        x0 + 4, top + 14, name);
+  }
+  // The stacked areas, bottom to top.
+  std::vector<double> below(columns, 0.0);
+  for (auto [category, color] : kColors) {
+    unsigned c = static_cast<unsigned>(category);
+    bool any = false;
+    for (size_t col = 0; col < columns && !any; ++col)
+      any = live[shown[col]][c] != 0;
+    if (!any)
+      continue;
+    std::string path;
+    llvm::raw_string_ostream ps(path);
+    std::vector<double> above(columns);
+    for (size_t col = 0; col < columns; ++col)
+      above[col] = below[col] + static_cast<double>(live[shown[col]][c]);
+    for (size_t col = 0; col < columns; ++col)
+      ps << (col ? " L" : "M")
+         << llvm::formatv("{0:F1},{1:F1} L{2:F1},{1:F1}", x(col), y(above[col]),
+                          x(col + 1));
+    for (size_t col = columns; col-- > 0;)
+      ps << llvm::formatv(" L{0:F1},{1:F1} L{2:F1},{1:F1}", x(col + 1),
+                          y(below[col]), x(col));
+    ps << " Z";
+    os << llvm::formatv("<path d=\"{0}\" fill=\"{1}\" stroke=\"none\" "
+                        "data-category=\"{2}\"/>\n",
+                        path, color, stringifyMemoryCategory(category));
+    below = std::move(above);
+  }
+  // Axes, ticks, labels.
+  os << llvm::formatv("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" "
+                      "stroke=\"black\"/>\n",
+                      left, top, top + plotH);
+  os << llvm::formatv("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" "
+                      "stroke=\"black\"/>\n",
+                      left, top + plotH, left + plotW);
+  double step = tickStep(yTop, 6);
+  for (double v = 0.0; v <= yTop; v += step)
+    os << llvm::formatv("<line x1=\"{0}\" y1=\"{1:F1}\" x2=\"{2}\" "
+                        "y2=\"{1:F1}\" stroke=\"#ccc\"/><text x=\"{3}\" "
+                        "y=\"{4:F1}\" text-anchor=\"end\">{5}</text>\n",
+                        left - 4, y(v), left + plotW, left - 8, y(v) + 4,
+                        axisBytes(v));
+  os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"middle\">"
+                      "schedule ({2} ops, program order)</text>\n",
+                      left + plotW / 2, top + plotH + 20, schedule.size());
+  // The peak: a line, a dot and what it is.
+  size_t peakColumn = 0;
+  for (size_t col = 0; col < columns; ++col)
+    if (shown[col] == peakPoint)
+      peakColumn = col;
+  os << llvm::formatv("<line x1=\"{0:F1}\" y1=\"{1}\" x2=\"{0:F1}\" "
+                      "y2=\"{2}\" stroke=\"black\" stroke-dasharray=\"4 3\"/>"
+                      "<circle cx=\"{0:F1}\" cy=\"{3:F1}\" r=\"4\" "
+                      "fill=\"black\"/>\n",
+                      x(peakColumn + 0.5), top, top + plotH, y(peak));
+  os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" font-weight=\"bold\">@{2}: "
+                      "peak {3} ({4} B) at {5}</text>\n",
+                      left, top - 24,
+                      xmlEscaped(memory.getFunction().getSymName()),
+                      xmlEscaped(axisBytes(static_cast<double>(peak))), peak,
+                      xmlEscaped(describe(memory.getPeakOp())));
+  // The legend: the categories present, three to a row, with their bytes
+  // at the peak.
+  int shownCategories = 0;
+  for (auto [category, color] : kColors) {
+    unsigned c = static_cast<unsigned>(category);
+    if (memory.getAtPeak()[c] == 0 && memory.getTotals()[c] == 0)
+      continue;
+    int lx = left + (shownCategories % 3) * 260;
+    int ly = height - 52 + (shownCategories / 3) * 20;
+    ++shownCategories;
+    os << llvm::formatv(
+        "<rect x=\"{0}\" y=\"{1}\" width=\"12\" "
+        "height=\"12\" fill=\"{2}\"/><text x=\"{3}\" "
+        "y=\"{4}\">{5}: {6} at the peak</text>\n",
+        lx, ly, color, lx + 16, ly + 10, stringifyMemoryCategory(category),
+        xmlEscaped(axisBytes(static_cast<double>(memory.getAtPeak()[c]))));
+  }
+  os << "</svg>\n";
+}
+
 struct TrainMemoryReportPass
     : public impl::TrainMemoryReportPassBase<TrainMemoryReportPass> {
   using Base::Base;
@@ -378,6 +600,8 @@ struct TrainMemoryReportPass
     MemoryPlan plan(*memory);
     if (format == ReportFormat::json)
       file->os() << llvm::formatv("{0:2}", toJSON(*memory, plan)) << "\n";
+    else if (format == ReportFormat::svg)
+      printSvg(file->os(), *memory);
     else
       printText(file->os(), *memory, plan);
     file->keep();

@@ -16,7 +16,7 @@ namespace mlir {
 namespace train {
 
 /// The values of the passes' enum options (Passes.td).
-enum class ReportFormat { text, json };
+enum class ReportFormat { text, json, svg };
 enum class RematPolicy { full, selective, attention, mlp, every, custom, budget };
 enum class RematMethod { uniform, block };
 enum class AccumNormalize { tokens, mean };

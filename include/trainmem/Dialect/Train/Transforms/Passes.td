@@ -288,6 +288,10 @@ def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {
     temporaries; per layer the activation bytes saved for the backward
     (attention / mlp / norm); the parameter count; and forward, backward and
     optimizer FLOPs. The JSON keys are documented in docs/MemoryReport.md.
+    `format=svg` draws the timeline instead: live bytes at every point of
+    the schedule, stacked by category, the forward, backward and optimizer
+    phases shaded, and the peak marked with its bytes and the op (and
+    block) where it falls.
   }];
   let options = [
     Option<"format", "format", "::mlir::train::ReportFormat",
@@ -296,7 +300,10 @@ def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {
              clEnumValN(::mlir::train::ReportFormat::text, "text",
                         "Aligned text for people"),
              clEnumValN(::mlir::train::ReportFormat::json, "json",
-                        "JSON for programs (docs/MemoryReport.md)"))}]>,
+                        "JSON for programs (docs/MemoryReport.md)"),
+             clEnumValN(::mlir::train::ReportFormat::svg, "svg",
+                        "The memory timeline as a picture: live bytes over "
+                        "the schedule, stacked by category, the peak marked"))}]>,
     Option<"output", "output", "std::string", /*default=*/"\"-\"",
            "File to write the report to ('-' for stdout)">
   ];

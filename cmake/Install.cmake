@@ -28,9 +28,9 @@ install(DIRECTORY ${TRAINMEM_BINARY_DIR}/include/trainmem
   PATTERN "CMakeFiles" EXCLUDE)
 
 # The installed tools find libMLIR and libLLVM where they were linked from.
-set_target_properties(trainmem-opt trainmem-model trainmem-run PROPERTIES
+set_target_properties(trainmem-opt trainmem-model trainmem-run trainmem-plan PROPERTIES
   INSTALL_RPATH_USE_LINK_PATH ON)
-install(TARGETS trainmem-opt trainmem-model trainmem-run
+install(TARGETS trainmem-opt trainmem-model trainmem-run trainmem-plan
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(TRAINMEM_INSTALL_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/trainmem)

@@ -19,7 +19,7 @@ config.excludes = ["CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
-tools = ["trainmem-opt", "trainmem-model", "trainmem-run",
+tools = ["trainmem-opt", "trainmem-model", "trainmem-run", "trainmem-plan",
          "trainmem-bench-adamw-8bit", "FileCheck", "not", "count"]
 llvm_config.add_tool_substitutions(
     tools, [config.trainmem_tools_dir, config.llvm_tools_dir])

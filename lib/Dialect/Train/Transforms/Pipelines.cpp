@@ -55,6 +55,18 @@ LogicalResult mlir::train::buildTrainStepPipeline(
     pm.addPass(createTrainMaterializeRematPass());
     return success();
   }
+  // Partitioned, with recompute inside a micro-batch loop: train-zero
+  // partitions the rolled loop (stages 0-2 take unmaterialized recompute;
+  // stage 3, which gathers for it, refuses it with what to do), then the
+  // loop is unrolled and the recompute materialized (which needs the loop
+  // unrolled).
+  if (!options.remat.empty() && !options.gradAccum.empty()) {
+    if (failed(add("train-zero", options.zero)))
+      return failure();
+    pm.addPass(createTrainUnrollAccumPass());
+    pm.addPass(createTrainMaterializeRematPass());
+    return success();
+  }
   // Partitioned: recompute is materialized first (stage 3 gathers for it),
   // and the micro-batch loop unrolled after train-zero (stages 2-3 reduce
   // each micro-batch inside it).

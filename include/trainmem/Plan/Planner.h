@@ -1,0 +1,151 @@
+//===- Planner.h - one memory budget in, a training configuration out -*- C++
+//-*-===//
+//
+// trainmem-plan's search: for a model, a global batch, a number of ranks
+// and a per-device memory budget, every combination of micro-batch (and so
+// accumulation steps), recompute policy, ZeRO stage and 8-bit optimizer
+// state is compiled with this project's passes and measured with the
+// memory analysis (the per-device peak by category, FLOPs, recompute FLOPs,
+// communication bytes); a throughput model on a Hardware description turns
+// the counts into a predicted step time. The candidates that fit are
+// ranked by predicted throughput; the rest say why they do not fit.
+//
+// Measuring a model of L layers: the step is compiled at 2, 3 and 4
+// layers; where every count (each phase's most live bytes and its
+// categories, FLOPs, bytes sent) grows linearly over the three, it is
+// extrapolated to L (exact for a stack of equal layers whose peak stays
+// where it is); where one does not (reduce-scatter buckets holding parts of
+// several layers, a peak that moves), the whole model is compiled.
+// `exact = true` compiles the whole model for every candidate (PlannerTest
+// checks that both choose the same on small models).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_PLAN_PLANNER_H
+#define TRAINMEM_PLAN_PLANNER_H
+
+#include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Model/ModelBuilder.h"
+#include "trainmem/Plan/Hardware.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir {
+namespace train {
+
+/// The recompute policies the planner tries (train-remat's policies; none
+/// is no train-remat; budget is train-remat policy=budget with the
+/// device's budget).
+enum class PlanRemat { none, selective, full, budget };
+llvm::StringRef stringifyPlanRemat(PlanRemat remat);
+
+struct PlanRequest {
+  /// The model: a preset's configuration, its layers and sequence as the
+  /// user set them; its batch is ignored (the plan chooses micro-batches).
+  ModelConfig model;
+  /// Sequences per optimizer step over all ranks.
+  int64_t globalBatch = 0;
+  int64_t ranks = 1;
+  /// Bytes one device may hold.
+  uint64_t memoryBytes = 0;
+  Hardware hardware;
+  /// The space; empty lists take the defaults (micro-batches: the
+  /// divisors of the per-rank batch; every policy; ZeRO stages 0-3 on more
+  /// than one rank, none on one; 8-bit state off and on).
+  std::vector<int64_t> microBatches;
+  std::vector<PlanRemat> remats;
+  std::vector<int64_t> stages;
+  std::vector<bool> eightBit;
+  /// Compile the whole model for every candidate (no extrapolation).
+  bool exact = false;
+};
+
+/// What the analysis says of one configuration, per device and step.
+struct PlanMeasure {
+  uint64_t peak = 0;
+  CategoryBytes atPeak{};
+  /// The most live bytes within each phase (forward, backward, optimizer)
+  /// and the categories at that point: each is linear in the layers of a
+  /// stack of equal layers, where the step's peak (their maximum) may move
+  /// from one phase to another.
+  std::array<uint64_t, 3> phasePeak{};
+  std::array<CategoryBytes, 3> phaseAtPeak{};
+  uint64_t forwardFlops = 0, backwardFlops = 0, optimizerFlops = 0,
+           recomputeFlops = 0;
+  /// Bytes a rank sends through collectives per step.
+  uint64_t bytesSent = 0;
+  /// Model states (weights, gradients, optimizer state), all of the step.
+  uint64_t modelStateBytes = 0;
+};
+
+struct PlanCandidate {
+  int64_t microBatch = 1, accumulation = 1;
+  PlanRemat remat = PlanRemat::none;
+  /// -1: one rank, no train-zero.
+  int64_t stage = -1;
+  bool eightBit = false;
+
+  PlanMeasure measure;
+  /// Whether the measure is of the whole model (else extrapolated from
+  /// three small layer counts that grow linearly).
+  bool wholeModel = true;
+  /// Extrapolated although the small layer counts did not grow linearly
+  /// (the whole model was too large to compile in the planner's time).
+  bool approximate = false;
+  /// The throughput model (seconds per optimizer step).
+  double computeSeconds = 0, optimizerSeconds = 0, communicationSeconds = 0,
+         stepSeconds = 0;
+  /// Tokens per second per device, and relative to the fastest candidate.
+  double tokensPerSecond = 0, relative = 0;
+  bool fits = false;
+  /// Why it does not fit, or why it could not be compiled.
+  std::string rejected;
+
+  /// The passes of this configuration, comma-separated (inside
+  /// builtin.module(...)): what the planner measured, with the micro-batch
+  /// loop unrolled at the end (the runtime lowering takes unrolled loops).
+  std::string passPipeline(int64_t ranks, uint64_t memoryBytes) const;
+  /// Whether train-step (trainmem-run's pipeline) builds the same passes:
+  /// all but ZeRO-3 with recompute inside a micro-batch loop.
+  bool runsWithTrainStep() const;
+  /// The train-step pipeline options of this configuration.
+  std::string stepOptions(uint64_t memoryBytes) const;
+  /// The same as trainmem-run options.
+  std::string runOptions(uint64_t memoryBytes) const;
+  /// One line: "micro-batch 4 x 8, selective, ZeRO-1, 8-bit".
+  std::string describe() const;
+};
+
+struct PlanResult {
+  std::vector<PlanCandidate> candidates;
+  /// The index of the fitting candidate with the highest predicted
+  /// throughput (ties: the smaller peak).
+  std::optional<size_t> best;
+  /// Where nothing fits: the smallest peak found and what dominates it.
+  std::string nothingFits;
+};
+
+/// Fills the request's empty space lists with the defaults; false with
+/// `error` when the request is inconsistent (a global batch the ranks do not
+/// divide, no budget, ...).
+bool completePlanRequest(PlanRequest &request, std::string &error);
+
+/// Plans a completed request (completePlanRequest).
+PlanResult plan(MLIRContext &context, const PlanRequest &request);
+
+/// The predicted step time of a measured candidate on `hardware` (fills its
+/// seconds and tokensPerSecond). Compute runs at the achievable fraction of
+/// the peak; the optimizer update is bound by memory bandwidth; collectives
+/// are not overlapped with compute (docs/Planner.md).
+void predictThroughput(PlanCandidate &candidate, const PlanRequest &request);
+
+} // namespace train
+} // namespace mlir
+
+#endif // TRAINMEM_PLAN_PLANNER_H

@@ -1,0 +1,166 @@
+//===- Hardware.cpp - device presets and their JSON form ------------------===//
+//
+// The presets' figures are the vendors' published ones (dense, without
+// sparsity); docs/Planner.md cites each. achievable_fraction and host_flops
+// are this project's assumptions, said there too.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Plan/Hardware.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+namespace mlir {
+namespace train {
+
+namespace {
+
+constexpr double kGB = 1e9, kTB = 1e12;
+
+/// Shared assumptions: a training step's compute reaches half the dense
+/// peak (Megatron-LM's 52% on A100, PaLM's 46%), and an offloaded AdamW
+/// update gets one eighth of a two-socket host's vector FLOP/s.
+constexpr double kGpuAchievable = 0.5;
+constexpr double kHostFlopsPerGpu = 1.0e12;
+
+std::vector<Hardware> presets() {
+  std::vector<Hardware> list;
+  // NVIDIA H100 SXM5 80GB: BF16 1,979 TFLOP/s with sparsity (989.4 dense),
+  // HBM3 3.35 TB/s, NVLink 4 900 GB/s (450 per direction), PCIe Gen5 x16.
+  list.push_back({"h100-80gb", 989.4 * kTB, kGpuAchievable,
+                  static_cast<uint64_t>(80 * kGB), 3.35 * kTB, 450 * kGB,
+                  64 * kGB, kHostFlopsPerGpu});
+  // NVIDIA H200 SXM 141GB: the H100's compute, HBM3e 4.8 TB/s.
+  list.push_back({"h200", 989.4 * kTB, kGpuAchievable,
+                  static_cast<uint64_t>(141 * kGB), 4.8 * kTB, 450 * kGB,
+                  64 * kGB, kHostFlopsPerGpu});
+  // NVIDIA HGX B200: BF16 36 PFLOP/s with sparsity per 8 GPUs (2.25 dense
+  // each), 1.44 TB HBM3e (180 GB each) at 8 TB/s, NVLink 5 1.8 TB/s (900 GB/s
+  // per direction), PCIe Gen6 x16.
+  list.push_back({"b200", 2250 * kTB, kGpuAchievable,
+                  static_cast<uint64_t>(180 * kGB), 8 * kTB, 900 * kGB,
+                  128 * kGB, kHostFlopsPerGpu});
+  // NVIDIA A100 SXM4 80GB: BF16 312 TFLOP/s dense, HBM2e 2,039 GB/s,
+  // NVLink 3 600 GB/s (300 per direction), PCIe Gen4 x16.
+  list.push_back({"a100-80gb", 312 * kTB, kGpuAchievable,
+                  static_cast<uint64_t>(80 * kGB), 2039 * kGB, 300 * kGB,
+                  32 * kGB, kHostFlopsPerGpu});
+  // This project's CPU machines (docs/CpuSpeed.md): 2 cores of OpenBLAS
+  // SGEMM at about 100 GFLOP/s each, 24 GiB; ranks on one machine exchange
+  // through shared memory, the "host" arena is the same memory.
+  list.push_back({"cpu", 200e9, 0.6, uint64_t(24) << 30, 20 * kGB, 5 * kGB,
+                  20 * kGB, 200e9});
+  return list;
+}
+
+} // namespace
+
+std::vector<std::string> getHardwarePresetNames() {
+  std::vector<std::string> names;
+  for (const Hardware &h : presets())
+    names.push_back(h.name);
+  return names;
+}
+
+std::optional<Hardware> getHardwarePreset(llvm::StringRef name) {
+  for (const Hardware &h : presets())
+    if (h.name == name)
+      return h;
+  return std::nullopt;
+}
+
+std::optional<Hardware> parseHardwareJson(llvm::StringRef text,
+                                          std::string &error) {
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
+  if (!parsed) {
+    error = "not JSON: " + llvm::toString(parsed.takeError());
+    return std::nullopt;
+  }
+  const llvm::json::Object *object = parsed->getAsObject();
+  if (!object) {
+    error = "expected a JSON object of the device's figures";
+    return std::nullopt;
+  }
+  Hardware h;
+  struct Field {
+    const char *key;
+    double *number;
+  };
+  double memory = -1;
+  Field numbers[] = {{"peak_flops", &h.peakFlops},
+                     {"achievable_fraction", &h.achievableFraction},
+                     {"memory_bytes", &memory},
+                     {"memory_bandwidth", &h.memoryBandwidth},
+                     {"interconnect_bandwidth", &h.interconnectBandwidth},
+                     {"host_bandwidth", &h.hostBandwidth},
+                     {"host_flops", &h.hostFlops}};
+  for (const auto &[key, value] : *object) {
+    if (key == "name") {
+      std::optional<llvm::StringRef> name = value.getAsString();
+      if (!name) {
+        error = "'name' must be a string";
+        return std::nullopt;
+      }
+      h.name = name->str();
+      continue;
+    }
+    Field *field = nullptr;
+    for (Field &f : numbers)
+      if (key == f.key)
+        field = &f;
+    if (!field) {
+      std::string known = "name";
+      for (Field &f : numbers)
+        known += std::string(", ") + f.key;
+      error = "unknown key '" + key.str() + "' (the keys are " + known + ")";
+      return std::nullopt;
+    }
+    std::optional<double> number = value.getAsNumber();
+    if (!number || !(*number > 0) ||
+        (field->number == &h.achievableFraction && *number > 1)) {
+      error = "'" + key.str() + "' must be a positive number" +
+              (field->number == &h.achievableFraction ? " at most 1" : "");
+      return std::nullopt;
+    }
+    *field->number = *number;
+  }
+  for (Field &f : numbers)
+    if (!object->get(f.key)) {
+      error = std::string("missing key '") + f.key + "'";
+      return std::nullopt;
+    }
+  if (h.name.empty())
+    h.name = "custom";
+  h.memoryBytes = static_cast<uint64_t>(memory);
+  return h;
+}
+
+std::optional<Hardware> loadHardware(llvm::StringRef nameOrPath,
+                                     std::string &error) {
+  if (std::optional<Hardware> preset = getHardwarePreset(nameOrPath))
+    return preset;
+  if (!nameOrPath.ends_with(".json")) {
+    error = "unknown hardware '" + nameOrPath.str() + "' (presets: ";
+    std::vector<std::string> names = getHardwarePresetNames();
+    for (size_t i = 0; i < names.size(); ++i)
+      error += (i ? ", " : "") + names[i];
+    error += "; or a .json file of the same figures)";
+    return std::nullopt;
+  }
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFile(nameOrPath);
+  if (!file) {
+    error =
+        "cannot read '" + nameOrPath.str() + "': " + file.getError().message();
+    return std::nullopt;
+  }
+  std::optional<Hardware> hardware =
+      parseHardwareJson((*file)->getBuffer(), error);
+  if (!hardware)
+    error = nameOrPath.str() + ": " + error;
+  return hardware;
+}
+
+} // namespace train
+} // namespace mlir

@@ -1,0 +1,491 @@
+//===- Planner.cpp - the search behind trainmem-plan ----------------------===//
+//
+// Every candidate is compiled by the project's own passes (train-autodiff,
+// train-remat, train-grad-accum, train-quantize-optimizer-state,
+// train-materialize-remat, train-zero) and measured by MemoryAnalysis: the
+// planner has no formula of its own for any byte it reports.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Plan/Planner.h"
+
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+
+namespace mlir {
+namespace train {
+
+llvm::StringRef stringifyPlanRemat(PlanRemat remat) {
+  switch (remat) {
+  case PlanRemat::none:
+    return "none";
+  case PlanRemat::selective:
+    return "selective";
+  case PlanRemat::full:
+    return "full";
+  case PlanRemat::budget:
+    return "budget";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr MemoryCategory kPlanCategories[] = {
+    MemoryCategory::Weights,     MemoryCategory::Gradients,
+    MemoryCategory::Optimizer,   MemoryCategory::Gathered,
+    MemoryCategory::Activations, MemoryCategory::Temporaries};
+
+std::string gigabytes(uint64_t bytes) {
+  return llvm::formatv("{0:F2} GB", static_cast<double>(bytes) / 1e9).str();
+}
+
+/// The pass pipeline of a candidate (inside builtin.module(...)): the
+/// step's passes in train-step's order, the micro-batch loop left rolled
+/// where nothing needs it unrolled (the analysis measures it as it runs).
+/// Recompute inside a micro-batch loop is materialized after the loop is
+/// unrolled; with ZeRO stages 0-2 train-zero partitions the rolled loop
+/// first (as train-step does); stage 3, which gathers for the recompute,
+/// comes after both and reduces the accumulated gradients once
+/// (accumulate=full), a pipeline train-step does not build.
+std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
+                            uint64_t memoryBytes) {
+  std::string p = "train-autodiff";
+  if (c.remat == PlanRemat::budget)
+    p += llvm::formatv(",train-remat{{policy=budget budget={0}}", memoryBytes);
+  else if (c.remat != PlanRemat::none)
+    p += ",train-remat{policy=" + stringifyPlanRemat(c.remat).str() + "}";
+  if (c.accumulation > 1)
+    p += llvm::formatv(",train-grad-accum{{steps={0}}", c.accumulation);
+  if (c.eightBit)
+    p += ",train-quantize-optimizer-state";
+  bool rematInLoop = c.remat != PlanRemat::none && c.accumulation > 1;
+  std::string zero =
+      c.stage < 0
+          ? ""
+          : llvm::formatv(",train-zero{{stage={0} ranks={1}{2}}", c.stage,
+                          ranks,
+                          c.stage == 3 && rematInLoop ? " accumulate=full" : "")
+                .str();
+  if (!rematInLoop)
+    return p + ",train-materialize-remat" + zero;
+  if (c.stage == 3)
+    return p + ",train-unroll-accum,train-materialize-remat" + zero;
+  return p + zero + ",train-unroll-accum,train-materialize-remat";
+}
+
+/// Compiles the model at `layers` layers for `c` and measures it; false
+/// with the passes' diagnostics in `error`.
+bool measureAt(MLIRContext &context, const PlanRequest &request,
+               const PlanCandidate &c, int64_t layers, PlanMeasure &out,
+               std::string &error) {
+  ModelConfig config = request.model;
+  config.layers = layers;
+  config.batch = c.microBatch * c.accumulation;
+  std::string why;
+  if (!validateConfig(config, why)) {
+    error = why;
+    return false;
+  }
+  OwningOpRef<ModuleOp> module = buildModel(&context, config);
+  std::string diagnostics;
+  llvm::raw_string_ostream diagnosticStream(diagnostics);
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error)
+      diagnosticStream << d.str() << "\n";
+    return success();
+  });
+  PassManager pm(&context);
+  std::string pipeline = measurePipeline(c, request.ranks, request.memoryBytes);
+  if (failed(parsePassPipeline(pipeline, pm, diagnosticStream))) {
+    error = "bad pipeline '" + pipeline + "': " + diagnostics;
+    return false;
+  }
+  if (failed(pm.run(*module))) {
+    error = StringRef(diagnostics).trim().str();
+    if (error.empty())
+      error = "the pipeline failed";
+    return false;
+  }
+  Operation *marked = findMarkedStep(*module, "trainmem-plan");
+  auto step = dyn_cast_or_null<func::FuncOp>(marked);
+  if (!step) {
+    error = "no training step after the pipeline";
+    return false;
+  }
+  MemoryAnalysis analysis(step);
+  const FunctionMemory &memory = analysis.getFunctions().front();
+  if (failed(memory.checkCounts("trainmem-plan"))) {
+    error = StringRef(diagnostics).trim().str();
+    return false;
+  }
+  out.peak = memory.getPeakBytes();
+  out.atPeak = memory.getAtPeak();
+  // Each phase's most live bytes and its categories there.
+  ArrayRef<Operation *> schedule = memory.getSchedule();
+  ArrayRef<uint64_t> live = memory.getLiveBytes();
+  std::array<int64_t, 3> phasePoint = {-1, -1, -1};
+  for (size_t point = 1; point < live.size(); ++point) {
+    unsigned phase =
+        static_cast<unsigned>(memory.getPhase(schedule[point - 1]));
+    if (phasePoint[phase] < 0 || live[point] > out.phasePeak[phase]) {
+      out.phasePeak[phase] = live[point];
+      phasePoint[phase] = static_cast<int64_t>(point);
+    }
+  }
+  for (const Buffer &buffer : memory.getBuffers())
+    for (unsigned phase = 0; phase < 3; ++phase)
+      if (phasePoint[phase] >= 0 &&
+          buffer.firstPoint <= static_cast<uint64_t>(phasePoint[phase]) &&
+          static_cast<uint64_t>(phasePoint[phase]) <= buffer.lastPoint)
+        out.phaseAtPeak[phase][static_cast<unsigned>(buffer.category)] +=
+            buffer.bytes;
+  // A rolled micro-batch loop's ops are counted once: its FLOPs are one
+  // micro-batch's, multiplied here by the steps (the few ops outside the
+  // loop, the gradients' sums, are counted that many times too: a
+  // negligible overcount).
+  uint64_t trips = 1;
+  step.walk([&](AccumulateOp loop) {
+    trips = static_cast<uint64_t>(loop.getStepsAttr().getInt());
+  });
+  out.forwardFlops = memory.getFlops(Phase::Forward) * trips;
+  out.backwardFlops = memory.getFlops(Phase::Backward) * trips;
+  out.optimizerFlops = memory.getFlops(Phase::Optimizer);
+  out.recomputeFlops = memory.getRecomputeFlops() * trips;
+  const CategoryBytes &totals = memory.getTotals();
+  out.modelStateBytes =
+      totals[static_cast<unsigned>(MemoryCategory::Weights)] +
+      totals[static_cast<unsigned>(MemoryCategory::Gradients)] +
+      totals[static_cast<unsigned>(MemoryCategory::Optimizer)];
+  out.bytesSent = 0;
+  for (auto &[kind, traffic] : collectiveTrafficOf(step))
+    out.bytesSent += traffic.bytes;
+  return true;
+}
+
+/// a + (b - a) · t for counts measured at two layer counts, t layers past
+/// the first; never below zero.
+uint64_t extrapolate(uint64_t a, uint64_t b, int64_t t) {
+  double value = static_cast<double>(a) +
+                 (static_cast<double>(b) - static_cast<double>(a)) *
+                     static_cast<double>(t);
+  return value <= 0.0 ? 0 : static_cast<uint64_t>(value + 0.5);
+}
+
+PlanMeasure extrapolate(const PlanMeasure &a, const PlanMeasure &b, int64_t t) {
+  PlanMeasure m;
+  // Each phase's most live bytes are linear in the layers; the peak is the
+  // largest of them, with that phase's categories.
+  for (unsigned phase = 0; phase < 3; ++phase) {
+    m.phasePeak[phase] = extrapolate(a.phasePeak[phase], b.phasePeak[phase], t);
+    for (unsigned c = 0; c < kNumMemoryCategories; ++c)
+      m.phaseAtPeak[phase][c] =
+          extrapolate(a.phaseAtPeak[phase][c], b.phaseAtPeak[phase][c], t);
+    if (m.phasePeak[phase] > m.peak) {
+      m.peak = m.phasePeak[phase];
+      m.atPeak = m.phaseAtPeak[phase];
+    }
+  }
+  m.forwardFlops = extrapolate(a.forwardFlops, b.forwardFlops, t);
+  m.backwardFlops = extrapolate(a.backwardFlops, b.backwardFlops, t);
+  m.optimizerFlops = extrapolate(a.optimizerFlops, b.optimizerFlops, t);
+  m.recomputeFlops = extrapolate(a.recomputeFlops, b.recomputeFlops, t);
+  m.bytesSent = extrapolate(a.bytesSent, b.bytesSent, t);
+  m.modelStateBytes = extrapolate(a.modelStateBytes, b.modelStateBytes, t);
+  return m;
+}
+
+/// The layer counts a candidate is measured at: three, to see that its
+/// counts grow linearly (then they are extrapolated from the last two).
+constexpr int64_t kFirstLayers = 2, kSecondLayers = 3, kThirdLayers = 4;
+
+/// The most layer copies (layers x unrolled micro-batches) a candidate whose
+/// counts are not linear at small layer counts is compiled whole with.
+constexpr int64_t kWholeModelLayerCopies = 1024;
+
+/// Whether c - b == b - a for every phase peak and count of the measures
+/// at three consecutive layer counts (what extrapolation assumes).
+bool linear(const PlanMeasure &a, const PlanMeasure &b, const PlanMeasure &c) {
+  auto same = [](uint64_t x, uint64_t y, uint64_t z) {
+    return static_cast<int64_t>(z - y) == static_cast<int64_t>(y - x);
+  };
+  for (unsigned phase = 0; phase < 3; ++phase) {
+    if (!same(a.phasePeak[phase], b.phasePeak[phase], c.phasePeak[phase]))
+      return false;
+    for (unsigned k = 0; k < kNumMemoryCategories; ++k)
+      if (!same(a.phaseAtPeak[phase][k], b.phaseAtPeak[phase][k],
+                c.phaseAtPeak[phase][k]))
+        return false;
+  }
+  return same(a.forwardFlops, b.forwardFlops, c.forwardFlops) &&
+         same(a.backwardFlops, b.backwardFlops, c.backwardFlops) &&
+         same(a.recomputeFlops, b.recomputeFlops, c.recomputeFlops) &&
+         same(a.bytesSent, b.bytesSent, c.bytesSent) &&
+         same(a.modelStateBytes, b.modelStateBytes, c.modelStateBytes);
+}
+
+} // namespace
+
+std::string PlanCandidate::passPipeline(int64_t ranks,
+                                        uint64_t memoryBytes) const {
+  std::string p = measurePipeline(*this, ranks, memoryBytes);
+  if (accumulation > 1 && !StringRef(p).contains("train-unroll-accum"))
+    p += ",train-unroll-accum";
+  return p;
+}
+
+bool PlanCandidate::runsWithTrainStep() const {
+  return !(stage == 3 && remat != PlanRemat::none && accumulation > 1);
+}
+
+std::string PlanCandidate::stepOptions(uint64_t memoryBytes) const {
+  std::vector<std::string> parts;
+  if (remat == PlanRemat::budget)
+    parts.push_back(
+        llvm::formatv("remat={{policy=budget budget={0}}", memoryBytes));
+  else if (remat != PlanRemat::none)
+    parts.push_back("remat={policy=" + stringifyPlanRemat(remat).str() + "}");
+  if (accumulation > 1)
+    parts.push_back(llvm::formatv("grad-accum={{steps={0}}", accumulation));
+  if (eightBit)
+    parts.push_back("quantize=true");
+  if (stage >= 0)
+    parts.push_back(llvm::formatv("zero={{stage={0}}", stage));
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i)
+    text += (i ? " " : "") + parts[i];
+  return text;
+}
+
+std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
+  std::string text;
+  if (remat == PlanRemat::budget)
+    text += llvm::formatv(" --remat=\"policy=budget budget={0}\"", memoryBytes);
+  else if (remat != PlanRemat::none)
+    text += " --remat=policy=" + stringifyPlanRemat(remat).str();
+  if (accumulation > 1)
+    text += llvm::formatv(" --grad-accum=steps={0}", accumulation);
+  if (eightBit)
+    text += " --quantize-optimizer-state";
+  if (stage >= 0)
+    text += llvm::formatv(" --zero=stage={0}", stage);
+  return text;
+}
+
+std::string PlanCandidate::describe() const {
+  std::string text =
+      llvm::formatv("micro-batch {0} x {1}", microBatch, accumulation);
+  text += remat == PlanRemat::none
+              ? ", no recompute"
+              : ", " + stringifyPlanRemat(remat).str() + " recompute";
+  if (stage >= 0)
+    text += llvm::formatv(", ZeRO-{0}", stage);
+  if (eightBit)
+    text += ", 8-bit state";
+  return text;
+}
+
+bool completePlanRequest(PlanRequest &request, std::string &error) {
+  if (request.ranks < 1) {
+    error = "--ranks must be at least 1";
+    return false;
+  }
+  if (request.globalBatch < 1 || request.globalBatch % request.ranks != 0) {
+    error = llvm::formatv("the global batch {0} must be a positive multiple "
+                          "of the ranks ({1})",
+                          request.globalBatch, request.ranks);
+    return false;
+  }
+  if (request.memoryBytes == 0) {
+    error = "no memory budget (--memory, or a hardware with memory)";
+    return false;
+  }
+  int64_t perRank = request.globalBatch / request.ranks;
+  if (request.microBatches.empty()) {
+    for (int64_t m = 1; m <= perRank; ++m)
+      if (perRank % m == 0)
+        request.microBatches.push_back(m);
+  }
+  for (int64_t m : request.microBatches)
+    if (m < 1 || perRank % m != 0) {
+      error = llvm::formatv("micro-batch {0} does not divide the {1} "
+                            "sequences each rank takes per step",
+                            m, perRank);
+      return false;
+    }
+  if (request.remats.empty())
+    request.remats = {PlanRemat::none, PlanRemat::selective, PlanRemat::full,
+                      PlanRemat::budget};
+  if (request.stages.empty()) {
+    if (request.ranks > 1)
+      request.stages = {0, 1, 2, 3};
+    else
+      request.stages = {-1};
+  }
+  for (int64_t stage : request.stages)
+    if (stage < -1 || stage > 3 || (stage == -1) != (request.ranks == 1)) {
+      error = llvm::formatv("ZeRO stage {0} on {1} ranks: stages are 0 to 3 "
+                            "on more than one rank, none on one",
+                            stage, request.ranks);
+      return false;
+    }
+  if (request.eightBit.empty())
+    request.eightBit = {false, true};
+  std::string why;
+  if (!validateConfig(request.model, why)) {
+    error = "the model: " + why;
+    return false;
+  }
+  return true;
+}
+
+void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
+  const Hardware &hw = request.hardware;
+  const PlanMeasure &m = c.measure;
+  double stepFlops = static_cast<double>(m.forwardFlops) +
+                     static_cast<double>(m.backwardFlops) +
+                     static_cast<double>(m.recomputeFlops);
+  double achievable = hw.peakFlops * hw.achievableFraction;
+  c.computeSeconds = stepFlops / achievable;
+  // The update reads and writes the model states once: bound by memory
+  // bandwidth, not FLOPs.
+  c.optimizerSeconds =
+      2.0 * static_cast<double>(m.modelStateBytes) / hw.memoryBandwidth;
+  c.communicationSeconds =
+      static_cast<double>(m.bytesSent) / hw.interconnectBandwidth;
+  c.stepSeconds =
+      c.computeSeconds + c.optimizerSeconds + c.communicationSeconds;
+  double tokens =
+      static_cast<double>(c.microBatch * c.accumulation * request.model.seq);
+  c.tokensPerSecond = c.stepSeconds > 0 ? tokens / c.stepSeconds : 0.0;
+}
+
+PlanResult plan(MLIRContext &context, const PlanRequest &request) {
+  PlanResult result;
+  int64_t perRank = request.globalBatch / request.ranks;
+  int64_t layers = request.model.layers;
+  bool extrapolated = !request.exact && layers > kThirdLayers;
+  for (int64_t micro : request.microBatches)
+    for (PlanRemat remat : request.remats)
+      for (int64_t stage : request.stages)
+        for (bool eightBit : request.eightBit) {
+          // train-remat runs before train-grad-accum: a budget plan is made
+          // for the whole batch, so it is tried without accumulation only.
+          if (remat == PlanRemat::budget && micro != perRank)
+            continue;
+          PlanCandidate c;
+          c.microBatch = micro;
+          c.accumulation = perRank / micro;
+          c.remat = remat;
+          c.stage = stage;
+          c.eightBit = eightBit;
+          std::string error;
+          bool measured;
+          // A budget plan depends on the whole model's bytes: measured whole.
+          c.wholeModel = true;
+          if (extrapolated && remat != PlanRemat::budget) {
+            PlanMeasure a, b, d;
+            measured =
+                measureAt(context, request, c, kFirstLayers, a, error) &&
+                measureAt(context, request, c, kSecondLayers, b, error) &&
+                measureAt(context, request, c, kThirdLayers, d, error);
+            // Layer copies the whole model's step would hold (the loop is
+            // unrolled where recompute sits in it).
+            int64_t copies =
+                layers * (c.remat != PlanRemat::none ? c.accumulation : 1);
+            if (measured && linear(a, b, d)) {
+              c.measure = extrapolate(b, d, layers - kSecondLayers);
+              c.wholeModel = false;
+            } else if (measured && copies > kWholeModelLayerCopies) {
+              // Not linear at small counts, and too large to compile whole
+              // in the planner's time: extrapolated from the last two,
+              // said so (reduce-scatter buckets holding parts of several
+              // layers move a peak by a few percent).
+              c.measure = extrapolate(b, d, layers - kSecondLayers);
+              c.wholeModel = false;
+              c.approximate = true;
+            } else if (measured) {
+              // Not linear at small counts (buckets holding parts of
+              // several layers, a peak that moves): the whole model.
+              measured =
+                  measureAt(context, request, c, layers, c.measure, error);
+            }
+          } else {
+            measured = measureAt(context, request, c, layers, c.measure, error);
+          }
+          if (!measured) {
+            c.rejected = "not compiled: " + error;
+            result.candidates.push_back(c);
+            continue;
+          }
+          predictThroughput(c, request);
+          c.fits = c.measure.peak <= request.memoryBytes;
+          if (!c.fits) {
+            MemoryCategory largest = MemoryCategory::Weights;
+            for (MemoryCategory cat : kPlanCategories)
+              if (c.measure.atPeak[static_cast<unsigned>(cat)] >
+                  c.measure.atPeak[static_cast<unsigned>(largest)])
+                largest = cat;
+            c.rejected = llvm::formatv(
+                "peak {0} > {1} (most: {2} {3})", gigabytes(c.measure.peak),
+                gigabytes(request.memoryBytes),
+                stringifyMemoryCategory(largest),
+                gigabytes(c.measure.atPeak[static_cast<unsigned>(largest)]));
+          }
+          result.candidates.push_back(c);
+        }
+  double fastest = 0.0;
+  for (const PlanCandidate &c : result.candidates)
+    fastest = std::max(fastest, c.tokensPerSecond);
+  for (size_t i = 0; i < result.candidates.size(); ++i) {
+    PlanCandidate &c = result.candidates[i];
+    c.relative = fastest > 0 ? c.tokensPerSecond / fastest : 0.0;
+    if (!c.fits)
+      continue;
+    if (!result.best)
+      result.best = i;
+    const PlanCandidate &best = result.candidates[*result.best];
+    if (c.tokensPerSecond > best.tokensPerSecond ||
+        (c.tokensPerSecond == best.tokensPerSecond &&
+         c.measure.peak < best.measure.peak))
+      result.best = i;
+  }
+  if (!result.best) {
+    const PlanCandidate *smallest = nullptr;
+    for (const PlanCandidate &c : result.candidates)
+      if (c.rejected.rfind("not compiled", 0) != 0 &&
+          (!smallest || c.measure.peak < smallest->measure.peak))
+        smallest = &c;
+    if (!smallest) {
+      result.nothingFits = "no candidate could be compiled";
+    } else {
+      MemoryCategory largest = MemoryCategory::Weights;
+      for (MemoryCategory cat : kPlanCategories)
+        if (smallest->measure.atPeak[static_cast<unsigned>(cat)] >
+            smallest->measure.atPeak[static_cast<unsigned>(largest)])
+          largest = cat;
+      result.nothingFits = llvm::formatv(
+          "nothing fits in {0}: the smallest peak is {1} ({2}), of which "
+          "{3} {4} dominate",
+          gigabytes(request.memoryBytes), gigabytes(smallest->measure.peak),
+          smallest->describe(), stringifyMemoryCategory(largest),
+          gigabytes(smallest->measure.atPeak[static_cast<unsigned>(largest)]));
+    }
+  }
+  return result;
+}
+
+} // namespace train
+} // namespace mlir

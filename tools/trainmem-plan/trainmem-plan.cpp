@@ -1,0 +1,597 @@
+//===- trainmem-plan.cpp - one memory budget in, a configuration out ------===//
+//
+// trainmem-plan --model PRESET --global-batch N [--ranks R] [--memory 80GB]
+//               [--hardware h100-80gb|h200|b200|a100-80gb|cpu|FILE.json]
+//               [--seq S] [--layers L] [--dtype bf16]
+//               [--micro-batches 1,2,4] [--remat none,selective,full,budget]
+//               [--stages 0,1,2,3] [--eight-bit both|off|on] [--exact]
+//               [--emit table|pipeline|deepspeed-json|json]
+//               [--from-deepspeed FILE]
+//
+// Searches micro-batch x accumulation, recompute policy, ZeRO stage and
+// 8-bit optimizer state (lib/Plan/Planner.cpp: each candidate compiled by
+// the project's passes and measured by the memory analysis), prints the
+// candidates with their per-device peak by category, predicted step time
+// and throughput relative to the fastest, why each rejected one does not
+// fit, and marks the best; then its trainmem-opt pipeline and trainmem-run
+// options. --emit deepspeed-json writes the same decisions as a DeepSpeed
+// config; --from-deepspeed reads one into the pipeline (keys this project
+// does not model are named in a warning; stages and offloading it does not
+// model are errors). docs/Planner.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
+#include "trainmem/Dialect/Train/IR/TrainDialect.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/Pipelines.h"
+#include "trainmem/Model/ModelBuilder.h"
+#include "trainmem/Plan/Hardware.h"
+#include "trainmem/Plan/Planner.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <optional>
+#include <set>
+#include <string>
+
+using namespace mlir;
+using namespace mlir::train;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory category("trainmem-plan options");
+static cl::opt<std::string>
+    modelName("model", cl::desc("Model preset (trainmem-model --list-presets)"),
+              cl::cat(category));
+static cl::opt<long long>
+    globalBatch("global-batch",
+                cl::desc("Sequences per optimizer step, all ranks"),
+                cl::init(0), cl::cat(category));
+static cl::opt<long long> ranks("ranks", cl::desc("Data-parallel devices"),
+                                cl::init(1), cl::cat(category));
+static cl::opt<std::string>
+    memory("memory",
+           cl::desc("Memory per device: bytes, or with GB, GiB, MB, MiB, TB "
+                    "(default: the hardware's)"),
+           cl::cat(category));
+static cl::opt<std::string> hardwareName(
+    "hardware",
+    cl::desc("h100-80gb, h200, b200, a100-80gb, cpu, or a JSON file of the "
+             "same figures (docs/Planner.md)"),
+    cl::init("h100-80gb"), cl::cat(category));
+static cl::opt<long long> seq("seq",
+                              cl::desc("Sequence length (default: the "
+                                       "preset's)"),
+                              cl::init(0), cl::cat(category));
+static cl::opt<long long> layers("layers",
+                                 cl::desc("Layers (default: the preset's)"),
+                                 cl::init(0), cl::cat(category));
+static cl::opt<std::string> dtype("dtype",
+                                  cl::desc("f32, bf16 or f16 (default: the "
+                                           "preset's)"),
+                                  cl::cat(category));
+static cl::list<long long>
+    microBatches("micro-batches",
+                 cl::desc("Micro-batches to try (default: every divisor of "
+                          "the per-rank batch)"),
+                 cl::CommaSeparated, cl::cat(category));
+static cl::list<std::string>
+    remats("remat",
+           cl::desc("Recompute policies to try: none, selective, "
+                    "full, budget (default: all)"),
+           cl::CommaSeparated, cl::cat(category));
+static cl::list<long long>
+    stages("stages",
+           cl::desc("ZeRO stages to try on more than one rank "
+                    "(default: 0,1,2,3)"),
+           cl::CommaSeparated, cl::cat(category));
+static cl::opt<std::string>
+    eightBit("eight-bit", cl::desc("8-bit optimizer state: both, off, on"),
+             cl::init("both"), cl::cat(category));
+static cl::opt<bool>
+    exact("exact",
+          cl::desc("Compile the whole model for every candidate instead of "
+                   "two small layer counts extrapolated"),
+          cl::cat(category));
+static cl::opt<std::string>
+    emit("emit", cl::desc("table (default), pipeline, deepspeed-json, json"),
+         cl::init("table"), cl::cat(category));
+static cl::opt<std::string> fromDeepSpeed(
+    "from-deepspeed",
+    cl::desc("Read a DeepSpeed config: its decisions become the one "
+             "candidate (with --model, measured)"),
+    cl::cat(category));
+
+static int fail(const llvm::Twine &message) {
+  llvm::errs() << "trainmem-plan: error: " << message << "\n";
+  return 1;
+}
+
+/// "80GB", "24GiB", "512MiB", "1e9": bytes.
+static std::optional<uint64_t> parseBytes(llvm::StringRef text) {
+  text = text.trim();
+  struct Unit {
+    const char *suffix;
+    double scale;
+  };
+  const Unit units[] = {{"TiB", 1099511627776.0},
+                        {"GiB", 1073741824.0},
+                        {"MiB", 1048576.0},
+                        {"KiB", 1024.0},
+                        {"TB", 1e12},
+                        {"GB", 1e9},
+                        {"MB", 1e6},
+                        {"KB", 1e3},
+                        {"B", 1.0}};
+  double scale = 1.0;
+  for (const Unit &unit : units)
+    if (text.ends_with(unit.suffix)) {
+      text = text.drop_back(strlen(unit.suffix)).trim();
+      scale = unit.scale;
+      break;
+    }
+  double value;
+  if (text.empty() || text.getAsDouble(value) || !(value > 0))
+    return std::nullopt;
+  return static_cast<uint64_t>(value * scale);
+}
+
+static std::string gb(uint64_t bytes) {
+  return llvm::formatv("{0:F2}", static_cast<double>(bytes) / 1e9).str();
+}
+
+//===----------------------------------------------------------------------===//
+// DeepSpeed configs
+//===----------------------------------------------------------------------===//
+
+/// A DeepSpeed config's decisions, as a candidate and a request's batch.
+struct DeepSpeedPlan {
+  PlanCandidate candidate;
+  int64_t globalBatch = 0;
+  std::optional<std::string> dtype;
+};
+
+/// Reads the keys this project models; every other key is named in
+/// `warnings`; a stage or offload it does not model is an error.
+static std::optional<DeepSpeedPlan>
+readDeepSpeed(llvm::StringRef text, int64_t rankCount,
+              std::vector<std::string> &warnings, std::string &error) {
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
+  if (!parsed) {
+    error = "not JSON: " + llvm::toString(parsed.takeError());
+    return std::nullopt;
+  }
+  const llvm::json::Object *config = parsed->getAsObject();
+  if (!config) {
+    error = "a DeepSpeed config is a JSON object";
+    return std::nullopt;
+  }
+  DeepSpeedPlan plan;
+  plan.candidate.stage = rankCount > 1 ? 0 : -1;
+  std::optional<int64_t> micro, accumulation, batch;
+  auto integer = [&](const llvm::json::Value &v, llvm::StringRef key,
+                     std::optional<int64_t> &out) {
+    std::optional<int64_t> n = v.getAsInteger();
+    if (!n || *n < 1) {
+      error = "'" + key.str() + "' must be a positive integer";
+      return false;
+    }
+    out = *n;
+    return true;
+  };
+  for (const auto &[key, value] : *config) {
+    llvm::StringRef k = key;
+    if (k == "train_micro_batch_size_per_gpu") {
+      if (!integer(value, k, micro))
+        return std::nullopt;
+    } else if (k == "gradient_accumulation_steps") {
+      if (!integer(value, k, accumulation))
+        return std::nullopt;
+    } else if (k == "train_batch_size") {
+      if (!integer(value, k, batch))
+        return std::nullopt;
+    } else if (k == "bf16" || k == "fp16") {
+      const llvm::json::Object *o = value.getAsObject();
+      std::optional<bool> enabled = o && o->get("enabled")
+                                        ? o->get("enabled")->getAsBoolean()
+                                        : std::nullopt;
+      if (enabled && *enabled)
+        plan.dtype = k == "bf16" ? "bf16" : "f16";
+      if (o)
+        for (const auto &[sub, v] : *o)
+          if (sub != "enabled")
+            warnings.push_back(k.str() + "." + sub.str());
+    } else if (k == "zero_optimization") {
+      const llvm::json::Object *o = value.getAsObject();
+      if (!o) {
+        error = "'zero_optimization' must be an object";
+        return std::nullopt;
+      }
+      for (const auto &[sub, v] : *o) {
+        if (sub == "stage") {
+          std::optional<int64_t> stage = v.getAsInteger();
+          if (!stage || *stage < 0 || *stage > 3) {
+            error = "zero_optimization.stage must be 0, 1, 2 or 3 (the "
+                    "stages this project models)";
+            return std::nullopt;
+          }
+          if (rankCount == 1 && *stage > 0) {
+            error = llvm::formatv("zero_optimization.stage {0} partitions "
+                                  "over ranks: give --ranks",
+                                  *stage);
+            return std::nullopt;
+          }
+          plan.candidate.stage = rankCount > 1 ? *stage : -1;
+        } else if (sub == "offload_optimizer" || sub == "offload_param") {
+          error = "zero_optimization." + sub.str() +
+                  ": offloading is not modeled yet (train-offload-optimizer "
+                  "is the next step of the planner, docs/Planner.md)";
+          return std::nullopt;
+        } else {
+          warnings.push_back("zero_optimization." + sub.str());
+        }
+      }
+    } else if (k == "activation_checkpointing") {
+      // DeepSpeed checkpoints what the model's code wraps, usually whole
+      // layers: full recompute.
+      plan.candidate.remat = PlanRemat::full;
+      if (const llvm::json::Object *o = value.getAsObject())
+        for (const auto &[sub, v] : *o)
+          warnings.push_back("activation_checkpointing." + sub.str());
+    } else if (k == "optimizer") {
+      const llvm::json::Object *o = value.getAsObject();
+      std::optional<llvm::StringRef> type =
+          o && o->get("type") ? o->get("type")->getAsString() : std::nullopt;
+      if (!type || !(type->equals_insensitive("adamw") ||
+                     type->equals_insensitive("adam"))) {
+        error = "optimizer.type must be Adam or AdamW (the optimizer the "
+                "planner models)";
+        return std::nullopt;
+      }
+      if (o)
+        for (const auto &[sub, v] : *o)
+          if (sub != "type")
+            warnings.push_back("optimizer." + sub.str());
+    } else {
+      warnings.push_back(k.str());
+    }
+  }
+  if (!micro) {
+    error = "the config has no train_micro_batch_size_per_gpu";
+    return std::nullopt;
+  }
+  plan.candidate.microBatch = *micro;
+  plan.candidate.accumulation = accumulation.value_or(1);
+  int64_t implied = *micro * plan.candidate.accumulation * rankCount;
+  if (batch && *batch != implied) {
+    error = llvm::formatv("train_batch_size {0} is not micro-batch {1} x "
+                          "accumulation {2} x ranks {3} = {4}",
+                          *batch, *micro, plan.candidate.accumulation,
+                          rankCount, implied);
+    return std::nullopt;
+  }
+  plan.globalBatch = implied;
+  return plan;
+}
+
+static llvm::json::Object toDeepSpeed(const PlanCandidate &c,
+                                      const PlanRequest &request,
+                                      std::vector<std::string> &notes) {
+  llvm::json::Object config;
+  config["train_batch_size"] = request.globalBatch;
+  config["train_micro_batch_size_per_gpu"] = c.microBatch;
+  config["gradient_accumulation_steps"] = c.accumulation;
+  config["bf16"] =
+      llvm::json::Object{{"enabled", request.model.dtype == "bf16"}};
+  config["fp16"] =
+      llvm::json::Object{{"enabled", request.model.dtype == "f16"}};
+  config["zero_optimization"] =
+      llvm::json::Object{{"stage", c.stage < 0 ? 0 : c.stage}};
+  config["optimizer"] = llvm::json::Object{{"type", "AdamW"}};
+  if (c.remat != PlanRemat::none) {
+    config["activation_checkpointing"] =
+        llvm::json::Object{{"partition_activations", false},
+                           {"contiguous_memory_optimization", false}};
+    if (c.remat != PlanRemat::full)
+      notes.push_back(
+          stringifyPlanRemat(c.remat).str() +
+          " recompute has no DeepSpeed key: activation_checkpointing turns "
+          "on the checkpointing the model's code does (Megatron-DeepSpeed: "
+          "--recompute-granularity selective for the attention core)");
+  }
+  if (c.eightBit)
+    notes.push_back("8-bit optimizer state has no DeepSpeed key (it is "
+                    "bitsandbytes' AdamW8bit passed to deepspeed.initialize)");
+  return config;
+}
+
+//===----------------------------------------------------------------------===//
+// Printing
+//===----------------------------------------------------------------------===//
+
+static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
+                       const PlanResult &result) {
+  os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} {5,8} {6,8} {7,8} "
+                      "{8,8} {9,8} {10,8} {11,8} {12,9} {13,6}  {14}\n",
+                      "#", "micro x k", "remat", "zero", "8bit", "peak GB",
+                      "weights", "grads", "optim", "gather", "activ", "temp",
+                      "step s", "rel", "");
+  auto at = [](const PlanCandidate &c, MemoryCategory cat) {
+    return gb(c.measure.atPeak[static_cast<unsigned>(cat)]);
+  };
+  for (size_t i = 0; i < result.candidates.size(); ++i) {
+    const PlanCandidate &c = result.candidates[i];
+    std::string mk = llvm::formatv("{0} x {1}", c.microBatch, c.accumulation);
+    std::string zero = c.stage < 0 ? "-" : std::to_string(c.stage);
+    if (c.rejected.rfind("not compiled", 0) == 0) {
+      os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5}  {5}\n", i + 1, mk,
+                          stringifyPlanRemat(c.remat), zero,
+                          c.eightBit ? "yes" : "no", c.rejected);
+      continue;
+    }
+    std::string mark = result.best && *result.best == i ? "best"
+                       : c.fits                         ? "fits"
+                                                        : c.rejected;
+    if (c.approximate)
+      mark += " (~: extrapolated from counts not linear in the layers)";
+    os << llvm::formatv(
+        "{0,3}  {1,-9} {2,-9} {3,4} {4,5} {5,8} {6,8} {7,8} {8,8} {9,8} "
+        "{10,8} {11,8} {12,9:F3} {13,6:F3}  {14}\n",
+        i + 1, mk, stringifyPlanRemat(c.remat), zero, c.eightBit ? "yes" : "no",
+        gb(c.measure.peak), at(c, MemoryCategory::Weights),
+        at(c, MemoryCategory::Gradients), at(c, MemoryCategory::Optimizer),
+        at(c, MemoryCategory::Gathered), at(c, MemoryCategory::Activations),
+        at(c, MemoryCategory::Temporaries), c.stepSeconds, c.relative, mark);
+  }
+}
+
+static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
+                      const PlanCandidate &c, size_t index) {
+  os << llvm::formatv("best: #{0}, {1}: peak {2} GB of {3} GB, predicted "
+                      "{4:F3} s per step ({5:F0} tokens/s per device, {6:F3} "
+                      "of the fastest)\n",
+                      index + 1, c.describe(), gb(c.measure.peak),
+                      gb(request.memoryBytes), c.stepSeconds, c.tokensPerSecond,
+                      c.relative);
+  os << "  trainmem-model --preset " << request.model.name << " --seq "
+     << request.model.seq << " --batch " << c.microBatch * c.accumulation
+     << " --layers " << request.model.layers << " --dtype "
+     << request.model.dtype << " -o model.mlir\n";
+  os << "  trainmem-opt model.mlir --pass-pipeline='builtin.module("
+     << c.passPipeline(request.ranks, request.memoryBytes)
+     << ")' -o step.mlir\n";
+  if (c.runsWithTrainStep())
+    os << "  "
+       << (request.ranks > 1
+               ? llvm::formatv("mpirun -np {0} ", request.ranks).str()
+               : "")
+       << "trainmem-run model.mlir --data FILE --steps N"
+       << c.runOptions(request.memoryBytes) << "\n";
+  else
+    os << "  (trainmem-run's train-step does not build this order: ZeRO-3 "
+          "after the unrolled micro-batches, accumulate=full; run the step "
+          "trainmem-opt writes)\n";
+}
+
+static llvm::json::Object candidateJson(const PlanCandidate &c) {
+  llvm::json::Object atPeak;
+  for (unsigned cat = 0; cat < kNumMemoryCategories; ++cat)
+    atPeak[stringifyMemoryCategory(static_cast<MemoryCategory>(cat))] =
+        c.measure.atPeak[cat];
+  llvm::json::Object o{{"micro_batch", c.microBatch},
+                       {"accumulation", c.accumulation},
+                       {"remat", stringifyPlanRemat(c.remat)},
+                       {"zero_stage", c.stage},
+                       {"eight_bit", c.eightBit},
+                       {"fits", c.fits}};
+  if (c.rejected.rfind("not compiled", 0) == 0) {
+    o["rejected"] = c.rejected;
+    return o;
+  }
+  o["measured"] = c.wholeModel    ? "whole model"
+                  : c.approximate ? "extrapolated, approximate"
+                                  : "extrapolated";
+  o["peak_bytes"] = c.measure.peak;
+  o["at_peak"] = std::move(atPeak);
+  o["flops"] = llvm::json::Object{{"forward", c.measure.forwardFlops},
+                                  {"backward", c.measure.backwardFlops},
+                                  {"recompute", c.measure.recomputeFlops},
+                                  {"optimizer", c.measure.optimizerFlops}};
+  o["bytes_sent"] = c.measure.bytesSent;
+  o["seconds"] = llvm::json::Object{{"compute", c.computeSeconds},
+                                    {"optimizer", c.optimizerSeconds},
+                                    {"communication", c.communicationSeconds},
+                                    {"step", c.stepSeconds}};
+  o["tokens_per_second"] = c.tokensPerSecond;
+  o["relative"] = c.relative;
+  if (!c.fits)
+    o["rejected"] = c.rejected;
+  return o;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "trainmem-plan: the training configuration that fits a memory budget\n");
+
+  std::string error;
+  std::optional<Hardware> hardware = loadHardware(hardwareName, error);
+  if (!hardware)
+    return fail(error);
+  if (emit != "table" && emit != "pipeline" && emit != "deepspeed-json" &&
+      emit != "json")
+    return fail(
+        "--emit must be table, pipeline, deepspeed-json or json, not '" + emit +
+        "'");
+  if (ranks < 1)
+    return fail("--ranks must be at least 1");
+
+  std::optional<DeepSpeedPlan> deepSpeed;
+  if (!fromDeepSpeed.empty()) {
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+        llvm::MemoryBuffer::getFile(fromDeepSpeed);
+    if (!file)
+      return fail("cannot read '" + fromDeepSpeed +
+                  "': " + file.getError().message());
+    std::vector<std::string> warnings;
+    deepSpeed = readDeepSpeed((*file)->getBuffer(), ranks, warnings, error);
+    if (!deepSpeed)
+      return fail(fromDeepSpeed + ": " + error);
+    for (const std::string &key : warnings)
+      llvm::errs() << "trainmem-plan: warning: " << fromDeepSpeed << ": '"
+                   << key << "' is not modeled by trainmem; the plan does "
+                   << "not carry it\n";
+  }
+
+  if (modelName.empty()) {
+    if (deepSpeed && emit == "pipeline") {
+      llvm::outs() << "builtin.module("
+                   << deepSpeed->candidate.passPipeline(ranks, 0) << ")\n";
+      return 0;
+    }
+    return fail("--model is required (a preset: trainmem-model "
+                "--list-presets)");
+  }
+  std::optional<ModelConfig> model = getPreset(modelName);
+  if (!model)
+    return fail("unknown model preset '" + modelName +
+                "' (trainmem-model --list-presets)");
+  if (seq > 0)
+    model->seq = seq;
+  if (layers > 0)
+    model->layers = layers;
+  if (!dtype.empty())
+    model->dtype = dtype;
+  if (deepSpeed && deepSpeed->dtype)
+    model->dtype = *deepSpeed->dtype;
+
+  PlanRequest request;
+  request.model = *model;
+  request.ranks = ranks;
+  request.hardware = *hardware;
+  request.globalBatch = deepSpeed ? deepSpeed->globalBatch : globalBatch;
+  if (request.globalBatch <= 0)
+    return fail("--global-batch is required (sequences per optimizer step "
+                "over all ranks)");
+  request.memoryBytes = hardware->memoryBytes;
+  if (!memory.empty()) {
+    std::optional<uint64_t> bytes = parseBytes(memory);
+    if (!bytes)
+      return fail("--memory '" + memory +
+                  "' is not a size (e.g. 80GB, 24GiB, 1e9)");
+    request.memoryBytes = *bytes;
+  }
+  request.exact = exact;
+  if (deepSpeed) {
+    const PlanCandidate &c = deepSpeed->candidate;
+    request.microBatches = {c.microBatch};
+    request.remats = {c.remat};
+    request.stages = {c.stage};
+    request.eightBit = {false};
+  } else {
+    for (long long m : microBatches)
+      request.microBatches.push_back(m);
+    for (const std::string &r : remats) {
+      if (r == "none")
+        request.remats.push_back(PlanRemat::none);
+      else if (r == "selective")
+        request.remats.push_back(PlanRemat::selective);
+      else if (r == "full")
+        request.remats.push_back(PlanRemat::full);
+      else if (r == "budget")
+        request.remats.push_back(PlanRemat::budget);
+      else
+        return fail("--remat: unknown policy '" + r +
+                    "' (none, selective, full, budget)");
+    }
+    for (long long s : stages)
+      request.stages.push_back(s);
+    if (eightBit == "both")
+      request.eightBit = {false, true};
+    else if (eightBit == "off")
+      request.eightBit = {false};
+    else if (eightBit == "on")
+      request.eightBit = {true};
+    else
+      return fail("--eight-bit must be both, off or on");
+  }
+  if (!completePlanRequest(request, error))
+    return fail(error);
+
+  DialectRegistry registry;
+  registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect,
+                  tensor::TensorDialect, shard::ShardDialect>();
+  registerShardExternalModels(registry);
+  registerTrainPasses();
+  registerTrainPipelines();
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  PlanResult result = plan(context, request);
+  llvm::raw_ostream &os = llvm::outs();
+  if (emit == "json") {
+    llvm::json::Array candidates;
+    for (const PlanCandidate &c : result.candidates)
+      candidates.push_back(candidateJson(c));
+    llvm::json::Object out{{"model", request.model.name},
+                           {"layers", request.model.layers},
+                           {"seq", request.model.seq},
+                           {"global_batch", request.globalBatch},
+                           {"ranks", request.ranks},
+                           {"memory_bytes", request.memoryBytes},
+                           {"hardware", request.hardware.name},
+                           {"candidates", std::move(candidates)}};
+    if (result.best)
+      out["best"] = static_cast<int64_t>(*result.best);
+    else
+      out["nothing_fits"] = result.nothingFits;
+    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(out))) << "\n";
+    return result.best ? 0 : 1;
+  }
+  if (emit == "table") {
+    os << llvm::formatv(
+        "trainmem-plan: {0} ({1} layers, seq {2}, {3}), global batch {4} on "
+        "{5} rank(s), {6} GB per device, {7} ({8:F1} TFLOP/s dense, {9:P0} "
+        "achievable){10}\n",
+        request.model.name, request.model.layers, request.model.seq,
+        request.model.dtype, request.globalBatch, request.ranks,
+        gb(request.memoryBytes), request.hardware.name,
+        request.hardware.peakFlops / 1e12, request.hardware.achievableFraction,
+        request.exact ? ", every candidate compiled whole" : "");
+    printTable(os, request, result);
+  }
+  if (!result.best) {
+    if (emit == "table")
+      os << result.nothingFits << "\n";
+    os.flush();
+    return fail(result.nothingFits);
+  }
+  const PlanCandidate &best = result.candidates[*result.best];
+  if (emit == "table") {
+    printBest(os, request, best, *result.best);
+  } else if (emit == "pipeline") {
+    os << "builtin.module("
+       << best.passPipeline(request.ranks, request.memoryBytes) << ")\n";
+  } else {
+    std::vector<std::string> notes;
+    llvm::json::Object config = toDeepSpeed(best, request, notes);
+    for (const std::string &note : notes)
+      llvm::errs() << "trainmem-plan: note: " << note << "\n";
+    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(config))) << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,195 @@
+//===- PlannerTest.cpp - trainmem-plan's search and throughput model ------===//
+//
+// Optimality on small cases: the planner's choice equals exhaustive search
+// over the same space (each candidate compiled whole) for models of 4
+// layers (which it measures whole) and 7 (which it extrapolates from 2, 3
+// and 4 layers where their counts grow linearly), for budgets from tight to
+// loose, on 1 and 2 ranks; every candidate's peak is the same both ways. The
+// throughput model's orderings; the hardware presets and JSON.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Plan/Planner.h"
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
+#include "trainmem/Dialect/Train/IR/TrainDialect.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Plan/Hardware.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <gtest/gtest.h>
+
+using namespace mlir;
+using namespace mlir::train;
+
+namespace {
+
+struct PlannerTest : ::testing::Test {
+  PlannerTest() {
+    DialectRegistry registry;
+    registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect,
+                    tensor::TensorDialect, shard::ShardDialect>();
+    registerShardExternalModels(registry);
+    registerTrainPasses();
+    context = std::make_unique<MLIRContext>(registry);
+    context->loadAllAvailableDialects();
+  }
+  std::unique_ptr<MLIRContext> context;
+};
+
+/// A small GPT of `layers` layers.
+ModelConfig smallGpt(int64_t layers) {
+  ModelConfig config = *getPreset("tiny");
+  config.layers = layers;
+  config.seq = 32;
+  config.dtype = "bf16";
+  return config;
+}
+
+PlanRequest request(int64_t layers, int64_t ranks, uint64_t memory) {
+  PlanRequest r;
+  r.model = smallGpt(layers);
+  r.globalBatch = 8 * ranks;
+  r.ranks = ranks;
+  r.memoryBytes = memory;
+  r.hardware = *getHardwarePreset("h100-80gb");
+  return r;
+}
+
+TEST_F(PlannerTest, ChoosesWhatExhaustiveSearchChooses) {
+  int cases = 0;
+  // 4 layers: measured whole; 7: extrapolated from 2, 3 and 4 where their
+  // counts grow linearly.
+  for (int64_t layers : {4, 7})
+    for (int64_t ranks : {1, 2}) {
+      // The budgets: from the smallest peak of the space to above the
+      // largest, so that the best moves through the candidates.
+      PlanRequest probe = request(layers, ranks, uint64_t(1) << 40);
+      probe.exact = true;
+      std::string error;
+      ASSERT_TRUE(completePlanRequest(probe, error)) << error;
+      PlanResult all = plan(*context, probe);
+      uint64_t lo = UINT64_MAX, hi = 0;
+      for (const PlanCandidate &c : all.candidates)
+        if (c.rejected.empty()) {
+          lo = std::min(lo, c.measure.peak);
+          hi = std::max(hi, c.measure.peak);
+        }
+      ASSERT_LT(lo, hi);
+      for (int step = 0; step <= 3; ++step) {
+        uint64_t budget = lo + (hi - lo) * step / 3;
+        PlanRequest fast = request(layers, ranks, budget), exhaustive = fast;
+        exhaustive.exact = true;
+        ASSERT_TRUE(completePlanRequest(fast, error)) << error;
+        ASSERT_TRUE(completePlanRequest(exhaustive, error)) << error;
+        PlanResult a = plan(*context, fast), b = plan(*context, exhaustive);
+        ASSERT_EQ(a.candidates.size(), b.candidates.size());
+        for (size_t i = 0; i < a.candidates.size(); ++i) {
+          EXPECT_FALSE(a.candidates[i].approximate);
+          EXPECT_EQ(a.candidates[i].measure.peak, b.candidates[i].measure.peak)
+              << a.candidates[i].describe() << ", " << layers << " layers, "
+              << ranks << " ranks";
+        }
+        ASSERT_EQ(a.best.has_value(), b.best.has_value()) << budget;
+        if (b.best) {
+          EXPECT_EQ(*a.best, *b.best)
+              << "budget " << budget << ": planner "
+              << a.candidates[*a.best].describe() << ", exhaustive "
+              << b.candidates[*b.best].describe();
+          // The best fits, and nothing fitting is predicted faster.
+          const PlanCandidate &best = b.candidates[*b.best];
+          EXPECT_LE(best.measure.peak, budget);
+          for (const PlanCandidate &c : b.candidates)
+            if (c.fits)
+              EXPECT_LE(c.tokensPerSecond, best.tokensPerSecond);
+        } else {
+          EXPECT_NE(a.nothingFits.find("nothing fits"), std::string::npos);
+        }
+        ++cases;
+      }
+    }
+  EXPECT_EQ(cases, 16);
+}
+
+TEST_F(PlannerTest, TheThroughputModelOrdersWhatItShould) {
+  PlanRequest r = request(2, 2, uint64_t(1) << 40);
+  r.microBatches = {8};
+  r.eightBit = {false};
+  std::string error;
+  ASSERT_TRUE(completePlanRequest(r, error)) << error;
+  PlanResult result = plan(*context, r);
+  auto find = [&](PlanRemat remat, int64_t stage) -> const PlanCandidate & {
+    for (const PlanCandidate &c : result.candidates)
+      if (c.remat == remat && c.stage == stage)
+        return c;
+    ADD_FAILURE() << "no candidate";
+    return result.candidates.front();
+  };
+  // Recompute costs compute time: full more than selective more than none.
+  EXPECT_GT(find(PlanRemat::full, 0).computeSeconds,
+            find(PlanRemat::selective, 0).computeSeconds);
+  EXPECT_GT(find(PlanRemat::selective, 0).computeSeconds,
+            find(PlanRemat::none, 0).computeSeconds);
+  // ZeRO-3 gathers the weights again: it sends more than ZeRO-1.
+  EXPECT_GT(find(PlanRemat::none, 3).measure.bytesSent,
+            find(PlanRemat::none, 1).measure.bytesSent);
+  EXPECT_GT(find(PlanRemat::none, 3).communicationSeconds,
+            find(PlanRemat::none, 1).communicationSeconds);
+  // And it holds less.
+  EXPECT_LT(find(PlanRemat::none, 3).measure.peak,
+            find(PlanRemat::none, 1).measure.peak);
+  // Relative throughput: 1 for the fastest, below for the others.
+  double most = 0;
+  for (const PlanCandidate &c : result.candidates)
+    most = std::max(most, c.relative);
+  EXPECT_DOUBLE_EQ(most, 1.0);
+}
+
+TEST(Hardware, PresetsAndTheirJsonForm) {
+  std::vector<std::string> names = getHardwarePresetNames();
+  EXPECT_EQ(names, (std::vector<std::string>{"h100-80gb", "h200", "b200",
+                                             "a100-80gb", "cpu"}));
+  std::optional<Hardware> h200 = getHardwarePreset("h200");
+  ASSERT_TRUE(h200);
+  EXPECT_DOUBLE_EQ(h200->peakFlops, 989.4e12);
+  EXPECT_EQ(h200->memoryBytes, uint64_t(141e9));
+  EXPECT_DOUBLE_EQ(h200->memoryBandwidth, 4.8e12);
+
+  std::string error;
+  std::optional<Hardware> custom = parseHardwareJson(
+      R"({"name": "mine", "peak_flops": 1e15, "achievable_fraction": 0.4,
+          "memory_bytes": 4e10, "memory_bandwidth": 2e12,
+          "interconnect_bandwidth": 3e11, "host_bandwidth": 3.2e10,
+          "host_flops": 5e11})",
+      error);
+  ASSERT_TRUE(custom) << error;
+  EXPECT_EQ(custom->name, "mine");
+  EXPECT_EQ(custom->memoryBytes, uint64_t(4e10));
+  EXPECT_DOUBLE_EQ(custom->achievableFraction, 0.4);
+
+  EXPECT_FALSE(parseHardwareJson(R"({"peak_flops": 1e15})", error));
+  EXPECT_EQ(error, "missing key 'achievable_fraction'");
+  EXPECT_FALSE(parseHardwareJson(
+      R"({"name": "x", "peak_flops": -1, "achievable_fraction": 0.4,
+          "memory_bytes": 4e10, "memory_bandwidth": 2e12,
+          "interconnect_bandwidth": 3e11, "host_bandwidth": 3.2e10,
+          "host_flops": 5e11})",
+      error));
+  EXPECT_EQ(error, "'peak_flops' must be a positive number");
+  EXPECT_FALSE(parseHardwareJson(
+      R"({"name": "x", "peak_flops": 1e15, "achievable_fraction": 1.5,
+          "memory_bytes": 4e10, "memory_bandwidth": 2e12,
+          "interconnect_bandwidth": 3e11, "host_bandwidth": 3.2e10,
+          "host_flops": 5e11})",
+      error));
+  EXPECT_EQ(error, "'achievable_fraction' must be a positive number at most 1");
+  EXPECT_FALSE(loadHardware("tpu", error));
+  EXPECT_EQ(error, "unknown hardware 'tpu' (presets: h100-80gb, h200, b200, "
+                   "a100-80gb, cpu; or a .json file of the same figures)");
+}
+
+} // namespace

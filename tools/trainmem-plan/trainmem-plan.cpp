@@ -78,6 +78,20 @@ static cl::opt<long long> seq("seq",
 static cl::opt<long long> layers("layers",
                                  cl::desc("Layers (default: the preset's)"),
                                  cl::init(0), cl::cat(category));
+static cl::opt<long long>
+    hidden("hidden", cl::desc("Hidden size (default: the preset's)"),
+           cl::init(0), cl::cat(category));
+static cl::opt<long long> heads("heads",
+                                cl::desc("Attention heads (default: the "
+                                         "preset's)"),
+                                cl::init(0), cl::cat(category));
+static cl::opt<long long> ffn("ffn",
+                              cl::desc("MLP inner size (default: the preset's "
+                                       "rule from the hidden size)"),
+                              cl::init(0), cl::cat(category));
+static cl::opt<long long> vocab("vocab",
+                                cl::desc("Vocabulary (default: the preset's)"),
+                                cl::init(0), cl::cat(category));
 static cl::opt<std::string> dtype("dtype",
                                   cl::desc("f32, bf16 or f16 (default: the "
                                            "preset's)"),
@@ -365,10 +379,14 @@ static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
                       index + 1, c.describe(), gb(c.measure.peak),
                       gb(request.memoryBytes), c.stepSeconds, c.tokensPerSecond,
                       c.relative);
-  os << "  trainmem-model --preset " << request.model.name << " --seq "
-     << request.model.seq << " --batch " << c.microBatch * c.accumulation
-     << " --layers " << request.model.layers << " --dtype "
-     << request.model.dtype << " -o model.mlir\n";
+  const ModelConfig &m = request.model;
+  os << "  trainmem-model --preset " << m.name << " --layers " << m.layers
+     << " --hidden " << m.hidden << " --heads " << m.heads;
+  if (m.kvHeads != m.heads)
+    os << " --kv-heads " << m.kvHeads;
+  os << " --ffn " << m.ffn << " --vocab " << m.vocab << " --seq " << m.seq
+     << " --batch " << c.microBatch * c.accumulation << " --dtype " << m.dtype
+     << " -o model.mlir\n";
   os << "  trainmem-opt model.mlir --pass-pipeline='builtin.module("
      << c.passPipeline(request.ranks, request.memoryBytes)
      << ")' -o step.mlir\n";
@@ -472,6 +490,21 @@ int main(int argc, char **argv) {
                 "' (trainmem-model --list-presets)");
   if (seq > 0)
     model->seq = seq;
+  if (hidden > 0) {
+    model->hidden = hidden;
+    model->ffn = 0; // re-derived below unless given
+  }
+  if (heads > 0) {
+    model->heads = heads;
+    if (model->arch == Architecture::GPT)
+      model->kvHeads = heads;
+  }
+  if (vocab > 0)
+    model->vocab = vocab;
+  if (ffn > 0)
+    model->ffn = ffn;
+  else if (model->ffn == 0)
+    model->ffn = defaultFfn(*model);
   if (layers > 0)
     model->layers = layers;
   if (!dtype.empty())

@@ -48,7 +48,10 @@ constexpr MemoryCategory kPlanCategories[] = {
     MemoryCategory::Optimizer,   MemoryCategory::Gathered,
     MemoryCategory::Activations, MemoryCategory::Temporaries};
 
+/// Bytes in GB, or in MB below a GB.
 std::string gigabytes(uint64_t bytes) {
+  if (bytes < 1000000000)
+    return llvm::formatv("{0:F2} MB", static_cast<double>(bytes) / 1e6).str();
   return llvm::formatv("{0:F2} GB", static_cast<double>(bytes) / 1e9).str();
 }
 
@@ -91,15 +94,20 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
 bool measureAt(MLIRContext &context, const PlanRequest &request,
                const PlanCandidate &c, int64_t layers, PlanMeasure &out,
                std::string &error) {
-  ModelConfig config = request.model;
-  config.layers = layers;
-  config.batch = c.microBatch * c.accumulation;
-  std::string why;
-  if (!validateConfig(config, why)) {
-    error = why;
-    return false;
+  OwningOpRef<ModuleOp> module;
+  if (request.module) {
+    module = cast<ModuleOp>(request.module->clone());
+  } else {
+    ModelConfig config = request.model;
+    config.layers = layers;
+    config.batch = c.microBatch * c.accumulation;
+    std::string why;
+    if (!validateConfig(config, why)) {
+      error = why;
+      return false;
+    }
+    module = buildModel(&context, config);
   }
-  OwningOpRef<ModuleOp> module = buildModel(&context, config);
   std::string diagnostics;
   llvm::raw_string_ostream diagnosticStream(diagnostics);
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
@@ -297,10 +305,48 @@ std::string PlanCandidate::describe() const {
   return text;
 }
 
+/// The batch and sequence of a forward + loss module: its tokens input's
+/// shape.
+static bool batchOfModule(ModuleOp module, int64_t &batch, int64_t &seq,
+                          std::string &error) {
+  for (auto func : module.getOps<func::FuncOp>())
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto input = func.getArgAttrOfType<StringAttr>(i, kInputAttrName);
+      auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+      if (!input || input.getValue() != "tokens" || !type ||
+          type.getRank() != 2 || !type.hasStaticShape())
+        continue;
+      batch = type.getDimSize(0);
+      seq = type.getDimSize(1);
+      return true;
+    }
+  error = "the model file has no tokens input (a function argument marked "
+          "train.input = \"tokens\" of type tensor<batch x seq x i...>, as "
+          "trainmem-model writes it)";
+  return false;
+}
+
 bool completePlanRequest(PlanRequest &request, std::string &error) {
   if (request.ranks < 1) {
     error = "--ranks must be at least 1";
     return false;
+  }
+  if (request.module) {
+    int64_t batch = 0, seq = 0;
+    if (!batchOfModule(request.module, batch, seq, error))
+      return false;
+    if (request.globalBatch == 0)
+      request.globalBatch = batch * request.ranks;
+    if (request.globalBatch != batch * request.ranks) {
+      error = llvm::formatv("the model file's batch is {0} per rank: the "
+                            "global batch on {1} ranks is {2}, not {3}",
+                            batch, request.ranks, batch * request.ranks,
+                            request.globalBatch);
+      return false;
+    }
+    request.model.seq = seq;
+    request.model.batch = batch;
+    request.exact = true;
   }
   if (request.globalBatch < 1 || request.globalBatch % request.ranks != 0) {
     error = llvm::formatv("the global batch {0} must be a positive multiple "
@@ -344,7 +390,7 @@ bool completePlanRequest(PlanRequest &request, std::string &error) {
   if (request.eightBit.empty())
     request.eightBit = {false, true};
   std::string why;
-  if (!validateConfig(request.model, why)) {
+  if (!request.module && !validateConfig(request.model, why)) {
     error = "the model: " + why;
     return false;
   }

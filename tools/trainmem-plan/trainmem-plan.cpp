@@ -35,12 +35,14 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <optional>
@@ -162,8 +164,13 @@ static std::optional<uint64_t> parseBytes(llvm::StringRef text) {
   return static_cast<uint64_t>(value * scale);
 }
 
+/// The table's unit: GB, or MB for budgets below a GB (set from the
+/// request).
+static double unitBytes = 1e9;
+static const char *unitName = "GB";
+
 static std::string gb(uint64_t bytes) {
-  return llvm::formatv("{0:F2}", static_cast<double>(bytes) / 1e9).str();
+  return llvm::formatv("{0:F2}", static_cast<double>(bytes) / unitBytes).str();
 }
 
 //===----------------------------------------------------------------------===//
@@ -339,9 +346,10 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                        const PlanResult &result) {
   os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} {5,8} {6,8} {7,8} "
                       "{8,8} {9,8} {10,8} {11,8} {12,9} {13,6}  {14}\n",
-                      "#", "micro x k", "remat", "zero", "8bit", "peak GB",
-                      "weights", "grads", "optim", "gather", "activ", "temp",
-                      "step s", "rel", "");
+                      "#", "micro x k", "remat", "zero", "8bit",
+                      (std::string("peak ") + unitName).c_str(), "weights",
+                      "grads", "optim", "gather", "activ", "temp", "step s",
+                      "rel", "");
   auto at = [](const PlanCandidate &c, MemoryCategory cat) {
     return gb(c.measure.atPeak[static_cast<unsigned>(cat)]);
   };
@@ -373,13 +381,26 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
 
 static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
                       const PlanCandidate &c, size_t index) {
-  os << llvm::formatv("best: #{0}, {1}: peak {2} GB of {3} GB, predicted "
+  os << llvm::formatv("best: #{0}, {1}: peak {2} {7} of {3} {7}, predicted "
                       "{4:F3} s per step ({5:F0} tokens/s per device, {6:F3} "
                       "of the fastest)\n",
                       index + 1, c.describe(), gb(c.measure.peak),
                       gb(request.memoryBytes), c.stepSeconds, c.tokensPerSecond,
-                      c.relative);
+                      c.relative, unitName);
   const ModelConfig &m = request.model;
+  if (request.module) {
+    os << "  trainmem-opt " << m.name << " --pass-pipeline='builtin.module("
+       << c.passPipeline(request.ranks, request.memoryBytes)
+       << ")' -o step.mlir\n";
+    if (c.runsWithTrainStep())
+      os << "  "
+         << (request.ranks > 1
+                 ? llvm::formatv("mpirun -np {0} ", request.ranks).str()
+                 : "")
+         << "trainmem-run " << m.name << " --data FILE --steps N"
+         << c.runOptions(request.memoryBytes) << "\n";
+    return;
+  }
   os << "  trainmem-model --preset " << m.name << " --layers " << m.layers
      << " --hidden " << m.hidden << " --heads " << m.heads;
   if (m.kvHeads != m.heads)
@@ -484,13 +505,38 @@ int main(int argc, char **argv) {
     return fail("--model is required (a preset: trainmem-model "
                 "--list-presets)");
   }
-  std::optional<ModelConfig> model = getPreset(modelName);
+  DialectRegistry registry;
+  registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect,
+                  tensor::TensorDialect, shard::ShardDialect>();
+  registerShardExternalModels(registry);
+  registerTrainPasses();
+  registerTrainPipelines();
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  // A model file (forward + loss, as trainmem-model writes it), or a preset.
+  OwningOpRef<ModuleOp> moduleFile;
+  std::optional<ModelConfig> model;
+  if (StringRef(modelName).ends_with(".mlir")) {
+    if (layers > 0 || seq > 0 || hidden > 0 || heads > 0 || ffn > 0 ||
+        vocab > 0 || !dtype.empty())
+      return fail("--layers, --seq, --hidden, --heads, --ffn, --vocab and "
+                  "--dtype shape a preset; a model file is used as it is");
+    llvm::SourceMgr sources;
+    moduleFile = parseSourceFile<ModuleOp>(modelName, &context);
+    if (!moduleFile)
+      return fail("cannot read the model '" + modelName + "'");
+    model = ModelConfig();
+    model->name = modelName;
+  } else {
+    model = getPreset(modelName);
+  }
   if (!model)
     return fail("unknown model preset '" + modelName +
-                "' (trainmem-model --list-presets)");
-  if (seq > 0)
+                "' (trainmem-model --list-presets, or a .mlir file)");
+  if (seq > 0 && !moduleFile)
     model->seq = seq;
-  if (hidden > 0) {
+  if (hidden > 0 && !moduleFile) {
     model->hidden = hidden;
     model->ffn = 0; // re-derived below unless given
   }
@@ -514,10 +560,12 @@ int main(int argc, char **argv) {
 
   PlanRequest request;
   request.model = *model;
+  if (moduleFile)
+    request.module = *moduleFile;
   request.ranks = ranks;
   request.hardware = *hardware;
   request.globalBatch = deepSpeed ? deepSpeed->globalBatch : globalBatch;
-  if (request.globalBatch <= 0)
+  if (request.globalBatch <= 0 && !moduleFile)
     return fail("--global-batch is required (sequences per optimizer step "
                 "over all ranks)");
   request.memoryBytes = hardware->memoryBytes;
@@ -565,15 +613,10 @@ int main(int argc, char **argv) {
   if (!completePlanRequest(request, error))
     return fail(error);
 
-  DialectRegistry registry;
-  registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect,
-                  tensor::TensorDialect, shard::ShardDialect>();
-  registerShardExternalModels(registry);
-  registerTrainPasses();
-  registerTrainPipelines();
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-
+  if (request.memoryBytes < 1000000000) {
+    unitBytes = 1e6;
+    unitName = "MB";
+  }
   PlanResult result = plan(context, request);
   llvm::raw_ostream &os = llvm::outs();
   if (emit == "json") {
@@ -595,16 +638,26 @@ int main(int argc, char **argv) {
     os << llvm::formatv("{0:2}", llvm::json::Value(std::move(out))) << "\n";
     return result.best ? 0 : 1;
   }
-  if (emit == "table") {
+  if (emit == "table" && request.module) {
+    os << llvm::formatv(
+        "trainmem-plan: {0} (seq {1}, batch {2} per rank), global batch {3} "
+        "on {4} rank(s), {5} {9} per device, {6} ({7:F1} TFLOP/s dense, {8:P0} "
+        "achievable), every candidate compiled whole\n",
+        request.model.name, request.model.seq, request.model.batch,
+        request.globalBatch, request.ranks, gb(request.memoryBytes),
+        request.hardware.name, request.hardware.peakFlops / 1e12,
+        request.hardware.achievableFraction, unitName);
+    printTable(os, request, result);
+  } else if (emit == "table") {
     os << llvm::formatv(
         "trainmem-plan: {0} ({1} layers, seq {2}, {3}), global batch {4} on "
-        "{5} rank(s), {6} GB per device, {7} ({8:F1} TFLOP/s dense, {9:P0} "
+        "{5} rank(s), {6} {11} per device, {7} ({8:F1} TFLOP/s dense, {9:P0} "
         "achievable){10}\n",
         request.model.name, request.model.layers, request.model.seq,
         request.model.dtype, request.globalBatch, request.ranks,
         gb(request.memoryBytes), request.hardware.name,
         request.hardware.peakFlops / 1e12, request.hardware.achievableFraction,
-        request.exact ? ", every candidate compiled whole" : "");
+        request.exact ? ", every candidate compiled whole" : "", unitName);
     printTable(os, request, result);
   }
   if (!result.best) {

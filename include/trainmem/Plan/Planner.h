@@ -49,6 +49,10 @@ struct PlanRequest {
   /// The model: a preset's configuration, its layers and sequence as the
   /// user set them; its batch is ignored (the plan chooses micro-batches).
   ModelConfig model;
+  /// Or a model file's forward + loss (trainmem-model's form), used as it
+  /// is: its batch is the per-rank batch, split into micro-batches by
+  /// train-grad-accum; compiled whole for every candidate. Not owned.
+  ModuleOp module;
   /// Sequences per optimizer step over all ranks.
   int64_t globalBatch = 0;
   int64_t ranks = 1;
@@ -133,7 +137,9 @@ struct PlanResult {
 
 /// Fills the request's empty space lists with the defaults; false with
 /// `error` when the request is inconsistent (a global batch the ranks do not
-/// divide, no budget, ...).
+/// divide, no budget, ...). With a module: takes the model's name, sequence
+/// and per-rank batch from it (a global batch of 0 becomes that batch times
+/// the ranks).
 bool completePlanRequest(PlanRequest &request, std::string &error);
 
 /// Plans a completed request (completePlanRequest).

@@ -85,6 +85,7 @@ FunctionMemory::FunctionMemory(func::FuncOp func) : func(func) {
   buildSchedule(func.front(), Phase::Forward);
   buildBuffers();
   classify();
+  placeInMemory();
   computeLiveness();
   summarize();
 }
@@ -456,6 +457,84 @@ void FunctionMemory::classify() {
       }
 }
 
+uint64_t FunctionMemory::getHostBytes() const {
+  uint64_t bytes = 0;
+  for (uint64_t b : hostTotals)
+    bytes = addCount(bytes, b);
+  return bytes;
+}
+
+/// Host memory: buffers of arguments marked #train.space<host> (the
+/// optimizer state train-offload-optimizer moved) and of the results of
+/// updates that run there. An update that runs on the device with host
+/// state holds a device copy of its state while it runs (a staging
+/// buffer, live at the update only): the state comes in and goes back.
+void FunctionMemory::placeInMemory() {
+  auto isHostArg = [&](Value value) {
+    auto arg = dyn_cast<BlockArgument>(value);
+    if (!arg || arg.getOwner()->getParentOp() != func)
+      return false;
+    auto space = func.getArgAttrOfType<SpaceAttr>(arg.getArgNumber(),
+                                                  kMemorySpaceAttrName);
+    return space && space.getSpace() == MemorySpace::host;
+  };
+  auto runsOnHost = [](Operation *op) {
+    auto space = op->getAttrOfType<SpaceAttr>(kMemorySpaceAttrName);
+    return space && space.getSpace() == MemorySpace::host;
+  };
+  bool any = false;
+  for (Buffer &buffer : buffers) {
+    Operation *def = buffer.owner.getDefiningOp();
+    if (isHostArg(buffer.owner) || (def && runsOnHost(def))) {
+      buffer.host = true;
+      any = true;
+    }
+  }
+  if (!any)
+    return;
+  std::vector<Buffer> staging;
+  for (Operation *op : schedule) {
+    auto update = dyn_cast<OptimizerUpdateOpInterface>(op);
+    if (!update)
+      continue;
+    unsigned point = getPoint(op);
+    if (runsOnHost(op)) {
+      // The gradient goes to the host, the new parameter comes back (its
+      // device copy: a 16-bit weight where the step casts one from it).
+      if (const Buffer *grad = lookupBuffer(update.getGradient()))
+        hostDeviceBytes =
+            add(hostDeviceBytes, grad->bytes, op, "host-device bytes");
+      Value newParam = update.getNewParamValue();
+      uint64_t back = 0;
+      for (Operation *user : newParam.getUsers())
+        if (isa<CastOp>(user) && user->getNumResults() == 1)
+          if (const Buffer *cast = lookupBuffer(user->getResult(0)))
+            back = std::max(back, cast->bytes);
+      if (back == 0)
+        if (const Buffer *param = lookupBuffer(newParam))
+          back = param->bytes;
+      hostDeviceBytes = add(hostDeviceBytes, back, op, "host-device bytes");
+      continue;
+    }
+    // On the device with state on the host: each host operand comes in
+    // and goes back, and lives on the device while the update runs.
+    for (Value operand : op->getOperands()) {
+      const Buffer *buffer = lookupBuffer(operand);
+      if (!buffer || !buffer->host)
+        continue;
+      hostDeviceBytes =
+          add(hostDeviceBytes, 2 * buffer->bytes, op, "host-device bytes");
+      Buffer copy = *buffer;
+      copy.host = false;
+      // Counted with the temporaries (the most live at once).
+      copy.category = MemoryCategory::Temporaries;
+      copy.firstPoint = copy.lastPoint = point;
+      staging.push_back(copy);
+    }
+  }
+  buffers.insert(buffers.end(), staging.begin(), staging.end());
+}
+
 void FunctionMemory::computeLiveness() {
   unsigned numPoints = schedule.size() + 1;
   // Every sum below is at most the sum of all buffers: when that fits in
@@ -470,6 +549,8 @@ void FunctionMemory::computeLiveness() {
   }
   std::vector<int64_t> delta(numPoints + 1, 0);
   for (const Buffer &buffer : buffers) {
+    if (buffer.host)
+      continue;
     delta[buffer.firstPoint] += static_cast<int64_t>(buffer.bytes);
     delta[buffer.lastPoint + 1] -= static_cast<int64_t>(buffer.bytes);
   }
@@ -484,7 +565,8 @@ void FunctionMemory::computeLiveness() {
     }
   }
   for (const Buffer &buffer : buffers)
-    if (buffer.firstPoint <= peakPoint && peakPoint <= buffer.lastPoint)
+    if (!buffer.host && buffer.firstPoint <= peakPoint &&
+        peakPoint <= buffer.lastPoint)
       atPeak[static_cast<unsigned>(buffer.category)] += buffer.bytes;
 
   // The most temporary (and gathered) bytes live at once.
@@ -492,7 +574,7 @@ void FunctionMemory::computeLiveness() {
        {MemoryCategory::Temporaries, MemoryCategory::Gathered}) {
     std::vector<int64_t> categoryDelta(numPoints + 1, 0);
     for (const Buffer &buffer : buffers)
-      if (buffer.category == category) {
+      if (buffer.category == category && !buffer.host) {
         categoryDelta[buffer.firstPoint] += static_cast<int64_t>(buffer.bytes);
         categoryDelta[buffer.lastPoint + 1] -=
             static_cast<int64_t>(buffer.bytes);
@@ -509,6 +591,10 @@ void FunctionMemory::computeLiveness() {
 void FunctionMemory::summarize() {
   std::map<int64_t, LayerActivations> byLayer;
   for (const Buffer &buffer : buffers) {
+    if (buffer.host) {
+      hostTotals[static_cast<unsigned>(buffer.category)] += buffer.bytes;
+      continue;
+    }
     switch (buffer.category) {
     case MemoryCategory::Weights:
     case MemoryCategory::Optimizer:

@@ -202,7 +202,8 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
   for (unsigned index : order) {
     const Buffer &buffer = buffers[index];
     uint64_t size = alignedSize(buffer);
-    if (size == 0)
+    // Host memory (train-offload-optimizer) is not the device's arena.
+    if (size == 0 || buffer.host)
       continue;
     // Memory held, at some point of this buffer's lifetime, by others.
     placed.collect(buffer.firstPoint, buffer.lastPoint, taken, scratch);

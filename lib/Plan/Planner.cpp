@@ -22,7 +22,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <map>
+#include <thread>
 
 namespace mlir {
 namespace train {
@@ -37,6 +39,18 @@ llvm::StringRef stringifyPlanRemat(PlanRemat remat) {
     return "full";
   case PlanRemat::budget:
     return "budget";
+  }
+  return "?";
+}
+
+llvm::StringRef stringifyPlanOffload(PlanOffload offload) {
+  switch (offload) {
+  case PlanOffload::none:
+    return "none";
+  case PlanOffload::states:
+    return "states";
+  case PlanOffload::statesAndUpdate:
+    return "states+update";
   }
   return "?";
 }
@@ -64,7 +78,7 @@ std::string gigabytes(uint64_t bytes) {
 /// comes after both and reduces the accumulated gradients once
 /// (accumulate=full), a pipeline train-step does not build.
 std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
-                            uint64_t memoryBytes) {
+                            uint64_t memoryBytes, bool withOffload = true) {
   std::string p = "train-autodiff";
   if (c.remat == PlanRemat::budget)
     p += llvm::formatv(",train-remat{{policy=budget budget={0}}", memoryBytes);
@@ -82,32 +96,22 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
                           ranks,
                           c.stage == 3 && rematInLoop ? " accumulate=full" : "")
                 .str();
+  std::string offload = c.offload == PlanOffload::none || !withOffload
+                            ? ""
+                            : ",train-offload-optimizer{what=" +
+                                  stringifyPlanOffload(c.offload).str() + "}";
   if (!rematInLoop)
-    return p + ",train-materialize-remat" + zero;
+    return p + ",train-materialize-remat" + zero + offload;
   if (c.stage == 3)
-    return p + ",train-unroll-accum,train-materialize-remat" + zero;
-  return p + zero + ",train-unroll-accum,train-materialize-remat";
+    return p + ",train-unroll-accum,train-materialize-remat" + zero + offload;
+  return p + zero + ",train-unroll-accum,train-materialize-remat" + offload;
 }
 
 /// Compiles the model at `layers` layers for `c` and measures it; false
 /// with the passes' diagnostics in `error`.
-bool measureAt(MLIRContext &context, const PlanRequest &request,
-               const PlanCandidate &c, int64_t layers, PlanMeasure &out,
-               std::string &error) {
-  OwningOpRef<ModuleOp> module;
-  if (request.module) {
-    module = cast<ModuleOp>(request.module->clone());
-  } else {
-    ModelConfig config = request.model;
-    config.layers = layers;
-    config.batch = c.microBatch * c.accumulation;
-    std::string why;
-    if (!validateConfig(config, why)) {
-      error = why;
-      return false;
-    }
-    module = buildModel(&context, config);
-  }
+/// Runs `pipeline` on `module`; false with the passes' errors in `error`.
+bool runPipeline(MLIRContext &context, ModuleOp module, StringRef pipeline,
+                 std::string &error) {
   std::string diagnostics;
   llvm::raw_string_ostream diagnosticStream(diagnostics);
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
@@ -116,17 +120,66 @@ bool measureAt(MLIRContext &context, const PlanRequest &request,
     return success();
   });
   PassManager pm(&context);
-  std::string pipeline = measurePipeline(c, request.ranks, request.memoryBytes);
   if (failed(parsePassPipeline(pipeline, pm, diagnosticStream))) {
-    error = "bad pipeline '" + pipeline + "': " + diagnostics;
+    error = "bad pipeline '" + pipeline.str() + "': " + diagnostics;
     return false;
   }
-  if (failed(pm.run(*module))) {
+  if (failed(pm.run(module))) {
     error = StringRef(diagnostics).trim().str();
     if (error.empty())
       error = "the pipeline failed";
     return false;
   }
+  return true;
+}
+
+/// The compiled step of the last candidate measured without its offload,
+/// by layer count: the offload variants of a candidate (consecutive in the
+/// search) start from it instead of compiling it again.
+struct CompiledSteps {
+  /// By pipeline, micro-batch x steps and layers.
+  std::map<std::string, OwningOpRef<ModuleOp>> steps;
+};
+
+/// Compiles the model at `layers` layers for `c` and measures it; false
+/// with the passes' diagnostics in `error`.
+bool measureAt(MLIRContext &context, const PlanRequest &request,
+               const PlanCandidate &c, int64_t layers, PlanMeasure &out,
+               std::string &error, CompiledSteps &cache) {
+  std::string baseKey =
+      measurePipeline(c, request.ranks, request.memoryBytes,
+                      /*withOffload=*/false) +
+      llvm::formatv("/{0}x{1}/{2}", c.microBatch, c.accumulation, layers).str();
+  OwningOpRef<ModuleOp> &base = cache.steps[baseKey];
+  if (!base) {
+    OwningOpRef<ModuleOp> module;
+    if (request.module) {
+      module = cast<ModuleOp>(request.module->clone());
+    } else {
+      ModelConfig config = request.model;
+      config.layers = layers;
+      config.batch = c.microBatch * c.accumulation;
+      std::string why;
+      if (!validateConfig(config, why)) {
+        error = why;
+        return false;
+      }
+      module = buildModel(&context, config);
+    }
+    if (!runPipeline(context, *module,
+                     measurePipeline(c, request.ranks, request.memoryBytes,
+                                     /*withOffload=*/false),
+                     error))
+      return false;
+    base = std::move(module);
+  }
+  OwningOpRef<ModuleOp> module = cast<ModuleOp>(base->clone());
+  if (c.offload != PlanOffload::none &&
+      !runPipeline(context, *module,
+                   "train-offload-optimizer{what=" +
+                       stringifyPlanOffload(c.offload).str() + "}",
+                   error))
+    return false;
   Operation *marked = findMarkedStep(*module, "trainmem-plan");
   auto step = dyn_cast_or_null<func::FuncOp>(marked);
   if (!step) {
@@ -136,7 +189,7 @@ bool measureAt(MLIRContext &context, const PlanRequest &request,
   MemoryAnalysis analysis(step);
   const FunctionMemory &memory = analysis.getFunctions().front();
   if (failed(memory.checkCounts("trainmem-plan"))) {
-    error = StringRef(diagnostics).trim().str();
+    error = "a count overflows 64 bits";
     return false;
   }
   out.peak = memory.getPeakBytes();
@@ -155,7 +208,7 @@ bool measureAt(MLIRContext &context, const PlanRequest &request,
   }
   for (const Buffer &buffer : memory.getBuffers())
     for (unsigned phase = 0; phase < 3; ++phase)
-      if (phasePoint[phase] >= 0 &&
+      if (!buffer.host && phasePoint[phase] >= 0 &&
           buffer.firstPoint <= static_cast<uint64_t>(phasePoint[phase]) &&
           static_cast<uint64_t>(phasePoint[phase]) <= buffer.lastPoint)
         out.phaseAtPeak[phase][static_cast<unsigned>(buffer.category)] +=
@@ -180,6 +233,8 @@ bool measureAt(MLIRContext &context, const PlanRequest &request,
   out.bytesSent = 0;
   for (auto &[kind, traffic] : collectiveTrafficOf(step))
     out.bytesSent += traffic.bytes;
+  out.hostBytes = memory.getHostBytes();
+  out.hostDeviceBytes = memory.getHostDeviceBytes();
   return true;
 }
 
@@ -212,6 +267,8 @@ PlanMeasure extrapolate(const PlanMeasure &a, const PlanMeasure &b, int64_t t) {
   m.recomputeFlops = extrapolate(a.recomputeFlops, b.recomputeFlops, t);
   m.bytesSent = extrapolate(a.bytesSent, b.bytesSent, t);
   m.modelStateBytes = extrapolate(a.modelStateBytes, b.modelStateBytes, t);
+  m.hostBytes = extrapolate(a.hostBytes, b.hostBytes, t);
+  m.hostDeviceBytes = extrapolate(a.hostDeviceBytes, b.hostDeviceBytes, t);
   return m;
 }
 
@@ -241,7 +298,9 @@ bool linear(const PlanMeasure &a, const PlanMeasure &b, const PlanMeasure &c) {
          same(a.backwardFlops, b.backwardFlops, c.backwardFlops) &&
          same(a.recomputeFlops, b.recomputeFlops, c.recomputeFlops) &&
          same(a.bytesSent, b.bytesSent, c.bytesSent) &&
-         same(a.modelStateBytes, b.modelStateBytes, c.modelStateBytes);
+         same(a.modelStateBytes, b.modelStateBytes, c.modelStateBytes) &&
+         same(a.hostBytes, b.hostBytes, c.hostBytes) &&
+         same(a.hostDeviceBytes, b.hostDeviceBytes, c.hostDeviceBytes);
 }
 
 } // namespace
@@ -255,7 +314,8 @@ std::string PlanCandidate::passPipeline(int64_t ranks,
 }
 
 bool PlanCandidate::runsWithTrainStep() const {
-  return !(stage == 3 && remat != PlanRemat::none && accumulation > 1);
+  return !(stage == 3 && remat != PlanRemat::none && accumulation > 1) &&
+         offload == PlanOffload::none;
 }
 
 std::string PlanCandidate::stepOptions(uint64_t memoryBytes) const {
@@ -302,6 +362,8 @@ std::string PlanCandidate::describe() const {
     text += llvm::formatv(", ZeRO-{0}", stage);
   if (eightBit)
     text += ", 8-bit state";
+  if (offload != PlanOffload::none)
+    text += ", offload " + stringifyPlanOffload(offload).str();
   return text;
 }
 
@@ -389,6 +451,9 @@ bool completePlanRequest(PlanRequest &request, std::string &error) {
     }
   if (request.eightBit.empty())
     request.eightBit = {false, true};
+  if (request.offloads.empty())
+    request.offloads = {PlanOffload::none, PlanOffload::states,
+                        PlanOffload::statesAndUpdate};
   std::string why;
   if (!request.module && !validateConfig(request.model, why)) {
     error = "the model: " + why;
@@ -411,18 +476,89 @@ void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
       2.0 * static_cast<double>(m.modelStateBytes) / hw.memoryBandwidth;
   c.communicationSeconds =
       static_cast<double>(m.bytesSent) / hw.interconnectBandwidth;
-  c.stepSeconds =
-      c.computeSeconds + c.optimizerSeconds + c.communicationSeconds;
+  // Offload: the bytes over the host link, not overlapped; with the update
+  // on the host, its FLOPs at the host's rate instead of the device's
+  // memory-bound update (the device keeps weights and gradients only).
+  c.offloadSeconds = static_cast<double>(m.hostDeviceBytes) / hw.hostBandwidth;
+  if (c.offload == PlanOffload::statesAndUpdate)
+    c.optimizerSeconds = static_cast<double>(m.optimizerFlops) / hw.hostFlops;
+  c.stepSeconds = c.computeSeconds + c.optimizerSeconds +
+                  c.communicationSeconds + c.offloadSeconds;
   double tokens =
       static_cast<double>(c.microBatch * c.accumulation * request.model.seq);
   c.tokensPerSecond = c.stepSeconds > 0 ? tokens / c.stepSeconds : 0.0;
 }
 
+namespace {
+
+/// Measures candidate `c` (its measure, throughput, fit and reason).
+void evaluate(MLIRContext &context, const PlanRequest &request,
+              PlanCandidate &c, CompiledSteps &cache) {
+  int64_t layers = request.model.layers;
+  bool extrapolated = !request.exact && layers > kThirdLayers;
+  PlanRemat remat = c.remat;
+  std::string error;
+  bool measured;
+  // A budget plan depends on the whole model's bytes: measured whole.
+  auto measureLayers = [&](int64_t n, PlanMeasure &out) {
+    return measureAt(context, request, c, n, out, error, cache);
+  };
+  c.wholeModel = true;
+  if (extrapolated && remat != PlanRemat::budget) {
+    PlanMeasure a, b, d;
+    measured = measureLayers(kFirstLayers, a) &&
+               measureLayers(kSecondLayers, b) &&
+               measureLayers(kThirdLayers, d);
+    // Layer copies the whole model's step would hold (the loop is
+    // unrolled where recompute sits in it).
+    int64_t copies = layers * (c.remat != PlanRemat::none ? c.accumulation : 1);
+    if (measured && linear(a, b, d)) {
+      c.measure = extrapolate(b, d, layers - kSecondLayers);
+      c.wholeModel = false;
+    } else if (measured && copies > kWholeModelLayerCopies) {
+      // Not linear at small counts, and too large to compile whole
+      // in the planner's time: extrapolated from the last two,
+      // said so (reduce-scatter buckets holding parts of several
+      // layers move a peak by a few percent).
+      c.measure = extrapolate(b, d, layers - kSecondLayers);
+      c.wholeModel = false;
+      c.approximate = true;
+    } else if (measured) {
+      // Not linear at small counts (buckets holding parts of
+      // several layers, a peak that moves): the whole model.
+      measured =
+          measureAt(context, request, c, layers, c.measure, error, cache);
+    }
+  } else {
+    measured = measureAt(context, request, c, layers, c.measure, error, cache);
+  }
+  if (!measured) {
+    c.rejected = "not compiled: " + error;
+    return;
+  }
+  predictThroughput(c, request);
+  c.fits = c.measure.peak <= request.memoryBytes;
+  if (!c.fits) {
+    MemoryCategory largest = MemoryCategory::Weights;
+    for (MemoryCategory cat : kPlanCategories)
+      if (c.measure.atPeak[static_cast<unsigned>(cat)] >
+          c.measure.atPeak[static_cast<unsigned>(largest)])
+        largest = cat;
+    c.rejected = llvm::formatv(
+        "peak {0} > {1} (most: {2} {3})", gigabytes(c.measure.peak),
+        gigabytes(request.memoryBytes), stringifyMemoryCategory(largest),
+        gigabytes(c.measure.atPeak[static_cast<unsigned>(largest)]));
+  }
+}
+
+} // namespace
+
 PlanResult plan(MLIRContext &context, const PlanRequest &request) {
   PlanResult result;
   int64_t perRank = request.globalBatch / request.ranks;
-  int64_t layers = request.model.layers;
-  bool extrapolated = !request.exact && layers > kThirdLayers;
+  // The candidates, in groups that differ in their offload only (measured
+  // from one compiled step: CompiledSteps).
+  std::vector<size_t> groupStart;
   for (int64_t micro : request.microBatches)
     for (PlanRemat remat : request.remats)
       for (int64_t stage : request.stages)
@@ -431,67 +567,50 @@ PlanResult plan(MLIRContext &context, const PlanRequest &request) {
           // for the whole batch, so it is tried without accumulation only.
           if (remat == PlanRemat::budget && micro != perRank)
             continue;
-          PlanCandidate c;
-          c.microBatch = micro;
-          c.accumulation = perRank / micro;
-          c.remat = remat;
-          c.stage = stage;
-          c.eightBit = eightBit;
-          std::string error;
-          bool measured;
-          // A budget plan depends on the whole model's bytes: measured whole.
-          c.wholeModel = true;
-          if (extrapolated && remat != PlanRemat::budget) {
-            PlanMeasure a, b, d;
-            measured =
-                measureAt(context, request, c, kFirstLayers, a, error) &&
-                measureAt(context, request, c, kSecondLayers, b, error) &&
-                measureAt(context, request, c, kThirdLayers, d, error);
-            // Layer copies the whole model's step would hold (the loop is
-            // unrolled where recompute sits in it).
-            int64_t copies =
-                layers * (c.remat != PlanRemat::none ? c.accumulation : 1);
-            if (measured && linear(a, b, d)) {
-              c.measure = extrapolate(b, d, layers - kSecondLayers);
-              c.wholeModel = false;
-            } else if (measured && copies > kWholeModelLayerCopies) {
-              // Not linear at small counts, and too large to compile whole
-              // in the planner's time: extrapolated from the last two,
-              // said so (reduce-scatter buckets holding parts of several
-              // layers move a peak by a few percent).
-              c.measure = extrapolate(b, d, layers - kSecondLayers);
-              c.wholeModel = false;
-              c.approximate = true;
-            } else if (measured) {
-              // Not linear at small counts (buckets holding parts of
-              // several layers, a peak that moves): the whole model.
-              measured =
-                  measureAt(context, request, c, layers, c.measure, error);
-            }
-          } else {
-            measured = measureAt(context, request, c, layers, c.measure, error);
-          }
-          if (!measured) {
-            c.rejected = "not compiled: " + error;
+          groupStart.push_back(result.candidates.size());
+          for (PlanOffload offload : request.offloads) {
+            PlanCandidate c;
+            c.microBatch = micro;
+            c.accumulation = perRank / micro;
+            c.remat = remat;
+            c.stage = stage;
+            c.eightBit = eightBit;
+            c.offload = offload;
             result.candidates.push_back(c);
-            continue;
           }
-          predictThroughput(c, request);
-          c.fits = c.measure.peak <= request.memoryBytes;
-          if (!c.fits) {
-            MemoryCategory largest = MemoryCategory::Weights;
-            for (MemoryCategory cat : kPlanCategories)
-              if (c.measure.atPeak[static_cast<unsigned>(cat)] >
-                  c.measure.atPeak[static_cast<unsigned>(largest)])
-                largest = cat;
-            c.rejected = llvm::formatv(
-                "peak {0} > {1} (most: {2} {3})", gigabytes(c.measure.peak),
-                gigabytes(request.memoryBytes),
-                stringifyMemoryCategory(largest),
-                gigabytes(c.measure.atPeak[static_cast<unsigned>(largest)]));
-          }
-          result.candidates.push_back(c);
         }
+  groupStart.push_back(result.candidates.size());
+  size_t groups = groupStart.size() - 1;
+  auto runGroups = [&](MLIRContext &ctx, std::atomic<size_t> &next) {
+    CompiledSteps cache;
+    for (size_t g = next++; g < groups; g = next++) {
+      cache.steps.clear();
+      for (size_t i = groupStart[g]; i < groupStart[g + 1]; ++i)
+        evaluate(ctx, request, result.candidates[i], cache);
+    }
+  };
+  // Groups over threads, each with a context of its own (a model file's
+  // module lives in the caller's context: one thread then). The results
+  // are per candidate, so they do not depend on the threads.
+  std::atomic<size_t> next{0};
+  unsigned threads =
+      request.module
+          ? 1u
+          : std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  if (threads == 1) {
+    runGroups(context, next);
+  } else {
+    std::vector<std::thread> workers;
+    for (unsigned t = 0; t < threads; ++t)
+      workers.emplace_back([&] {
+        MLIRContext own(context.getDialectRegistry(),
+                        MLIRContext::Threading::DISABLED);
+        own.loadAllAvailableDialects();
+        runGroups(own, next);
+      });
+    for (std::thread &worker : workers)
+      worker.join();
+  }
   double fastest = 0.0;
   for (const PlanCandidate &c : result.candidates)
     fastest = std::max(fastest, c.tokensPerSecond);

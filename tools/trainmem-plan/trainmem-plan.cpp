@@ -116,6 +116,11 @@ static cl::list<long long>
 static cl::opt<std::string>
     eightBit("eight-bit", cl::desc("8-bit optimizer state: both, off, on"),
              cl::init("both"), cl::cat(category));
+static cl::list<std::string>
+    offloads("offload",
+             cl::desc("CPU optimizer offload to try: none, states, "
+                      "states+update (default: all)"),
+             cl::CommaSeparated, cl::cat(category));
 static cl::opt<bool>
     exact("exact",
           cl::desc("Compile the whole model for every candidate instead of "
@@ -255,10 +260,27 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
             return std::nullopt;
           }
           plan.candidate.stage = rankCount > 1 ? *stage : -1;
-        } else if (sub == "offload_optimizer" || sub == "offload_param") {
-          error = "zero_optimization." + sub.str() +
-                  ": offloading is not modeled yet (train-offload-optimizer "
-                  "is the next step of the planner, docs/Planner.md)";
+        } else if (sub == "offload_optimizer") {
+          // DeepSpeed's optimizer offload runs the update on the CPU.
+          const llvm::json::Object *o = v.getAsObject();
+          std::optional<llvm::StringRef> device =
+              o && o->get("device") ? o->get("device")->getAsString()
+                                    : std::nullopt;
+          if (!device || (*device != "cpu" && *device != "none")) {
+            error = "zero_optimization.offload_optimizer.device must be cpu "
+                    "or none (NVMe is not modeled)";
+            return std::nullopt;
+          }
+          if (*device == "cpu")
+            plan.candidate.offload = PlanOffload::statesAndUpdate;
+          if (o)
+            for (const auto &[key2, v2] : *o)
+              if (key2 != "device")
+                warnings.push_back("zero_optimization.offload_optimizer." +
+                                   key2.str());
+        } else if (sub == "offload_param") {
+          error = "zero_optimization.offload_param: parameter offload is not "
+                  "modeled (only the optimizer's, train-offload-optimizer)";
           return std::nullopt;
         } else {
           warnings.push_back("zero_optimization." + sub.str());
@@ -332,6 +354,14 @@ static llvm::json::Object toDeepSpeed(const PlanCandidate &c,
           "on the checkpointing the model's code does (Megatron-DeepSpeed: "
           "--recompute-granularity selective for the attention core)");
   }
+  if (c.offload == PlanOffload::statesAndUpdate)
+    config["zero_optimization"] = llvm::json::Object{
+        {"stage", c.stage < 0 ? 0 : c.stage},
+        {"offload_optimizer", llvm::json::Object{{"device", "cpu"}}}};
+  if (c.offload == PlanOffload::states)
+    notes.push_back("optimizer state on the host with the update on the "
+                    "device has no DeepSpeed key (its offload_optimizer runs "
+                    "the update on the CPU)");
   if (c.eightBit)
     notes.push_back("8-bit optimizer state has no DeepSpeed key (it is "
                     "bitsandbytes' AdamW8bit passed to deepspeed.initialize)");
@@ -342,10 +372,26 @@ static llvm::json::Object toDeepSpeed(const PlanCandidate &c,
 // Printing
 //===----------------------------------------------------------------------===//
 
+/// The offload column: -, states, st+upd.
+static const char *offloadShort(PlanOffload offload) {
+  switch (offload) {
+  case PlanOffload::none:
+    return "-";
+  case PlanOffload::states:
+    return "states";
+  case PlanOffload::statesAndUpdate:
+    return "st+upd";
+  }
+  return "?";
+}
+
 static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                        const PlanResult &result) {
-  os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} {5,8} {6,8} {7,8} "
-                      "{8,8} {9,8} {10,8} {11,8} {12,9} {13,6}  {14}\n",
+  os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", "#", "micro x k",
+                      "remat", "zero", "8bit")
+     << llvm::formatv("{0,-7}", "offload")
+     << llvm::formatv(" {5,8} {6,8} "
+                      "{7,8} {8,8} {9,8} {10,8} {11,8} {12,9} {13,6}  {14}\n",
                       "#", "micro x k", "remat", "zero", "8bit",
                       (std::string("peak ") + unitName).c_str(), "weights",
                       "grads", "optim", "gather", "activ", "temp", "step s",
@@ -358,9 +404,11 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
     std::string mk = llvm::formatv("{0} x {1}", c.microBatch, c.accumulation);
     std::string zero = c.stage < 0 ? "-" : std::to_string(c.stage);
     if (c.rejected.rfind("not compiled", 0) == 0) {
-      os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5}  {5}\n", i + 1, mk,
+      os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", i + 1, mk,
                           stringifyPlanRemat(c.remat), zero,
-                          c.eightBit ? "yes" : "no", c.rejected);
+                          c.eightBit ? "yes" : "no")
+         << llvm::formatv("{0,-7}", offloadShort(c.offload)) << "  "
+         << c.rejected << "\n";
       continue;
     }
     std::string mark = result.best && *result.best == i ? "best"
@@ -368,8 +416,12 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                                                         : c.rejected;
     if (c.approximate)
       mark += " (~: extrapolated from counts not linear in the layers)";
+    os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", i + 1, mk,
+                        stringifyPlanRemat(c.remat), zero,
+                        c.eightBit ? "yes" : "no")
+       << llvm::formatv("{0,-7}", offloadShort(c.offload));
     os << llvm::formatv(
-        "{0,3}  {1,-9} {2,-9} {3,4} {4,5} {5,8} {6,8} {7,8} {8,8} {9,8} "
+        " {5,8} {6,8} {7,8} {8,8} {9,8} "
         "{10,8} {11,8} {12,9:F3} {13,6:F3}  {14}\n",
         i + 1, mk, stringifyPlanRemat(c.remat), zero, c.eightBit ? "yes" : "no",
         gb(c.measure.peak), at(c, MemoryCategory::Weights),
@@ -418,6 +470,9 @@ static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
                : "")
        << "trainmem-run model.mlir --data FILE --steps N"
        << c.runOptions(request.memoryBytes) << "\n";
+  else if (c.offload != PlanOffload::none)
+    os << "  (the runtime does not run offloaded state yet: one arena; the "
+          "step above is for the memory report)\n";
   else
     os << "  (trainmem-run's train-step does not build this order: ZeRO-3 "
           "after the unrolled micro-batches, accumulate=full; run the step "
@@ -434,6 +489,7 @@ static llvm::json::Object candidateJson(const PlanCandidate &c) {
                        {"remat", stringifyPlanRemat(c.remat)},
                        {"zero_stage", c.stage},
                        {"eight_bit", c.eightBit},
+                       {"offload", stringifyPlanOffload(c.offload)},
                        {"fits", c.fits}};
   if (c.rejected.rfind("not compiled", 0) == 0) {
     o["rejected"] = c.rejected;
@@ -449,9 +505,12 @@ static llvm::json::Object candidateJson(const PlanCandidate &c) {
                                   {"recompute", c.measure.recomputeFlops},
                                   {"optimizer", c.measure.optimizerFlops}};
   o["bytes_sent"] = c.measure.bytesSent;
+  o["host_bytes"] = c.measure.hostBytes;
+  o["host_device_bytes"] = c.measure.hostDeviceBytes;
   o["seconds"] = llvm::json::Object{{"compute", c.computeSeconds},
                                     {"optimizer", c.optimizerSeconds},
                                     {"communication", c.communicationSeconds},
+                                    {"offload", c.offloadSeconds},
                                     {"step", c.stepSeconds}};
   o["tokens_per_second"] = c.tokensPerSecond;
   o["relative"] = c.relative;
@@ -583,6 +642,7 @@ int main(int argc, char **argv) {
     request.remats = {c.remat};
     request.stages = {c.stage};
     request.eightBit = {false};
+    request.offloads = {c.offload};
   } else {
     for (long long m : microBatches)
       request.microBatches.push_back(m);
@@ -601,6 +661,17 @@ int main(int argc, char **argv) {
     }
     for (long long s : stages)
       request.stages.push_back(s);
+    for (const std::string &o : offloads) {
+      if (o == "none")
+        request.offloads.push_back(PlanOffload::none);
+      else if (o == "states")
+        request.offloads.push_back(PlanOffload::states);
+      else if (o == "states+update")
+        request.offloads.push_back(PlanOffload::statesAndUpdate);
+      else
+        return fail("--offload: unknown choice '" + o +
+                    "' (none, states, states+update)");
+    }
     if (eightBit == "both")
       request.eightBit = {false, true};
     else if (eightBit == "off")

@@ -58,6 +58,9 @@ struct Buffer {
   /// For activations: the layer and part whose backward reads them.
   std::optional<int64_t> layer;
   SavedFor savedFor = SavedFor::Other;
+  /// In host memory (train-offload-optimizer's #train.space<host>): not in
+  /// the device's live bytes, peak or arena; counted apart.
+  bool host = false;
 };
 
 struct LayerActivations {
@@ -106,6 +109,14 @@ public:
   /// FLOPs of ops cloned by train-materialize-remat (`train.recompute`).
   uint64_t getRecomputeFlops() const { return recomputeFlops; }
 
+  /// Host memory (train-offload-optimizer): the bytes of the buffers that
+  /// live there, by category, and the bytes that cross between host and
+  /// device per step (states: each update's state in and out; the update
+  /// on the host: the gradients out and the updated weights back).
+  const CategoryBytes &getHostTotals() const { return hostTotals; }
+  uint64_t getHostBytes() const;
+  uint64_t getHostDeviceBytes() const { return hostDeviceBytes; }
+
   /// A count that does not fit in 64 bits (kCountOverflow), the first one
   /// found: the op where it happens and what was counted ("backward
   /// FLOPs", "bytes of a tensor"). The numbers above are then meaningless;
@@ -129,6 +140,7 @@ private:
   void buildSchedule(Block &block, Phase phase);
   void buildBuffers();
   void classify();
+  void placeInMemory();
   void computeLiveness();
   void summarize();
   /// Records the first overflow.
@@ -152,6 +164,8 @@ private:
   unsigned peakPoint = 0;
   CategoryBytes atPeak{};
   CategoryBytes totals{};
+  CategoryBytes hostTotals{};
+  uint64_t hostDeviceBytes = 0;
   std::vector<LayerActivations> layers;
   uint64_t parameters = 0;
   std::array<uint64_t, 3> flops{};

@@ -45,6 +45,11 @@ namespace train {
 enum class PlanRemat { none, selective, full, budget };
 llvm::StringRef stringifyPlanRemat(PlanRemat remat);
 
+/// CPU optimizer offload (train-offload-optimizer what=): none, the state on
+/// the host, or the state and its update on the host (CPU Adam).
+enum class PlanOffload { none, states, statesAndUpdate };
+llvm::StringRef stringifyPlanOffload(PlanOffload offload);
+
 struct PlanRequest {
   /// The model: a preset's configuration, its layers and sequence as the
   /// user set them; its batch is ignored (the plan chooses micro-batches).
@@ -66,6 +71,7 @@ struct PlanRequest {
   std::vector<PlanRemat> remats;
   std::vector<int64_t> stages;
   std::vector<bool> eightBit;
+  std::vector<PlanOffload> offloads;
   /// Compile the whole model for every candidate (no extrapolation).
   bool exact = false;
 };
@@ -86,6 +92,9 @@ struct PlanMeasure {
   uint64_t bytesSent = 0;
   /// Model states (weights, gradients, optimizer state), all of the step.
   uint64_t modelStateBytes = 0;
+  /// Host memory (offloaded optimizer state) and the bytes that cross
+  /// between host and device per step.
+  uint64_t hostBytes = 0, hostDeviceBytes = 0;
 };
 
 struct PlanCandidate {
@@ -94,6 +103,7 @@ struct PlanCandidate {
   /// -1: one rank, no train-zero.
   int64_t stage = -1;
   bool eightBit = false;
+  PlanOffload offload = PlanOffload::none;
 
   PlanMeasure measure;
   /// Whether the measure is of the whole model (else extrapolated from
@@ -104,7 +114,7 @@ struct PlanCandidate {
   bool approximate = false;
   /// The throughput model (seconds per optimizer step).
   double computeSeconds = 0, optimizerSeconds = 0, communicationSeconds = 0,
-         stepSeconds = 0;
+         offloadSeconds = 0, stepSeconds = 0;
   /// Tokens per second per device, and relative to the fastest candidate.
   double tokensPerSecond = 0, relative = 0;
   bool fits = false;
@@ -115,8 +125,9 @@ struct PlanCandidate {
   /// builtin.module(...)): what the planner measured, with the micro-batch
   /// loop unrolled at the end (the runtime lowering takes unrolled loops).
   std::string passPipeline(int64_t ranks, uint64_t memoryBytes) const;
-  /// Whether train-step (trainmem-run's pipeline) builds the same passes:
-  /// all but ZeRO-3 with recompute inside a micro-batch loop.
+  /// Whether trainmem-run runs it with train-step's passes: all but ZeRO-3
+  /// with recompute inside a micro-batch loop, and offload (the runtime has
+  /// one arena).
   bool runsWithTrainStep() const;
   /// The train-step pipeline options of this configuration.
   std::string stepOptions(uint64_t memoryBytes) const;

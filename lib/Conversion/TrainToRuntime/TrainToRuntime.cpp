@@ -182,6 +182,20 @@ struct ConvertTrainToRuntimePass
           << name << " with a body";
       return signalPassFailure();
     }
+    // Host memory (train-offload-optimizer) is planned and reported, not
+    // executed yet: the runtime has one arena.
+    for (unsigned i = 0; i < step.getNumArguments(); ++i)
+      if (auto space =
+              step.getArgAttrOfType<SpaceAttr>(i, kMemorySpaceAttrName))
+        if (space.getSpace() == MemorySpace::host) {
+          emitError(step.getArgument(i).getLoc(), "convert-train-to-runtime: ")
+              << "argument " << i << " of @" << name
+              << " lives in host memory (train-offload-optimizer); the "
+                 "runtime does not run host memory spaces yet (one arena): "
+                 "the offloaded step is for train-memory-report and "
+                 "trainmem-plan";
+          return signalPassFailure();
+        }
     for (auto [what, types] :
          {std::pair{"argument", step.getArgumentTypes()},
           std::pair{"result", step.getResultTypes()}})

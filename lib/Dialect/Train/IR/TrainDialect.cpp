@@ -139,6 +139,11 @@ LogicalResult verifyValue(Operation *op, StringRef where, unsigned index,
       return fail() << "must be a #train.init, got " << attr.getValue();
     return success();
   }
+  if (name == kMemorySpaceAttrName) {
+    if (!isa<SpaceAttr>(attr.getValue()))
+      return fail() << "must be a #train.space, got " << attr.getValue();
+    return success();
+  }
   auto value = dyn_cast<StringAttr>(attr.getValue());
   if (!value || value.getValue().empty())
     return fail() << "must be a non-empty string naming the tensor, got "
@@ -259,9 +264,9 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
     return verifyShardOf(op, dyn_cast<FunctionOpInterface>(op), index, attr,
                          results);
   bool state = namesState(name);
-  bool known = state || name == kLossAttrName ||
-               name == kGradNormAttrName || name == kGradAttrName ||
-               name == kInitAttrName;
+  bool known = state || name == kLossAttrName || name == kGradNormAttrName ||
+               name == kGradAttrName || name == kInitAttrName ||
+               name == kMemorySpaceAttrName;
   if (!known)
     return success();
   if (results && (name == kInputAttrName || name == kInitAttrName))
@@ -301,6 +306,17 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                << "'" << kPlanOffsetsAttrName << "': result "
                << result.getResultNumber() << " has offset " << offset
                << " (a tensor's is >= 0, any other result's -1)";
+    return success();
+  }
+  // Where an optimizer update runs (train-offload-optimizer).
+  if (attr.getName() == kMemorySpaceAttrName) {
+    if (!isa<SpaceAttr>(attr.getValue()) ||
+        !isa<OptimizerUpdateOpInterface>(op))
+      return op->emitOpError()
+             << "'" << kMemorySpaceAttrName
+             << "' on an op is a #train.space on an optimizer update (where "
+                "it runs), got "
+             << attr.getValue();
     return success();
   }
   if (attr.getName() == kZeroAttrName) {

@@ -198,6 +198,13 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
            {"backward", memory.getFlops(Phase::Backward)},
            {"optimizer", memory.getFlops(Phase::Optimizer)},
            {"recompute", memory.getRecomputeFlops()}}}};
+  // Host memory (train-offload-optimizer): apart from the device's above.
+  if (memory.getHostBytes() > 0) {
+    object["host"] = llvm::json::Object{
+        {"bytes", memory.getHostBytes()},
+        {"totals", categoryObject(memory.getHostTotals(), false)},
+        {"host_device_bytes_per_step", memory.getHostDeviceBytes()}};
+  }
   // Data parallelism, for a step train-zero partitioned (the numbers above
   // are one rank's).
   if (parallelism.zero) {
@@ -292,6 +299,19 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
       os << llvm::formatv("  communication {0,-15} {1,6} ops {2,20} elements "
                           "{3,20} B per rank and step\n",
                           kind, t.ops, t.elements, t.bytes);
+  }
+  if (memory.getHostBytes() > 0) {
+    os << llvm::formatv(
+        "  host       {0,20} B  {1,12}  (train-offload-optimizer; "
+        "not in the device figures above)\n",
+        memory.getHostBytes(), gib(memory.getHostBytes()));
+    for (MemoryCategory category : kCategories)
+      if (uint64_t bytes =
+              memory.getHostTotals()[static_cast<unsigned>(category)])
+        os << llvm::formatv("    {0,-10} {1,20} B\n",
+                            stringifyMemoryCategory(category), bytes);
+    os << llvm::formatv("  host<->device {0,17} B per step\n",
+                        memory.getHostDeviceBytes());
   }
   if (memory.getLayers().empty())
     return;

@@ -29,6 +29,9 @@ constexpr llvm::StringLiteral kOptimizerStateAttrName =
 /// On a parameter argument: how the runner initializes it, a #train.init
 /// the model builder writes.
 constexpr llvm::StringLiteral kInitAttrName = "train.init";
+/// #train.space on a step's argument or result (the memory it lives in) or
+/// on an optimizer update (where it runs): train-offload-optimizer.
+constexpr llvm::StringLiteral kMemorySpaceAttrName = "train.memory_space";
 /// On a training step's result: the loss.
 constexpr llvm::StringLiteral kLossAttrName = "train.loss";
 /// On a training step's result: the gradient of the named parameter

@@ -185,4 +185,32 @@ def Train_InitAttr : Train_Attr<"Init", "init"> {
   let genVerifyDecl = 1;
 }
 
+// Where a step's tensor lives, or where an op runs.
+def Train_MemorySpace : I32EnumAttr<"MemorySpace", "memory space", [
+    I32EnumAttrCase<"device", 0>,
+    I32EnumAttrCase<"host", 1>
+  ]> {
+  let cppNamespace = "::mlir::train";
+  let genSpecializedAttr = 0;
+}
+
+def Train_SpaceAttr : Train_Attr<"Space", "space"> {
+  let summary = "the memory a step's tensor lives in, or where an op runs";
+  let description = [{
+    The value of `train.memory_space`: on a step's arguments and results,
+    the memory the tensor lives in between steps (`host`: CPU memory, for
+    optimizer state offloaded by `train-offload-optimizer`; `device`, the
+    default, where the step computes); on an optimizer update, where it
+    runs (`host`: DeepSpeed's CPU Adam, `what=states+update`). The memory
+    analysis counts host tensors apart from the device's and the bytes that
+    cross between them.
+
+    ```mlir
+    %arg5: tensor<768xf32> {train.memory_space = #train.space<host>, ...}
+    ```
+  }];
+  let parameters = (ins EnumParameter<Train_MemorySpace>:$space);
+  let assemblyFormat = "`<` $space `>`";
+}
+
 #endif // TRAINMEM_DIALECT_TRAIN_IR_TRAINATTRS_TD

@@ -23,6 +23,7 @@ enum class AccumNormalize { tokens, mean };
 enum class AccumUneven { pad, refuse };
 enum class OptimizerKind { adamw, sgd, none };
 enum class ZeroAccumulate { microBatch, full };
+enum class OffloadWhat { states, statesAndUpdate };
 
 /// The optimizer a step gets (train-add-optimizer's options; train-autodiff
 /// has the same and appends the optimizer after differentiating).

@@ -219,6 +219,40 @@ def TrainPlanArenaPass : Pass<"train-plan-arena", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainOffloadOptimizerPass
+    : Pass<"train-offload-optimizer", "mlir::ModuleOp"> {
+  let summary = "Keeps the optimizer state in host memory (CPU offload)";
+  let description = [{
+    Marks the optimizer state of the step marked `train.step` (its
+    arguments and results with a `#train.state`: f32 masters, Adam's m and
+    v, momentum, 8-bit codes and block maxima) as living in host memory,
+    `train.memory_space = #train.space<host>`:
+
+    - `what=states`: the state lives on the host between steps; each
+      update brings its tensor's state to the device, updates it there and
+      sends it back (the device holds one tensor's state at a time);
+    - `what=states+update`: the update itself runs on the host
+      (`train.memory_space = #train.space<host>` on each optimizer update,
+      DeepSpeed's CPU Adam): the gradients go to the host, only the
+      updated 16-bit weights come back.
+
+    The memory analysis then reports device and host memory apart, and the
+    bytes that cross between them per step. A step with no optimizer state
+    (SGD without momentum) is an error; the runtime does not execute host
+    memory spaces yet (convert-train-to-runtime refuses them).
+  }];
+  let options = [
+    Option<"what", "what", "::mlir::train::OffloadWhat",
+           "::mlir::train::OffloadWhat::states",
+           "What runs from host memory", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::OffloadWhat::states, "states",
+                        "The optimizer state lives on the host"),
+             clEnumValN(::mlir::train::OffloadWhat::statesAndUpdate,
+                        "states+update",
+                        "The state and the update (CPU Adam) on the host"))}]>
+  ];
+}
+
 def TrainZeroPass : Pass<"train-zero", "mlir::ModuleOp"> {
   let summary = "Partitions the step over data-parallel ranks (ZeRO) and "
                 "inserts the collectives";

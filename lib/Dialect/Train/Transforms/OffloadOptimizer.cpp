@@ -1,0 +1,75 @@
+//===- OffloadOptimizer.cpp - train-offload-optimizer ---------------------===//
+//
+// Marks the step's optimizer state as living in host memory (and, with
+// what=states+update, its updates as running there): a typed
+// #train.space<host> on the state arguments and results and on the updates.
+// The memory analysis reads the marks (device and host memory apart, the
+// bytes that cross); nothing else about the step changes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace mlir {
+namespace train {
+#define GEN_PASS_DEF_TRAINOFFLOADOPTIMIZERPASS
+#include "trainmem/Dialect/Train/Transforms/Passes.h.inc"
+
+namespace {
+
+struct TrainOffloadOptimizerPass
+    : impl::TrainOffloadOptimizerPassBase<TrainOffloadOptimizerPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    Operation *marked = findMarkedStep(module, "train-offload-optimizer");
+    if (!marked)
+      return signalPassFailure();
+    auto func = dyn_cast<func::FuncOp>(marked);
+    if (!func) {
+      marked->emitError("train-offload-optimizer: the step is already "
+                        "lowered; offload the tensor-level step");
+      return signalPassFailure();
+    }
+    auto host = SpaceAttr::get(&getContext(), MemorySpace::host);
+    unsigned states = 0;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (func.getArgAttrOfType<StateAttr>(i, kOptimizerStateAttrName)) {
+        func.setArgAttr(i, kMemorySpaceAttrName, host);
+        ++states;
+      }
+    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      if (func.getResultAttrOfType<StateAttr>(i, kOptimizerStateAttrName))
+        func.setResultAttr(i, kMemorySpaceAttrName, host);
+    if (states == 0) {
+      func.emitError("train-offload-optimizer: @")
+          << func.getSymName()
+          << " has no optimizer state to offload (no argument marked "
+          << kOptimizerStateAttrName
+          << "): give it an optimizer with state (AdamW, SGD with momentum)";
+      return signalPassFailure();
+    }
+    if (what != OffloadWhat::statesAndUpdate)
+      return;
+    unsigned updates = 0;
+    func.walk([&](OptimizerUpdateOpInterface update) {
+      update->setAttr(kMemorySpaceAttrName, host);
+      ++updates;
+    });
+    if (updates == 0) {
+      func.emitError("train-offload-optimizer: what=states+update, but @")
+          << func.getSymName() << " has no optimizer update to run on the host";
+      return signalPassFailure();
+    }
+  }
+};
+
+} // namespace
+} // namespace train
+} // namespace mlir

@@ -55,6 +55,22 @@ llvm::StringRef stringifyPlanOffload(PlanOffload offload) {
   return "?";
 }
 
+std::optional<PlanRemat> parsePlanRemat(llvm::StringRef name) {
+  for (PlanRemat remat : {PlanRemat::none, PlanRemat::selective,
+                          PlanRemat::full, PlanRemat::budget})
+    if (stringifyPlanRemat(remat) == name)
+      return remat;
+  return std::nullopt;
+}
+
+std::optional<PlanOffload> parsePlanOffload(llvm::StringRef name) {
+  for (PlanOffload offload :
+       {PlanOffload::none, PlanOffload::states, PlanOffload::statesAndUpdate})
+    if (stringifyPlanOffload(offload) == name)
+      return offload;
+  return std::nullopt;
+}
+
 namespace {
 
 constexpr MemoryCategory kPlanCategories[] = {

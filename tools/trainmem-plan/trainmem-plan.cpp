@@ -647,30 +647,20 @@ int main(int argc, char **argv) {
     for (long long m : microBatches)
       request.microBatches.push_back(m);
     for (const std::string &r : remats) {
-      if (r == "none")
-        request.remats.push_back(PlanRemat::none);
-      else if (r == "selective")
-        request.remats.push_back(PlanRemat::selective);
-      else if (r == "full")
-        request.remats.push_back(PlanRemat::full);
-      else if (r == "budget")
-        request.remats.push_back(PlanRemat::budget);
-      else
+      std::optional<PlanRemat> remat = parsePlanRemat(r);
+      if (!remat)
         return fail("--remat: unknown policy '" + r +
                     "' (none, selective, full, budget)");
+      request.remats.push_back(*remat);
     }
     for (long long s : stages)
       request.stages.push_back(s);
     for (const std::string &o : offloads) {
-      if (o == "none")
-        request.offloads.push_back(PlanOffload::none);
-      else if (o == "states")
-        request.offloads.push_back(PlanOffload::states);
-      else if (o == "states+update")
-        request.offloads.push_back(PlanOffload::statesAndUpdate);
-      else
+      std::optional<PlanOffload> offload = parsePlanOffload(o);
+      if (!offload)
         return fail("--offload: unknown choice '" + o +
                     "' (none, states, states+update)");
+      request.offloads.push_back(*offload);
     }
     if (eightBit == "both")
       request.eightBit = {false, true};

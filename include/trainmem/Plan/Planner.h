@@ -50,6 +50,10 @@ llvm::StringRef stringifyPlanRemat(PlanRemat remat);
 enum class PlanOffload { none, states, statesAndUpdate };
 llvm::StringRef stringifyPlanOffload(PlanOffload offload);
 
+/// The policy or offload a name (what the stringify functions give) names.
+std::optional<PlanRemat> parsePlanRemat(llvm::StringRef name);
+std::optional<PlanOffload> parsePlanOffload(llvm::StringRef name);
+
 struct PlanRequest {
   /// The model: a preset's configuration, its layers and sequence as the
   /// user set them; its batch is ignored (the plan chooses micro-batches).

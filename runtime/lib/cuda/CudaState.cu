@@ -253,11 +253,9 @@ __device__ float blockMaximum(float value) {
   return result;
 }
 
-/// One thread block per quantization block b of a tensor of n elements:
-/// first(i) -> the element's new value (computed twice: once for the
-/// block's maximum, once to quantize; the same bits both times), then
-/// store(i, code) and storeMax(maximum) after every thread has read its
-/// inputs (so the outputs may be the inputs).
+/// One thread block per quantization block: fn(b, begin, end) for block b
+/// of a tensor of n elements, [begin, end), run by every thread of the
+/// block (kBlockThreads of them).
 template <typename Fn>
 __global__ void blockKernel(int64_t n, int64_t block, Fn fn) {
   int64_t b = blockIdx.x;

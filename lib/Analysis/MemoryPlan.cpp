@@ -176,7 +176,8 @@ private:
 
 } // namespace
 
-MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
+MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment,
+                       bool host)
     : alignment(alignment) {
   assert(alignment && (alignment & (alignment - 1)) == 0 &&
          "alignment must be a power of two");
@@ -202,8 +203,9 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
   for (unsigned index : order) {
     const Buffer &buffer = buffers[index];
     uint64_t size = alignedSize(buffer);
-    // Host memory (train-offload-optimizer) is not the device's arena.
-    if (size == 0 || buffer.host)
+    // Each arena plans its own memory's buffers (train-offload-optimizer's
+    // host memory apart from the device's).
+    if (size == 0 || buffer.host != host)
       continue;
     // Memory held, at some point of this buffer's lifetime, by others.
     placed.collect(buffer.firstPoint, buffer.lastPoint, taken, scratch);

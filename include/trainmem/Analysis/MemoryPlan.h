@@ -24,7 +24,11 @@ namespace train {
 class MemoryPlan {
 public:
   /// Every buffer's size is rounded up to `alignment` bytes, a power of two.
-  explicit MemoryPlan(const FunctionMemory &memory, uint64_t alignment = 64);
+  /// The device's arena, or with `host` the host's (the buffers
+  /// train-offload-optimizer put in host memory): each plans only its own
+  /// buffers, so the two arenas are planned apart.
+  explicit MemoryPlan(const FunctionMemory &memory, uint64_t alignment = 64,
+                      bool host = false);
 
   /// Bytes the arena needs.
   uint64_t getArenaBytes() const { return arenaBytes; }

@@ -179,7 +179,7 @@ TEST(Hardware, PresetsAndTheirJsonForm) {
           "interconnect_bandwidth": 3e11, "host_bandwidth": 3.2e10,
           "host_flops": 5e11})",
       error));
-  EXPECT_EQ(error, "'peak_flops' must be a positive number");
+  EXPECT_EQ(error, "'peak_flops' must be a positive number below 2^63");
   EXPECT_FALSE(parseHardwareJson(
       R"({"name": "x", "peak_flops": 1e15, "achievable_fraction": 1.5,
           "memory_bytes": 4e10, "memory_bandwidth": 2e12,

@@ -117,10 +117,11 @@ std::optional<Hardware> parseHardwareJson(llvm::StringRef text,
       return std::nullopt;
     }
     std::optional<double> number = value.getAsNumber();
-    if (!number || !(*number > 0) ||
+    if (!number || !(*number > 0) || !(*number < 9.2e18) ||
         (field->number == &h.achievableFraction && *number > 1)) {
       error = "'" + key.str() + "' must be a positive number" +
-              (field->number == &h.achievableFraction ? " at most 1" : "");
+              (field->number == &h.achievableFraction ? " at most 1"
+                                                      : " below 2^63");
       return std::nullopt;
     }
     *field->number = *number;

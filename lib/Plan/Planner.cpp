@@ -296,6 +296,12 @@ constexpr int64_t kFirstLayers = 2, kSecondLayers = 3, kThirdLayers = 4;
 /// counts are not linear at small layer counts is compiled whole with.
 constexpr int64_t kWholeModelLayerCopies = 1024;
 
+/// The most sequences per rank and step the planner searches, and the most
+/// micro-batches it unrolls (recompute inside the loop): beyond them the
+/// steps it would compile grow without bound.
+constexpr int64_t kMaxPerRankBatch = 65536;
+constexpr int64_t kMaxUnrolledSteps = 256;
+
 /// Whether c - b == b - a for every phase peak and count of the measures
 /// at three consecutive layer counts (what extrapolation assumes).
 bool linear(const PlanMeasure &a, const PlanMeasure &b, const PlanMeasure &c) {
@@ -437,6 +443,12 @@ bool completePlanRequest(PlanRequest &request, std::string &error) {
     return false;
   }
   int64_t perRank = request.globalBatch / request.ranks;
+  if (perRank > kMaxPerRankBatch) {
+    error = llvm::formatv("{0} sequences per rank and step: the planner "
+                          "searches up to {1}",
+                          perRank, kMaxPerRankBatch);
+    return false;
+  }
   if (request.microBatches.empty()) {
     for (int64_t m = 1; m <= perRank; ++m)
       if (perRank % m == 0)
@@ -515,7 +527,22 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
   PlanRemat remat = c.remat;
   std::string error;
   bool measured;
+  if (remat != PlanRemat::none && c.accumulation > kMaxUnrolledSteps) {
+    c.rejected = llvm::formatv("not compiled: recompute inside {0} "
+                               "micro-batches, more than the {1} the "
+                               "planner unrolls",
+                               c.accumulation, kMaxUnrolledSteps);
+    return;
+  }
   // A budget plan depends on the whole model's bytes: measured whole.
+  if (remat == PlanRemat::budget && !request.module &&
+      layers > kWholeModelLayerCopies) {
+    c.rejected = llvm::formatv("not compiled: a budget plan is made on the "
+                               "whole model, and {0} layers are more than "
+                               "the {1} the planner compiles whole",
+                               layers, kWholeModelLayerCopies);
+    return;
+  }
   auto measureLayers = [&](int64_t n, PlanMeasure &out) {
     return measureAt(context, request, c, n, out, error, cache);
   };
@@ -651,6 +678,10 @@ PlanResult plan(MLIRContext &context, const PlanRequest &request) {
         smallest = &c;
     if (!smallest) {
       result.nothingFits = "no candidate could be compiled";
+      if (!result.candidates.empty())
+        result.nothingFits += " (the first, " +
+                              result.candidates.front().describe() + ": " +
+                              result.candidates.front().rejected + ")";
     } else {
       MemoryCategory largest = MemoryCategory::Weights;
       for (MemoryCategory cat : kPlanCategories)

@@ -164,7 +164,9 @@ static std::optional<uint64_t> parseBytes(llvm::StringRef text) {
       break;
     }
   double value;
-  if (text.empty() || text.getAsDouble(value) || !(value > 0))
+  // Positive and below 2^63 bytes (a finite count the analysis can compare).
+  if (text.empty() || text.getAsDouble(value) || !(value > 0) ||
+      !(value * scale < 9.2e18))
     return std::nullopt;
   return static_cast<uint64_t>(value * scale);
 }
@@ -317,6 +319,11 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
   }
   plan.candidate.microBatch = *micro;
   plan.candidate.accumulation = accumulation.value_or(1);
+  if (plan.candidate.accumulation > INT64_MAX / *micro / rankCount) {
+    error = "train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
+            "ranks does not fit in 64 bits";
+    return std::nullopt;
+  }
   int64_t implied = *micro * plan.candidate.accumulation * rankCount;
   if (batch && *batch != implied) {
     error = llvm::formatv("train_batch_size {0} is not micro-batch {1} x "
@@ -632,7 +639,7 @@ int main(int argc, char **argv) {
     std::optional<uint64_t> bytes = parseBytes(memory);
     if (!bytes)
       return fail("--memory '" + memory +
-                  "' is not a size (e.g. 80GB, 24GiB, 1e9)");
+                  "' is not a size below 2^63 bytes (e.g. 80GB, 24GiB, 1e9)");
     request.memoryBytes = *bytes;
   }
   request.exact = exact;

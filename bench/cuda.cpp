@@ -65,7 +65,8 @@ double secondsPerCall(int rounds, const std::function<void()> &call,
   return best;
 }
 
-int64_t align8(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+/// `bytes` rounded up to 256 (the arena offsets the benchmark lays out).
+int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 tmrt_context *cudaContext() {
   const char *error = nullptr;
@@ -86,13 +87,13 @@ int adamw8bit(int64_t n, int64_t block, int rounds) {
   if (!ctx)
     return 1;
   int64_t blocks = (n + block - 1) / block;
-  auto align = align8;
   // p, g (f32), m and v codes, their maxima, lr, step; a copy's source and
   // destination of 8 B per element.
-  int64_t p = 0, g = p + align(4 * n), mc = g + align(4 * n),
-          vc = mc + align(n), ma = vc + align(n), va = ma + align(4 * blocks),
-          lr = va + align(4 * blocks), step = lr + 256, src = step + 256,
-          dst = src + align(8 * n), end = dst + align(8 * n);
+  int64_t p = 0, g = p + aligned(4 * n), mc = g + aligned(4 * n),
+          vc = mc + aligned(n), ma = vc + aligned(n),
+          va = ma + aligned(4 * blocks), lr = va + aligned(4 * blocks),
+          step = lr + 256, src = step + 256, dst = src + aligned(8 * n),
+          end = dst + aligned(8 * n);
   if (tmrt_arena_alloc(ctx, end) != 0) {
     int code = fail(tmrt_context_error(ctx) ? tmrt_context_error(ctx)
                                             : "cannot allocate the arena");
@@ -187,7 +188,8 @@ int gemm(int rounds) {
   std::printf("%-10s %6s %6s %6s  %14s  %14s  %s\n", "bf16 GEMM", "m", "n", "k",
               "tmrt TFLOP/s", "cuBLAS TFLOP/s", "ratio");
   for (const GemmShape &s : shapes) {
-    int64_t ra = 0, rb = align8(2 * s.m * s.k), rc = rb + align8(2 * s.k * s.n);
+    int64_t ra = 0, rb = aligned(2 * s.m * s.k),
+            rc = rb + aligned(2 * s.k * s.n);
     int64_t A = tmrt_tensor_ref(ra, TMRT_DTYPE_BF16),
             B = tmrt_tensor_ref(rb, TMRT_DTYPE_BF16),
             C = tmrt_tensor_ref(rc, TMRT_DTYPE_BF16);

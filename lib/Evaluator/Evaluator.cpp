@@ -915,19 +915,9 @@ void OpKernels::clip(ClipGradNormOp op) {
 }
 
 void OpKernels::lrSchedule(LRScheduleOp op) {
-  double t = static_cast<double>(get(op.getStep()).scalarInt());
-  double peak = op.getPeakLr().convertToDouble();
-  double minLr = op.getMinLr().convertToDouble();
-  double warmup = static_cast<double>(op.getWarmupSteps());
-  double total = static_cast<double>(op.getTotalSteps());
-  double lr;
-  if (warmup > 0 && t <= warmup)
-    lr = peak * t / warmup;
-  else if (t >= total)
-    lr = minLr;
-  else
-    lr = minLr + 0.5 * (peak - minLr) *
-                     (1.0 + std::cos(M_PI * (t - warmup) / (total - warmup)));
+  double lr = trainmem::scheduledLearningRate(
+      op.getPeakLr().convertToDouble(), op.getMinLr().convertToDouble(),
+      op.getWarmupSteps(), op.getTotalSteps(), get(op.getStep()).scalarInt());
   set(op.getResult(), RefTensor::ofFloats({}, {static_cast<float>(lr)}));
 }
 

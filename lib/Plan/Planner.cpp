@@ -340,25 +340,6 @@ bool PlanCandidate::runsWithTrainStep() const {
          offload == PlanOffload::none;
 }
 
-std::string PlanCandidate::stepOptions(uint64_t memoryBytes) const {
-  std::vector<std::string> parts;
-  if (remat == PlanRemat::budget)
-    parts.push_back(
-        llvm::formatv("remat={{policy=budget budget={0}}", memoryBytes));
-  else if (remat != PlanRemat::none)
-    parts.push_back("remat={policy=" + stringifyPlanRemat(remat).str() + "}");
-  if (accumulation > 1)
-    parts.push_back(llvm::formatv("grad-accum={{steps={0}}", accumulation));
-  if (eightBit)
-    parts.push_back("quantize=true");
-  if (stage >= 0)
-    parts.push_back(llvm::formatv("zero={{stage={0}}", stage));
-  std::string text;
-  for (size_t i = 0; i < parts.size(); ++i)
-    text += (i ? " " : "") + parts[i];
-  return text;
-}
-
 std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
   std::string text;
   if (remat == PlanRemat::budget)

@@ -96,6 +96,9 @@ const Backend &cudaBackend();
 /// makes; what was found or missing in `report`. Needs no device.
 bool cudaLibrariesLoad(std::string &report);
 #endif
+/// Seconds a collective may make no progress before the rank gives up
+/// (TMRT_MPI_TIMEOUT, default 30): the MPI communicator's and NCCL's.
+double collectiveTimeoutSeconds();
 /// One process: collectives leave the data as it is.
 const Communicator &singleProcessCommunicator();
 

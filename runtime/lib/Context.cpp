@@ -226,6 +226,16 @@ static void setError(const char **error, std::string message) {
     *error = kept.c_str();
 }
 
+double tmrt::collectiveTimeoutSeconds() {
+  static const double seconds = [] {
+    const char *text = std::getenv("TMRT_MPI_TIMEOUT");
+    char *end = nullptr;
+    double value = text ? std::strtod(text, &end) : 0.0;
+    return text && end != text && value > 0.0 ? value : 30.0;
+  }();
+  return seconds;
+}
+
 extern "C" {
 
 tmrt_context *tmrt_context_create(const char *backendName, int64_t threads,

@@ -133,8 +133,6 @@ struct PlanCandidate {
   /// with recompute inside a micro-batch loop, and offload (the runtime has
   /// one arena).
   bool runsWithTrainStep() const;
-  /// The train-step pipeline options of this configuration.
-  std::string stepOptions(uint64_t memoryBytes) const;
   /// The same as trainmem-run options.
   std::string runOptions(uint64_t memoryBytes) const;
   /// One line: "micro-batch 4 x 8, selective, ZeRO-1, 8-bit".

@@ -52,6 +52,25 @@ struct AdamWStep {
   }
 };
 
+/// The learning rate at `step` (train.lr_schedule): linear warm-up to
+/// `peak` over `warmupSteps`, then a cosine decay to `minimum` at
+/// `totalSteps`, `minimum` after; computed in double. The evaluator and
+/// every runtime backend call this.
+TRAINMEM_HD inline double scheduledLearningRate(double peak, double minimum,
+                                                int64_t warmupSteps,
+                                                int64_t totalSteps,
+                                                int64_t step) {
+  double t = static_cast<double>(step);
+  double warmup = static_cast<double>(warmupSteps);
+  double total = static_cast<double>(totalSteps);
+  if (warmup > 0 && t <= warmup)
+    return peak * t / warmup;
+  if (t >= total)
+    return minimum;
+  return minimum + 0.5 * (peak - minimum) *
+                       (1.0 + cos(M_PI * (t - warmup) / (total - warmup)));
+}
+
 /// SGD with momentum on one element (train.sgd with a buffer and the fused
 /// 8-bit update): g' = g + wd p, b' = momentum b + g',
 /// p' = p - lr (nesterov ? g' + momentum b' : b').

@@ -26,6 +26,11 @@
 namespace trainmem {
 namespace rows {
 
+/// Rows per task of a sum over rows (the norms' parameter gradients): fixed,
+/// so that the partial sums, and the order they are added in, depend
+/// neither on the thread count nor on the backend.
+constexpr int64_t kReductionRows = 64;
+
 /// An element as the kernels read it: widened to f32 (exactly).
 template <typename T> TRAINMEM_HD inline float wide(const T &x) {
   return static_cast<float>(x);

@@ -103,10 +103,7 @@ void gemmTiles(int64_t m, int64_t n, int64_t batches, int64_t &tileRows,
   }
 }
 
-/// Rows per task of a reduction over rows (norm parameter gradients): fixed,
-/// so that the partial sums, and the order they are added in, do not depend
-/// on the thread count.
-constexpr int64_t kReductionRows = 64;
+using trainmem::rows::kReductionRows;
 
 /// The block a kernel works with (trainmem::effectiveStateBlock: a block
 /// larger than the tensor is cut to the smallest power of two that holds
@@ -1801,18 +1798,8 @@ void loss_scale_update(tmrt_context *ctx, int64_t state, int64_t new_state,
 void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,
                       double peak_lr, double min_lr, int64_t warmup_steps,
                       int64_t total_steps) {
-  double t = static_cast<double>(*ctx->at<int64_t>(step));
-  double warmup = static_cast<double>(warmup_steps);
-  double total = static_cast<double>(total_steps);
-  double lr;
-  if (warmup > 0 && t <= warmup)
-    lr = peak_lr * t / warmup;
-  else if (t >= total)
-    lr = min_lr;
-  else
-    lr = min_lr + 0.5 * (peak_lr - min_lr) *
-                      (1.0 + std::cos(M_PI * (t - warmup) / (total - warmup)));
-  *ctx->at<float>(out) = static_cast<float>(lr);
+  *ctx->at<float>(out) = static_cast<float>(trainmem::scheduledLearningRate(
+      peak_lr, min_lr, warmup_steps, total_steps, *ctx->at<int64_t>(step)));
   ctx->touch(out, 4);
 }
 

@@ -457,8 +457,7 @@ void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
 // block-per-row versions come with a device to measure them on.
 //===----------------------------------------------------------------------===//
 
-/// The CPU kernels' fixed tasks of rows for column sums (kReductionRows).
-constexpr int64_t kReductionRows = 64;
+using trainmem::rows::kReductionRows;
 
 template <typename T>
 void layer_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t beta,
@@ -1079,18 +1078,8 @@ void lr_schedule(tmrt_context *ctx, int64_t step, int64_t out, double peak_lr,
   const int64_t *stepIn = ctx->at<int64_t>(step);
   float *y = ctx->at<float>(out);
   elementwise(ctx, "lr_schedule", 1, [=] __device__(int64_t) {
-    double t = static_cast<double>(*stepIn);
-    double warmup = static_cast<double>(warmup_steps);
-    double total = static_cast<double>(total_steps);
-    double lr;
-    if (warmup > 0 && t <= warmup)
-      lr = peak_lr * t / warmup;
-    else if (t >= total)
-      lr = min_lr;
-    else
-      lr = min_lr + 0.5 * (peak_lr - min_lr) *
-                        (1.0 + cos(M_PI * (t - warmup) / (total - warmup)));
-    *y = static_cast<float>(lr);
+    *y = static_cast<float>(trainmem::scheduledLearningRate(
+        peak_lr, min_lr, warmup_steps, total_steps, *stepIn));
   });
   ctx->touch(out, 4);
 }

@@ -158,12 +158,7 @@ Nccl *ncclOf(tmrt_context *ctx, const char *collective) {
 /// Waits for the stream's collectives, watching NCCL's asynchronous error
 /// and the time (TMRT_MPI_TIMEOUT seconds, default 30).
 bool finish(tmrt_context *ctx, Nccl &nccl, const char *collective) {
-  static const double timeout = [] {
-    const char *text = std::getenv("TMRT_MPI_TIMEOUT");
-    char *end = nullptr;
-    double value = text ? std::strtod(text, &end) : 0.0;
-    return text && end != text && value > 0.0 ? value : 30.0;
-  }();
+  const double timeout = collectiveTimeoutSeconds();
   cudaStream_t stream = stateOf(ctx).stream;
   auto start = std::chrono::steady_clock::now();
   for (;;) {
@@ -305,16 +300,6 @@ void allReduceOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
     ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
 }
 
-/// Calls fn(T{}) for the element type of `in` and `out`, which must agree.
-template <typename Fn>
-void withElementType(tmrt_context *ctx, const char *kernel, int64_t in,
-                     int64_t out, Fn fn) {
-  if (dtypeOf(in) != dtypeOf(out))
-    return ctx->fail(std::string(kernel) + ": input " + dtypeName(dtypeOf(in)) +
-                     " and result " + dtypeName(dtypeOf(out)) + " differ");
-  cpu::dispatchFloatType(ctx, kernel, dtypeOf(in), fn);
-}
-
 template <typename T>
 void reduceScatterOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                      bool average) {
@@ -360,7 +345,7 @@ void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                 int64_t average) {
   if (n < 0)
     return ctx->fail("all_reduce: negative element count");
-  withElementType(ctx, "all_reduce", in, out, [&](auto type) {
+  withFloatType(ctx, "all_reduce", {in, out}, [&](auto type) {
     allReduceOf<decltype(type)>(ctx, in, out, n, average != 0, "all_reduce");
   });
 }
@@ -375,7 +360,7 @@ void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                     int64_t average) {
   if (n < 0)
     return ctx->fail("reduce_scatter: negative element count");
-  withElementType(ctx, "reduce_scatter", in, out, [&](auto type) {
+  withFloatType(ctx, "reduce_scatter", {in, out}, [&](auto type) {
     reduceScatterOf<decltype(type)>(ctx, in, out, n, average != 0);
   });
 }
@@ -383,7 +368,7 @@ void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
 void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   if (n < 0)
     return ctx->fail("all_gather: negative element count");
-  withElementType(ctx, "all_gather", in, out, [&](auto type) {
+  withFloatType(ctx, "all_gather", {in, out}, [&](auto type) {
     allGatherOf<decltype(type)>(ctx, in, out, n);
   });
 }
@@ -391,7 +376,7 @@ void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
 void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   if (n < 0)
     return ctx->fail("all_slice: negative element count");
-  withElementType(ctx, "all_slice", in, out, [&](auto type) {
+  withFloatType(ctx, "all_slice", {in, out}, [&](auto type) {
     using T = decltype(type);
     uint64_t bytes = static_cast<uint64_t>(n) * sizeof(T);
     copyArena(ctx, offsetOf(in) + rankOf(ctx) * bytes, offsetOf(out), bytes);

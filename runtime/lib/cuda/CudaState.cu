@@ -283,7 +283,7 @@ void perBlock(tmrt_context *ctx, const char *kernel, int64_t n, int64_t block,
 template <typename Value>
 __device__ void quantizeBlockOnDevice(const DeviceMap &map, int64_t begin,
                                       int64_t end, Value value, uint8_t *codes,
-                                      float *absmax, bool readsAbsmax) {
+                                      float *absmax) {
   float largest = 0.0f;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float y = fabsf(value(i));
@@ -297,8 +297,6 @@ __device__ void quantizeBlockOnDevice(const DeviceMap &map, int64_t begin,
     codes[i] = scale > 0.0f
                    ? trainmem::quantizeToEntries(map, value(i) * inverse)
                    : zero;
-  if (readsAbsmax)
-    __syncthreads(); // every thread has read the old maximum
   if (threadIdx.x == 0)
     *absmax = scale;
 }
@@ -315,8 +313,7 @@ void quantize(tmrt_context *ctx, int64_t in, int64_t codes, int64_t absmax,
   perBlock(ctx, "quantize", n, block,
            [=] __device__(int64_t b, int64_t begin, int64_t end) {
              quantizeBlockOnDevice(
-                 map, begin, end, [=](int64_t i) { return x[i]; }, c, a + b,
-                 false);
+                 map, begin, end, [=](int64_t i) { return x[i]; }, c, a + b);
            });
   ctx->touch(codes, n);
   ctx->touch(absmax, ((n + block - 1) / block) * 4);

@@ -87,15 +87,7 @@ bool fits(tmrt_context *ctx, uint64_t bytes) {
 }
 
 /// Seconds an exchange may make no progress (TMRT_MPI_TIMEOUT).
-double timeoutSeconds() {
-  static const double seconds = [] {
-    const char *text = std::getenv("TMRT_MPI_TIMEOUT");
-    char *end = nullptr;
-    double value = text ? std::strtod(text, &end) : 0.0;
-    return text && end != text && value > 0.0 ? value : 30.0;
-  }();
-  return seconds;
-}
+double timeoutSeconds() { return collectiveTimeoutSeconds(); }
 
 /// Waits for `requests` (started by what `describe` says), polling so that
 /// a peer that never answers ends the job with a message naming it instead

@@ -338,6 +338,8 @@ std::vector<CategoryBytes> liveByCategory(const FunctionMemory &memory) {
   size_t points = memory.getSchedule().size() + 1;
   std::vector<CategoryBytes> delta(points + 1, CategoryBytes{});
   for (const Buffer &buffer : memory.getBuffers()) {
+    if (buffer.host) // not the device's (train-offload-optimizer)
+      continue;
     unsigned c = static_cast<unsigned>(buffer.category);
     delta[buffer.firstPoint][c] += buffer.bytes;
     delta[buffer.lastPoint + 1][c] -= buffer.bytes;

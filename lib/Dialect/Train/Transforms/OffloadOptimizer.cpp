@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -28,15 +29,9 @@ struct TrainOffloadOptimizerPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    Operation *marked = findMarkedStep(module, "train-offload-optimizer");
-    if (!marked)
+    func::FuncOp func = lookupStep(module, "", "train-offload-optimizer");
+    if (!func)
       return signalPassFailure();
-    auto func = dyn_cast<func::FuncOp>(marked);
-    if (!func) {
-      marked->emitError("train-offload-optimizer: the step is already "
-                        "lowered; offload the tensor-level step");
-      return signalPassFailure();
-    }
     auto host = SpaceAttr::get(&getContext(), MemorySpace::host);
     unsigned states = 0;
     for (unsigned i = 0; i < func.getNumArguments(); ++i)

@@ -7,7 +7,9 @@
 #     may skip) and the lit tests that need cuda or cuda-device;
 #  3. trains `tiny` for 50 steps on the GPU and on the CPU, f32 and bf16,
 #     and compares every step's loss (f32 within 1e-4 relative, bf16 within
-#     1e-2), and checks the device arena's measured peak == the plan;
+#     1e-2), and checks the device arena's measured peak == the plan; and
+#     f32 with the optimizer state offloaded (--offload-optimizer states):
+#     the same losses, the host arena's peak == its plan;
 #  4. runs the benchmarks: the fused 8-bit AdamW against a device copy,
 #     bf16 GEMMs against cuBLAS's own call, and a gpt2-124m bf16 step (seq
 #     1024, batch 8): step time, model FLOP utilization, peak vs plan;
@@ -128,6 +130,18 @@ else
       bad "tiny $dtype: device peak == plan" "$arena"
     fi
   done
+  # Offloaded optimizer state (what=states): the same losses as the GPU
+  # without offload, both arenas measured equal to their plans.
+  "$bin/trainmem-run" "$work/tiny-f32.mlir" --data "$corpus" --steps 50 \
+    --backend cuda --offload-optimizer states --loss-log "$work/offload.log" \
+    >"$work/offload.out" 2>&1 || true
+  host="$(grep '^host arena: planned' "$work/offload.out")"
+  if cmp -s "$work/f32-cuda.log" "$work/offload.log" &&
+     echo "$host" | grep -qE 'planned ([0-9]+) B, measured peak \1 B'; then
+    row "tiny f32 offload=states on the GPU" "same losses; $host"
+  else
+    bad "tiny f32 offload=states on the GPU" "$(tail -2 "$work/offload.out" | tr '\n' ' ')"
+  fi
 fi
 
 # 4. Benchmarks.

@@ -492,7 +492,7 @@ void FunctionMemory::placeInMemory() {
   }
   if (!any)
     return;
-  std::vector<Buffer> staging;
+  std::vector<Buffer> copies;
   for (Operation *op : schedule) {
     auto update = dyn_cast<OptimizerUpdateOpInterface>(op);
     if (!update)
@@ -518,8 +518,8 @@ void FunctionMemory::placeInMemory() {
     }
     // On the device with state on the host: each host operand comes in
     // and goes back, and lives on the device while the update runs.
-    for (Value operand : op->getOperands()) {
-      const Buffer *buffer = lookupBuffer(operand);
+    for (OpOperand &operand : op->getOpOperands()) {
+      const Buffer *buffer = lookupBuffer(operand.get());
       if (!buffer || !buffer->host)
         continue;
       hostDeviceBytes =
@@ -529,10 +529,21 @@ void FunctionMemory::placeInMemory() {
       // Counted with the temporaries (the most live at once).
       copy.category = MemoryCategory::Temporaries;
       copy.firstPoint = copy.lastPoint = point;
-      staging.push_back(copy);
+      staging.push_back(
+          {op, operand.getOperandNumber(),
+           static_cast<unsigned>(buffers.size() + copies.size())});
+      copies.push_back(copy);
     }
   }
-  buffers.insert(buffers.end(), staging.begin(), staging.end());
+  buffers.insert(buffers.end(), copies.begin(), copies.end());
+}
+
+std::optional<unsigned> FunctionMemory::lookupStaging(Operation *update,
+                                                      unsigned operand) const {
+  for (const Staging &copy : staging)
+    if (copy.update == update && copy.operand == operand)
+      return copy.buffer;
+  return std::nullopt;
 }
 
 void FunctionMemory::computeLiveness() {

@@ -176,8 +176,7 @@ private:
 
 } // namespace
 
-MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment,
-                       bool host)
+MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
     : alignment(alignment) {
   assert(alignment && (alignment & (alignment - 1)) == 0 &&
          "alignment must be a power of two");
@@ -198,35 +197,40 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment,
   unsigned lastPoint = 0;
   for (const Buffer &buffer : buffers)
     lastPoint = std::max(lastPoint, buffer.lastPoint);
-  PlacedBuffers placed(lastPoint);
-  std::vector<Interval> taken, scratch;
-  for (unsigned index : order) {
-    const Buffer &buffer = buffers[index];
-    uint64_t size = alignedSize(buffer);
-    // Each arena plans its own memory's buffers (train-offload-optimizer's
-    // host memory apart from the device's).
-    if (size == 0 || buffer.host != host)
-      continue;
-    // Memory held, at some point of this buffer's lifetime, by others.
-    placed.collect(buffer.firstPoint, buffer.lastPoint, taken, scratch);
-    // The smallest gap that fits, else after everything.
-    uint64_t best = UINT64_MAX, bestGap = UINT64_MAX, cursor = 0;
-    for (const Interval &interval : taken) {
-      if (interval.begin > cursor) {
-        uint64_t gap = interval.begin - cursor;
-        if (gap >= size && gap < bestGap) {
-          best = cursor;
-          bestGap = gap;
+  // Each arena plans its own memory's buffers (train-offload-optimizer's
+  // host memory apart from the device's).
+  for (bool host : {false, true}) {
+    if (host && memory.getHostBytes() == 0)
+      break;
+    PlacedBuffers placed(lastPoint);
+    std::vector<Interval> taken, scratch;
+    uint64_t &end = host ? hostArenaBytes : arenaBytes;
+    for (unsigned index : order) {
+      const Buffer &buffer = buffers[index];
+      uint64_t size = alignedSize(buffer);
+      if (size == 0 || buffer.host != host)
+        continue;
+      // Memory held, at some point of this buffer's lifetime, by others.
+      placed.collect(buffer.firstPoint, buffer.lastPoint, taken, scratch);
+      // The smallest gap that fits, else after everything.
+      uint64_t best = UINT64_MAX, bestGap = UINT64_MAX, cursor = 0;
+      for (const Interval &interval : taken) {
+        if (interval.begin > cursor) {
+          uint64_t gap = interval.begin - cursor;
+          if (gap >= size && gap < bestGap) {
+            best = cursor;
+            bestGap = gap;
+          }
         }
+        cursor = std::max(cursor, interval.end);
       }
-      cursor = std::max(cursor, interval.end);
+      offsets[index] = best != UINT64_MAX ? best : cursor;
+      // Sizes are rounded up for placement only: the arena ends where the
+      // highest buffer's bytes end.
+      end = std::max(end, offsets[index] + buffer.bytes);
+      placed.insert(buffer.firstPoint, buffer.lastPoint,
+                    {offsets[index], offsets[index] + size});
     }
-    offsets[index] = best != UINT64_MAX ? best : cursor;
-    // Sizes are rounded up for placement only: the arena ends where the
-    // highest buffer's bytes end.
-    arenaBytes = std::max(arenaBytes, offsets[index] + buffer.bytes);
-    placed.insert(buffer.firstPoint, buffer.lastPoint,
-                  {offsets[index], offsets[index] + size});
   }
 }
 
@@ -246,6 +250,12 @@ void MemoryPlan::writeToIR(const FunctionMemory &memory) const {
   };
   func->setAttr(kPlanArenaBytesAttrName,
                 builder.getI64IntegerAttr(static_cast<int64_t>(arenaBytes)));
+  if (hostArenaBytes)
+    func->setAttr(
+        kPlanHostArenaBytesAttrName,
+        builder.getI64IntegerAttr(static_cast<int64_t>(hostArenaBytes)));
+  else
+    func->removeAttr(kPlanHostArenaBytesAttrName);
   // All arguments' attributes at once (setArgAttr per argument rebuilds
   // every argument's attributes each time).
   SmallVector<DictionaryAttr> argAttrs;
@@ -257,7 +267,23 @@ void MemoryPlan::writeToIR(const FunctionMemory &memory) const {
   }
   func.setAllArgAttrs(argAttrs);
   func.walk([&](Operation *op) {
-    if (op == func.getOperation() || op->getNumResults() == 0)
+    if (op == func.getOperation())
+      return;
+    // Staging copies of host operands (train-offload-optimizer what=states).
+    SmallVector<int64_t> stagingOffsets;
+    for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+      std::optional<unsigned> copy = memory.lookupStaging(op, i);
+      if (copy && stagingOffsets.empty())
+        stagingOffsets.assign(op->getNumOperands(), -1);
+      if (copy)
+        stagingOffsets[i] = static_cast<int64_t>(offsets[*copy]);
+    }
+    if (!stagingOffsets.empty())
+      op->setAttr(kPlanStagingOffsetsAttrName,
+                  builder.getDenseI64ArrayAttr(stagingOffsets));
+    else
+      op->removeAttr(kPlanStagingOffsetsAttrName);
+    if (op->getNumResults() == 0)
       return;
     SmallVector<int64_t> resultOffsets;
     for (Value result : op->getResults())
@@ -281,6 +307,8 @@ FailureOr<MemoryPlan> MemoryPlan::readFromIR(const FunctionMemory &memory,
            << kPlanArenaBytesAttrName << "'; run train-plan-arena)";
   MemoryPlan plan;
   plan.arenaBytes = static_cast<uint64_t>(arena.getInt());
+  if (auto host = func->getAttrOfType<IntegerAttr>(kPlanHostArenaBytesAttrName))
+    plan.hostArenaBytes = static_cast<uint64_t>(host.getInt());
   ArrayRef<Buffer> buffers = memory.getBuffers();
   const Buffer *base = buffers.data();
   std::vector<int64_t> offsets(buffers.size(), -1);
@@ -318,8 +346,39 @@ FailureOr<MemoryPlan> MemoryPlan::readFromIR(const FunctionMemory &memory,
                       func.getLoc())))
       return failure();
   }
+  // Staging copies: one buffer each, named by its update and operand.
+  auto recordStaging = [&](Operation *op) -> LogicalResult {
+    auto written =
+        op->getAttrOfType<DenseI64ArrayAttr>(kPlanStagingOffsetsAttrName);
+    for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+      std::optional<unsigned> copy = memory.lookupStaging(op, i);
+      int64_t offset = written && written.size() ==
+                                      static_cast<int64_t>(op->getNumOperands())
+                           ? written[i]
+                           : -1;
+      if (!copy && offset >= 0)
+        return stale(op->getLoc())
+               << "operand " << i << " has a staging offset but no staging copy"
+               << again;
+      if (!copy)
+        continue;
+      if (offset < 0)
+        return stale(op->getLoc())
+               << "operand " << i
+               << " (host memory) has no planned staging offset" << again;
+      if (offset % 64 != 0)
+        return stale(op->getLoc())
+               << "staging offset " << offset << " is not 64-byte aligned";
+      offsets[*copy] = offset;
+    }
+    return success();
+  };
   WalkResult walk = func.walk([&](Operation *op) {
-    if (op == func.getOperation() || op->getNumResults() == 0)
+    if (op == func.getOperation())
+      return WalkResult::advance();
+    if (failed(recordStaging(op)))
+      return WalkResult::interrupt();
+    if (op->getNumResults() == 0)
       return WalkResult::advance();
     auto resultOffsets = op->getAttrOfType<DenseI64ArrayAttr>(
         kPlanOffsetsAttrName);
@@ -340,54 +399,58 @@ FailureOr<MemoryPlan> MemoryPlan::readFromIR(const FunctionMemory &memory,
   if (walk.wasInterrupted())
     return failure();
 
-  // Inside the arena, and no two buffers live at once share a byte: a sweep
-  // over program points with the live buffers ordered by offset.
-  std::vector<unsigned> order;
-  for (unsigned i = 0; i < buffers.size(); ++i) {
-    if (buffers[i].bytes == 0)
-      continue;
-    if (offsets[i] < 0)
-      return stale(func.getLoc())
-             << "a buffer of @" << func.getSymName() << " has no offset"
-             << again;
-    if (static_cast<uint64_t>(offsets[i]) > plan.arenaBytes ||
-        buffers[i].bytes > plan.arenaBytes - offsets[i])
-      return stale(buffers[i].owner.getLoc())
-             << "a buffer of " << buffers[i].bytes << " B at offset "
-             << offsets[i] << " ends past the arena of " << plan.arenaBytes
-             << " B";
-    order.push_back(i);
-  }
-  std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
-    return buffers[a].firstPoint < buffers[b].firstPoint;
-  });
-  std::map<uint64_t, unsigned> live; // offset -> buffer
-  std::multimap<unsigned, uint64_t> ends; // last point -> offset
-  for (unsigned index : order) {
-    const Buffer &buffer = buffers[index];
-    // Buffers whose last point is before this one's first are free.
-    while (!ends.empty() && ends.begin()->first < buffer.firstPoint) {
-      live.erase(ends.begin()->second);
-      ends.erase(ends.begin());
+  // Inside its arena, and no two buffers of one arena live at once share a
+  // byte: a sweep over program points with the live buffers ordered by
+  // offset, per arena.
+  for (bool host : {false, true}) {
+    uint64_t arenaBytes = host ? plan.hostArenaBytes : plan.arenaBytes;
+    const char *arenaName = host ? "host arena" : "arena";
+    std::vector<unsigned> order;
+    for (unsigned i = 0; i < buffers.size(); ++i) {
+      if (buffers[i].bytes == 0 || buffers[i].host != host)
+        continue;
+      if (offsets[i] < 0)
+        return stale(func.getLoc()) << "a buffer of @" << func.getSymName()
+                                    << " has no offset" << again;
+      if (static_cast<uint64_t>(offsets[i]) > arenaBytes ||
+          buffers[i].bytes > arenaBytes - offsets[i])
+        return stale(buffers[i].owner.getLoc())
+               << "a buffer of " << buffers[i].bytes << " B at offset "
+               << offsets[i] << " ends past the " << arenaName << " of "
+               << arenaBytes << " B";
+      order.push_back(i);
     }
-    uint64_t begin = offsets[index], end = begin + buffer.bytes;
-    auto next = live.lower_bound(begin);
-    auto clash = [&](unsigned other) {
-      return stale(buffer.owner.getLoc())
-             << "its buffer [" << begin << ", " << end
-             << ") overlaps another live at the same time at ["
-             << offsets[other] << ", "
-             << offsets[other] + buffers[other].bytes << ")" << again;
-    };
-    if (next != live.end() && next->first < end)
-      return clash(next->second);
-    if (next != live.begin()) {
-      auto previous = std::prev(next);
-      if (previous->first + buffers[previous->second].bytes > begin)
-        return clash(previous->second);
+    std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
+      return buffers[a].firstPoint < buffers[b].firstPoint;
+    });
+    std::map<uint64_t, unsigned> live;      // offset -> buffer
+    std::multimap<unsigned, uint64_t> ends; // last point -> offset
+    for (unsigned index : order) {
+      const Buffer &buffer = buffers[index];
+      // Buffers whose last point is before this one's first are free.
+      while (!ends.empty() && ends.begin()->first < buffer.firstPoint) {
+        live.erase(ends.begin()->second);
+        ends.erase(ends.begin());
+      }
+      uint64_t begin = offsets[index], end = begin + buffer.bytes;
+      auto next = live.lower_bound(begin);
+      auto clash = [&](unsigned other) {
+        return stale(buffer.owner.getLoc())
+               << "its buffer [" << begin << ", " << end
+               << ") overlaps another live at the same time at ["
+               << offsets[other] << ", "
+               << offsets[other] + buffers[other].bytes << ")" << again;
+      };
+      if (next != live.end() && next->first < end)
+        return clash(next->second);
+      if (next != live.begin()) {
+        auto previous = std::prev(next);
+        if (previous->first + buffers[previous->second].bytes > begin)
+          return clash(previous->second);
+      }
+      live[begin] = index;
+      ends.emplace(buffer.lastPoint, begin);
     }
-    live[begin] = index;
-    ends.emplace(buffer.lastPoint, begin);
   }
   plan.alignment = 64;
   // A buffer of no bytes has no place; like the planner, put it at 0.

@@ -336,8 +336,7 @@ std::string PlanCandidate::passPipeline(int64_t ranks,
 }
 
 bool PlanCandidate::runsWithTrainStep() const {
-  return !(stage == 3 && remat != PlanRemat::none && accumulation > 1) &&
-         offload == PlanOffload::none;
+  return !(stage == 3 && remat != PlanRemat::none && accumulation > 1);
 }
 
 std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
@@ -352,6 +351,8 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
     text += " --quantize-optimizer-state";
   if (stage >= 0)
     text += llvm::formatv(" --zero=stage={0}", stage);
+  if (offload != PlanOffload::none)
+    text += " --offload-optimizer=" + stringifyPlanOffload(offload).str();
   return text;
 }
 

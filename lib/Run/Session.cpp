@@ -196,14 +196,14 @@ public:
   void write(const TensorSlot &slot, const Bytes &bytes) override {
     assert(bytes.size() == slot.bytes && "state tensor of the wrong size");
     int32_t status =
-        tmrt_arena_write(ctx, slot.offset, bytes.data(), slot.bytes);
+        tmrt_arena_write(ctx, slot.location(), bytes.data(), slot.bytes);
     assert(status == 0 && "a slot outside the arena");
     (void)status;
   }
   Bytes read(const TensorSlot &slot) const override {
     Bytes bytes(slot.bytes);
     int32_t status =
-        tmrt_arena_read(ctx, slot.offset, bytes.data(), slot.bytes);
+        tmrt_arena_read(ctx, slot.location(), bytes.data(), slot.bytes);
     assert(status == 0 && "a slot outside the arena");
     (void)status;
     return bytes;
@@ -757,6 +757,25 @@ bool Session::start(std::string &error) {
                       humanBytes(layout.arenaBytes) + ")";
     return false;
   }
+  // Host memory (train-offload-optimizer): its own arena. A backend whose
+  // kernels run on a device moves it only by tmrt_transfer, so an update
+  // that runs in host memory cannot run there.
+  if (layout.hostUpdates && !tmrt_arena_base(ctx)) {
+    error = "the step runs " + std::to_string(layout.hostUpdates) +
+            " optimizer updates in host memory "
+            "(train-offload-optimizer what=states+update), which the " +
+            options.backend +
+            " backend's kernels cannot read (they run on the device): "
+            "offload with what=states, or run on the cpu backend";
+    return false;
+  }
+  if (layout.hostArenaBytes &&
+      tmrt_host_arena_alloc(ctx, layout.hostArenaBytes) != 0) {
+    error = "cannot allocate the host arena of " +
+            std::to_string(layout.hostArenaBytes) + " bytes (" +
+            humanBytes(layout.hostArenaBytes) + ")";
+    return false;
+  }
   jit = JitStep::create(*lowered, error);
   if (!jit) {
     error = "JIT compilation failed: " + error;
@@ -949,11 +968,11 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
       error = "the step's inputs do not have the sizes of their types";
       return false;
     }
-    tmrt_arena_write(ctx, tokensSlot->offset, tokenBytes.data(),
+    tmrt_arena_write(ctx, tokensSlot->location(), tokenBytes.data(),
                      tokenBytes.size());
-    tmrt_arena_write(ctx, targetsSlot->offset, targetBytes.data(),
+    tmrt_arena_write(ctx, targetsSlot->location(), targetBytes.data(),
                      targetBytes.size());
-    tmrt_arena_write(ctx, stepSlot->offset, &step, 8);
+    tmrt_arena_write(ctx, stepSlot->location(), &step, 8);
     jit->run(ctx);
     if (const char *kernelError = tmrt_context_error(ctx)) {
       error = "step " + std::to_string(step) + ": " + kernelError;
@@ -967,7 +986,7 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
       int64_t offset = tmrt_skipped_update_param(ctx, 0);
       const TensorSlot *first = nullptr;
       for (const TensorSlot &slot : layout.arguments)
-        if (static_cast<int64_t>(slot.offset) == offset)
+        if (!slot.host && static_cast<int64_t>(slot.offset) == offset)
           first = &slot;
       error = skippedUpdateError(step, first, skipped);
       tmrt_clear_skipped_updates(ctx);
@@ -980,10 +999,11 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
       if (!isState(result))
         continue;
       const TensorSlot *argument = layout.findArgument(result.role, result.key);
-      if (argument && argument->offset != result.offset)
-        tmrt_arena_copy(ctx, result.offset, argument->offset, result.bytes);
+      if (argument && argument->location() != result.location())
+        tmrt_arena_copy(ctx, result.location(), argument->location(),
+                        result.bytes);
     }
-    tmrt_arena_read(ctx, lossSlot->offset, &loss, 4);
+    tmrt_arena_read(ctx, lossSlot->location(), &loss, 4);
     return true;
   }
 
@@ -1128,6 +1148,16 @@ std::optional<uint64_t> Session::getMeasuredPeak() const {
   if (!ctx)
     return std::nullopt;
   return tmrt_arena_high_water(ctx);
+}
+
+std::optional<uint64_t> Session::getMeasuredHostPeak() const {
+  if (!ctx || !layout.hostArenaBytes)
+    return std::nullopt;
+  return tmrt_host_arena_high_water(ctx);
+}
+
+uint64_t Session::getTransferBytes() const {
+  return ctx ? tmrt_transfer_bytes(ctx) : 0;
 }
 
 /// "8x16" or "scalar" as a shape.

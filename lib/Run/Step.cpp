@@ -97,6 +97,10 @@ void mlir::train::registerRunDialects(DialectRegistry &registry) {
   (void)passesRegistered;
 }
 
+uint64_t TensorSlot::location() const {
+  return offset | (host ? static_cast<uint64_t>(TMRT_HOST_MEMORY) : 0);
+}
+
 int64_t TensorSlot::numElements() const {
   return std::accumulate(shape.begin(), shape.end(), int64_t(1),
                          std::multiplies<int64_t>());
@@ -121,7 +125,7 @@ LogicalResult mlir::train::prepareStep(
     ModuleOp module, StringRef autodiffOptions, StringRef rematOptions,
     StringRef gradAccumOptions, std::optional<StringRef> quantizeOptions,
     StringRef zeroOptions, std::optional<StringRef> lossScaleOptions,
-    bool fuseAttention, bool fuseElementwise) {
+    bool fuseAttention, bool fuseElementwise, StringRef offload) {
   Operation *step = nullptr;
   if (hasMarkedStep(module)) {
     step = findMarkedStep(module, "trainmem-run");
@@ -138,12 +142,13 @@ LogicalResult mlir::train::prepareStep(
              << (fuseAttention ? "--fuse-attention" : "--fuse-elementwise")
              << " rewrites the forward (before train-autodiff)";
     if (!rematOptions.empty() || !gradAccumOptions.empty() || quantizeOptions ||
-        !zeroOptions.empty() || lossScaleOptions)
+        !zeroOptions.empty() || lossScaleOptions || !offload.empty())
       return emitError(step->getLoc(), "trainmem-run: @")
              << SymbolTable::getSymbolName(step).getValue()
              << " is already lowered; --remat, --grad-accum, "
-                "--quantize-optimizer-state, --zero and --loss-scale need the "
-                "tensor-level step (the input of convert-train-to-runtime)";
+                "--quantize-optimizer-state, --zero, --loss-scale and "
+                "--offload-optimizer need the tensor-level step (the input "
+                "of convert-train-to-runtime)";
     return success();
   }
   // The registered train-step pipeline: a model's forward pass becomes the
@@ -162,6 +167,7 @@ LogicalResult mlir::train::prepareStep(
   options.lossScale = lossScaleOptions.has_value();
   if (lossScaleOptions)
     options.lossScaleOptions = lossScaleOptions->str();
+  options.offload = offload.str();
   PassManager pm(module.getContext());
   if (failed(buildTrainStepPipeline(
           pm, options, [&](const Twine &message) -> LogicalResult {
@@ -218,8 +224,10 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
     };
     FailureOr<StateAttr> state = typed("optimizer_state", StateAttr());
     FailureOr<InitAttr> init = typed("init", InitAttr());
-    if (failed(state) || failed(init))
+    FailureOr<SpaceAttr> space = typed("memory_space", SpaceAttr());
+    if (failed(state) || failed(init) || failed(space))
       return failure();
+    slot.host = *space && space->getSpace() == MemorySpace::host;
     if (*state) {
       slot.stateKind = state->getKind();
       slot.stateParam = state->getParam().str();
@@ -260,17 +268,29 @@ FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
     return step->emitError("trainmem-run: the lowered step has no positive '")
            << kArenaBytesAttrName << "'";
   layout.arenaBytes = arenaBytes.getInt();
+  for (auto [name, field] :
+       {std::pair{kHostArenaBytesAttrName, &layout.hostArenaBytes},
+        std::pair{kHostUpdatesAttrName, &layout.hostUpdates}})
+    if (Attribute attr = step->getAttr(name)) {
+      auto value = dyn_cast<IntegerAttr>(attr);
+      if (!value || value.getInt() < 0)
+        return step->emitError("trainmem-run: '")
+               << name << "' of the lowered step is not an integer >= 0";
+      *field = value.getInt();
+    }
   if (failed(readSlots(step, kArgumentSlotsAttrName, layout.arguments)) ||
       failed(readSlots(step, kResultSlotsAttrName, layout.results)))
     return failure();
   // Every slot must lie inside the arena.
   for (const std::vector<TensorSlot> *slots :
        {&layout.arguments, &layout.results})
-    for (const TensorSlot &slot : *slots)
-      if (slot.offset > layout.arenaBytes ||
-          slot.bytes > layout.arenaBytes - slot.offset)
+    for (const TensorSlot &slot : *slots) {
+      uint64_t arena = slot.host ? layout.hostArenaBytes : layout.arenaBytes;
+      if (slot.offset > arena || slot.bytes > arena - slot.offset)
         return step->emitError("trainmem-run: ")
-               << slot.role << " '" << slot.key << "' lies outside the arena";
+               << slot.role << " '" << slot.key << "' lies outside the "
+               << (slot.host ? "host arena" : "arena");
+    }
   return layout;
 }
 

@@ -41,6 +41,20 @@ void tmrt_context::failDtype(int64_t ref, int64_t expected) {
        "; the compiler's lowering and the kernel disagree");
 }
 
+bool tmrt_context::kernelsReadHost() const { return backend->hostArena; }
+
+void tmrt_context::failHostRef(int64_t ref) {
+  fail(std::string("a kernel was given the host-memory tensor at offset ") +
+       std::to_string(tmrt::offsetOf(ref)) +
+       (hostArena ? std::string(", which the ") + backend->name +
+                        " backend's kernels cannot read (they run on the "
+                        "device; only tmrt_transfer moves host memory: run "
+                        "the update on the device, train-offload-optimizer "
+                        "what=states)"
+                  : std::string(", but the context has no host arena "
+                                "(tmrt_host_arena_alloc)")));
+}
+
 /// More threads than any machine of this kind has cores by far; a larger
 /// count is a typo, not a request.
 static constexpr int64_t kMaxThreads = 1024;
@@ -236,6 +250,37 @@ double tmrt::collectiveTimeoutSeconds() {
   return seconds;
 }
 
+void tmrt::copyBetweenArenas(tmrt_context *ctx, int64_t from, int64_t to,
+                             uint64_t bytes, bool countTransfer) {
+  bool fromHost = isHostRef(from), toHost = isHostRef(to);
+  uint64_t fromOffset = static_cast<uint64_t>(offsetOf(from));
+  uint64_t toOffset = static_cast<uint64_t>(offsetOf(to));
+  if (fromHost && toHost)
+    std::memmove(ctx->hostArena + toOffset, ctx->hostArena + fromOffset, bytes);
+  else if (fromHost)
+    ctx->backend->writeArena(ctx, toOffset, ctx->hostArena + fromOffset, bytes);
+  else if (toHost)
+    ctx->backend->readArena(ctx, fromOffset, ctx->hostArena + toOffset, bytes);
+  else
+    ctx->backend->copyArena(ctx, fromOffset, toOffset, bytes);
+  ctx->touch(to, bytes);
+  if (countTransfer && fromHost != toHost)
+    ctx->transferBytes += bytes;
+}
+
+void tmrt::transferKernel(tmrt_context *ctx, int64_t from, int64_t to,
+                          int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  for (int64_t ref : {from, to})
+    if (isHostRef(ref) && !ctx->hostArena) {
+      ctx->failHostRef(ref);
+      return;
+    }
+  copyBetweenArenas(ctx, from, to, static_cast<uint64_t>(bytes),
+                    /*countTransfer=*/true);
+}
+
 extern "C" {
 
 tmrt_context *tmrt_context_create(const char *backendName, int64_t threads,
@@ -322,6 +367,7 @@ void tmrt_context_destroy(tmrt_context *ctx) {
     return;
   if (ctx->arena)
     ctx->backend->freeArena(ctx, ctx->arena);
+  std::free(ctx->hostArena);
   if (ctx->backend->close)
     ctx->backend->close(ctx);
   delete ctx;
@@ -384,33 +430,75 @@ uint64_t tmrt_gemm16_calls(tmrt_context *ctx, int32_t sbgemm) {
   return sbgemm ? ctx->sbgemmCalls.load() : ctx->widenedGemmCalls.load();
 }
 
+/// Whether [offset, offset + bytes) lies in the arena `ref` names.
+static bool inArena(tmrt_context *ctx, uint64_t ref, uint64_t bytes) {
+  bool host = tmrt::isHostRef(static_cast<int64_t>(ref));
+  uint8_t *base = host ? ctx->hostArena : ctx->arena;
+  uint64_t size = host ? ctx->hostArenaBytes : ctx->arenaBytes;
+  uint64_t offset =
+      static_cast<uint64_t>(tmrt::offsetOf(static_cast<int64_t>(ref)));
+  // A reference with bits above the host bit (an element type) is no
+  // arena offset.
+  if (ref >> TMRT_DTYPE_SHIFT)
+    return false;
+  return base && offset <= size && bytes <= size - offset;
+}
+
+int32_t tmrt_host_arena_alloc(tmrt_context *ctx, uint64_t bytes) {
+  if (ctx->hostArena || bytes == 0 ||
+      bytes >= static_cast<uint64_t>(TMRT_HOST_MEMORY))
+    return -1;
+  // 64-byte aligned, as the plan's offsets are.
+  uint64_t rounded = (bytes + 63) & ~uint64_t(63);
+  void *memory = nullptr;
+  if (posix_memalign(&memory, 64, rounded) != 0)
+    return -1;
+  ctx->hostArena = static_cast<uint8_t *>(memory);
+  ctx->hostArenaBytes = bytes;
+  return 0;
+}
+uint64_t tmrt_host_arena_bytes(tmrt_context *ctx) {
+  return ctx->hostArenaBytes;
+}
+uint64_t tmrt_host_arena_high_water(tmrt_context *ctx) {
+  return ctx->hostHighWater.load();
+}
+uint64_t tmrt_transfer_bytes(tmrt_context *ctx) {
+  return ctx->transferBytes.load();
+}
+
 int32_t tmrt_arena_write(tmrt_context *ctx, uint64_t offset,
                          const void *source, uint64_t bytes) {
-  if (!ctx->arena || offset > ctx->arenaBytes ||
-      bytes > ctx->arenaBytes - offset)
+  if (!inArena(ctx, offset, bytes))
     return -1;
-  ctx->backend->writeArena(ctx, offset, source, bytes);
-  ctx->touch(static_cast<int64_t>(offset), bytes);
+  int64_t ref = static_cast<int64_t>(offset);
+  if (tmrt::isHostRef(ref))
+    std::memcpy(ctx->hostArena + tmrt::offsetOf(ref), source, bytes);
+  else
+    ctx->backend->writeArena(ctx, offset, source, bytes);
+  ctx->touch(ref, bytes);
   return 0;
 }
 
 int32_t tmrt_arena_read(tmrt_context *ctx, uint64_t offset, void *destination,
                         uint64_t bytes) {
-  if (!ctx->arena || offset > ctx->arenaBytes ||
-      bytes > ctx->arenaBytes - offset)
+  if (!inArena(ctx, offset, bytes))
     return -1;
-  ctx->backend->readArena(ctx, offset, destination, bytes);
+  int64_t ref = static_cast<int64_t>(offset);
+  if (tmrt::isHostRef(ref))
+    std::memcpy(destination, ctx->hostArena + tmrt::offsetOf(ref), bytes);
+  else
+    ctx->backend->readArena(ctx, offset, destination, bytes);
   return 0;
 }
 
 int32_t tmrt_arena_copy(tmrt_context *ctx, uint64_t from, uint64_t to,
                         uint64_t bytes) {
-  if (!ctx->arena || from > ctx->arenaBytes ||
-      bytes > ctx->arenaBytes - from || to > ctx->arenaBytes ||
-      bytes > ctx->arenaBytes - to)
+  if (!inArena(ctx, from, bytes) || !inArena(ctx, to, bytes))
     return -1;
-  ctx->backend->copyArena(ctx, from, to, bytes);
-  ctx->touch(static_cast<int64_t>(to), bytes);
+  tmrt::copyBetweenArenas(ctx, static_cast<int64_t>(from),
+                          static_cast<int64_t>(to), bytes,
+                          /*countTransfer=*/false);
   return 0;
 }
 

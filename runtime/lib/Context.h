@@ -55,10 +55,22 @@ template <> inline constexpr int64_t kDtypeOf<trainmem::BFloat16> = TMRT_DTYPE_B
 template <> inline constexpr int64_t kDtypeOf<trainmem::Float16> = TMRT_DTYPE_F16;
 
 inline int64_t dtypeOf(int64_t ref) { return ref >> TMRT_DTYPE_SHIFT; }
-inline int64_t offsetOf(int64_t ref) {
-  return ref & ((int64_t(1) << TMRT_DTYPE_SHIFT) - 1);
-}
+/// The byte offset a reference names in its arena.
+inline int64_t offsetOf(int64_t ref) { return ref & (TMRT_HOST_MEMORY - 1); }
+/// Whether a reference names the host arena (TMRT_HOST_MEMORY).
+inline bool isHostRef(int64_t ref) { return (ref & TMRT_HOST_MEMORY) != 0; }
 const char *dtypeName(int64_t dtype);
+
+/// Copies `bytes` from reference `from` to `to`, each in either arena (the
+/// backend's copies for its arena), and marks the destination written;
+/// with `countTransfer`, bytes that cross between the arenas count as
+/// transferred (tmrt_transfer_bytes). Ranges are the caller's to check.
+void copyBetweenArenas(tmrt_context *ctx, int64_t from, int64_t to,
+                       uint64_t bytes, bool countTransfer);
+
+/// tmrt_transfer on any backend: copyBetweenArenas counting what crosses,
+/// after checking that a host reference has a host arena to name.
+void transferKernel(tmrt_context *ctx, int64_t from, int64_t to, int64_t bytes);
 
 /// How bf16 GEMMs run (TMRT_BF16_GEMM): `widen` converts tiles to f32 and
 /// calls cblas_sgemm, which forms the same sums on every CPU as the f32
@@ -90,6 +102,13 @@ struct tmrt_context {
   uint8_t *arena = nullptr;
   uint64_t arenaBytes = 0;
   std::atomic<uint64_t> highWater{0};
+  /// The host arena (TMRT_HOST_MEMORY references): host memory on every
+  /// backend, planned apart from the arena; its peak measured apart.
+  uint8_t *hostArena = nullptr;
+  uint64_t hostArenaBytes = 0;
+  std::atomic<uint64_t> hostHighWater{0};
+  /// Bytes tmrt_transfer moved between the arenas.
+  std::atomic<uint64_t> transferBytes{0};
   std::atomic<uint64_t> kernelCalls{0};
   std::mutex errorMutex;
   std::string error;
@@ -126,17 +145,32 @@ struct tmrt_context {
   template <typename T> T *at(int64_t ref) {
     if (tmrt::dtypeOf(ref) != tmrt::kDtypeOf<T>)
       failDtype(ref, tmrt::kDtypeOf<T>);
-    return reinterpret_cast<T *>(arena + tmrt::offsetOf(ref));
+    return reinterpret_cast<T *>(bytesAt(ref));
   }
+  /// The first byte of the buffer `ref` names, in its arena. A device
+  /// backend's kernels cannot read the host arena: a host reference given
+  /// to one fails the context (and names the arena's own offset instead).
+  uint8_t *bytesAt(int64_t ref) {
+    if (!tmrt::isHostRef(ref))
+      return arena + tmrt::offsetOf(ref);
+    if (!hostArena || !kernelsReadHost()) {
+      failHostRef(ref);
+      return arena;
+    }
+    return hostArena + tmrt::offsetOf(ref);
+  }
+  bool kernelsReadHost() const;
   void failDtype(int64_t ref, int64_t expected);
+  void failHostRef(int64_t ref);
   /// Records that [offset, offset + bytes) of the buffer `ref` names was
-  /// written.
+  /// written (in the arena it names).
   void touch(int64_t ref, uint64_t bytes) {
     uint64_t end = static_cast<uint64_t>(tmrt::offsetOf(ref)) + bytes;
-    uint64_t seen = highWater.load(std::memory_order_relaxed);
+    std::atomic<uint64_t> &mark =
+        tmrt::isHostRef(ref) ? hostHighWater : highWater;
+    uint64_t seen = mark.load(std::memory_order_relaxed);
     while (end > seen &&
-           !highWater.compare_exchange_weak(seen, end,
-                                            std::memory_order_relaxed)) {
+           !mark.compare_exchange_weak(seen, end, std::memory_order_relaxed)) {
     }
   }
   void fail(const std::string &message) {

@@ -96,6 +96,88 @@ TEST(Backend, ArenaThroughTheBackend) {
   EXPECT_EQ(tmrt_arena_read(ctx.get(), 16, back.data(), ~uint64_t(0)), -1);
 }
 
+// The host arena (train-offload-optimizer's memory): TMRT_HOST_MEMORY
+// references and offsets name it; its copies, bounds and peak are its own;
+// tmrt_transfer moves bytes between the arenas and counts them.
+TEST(Backend, HostArenaApart) {
+  ContextPtr ctx(tmrt_context_create("cpu", 1, nullptr));
+  ASSERT_NE(ctx, nullptr);
+  const int64_t host = TMRT_HOST_MEMORY;
+  std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.5f};
+  ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 256), 0);
+  // No host arena yet: copies are refused, a kernel given a host reference
+  // fails the context with what is missing.
+  EXPECT_EQ(tmrt_arena_write(ctx.get(), host | 64, values.data(), 16), -1);
+  tmrt_transfer(ctx.get(), host | 64, 0, 16);
+  ASSERT_NE(tmrt_context_error(ctx.get()), nullptr);
+  EXPECT_NE(std::string(tmrt_context_error(ctx.get()))
+                .find("the context has no host arena"),
+            std::string::npos);
+  tmrt_context_clear_error(ctx.get());
+
+  EXPECT_EQ(tmrt_host_arena_alloc(ctx.get(), 0), -1);
+  ASSERT_EQ(tmrt_host_arena_alloc(ctx.get(), 128), 0);
+  EXPECT_EQ(tmrt_host_arena_alloc(ctx.get(), 128), -1); // once
+  EXPECT_EQ(tmrt_host_arena_bytes(ctx.get()), 128u);
+  ASSERT_EQ(tmrt_arena_write(ctx.get(), host | 64, values.data(), 16), 0);
+  // Each arena's peak apart.
+  EXPECT_EQ(tmrt_host_arena_high_water(ctx.get()), 80u);
+  EXPECT_EQ(tmrt_arena_high_water(ctx.get()), 0u);
+  std::vector<float> back(4);
+  ASSERT_EQ(tmrt_arena_read(ctx.get(), host | 64, back.data(), 16), 0);
+  EXPECT_EQ(back, values);
+  // The host arena's bounds, not the arena's; an element type is no offset.
+  EXPECT_EQ(tmrt_arena_write(ctx.get(), host | 120, values.data(), 16), -1);
+  EXPECT_EQ(tmrt_arena_write(ctx.get(), 200, values.data(), 16), 0);
+  EXPECT_EQ(tmrt_arena_write(ctx.get(), tmrt_tensor_ref(0, TMRT_DTYPE_BF16),
+                             values.data(), 16),
+            -1);
+
+  // Host -> device by the host's copy (not the step's: not counted), then
+  // by tmrt_transfer (counted), then a kernel on host references (the CPU
+  // backend's kernels read either arena).
+  ASSERT_EQ(tmrt_arena_copy(ctx.get(), host | 64, 0, 16), 0);
+  EXPECT_EQ(tmrt_transfer_bytes(ctx.get()), 0u);
+  tmrt_transfer(ctx.get(), host | 64, 128, 16);
+  EXPECT_EQ(tmrt_transfer_bytes(ctx.get()), 16u);
+  for (uint64_t offset : {uint64_t(0), uint64_t(128)}) {
+    ASSERT_EQ(tmrt_arena_read(ctx.get(), offset, back.data(), 16), 0);
+    EXPECT_EQ(back, values);
+  }
+  tmrt_add(ctx.get(), host | 64, 128, host | 0, 4);
+  tmrt_transfer(ctx.get(), host | 0, 64, 16);
+  EXPECT_EQ(tmrt_transfer_bytes(ctx.get()), 32u);
+  ASSERT_EQ(tmrt_arena_read(ctx.get(), 64, back.data(), 16), 0);
+  for (size_t i = 0; i < values.size(); ++i)
+    EXPECT_EQ(back[i], 2 * values[i]);
+  EXPECT_EQ(tmrt_context_error(ctx.get()), nullptr);
+  EXPECT_EQ(tmrt_host_arena_high_water(ctx.get()), 80u);
+  EXPECT_EQ(tmrt_arena_high_water(ctx.get()), 216u);
+}
+
+// A backend whose kernels run on a device cannot read host memory: a host
+// reference given to one of its kernels fails the context, naming the way
+// out (tmrt_transfer moves host memory; run the update on the device).
+TEST(Backend, DeviceKernelsRefuseHostReferences) {
+  tmrt::Backend device = tmrt::cpuBackend();
+  device.name = "device-like";
+  device.hostArena = false;
+  auto ctx = std::make_unique<tmrt_context>(
+      device, tmrt::singleProcessCommunicator(), 1);
+  ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 256), 0);
+  ASSERT_EQ(tmrt_host_arena_alloc(ctx.get(), 256), 0);
+  tmrt_fill(ctx.get(), 0, 4, 1.0);
+  tmrt_transfer(ctx.get(), 0, TMRT_HOST_MEMORY | 64, 16);
+  EXPECT_EQ(tmrt_context_error(ctx.get()), nullptr);
+  EXPECT_EQ(tmrt_transfer_bytes(ctx.get()), 16u);
+  tmrt_add(ctx.get(), TMRT_HOST_MEMORY | 64, 0, 64, 4);
+  ASSERT_NE(tmrt_context_error(ctx.get()), nullptr);
+  EXPECT_NE(std::string(tmrt_context_error(ctx.get()))
+                .find("which the device-like backend's kernels cannot read"),
+            std::string::npos);
+  tmrt_context_destroy(ctx.release());
+}
+
 TEST(Backend, EntryPointsCountAndDispatch) {
   ContextPtr ctx(tmrt_context_create("cpu", 2, nullptr));
   ASSERT_NE(ctx, nullptr);

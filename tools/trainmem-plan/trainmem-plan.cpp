@@ -477,9 +477,6 @@ static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
                : "")
        << "trainmem-run model.mlir --data FILE --steps N"
        << c.runOptions(request.memoryBytes) << "\n";
-  else if (c.offload != PlanOffload::none)
-    os << "  (the runtime does not run offloaded state yet: one arena; the "
-          "step above is for the memory report)\n";
   else
     os << "  (trainmem-run's train-step does not build this order: ZeRO-3 "
           "after the unrolled micro-batches, accumulate=full; run the step "

@@ -107,6 +107,13 @@ static cl::opt<bool> fuseElementwise(
     cl::desc("Fuse element-wise chains (bias + GELU into train.bias_gelu: "
              "train-fuse-elementwise on the forward); the same bits"),
     cl::cat(category));
+static cl::opt<std::string> offloadOptimizer(
+    "offload-optimizer",
+    cl::desc("Keep the optimizer state in host memory, its own arena "
+             "(train-offload-optimizer): states (updates on the device, the "
+             "state copied in and back) or states+update (updates on the "
+             "host, cpu backend)"),
+    cl::cat(category));
 static cl::opt<std::string>
     rematOptions("remat",
                  cl::desc("Recompute activations: train-remat options, e.g. "
@@ -250,9 +257,13 @@ int main(int argc, char **argv) {
                   llvm::Twine(worldSize) + " here)");
     zero = "ranks=" + std::to_string(worldSize) + " " + zeroOptions;
   }
+  if (!offloadOptimizer.empty() && offloadOptimizer != "states" &&
+      offloadOptimizer != "states+update")
+    return fail("--offload-optimizer is states or states+update, got '" +
+                llvm::Twine(offloadOptimizer) + "'");
   if (failed(prepareStep(*module, autodiffOptions, rematOptions,
                          gradAccumOptions, quantize, zero, lossScale,
-                         fuseAttention, fuseElementwise)))
+                         fuseAttention, fuseElementwise, offloadOptimizer)))
     return 1;
 
   SessionOptions options;
@@ -304,7 +315,8 @@ int main(int argc, char **argv) {
           std::string(gradAccumOptions), std::string(quantizeOptions),
           std::string(zeroOptions), std::string(lossScaleOptions),
           std::string(fuseAttention ? "fuse-attention" : ""),
-          std::string(fuseElementwise ? "fuse-elementwise" : "")})
+          std::string(fuseElementwise ? "fuse-elementwise" : ""),
+          std::string(offloadOptimizer)})
       what += "\n" + option;
     uint64_t hash = fnv1a(what);
     for (int part = 0; part < 4; ++part) {
@@ -408,8 +420,11 @@ int main(int argc, char **argv) {
     else
       os << "trainmem-run: ";
     os << backend << " backend, " << options.threads << " threads, arena plan "
-       << layout.arenaBytes << " B (" << humanBytes(layout.arenaBytes)
-       << "), steps " << firstStep << ".." << steps << "\n";
+       << layout.arenaBytes << " B (" << humanBytes(layout.arenaBytes) << ")";
+    if (layout.hostArenaBytes)
+      os << ", host arena plan " << layout.hostArenaBytes << " B ("
+         << humanBytes(layout.hostArenaBytes) << ")";
+    os << ", steps " << firstStep << ".." << steps << "\n";
     llvm::errs() << line;
   }
   if (leader)
@@ -581,6 +596,18 @@ int main(int argc, char **argv) {
   if (std::optional<uint64_t> measured = session->getMeasuredPeak())
     llvm::outs() << "arena: planned " << layout.arenaBytes
                  << " B, measured peak " << *measured << " B\n";
+  if (std::optional<uint64_t> measured = session->getMeasuredHostPeak()) {
+    uint64_t stepsRun = std::max<int64_t>(1, steps - firstStep + 1);
+    llvm::outs() << "host arena: planned " << layout.hostArenaBytes
+                 << " B, measured peak " << *measured << " B; staging copies "
+                 << session->getTransferBytes() / stepsRun
+                 << " B per step between the arenas";
+    if (layout.hostUpdates)
+      llvm::outs() << " (" << layout.hostUpdates
+                   << " updates run in host memory, reading the gradients "
+                      "and writing the weights in the arena in place)";
+    llvm::outs() << "\n";
+  }
   if (std::optional<LossScaleState> scale = session->getLossScale();
       scale && leader)
     llvm::outs() << "loss scale: " << llvm::format("%.10g", scale->scale)

@@ -116,6 +116,20 @@ public:
   const CategoryBytes &getHostTotals() const { return hostTotals; }
   uint64_t getHostBytes() const;
   uint64_t getHostDeviceBytes() const { return hostDeviceBytes; }
+  /// A device copy of a host operand of an update that runs on the device
+  /// (train-offload-optimizer what=states): the state comes in before the
+  /// update, the update reads and writes the copy in place, and it goes
+  /// back after; the copy is buffer `buffer`, live at the update only.
+  struct Staging {
+    Operation *update;
+    unsigned operand;
+    unsigned buffer;
+  };
+  ArrayRef<Staging> getStaging() const { return staging; }
+  /// The index (getBuffers() order) of the staging copy of `update`'s
+  /// operand `operand`, if it has one.
+  std::optional<unsigned> lookupStaging(Operation *update,
+                                        unsigned operand) const;
 
   /// A count that does not fit in 64 bits (kCountOverflow), the first one
   /// found: the op where it happens and what was counted ("backward
@@ -166,6 +180,7 @@ private:
   CategoryBytes totals{};
   CategoryBytes hostTotals{};
   uint64_t hostDeviceBytes = 0;
+  std::vector<Staging> staging;
   std::vector<LayerActivations> layers;
   uint64_t parameters = 0;
   std::array<uint64_t, 3> flops{};

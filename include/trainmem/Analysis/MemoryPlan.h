@@ -24,22 +24,27 @@ namespace train {
 class MemoryPlan {
 public:
   /// Every buffer's size is rounded up to `alignment` bytes, a power of two.
-  /// The device's arena, or with `host` the host's (the buffers
-  /// train-offload-optimizer put in host memory): each plans only its own
-  /// buffers, so the two arenas are planned apart.
-  explicit MemoryPlan(const FunctionMemory &memory, uint64_t alignment = 64,
-                      bool host = false);
+  /// Two arenas, planned apart: the device's, and the host's for the
+  /// buffers train-offload-optimizer put in host memory (Buffer::host).
+  explicit MemoryPlan(const FunctionMemory &memory, uint64_t alignment = 64);
 
-  /// Bytes the arena needs.
+  /// Bytes the device's arena needs.
   uint64_t getArenaBytes() const { return arenaBytes; }
+  /// Bytes the host's arena needs (0 without host memory).
+  uint64_t getHostArenaBytes() const { return hostArenaBytes; }
   uint64_t getAlignment() const { return alignment; }
-  /// Offset of buffer `index` of the FunctionMemory (getBuffers() order).
+  /// Offset of buffer `index` of the FunctionMemory (getBuffers() order) in
+  /// its arena (the host's for a host buffer).
   uint64_t getOffset(unsigned index) const { return offsets[index]; }
   ArrayRef<uint64_t> getOffsets() const { return offsets; }
 
   /// Writes the plan into the function `memory` analyzed, as
-  /// train-plan-arena does: `train.arena_bytes` on it, `train.offset` on its
-  /// tensor arguments, `train.offsets` on every op with results.
+  /// train-plan-arena does: `train.arena_bytes` on it (and
+  /// `train.host_arena_bytes` with host memory), `train.offset` on its
+  /// tensor arguments, `train.offsets` on every op with results, and
+  /// `train.staging_offsets` on an update with staging copies (one per
+  /// operand, -1 for an operand without). A host buffer's offsets are in
+  /// the host's arena.
   void writeToIR(const FunctionMemory &memory) const;
   /// Whether `func` carries a plan (`train.arena_bytes`).
   static bool hasPlanInIR(Operation *func);
@@ -57,6 +62,7 @@ private:
 
   uint64_t alignment;
   uint64_t arenaBytes = 0;
+  uint64_t hostArenaBytes = 0;
   std::vector<uint64_t> offsets;
 };
 

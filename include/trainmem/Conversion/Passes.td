@@ -23,6 +23,14 @@ def ConvertTrainToRuntimePass
     `optimizer_state`, `input`, `loss`, `grad`, `grad_norm`), `key` (the
     marker's value), `offset`, `bytes`, `shape` and `dtype`.
 
+    Host memory (`train-offload-optimizer`): the host's tensors get offsets
+    in a second arena (`tmrt.host_arena_bytes`; their slots carry
+    `memory_space = #train.space<host>`, their references
+    `TMRT_HOST_MEMORY`); an update on the device with host state is
+    surrounded by `tmrt_transfer` calls into its staging copies and back,
+    and `tmrt.host_updates` counts the updates that run in host memory
+    (`what=states+update`).
+
     It is a dialect conversion (`populateTrainToRuntimePatterns`): every
     compute op is illegal and becomes the calls its
     `RuntimeLoweringOpInterface` model emits, in place; `train.block`

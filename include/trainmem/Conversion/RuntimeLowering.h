@@ -107,6 +107,9 @@ public:
   static LogicalResult requireF32(Operation *op, ValueRange values,
                                   StringRef what);
   static constexpr int64_t kDtypeShift = 56;
+  /// The bit of a location that names the host arena (TMRT_HOST_MEMORY):
+  /// offsetOf gives it for a tensor in host memory (train-offload-optimizer).
+  static constexpr int64_t kHostMemoryBit = int64_t(1) << 55;
   static int64_t elements(Value value);
   static ArrayRef<int64_t> shape(Value value);
   static int64_t lastDim(Value value);
@@ -135,8 +138,19 @@ private:
 struct RuntimeLoweringState {
   /// The runtime context the calls take.
   Value context;
-  /// The arena offset of a tensor value (the static plan).
+  /// The location of a tensor value (the static plan): its byte offset in
+  /// the arena, or in the host arena with RuntimeCallBuilder::kHostMemoryBit.
   std::function<int64_t(Value)> offsetOf;
+  /// A device copy of a host operand, which an update on the device reads
+  /// and writes in place (train-offload-optimizer what=states): operand
+  /// `operand` comes into the copy at arena offset `device` before the op's
+  /// calls and goes back after (tmrt_transfer).
+  struct StagingCopy {
+    unsigned operand;
+    int64_t device;
+  };
+  /// The staging copies of an op (none for most ops); null: none at all.
+  std::function<SmallVector<StagingCopy>(Operation *)> stagingOf;
   /// Calls emitted so far.
   uint64_t numCalls = 0;
   /// An op's lowering failed (it said why at the op).

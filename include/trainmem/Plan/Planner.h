@@ -130,8 +130,7 @@ struct PlanCandidate {
   /// loop unrolled at the end (the runtime lowering takes unrolled loops).
   std::string passPipeline(int64_t ranks, uint64_t memoryBytes) const;
   /// Whether trainmem-run runs it with train-step's passes: all but ZeRO-3
-  /// with recompute inside a micro-batch loop, and offload (the runtime has
-  /// one arena).
+  /// with recompute inside a micro-batch loop.
   bool runsWithTrainStep() const;
   /// The same as trainmem-run options.
   std::string runOptions(uint64_t memoryBytes) const;

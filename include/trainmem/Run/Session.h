@@ -197,6 +197,11 @@ public:
   int64_t getVocab() const { return vocab; }
   /// The highest arena byte written so far (runtime backends).
   std::optional<uint64_t> getMeasuredPeak() const;
+  /// The same of the host arena (a step with host memory,
+  /// train-offload-optimizer), and the bytes moved between the two arenas
+  /// so far (the staging copies of what=states).
+  std::optional<uint64_t> getMeasuredHostPeak() const;
+  uint64_t getTransferBytes() const;
   /// The ranks the step runs on (1 unless train-zero partitioned it), and
   /// this process's (after start).
   int64_t getRanks() const { return ranks; }

@@ -31,6 +31,11 @@ struct TensorSlot {
   std::string key;  // the marker's value: parameter or state name, input name
   uint64_t offset = 0;
   uint64_t bytes = 0;
+  /// In the host arena (train-offload-optimizer's memory_space = host).
+  bool host = false;
+  /// Where the runtime's arena copies find it: the offset, with
+  /// TMRT_HOST_MEMORY for a host slot.
+  uint64_t location() const;
   std::vector<int64_t> shape;
   std::string dtype;
   /// Optimizer state: what it holds (from its #train.state).
@@ -50,6 +55,11 @@ struct TensorSlot {
 
 struct StepLayout {
   uint64_t arenaBytes = 0;
+  /// The host arena (train-offload-optimizer), 0 without one.
+  uint64_t hostArenaBytes = 0;
+  /// Updates that run in host memory (what=states+update): their kernels
+  /// read the host arena, which a device backend's cannot.
+  uint64_t hostUpdates = 0;
   std::vector<TensorSlot> arguments;
   std::vector<TensorSlot> results;
   const TensorSlot *findArgument(StringRef role, StringRef key) const;
@@ -68,7 +78,8 @@ struct StepLayout {
 /// "ranks=2 stage=1"), train-zero between the two (train-step's order);
 /// with `lossScaleOptions` (possibly empty), train-loss-scale after
 /// train-autodiff; with `fuseAttention`, train-fuse-attention on the
-/// forward before it, with `fuseElementwise` train-fuse-elementwise.
+/// forward before it, with `fuseElementwise` train-fuse-elementwise; with
+/// `offload` ("states" or "states+update"), train-offload-optimizer last.
 LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
                           StringRef rematOptions = "",
                           StringRef gradAccumOptions = "",
@@ -76,7 +87,7 @@ LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
                           StringRef zeroOptions = "",
                           std::optional<StringRef> lossScaleOptions = {},
                           bool fuseAttention = false,
-                          bool fuseElementwise = false);
+                          bool fuseElementwise = false, StringRef offload = "");
 
 /// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
 /// convert-to-llvm) and reads its arena layout.

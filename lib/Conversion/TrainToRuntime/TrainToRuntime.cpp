@@ -84,9 +84,41 @@ struct RuntimeCallsPattern : public ConversionPattern {
   matchAndRewrite(Operation *op, ArrayRef<Value>,
                   ConversionPatternRewriter &rewriter) const override {
     Operation *before = op->getPrevNode();
-    RuntimeCallBuilder calls(rewriter, state.context, state.offsetOf);
+    // Host operands with staging copies: the op's calls name the copies
+    // (an in-place result, in its operand's host location, too); the state
+    // comes in before them and goes back after.
+    SmallVector<RuntimeLoweringState::StagingCopy> staging;
+    if (state.stagingOf)
+      staging = state.stagingOf(op);
+    llvm::DenseMap<Value, int64_t> inCopy;
+    for (const RuntimeLoweringState::StagingCopy &copy : staging) {
+      Value operand = op->getOperand(copy.operand);
+      int64_t host = state.offsetOf(operand);
+      inCopy[operand] = copy.device;
+      for (Value result : op->getResults())
+        if (isa<RankedTensorType>(result.getType()) &&
+            state.offsetOf(result) == host)
+          inCopy[result] = copy.device;
+    }
+    RuntimeCallBuilder calls(rewriter, state.context, [&](Value value) {
+      auto it = inCopy.find(value);
+      return it != inCopy.end() ? it->second : state.offsetOf(value);
+    });
+    auto transfer = [&](bool in) {
+      for (const RuntimeLoweringState::StagingCopy &copy : staging) {
+        Value operand = op->getOperand(copy.operand);
+        int64_t host = state.offsetOf(operand);
+        int64_t bytes = static_cast<int64_t>(getTensorBytes(operand.getType()));
+        calls.emit(rt::transfer{.from = in ? host : copy.device,
+                                .to = in ? copy.device : host,
+                                .bytes = bytes},
+                   op->getLoc());
+      }
+    };
+    transfer(/*in=*/true);
     if (failed(cast<RuntimeLoweringOpInterface>(op).lowerToRuntime(calls)))
       state.failed = true;
+    transfer(/*in=*/false);
     state.numCalls += calls.getNumCalls();
     // The op's calls, for cutting the step into parts in program order
     // later (the conversion visits ops in an order of its own).
@@ -182,20 +214,6 @@ struct ConvertTrainToRuntimePass
           << name << " with a body";
       return signalPassFailure();
     }
-    // Host memory (train-offload-optimizer) is planned and reported, not
-    // executed yet: the runtime has one arena.
-    for (unsigned i = 0; i < step.getNumArguments(); ++i)
-      if (auto space =
-              step.getArgAttrOfType<SpaceAttr>(i, kMemorySpaceAttrName))
-        if (space.getSpace() == MemorySpace::host) {
-          emitError(step.getArgument(i).getLoc(), "convert-train-to-runtime: ")
-              << "argument " << i << " of @" << name
-              << " lives in host memory (train-offload-optimizer); the "
-                 "runtime does not run host memory spaces yet (one arena): "
-                 "the offloaded step is for train-memory-report and "
-                 "trainmem-plan";
-          return signalPassFailure();
-        }
     for (auto [what, types] :
          {std::pair{"argument", step.getArgumentTypes()},
           std::pair{"result", step.getResultTypes()}})
@@ -259,6 +277,10 @@ struct ConvertTrainToRuntimePass
                          cast<RankedTensorType>(full.getValue()).getShape()));
       entry.append("dtype",
                    builder.getStringAttr(dtypeName(type.getElementType())));
+      // A tensor in host memory: its offset is in the host arena.
+      if (buffer->host)
+        entry.append(kMemorySpaceAttrName.drop_front(strlen("train.")),
+                     SpaceAttr::get(context, MemorySpace::host));
       return entry.getDictionary(context);
     };
     SmallVector<Attribute> arguments, results;
@@ -286,8 +308,23 @@ struct ConvertTrainToRuntimePass
       const Buffer *buffer = memory.lookupBuffer(value);
       assert(buffer && "every tensor has a buffer");
       return static_cast<int64_t>(
-          plan->getOffset(buffer - memory.getBuffers().data()));
+                 plan->getOffset(buffer - memory.getBuffers().data())) |
+             (buffer->host ? RuntimeCallBuilder::kHostMemoryBit : 0);
     };
+    // Updates on the device with host state read and write device copies.
+    uint64_t hostUpdates = 0;
+    if (!memory.getStaging().empty() || memory.getHostBytes() > 0) {
+      state.stagingOf = [&](Operation *op) {
+        SmallVector<RuntimeLoweringState::StagingCopy> copies;
+        for (unsigned i = 0; i < op->getNumOperands(); ++i)
+          if (std::optional<unsigned> copy = memory.lookupStaging(op, i))
+            copies.push_back({i, static_cast<int64_t>(plan->getOffset(*copy))});
+        return copies;
+      };
+      for (Operation *op : memory.getSchedule())
+        if (auto space = op->getAttrOfType<SpaceAttr>(kMemorySpaceAttrName))
+          hostUpdates += space.getSpace() == MemorySpace::host;
+    }
     // Illegal: the step's ops but its regions' structure (transparent
     // region ops, their yields, the return), which the next step removes.
     llvm::DenseSet<Operation *> computeOps;
@@ -391,6 +428,14 @@ struct ConvertTrainToRuntimePass
     lowered->setAttr(kArenaBytesAttrName,
                      builder.getI64IntegerAttr(
                          static_cast<int64_t>(plan->getArenaBytes())));
+    if (plan->getHostArenaBytes())
+      lowered->setAttr(kHostArenaBytesAttrName,
+                       builder.getI64IntegerAttr(
+                           static_cast<int64_t>(plan->getHostArenaBytes())));
+    if (hostUpdates)
+      lowered->setAttr(
+          kHostUpdatesAttrName,
+          builder.getI64IntegerAttr(static_cast<int64_t>(hostUpdates)));
     lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
     lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
     if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))

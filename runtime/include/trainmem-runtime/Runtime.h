@@ -14,6 +14,13 @@
  * kernel share an element type unless its comment says otherwise (the
  * optimizers' gradients, cross-entropy's f32 loss, tmrt_convert).
  *
+ * A context has a second arena for host memory (the optimizer state
+ * train-offload-optimizer moved there), planned apart by the compiler: a
+ * reference, or an offset given to tmrt_arena_write/read/copy/touch, with
+ * TMRT_HOST_MEMORY set names a byte of the host arena. On the CPU backend
+ * both arenas are host memory and any kernel reads either; a device backend
+ * moves host memory only with tmrt_transfer (its kernels read the device).
+ *
  * A kernel never aborts: a bad input (an id outside a table) is recorded in
  * the context and reported by tmrt_context_error() after the step.
  *
@@ -34,6 +41,8 @@ typedef struct tmrt_context tmrt_context;
 #define TMRT_DTYPE_F32 0
 #define TMRT_DTYPE_BF16 1
 #define TMRT_DTYPE_F16 2
+/* The bit of a reference that names the host arena; offsets are below it. */
+#define TMRT_HOST_MEMORY ((int64_t)1 << 55)
 /* The reference of the tensor at byte `offset` with element type `dtype`. */
 static inline int64_t tmrt_tensor_ref(int64_t offset, int64_t dtype) {
   return offset | (dtype << TMRT_DTYPE_SHIFT);
@@ -67,15 +76,24 @@ void tmrt_context_clear_error(tmrt_context *ctx);
 
 /* Arena: allocated once; returns 0, or -1 when it cannot be allocated. */
 int32_t tmrt_arena_alloc(tmrt_context *ctx, uint64_t bytes);
-/* Copies between host memory and the arena (which may be device memory);
- * a write marks the region written. Return 0, or -1 for a range outside
- * the arena. */
+/* The host arena (TMRT_HOST_MEMORY references): host memory on every
+ * backend, allocated once; 0, or -1 when it cannot be allocated. */
+int32_t tmrt_host_arena_alloc(tmrt_context *ctx, uint64_t bytes);
+uint64_t tmrt_host_arena_bytes(tmrt_context *ctx);
+/* Highest host-arena byte written (+1): its measured peak. */
+uint64_t tmrt_host_arena_high_water(tmrt_context *ctx);
+/* Bytes tmrt_transfer moved between the arenas so far. */
+uint64_t tmrt_transfer_bytes(tmrt_context *ctx);
+
+/* Copies between host memory and an arena (the arena may be device memory;
+ * TMRT_HOST_MEMORY in the offset: the host arena); a write marks the region
+ * written. Return 0, or -1 for a range outside its arena. */
 int32_t tmrt_arena_write(tmrt_context *ctx, uint64_t offset,
                          const void *source, uint64_t bytes);
 int32_t tmrt_arena_read(tmrt_context *ctx, uint64_t offset, void *destination,
                         uint64_t bytes);
-/* Copies bytes within the arena (the regions may overlap); marks the
- * destination written. */
+/* Copies bytes within an arena or between the two (the regions may
+ * overlap); marks the destination written. */
 int32_t tmrt_arena_copy(tmrt_context *ctx, uint64_t from, uint64_t to,
                         uint64_t bytes);
 /* The arena's host address: only for a backend whose arena is host memory
@@ -112,6 +130,11 @@ void tmrt_fill(tmrt_context *ctx, int64_t out, int64_t n, double value);
 void tmrt_fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value);
 void tmrt_iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits);
 void tmrt_copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+/* Copies `bytes` from reference `from` to reference `to`, the two in either
+ * arena: how a step moves host memory (TMRT_HOST_MEMORY) to the device and
+ * back (train-offload-optimizer's staging copies). Counted in
+ * tmrt_transfer_bytes. */
+void tmrt_transfer(tmrt_context *ctx, int64_t from, int64_t to, int64_t bytes);
 void tmrt_convert(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
 
 /* Copies a strided view (rank <= 6, padded with size 1) into a row-major

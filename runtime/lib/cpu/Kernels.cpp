@@ -282,6 +282,10 @@ void copyOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   ctx->touch(out, n * sizeof(T));
 }
 
+void transfer(tmrt_context *ctx, int64_t from, int64_t to, int64_t bytes) {
+  tmrt::transferKernel(ctx, from, to, bytes);
+}
+
 void copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   withFloatType(ctx, "copy", {in, out}, [&](auto type) {
     copyOf<decltype(type)>(ctx, in, out, n);
@@ -1459,8 +1463,7 @@ void slice_rows(tmrt_context *ctx, int64_t in, int64_t out,
   }
   int64_t size = kind == 64 ? 8 : kind == 32 || dtype == TMRT_DTYPE_F32 ? 4 : 2;
   int64_t copied = std::max<int64_t>(0, std::min(rows, available - offset));
-  std::memcpy(ctx->arena + tmrt::offsetOf(out),
-              ctx->arena + tmrt::offsetOf(in) + offset * row_elems * size,
+  std::memcpy(ctx->bytesAt(out), ctx->bytesAt(in) + offset * row_elems * size,
               copied * row_elems * size);
   for (int64_t i = copied * row_elems; i < rows * row_elems; ++i) {
     if (kind == 32)

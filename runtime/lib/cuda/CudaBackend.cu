@@ -286,6 +286,12 @@ void iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits) {
   ctx->touch(out, n * id_bits / 8);
 }
 
+// Between the arenas with the copies above (the host arena is host
+// memory, the arena the device's; synchronous).
+void transfer(tmrt_context *ctx, int64_t from, int64_t to, int64_t bytes) {
+  tmrt::transferKernel(ctx, from, to, bytes);
+}
+
 void copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   withFloatType(ctx, "copy", {in, out}, [&](auto type) {
     using T = decltype(type);

@@ -308,6 +308,20 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                << " (a tensor's is >= 0, any other result's -1)";
     return success();
   }
+  if (attr.getName() == kPlanStagingOffsetsAttrName) {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!offsets || !isa<OptimizerUpdateOpInterface>(op) ||
+        offsets.size() != static_cast<int64_t>(op->getNumOperands()) ||
+        llvm::any_of(offsets.asArrayRef(),
+                     [](int64_t offset) { return offset < -1; }))
+      return op->emitOpError()
+             << "'" << kPlanStagingOffsetsAttrName
+             << "' is on an optimizer update one device offset per operand "
+                "(array<i64>, "
+             << op->getNumOperands() << " values, -1 for none), got "
+             << attr.getValue();
+    return success();
+  }
   // Where an optimizer update runs (train-offload-optimizer).
   if (attr.getName() == kMemorySpaceAttrName) {
     if (!isa<SpaceAttr>(attr.getValue()) ||
@@ -326,11 +340,12 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
              << "' is a #train.zero on the step, got " << attr.getValue();
     return success();
   }
-  if (attr.getName() == kPlanArenaBytesAttrName) {
+  if (attr.getName() == kPlanArenaBytesAttrName ||
+      attr.getName() == kPlanHostArenaBytesAttrName) {
     auto bytes = dyn_cast<IntegerAttr>(attr.getValue());
     if (!bytes || bytes.getInt() < 0 || !isa<FunctionOpInterface>(op))
       return op->emitOpError()
-             << "'" << kPlanArenaBytesAttrName
+             << "'" << attr.getName().getValue()
              << "' is the arena's size on the step (an integer >= 0), got "
              << attr.getValue();
     return success();

@@ -202,8 +202,7 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
   if (memory.getHostBytes() > 0) {
     object["host"] = llvm::json::Object{
         {"bytes", memory.getHostBytes()},
-        {"arena_bytes", MemoryPlan(memory, plan.getAlignment(), /*host=*/true)
-                            .getArenaBytes()},
+        {"arena_bytes", plan.getHostArenaBytes()},
         {"totals", categoryObject(memory.getHostTotals(), false)},
         {"host_device_bytes_per_step", memory.getHostDeviceBytes()}};
   }
@@ -312,9 +311,8 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
               memory.getHostTotals()[static_cast<unsigned>(category)])
         os << llvm::formatv("    {0,-10} {1,20} B\n",
                             stringifyMemoryCategory(category), bytes);
-    os << llvm::formatv(
-        "  host arena plan {0,15} B\n",
-        MemoryPlan(memory, plan.getAlignment(), /*host=*/true).getArenaBytes());
+    os << llvm::formatv("  host arena plan {0,15} B\n",
+                        plan.getHostArenaBytes());
     os << llvm::formatv("  host<->device {0,17} B per step\n",
                         memory.getHostDeviceBytes());
   }

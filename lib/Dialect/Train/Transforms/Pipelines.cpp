@@ -50,10 +50,16 @@ LogicalResult mlir::train::buildTrainStepPipeline(
     return failure();
   if (!options.quantize && !options.quantizeOptions.empty())
     return errorHandler("train-step: quantize-options needs quantize=true");
+  // Offload last: it marks the state and the updates of the finished step.
+  auto offload = [&]() -> LogicalResult {
+    if (options.offload.empty())
+      return success();
+    return add("train-offload-optimizer", "what=" + options.offload);
+  };
   if (options.zero.empty()) {
     pm.addPass(createTrainUnrollAccumPass());
     pm.addPass(createTrainMaterializeRematPass());
-    return success();
+    return offload();
   }
   // Partitioned, with recompute inside a micro-batch loop: train-zero
   // partitions the rolled loop (stages 0-2 take unmaterialized recompute;
@@ -65,7 +71,7 @@ LogicalResult mlir::train::buildTrainStepPipeline(
       return failure();
     pm.addPass(createTrainUnrollAccumPass());
     pm.addPass(createTrainMaterializeRematPass());
-    return success();
+    return offload();
   }
   // Partitioned: recompute is materialized first (stage 3 gathers for it),
   // and the micro-batch loop unrolled after train-zero (stages 2-3 reduce
@@ -74,17 +80,18 @@ LogicalResult mlir::train::buildTrainStepPipeline(
   if (failed(add("train-zero", options.zero)))
     return failure();
   pm.addPass(createTrainUnrollAccumPass());
-  return success();
+  return offload();
 }
 
 void mlir::train::registerTrainPipelines() {
   registerPassPipeline(
       "train-step",
       "From a model to a step ready to lower: train-autodiff, then "
-      "train-loss-scale, train-remat, train-grad-accum, train-quantize-optimizer-state as "
+      "train-loss-scale, train-remat, train-grad-accum, "
+      "train-quantize-optimizer-state as "
       "asked, train-unroll-accum, train-materialize-remat; with zero, "
-      "train-materialize-remat, train-zero, train-unroll-accum "
-      "(trainmem-run's pipeline)",
+      "train-materialize-remat, train-zero, train-unroll-accum; then "
+      "train-offload-optimizer as asked (trainmem-run's pipeline)",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {
         TrainStepPipelineOptions options;

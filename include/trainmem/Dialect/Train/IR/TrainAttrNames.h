@@ -72,6 +72,14 @@ constexpr llvm::StringLiteral kModelAttrName = "train.model";
 constexpr llvm::StringLiteral kPlanArenaBytesAttrName = "train.arena_bytes";
 constexpr llvm::StringLiteral kPlanOffsetAttrName = "train.offset";
 constexpr llvm::StringLiteral kPlanOffsetsAttrName = "train.offsets";
+/// With host memory (train-offload-optimizer): on the function the host
+/// arena's bytes (i64; a host tensor's offsets are in it), and on an update
+/// that runs on the device with host state one device offset per operand
+/// for its staging copy (array<i64>, -1 for an operand without one).
+constexpr llvm::StringLiteral kPlanHostArenaBytesAttrName =
+    "train.host_arena_bytes";
+constexpr llvm::StringLiteral kPlanStagingOffsetsAttrName =
+    "train.staging_offsets";
 
 /// Attributes of a step lowered by convert-train-to-runtime: the arena's
 /// planned size, and where the host finds each argument and result. A
@@ -80,6 +88,13 @@ constexpr llvm::StringLiteral kPlanOffsetsAttrName = "train.offsets";
 constexpr llvm::StringLiteral kArenaBytesAttrName = "tmrt.arena_bytes";
 constexpr llvm::StringLiteral kArgumentSlotsAttrName = "tmrt.arguments";
 constexpr llvm::StringLiteral kResultSlotsAttrName = "tmrt.results";
+/// With host memory (train-offload-optimizer): the host arena's planned
+/// size (a slot with `memory_space = #train.space<host>` lies in it), and
+/// the number of updates whose kernels read and write host memory
+/// (what=states+update; a backend whose kernels run on a device cannot run
+/// them).
+constexpr llvm::StringLiteral kHostArenaBytesAttrName = "tmrt.host_arena_bytes";
+constexpr llvm::StringLiteral kHostUpdatesAttrName = "tmrt.host_updates";
 /// On a lowered step train-zero partitioned: the ranks it runs on (i64), as
 /// many processes as the runtime's communicator must have.
 constexpr llvm::StringLiteral kLoweredRanksAttrName = "tmrt.ranks";

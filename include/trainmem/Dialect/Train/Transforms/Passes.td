@@ -237,9 +237,11 @@ def TrainOffloadOptimizerPass
       updated 16-bit weights come back.
 
     The memory analysis then reports device and host memory apart, and the
-    bytes that cross between them per step. A step with no optimizer state
-    (SGD without momentum) is an error; the runtime does not execute host
-    memory spaces yet (convert-train-to-runtime refuses them).
+    bytes that cross between them per step; the memory plan gives host
+    memory an arena of its own, and convert-train-to-runtime lowers to two
+    arenas (host tensors named with `TMRT_HOST_MEMORY`, staging copies by
+    `tmrt_transfer`). A step with no optimizer state (SGD without momentum)
+    is an error.
   }];
   let options = [
     Option<"what", "what", "::mlir::train::OffloadWhat",

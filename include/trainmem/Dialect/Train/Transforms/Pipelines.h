@@ -70,6 +70,12 @@ struct TrainStepPipelineOptions
       llvm::cl::desc("train-zero options, e.g. \"ranks=2 stage=1\"; empty: "
                      "one process"),
       llvm::cl::init("")};
+  Option<std::string> offload{
+      *this, "offload",
+      llvm::cl::desc("Keep the optimizer state in host memory "
+                     "(train-offload-optimizer, last): \"states\" or "
+                     "\"states+update\"; empty: on the device"),
+      llvm::cl::init("")};
   Option<std::string> quantizeOptions{
       *this, "quantize-options",
       llvm::cl::desc("train-quantize-optimizer-state options, e.g. "

@@ -529,6 +529,7 @@ void FunctionMemory::placeInMemory() {
       // Counted with the temporaries (the most live at once).
       copy.category = MemoryCategory::Temporaries;
       copy.firstPoint = copy.lastPoint = point;
+      stagingIndex[{op, operand.getOperandNumber()}] = staging.size();
       staging.push_back(
           {op, operand.getOperandNumber(),
            static_cast<unsigned>(buffers.size() + copies.size())});
@@ -540,10 +541,10 @@ void FunctionMemory::placeInMemory() {
 
 std::optional<unsigned> FunctionMemory::lookupStaging(Operation *update,
                                                       unsigned operand) const {
-  for (const Staging &copy : staging)
-    if (copy.update == update && copy.operand == operand)
-      return copy.buffer;
-  return std::nullopt;
+  auto it = stagingIndex.find({update, operand});
+  if (it == stagingIndex.end())
+    return std::nullopt;
+  return staging[it->second].buffer;
 }
 
 void FunctionMemory::computeLiveness() {

@@ -181,6 +181,8 @@ private:
   CategoryBytes hostTotals{};
   uint64_t hostDeviceBytes = 0;
   std::vector<Staging> staging;
+  /// (update, operand) -> index in `staging`.
+  llvm::DenseMap<std::pair<Operation *, unsigned>, unsigned> stagingIndex;
   std::vector<LayerActivations> layers;
   uint64_t parameters = 0;
   std::array<uint64_t, 3> flops{};

@@ -247,6 +247,17 @@ struct ConvertTrainToRuntimePass
     } else {
       plan.emplace(memory);
     }
+    // A location keeps bit 55 for the host arena (TMRT_HOST_MEMORY) and the
+    // bits above for the element type: offsets must stay below it.
+    for (auto [what, bytes] :
+         {std::pair{"arena", plan->getArenaBytes()},
+          std::pair{"host arena", plan->getHostArenaBytes()}})
+      if (bytes >= static_cast<uint64_t>(RuntimeCallBuilder::kHostMemoryBit)) {
+        emitError(step.getLoc(), "convert-train-to-runtime: the ")
+            << what << " plan of @" << name << " needs " << bytes
+            << " B; the runtime's offsets are below 2^55 B";
+        return signalPassFailure();
+      }
     MLIRContext *context = &getContext();
     OpBuilder builder(context);
 

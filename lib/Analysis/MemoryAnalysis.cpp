@@ -468,7 +468,9 @@ uint64_t FunctionMemory::getHostBytes() const {
 /// optimizer state train-offload-optimizer moved) and of the results of
 /// updates that run there. An update that runs on the device with host
 /// state holds a device copy of its state while it runs (a staging
-/// buffer, live at the update only): the state comes in and goes back.
+/// buffer): the state comes in before it and goes back after the last
+/// device op that reads what it updated in place (the cast of the
+/// refreshed 16-bit weight from the master), which reads the copy too.
 void FunctionMemory::placeInMemory() {
   auto isHostArg = [&](Value value) {
     auto arg = dyn_cast<BlockArgument>(value);
@@ -485,7 +487,8 @@ void FunctionMemory::placeInMemory() {
   bool any = false;
   for (Buffer &buffer : buffers) {
     Operation *def = buffer.owner.getDefiningOp();
-    if (isHostArg(buffer.owner) || (def && runsOnHost(def))) {
+    if (isHostArg(buffer.owner) ||
+        (def && isa<OptimizerUpdateOpInterface>(def) && runsOnHost(def))) {
       buffer.host = true;
       any = true;
     }
@@ -529,22 +532,57 @@ void FunctionMemory::placeInMemory() {
       // Counted with the temporaries (the most live at once).
       copy.category = MemoryCategory::Temporaries;
       copy.firstPoint = copy.lastPoint = point;
-      stagingIndex[{op, operand.getOperandNumber()}] = staging.size();
-      staging.push_back(
-          {op, operand.getOperandNumber(),
-           static_cast<unsigned>(buffers.size() + copies.size())});
+      // The device ops after the update that read its in-place results
+      // (through the yields of the regions around it) read the copy.
+      unsigned index = staging.size();
+      Operation *last = op;
+      SmallVector<Value> values;
+      for (Value result : op->getResults())
+        if (lookupBuffer(result) == buffer)
+          values.push_back(result);
+      while (!values.empty()) {
+        Value value = values.pop_back_val();
+        for (OpOperand &use : value.getUses()) {
+          Operation *user = use.getOwner();
+          if (isa<YieldOp>(user)) {
+            Operation *parent = user->getParentOp();
+            if (parent && use.getOperandNumber() < parent->getNumResults())
+              values.push_back(parent->getResult(use.getOperandNumber()));
+            continue;
+          }
+          // The step's return hands the state back where it lives.
+          if (user->hasTrait<OpTrait::IsTerminator>() || !pointOf.count(user) ||
+              runsOnHost(user) || getPoint(user) <= point)
+            continue;
+          auto &readers = stagingReaders[user];
+          if (llvm::is_contained(readers, index))
+            continue;
+          readers.push_back(index);
+          if (getPoint(user) > copy.lastPoint) {
+            copy.lastPoint = getPoint(user);
+            last = user;
+          }
+        }
+      }
+      stagingIndex[{op, operand.getOperandNumber()}] = index;
+      staging.push_back({op, operand.getOperandNumber(),
+                         static_cast<unsigned>(buffers.size() + copies.size()),
+                         last});
       copies.push_back(copy);
     }
   }
   buffers.insert(buffers.end(), copies.begin(), copies.end());
 }
 
-std::optional<unsigned> FunctionMemory::lookupStaging(Operation *update,
-                                                      unsigned operand) const {
+ArrayRef<unsigned> FunctionMemory::getStagingReadBy(Operation *op) const {
+  auto it = stagingReaders.find(op);
+  return it == stagingReaders.end() ? ArrayRef<unsigned>() : it->second;
+}
+
+const FunctionMemory::Staging *
+FunctionMemory::lookupStaging(Operation *update, unsigned operand) const {
   auto it = stagingIndex.find({update, operand});
-  if (it == stagingIndex.end())
-    return std::nullopt;
-  return staging[it->second].buffer;
+  return it == stagingIndex.end() ? nullptr : &staging[it->second];
 }
 
 void FunctionMemory::computeLiveness() {

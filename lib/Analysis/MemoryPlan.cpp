@@ -272,11 +272,11 @@ void MemoryPlan::writeToIR(const FunctionMemory &memory) const {
     // Staging copies of host operands (train-offload-optimizer what=states).
     SmallVector<int64_t> stagingOffsets;
     for (unsigned i = 0; i < op->getNumOperands(); ++i) {
-      std::optional<unsigned> copy = memory.lookupStaging(op, i);
+      const FunctionMemory::Staging *copy = memory.lookupStaging(op, i);
       if (copy && stagingOffsets.empty())
         stagingOffsets.assign(op->getNumOperands(), -1);
       if (copy)
-        stagingOffsets[i] = static_cast<int64_t>(offsets[*copy]);
+        stagingOffsets[i] = static_cast<int64_t>(offsets[copy->buffer]);
     }
     if (!stagingOffsets.empty())
       op->setAttr(kPlanStagingOffsetsAttrName,
@@ -351,7 +351,7 @@ FailureOr<MemoryPlan> MemoryPlan::readFromIR(const FunctionMemory &memory,
     auto written =
         op->getAttrOfType<DenseI64ArrayAttr>(kPlanStagingOffsetsAttrName);
     for (unsigned i = 0; i < op->getNumOperands(); ++i) {
-      std::optional<unsigned> copy = memory.lookupStaging(op, i);
+      const FunctionMemory::Staging *copy = memory.lookupStaging(op, i);
       int64_t offset = written && written.size() ==
                                       static_cast<int64_t>(op->getNumOperands())
                            ? written[i]
@@ -369,7 +369,7 @@ FailureOr<MemoryPlan> MemoryPlan::readFromIR(const FunctionMemory &memory,
       if (offset % 64 != 0)
         return stale(op->getLoc())
                << "staging offset " << offset << " is not 64-byte aligned";
-      offsets[*copy] = offset;
+      offsets[copy->buffer] = offset;
     }
     return success();
   };

@@ -760,9 +760,9 @@ bool Session::start(std::string &error) {
   // Host memory (train-offload-optimizer): its own arena. A backend whose
   // kernels run on a device moves it only by tmrt_transfer, so an update
   // that runs in host memory cannot run there.
-  if (layout.hostUpdates && !tmrt_arena_base(ctx)) {
-    error = "the step runs " + std::to_string(layout.hostUpdates) +
-            " optimizer updates in host memory "
+  if (layout.hostOps && !tmrt_arena_base(ctx)) {
+    error = "the step runs " + std::to_string(layout.hostOps) +
+            " ops (optimizer updates, weight casts) in host memory "
             "(train-offload-optimizer what=states+update), which the " +
             options.backend +
             " backend's kernels cannot read (they run on the device): "

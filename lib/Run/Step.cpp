@@ -270,7 +270,7 @@ FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
   layout.arenaBytes = arenaBytes.getInt();
   for (auto [name, field] :
        {std::pair{kHostArenaBytesAttrName, &layout.hostArenaBytes},
-        std::pair{kHostUpdatesAttrName, &layout.hostUpdates}})
+        std::pair{kHostOpsAttrName, &layout.hostOps}})
     if (Attribute attr = step->getAttr(name)) {
       auto value = dyn_cast<IntegerAttr>(attr);
       if (!value || value.getInt() < 0)

@@ -602,10 +602,10 @@ int main(int argc, char **argv) {
                  << " B, measured peak " << *measured << " B; staging copies "
                  << session->getTransferBytes() / stepsRun
                  << " B per step between the arenas";
-    if (layout.hostUpdates)
-      llvm::outs() << " (" << layout.hostUpdates
-                   << " updates run in host memory, reading the gradients "
-                      "and writing the weights in the arena in place)";
+    if (layout.hostOps)
+      llvm::outs() << " (" << layout.hostOps
+                   << " ops run in host memory, reading the gradients and "
+                      "writing the weights in the arena in place)";
     llvm::outs() << "\n";
   }
   if (std::optional<LossScaleState> scale = session->getLossScale();

@@ -118,18 +118,23 @@ public:
   uint64_t getHostDeviceBytes() const { return hostDeviceBytes; }
   /// A device copy of a host operand of an update that runs on the device
   /// (train-offload-optimizer what=states): the state comes in before the
-  /// update, the update reads and writes the copy in place, and it goes
-  /// back after; the copy is buffer `buffer`, live at the update only.
+  /// update, the update reads and writes the copy in place, the device ops
+  /// after it that read what it updated (the cast of the refreshed 16-bit
+  /// weight) read the copy, and it goes back after the last of them,
+  /// `last` (the update itself when none does). The copy is buffer
+  /// `buffer`, live from the update to `last`.
   struct Staging {
     Operation *update;
     unsigned operand;
     unsigned buffer;
+    Operation *last;
   };
   ArrayRef<Staging> getStaging() const { return staging; }
-  /// The index (getBuffers() order) of the staging copy of `update`'s
-  /// operand `operand`, if it has one.
-  std::optional<unsigned> lookupStaging(Operation *update,
-                                        unsigned operand) const;
+  /// The staging copies (indices into getStaging()) that `op`, not their
+  /// update, reads.
+  ArrayRef<unsigned> getStagingReadBy(Operation *op) const;
+  /// The staging copy of `update`'s operand `operand`, or null.
+  const Staging *lookupStaging(Operation *update, unsigned operand) const;
 
   /// A count that does not fit in 64 bits (kCountOverflow), the first one
   /// found: the op where it happens and what was counted ("backward
@@ -183,6 +188,7 @@ private:
   std::vector<Staging> staging;
   /// (update, operand) -> index in `staging`.
   llvm::DenseMap<std::pair<Operation *, unsigned>, unsigned> stagingIndex;
+  llvm::DenseMap<Operation *, SmallVector<unsigned, 2>> stagingReaders;
   std::vector<LayerActivations> layers;
   uint64_t parameters = 0;
   std::array<uint64_t, 3> flops{};

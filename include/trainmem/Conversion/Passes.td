@@ -28,8 +28,11 @@ def ConvertTrainToRuntimePass
     `memory_space = #train.space<host>`, their references
     `TMRT_HOST_MEMORY`); an update on the device with host state is
     surrounded by `tmrt_transfer` calls into its staging copies and back,
-    and `tmrt.host_updates` counts the updates that run in host memory
-    (`what=states+update`).
+    and `tmrt.host_ops` counts the ops that run in host memory
+    (`what=states+update`: the updates and the casts of their refreshed
+    16-bit weights). A staging copy lives from its update to the last
+    device op that reads what the update wrote (the refreshed weight's
+    cast): the state goes back after that op.
 
     It is a dialect conversion (`populateTrainToRuntimePatterns`): every
     compute op is illegal and becomes the calls its

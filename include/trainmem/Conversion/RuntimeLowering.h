@@ -141,15 +141,20 @@ struct RuntimeLoweringState {
   /// The location of a tensor value (the static plan): its byte offset in
   /// the arena, or in the host arena with RuntimeCallBuilder::kHostMemoryBit.
   std::function<int64_t(Value)> offsetOf;
-  /// A device copy of a host operand, which an update on the device reads
-  /// and writes in place (train-offload-optimizer what=states): operand
-  /// `operand` comes into the copy at arena offset `device` before the op's
-  /// calls and goes back after (tmrt_transfer).
+  /// A device copy of host memory that an op's calls use instead of it
+  /// (train-offload-optimizer what=states): the op's operands and results
+  /// at `host` are named at arena offset `device`; with `in`, the `bytes`
+  /// come into the copy before the op's calls (the update), with `out` they
+  /// go back after them (the last op that reads the copy), by
+  /// tmrt_transfer.
   struct StagingCopy {
-    unsigned operand;
+    int64_t host;
     int64_t device;
+    int64_t bytes;
+    bool in;
+    bool out;
   };
-  /// The staging copies of an op (none for most ops); null: none at all.
+  /// The staging copies an op uses (none for most ops); null: none at all.
   std::function<SmallVector<StagingCopy>(Operation *)> stagingOf;
   /// Calls emitted so far.
   uint64_t numCalls = 0;

@@ -57,9 +57,10 @@ struct StepLayout {
   uint64_t arenaBytes = 0;
   /// The host arena (train-offload-optimizer), 0 without one.
   uint64_t hostArenaBytes = 0;
-  /// Updates that run in host memory (what=states+update): their kernels
-  /// read the host arena, which a device backend's cannot.
-  uint64_t hostUpdates = 0;
+  /// Ops that run in host memory (what=states+update: the updates and the
+  /// casts of their refreshed weights): their kernels read the host arena,
+  /// which a device backend's cannot.
+  uint64_t hostOps = 0;
   std::vector<TensorSlot> arguments;
   std::vector<TensorSlot> results;
   const TensorSlot *findArgument(StringRef role, StringRef key) const;

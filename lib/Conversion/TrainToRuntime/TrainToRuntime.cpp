@@ -84,36 +84,30 @@ struct RuntimeCallsPattern : public ConversionPattern {
   matchAndRewrite(Operation *op, ArrayRef<Value>,
                   ConversionPatternRewriter &rewriter) const override {
     Operation *before = op->getPrevNode();
-    // Host operands with staging copies: the op's calls name the copies
-    // (an in-place result, in its operand's host location, too); the state
-    // comes in before them and goes back after.
+    // Host memory with staging copies: the op's calls name the copies (its
+    // operands and results at the host location: the in-place updated
+    // state too); the state comes in before them, goes back after them.
     SmallVector<RuntimeLoweringState::StagingCopy> staging;
     if (state.stagingOf)
       staging = state.stagingOf(op);
     llvm::DenseMap<Value, int64_t> inCopy;
-    for (const RuntimeLoweringState::StagingCopy &copy : staging) {
-      Value operand = op->getOperand(copy.operand);
-      int64_t host = state.offsetOf(operand);
-      inCopy[operand] = copy.device;
-      for (Value result : op->getResults())
-        if (isa<RankedTensorType>(result.getType()) &&
-            state.offsetOf(result) == host)
-          inCopy[result] = copy.device;
-    }
+    for (const RuntimeLoweringState::StagingCopy &copy : staging)
+      for (Value value :
+           llvm::concat<Value>(op->getOperands(), op->getResults()))
+        if (isa<RankedTensorType>(value.getType()) &&
+            state.offsetOf(value) == copy.host)
+          inCopy[value] = copy.device;
     RuntimeCallBuilder calls(rewriter, state.context, [&](Value value) {
       auto it = inCopy.find(value);
       return it != inCopy.end() ? it->second : state.offsetOf(value);
     });
     auto transfer = [&](bool in) {
-      for (const RuntimeLoweringState::StagingCopy &copy : staging) {
-        Value operand = op->getOperand(copy.operand);
-        int64_t host = state.offsetOf(operand);
-        int64_t bytes = static_cast<int64_t>(getTensorBytes(operand.getType()));
-        calls.emit(rt::transfer{.from = in ? host : copy.device,
-                                .to = in ? copy.device : host,
-                                .bytes = bytes},
-                   op->getLoc());
-      }
+      for (const RuntimeLoweringState::StagingCopy &copy : staging)
+        if (in ? copy.in : copy.out)
+          calls.emit(rt::transfer{.from = in ? copy.host : copy.device,
+                                  .to = in ? copy.device : copy.host,
+                                  .bytes = copy.bytes},
+                     op->getLoc());
     };
     transfer(/*in=*/true);
     if (failed(cast<RuntimeLoweringOpInterface>(op).lowerToRuntime(calls)))
@@ -323,18 +317,28 @@ struct ConvertTrainToRuntimePass
              (buffer->host ? RuntimeCallBuilder::kHostMemoryBit : 0);
     };
     // Updates on the device with host state read and write device copies.
-    uint64_t hostUpdates = 0;
+    uint64_t hostOps = 0;
     if (!memory.getStaging().empty() || memory.getHostBytes() > 0) {
       state.stagingOf = [&](Operation *op) {
         SmallVector<RuntimeLoweringState::StagingCopy> copies;
+        auto add = [&](const FunctionMemory::Staging &copy) {
+          Value staged = copy.update->getOperand(copy.operand);
+          copies.push_back(
+              {state.offsetOf(staged),
+               static_cast<int64_t>(plan->getOffset(copy.buffer)),
+               static_cast<int64_t>(getTensorBytes(staged.getType())),
+               /*in=*/copy.update == op, /*out=*/copy.last == op});
+        };
         for (unsigned i = 0; i < op->getNumOperands(); ++i)
-          if (std::optional<unsigned> copy = memory.lookupStaging(op, i))
-            copies.push_back({i, static_cast<int64_t>(plan->getOffset(*copy))});
+          if (const FunctionMemory::Staging *copy = memory.lookupStaging(op, i))
+            add(*copy);
+        for (unsigned index : memory.getStagingReadBy(op))
+          add(memory.getStaging()[index]);
         return copies;
       };
       for (Operation *op : memory.getSchedule())
         if (auto space = op->getAttrOfType<SpaceAttr>(kMemorySpaceAttrName))
-          hostUpdates += space.getSpace() == MemorySpace::host;
+          hostOps += space.getSpace() == MemorySpace::host;
     }
     // Illegal: the step's ops but its regions' structure (transparent
     // region ops, their yields, the return), which the next step removes.
@@ -443,10 +447,9 @@ struct ConvertTrainToRuntimePass
       lowered->setAttr(kHostArenaBytesAttrName,
                        builder.getI64IntegerAttr(
                            static_cast<int64_t>(plan->getHostArenaBytes())));
-    if (hostUpdates)
-      lowered->setAttr(
-          kHostUpdatesAttrName,
-          builder.getI64IntegerAttr(static_cast<int64_t>(hostUpdates)));
+    if (hostOps)
+      lowered->setAttr(kHostOpsAttrName, builder.getI64IntegerAttr(
+                                             static_cast<int64_t>(hostOps)));
     lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
     lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
     if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))

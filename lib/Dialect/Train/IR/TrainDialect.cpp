@@ -325,11 +325,11 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
   // Where an optimizer update runs (train-offload-optimizer).
   if (attr.getName() == kMemorySpaceAttrName) {
     if (!isa<SpaceAttr>(attr.getValue()) ||
-        !isa<OptimizerUpdateOpInterface>(op))
+        !isa<OptimizerUpdateOpInterface, CastOp>(op))
       return op->emitOpError()
              << "'" << kMemorySpaceAttrName
-             << "' on an op is a #train.space on an optimizer update (where "
-                "it runs), got "
+             << "' on an op is a #train.space on an optimizer update or the "
+                "cast of its refreshed weight (where it runs), got "
              << attr.getValue();
     return success();
   }

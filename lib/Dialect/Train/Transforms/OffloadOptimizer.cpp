@@ -56,6 +56,11 @@ struct TrainOffloadOptimizerPass
     func.walk([&](OptimizerUpdateOpInterface update) {
       update->setAttr(kMemorySpaceAttrName, host);
       ++updates;
+      // The refreshed 16-bit weight is cast there too, from the host's
+      // master: only it comes back.
+      for (Operation *user : update.getNewParamValue().getUsers())
+        if (isa<CastOp>(user))
+          user->setAttr(kMemorySpaceAttrName, host);
     });
     if (updates == 0) {
       func.emitError("train-offload-optimizer: what=states+update, but @")

@@ -90,11 +90,11 @@ constexpr llvm::StringLiteral kArgumentSlotsAttrName = "tmrt.arguments";
 constexpr llvm::StringLiteral kResultSlotsAttrName = "tmrt.results";
 /// With host memory (train-offload-optimizer): the host arena's planned
 /// size (a slot with `memory_space = #train.space<host>` lies in it), and
-/// the number of updates whose kernels read and write host memory
-/// (what=states+update; a backend whose kernels run on a device cannot run
-/// them).
+/// the number of ops that run in host memory (what=states+update: the
+/// updates and the casts of their refreshed weights; a backend whose
+/// kernels run on a device cannot run them).
 constexpr llvm::StringLiteral kHostArenaBytesAttrName = "tmrt.host_arena_bytes";
-constexpr llvm::StringLiteral kHostUpdatesAttrName = "tmrt.host_updates";
+constexpr llvm::StringLiteral kHostOpsAttrName = "tmrt.host_ops";
 /// On a lowered step train-zero partitioned: the ranks it runs on (i64), as
 /// many processes as the runtime's communicator must have.
 constexpr llvm::StringLiteral kLoweredRanksAttrName = "tmrt.ranks";

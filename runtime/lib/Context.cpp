@@ -5,9 +5,10 @@
 #include "cpu/Quantized.h"
 
 #include <cblas.h>
-#include <dlfcn.h>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
 #include <mutex>
 #include <new>
 #include <stdexcept>
@@ -84,28 +85,75 @@ void ThreadPool::stop() {
   workers.clear();
 }
 
+namespace {
+/// A short pause in a polling loop (it frees the core's pipeline for the
+/// sibling thread).
+inline void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/// Polls `ready` for up to `microseconds`; whether it became true.
+template <typename Ready> bool spinFor(int64_t microseconds, Ready ready) {
+  auto until = std::chrono::steady_clock::now() +
+               std::chrono::microseconds(microseconds);
+  for (unsigned i = 1;; ++i) {
+    if (ready())
+      return true;
+    relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until)
+      return ready();
+  }
+}
+} // namespace
+
+void ThreadPool::runChunks(uint64_t generation,
+                           const std::function<void(int64_t, int64_t)> *fn,
+                           int64_t items, int64_t chunks) {
+  uint64_t current = ticket.load(std::memory_order_acquire);
+  while ((current >> 32) == (generation & 0xffffffffu) &&
+         static_cast<int64_t>(current & 0xffffffffu) < chunks) {
+    if (!ticket.compare_exchange_weak(current, current + 1,
+                                      std::memory_order_acq_rel))
+      continue;
+    int64_t chunk = static_cast<int64_t>(current & 0xffffffffu);
+    (*fn)(chunk * items / chunks, (chunk + 1) * items / chunks);
+    if (completed.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+      // The caller may be asleep waiting for the last chunk.
+      std::lock_guard<std::mutex> lock(mutex);
+      done.notify_one();
+    }
+    current = ticket.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::workerLoop(int) {
   uint64_t seen = 0;
   while (true) {
+    auto next = [&] {
+      return stopping.load(std::memory_order_acquire) ||
+             published.load(std::memory_order_acquire) != seen;
+    };
+    if (!spinFor(kSpinMicroseconds, next)) {
+      std::unique_lock<std::mutex> lock(mutex);
+      wake.wait(lock, next);
+    }
     const std::function<void(int64_t, int64_t)> *fn;
     int64_t items, chunks;
+    uint64_t generation;
     {
-      std::unique_lock<std::mutex> lock(mutex);
-      wake.wait(lock, [&] { return stopping || generation != seen; });
+      // A consistent task: the caller writes it under the lock.
+      std::lock_guard<std::mutex> lock(mutex);
       if (stopping)
         return;
-      seen = generation;
+      generation = seen = published.load(std::memory_order_relaxed);
       fn = task;
       items = taskItems;
       chunks = taskChunks;
     }
-    for (int64_t chunk; (chunk = nextChunk.fetch_add(1)) < chunks;)
-      (*fn)(chunk * items / chunks, (chunk + 1) * items / chunks);
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (--pending == 0)
-        done.notify_one();
-    }
+    // `fn` is the task's only while a chunk of it can be claimed.
+    runChunks(generation, fn, items, chunks);
   }
 }
 
@@ -118,20 +166,28 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
+  uint64_t generation;
   {
     std::lock_guard<std::mutex> lock(mutex);
+    generation = published.load(std::memory_order_relaxed) + 1;
     task = &fn;
     taskItems = n;
     taskChunks = chunks;
-    nextChunk.store(0);
-    pending = static_cast<int>(workers.size());
-    ++generation;
+    completed.store(0, std::memory_order_relaxed);
+    ticket.store((generation & 0xffffffffu) << 32, std::memory_order_release);
+    published.store(generation, std::memory_order_release);
   }
   wake.notify_all();
-  for (int64_t chunk; (chunk = nextChunk.fetch_add(1)) < chunks;)
-    fn(chunk * n / chunks, (chunk + 1) * n / chunks);
-  std::unique_lock<std::mutex> lock(mutex);
-  done.wait(lock, [&] { return pending == 0; });
+  runChunks(generation, &fn, n, chunks);
+  // Every chunk claimed: wait for the ones workers still run (fn must
+  // outlive them), polling a little before sleeping.
+  auto finished = [&] {
+    return completed.load(std::memory_order_acquire) == chunks;
+  };
+  if (!spinFor(kSpinMicroseconds, finished)) {
+    std::unique_lock<std::mutex> lock(mutex);
+    done.wait(lock, finished);
+  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -19,7 +19,10 @@
 namespace tmrt {
 
 /// A fixed pool of workers for data-parallel loops; the caller's thread
-/// takes part, so a pool of one runs everything inline.
+/// takes part, so a pool of one runs everything inline. A step makes
+/// hundreds of short parallel calls, so idle workers spin a little before
+/// they sleep (kSpinMicroseconds), and the caller waits for the chunks,
+/// not for every worker to wake: a worker that comes late finds no chunk.
 class ThreadPool {
 public:
   explicit ThreadPool(int threads);
@@ -30,18 +33,31 @@ public:
   void parallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t, int64_t)> &fn);
 
+  /// How long an idle worker (or a caller waiting for the last chunk) polls
+  /// before it sleeps.
+  static constexpr int64_t kSpinMicroseconds = 100;
+
 private:
   void workerLoop(int index);
+  /// Claims and runs the chunks of task `generation` until none is left.
+  void runChunks(uint64_t generation,
+                 const std::function<void(int64_t, int64_t)> *fn, int64_t items,
+                 int64_t chunks);
   void stop();
   std::vector<std::thread> workers;
   std::mutex mutex;
   std::condition_variable wake, done;
+  /// The task, written under `mutex` with `published`.
   const std::function<void(int64_t, int64_t)> *task = nullptr;
   int64_t taskItems = 0, taskChunks = 0;
-  std::atomic<int64_t> nextChunk{0};
-  int pending = 0;
-  uint64_t generation = 0;
-  bool stopping = false;
+  /// The task's generation, which idle workers poll.
+  std::atomic<uint64_t> published{0};
+  /// generation << 32 | the next chunk: a chunk is claimed by a
+  /// compare-and-swap that also checks the generation, so a worker that
+  /// read an older task never runs a chunk of a newer one.
+  std::atomic<uint64_t> ticket{0};
+  std::atomic<int64_t> completed{0};
+  std::atomic<bool> stopping{false};
 };
 
 struct Backend;

@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -237,4 +238,38 @@ TEST(Backend, AnotherTableGetsTheCalls) {
   tmrt_context_destroy(ctx.release());
 }
 
+} // namespace
+
+namespace {
+// The pool's parallel loops: many short calls back to back (workers come
+// late, find no chunk, or spin into the next call), each with its own
+// function object that dies when the call returns: every item runs exactly
+// once, on 2 to 4 threads (more threads than this machine's cores too).
+TEST(ThreadPool, EveryItemOnceAcrossManyShortCalls) {
+  for (int threads : {2, 3, 4}) {
+    tmrt::ThreadPool pool(threads);
+    std::vector<std::atomic<int>> counts(64);
+    uint64_t seed = 12345;
+    for (int call = 0; call < 20000; ++call) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      int64_t n = 1 + static_cast<int64_t>((seed >> 33) % 64);
+      int64_t grain = 1 + static_cast<int64_t>((seed >> 20) % 3);
+      for (auto &count : counts)
+        count.store(0, std::memory_order_relaxed);
+      {
+        auto local = std::make_unique<int>(call);
+        pool.parallelFor(n, grain,
+                         [&, local = local.get()](int64_t begin, int64_t end) {
+                           ASSERT_EQ(*local, call);
+                           for (int64_t i = begin; i < end; ++i)
+                             counts[i].fetch_add(1, std::memory_order_relaxed);
+                         });
+      }
+      for (int64_t i = 0; i < 64; ++i)
+        ASSERT_EQ(counts[i].load(), i < n ? 1 : 0)
+            << "item " << i << " of call " << call << " (n " << n << ", "
+            << threads << " threads)";
+    }
+  }
+}
 } // namespace

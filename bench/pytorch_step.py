@@ -245,16 +245,45 @@ def run_torch(tmp, shape, threads, steps, init, weights=False, dtype="f32"):
     return result
 
 
+# Processes are started by a small launcher process made at start-up: a
+# child's peak resident size (wait4's ru_maxrss) includes the memory of the
+# process it was forked from (Linux records the pre-exec image's high-water
+# mark at exec), and this script grows as it compares weights, so children
+# forked from it directly reported its size, not theirs (earlier tables:
+# 574 MiB for a trainmem-run whose own peak is 224 MiB).
+_launcher = None
+
+
+def launcher_loop():
+    """The launcher: runs each command it reads, answers with its exit
+    status, stdout and peak resident bytes (one JSON line each way)."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        process = subprocess.Popen(request["cmd"], stdout=subprocess.PIPE,
+                                   text=True, env=request["env"])
+        stdout = process.stdout.read()
+        _, status, usage = os.wait4(process.pid, 0)
+        sys.stdout.write(json.dumps({
+            "status": os.waitstatus_to_exitcode(status), "stdout": stdout,
+            "rss": usage.ru_maxrss * 1024}) + "\n")
+        sys.stdout.flush()
+
+
 def run_measured(cmd, env=None):
     """Runs cmd to its end; returns (its stdout, its peak resident bytes)."""
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                               env=env)
-    stdout = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        sys.exit(f"{cmd[0]} failed with exit code {process.returncode}")
-    return stdout, usage.ru_maxrss * 1024
+    global _launcher
+    if _launcher is None:
+        _launcher = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--launcher"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    _launcher.stdin.write(json.dumps(
+        {"cmd": cmd, "env": dict(env if env is not None else os.environ)})
+        + "\n")
+    _launcher.stdin.flush()
+    answer = json.loads(_launcher.stdout.readline())
+    if answer["status"] != 0:
+        sys.exit(f"{cmd[0]} failed with exit code {answer['status']}")
+    return answer["stdout"], answer["rss"]
 
 
 def run_trainmem(build, model, threads, steps, tmp, save=None, fuse=True):
@@ -298,9 +327,13 @@ def main():
                         help="trainmem without --fuse-attention and "
                              "--fuse-elementwise")
     parser.add_argument("--torch-worker")
+    parser.add_argument("--launcher", action="store_true")
     args = parser.parse_args()
+    if args.launcher:
+        return launcher_loop()
     if args.torch_worker:
         return torch_worker(args.torch_worker)
+    run_measured(["true"])  # the launcher, while this process is small
     if subprocess.run([TORCH_PYTHON, "-c", "import torch"],
                       capture_output=True).returncode != 0:
         sys.exit("PyTorch is not importable by /usr/bin/python3 "

@@ -986,7 +986,7 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
       int64_t offset = tmrt_skipped_update_param(ctx, 0);
       const TensorSlot *first = nullptr;
       for (const TensorSlot &slot : layout.arguments)
-        if (!slot.host && static_cast<int64_t>(slot.offset) == offset)
+        if (static_cast<int64_t>(slot.location()) == offset)
           first = &slot;
       error = skippedUpdateError(step, first, skipped);
       tmrt_clear_skipped_updates(ctx);

@@ -335,6 +335,20 @@ void tmrt::transferKernel(tmrt_context *ctx, int64_t from, int64_t to,
     }
   copyBetweenArenas(ctx, from, to, static_cast<uint64_t>(bytes),
                     /*countTransfer=*/true);
+  // Which host tensor each staging copy holds (an update skipped on a copy
+  // is reported by the tensor's own location).
+  int64_t mask = (int64_t(1) << TMRT_DTYPE_SHIFT) - 1;
+  int64_t source = from & mask, destination = to & mask;
+  auto &staged = ctx->staged;
+  if (isHostRef(source) && !isHostRef(destination)) {
+    staged.emplace_back(destination, source);
+  } else if (!isHostRef(source) && isHostRef(destination)) {
+    for (size_t i = 0; i < staged.size(); ++i)
+      if (staged[i].first == source) {
+        staged.erase(staged.begin() + i);
+        break;
+      }
+  }
 }
 
 extern "C" {

@@ -132,15 +132,24 @@ struct tmrt_context {
   /// Whether every gradient finite_check saw since finite_begin was finite.
   bool gradientsFinite = true;
   /// Updates skipped for a non-finite gradient: the count, and the first
-  /// kMaxSkippedKept parameters' offsets (kernels run one at a time).
+  /// kMaxSkippedKept parameters' locations (offsets, with TMRT_HOST_MEMORY
+  /// for one in the host arena; kernels run one at a time).
   static constexpr size_t kMaxSkippedKept = 64;
   uint64_t skippedUpdates = 0;
   std::vector<int64_t> skippedParams;
   void recordSkipped(int64_t paramRef) {
     ++skippedUpdates;
+    int64_t location = paramRef & ((int64_t(1) << TMRT_DTYPE_SHIFT) - 1);
+    // An update on a staging copy names the host tensor it came from.
+    for (const auto &[copy, host] : staged)
+      if (copy == location)
+        location = host;
     if (skippedParams.size() < kMaxSkippedKept)
-      skippedParams.push_back(tmrt::offsetOf(paramRef));
+      skippedParams.push_back(location);
   }
+  /// The staging copies tmrt_transfer has brought in and not yet sent
+  /// back: (device location, host location).
+  std::vector<std::pair<int64_t, int64_t>> staged;
   /// The clip's sum of squares, exact (trainmem/Support/ExactSum.h).
   int64_t clipSum[trainmem::kExactSumWords] = {};
   double clipScale = 1.0;

@@ -359,7 +359,7 @@ void tmrt_loss_scale_update(tmrt_context *ctx, int64_t state,
 /* Optimizer updates skipped since the last clear because their gradient was
  * not finite (tmrt_adamw, tmrt_sgd and the 8-bit ones leave such a tensor as
  * it is), and the arena offset of the parameter of the i-th of them (the
- * first 64 are kept). */
+ * first 64 are kept; with TMRT_HOST_MEMORY for one in the host arena). */
 uint64_t tmrt_skipped_updates(tmrt_context *ctx);
 int64_t tmrt_skipped_update_param(tmrt_context *ctx, uint64_t i);
 void tmrt_clear_skipped_updates(tmrt_context *ctx);

@@ -1708,7 +1708,7 @@ void clip_accumulate(tmrt_context *ctx, int64_t grad, int64_t n) {
     // Chunks summed apart and merged: exact sums, so the bits do not
     // depend on the chunks or the threads.
     std::mutex merging;
-    ctx->pool.parallelFor(n, 1 << 18, [&](int64_t begin, int64_t end) {
+    ctx->pool.parallelFor(n, 1 << 15, [&](int64_t begin, int64_t end) {
       int64_t words[trainmem::kExactSumWords] = {};
       trainmem::ExactSquareSum(words).addSquares(g + begin, end - begin);
       std::lock_guard<std::mutex> lock(merging);

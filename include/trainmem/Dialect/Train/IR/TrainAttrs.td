@@ -200,8 +200,9 @@ def Train_SpaceAttr : Train_Attr<"Space", "space"> {
     The value of `train.memory_space`: on a step's arguments and results,
     the memory the tensor lives in between steps (`host`: CPU memory, for
     optimizer state offloaded by `train-offload-optimizer`; `device`, the
-    default, where the step computes); on an optimizer update, where it
-    runs (`host`: DeepSpeed's CPU Adam, `what=states+update`). The memory
+    default, where the step computes); on an optimizer update, or on the
+    cast of its refreshed 16-bit weight, where it runs (`host`: DeepSpeed's
+    CPU Adam, `what=states+update`). The memory
     analysis counts host tensors apart from the device's and the bytes that
     cross between them.
 

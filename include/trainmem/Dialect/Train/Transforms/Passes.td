@@ -230,11 +230,14 @@ def TrainOffloadOptimizerPass
 
     - `what=states`: the state lives on the host between steps; each
       update brings its tensor's state to the device, updates it there and
-      sends it back (the device holds one tensor's state at a time);
+      sends it back after the last device op that reads it (the refreshed
+      16-bit weight's cast): the device holds one tensor's state at a
+      time;
     - `what=states+update`: the update itself runs on the host
       (`train.memory_space = #train.space<host>` on each optimizer update,
-      DeepSpeed's CPU Adam): the gradients go to the host, only the
-      updated 16-bit weights come back.
+      DeepSpeed's CPU Adam, and on the cast of its refreshed 16-bit
+      weight): the gradients go to the host, only the updated 16-bit
+      weights come back.
 
     The memory analysis then reports device and host memory apart, and the
     bytes that cross between them per step; the memory plan gives host

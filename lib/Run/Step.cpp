@@ -97,6 +97,11 @@ void mlir::train::registerRunDialects(DialectRegistry &registry) {
   (void)passesRegistered;
 }
 
+// The lowering writes references with the runtime's bit layout.
+static_assert(RuntimeCallBuilder::kDtypeShift == TMRT_DTYPE_SHIFT &&
+                  RuntimeCallBuilder::kHostMemoryBit == TMRT_HOST_MEMORY,
+              "the lowering's reference layout is not the runtime's");
+
 uint64_t TensorSlot::location() const {
   return offset | (host ? static_cast<uint64_t>(TMRT_HOST_MEMORY) : 0);
 }

@@ -337,8 +337,7 @@ void tmrt::transferKernel(tmrt_context *ctx, int64_t from, int64_t to,
                     /*countTransfer=*/true);
   // Which host tensor each staging copy holds (an update skipped on a copy
   // is reported by the tensor's own location).
-  int64_t mask = (int64_t(1) << TMRT_DTYPE_SHIFT) - 1;
-  int64_t source = from & mask, destination = to & mask;
+  int64_t source = locationOf(from), destination = locationOf(to);
   auto &staged = ctx->staged;
   if (isHostRef(source) && !isHostRef(destination)) {
     staged.emplace_back(destination, source);

@@ -73,6 +73,11 @@ template <> inline constexpr int64_t kDtypeOf<trainmem::Float16> = TMRT_DTYPE_F1
 inline int64_t dtypeOf(int64_t ref) { return ref >> TMRT_DTYPE_SHIFT; }
 /// The byte offset a reference names in its arena.
 inline int64_t offsetOf(int64_t ref) { return ref & (TMRT_HOST_MEMORY - 1); }
+/// A reference without its element type: where the buffer is (its offset,
+/// with TMRT_HOST_MEMORY for the host arena).
+inline int64_t locationOf(int64_t ref) {
+  return ref & ((int64_t(1) << TMRT_DTYPE_SHIFT) - 1);
+}
 /// Whether a reference names the host arena (TMRT_HOST_MEMORY).
 inline bool isHostRef(int64_t ref) { return (ref & TMRT_HOST_MEMORY) != 0; }
 const char *dtypeName(int64_t dtype);
@@ -139,7 +144,7 @@ struct tmrt_context {
   std::vector<int64_t> skippedParams;
   void recordSkipped(int64_t paramRef) {
     ++skippedUpdates;
-    int64_t location = paramRef & ((int64_t(1) << TMRT_DTYPE_SHIFT) - 1);
+    int64_t location = tmrt::locationOf(paramRef);
     // An update on a staging copy names the host tensor it came from.
     for (const auto &[copy, host] : staged)
       if (copy == location)

@@ -1094,6 +1094,13 @@ func.func @plan_arena_negative(%a: tensor<4xf32>) -> tensor<4xf32> attributes {t
 
 // -----
 
+// expected-error @+1 {{'func.func' op 'train.host_arena_bytes' is the arena's size on the step (an integer >= 0), got "64"}}
+func.func @plan_host_arena_not_integer(%a: tensor<4xf32>) -> tensor<4xf32> attributes {train.arena_bytes = 64, train.host_arena_bytes = "64"} {
+  return %a : tensor<4xf32>
+}
+
+// -----
+
 // expected-error @+1 {{'func.func' op argument 0: 'train.offset' is an argument's byte offset in the arena (an integer >= 0), got "zero"}}
 func.func @plan_offset_string(%a: tensor<4xf32> {train.offset = "zero"}) -> tensor<4xf32> {
   return %a : tensor<4xf32>

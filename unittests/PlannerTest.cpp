@@ -179,14 +179,14 @@ TEST(Hardware, PresetsAndTheirJsonForm) {
           "interconnect_bandwidth": 3e11, "host_bandwidth": 3.2e10,
           "host_flops": 5e11})",
       error));
-  EXPECT_EQ(error, "'peak_flops' must be a positive number below 2^63");
+  EXPECT_EQ(error, "'peak_flops' must be a number from 1 to below 2^63");
   EXPECT_FALSE(parseHardwareJson(
       R"({"name": "x", "peak_flops": 1e15, "achievable_fraction": 1.5,
           "memory_bytes": 4e10, "memory_bandwidth": 2e12,
           "interconnect_bandwidth": 3e11, "host_bandwidth": 3.2e10,
           "host_flops": 5e11})",
       error));
-  EXPECT_EQ(error, "'achievable_fraction' must be a positive number at most 1");
+  EXPECT_EQ(error, "'achievable_fraction' must be a number from 0.001 to 1");
   EXPECT_FALSE(loadHardware("tpu", error));
   EXPECT_EQ(error, "unknown hardware 'tpu' (presets: h100-80gb, h200, b200, "
                    "a100-80gb, cpu; or a .json file of the same figures)");

@@ -883,6 +883,11 @@ void OpKernels::unscaleGradients(UnscaleGradientsOp op) {
   bool finite = llvm::all_of(op.getGrads(), [&](Value grad) {
     return allFinite(get(grad));
   });
+  // The ranks' summed squared norm: an overflow on any rank.
+  if (Value squared = op.getSquaredNorm()) {
+    std::vector<int64_t> words = get(squared).ints;
+    finite = finite && trainmem::ExactSquareSum(words.data()).isFinite();
+  }
   for (auto [grad, out] : llvm::zip(op.getGrads(), op.getUnscaled())) {
     RefTensor y = get(grad);
     for (float &v : y.floats)

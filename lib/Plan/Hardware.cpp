@@ -116,12 +116,16 @@ std::optional<Hardware> parseHardwareJson(llvm::StringRef text,
       error = "unknown key '" + key.str() + "' (the keys are " + known + ")";
       return std::nullopt;
     }
+    // Rates and sizes of at least 1 (per second, bytes) and a fraction of
+    // at least 1e-3: every time the model divides by them is then a finite
+    // number of seconds (counts are below 2^64).
     std::optional<double> number = value.getAsNumber();
-    if (!number || !(*number > 0) || !(*number < 9.2e18) ||
-        (field->number == &h.achievableFraction && *number > 1)) {
-      error = "'" + key.str() + "' must be a positive number" +
-              (field->number == &h.achievableFraction ? " at most 1"
-                                                      : " below 2^63");
+    bool isFraction = field->number == &h.achievableFraction;
+    double least = isFraction ? 1e-3 : 1.0;
+    if (!number || !(*number >= least) || !(*number < 9.2e18) ||
+        (isFraction && *number > 1)) {
+      error = "'" + key.str() + "' must be a number " +
+              (isFraction ? "from 0.001 to 1" : "from 1 to below 2^63");
       return std::nullopt;
     }
     *field->number = *number;

@@ -255,15 +255,25 @@ bool measureAt(MLIRContext &context, const PlanRequest &request,
 }
 
 /// a + (b - a) · t for counts measured at two layer counts, t layers past
-/// the first; never below zero.
-uint64_t extrapolate(uint64_t a, uint64_t b, int64_t t) {
+/// the first; never below zero. A count at or past 2^63 sets `overflow`
+/// (as MemoryAnalysis refuses counts that overflow, instead of printing a
+/// saturated one).
+uint64_t extrapolateCount(uint64_t a, uint64_t b, int64_t t, bool &overflow) {
   double value = static_cast<double>(a) +
                  (static_cast<double>(b) - static_cast<double>(a)) *
                      static_cast<double>(t);
+  if (!(value < 0x1p63)) {
+    overflow = true;
+    return 0;
+  }
   return value <= 0.0 ? 0 : static_cast<uint64_t>(value + 0.5);
 }
 
-PlanMeasure extrapolate(const PlanMeasure &a, const PlanMeasure &b, int64_t t) {
+PlanMeasure extrapolate(const PlanMeasure &a, const PlanMeasure &b, int64_t t,
+                        bool &overflow) {
+  auto extrapolate = [&](uint64_t x, uint64_t y, int64_t layers) {
+    return extrapolateCount(x, y, layers, overflow);
+  };
   PlanMeasure m;
   // Each phase's most live bytes are linear in the layers; the peak is the
   // largest of them, with that phase's categories.
@@ -537,15 +547,16 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
     // Layer copies the whole model's step would hold (the loop is
     // unrolled where recompute sits in it).
     int64_t copies = layers * (c.remat != PlanRemat::none ? c.accumulation : 1);
+    bool overflow = false;
     if (measured && linear(a, b, d)) {
-      c.measure = extrapolate(b, d, layers - kSecondLayers);
+      c.measure = extrapolate(b, d, layers - kSecondLayers, overflow);
       c.wholeModel = false;
     } else if (measured && copies > kWholeModelLayerCopies) {
       // Not linear at small counts, and too large to compile whole
       // in the planner's time: extrapolated from the last two,
       // said so (reduce-scatter buckets holding parts of several
       // layers move a peak by a few percent).
-      c.measure = extrapolate(b, d, layers - kSecondLayers);
+      c.measure = extrapolate(b, d, layers - kSecondLayers, overflow);
       c.wholeModel = false;
       c.approximate = true;
     } else if (measured) {
@@ -553,6 +564,10 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
       // several layers, a peak that moves): the whole model.
       measured =
           measureAt(context, request, c, layers, c.measure, error, cache);
+    }
+    if (measured && overflow) {
+      measured = false;
+      error = "a count overflows 64 bits";
     }
   } else {
     measured = measureAt(context, request, c, layers, c.measure, error, cache);

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <limits>
 #include <unistd.h>
 
@@ -332,7 +333,9 @@ static bool saveCheckpoint(StringRef dir, int64_t step,
 static bool writeAtomically(StringRef dir, StringRef name,
                             const std::string &data, std::string &error) {
   std::string path = (dir + "/" + name).str();
-  std::string temporary = path + ".tmp";
+  // A name of this process's: two writers never share a temporary (the
+  // directory's lock keeps a second run out; this keeps any writer safe).
+  std::string temporary = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
     error = "cannot write '" + temporary + "': " + std::strerror(errno);
@@ -369,7 +372,8 @@ bool mlir::train::checkSaveDir(StringRef dir, std::string &error) {
             ec.message();
     return false;
   }
-  std::string probe = (dir + "/checkpoint.bin.tmp").str();
+  std::string probe =
+      (dir + "/checkpoint.bin.tmp." + llvm::Twine(::getpid())).str();
   int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
     error = "cannot write into --save directory '" + dir.str() + "': " +
@@ -379,6 +383,65 @@ bool mlir::train::checkSaveDir(StringRef dir, std::string &error) {
   ::close(fd);
   ::unlink(probe.c_str());
   return true;
+}
+
+bool mlir::train::lockSaveDir(StringRef dir, std::string &error) {
+  std::string path = (dir + "/" + kSaveDirLockName).str();
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    error = "cannot lock --save directory '" + dir.str() + "': " +
+            std::strerror(errno);
+    return false;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int why = errno;
+    char holder[32] = {};
+    ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+    ::close(fd);
+    if (why == EWOULDBLOCK) {
+      error = "--save directory '" + dir.str() +
+              "' is in use by another trainmem-run" +
+              (n > 0 ? " (pid " + StringRef(holder).trim().str() + ")"
+                     : std::string()) +
+              "; give each run its own directory";
+    } else {
+      error = "cannot lock --save directory '" + dir.str() + "': " +
+              std::strerror(why);
+    }
+    return false;
+  }
+  // Held until the process ends (the descriptor stays open); the pid says
+  // who holds it.
+  std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) !=
+          static_cast<ssize_t>(pid.size())) {
+    // The lock holds without the pid.
+  }
+  return true;
+}
+
+/// The index of the first NaN or infinity of `bytes` as a tensor of
+/// `dtype` (f32, bf16, f16: an exponent of all ones); none for integers.
+static std::optional<int64_t> firstNonFinite(StringRef dtype, StringRef bytes) {
+  auto scan = [&](auto word, uint64_t exponentMask) -> std::optional<int64_t> {
+    using Word = decltype(word);
+    size_t n = bytes.size() / sizeof(Word);
+    for (size_t i = 0; i < n; ++i) {
+      Word bits;
+      std::memcpy(&bits, bytes.data() + i * sizeof(Word), sizeof(Word));
+      if ((bits & exponentMask) == exponentMask)
+        return static_cast<int64_t>(i);
+    }
+    return std::nullopt;
+  };
+  if (dtype == "f32")
+    return scan(uint32_t(), 0x7f800000u);
+  if (dtype == "bf16")
+    return scan(uint16_t(), 0x7f80u);
+  if (dtype == "f16")
+    return scan(uint16_t(), 0x7c00u);
+  return std::nullopt;
 }
 
 /// Nothing of the run's state is touched until every field agrees with the
@@ -496,6 +559,12 @@ static bool readCheckpointFile(const std::string &path,
     StringRef values = readBytes(bytes);
     if (truncated)
       break;
+    // Training state is finite (a non-finite update is skipped): a NaN or
+    // infinity is a diverged run or an altered file, refused here rather
+    // than blamed on the first step that reads it.
+    if (std::optional<int64_t> at = firstNonFinite(dtype, values))
+      return corrupt(role + " '" + key + "' holds a NaN or infinity (element " +
+                     Twine(*at) + "): resume from an earlier checkpoint");
     std::string name = role + ":" + key;
     if (checkpoint.tensors.count(name))
       return corrupt("it holds " + role + " '" + key + "' twice");
@@ -860,6 +929,14 @@ bool Session::meanOverRanks(double &value, std::string &error) const {
   return true;
 }
 
+bool Session::anyRank(bool &flag, std::string &error) const {
+  double value = flag ? 1.0 : 0.0;
+  if (!meanOverRanks(value, error))
+    return false;
+  flag = value > 0.0;
+  return true;
+}
+
 bool Session::meanLossOverRanks(float &loss, std::string &error) const {
   if (ranks == 1 || !ctx)
     return true;
@@ -1203,13 +1280,21 @@ bool mlir::train::readShardedCheckpoint(StringRef dir,
   };
   // More ranks than any run has is a corrupt number, not a cluster.
   constexpr int64_t kMaxRanks = int64_t(1) << 20;
-  int64_t savedRanks = 0, savedStage = 0;
+  int64_t savedRanks = 0, savedStage = 0, savedStep = 0;
   if (lines.size() < 4 || lines[0] != "trainmem sharded checkpoint 1" ||
       !lines[1].consume_front("ranks ") ||
       lines[1].getAsInteger(10, savedRanks) || savedRanks < 1 ||
       savedRanks > kMaxRanks || !lines[2].consume_front("stage ") ||
-      lines[2].getAsInteger(10, savedStage))
+      lines[2].getAsInteger(10, savedStage) ||
+      !lines[3].consume_front("step ") ||
+      lines[3].getAsInteger(10, savedStep))
     return bad("is not a trainmem sharded checkpoint's");
+  // The stage and step it claims are checked, not taken on trust.
+  if (savedStage < 0 || savedStage > 3)
+    return bad("has stage " + Twine(savedStage) +
+               ": ZeRO stages are 0, 1, 2 and 3");
+  if (savedStep < 0)
+    return bad("has step " + Twine(savedStep) + ": steps count from 0");
 
   // What each tensor was (dtype, a rank's shape, the whole shape), and
   // where each rank's shard is.
@@ -1264,8 +1349,14 @@ bool mlir::train::readShardedCheckpoint(StringRef dir,
                  "the manifest was written for");
     return readCheckpointFile(file, check, into, error);
   };
+  auto sameStep = [&](int64_t shardStep) {
+    if (shardStep == savedStep)
+      return true;
+    return bad("has step " + Twine(savedStep) + ", but its shards are of step " +
+               Twine(shardStep));
+  };
   if (savedRanks == ranks && savedStage == stage)
-    return readShard(rank, slots, checkpoint);
+    return readShard(rank, slots, checkpoint) && sameStep(checkpoint.step);
 
   // Another number of ranks (or stage): every old shard, joined into whole
   // tensors, then this rank's part of each, padded as this run's shards
@@ -1279,6 +1370,8 @@ bool mlir::train::readShardedCheckpoint(StringRef dir,
                  Twine(old[r].step));
   }
   checkpoint.step = old[0].step;
+  if (!sameStep(checkpoint.step))
+    return false;
   checkpoint.identity = old[0].identity;
   for (const TensorSlot &slot : slots) {
     if (!isState(slot))

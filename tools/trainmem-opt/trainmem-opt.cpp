@@ -10,15 +10,76 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/Plugins/PassPlugin.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <vector>
+
+/// Loads the pass plugins named by --load-pass-plugin before the options
+/// are parsed (their passes then work as flags too) and takes those options
+/// out of `args`. MlirOptMain's own loading ignores a plugin it cannot load
+/// ("Request ignored."); here a plugin that does not load is an error that
+/// says why. A relative path names a file from the working directory (as
+/// every other path argument does), not a library search.
+static bool loadPassPlugins(std::vector<char *> &args) {
+  std::vector<char *> kept;
+  for (size_t i = 0; i < args.size(); ++i) {
+    llvm::StringRef arg = args[i];
+    std::string path;
+    if (arg.consume_front("--load-pass-plugin") ||
+        arg.consume_front("-load-pass-plugin")) {
+      if (arg.consume_front("=")) {
+        path = arg.str();
+      } else if (arg.empty() && i + 1 < args.size()) {
+        path = args[++i];
+      } else {
+        kept.push_back(args[i]);
+        continue;
+      }
+    } else {
+      kept.push_back(args[i]);
+      continue;
+    }
+    if (path.empty()) {
+      llvm::errs() << "trainmem-opt: error: --load-pass-plugin needs a file\n";
+      return false;
+    }
+    if (!llvm::sys::fs::exists(path)) {
+      llvm::errs() << "trainmem-opt: error: cannot load pass plugin '" << path
+                   << "': no such file\n";
+      return false;
+    }
+    llvm::SmallString<256> absolute(path);
+    llvm::sys::fs::make_absolute(absolute);
+    llvm::Expected<mlir::PassPlugin> plugin =
+        mlir::PassPlugin::load(absolute.str().str());
+    if (!plugin) {
+      llvm::errs() << "trainmem-opt: error: cannot load pass plugin '" << path
+                   << "': " << llvm::toString(plugin.takeError()) << "\n";
+      return false;
+    }
+    plugin->registerPassRegistryCallbacks();
+  }
+  args = std::move(kept);
+  return true;
+}
 
 int main(int argc, char **argv) {
+  std::vector<char *> args(argv, argv + argc);
+  if (!loadPassPlugins(args))
+    return 1;
+  argc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  argv = args.data();
   mlir::DialectRegistry registry;
   registry.insert<mlir::train::TrainDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::tensor::TensorDialect,

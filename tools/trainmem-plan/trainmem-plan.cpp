@@ -45,6 +45,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+
 #include <optional>
 #include <set>
 #include <string>
@@ -164,8 +166,9 @@ static std::optional<uint64_t> parseBytes(llvm::StringRef text) {
       break;
     }
   double value;
-  // Positive and below 2^63 bytes (a finite count the analysis can compare).
-  if (text.empty() || text.getAsDouble(value) || !(value > 0) ||
+  // At least a byte and below 2^63 bytes (a finite count the analysis can
+  // compare; 1e-30GB would be 0 bytes, which reads as no budget).
+  if (text.empty() || text.getAsDouble(value) || !(value * scale >= 1.0) ||
       !(value * scale < 9.2e18))
     return std::nullopt;
   return static_cast<uint64_t>(value * scale);
@@ -208,6 +211,11 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
   }
   DeepSpeedPlan plan;
   plan.candidate.stage = rankCount > 1 ? 0 : -1;
+  bool bf16 = false, fp16 = false;
+  // fp16's loss-scaling keys: the scale's rule, no memory.
+  static constexpr llvm::StringLiteral kLossScaleKeys[] = {
+      "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+      "consecutive_hysteresis", "min_loss_scale", "auto_cast"};
   std::optional<int64_t> micro, accumulation, batch;
   auto integer = [&](const llvm::json::Value &v, llvm::StringRef key,
                      std::optional<int64_t> &out) {
@@ -231,16 +239,33 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
       if (!integer(value, k, batch))
         return std::nullopt;
     } else if (k == "bf16" || k == "fp16") {
+      // DeepSpeed reads {"enabled": true|false}; without it, f32.
       const llvm::json::Object *o = value.getAsObject();
-      std::optional<bool> enabled = o && o->get("enabled")
-                                        ? o->get("enabled")->getAsBoolean()
-                                        : std::nullopt;
-      if (enabled && *enabled)
-        plan.dtype = k == "bf16" ? "bf16" : "f16";
-      if (o)
-        for (const auto &[sub, v] : *o)
-          if (sub != "enabled")
-            warnings.push_back(k.str() + "." + sub.str());
+      if (!o) {
+        error = "'" + k.str() + "' must be an object such as {\"enabled\": "
+                "true} (DeepSpeed reads its \"enabled\" key)";
+        return std::nullopt;
+      }
+      std::optional<bool> enabled = false;
+      if (const llvm::json::Value *v = o->get("enabled")) {
+        enabled = v->getAsBoolean();
+        if (!enabled) {
+          std::optional<llvm::StringRef> text = v->getAsString();
+          error = k.str() + ".enabled must be true or false" +
+                  (text && *text == "auto"
+                       ? std::string(": \"auto\" is filled in by the Hugging "
+                                     "Face Trainer from its own arguments; "
+                                     "give the value it resolves to")
+                       : std::string());
+          return std::nullopt;
+        }
+      }
+      (k == "bf16" ? bf16 : fp16) = *enabled;
+      for (const auto &[sub, v] : *o)
+        if (sub != "enabled" &&
+            !(k == "fp16" &&
+              llvm::is_contained(kLossScaleKeys, llvm::StringRef(sub))))
+          warnings.push_back(k.str() + "." + sub.str());
     } else if (k == "zero_optimization") {
       const llvm::json::Object *o = value.getAsObject();
       if (!o) {
@@ -290,11 +315,18 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
       }
     } else if (k == "activation_checkpointing") {
       // DeepSpeed checkpoints what the model's code wraps, usually whole
-      // layers: full recompute.
+      // layers: full recompute. Its own keys change where the saved
+      // activations live (partitioned over model-parallel ranks, CPU,
+      // contiguous buffers): off, they are what the planner models.
       plan.candidate.remat = PlanRemat::full;
       if (const llvm::json::Object *o = value.getAsObject())
-        for (const auto &[sub, v] : *o)
-          warnings.push_back("activation_checkpointing." + sub.str());
+        for (const auto &[sub, v] : *o) {
+          bool off = v.getAsBoolean() == std::optional<bool>(false);
+          if (!(off && (sub == "partition_activations" ||
+                        sub == "contiguous_memory_optimization" ||
+                        sub == "cpu_checkpointing")))
+            warnings.push_back("activation_checkpointing." + sub.str());
+        }
     } else if (k == "optimizer") {
       const llvm::json::Object *o = value.getAsObject();
       std::optional<llvm::StringRef> type =
@@ -305,14 +337,22 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
                 "planner models)";
         return std::nullopt;
       }
+      // Its params (lr, betas, eps, weight decay) change no memory.
       if (o)
         for (const auto &[sub, v] : *o)
-          if (sub != "type")
+          if (sub != "type" && sub != "params")
             warnings.push_back("optimizer." + sub.str());
     } else {
       warnings.push_back(k.str());
     }
   }
+  if (bf16 && fp16) {
+    error = "fp16 and bf16 are both enabled (DeepSpeed refuses this too): "
+            "enable one";
+    return std::nullopt;
+  }
+  // DeepSpeed trains f32 unless one of them is enabled.
+  plan.dtype = bf16 ? "bf16" : fp16 ? "f16" : "f32";
   if (!micro) {
     error = "the config has no train_micro_batch_size_per_gpu";
     return std::nullopt;
@@ -349,7 +389,15 @@ static llvm::json::Object toDeepSpeed(const PlanCandidate &c,
       llvm::json::Object{{"enabled", request.model.dtype == "f16"}};
   config["zero_optimization"] =
       llvm::json::Object{{"stage", c.stage < 0 ? 0 : c.stage}};
-  config["optimizer"] = llvm::json::Object{{"type", "AdamW"}};
+  // The step's AdamW, with train-add-optimizer's defaults.
+  TrainAddOptimizerPassOptions adamw;
+  config["optimizer"] = llvm::json::Object{
+      {"type", "AdamW"},
+      {"params", llvm::json::Object{
+                     {"lr", adamw.lr},
+                     {"betas", llvm::json::Array{adamw.beta1, adamw.beta2}},
+                     {"eps", adamw.epsilon},
+                     {"weight_decay", adamw.weightDecay}}}};
   if (c.remat != PlanRemat::none) {
     config["activation_checkpointing"] =
         llvm::json::Object{{"partition_activations", false},
@@ -483,6 +531,15 @@ static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
           "trainmem-opt writes)\n";
 }
 
+/// A figure of the throughput model as JSON: JSON has no infinity or NaN,
+/// so a figure that is not finite is null (the hardware checks keep them
+/// finite; this keeps the output JSON whatever they miss).
+static llvm::json::Value figure(double value) {
+  if (!std::isfinite(value))
+    return nullptr;
+  return value;
+}
+
 static llvm::json::Object candidateJson(const PlanCandidate &c) {
   llvm::json::Object atPeak;
   for (unsigned cat = 0; cat < kNumMemoryCategories; ++cat)
@@ -511,13 +568,14 @@ static llvm::json::Object candidateJson(const PlanCandidate &c) {
   o["bytes_sent"] = c.measure.bytesSent;
   o["host_bytes"] = c.measure.hostBytes;
   o["host_device_bytes"] = c.measure.hostDeviceBytes;
-  o["seconds"] = llvm::json::Object{{"compute", c.computeSeconds},
-                                    {"optimizer", c.optimizerSeconds},
-                                    {"communication", c.communicationSeconds},
-                                    {"offload", c.offloadSeconds},
-                                    {"step", c.stepSeconds}};
-  o["tokens_per_second"] = c.tokensPerSecond;
-  o["relative"] = c.relative;
+  o["seconds"] =
+      llvm::json::Object{{"compute", figure(c.computeSeconds)},
+                         {"optimizer", figure(c.optimizerSeconds)},
+                         {"communication", figure(c.communicationSeconds)},
+                         {"offload", figure(c.offloadSeconds)},
+                         {"step", figure(c.stepSeconds)}};
+  o["tokens_per_second"] = figure(c.tokensPerSecond);
+  o["relative"] = figure(c.relative);
   if (!c.fits)
     o["rejected"] = c.rejected;
   return o;
@@ -581,8 +639,10 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> moduleFile;
   std::optional<ModelConfig> model;
   if (StringRef(modelName).ends_with(".mlir")) {
-    if (layers > 0 || seq > 0 || hidden > 0 || heads > 0 || ffn > 0 ||
-        vocab > 0 || !dtype.empty())
+    if (layers.getNumOccurrences() || seq.getNumOccurrences() ||
+        hidden.getNumOccurrences() || heads.getNumOccurrences() ||
+        ffn.getNumOccurrences() || vocab.getNumOccurrences() ||
+        dtype.getNumOccurrences())
       return fail("--layers, --seq, --hidden, --heads, --ffn, --vocab and "
                   "--dtype shape a preset; a model file is used as it is");
     llvm::SourceMgr sources;
@@ -597,29 +657,35 @@ int main(int argc, char **argv) {
   if (!model)
     return fail("unknown model preset '" + modelName +
                 "' (trainmem-model --list-presets, or a .mlir file)");
-  if (seq > 0 && !moduleFile)
+  // A shape given is the shape planned: 0 or a negative one is refused
+  // below (validateConfig), as trainmem-model refuses it.
+  if (seq.getNumOccurrences())
     model->seq = seq;
-  if (hidden > 0 && !moduleFile) {
+  if (hidden.getNumOccurrences()) {
     model->hidden = hidden;
     model->ffn = 0; // re-derived below unless given
   }
-  if (heads > 0) {
+  if (heads.getNumOccurrences()) {
     model->heads = heads;
     if (model->arch == Architecture::GPT)
       model->kvHeads = heads;
   }
-  if (vocab > 0)
+  if (vocab.getNumOccurrences())
     model->vocab = vocab;
-  if (ffn > 0)
+  if (ffn.getNumOccurrences())
     model->ffn = ffn;
-  else if (model->ffn == 0)
+  else if (model->ffn == 0 && model->hidden > 0)
     model->ffn = defaultFfn(*model);
-  if (layers > 0)
+  if (layers.getNumOccurrences())
     model->layers = layers;
-  if (!dtype.empty())
+  if (dtype.getNumOccurrences())
     model->dtype = dtype;
-  if (deepSpeed && deepSpeed->dtype)
+  if (deepSpeed && deepSpeed->dtype) {
+    if (dtype.getNumOccurrences() && dtype != *deepSpeed->dtype)
+      return fail("--dtype " + dtype + ", but the DeepSpeed config trains " +
+                  *deepSpeed->dtype + " (its bf16/fp16 keys decide)");
     model->dtype = *deepSpeed->dtype;
+  }
 
   PlanRequest request;
   request.model = *model;
@@ -636,7 +702,8 @@ int main(int argc, char **argv) {
     std::optional<uint64_t> bytes = parseBytes(memory);
     if (!bytes)
       return fail("--memory '" + memory +
-                  "' is not a size below 2^63 bytes (e.g. 80GB, 24GiB, 1e9)");
+                  "' is not a size from 1 byte to below 2^63 bytes (e.g. "
+                  "80GB, 24GiB, 1e9)");
     request.memoryBytes = *bytes;
   }
   request.exact = exact;
@@ -691,6 +758,7 @@ int main(int argc, char **argv) {
     llvm::json::Object out{{"model", request.model.name},
                            {"layers", request.model.layers},
                            {"seq", request.model.seq},
+                           {"dtype", request.model.dtype},
                            {"global_batch", request.globalBatch},
                            {"ranks", request.ranks},
                            {"memory_bytes", request.memoryBytes},

@@ -20,12 +20,14 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -150,6 +152,21 @@ static int fail(const llvm::Twine &message) {
   // pieces interleaves with theirs.
   llvm::errs() << ("trainmem-run: error: " + message + "\n").str();
   return 1;
+}
+
+/// Whether `path` (which need not exist) lies in directory `dir` or below
+/// it, links resolved.
+static bool isInDirectory(llvm::StringRef path, llvm::StringRef dir) {
+  llvm::SmallString<256> realDir, parent;
+  if (llvm::sys::fs::real_path(dir, realDir))
+    return false;
+  llvm::StringRef parentName = llvm::sys::path::parent_path(path);
+  if (llvm::sys::fs::real_path(parentName.empty() ? "." : parentName, parent))
+    return false;
+  llvm::StringRef inside = parent;
+  return inside == realDir ||
+         (inside.starts_with(realDir) &&
+          inside.drop_front(realDir.size()).starts_with("/"));
 }
 
 //===----------------------------------------------------------------------===//
@@ -382,20 +399,28 @@ int main(int argc, char **argv) {
   // Where the run writes is checked before the first step.
   if (!saveDir.empty() && !checkSaveDir(saveDir, error))
     return fail(error);
+  // One run saves into a directory at a time (rank 0 holds it for the run).
+  if (!saveDir.empty() && session->getRank() == 0 &&
+      !lockSaveDir(saveDir, error))
+    return fail(error);
   std::unique_ptr<llvm::raw_fd_ostream> lossFile;
   if (!lossLog.empty()) {
     // Never onto a file the run reads.
     std::vector<std::string> inputs = {dataFile, inputFile};
-    if (!resumeDir.empty())
-      inputs.push_back(resumeDir + "/checkpoint.bin");
-    if (!saveDir.empty())
-      inputs.push_back(saveDir + "/checkpoint.bin");
     for (const std::string &input : inputs) {
       bool same = false;
       if (!llvm::sys::fs::equivalent(lossLog, input, same) && same)
         return fail("--loss-log '" + lossLog + "' is '" + input +
                     "', which this run reads or writes; give another file");
     }
+    // Nor into a checkpoint directory: its manifest, shards and lock are
+    // the checkpoint's.
+    for (const std::string &dir : {resumeDir.getValue(), saveDir.getValue()})
+      if (!dir.empty() && isInDirectory(lossLog, dir))
+        return fail("--loss-log '" + lossLog + "' is in the checkpoint "
+                    "directory '" + dir +
+                    "', whose files the checkpoint owns; give a file "
+                    "outside it");
     // A resumed run continues the log of the run it continues.
     std::error_code ec;
     lossFile = std::make_unique<llvm::raw_fd_ostream>(
@@ -409,6 +434,9 @@ int main(int argc, char **argv) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // Past a file-size limit a write fails (EFBIG) and the save says so; the
+  // signal's default would kill the run with a stack dump instead.
+  std::signal(SIGXFSZ, SIG_IGN);
   int64_t ranks = session->getRanks(), rank = session->getRank();
   bool leader = rank == 0;
   {
@@ -495,9 +523,31 @@ int main(int argc, char **argv) {
       firstLoss = loss;
     lastLoss = loss;
     losses.push_back(loss);
+    // A log that cannot be written (a full disk) stops the run at this
+    // step, its state saved as a stop by signal saves it.
+    std::string logError;
     if (lossFile && leader) {
       *lossFile << step << " " << llvm::format("%.6f", loss) << "\n";
       lossFile->flush();
+      if (lossFile->has_error()) {
+        logError = "cannot write the loss log '" + lossLog + "' at step " +
+                   std::to_string(step) + ": " + lossFile->error().message();
+        lossFile->clear_error();
+      }
+    }
+    bool logFailed = !logError.empty();
+    if (!session->anyRank(logFailed, error))
+      return fail(error);
+    if (logFailed) {
+      std::string message =
+          leader ? logError : "rank 0 could not write the loss log";
+      if (!saveDir.empty() && !session->save(saveDir, step, identity, error))
+        return fail(message + "; and " + error);
+      return fail(message + (saveDir.empty()
+                                 ? "; stopping (no --save given, nothing saved)"
+                                 : "; stopping with a checkpoint of step " +
+                                       std::to_string(step) + " in '" +
+                                       saveDir + "'"));
     }
     double seconds = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - start)

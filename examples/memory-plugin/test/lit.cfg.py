@@ -10,6 +10,8 @@ config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in"]
 
+config.substitutions.append(("%plugin_dir", os.path.dirname(config.plugin)))
+config.substitutions.append(("%plugin_name", os.path.basename(config.plugin)))
 config.substitutions.append(("%plugin", config.plugin))
 for tool in ["trainmem-opt", "trainmem-model"]:
     config.substitutions.append(

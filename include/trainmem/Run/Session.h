@@ -122,6 +122,16 @@ bool readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
 /// that a bad path is found before a run, not after it.
 bool checkSaveDir(StringRef dir, std::string &error);
 
+/// The file in a --save directory whose lock the saving run holds.
+constexpr llvm::StringLiteral kSaveDirLockName = "trainmem-run.lock";
+
+/// Takes the --save directory `dir` for this process until it ends (an
+/// advisory lock on a file in it): a second run saving into the same
+/// directory is refused at its start, with the holder's pid, instead of
+/// the two overwriting each other's checkpoints. One process per run takes
+/// it (rank 0 of several).
+bool lockSaveDir(StringRef dir, std::string &error);
+
 //===----------------------------------------------------------------------===//
 // Session
 //===----------------------------------------------------------------------===//
@@ -214,6 +224,9 @@ public:
   /// process sums its micro-batches' (so that N ranks print the loss of one
   /// rank running N micro-batches, to the bit, for a power-of-two N).
   bool meanLossOverRanks(float &loss, std::string &error) const;
+  /// Sets `flag` on every rank when it is set on any (one rank's failure
+  /// that all must act on); false when the ranks cannot communicate.
+  bool anyRank(bool &flag, std::string &error) const;
   /// Ends every rank's process (a rank that failed, so that no other waits
   /// for it); nothing on one rank.
   void abortRanks(int code) const;

@@ -151,6 +151,15 @@ public:
     normalize();
   }
 
+  /// Whether the sum is a finite number: no infinite or NaN term, and
+  /// words a sum of squares makes (normalizes them first). An overflowed
+  /// gradient on any rank makes the ranks' summed words not finite.
+  TRAINMEM_HD bool isFinite() {
+    normalize();
+    return words[kExactSumLimbs] == 0 && words[kExactSumLimbs + 1] == 0 &&
+           words[kExactSumLimbs - 1] >= 0;
+  }
+
   /// The sum rounded to the nearest double: a function of the exact value
   /// alone (the words are normalized first).
   double value() {

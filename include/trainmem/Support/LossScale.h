@@ -18,6 +18,14 @@
 
 namespace trainmem {
 
+/// Whether `initial` is a loss scale the step can use: the f32 the scale is
+/// stored and multiplied in is a positive normal number (1e-46 would be 0
+/// in f32 and zero every gradient; 1e308 infinite, and skip every step).
+inline bool isUsableLossScale(double initial) {
+  float stored = static_cast<float>(initial);
+  return initial > 0.0 && std::isnormal(stored);
+}
+
 /// initial · 2^exponent (the exponent clamped far past f32's range, so that
 /// a corrupted state gives an infinite or zero scale, not undefined shifts).
 TRAINMEM_HD inline double lossScale(double initial, int64_t exponent) {

@@ -429,6 +429,8 @@ static LogicalResult lowerUnscaleGradients(UnscaleGradientsOp o,
   b.emit(rt::finite_begin{}, o.getLoc());
   for (Value grad : o.getGrads())
     b.emit(rt::finite_check{.grad = b.offset(grad), .n = b.elements(grad)}, o.getLoc());
+  if (Value squared = o.getSquaredNorm())
+    b.emit(rt::finite_check_sum{.sum = b.offset(squared)}, o.getLoc());
   for (auto [grad, out] : llvm::zip(o.getGrads(), o.getUnscaled()))
     b.emit(rt::unscale{.grad = b.offset(grad), .out = b.offset(out), .n = b.elements(grad), .state = b.offset(o.getState()), .initial = initial}, o.getLoc());
   b.emit(rt::loss_scale_update{.state = b.offset(o.getState()), .new_state = b.offset(o.getNewState()), .growth_interval = o.getGrowthInterval()}, o.getLoc());

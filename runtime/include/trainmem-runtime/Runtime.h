@@ -352,6 +352,9 @@ void tmrt_loss_scale(tmrt_context *ctx, int64_t state, int64_t out,
                      double initial);
 void tmrt_finite_begin(tmrt_context *ctx);
 void tmrt_finite_check(tmrt_context *ctx, int64_t grad, int64_t n);
+/* A partitioned step: the ranks' summed exact squared norm (kExactSumWords
+ * i64 at `sum`) counts as a gradient: not finite when any rank overflowed. */
+void tmrt_finite_check_sum(tmrt_context *ctx, int64_t sum);
 void tmrt_unscale(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
                   int64_t state, double initial);
 void tmrt_loss_scale_update(tmrt_context *ctx, int64_t state,

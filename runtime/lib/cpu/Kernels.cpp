@@ -1773,6 +1773,13 @@ void finite_check(tmrt_context *ctx, int64_t grad, int64_t n) {
   });
 }
 
+void finite_check_sum(tmrt_context *ctx, int64_t sum) {
+  int64_t words[trainmem::kExactSumWords];
+  std::memcpy(words, ctx->at<int64_t>(sum), sizeof words);
+  if (!trainmem::ExactSquareSum(words).isFinite())
+    ctx->gradientsFinite = false;
+}
+
 void unscale(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
              int64_t state, double initial) {
   double inverse = 1.0 / lossScaleOf(ctx, state, initial);

@@ -21,6 +21,7 @@
 
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/DynamicMap.h"
+#include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
 
@@ -173,6 +174,18 @@ static void finiteCheckOf(tmrt_context *ctx, int64_t grad, int64_t n) {
 void finite_check(tmrt_context *ctx, int64_t grad, int64_t n) {
   withFloatType(ctx, "finite_check", {grad}, [&](auto type) {
     finiteCheckOf<decltype(type)>(ctx, grad, n);
+  });
+}
+
+void finite_check_sum(tmrt_context *ctx, int64_t sum) {
+  const int64_t *words = ctx->at<int64_t>(sum);
+  int *flag = stateOf(ctx).nonFinite;
+  elementwise(ctx, "finite_check_sum", 1, [=] __device__(int64_t) {
+    int64_t copy[trainmem::kExactSumWords];
+    for (int k = 0; k < trainmem::kExactSumWords; ++k)
+      copy[k] = words[k];
+    if (!trainmem::ExactSquareSum(copy).isFinite())
+      *flag = 1;
   });
 }
 

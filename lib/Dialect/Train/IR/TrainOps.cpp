@@ -2,6 +2,7 @@
 
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Support/ExactSum.h"
+#include "trainmem/Support/LossScale.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -667,6 +668,13 @@ LogicalResult BlockOp::verify() {
            << stringifyBlockKind(kind) << "' needs a layer index";
   if (layer && *layer < 0)
     return emitOpError("layer index must be >= 0, got ") << *layer;
+  // Blocks partition the step: the passes (autodiff's per-block backward,
+  // remat's policies, ZeRO's gathers, the report's attribution) take each
+  // as one part of the model.
+  if (auto outer = (*this)->getParentOfType<BlockOp>())
+    return emitOpError("is nested in another train.block (")
+           << stringifyBlockKind(outer.getKind())
+           << "); blocks partition the step: put them side by side";
   Block &body = getBody().front();
   auto yield = body.empty() ? YieldOp() : dyn_cast<YieldOp>(body.back());
   if (!yield)
@@ -1013,8 +1021,9 @@ static LogicalResult verifyLossScale(Operation *op, Value state,
                            "the scale over the initial one, clean steps, "
                            "skipped steps), got ")
            << type;
-  if (!(initial > 0.0) || !std::isfinite(initial))
-    return op->emitOpError("initial loss scale must be finite and > 0, got ")
+  if (!trainmem::isUsableLossScale(initial))
+    return op->emitOpError("initial loss scale must be a positive normal f32 "
+                           "(from 2^-126 to below 2^128), got ")
            << initial;
   return success();
 }
@@ -1044,6 +1053,10 @@ LogicalResult UnscaleGradientsOp::verify() {
   if (getGrowthInterval() < 1)
     return emitOpError("growth_interval must be >= 1, got ")
            << getGrowthInterval();
+  if (Value squared = getSquaredNorm())
+    if (failed(
+            verifyExactSum(getOperation(), squared.getType(), "squared_norm")))
+      return failure();
   return success();
 }
 

@@ -13,6 +13,7 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Support/LossScale.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -44,9 +45,11 @@ struct TrainLossScalePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (!(initial > 0.0) || !std::isfinite(initial.getValue())) {
+    if (!trainmem::isUsableLossScale(initial)) {
       emitError(module.getLoc(), kPassName)
-          << ": initial must be finite and > 0, got " << initial;
+          << ": initial must be a positive normal f32 (the scale is an f32: "
+             "from 2^-126 to below 2^128), got "
+          << initial;
       return signalPassFailure();
     }
     if (growthInterval < 1) {
@@ -69,6 +72,13 @@ struct TrainLossScalePass
         return func.emitError(kPassName)
                << ": @" << func.getSymName()
                << " is loss-scaled already (argument " << i << ")";
+    // Partitioned, each rank would decide on its own shards.
+    if (func->hasAttr(kZeroAttrName))
+      return func.emitError(kPassName)
+             << ": @" << func.getSymName()
+             << " is partitioned by train-zero already; run "
+                "train-loss-scale before train-zero (which makes the ranks "
+                "agree on an overflow)";
     BlockOp optimizer;
     func.walk([&](BlockOp block) {
       if (block.getKind() == BlockKind::optimizer)
@@ -143,7 +153,7 @@ struct TrainLossScalePass
           builder.getF32Type()));
     auto unscale = UnscaleGradientsOp::create(
         builder, optimizer.getLoc(), unscaledTypes, stateType,
-        grads.getArrayRef(), state, initialAttr,
+        grads.getArrayRef(), state, /*squared_norm=*/Value(), initialAttr,
         builder.getI64IntegerAttr(growthInterval));
     for (auto [gradValue, unscaled] : llvm::zip(grads, unscale.getUnscaled())) {
       Value grad = gradValue;

@@ -588,14 +588,25 @@ struct TrainMemoryReportPass
     }
     // A lowered step (the runtime's arena pointer instead of tensors) has
     // no tensors left to measure: say so instead of printing zeros.
-    for (Type type : func.getArgumentTypes())
-      if (!isa<RankedTensorType>(type)) {
+    // Any other argument that is not a tensor is input the report cannot
+    // measure: say which, not that the step is lowered.
+    for (auto [index, type] : llvm::enumerate(func.getArgumentTypes())) {
+      if (isa<RankedTensorType>(type))
+        continue;
+      bool lowered = type.getDialect().getNamespace() == "llvm";
+      if (lowered)
         emitError(func.getLoc(), "train-memory-report: @")
             << func.getSymName() << " takes " << type
             << ", not tensors: it is already lowered; report on the "
                "tensor-level step (before convert-train-to-runtime)";
-        return signalPassFailure();
-      }
+      else
+        emitError(func.getLoc(), "train-memory-report: argument ")
+            << index << " of @" << func.getSymName() << " is " << type
+            << ", not a ranked tensor: the report measures tensors (a "
+               "scalar input is a 0-d tensor, e.g. tensor<"
+            << type << ">)";
+      return signalPassFailure();
+    }
     // Unmaterialized train.remat regions are reported as they will run:
     // on a copy with their recompute materialized.
     OwningOpRef<ModuleOp> materialized;

@@ -33,17 +33,23 @@ struct QuantizedState {
   Value oldResult;     // the f32 state after the update
   Value newCodes, newAbsmax; // the fused update's results
   Type codesShardOf, absmaxShardOf; // full types, for a rank's shard
+  Attribute space; // the f32 state's memory (train-offload-optimizer first)
 };
 
-/// `{train.optimizer_state = #train.state<...>}`, and `train.shard_of =
-/// shardOf` where the state is one rank's shard (train-zero ran first).
+/// `{train.optimizer_state = #train.state<...>}`, `train.shard_of =
+/// shardOf` where the state is one rank's shard (train-zero ran first), and
+/// `train.memory_space = space` where the f32 state was placed (the 8-bit
+/// state stays where train-offload-optimizer put the f32 one).
 DictionaryAttr stateAttrs(MLIRContext *ctx, StateAttr state,
-                          Type shardOf = Type()) {
-  SmallVector<NamedAttribute, 2> attrs{
+                          Type shardOf = Type(), Attribute space = {}) {
+  SmallVector<NamedAttribute, 3> attrs{
       NamedAttribute(StringAttr::get(ctx, kOptimizerStateAttrName), state)};
   if (shardOf)
     attrs.push_back(NamedAttribute(StringAttr::get(ctx, kShardOfAttrName),
                                    TypeAttr::get(shardOf)));
+  if (space)
+    attrs.push_back(
+        NamedAttribute(StringAttr::get(ctx, kMemorySpaceAttrName), space));
   return DictionaryAttr::get(ctx, attrs);
 }
 
@@ -204,21 +210,24 @@ struct TrainQuantizeOptimizerStatePass
               {(fullType.getNumElements() + block - 1) / block}, f32);
         }
         unsigned index = arg.getArgNumber() + 1;
+        Attribute space =
+            func.getArgAttr(arg.getArgNumber(), kMemorySpaceAttrName);
         if (failed(func.insertArgument(
                 index, codesType,
                 stateAttrs(ctx, state.withPart(StatePart::codes, map, block),
-                           codesShardOf),
+                           codesShardOf, space),
                 arg.getLoc())) ||
             failed(func.insertArgument(
                 index + 1, absmaxType,
                 stateAttrs(ctx, state.withPart(StatePart::absmax, map, block),
-                           absmaxShardOf),
+                           absmaxShardOf, space),
                 arg.getLoc())))
           return op->emitError("train-quantize-optimizer-state: cannot add "
                                "the 8-bit state arguments");
         quantized.push_back({arg, state, use.isSigned, func.getArgument(index),
                              func.getArgument(index + 1), use.after,
-                             Value(), Value(), codesShardOf, absmaxShardOf});
+                             Value(), Value(), codesShardOf, absmaxShardOf,
+                             space});
       }
 
       OpBuilder builder(op);
@@ -232,6 +241,9 @@ struct TrainQuantizeOptimizerStatePass
       if (!fused)
         return op->emitError("train-quantize-optimizer-state: '")
                << op->getName() << "' has no 8-bit form";
+      // An update that runs on the host (what=states+update) still does.
+      if (Attribute space = op->getAttr(kMemorySpaceAttrName))
+        fused->setAttr(kMemorySpaceAttrName, space);
       update.getNewParamValue().replaceAllUsesWith(fused->getResult(0));
       for (auto [k, state] : llvm::enumerate(quantized)) {
         state.newCodes = fused->getResult(1 + 2 * k);
@@ -266,8 +278,8 @@ struct TrainQuantizeOptimizerStatePass
                        state.absmaxShardOf}}) {
         results.push_back(value);
         resultTypes.push_back(value.getType());
-        resultAttrs.push_back(
-            stateAttrs(ctx, state.state.withPart(part, map, block), shardOf));
+        resultAttrs.push_back(stateAttrs(
+            ctx, state.state.withPart(part, map, block), shardOf, state.space));
       }
     }
     ret->setOperands(results);

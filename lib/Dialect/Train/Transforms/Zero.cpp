@@ -21,6 +21,7 @@
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/bit.h"
+#include "llvm/Support/MathExtras.h"
 
 namespace mlir {
 namespace train {
@@ -34,16 +35,47 @@ using namespace mlir::train;
 
 namespace {
 
-/// The gradient the optimizer update reads, before clipping: through a
-/// train.clip_grad_norm to the gradient it clips.
+/// The gradient the optimizer update reads, as the backward made it:
+/// through a train.clip_grad_norm to the gradient it clips, then through a
+/// train.unscale_gradients to the loss-scaled gradient. The ranks reduce
+/// that one; clipping and unscaling then act on the reduced values.
 Value rawGradient(OptimizerUpdateOpInterface update) {
   Value grad = update.getGradient();
   if (auto clip = grad.getDefiningOp<ClipGradNormOp>()) {
     auto result = cast<OpResult>(grad);
     if (result.getResultNumber() < clip.getGrads().size())
-      return clip.getGrads()[result.getResultNumber()];
+      grad = clip.getGrads()[result.getResultNumber()];
+  }
+  if (auto unscale = grad.getDefiningOp<UnscaleGradientsOp>()) {
+    auto result = cast<OpResult>(grad);
+    if (result.getResultNumber() < unscale.getGrads().size())
+      grad = unscale.getGrads()[result.getResultNumber()];
   }
   return grad;
+}
+
+/// The train.unscale_gradients between the updates' gradients and the
+/// backward (loss scaling), directly or under a clip; null without one.
+/// Fails on two (one scale per step).
+FailureOr<UnscaleGradientsOp>
+findUnscale(ArrayRef<OptimizerUpdateOpInterface> updates) {
+  UnscaleGradientsOp found;
+  for (OptimizerUpdateOpInterface update : updates) {
+    Value grad = update.getGradient();
+    if (auto clip = grad.getDefiningOp<ClipGradNormOp>())
+      if (cast<OpResult>(grad).getResultNumber() < clip.getGrads().size())
+        grad = clip.getGrads()[cast<OpResult>(grad).getResultNumber()];
+    auto unscale = grad.getDefiningOp<UnscaleGradientsOp>();
+    if (!unscale)
+      continue;
+    if (found && found != unscale)
+      return unscale.emitOpError("train-zero: the updates read gradients "
+                                 "unscaled by more than one "
+                                 "train.unscale_gradients; one loss scale "
+                                 "per step is supported");
+    found = unscale;
+  }
+  return found;
 }
 
 /// The op of `block` that `value` comes from (its definition, or the
@@ -364,7 +396,34 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
   if (clip && clip.getSquaredNorm())
     return clip.emitOpError("train-zero: this clip takes its norm from "
                             "ranks already");
+  // Loss scaling: the ranks reduce the scaled gradients, and unscale their
+  // shards (below).
+  FailureOr<UnscaleGradientsOp> unscale = findUnscale(updates);
+  if (failed(unscale))
+    return failure();
+  if (*unscale && unscale->getSquaredNorm())
+    return unscale->emitOpError("train-zero: this unscale takes its "
+                                "overflow check from ranks already");
   llvm::DenseMap<Value, Value> shardOfGradient;
+
+  // 8-bit state is sharded by whole blocks: ranks x block elements must
+  // be a count (a block from hand-written IR or an option can be huge).
+  for (OptimizerUpdateOpInterface update : updates) {
+    Operation *op = update.getOperation();
+    auto block = op->getAttrOfType<IntegerAttr>("block");
+    if (!block)
+      continue;
+    auto type = cast<RankedTensorType>(update.getUpdatedParam().getType());
+    int64_t unit = 0, padded = 0;
+    if (block.getInt() < 1 ||
+        llvm::MulOverflow(n, block.getInt(), unit) ||
+        llvm::AddOverflow(type.getNumElements(), unit, padded))
+      return op->emitOpError("train-zero: its 8-bit state's block of ")
+             << block.getInt() << " elements times " << n
+             << " ranks is not a count of elements (it overflows 64 bits): "
+                "quantize with a smaller block (train-quantize-optimizer-"
+                "state block=)";
+  }
 
   // 8-bit state is sharded by whole blocks.
   auto partitionFor = [&](OptimizerUpdateOpInterface update) {
@@ -536,7 +595,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
                << part.elements << "), or use fewer ranks";
     }
     Value param = update.getUpdatedParam();
-    Value grad = clip ? rawGradient(update) : update.getGradient();
+    Value grad = rawGradient(update);
     auto paramType = cast<RankedTensorType>(param.getType());
     auto shardType = [&](Type element, int64_t elements) {
       return RankedTensorType::get({elements}, element);
@@ -554,8 +613,14 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
         Operation *&previous = lastPlaced[early->first];
         builder.setInsertionPointAfter(previous ? previous : early->first);
       } else {
-        // Before the update, or before the clip that reads all of them.
-        builder.setInsertionPoint(clip ? clip.getOperation() : op);
+        // Before the update, or before the unscale or the clip that reads
+        // all of them.
+        Operation *before = op;
+        if (clip)
+          before = clip;
+        if (*unscale)
+          before = *unscale;
+        builder.setInsertionPoint(before);
       }
       Value paddedGrad = flattenAndPad(builder, loc, grad, part.padded);
       auto scattered = shard::ReduceScatterOp::create(
@@ -685,6 +750,47 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       Value full = unpadAndReshape(builder, loc, gathered, fullType);
       shardValue.replaceAllUsesExcept(full, gathered);
     }
+  }
+
+  // Loss scaling of sharded gradients: each rank unscales its shards, and
+  // the step overflowed where any rank's shards are not finite (the exact
+  // squared norm of every rank's shards, summed: a non-finite element on
+  // any rank makes it not finite), so every rank skips or grows alike.
+  if (*unscale) {
+    UnscaleGradientsOp old = *unscale;
+    builder.setInsertionPoint(old);
+    Location loc = old.getLoc();
+    SmallVector<Value> shards;
+    SmallVector<Type> unscaledTypes;
+    for (Value gradient : old.getGrads()) {
+      Value gradShard = shardOfGradient.lookup(gradient);
+      if (!gradShard)
+        return old.emitOpError("train-zero: unscales a gradient no "
+                               "optimizer update reads");
+      shards.push_back(gradShard);
+      unscaledTypes.push_back(RankedTensorType::get(
+          cast<RankedTensorType>(gradShard.getType()).getShape(),
+          builder.getF32Type()));
+    }
+    auto exactSum =
+        RankedTensorType::get({trainmem::kExactSumWords}, builder.getI64Type());
+    auto local = SquaredNormOp::create(builder, loc, exactSum, shards);
+    auto global = shard::AllReduceOp::create(
+        builder, loc, local.getResult(), grid.getValue(),
+        ArrayRef<shard::GridAxis>{0}, shard::ReductionKind::Sum);
+    auto sharded = UnscaleGradientsOp::create(
+        builder, loc, unscaledTypes, old.getNewState().getType(), shards,
+        old.getState(), global.getResult(), old.getInitialAttr(),
+        old.getGrowthIntervalAttr());
+    sharded->setDiscardableAttrs(old->getDiscardableAttrDictionary());
+    for (auto [oldValue, newValue] :
+         llvm::zip(old.getUnscaled(), sharded.getUnscaled())) {
+      // An update (or the clip) reads the unscaled shard now.
+      oldValue.replaceAllUsesWith(newValue);
+      shardOfGradient[newValue] = newValue;
+    }
+    old.getNewState().replaceAllUsesWith(sharded.getNewState());
+    old.erase();
   }
 
   // The global norm of sharded gradients: each rank's squared norm of its

@@ -396,6 +396,20 @@ func.func @block_layer_negative(%x: tensor<4xf32>) {
 
 // -----
 
+// A block in a block (issue 31, item 10: train-autodiff crashed on it).
+func.func @block_nested(%x: tensor<4xf32>) {
+  %0 = train.block mlp layer 0 -> tensor<4xf32> {
+    // expected-error @+1 {{'train.block' op is nested in another train.block (mlp); blocks partition the step: put them side by side}}
+    %1 = train.block attention layer 0 -> tensor<4xf32> {
+      train.yield %x : tensor<4xf32>
+    }
+    train.yield %1 : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
 func.func @block_yield_types(%x: tensor<4xf32>) {
   // expected-error @+1 {{yielded types must equal the block's result types}}
   %0 = train.block head -> tensor<2xf32> {
@@ -1191,8 +1205,16 @@ func.func @loss_scale_state_shape(%state: tensor<2xi64>) -> tensor<f32> {
 // -----
 
 func.func @loss_scale_initial(%state: tensor<3xi64>) -> tensor<f32> {
-  // expected-error @+1 {{'train.loss_scale' op initial loss scale must be finite and > 0, got -1.000000e+00}}
+  // expected-error @+1 {{'train.loss_scale' op initial loss scale must be a positive normal f32 (from 2^-126 to below 2^128), got -1.000000e+00}}
   %s = train.loss_scale %state {initial = -1.0 : f64} : tensor<3xi64> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+func.func @loss_scale_zero_in_f32(%state: tensor<3xi64>) -> tensor<f32> {
+  // expected-error @+1 {{'train.loss_scale' op initial loss scale must be a positive normal f32 (from 2^-126 to below 2^128), got 1.000000e-46}}
+  %s = train.loss_scale %state {initial = 1.0e-46 : f64} : tensor<3xi64> -> tensor<f32>
   return %s : tensor<f32>
 }
 
@@ -1232,7 +1254,15 @@ func.func @unscale_state_type(%g: tensor<8xf16>, %state: tensor<3xi64>) {
 
 func.func @unscale_nothing(%state: tensor<3xi64>) {
   // expected-error @+1 {{'train.unscale_gradients' op needs at least one gradient}}
-  %u = "train.unscale_gradients"(%state) {initial = 1.0 : f64, growth_interval = 10 : i64} : (tensor<3xi64>) -> tensor<3xi64>
+  %u = "train.unscale_gradients"(%state) {initial = 1.0 : f64, growth_interval = 10 : i64, operandSegmentSizes = array<i32: 0, 1, 0>} : (tensor<3xi64>) -> tensor<3xi64>
+  return
+}
+
+// -----
+
+func.func @unscale_by_a_short_squared_norm(%g: tensor<8xf16>, %state: tensor<3xi64>, %s: tensor<23xi64>) {
+  // expected-error @+1 {{'train.unscale_gradients' op squared_norm must be tensor<24xi64> (an exact sum of squares: 22 limbs, the infinite and NaN counts), not 'tensor<23xi64>'}}
+  %u:2 = train.unscale_gradients %g scale(%state) squared_norm(%s : tensor<23xi64>) {initial = 1.0 : f64, growth_interval = 10 : i64} : (tensor<8xf16>), tensor<3xi64> -> (tensor<8xf32>), tensor<3xi64>
   return
 }
 

@@ -241,6 +241,10 @@ func.func @loss_scaling(%g0: tensor<8xf16>, %g1: tensor<4x8xf16>, %state: tensor
   %s = train.loss_scale %state {initial = 65536.0 : f64} : tensor<3xi64> -> tensor<f32>
   // CHECK: train.unscale_gradients %{{.*}}, %{{.*}} scale(%{{.*}}) {growth_interval = 2000 : i64, initial = 6.553600e+04 : f64} : (tensor<8xf16>, tensor<4x8xf16>), tensor<3xi64> -> (tensor<8xf32>, tensor<4x8xf32>), tensor<3xi64>
   %u:3 = train.unscale_gradients %g0, %g1 scale(%state) {initial = 65536.0 : f64, growth_interval = 2000 : i64} : (tensor<8xf16>, tensor<4x8xf16>), tensor<3xi64> -> (tensor<8xf32>, tensor<4x8xf32>), tensor<3xi64>
+  // CHECK: %[[SQ:.*]] = train.squared_norm
+  // CHECK: train.unscale_gradients %{{.*}} scale(%{{.*}}) squared_norm(%[[SQ]] : tensor<24xi64>) {growth_interval = 2000 : i64, initial = 6.553600e+04 : f64} : (tensor<8xf16>), tensor<3xi64> -> (tensor<8xf32>), tensor<3xi64>
+  %sq = train.squared_norm %g0 : tensor<8xf16> -> tensor<24xi64>
+  %v:2 = train.unscale_gradients %g0 scale(%state) squared_norm(%sq : tensor<24xi64>) {initial = 65536.0 : f64, growth_interval = 2000 : i64} : (tensor<8xf16>), tensor<3xi64> -> (tensor<8xf32>), tensor<3xi64>
   return
 }
 

@@ -3,8 +3,9 @@ valid checksum again, so that the runner's field checks, not its checksum,
 must catch the inconsistency.
 
 usage: edit_checkpoint.py IN OUT FIELD VALUE
-  FIELD: step | tensors | role-length | byte-count | rank | dim
-  (role-length, byte-count, rank and dim are those of the first tensor)
+  FIELD: step | tensors | role-length | byte-count | rank | dim | first-value
+  (role-length, byte-count, rank and dim are those of the first tensor;
+  first-value: the first 4 bytes of its values, e.g. 0x7fc00000, an f32 NaN)
 """
 import struct
 import sys
@@ -34,7 +35,10 @@ def main():
     rank = struct.unpack_from("<Q", data, pos)[0]
     offsets["dim"] = pos + 8
     offsets["byte-count"] = pos + 8 + 8 * rank
-    struct.pack_into("<Q", data, offsets[field], value)
+    if field == "first-value":
+        struct.pack_into("<I", data, offsets["byte-count"] + 8, value & 0xFFFFFFFF)
+    else:
+        struct.pack_into("<Q", data, offsets[field], value)
     data += struct.pack("<Q", fnv1a(data))
     open(dst, "wb").write(data)
 

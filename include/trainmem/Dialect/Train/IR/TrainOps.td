@@ -1160,7 +1160,8 @@ def Train_LossScaleOp : Train_ComputeOp<"loss_scale"> {
   let hasVerifier = 1;
 }
 
-def Train_UnscaleGradientsOp : Train_ComputeOp<"unscale_gradients"> {
+def Train_UnscaleGradientsOp : Train_ComputeOp<"unscale_gradients",
+    [AttrSizedOperandSegments]> {
   let summary = "divides scaled gradients by the loss scale and updates it";
   let description = [{
     Dynamic loss scaling, with PyTorch GradScaler's defaults: with
@@ -1174,6 +1175,12 @@ def Train_UnscaleGradientsOp : Train_ComputeOp<"unscale_gradients"> {
     finite as it is), the scale halves (`state[0] - 1`), `state[1] = 0` and
     `state[2]` (skipped steps) counts up.
 
+    With `squared_norm(%s)` (a partitioned step: each rank unscales its
+    shards), the step overflowed when its own gradients or `%s` are not
+    finite: `%s` is the exact squared norm of every rank's shards
+    (`train.squared_norm`, summed over the ranks by a `shard.all_reduce`),
+    so every rank skips, halves or grows the scale alike.
+
     ```mlir
     %u0, %u1, %new_state = train.unscale_gradients %g0, %g1 scale(%state)
         {initial = 65536.0 : f64, growth_interval = 2000 : i64}
@@ -1182,12 +1189,15 @@ def Train_UnscaleGradientsOp : Train_ComputeOp<"unscale_gradients"> {
     ```
   }];
   let arguments = (ins Variadic<Train_FloatTensor>:$grads,
-                       Train_StaticTensorOf<[I64]>:$state, F64Attr:$initial,
-                       I64Attr:$growth_interval);
+                       Train_StaticTensorOf<[I64]>:$state,
+                       Optional<Train_StaticTensorOf<[I64]>>:$squared_norm,
+                       F64Attr:$initial, I64Attr:$growth_interval);
   let results = (outs Variadic<Train_FloatTensor>:$unscaled,
                       Train_StaticTensorOf<[I64]>:$new_state);
   let assemblyFormat = [{
-    $grads `scale` `(` $state `)` attr-dict `:` `(` type($grads) `)` `,`
+    $grads `scale` `(` $state `)`
+    (`squared_norm` `(` $squared_norm^ `:` type($squared_norm) `)`)?
+    attr-dict `:` `(` type($grads) `)` `,`
     type($state) `->` `(` type($unscaled) `)` `,` type($new_state)
   }];
   let hasVerifier = 1;

@@ -55,7 +55,7 @@ protected:
     config.ffn = 16;
     config.seq = 4;
     config.batch = batch;
-    config.dropout = 0.0;
+    config.dropout = dropout;
     config.dtype = "f32";
     module = buildModel(&context, config);
     PassManager pm(&context);
@@ -214,10 +214,22 @@ protected:
   MLIRContext context;
   /// How the whole and the partitioned step are differentiated.
   std::string autodiff = "train-autodiff{lr=1e-2}";
+  /// The model's dropout rate.
+  double dropout = 0.0;
 };
 
 TEST_F(ZeroTest, Stage0RanksTrainAsOneOnTheBatch) { check(0); }
 TEST_F(ZeroTest, Stage1RanksTrainAsOneOnTheBatch) { check(1); }
+
+// Each rank draws the masks of its rows of the global batch (issue 31,
+// item 1): with dropout, the ranks still train as one process on the
+// global batch.
+TEST_F(ZeroTest, DropoutDrawsTheGlobalBatchsMasks) {
+  dropout = 0.25;
+  check(0);
+  check(2);
+  check(3, "train-grad-accum{steps=2},");
+}
 
 // With gradient accumulation (2 micro-batches of one row per rank), the
 // ranks reduce once, after the last micro-batch: the same step again.

@@ -270,8 +270,7 @@ struct OpKernels {
     return trainmem::AttentionDropout::make(
         op.getRate().convertToDouble(), seed,
         static_cast<uint64_t>(op.getOffsetAttr().getInt()),
-        dropoutBase(op.getFirstAttr().getInt(), op.getPart(),
-                    op.getPartElementsAttr().getInt()));
+        dropoutBase(cast<BatchDrawOpInterface>(op.getOperation())));
   }
 
   LogicalResult embedding(EmbeddingOp op);
@@ -280,12 +279,16 @@ struct OpKernels {
   void rmsNorm(RMSNormOp op);
   void softmax(SoftmaxOp op);
   void dropout(DropoutOp op);
-  /// Stream position of a dropout's element 0: first + part·part_elements.
-  uint64_t dropoutBase(int64_t first, Value part, int64_t partElements) {
+  /// Stream position of a dropout's element 0: first + rank·rank_elements
+  /// + part·part_elements.
+  uint64_t dropoutBase(BatchDrawOpInterface draw) {
+    Value part = draw.getPartValue();
     uint64_t index =
         part ? static_cast<uint64_t>(get(part).scalarInt()) : uint64_t(0);
-    return static_cast<uint64_t>(first) +
-           index * static_cast<uint64_t>(partElements);
+    return static_cast<uint64_t>(draw.getFirstPosition()) +
+           static_cast<uint64_t>(state.getRank()) *
+               static_cast<uint64_t>(draw.getElementsPerRank()) +
+           index * static_cast<uint64_t>(draw.getElementsPerPart());
   }
   void rope(RopeOp op);
   void transpose(TransposeOp op);
@@ -343,6 +346,9 @@ public:
   void noteSkippedUpdate(Value param) override {
     skippedUpdates.push_back(param);
   }
+  int64_t getRank() const override { return rank; }
+  /// The rank this interpreter runs (Ranks sets each one's).
+  int64_t rank = 0;
   LogicalResult exec(Operation *op);
   /// The micro-batch loop's pieces, which the ranks' lockstep run shares:
   /// micro-batch `step`'s block arguments, zero sums, the yield added.
@@ -475,8 +481,7 @@ void OpKernels::dropout(DropoutOp op) {
   auto offset = static_cast<uint64_t>(op.getOffsetAttr().getInt());
   uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   double scale = 1.0 / (1.0 - rate);
-  uint64_t base = dropoutBase(op.getFirstAttr().getInt(), op.getPart(),
-                              op.getPartElementsAttr().getInt());
+  uint64_t base = dropoutBase(op);
   RefTensor y = RefTensor::zeros(x.shape);
   RefTensor mask = RefTensor::ofInts(x.shape,
                                      std::vector<int64_t>(x.numElements(), 0));
@@ -1080,8 +1085,7 @@ LogicalResult OpKernels::evaluate(DropoutMaskOp o) {
   if (o.getKey())
     seed += static_cast<uint64_t>(get(o.getKey()).scalarInt());
   auto offset = static_cast<uint64_t>(o.getOffsetAttr().getInt());
-  uint64_t base = dropoutBase(o.getFirstAttr().getInt(), o.getPart(),
-                              o.getPartElementsAttr().getInt());
+  uint64_t base = dropoutBase(o);
   for (int64_t i = 0; i < mask.numElements(); ++i)
     mask.ints[i] = trainmem::dropoutKeep(seed, offset, base + i, threshold);
   set(o.getMask(), std::move(mask));
@@ -1584,7 +1588,10 @@ namespace {
 /// rounded to the element type once).
 class Ranks {
 public:
-  explicit Ranks(size_t n) : ranks(n) {}
+  explicit Ranks(size_t n) : ranks(n) {
+    for (auto [index, rank] : llvm::enumerate(ranks))
+      rank.rank = static_cast<int64_t>(index);
+  }
   std::vector<Interpreter> ranks;
 
   LogicalResult run(Block &block) {

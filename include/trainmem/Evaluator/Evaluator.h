@@ -51,6 +51,9 @@ public:
   /// An optimizer update left `param` as it was: its gradient was not
   /// finite.
   virtual void noteSkippedUpdate(Value param) {}
+  /// The process's index on the data-parallel axis (a partitioned step's
+  /// ranks draw dropout for their rows of the global batch); 0 on one.
+  virtual int64_t getRank() const { return 0; }
 };
 
 /// Runs `func` on `args` (one per function argument, shapes checked against

@@ -197,8 +197,9 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
 
 /* Dropout on the Philox stream keyed by seed + key (key: offset of an i64
  * scalar, or -1 for none) at counter offset; see Support/Philox.h. Element
- * i draws at position first + part * part_elements + i in the stream (part:
- * offset of an i64 scalar, or -1 for 0): its place in the whole batch. */
+ * i draws at position first + rank * rank_elements + part * part_elements
+ * + i in the stream (part: offset of an i64 scalar, or -1 for 0; rank: the
+ * context's, tmrt_rank): its place in the whole global batch. */
 /* Fused attention (train.attention): q [batch, heads, queries, dim], k and
  * v [batch, kv_heads, keys, dim|value_dim] read through element strides
  * (q0..q3: views of a projection are fine); out [batch, heads, queries,
@@ -216,7 +217,7 @@ void tmrt_attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
                     int64_t k3, int64_t v0, int64_t v1, int64_t v2, int64_t v3,
                     int64_t transpose_output, double scale, int64_t causal,
                     double rate, int64_t seed, int64_t offset, int64_t key,
-                    int64_t first, int64_t part, int64_t part_elements);
+                    int64_t first, int64_t part, int64_t part_elements, int64_t rank_elements);
 /* The gradients of tmrt_attention's q, k and v (dq, dk, dv row-major)
  * from the output's gradient dout (read through element strides g0..g3 of
  * its batch, head, query and value dimensions: a view is fine), q, k, v,
@@ -233,17 +234,17 @@ void tmrt_attention_grad(tmrt_context *ctx, int64_t dout, int64_t q,
                          int64_t transpose_output, double scale,
                          int64_t causal, double rate, int64_t seed,
                          int64_t offset, int64_t key, int64_t first,
-                         int64_t part, int64_t part_elements);
+                         int64_t part, int64_t part_elements, int64_t rank_elements);
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,
-                  int64_t part_elements);
+                  int64_t part_elements, int64_t rank_elements);
 void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
                        int64_t out, int64_t n, double rate);
 void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
                        double rate, int64_t seed, int64_t offset,
                        int64_t key, int64_t first, int64_t part,
-                       int64_t part_elements);
+                       int64_t part_elements, int64_t rank_elements);
 
 /* Rotary embedding of a rank-4 strided view [n0, n1, S, D] into a row-major
  * output; inverse rotates by the negated angle. */

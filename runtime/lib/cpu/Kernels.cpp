@@ -179,10 +179,12 @@ void forEachKeepParallel(tmrt_context *ctx, int64_t n, uint64_t seed,
 
 /// The stream position of a dropout's element 0 (see tmrt_dropout).
 uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
-                     int64_t partElements) {
+                     int64_t partElements, int64_t rankElements) {
   uint64_t index = part >= 0 ? static_cast<uint64_t>(*ctx->at<int64_t>(part))
                              : 0;
+  uint64_t rank = static_cast<uint64_t>(tmrt_rank(ctx));
   return static_cast<uint64_t>(first) +
+         rank * static_cast<uint64_t>(rankElements) +
          index * static_cast<uint64_t>(partElements);
 }
 
@@ -828,7 +830,7 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
                               int64_t transpose_output, double scale,
                               int64_t causal, double rate, int64_t seed,
                               int64_t offset, int64_t key, int64_t first,
-                              int64_t part, int64_t part_elements) {
+                              int64_t part, int64_t part_elements, int64_t rank_elements) {
   AttentionShape a;
   static_cast<trainmem::AttentionLayout &>(a) =
       trainmem::AttentionLayout::of(batch, heads, kv_heads, queries, keys, dim,
@@ -845,7 +847,7 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
       seed += *ctx->at<int64_t>(key);
     a.dropout = trainmem::AttentionDropout::make(
         rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
-        dropoutBase(ctx, first, part, part_elements));
+        dropoutBase(ctx, first, part, part_elements, rank_elements));
   }
   return a;
 }
@@ -1135,11 +1137,11 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
                int64_t v0, int64_t v1, int64_t v2, int64_t v3,
                int64_t transpose_output, double scale, int64_t causal,
                double rate, int64_t seed, int64_t offset, int64_t key,
-               int64_t first, int64_t part, int64_t part_elements) {
+               int64_t first, int64_t part, int64_t part_elements, int64_t rank_elements) {
   AttentionShape a = attentionShape(
       ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
       {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output,
-      scale, causal, rate, seed, offset, key, first, part, part_elements);
+      scale, causal, rate, seed, offset, key, first, part, part_elements, rank_elements);
   withFloatType(ctx, "attention", {q, k, v, out}, [&](auto type) {
     attentionOf<decltype(type)>(ctx, a, q, k, v, out, lse);
   });
@@ -1155,12 +1157,12 @@ void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
                     int64_t g0, int64_t g1, int64_t g2, int64_t g3,
                     int64_t transpose_output, double scale, int64_t causal,
                     double rate, int64_t seed, int64_t offset, int64_t key,
-                    int64_t first, int64_t part, int64_t part_elements) {
+                    int64_t first, int64_t part, int64_t part_elements, int64_t rank_elements) {
   const int64_t gradStrides[4] = {g0, g1, g2, g3};
   AttentionShape a = attentionShape(
       ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
       {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output,
-      scale, causal, rate, seed, offset, key, first, part, part_elements);
+      scale, causal, rate, seed, offset, key, first, part, part_elements, rank_elements);
   withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},
                 [&](auto type) {
                   attentionGradOf<decltype(type)>(ctx, a, gradStrides, dout,
@@ -1173,7 +1175,7 @@ template <typename T>
 void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,
-                  int64_t part_elements) {
+                  int64_t part_elements, int64_t rank_elements) {
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   const T *x = ctx->at<T>(in);
@@ -1182,7 +1184,7 @@ void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
   double scale = 1.0 / (1.0 - rate);
   forEachKeepParallel(ctx, n, static_cast<uint64_t>(seed),
                       static_cast<uint64_t>(offset), rate,
-                      dropoutBase(ctx, first, part, part_elements),
+                      dropoutBase(ctx, first, part, part_elements, rank_elements),
                       [&](int64_t i, bool k) {
                         keep[i] = k;
                         y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
@@ -1194,9 +1196,9 @@ void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
 void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,
-                  int64_t part_elements) {
+                  int64_t part_elements, int64_t rank_elements) {
   withFloatType(ctx, "dropout", {in, out}, [&](auto type) {
-    dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, seed, offset, key, first, part, part_elements);
+    dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, seed, offset, key, first, part, part_elements, rank_elements);
   });
 }
 
@@ -1223,13 +1225,13 @@ void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
 void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
                        double rate, int64_t seed, int64_t offset,
                        int64_t key, int64_t first, int64_t part,
-                       int64_t part_elements) {
+                       int64_t part_elements, int64_t rank_elements) {
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   uint8_t *keep = ctx->at<uint8_t>(mask);
   forEachKeepParallel(ctx, n, static_cast<uint64_t>(seed),
                       static_cast<uint64_t>(offset), rate,
-                      dropoutBase(ctx, first, part, part_elements),
+                      dropoutBase(ctx, first, part, part_elements, rank_elements),
                       [&](int64_t i, bool k) { keep[i] = k; });
   ctx->touch(mask, n);
 }

@@ -41,10 +41,12 @@ namespace {
 /// The stream position of a dropout's element 0 (the part index read from
 /// the device, as tmrt_dropout defines it).
 uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
-                     int64_t partElements) {
+                     int64_t partElements, int64_t rankElements) {
   uint64_t index =
       part >= 0 ? static_cast<uint64_t>(scalarAt<int64_t>(ctx, part)) : 0;
+  uint64_t rank = static_cast<uint64_t>(tmrt_rank(ctx));
   return static_cast<uint64_t>(first) +
+         rank * static_cast<uint64_t>(rankElements) +
          index * static_cast<uint64_t>(partElements);
 }
 
@@ -115,9 +117,9 @@ void dropout_gradOf(tmrt_context *ctx, int64_t dy, int64_t mask, int64_t out,
 
 void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
              int64_t n, double rate, int64_t seed, int64_t offset, int64_t key,
-             int64_t first, int64_t part, int64_t part_elements) {
+             int64_t first, int64_t part, int64_t part_elements, int64_t rank_elements) {
   uint64_t keyed = dropoutSeed(ctx, seed, key);
-  uint64_t base = dropoutBase(ctx, first, part, part_elements);
+  uint64_t base = dropoutBase(ctx, first, part, part_elements, rank_elements);
   withFloatType(ctx, "dropout", {in, out}, [&](auto type) {
     dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, keyed, offset, base);
   });
@@ -132,9 +134,9 @@ void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask, int64_t out,
 
 void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                   int64_t seed, int64_t offset, int64_t key, int64_t first,
-                  int64_t part, int64_t part_elements) {
+                  int64_t part, int64_t part_elements, int64_t rank_elements) {
   uint64_t keyed = dropoutSeed(ctx, seed, key);
-  uint64_t base = dropoutBase(ctx, first, part, part_elements);
+  uint64_t base = dropoutBase(ctx, first, part, part_elements, rank_elements);
   uint8_t *keep = ctx->at<uint8_t>(mask);
   forEachKeep(ctx, "dropout_mask", n, keyed, static_cast<uint64_t>(offset),
               rate, base, [=] __device__(int64_t i, bool k) { keep[i] = k; });

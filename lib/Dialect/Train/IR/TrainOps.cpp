@@ -286,7 +286,11 @@ LogicalResult SoftmaxOp::verify() {
 /// positions; `part` needs the size of a part to place it.
 static LogicalResult verifyDropoutCounters(Operation *op, int64_t offset,
                                            int64_t first, Value part,
-                                           int64_t partElements) {
+                                           int64_t partElements,
+                                           int64_t rankElements) {
+  if (rankElements < 0)
+    return op->emitOpError("rank_elements must be >= 0, got ")
+           << rankElements;
   if (offset < 0)
     return op->emitOpError("offset must be >= 0");
   if (first < 0)
@@ -310,7 +314,8 @@ void DropoutOp::build(OpBuilder &builder, OperationState &state, Value input,
   build(builder, state, inputType, maskType, input, /*key=*/Value(),
         /*part=*/Value(), builder.getF64FloatAttr(rate),
         builder.getI64IntegerAttr(seed), builder.getI64IntegerAttr(offset),
-        builder.getI64IntegerAttr(0), builder.getI64IntegerAttr(0));
+        builder.getI64IntegerAttr(0), builder.getI64IntegerAttr(0),
+        builder.getI64IntegerAttr(0));
 }
 
 LogicalResult DropoutOp::verify() {
@@ -320,7 +325,8 @@ LogicalResult DropoutOp::verify() {
     return emitOpError("mask shape must equal the input shape");
   return verifyDropoutCounters(*this, getOffsetAttr().getInt(),
                                getFirstAttr().getInt(), getPart(),
-                               getPartElementsAttr().getInt());
+                               getPartElementsAttr().getInt(),
+                               getRankElementsAttr().getInt());
 }
 
 //===----------------------------------------------------------------------===//
@@ -444,12 +450,15 @@ template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
   if (op.getRate().convertToDouble() == 0.0 &&
       (op.getKey() || op.getPart() || op.getSeedAttr().getInt() != 0 ||
        op.getOffsetAttr().getInt() != 0 || op.getFirstAttr().getInt() != 0 ||
-       op.getPartElementsAttr().getInt() != 0))
+       op.getPartElementsAttr().getInt() != 0 ||
+       op.getRankElementsAttr().getInt() != 0))
     return op.emitOpError("has dropout counters (key, part, seed, offset, "
-                          "first, part_elements) but no dropout (rate 0)");
+                          "first, part_elements, rank_elements) but no "
+                          "dropout (rate 0)");
   return verifyDropoutCounters(op, op.getOffsetAttr().getInt(),
                                op.getFirstAttr().getInt(), op.getPart(),
-                               op.getPartElementsAttr().getInt());
+                               op.getPartElementsAttr().getInt(),
+                               op.getRankElementsAttr().getInt());
 }
 
 LogicalResult AttentionOp::verify() {
@@ -593,7 +602,8 @@ LogicalResult DropoutMaskOp::verify() {
     return failure();
   return verifyDropoutCounters(*this, getOffsetAttr().getInt(),
                                getFirstAttr().getInt(), getPart(),
-                               getPartElementsAttr().getInt());
+                               getPartElementsAttr().getInt(),
+                               getRankElementsAttr().getInt());
 }
 
 //===----------------------------------------------------------------------===//

@@ -216,7 +216,7 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
       builder, getLoc(), resultGrads[0], getQ(), getK(), getV(), getOutput(),
       getLse(), getKey(), getPart(), getScaleAttr(), getCausalAttr(),
       getTransposeOutputAttr(), getRateAttr(), getSeedAttr(), getOffsetAttr(), getFirstAttr(),
-      getPartElementsAttr());
+      getPartElementsAttr(), getRankElementsAttr());
   operandGrads.push_back(grad.getQGrad());
   operandGrads.push_back(grad.getKGrad());
   operandGrads.push_back(grad.getVGrad());

@@ -133,7 +133,8 @@ void regenerateDropoutMasks(func::FuncOp func) {
           builder, dropout.getLoc(), dropout.getMask().getType(),
           dropout.getKey(), dropout.getPart(), dropout.getRateAttr(),
           dropout.getSeedAttr(), dropout.getOffsetAttr(),
-          dropout.getFirstAttr(), dropout.getPartElementsAttr());
+          dropout.getFirstAttr(), dropout.getPartElementsAttr(),
+          dropout.getRankElementsAttr());
       use.set(mask);
     }
   });

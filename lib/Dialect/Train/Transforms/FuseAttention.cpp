@@ -125,6 +125,8 @@ struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
         dropout ? dropout.getOffsetAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getFirstAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getPartElementsAttr()
+                : rewriter.getI64IntegerAttr(0),
+        dropout ? dropout.getRankElementsAttr()
                 : rewriter.getI64IntegerAttr(0));
     Value output = attention.getOutput();
     if (heads) {

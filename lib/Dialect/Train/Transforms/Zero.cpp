@@ -156,6 +156,7 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   FailureOr<SmallVector<SmallVector<Value>>>
   gradientBuckets(func::FuncOp step,
                   ArrayRef<OptimizerUpdateOpInterface> updates);
+  LogicalResult placeRankDraws(func::FuncOp step);
   LogicalResult dataParallel(func::FuncOp step, StringAttr grid,
                              ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult shardOptimizer(func::FuncOp step, StringAttr grid,
@@ -220,6 +221,11 @@ void TrainZeroPass::runOnOperation() {
                   "this train.remat region is not materialized: run "
                   "train-materialize-remat before train-zero");
   }
+  // Each rank holds rows [r·B, (r+1)·B) of the global batch: its dropout
+  // draws from r·(the elements its batch draws) on, so that N ranks draw
+  // the masks one process running the global batch draws.
+  if (failed(placeRankDraws(step)))
+    return signalPassFailure();
   // The process grid: one axis of `ranks` data-parallel processes.
   OpBuilder builder(module.getBodyRegion());
   builder.setInsertionPointToStart(module.getBody());
@@ -235,6 +241,41 @@ void TrainZeroPass::runOnOperation() {
   step->setAttr(kZeroAttrName,
                 ZeroAttr::get(&getContext(), stage, ranks, bucket,
                               stage == 3 ? int64_t(prefetch) : int64_t(0)));
+}
+
+LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step) {
+  // The rank's batch: the tokens' first dimension.
+  int64_t batchRows = 0;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    if (auto input = step.getArgAttrOfType<StringAttr>(i, kInputAttrName);
+        input && input.getValue() == "tokens")
+      if (auto type = dyn_cast<RankedTensorType>(step.getArgument(i).getType());
+          type && type.getRank() > 0)
+        batchRows = type.getDimSize(0);
+  WalkResult walked = step.walk([&](BatchDrawOpInterface draw) {
+    if (!draw.drawsRandom())
+      return WalkResult::advance();
+    if (draw.getElementsPerRank() != 0) {
+      draw->emitOpError("train-zero: already draws for a rank of the "
+                        "global batch (rank_elements set)");
+      return WalkResult::interrupt();
+    }
+    int64_t rows = draw.getDrawnRows();
+    // A draw over a tensor without the batch's rows (not an activation)
+    // draws alike on every rank, as one process draws it once.
+    if (batchRows <= 0 || rows <= 0 || batchRows % rows != 0)
+      return WalkResult::advance();
+    int64_t perRow = draw.getDrawnElements() / rows, perRank = 0;
+    if (llvm::MulOverflow(perRow, batchRows, perRank)) {
+      draw->emitOpError("train-zero: the elements one rank's batch draws ")
+          << "(" << perRow << " per row x " << batchRows
+          << " rows) overflow 64 bits";
+      return WalkResult::interrupt();
+    }
+    draw.setElementsPerRank(perRank);
+    return WalkResult::advance();
+  });
+  return failure(walked.wasInterrupted());
 }
 
 FailureOr<SmallVector<SmallVector<Value>>>

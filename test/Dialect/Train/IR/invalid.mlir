@@ -1052,6 +1052,14 @@ func.func @dropout_size_without_part(%x: tensor<4xf32>) {
 
 // -----
 
+func.func @dropout_negative_rank_elements(%x: tensor<4xf32>) {
+  // expected-error @+1 {{rank_elements must be >= 0, got -8}}
+  %y, %m = train.dropout %x {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, rank_elements = -8 : i64} : tensor<4xf32> -> tensor<4xi1>
+  return
+}
+
+// -----
+
 func.func @dropout_mask_negative_first() {
   // expected-error @+1 {{first must be >= 0, got -4}}
   %m = train.dropout_mask {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, first = -4 : i64} : tensor<4xi1>
@@ -1293,7 +1301,7 @@ func.func @attention_rate(%q: tensor<1x2x8x4xf32>) {
 // -----
 
 func.func @attention_counters(%q: tensor<1x2x8x4xf32>) {
-  // expected-error @+1 {{'train.attention' op has dropout counters (key, part, seed, offset, first, part_elements) but no dropout (rate 0)}}
+  // expected-error @+1 {{'train.attention' op has dropout counters (key, part, seed, offset, first, part_elements, rank_elements) but no dropout (rate 0)}}
   %o, %lse = train.attention %q, %q, %q {causal, scale = 0.5 : f64, seed = 3 : i64} : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
   return
 }

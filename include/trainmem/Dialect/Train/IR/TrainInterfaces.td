@@ -67,16 +67,25 @@ def Train_BatchDrawOpInterface : OpInterface<"BatchDrawOpInterface"> {
   let description = [{
     An op that draws Philox numbers by an element's position in the whole
     batch (dropout and its masks, fused attention's dropout): element `i`
-    of a draw is at `first + part · part_elements + i`. Gradient
-    accumulation gives a micro-batch's copy its index as `part` and its
-    draw's element count as `part_elements`; unrolling folds them into
-    `first`. Each sample then draws what it draws in the whole batch.
+    of a draw is at `first + rank · rank_elements + part · part_elements +
+    i`. Gradient accumulation gives a micro-batch's copy its index as `part`
+    and its draw's element count as `part_elements`; unrolling folds them
+    into `first`. train-zero gives the elements of one rank's batch as
+    `rank_elements` (the rank is the process's). Each sample then draws
+    what it draws in the whole global batch.
   }];
   let methods = [
     InterfaceMethod<"Whether the op draws at all (a dropout rate above 0).",
       "bool", "drawsRandom", (ins), [{}], [{ return true; }]>,
     InterfaceMethod<"The elements one execution draws.",
       "int64_t", "getDrawnElements">,
+    InterfaceMethod<"The batch rows one execution draws for: dimension 0 "
+      "of its first result (its draws are row-major over them).",
+      "int64_t", "getDrawnRows", (ins), [{}], [{
+        auto type = ::llvm::cast<::mlir::ShapedType>(
+            $_op->getResult(0).getType());
+        return type.getRank() == 0 ? 1 : type.getDimSize(0);
+      }]>,
     InterfaceMethod<"The key operand (a step passes its step counter, so "
       "each step draws afresh; null without one).",
       "::mlir::Value", "getKeyValue", (ins), [{}],
@@ -106,7 +115,14 @@ def Train_BatchDrawOpInterface : OpInterface<"BatchDrawOpInterface"> {
       [{ return $_op.getPartElementsAttr().getInt(); }]>,
     InterfaceMethod<"Sets the elements between two parts.",
       "void", "setElementsPerPart", (ins "int64_t":$elements), [{}],
-      [{ $_op.setPartElements(elements); }]>
+      [{ $_op.setPartElements(elements); }]>,
+    InterfaceMethod<"Elements between two data-parallel ranks' batches "
+      "(rank r draws from r times this on).",
+      "int64_t", "getElementsPerRank", (ins), [{}],
+      [{ return $_op.getRankElementsAttr().getInt(); }]>,
+    InterfaceMethod<"Sets the elements between two ranks' batches.",
+      "void", "setElementsPerRank", (ins "int64_t":$elements), [{}],
+      [{ $_op.setRankElements(elements); }]>
   ];
 }
 

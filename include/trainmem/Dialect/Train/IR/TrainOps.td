@@ -294,17 +294,23 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
     `1 / (1 - rate)`. Element `i` (row-major) is kept when the top 24 bits of
     word `e % 4` of Philox-4x32-10, keyed by `seed + key` (the optional `key`
     operand, 0 without it), at counter (`e / 4`, `offset`), are below
-    `round((1 - rate) · 2^24)`, where `e = first + part · part_elements + i`
-    is the element's position in the whole batch (`part`, an optional
-    operand, is 0 without it): a uniform draw below `1 - rate`, in integers,
+    `round((1 - rate) · 2^24)`, where `e = first + rank · rank_elements +
+    part · part_elements + i` is the element's position in the whole batch
+    (`part`, an optional operand, is 0 without it; `rank` is the process's
+    index on the data-parallel axis, 0 on one process): a uniform draw
+    below `1 - rate`, in integers,
     so any executor and any recompute draws the same mask
     (`include/trainmem/Support/Philox.h`). `offset` tells the dropout sites
     of a model apart; `key` (a training step passes its step counter) draws
     a fresh mask every step. `first` and `part` place a micro-batch in its
     batch: gradient accumulation gives micro-batch `j` of `N`-element
     tensors `part(j)` with `part_elements = N`, so each sample draws the mask
-    it would draw in the whole batch. The second result is the keep-mask
-    (one byte per element), which the backward uses.
+    it would draw in the whole batch. `rank_elements` places a rank's batch
+    in the global batch the same way: train-zero sets it to the elements
+    one rank's batch draws, so rank `r`, holding rows `[r·B, (r+1)·B)` of
+    the global batch, draws what one process running the global batch
+    draws for them. The second result is the keep-mask (one byte per
+    element), which the backward uses.
 
     ```mlir
     %y, %mask = train.dropout %p key(%step : tensor<i64>) {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
@@ -315,7 +321,8 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
                        Optional<Train_I64Scalar>:$part,
                        F64Attr:$rate, I64Attr:$seed, I64Attr:$offset,
                        DefaultValuedAttr<I64Attr, "0">:$first,
-                       DefaultValuedAttr<I64Attr, "0">:$part_elements);
+                       DefaultValuedAttr<I64Attr, "0">:$part_elements,
+                       DefaultValuedAttr<I64Attr, "0">:$rank_elements);
   let results = (outs Train_FloatTensor:$result, Train_MaskTensor:$mask);
   let assemblyFormat = [{
     $input (`key` `(` $key^ `:` type($key) `)`)?
@@ -349,8 +356,8 @@ def Train_AttentionOp : Train_DiffOp<"attention",
     the backward keeps no second copy); the log-sum-exp stays `[B, H, S]`.
 
     Dropout (`rate > 0`) is `train.dropout`'s on the probabilities, element
-    `(b, h, i, j)` at position `first + part · part_elements +
-    ((b·H + h)·S + i)·S' + j`: the mask the decomposed pattern draws, with
+    `(b, h, i, j)` at position `first + rank · rank_elements +
+    part · part_elements + ((b·H + h)·S + i)·S' + j`: the mask the decomposed pattern draws, with
     no mask stored (the backward draws it again).
 
     ```mlir
@@ -370,7 +377,8 @@ def Train_AttentionOp : Train_DiffOp<"attention",
                        DefaultValuedAttr<I64Attr, "0">:$seed,
                        DefaultValuedAttr<I64Attr, "0">:$offset,
                        DefaultValuedAttr<I64Attr, "0">:$first,
-                       DefaultValuedAttr<I64Attr, "0">:$part_elements);
+                       DefaultValuedAttr<I64Attr, "0">:$part_elements,
+                       DefaultValuedAttr<I64Attr, "0">:$rank_elements);
   let results = (outs Train_FloatTensor:$output,
                       Train_StaticTensorOf<[F32]>:$lse);
   let assemblyFormat = [{
@@ -521,7 +529,8 @@ def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask",
   let summary = "regenerates the keep-mask of a dropout from its RNG stream";
   let description = [{
     The mask `train.dropout` with the same `key`, `part`, `rate`, `seed`,
-    `offset`, `first` and `part_elements` draws for a tensor of this shape.
+    `offset`, `first`, `part_elements` and `rank_elements` draws for a
+    tensor of this shape.
     The backward can recompute a mask with it instead of keeping the
     forward's (1 byte per element saved, a few integer operations per
     element spent).
@@ -535,7 +544,8 @@ def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask",
                        Optional<Train_I64Scalar>:$part, F64Attr:$rate,
                        I64Attr:$seed, I64Attr:$offset,
                        DefaultValuedAttr<I64Attr, "0">:$first,
-                       DefaultValuedAttr<I64Attr, "0">:$part_elements);
+                       DefaultValuedAttr<I64Attr, "0">:$part_elements,
+                       DefaultValuedAttr<I64Attr, "0">:$rank_elements);
   let results = (outs Train_MaskTensor:$mask);
   let assemblyFormat = [{
     (`key` `(` $key^ `:` type($key) `)`)?
@@ -848,7 +858,8 @@ def Train_AttentionGradOp : Train_ComputeOp<"attention_grad",
                        DefaultValuedAttr<I64Attr, "0">:$seed,
                        DefaultValuedAttr<I64Attr, "0">:$offset,
                        DefaultValuedAttr<I64Attr, "0">:$first,
-                       DefaultValuedAttr<I64Attr, "0">:$part_elements);
+                       DefaultValuedAttr<I64Attr, "0">:$part_elements,
+                       DefaultValuedAttr<I64Attr, "0">:$rank_elements);
   let results = (outs Train_FloatTensor:$q_grad, Train_FloatTensor:$k_grad,
                       Train_FloatTensor:$v_grad);
   let assemblyFormat = [{

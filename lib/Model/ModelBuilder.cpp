@@ -405,12 +405,20 @@ OwningOpRef<ModuleOp> GraphBuilder::build() {
 
   func.setFunctionType(
       builder.getFunctionType(entry->getArgumentTypes(), {loss.getType()}));
+  // Every argument's attributes at once: each setArgAttr would build (and
+  // the context keep) an array of all of them, quadratic in the arguments
+  // (82 MB at 200 layers, 16 GB at 2000).
+  SmallVector<DictionaryAttr> argAttrs;
+  argAttrs.reserve(argNames.size());
   for (unsigned i = 0; i < argNames.size(); ++i) {
-    func.setArgAttr(i, argIsParam[i] ? kParamAttrName : kInputAttrName,
-                    builder.getStringAttr(argNames[i]));
+    SmallVector<NamedAttribute, 2> attrs{builder.getNamedAttr(
+        argIsParam[i] ? kParamAttrName : kInputAttrName,
+        builder.getStringAttr(argNames[i]))};
     if (argInits[i])
-      func.setArgAttr(i, kInitAttrName, argInits[i]);
+      attrs.push_back(builder.getNamedAttr(kInitAttrName, argInits[i]));
+    argAttrs.push_back(builder.getDictionaryAttr(attrs));
   }
+  func.setAllArgAttrs(argAttrs);
   return module;
 }
 

@@ -47,11 +47,22 @@ FailureOr<SmallVector<int64_t>> rebatchReshape(ArrayRef<int64_t> oldIn,
   int64_t before = 1;
   for (size_t i = 0; i < d; ++i)
     before *= oldIn[i];
-  int64_t factor = oldIn[d] / newIn[d];
   int64_t product = 1;
   for (size_t r = 0; r < out.size(); ++r) {
     product *= out[r];
     if (product > before) {
+      // The result dimension holds whole batch rows (the batch, or rows
+      // merged with what follows): it holds the micro-batch's rows now. A
+      // micro-batch need not divide the batch (an uneven split pads it).
+      if (out[r] % oldIn[d] == 0) {
+        out[r] = out[r] / oldIn[d] * newIn[d];
+        return out;
+      }
+      // The batch split over several result dimensions: the outermost
+      // shrinks, when the micro-batch divides the batch evenly.
+      if (oldIn[d] % newIn[d] != 0)
+        return failure();
+      int64_t factor = oldIn[d] / newIn[d];
       if (out[r] % factor != 0)
         return failure();
       out[r] /= factor;

@@ -599,12 +599,15 @@ struct TrainMemoryReportPass
             << func.getSymName() << " takes " << type
             << ", not tensors: it is already lowered; report on the "
                "tensor-level step (before convert-train-to-runtime)";
-      else
+      else {
+        std::string zeroD;
+        llvm::raw_string_ostream(zeroD) << "tensor<" << type << ">";
         emitError(func.getLoc(), "train-memory-report: argument ")
             << index << " of @" << func.getSymName() << " is " << type
             << ", not a ranked tensor: the report measures tensors (a "
-               "scalar input is a 0-d tensor, e.g. tensor<"
-            << type << ">)";
+               "scalar input is a 0-d tensor, e.g. "
+            << zeroD << ")";
+      }
       return signalPassFailure();
     }
     // Unmaterialized train.remat regions are reported as they will run:

@@ -33,15 +33,32 @@ struct TrainOffloadOptimizerPass
     if (!func)
       return signalPassFailure();
     auto host = SpaceAttr::get(&getContext(), MemorySpace::host);
+    // Every argument's and result's attributes set at once (one setArgAttr
+    // each would build an array of all of them per call).
+    auto withSpace = [&](DictionaryAttr attrs) {
+      NamedAttrList list(attrs);
+      list.set(kMemorySpaceAttrName, host);
+      return list.getDictionary(&getContext());
+    };
     unsigned states = 0;
-    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    SmallVector<DictionaryAttr> argAttrs, resultAttrs;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      DictionaryAttr attrs = func.getArgAttrDict(i);
       if (func.getArgAttrOfType<StateAttr>(i, kOptimizerStateAttrName)) {
-        func.setArgAttr(i, kMemorySpaceAttrName, host);
+        attrs = withSpace(attrs);
         ++states;
       }
-    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      argAttrs.push_back(attrs ? attrs : DictionaryAttr::get(&getContext()));
+    }
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      DictionaryAttr attrs = func.getResultAttrDict(i);
       if (func.getResultAttrOfType<StateAttr>(i, kOptimizerStateAttrName))
-        func.setResultAttr(i, kMemorySpaceAttrName, host);
+        attrs = withSpace(attrs);
+      resultAttrs.push_back(attrs ? attrs
+                                  : DictionaryAttr::get(&getContext()));
+    }
+    func.setAllArgAttrs(argAttrs);
+    func.setAllResultAttrs(resultAttrs);
     if (states == 0) {
       func.emitError("train-offload-optimizer: @")
           << func.getSymName()

@@ -16,6 +16,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
 
+#include <numeric>
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINQUANTIZEOPTIMIZERSTATEPASS
@@ -159,6 +161,20 @@ struct TrainQuantizeOptimizerStatePass
     DenseMap<Value, unsigned> stateOfResult; // f32 result -> states index
     DenseSet<Value> seen;
 
+    // First what each update's 8-bit state is, then every new argument in
+    // one insertion (one per argument would rebuild, and the context keep,
+    // an array of all the arguments' attributes each time: quadratic in
+    // the model's size), then the fused updates.
+    struct Pending {
+      OptimizerUpdateOpInterface update;
+      SmallVector<QuantizedState> quantized;
+      SmallVector<unsigned> insertions; // into the arrays below, 2 per state
+    };
+    SmallVector<Pending> pending;
+    SmallVector<unsigned> insertAt;
+    SmallVector<Type> insertTypes;
+    SmallVector<DictionaryAttr> insertAttrs;
+    SmallVector<Location> insertLocs;
     for (OptimizerUpdateOpInterface update : updates) {
       Operation *op = update.getOperation();
       SmallVector<StateUse> uses = statesOf(update);
@@ -182,7 +198,8 @@ struct TrainQuantizeOptimizerStatePass
           RankedTensorType::get({(elements + block - 1) / block}, f32);
 
       // New arguments right after the f32 ones they replace.
-      SmallVector<QuantizedState> quantized;
+      Pending &next = pending.emplace_back();
+      next.update = update;
       for (auto [use, arg] : llvm::zip(uses, args)) {
         auto state = func.getArgAttrOfType<StateAttr>(arg.getArgNumber(),
                                                       kOptimizerStateAttrName);
@@ -212,22 +229,55 @@ struct TrainQuantizeOptimizerStatePass
         unsigned index = arg.getArgNumber() + 1;
         Attribute space =
             func.getArgAttr(arg.getArgNumber(), kMemorySpaceAttrName);
-        if (failed(func.insertArgument(
-                index, codesType,
-                stateAttrs(ctx, state.withPart(StatePart::codes, map, block),
-                           codesShardOf, space),
-                arg.getLoc())) ||
-            failed(func.insertArgument(
-                index + 1, absmaxType,
-                stateAttrs(ctx, state.withPart(StatePart::absmax, map, block),
-                           absmaxShardOf, space),
-                arg.getLoc())))
-          return op->emitError("train-quantize-optimizer-state: cannot add "
-                               "the 8-bit state arguments");
-        quantized.push_back({arg, state, use.isSigned, func.getArgument(index),
-                             func.getArgument(index + 1), use.after,
-                             Value(), Value(), codesShardOf, absmaxShardOf,
-                             space});
+        for (auto [type, part, shardOf] :
+             {std::tuple{Type(codesType), StatePart::codes, codesShardOf},
+              std::tuple{Type(absmaxType), StatePart::absmax,
+                         absmaxShardOf}}) {
+          next.insertions.push_back(insertAt.size());
+          insertAt.push_back(index);
+          insertTypes.push_back(type);
+          insertAttrs.push_back(stateAttrs(
+              ctx, state.withPart(part, map, block), shardOf, space));
+          insertLocs.push_back(arg.getLoc());
+        }
+        next.quantized.push_back({arg, state, use.isSigned, Value(), Value(),
+                                  use.after, Value(), Value(), codesShardOf,
+                                  absmaxShardOf, space});
+      }
+    }
+
+    // One insertion: the k-th new argument in order of position lands at
+    // its position plus the k inserted before it.
+    SmallVector<unsigned> order(insertAt.size());
+    std::iota(order.begin(), order.end(), 0u);
+    llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+      return insertAt[a] < insertAt[b];
+    });
+    SmallVector<unsigned> sortedAt;
+    SmallVector<Type> sortedTypes;
+    SmallVector<DictionaryAttr> sortedAttrs;
+    SmallVector<Location> sortedLocs;
+    SmallVector<unsigned> newPosition(insertAt.size());
+    for (auto [rank, k] : llvm::enumerate(order)) {
+      sortedAt.push_back(insertAt[k]);
+      sortedTypes.push_back(insertTypes[k]);
+      sortedAttrs.push_back(insertAttrs[k]);
+      sortedLocs.push_back(insertLocs[k]);
+      newPosition[k] = insertAt[k] + static_cast<unsigned>(rank);
+    }
+    if (failed(func.insertArguments(sortedAt, sortedTypes, sortedAttrs,
+                                    sortedLocs)))
+      return func.emitError("train-quantize-optimizer-state: cannot add the "
+                            "8-bit state arguments");
+
+    for (Pending &next : pending) {
+      OptimizerUpdateOpInterface update = next.update;
+      Operation *op = update.getOperation();
+      SmallVector<QuantizedState> &quantized = next.quantized;
+      for (auto [k, state] : llvm::enumerate(quantized)) {
+        state.codes = func.getArgument(newPosition[next.insertions[2 * k]]);
+        state.absmax =
+            func.getArgument(newPosition[next.insertions[2 * k + 1]]);
       }
 
       OpBuilder builder(op);

@@ -39,7 +39,7 @@ print(f"llama2-70b on 8 ranks: {len(plan['candidates'])} candidates "
       f"(runs: {', '.join(f'{t:.2f}' for t in times)}); goal {GOAL:.0f} s: "
       f"{best / GOAL:.2f} of it")
 if "best" in plan:
-    c = plan["candidates"][plan["best"]]
+    c = next(c for c in plan["candidates"] if c["number"] == plan["best"])
     print(f"  best: micro-batch {c['micro_batch']} x {c['accumulation']}, "
           f"{c['remat']} recompute, ZeRO-{c['zero_stage']}, 8-bit "
           f"{c['eight_bit']}: peak {c['peak_bytes'] / 1e9:.2f} GB")

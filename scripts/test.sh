@@ -31,6 +31,15 @@ prefix="$build/install-test"
 plugin="$build/memory-plugin"
 rm -rf "$prefix" "$plugin"
 cmake --install "$build" --prefix "$prefix" >/dev/null
+# docs/WritingAPass.md's table names every tool and library installed.
+for installed in "$prefix"/bin/* "$prefix"/lib/lib*.a; do
+  name="$(basename "$installed" .a)"
+  name="${name#lib}"
+  if ! grep -q "\`$name\`" "$root/docs/WritingAPass.md"; then
+    echo "test.sh: docs/WritingAPass.md's install table does not name $name" >&2
+    exit 1
+  fi
+done
 cmake -S "$root/examples/memory-plugin" -B "$plugin" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \

@@ -152,7 +152,7 @@ TEST_F(PlannerTest, TheThroughputModelOrdersWhatItShould) {
 TEST(Hardware, PresetsAndTheirJsonForm) {
   std::vector<std::string> names = getHardwarePresetNames();
   EXPECT_EQ(names, (std::vector<std::string>{"h100-80gb", "h200", "b200",
-                                             "a100-80gb", "cpu"}));
+                                             "a100-80gb", "a100-40gb", "cpu"}));
   std::optional<Hardware> h200 = getHardwarePreset("h200");
   ASSERT_TRUE(h200);
   EXPECT_DOUBLE_EQ(h200->peakFlops, 989.4e12);
@@ -189,7 +189,8 @@ TEST(Hardware, PresetsAndTheirJsonForm) {
   EXPECT_EQ(error, "'achievable_fraction' must be a number from 0.001 to 1");
   EXPECT_FALSE(loadHardware("tpu", error));
   EXPECT_EQ(error, "unknown hardware 'tpu' (presets: h100-80gb, h200, b200, "
-                   "a100-80gb, cpu; or a .json file of the same figures)");
+                   "a100-80gb, a100-40gb, cpu; or a .json file of the same "
+                   "figures)");
 }
 
 } // namespace

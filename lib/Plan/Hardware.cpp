@@ -46,6 +46,10 @@ std::vector<Hardware> presets() {
   list.push_back({"a100-80gb", 312 * kTB, kGpuAchievable,
                   static_cast<uint64_t>(80 * kGB), 2039 * kGB, 300 * kGB,
                   32 * kGB, kHostFlopsPerGpu});
+  // NVIDIA A100 SXM4 40GB: the 80GB's compute and links, HBM2 1,555 GB/s.
+  list.push_back({"a100-40gb", 312 * kTB, kGpuAchievable,
+                  static_cast<uint64_t>(40 * kGB), 1555 * kGB, 300 * kGB,
+                  32 * kGB, kHostFlopsPerGpu});
   // This project's CPU machines (docs/CpuSpeed.md): 2 cores of OpenBLAS
   // SGEMM at about 100 GFLOP/s each, 24 GiB; ranks on one machine exchange
   // through shared memory, the "host" arena is the same memory.

@@ -685,12 +685,37 @@ PlanResult plan(MLIRContext &context, const PlanRequest &request) {
         if (smallest->measure.atPeak[static_cast<unsigned>(cat)] >
             smallest->measure.atPeak[static_cast<unsigned>(largest)])
           largest = cat;
+      // What would shrink the category that dominates, beyond this search.
+      std::string hint;
+      switch (largest) {
+      case MemoryCategory::Activations:
+        hint = smallest->remat == PlanRemat::full
+                   ? "full recompute keeps each layer's input only: smaller "
+                     "micro-batches, or a shorter sequence, keep fewer"
+                   : "fused attention (train-fuse-attention, trainmem-run "
+                     "--fuse-attention) keeps no score tensor, and smaller "
+                     "micro-batches keep fewer activations";
+        break;
+      case MemoryCategory::Optimizer:
+        hint = "8-bit state, CPU offload or ZeRO over more ranks shrink the "
+               "optimizer's bytes";
+        break;
+      case MemoryCategory::Weights:
+      case MemoryCategory::Gradients:
+      case MemoryCategory::Gathered:
+        hint = "ZeRO-3 over more ranks shards the weights and gradients";
+        break;
+      default:
+        hint = "a smaller micro-batch shrinks the temporaries";
+        break;
+      }
       result.nothingFits = llvm::formatv(
-          "nothing fits in {0}: the smallest peak is {1} ({2}), of which "
-          "{3} {4} dominate",
+          "nothing fits in {0}: the smallest peak is {1}, {5} over ({2}), of "
+          "which {3} {4} dominate: {6}",
           gigabytes(request.memoryBytes), gigabytes(smallest->measure.peak),
           smallest->describe(), stringifyMemoryCategory(largest),
-          gigabytes(smallest->measure.atPeak[static_cast<unsigned>(largest)]));
+          gigabytes(smallest->measure.atPeak[static_cast<unsigned>(largest)]),
+          gigabytes(smallest->measure.peak - request.memoryBytes), hint);
     }
   }
   return result;

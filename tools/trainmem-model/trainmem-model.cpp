@@ -47,7 +47,10 @@ static cl::opt<long long>
               cl::cat(category));
 static cl::opt<long long> seq("seq", cl::desc("Sequence length"),
                               cl::cat(category));
-static cl::opt<long long> batch("batch", cl::desc("Micro-batch size"),
+static cl::opt<long long> batch("batch",
+                                cl::desc("Batch size: sequences per step "
+                                         "(train-grad-accum splits them into "
+                                         "micro-batches)"),
                                 cl::cat(category));
 static cl::opt<std::string> dtype("dtype",
                                   cl::desc("Element type: f32, bf16, f16"),

@@ -102,6 +102,14 @@ int main(int argc, char **argv) {
   // default): verifying it once more before printing it only costs time (a
   // quarter of a gpt3-175b step's compile time). With either check off, the
   // printer keeps its own.
+  // A diagnostic names its op and points at its location; the generic
+  // dump of the op that MLIR adds by default ("see current operation") is
+  // the whole function for a remark or error on a step (1,646 lines for
+  // gpt2-124m): off unless asked for (--mlir-print-op-on-diagnostic).
+  if (llvm::cl::Option *printOp = llvm::cl::getRegisteredOptions().lookup(
+          "mlir-print-op-on-diagnostic");
+      printOp && printOp->getNumOccurrences() == 0)
+    printOp->addOccurrence(0, "mlir-print-op-on-diagnostic", "false");
   mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
   if (config.shouldVerifyOnParsing() && config.shouldVerifyPasses()) {
     llvm::cl::Option *assumeVerified =

@@ -28,6 +28,7 @@
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Plan/Hardware.h"
 #include "trainmem/Plan/Planner.h"
+#include "trainmem/Support/ByteSize.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -72,7 +73,8 @@ static cl::opt<std::string>
            cl::cat(category));
 static cl::opt<std::string> hardwareName(
     "hardware",
-    cl::desc("h100-80gb, h200, b200, a100-80gb, cpu, or a JSON file of the "
+    cl::desc("h100-80gb, h200, b200, a100-80gb, a100-40gb, cpu, or a JSON file "
+             "of the "
              "same figures (docs/Planner.md)"),
     cl::init("h100-80gb"), cl::cat(category));
 static cl::opt<long long> seq("seq",
@@ -131,6 +133,16 @@ static cl::opt<bool>
 static cl::opt<std::string>
     emit("emit", cl::desc("table (default), pipeline, deepspeed-json, json"),
          cl::init("table"), cl::cat(category));
+static cl::opt<bool>
+    fitsOnly("fits-only",
+             cl::desc("Show only the candidates that fit (table and json; "
+                      "each keeps its number in the whole search)"),
+             cl::cat(category));
+static cl::opt<long long>
+    top("top",
+        cl::desc("Show only the N fastest candidates that fit (table and "
+                 "json; each keeps its number in the whole search)"),
+        cl::init(0), cl::cat(category));
 static cl::opt<std::string> fromDeepSpeed(
     "from-deepspeed",
     cl::desc("Read a DeepSpeed config: its decisions become the one "
@@ -142,37 +154,6 @@ static int fail(const llvm::Twine &message) {
   return 1;
 }
 
-/// "80GB", "24GiB", "512MiB", "1e9": bytes.
-static std::optional<uint64_t> parseBytes(llvm::StringRef text) {
-  text = text.trim();
-  struct Unit {
-    const char *suffix;
-    double scale;
-  };
-  const Unit units[] = {{"TiB", 1099511627776.0},
-                        {"GiB", 1073741824.0},
-                        {"MiB", 1048576.0},
-                        {"KiB", 1024.0},
-                        {"TB", 1e12},
-                        {"GB", 1e9},
-                        {"MB", 1e6},
-                        {"KB", 1e3},
-                        {"B", 1.0}};
-  double scale = 1.0;
-  for (const Unit &unit : units)
-    if (text.ends_with(unit.suffix)) {
-      text = text.drop_back(strlen(unit.suffix)).trim();
-      scale = unit.scale;
-      break;
-    }
-  double value;
-  // At least a byte and below 2^63 bytes (a finite count the analysis can
-  // compare; 1e-30GB would be 0 bytes, which reads as no budget).
-  if (text.empty() || text.getAsDouble(value) || !(value * scale >= 1.0) ||
-      !(value * scale < 9.2e18))
-    return std::nullopt;
-  return static_cast<uint64_t>(value * scale);
-}
 
 /// The table's unit: GB, or MB for budgets below a GB (set from the
 /// request).
@@ -440,6 +421,25 @@ static const char *offloadShort(PlanOffload offload) {
   return "?";
 }
 
+/// The candidates to show, in the search's order: all, those that fit
+/// (--fits-only), or the --top N that fit with the highest throughput.
+static std::vector<size_t> shownCandidates(const PlanResult &result) {
+  std::vector<size_t> shown;
+  for (size_t i = 0; i < result.candidates.size(); ++i)
+    if ((!fitsOnly && top <= 0) || result.candidates[i].fits)
+      shown.push_back(i);
+  if (top > 0 && static_cast<long long>(shown.size()) > top) {
+    std::vector<size_t> fastest = shown;
+    std::stable_sort(fastest.begin(), fastest.end(), [&](size_t a, size_t b) {
+      return result.candidates[a].relative > result.candidates[b].relative;
+    });
+    fastest.resize(static_cast<size_t>(top));
+    llvm::sort(fastest);
+    shown = std::move(fastest);
+  }
+  return shown;
+}
+
 static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                        const PlanResult &result) {
   os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", "#", "micro x k",
@@ -454,7 +454,15 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
   auto at = [](const PlanCandidate &c, MemoryCategory cat) {
     return gb(c.measure.atPeak[static_cast<unsigned>(cat)]);
   };
-  for (size_t i = 0; i < result.candidates.size(); ++i) {
+  std::vector<size_t> shown = shownCandidates(result);
+  if (shown.size() < result.candidates.size())
+    os << llvm::formatv("({0} of {1} candidates shown: {2})\n", shown.size(),
+                        result.candidates.size(),
+                        top > 0 ? "the --top " + std::to_string(top) +
+                                      " that fit, fastest first by "
+                                      "throughput, in search order"
+                                : std::string("--fits-only"));
+  for (size_t i : shown) {
     const PlanCandidate &c = result.candidates[i];
     std::string mk = llvm::formatv("{0} x {1}", c.microBatch, c.accumulation);
     std::string zero = c.stage < 0 ? "-" : std::to_string(c.stage);
@@ -699,7 +707,7 @@ int main(int argc, char **argv) {
                 "over all ranks)");
   request.memoryBytes = hardware->memoryBytes;
   if (!memory.empty()) {
-    std::optional<uint64_t> bytes = parseBytes(memory);
+    std::optional<uint64_t> bytes = trainmem::parseByteSize(memory);
     if (!bytes)
       return fail("--memory '" + memory +
                   "' is not a size from 1 byte to below 2^63 bytes (e.g. "
@@ -742,6 +750,9 @@ int main(int argc, char **argv) {
     else
       return fail("--eight-bit must be both, off or on");
   }
+  if (top < 0)
+    return fail("--top must be a count of candidates (1 or more), got " +
+                llvm::Twine(top.getValue()));
   if (!completePlanRequest(request, error))
     return fail(error);
 
@@ -752,9 +763,13 @@ int main(int argc, char **argv) {
   PlanResult result = plan(context, request);
   llvm::raw_ostream &os = llvm::outs();
   if (emit == "json") {
+    // Each candidate with its table number (#, from 1); "best" is one.
     llvm::json::Array candidates;
-    for (const PlanCandidate &c : result.candidates)
-      candidates.push_back(candidateJson(c));
+    for (size_t i : shownCandidates(result)) {
+      llvm::json::Object candidate = candidateJson(result.candidates[i]);
+      candidate["number"] = static_cast<int64_t>(i + 1);
+      candidates.push_back(std::move(candidate));
+    }
     llvm::json::Object out{{"model", request.model.name},
                            {"layers", request.model.layers},
                            {"seq", request.model.seq},
@@ -765,7 +780,7 @@ int main(int argc, char **argv) {
                            {"hardware", request.hardware.name},
                            {"candidates", std::move(candidates)}};
     if (result.best)
-      out["best"] = static_cast<int64_t>(*result.best);
+      out["best"] = static_cast<int64_t>(*result.best + 1);
     else
       out["nothing_fits"] = result.nothingFits;
     os << llvm::formatv("{0:2}", llvm::json::Value(std::move(out))) << "\n";

@@ -218,11 +218,16 @@ int main(int argc, char **argv) {
     }
     args.push_back(argv[i]);
   }
+  // --help lists --threads with the others: libLLVM's option of that name
+  // (which never sees the value, read above) is shown with this meaning.
+  if (cl::Option *llvmThreads = cl::getRegisteredOptions().lookup("threads")) {
+    llvmThreads->setDescription("CPU threads, 1 to 1024 (default: all cores)");
+    llvmThreads->setValueStr("int");
+    llvmThreads->addCategory(category);
+  }
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(static_cast<int>(args.size()), args.data(),
-                              "trainmem-run: trains a compiled step\n"
-                              "  --threads=<int>   CPU threads (default: "
-                              "all cores)\n");
+                              "trainmem-run: trains a compiled step\n");
   {
     std::string error;
     if (!Session::checkBackend(backend, error))

@@ -165,6 +165,28 @@ struct TrainFuseAttentionPass
       return signalPassFailure();
     getOperation()->walk([&](AttentionOp) { ++after; });
     numFused += after - before;
+    // After train-autodiff the backward reads the scores: nothing matches.
+    // Say so instead of leaving the step as it was without a word.
+    if (after == before) {
+      Operation *backward = nullptr;
+      getOperation()->walk([&](BlockOp block) {
+        if (block.getBackward()) {
+          backward = block;
+          return WalkResult::interrupt();
+        }
+        return WalkResult::advance();
+      });
+      if (backward) {
+        bool decomposed = false;
+        getOperation()->walk([&](SoftmaxOp) { decomposed = true; });
+        if (decomposed)
+          emitWarning(backward->getLoc(),
+                      "train-fuse-attention: fused nothing: the step is "
+                      "differentiated already (its backward reads the "
+                      "attention scores); run train-fuse-attention on the "
+                      "forward, before train-autodiff");
+      }
+    }
   }
 };
 

@@ -51,6 +51,30 @@ std::string describe(Operation *op) {
   return text;
 }
 
+/// The op at the peak for programs: its name, block kind, layer, phase
+/// and location name (null where it has none), and `describe`'s text.
+llvm::json::Object peakOpJson(const FunctionMemory &memory) {
+  Operation *op = memory.getPeakOp();
+  llvm::json::Object object{{"text", describe(op)}};
+  if (!op) {
+    object["op"] = nullptr;
+    return object;
+  }
+  object["op"] = op->getName().getStringRef();
+  auto block = op->getParentOfType<BlockOp>();
+  object["block"] = block ? llvm::json::Value(stringifyBlockKind(block.getKind()))
+                          : llvm::json::Value(nullptr);
+  IntegerAttr layer = block ? block.getLayerAttr() : IntegerAttr();
+  object["layer"] = layer ? llvm::json::Value(layer.getInt())
+                          : llvm::json::Value(nullptr);
+  constexpr const char *kPhases[] = {"forward", "backward", "optimizer"};
+  object["phase"] = kPhases[static_cast<unsigned>(memory.getPhase(op))];
+  auto name = dyn_cast<NameLoc>(op->getLoc());
+  object["name"] = name ? llvm::json::Value(name.getName().getValue())
+                        : llvm::json::Value(nullptr);
+  return object;
+}
+
 /// Bytes of the step's optimizer-state arguments by kind: "master", "m+v"
 /// (Adam's moments, f32 or 8-bit codes plus block maxima), "momentum".
 std::vector<std::pair<std::string, uint64_t>>
@@ -174,7 +198,7 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
       {"function", memory.getFunction().getSymName()},
       {"parameters", memory.getParameters()},
       {"peak_bytes", memory.getPeakBytes()},
-      {"peak_op", describe(memory.getPeakOp())},
+      {"peak_op", peakOpJson(memory)},
       {"plan",
        llvm::json::Object{{"arena_bytes", plan.getArenaBytes()},
                           {"alignment", plan.getAlignment()},

@@ -3,6 +3,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Support/ByteSize.h"
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
 
@@ -379,8 +380,22 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       emitError(module.getLoc(), "train-remat: ") << message;
       signalPassFailure();
     };
-    if (policy == RematPolicy::budget && budget <= 0)
-      return fail("policy=budget needs budget=BYTES > 0");
+    // The budget: bytes, or a size with a unit (as trainmem-plan reads
+    // --memory).
+    uint64_t budgetBytes = 0;
+    if (policy == RematPolicy::budget) {
+      if (budget.empty())
+        return fail("policy=budget needs budget=SIZE (bytes, or with a "
+                    "unit: 6GiB, 8GB, 512MiB)");
+      std::optional<uint64_t> parsed = trainmem::parseByteSize(budget);
+      if (!parsed)
+        return fail("budget '" + budget +
+                    "' is not a size from 1 byte to below 2^63 bytes "
+                    "(bytes, or with a unit: 6GiB, 8GB, 512MiB)");
+      budgetBytes = *parsed;
+    } else if (!budget.empty()) {
+      return fail("budget= is for policy=budget");
+    }
     if (policy == RematPolicy::every && every < 1)
       return fail("every must be >= 1, got " + Twine(every));
     int64_t begin, end;
@@ -452,19 +467,18 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       FailureOr<BudgetModel> model = measureBudgetModel(func, indices);
       if (failed(model))
         return signalPassFailure();
-      if (static_cast<uint64_t>(budget) < model->states)
-        return fail("budget " + Twine(static_cast<int64_t>(budget)) +
+      uint64_t budget = budgetBytes;
+      if (budget < model->states)
+        return fail("budget " + Twine(budget) +
                     " B is below the " +
                     Twine(model->states) +
                     " B that weights, gradients and optimizer state need");
       std::optional<Plan> plan = planForBudget(*model, budget);
       if (!plan) {
         uint64_t reachable = smallestPeak(*model);
-        return fail("no recompute plan fits " +
-                    Twine(static_cast<int64_t>(budget)) +
+        return fail("no recompute plan fits " + Twine(budget) +
                     " B: the smallest peak reachable is " + Twine(reachable) +
-                    " B, " + Twine(reachable - static_cast<uint64_t>(budget)) +
-                    " B over the budget");
+                    " B, " + Twine(reachable - budget) + " B over the budget");
       }
       for (auto [choice, entry] : llvm::zip(plan->choices, selected)) {
         FailureOr<unsigned> made = applyChoice(entry.first, entry.second, choice);
@@ -479,7 +493,7 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
         os << stringifyChoice(choice);
       });
       func.emitRemark("train-remat: budget ")
-          << static_cast<int64_t>(budget) << " B: choices " << summary << "; predicted peak "
+          << budget << " B: choices " << summary << "; predicted peak "
           << plan->peak << " B, recompute " << plan->flops << " FLOPs";
     } else if (method == RematMethod::uniform) {
       for (size_t chunk = 0; chunk < selected.size(); chunk += every) {

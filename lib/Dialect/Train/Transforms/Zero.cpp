@@ -793,6 +793,33 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     }
   }
 
+  // The shards of the gradients an unscale or a clip reads (those the
+  // updates above sharded).
+  auto shardsOf = [&](ValueRange gradients, Operation *op,
+                      StringRef verb) -> FailureOr<SmallVector<Value>> {
+    SmallVector<Value> shards;
+    for (Value gradient : gradients) {
+      Value gradShard = shardOfGradient.lookup(gradient);
+      if (!gradShard)
+        return op->emitOpError("train-zero: ")
+               << verb << " a gradient no optimizer update reads";
+      shards.push_back(gradShard);
+    }
+    return shards;
+  };
+  // The exact squared norm of every rank's `shards`, summed over the ranks
+  // (integer words: the same whatever the shards, ranks or order).
+  auto ranksSquaredNorm = [&](Location loc, ValueRange shards) -> Value {
+    auto exactSum = RankedTensorType::get({trainmem::kExactSumWords},
+                                          builder.getI64Type());
+    auto local = SquaredNormOp::create(builder, loc, exactSum, shards);
+    return shard::AllReduceOp::create(builder, loc, local.getResult(),
+                                      grid.getValue(),
+                                      ArrayRef<shard::GridAxis>{0},
+                                      shard::ReductionKind::Sum)
+        .getResult();
+  };
+
   // Loss scaling of sharded gradients: each rank unscales its shards, and
   // the step overflowed where any rank's shards are not finite (the exact
   // squared norm of every rank's shards, summed: a non-finite element on
@@ -800,29 +827,19 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
   if (*unscale) {
     UnscaleGradientsOp old = *unscale;
     builder.setInsertionPoint(old);
-    Location loc = old.getLoc();
-    SmallVector<Value> shards;
+    FailureOr<SmallVector<Value>> shards =
+        shardsOf(old.getGrads(), old, "unscales");
+    if (failed(shards))
+      return failure();
     SmallVector<Type> unscaledTypes;
-    for (Value gradient : old.getGrads()) {
-      Value gradShard = shardOfGradient.lookup(gradient);
-      if (!gradShard)
-        return old.emitOpError("train-zero: unscales a gradient no "
-                               "optimizer update reads");
-      shards.push_back(gradShard);
+    for (Value shardValue : *shards)
       unscaledTypes.push_back(RankedTensorType::get(
-          cast<RankedTensorType>(gradShard.getType()).getShape(),
+          cast<RankedTensorType>(shardValue.getType()).getShape(),
           builder.getF32Type()));
-    }
-    auto exactSum =
-        RankedTensorType::get({trainmem::kExactSumWords}, builder.getI64Type());
-    auto local = SquaredNormOp::create(builder, loc, exactSum, shards);
-    auto global = shard::AllReduceOp::create(
-        builder, loc, local.getResult(), grid.getValue(),
-        ArrayRef<shard::GridAxis>{0}, shard::ReductionKind::Sum);
     auto sharded = UnscaleGradientsOp::create(
-        builder, loc, unscaledTypes, old.getNewState().getType(), shards,
-        old.getState(), global.getResult(), old.getInitialAttr(),
-        old.getGrowthIntervalAttr());
+        builder, old.getLoc(), unscaledTypes, old.getNewState().getType(),
+        *shards, old.getState(), ranksSquaredNorm(old.getLoc(), *shards),
+        old.getInitialAttr(), old.getGrowthIntervalAttr());
     sharded->setDiscardableAttrs(old->getDiscardableAttrDictionary());
     for (auto [oldValue, newValue] :
          llvm::zip(old.getUnscaled(), sharded.getUnscaled())) {
@@ -841,25 +858,17 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
   if (clip) {
     builder.setInsertionPoint(clip);
     Location loc = clip.getLoc();
-    SmallVector<Value> shards;
+    FailureOr<SmallVector<Value>> shards =
+        shardsOf(clip.getGrads(), clip, "clips");
+    if (failed(shards))
+      return failure();
     SmallVector<Type> shardTypes;
-    for (Value gradient : clip.getGrads()) {
-      Value gradShard = shardOfGradient.lookup(gradient);
-      if (!gradShard)
-        return clip.emitOpError("train-zero: clips a gradient no optimizer "
-                                "update reads");
-      shards.push_back(gradShard);
-      shardTypes.push_back(gradShard.getType());
-    }
+    for (Value shardValue : *shards)
+      shardTypes.push_back(shardValue.getType());
     auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
-    auto exactSum =
-        RankedTensorType::get({trainmem::kExactSumWords}, builder.getI64Type());
-    auto local = SquaredNormOp::create(builder, loc, exactSum, shards);
-    auto global = shard::AllReduceOp::create(
-        builder, loc, local.getResult(), grid.getValue(),
-        ArrayRef<shard::GridAxis>{0}, shard::ReductionKind::Sum);
+    Value global = ranksSquaredNorm(loc, *shards);
     auto sharded = ClipGradNormOp::create(builder, loc, shardTypes, f32Scalar,
-                                          shards, global.getResult(),
+                                          *shards, global,
                                           clip.getMaxNormAttr());
     for (auto [old, clipped] :
          llvm::zip(clip.getClipped(), sharded.getClipped()))

@@ -68,7 +68,14 @@
 // JSON-NEXT: },
 // JSON-NEXT: "parameters": 128,
 // JSON-NEXT: "peak_bytes": 2252,
-// JSON-NEXT: "peak_op": "'train.matmul' in mlp layer 0 backward",
+// JSON-NEXT: "peak_op": {
+// JSON-NEXT:   "block": "mlp",
+// JSON-NEXT:   "layer": 0,
+// JSON-NEXT:   "name": null,
+// JSON-NEXT:   "op": "train.matmul",
+// JSON-NEXT:   "phase": "backward",
+// JSON-NEXT:   "text": "'train.matmul' in mlp layer 0 backward"
+// JSON-NEXT: },
 // JSON-NEXT: "plan": {
 // JSON-NEXT:   "algorithm": "greedy-by-size",
 // JSON-NEXT:   "alignment": 64,

@@ -412,8 +412,9 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
     ListOption<"choices", "choices", "std::string",
            "For policy=custom: one of none, selective, attention, mlp, full "
            "per layer, comma-separated">,
-    Option<"budget", "budget", "int64_t", "0",
-           "For policy=budget: peak bytes the step must fit in">
+    Option<"budget", "budget", "std::string", "",
+           "For policy=budget: the peak the step must fit in, bytes or a "
+           "size with a unit (6GiB, 8GB, 512MiB; as trainmem-plan --memory)">
   ];
   let statistics = [
     Statistic<"numRegions", "remat-regions", "train.remat regions inserted">

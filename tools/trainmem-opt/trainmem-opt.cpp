@@ -10,6 +10,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Tools/Plugins/PassPlugin.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Conversion/Passes.h"
@@ -73,6 +75,47 @@ static bool loadPassPlugins(std::vector<char *> &args) {
   return true;
 }
 
+/// Parses the pass options of the command line (-PASS=OPTIONS, and
+/// --pass-pipeline=...) before MlirOptMain does: an option value it cannot
+/// read gets the option parser's message and one line naming the pass,
+/// then exit 1 (MlirOptMain follows the parser's message with an empty
+/// "<unknown>:0: error:").
+static bool checkPassOptions(llvm::ArrayRef<char *> args) {
+  for (char *raw : args.drop_front()) {
+    llvm::StringRef arg = raw;
+    if (!arg.consume_front("-"))
+      continue;
+    arg.consume_front("-");
+    auto [name, options] = arg.split('=');
+    if (options.empty() && !arg.contains('='))
+      continue;
+    std::string pipeline;
+    if (name == "pass-pipeline")
+      pipeline = options.str();
+    else if (mlir::PassInfo::lookup(name) || mlir::PassPipelineInfo::lookup(name))
+      pipeline = ("builtin.module(" + name + "{" + options + "})").str();
+    else
+      continue;
+    std::string errors;
+    llvm::raw_string_ostream errorStream(errors);
+    if (succeeded(mlir::parsePassPipeline(pipeline, errorStream)))
+      continue;
+    // The option parser printed what it could not read; the pipeline
+    // parser's "failed to add" lines only repeat the options.
+    llvm::SmallVector<llvm::StringRef> lines;
+    llvm::StringRef(errors).split(lines, '\n', -1, /*KeepEmpty=*/false);
+    std::string why;
+    for (llvm::StringRef line : lines)
+      if (!line.trim().empty() && !line.starts_with("failed to add"))
+        why += (why.empty() ? "" : "; ") + line.trim().str();
+    llvm::errs() << "trainmem-opt: error: cannot read the options of -"
+                 << name << " ('" << options << "')"
+                 << (why.empty() ? "" : ": " + why) << "\n";
+    return false;
+  }
+  return true;
+}
+
 int main(int argc, char **argv) {
   std::vector<char *> args(argv, argv + argc);
   if (!loadPassPlugins(args))
@@ -98,6 +141,8 @@ int main(int argc, char **argv) {
   mlir::registerArithToLLVMConversionPass();
   auto [input, output] = mlir::registerAndParseCLIOptions(
       argc, argv, "trainmem optimizer driver\n", registry);
+  if (!checkPassOptions(llvm::ArrayRef<char *>(argv, argc)))
+    return 1;
   // The IR is verified after parsing and after every pass (both on by
   // default): verifying it once more before printing it only costs time (a
   // quarter of a gpt3-175b step's compile time). With either check off, the

@@ -95,7 +95,8 @@ std::string gigabytes(uint64_t bytes) {
 /// (accumulate=full), a pipeline train-step does not build.
 std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
                             uint64_t memoryBytes, bool withOffload = true) {
-  std::string p = "train-autodiff";
+  std::string p = c.fuseAttention ? "train-fuse-attention,train-autodiff"
+                                   : "train-autodiff";
   if (c.remat == PlanRemat::budget)
     p += llvm::formatv(",train-remat{{policy=budget budget={0}}", memoryBytes);
   else if (c.remat != PlanRemat::none)
@@ -351,6 +352,8 @@ bool PlanCandidate::runsWithTrainStep() const {
 
 std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
   std::string text;
+  if (fuseAttention)
+    text += " --fuse-attention";
   if (remat == PlanRemat::budget)
     text += llvm::formatv(" --remat=\"policy=budget budget={0}\"", memoryBytes);
   else if (remat != PlanRemat::none)
@@ -378,6 +381,8 @@ std::string PlanCandidate::describe() const {
     text += ", 8-bit state";
   if (offload != PlanOffload::none)
     text += ", offload " + stringifyPlanOffload(offload).str();
+  if (fuseAttention)
+    text += ", fused attention";
   return text;
 }
 
@@ -685,10 +690,41 @@ PlanResult plan(MLIRContext &context, const PlanRequest &request) {
         if (smallest->measure.atPeak[static_cast<unsigned>(cat)] >
             smallest->measure.atPeak[static_cast<unsigned>(largest)])
           largest = cat;
-      // What would shrink the category that dominates, beyond this search.
+      // What would shrink the category that dominates, beyond this search:
+      // for activations, fused attention is measured on the smallest.
       std::string hint;
+      std::optional<PlanCandidate> fused;
+      if (largest == MemoryCategory::Activations &&
+          !smallest->fuseAttention) {
+        fused = *smallest;
+        fused->fuseAttention = true;
+        fused->measure = PlanMeasure();
+        fused->rejected.clear();
+        fused->fits = false;
+        CompiledSteps cache;
+        evaluate(context, request, *fused, cache);
+        if (fused->rejected.rfind("not compiled", 0) == 0 ||
+            fused->measure.peak >= smallest->measure.peak)
+          fused.reset();
+      }
       switch (largest) {
       case MemoryCategory::Activations:
+        if (fused) {
+          hint = fused->fits
+                     ? llvm::formatv("fused attention would fit: peak {0} "
+                                     "(trainmem-run ...{1})",
+                                     gigabytes(fused->measure.peak),
+                                     fused->runOptions(request.memoryBytes))
+                           .str()
+                     : llvm::formatv("fused attention would bring it to {0}, "
+                                     "still {1} over; smaller micro-batches "
+                                     "keep fewer activations",
+                                     gigabytes(fused->measure.peak),
+                                     gigabytes(fused->measure.peak -
+                                               request.memoryBytes))
+                           .str();
+          break;
+        }
         hint = smallest->remat == PlanRemat::full
                    ? "full recompute keeps each layer's input only: smaller "
                      "micro-batches, or a shorter sequence, keep fewer"

@@ -108,6 +108,9 @@ struct PlanCandidate {
   int64_t stage = -1;
   bool eightBit = false;
   PlanOffload offload = PlanOffload::none;
+  /// train-fuse-attention on the forward (not searched: tried on the
+  /// smallest candidate when nothing fits).
+  bool fuseAttention = false;
 
   PlanMeasure measure;
   /// Whether the measure is of the whole model (else extrapolated from

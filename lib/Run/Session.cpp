@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Evaluator/Evaluator.h"
+#include "trainmem/Support/ByteSize.h"
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/Float16.h"
 #include "trainmem/Support/LossScale.h"
@@ -768,16 +769,6 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   return session;
 }
 
-static std::string humanBytes(uint64_t bytes) {
-  char text[32];
-  if (bytes >= (1ull << 30))
-    snprintf(text, sizeof(text), "%.2f GiB", bytes / double(1ull << 30));
-  else if (bytes >= (1ull << 20))
-    snprintf(text, sizeof(text), "%.2f MiB", bytes / double(1ull << 20));
-  else
-    snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
-  return text;
-}
 
 bool Session::start(std::string &error) {
   error.clear();
@@ -820,10 +811,10 @@ bool Session::start(std::string &error) {
   if (tmrt_arena_alloc(ctx, layout.arenaBytes) != 0) {
     const char *why = tmrt_context_error(ctx);
     error = why ? std::string(why) + " (the arena of " +
-                      humanBytes(layout.arenaBytes) + ")"
+                      trainmem::formatByteSize(layout.arenaBytes) + ")"
                 : "cannot allocate the arena of " +
                       std::to_string(layout.arenaBytes) + " bytes (" +
-                      humanBytes(layout.arenaBytes) + ")";
+                      trainmem::formatByteSize(layout.arenaBytes) + ")";
     return false;
   }
   // Host memory (train-offload-optimizer): its own arena. A backend whose
@@ -842,7 +833,7 @@ bool Session::start(std::string &error) {
       tmrt_host_arena_alloc(ctx, layout.hostArenaBytes) != 0) {
     error = "cannot allocate the host arena of " +
             std::to_string(layout.hostArenaBytes) + " bytes (" +
-            humanBytes(layout.hostArenaBytes) + ")";
+            trainmem::formatByteSize(layout.hostArenaBytes) + ")";
     return false;
   }
   jit = JitStep::create(*lowered, error);

@@ -15,6 +15,7 @@
 
 #include "trainmem/Run/Session.h"
 #include "trainmem/Run/Step.h"
+#include "trainmem/Support/ByteSize.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -193,16 +194,6 @@ static std::string duration(double seconds) {
   return text;
 }
 
-static std::string humanBytes(uint64_t bytes) {
-  char text[32];
-  if (bytes >= (1ull << 30))
-    snprintf(text, sizeof(text), "%.2f GiB", bytes / double(1ull << 30));
-  else if (bytes >= (1ull << 20))
-    snprintf(text, sizeof(text), "%.2f MiB", bytes / double(1ull << 20));
-  else
-    snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
-  return text;
-}
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
@@ -460,10 +451,10 @@ int main(int argc, char **argv) {
     else
       os << "trainmem-run: ";
     os << backend << " backend, " << options.threads << " threads, arena plan "
-       << layout.arenaBytes << " B (" << humanBytes(layout.arenaBytes) << ")";
+       << layout.arenaBytes << " B (" << trainmem::formatByteSize(layout.arenaBytes) << ")";
     if (layout.hostArenaBytes)
       os << ", host arena plan " << layout.hostArenaBytes << " B ("
-         << humanBytes(layout.hostArenaBytes) << ")";
+         << trainmem::formatByteSize(layout.hostArenaBytes) << ")";
     os << ", steps " << firstStep << ".." << steps << "\n";
     llvm::errs() << line;
   }
@@ -577,7 +568,7 @@ int main(int argc, char **argv) {
         "step {0}/{1}  loss {2:F4}  {3:F0} tok/s  arena plan {4} measured {5}"
         "  {6}",
         step, steps.getValue(), loss, tokensPerSecond,
-        humanBytes(layout.arenaBytes), measured ? humanBytes(*measured) : "-",
+        trainmem::formatByteSize(layout.arenaBytes), measured ? trainmem::formatByteSize(*measured) : "-",
         eta);
     if (!leader) {
       // Only rank 0 reports progress.

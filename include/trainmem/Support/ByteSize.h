@@ -2,7 +2,8 @@
 //
 // "80GB", "24GiB", "512MiB", "1e9", "4096": bytes. One reader for every
 // option that takes a size (train-remat's budget, trainmem-plan's
-// --memory), so a size written for one works for the other.
+// --memory), so a size written for one works for the other; and one way to
+// print a size (the memory report, trainmem-run), in trainmem-plan's units.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,7 +13,9 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
+#include <string>
 
 namespace trainmem {
 
@@ -42,6 +45,23 @@ inline std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
       !(value * scale < 9.2e18))
     return std::nullopt;
   return static_cast<uint64_t>(value * scale);
+}
+
+/// `bytes` as people read them, in the units trainmem-plan and the
+/// hardware presets use (powers of 1000): "12.03 GB", "4.81 MB", "1.5 KB",
+/// "0 B".
+inline std::string formatByteSize(uint64_t bytes) {
+  char text[32];
+  if (bytes >= 1000000000ull)
+    std::snprintf(text, sizeof(text), "%.2f GB", bytes / 1e9);
+  else if (bytes >= 1000000ull)
+    std::snprintf(text, sizeof(text), "%.2f MB", bytes / 1e6);
+  else if (bytes >= 1000ull)
+    std::snprintf(text, sizeof(text), "%.1f KB", bytes / 1e3);
+  else
+    std::snprintf(text, sizeof(text), "%llu B",
+                  static_cast<unsigned long long>(bytes));
+  return text;
 }
 
 } // namespace trainmem

@@ -6,10 +6,13 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Support/ByteSize.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/FormatVariadic.h"
+
+#include <cstdio>
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -27,10 +30,11 @@ constexpr MemoryCategory kCategories[] = {
     MemoryCategory::Optimizer, MemoryCategory::Activations,
     MemoryCategory::Temporaries};
 
-std::string gib(uint64_t bytes) {
-  return llvm::formatv("{0:F2} GiB", static_cast<double>(bytes) /
-                                         (1024.0 * 1024.0 * 1024.0))
-      .str();
+/// Bytes in GB, MB or KB (powers of 1000): the units of trainmem-plan, the
+/// hardware presets and the papers' figures, so a peak reads the same
+/// everywhere.
+std::string gigabytes(uint64_t bytes) {
+  return trainmem::formatByteSize(bytes);
 }
 
 std::string describe(Operation *op) {
@@ -268,11 +272,11 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
   os << "memory of @" << memory.getFunction().getSymName() << "\n";
   os << llvm::formatv("  parameters {0,20}\n", memory.getParameters());
   os << llvm::formatv("  peak       {0,20} B  {1,12}  at {2}\n",
-                      memory.getPeakBytes(), gib(memory.getPeakBytes()),
+                      memory.getPeakBytes(), gigabytes(memory.getPeakBytes()),
                       describe(memory.getPeakOp()));
   os << llvm::formatv("  arena plan {0,20} B  {1,12}  {2:F4}x the peak "
                       "(greedy by size, {3}-B aligned)\n",
-                      plan.getArenaBytes(), gib(plan.getArenaBytes()),
+                      plan.getArenaBytes(), gigabytes(plan.getArenaBytes()),
                       memory.getPeakBytes()
                           ? static_cast<double>(plan.getArenaBytes()) /
                                 static_cast<double>(memory.getPeakBytes())
@@ -329,7 +333,7 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
     os << llvm::formatv(
         "  host       {0,20} B  {1,12}  (train-offload-optimizer; "
         "not in the device figures above)\n",
-        memory.getHostBytes(), gib(memory.getHostBytes()));
+        memory.getHostBytes(), gigabytes(memory.getHostBytes()));
     for (MemoryCategory category : kCategories)
       if (uint64_t bytes =
               memory.getHostTotals()[static_cast<unsigned>(category)])
@@ -400,24 +404,30 @@ std::string xmlEscaped(StringRef text) {
   return out;
 }
 
-/// Bytes as people read them on an axis: B, KiB, MiB or GiB.
+/// Bytes as people read them on an axis: B, KB, MB, GB or TB (powers of
+/// 1000, as the report's and trainmem-plan's figures).
 std::string axisBytes(double bytes) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  const char *units[] = {"B", "KB", "MB", "GB", "TB"};
   int unit = 0;
-  while (bytes >= 1024.0 && unit < 4) {
-    bytes /= 1024.0;
+  while (bytes >= 1000.0 && unit < 4) {
+    bytes /= 1000.0;
     ++unit;
   }
-  return llvm::formatv("{0:G} {1}", bytes, units[unit]).str();
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g %s", bytes, units[unit]);
+  return text;
 }
 
-/// A step of about `top / ticks`, a power of two bytes (which reads well in
-/// binary units: 256 MiB, 1 GiB, ...).
+/// A step of about `top / ticks`: 1, 2 or 5 times a power of ten bytes
+/// (which reads well in decimal units: 200 MB, 500 MB, 1 GB, ...).
 double tickStep(double top, int ticks) {
-  double step = 1.0;
-  while (top / step > ticks)
-    step *= 2.0;
-  return step;
+  double decade = 1.0;
+  while (true) {
+    for (double mantissa : {1.0, 2.0, 5.0})
+      if (top / (mantissa * decade) <= ticks)
+        return mantissa * decade;
+    decade *= 10.0;
+  }
 }
 
 void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
@@ -552,7 +562,7 @@ void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
                       "peak {3} ({4} B) at {5}</text>\n",
                       left, top - 24,
                       xmlEscaped(memory.getFunction().getSymName()),
-                      xmlEscaped(axisBytes(static_cast<double>(peak))), peak,
+                      xmlEscaped(gigabytes(peak)), peak,
                       xmlEscaped(describe(memory.getPeakOp())));
   // The legend: the categories present, three to a row, with their bytes
   // at the peak.
@@ -569,7 +579,7 @@ void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
         "height=\"12\" fill=\"{2}\"/><text x=\"{3}\" "
         "y=\"{4}\">{5}: {6} at the peak</text>\n",
         lx, ly, color, lx + 16, ly + 10, stringifyMemoryCategory(category),
-        xmlEscaped(axisBytes(static_cast<double>(memory.getAtPeak()[c]))));
+        xmlEscaped(gigabytes(memory.getAtPeak()[c])));
   }
   os << "</svg>\n";
 }

@@ -239,6 +239,10 @@ int main(int argc, char **argv) {
                 backend);
   if (steps < 0 || static_cast<uint64_t>(steps) > kMaxStep)
     return fail("--steps must be from 0 to 2^53, got " + llvm::Twine(steps.getValue()));
+  // An empty path given is a mistake, not "no file".
+  for (cl::opt<std::string> *path : {&saveDir, &resumeDir, &lossLog})
+    if (path->getNumOccurrences() && path->empty())
+      return fail("--" + path->ArgStr + " needs a path, got an empty one");
   if (saveEvery < 0)
     return fail("--save-every must be >= 0 (0: only at the end)");
   if (saveEvery > 0 && saveDir.empty())

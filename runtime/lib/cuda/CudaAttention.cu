@@ -82,14 +82,9 @@ Shape shapeOf(tmrt_context *ctx, int64_t batch, int64_t heads, int64_t kv_heads,
   if (rate > 0.0) {
     if (key >= 0)
       seed += scalarAt<int64_t>(ctx, key);
-    uint64_t index =
-        part >= 0 ? static_cast<uint64_t>(scalarAt<int64_t>(ctx, part)) : 0;
     a.dropout = trainmem::AttentionDropout::make(
         rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
-        static_cast<uint64_t>(first) +
-            static_cast<uint64_t>(tmrt_rank(ctx)) *
-                static_cast<uint64_t>(rank_elements) +
-            index * static_cast<uint64_t>(part_elements));
+        dropoutBase(ctx, first, part, part_elements, rank_elements));
   }
   return a;
 }

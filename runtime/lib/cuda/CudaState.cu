@@ -38,17 +38,6 @@ namespace cuda {
 
 namespace {
 
-/// The stream position of a dropout's element 0 (the part index read from
-/// the device, as tmrt_dropout defines it).
-uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
-                     int64_t partElements, int64_t rankElements) {
-  uint64_t index =
-      part >= 0 ? static_cast<uint64_t>(scalarAt<int64_t>(ctx, part)) : 0;
-  uint64_t rank = static_cast<uint64_t>(tmrt_rank(ctx));
-  return static_cast<uint64_t>(first) +
-         rank * static_cast<uint64_t>(rankElements) +
-         index * static_cast<uint64_t>(partElements);
-}
 
 /// The seed with the step's key added (train.dropout keyed by the step).
 uint64_t dropoutSeed(tmrt_context *ctx, int64_t seed, int64_t key) {

@@ -30,12 +30,6 @@ constexpr MemoryCategory kCategories[] = {
     MemoryCategory::Optimizer, MemoryCategory::Activations,
     MemoryCategory::Temporaries};
 
-/// Bytes in GB, MB or KB (powers of 1000): the units of trainmem-plan, the
-/// hardware presets and the papers' figures, so a peak reads the same
-/// everywhere.
-std::string gigabytes(uint64_t bytes) {
-  return trainmem::formatByteSize(bytes);
-}
 
 std::string describe(Operation *op) {
   if (!op)
@@ -272,16 +266,17 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
   os << "memory of @" << memory.getFunction().getSymName() << "\n";
   os << llvm::formatv("  parameters {0,20}\n", memory.getParameters());
   os << llvm::formatv("  peak       {0,20} B  {1,12}  at {2}\n",
-                      memory.getPeakBytes(), gigabytes(memory.getPeakBytes()),
+                      memory.getPeakBytes(),
+                      trainmem::formatByteSize(memory.getPeakBytes()),
                       describe(memory.getPeakOp()));
-  os << llvm::formatv("  arena plan {0,20} B  {1,12}  {2:F4}x the peak "
-                      "(greedy by size, {3}-B aligned)\n",
-                      plan.getArenaBytes(), gigabytes(plan.getArenaBytes()),
-                      memory.getPeakBytes()
-                          ? static_cast<double>(plan.getArenaBytes()) /
-                                static_cast<double>(memory.getPeakBytes())
-                          : 0.0,
-                      plan.getAlignment());
+  os << llvm::formatv(
+      "  arena plan {0,20} B  {1,12}  {2:F4}x the peak "
+      "(greedy by size, {3}-B aligned)\n",
+      plan.getArenaBytes(), trainmem::formatByteSize(plan.getArenaBytes()),
+      memory.getPeakBytes() ? static_cast<double>(plan.getArenaBytes()) /
+                                  static_cast<double>(memory.getPeakBytes())
+                            : 0.0,
+      plan.getAlignment());
   os << llvm::formatv("  {0,-12} {1,20}   {2,20}\n", "category", "at peak (B)",
                       "totals (B)");
   SmallVector<MemoryCategory> categories(std::begin(kCategories),
@@ -333,7 +328,7 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
     os << llvm::formatv(
         "  host       {0,20} B  {1,12}  (train-offload-optimizer; "
         "not in the device figures above)\n",
-        memory.getHostBytes(), gigabytes(memory.getHostBytes()));
+        memory.getHostBytes(), trainmem::formatByteSize(memory.getHostBytes()));
     for (MemoryCategory category : kCategories)
       if (uint64_t bytes =
               memory.getHostTotals()[static_cast<unsigned>(category)])
@@ -562,7 +557,7 @@ void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
                       "peak {3} ({4} B) at {5}</text>\n",
                       left, top - 24,
                       xmlEscaped(memory.getFunction().getSymName()),
-                      xmlEscaped(gigabytes(peak)), peak,
+                      xmlEscaped(trainmem::formatByteSize(peak)), peak,
                       xmlEscaped(describe(memory.getPeakOp())));
   // The legend: the categories present, three to a row, with their bytes
   // at the peak.
@@ -579,7 +574,7 @@ void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
         "height=\"12\" fill=\"{2}\"/><text x=\"{3}\" "
         "y=\"{4}\">{5}: {6} at the peak</text>\n",
         lx, ly, color, lx + 16, ly + 10, stringifyMemoryCategory(category),
-        xmlEscaped(gigabytes(memory.getAtPeak()[c])));
+        xmlEscaped(trainmem::formatByteSize(memory.getAtPeak()[c])));
   }
   os << "</svg>\n";
 }

@@ -467,18 +467,17 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       FailureOr<BudgetModel> model = measureBudgetModel(func, indices);
       if (failed(model))
         return signalPassFailure();
-      uint64_t budget = budgetBytes;
-      if (budget < model->states)
-        return fail("budget " + Twine(budget) +
-                    " B is below the " +
+      if (budgetBytes < model->states)
+        return fail("budget " + Twine(budgetBytes) + " B is below the " +
                     Twine(model->states) +
                     " B that weights, gradients and optimizer state need");
-      std::optional<Plan> plan = planForBudget(*model, budget);
+      std::optional<Plan> plan = planForBudget(*model, budgetBytes);
       if (!plan) {
         uint64_t reachable = smallestPeak(*model);
-        return fail("no recompute plan fits " + Twine(budget) +
+        return fail("no recompute plan fits " + Twine(budgetBytes) +
                     " B: the smallest peak reachable is " + Twine(reachable) +
-                    " B, " + Twine(reachable - budget) + " B over the budget");
+                    " B, " + Twine(reachable - budgetBytes) +
+                    " B over the budget");
       }
       for (auto [choice, entry] : llvm::zip(plan->choices, selected)) {
         FailureOr<unsigned> made = applyChoice(entry.first, entry.second, choice);
@@ -493,7 +492,7 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
         os << stringifyChoice(choice);
       });
       func.emitRemark("train-remat: budget ")
-          << budget << " B: choices " << summary << "; predicted peak "
+          << budgetBytes << " B: choices " << summary << "; predicted peak "
           << plan->peak << " B, recompute " << plan->flops << " FLOPs";
     } else if (method == RematMethod::uniform) {
       for (size_t chunk = 0; chunk < selected.size(); chunk += every) {

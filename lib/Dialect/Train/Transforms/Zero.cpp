@@ -35,21 +35,27 @@ using namespace mlir::train;
 
 namespace {
 
+/// The gradient a train.clip_grad_norm result clips; `grad` itself when it
+/// is not one.
+Value throughClip(Value grad) {
+  if (auto clip = grad.getDefiningOp<ClipGradNormOp>()) {
+    unsigned index = cast<OpResult>(grad).getResultNumber();
+    if (index < clip.getGrads().size())
+      return clip.getGrads()[index];
+  }
+  return grad;
+}
+
 /// The gradient the optimizer update reads, as the backward made it:
 /// through a train.clip_grad_norm to the gradient it clips, then through a
 /// train.unscale_gradients to the loss-scaled gradient. The ranks reduce
 /// that one; clipping and unscaling then act on the reduced values.
 Value rawGradient(OptimizerUpdateOpInterface update) {
-  Value grad = update.getGradient();
-  if (auto clip = grad.getDefiningOp<ClipGradNormOp>()) {
-    auto result = cast<OpResult>(grad);
-    if (result.getResultNumber() < clip.getGrads().size())
-      grad = clip.getGrads()[result.getResultNumber()];
-  }
+  Value grad = throughClip(update.getGradient());
   if (auto unscale = grad.getDefiningOp<UnscaleGradientsOp>()) {
-    auto result = cast<OpResult>(grad);
-    if (result.getResultNumber() < unscale.getGrads().size())
-      grad = unscale.getGrads()[result.getResultNumber()];
+    unsigned index = cast<OpResult>(grad).getResultNumber();
+    if (index < unscale.getGrads().size())
+      return unscale.getGrads()[index];
   }
   return grad;
 }
@@ -61,11 +67,8 @@ FailureOr<UnscaleGradientsOp>
 findUnscale(ArrayRef<OptimizerUpdateOpInterface> updates) {
   UnscaleGradientsOp found;
   for (OptimizerUpdateOpInterface update : updates) {
-    Value grad = update.getGradient();
-    if (auto clip = grad.getDefiningOp<ClipGradNormOp>())
-      if (cast<OpResult>(grad).getResultNumber() < clip.getGrads().size())
-        grad = clip.getGrads()[cast<OpResult>(grad).getResultNumber()];
-    auto unscale = grad.getDefiningOp<UnscaleGradientsOp>();
+    auto unscale =
+        throughClip(update.getGradient()).getDefiningOp<UnscaleGradientsOp>();
     if (!unscale)
       continue;
     if (found && found != unscale)

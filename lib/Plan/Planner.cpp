@@ -87,14 +87,10 @@ std::string gigabytes(uint64_t bytes) {
 
 /// The pass pipeline of a candidate (inside builtin.module(...)): the
 /// step's passes in train-step's order, the micro-batch loop left rolled
-/// where nothing needs it unrolled (the analysis measures it as it runs).
-/// Recompute inside a micro-batch loop is materialized after the loop is
-/// unrolled; with ZeRO stages 0-2 train-zero partitions the rolled loop
-/// first (as train-step does); stage 3, which gathers for the recompute,
-/// comes after both and reduces the accumulated gradients once
-/// (accumulate=full), a pipeline train-step does not build.
+/// (the analysis measures it as it runs) unless `unroll`.
 std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
-                            uint64_t memoryBytes, bool withOffload = true) {
+                            uint64_t memoryBytes, bool withOffload = true,
+                            bool unroll = false) {
   std::string p = c.fuseAttention ? "train-fuse-attention,train-autodiff"
                                    : "train-autodiff";
   if (c.remat == PlanRemat::budget)
@@ -105,23 +101,15 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
     p += llvm::formatv(",train-grad-accum{{steps={0}}", c.accumulation);
   if (c.eightBit)
     p += ",train-quantize-optimizer-state";
-  bool rematInLoop = c.remat != PlanRemat::none && c.accumulation > 1;
-  std::string zero =
-      c.stage < 0
-          ? ""
-          : llvm::formatv(",train-zero{{stage={0} ranks={1}{2}}", c.stage,
-                          ranks,
-                          c.stage == 3 && rematInLoop ? " accumulate=full" : "")
-                .str();
-  std::string offload = c.offload == PlanOffload::none || !withOffload
-                            ? ""
-                            : ",train-offload-optimizer{what=" +
-                                  stringifyPlanOffload(c.offload).str() + "}";
-  if (!rematInLoop)
-    return p + ",train-materialize-remat" + zero + offload;
-  if (c.stage == 3)
-    return p + ",train-unroll-accum,train-materialize-remat" + zero + offload;
-  return p + zero + ",train-unroll-accum,train-materialize-remat" + offload;
+  p += ",train-materialize-remat";
+  if (c.stage >= 0)
+    p += llvm::formatv(",train-zero{{stage={0} ranks={1}}", c.stage, ranks);
+  if (unroll && c.accumulation > 1)
+    p += ",train-unroll-accum";
+  if (c.offload != PlanOffload::none && withOffload)
+    p += ",train-offload-optimizer{what=" +
+         stringifyPlanOffload(c.offload).str() + "}";
+  return p;
 }
 
 /// Compiles the model at `layers` layers for `c` and measures it; false
@@ -303,15 +291,13 @@ PlanMeasure extrapolate(const PlanMeasure &a, const PlanMeasure &b, int64_t t,
 /// counts grow linearly (then they are extrapolated from the last two).
 constexpr int64_t kFirstLayers = 2, kSecondLayers = 3, kThirdLayers = 4;
 
-/// The most layer copies (layers x unrolled micro-batches) a candidate whose
-/// counts are not linear at small layer counts is compiled whole with.
-constexpr int64_t kWholeModelLayerCopies = 1024;
+/// The most layers a candidate whose counts are not linear at small layer
+/// counts is compiled whole with.
+constexpr int64_t kWholeModelLayers = 1024;
 
-/// The most sequences per rank and step the planner searches, and the most
-/// micro-batches it unrolls (recompute inside the loop): beyond them the
-/// steps it would compile grow without bound.
+/// The most sequences per rank and step the planner searches: beyond them
+/// the steps it would compile grow without bound.
 constexpr int64_t kMaxPerRankBatch = 65536;
-constexpr int64_t kMaxUnrolledSteps = 256;
 
 /// Whether c - b == b - a for every phase peak and count of the measures
 /// at three consecutive layer counts (what extrapolation assumes).
@@ -340,14 +326,8 @@ bool linear(const PlanMeasure &a, const PlanMeasure &b, const PlanMeasure &c) {
 
 std::string PlanCandidate::passPipeline(int64_t ranks,
                                         uint64_t memoryBytes) const {
-  std::string p = measurePipeline(*this, ranks, memoryBytes);
-  if (accumulation > 1 && !StringRef(p).contains("train-unroll-accum"))
-    p += ",train-unroll-accum";
-  return p;
-}
-
-bool PlanCandidate::runsWithTrainStep() const {
-  return !(stage == 3 && remat != PlanRemat::none && accumulation > 1);
+  return measurePipeline(*this, ranks, memoryBytes, /*withOffload=*/true,
+                         /*unroll=*/true);
 }
 
 std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
@@ -524,20 +504,13 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
   PlanRemat remat = c.remat;
   std::string error;
   bool measured;
-  if (remat != PlanRemat::none && c.accumulation > kMaxUnrolledSteps) {
-    c.rejected = llvm::formatv("not compiled: recompute inside {0} "
-                               "micro-batches, more than the {1} the "
-                               "planner unrolls",
-                               c.accumulation, kMaxUnrolledSteps);
-    return;
-  }
   // A budget plan depends on the whole model's bytes: measured whole.
   if (remat == PlanRemat::budget && !request.module &&
-      layers > kWholeModelLayerCopies) {
+      layers > kWholeModelLayers) {
     c.rejected = llvm::formatv("not compiled: a budget plan is made on the "
                                "whole model, and {0} layers are more than "
                                "the {1} the planner compiles whole",
-                               layers, kWholeModelLayerCopies);
+                               layers, kWholeModelLayers);
     return;
   }
   auto measureLayers = [&](int64_t n, PlanMeasure &out) {
@@ -549,14 +522,11 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
     measured = measureLayers(kFirstLayers, a) &&
                measureLayers(kSecondLayers, b) &&
                measureLayers(kThirdLayers, d);
-    // Layer copies the whole model's step would hold (the loop is
-    // unrolled where recompute sits in it).
-    int64_t copies = layers * (c.remat != PlanRemat::none ? c.accumulation : 1);
     bool overflow = false;
     if (measured && linear(a, b, d)) {
       c.measure = extrapolate(b, d, layers - kSecondLayers, overflow);
       c.wholeModel = false;
-    } else if (measured && copies > kWholeModelLayerCopies) {
+    } else if (measured && layers > kWholeModelLayers) {
       // Not linear at small counts, and too large to compile whole
       // in the planner's time: extrapolated from the last two,
       // said so (reduce-scatter buckets holding parts of several

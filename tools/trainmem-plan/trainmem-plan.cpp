@@ -507,13 +507,12 @@ static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
     os << "  trainmem-opt " << m.name << " --pass-pipeline='builtin.module("
        << c.passPipeline(request.ranks, request.memoryBytes)
        << ")' -o step.mlir\n";
-    if (c.runsWithTrainStep())
-      os << "  "
-         << (request.ranks > 1
-                 ? llvm::formatv("mpirun -np {0} ", request.ranks).str()
-                 : "")
-         << "trainmem-run " << m.name << " --data FILE --steps N"
-         << c.runOptions(request.memoryBytes) << "\n";
+    os << "  "
+       << (request.ranks > 1
+               ? llvm::formatv("mpirun -np {0} ", request.ranks).str()
+               : "")
+       << "trainmem-run " << m.name << " --data FILE --steps N"
+       << c.runOptions(request.memoryBytes) << "\n";
     return;
   }
   os << "  trainmem-model --preset " << m.name << " --layers " << m.layers
@@ -526,17 +525,12 @@ static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
   os << "  trainmem-opt model.mlir --pass-pipeline='builtin.module("
      << c.passPipeline(request.ranks, request.memoryBytes)
      << ")' -o step.mlir\n";
-  if (c.runsWithTrainStep())
-    os << "  "
-       << (request.ranks > 1
-               ? llvm::formatv("mpirun -np {0} ", request.ranks).str()
-               : "")
-       << "trainmem-run model.mlir --data FILE --steps N"
-       << c.runOptions(request.memoryBytes) << "\n";
-  else
-    os << "  (trainmem-run's train-step does not build this order: ZeRO-3 "
-          "after the unrolled micro-batches, accumulate=full; run the step "
-          "trainmem-opt writes)\n";
+  os << "  "
+     << (request.ranks > 1
+             ? llvm::formatv("mpirun -np {0} ", request.ranks).str()
+             : "")
+     << "trainmem-run model.mlir --data FILE --steps N"
+     << c.runOptions(request.memoryBytes) << "\n";
 }
 
 /// A figure of the throughput model as JSON: JSON has no infinity or NaN,

@@ -132,9 +132,6 @@ struct PlanCandidate {
   /// builtin.module(...)): what the planner measured, with the micro-batch
   /// loop unrolled at the end (the runtime lowering takes unrolled loops).
   std::string passPipeline(int64_t ranks, uint64_t memoryBytes) const;
-  /// Whether trainmem-run runs it with train-step's passes: all but ZeRO-3
-  /// with recompute inside a micro-batch loop.
-  bool runsWithTrainStep() const;
   /// The same as trainmem-run options.
   std::string runOptions(uint64_t memoryBytes) const;
   /// One line: "micro-batch 4 x 8, selective, ZeRO-1, 8-bit".

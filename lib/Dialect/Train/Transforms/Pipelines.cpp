@@ -50,37 +50,19 @@ LogicalResult mlir::train::buildTrainStepPipeline(
     return failure();
   if (!options.quantize && !options.quantizeOptions.empty())
     return errorHandler("train-step: quantize-options needs quantize=true");
-  // Offload last: it marks the state and the updates of the finished step.
-  auto offload = [&]() -> LogicalResult {
-    if (options.offload.empty())
-      return success();
-    return add("train-offload-optimizer", "what=" + options.offload);
-  };
-  if (options.zero.empty()) {
-    pm.addPass(createTrainUnrollAccumPass());
-    pm.addPass(createTrainMaterializeRematPass());
-    return offload();
-  }
-  // Partitioned, with recompute inside a micro-batch loop: train-zero
-  // partitions the rolled loop (stages 0-2 take unmaterialized recompute;
-  // stage 3, which gathers for it, refuses it with what to do), then the
-  // loop is unrolled and the recompute materialized (which needs the loop
-  // unrolled).
-  if (!options.remat.empty() && !options.gradAccum.empty()) {
-    if (failed(add("train-zero", options.zero)))
-      return failure();
-    pm.addPass(createTrainUnrollAccumPass());
-    pm.addPass(createTrainMaterializeRematPass());
-    return offload();
-  }
-  // Partitioned: recompute is materialized first (stage 3 gathers for it),
-  // and the micro-batch loop unrolled after train-zero (stages 2-3 reduce
-  // each micro-batch inside it).
+  // One order for every combination: recompute is materialized where it
+  // stands (in the micro-batch loop's body too), so that train-zero sees
+  // the ops that read the weights again (stage 3 gathers for them) and
+  // partitions the rolled loop (stages 2-3 reduce-scatter each
+  // micro-batch's gradients into f32 shards); the loop is unrolled after.
   pm.addPass(createTrainMaterializeRematPass());
-  if (failed(add("train-zero", options.zero)))
+  if (!options.zero.empty() && failed(add("train-zero", options.zero)))
     return failure();
   pm.addPass(createTrainUnrollAccumPass());
-  return offload();
+  // Offload last: it marks the state and the updates of the finished step.
+  if (options.offload.empty())
+    return success();
+  return add("train-offload-optimizer", "what=" + options.offload);
 }
 
 void mlir::train::registerTrainPipelines() {
@@ -89,9 +71,8 @@ void mlir::train::registerTrainPipelines() {
       "From a model to a step ready to lower: train-autodiff, then "
       "train-loss-scale, train-remat, train-grad-accum, "
       "train-quantize-optimizer-state as "
-      "asked, train-unroll-accum, train-materialize-remat; with zero, "
-      "train-materialize-remat, train-zero, train-unroll-accum; then "
-      "train-offload-optimizer as asked (trainmem-run's pipeline)",
+      "asked, train-materialize-remat, train-zero as asked, "
+      "train-unroll-accum, then train-offload-optimizer as asked (trainmem-run's pipeline)",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {
         TrainStepPipelineOptions options;

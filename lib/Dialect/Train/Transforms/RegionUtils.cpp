@@ -68,10 +68,25 @@ void mlir::train::exportEscapingValues(Operation *regionOp) {
   regionOp->erase();
 }
 
+/// Calls `fn` on each outermost transparent region op in `block`, looking
+/// through the ops with their own scope (a train.accumulate loop body).
+static void forEachOutermostRegionOp(Block &block,
+                                     function_ref<void(Operation *)> fn) {
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    if (isTransparentRegionOp(&op)) {
+      fn(&op);
+      continue;
+    }
+    for (Region &region : op.getRegions())
+      for (Block &inner : region)
+        forEachOutermostRegionOp(inner, fn);
+  }
+}
+
 void mlir::train::exportEscapingValues(func::FuncOp func) {
-  for (Operation &op : llvm::make_early_inc_range(func.front()))
-    if (isTransparentRegionOp(&op))
-      exportEscapingValues(&op);
+  forEachOutermostRegionOp(func.front(), [](Operation *op) {
+    exportEscapingValues(op);
+  });
 }
 
 void mlir::train::pruneUnusedResults(Operation *regionOp) {
@@ -101,9 +116,9 @@ void mlir::train::pruneUnusedResults(Operation *regionOp) {
 }
 
 void mlir::train::pruneUnusedResults(func::FuncOp func) {
-  for (Operation &op : llvm::make_early_inc_range(func.front()))
-    if (isTransparentRegionOp(&op))
-      pruneUnusedResults(&op);
+  forEachOutermostRegionOp(func.front(), [](Operation *op) {
+    pruneUnusedResults(op);
+  });
 }
 
 RematOp mlir::train::wrapInRemat(ArrayRef<Operation *> ops) {

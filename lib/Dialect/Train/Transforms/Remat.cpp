@@ -520,19 +520,6 @@ struct TrainMaterializeRematPass
     func::FuncOp func = lookupStep(module, function, "train-materialize-remat");
     if (!func)
       return signalPassFailure();
-    // Inside a micro-batch loop the recompute would be cloned across the
-    // loop's body boundary; unrolling first gives each copy its own.
-    WalkResult inLoop = func.walk([&](RematOp remat) {
-      if (remat->getParentOfType<AccumulateOp>()) {
-        emitError(remat.getLoc(), "train-materialize-remat: train.remat "
-                                  "inside a train.accumulate loop; run "
-                                  "train-unroll-accum first");
-        return WalkResult::interrupt();
-      }
-      return WalkResult::advance();
-    });
-    if (inLoop.wasInterrupted())
-      return signalPassFailure();
     FailureOr<unsigned> cloned = materializeRemat(func);
     if (failed(cloned))
       return signalPassFailure();

@@ -432,7 +432,8 @@ def TrainMaterializeRematPass
     temporaries die at once and its results live only as long as the
     backward needs them. Clones carry the unit attribute `train.recompute`
     (the memory report counts their FLOPs as `recompute`). The regions are
-    then dissolved and block results nobody reads removed.
+    then dissolved and block results nobody reads removed. Regions inside
+    a `train.accumulate` loop are materialized in the loop's body.
   }];
   let options = [
     Option<"function", "function", "std::string", "\"\"",

@@ -85,8 +85,10 @@ struct TrainStepPipelineOptions
 
 /// Adds the passes of `train-step` to `pm`: train-autodiff (with
 /// `differentiate`), train-loss-scale, train-remat, train-grad-accum and
-/// train-quantize-optimizer-state when asked for, then train-unroll-accum
-/// and train-materialize-remat. Bad nested options go to `errorHandler`.
+/// train-quantize-optimizer-state when asked for, then
+/// train-materialize-remat, train-zero when asked for, train-unroll-accum
+/// and train-offload-optimizer when asked for. Bad nested options go to
+/// `errorHandler`.
 LogicalResult
 buildTrainStepPipeline(OpPassManager &pm,
                        const TrainStepPipelineOptions &options,

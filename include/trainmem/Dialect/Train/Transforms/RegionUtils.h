@@ -23,10 +23,12 @@ namespace train {
 /// A value already yielded is read through its existing result.
 void exportEscapingValues(Operation *regionOp);
 
-/// exportEscapingValues for every region op at the top level of `func`.
+/// exportEscapingValues for every outermost region op of `func`, at its top
+/// level and in the bodies of its micro-batch loops.
 void exportEscapingValues(func::FuncOp func);
 
-/// Removes the results nobody reads from every block and remat in `func`.
+/// Removes the results nobody reads from every block and remat in `func`
+/// (in micro-batch loop bodies too).
 void pruneUnusedResults(func::FuncOp func);
 /// The same for one region op (and the region ops nested in it).
 void pruneUnusedResults(Operation *regionOp);

@@ -306,6 +306,30 @@ void FunctionMemory::buildBuffers() {
     }
     for (Operation *user : value.getUsers()) {
       unsigned point = pointOf.lookup(user);
+      // A micro-batch loop sums each part where it is complete (after the
+      // op of its body that makes it: train-unroll-accum places the sum
+      // there), not at the body's end.
+      if (isa<YieldOp>(user) && isa<AccumulateOp>(user->getParentOp()))
+        if (Operation *def = value.getDefiningOp())
+          if (Operation *made =
+                  user->getBlock()->findAncestorOpInBlock(*def))
+            point = pointOf.lookup(made);
+      // What a loop reads from outside (its inputs, sliced for each
+      // micro-batch, and the values its body uses) is read again by every
+      // iteration: live to the end of the body.
+      for (Operation *loop = user; loop; loop = loop->getParentOp()) {
+        auto accumulate = dyn_cast<AccumulateOp>(loop);
+        if (!accumulate)
+          continue;
+        if (Operation *def = value.getDefiningOp();
+            def && accumulate->isProperAncestor(def))
+          break;
+        if (auto arg = dyn_cast<BlockArgument>(value);
+            arg && accumulate->isAncestor(arg.getOwner()->getParentOp()))
+          break;
+        point = std::max(point, pointOf.lookup(
+                                    accumulate.getBody().front().getTerminator()));
+      }
       buffer.lastPoint = std::max(buffer.lastPoint, point);
     }
     // Weights and optimizer state persist from step to step.

@@ -91,10 +91,32 @@ std::string gigabytes(uint64_t bytes) {
 std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
                             uint64_t memoryBytes, bool withOffload = true,
                             bool unroll = false) {
-  std::string p = c.fuseAttention ? "train-fuse-attention,train-autodiff"
-                                   : "train-autodiff";
+  unroll = unroll || c.measuredUnrolled;
+  std::string p;
+  if (c.fuseAttention)
+    p += "train-fuse-attention,";
+  if (c.fuseElementwise)
+    p += "train-fuse-elementwise,";
+  p += "train-autodiff";
+  // A budget is for the step as it runs: the passes after the recompute's
+  // materialization are measured with it (as train-step passes them; the
+  // offload too, so that each offload variant makes its own plan).
+  std::string after;
+  if (c.accumulation > 1)
+    after += llvm::formatv(",train-grad-accum{{steps={0}}", c.accumulation);
+  if (c.eightBit)
+    after += ",train-quantize-optimizer-state";
+  if (c.stage >= 0)
+    after += llvm::formatv(",train-zero{{stage={0} ranks={1}}", c.stage, ranks);
+  if (c.offload != PlanOffload::none)
+    after += ",train-offload-optimizer{what=" +
+             stringifyPlanOffload(c.offload).str() + "}";
   if (c.remat == PlanRemat::budget)
-    p += llvm::formatv(",train-remat{{policy=budget budget={0}}", memoryBytes);
+    p += llvm::formatv(",train-remat{{policy=budget budget={0}{1}}",
+                       memoryBytes,
+                       after.empty() ? std::string()
+                                     : " measure-after={" + after.substr(1) +
+                                           "}");
   else if (c.remat != PlanRemat::none)
     p += ",train-remat{policy=" + stringifyPlanRemat(c.remat).str() + "}";
   if (c.accumulation > 1)
@@ -334,6 +356,8 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
   std::string text;
   if (fuseAttention)
     text += " --fuse-attention";
+  if (fuseElementwise)
+    text += " --fuse-elementwise";
   if (remat == PlanRemat::budget)
     text += llvm::formatv(" --remat=\"policy=budget budget={0}\"", memoryBytes);
   else if (remat != PlanRemat::none)
@@ -363,6 +387,8 @@ std::string PlanCandidate::describe() const {
     text += ", offload " + stringifyPlanOffload(offload).str();
   if (fuseAttention)
     text += ", fused attention";
+  if (fuseElementwise)
+    text += ", fused element-wise";
   return text;
 }
 
@@ -456,6 +482,8 @@ bool completePlanRequest(PlanRequest &request, std::string &error) {
     }
   if (request.eightBit.empty())
     request.eightBit = {false, true};
+  if (request.fuseAttention.empty())
+    request.fuseAttention = {false, true};
   if (request.offloads.empty())
     request.offloads = {PlanOffload::none, PlanOffload::states,
                         PlanOffload::statesAndUpdate};
@@ -495,6 +523,48 @@ void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
 }
 
 namespace {
+
+/// The candidate's choices apart from its recompute, as a key.
+std::string candidateKey(const PlanCandidate &c) {
+  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}", c.microBatch,
+                       c.stage, c.eightBit, static_cast<int>(c.offload),
+                       c.fuseAttention, c.fuseElementwise,
+                       stringifyPlanRemat(c.remat))
+      .str();
+}
+
+/// Whether budget candidate `c` is not compiled, and why (in
+/// c.rejected): where the same configuration fits without recompute, the
+/// budget plan is that one (the least recompute that fits is none); where
+/// it does not fit with full recompute, which keeps the fewest bytes of
+/// every layer, no per-layer mix of choices fits either.
+bool skipBudget(const PlanResult &result,
+                const std::map<std::string, size_t> &byKey, PlanCandidate &c) {
+  auto twin = [&](PlanRemat remat) -> const PlanCandidate * {
+    PlanCandidate other = c;
+    other.remat = remat;
+    auto it = byKey.find(candidateKey(other));
+    return it == byKey.end() ? nullptr : &result.candidates[it->second];
+  };
+  auto number = [&](const PlanCandidate *other) {
+    return other - result.candidates.data() + 1;
+  };
+  if (const PlanCandidate *none = twin(PlanRemat::none); none && none->fits) {
+    c.rejected = llvm::formatv("not compiled: #{0} fits without recompute, "
+                               "the plan a budget makes here",
+                               number(none));
+    return true;
+  }
+  const PlanCandidate *full = twin(PlanRemat::full);
+  if (full && !full->fits && full->rejected.rfind("not compiled", 0) != 0) {
+    c.rejected = llvm::formatv("not compiled: full recompute (#{0}), which "
+                               "keeps the fewest bytes of each layer, does "
+                               "not fit either ({1})",
+                               number(full), gigabytes(full->measure.peak));
+    return true;
+  }
+  return false;
+}
 
 /// Measures candidate `c` (its measure, throughput, fit and reason).
 void evaluate(MLIRContext &context, const PlanRequest &request,
@@ -568,8 +638,42 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
 
 } // namespace
 
-PlanResult plan(MLIRContext &context, const PlanRequest &request) {
+/// Whether train-fuse-elementwise fuses anything in the model (a GPT's
+/// bias + GELU; a Llama's MLP has no such chain): the model at one layer,
+/// before and after the pass.
+static bool fusesElementwise(MLIRContext &context, const PlanRequest &request) {
+  OwningOpRef<ModuleOp> module;
+  if (request.module) {
+    module = cast<ModuleOp>(request.module->clone());
+  } else {
+    ModelConfig config = request.model;
+    config.layers = 1;
+    config.batch = 1;
+    std::string why;
+    if (!validateConfig(config, why))
+      return false;
+    module = buildModel(&context, config);
+  }
+  auto countOps = [&] {
+    int64_t n = 0;
+    module->walk([&](Operation *) { ++n; });
+    return n;
+  };
+  int64_t before = countOps();
+  std::string error;
+  if (!runPipeline(context, *module, "train-fuse-elementwise", error))
+    return false;
+  return countOps() != before;
+}
+
+PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
   PlanResult result;
+  PlanRequest request = originalRequest;
+  if (request.fuseElementwise.empty()) {
+    request.fuseElementwise = {false};
+    if (fusesElementwise(context, request))
+      request.fuseElementwise.push_back(true);
+  }
   int64_t perRank = request.globalBatch / request.ranks;
   // The candidates, in groups that differ in their offload only (measured
   // from one compiled step: CompiledSteps).
@@ -577,14 +681,14 @@ PlanResult plan(MLIRContext &context, const PlanRequest &request) {
   for (int64_t micro : request.microBatches)
     for (PlanRemat remat : request.remats)
       for (int64_t stage : request.stages)
-        for (bool eightBit : request.eightBit) {
-          // train-remat runs before train-grad-accum: a budget plan is made
-          // for the whole batch, so it is tried without accumulation only.
-          if (remat == PlanRemat::budget && micro != perRank)
-            continue;
+        for (bool eightBit : request.eightBit)
+          for (bool fuseAttention : request.fuseAttention)
+            for (bool fuseElementwise : request.fuseElementwise) {
           groupStart.push_back(result.candidates.size());
           for (PlanOffload offload : request.offloads) {
             PlanCandidate c;
+            c.fuseAttention = fuseAttention;
+            c.fuseElementwise = fuseElementwise;
             c.microBatch = micro;
             c.accumulation = perRank / micro;
             c.remat = remat;
@@ -596,51 +700,93 @@ PlanResult plan(MLIRContext &context, const PlanRequest &request) {
         }
   groupStart.push_back(result.candidates.size());
   size_t groups = groupStart.size() - 1;
-  auto runGroups = [&](MLIRContext &ctx, std::atomic<size_t> &next) {
+  // A budget plan compiles the whole model once per choice: it is measured
+  // after the others, and only where it can differ from them (budgetTwin).
+  std::map<std::string, size_t> byKey;
+  for (size_t i = 0; i < result.candidates.size(); ++i)
+    byKey[candidateKey(result.candidates[i])] = i;
+  auto runGroups = [&](MLIRContext &ctx, std::atomic<size_t> &next,
+                       ArrayRef<size_t> order) {
     CompiledSteps cache;
-    for (size_t g = next++; g < groups; g = next++) {
+    for (size_t k = next++; k < order.size(); k = next++) {
+      size_t g = order[k];
       cache.steps.clear();
-      for (size_t i = groupStart[g]; i < groupStart[g + 1]; ++i)
-        evaluate(ctx, request, result.candidates[i], cache);
+      for (size_t i = groupStart[g]; i < groupStart[g + 1]; ++i) {
+        PlanCandidate &c = result.candidates[i];
+        if (c.remat == PlanRemat::budget && skipBudget(result, byKey, c))
+          continue;
+        evaluate(ctx, request, c, cache);
+      }
     }
   };
   // Groups over threads, each with a context of its own (a model file's
   // module lives in the caller's context: one thread then). The results
   // are per candidate, so they do not depend on the threads.
-  std::atomic<size_t> next{0};
   unsigned threads =
       request.module
           ? 1u
           : std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
-  if (threads == 1) {
-    runGroups(context, next);
-  } else {
+  auto runAll = [&](ArrayRef<size_t> order) {
+    std::atomic<size_t> next{0};
+    if (threads == 1) {
+      runGroups(context, next, order);
+      return;
+    }
     std::vector<std::thread> workers;
     for (unsigned t = 0; t < threads; ++t)
       workers.emplace_back([&] {
         MLIRContext own(context.getDialectRegistry(),
                         MLIRContext::Threading::DISABLED);
         own.loadAllAvailableDialects();
-        runGroups(own, next);
+        runGroups(own, next, order);
       });
     for (std::thread &worker : workers)
       worker.join();
-  }
-  double fastest = 0.0;
-  for (const PlanCandidate &c : result.candidates)
-    fastest = std::max(fastest, c.tokensPerSecond);
-  for (size_t i = 0; i < result.candidates.size(); ++i) {
-    PlanCandidate &c = result.candidates[i];
-    c.relative = fastest > 0 ? c.tokensPerSecond / fastest : 0.0;
-    if (!c.fits)
-      continue;
-    if (!result.best)
-      result.best = i;
-    const PlanCandidate &best = result.candidates[*result.best];
-    if (c.tokensPerSecond > best.tokensPerSecond ||
-        (c.tokensPerSecond == best.tokensPerSecond &&
-         c.measure.peak < best.measure.peak))
-      result.best = i;
+  };
+  std::vector<size_t> first, budgets;
+  for (size_t g = 0; g < groups; ++g)
+    (result.candidates[groupStart[g]].remat == PlanRemat::budget ? budgets
+                                                                 : first)
+        .push_back(g);
+  runAll(first);
+  runAll(budgets);
+  auto chooseBest = [&] {
+    result.best.reset();
+    double fastest = 0.0;
+    for (const PlanCandidate &c : result.candidates)
+      fastest = std::max(fastest, c.tokensPerSecond);
+    for (size_t i = 0; i < result.candidates.size(); ++i) {
+      PlanCandidate &c = result.candidates[i];
+      c.relative = fastest > 0 ? c.tokensPerSecond / fastest : 0.0;
+      if (!c.fits)
+        continue;
+      if (!result.best)
+        result.best = i;
+      const PlanCandidate &best = result.candidates[*result.best];
+      if (c.tokensPerSecond > best.tokensPerSecond ||
+          (c.tokensPerSecond == best.tokensPerSecond &&
+           c.measure.peak < best.measure.peak))
+        result.best = i;
+    }
+  };
+  chooseBest();
+  // The best is measured again as it runs, its micro-batch loop unrolled
+  // (a rolled loop is measured from one iteration: within a few buffers of
+  // the unrolled step's peak); should it no longer fit, the next is.
+  while (result.best) {
+    PlanCandidate &best = result.candidates[*result.best];
+    if (best.accumulation == 1 || best.measuredUnrolled)
+      break;
+    PlanCandidate again = best;
+    again.measuredUnrolled = true;
+    again.measure = PlanMeasure();
+    again.rejected.clear();
+    again.fits = false;
+    again.approximate = false;
+    CompiledSteps cache;
+    evaluate(context, request, again, cache);
+    best = again;
+    chooseBest();
   }
   if (!result.best) {
     const PlanCandidate *smallest = nullptr;

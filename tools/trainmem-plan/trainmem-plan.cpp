@@ -5,11 +5,12 @@
 //               [--seq S] [--layers L] [--dtype bf16]
 //               [--micro-batches 1,2,4] [--remat none,selective,full,budget]
 //               [--stages 0,1,2,3] [--eight-bit both|off|on] [--exact]
+//               [--fuse-attention both|off|on] [--fuse-elementwise ...]
 //               [--emit table|pipeline|deepspeed-json|json]
 //               [--from-deepspeed FILE]
 //
-// Searches micro-batch x accumulation, recompute policy, ZeRO stage and
-// 8-bit optimizer state (lib/Plan/Planner.cpp: each candidate compiled by
+// Searches micro-batch x accumulation, recompute policy, ZeRO stage,
+// 8-bit optimizer state, offload and fusion (lib/Plan/Planner.cpp: each candidate compiled by
 // the project's passes and measured by the memory analysis), prints the
 // candidates with their per-device peak by category, predicted step time
 // and throughput relative to the fastest, why each rejected one does not
@@ -120,6 +121,18 @@ static cl::list<long long>
 static cl::opt<std::string>
     eightBit("eight-bit", cl::desc("8-bit optimizer state: both, off, on"),
              cl::init("both"), cl::cat(category));
+static cl::opt<std::string> fuseAttention(
+    "fuse-attention",
+    cl::desc("Fused attention (train-fuse-attention) to try: both, off, on "
+             "(default: both; off with --from-deepspeed, where it is a model "
+             "setting)"),
+    cl::cat(category));
+static cl::opt<std::string> fuseElementwise(
+    "fuse-elementwise",
+    cl::desc("Fused element-wise chains (train-fuse-elementwise) to try: "
+             "both, off, on (default: both where the model has a chain to "
+             "fuse, else off)"),
+    cl::cat(category));
 static cl::list<std::string>
     offloads("offload",
              cl::desc("CPU optimizer offload to try: none, states, "
@@ -440,11 +453,23 @@ static std::vector<size_t> shownCandidates(const PlanResult &result) {
   return shown;
 }
 
+/// The fusion column: attn (train-fuse-attention), elem
+/// (train-fuse-elementwise), both, or -.
+static const char *fusionShort(const PlanCandidate &c) {
+  if (c.fuseAttention && c.fuseElementwise)
+    return "both";
+  if (c.fuseAttention)
+    return "attn";
+  if (c.fuseElementwise)
+    return "elem";
+  return "-";
+}
+
 static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                        const PlanResult &result) {
   os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", "#", "micro x k",
                       "remat", "zero", "8bit")
-     << llvm::formatv("{0,-7}", "offload")
+     << llvm::formatv("{0,-7} {1,-4}", "offload", "fuse")
      << llvm::formatv(" {5,8} {6,8} "
                       "{7,8} {8,8} {9,8} {10,8} {11,8} {12,9} {13,6}  {14}\n",
                       "#", "micro x k", "remat", "zero", "8bit",
@@ -470,7 +495,9 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
       os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", i + 1, mk,
                           stringifyPlanRemat(c.remat), zero,
                           c.eightBit ? "yes" : "no")
-         << llvm::formatv("{0,-7}", offloadShort(c.offload)) << "  "
+         << llvm::formatv("{0,-7} {1,-4}", offloadShort(c.offload),
+                          fusionShort(c))
+         << "  "
          << c.rejected << "\n";
       continue;
     }
@@ -482,7 +509,8 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
     os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", i + 1, mk,
                         stringifyPlanRemat(c.remat), zero,
                         c.eightBit ? "yes" : "no")
-       << llvm::formatv("{0,-7}", offloadShort(c.offload));
+       << llvm::formatv("{0,-7} {1,-4}", offloadShort(c.offload),
+                        fusionShort(c));
     os << llvm::formatv(
         " {5,8} {6,8} {7,8} {8,8} {9,8} "
         "{10,8} {11,8} {12,9:F3} {13,6:F3}  {14}\n",
@@ -542,7 +570,8 @@ static llvm::json::Value figure(double value) {
   return value;
 }
 
-static llvm::json::Object candidateJson(const PlanCandidate &c) {
+static llvm::json::Object candidateJson(const PlanCandidate &c,
+                                        const PlanRequest &request) {
   llvm::json::Object atPeak;
   for (unsigned cat = 0; cat < kNumMemoryCategories; ++cat)
     atPeak[stringifyMemoryCategory(static_cast<MemoryCategory>(cat))] =
@@ -553,7 +582,15 @@ static llvm::json::Object candidateJson(const PlanCandidate &c) {
                        {"zero_stage", c.stage},
                        {"eight_bit", c.eightBit},
                        {"offload", stringifyPlanOffload(c.offload)},
-                       {"fits", c.fits}};
+                       {"fuse_attention", c.fuseAttention},
+                       {"fuse_elementwise", c.fuseElementwise},
+                       {"fits", c.fits},
+                       {"pipeline", c.passPipeline(request.ranks,
+                                                   request.memoryBytes)},
+                       {"trainmem_run_options",
+                        StringRef(c.runOptions(request.memoryBytes))
+                            .ltrim()
+                            .str()}};
   if (c.rejected.rfind("not compiled", 0) == 0) {
     o["rejected"] = c.rejected;
     return o;
@@ -561,6 +598,9 @@ static llvm::json::Object candidateJson(const PlanCandidate &c) {
   o["measured"] = c.wholeModel    ? "whole model"
                   : c.approximate ? "extrapolated, approximate"
                                   : "extrapolated";
+  o["micro_batch_loop"] = c.accumulation == 1   ? "none"
+                          : c.measuredUnrolled ? "unrolled"
+                                               : "rolled";
   o["peak_bytes"] = c.measure.peak;
   o["at_peak"] = std::move(atPeak);
   o["flops"] = llvm::json::Object{{"forward", c.measure.forwardFlops},
@@ -716,6 +756,8 @@ int main(int argc, char **argv) {
     request.stages = {c.stage};
     request.eightBit = {false};
     request.offloads = {c.offload};
+    request.fuseAttention = {false};
+    request.fuseElementwise = {false};
   } else {
     for (long long m : microBatches)
       request.microBatches.push_back(m);
@@ -744,6 +786,26 @@ int main(int argc, char **argv) {
     else
       return fail("--eight-bit must be both, off or on");
   }
+  // Fusion is a model setting in DeepSpeed: with --from-deepspeed it is
+  // off unless asked for here.
+  auto fusion = [&](const std::string &value,
+                    std::vector<bool> &out) -> bool {
+    if (value.empty())
+      return true;
+    if (value == "both")
+      out = {false, true};
+    else if (value == "off")
+      out = {false};
+    else if (value == "on")
+      out = {true};
+    else
+      return false;
+    return true;
+  };
+  if (!fusion(fuseAttention, request.fuseAttention))
+    return fail("--fuse-attention must be both, off or on");
+  if (!fusion(fuseElementwise, request.fuseElementwise))
+    return fail("--fuse-elementwise must be both, off or on");
   if (top < 0)
     return fail("--top must be a count of candidates (1 or more), got " +
                 llvm::Twine(top.getValue()));
@@ -760,7 +822,8 @@ int main(int argc, char **argv) {
     // Each candidate with its table number (#, from 1); "best" is one.
     llvm::json::Array candidates;
     for (size_t i : shownCandidates(result)) {
-      llvm::json::Object candidate = candidateJson(result.candidates[i]);
+      llvm::json::Object candidate =
+          candidateJson(result.candidates[i], request);
       candidate["number"] = static_cast<int64_t>(i + 1);
       candidates.push_back(std::move(candidate));
     }

@@ -76,6 +76,11 @@ struct PlanRequest {
   std::vector<int64_t> stages;
   std::vector<bool> eightBit;
   std::vector<PlanOffload> offloads;
+  /// train-fuse-attention and train-fuse-elementwise off and on (default:
+  /// both for attention; for element-wise chains both where the model has
+  /// one to fuse, else off).
+  std::vector<bool> fuseAttention;
+  std::vector<bool> fuseElementwise;
   /// Compile the whole model for every candidate (no extrapolation).
   bool exact = false;
 };
@@ -108,14 +113,17 @@ struct PlanCandidate {
   int64_t stage = -1;
   bool eightBit = false;
   PlanOffload offload = PlanOffload::none;
-  /// train-fuse-attention on the forward (not searched: tried on the
-  /// smallest candidate when nothing fits).
+  /// train-fuse-attention and train-fuse-elementwise on the forward.
   bool fuseAttention = false;
+  bool fuseElementwise = false;
 
   PlanMeasure measure;
   /// Whether the measure is of the whole model (else extrapolated from
   /// three small layer counts that grow linearly).
   bool wholeModel = true;
+  /// Measured with its micro-batch loop unrolled, as it runs (the best
+  /// is; the others are measured from the rolled loop's one iteration).
+  bool measuredUnrolled = false;
   /// Extrapolated although the small layer counts did not grow linearly
   /// (the whole model was too large to compile in the planner's time).
   bool approximate = false;

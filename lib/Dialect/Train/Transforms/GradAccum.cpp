@@ -549,13 +549,36 @@ struct TrainUnrollAccumPass
           draw.setElementsPerPart(0);
         }
       }
+      // Each part is summed where it is complete (after the op, at this
+      // level, that defines it): a gradient's part dies as the backward
+      // makes the next, instead of all of them living to the copy's end.
+      Block *level = builder.getInsertionBlock();
+      OpBuilder::InsertPoint end = builder.saveInsertionPoint();
+      llvm::DenseMap<Operation *, Operation *> lastAfter;
       for (auto [index, value] : llvm::enumerate(yield.getValues())) {
         Value part = mapping.lookup(value);
+        Operation *anchor = nullptr;
+        if (Operation *def = part.getDefiningOp())
+          anchor = level->findAncestorOpInBlock(*def);
+        if (anchor) {
+          Operation *&last = lastAfter[anchor];
+          builder.setInsertionPointAfter(last ? last : anchor);
+        } else {
+          builder.restoreInsertionPoint(end);
+        }
         Type f32Type = loop.getResult(index).getType();
         if (part.getType() != f32Type)
           part = CastOp::create(builder, loop.getLoc(), f32Type, part);
         addInto(sums, index, part);
+        if (anchor) {
+          Operation *made = builder.getInsertionPoint() ==
+                                    builder.getInsertionBlock()->end()
+                                ? &builder.getInsertionBlock()->back()
+                                : builder.getInsertionPoint()->getPrevNode();
+          lastAfter[anchor] = made;
+        }
       }
+      builder.restoreInsertionPoint(end);
     }
     if (!total.empty() && total.front())
       for (unsigned index = 0; index < sums.size(); ++index) {

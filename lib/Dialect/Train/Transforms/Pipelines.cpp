@@ -9,6 +9,31 @@
 using namespace mlir;
 using namespace mlir::train;
 
+/// train-remat's options; a budget (`policy=budget`) is for the step as it
+/// runs, so it gets the passes train-step runs after the recompute is
+/// materialized as `measure-after` (unless given).
+static std::string rematOptions(const TrainStepPipelineOptions &options) {
+  StringRef remat = options.remat;
+  SmallVector<StringRef> words;
+  remat.split(words, ' ', -1, /*KeepEmpty=*/false);
+  if (!llvm::is_contained(words, "policy=budget") ||
+      remat.contains("measure-after"))
+    return remat.str();
+  SmallVector<std::string> after;
+  if (!options.gradAccum.empty())
+    after.push_back("train-grad-accum{" + options.gradAccum + "}");
+  if (options.quantize)
+    after.push_back("train-quantize-optimizer-state{" +
+                    options.quantizeOptions + "}");
+  if (!options.zero.empty())
+    after.push_back("train-zero{" + options.zero + "}");
+  if (!options.offload.empty())
+    after.push_back("train-offload-optimizer{what=" + options.offload + "}");
+  if (after.empty())
+    return remat.str();
+  return (remat + " measure-after={" + llvm::join(after, ",") + "}").str();
+}
+
 LogicalResult mlir::train::buildTrainStepPipeline(
     OpPassManager &pm, const TrainStepPipelineOptions &options,
     function_ref<LogicalResult(const Twine &)> errorHandler) {
@@ -40,7 +65,8 @@ LogicalResult mlir::train::buildTrainStepPipeline(
     return failure();
   if (!options.lossScale && !options.lossScaleOptions.empty())
     return errorHandler("train-step: loss-scale-options needs loss-scale=true");
-  if (!options.remat.empty() && failed(add("train-remat", options.remat)))
+  if (!options.remat.empty() &&
+      failed(add("train-remat", rematOptions(options))))
     return failure();
   if (!options.gradAccum.empty() &&
       failed(add("train-grad-accum", options.gradAccum)))

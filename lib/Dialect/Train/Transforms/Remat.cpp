@@ -10,6 +10,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -205,13 +208,20 @@ struct BudgetModel {
   // layers 0..k-1 hold their saved activations.
   std::vector<uint64_t> outside;
   uint64_t states = 0; // weights + gradients + optimizer state
+  // The partitioning measured (train-zero in measure-after): one rank's.
+  int64_t ranks = 1, stage = -1;
 };
 
 /// Measures `func` with every layer at one choice, for each choice. Each
 /// layer's numbers depend only on its own choice: what layers before it
 /// keep is live at all its points, what layers after it keep at none.
+/// With `after` (a pass pipeline: the passes that follow) each copy runs
+/// it once its recompute is materialized, and is measured as it will run
+/// (per rank under train-zero; the whole module is copied for it, as
+/// train-zero adds its grid).
 FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
-                                          ArrayRef<int64_t> layerIndices) {
+                                          ArrayRef<int64_t> layerIndices,
+                                          StringRef after) {
   BudgetModel model;
   model.numLayers = static_cast<int64_t>(layerIndices.size());
   model.saved.assign(layerIndices.size(), {});
@@ -223,14 +233,41 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
     position[index] = i;
 
   for (Choice choice : kChoices) {
-    OwningOpRef<func::FuncOp> copy = func.clone();
-    std::map<int64_t, Layer> layers = collectLayers(*copy);
+    OwningOpRef<func::FuncOp> funcCopy;
+    OwningOpRef<ModuleOp> moduleCopy;
+    func::FuncOp copy;
+    if (after.empty()) {
+      funcCopy = func.clone();
+      copy = *funcCopy;
+    } else {
+      moduleCopy = cast<ModuleOp>(func->getParentOp()->clone());
+      copy = moduleCopy->lookupSymbol<func::FuncOp>(func.getSymName());
+    }
+    std::map<int64_t, Layer> layers = collectLayers(copy);
     for (auto &[index, layer] : layers)
       if (position.count(index) && failed(applyChoice(index, layer, choice)))
         return failure();
-    if (failed(materializeRemat(*copy)))
+    if (failed(materializeRemat(copy)))
       return failure();
-    FunctionMemory memory(*copy);
+    if (moduleCopy) {
+      PassManager pm(func.getContext());
+      std::string message;
+      llvm::raw_string_ostream errors(message);
+      if (failed(parsePassPipeline(after, pm, errors)))
+        return func.emitError("train-remat: bad measure-after pipeline '")
+               << after << "': " << StringRef(message).trim();
+      if (failed(pm.run(*moduleCopy)))
+        return func.emitError("train-remat: the budget's measure-after "
+                              "passes failed on the step (see above)");
+      copy = moduleCopy->lookupSymbol<func::FuncOp>(func.getSymName());
+      if (!copy)
+        return func.emitError("train-remat: no @")
+               << func.getSymName() << " after the measure-after passes";
+    }
+    FunctionMemory memory(copy);
+    // One rank's, under train-zero.
+    if (auto zero = copy->getAttrOfType<ZeroAttr>(kZeroAttrName))
+      model.ranks = zero.getRanks(), model.stage = zero.getStage();
     unsigned c = static_cast<unsigned>(choice);
 
     std::vector<uint64_t> saved(layerIndices.size(), 0);
@@ -396,6 +433,8 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
     } else if (!budget.empty()) {
       return fail("budget= is for policy=budget");
     }
+    if (policy != RematPolicy::budget && !measureAfter.empty())
+      return fail("measure-after= is for policy=budget");
     if (policy == RematPolicy::every && every < 1)
       return fail("every must be >= 1, got " + Twine(every));
     int64_t begin, end;
@@ -464,20 +503,28 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       SmallVector<int64_t> indices;
       for (auto &[index, layer] : selected)
         indices.push_back(index);
-      FailureOr<BudgetModel> model = measureBudgetModel(func, indices);
+      FailureOr<BudgetModel> model =
+          measureBudgetModel(func, indices, measureAfter);
       if (failed(model))
         return signalPassFailure();
-      if (budgetBytes < model->states)
+      uint64_t states = model->states;
+      std::string perRank =
+          model->stage >= 0 && model->ranks > 1
+              ? (" per rank (ZeRO-" + Twine(model->stage) + " over " +
+                 Twine(model->ranks) + " ranks)")
+                    .str()
+              : std::string();
+      if (budgetBytes < states)
         return fail("budget " + Twine(budgetBytes) + " B is below the " +
-                    Twine(model->states) +
-                    " B that weights, gradients and optimizer state need");
+                    Twine(states) + " B that weights, gradients and "
+                    "optimizer state need" + perRank);
       std::optional<Plan> plan = planForBudget(*model, budgetBytes);
       if (!plan) {
         uint64_t reachable = smallestPeak(*model);
-        return fail("no recompute plan fits " + Twine(budgetBytes) +
-                    " B: the smallest peak reachable is " + Twine(reachable) +
-                    " B, " + Twine(reachable - budgetBytes) +
-                    " B over the budget");
+        return fail("no recompute plan fits " + Twine(budgetBytes) + " B" +
+                    perRank + ": the smallest peak reachable is " +
+                    Twine(reachable) + " B, " +
+                    Twine(reachable - budgetBytes) + " B over the budget");
       }
       for (auto [choice, entry] : llvm::zip(plan->choices, selected)) {
         FailureOr<unsigned> made = applyChoice(entry.first, entry.second, choice);

@@ -371,7 +371,13 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
       memory analysis; for a chain of layers the peak is the largest of
       (what earlier layers keep + this layer's working bytes) and the plan
       is found exactly by a dynamic program over the layers. Where nothing
-      fits it says by how much, and fails.
+      fits it says by how much, and fails. The budget is for the step as
+      it is measured: `measure-after=PIPELINE` names the passes that will
+      follow (train-grad-accum, train-quantize-optimizer-state, train-zero,
+      train-offload-optimizer), which each measured copy runs after its
+      recompute is materialized. Under train-zero the budget is then one
+      rank's (its shards, gathers and buckets); train-step passes its own
+      passes.
 
     `layers=A:B` limits a policy to layers A..B-1. Values a region passes on
     to the forward after it (a layer's output) stay; the rest is recomputed
@@ -414,7 +420,13 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
            "per layer, comma-separated">,
     Option<"budget", "budget", "std::string", "",
            "For policy=budget: the peak the step must fit in, bytes or a "
-           "size with a unit (6GiB, 8GB, 512MiB; as trainmem-plan --memory)">
+           "size with a unit (6GiB, 8GB, 512MiB; as trainmem-plan --memory)">,
+    Option<"measureAfter", "measure-after", "std::string", "",
+           "For policy=budget: the passes that follow the recompute's "
+           "materialization (a pass pipeline, e.g. {train-zero{stage=3 "
+           "ranks=8}}); each measured copy runs them, so that the budget "
+           "holds for the step as it runs (one rank's under ZeRO; "
+           "train-step passes its own)">
   ];
   let statistics = [
     Statistic<"numRegions", "remat-regions", "train.remat regions inserted">

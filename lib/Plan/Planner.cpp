@@ -106,6 +106,7 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
     after += llvm::formatv(",train-grad-accum{{steps={0}}", c.accumulation);
   if (c.eightBit)
     after += ",train-quantize-optimizer-state";
+  after += ",train-materialize-remat";
   if (c.stage >= 0)
     after += llvm::formatv(",train-zero{{stage={0} ranks={1}}", c.stage, ranks);
   if (c.offload != PlanOffload::none)
@@ -114,7 +115,8 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
   if (c.remat == PlanRemat::budget)
     p += llvm::formatv(",train-remat{{policy=budget budget={0}{1}}",
                        memoryBytes,
-                       after.empty() ? std::string()
+                       after == ",train-materialize-remat"
+                           ? std::string()
                                      : " measure-after={" + after.substr(1) +
                                            "}");
   else if (c.remat != PlanRemat::none)

@@ -10,8 +10,8 @@ using namespace mlir;
 using namespace mlir::train;
 
 /// train-remat's options; a budget (`policy=budget`) is for the step as it
-/// runs, so it gets the passes train-step runs after the recompute is
-/// materialized as `measure-after` (unless given).
+/// runs, so it gets the passes train-step runs after train-remat as
+/// `measure-after` (unless given; the micro-batch loop left rolled).
 static std::string rematOptions(const TrainStepPipelineOptions &options) {
   StringRef remat = options.remat;
   SmallVector<StringRef> words;
@@ -25,11 +25,12 @@ static std::string rematOptions(const TrainStepPipelineOptions &options) {
   if (options.quantize)
     after.push_back("train-quantize-optimizer-state{" +
                     options.quantizeOptions + "}");
+  after.push_back("train-materialize-remat");
   if (!options.zero.empty())
     after.push_back("train-zero{" + options.zero + "}");
   if (!options.offload.empty())
     after.push_back("train-offload-optimizer{what=" + options.offload + "}");
-  if (after.empty())
+  if (after.size() == 1)
     return remat.str();
   return (remat + " measure-after={" + llvm::join(after, ",") + "}").str();
 }

@@ -247,8 +247,9 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
     for (auto &[index, layer] : layers)
       if (position.count(index) && failed(applyChoice(index, layer, choice)))
         return failure();
-    if (failed(materializeRemat(copy)))
-      return failure();
+    // The passes after, where given, materialize the recompute where the
+    // step's pipeline does (train-materialize-remat among them); what they
+    // leave is materialized here.
     if (moduleCopy) {
       PassManager pm(func.getContext());
       std::string message;
@@ -264,6 +265,8 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
         return func.emitError("train-remat: no @")
                << func.getSymName() << " after the measure-after passes";
     }
+    if (failed(materializeRemat(copy)))
+      return failure();
     FunctionMemory memory(copy);
     // One rank's, under train-zero.
     if (auto zero = copy->getAttrOfType<ZeroAttr>(kZeroAttrName))

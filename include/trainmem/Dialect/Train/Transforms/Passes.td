@@ -373,9 +373,10 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
       is found exactly by a dynamic program over the layers. Where nothing
       fits it says by how much, and fails. The budget is for the step as
       it is measured: `measure-after=PIPELINE` names the passes that will
-      follow (train-grad-accum, train-quantize-optimizer-state, train-zero,
-      train-offload-optimizer), which each measured copy runs after its
-      recompute is materialized. Under train-zero the budget is then one
+      follow (train-grad-accum, train-quantize-optimizer-state,
+      train-materialize-remat, train-zero, train-offload-optimizer), which
+      each measured copy runs (what they leave unmaterialized is
+      materialized after them). Under train-zero the budget is then one
       rank's (its shards, gathers and buckets); train-step passes its own
       passes.
 
@@ -422,9 +423,10 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
            "For policy=budget: the peak the step must fit in, bytes or a "
            "size with a unit (6GiB, 8GB, 512MiB; as trainmem-plan --memory)">,
     Option<"measureAfter", "measure-after", "std::string", "",
-           "For policy=budget: the passes that follow the recompute's "
-           "materialization (a pass pipeline, e.g. {train-zero{stage=3 "
-           "ranks=8}}); each measured copy runs them, so that the budget "
+           "For policy=budget: the passes that follow train-remat "
+           "(a pass pipeline, e.g. {train-materialize-remat,"
+           "train-zero{stage=3 ranks=8}}); each measured copy runs them, so "
+           "that the budget "
            "holds for the step as it runs (one rank's under ZeRO; "
            "train-step passes its own)">
   ];

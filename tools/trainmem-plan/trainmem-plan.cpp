@@ -414,6 +414,16 @@ static llvm::json::Object toDeepSpeed(const PlanCandidate &c,
   if (c.eightBit)
     notes.push_back("8-bit optimizer state has no DeepSpeed key (it is "
                     "bitsandbytes' AdamW8bit passed to deepspeed.initialize)");
+  if (c.fuseAttention)
+    notes.push_back("fused attention has no DeepSpeed key: it is the "
+                    "model's setting (a FlashAttention kernel: Hugging Face "
+                    "attn_implementation=\"flash_attention_2\", Megatron "
+                    "--use-flash-attn); the plan's peak assumes it, without "
+                    "it the attention keeps its score tensors");
+  if (c.fuseElementwise)
+    notes.push_back("fused element-wise chains have no DeepSpeed key: they "
+                    "are the model's setting (Megatron --bias-gelu-fusion); "
+                    "the plan's peak assumes them");
   return config;
 }
 

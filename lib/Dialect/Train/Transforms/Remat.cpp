@@ -9,6 +9,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -232,6 +233,12 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
   for (auto [i, index] : llvm::enumerate(layerIndices))
     position[index] = i;
 
+  // The copies measured say nothing to the user: their remarks (a fused
+  // attention selective recompute leaves as it is, once per copy) and
+  // warnings are the chosen plan's to give; errors go through.
+  ScopedDiagnosticHandler quiet(func.getContext(), [](Diagnostic &d) {
+    return success(d.getSeverity() != DiagnosticSeverity::Error);
+  });
   for (Choice choice : kChoices) {
     OwningOpRef<func::FuncOp> funcCopy;
     OwningOpRef<ModuleOp> moduleCopy;
@@ -244,9 +251,27 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
       copy = moduleCopy->lookupSymbol<func::FuncOp>(func.getSymName());
     }
     std::map<int64_t, Layer> layers = collectLayers(copy);
-    for (auto &[index, layer] : layers)
-      if (position.count(index) && failed(applyChoice(index, layer, choice)))
+    unsigned regions = 0;
+    for (auto &[index, layer] : layers) {
+      if (!position.count(index))
+        continue;
+      FailureOr<unsigned> made = applyChoice(index, layer, choice);
+      if (failed(made))
         return failure();
+      regions += *made;
+    }
+    // A choice that recomputes nothing (selective on fused attention) is
+    // the step without recompute, measured first: the same numbers.
+    unsigned c = static_cast<unsigned>(choice);
+    if (regions == 0 && choice != Choice::None) {
+      unsigned none = static_cast<unsigned>(Choice::None);
+      for (size_t i = 0; i < layerIndices.size(); ++i) {
+        model.saved[i][c] = model.saved[i][none];
+        model.working[i][c] = model.working[i][none];
+        model.flops[i][c] = model.flops[i][none];
+      }
+      continue;
+    }
     // The passes after, where given, materialize the recompute where the
     // step's pipeline does (train-materialize-remat among them); what they
     // leave is materialized here.
@@ -271,7 +296,6 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
     // One rank's, under train-zero.
     if (auto zero = copy->getAttrOfType<ZeroAttr>(kZeroAttrName))
       model.ranks = zero.getRanks(), model.stage = zero.getStage();
-    unsigned c = static_cast<unsigned>(choice);
 
     std::vector<uint64_t> saved(layerIndices.size(), 0);
     for (const LayerActivations &layer : memory.getLayers())

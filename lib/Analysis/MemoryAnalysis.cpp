@@ -311,8 +311,7 @@ void FunctionMemory::buildBuffers() {
       // there), not at the body's end.
       if (isa<YieldOp>(user) && isa<AccumulateOp>(user->getParentOp()))
         if (Operation *def = value.getDefiningOp())
-          if (Operation *made =
-                  user->getBlock()->findAncestorOpInBlock(*def))
+          if (Operation *made = user->getBlock()->findAncestorOpInBlock(*def))
             point = pointOf.lookup(made);
       // What a loop reads from outside (its inputs, sliced for each
       // micro-batch, and the values its body uses) is read again by every
@@ -327,8 +326,9 @@ void FunctionMemory::buildBuffers() {
         if (auto arg = dyn_cast<BlockArgument>(value);
             arg && accumulate->isAncestor(arg.getOwner()->getParentOp()))
           break;
-        point = std::max(point, pointOf.lookup(
-                                    accumulate.getBody().front().getTerminator()));
+        point = std::max(
+            point,
+            pointOf.lookup(accumulate.getBody().front().getTerminator()));
       }
       buffer.lastPoint = std::max(buffer.lastPoint, point);
     }

@@ -85,42 +85,12 @@ std::string gigabytes(uint64_t bytes) {
   return llvm::formatv("{0:F2} GB", static_cast<double>(bytes) / 1e9).str();
 }
 
-/// The pass pipeline of a candidate (inside builtin.module(...)): the
-/// step's passes in train-step's order, the micro-batch loop left rolled
-/// (the analysis measures it as it runs) unless `unroll`.
-std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
-                            uint64_t memoryBytes, bool withOffload = true,
-                            bool unroll = false) {
-  unroll = unroll || c.measuredUnrolled;
+/// The passes of a candidate after train-remat, each with a leading comma:
+/// accumulation, 8-bit state, materialization, ZeRO, the unrolling (with
+/// `unroll`), the offload (with `withOffload`).
+std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
+                             bool unroll, bool withOffload) {
   std::string p;
-  if (c.fuseAttention)
-    p += "train-fuse-attention,";
-  if (c.fuseElementwise)
-    p += "train-fuse-elementwise,";
-  p += "train-autodiff";
-  // A budget is for the step as it runs: the passes after the recompute's
-  // materialization are measured with it (as train-step passes them; the
-  // offload too, so that each offload variant makes its own plan).
-  std::string after;
-  if (c.accumulation > 1)
-    after += llvm::formatv(",train-grad-accum{{steps={0}}", c.accumulation);
-  if (c.eightBit)
-    after += ",train-quantize-optimizer-state";
-  after += ",train-materialize-remat";
-  if (c.stage >= 0)
-    after += llvm::formatv(",train-zero{{stage={0} ranks={1}}", c.stage, ranks);
-  if (c.offload != PlanOffload::none)
-    after += ",train-offload-optimizer{what=" +
-             stringifyPlanOffload(c.offload).str() + "}";
-  if (c.remat == PlanRemat::budget)
-    p += llvm::formatv(",train-remat{{policy=budget budget={0}{1}}",
-                       memoryBytes,
-                       after == ",train-materialize-remat"
-                           ? std::string()
-                                     : " measure-after={" + after.substr(1) +
-                                           "}");
-  else if (c.remat != PlanRemat::none)
-    p += ",train-remat{policy=" + stringifyPlanRemat(c.remat).str() + "}";
   if (c.accumulation > 1)
     p += llvm::formatv(",train-grad-accum{{steps={0}}", c.accumulation);
   if (c.eightBit)
@@ -134,6 +104,35 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
     p += ",train-offload-optimizer{what=" +
          stringifyPlanOffload(c.offload).str() + "}";
   return p;
+}
+
+/// The pass pipeline of a candidate (inside builtin.module(...)): the
+/// step's passes in train-step's order, the micro-batch loop left rolled
+/// (the analysis measures it as it runs) unless `unroll`.
+std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
+                            uint64_t memoryBytes, bool withOffload = true,
+                            bool unroll = false) {
+  unroll = unroll || c.measuredUnrolled;
+  std::string p;
+  if (c.fuseAttention)
+    p += "train-fuse-attention,";
+  if (c.fuseElementwise)
+    p += "train-fuse-elementwise,";
+  p += "train-autodiff";
+  // A budget is for the step as it runs: the passes after train-remat are
+  // measured with it (as train-step passes them; the offload too, so that
+  // each offload variant makes its own plan; the loop rolled).
+  std::string after = passesAfterRemat(c, ranks, /*unroll=*/false,
+                                       /*withOffload=*/true);
+  if (c.remat == PlanRemat::budget)
+    p +=
+        llvm::formatv(",train-remat{{policy=budget budget={0}{1}}", memoryBytes,
+                      after == ",train-materialize-remat"
+                          ? std::string()
+                          : " measure-after={" + after.substr(1) + "}");
+  else if (c.remat != PlanRemat::none)
+    p += ",train-remat{policy=" + stringifyPlanRemat(c.remat).str() + "}";
+  return p + passesAfterRemat(c, ranks, unroll, withOffload);
 }
 
 /// Compiles the model at `layers` layers for `c` and measures it; false
@@ -528,10 +527,9 @@ namespace {
 
 /// The candidate's choices apart from its recompute, as a key.
 std::string candidateKey(const PlanCandidate &c) {
-  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}", c.microBatch,
-                       c.stage, c.eightBit, static_cast<int>(c.offload),
-                       c.fuseAttention, c.fuseElementwise,
-                       stringifyPlanRemat(c.remat))
+  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}", c.microBatch, c.stage,
+                       c.eightBit, static_cast<int>(c.offload), c.fuseAttention,
+                       c.fuseElementwise, stringifyPlanRemat(c.remat))
       .str();
 }
 
@@ -686,20 +684,20 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
         for (bool eightBit : request.eightBit)
           for (bool fuseAttention : request.fuseAttention)
             for (bool fuseElementwise : request.fuseElementwise) {
-          groupStart.push_back(result.candidates.size());
-          for (PlanOffload offload : request.offloads) {
-            PlanCandidate c;
-            c.fuseAttention = fuseAttention;
-            c.fuseElementwise = fuseElementwise;
-            c.microBatch = micro;
-            c.accumulation = perRank / micro;
-            c.remat = remat;
-            c.stage = stage;
-            c.eightBit = eightBit;
-            c.offload = offload;
-            result.candidates.push_back(c);
-          }
-        }
+              groupStart.push_back(result.candidates.size());
+              for (PlanOffload offload : request.offloads) {
+                PlanCandidate c;
+                c.fuseAttention = fuseAttention;
+                c.fuseElementwise = fuseElementwise;
+                c.microBatch = micro;
+                c.accumulation = perRank / micro;
+                c.remat = remat;
+                c.stage = stage;
+                c.eightBit = eightBit;
+                c.offload = offload;
+                result.candidates.push_back(c);
+              }
+            }
   groupStart.push_back(result.candidates.size());
   size_t groups = groupStart.size() - 1;
   // A budget plan compiles the whole model once per choice: it is measured

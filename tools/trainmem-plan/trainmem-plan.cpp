@@ -10,15 +10,15 @@
 //               [--from-deepspeed FILE]
 //
 // Searches micro-batch x accumulation, recompute policy, ZeRO stage,
-// 8-bit optimizer state, offload and fusion (lib/Plan/Planner.cpp: each candidate compiled by
-// the project's passes and measured by the memory analysis), prints the
-// candidates with their per-device peak by category, predicted step time
-// and throughput relative to the fastest, why each rejected one does not
-// fit, and marks the best; then its trainmem-opt pipeline and trainmem-run
-// options. --emit deepspeed-json writes the same decisions as a DeepSpeed
-// config; --from-deepspeed reads one into the pipeline (keys this project
-// does not model are named in a warning; stages and offloading it does not
-// model are errors). docs/Planner.md.
+// 8-bit optimizer state, offload and fusion (lib/Plan/Planner.cpp: each
+// candidate compiled by the project's passes and measured by the memory
+// analysis), prints the candidates with their per-device peak by category,
+// predicted step time and throughput relative to the fastest, why each rejected
+// one does not fit, and marks the best; then its trainmem-opt pipeline and
+// trainmem-run options. --emit deepspeed-json writes the same decisions as a
+// DeepSpeed config; --from-deepspeed reads one into the pipeline (keys this
+// project does not model are named in a warning; stages and offloading it does
+// not model are errors). docs/Planner.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -507,8 +507,7 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                           c.eightBit ? "yes" : "no")
          << llvm::formatv("{0,-7} {1,-4}", offloadShort(c.offload),
                           fusionShort(c))
-         << "  "
-         << c.rejected << "\n";
+         << "  " << c.rejected << "\n";
       continue;
     }
     std::string mark = result.best && *result.best == i ? "best"
@@ -586,21 +585,19 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
   for (unsigned cat = 0; cat < kNumMemoryCategories; ++cat)
     atPeak[stringifyMemoryCategory(static_cast<MemoryCategory>(cat))] =
         c.measure.atPeak[cat];
-  llvm::json::Object o{{"micro_batch", c.microBatch},
-                       {"accumulation", c.accumulation},
-                       {"remat", stringifyPlanRemat(c.remat)},
-                       {"zero_stage", c.stage},
-                       {"eight_bit", c.eightBit},
-                       {"offload", stringifyPlanOffload(c.offload)},
-                       {"fuse_attention", c.fuseAttention},
-                       {"fuse_elementwise", c.fuseElementwise},
-                       {"fits", c.fits},
-                       {"pipeline", c.passPipeline(request.ranks,
-                                                   request.memoryBytes)},
-                       {"trainmem_run_options",
-                        StringRef(c.runOptions(request.memoryBytes))
-                            .ltrim()
-                            .str()}};
+  llvm::json::Object o{
+      {"micro_batch", c.microBatch},
+      {"accumulation", c.accumulation},
+      {"remat", stringifyPlanRemat(c.remat)},
+      {"zero_stage", c.stage},
+      {"eight_bit", c.eightBit},
+      {"offload", stringifyPlanOffload(c.offload)},
+      {"fuse_attention", c.fuseAttention},
+      {"fuse_elementwise", c.fuseElementwise},
+      {"fits", c.fits},
+      {"pipeline", c.passPipeline(request.ranks, request.memoryBytes)},
+      {"trainmem_run_options",
+       StringRef(c.runOptions(request.memoryBytes)).ltrim().str()}};
   if (c.rejected.rfind("not compiled", 0) == 0) {
     o["rejected"] = c.rejected;
     return o;
@@ -608,7 +605,7 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
   o["measured"] = c.wholeModel    ? "whole model"
                   : c.approximate ? "extrapolated, approximate"
                                   : "extrapolated";
-  o["micro_batch_loop"] = c.accumulation == 1   ? "none"
+  o["micro_batch_loop"] = c.accumulation == 1  ? "none"
                           : c.measuredUnrolled ? "unrolled"
                                                : "rolled";
   o["peak_bytes"] = c.measure.peak;
@@ -798,8 +795,7 @@ int main(int argc, char **argv) {
   }
   // Fusion is a model setting in DeepSpeed: with --from-deepspeed it is
   // off unless asked for here.
-  auto fusion = [&](const std::string &value,
-                    std::vector<bool> &out) -> bool {
+  auto fusion = [&](const std::string &value, std::vector<bool> &out) -> bool {
     if (value.empty())
       return true;
     if (value == "both")

@@ -571,10 +571,10 @@ struct TrainUnrollAccumPass
           part = CastOp::create(builder, loop.getLoc(), f32Type, part);
         addInto(sums, index, part);
         if (anchor) {
-          Operation *made = builder.getInsertionPoint() ==
-                                    builder.getInsertionBlock()->end()
-                                ? &builder.getInsertionBlock()->back()
-                                : builder.getInsertionPoint()->getPrevNode();
+          Operation *made =
+              builder.getInsertionPoint() == builder.getInsertionBlock()->end()
+                  ? &builder.getInsertionBlock()->back()
+                  : builder.getInsertionPoint()->getPrevNode();
           lastAfter[anchor] = made;
         }
       }

@@ -99,7 +99,8 @@ void mlir::train::registerTrainPipelines() {
       "train-loss-scale, train-remat, train-grad-accum, "
       "train-quantize-optimizer-state as "
       "asked, train-materialize-remat, train-zero as asked, "
-      "train-unroll-accum, then train-offload-optimizer as asked (trainmem-run's pipeline)",
+      "train-unroll-accum, then train-offload-optimizer as asked "
+      "(trainmem-run's pipeline)",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {
         TrainStepPipelineOptions options;

@@ -84,9 +84,8 @@ static void forEachOutermostRegionOp(Block &block,
 }
 
 void mlir::train::exportEscapingValues(func::FuncOp func) {
-  forEachOutermostRegionOp(func.front(), [](Operation *op) {
-    exportEscapingValues(op);
-  });
+  forEachOutermostRegionOp(func.front(),
+                           [](Operation *op) { exportEscapingValues(op); });
 }
 
 void mlir::train::pruneUnusedResults(Operation *regionOp) {
@@ -116,9 +115,8 @@ void mlir::train::pruneUnusedResults(Operation *regionOp) {
 }
 
 void mlir::train::pruneUnusedResults(func::FuncOp func) {
-  forEachOutermostRegionOp(func.front(), [](Operation *op) {
-    pruneUnusedResults(op);
-  });
+  forEachOutermostRegionOp(func.front(),
+                           [](Operation *op) { pruneUnusedResults(op); });
 }
 
 RematOp mlir::train::wrapInRemat(ArrayRef<Operation *> ops) {

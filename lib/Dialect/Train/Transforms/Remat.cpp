@@ -13,9 +13,9 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <array>
 #include <climits>
@@ -535,23 +535,24 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
       if (failed(model))
         return signalPassFailure();
       uint64_t states = model->states;
-      std::string perRank =
-          model->stage >= 0 && model->ranks > 1
-              ? (" per rank (ZeRO-" + Twine(model->stage) + " over " +
-                 Twine(model->ranks) + " ranks)")
-                    .str()
-              : std::string();
+      std::string perRank = model->stage >= 0 && model->ranks > 1
+                                ? (" per rank (ZeRO-" + Twine(model->stage) +
+                                   " over " + Twine(model->ranks) + " ranks)")
+                                      .str()
+                                : std::string();
       if (budgetBytes < states)
         return fail("budget " + Twine(budgetBytes) + " B is below the " +
-                    Twine(states) + " B that weights, gradients and "
-                    "optimizer state need" + perRank);
+                    Twine(states) +
+                    " B that weights, gradients and "
+                    "optimizer state need" +
+                    perRank);
       std::optional<Plan> plan = planForBudget(*model, budgetBytes);
       if (!plan) {
         uint64_t reachable = smallestPeak(*model);
         return fail("no recompute plan fits " + Twine(budgetBytes) + " B" +
                     perRank + ": the smallest peak reachable is " +
-                    Twine(reachable) + " B, " +
-                    Twine(reachable - budgetBytes) + " B over the budget");
+                    Twine(reachable) + " B, " + Twine(reachable - budgetBytes) +
+                    " B over the budget");
       }
       for (auto [choice, entry] : llvm::zip(plan->choices, selected)) {
         FailureOr<unsigned> made = applyChoice(entry.first, entry.second, choice);

@@ -1,8 +1,9 @@
 //===- MemoryAnalysis.h - live bytes of a training step ----------*- C++ -*-===//
 //
 // Walks a function in program order and computes, at every op, which tensors
-// are live and how many bytes they hold, sorted into the five categories of
-// DESIGN.md. Passes get it with getAnalysis<MemoryAnalysis>().
+// are live and how many bytes they hold, sorted into the categories of
+// docs/MemoryReport.md (weights, gradients, optimizer, activations,
+// temporaries, gathered). Passes get it with getAnalysis<MemoryAnalysis>().
 //
 //===----------------------------------------------------------------------===//
 

@@ -1409,3 +1409,11 @@ func.func @bias_gelu_grad_bias_type(%dy: tensor<4x8xf32>, %x: tensor<4x8xf32>, %
   %y = train.bias_gelu_grad %dy, %x, %b : tensor<4x8xf32>, tensor<8xbf16>
   return %y : tensor<4x8xf32>
 }
+
+// -----
+
+func.func @dropout_mask_negative_part_elements() {
+  // expected-error @+1 {{part_elements must be >= 0, got -2}}
+  %m = train.dropout_mask {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, part_elements = -2 : i64} : tensor<4xi1>
+  return
+}

@@ -19,6 +19,12 @@
 namespace mlir {
 namespace train {
 
+/// Marks a compute op a step never differentiates (Train_NotDifferentiated
+/// in TrainOps.td): gradient, optimizer and index ops.
+template <typename ConcreteType>
+class NotDifferentiated
+    : public OpTrait::TraitBase<ConcreteType, NotDifferentiated> {};
+
 /// True when a tensor of shape `from` broadcasts (NumPy rules, aligned from
 /// the right) to shape `to` without changing `to`.
 bool isBroadcastableTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to);

@@ -18,6 +18,21 @@ class Train_ComputeOp<string mnemonic, list<Trait> traits = [],
     : Train_Op<mnemonic, !listconcat(traits, [Pure,
         DeclareOpInterfaceMethods<Train_CostOpInterface, costOverrides>])>;
 
+// What a step computes but never differentiates: gradient ops (the VJPs'
+// building blocks), optimizer and loss-scaling ops, index and mask makers.
+// train-autodiff names such an op when a loss depends on it through a
+// differentiable path; the dialect-completeness test checks that every
+// compute op is differentiable or marked so.
+def Train_NotDifferentiated : NativeOpTrait<"NotDifferentiated"> {
+  let cppNamespace = "::mlir::train";
+}
+
+// A compute op that is not differentiated.
+class Train_NonDiffOp<string mnemonic, list<Trait> traits = [],
+                      list<string> costOverrides = []>
+    : Train_ComputeOp<mnemonic, !listconcat(traits, [Train_NotDifferentiated]),
+                      costOverrides>;
+
 // A compute op that also builds its own vector-Jacobian product.
 class Train_DiffOp<string mnemonic, list<Trait> traits = [],
                    list<string> costOverrides = []>
@@ -60,7 +75,7 @@ def Train_EmbeddingOp : Train_DiffOp<"embedding", [InferTypeOpAdaptor],
   }];
 }
 
-def Train_IotaOp : Train_ComputeOp<"iota"> {
+def Train_IotaOp : Train_NonDiffOp<"iota"> {
   let summary = "the positions 0, 1, ..., n-1";
   let description = [{
     A rank-1 tensor of consecutive positions, used to look up learned position
@@ -523,7 +538,7 @@ def Train_CastOp : Train_DiffOp<"cast", [SameOperandsAndResultShape]> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
-def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask",
+def Train_DropoutMaskOp : Train_NonDiffOp<"dropout_mask",
     [AttrSizedOperandSegments,
      DeclareOpInterfaceMethods<Train_BatchDrawOpInterface>]> {
   let summary = "regenerates the keep-mask of a dropout from its RNG stream";
@@ -554,7 +569,7 @@ def Train_DropoutMaskOp : Train_ComputeOp<"dropout_mask",
   let hasVerifier = 1;
 }
 
-def Train_CountValidOp : Train_ComputeOp<"count_valid"> {
+def Train_CountValidOp : Train_NonDiffOp<"count_valid"> {
   let summary = "counts the targets that are not the ignore index";
   let description = [{
     The number of elements of `targets` different from `ignore_index`: the
@@ -579,7 +594,7 @@ def Train_CountValidOp : Train_ComputeOp<"count_valid"> {
   ];
 }
 
-def Train_SliceRowsOp : Train_ComputeOp<"slice_rows"> {
+def Train_SliceRowsOp : Train_NonDiffOp<"slice_rows"> {
   let summary = "rows of a tensor along its first dimension, padded";
   let description = [{
     Rows `offset` .. `offset + n` of `input` along dimension 0, where `n` is
@@ -666,7 +681,7 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
 // Backward compute ops (built by the VJPs)
 //===----------------------------------------------------------------------===//
 
-def Train_EmbeddingGradOp : Train_ComputeOp<"embedding_grad"> {
+def Train_EmbeddingGradOp : Train_NonDiffOp<"embedding_grad"> {
   let summary = "scatter-adds rows into an embedding table gradient";
   let description = [{
     `result[v, :] = Σ grad[i..., :] over positions i with ids[i...] = v`; the
@@ -685,7 +700,7 @@ def Train_EmbeddingGradOp : Train_ComputeOp<"embedding_grad"> {
   let hasVerifier = 1;
 }
 
-def Train_SumToOp : Train_ComputeOp<"sum_to"> {
+def Train_SumToOp : Train_NonDiffOp<"sum_to"> {
   let summary = "sums a tensor down to a shape it was broadcast from";
   let description = [{
     The adjoint of broadcasting: sums over leading dimensions that the result
@@ -702,7 +717,7 @@ def Train_SumToOp : Train_ComputeOp<"sum_to"> {
   let hasVerifier = 1;
 }
 
-def Train_LayerNormGradOp : Train_ComputeOp<"layer_norm_grad"> {
+def Train_LayerNormGradOp : Train_NonDiffOp<"layer_norm_grad"> {
   let summary = "gradient of layer normalization";
   let description = [{
     From the incoming gradient, the saved input and gamma, computes the
@@ -728,7 +743,7 @@ def Train_LayerNormGradOp : Train_ComputeOp<"layer_norm_grad"> {
   let hasVerifier = 1;
 }
 
-def Train_RMSNormGradOp : Train_ComputeOp<"rms_norm_grad"> {
+def Train_RMSNormGradOp : Train_NonDiffOp<"rms_norm_grad"> {
   let summary = "gradient of RMS normalization";
   let description = [{
     ```mlir
@@ -749,7 +764,7 @@ def Train_RMSNormGradOp : Train_ComputeOp<"rms_norm_grad"> {
 }
 
 class Train_UnaryGradOp<string mnemonic, string what>
-    : Train_ComputeOp<mnemonic, [AllTypesMatch<["grad", "input", "result"]>]> {
+    : Train_NonDiffOp<mnemonic, [AllTypesMatch<["grad", "input", "result"]>]> {
   let summary = "gradient of " # what # " from its saved input";
   let description = [{
     `result = grad · f'(input)`.
@@ -766,7 +781,7 @@ class Train_UnaryGradOp<string mnemonic, string what>
 def Train_GeluGradOp : Train_UnaryGradOp<"gelu_grad", "GELU (tanh)">;
 def Train_SiluGradOp : Train_UnaryGradOp<"silu_grad", "SiLU">;
 
-def Train_BiasGeluGradOp : Train_ComputeOp<"bias_gelu_grad",
+def Train_BiasGeluGradOp : Train_NonDiffOp<"bias_gelu_grad",
     [AllTypesMatch<["grad", "input", "result"]>]> {
   let summary = "gradient of bias_gelu from its saved input and bias";
   let description = [{
@@ -788,7 +803,7 @@ def Train_BiasGeluGradOp : Train_ComputeOp<"bias_gelu_grad",
   let hasVerifier = 1;
 }
 
-def Train_SoftmaxGradOp : Train_ComputeOp<"softmax_grad",
+def Train_SoftmaxGradOp : Train_NonDiffOp<"softmax_grad",
     [AllTypesMatch<["grad", "output", "result"]>]> {
   let summary = "gradient of softmax from its saved output";
   let description = [{
@@ -804,7 +819,7 @@ def Train_SoftmaxGradOp : Train_ComputeOp<"softmax_grad",
   let assemblyFormat = "$grad `,` $output attr-dict `:` type($result)";
 }
 
-def Train_DropoutGradOp : Train_ComputeOp<"dropout_grad",
+def Train_DropoutGradOp : Train_NonDiffOp<"dropout_grad",
     [AllTypesMatch<["grad", "result"]>]> {
   let summary = "gradient of dropout from its keep-mask";
   let description = [{
@@ -824,7 +839,7 @@ def Train_DropoutGradOp : Train_ComputeOp<"dropout_grad",
   let hasVerifier = 1;
 }
 
-def Train_AttentionGradOp : Train_ComputeOp<"attention_grad",
+def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
     [AttrSizedOperandSegments, InferTypeOpAdaptor,
      DeclareOpInterfaceMethods<Train_BatchDrawOpInterface, ["drawsRandom"]>],
     ["getRecomputeFlops"]> {
@@ -877,7 +892,7 @@ def Train_AttentionGradOp : Train_ComputeOp<"attention_grad",
   }];
 }
 
-def Train_CrossEntropyGradOp : Train_ComputeOp<"cross_entropy_grad"> {
+def Train_CrossEntropyGradOp : Train_NonDiffOp<"cross_entropy_grad"> {
   let summary = "gradient of the summed cross-entropy w.r.t. the logits";
   let description = [{
     `result[i, :] = grad · (softmax(logits[i, :]) - onehot(targets[i]))` for
@@ -988,7 +1003,7 @@ def Train_YieldOp : Train_Op<"yield", [
 // Optimizer side
 //===----------------------------------------------------------------------===//
 
-def Train_AdamWOp : Train_ComputeOp<"adamw",
+def Train_AdamWOp : Train_NonDiffOp<"adamw",
     [DeclareOpInterfaceMethods<Train_TiedOpInterface>,
      DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface, ["buildBlockwise8bit"]>,
      AllTypesMatch<["param", "new_param"]>, AllTypesMatch<["m", "new_m"]>,
@@ -1026,7 +1041,7 @@ def Train_AdamWOp : Train_ComputeOp<"adamw",
   let hasVerifier = 1;
 }
 
-def Train_SGDOp : Train_ComputeOp<"sgd", [
+def Train_SGDOp : Train_NonDiffOp<"sgd", [
     DeclareOpInterfaceMethods<Train_TiedOpInterface>,
     DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface, ["buildBlockwise8bit"]>]> {
   let summary = "one SGD update, with optional momentum";
@@ -1057,7 +1072,7 @@ def Train_SGDOp : Train_ComputeOp<"sgd", [
   let hasVerifier = 1;
 }
 
-def Train_SGD8bitOp : Train_ComputeOp<"sgd_8bit", [
+def Train_SGD8bitOp : Train_NonDiffOp<"sgd_8bit", [
     DeclareOpInterfaceMethods<Train_TiedOpInterface>,
     DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
     AllTypesMatch<["param", "new_param"]>,
@@ -1094,7 +1109,7 @@ def Train_SGD8bitOp : Train_ComputeOp<"sgd_8bit", [
   let hasVerifier = 1;
 }
 
-def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm", [
+def Train_ClipGradNormOp : Train_NonDiffOp<"clip_grad_norm", [
     AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Train_TiedOpInterface>]> {
   let summary = "scales gradients so their global L2 norm is at most max_norm";
@@ -1132,7 +1147,7 @@ def Train_ClipGradNormOp : Train_ComputeOp<"clip_grad_norm", [
   let hasVerifier = 1;
 }
 
-def Train_SquaredNormOp : Train_ComputeOp<"squared_norm"> {
+def Train_SquaredNormOp : Train_NonDiffOp<"squared_norm"> {
   let summary = "the exact sum of the squares of every element of its operands";
   let description = [{
     `Σ_i ||g_i||²` over all operands, without rounding: a fixed-point number
@@ -1153,7 +1168,7 @@ def Train_SquaredNormOp : Train_ComputeOp<"squared_norm"> {
   let hasVerifier = 1;
 }
 
-def Train_LossScaleOp : Train_ComputeOp<"loss_scale"> {
+def Train_LossScaleOp : Train_NonDiffOp<"loss_scale"> {
   let summary = "the dynamic loss scale a step's backward is seeded with";
   let description = [{
     `initial · 2^state[0]` as an f32 scalar, where `state` is the step's
@@ -1171,7 +1186,7 @@ def Train_LossScaleOp : Train_ComputeOp<"loss_scale"> {
   let hasVerifier = 1;
 }
 
-def Train_UnscaleGradientsOp : Train_ComputeOp<"unscale_gradients",
+def Train_UnscaleGradientsOp : Train_NonDiffOp<"unscale_gradients",
     [AttrSizedOperandSegments]> {
   let summary = "divides scaled gradients by the loss scale and updates it";
   let description = [{
@@ -1214,7 +1229,7 @@ def Train_UnscaleGradientsOp : Train_ComputeOp<"unscale_gradients",
   let hasVerifier = 1;
 }
 
-def Train_QuantizeOp : Train_ComputeOp<"quantize"> {
+def Train_QuantizeOp : Train_NonDiffOp<"quantize"> {
   let summary = "block-wise 8-bit dynamic quantization";
   let description = [{
     Splits the flattened `input` into blocks of `block` elements; each block
@@ -1239,7 +1254,7 @@ def Train_QuantizeOp : Train_ComputeOp<"quantize"> {
   let hasVerifier = 1;
 }
 
-def Train_DequantizeOp : Train_ComputeOp<"dequantize"> {
+def Train_DequantizeOp : Train_NonDiffOp<"dequantize"> {
   let summary = "block-wise 8-bit dynamic dequantization";
   let description = [{
     `map[code] · absmax[block of the element]`: the inverse of
@@ -1261,7 +1276,7 @@ def Train_DequantizeOp : Train_ComputeOp<"dequantize"> {
   let hasVerifier = 1;
 }
 
-def Train_AdamW8bitOp : Train_ComputeOp<"adamw_8bit", [
+def Train_AdamW8bitOp : Train_NonDiffOp<"adamw_8bit", [
     DeclareOpInterfaceMethods<Train_TiedOpInterface>,
     DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
     AllTypesMatch<["param", "new_param"]>,
@@ -1301,7 +1316,7 @@ def Train_AdamW8bitOp : Train_ComputeOp<"adamw_8bit", [
   let hasVerifier = 1;
 }
 
-def Train_LRScheduleOp : Train_ComputeOp<"lr_schedule"> {
+def Train_LRScheduleOp : Train_NonDiffOp<"lr_schedule"> {
   let summary = "learning rate with linear warm-up and cosine decay";
   let description = [{
     For step `t` (from 1): `peak_lr · t / warmup_steps` while

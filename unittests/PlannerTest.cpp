@@ -13,6 +13,7 @@
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Plan/DeepSpeed.h"
 #include "trainmem/Plan/Hardware.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -191,6 +192,94 @@ TEST(Hardware, PresetsAndTheirJsonForm) {
   EXPECT_EQ(error, "unknown hardware 'tpu' (presets: h100-80gb, h200, b200, "
                    "a100-80gb, a100-40gb, cpu; or a .json file of the same "
                    "figures)");
+}
+
+// DeepSpeed configs in: the decisions a config makes, the keys it names
+// that trainmem does not model, and what it refuses.
+TEST(DeepSpeed, ReadsTheDecisionsAndNamesTheRest) {
+  std::vector<std::string> warnings;
+  llvm::Expected<DeepSpeedPlan> plan = readDeepSpeed(
+      R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2,
+          "gradient_accumulation_steps": 4, "bf16": {"enabled": true},
+          "zero_optimization": {"stage": 3, "overlap_comm": true,
+                                "offload_optimizer": {"device": "cpu"}},
+          "activation_checkpointing": {"partition_activations": false},
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+          "gradient_clipping": 1.0})",
+      /*rankCount=*/4, warnings);
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->candidate.microBatch, 2);
+  EXPECT_EQ(plan->candidate.accumulation, 4);
+  EXPECT_EQ(plan->candidate.stage, 3);
+  EXPECT_EQ(plan->candidate.remat, PlanRemat::full);
+  EXPECT_EQ(plan->candidate.offload, PlanOffload::statesAndUpdate);
+  EXPECT_EQ(plan->globalBatch, 32);
+  EXPECT_EQ(plan->dtype, std::optional<std::string>("bf16"));
+  // JSON objects have no key order: the names, sorted.
+  llvm::sort(warnings);
+  EXPECT_EQ(warnings, (std::vector<std::string>{
+                          "gradient_clipping",
+                          "zero_optimization.overlap_comm"}));
+}
+
+TEST(DeepSpeed, RefusesWhatItCannotBuild) {
+  auto error = [](llvm::StringRef text, int64_t ranks) {
+    std::vector<std::string> warnings;
+    llvm::Expected<DeepSpeedPlan> plan = readDeepSpeed(text, ranks, warnings);
+    return plan ? std::string("accepted") : llvm::toString(plan.takeError());
+  };
+  EXPECT_EQ(error(R"({"train_micro_batch_size_per_gpu": 2,
+                      "zero_optimization": {"stage": 4}})", 2),
+            "zero_optimization.stage must be 0, 1, 2 or 3 (the stages this "
+            "project models)");
+  EXPECT_EQ(error(R"({"train_micro_batch_size_per_gpu": 2,
+                      "zero_optimization": {"offload_param": {}}})", 2),
+            "zero_optimization.offload_param: parameter offload is not "
+            "modeled (only the optimizer's, train-offload-optimizer)");
+  EXPECT_EQ(error(R"({"train_micro_batch_size_per_gpu": 2,
+                      "bf16": {"enabled": true}, "fp16": {"enabled": true}})",
+                  1),
+            "fp16 and bf16 are both enabled (DeepSpeed refuses this too): "
+            "enable one");
+  EXPECT_EQ(error(R"({"train_batch_size": 10,
+                      "train_micro_batch_size_per_gpu": 2})", 2),
+            "train_batch_size 10 is not micro-batch 2 x accumulation 1 x "
+            "ranks 2 = 4");
+  EXPECT_EQ(error("[1, 2]", 1), "a DeepSpeed config is a JSON object");
+}
+
+// Out and back in: a candidate written as a config reads back as the same
+// decisions, and what DeepSpeed has no key for is said.
+TEST(DeepSpeed, WritesWhatItReads) {
+  PlanRequest request;
+  request.globalBatch = 64;
+  request.ranks = 8;
+  request.model.dtype = "bf16";
+  PlanCandidate c;
+  c.microBatch = 2;
+  c.accumulation = 4;
+  c.stage = 3;
+  c.remat = PlanRemat::full;
+  c.offload = PlanOffload::statesAndUpdate;
+  c.fuseAttention = true;
+  std::vector<std::string> notes;
+  llvm::json::Object config = toDeepSpeed(c, request, notes);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(std::move(config));
+  std::vector<std::string> warnings;
+  llvm::Expected<DeepSpeedPlan> back = readDeepSpeed(text, 8, warnings);
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->candidate.microBatch, c.microBatch);
+  EXPECT_EQ(back->candidate.accumulation, c.accumulation);
+  EXPECT_EQ(back->candidate.stage, c.stage);
+  EXPECT_EQ(back->candidate.remat, c.remat);
+  EXPECT_EQ(back->candidate.offload, c.offload);
+  EXPECT_EQ(back->globalBatch, request.globalBatch);
+  EXPECT_EQ(back->dtype, std::optional<std::string>("bf16"));
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_TRUE(llvm::StringRef(notes.front()).starts_with("fused attention"));
 }
 
 } // namespace

@@ -21,6 +21,176 @@ static llvm::Error makeError(std::string message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
+namespace {
+
+/// What the keys of a config say, as they are read.
+struct Reading {
+  DeepSpeedPlan plan;
+  std::optional<int64_t> micro, accumulation, batch;
+  bool bf16 = false, fp16 = false;
+  int64_t ranks = 1;
+  std::vector<std::string> &warnings;
+};
+
+/// Names every key of `o` but those `known` says it models.
+void warnUnknown(Reading &r, const llvm::json::Object &o,
+                 llvm::StringRef prefix,
+                 llvm::function_ref<bool(llvm::StringRef)> known) {
+  for (const auto &[key, value] : o)
+    if (!known(key))
+      r.warnings.push_back((prefix + "." + llvm::StringRef(key)).str());
+}
+
+/// train_micro_batch_size_per_gpu, gradient_accumulation_steps,
+/// train_batch_size: positive integers.
+llvm::Error readCount(llvm::StringRef key, const llvm::json::Value &value,
+                      std::optional<int64_t> &out) {
+  std::optional<int64_t> n = value.getAsInteger();
+  if (!n || *n < 1)
+    return makeError("'" + key.str() + "' must be a positive integer");
+  out = *n;
+  return llvm::Error::success();
+}
+
+/// bf16 / fp16: {"enabled": true|false}; without it, f32. fp16's
+/// loss-scaling keys are the scale's rule: no memory.
+llvm::Error readPrecision(Reading &r, llvm::StringRef key,
+                          const llvm::json::Value &value) {
+  static constexpr llvm::StringLiteral kLossScaleKeys[] = {
+      "loss_scale", "initial_scale_power",    "loss_scale_window",
+      "hysteresis", "consecutive_hysteresis", "min_loss_scale",
+      "auto_cast"};
+  const llvm::json::Object *o = value.getAsObject();
+  if (!o)
+    return makeError("'" + key.str() +
+                     "' must be an object such as {\"enabled\": "
+                     "true} (DeepSpeed reads its \"enabled\" key)");
+  std::optional<bool> enabled = false;
+  if (const llvm::json::Value *v = o->get("enabled")) {
+    enabled = v->getAsBoolean();
+    if (!enabled) {
+      std::optional<llvm::StringRef> text = v->getAsString();
+      return makeError(key.str() + ".enabled must be true or false" +
+                       (text && *text == "auto"
+                            ? std::string(": \"auto\" is filled in by the "
+                                          "Hugging Face Trainer from its own "
+                                          "arguments; give the value it "
+                                          "resolves to")
+                            : std::string()));
+    }
+  }
+  (key == "bf16" ? r.bf16 : r.fp16) = *enabled;
+  warnUnknown(r, *o, key, [&](llvm::StringRef sub) {
+    return sub == "enabled" ||
+           (key == "fp16" && llvm::is_contained(kLossScaleKeys, sub));
+  });
+  return llvm::Error::success();
+}
+
+/// zero_optimization: the stage and the optimizer's offload (DeepSpeed's
+/// runs the update on the CPU); parameter and NVMe offload are not
+/// modeled.
+llvm::Error readZero(Reading &r, const llvm::json::Value &value) {
+  const llvm::json::Object *o = value.getAsObject();
+  if (!o)
+    return makeError("'zero_optimization' must be an object");
+  for (const auto &[sub, v] : *o) {
+    if (sub == "stage") {
+      std::optional<int64_t> stage = v.getAsInteger();
+      if (!stage || *stage < 0 || *stage > 3)
+        return makeError("zero_optimization.stage must be 0, 1, 2 or 3 (the "
+                         "stages this project models)");
+      if (r.ranks == 1 && *stage > 0)
+        return makeError(llvm::formatv("zero_optimization.stage {0} "
+                                       "partitions over ranks: give --ranks",
+                                       *stage));
+      r.plan.candidate.stage = r.ranks > 1 ? *stage : -1;
+    } else if (sub == "offload_optimizer") {
+      const llvm::json::Object *offload = v.getAsObject();
+      std::optional<llvm::StringRef> device =
+          offload && offload->get("device")
+              ? offload->get("device")->getAsString()
+              : std::nullopt;
+      if (!device || (*device != "cpu" && *device != "none"))
+        return makeError("zero_optimization.offload_optimizer.device must be "
+                         "cpu or none (NVMe is not modeled)");
+      if (*device == "cpu")
+        r.plan.candidate.offload = PlanOffload::statesAndUpdate;
+      warnUnknown(r, *offload, "zero_optimization.offload_optimizer",
+                  [](llvm::StringRef key) { return key == "device"; });
+    } else if (sub == "offload_param") {
+      return makeError(
+          "zero_optimization.offload_param: parameter offload is not "
+          "modeled (only the optimizer's, train-offload-optimizer)");
+    } else {
+      r.warnings.push_back("zero_optimization." + sub.str());
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// activation_checkpointing: DeepSpeed checkpoints what the model's code
+/// wraps, usually whole layers: full recompute. Its own keys change where
+/// the saved activations live (partitioned over model-parallel ranks, CPU,
+/// contiguous buffers): off, they are what the planner models.
+llvm::Error readCheckpointing(Reading &r, const llvm::json::Value &value) {
+  r.plan.candidate.remat = PlanRemat::full;
+  if (const llvm::json::Object *o = value.getAsObject())
+    for (const auto &[sub, v] : *o) {
+      bool off = v.getAsBoolean() == std::optional<bool>(false);
+      if (!(off && (sub == "partition_activations" ||
+                    sub == "contiguous_memory_optimization" ||
+                    sub == "cpu_checkpointing")))
+        r.warnings.push_back("activation_checkpointing." + sub.str());
+    }
+  return llvm::Error::success();
+}
+
+/// optimizer: Adam or AdamW; its params (lr, betas, eps, weight decay)
+/// change no memory.
+llvm::Error readOptimizer(Reading &r, const llvm::json::Value &value) {
+  const llvm::json::Object *o = value.getAsObject();
+  std::optional<llvm::StringRef> type =
+      o && o->get("type") ? o->get("type")->getAsString() : std::nullopt;
+  if (!type ||
+      !(type->equals_insensitive("adamw") || type->equals_insensitive("adam")))
+    return makeError("optimizer.type must be Adam or AdamW (the optimizer the "
+                     "planner models)");
+  warnUnknown(r, *o, "optimizer", [](llvm::StringRef key) {
+    return key == "type" || key == "params";
+  });
+  return llvm::Error::success();
+}
+
+/// The keys read so far as one plan: the dtype, and the batch they imply.
+llvm::Expected<DeepSpeedPlan> finish(Reading &r) {
+  if (r.bf16 && r.fp16)
+    return makeError("fp16 and bf16 are both enabled (DeepSpeed refuses "
+                     "this too): enable one");
+  // DeepSpeed trains f32 unless one of them is enabled.
+  r.plan.dtype = r.bf16 ? "bf16" : r.fp16 ? "f16" : "f32";
+  if (!r.micro)
+    return makeError("the config has no train_micro_batch_size_per_gpu");
+  int64_t micro = *r.micro;
+  int64_t accumulation = r.accumulation.value_or(1);
+  r.plan.candidate.microBatch = micro;
+  r.plan.candidate.accumulation = accumulation;
+  if (accumulation > INT64_MAX / micro / r.ranks)
+    return makeError("train_micro_batch_size_per_gpu x "
+                     "gradient_accumulation_steps x ranks does not fit in 64 "
+                     "bits");
+  int64_t implied = micro * accumulation * r.ranks;
+  if (r.batch && *r.batch != implied)
+    return makeError(llvm::formatv("train_batch_size {0} is not micro-batch "
+                                   "{1} x accumulation {2} x ranks {3} = {4}",
+                                   *r.batch, micro, accumulation, r.ranks,
+                                   implied));
+  r.plan.globalBatch = implied;
+  return r.plan;
+}
+
+} // namespace
+
 llvm::Expected<DeepSpeedPlan>
 readDeepSpeed(llvm::StringRef text, int64_t rankCount,
               std::vector<std::string> &warnings) {
@@ -28,172 +198,33 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
   if (!parsed)
     return makeError("not JSON: " + llvm::toString(parsed.takeError()));
   const llvm::json::Object *config = parsed->getAsObject();
-  if (!config) {
+  if (!config)
     return makeError("a DeepSpeed config is a JSON object");
-  }
-  DeepSpeedPlan plan;
-  plan.candidate.stage = rankCount > 1 ? 0 : -1;
-  bool bf16 = false, fp16 = false;
-  // fp16's loss-scaling keys: the scale's rule, no memory.
-  static constexpr llvm::StringLiteral kLossScaleKeys[] = {
-      "loss_scale", "initial_scale_power",    "loss_scale_window",
-      "hysteresis", "consecutive_hysteresis", "min_loss_scale",
-      "auto_cast"};
-  std::optional<int64_t> micro, accumulation, batch;
-  std::string error;
-  auto integer = [&](const llvm::json::Value &v, llvm::StringRef key,
-                     std::optional<int64_t> &out) {
-    std::optional<int64_t> n = v.getAsInteger();
-    if (!n || *n < 1) {
-      error = "'" + key.str() + "' must be a positive integer";
-      return false;
-    }
-    out = *n;
-    return true;
+  Reading r{DeepSpeedPlan(), {}, {}, {}, false, false, rankCount, warnings};
+  r.plan.candidate.stage = rankCount > 1 ? 0 : -1;
+  auto read = [&](llvm::StringRef k,
+                  const llvm::json::Value &value) -> llvm::Error {
+    if (k == "train_micro_batch_size_per_gpu")
+      return readCount(k, value, r.micro);
+    if (k == "gradient_accumulation_steps")
+      return readCount(k, value, r.accumulation);
+    if (k == "train_batch_size")
+      return readCount(k, value, r.batch);
+    if (k == "bf16" || k == "fp16")
+      return readPrecision(r, k, value);
+    if (k == "zero_optimization")
+      return readZero(r, value);
+    if (k == "activation_checkpointing")
+      return readCheckpointing(r, value);
+    if (k == "optimizer")
+      return readOptimizer(r, value);
+    warnings.push_back(k.str());
+    return llvm::Error::success();
   };
-  for (const auto &[key, value] : *config) {
-    llvm::StringRef k = key;
-    if (k == "train_micro_batch_size_per_gpu") {
-      if (!integer(value, k, micro))
-        return makeError(error);
-    } else if (k == "gradient_accumulation_steps") {
-      if (!integer(value, k, accumulation))
-        return makeError(error);
-    } else if (k == "train_batch_size") {
-      if (!integer(value, k, batch))
-        return makeError(error);
-    } else if (k == "bf16" || k == "fp16") {
-      // DeepSpeed reads {"enabled": true|false}; without it, f32.
-      const llvm::json::Object *o = value.getAsObject();
-      if (!o)
-        return makeError("'" + k.str() +
-                         "' must be an object such as {\"enabled\": "
-                         "true} (DeepSpeed reads its \"enabled\" key)");
-      std::optional<bool> enabled = false;
-      if (const llvm::json::Value *v = o->get("enabled")) {
-        enabled = v->getAsBoolean();
-        if (!enabled) {
-          std::optional<llvm::StringRef> text = v->getAsString();
-          return makeError(
-              k.str() + ".enabled must be true or false" +
-              (text && *text == "auto"
-                   ? std::string(": \"auto\" is filled in by the Hugging "
-                                 "Face Trainer from its own arguments; "
-                                 "give the value it resolves to")
-                   : std::string()));
-        }
-      }
-      (k == "bf16" ? bf16 : fp16) = *enabled;
-      for (const auto &[sub, v] : *o)
-        if (sub != "enabled" &&
-            !(k == "fp16" &&
-              llvm::is_contained(kLossScaleKeys, llvm::StringRef(sub))))
-          warnings.push_back(k.str() + "." + sub.str());
-    } else if (k == "zero_optimization") {
-      const llvm::json::Object *o = value.getAsObject();
-      if (!o) {
-        return makeError("'zero_optimization' must be an object");
-      }
-      for (const auto &[sub, v] : *o) {
-        if (sub == "stage") {
-          std::optional<int64_t> stage = v.getAsInteger();
-          if (!stage || *stage < 0 || *stage > 3) {
-            return makeError(
-                "zero_optimization.stage must be 0, 1, 2 or 3 (the "
-                "stages this project models)");
-          }
-          if (rankCount == 1 && *stage > 0) {
-            return makeError(
-                llvm::formatv("zero_optimization.stage {0} partitions "
-                              "over ranks: give --ranks",
-                              *stage));
-          }
-          plan.candidate.stage = rankCount > 1 ? *stage : -1;
-        } else if (sub == "offload_optimizer") {
-          // DeepSpeed's optimizer offload runs the update on the CPU.
-          const llvm::json::Object *o = v.getAsObject();
-          std::optional<llvm::StringRef> device =
-              o && o->get("device") ? o->get("device")->getAsString()
-                                    : std::nullopt;
-          if (!device || (*device != "cpu" && *device != "none")) {
-            return makeError(
-                "zero_optimization.offload_optimizer.device must be cpu "
-                "or none (NVMe is not modeled)");
-          }
-          if (*device == "cpu")
-            plan.candidate.offload = PlanOffload::statesAndUpdate;
-          if (o)
-            for (const auto &[key2, v2] : *o)
-              if (key2 != "device")
-                warnings.push_back("zero_optimization.offload_optimizer." +
-                                   key2.str());
-        } else if (sub == "offload_param") {
-          return makeError(
-              "zero_optimization.offload_param: parameter offload is not "
-              "modeled (only the optimizer's, train-offload-optimizer)");
-        } else {
-          warnings.push_back("zero_optimization." + sub.str());
-        }
-      }
-    } else if (k == "activation_checkpointing") {
-      // DeepSpeed checkpoints what the model's code wraps, usually whole
-      // layers: full recompute. Its own keys change where the saved
-      // activations live (partitioned over model-parallel ranks, CPU,
-      // contiguous buffers): off, they are what the planner models.
-      plan.candidate.remat = PlanRemat::full;
-      if (const llvm::json::Object *o = value.getAsObject())
-        for (const auto &[sub, v] : *o) {
-          bool off = v.getAsBoolean() == std::optional<bool>(false);
-          if (!(off && (sub == "partition_activations" ||
-                        sub == "contiguous_memory_optimization" ||
-                        sub == "cpu_checkpointing")))
-            warnings.push_back("activation_checkpointing." + sub.str());
-        }
-    } else if (k == "optimizer") {
-      const llvm::json::Object *o = value.getAsObject();
-      std::optional<llvm::StringRef> type =
-          o && o->get("type") ? o->get("type")->getAsString() : std::nullopt;
-      if (!type || !(type->equals_insensitive("adamw") ||
-                     type->equals_insensitive("adam"))) {
-        return makeError(
-            "optimizer.type must be Adam or AdamW (the optimizer the "
-            "planner models)");
-      }
-      // Its params (lr, betas, eps, weight decay) change no memory.
-      if (o)
-        for (const auto &[sub, v] : *o)
-          if (sub != "type" && sub != "params")
-            warnings.push_back("optimizer." + sub.str());
-    } else {
-      warnings.push_back(k.str());
-    }
-  }
-  if (bf16 && fp16) {
-    return makeError(
-        "fp16 and bf16 are both enabled (DeepSpeed refuses this too): "
-        "enable one");
-  }
-  // DeepSpeed trains f32 unless one of them is enabled.
-  plan.dtype = bf16 ? "bf16" : fp16 ? "f16" : "f32";
-  if (!micro) {
-    return makeError("the config has no train_micro_batch_size_per_gpu");
-  }
-  plan.candidate.microBatch = *micro;
-  plan.candidate.accumulation = accumulation.value_or(1);
-  if (plan.candidate.accumulation > INT64_MAX / *micro / rankCount) {
-    return makeError(
-        "train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
-        "ranks does not fit in 64 bits");
-  }
-  int64_t implied = *micro * plan.candidate.accumulation * rankCount;
-  if (batch && *batch != implied) {
-    return makeError(llvm::formatv(
-        "train_batch_size {0} is not micro-batch {1} x "
-        "accumulation {2} x ranks {3} = {4}",
-        *batch, *micro, plan.candidate.accumulation, rankCount, implied));
-  }
-  plan.globalBatch = implied;
-  return plan;
+  for (const auto &[key, value] : *config)
+    if (llvm::Error error = read(key, value))
+      return std::move(error);
+  return finish(r);
 }
 
 llvm::json::Object toDeepSpeed(const PlanCandidate &c,

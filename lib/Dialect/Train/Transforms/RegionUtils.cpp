@@ -4,6 +4,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/PatternMatch.h"
 
 using namespace mlir;
 using namespace mlir::train;
@@ -136,13 +137,12 @@ RematOp mlir::train::wrapInRemat(ArrayRef<Operation *> ops) {
 }
 
 void mlir::train::inlineRegionOp(Operation *regionOp) {
-  Block &body = regionOp->getRegion(0).front();
+  IRRewriter rewriter(regionOp->getContext());
   YieldOp yield = getYield(regionOp);
-  regionOp->replaceAllUsesWith(yield.getValues());
-  yield.erase();
-  regionOp->getBlock()->getOperations().splice(
-      Block::iterator(regionOp), body.getOperations());
-  regionOp->erase();
+  SmallVector<Value> yielded(yield.getValues());
+  rewriter.eraseOp(yield);
+  rewriter.inlineBlockBefore(&regionOp->getRegion(0).front(), regionOp);
+  rewriter.replaceOp(regionOp, yielded);
 }
 
 func::FuncOp mlir::train::lookupStep(ModuleOp module, StringRef name,

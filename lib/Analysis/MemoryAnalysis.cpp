@@ -18,6 +18,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
+#include "llvm/ADT/EquivalenceClasses.h"
 #include "llvm/ADT/SetVector.h"
 
 #include <functional>
@@ -49,32 +50,6 @@ namespace {
 
 /// Union-find over the values' definition indices; the representative is
 /// the value defined first (the smaller index).
-class AliasSets {
-public:
-  explicit AliasSets(unsigned size) : parent(size) {
-    for (unsigned i = 0; i < size; ++i)
-      parent[i] = i;
-  }
-  unsigned find(unsigned index) {
-    while (parent[index] != index) {
-      parent[index] = parent[parent[index]];
-      index = parent[index];
-    }
-    return index;
-  }
-  void unite(unsigned a, unsigned b) {
-    unsigned ra = find(a), rb = find(b);
-    if (ra == rb)
-      return;
-    if (rb < ra)
-      std::swap(ra, rb);
-    parent[rb] = ra;
-  }
-
-private:
-  std::vector<unsigned> parent;
-};
-
 bool isTensor(Value value) { return isa<RankedTensorType>(value.getType()); }
 
 } // namespace
@@ -178,9 +153,12 @@ void FunctionMemory::buildBuffers() {
         define(result);
   }
 
-  AliasSets aliases(values.size());
+  // Values that name one memory, by definition number.
+  llvm::EquivalenceClasses<unsigned> aliases;
+  for (unsigned i = 0; i < values.size(); ++i)
+    aliases.insert(i);
   auto aliasOf = [&](Value value) {
-    return aliases.find(valueIndex.lookup(value));
+    return aliases.getLeaderValue(valueIndex.lookup(value));
   };
   // State arguments by their marker (name and value, both uniqued): a
   // result with the same marker is the same state after the step.
@@ -219,7 +197,7 @@ void FunctionMemory::buildBuffers() {
     auto unite = [&](Value a, Value b) {
       auto ia = valueIndex.find(a), ib = valueIndex.find(b);
       if (ia != valueIndex.end() && ib != valueIndex.end())
-        aliases.unite(ia->second, ib->second);
+        aliases.unionSets(ia->second, ib->second);
     };
     // An update writes in place only where nothing reads the old value
     // after it; otherwise its result gets memory of its own.
@@ -270,7 +248,7 @@ void FunctionMemory::buildBuffers() {
   bufferOfValue.assign(values.size(), 0);
   std::vector<unsigned> bufferOfRoot(values.size(), ~0u);
   for (auto [valueNumber, value] : llvm::enumerate(values)) {
-    unsigned root = aliases.find(valueNumber);
+    unsigned root = aliases.getLeaderValue(valueNumber);
     unsigned &index = bufferOfRoot[root];
     if (index == ~0u) {
       index = buffers.size();

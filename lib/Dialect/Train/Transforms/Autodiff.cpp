@@ -101,6 +101,11 @@ LogicalResult Differentiator::backprop(Operation *op) {
     return success();
 
   auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
+  if (!differentiable && op->hasTrait<NotDifferentiated>())
+    return op->emitOpError("is never differentiated (a gradient, optimizer, "
+                           "loss-scaling, index or mask op: "
+                           "NotDifferentiated) but the loss depends on it; "
+                           "a forward pass is written with forward ops");
   if (!differentiable)
     return op->emitOpError("has no VJP (it does not implement "
                            "DifferentiableOpInterface) but the loss depends "

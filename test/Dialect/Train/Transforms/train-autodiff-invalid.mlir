@@ -24,6 +24,17 @@ func.func @forward(%w: tensor<2x2xf32> {train.param = "w"}, %t: tensor<2xi32> {t
 
 // -----
 
+// A gradient op in a forward pass: never differentiated, said so.
+func.func @forward(%w: tensor<2x2xf32> {train.param = "w"}, %t: tensor<2xi32> {train.input = "targets"}) -> tensor<f32> {
+  // expected-error @+1 {{'train.gelu_grad' op is never differentiated (a gradient, optimizer, loss-scaling, index or mask op: NotDifferentiated) but the loss depends on it; a forward pass is written with forward ops}}
+  %y = train.gelu_grad %w, %w : tensor<2x2xf32>
+  %sum, %count = train.cross_entropy %y, %t {ignore_index = -100 : i64} : tensor<2x2xf32>, tensor<2xi32> -> tensor<f32>, tensor<i64>
+  %l = train.mean_loss %sum, %count : tensor<f32>, tensor<i64>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // expected-error @+1 {{train-autodiff: @forward has no parameters (arguments marked train.param)}}
 func.func @forward(%s: tensor<f32>) -> tensor<f32> {
   return %s : tensor<f32>

@@ -548,9 +548,11 @@ int main(int argc, char **argv) {
   }
   // Fusion is a model setting in DeepSpeed: with --from-deepspeed it is
   // off unless asked for here.
-  auto fusion = [&](const std::string &value, std::vector<bool> &out) -> bool {
-    if (value.empty())
+  auto fusion = [&](const cl::opt<std::string> &option,
+                    std::vector<bool> &out) -> bool {
+    if (!option.getNumOccurrences())
       return true;
+    const std::string &value = option;
     if (value == "both")
       out = {false, true};
     else if (value == "off")

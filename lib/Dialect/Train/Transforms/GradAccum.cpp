@@ -570,13 +570,8 @@ struct TrainUnrollAccumPass
         if (part.getType() != f32Type)
           part = CastOp::create(builder, loop.getLoc(), f32Type, part);
         addInto(sums, index, part);
-        if (anchor) {
-          Operation *made =
-              builder.getInsertionPoint() == builder.getInsertionBlock()->end()
-                  ? &builder.getInsertionBlock()->back()
-                  : builder.getInsertionPoint()->getPrevNode();
-          lastAfter[anchor] = made;
-        }
+        if (anchor)
+          lastAfter[anchor] = &*std::prev(builder.getInsertionPoint());
       }
       builder.restoreInsertionPoint(end);
     }

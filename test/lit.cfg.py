@@ -65,3 +65,16 @@ if config.trainmem_runtime_mpi == "ON" and shutil.which("mpirun"):
     config.substitutions.append(
         ("%mpirun", "mpirun --allow-run-as-root --oversubscribe "
                     "--mca btl self,vader"))
+
+# Refactoring aid (scripts/capture-outputs.sh): with TRAINMEM_CAPTURE_DIR
+# set, every FileCheck input is also saved there, one file per FileCheck
+# call of each test, so that two builds' outputs can be compared byte for
+# byte.
+if os.environ.get("TRAINMEM_CAPTURE_DIR"):
+    config.environment["TRAINMEM_CAPTURE_DIR"] = os.environ["TRAINMEM_CAPTURE_DIR"]
+    wrapper = os.path.join(config.trainmem_src_root, "scripts",
+                           "capture-filecheck.sh")
+    config.substitutions = [
+        (pattern, f"{wrapper} %s {value}")
+        if isinstance(value, str) and os.path.basename(value) == "FileCheck"
+        else (pattern, value) for pattern, value in config.substitutions]

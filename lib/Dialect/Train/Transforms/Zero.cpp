@@ -145,6 +145,32 @@ llvm::StringMap<BlockArgument> parameterArguments(func::FuncOp func) {
   return byName;
 }
 
+/// The gradients the updates read (before clipping), in buckets of
+/// `bucket` bytes in the order the backward produces them.
+FailureOr<SmallVector<SmallVector<Value>>>
+gradientBuckets(func::FuncOp step, ArrayRef<OptimizerUpdateOpInterface> updates,
+                int64_t bucket) {
+  // The gradients, in the order the updates read them; each bucket is
+  // reduced right after the op that produces its last gradient.
+  llvm::SetVector<Value> gradients;
+  for (OptimizerUpdateOpInterface update : updates)
+    gradients.insert(rawGradient(update));
+  FailureOr<SmallVector<SmallVector<unsigned>>> order = bucketsInOrder(
+      step.front(), gradients.getArrayRef(), static_cast<uint64_t>(bucket),
+      [&] {
+        return step.emitError("train-zero: a gradient of @")
+               << step.getSymName()
+               << " is an argument of the step, not computed by it";
+      });
+  if (failed(order))
+    return failure();
+  SmallVector<SmallVector<Value>> buckets;
+  for (ArrayRef<unsigned> members : *order)
+    buckets.push_back(llvm::to_vector(llvm::map_range(
+        members, [&](unsigned index) { return gradients[index]; })));
+  return buckets;
+}
+
 struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   using Base::Base;
 
@@ -154,11 +180,6 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   }
 
   void runOnOperation() override;
-  /// The gradients the updates read (before clipping), in buckets of
-  /// `bucket` bytes in the order the backward produces them.
-  FailureOr<SmallVector<SmallVector<Value>>>
-  gradientBuckets(func::FuncOp step,
-                  ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult placeRankDraws(func::FuncOp step);
   LogicalResult dataParallel(func::FuncOp step, StringAttr grid,
                              ArrayRef<OptimizerUpdateOpInterface> updates);
@@ -281,35 +302,11 @@ LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step) {
   return failure(walked.wasInterrupted());
 }
 
-FailureOr<SmallVector<SmallVector<Value>>>
-TrainZeroPass::gradientBuckets(func::FuncOp step,
-                               ArrayRef<OptimizerUpdateOpInterface> updates) {
-  // The gradients, in the order the updates read them; each bucket is
-  // reduced right after the op that produces its last gradient.
-  llvm::SetVector<Value> gradients;
-  for (OptimizerUpdateOpInterface update : updates)
-    gradients.insert(rawGradient(update));
-  FailureOr<SmallVector<SmallVector<unsigned>>> order = bucketsInOrder(
-      step.front(), gradients.getArrayRef(), static_cast<uint64_t>(bucket),
-      [&] {
-        return step.emitError("train-zero: a gradient of @")
-               << step.getSymName()
-               << " is an argument of the step, not computed by it";
-      });
-  if (failed(order))
-    return failure();
-  SmallVector<SmallVector<Value>> buckets;
-  for (ArrayRef<unsigned> members : *order)
-    buckets.push_back(llvm::to_vector(llvm::map_range(
-        members, [&](unsigned index) { return gradients[index]; })));
-  return buckets;
-}
-
 LogicalResult
 TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
                             ArrayRef<OptimizerUpdateOpInterface> updates) {
   FailureOr<SmallVector<SmallVector<Value>>> buckets =
-      gradientBuckets(step, updates);
+      gradientBuckets(step, updates, bucket);
   if (failed(buckets))
     return failure();
   OpBuilder builder(step.getContext());
@@ -395,39 +392,165 @@ void retypeRegionResults(Block &block) {
   }
 }
 
-} // namespace
+/// The exact squared norm of every rank's `shards`, summed over the ranks
+/// (integer words: the same whatever the shards, ranks or order).
+Value ranksSquaredNorm(OpBuilder &builder, Location loc, StringAttr grid,
+                       ValueRange shards) {
+  auto exactSum =
+      RankedTensorType::get({trainmem::kExactSumWords}, builder.getI64Type());
+  auto local = SquaredNormOp::create(builder, loc, exactSum, shards);
+  return shard::AllReduceOp::create(
+             builder, loc, local.getResult(), grid.getValue(),
+             ArrayRef<shard::GridAxis>{0}, shard::ReductionKind::Sum)
+      .getResult();
+}
+
+/// ZeRO stages 1-3 on one step: the optimizer, its state and (stage 3)
+/// the weights partitioned over the ranks of `grid`'s one axis. Each
+/// concern is a step of its own, run in this order by `run`: the
+/// gradients' buckets (stage 2+), the clip and the unscale found, the
+/// 8-bit blocks checked, the micro-batch loops' reduce-scatters (stage 2+
+/// under accumulate=micro-batch), each update's gradient, parameter and
+/// state sharded, the unscale and the clip over the shards, the stage-3
+/// gathers, and the signature retyped.
+class OptimizerSharding {
+public:
+  OptimizerSharding(func::FuncOp step, StringAttr grid, int64_t stage,
+                    int64_t ranks, int64_t bucket, int64_t prefetch,
+                    ZeroAccumulate accumulate)
+      : step(step), context(step.getContext()), grid(grid),
+        gridRef(FlatSymbolRefAttr::get(grid)),
+        axes(DenseI16ArrayAttr::get(context, {0})),
+        axis0(IntegerAttr::get(IndexType::get(context), 0)), builder(context),
+        stage(stage), n(ranks), bucket(bucket), prefetch(prefetch),
+        accumulate(accumulate) {}
+
+  LogicalResult run(ArrayRef<OptimizerUpdateOpInterface> updates);
+
+private:
+  /// The ranks' share of the updated parameter, and its granule (an 8-bit
+  /// block, which is never split across ranks, or one element).
+  std::pair<Partition, int64_t>
+  partitionFor(OptimizerUpdateOpInterface update) const;
+  LogicalResult placeBuckets(ArrayRef<OptimizerUpdateOpInterface> updates);
+  LogicalResult
+  findClipAndUnscale(ArrayRef<OptimizerUpdateOpInterface> updates);
+  LogicalResult checkBlocks(ArrayRef<OptimizerUpdateOpInterface> updates);
+  LogicalResult scatterInLoops(ArrayRef<OptimizerUpdateOpInterface> updates);
+  struct InLoop {
+    unsigned yieldIndex;
+    Partition part;
+  };
+  LogicalResult scatterInLoop(AccumulateOp loop, ArrayRef<InLoop> gradients);
+  LogicalResult shardUpdate(OptimizerUpdateOpInterface update);
+  LogicalResult checkWholeBlocks(Operation *op, const Partition &part,
+                                 int64_t granule) const;
+  Value scatterGradient(Operation *op, Value grad, const Partition &part);
+  FailureOr<Value> shardParameter(Operation *op, Value param, bool isMaster,
+                                  bool paramIsState, const Partition &part);
+  void gatherNewWeights(Operation *op, Value param, Value newParam,
+                        bool isMaster, const Partition &part);
+  FailureOr<Value> shardArgument(Value value, Operation *update,
+                                 int64_t shardElements);
+  void shardWeights(BlockArgument weights, Operation *update,
+                    const Partition &part);
+  FailureOr<SmallVector<Value>> shardsOf(ValueRange gradients, Operation *op,
+                                         StringRef verb) const;
+  LogicalResult shardUnscale();
+  LogicalResult shardClip();
+  void gatherWeights();
+  void retypeSignature();
+
+  func::FuncOp step;
+  MLIRContext *context;
+  StringAttr grid;
+  FlatSymbolRefAttr gridRef;
+  DenseI16ArrayAttr axes;
+  IntegerAttr axis0;
+  OpBuilder builder;
+  int64_t stage, n, bucket, prefetch;
+  ZeroAccumulate accumulate;
+
+  /// Stage 2+: the op after which each gradient's bucket is reduce-
+  /// scattered, and the bucket's index.
+  llvm::DenseMap<Value, std::pair<Operation *, int64_t>> bucketOf;
+  /// Where the next reduce-scatter of a bucket goes (after the previous).
+  llvm::DenseMap<Operation *, Operation *> lastPlaced;
+  ClipGradNormOp clip;
+  UnscaleGradientsOp unscale;
+  /// The rank's shard of each gradient an update reads.
+  llvm::DenseMap<Value, Value> shardOfGradient;
+  /// The gradients reduce-scattered inside a micro-batch loop.
+  llvm::DenseSet<Value> scatteredInLoop;
+  llvm::StringMap<BlockArgument> parameters;
+  /// The arguments that become shards, and the full type of each: set on
+  /// the signature once at the end (each setArgAttr rebuilds all of the
+  /// arguments' attributes).
+  llvm::DenseMap<unsigned, Attribute> shardOfArgument;
+  /// Stage 3: the weights arguments the ranks keep shards of, and the ops
+  /// (in the step's body or a micro-batch loop's) that each gathers them
+  /// for, in program order.
+  struct Gather {
+    BlockArgument shard;
+    RankedTensorType full;
+    int64_t padded;
+  };
+  llvm::MapVector<Operation *, SmallVector<Gather>> gathersFor;
+};
 
 LogicalResult
-TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
-                              ArrayRef<OptimizerUpdateOpInterface> updates) {
-  MLIRContext *context = step.getContext();
-  auto gridRef = FlatSymbolRefAttr::get(grid);
-  auto axes = DenseI16ArrayAttr::get(context, {0});
-  auto axis0 = IntegerAttr::get(IndexType::get(context), 0);
-  OpBuilder builder(context);
-  int64_t n = ranks;
-
-  // Stage 2: each gradient is reduce-scattered into a shard of its own as
-  // soon as its bucket is complete, and the full gradient dies there.
-  // Stage 1 keeps the full gradients: the reduce-scatter, just before the
-  // update, leaves the shard in place in the gradient's buffer.
-  llvm::DenseMap<Value, std::pair<Operation *, int64_t>> bucketOf;
-  if (stage >= 2) {
-    FailureOr<SmallVector<SmallVector<Value>>> buckets =
-        gradientBuckets(step, updates);
-    if (failed(buckets))
+OptimizerSharding::run(ArrayRef<OptimizerUpdateOpInterface> updates) {
+  if (failed(placeBuckets(updates)) || failed(findClipAndUnscale(updates)) ||
+      failed(checkBlocks(updates)) || failed(scatterInLoops(updates)))
+    return failure();
+  parameters = parameterArguments(step);
+  for (OptimizerUpdateOpInterface update : updates)
+    if (failed(shardUpdate(update)))
       return failure();
-    for (auto [index, members] : llvm::enumerate(*buckets))
-      for (Value gradient : members)
-        bucketOf[gradient] = {producerIn(step.front(), members.back()),
-                              static_cast<int64_t>(index)};
-  }
-  // Where the next reduce-scatter of a bucket goes (after the previous one).
-  llvm::DenseMap<Operation *, Operation *> lastPlaced;
+  if (failed(shardUnscale()) || failed(shardClip()))
+    return failure();
+  gatherWeights();
+  retypeSignature();
+  return success();
+}
 
-  // Clipping: the updates read clipped gradients; the ranks reduce-scatter
-  // the raw ones and clip their shards by the global norm (below).
-  ClipGradNormOp clip;
+std::pair<Partition, int64_t>
+OptimizerSharding::partitionFor(OptimizerUpdateOpInterface update) const {
+  Operation *op = update.getOperation();
+  int64_t granule = 1;
+  for (const OptimizerStateUse &use : update.getStateUses())
+    if (use.part != StatePart::value)
+      if (auto block = op->getAttrOfType<IntegerAttr>("block"))
+        granule = block.getInt();
+  auto type = cast<RankedTensorType>(update.getUpdatedParam().getType());
+  return {partition(type, n, granule), granule};
+}
+
+/// Stage 2: each gradient is reduce-scattered into a shard of its own as
+/// soon as its bucket is complete, and the full gradient dies there.
+/// Stage 1 keeps the full gradients: the reduce-scatter, just before the
+/// update, leaves the shard in place in the gradient's buffer.
+LogicalResult
+OptimizerSharding::placeBuckets(ArrayRef<OptimizerUpdateOpInterface> updates) {
+  if (stage < 2)
+    return success();
+  FailureOr<SmallVector<SmallVector<Value>>> buckets =
+      gradientBuckets(step, updates, bucket);
+  if (failed(buckets))
+    return failure();
+  for (auto [index, members] : llvm::enumerate(*buckets))
+    for (Value gradient : members)
+      bucketOf[gradient] = {producerIn(step.front(), members.back()),
+                            static_cast<int64_t>(index)};
+  return success();
+}
+
+/// Clipping: the updates read clipped gradients; the ranks reduce-scatter
+/// the raw ones and clip their shards by the global norm (shardClip).
+/// Loss scaling: the ranks reduce the scaled gradients and unscale their
+/// shards (shardUnscale).
+LogicalResult OptimizerSharding::findClipAndUnscale(
+    ArrayRef<OptimizerUpdateOpInterface> updates) {
   for (OptimizerUpdateOpInterface update : updates)
     if (auto reads = update.getGradient().getDefiningOp<ClipGradNormOp>()) {
       if (clip && reads != clip)
@@ -440,18 +563,20 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
   if (clip && clip.getSquaredNorm())
     return clip.emitOpError("train-zero: this clip takes its norm from "
                             "ranks already");
-  // Loss scaling: the ranks reduce the scaled gradients, and unscale their
-  // shards (below).
-  FailureOr<UnscaleGradientsOp> unscale = findUnscale(updates);
-  if (failed(unscale))
+  FailureOr<UnscaleGradientsOp> found = findUnscale(updates);
+  if (failed(found))
     return failure();
-  if (*unscale && unscale->getSquaredNorm())
-    return unscale->emitOpError("train-zero: this unscale takes its "
-                                "overflow check from ranks already");
-  llvm::DenseMap<Value, Value> shardOfGradient;
+  unscale = *found;
+  if (unscale && unscale.getSquaredNorm())
+    return unscale.emitOpError("train-zero: this unscale takes its "
+                               "overflow check from ranks already");
+  return success();
+}
 
-  // 8-bit state is sharded by whole blocks: ranks x block elements must
-  // be a count (a block from hand-written IR or an option can be huge).
+/// 8-bit state is sharded by whole blocks: ranks x block elements must be
+/// a count (a block from hand-written IR or an option can be huge).
+LogicalResult
+OptimizerSharding::checkBlocks(ArrayRef<OptimizerUpdateOpInterface> updates) {
   for (OptimizerUpdateOpInterface update : updates) {
     Operation *op = update.getOperation();
     auto block = op->getAttrOfType<IntegerAttr>("block");
@@ -459,8 +584,7 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       continue;
     auto type = cast<RankedTensorType>(update.getUpdatedParam().getType());
     int64_t unit = 0, padded = 0;
-    if (block.getInt() < 1 ||
-        llvm::MulOverflow(n, block.getInt(), unit) ||
+    if (block.getInt() < 1 || llvm::MulOverflow(n, block.getInt(), unit) ||
         llvm::AddOverflow(type.getNumElements(), unit, padded))
       return op->emitOpError("train-zero: its 8-bit state's block of ")
              << block.getInt() << " elements times " << n
@@ -468,424 +592,410 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
                 "quantize with a smaller block (train-quantize-optimizer-"
                 "state block=)";
   }
+  return success();
+}
 
-  // 8-bit state is sharded by whole blocks.
-  auto partitionFor = [&](OptimizerUpdateOpInterface update) {
-    Operation *op = update.getOperation();
-    int64_t granule = 1;
-    for (const OptimizerStateUse &use : update.getStateUses())
-      if (use.part != StatePart::value)
-        if (auto block = op->getAttrOfType<IntegerAttr>("block"))
-          granule = block.getInt();
-    auto type = cast<RankedTensorType>(update.getUpdatedParam().getType());
-    return std::make_pair(partition(type, n, granule), granule);
-  };
-
-  // Stages 2-3 under a micro-batch loop (accumulate=micro-batch): each
-  // micro-batch's gradient is reduce-scattered inside the loop, in buckets
-  // in the order the body's backward produces them, and the loop sums the
-  // shards in f32. Gradients summed by an unrolled loop cannot be: their
-  // micro-batches are gone by now.
-  llvm::DenseSet<Value> scatteredInLoop;
-  if (stage >= 2 && accumulate == ZeroAccumulate::microBatch) {
-    struct InLoop {
-      unsigned yieldIndex;
-      Partition part;
-    };
-    llvm::MapVector<AccumulateOp, SmallVector<InLoop>> perLoop;
-    for (OptimizerUpdateOpInterface update : updates) {
-      Value raw = rawGradient(update);
-      auto isUnrolledSum = [](Value value) {
-        Operation *def = value.getDefiningOp();
-        return def && def->hasAttr(kMicroBatchSumAttrName);
-      };
-      auto loop = raw.getDefiningOp<AccumulateOp>();
-      Value yielded =
-          loop ? loop.getBody().front().getTerminator()->getOperand(
-                     cast<OpResult>(raw).getResultNumber())
-               : Value();
-      if (isUnrolledSum(raw) || (yielded && isUnrolledSum(yielded)))
-        return update.emitOpError("train-zero: stage ")
-               << static_cast<int64_t>(stage)
-               << " reduce-scatters each micro-batch's gradients "
-                  "(accumulate=micro-batch), but this gradient is the sum of "
-                  "an unrolled micro-batch loop: run train-zero before "
-                  "train-unroll-accum, or use accumulate=full to reduce the "
-                  "sum once";
-      if (!loop || loop->getParentOp() != step.getOperation())
-        continue;
-      perLoop[loop].push_back({cast<OpResult>(raw).getResultNumber(),
-                               partitionFor(update).first});
-      scatteredInLoop.insert(raw);
-    }
-    for (auto &[loop, gradients] : perLoop) {
-      Block &body = loop.getBody().front();
-      Operation *yield = body.getTerminator();
-      // Buckets of `bucket` bytes, each reduce-scattered after the op that
-      // produces its last gradient (and after an earlier bucket's
-      // reduce-scatters placed there).
-      SmallVector<Value> yielded;
-      for (const InLoop &gradient : gradients)
-        yielded.push_back(yield->getOperand(gradient.yieldIndex));
-      FailureOr<SmallVector<SmallVector<unsigned>>> order = bucketsInOrder(
-          body, yielded, static_cast<uint64_t>(bucket), [&] {
-            return loop.emitOpError("train-zero: a micro-batch's gradient "
-                                    "is not computed in the loop's body");
-          });
-      if (failed(order))
-        return failure();
-      SmallVector<SmallVector<InLoop>> buckets;
-      for (ArrayRef<unsigned> members : *order)
-        buckets.push_back(llvm::to_vector(llvm::map_range(
-            members, [&](unsigned index) { return gradients[index]; })));
-      llvm::DenseMap<Operation *, Operation *> placedAfter;
-      for (auto [index, members] : llvm::enumerate(buckets)) {
-        Operation *last =
-            producerIn(body, yield->getOperand(members.back().yieldIndex));
-        Operation *&previous = placedAfter[last];
-        builder.setInsertionPointAfter(previous ? previous : last);
-        for (const InLoop &gradient : members) {
-          Value micro = yield->getOperand(gradient.yieldIndex);
-          Location loc = micro.getLoc();
-          Value padded =
-              flattenAndPad(builder, loc, micro, gradient.part.padded);
-          auto scattered = shard::ReduceScatterOp::create(
-              builder, loc,
-              RankedTensorType::get({gradient.part.shard},
-                                    getElementTypeOrSelf(micro.getType())),
-              gridRef, axes, padded,
-              shard::ReductionKindAttr::get(context,
-                                            shard::ReductionKind::Average),
-              axis0);
-          scattered->setAttr(kBucketAttrName, builder.getI64IntegerAttr(
-                                                  static_cast<int64_t>(index)));
-          yield->setOperand(gradient.yieldIndex, scattered);
-          previous = scattered;
-          // The loop sums the shards, in f32.
-          loop.getResult(gradient.yieldIndex)
-              .setType(RankedTensorType::get({gradient.part.shard},
-                                             builder.getF32Type()));
-        }
-      }
-    }
-  }
-
-  llvm::StringMap<BlockArgument> parameters = parameterArguments(step);
-  // The arguments that become shards, and the full type of each: set on
-  // the signature once at the end (each setArgAttr rebuilds all of the
-  // arguments' attributes).
-  llvm::DenseMap<unsigned, Attribute> shardOfArgument;
-
-  // A state tensor is an argument of the step that only its update reads:
-  // it becomes the rank's shard.
-  auto shardArgument = [&](Value value, Operation *update,
-                           int64_t shardElements) -> FailureOr<Value> {
-    auto argument = dyn_cast<BlockArgument>(value);
-    if (!argument || argument.getOwner() != &step.front() ||
-        !llvm::all_of(argument.getUsers(),
-                      [&](Operation *user) { return user == update; }))
-      return update->emitOpError("train-zero: its state must be an argument "
-                                 "of the step that only this update reads");
-    auto type = cast<RankedTensorType>(argument.getType());
-    argument.setType(
-        RankedTensorType::get({shardElements}, type.getElementType()));
-    shardOfArgument[argument.getArgNumber()] = TypeAttr::get(type);
-    return Value(argument);
-  };
-
-  // Stage 3: the weights arguments the ranks keep shards of, and the ops
-  // (in the step's body or a micro-batch loop's) that each gathers them
-  // for, in program order.
-  struct Gather {
-    BlockArgument shard;
-    RankedTensorType full;
-    int64_t padded;
-  };
-  llvm::MapVector<Operation *, SmallVector<Gather>> gathersFor;
-  auto shardWeights = [&](BlockArgument weights, Operation *update,
-                          const Partition &part) -> LogicalResult {
-    auto full = cast<RankedTensorType>(weights.getType());
-    for (Operation *user : weights.getUsers()) {
-      if (user == update)
-        continue;
-      SmallVector<Gather> &gathers = gathersFor[gatherScope(step, user)];
-      if (gathers.empty() || gathers.back().shard != weights)
-        gathers.push_back({weights, full, part.padded});
-    }
-    weights.setType(RankedTensorType::get({part.shard}, full.getElementType()));
-    shardOfArgument[weights.getArgNumber()] = TypeAttr::get(full);
+/// Stages 2-3 under a micro-batch loop (accumulate=micro-batch): each
+/// micro-batch's gradient is reduce-scattered inside the loop, in buckets
+/// in the order the body's backward produces them, and the loop sums the
+/// shards in f32. Gradients summed by an unrolled loop cannot be: their
+/// micro-batches are gone by now.
+LogicalResult OptimizerSharding::scatterInLoops(
+    ArrayRef<OptimizerUpdateOpInterface> updates) {
+  if (stage < 2 || accumulate != ZeroAccumulate::microBatch)
     return success();
+  auto isUnrolledSum = [](Value value) {
+    Operation *def = value.getDefiningOp();
+    return def && def->hasAttr(kMicroBatchSumAttrName);
   };
-
+  llvm::MapVector<AccumulateOp, SmallVector<InLoop>> perLoop;
   for (OptimizerUpdateOpInterface update : updates) {
-    Operation *op = update.getOperation();
-    Location loc = op->getLoc();
-    auto [part, granule] = partitionFor(update);
-    // Whole blocks per rank: a tensor of fewer blocks than ranks would leave
-    // ranks with nothing but padding.
-    if (granule > 1) {
-      int64_t blocks = (part.elements + granule - 1) / granule;
-      if (blocks < n)
-        return op->emitOpError("train-zero: its 8-bit state has ")
-               << blocks << " block" << (blocks == 1 ? "" : "s") << " of "
-               << granule << " elements (" << part.elements
-               << " parameters), which cannot be split evenly over " << n
-               << " ranks without splitting a block: quantize with a block "
-                  "of at most "
-               << llvm::bit_floor(static_cast<uint64_t>(
-                      std::max<int64_t>(part.elements / n, 1)))
-               << " (train-quantize-optimizer-state block=), keep this "
-                  "tensor's state in f32 (a min-size above "
-               << part.elements << "), or use fewer ranks";
-    }
-    Value param = update.getUpdatedParam();
-    Value grad = rawGradient(update);
-    auto paramType = cast<RankedTensorType>(param.getType());
-    auto shardType = [&](Type element, int64_t elements) {
-      return RankedTensorType::get({elements}, element);
-    };
+    Value raw = rawGradient(update);
+    auto loop = raw.getDefiningOp<AccumulateOp>();
+    Value yielded = loop ? loop.getBody().front().getTerminator()->getOperand(
+                               cast<OpResult>(raw).getResultNumber())
+                         : Value();
+    if (isUnrolledSum(raw) || (yielded && isUnrolledSum(yielded)))
+      return update.emitOpError("train-zero: stage ")
+             << stage
+             << " reduce-scatters each micro-batch's gradients "
+                "(accumulate=micro-batch), but this gradient is the sum of "
+                "an unrolled micro-batch loop: run train-zero before "
+                "train-unroll-accum, or use accumulate=full to reduce the "
+                "sum once";
+    if (!loop || loop->getParentOp() != step.getOperation())
+      continue;
+    perLoop[loop].push_back(
+        {cast<OpResult>(raw).getResultNumber(), partitionFor(update).first});
+    scatteredInLoop.insert(raw);
+  }
+  for (auto &[loop, gradients] : perLoop)
+    if (failed(scatterInLoop(loop, gradients)))
+      return failure();
+  return success();
+}
 
-    // The gradient: averaged over the ranks, each keeping its shard (summed
-    // over the micro-batches already where the loop reduce-scatters).
-    Value rawGrad = grad;
-    Value gradShard = rawGrad;
-    if (!scatteredInLoop.contains(rawGrad)) {
-      std::optional<std::pair<Operation *, int64_t>> early;
-      if (auto it = bucketOf.find(rawGrad); it != bucketOf.end())
-        early = it->second;
-      if (early) {
-        Operation *&previous = lastPlaced[early->first];
-        builder.setInsertionPointAfter(previous ? previous : early->first);
-      } else {
-        // Before the update, or before the unscale or the clip that reads
-        // all of them.
-        Operation *before = op;
-        if (clip)
-          before = clip;
-        if (*unscale)
-          before = *unscale;
-        builder.setInsertionPoint(before);
-      }
-      Value paddedGrad = flattenAndPad(builder, loc, grad, part.padded);
+/// One loop's gradients, in buckets of `bucket` bytes, each reduce-
+/// scattered after the op that produces its last gradient (and after an
+/// earlier bucket's reduce-scatters placed there).
+LogicalResult OptimizerSharding::scatterInLoop(AccumulateOp loop,
+                                               ArrayRef<InLoop> gradients) {
+  Block &body = loop.getBody().front();
+  Operation *yield = body.getTerminator();
+  SmallVector<Value> yielded;
+  for (const InLoop &gradient : gradients)
+    yielded.push_back(yield->getOperand(gradient.yieldIndex));
+  FailureOr<SmallVector<SmallVector<unsigned>>> order =
+      bucketsInOrder(body, yielded, static_cast<uint64_t>(bucket), [&] {
+        return loop.emitOpError("train-zero: a micro-batch's gradient "
+                                "is not computed in the loop's body");
+      });
+  if (failed(order))
+    return failure();
+  llvm::DenseMap<Operation *, Operation *> placedAfter;
+  for (auto [index, members] : llvm::enumerate(*order)) {
+    Operation *last = producerIn(
+        body, yield->getOperand(gradients[members.back()].yieldIndex));
+    Operation *&previous = placedAfter[last];
+    builder.setInsertionPointAfter(previous ? previous : last);
+    for (unsigned member : members) {
+      const InLoop &gradient = gradients[member];
+      Value micro = yield->getOperand(gradient.yieldIndex);
+      Location loc = micro.getLoc();
+      Value padded = flattenAndPad(builder, loc, micro, gradient.part.padded);
       auto scattered = shard::ReduceScatterOp::create(
           builder, loc,
-          shardType(getElementTypeOrSelf(grad.getType()), part.shard),
-          gridRef, axes, paddedGrad,
-          shard::ReductionKindAttr::get(context,
-                                        shard::ReductionKind::Average),
+          RankedTensorType::get({gradient.part.shard},
+                                getElementTypeOrSelf(micro.getType())),
+          gridRef, axes, padded,
+          shard::ReductionKindAttr::get(context, shard::ReductionKind::Average),
           axis0);
-      if (early) {
-        scattered->setAttr(kBucketAttrName,
-                           builder.getI64IntegerAttr(early->second));
-        lastPlaced[early->first] = scattered;
-      } else {
-        scattered->setAttr(kInPlaceAttrName, builder.getUnitAttr());
+      scattered->setAttr(kBucketAttrName, builder.getI64IntegerAttr(
+                                              static_cast<int64_t>(index)));
+      yield->setOperand(gradient.yieldIndex, scattered);
+      previous = scattered;
+      // The loop sums the shards, in f32.
+      loop.getResult(gradient.yieldIndex)
+          .setType(RankedTensorType::get({gradient.part.shard},
+                                         builder.getF32Type()));
+    }
+  }
+  return success();
+}
+
+/// Whole blocks per rank: a tensor of fewer blocks than ranks would leave
+/// ranks with nothing but padding.
+LogicalResult OptimizerSharding::checkWholeBlocks(Operation *op,
+                                                  const Partition &part,
+                                                  int64_t granule) const {
+  if (granule <= 1)
+    return success();
+  int64_t blocks = (part.elements + granule - 1) / granule;
+  if (blocks >= n)
+    return success();
+  return op->emitOpError("train-zero: its 8-bit state has ")
+         << blocks << " block" << (blocks == 1 ? "" : "s") << " of " << granule
+         << " elements (" << part.elements
+         << " parameters), which cannot be split evenly over " << n
+         << " ranks without splitting a block: quantize with a block of at "
+            "most "
+         << llvm::bit_floor(
+                static_cast<uint64_t>(std::max<int64_t>(part.elements / n, 1)))
+         << " (train-quantize-optimizer-state block=), keep this tensor's "
+            "state in f32 (a min-size above "
+         << part.elements << "), or use fewer ranks";
+}
+
+/// The gradient: averaged over the ranks, each keeping its shard (summed
+/// over the micro-batches already where the loop reduce-scatters).
+Value OptimizerSharding::scatterGradient(Operation *op, Value grad,
+                                         const Partition &part) {
+  if (scatteredInLoop.contains(grad))
+    return grad;
+  Location loc = op->getLoc();
+  std::optional<std::pair<Operation *, int64_t>> early;
+  if (auto it = bucketOf.find(grad); it != bucketOf.end())
+    early = it->second;
+  if (early) {
+    Operation *&previous = lastPlaced[early->first];
+    builder.setInsertionPointAfter(previous ? previous : early->first);
+  } else {
+    // Before the update, or before the unscale or the clip that reads all
+    // of them.
+    Operation *before = op;
+    if (clip)
+      before = clip;
+    if (unscale)
+      before = unscale;
+    builder.setInsertionPoint(before);
+  }
+  Value paddedGrad = flattenAndPad(builder, loc, grad, part.padded);
+  auto scattered = shard::ReduceScatterOp::create(
+      builder, loc,
+      RankedTensorType::get({part.shard}, getElementTypeOrSelf(grad.getType())),
+      gridRef, axes, paddedGrad,
+      shard::ReductionKindAttr::get(context, shard::ReductionKind::Average),
+      axis0);
+  if (early) {
+    scattered->setAttr(kBucketAttrName,
+                       builder.getI64IntegerAttr(early->second));
+    lastPlaced[early->first] = scattered;
+  } else {
+    scattered->setAttr(kInPlaceAttrName, builder.getUnitAttr());
+  }
+  return scattered;
+}
+
+/// The parameter the update reads: an f32 master (state, sharded) or the
+/// weights, which stage 3 keeps sharded and stages 1-2 slice per rank (no
+/// communication).
+FailureOr<Value> OptimizerSharding::shardParameter(Operation *op, Value param,
+                                                   bool isMaster,
+                                                   bool paramIsState,
+                                                   const Partition &part) {
+  if (isMaster || paramIsState)
+    return shardArgument(param, op, part.shard);
+  if (stage >= 3) {
+    auto weights = dyn_cast<BlockArgument>(param);
+    if (!weights || weights.getOwner() != &step.front() ||
+        !step.getArgAttr(weights.getArgNumber(), kParamAttrName))
+      return op->emitOpError("train-zero: stage 3 shards the weights, but "
+                             "the parameter this update reads is not a "
+                             "parameter argument of the step");
+    shardWeights(weights, op, part);
+    return Value(weights);
+  }
+  builder.setInsertionPoint(op);
+  Value padded = flattenAndPad(builder, op->getLoc(), param, part.padded);
+  auto paramType = cast<RankedTensorType>(param.getType());
+  return Value(shard::AllSliceOp::create(
+      builder, op->getLoc(),
+      RankedTensorType::get({part.shard}, paramType.getElementType()), gridRef,
+      axes, padded, axis0));
+}
+
+LogicalResult
+OptimizerSharding::shardUpdate(OptimizerUpdateOpInterface update) {
+  Operation *op = update.getOperation();
+  auto [part, granule] = partitionFor(update);
+  if (failed(checkWholeBlocks(op, part, granule)))
+    return failure();
+  Value param = update.getUpdatedParam();
+  Value grad = rawGradient(update);
+  Value gradShard = scatterGradient(op, grad, part);
+
+  bool paramIsState =
+      llvm::any_of(update.getStateUses(), [&](const OptimizerStateUse &use) {
+        return op->getOperand(use.operandIndex) == param;
+      });
+  std::optional<unsigned> paramOperand;
+  for (OpOperand &operand : op->getOpOperands())
+    if (operand.get() == param)
+      paramOperand = operand.getOperandNumber();
+  auto paramArgument = dyn_cast<BlockArgument>(param);
+  bool isMaster =
+      paramArgument && paramArgument.getOwner() == &step.front() &&
+      step.getArgAttr(paramArgument.getArgNumber(), kOptimizerStateAttrName);
+  FailureOr<Value> paramShard =
+      shardParameter(op, param, isMaster, paramIsState, part);
+  if (failed(paramShard))
+    return failure();
+  if (!paramOperand)
+    return op->emitOpError("train-zero: cannot find the parameter operand");
+
+  // The state: the rank's shards (8-bit block maxima: one per block).
+  for (const OptimizerStateUse &use : update.getStateUses()) {
+    Value state = op->getOperand(use.operandIndex);
+    if (state == param)
+      continue;
+    int64_t elements =
+        use.part == StatePart::absmax ? part.shard / granule : part.shard;
+    if (failed(shardArgument(state, op, elements)))
+      return failure();
+  }
+  op->setOperand(*paramOperand, *paramShard);
+  shardOfGradient[grad] = gradShard;
+  for (OpOperand &operand : op->getOpOperands())
+    if (operand.get() == grad)
+      operand.set(gradShard);
+  // Results take their tied operands' (shard) types.
+  auto tied = cast<TiedOpInterface>(op);
+  Value newParam = op->getResult(0);
+  for (OpResult result : op->getResults())
+    if (std::optional<unsigned> index =
+            tied.getTiedResultOperandIndex(result.getResultNumber())) {
+      result.setType(op->getOperand(*index).getType());
+      if (*index == *paramOperand)
+        newParam = result;
+    }
+  if (stage >= 3 && isMaster) {
+    // The 16-bit weights the layers read: a shard per rank, like the
+    // master they are a copy of.
+    auto master = step.getArgAttrOfType<StateAttr>(paramArgument.getArgNumber(),
+                                                   kOptimizerStateAttrName);
+    BlockArgument weights = parameters.lookup(master.getParam());
+    if (!weights)
+      return op->emitOpError("train-zero: stage 3 shards the weights of '")
+             << master.getParam()
+             << "', but the step has no parameter argument of that name";
+    shardWeights(weights, op, part);
+  }
+  gatherNewWeights(op, param, newParam, isMaster, part);
+  return success();
+}
+
+/// Stages 1-2: the new weights, gathered after the update, from its new
+/// parameter or from the 16-bit copy of the new master. Stage 3 returns
+/// the new shards: nothing is gathered after the update.
+void OptimizerSharding::gatherNewWeights(Operation *op, Value param,
+                                         Value newParam, bool isMaster,
+                                         const Partition &part) {
+  SmallVector<std::pair<Value, RankedTensorType>> toGather;
+  if (isMaster) {
+    for (Operation *user : llvm::to_vector(newParam.getUsers()))
+      if (auto refresh = dyn_cast<CastOp>(user)) {
+        auto weights = cast<RankedTensorType>(refresh.getResult().getType());
+        refresh.getResult().setType(
+            RankedTensorType::get({part.shard}, weights.getElementType()));
+        toGather.push_back({refresh.getResult(), weights});
       }
-      gradShard = scattered;
-    }
-
-    // The parameter the update reads: an f32 master (state, sharded) or the
-    // weights, of which the rank takes its slice (no communication).
-    bool paramIsState = llvm::any_of(
-        update.getStateUses(), [&](const OptimizerStateUse &use) {
-          return op->getOperand(use.operandIndex) == param;
-        });
-    std::optional<unsigned> paramOperand;
-    for (OpOperand &operand : op->getOpOperands())
-      if (operand.get() == param)
-        paramOperand = operand.getOperandNumber();
-    bool isMaster = isa<BlockArgument>(param) &&
-                    cast<BlockArgument>(param).getOwner() == &step.front() &&
-                    step.getArgAttr(cast<BlockArgument>(param).getArgNumber(),
-                                    kOptimizerStateAttrName);
-    Value paramShard;
-    if (isMaster || paramIsState) {
-      FailureOr<Value> sharded = shardArgument(param, op, part.shard);
-      if (failed(sharded))
-        return failure();
-      paramShard = *sharded;
-    } else if (stage >= 3) {
-      // The rank's shard of the weights is what the step keeps.
-      auto weights = dyn_cast<BlockArgument>(param);
-      if (!weights || weights.getOwner() != &step.front() ||
-          !step.getArgAttr(weights.getArgNumber(), kParamAttrName))
-        return op->emitOpError("train-zero: stage 3 shards the weights, but "
-                               "the parameter this update reads is not a "
-                               "parameter argument of the step");
-      if (failed(shardWeights(weights, op, part)))
-        return failure();
-      paramShard = weights;
-    } else {
-      builder.setInsertionPoint(op);
-      Value padded = flattenAndPad(builder, loc, param, part.padded);
-      paramShard = shard::AllSliceOp::create(
-          builder, loc, shardType(paramType.getElementType(), part.shard),
-          gridRef, axes, padded, axis0);
-    }
-    if (!paramOperand)
-      return op->emitOpError("train-zero: cannot find the parameter operand");
-
-    // The state: the rank's shards (8-bit block maxima: one per block).
-    for (const OptimizerStateUse &use : update.getStateUses()) {
-      Value state = op->getOperand(use.operandIndex);
-      if (state == param)
-        continue;
-      int64_t elements = use.part == StatePart::absmax
-                             ? part.shard / granule
-                             : part.shard;
-      if (failed(shardArgument(state, op, elements)))
-        return failure();
-    }
-    op->setOperand(*paramOperand, paramShard);
-    shardOfGradient[grad] = gradShard;
-    for (OpOperand &operand : op->getOpOperands())
-      if (operand.get() == grad)
-        operand.set(gradShard);
-    // Results take their tied operands' (shard) types.
-    auto tied = cast<TiedOpInterface>(op);
-    for (OpResult result : op->getResults())
-      if (std::optional<unsigned> index =
-              tied.getTiedResultOperandIndex(result.getResultNumber()))
-        result.setType(op->getOperand(*index).getType());
-
-    // The new weights, gathered: from the update's new parameter, or from
-    // the 16-bit copy of the new master.
-    Value newParam = op->getResult(0);
-    for (OpResult result : op->getResults())
-      if (std::optional<unsigned> index =
-              tied.getTiedResultOperandIndex(result.getResultNumber()))
-        if (*index == *paramOperand)
-          newParam = result;
-    if (stage >= 3 && isMaster) {
-      // The 16-bit weights the layers read: a shard per rank, like the
-      // master they are a copy of.
-      auto master = step.getArgAttrOfType<StateAttr>(
-          cast<BlockArgument>(param).getArgNumber(), kOptimizerStateAttrName);
-      BlockArgument weights = parameters.lookup(master.getParam());
-      if (!weights)
-        return op->emitOpError("train-zero: stage 3 shards the weights of '")
-               << master.getParam()
-               << "', but the step has no parameter argument of that name";
-      if (failed(shardWeights(weights, op, part)))
-        return failure();
-    }
-    SmallVector<std::pair<Value, RankedTensorType>> toGather;
-    if (isMaster) {
-      for (Operation *user : llvm::to_vector(newParam.getUsers()))
-        if (auto refresh = dyn_cast<CastOp>(user)) {
-          auto weights =
-              cast<RankedTensorType>(refresh.getResult().getType());
-          refresh.getResult().setType(
-              shardType(weights.getElementType(), part.shard));
-          toGather.push_back({refresh.getResult(), weights});
-        }
-    } else {
-      toGather.push_back({newParam, paramType});
-    }
-    // Stage 3 returns the new shards; nothing is gathered after the update.
-    if (stage >= 3)
-      toGather.clear();
-    for (auto [shardValue, fullType] : toGather) {
-      Operation *after = shardValue.getDefiningOp();
-      builder.setInsertionPointAfter(after);
-      auto gathered = shard::AllGatherOp::create(
-          builder, loc, shardType(fullType.getElementType(), part.padded),
-          gridRef, axes, shardValue, axis0);
-      Value full = unpadAndReshape(builder, loc, gathered, fullType);
-      shardValue.replaceAllUsesExcept(full, gathered);
-    }
+  } else {
+    toGather.push_back({newParam, cast<RankedTensorType>(param.getType())});
   }
-
-  // The shards of the gradients an unscale or a clip reads (those the
-  // updates above sharded).
-  auto shardsOf = [&](ValueRange gradients, Operation *op,
-                      StringRef verb) -> FailureOr<SmallVector<Value>> {
-    SmallVector<Value> shards;
-    for (Value gradient : gradients) {
-      Value gradShard = shardOfGradient.lookup(gradient);
-      if (!gradShard)
-        return op->emitOpError("train-zero: ")
-               << verb << " a gradient no optimizer update reads";
-      shards.push_back(gradShard);
-    }
-    return shards;
-  };
-  // The exact squared norm of every rank's `shards`, summed over the ranks
-  // (integer words: the same whatever the shards, ranks or order).
-  auto ranksSquaredNorm = [&](Location loc, ValueRange shards) -> Value {
-    auto exactSum = RankedTensorType::get({trainmem::kExactSumWords},
-                                          builder.getI64Type());
-    auto local = SquaredNormOp::create(builder, loc, exactSum, shards);
-    return shard::AllReduceOp::create(builder, loc, local.getResult(),
-                                      grid.getValue(),
-                                      ArrayRef<shard::GridAxis>{0},
-                                      shard::ReductionKind::Sum)
-        .getResult();
-  };
-
-  // Loss scaling of sharded gradients: each rank unscales its shards, and
-  // the step overflowed where any rank's shards are not finite (the exact
-  // squared norm of every rank's shards, summed: a non-finite element on
-  // any rank makes it not finite), so every rank skips or grows alike.
-  if (*unscale) {
-    UnscaleGradientsOp old = *unscale;
-    builder.setInsertionPoint(old);
-    FailureOr<SmallVector<Value>> shards =
-        shardsOf(old.getGrads(), old, "unscales");
-    if (failed(shards))
-      return failure();
-    SmallVector<Type> unscaledTypes;
-    for (Value shardValue : *shards)
-      unscaledTypes.push_back(RankedTensorType::get(
-          cast<RankedTensorType>(shardValue.getType()).getShape(),
-          builder.getF32Type()));
-    auto sharded = UnscaleGradientsOp::create(
-        builder, old.getLoc(), unscaledTypes, old.getNewState().getType(),
-        *shards, old.getState(), ranksSquaredNorm(old.getLoc(), *shards),
-        old.getInitialAttr(), old.getGrowthIntervalAttr());
-    sharded->setDiscardableAttrs(old->getDiscardableAttrDictionary());
-    for (auto [oldValue, newValue] :
-         llvm::zip(old.getUnscaled(), sharded.getUnscaled())) {
-      // An update (or the clip) reads the unscaled shard now.
-      oldValue.replaceAllUsesWith(newValue);
-      shardOfGradient[newValue] = newValue;
-    }
-    old.getNewState().replaceAllUsesWith(sharded.getNewState());
-    old.erase();
+  if (stage >= 3)
+    return;
+  for (auto [shardValue, fullType] : toGather) {
+    builder.setInsertionPointAfter(shardValue.getDefiningOp());
+    auto gathered = shard::AllGatherOp::create(
+        builder, op->getLoc(),
+        RankedTensorType::get({part.padded}, fullType.getElementType()),
+        gridRef, axes, shardValue, axis0);
+    Value full = unpadAndReshape(builder, op->getLoc(), gathered, fullType);
+    shardValue.replaceAllUsesExcept(full, gathered);
   }
+}
 
-  // The global norm of sharded gradients: each rank's squared norm of its
-  // shards (zeros of padding add nothing), summed over the ranks; every
-  // rank clips its shards by it. The sums are exact (integer words), so
-  // the norm is the one a single rank computes from the whole gradients.
-  if (clip) {
-    builder.setInsertionPoint(clip);
-    Location loc = clip.getLoc();
-    FailureOr<SmallVector<Value>> shards =
-        shardsOf(clip.getGrads(), clip, "clips");
-    if (failed(shards))
-      return failure();
-    SmallVector<Type> shardTypes;
-    for (Value shardValue : *shards)
-      shardTypes.push_back(shardValue.getType());
-    auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
-    Value global = ranksSquaredNorm(loc, *shards);
-    auto sharded = ClipGradNormOp::create(builder, loc, shardTypes, f32Scalar,
-                                          *shards, global,
-                                          clip.getMaxNormAttr());
-    for (auto [old, clipped] :
-         llvm::zip(clip.getClipped(), sharded.getClipped()))
-      old.replaceAllUsesWith(clipped);
-    clip.getNorm().replaceAllUsesWith(sharded.getNorm());
-    clip.erase();
+/// A state tensor is an argument of the step that only its update reads:
+/// it becomes the rank's shard.
+FailureOr<Value> OptimizerSharding::shardArgument(Value value,
+                                                  Operation *update,
+                                                  int64_t shardElements) {
+  auto argument = dyn_cast<BlockArgument>(value);
+  if (!argument || argument.getOwner() != &step.front() ||
+      !llvm::all_of(argument.getUsers(),
+                    [&](Operation *user) { return user == update; }))
+    return update->emitOpError("train-zero: its state must be an argument "
+                               "of the step that only this update reads");
+  auto type = cast<RankedTensorType>(argument.getType());
+  argument.setType(
+      RankedTensorType::get({shardElements}, type.getElementType()));
+  shardOfArgument[argument.getArgNumber()] = TypeAttr::get(type);
+  return Value(argument);
+}
+
+/// Stage 3: `weights` become the rank's shard, gathered for each op other
+/// than `update` that reads them (gatherWeights).
+void OptimizerSharding::shardWeights(BlockArgument weights, Operation *update,
+                                     const Partition &part) {
+  auto full = cast<RankedTensorType>(weights.getType());
+  for (Operation *user : weights.getUsers()) {
+    if (user == update)
+      continue;
+    SmallVector<Gather> &gathers = gathersFor[gatherScope(step, user)];
+    if (gathers.empty() || gathers.back().shard != weights)
+      gathers.push_back({weights, full, part.padded});
   }
+  weights.setType(RankedTensorType::get({part.shard}, full.getElementType()));
+  shardOfArgument[weights.getArgNumber()] = TypeAttr::get(full);
+}
 
-  // Stage 3: each op that reads sharded weights gets them gathered just
-  // before it (`prefetch` such ops earlier, in the same body), unpadded and
-  // reshaped; the gathered tensor dies after that op's last use of it. A
-  // layer's forward and its backward are separate ops, so each gathers;
-  // an op that reads weights the op before it gathered (the head's forward
-  // and backward) keeps those instead of gathering them again.
+/// The shards of the gradients an unscale or a clip reads (those the
+/// updates sharded).
+FailureOr<SmallVector<Value>>
+OptimizerSharding::shardsOf(ValueRange gradients, Operation *op,
+                            StringRef verb) const {
+  SmallVector<Value> shards;
+  for (Value gradient : gradients) {
+    Value gradShard = shardOfGradient.lookup(gradient);
+    if (!gradShard)
+      return op->emitOpError("train-zero: ")
+             << verb << " a gradient no optimizer update reads";
+    shards.push_back(gradShard);
+  }
+  return shards;
+}
+
+/// Loss scaling of sharded gradients: each rank unscales its shards, and
+/// the step overflowed where any rank's shards are not finite (the exact
+/// squared norm of every rank's shards, summed: a non-finite element on
+/// any rank makes it not finite), so every rank skips or grows alike.
+LogicalResult OptimizerSharding::shardUnscale() {
+  if (!unscale)
+    return success();
+  UnscaleGradientsOp old = unscale;
+  builder.setInsertionPoint(old);
+  FailureOr<SmallVector<Value>> shards =
+      shardsOf(old.getGrads(), old, "unscales");
+  if (failed(shards))
+    return failure();
+  SmallVector<Type> unscaledTypes;
+  for (Value shardValue : *shards)
+    unscaledTypes.push_back(RankedTensorType::get(
+        cast<RankedTensorType>(shardValue.getType()).getShape(),
+        builder.getF32Type()));
+  auto sharded = UnscaleGradientsOp::create(
+      builder, old.getLoc(), unscaledTypes, old.getNewState().getType(),
+      *shards, old.getState(),
+      ranksSquaredNorm(builder, old.getLoc(), grid, *shards),
+      old.getInitialAttr(), old.getGrowthIntervalAttr());
+  sharded->setDiscardableAttrs(old->getDiscardableAttrDictionary());
+  for (auto [oldValue, newValue] :
+       llvm::zip(old.getUnscaled(), sharded.getUnscaled())) {
+    // An update (or the clip) reads the unscaled shard now.
+    oldValue.replaceAllUsesWith(newValue);
+    shardOfGradient[newValue] = newValue;
+  }
+  old.getNewState().replaceAllUsesWith(sharded.getNewState());
+  old.erase();
+  unscale = {};
+  return success();
+}
+
+/// The global norm of sharded gradients: each rank's squared norm of its
+/// shards (zeros of padding add nothing), summed over the ranks; every
+/// rank clips its shards by it. The sums are exact (integer words), so
+/// the norm is the one a single rank computes from the whole gradients.
+LogicalResult OptimizerSharding::shardClip() {
+  if (!clip)
+    return success();
+  builder.setInsertionPoint(clip);
+  Location loc = clip.getLoc();
+  FailureOr<SmallVector<Value>> shards =
+      shardsOf(clip.getGrads(), clip, "clips");
+  if (failed(shards))
+    return failure();
+  SmallVector<Type> shardTypes;
+  for (Value shardValue : *shards)
+    shardTypes.push_back(shardValue.getType());
+  auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
+  Value global = ranksSquaredNorm(builder, loc, grid, *shards);
+  auto sharded = ClipGradNormOp::create(builder, loc, shardTypes, f32Scalar,
+                                        *shards, global, clip.getMaxNormAttr());
+  for (auto [old, clipped] : llvm::zip(clip.getClipped(), sharded.getClipped()))
+    old.replaceAllUsesWith(clipped);
+  clip.getNorm().replaceAllUsesWith(sharded.getNorm());
+  clip.erase();
+  clip = {};
+  return success();
+}
+
+/// Stage 3: each op that reads sharded weights gets them gathered just
+/// before it (`prefetch` such ops earlier, in the same body), unpadded and
+/// reshaped; the gathered tensor dies after that op's last use of it. A
+/// layer's forward and its backward are separate ops, so each gathers; an
+/// op that reads weights the op before it gathered (the head's forward and
+/// backward) keeps those instead of gathering them again.
+void OptimizerSharding::gatherWeights() {
   llvm::MapVector<Block *, SmallVector<Operation *>> scopesIn;
   for (auto &entry : gathersFor)
     scopesIn[entry.first->getBlock()].push_back(entry.first);
@@ -925,14 +1035,16 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
       }
     }
   }
+}
 
-  // Types follow: region results, then the function's signature.
+/// Types follow: region results, then the function's signature. A result
+/// is the same parameter or state as the argument with the same marker: it
+/// is a shard of the same tensor (train.shard_of: the full type).
+void OptimizerSharding::retypeSignature() {
   retypeRegionResults(step.front());
   auto ret = cast<func::ReturnOp>(step.front().getTerminator());
   step.setFunctionType(FunctionType::get(
       context, step.front().getArgumentTypes(), ret.getOperandTypes()));
-  // A result is the same parameter or state as the argument with the same
-  // marker: it is a shard of the same tensor.
   auto withShardOf = [&](DictionaryAttr attrs, Attribute full) {
     NamedAttrList list(attrs);
     list.set(kShardOfAttrName, full);
@@ -963,5 +1075,14 @@ TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
     resultAttrs.push_back(attrs ? attrs : DictionaryAttr::get(context));
   }
   step.setAllResultAttrs(resultAttrs);
-  return success();
+}
+
+} // namespace
+
+LogicalResult
+TrainZeroPass::shardOptimizer(func::FuncOp step, StringAttr grid,
+                              ArrayRef<OptimizerUpdateOpInterface> updates) {
+  return OptimizerSharding(step, grid, stage, ranks, bucket, prefetch,
+                           accumulate)
+      .run(updates);
 }

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Compares two folders of scripts/capture-outputs.sh: the FileCheck inputs
+and the files the tests left, byte for byte. Files that differ are compared
+again with what differs by nature masked (timings and rates, the order in
+which MPI ranks' lines interleave, temporary folder names) and listed as
+'same but timings' or as 'DIFFERENT' with the first differing lines.
+
+usage: compare-outputs.py BEFORE AFTER
+Exits 1 when a file is DIFFERENT or only in one of the two.
+"""
+
+import os
+import re
+import sys
+
+TIMING = [
+    (re.compile(r"[0-9.]+ tok/s"), "N tok/s"),
+    (re.compile(r"(ETA|done in) ([0-9]+h)?([0-9]+m)?([0-9]+s)?"), r"\1 T "),
+    (re.compile(r"step time: .*"), "step time: T"),
+    (re.compile(r"[0-9.]+(e-?[0-9]+)? ?(s|ms|seconds)\b"), "T s"),
+    (re.compile(r'"(seconds|time_s|compile_s|elapsed_s)": [0-9.e-]+'), r'"\1": T'),
+    (re.compile(r"/tmp/[A-Za-z0-9_.-]+"), "/tmp/X"),
+]
+
+
+# mpirun's own lines: process ids, host names, which rank it saw abort
+# first.
+MPIRUN_NOISE = re.compile(
+    r"^\s*(\[[^]]*:[0-9]+\]|Process name:|MPI_ABORT was invoked on rank|"
+    r"Local host:|Exit code:|PID |NOTE: invoking MPI_ABORT|You may or may not|"
+    r"-----|with errorcode|exactly when Open MPI|[0-9]+ more process)")
+
+
+def masked(data):
+    """The set of words of the text, timings masked, mpirun's own lines
+    dropped: ranks' lines interleave mid-line under mpirun, and when one
+    rank fails, mpirun ends the others at different points of their
+    error lines."""
+    text = data.decode("utf-8", errors="replace")
+    for pattern, repl in TIMING:
+        text = pattern.sub(repl, text)
+    lines = [line for line in text.splitlines() if not MPIRUN_NOISE.match(line)]
+    return sorted(set(" ".join(lines).split()))
+
+
+# Files that hold a process id.
+SKIPPED = {"trainmem-run.lock"}
+
+
+def files(root):
+    out = set()
+    for folder, _, names in os.walk(root):
+        for name in names:
+            out.add(os.path.relpath(os.path.join(folder, name), root))
+    return out
+
+
+def main():
+    before, after = sys.argv[1], sys.argv[2]
+    a, b = files(before), files(after)
+    same = timing = 0
+    bad = []
+    for name in sorted(a | b):
+        if os.path.basename(name) in SKIPPED:
+            continue
+        if name not in a or name not in b:
+            bad.append(f"only in {'after' if name in b else 'before'}: {name}")
+            continue
+        x = open(os.path.join(before, name), "rb").read()
+        y = open(os.path.join(after, name), "rb").read()
+        if x == y:
+            same += 1
+        elif masked(x) == masked(y):
+            timing += 1
+        else:
+            mx, my = masked(x), masked(y)
+            first = next((i for i, (p, q) in enumerate(zip(mx, my)) if p != q),
+                         min(len(mx), len(my)))
+            bad.append(f"DIFFERENT: {name}\n  before: "
+                       f"{mx[first] if first < len(mx) else '(end)'}\n  after:  "
+                       f"{my[first] if first < len(my) else '(end)'}"
+                       f" (words {first} of {len(mx)} / {len(my)})")
+    print(f"{same} files byte for byte the same, {timing} the same but "
+          f"timings and rank interleaving, {len(bad)} different")
+    for line in bad:
+        print(line)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -245,7 +245,9 @@ TEST_F(ExtensionTest, TrainsOnTheRuntimeThroughItsModel) {
   auto losses = [&](OwningOpRef<ModuleOp> module,
                     StringRef backend = "cpu") {
     std::vector<float> result;
-    if (!module || failed(prepareStep(*module, "lr=1e-2 clip-norm=1.0")))
+    TrainStepPipelineOptions pipeline;
+    pipeline.autodiff = "lr=1e-2 clip-norm=1.0";
+    if (!module || failed(prepareStep(*module, pipeline)))
       return result;
     SessionOptions options;
     options.backend = backend.str();

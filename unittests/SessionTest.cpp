@@ -52,7 +52,12 @@ protected:
     config.batch = 2;
     config.dtype = "f32";
     OwningOpRef<ModuleOp> module = buildModel(&context, config);
-    if (!module || failed(prepareStep(*module, autodiff, "", "", quantize)))
+    TrainStepPipelineOptions pipeline;
+    pipeline.autodiff = autodiff.str();
+    pipeline.quantize = quantize.has_value();
+    if (quantize)
+      pipeline.quantizeOptions = quantize->str();
+    if (!module || failed(prepareStep(*module, pipeline)))
       return nullptr;
     return module;
   }
@@ -139,16 +144,17 @@ TEST_F(SessionTest, ResumedRunIsBitIdentical) {
       ASSERT_TRUE(first);
       ASSERT_TRUE(first->initialize(error)) << error;
       train(*first, 1, 2);
-      ASSERT_TRUE(checkSaveDir(dir, error)) << error;
+      llvm::Error saveDir = checkSaveDir(dir);
+      ASSERT_FALSE(saveDir) << llvm::toString(std::move(saveDir));
       ASSERT_TRUE(first->save(dir, 2, identity, error)) << error;
     }
     std::unique_ptr<Session> second =
         session("cpu", model("lr=3e-3 clip-norm=1.0", quantize));
     ASSERT_TRUE(second);
-    Checkpoint checkpoint;
-    ASSERT_TRUE(readCheckpoint(dir, second->getLayout().arguments, checkpoint,
-                               error))
-        << error;
+    llvm::Expected<Checkpoint> read =
+        readCheckpoint(dir, second->getLayout().arguments);
+    ASSERT_TRUE(static_cast<bool>(read)) << llvm::toString(read.takeError());
+    Checkpoint &checkpoint = *read;
     EXPECT_EQ(checkpoint.step, 2);
     ASSERT_TRUE(checkpoint.identity);
     EXPECT_EQ(checkpoint.identity->dataHash, corpus().fingerprint());
@@ -237,11 +243,12 @@ TEST_F(SessionTest, RefusesWhatItCannotRun) {
   ASSERT_TRUE(small->save(dir, 1, RunIdentity{}, error)) << error;
   std::unique_ptr<Session> sgd = session("cpu", model("optimizer=sgd"));
   ASSERT_TRUE(sgd);
-  Checkpoint checkpoint;
-  EXPECT_FALSE(
-      readCheckpoint(dir, sgd->getLayout().arguments, checkpoint, error));
-  EXPECT_NE(error.find("does not match this step"), std::string::npos)
-      << error;
+  llvm::Expected<Checkpoint> read =
+      readCheckpoint(dir, sgd->getLayout().arguments);
+  ASSERT_FALSE(static_cast<bool>(read));
+  std::string mismatch = llvm::toString(read.takeError());
+  EXPECT_NE(mismatch.find("does not match this step"), std::string::npos)
+      << mismatch;
 }
 
 } // namespace

@@ -1,8 +1,7 @@
 //===- Session.cpp - a training run on one backend ------------------------===//
 //
-// The corpus, the run's state, the checkpoint format and the session that
-// runs a compiled step (Session.h). trainmem-run is a command line over
-// this file.
+// The corpus, the run's state and the session that runs a compiled step
+// (Session.h); the checkpoint format is Checkpoint.cpp's.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,10 +37,6 @@
 
 using namespace mlir;
 using namespace mlir::train;
-
-bool mlir::train::isState(const TensorSlot &slot) {
-  return slot.role == "param" || slot.role == "optimizer_state";
-}
 
 //===----------------------------------------------------------------------===//
 // Deterministic randomness
@@ -253,365 +248,6 @@ static Bytes fromRefTensor(const TensorSlot &slot, const RefTensor &value) {
     return bytes;
   }
   return floatBytes(slot.dtype, value.floats);
-}
-
-//===----------------------------------------------------------------------===//
-// Checkpoints
-//===----------------------------------------------------------------------===//
-
-// Version 02 adds the run's seed and the fingerprint of its data after the
-// step; version 01 checkpoints (no seed, no data) still load.
-static constexpr char kMagic[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '2'};
-static constexpr char kMagicV1[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '1'};
-
-uint64_t mlir::train::fnv1a(StringRef data) {
-  uint64_t hash = 1469598103934665603ull;
-  for (unsigned char c : data)
-    hash = (hash ^ c) * 1099511628211ull;
-  return hash;
-}
-
-static void appendU64(std::string &out, uint64_t value) {
-  out.append(reinterpret_cast<const char *>(&value), 8);
-}
-static void appendString(std::string &out, const std::string &value) {
-  appendU64(out, value.size());
-  out += value;
-}
-
-/// Bytes per element of the dtypes a checkpoint may hold.
-static std::optional<uint64_t> dtypeBytes(StringRef dtype) {
-  return llvm::StringSwitch<std::optional<uint64_t>>(dtype)
-      .Cases({"f32", "i32"}, 4)
-      .Cases({"bf16", "f16"}, 2)
-      .Case("i64", 8)
-      .Case("i8", 1)
-      .Default(std::nullopt);
-}
-
-/// Writes params and optimizer state atomically: a temporary file, fsync,
-/// rename over the old checkpoint, fsync of the directory.
-/// Writes `data` as `dir`/`name` atomically: a temporary file, fsync,
-/// rename over the old one, fsync of the directory.
-static bool writeAtomically(StringRef dir, StringRef name,
-                            const std::string &data, std::string &error);
-
-static bool saveCheckpoint(StringRef dir, int64_t step,
-                           const RunIdentity &identity,
-                           ArrayRef<TensorSlot> slots, const State &state,
-                           std::string &error,
-                           StringRef name = "checkpoint.bin") {
-  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
-    error = "cannot create '" + dir.str() + "': " + ec.message();
-    return false;
-  }
-  std::string data(kMagic, 8);
-  appendU64(data, static_cast<uint64_t>(step));
-  appendU64(data, static_cast<uint64_t>(identity.seed));
-  appendU64(data, identity.dataBytes);
-  appendU64(data, identity.dataHash);
-  uint64_t count = 0;
-  for (const TensorSlot &slot : slots)
-    count += isState(slot);
-  appendU64(data, count);
-  for (const TensorSlot &slot : slots) {
-    if (!isState(slot))
-      continue;
-    appendString(data, slot.role);
-    appendString(data, slot.key);
-    appendString(data, slot.dtype);
-    appendU64(data, slot.shape.size());
-    for (int64_t d : slot.shape)
-      appendU64(data, static_cast<uint64_t>(d));
-    Bytes bytes = state.read(slot);
-    appendU64(data, bytes.size());
-    data.append(reinterpret_cast<const char *>(bytes.data()), bytes.size());
-  }
-  appendU64(data, fnv1a(data));
-  return writeAtomically(dir, name, data, error);
-}
-
-static bool writeAtomically(StringRef dir, StringRef name,
-                            const std::string &data, std::string &error) {
-  std::string path = (dir + "/" + name).str();
-  // A name of this process's: two writers never share a temporary (the
-  // directory's lock keeps a second run out; this keeps any writer safe).
-  std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    error = "cannot write '" + temporary + "': " + std::strerror(errno);
-    return false;
-  }
-  size_t written = 0;
-  while (written < data.size()) {
-    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
-    if (n <= 0) {
-      error = "cannot write '" + temporary + "': " + std::strerror(errno);
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      return false;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0 ||
-      ::rename(temporary.c_str(), path.c_str()) != 0) {
-    error = "cannot commit '" + path + "': " + std::strerror(errno);
-    ::unlink(temporary.c_str());
-    return false;
-  }
-  int dirFd = ::open(dir.str().c_str(), O_RDONLY);
-  if (dirFd >= 0) {
-    ::fsync(dirFd);
-    ::close(dirFd);
-  }
-  return true;
-}
-
-bool mlir::train::checkSaveDir(StringRef dir, std::string &error) {
-  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
-    error = "cannot create --save directory '" + dir.str() + "': " +
-            ec.message();
-    return false;
-  }
-  std::string probe =
-      (dir + "/checkpoint.bin.tmp." + llvm::Twine(::getpid())).str();
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    error = "cannot write into --save directory '" + dir.str() + "': " +
-            std::strerror(errno);
-    return false;
-  }
-  ::close(fd);
-  ::unlink(probe.c_str());
-  return true;
-}
-
-bool mlir::train::lockSaveDir(StringRef dir, std::string &error) {
-  std::string path = (dir + "/" + kSaveDirLockName).str();
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    error = "cannot lock --save directory '" + dir.str() + "': " +
-            std::strerror(errno);
-    return false;
-  }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int why = errno;
-    char holder[32] = {};
-    ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
-    ::close(fd);
-    if (why == EWOULDBLOCK) {
-      error = "--save directory '" + dir.str() +
-              "' is in use by another trainmem-run" +
-              (n > 0 ? " (pid " + StringRef(holder).trim().str() + ")"
-                     : std::string()) +
-              "; give each run its own directory";
-    } else {
-      error = "cannot lock --save directory '" + dir.str() + "': " +
-              std::strerror(why);
-    }
-    return false;
-  }
-  // Held until the process ends (the descriptor stays open); the pid says
-  // who holds it.
-  std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 ||
-      ::pwrite(fd, pid.data(), pid.size(), 0) !=
-          static_cast<ssize_t>(pid.size())) {
-    // The lock holds without the pid.
-  }
-  return true;
-}
-
-/// The index of the first NaN or infinity of `bytes` as a tensor of
-/// `dtype` (f32, bf16, f16: an exponent of all ones); none for integers.
-static std::optional<int64_t> firstNonFinite(StringRef dtype, StringRef bytes) {
-  auto scan = [&](auto word, uint64_t exponentMask) -> std::optional<int64_t> {
-    using Word = decltype(word);
-    size_t n = bytes.size() / sizeof(Word);
-    for (size_t i = 0; i < n; ++i) {
-      Word bits;
-      std::memcpy(&bits, bytes.data() + i * sizeof(Word), sizeof(Word));
-      if ((bits & exponentMask) == exponentMask)
-        return static_cast<int64_t>(i);
-    }
-    return std::nullopt;
-  };
-  if (dtype == "f32")
-    return scan(uint32_t(), 0x7f800000u);
-  if (dtype == "bf16")
-    return scan(uint16_t(), 0x7f80u);
-  if (dtype == "f16")
-    return scan(uint16_t(), 0x7c00u);
-  return std::nullopt;
-}
-
-/// Nothing of the run's state is touched until every field agrees with the
-/// step.
-/// Reads the checkpoint file at `path`; with `slots`, checks every tensor
-/// against them (without, the tensors are taken as they are: the shards of
-/// another number of ranks, to re-shard).
-static bool readCheckpointFile(const std::string &path,
-                               std::optional<ArrayRef<TensorSlot>> slotsToCheck,
-                               Checkpoint &checkpoint, std::string &error);
-
-bool mlir::train::readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
-                                 Checkpoint &checkpoint, std::string &error,
-                                 StringRef name) {
-  return readCheckpointFile((dir + "/" + name).str(), slots, checkpoint,
-                            error);
-}
-
-static bool readCheckpointFile(const std::string &path,
-                               std::optional<ArrayRef<TensorSlot>> slotsToCheck,
-                               Checkpoint &checkpoint, std::string &error) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer) {
-    error = "cannot read checkpoint '" + path + "': " +
-            buffer.getError().message();
-    return false;
-  }
-  StringRef data = (*buffer)->getBuffer();
-  auto corrupt = [&](const Twine &why) {
-    error = ("checkpoint '" + path + "' is corrupt: " + why).str();
-    return false;
-  };
-  if (data.size() < 16 || (std::memcmp(data.data(), kMagic, 8) != 0 &&
-                           std::memcmp(data.data(), kMagicV1, 8) != 0)) {
-    error = "'" + path + "' is not a trainmem checkpoint";
-    return false;
-  }
-  bool version1 = std::memcmp(data.data(), kMagicV1, 8) == 0;
-  uint64_t stored;
-  std::memcpy(&stored, data.data() + data.size() - 8, 8);
-  if (data.size() < 24 || fnv1a(data.drop_back(8)) != stored) {
-    error = "checkpoint '" + path +
-            "' is truncated or corrupt (checksum mismatch)";
-    return false;
-  }
-  StringRef body = data.drop_back(8);
-  size_t pos = 8;
-  bool truncated = false;
-  // Every length is checked against what is left before it is used, so no
-  // field can make a read run past the file or a size wrap around.
-  auto readU64 = [&]() -> uint64_t {
-    if (truncated || body.size() - pos < 8) {
-      truncated = true;
-      return 0;
-    }
-    uint64_t value;
-    std::memcpy(&value, body.data() + pos, 8);
-    pos += 8;
-    return value;
-  };
-  auto readBytes = [&](uint64_t size) -> StringRef {
-    if (truncated || size > body.size() - pos) {
-      truncated = true;
-      return "";
-    }
-    StringRef value = body.substr(pos, size);
-    pos += size;
-    return value;
-  };
-  uint64_t savedStep = readU64();
-  if (!truncated && savedStep > kMaxStep)
-    return corrupt("its step " + Twine(static_cast<int64_t>(savedStep)) +
-                   " is negative or absurd");
-  if (!version1) {
-    RunIdentity identity;
-    identity.seed = static_cast<int64_t>(readU64());
-    identity.dataBytes = readU64();
-    identity.dataHash = readU64();
-    checkpoint.identity = identity;
-  }
-  uint64_t count = readU64();
-  // Each entry takes at least 5 words; a count beyond that is a lie.
-  if (!truncated && count > (body.size() - pos) / 40)
-    return corrupt("it claims " + Twine(count) + " tensors");
-  std::map<std::string, std::string> description;
-  for (uint64_t i = 0; i < count && !truncated; ++i) {
-    std::string role = readBytes(readU64()).str();
-    std::string key = readBytes(readU64()).str();
-    std::string dtype = readBytes(readU64()).str();
-    uint64_t rank = readU64();
-    if (truncated)
-      break;
-    if (rank > 8)
-      return corrupt("tensor '" + key + "' has rank " + Twine(rank));
-    std::optional<uint64_t> elementBytes = dtypeBytes(dtype);
-    if (!elementBytes)
-      return corrupt("tensor '" + key + "' has unknown dtype '" + dtype + "'");
-    std::string shape;
-    uint64_t expectedBytes = *elementBytes;
-    for (uint64_t d = 0; d < rank && !truncated; ++d) {
-      uint64_t dim = readU64();
-      if (dim > (uint64_t(1) << 40) ||
-          (dim && expectedBytes > std::numeric_limits<uint64_t>::max() / dim))
-        return corrupt("tensor '" + key + "' has an absurd dimension " +
-                       Twine(dim));
-      expectedBytes *= dim;
-      shape += (d ? "x" : "") + std::to_string(dim);
-    }
-    uint64_t bytes = readU64();
-    if (!truncated && bytes != expectedBytes)
-      return corrupt("tensor '" + key + "' holds " + Twine(bytes) +
-                     " bytes; " + dtype + "[" + shape + "] needs " +
-                     Twine(expectedBytes));
-    StringRef values = readBytes(bytes);
-    if (truncated)
-      break;
-    // Training state is finite (a non-finite update is skipped): a NaN or
-    // infinity is a diverged run or an altered file, refused here rather
-    // than blamed on the first step that reads it.
-    if (std::optional<int64_t> at = firstNonFinite(dtype, values))
-      return corrupt(role + " '" + key + "' holds a NaN or infinity (element " +
-                     Twine(*at) + "): resume from an earlier checkpoint");
-    std::string name = role + ":" + key;
-    if (checkpoint.tensors.count(name))
-      return corrupt("it holds " + role + " '" + key + "' twice");
-    checkpoint.tensors[name] = Bytes(values.bytes_begin(), values.bytes_end());
-    description[name] = dtype + "[" + shape + "]";
-  }
-  if (truncated || pos != body.size()) {
-    error = "checkpoint '" + path + "' is truncated or has trailing bytes";
-    return false;
-  }
-  checkpoint.step = static_cast<int64_t>(savedStep);
-  if (!slotsToCheck)
-    return true;
-  // Every state tensor of this step must be there with its shape and type.
-  ArrayRef<TensorSlot> slots = *slotsToCheck;
-  size_t expectedCount = 0;
-  for (const TensorSlot &slot : slots) {
-    if (!isState(slot))
-      continue;
-    ++expectedCount;
-    std::string name = slot.role + ":" + slot.key;
-    std::string shape;
-    for (size_t d = 0; d < slot.shape.size(); ++d)
-      shape += (d ? "x" : "") + std::to_string(slot.shape[d]);
-    std::string expected = slot.dtype + "[" + shape + "]";
-    auto it = description.find(name);
-    if (it == description.end()) {
-      error = "checkpoint '" + path + "' does not match this step: it has no " +
-              slot.role + " '" + slot.key + "'";
-      return false;
-    }
-    if (it->second != expected ||
-        checkpoint.tensors[name].size() != slot.bytes) {
-      error = "checkpoint '" + path + "' does not match this step: " +
-              slot.role + " '" + slot.key + "' is " + it->second +
-              " there and " + expected + " here";
-      return false;
-    }
-  }
-  if (checkpoint.tensors.size() != expectedCount) {
-    error = "checkpoint '" + path +
-            "' does not match this step: it holds other tensors as well";
-    return false;
-  }
-  checkpoint.step = static_cast<int64_t>(savedStep);
-  return true;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1107,104 +743,48 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
   return true;
 }
 
-/// Removes from `dir` every checkpoint but `keep`: one rank's
-/// checkpoint.bin, a sharded one's manifest and step-K directories.
-static void removeOtherCheckpoints(StringRef dir, StringRef keep) {
-  std::error_code ec;
-  std::vector<std::string> stale;
-  for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
-       it.increment(ec)) {
-    StringRef name = llvm::sys::path::filename(it->path());
-    if (name == keep)
-      continue;
-    if (name == "checkpoint.bin" ||
-        (name == "manifest" && keep == "checkpoint.bin") ||
-        name.starts_with("step-"))
-      stale.push_back(it->path());
-  }
-  for (const std::string &path : stale) {
-    std::error_code inner;
-    for (llvm::sys::fs::directory_iterator file(path, inner), last;
-         file != last && !inner; file.increment(inner))
-      llvm::sys::fs::remove(file->path());
-    llvm::sys::fs::remove(path);
-  }
-}
-
-static std::string shardName(int64_t rank, int64_t ranks) {
-  return "shard-" + std::to_string(rank) + "-of-" + std::to_string(ranks) +
-         ".bin";
-}
-
 bool Session::save(StringRef dir, int64_t step, const RunIdentity &identity,
                    std::string &error) const {
   assert(state && "start the session first");
-  if (ranks > 1) {
-    // Each rank its shard, in a directory of the step; then rank 0 the
-    // manifest that names them, so that it names a complete set only.
-    std::string stepName = "step-" + std::to_string(step);
-    std::string stepDir = (dir + "/" + stepName).str();
-    if (!saveCheckpoint(stepDir, step, identity, layout.arguments, *state,
-                        error, shardName(rank, ranks)))
-      return false;
-    auto barrier = [&]() {
-      tmrt_barrier(ctx);
-      if (const char *why = tmrt_context_error(ctx)) {
-        error = std::string("checkpoint of step ") + std::to_string(step) +
-                ": " + why;
-        return false;
-      }
-      return true;
-    };
-    if (!barrier())
-      return false;
-    if (rank == 0) {
-      std::string manifest = "trainmem sharded checkpoint 1\nranks " +
-                             std::to_string(ranks) + "\nstage " +
-                             std::to_string(zeroStage) + "\nstep " +
-                             std::to_string(step) + "\n";
-      // What each tensor is: its rank's shape, the whole tensor's.
-      auto shapeText = [](const std::vector<int64_t> &shape) {
-        std::string text;
-        for (size_t d = 0; d < shape.size(); ++d)
-          text += (d ? "x" : "") + std::to_string(shape[d]);
-        return text.empty() ? std::string("scalar") : text;
-      };
-      for (const TensorSlot &slot : layout.arguments)
-        if (isState(slot))
-          manifest += "tensor " + slot.role + ":" + slot.key + " " +
-                      slot.dtype + " " + shapeText(slot.shape) + " " +
-                      shapeText(slot.fullShape.empty() ? slot.shape
-                                                       : slot.fullShape) +
-                      "\n";
-      for (int64_t r = 0; r < ranks; ++r) {
-        std::string file = stepName + "/" + shardName(r, ranks);
-        auto buffer = llvm::MemoryBuffer::getFile(
-            (dir + "/" + file).str(), /*IsText=*/false,
-            /*RequiresNullTerminator=*/false);
-        if (!buffer) {
-          error = "cannot read the shard of rank " + std::to_string(r) +
-                  " ('" + file + "'): " + buffer.getError().message();
-          return false;
-        }
-        StringRef data = (*buffer)->getBuffer();
-        manifest += "shard " + std::to_string(r) + " " + file + " " +
-                    std::to_string(data.size()) + " " +
-                    std::to_string(fnv1a(data)) + "\n";
-      }
-      if (!writeAtomically(dir, "manifest", manifest, error))
-        return false;
-      // The checkpoints the manifest no longer names go (and one rank's).
-      removeOtherCheckpoints(dir, stepName);
-    }
-    return barrier();
-  }
-
-  if (!saveCheckpoint(dir, step, identity, layout.arguments, *state, error))
+  auto read = [&](const TensorSlot &slot) { return state->read(slot); };
+  auto failed = [&](llvm::Error failure) {
+    error = llvm::toString(std::move(failure));
     return false;
-  // One rank's checkpoint replaces a sharded one in the same directory.
-  removeOtherCheckpoints(dir, "checkpoint.bin");
-  return true;
+  };
+  if (ranks <= 1) {
+    if (llvm::Error failure =
+            writeCheckpoint(dir, step, identity, layout.arguments, read))
+      return failed(std::move(failure));
+    // One rank's checkpoint replaces a sharded one in the same directory.
+    removeOtherCheckpoints(dir, "checkpoint.bin");
+    return true;
+  }
+  // Each rank its shard, in a directory of the step; then rank 0 the
+  // manifest that names them, so that it names a complete set only.
+  std::string stepName = "step-" + std::to_string(step);
+  if (llvm::Error failure =
+          writeCheckpoint((dir + "/" + stepName).str(), step, identity,
+                          layout.arguments, read, shardFileName(rank, ranks)))
+    return failed(std::move(failure));
+  auto barrier = [&]() {
+    tmrt_barrier(ctx);
+    if (const char *why = tmrt_context_error(ctx)) {
+      error = std::string("checkpoint of step ") + std::to_string(step) + ": " +
+              why;
+      return false;
+    }
+    return true;
+  };
+  if (!barrier())
+    return false;
+  if (rank == 0) {
+    if (llvm::Error failure = writeManifest(dir, stepName, ranks, zeroStage,
+                                            step, layout.arguments))
+      return failed(std::move(failure));
+    // The checkpoints the manifest no longer names go (and one rank's).
+    removeOtherCheckpoints(dir, stepName);
+  }
+  return barrier();
 }
 
 Bytes Session::readState(const TensorSlot &slot) const {
@@ -1226,199 +806,4 @@ std::optional<uint64_t> Session::getMeasuredHostPeak() const {
 
 uint64_t Session::getTransferBytes() const {
   return ctx ? tmrt_transfer_bytes(ctx) : 0;
-}
-
-/// "8x16" or "scalar" as a shape.
-static std::optional<std::vector<int64_t>> parseShape(StringRef text) {
-  std::vector<int64_t> shape;
-  if (text == "scalar")
-    return shape;
-  SmallVector<StringRef> dims;
-  text.split(dims, 'x');
-  for (StringRef dim : dims) {
-    int64_t size = 0;
-    if (dim.getAsInteger(10, size) || size < 0 || size > (int64_t(1) << 40))
-      return std::nullopt;
-    shape.push_back(size);
-  }
-  return shape;
-}
-
-static uint64_t elementsOf(ArrayRef<int64_t> shape) {
-  uint64_t elements = 1;
-  for (int64_t d : shape)
-    elements *= static_cast<uint64_t>(d);
-  return elements;
-}
-
-bool mlir::train::readShardedCheckpoint(StringRef dir,
-                                        ArrayRef<TensorSlot> slots,
-                                        int64_t ranks, int64_t rank,
-                                        int64_t stage, Checkpoint &checkpoint,
-                                        std::string &error) {
-  std::string path = (dir + "/manifest").str();
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buffer) {
-    error = "cannot read the manifest of the sharded checkpoint '" + path +
-            "': " + buffer.getError().message();
-    return false;
-  }
-  SmallVector<StringRef> lines;
-  (*buffer)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
-  auto bad = [&](const Twine &why) {
-    error = ("manifest '" + path + "' " + why).str();
-    return false;
-  };
-  // More ranks than any run has is a corrupt number, not a cluster.
-  constexpr int64_t kMaxRanks = int64_t(1) << 20;
-  int64_t savedRanks = 0, savedStage = 0, savedStep = 0;
-  if (lines.size() < 4 || lines[0] != "trainmem sharded checkpoint 1" ||
-      !lines[1].consume_front("ranks ") ||
-      lines[1].getAsInteger(10, savedRanks) || savedRanks < 1 ||
-      savedRanks > kMaxRanks || !lines[2].consume_front("stage ") ||
-      lines[2].getAsInteger(10, savedStage) ||
-      !lines[3].consume_front("step ") ||
-      lines[3].getAsInteger(10, savedStep))
-    return bad("is not a trainmem sharded checkpoint's");
-  // The stage and step it claims are checked, not taken on trust.
-  if (savedStage < 0 || savedStage > 3)
-    return bad("has stage " + Twine(savedStage) +
-               ": ZeRO stages are 0, 1, 2 and 3");
-  if (savedStep < 0)
-    return bad("has step " + Twine(savedStep) + ": steps count from 0");
-
-  // What each tensor was (dtype, a rank's shape, the whole shape), and
-  // where each rank's shard is.
-  struct Tensor {
-    std::string dtype;
-    std::vector<int64_t> shard, whole;
-  };
-  struct Shard {
-    std::string file;
-    uint64_t size = 0, hash = 0;
-  };
-  std::map<std::string, Tensor> tensors;
-  std::map<int64_t, Shard> shards;
-  for (StringRef line : llvm::drop_begin(lines, 4)) {
-    SmallVector<StringRef> fields;
-    line.split(fields, ' ');
-    if (fields.size() == 5 && fields[0] == "tensor") {
-      auto shard = parseShape(fields[3]), whole = parseShape(fields[4]);
-      if (!shard || !whole)
-        return bad("has a bad line for tensor '" + fields[1] + "'");
-      tensors[fields[1].str()] = {fields[2].str(), *shard, *whole};
-      continue;
-    }
-    int64_t r = 0;
-    Shard shard;
-    if (fields.size() != 5 || fields[0] != "shard" ||
-        fields[1].getAsInteger(10, r) || r < 0 || r >= savedRanks ||
-        fields[3].getAsInteger(10, shard.size) ||
-        fields[4].getAsInteger(10, shard.hash) || shards.count(r))
-      return bad("has a bad line: '" + line + "'");
-    shard.file = fields[2].str();
-    shards[r] = shard;
-  }
-  if (static_cast<int64_t>(shards.size()) != savedRanks)
-    return bad("names " + Twine(shards.size()) + " shards of its " +
-               Twine(savedRanks) + " ranks");
-
-  // A rank's shard, checked against its size and checksum.
-  auto readShard = [&](int64_t r, std::optional<ArrayRef<TensorSlot>> check,
-                       Checkpoint &into) -> bool {
-    const Shard &shard = shards.at(r);
-    std::string file = (dir + "/" + shard.file).str();
-    auto data = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-    if (!data)
-      return bad("names '" + file + "' for rank " + Twine(r) +
-                 ", which cannot be read: " + data.getError().message());
-    StringRef bytes = (*data)->getBuffer();
-    if (bytes.size() != shard.size || fnv1a(bytes) != shard.hash)
-      return bad("names '" + file + "' for rank " + Twine(r) +
-                 " with another size or checksum: the shard is not the one "
-                 "the manifest was written for");
-    return readCheckpointFile(file, check, into, error);
-  };
-  auto sameStep = [&](int64_t shardStep) {
-    if (shardStep == savedStep)
-      return true;
-    return bad("has step " + Twine(savedStep) + ", but its shards are of step " +
-               Twine(shardStep));
-  };
-  if (savedRanks == ranks && savedStage == stage)
-    return readShard(rank, slots, checkpoint) && sameStep(checkpoint.step);
-
-  // Another number of ranks (or stage): every old shard, joined into whole
-  // tensors, then this rank's part of each, padded as this run's shards
-  // are. The manifest says what each tensor was; it must be this step's.
-  std::vector<Checkpoint> old(savedRanks);
-  for (int64_t r = 0; r < savedRanks; ++r) {
-    if (!readShard(r, std::nullopt, old[r]))
-      return false;
-    if (old[r].step != old[0].step)
-      return bad("names shards of steps " + Twine(old[0].step) + " and " +
-                 Twine(old[r].step));
-  }
-  checkpoint.step = old[0].step;
-  if (!sameStep(checkpoint.step))
-    return false;
-  checkpoint.identity = old[0].identity;
-  for (const TensorSlot &slot : slots) {
-    if (!isState(slot))
-      continue;
-    std::string name = slot.role + ":" + slot.key;
-    const std::vector<int64_t> &wholeShape =
-        slot.fullShape.empty() ? slot.shape : slot.fullShape;
-    auto saved = tensors.find(name);
-    if (saved == tensors.end())
-      return bad("has no " + slot.role + " '" + slot.key +
-                 "', which this step has");
-    if (saved->second.dtype != slot.dtype ||
-        saved->second.whole != wholeShape)
-      return bad("has " + slot.role + " '" + slot.key +
-                 "' of another type or shape than this step's");
-    uint64_t elementBytes =
-        slot.bytes / std::max<int64_t>(1, slot.numElements());
-    uint64_t wholeBytes = elementsOf(wholeShape) * elementBytes;
-    uint64_t shardBytes = elementsOf(saved->second.shard) * elementBytes;
-    for (const Checkpoint &shard : old) {
-      auto it = shard.tensors.find(name);
-      if (it == shard.tensors.end() || it->second.size() != shardBytes)
-        return bad("names shards whose " + slot.role + " '" + slot.key +
-                   "' is not the manifest's");
-    }
-    // The whole tensor: as every old rank held it, or its shards joined.
-    bool wasSharded = saved->second.shard != saved->second.whole;
-    Bytes joined;
-    if (!wasSharded) {
-      joined = old[0].tensors.at(name);
-    } else {
-      for (const Checkpoint &shard : old) {
-        const Bytes &part = shard.tensors.at(name);
-        joined.insert(joined.end(), part.begin(), part.end());
-      }
-      if (joined.size() < wholeBytes)
-        return bad("names shards of " + slot.role + " '" + slot.key +
-                   "' that hold " + Twine(joined.size()) + " bytes of its " +
-                   Twine(wholeBytes));
-      joined.resize(wholeBytes);
-    }
-    if (slot.fullShape.empty()) {
-      checkpoint.tensors[name] = std::move(joined);
-      continue;
-    }
-    // Padding as a fresh shard's: zeros, the code of 0 for 8-bit codes.
-    uint8_t pad = 0;
-    if (slot.statePart == StatePart::codes)
-      pad = trainmem::zeroCode(slot.stateMap == QuantMap::signed_dynamic
-                                   ? trainmem::signedDynamicMap()
-                                   : trainmem::unsignedDynamicMap());
-    Bytes part(slot.bytes, pad);
-    uint64_t first = static_cast<uint64_t>(rank) * slot.bytes;
-    for (uint64_t i = 0; i < slot.bytes && first + i < joined.size(); ++i)
-      part[i] = joined[first + i];
-    checkpoint.tensors[name] = std::move(part);
-  }
-  return true;
 }

@@ -126,11 +126,8 @@ const TensorSlot *StepLayout::findResult(StringRef role) const {
   return nullptr;
 }
 
-LogicalResult mlir::train::prepareStep(
-    ModuleOp module, StringRef autodiffOptions, StringRef rematOptions,
-    StringRef gradAccumOptions, std::optional<StringRef> quantizeOptions,
-    StringRef zeroOptions, std::optional<StringRef> lossScaleOptions,
-    bool fuseAttention, bool fuseElementwise, StringRef offload) {
+LogicalResult mlir::train::prepareStep(ModuleOp module,
+                                       TrainStepPipelineOptions &options) {
   Operation *step = nullptr;
   if (hasMarkedStep(module)) {
     step = findMarkedStep(module, "trainmem-run");
@@ -140,14 +137,16 @@ LogicalResult mlir::train::prepareStep(
   if (isLoweredStep(step)) {
     // A step lowered by trainmem-opt runs as it is; the passes that would
     // reshape it work on the tensor-level step only.
-    if (fuseAttention || fuseElementwise)
+    if (options.fuseAttention || options.fuseElementwise)
       return emitError(step->getLoc(), "trainmem-run: @")
              << SymbolTable::getSymbolName(step).getValue()
              << " is already lowered; "
-             << (fuseAttention ? "--fuse-attention" : "--fuse-elementwise")
+             << (options.fuseAttention ? "--fuse-attention"
+                                       : "--fuse-elementwise")
              << " rewrites the forward (before train-autodiff)";
-    if (!rematOptions.empty() || !gradAccumOptions.empty() || quantizeOptions ||
-        !zeroOptions.empty() || lossScaleOptions || !offload.empty())
+    if (!options.remat.empty() || !options.gradAccum.empty() ||
+        options.quantize || !options.zero.empty() || options.lossScale ||
+        !options.offload.empty())
       return emitError(step->getLoc(), "trainmem-run: @")
              << SymbolTable::getSymbolName(step).getValue()
              << " is already lowered; --remat, --grad-accum, "
@@ -156,23 +155,9 @@ LogicalResult mlir::train::prepareStep(
                 "of convert-train-to-runtime)";
     return success();
   }
-  // The registered train-step pipeline: a model's forward pass becomes the
-  // step (train-autodiff marks it); a step is taken as it is.
-  TrainStepPipelineOptions options;
+  // A model's forward pass becomes the step (train-autodiff marks it); a
+  // step is taken as it is.
   options.differentiate = step == nullptr;
-  options.fuseAttention = fuseAttention;
-  options.fuseElementwise = fuseElementwise;
-  options.autodiff = autodiffOptions.str();
-  options.remat = rematOptions.str();
-  options.gradAccum = gradAccumOptions.str();
-  options.zero = zeroOptions.str();
-  options.quantize = quantizeOptions.has_value();
-  if (quantizeOptions)
-    options.quantizeOptions = quantizeOptions->str();
-  options.lossScale = lossScaleOptions.has_value();
-  if (lossScaleOptions)
-    options.lossScaleOptions = lossScaleOptions->str();
-  options.offload = offload.str();
   PassManager pm(module.getContext());
   if (failed(buildTrainStepPipeline(
           pm, options, [&](const Twine &message) -> LogicalResult {

@@ -381,86 +381,62 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
   return o;
 }
 
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
-      "trainmem-plan: the training configuration that fits a memory budget\n");
+/// fail() for the steps of main that return a LogicalResult.
+static LogicalResult refuse(const llvm::Twine &message) {
+  fail(message);
+  return failure();
+}
 
-  std::string error;
-  std::optional<Hardware> hardware = loadHardware(hardwareName, error);
-  if (!hardware)
-    return fail(error);
-  if (emit != "table" && emit != "pipeline" && emit != "deepspeed-json" &&
-      emit != "json")
-    return fail(
-        "--emit must be table, pipeline, deepspeed-json or json, not '" + emit +
-        "'");
-  if (ranks < 1)
-    return fail("--ranks must be at least 1");
-
-  std::optional<DeepSpeedPlan> deepSpeed;
-  if (!fromDeepSpeed.empty()) {
-    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
-        llvm::MemoryBuffer::getFile(fromDeepSpeed);
-    if (!file)
-      return fail("cannot read '" + fromDeepSpeed +
+/// --from-deepspeed's plan (none without it); its keys that trainmem does
+/// not model are warned about.
+static LogicalResult readDeepSpeedFile(std::optional<DeepSpeedPlan> &out) {
+  if (fromDeepSpeed.empty())
+    return success();
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFile(fromDeepSpeed);
+  if (!file)
+    return refuse("cannot read '" + fromDeepSpeed +
                   "': " + file.getError().message());
-    std::vector<std::string> warnings;
-    llvm::Expected<DeepSpeedPlan> read =
-        readDeepSpeed((*file)->getBuffer(), ranks, warnings);
-    if (!read)
-      return fail(fromDeepSpeed + ": " + llvm::toString(read.takeError()));
-    deepSpeed = std::move(*read);
-    for (const std::string &key : warnings)
-      llvm::errs() << "trainmem-plan: warning: " << fromDeepSpeed << ": '"
-                   << key << "' is not modeled by trainmem; the plan does "
-                   << "not carry it\n";
-  }
+  std::vector<std::string> warnings;
+  llvm::Expected<DeepSpeedPlan> read =
+      readDeepSpeed((*file)->getBuffer(), ranks, warnings);
+  if (!read)
+    return refuse(fromDeepSpeed + ": " + llvm::toString(read.takeError()));
+  out = std::move(*read);
+  for (const std::string &key : warnings)
+    llvm::errs() << "trainmem-plan: warning: " << fromDeepSpeed << ": '" << key
+                 << "' is not modeled by trainmem; the plan does "
+                 << "not carry it\n";
+  return success();
+}
 
-  if (modelName.empty()) {
-    if (deepSpeed && emit == "pipeline") {
-      llvm::outs() << "builtin.module("
-                   << deepSpeed->candidate.passPipeline(ranks, 0) << ")\n";
-      return 0;
-    }
-    return fail("--model is required (a preset: trainmem-model "
-                "--list-presets)");
-  }
-  DialectRegistry registry;
-  registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect,
-                  tensor::TensorDialect, shard::ShardDialect>();
-  registerShardExternalModels(registry);
-  registerTrainPasses();
-  registerTrainPipelines();
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-
-  // A model file (forward + loss, as trainmem-model writes it), or a preset.
-  OwningOpRef<ModuleOp> moduleFile;
-  std::optional<ModelConfig> model;
+/// The model planned: a model file (forward + loss, as trainmem-model
+/// writes it, into `moduleFile`) used as it is, or a preset with the
+/// shape options applied (and the DeepSpeed config's dtype).
+static LogicalResult loadModel(MLIRContext &context,
+                               const std::optional<DeepSpeedPlan> &deepSpeed,
+                               OwningOpRef<ModuleOp> &moduleFile,
+                               std::optional<ModelConfig> &model) {
   if (StringRef(modelName).ends_with(".mlir")) {
     if (layers.getNumOccurrences() || seq.getNumOccurrences() ||
         hidden.getNumOccurrences() || heads.getNumOccurrences() ||
         ffn.getNumOccurrences() || vocab.getNumOccurrences() ||
         dtype.getNumOccurrences())
-      return fail("--layers, --seq, --hidden, --heads, --ffn, --vocab and "
-                  "--dtype shape a preset; a model file is used as it is");
-    llvm::SourceMgr sources;
+      return refuse("--layers, --seq, --hidden, --heads, --ffn, --vocab and "
+                    "--dtype shape a preset; a model file is used as it is");
     moduleFile = parseSourceFile<ModuleOp>(modelName, &context);
     if (!moduleFile)
-      return fail("cannot read the model '" + modelName + "'");
+      return refuse("cannot read the model '" + modelName + "'");
     model = ModelConfig();
     model->name = modelName;
   } else {
     model = getPreset(modelName);
   }
   if (!model)
-    return fail("unknown model preset '" + modelName +
-                "' (trainmem-model --list-presets, or a .mlir file)");
+    return refuse("unknown model preset '" + modelName +
+                  "' (trainmem-model --list-presets, or a .mlir file)");
   // A shape given is the shape planned: 0 or a negative one is refused
-  // below (validateConfig), as trainmem-model refuses it.
+  // later (validateConfig), as trainmem-model refuses it.
   if (seq.getNumOccurrences())
     model->seq = seq;
   if (hidden.getNumOccurrences()) {
@@ -484,31 +460,30 @@ int main(int argc, char **argv) {
     model->dtype = dtype;
   if (deepSpeed && deepSpeed->dtype) {
     if (dtype.getNumOccurrences() && dtype != *deepSpeed->dtype)
-      return fail("--dtype " + dtype + ", but the DeepSpeed config trains " +
-                  *deepSpeed->dtype + " (its bf16/fp16 keys decide)");
+      return refuse("--dtype " + dtype + ", but the DeepSpeed config trains " +
+                    *deepSpeed->dtype + " (its bf16/fp16 keys decide)");
     model->dtype = *deepSpeed->dtype;
   }
+  return success();
+}
 
-  PlanRequest request;
-  request.model = *model;
-  if (moduleFile)
-    request.module = *moduleFile;
-  request.ranks = ranks;
-  request.hardware = *hardware;
-  request.globalBatch = deepSpeed ? deepSpeed->globalBatch : globalBatch;
-  if (request.globalBatch <= 0 && !moduleFile)
-    return fail("--global-batch is required (sequences per optimizer step "
-                "over all ranks)");
-  request.memoryBytes = hardware->memoryBytes;
-  if (!memory.empty()) {
-    std::optional<uint64_t> bytes = trainmem::parseByteSize(memory);
-    if (!bytes)
-      return fail("--memory '" + memory +
-                  "' is not a size from 1 byte to below 2^63 bytes (e.g. "
-                  "80GB, 24GiB, 1e9)");
-    request.memoryBytes = *bytes;
-  }
-  request.exact = exact;
+/// both, off or on as the values a choice takes.
+static std::optional<std::vector<bool>> bothOffOn(StringRef value) {
+  if (value == "both")
+    return std::vector<bool>{false, true};
+  if (value == "off")
+    return std::vector<bool>{false};
+  if (value == "on")
+    return std::vector<bool>{true};
+  return std::nullopt;
+}
+
+/// The choices searched: the DeepSpeed config's (one of each), or the
+/// options'. Fusion is a model setting in DeepSpeed: with --from-deepspeed
+/// it is off unless asked for here.
+static LogicalResult
+fillSearchSpace(PlanRequest &request,
+                const std::optional<DeepSpeedPlan> &deepSpeed) {
   if (deepSpeed) {
     const PlanCandidate &c = deepSpeed->candidate;
     request.microBatches = {c.microBatch};
@@ -524,8 +499,8 @@ int main(int argc, char **argv) {
     for (const std::string &r : remats) {
       std::optional<PlanRemat> remat = parsePlanRemat(r);
       if (!remat)
-        return fail("--remat: unknown policy '" + r +
-                    "' (none, selective, full, budget)");
+        return refuse("--remat: unknown policy '" + r +
+                      "' (none, selective, full, budget)");
       request.remats.push_back(*remat);
     }
     for (long long s : stages)
@@ -533,78 +508,95 @@ int main(int argc, char **argv) {
     for (const std::string &o : offloads) {
       std::optional<PlanOffload> offload = parsePlanOffload(o);
       if (!offload)
-        return fail("--offload: unknown choice '" + o +
-                    "' (none, states, states+update)");
+        return refuse("--offload: unknown choice '" + o +
+                      "' (none, states, states+update)");
       request.offloads.push_back(*offload);
     }
-    if (eightBit == "both")
-      request.eightBit = {false, true};
-    else if (eightBit == "off")
-      request.eightBit = {false};
-    else if (eightBit == "on")
-      request.eightBit = {true};
-    else
-      return fail("--eight-bit must be both, off or on");
+    std::optional<std::vector<bool>> eight = bothOffOn(eightBit);
+    if (!eight)
+      return refuse("--eight-bit must be both, off or on");
+    request.eightBit = *eight;
   }
-  // Fusion is a model setting in DeepSpeed: with --from-deepspeed it is
-  // off unless asked for here.
-  auto fusion = [&](const cl::opt<std::string> &option,
-                    std::vector<bool> &out) -> bool {
-    if (!option.getNumOccurrences())
-      return true;
-    const std::string &value = option;
-    if (value == "both")
-      out = {false, true};
-    else if (value == "off")
-      out = {false};
-    else if (value == "on")
-      out = {true};
-    else
-      return false;
-    return true;
-  };
-  if (!fusion(fuseAttention, request.fuseAttention))
-    return fail("--fuse-attention must be both, off or on");
-  if (!fusion(fuseElementwise, request.fuseElementwise))
-    return fail("--fuse-elementwise must be both, off or on");
-  if (top < 0)
-    return fail("--top must be a count of candidates (1 or more), got " +
-                llvm::Twine(top.getValue()));
-  if (!completePlanRequest(request, error))
-    return fail(error);
+  for (auto [option, out] :
+       {std::pair{&fuseAttention, &request.fuseAttention},
+        std::pair{&fuseElementwise, &request.fuseElementwise}}) {
+    if (!option->getNumOccurrences())
+      continue;
+    std::optional<std::vector<bool>> values = bothOffOn(*option);
+    if (!values)
+      return refuse("--" + option->ArgStr + " must be both, off or on");
+    *out = *values;
+  }
+  return success();
+}
 
-  if (request.memoryBytes < 1000000000) {
-    unitBytes = 1e6;
-    unitName = "MB";
+/// The request from the options: the model, ranks, hardware, global batch,
+/// memory and the choices searched.
+static LogicalResult
+fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
+            const Hardware &hardware,
+            const std::optional<DeepSpeedPlan> &deepSpeed) {
+  request.model = model;
+  request.module = moduleFile;
+  request.ranks = ranks;
+  request.hardware = hardware;
+  request.globalBatch = deepSpeed ? deepSpeed->globalBatch : globalBatch;
+  if (request.globalBatch <= 0 && !moduleFile)
+    return refuse("--global-batch is required (sequences per optimizer step "
+                  "over all ranks)");
+  request.memoryBytes = hardware.memoryBytes;
+  if (!memory.empty()) {
+    std::optional<uint64_t> bytes = trainmem::parseByteSize(memory);
+    if (!bytes)
+      return refuse("--memory '" + memory +
+                    "' is not a size from 1 byte to below 2^63 bytes (e.g. "
+                    "80GB, 24GiB, 1e9)");
+    request.memoryBytes = *bytes;
   }
-  PlanResult result = plan(context, request);
-  llvm::raw_ostream &os = llvm::outs();
-  if (emit == "json") {
-    // Each candidate with its table number (#, from 1); "best" is one.
-    llvm::json::Array candidates;
-    for (size_t i : shownCandidates(result)) {
-      llvm::json::Object candidate =
-          candidateJson(result.candidates[i], request);
-      candidate["number"] = static_cast<int64_t>(i + 1);
-      candidates.push_back(std::move(candidate));
-    }
-    llvm::json::Object out{{"model", request.model.name},
-                           {"layers", request.model.layers},
-                           {"seq", request.model.seq},
-                           {"dtype", request.model.dtype},
-                           {"global_batch", request.globalBatch},
-                           {"ranks", request.ranks},
-                           {"memory_bytes", request.memoryBytes},
-                           {"hardware", request.hardware.name},
-                           {"candidates", std::move(candidates)}};
-    if (result.best)
-      out["best"] = static_cast<int64_t>(*result.best + 1);
-    else
-      out["nothing_fits"] = result.nothingFits;
-    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(out))) << "\n";
-    return result.best ? 0 : 1;
+  request.exact = exact;
+  if (failed(fillSearchSpace(request, deepSpeed)))
+    return failure();
+  if (top < 0)
+    return refuse("--top must be a count of candidates (1 or more), got " +
+                  llvm::Twine(top.getValue()));
+  std::string error;
+  if (!completePlanRequest(request, error))
+    return refuse(error);
+  return success();
+}
+
+/// --emit json: each candidate shown with its table number (#, from 1);
+/// "best" is one.
+static int printJson(const PlanRequest &request, const PlanResult &result) {
+  llvm::json::Array candidates;
+  for (size_t i : shownCandidates(result)) {
+    llvm::json::Object candidate = candidateJson(result.candidates[i], request);
+    candidate["number"] = static_cast<int64_t>(i + 1);
+    candidates.push_back(std::move(candidate));
   }
-  if (emit == "table" && request.module) {
+  llvm::json::Object out{{"model", request.model.name},
+                         {"layers", request.model.layers},
+                         {"seq", request.model.seq},
+                         {"dtype", request.model.dtype},
+                         {"global_batch", request.globalBatch},
+                         {"ranks", request.ranks},
+                         {"memory_bytes", request.memoryBytes},
+                         {"hardware", request.hardware.name},
+                         {"candidates", std::move(candidates)}};
+  if (result.best)
+    out["best"] = static_cast<int64_t>(*result.best + 1);
+  else
+    out["nothing_fits"] = result.nothingFits;
+  llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(out)))
+               << "\n";
+  return result.best ? 0 : 1;
+}
+
+/// --emit table: what was planned, then the candidates.
+static void printHeaderAndTable(llvm::raw_ostream &os,
+                                const PlanRequest &request,
+                                const PlanResult &result) {
+  if (request.module)
     os << llvm::formatv(
         "trainmem-plan: {0} (seq {1}, batch {2} per rank), global batch {3} "
         "on {4} rank(s), {5} {9} per device, {6} ({7:F1} TFLOP/s dense, {8:P0} "
@@ -613,8 +605,7 @@ int main(int argc, char **argv) {
         request.globalBatch, request.ranks, gb(request.memoryBytes),
         request.hardware.name, request.hardware.peakFlops / 1e12,
         request.hardware.achievableFraction, unitName);
-    printTable(os, request, result);
-  } else if (emit == "table") {
+  else
     os << llvm::formatv(
         "trainmem-plan: {0} ({1} layers, seq {2}, {3}), global batch {4} on "
         "{5} rank(s), {6} {11} per device, {7} ({8:F1} TFLOP/s dense, {9:P0} "
@@ -624,14 +615,13 @@ int main(int argc, char **argv) {
         gb(request.memoryBytes), request.hardware.name,
         request.hardware.peakFlops / 1e12, request.hardware.achievableFraction,
         request.exact ? ", every candidate compiled whole" : "", unitName);
-    printTable(os, request, result);
-  }
-  if (!result.best) {
-    if (emit == "table")
-      os << result.nothingFits << "\n";
-    os.flush();
-    return fail(result.nothingFits);
-  }
+  printTable(os, request, result);
+}
+
+/// The best candidate as --emit asks: explained under the table, as a
+/// pass pipeline, or as a DeepSpeed config.
+static void printBestAs(llvm::raw_ostream &os, const PlanRequest &request,
+                        const PlanResult &result) {
   const PlanCandidate &best = result.candidates[*result.best];
   if (emit == "table") {
     printBest(os, request, best, *result.best);
@@ -645,5 +635,70 @@ int main(int argc, char **argv) {
       llvm::errs() << "trainmem-plan: note: " << note << "\n";
     os << llvm::formatv("{0:2}", llvm::json::Value(std::move(config))) << "\n";
   }
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "trainmem-plan: the training configuration that fits a memory budget\n");
+
+  std::string error;
+  std::optional<Hardware> hardware = loadHardware(hardwareName, error);
+  if (!hardware)
+    return fail(error);
+  if (emit != "table" && emit != "pipeline" && emit != "deepspeed-json" &&
+      emit != "json")
+    return fail(
+        "--emit must be table, pipeline, deepspeed-json or json, not '" + emit +
+        "'");
+  if (ranks < 1)
+    return fail("--ranks must be at least 1");
+  std::optional<DeepSpeedPlan> deepSpeed;
+  if (failed(readDeepSpeedFile(deepSpeed)))
+    return 1;
+  if (modelName.empty()) {
+    if (deepSpeed && emit == "pipeline") {
+      llvm::outs() << "builtin.module("
+                   << deepSpeed->candidate.passPipeline(ranks, 0) << ")\n";
+      return 0;
+    }
+    return fail("--model is required (a preset: trainmem-model "
+                "--list-presets)");
+  }
+  DialectRegistry registry;
+  registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect,
+                  tensor::TensorDialect, shard::ShardDialect>();
+  registerShardExternalModels(registry);
+  registerTrainPasses();
+  registerTrainPipelines();
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  OwningOpRef<ModuleOp> moduleFile;
+  std::optional<ModelConfig> model;
+  PlanRequest request;
+  if (failed(loadModel(context, deepSpeed, moduleFile, model)) ||
+      failed(
+          fillRequest(request, *model, moduleFile.get(), *hardware, deepSpeed)))
+    return 1;
+
+  if (request.memoryBytes < 1000000000) {
+    unitBytes = 1e6;
+    unitName = "MB";
+  }
+  PlanResult result = plan(context, request);
+  llvm::raw_ostream &os = llvm::outs();
+  if (emit == "json")
+    return printJson(request, result);
+  if (emit == "table")
+    printHeaderAndTable(os, request, result);
+  if (!result.best) {
+    if (emit == "table")
+      os << result.nothingFits << "\n";
+    os.flush();
+    return fail(result.nothingFits);
+  }
+  printBestAs(os, request, result);
   return 0;
 }

@@ -1,9 +1,10 @@
-//===- Session.h - a training run on one backend -----------------*- C++ -*-===//
+//===- Session.h - a training run on one backend -----------------*- C++
+//-*-===//
 //
 // What trainmem-run is made of, as a library its tests and other drivers
 // reuse: the byte-level corpus, the run's state (parameters and optimizer
-// state, initialized from #train.init or restored from a checkpoint), the
-// checkpoint format, and a Session that runs a compiled step on a backend
+// state, initialized from #train.init or restored from a checkpoint,
+// Checkpoint.h), and a Session that runs a compiled step on a backend
 // and copies state the step could not update in place back to its slot.
 //
 // Backends: "interpret" runs the tensor-level step on the reference
@@ -15,6 +16,7 @@
 #ifndef TRAINMEM_RUN_SESSION_H
 #define TRAINMEM_RUN_SESSION_H
 
+#include "trainmem/Run/Checkpoint.h"
 #include "trainmem/Run/Step.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -30,20 +32,6 @@
 
 namespace mlir {
 namespace train {
-
-/// The bytes of a tensor as the arena holds it (f32 values, i8 codes).
-using Bytes = std::vector<uint8_t>;
-
-/// FNV-1a of `data`: the checksum of checkpoints, manifests and corpora.
-uint64_t fnv1a(StringRef data);
-
-/// Parameters and optimizer state: what a checkpoint holds.
-bool isState(const TensorSlot &slot);
-
-/// Largest step a run or checkpoint may reach: far beyond any run, far
-/// below where step arithmetic (step + 1, the Philox stream of the batch)
-/// wraps.
-constexpr uint64_t kMaxStep = uint64_t(1) << 53;
 
 //===----------------------------------------------------------------------===//
 // Data
@@ -78,59 +66,6 @@ private:
 /// #train.init, drawn from the Philox stream of `seed`.
 std::vector<float> initialValues(const TensorSlot &slot, unsigned index,
                                  uint64_t seed);
-
-//===----------------------------------------------------------------------===//
-// Checkpoints
-//===----------------------------------------------------------------------===//
-
-/// What a run trains on besides its state: resuming with other values
-/// breaks the promise that a resumed run equals one that never stopped.
-struct RunIdentity {
-  int64_t seed = 0;
-  uint64_t dataBytes = 0;
-  uint64_t dataHash = 0;
-};
-
-/// A checkpoint read and checked completely against a step's slots.
-struct Checkpoint {
-  int64_t step = 0;
-  std::optional<RunIdentity> identity; // absent in version 01
-  /// By "role:key".
-  std::map<std::string, Bytes> tensors;
-};
-
-/// Reads `dir`/checkpoint.bin and checks every field and every tensor
-/// against `slots`; on failure sets `error` and returns false.
-bool readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
-                    Checkpoint &checkpoint, std::string &error,
-                    StringRef name = "checkpoint.bin");
-
-/// A step partitioned over N ranks checkpoints as one shard file per rank,
-/// `dir`/step-<K>/shard-<r>-of-<N>.bin (each the format above, holding the
-/// rank's tensors), and `dir`/manifest, written last by rank 0 (ranks,
-/// step, and each shard's file, size and FNV-1a checksum), so that the
-/// manifest always names a complete set. Reads rank `rank`'s part of the
-/// checkpoint the manifest names, after checking the stage and each shard's
-/// checksum: its shard on as many ranks as wrote it; on another number of
-/// ranks (or one: `ranks` = 1), the shards joined into whole tensors and
-/// this rank's part of them, padded as this run's shards are.
-bool readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
-                           int64_t ranks, int64_t rank, int64_t stage,
-                           Checkpoint &checkpoint, std::string &error);
-
-/// Checks that a checkpoint can be written into `dir` (creating it), so
-/// that a bad path is found before a run, not after it.
-bool checkSaveDir(StringRef dir, std::string &error);
-
-/// The file in a --save directory whose lock the saving run holds.
-constexpr llvm::StringLiteral kSaveDirLockName = "trainmem-run.lock";
-
-/// Takes the --save directory `dir` for this process until it ends (an
-/// advisory lock on a file in it): a second run saving into the same
-/// directory is refused at its start, with the holder's pid, instead of
-/// the two overwriting each other's checkpoints. One process per run takes
-/// it (rank 0 of several).
-bool lockSaveDir(StringRef dir, std::string &error);
 
 //===----------------------------------------------------------------------===//
 // Session

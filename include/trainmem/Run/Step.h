@@ -6,6 +6,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrs.h"
+#include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 
 #include <cstdint>
 #include <memory>
@@ -68,27 +69,13 @@ struct StepLayout {
 };
 
 /// Makes `module` hold a tensor-level step (marked train.step) ready to
-/// lower: a module
-/// with @forward is differentiated with train-autodiff (options in the
-/// pass's syntax, e.g. "lr=1e-3 clip-norm=1.0"); then, with non-empty
-/// `rematOptions` (e.g. "policy=selective"), train-remat; with non-empty
-/// `gradAccumOptions` (e.g. "steps=4"), train-grad-accum; with
-/// `quantizeOptions` (possibly empty: the defaults),
-/// train-quantize-optimizer-state; then accumulation loops are unrolled and
-/// train.remat regions materialized; with non-empty `zeroOptions` (e.g.
-/// "ranks=2 stage=1"), train-zero between the two (train-step's order);
-/// with `lossScaleOptions` (possibly empty), train-loss-scale after
-/// train-autodiff; with `fuseAttention`, train-fuse-attention on the
-/// forward before it, with `fuseElementwise` train-fuse-elementwise; with
-/// `offload` ("states" or "states+update"), train-offload-optimizer last.
-LogicalResult prepareStep(ModuleOp module, StringRef autodiffOptions,
-                          StringRef rematOptions = "",
-                          StringRef gradAccumOptions = "",
-                          std::optional<StringRef> quantizeOptions = {},
-                          StringRef zeroOptions = "",
-                          std::optional<StringRef> lossScaleOptions = {},
-                          bool fuseAttention = false,
-                          bool fuseElementwise = false, StringRef offload = "");
+/// lower, through the registered train-step pipeline with `options` (a
+/// command line fills them: trainmem-run's flags are its fields).
+/// `options.differentiate` follows from the module: a module with @forward
+/// is differentiated (train-autodiff with `options.autodiff`), a marked
+/// step is taken as it is. A step lowered already runs as it is: options
+/// that would reshape it are refused with an error at the step.
+LogicalResult prepareStep(ModuleOp module, TrainStepPipelineOptions &options);
 
 /// Lowers a tensor-level step to the LLVM dialect (convert-train-to-runtime,
 /// convert-to-llvm) and reads its arena layout.

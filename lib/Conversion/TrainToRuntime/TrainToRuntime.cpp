@@ -174,6 +174,235 @@ StringRef dtypeName(Type elementType) {
   return "unknown";
 }
 
+/// The step the pass lowers: the marked step or `function`, a function
+/// with a body that takes and returns ranked tensors, not lowered already;
+/// null after an error.
+func::FuncOp findTensorStep(ModuleOp module, StringRef function) {
+  Operation *symbol = function.empty()
+                          ? findMarkedStep(module, "convert-train-to-runtime")
+                          : module.lookupSymbol(function);
+  if (function.empty() && !symbol)
+    return {};
+  std::string name =
+      symbol ? SymbolTable::getSymbolName(symbol).str() : function.str();
+  if (isLoweredStep(symbol)) {
+    emitError(symbol->getLoc(), "convert-train-to-runtime: @")
+        << name
+        << " is already lowered (it takes the runtime's arena, not "
+           "tensors); run this pass once, on the tensor-level step";
+    return {};
+  }
+  auto step = dyn_cast_or_null<func::FuncOp>(symbol);
+  if (!step || step.isExternal()) {
+    emitError(module.getLoc(), "convert-train-to-runtime: no function @")
+        << name << " with a body";
+    return {};
+  }
+  for (auto [what, types] : {std::pair{"argument", step.getArgumentTypes()},
+                             std::pair{"result", step.getResultTypes()}})
+    for (auto [index, type] : llvm::enumerate(types))
+      if (!isa<RankedTensorType>(type)) {
+        emitError(step.getLoc(), "convert-train-to-runtime: ")
+            << what << " " << index << " of @" << name << " is " << type
+            << "; a tensor-level step takes and returns ranked "
+            << "tensors";
+        return {};
+      }
+  return step;
+}
+
+/// The plan train-plan-arena wrote into the step, checked against the IR
+/// as it is now; without one, planned here. Its offsets must stay below
+/// bit 55, which a location keeps for the host arena (TMRT_HOST_MEMORY),
+/// the bits above for the element type.
+FailureOr<MemoryPlan> arenaPlan(func::FuncOp step,
+                                const FunctionMemory &memory) {
+  std::optional<MemoryPlan> plan;
+  if (MemoryPlan::hasPlanInIR(step)) {
+    FailureOr<MemoryPlan> written =
+        MemoryPlan::readFromIR(memory, "convert-train-to-runtime");
+    if (failed(written))
+      return failure();
+    plan = std::move(*written);
+  } else {
+    plan.emplace(memory);
+  }
+  for (auto [what, bytes] :
+       {std::pair{"arena", plan->getArenaBytes()},
+        std::pair{"host arena", plan->getHostArenaBytes()}})
+    if (bytes >= static_cast<uint64_t>(RuntimeCallBuilder::kHostMemoryBit))
+      return emitError(step.getLoc(), "convert-train-to-runtime: the ")
+             << what << " plan of @" << step.getSymName() << " needs " << bytes
+             << " B; the runtime's offsets are below 2^55 B";
+  return std::move(*plan);
+}
+
+/// Where the host finds an argument or result of the step: its role and
+/// key, its typed markers, offset, bytes, shape (and a shard's whole
+/// shape), dtype and memory space.
+DictionaryAttr describeSlot(Value value, DictionaryAttr attrs,
+                            const FunctionMemory &memory,
+                            const MemoryPlan &plan) {
+  MLIRContext *context = value.getContext();
+  Builder builder(context);
+  auto [role, key] = roleOf(attrs);
+  const Buffer *buffer = memory.lookupBuffer(value);
+  auto type = cast<RankedTensorType>(value.getType());
+  NamedAttrList entry;
+  entry.append("role", builder.getStringAttr(role));
+  entry.append("key", builder.getStringAttr(key));
+  // What the runner needs to start the tensor: typed, not a name.
+  if (attrs)
+    for (StringRef name : {kOptimizerStateAttrName, kInitAttrName})
+      if (Attribute typed = attrs.get(name))
+        entry.append(name.drop_front(strlen("train.")), typed);
+  entry.append("offset",
+               builder.getI64IntegerAttr(static_cast<int64_t>(
+                   plan.getOffset(buffer - memory.getBuffers().data()))));
+  entry.append("bytes", builder.getI64IntegerAttr(
+                            static_cast<int64_t>(getTensorBytes(type))));
+  entry.append("shape", builder.getDenseI64ArrayAttr(type.getShape()));
+  // A rank's shard: the whole tensor's shape, to start it from.
+  if (auto full = attrs ? attrs.getAs<TypeAttr>(kShardOfAttrName) : TypeAttr())
+    entry.append("full_shape",
+                 builder.getDenseI64ArrayAttr(
+                     cast<RankedTensorType>(full.getValue()).getShape()));
+  entry.append("dtype",
+               builder.getStringAttr(dtypeName(type.getElementType())));
+  // A tensor in host memory: its offset is in the host arena.
+  if (buffer->host)
+    entry.append(kMemorySpaceAttrName.drop_front(strlen("train.")),
+                 SpaceAttr::get(context, MemorySpace::host));
+  return entry.getDictionary(context);
+}
+
+/// Staging copies (updates on the device whose state lives in host memory
+/// read and write device copies), and the count of ops that run in host
+/// memory.
+uint64_t setUpStaging(RuntimeLoweringState &state, const FunctionMemory &memory,
+                      const MemoryPlan &plan) {
+  uint64_t hostOps = 0;
+  if (memory.getStaging().empty() && memory.getHostBytes() == 0)
+    return hostOps;
+  state.stagingOf = [&state, &memory, &plan](Operation *op) {
+    SmallVector<RuntimeLoweringState::StagingCopy> copies;
+    auto add = [&](const FunctionMemory::Staging &copy) {
+      Value staged = copy.update->getOperand(copy.operand);
+      copies.push_back({state.offsetOf(staged),
+                        static_cast<int64_t>(plan.getOffset(copy.buffer)),
+                        static_cast<int64_t>(getTensorBytes(staged.getType())),
+                        /*in=*/copy.update == op, /*out=*/copy.last == op});
+    };
+    for (unsigned i = 0; i < op->getNumOperands(); ++i)
+      if (const FunctionMemory::Staging *copy = memory.lookupStaging(op, i))
+        add(*copy);
+    for (unsigned index : memory.getStagingReadBy(op))
+      add(memory.getStaging()[index]);
+    return copies;
+  };
+  for (Operation *op : memory.getSchedule())
+    if (auto space = op->getAttrOfType<SpaceAttr>(kMemorySpaceAttrName))
+      hostOps += space.getSpace() == MemorySpace::host;
+  return hostOps;
+}
+
+/// The regions run in place: their bodies inlined, outermost first, the
+/// calls are in program order; then only the calls and their constants
+/// stay, and the block returns nothing.
+void flattenConverted(Block &entry, Location loc) {
+  SmallVector<Operation *> regionOps;
+  for (Operation &op : entry)
+    if (isa<TransparentRegionOpInterface>(op))
+      regionOps.push_back(&op);
+  while (!regionOps.empty()) {
+    Operation *regionOp = regionOps.pop_back_val();
+    Block &body = regionOp->getRegion(0).front();
+    for (Operation &op : body)
+      if (isa<TransparentRegionOpInterface>(op))
+        regionOps.push_back(&op);
+    regionOp->getBlock()->getOperations().splice(regionOp->getIterator(),
+                                                 body.getOperations());
+    regionOp->dropAllUses();
+    regionOp->erase();
+  }
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(entry)))
+    if (isa<ub::PoisonOp, YieldOp, func::ReturnOp>(op)) {
+      op.dropAllUses();
+      op.erase();
+    }
+  OpBuilder atEnd = OpBuilder::atBlockEnd(&entry);
+  func::ReturnOp::create(atEnd, loc);
+}
+
+/// Parts: LLVM's code generation takes time superlinear in the size of one
+/// function (a step of 256 unrolled micro-batches took minutes to
+/// JIT-compile as one), so the calls go into functions of about
+/// callsPerPart calls each, which the step calls in turn, after its own
+/// calls. An op's calls stay together: a part starts at the first op whose
+/// calls come when the part before holds callsPerPart calls or more.
+SmallVector<func::FuncOp> splitIntoParts(func::FuncOp lowered, StringRef name,
+                                         const RuntimeLoweringState &state) {
+  Location loc = lowered.getLoc();
+  auto ptrType = LLVM::LLVMPointerType::get(lowered.getContext());
+  Block &body = lowered.front();
+  Operation *terminator = body.getTerminator();
+  Value contextArg = body.getArgument(0);
+  SmallVector<Operation *> partStarts;
+  uint64_t callsSoFar = 0, partStart = 0;
+  for (Operation &op : body) {
+    auto group = state.callGroups.find(&op);
+    if (group == state.callGroups.end())
+      continue;
+    if (callsSoFar - partStart >= state.callsPerPart) {
+      partStarts.push_back(&op);
+      partStart = callsSoFar;
+    }
+    callsSoFar += group->second;
+  }
+  SmallVector<func::FuncOp> parts;
+  for (auto [index, start] : llvm::enumerate(partStarts)) {
+    Operation *end =
+        index + 1 < partStarts.size() ? partStarts[index + 1] : terminator;
+    OpBuilder partBuilder(lowered);
+    auto part = func::FuncOp::create(
+        partBuilder, loc, (name + ".part" + Twine(parts.size())).str(),
+        partBuilder.getFunctionType({ptrType}, {}));
+    part.setPrivate();
+    parts.push_back(part);
+    Block *partEntry = part.addEntryBlock();
+    partEntry->getOperations().splice(partEntry->end(), body.getOperations(),
+                                      start->getIterator(), end->getIterator());
+    contextArg.replaceUsesWithIf(
+        partEntry->getArgument(0), [&](OpOperand &use) {
+          return use.getOwner()->getBlock() == partEntry;
+        });
+    OpBuilder partEnd = OpBuilder::atBlockEnd(partEntry);
+    func::ReturnOp::create(partEnd, loc);
+  }
+  OpBuilder callParts(terminator);
+  for (func::FuncOp part : parts)
+    func::CallOp::create(callParts, loc, part, ValueRange{contextArg});
+  return parts;
+}
+
+/// Declarations of the runtime functions `ops` call, at the top of
+/// `module`.
+void declareRuntimeFunctions(ModuleOp module, ArrayRef<func::FuncOp> ops) {
+  OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());
+  llvm::StringSet<> declared;
+  auto declare = [&](func::CallOp call) {
+    StringRef callee = call.getCallee();
+    if (!declared.insert(callee).second || module.lookupSymbol(callee))
+      return;
+    auto decl = func::FuncOp::create(
+        builder, module.getLoc(), callee,
+        builder.getFunctionType(call.getOperandTypes(), {}));
+    decl.setPrivate();
+  };
+  for (func::FuncOp op : ops)
+    op.walk(declare);
+}
+
 struct ConvertTrainToRuntimePass
     : public impl::ConvertTrainToRuntimePassBase<ConvertTrainToRuntimePass> {
   using Base::Base;
@@ -183,304 +412,138 @@ struct ConvertTrainToRuntimePass
     registerRuntimeLoweringExternalModels(registry);
   }
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    Operation *symbol = nullptr;
-    if (function.empty()) {
-      symbol = findMarkedStep(module, "convert-train-to-runtime");
-      if (!symbol)
-        return signalPassFailure();
-    } else {
-      symbol = module.lookupSymbol(function);
-    }
-    std::string name =
-        symbol ? SymbolTable::getSymbolName(symbol).str() : function;
-    if (isLoweredStep(symbol)) {
-      emitError(symbol->getLoc(), "convert-train-to-runtime: @")
-          << name
-          << " is already lowered (it takes the runtime's arena, not "
-             "tensors); run this pass once, on the tensor-level step";
-      return signalPassFailure();
-    }
-    auto step = dyn_cast_or_null<func::FuncOp>(symbol);
-    if (!step || step.isExternal()) {
-      emitError(module.getLoc(), "convert-train-to-runtime: no function @")
-          << name << " with a body";
-      return signalPassFailure();
-    }
-    for (auto [what, types] :
-         {std::pair{"argument", step.getArgumentTypes()},
-          std::pair{"result", step.getResultTypes()}})
-      for (auto [index, type] : llvm::enumerate(types))
-        if (!isa<RankedTensorType>(type)) {
-          emitError(step.getLoc(), "convert-train-to-runtime: ")
-              << what << " " << index << " of @" << name << " is "
-              << type << "; a tensor-level step takes and returns ranked "
-              << "tensors";
-          return signalPassFailure();
-        }
-    const FunctionMemory *analyzed = getAnalysis<MemoryAnalysis>().lookup(step);
-    if (!analyzed) {
-      emitError(step.getLoc(), "convert-train-to-runtime: no memory analysis "
-                               "of @")
-          << name;
-      return signalPassFailure();
-    }
-    const FunctionMemory &memory = *analyzed;
-    if (failed(memory.checkCounts("convert-train-to-runtime")))
-      return signalPassFailure();
-    // The plan train-plan-arena wrote into the step, checked against the IR
-    // as it is now; without one, planned here.
-    std::optional<MemoryPlan> plan;
-    if (MemoryPlan::hasPlanInIR(step)) {
-      FailureOr<MemoryPlan> written =
-          MemoryPlan::readFromIR(memory, "convert-train-to-runtime");
-      if (failed(written))
-        return signalPassFailure();
-      plan = std::move(*written);
-    } else {
-      plan.emplace(memory);
-    }
-    // A location keeps bit 55 for the host arena (TMRT_HOST_MEMORY) and the
-    // bits above for the element type: offsets must stay below it.
-    for (auto [what, bytes] :
-         {std::pair{"arena", plan->getArenaBytes()},
-          std::pair{"host arena", plan->getHostArenaBytes()}})
-      if (bytes >= static_cast<uint64_t>(RuntimeCallBuilder::kHostMemoryBit)) {
-        emitError(step.getLoc(), "convert-train-to-runtime: the ")
-            << what << " plan of @" << name << " needs " << bytes
-            << " B; the runtime's offsets are below 2^55 B";
-        return signalPassFailure();
-      }
-    MLIRContext *context = &getContext();
-    OpBuilder builder(context);
-
-    // Where the host finds each argument and result.
-    auto describe = [&](Value value, DictionaryAttr attrs) {
-      auto [role, key] = roleOf(attrs);
-      const Buffer *buffer = memory.lookupBuffer(value);
-      auto type = cast<RankedTensorType>(value.getType());
-      NamedAttrList entry;
-      entry.append("role", builder.getStringAttr(role));
-      entry.append("key", builder.getStringAttr(key));
-      // What the runner needs to start the tensor: typed, not a name.
-      if (attrs)
-        for (StringRef name : {kOptimizerStateAttrName, kInitAttrName})
-          if (Attribute typed = attrs.get(name))
-            entry.append(name.drop_front(strlen("train.")), typed);
-      entry.append("offset",
-                   builder.getI64IntegerAttr(static_cast<int64_t>(plan->getOffset(
-                       buffer - memory.getBuffers().data()))));
-      entry.append("bytes", builder.getI64IntegerAttr(
-                                static_cast<int64_t>(getTensorBytes(type))));
-      entry.append("shape", builder.getDenseI64ArrayAttr(type.getShape()));
-      // A rank's shard: the whole tensor's shape, to start it from.
-      if (auto full = attrs ? attrs.getAs<TypeAttr>(kShardOfAttrName)
-                            : TypeAttr())
-        entry.append("full_shape",
-                     builder.getDenseI64ArrayAttr(
-                         cast<RankedTensorType>(full.getValue()).getShape()));
-      entry.append("dtype",
-                   builder.getStringAttr(dtypeName(type.getElementType())));
-      // A tensor in host memory: its offset is in the host arena.
-      if (buffer->host)
-        entry.append(kMemorySpaceAttrName.drop_front(strlen("train.")),
-                     SpaceAttr::get(context, MemorySpace::host));
-      return entry.getDictionary(context);
-    };
-    SmallVector<Attribute> arguments, results;
-    for (unsigned i = 0; i < step.getNumArguments(); ++i)
-      arguments.push_back(
-          describe(step.getArgument(i), step.getArgAttrDict(i)));
-    auto ret = cast<func::ReturnOp>(step.front().getTerminator());
-    for (auto [i, value] : llvm::enumerate(ret.getOperands()))
-      results.push_back(describe(value, step.getResultAttrDict(i)));
-
-    // Everything the schedule holds must have a lowering.
-    for (Operation *op : memory.getSchedule())
-      if (failed(checkLowerable(op)))
-        return signalPassFailure();
-
-    // The conversion: every op of the step goes; the calls that replace
-    // them take the runtime context, a new argument of the entry block
-    // (the tensor arguments go after the conversion, unused by then).
-    auto ptrType = LLVM::LLVMPointerType::get(context);
-    Block &entry = step.front();
-    unsigned numTensorArgs = entry.getNumArguments();
-    RuntimeLoweringState state;
-    state.context = entry.addArgument(ptrType, step.getLoc());
-    state.offsetOf = [&](Value value) {
-      const Buffer *buffer = memory.lookupBuffer(value);
-      assert(buffer && "every tensor has a buffer");
-      return static_cast<int64_t>(
-                 plan->getOffset(buffer - memory.getBuffers().data())) |
-             (buffer->host ? RuntimeCallBuilder::kHostMemoryBit : 0);
-    };
-    // Updates on the device with host state read and write device copies.
-    uint64_t hostOps = 0;
-    if (!memory.getStaging().empty() || memory.getHostBytes() > 0) {
-      state.stagingOf = [&](Operation *op) {
-        SmallVector<RuntimeLoweringState::StagingCopy> copies;
-        auto add = [&](const FunctionMemory::Staging &copy) {
-          Value staged = copy.update->getOperand(copy.operand);
-          copies.push_back(
-              {state.offsetOf(staged),
-               static_cast<int64_t>(plan->getOffset(copy.buffer)),
-               static_cast<int64_t>(getTensorBytes(staged.getType())),
-               /*in=*/copy.update == op, /*out=*/copy.last == op});
-        };
-        for (unsigned i = 0; i < op->getNumOperands(); ++i)
-          if (const FunctionMemory::Staging *copy = memory.lookupStaging(op, i))
-            add(*copy);
-        for (unsigned index : memory.getStagingReadBy(op))
-          add(memory.getStaging()[index]);
-        return copies;
-      };
-      for (Operation *op : memory.getSchedule())
-        if (auto space = op->getAttrOfType<SpaceAttr>(kMemorySpaceAttrName))
-          hostOps += space.getSpace() == MemorySpace::host;
-    }
-    // Illegal: the step's ops but its regions' structure (transparent
-    // region ops, their yields, the return), which the next step removes.
-    llvm::DenseSet<Operation *> computeOps;
-    step.walk([&](Operation *op) {
-      if (!isa<func::FuncOp, func::ReturnOp, YieldOp,
-               TransparentRegionOpInterface>(op))
-        computeOps.insert(op);
-    });
-    ConversionTarget target(*context);
-    target.markUnknownOpDynamicallyLegal(
-        [&](Operation *op) { return !computeOps.contains(op); });
-    RewritePatternSet patterns(context);
-    populateTrainToRuntimePatterns(patterns, state);
-    if (failed(applyPartialConversion(step, target, std::move(patterns))) ||
-        state.failed)
-      return signalPassFailure();
-    numCalls += state.numCalls;
-
-    // The regions run in place: their bodies inlined, outermost first, the
-    // calls are in program order; then only the calls and their constants
-    // stay.
-    SmallVector<Operation *> regionOps;
-    for (Operation &op : entry)
-      if (isa<TransparentRegionOpInterface>(op))
-        regionOps.push_back(&op);
-    while (!regionOps.empty()) {
-      Operation *regionOp = regionOps.pop_back_val();
-      Block &body = regionOp->getRegion(0).front();
-      for (Operation &op : body)
-        if (isa<TransparentRegionOpInterface>(op))
-          regionOps.push_back(&op);
-      regionOp->getBlock()->getOperations().splice(
-          regionOp->getIterator(), body.getOperations());
-      regionOp->dropAllUses();
-      regionOp->erase();
-    }
-    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(entry)))
-      if (isa<ub::PoisonOp, YieldOp, func::ReturnOp>(op)) {
-        op.dropAllUses();
-        op.erase();
-      }
-    OpBuilder atEnd = OpBuilder::atBlockEnd(&entry);
-    func::ReturnOp::create(atEnd, step.getLoc());
-    entry.eraseArguments(0, numTensorArgs);
-
-    // The lowered step takes the body, built next to the original and
-    // swapped in.
-    builder.setInsertionPoint(step);
-    auto lowered = func::FuncOp::create(
-        builder, step.getLoc(), name + ".lowered",
-        builder.getFunctionType({ptrType}, {}));
-    lowered.getBody().takeBody(step.getBody());
-    // Parts: LLVM's code generation takes time superlinear in the size of
-    // one function (a step of 256 unrolled micro-batches took minutes to
-    // JIT-compile as one), so the calls go into functions of about
-    // callsPerPart calls each, which the step calls in turn.
-    // An op's calls stay together: a part starts at the first op whose
-    // calls come when the part before holds callsPerPart calls or more.
-    Block &body = lowered.front();
-    Operation *terminator = body.getTerminator();
-    Value contextArg = body.getArgument(0);
-    SmallVector<Operation *> partStarts;
-    uint64_t callsSoFar = 0, partStart = 0;
-    for (Operation &op : body) {
-      auto group = state.callGroups.find(&op);
-      if (group == state.callGroups.end())
-        continue;
-      if (callsSoFar - partStart >= state.callsPerPart) {
-        partStarts.push_back(&op);
-        partStart = callsSoFar;
-      }
-      callsSoFar += group->second;
-    }
-    SmallVector<func::FuncOp> parts;
-    for (auto [index, start] : llvm::enumerate(partStarts)) {
-      Operation *end =
-          index + 1 < partStarts.size() ? partStarts[index + 1] : terminator;
-      OpBuilder partBuilder(lowered);
-      auto part = func::FuncOp::create(
-          partBuilder, step.getLoc(),
-          (name + ".part" + Twine(parts.size())).str(),
-          partBuilder.getFunctionType({ptrType}, {}));
-      part.setPrivate();
-      parts.push_back(part);
-      Block *partEntry = part.addEntryBlock();
-      partEntry->getOperations().splice(partEntry->end(), body.getOperations(),
-                                        start->getIterator(),
-                                        end->getIterator());
-      contextArg.replaceUsesWithIf(
-          partEntry->getArgument(0),
-          [&](OpOperand &use) { return use.getOwner()->getBlock() == partEntry; });
-      OpBuilder partEnd = OpBuilder::atBlockEnd(partEntry);
-      func::ReturnOp::create(partEnd, step.getLoc());
-    }
-    // The step calls the parts in turn, after its own calls.
-    OpBuilder callParts(terminator);
-    for (func::FuncOp part : parts)
-      func::CallOp::create(callParts, step.getLoc(), part,
-                           ValueRange{contextArg});
-
-    lowered->setAttr(kArenaBytesAttrName,
-                     builder.getI64IntegerAttr(
-                         static_cast<int64_t>(plan->getArenaBytes())));
-    if (plan->getHostArenaBytes())
-      lowered->setAttr(kHostArenaBytesAttrName,
-                       builder.getI64IntegerAttr(
-                           static_cast<int64_t>(plan->getHostArenaBytes())));
-    if (hostOps)
-      lowered->setAttr(kHostOpsAttrName, builder.getI64IntegerAttr(
-                                             static_cast<int64_t>(hostOps)));
-    lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
-    lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
-    if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))
-      lowered->setAttr(kLoweredRanksAttrName,
-                       builder.getI64IntegerAttr(zero.getRanks()));
-    step.erase();
-    // The collectives are runtime calls now: their grids go (a grid still
-    // named by another op stays).
-    for (auto grid : llvm::make_early_inc_range(
-             module.getBody()->getOps<shard::GridOp>()))
-      if (SymbolTable::symbolKnownUseEmpty(grid, module))
-        grid.erase();
-    lowered.setSymName(name);
-
-    // Declarations of the runtime functions the step calls.
-    builder.setInsertionPointToStart(module.getBody());
-    llvm::StringSet<> declared;
-    auto declare = [&](func::CallOp call) {
-      StringRef callee = call.getCallee();
-      if (!declared.insert(callee).second || module.lookupSymbol(callee))
-        return;
-      auto decl = func::FuncOp::create(
-          builder, module.getLoc(), callee,
-          builder.getFunctionType(call.getOperandTypes(), {}));
-      decl.setPrivate();
-    };
-    lowered.walk(declare);
-    for (func::FuncOp part : parts)
-      part.walk(declare);
-  }
+  void runOnOperation() override;
+  /// Replaces every op of `step` by its runtime calls, which take the
+  /// runtime context, a new argument of the entry block (the tensor
+  /// arguments go, unused by then); the regions' bodies then run in place.
+  LogicalResult convertOps(func::FuncOp step, const FunctionMemory &memory,
+                           RuntimeLoweringState &state);
+  /// The step's attributes for the runner: arena sizes, host ops, slots,
+  /// ranks.
+  void describeLowered(func::FuncOp lowered, func::FuncOp step,
+                       const MemoryPlan &plan, uint64_t hostOps,
+                       ArrayRef<Attribute> arguments,
+                       ArrayRef<Attribute> results);
 };
+
+LogicalResult
+ConvertTrainToRuntimePass::convertOps(func::FuncOp step,
+                                      const FunctionMemory &memory,
+                                      RuntimeLoweringState &state) {
+  // Everything the schedule holds must have a lowering.
+  for (Operation *op : memory.getSchedule())
+    if (failed(checkLowerable(op)))
+      return failure();
+  // Illegal: the step's ops but its regions' structure (transparent region
+  // ops, their yields, the return), which flattenConverted removes.
+  llvm::DenseSet<Operation *> computeOps;
+  step.walk([&](Operation *op) {
+    if (!isa<func::FuncOp, func::ReturnOp, YieldOp,
+             TransparentRegionOpInterface>(op))
+      computeOps.insert(op);
+  });
+  ConversionTarget target(getContext());
+  target.markUnknownOpDynamicallyLegal(
+      [&](Operation *op) { return !computeOps.contains(op); });
+  RewritePatternSet patterns(&getContext());
+  populateTrainToRuntimePatterns(patterns, state);
+  if (failed(applyPartialConversion(step, target, std::move(patterns))) ||
+      state.failed)
+    return failure();
+  numCalls += state.numCalls;
+  return success();
+}
+
+void ConvertTrainToRuntimePass::describeLowered(func::FuncOp lowered,
+                                                func::FuncOp step,
+                                                const MemoryPlan &plan,
+                                                uint64_t hostOps,
+                                                ArrayRef<Attribute> arguments,
+                                                ArrayRef<Attribute> results) {
+  Builder builder(&getContext());
+  lowered->setAttr(
+      kArenaBytesAttrName,
+      builder.getI64IntegerAttr(static_cast<int64_t>(plan.getArenaBytes())));
+  if (plan.getHostArenaBytes())
+    lowered->setAttr(kHostArenaBytesAttrName,
+                     builder.getI64IntegerAttr(
+                         static_cast<int64_t>(plan.getHostArenaBytes())));
+  if (hostOps)
+    lowered->setAttr(kHostOpsAttrName,
+                     builder.getI64IntegerAttr(static_cast<int64_t>(hostOps)));
+  lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
+  lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
+  if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))
+    lowered->setAttr(kLoweredRanksAttrName,
+                     builder.getI64IntegerAttr(zero.getRanks()));
+}
+
+void ConvertTrainToRuntimePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  func::FuncOp step = findTensorStep(module, function);
+  if (!step)
+    return signalPassFailure();
+  std::string name = step.getSymName().str();
+  const FunctionMemory *analyzed = getAnalysis<MemoryAnalysis>().lookup(step);
+  if (!analyzed) {
+    emitError(step.getLoc(), "convert-train-to-runtime: no memory analysis "
+                             "of @")
+        << name;
+    return signalPassFailure();
+  }
+  const FunctionMemory &memory = *analyzed;
+  if (failed(memory.checkCounts("convert-train-to-runtime")))
+    return signalPassFailure();
+  FailureOr<MemoryPlan> plan = arenaPlan(step, memory);
+  if (failed(plan))
+    return signalPassFailure();
+
+  SmallVector<Attribute> arguments, results;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    arguments.push_back(describeSlot(step.getArgument(i),
+                                     step.getArgAttrDict(i), memory, *plan));
+  auto ret = cast<func::ReturnOp>(step.front().getTerminator());
+  for (auto [i, value] : llvm::enumerate(ret.getOperands()))
+    results.push_back(
+        describeSlot(value, step.getResultAttrDict(i), memory, *plan));
+
+  auto ptrType = LLVM::LLVMPointerType::get(&getContext());
+  Block &entry = step.front();
+  unsigned numTensorArgs = entry.getNumArguments();
+  RuntimeLoweringState state;
+  state.context = entry.addArgument(ptrType, step.getLoc());
+  state.offsetOf = [&](Value value) {
+    const Buffer *buffer = memory.lookupBuffer(value);
+    assert(buffer && "every tensor has a buffer");
+    return static_cast<int64_t>(
+               plan->getOffset(buffer - memory.getBuffers().data())) |
+           (buffer->host ? RuntimeCallBuilder::kHostMemoryBit : 0);
+  };
+  uint64_t hostOps = setUpStaging(state, memory, *plan);
+  if (failed(convertOps(step, memory, state)))
+    return signalPassFailure();
+  flattenConverted(entry, step.getLoc());
+  entry.eraseArguments(0, numTensorArgs);
+
+  // The lowered step takes the body, built next to the original and
+  // swapped in.
+  OpBuilder builder(step);
+  auto lowered = func::FuncOp::create(builder, step.getLoc(), name + ".lowered",
+                                      builder.getFunctionType({ptrType}, {}));
+  lowered.getBody().takeBody(step.getBody());
+  SmallVector<func::FuncOp> parts = splitIntoParts(lowered, name, state);
+  describeLowered(lowered, step, *plan, hostOps, arguments, results);
+  step.erase();
+  // The collectives are runtime calls now: their grids go (a grid still
+  // named by another op stays).
+  for (auto grid :
+       llvm::make_early_inc_range(module.getBody()->getOps<shard::GridOp>()))
+    if (SymbolTable::symbolKnownUseEmpty(grid, module))
+      grid.erase();
+  lowered.setSymName(name);
+  parts.insert(parts.begin(), lowered);
+  declareRuntimeFunctions(module, parts);
+}
 
 } // namespace
 } // namespace train

@@ -1,0 +1,703 @@
+//===- Checkpoint.cpp - the checkpoint format of a run --------------------===//
+//
+// Checkpoint.h: writing, reading and checking checkpoints, one rank's and
+// sharded ones, and the --save directory's checks and lock.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Run/Checkpoint.h"
+#include "trainmem/Support/DynamicMap.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <limits>
+#include <sys/file.h>
+#include <unistd.h>
+
+using namespace mlir;
+using namespace mlir::train;
+
+static llvm::Error checkpointError(const Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+// Version 02 adds the run's seed and the fingerprint of its data after the
+// step; version 01 checkpoints (no seed, no data) still load.
+static constexpr char kMagic[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '2'};
+static constexpr char kMagicV1[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '1'};
+
+uint64_t mlir::train::fnv1a(StringRef data) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : data)
+    hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+bool mlir::train::isState(const TensorSlot &slot) {
+  return slot.role == "param" || slot.role == "optimizer_state";
+}
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+static void appendU64(std::string &out, uint64_t value) {
+  out.append(reinterpret_cast<const char *>(&value), 8);
+}
+static void appendString(std::string &out, const std::string &value) {
+  appendU64(out, value.size());
+  out += value;
+}
+
+/// Writes `data` as `dir`/`name` atomically: a temporary file, fsync,
+/// rename over the old one, fsync of the directory.
+static llvm::Error writeAtomically(StringRef dir, StringRef name,
+                                   const std::string &data) {
+  std::string path = (dir + "/" + name).str();
+  // A name of this process's: two writers never share a temporary (the
+  // directory's lock keeps a second run out; this keeps any writer safe).
+  std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    return checkpointError("cannot write '" + temporary +
+                           "': " + std::strerror(errno));
+  size_t written = 0;
+  while (written < data.size()) {
+    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n <= 0) {
+      llvm::Error error = checkpointError("cannot write '" + temporary +
+                                          "': " + std::strerror(errno));
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      return error;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0 ||
+      ::rename(temporary.c_str(), path.c_str()) != 0) {
+    llvm::Error error = checkpointError("cannot commit '" + path +
+                                        "': " + std::strerror(errno));
+    ::unlink(temporary.c_str());
+    return error;
+  }
+  int dirFd = ::open(dir.str().c_str(), O_RDONLY);
+  if (dirFd >= 0) {
+    ::fsync(dirFd);
+    ::close(dirFd);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error mlir::train::writeCheckpoint(
+    StringRef dir, int64_t step, const RunIdentity &identity,
+    ArrayRef<TensorSlot> slots,
+    llvm::function_ref<Bytes(const TensorSlot &)> read, StringRef name) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    return checkpointError("cannot create '" + dir + "': " + ec.message());
+  std::string data(kMagic, 8);
+  appendU64(data, static_cast<uint64_t>(step));
+  appendU64(data, static_cast<uint64_t>(identity.seed));
+  appendU64(data, identity.dataBytes);
+  appendU64(data, identity.dataHash);
+  appendU64(data, llvm::count_if(slots, isState));
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    appendString(data, slot.role);
+    appendString(data, slot.key);
+    appendString(data, slot.dtype);
+    appendU64(data, slot.shape.size());
+    for (int64_t d : slot.shape)
+      appendU64(data, static_cast<uint64_t>(d));
+    Bytes bytes = read(slot);
+    appendU64(data, bytes.size());
+    data.append(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+  }
+  appendU64(data, fnv1a(data));
+  return writeAtomically(dir, name, data);
+}
+
+std::string mlir::train::shardFileName(int64_t rank, int64_t ranks) {
+  return "shard-" + std::to_string(rank) + "-of-" + std::to_string(ranks) +
+         ".bin";
+}
+
+/// "8x16", or "scalar" for a shape of no dimensions.
+static std::string shapeText(ArrayRef<int64_t> shape) {
+  std::string text;
+  for (size_t d = 0; d < shape.size(); ++d)
+    text += (d ? "x" : "") + std::to_string(shape[d]);
+  return text.empty() ? std::string("scalar") : text;
+}
+
+llvm::Error mlir::train::writeManifest(StringRef dir, StringRef stepName,
+                                       int64_t ranks, int64_t stage,
+                                       int64_t step,
+                                       ArrayRef<TensorSlot> slots) {
+  std::string manifest = "trainmem sharded checkpoint 1\nranks " +
+                         std::to_string(ranks) + "\nstage " +
+                         std::to_string(stage) + "\nstep " +
+                         std::to_string(step) + "\n";
+  // What each tensor is: its rank's shape, the whole tensor's.
+  for (const TensorSlot &slot : slots)
+    if (isState(slot))
+      manifest +=
+          "tensor " + slot.role + ":" + slot.key + " " + slot.dtype + " " +
+          shapeText(slot.shape) + " " +
+          shapeText(slot.fullShape.empty() ? slot.shape : slot.fullShape) +
+          "\n";
+  for (int64_t r = 0; r < ranks; ++r) {
+    std::string file = (stepName + "/" + shardFileName(r, ranks)).str();
+    auto buffer =
+        llvm::MemoryBuffer::getFile((dir + "/" + file).str(), /*IsText=*/false,
+                                    /*RequiresNullTerminator=*/false);
+    if (!buffer)
+      return checkpointError("cannot read the shard of rank " + Twine(r) +
+                             " ('" + file +
+                             "'): " + buffer.getError().message());
+    StringRef data = (*buffer)->getBuffer();
+    manifest += "shard " + std::to_string(r) + " " + file + " " +
+                std::to_string(data.size()) + " " +
+                std::to_string(fnv1a(data)) + "\n";
+  }
+  return writeAtomically(dir, "manifest", manifest);
+}
+
+void mlir::train::removeOtherCheckpoints(StringRef dir, StringRef keep) {
+  std::error_code ec;
+  std::vector<std::string> stale;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    StringRef name = llvm::sys::path::filename(it->path());
+    if (name == keep)
+      continue;
+    if (name == "checkpoint.bin" ||
+        (name == "manifest" && keep == "checkpoint.bin") ||
+        name.starts_with("step-"))
+      stale.push_back(it->path());
+  }
+  for (const std::string &path : stale) {
+    std::error_code inner;
+    for (llvm::sys::fs::directory_iterator file(path, inner), last;
+         file != last && !inner; file.increment(inner))
+      llvm::sys::fs::remove(file->path());
+    llvm::sys::fs::remove(path);
+  }
+}
+
+llvm::Error mlir::train::checkSaveDir(StringRef dir) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    return checkpointError("cannot create --save directory '" + dir +
+                           "': " + ec.message());
+  std::string probe = (dir + "/checkpoint.bin.tmp." + Twine(::getpid())).str();
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    return checkpointError("cannot write into --save directory '" + dir +
+                           "': " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return llvm::Error::success();
+}
+
+llvm::Error mlir::train::lockSaveDir(StringRef dir) {
+  std::string path = (dir + "/" + kSaveDirLockName).str();
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return checkpointError("cannot lock --save directory '" + dir +
+                           "': " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int why = errno;
+    char holder[32] = {};
+    ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+    ::close(fd);
+    if (why != EWOULDBLOCK)
+      return checkpointError("cannot lock --save directory '" + dir +
+                             "': " + std::strerror(why));
+    return checkpointError(
+        "--save directory '" + dir + "' is in use by another trainmem-run" +
+        (n > 0 ? " (pid " + StringRef(holder).trim().str() + ")"
+               : std::string()) +
+        "; give each run its own directory");
+  }
+  // Held until the process ends (the descriptor stays open); the pid says
+  // who holds it.
+  std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) !=
+                                     static_cast<ssize_t>(pid.size())) {
+    // The lock holds without the pid.
+  }
+  return llvm::Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Reading one file
+//===----------------------------------------------------------------------===//
+
+/// Bytes per element of the dtypes a checkpoint may hold.
+static std::optional<uint64_t> dtypeBytes(StringRef dtype) {
+  return llvm::StringSwitch<std::optional<uint64_t>>(dtype)
+      .Cases({"f32", "i32"}, 4)
+      .Cases({"bf16", "f16"}, 2)
+      .Case("i64", 8)
+      .Case("i8", 1)
+      .Default(std::nullopt);
+}
+
+/// The index of the first NaN or infinity of `bytes` as a tensor of
+/// `dtype` (f32, bf16, f16: an exponent of all ones); none for integers.
+static std::optional<int64_t> firstNonFinite(StringRef dtype, StringRef bytes) {
+  auto scan = [&](auto word, uint64_t exponentMask) -> std::optional<int64_t> {
+    using Word = decltype(word);
+    size_t n = bytes.size() / sizeof(Word);
+    for (size_t i = 0; i < n; ++i) {
+      Word bits;
+      std::memcpy(&bits, bytes.data() + i * sizeof(Word), sizeof(Word));
+      if ((bits & exponentMask) == exponentMask)
+        return static_cast<int64_t>(i);
+    }
+    return std::nullopt;
+  };
+  if (dtype == "f32")
+    return scan(uint32_t(), 0x7f800000u);
+  if (dtype == "bf16")
+    return scan(uint16_t(), 0x7f80u);
+  if (dtype == "f16")
+    return scan(uint16_t(), 0x7c00u);
+  return std::nullopt;
+}
+
+namespace {
+/// The fields of a checkpoint file's body, read in order. Every length is
+/// checked against what is left before it is used, so no field can make a
+/// read run past the file or a size wrap around: past the end, `truncated`
+/// is set and reads return nothing.
+struct FieldReader {
+  StringRef body;
+  size_t pos = 8;
+  bool truncated = false;
+
+  uint64_t u64() {
+    if (truncated || body.size() - pos < 8) {
+      truncated = true;
+      return 0;
+    }
+    uint64_t value;
+    std::memcpy(&value, body.data() + pos, 8);
+    pos += 8;
+    return value;
+  }
+  StringRef bytes(uint64_t size) {
+    if (truncated || size > body.size() - pos) {
+      truncated = true;
+      return "";
+    }
+    StringRef value = body.substr(pos, size);
+    pos += size;
+    return value;
+  }
+};
+
+/// A checkpoint file's tensors as read, and what each is ("f32[8x16]").
+struct ParsedCheckpoint {
+  Checkpoint checkpoint;
+  std::map<std::string, std::string> description;
+};
+} // namespace
+
+/// Reads one tensor entry into `parsed`; nothing (and `fields.truncated`)
+/// where the file ends first.
+static llvm::Error
+readTensor(FieldReader &fields, ParsedCheckpoint &parsed,
+           function_ref<llvm::Error(const Twine &)> corrupt) {
+  std::string role = fields.bytes(fields.u64()).str();
+  std::string key = fields.bytes(fields.u64()).str();
+  std::string dtype = fields.bytes(fields.u64()).str();
+  uint64_t rank = fields.u64();
+  if (fields.truncated)
+    return llvm::Error::success();
+  if (rank > 8)
+    return corrupt("tensor '" + key + "' has rank " + Twine(rank));
+  std::optional<uint64_t> elementBytes = dtypeBytes(dtype);
+  if (!elementBytes)
+    return corrupt("tensor '" + key + "' has unknown dtype '" + dtype + "'");
+  std::string shape;
+  uint64_t expectedBytes = *elementBytes;
+  for (uint64_t d = 0; d < rank && !fields.truncated; ++d) {
+    uint64_t dim = fields.u64();
+    if (dim > (uint64_t(1) << 40) ||
+        (dim && expectedBytes > std::numeric_limits<uint64_t>::max() / dim))
+      return corrupt("tensor '" + key + "' has an absurd dimension " +
+                     Twine(dim));
+    expectedBytes *= dim;
+    shape += (d ? "x" : "") + std::to_string(dim);
+  }
+  uint64_t bytes = fields.u64();
+  if (!fields.truncated && bytes != expectedBytes)
+    return corrupt("tensor '" + key + "' holds " + Twine(bytes) + " bytes; " +
+                   dtype + "[" + shape + "] needs " + Twine(expectedBytes));
+  StringRef values = fields.bytes(bytes);
+  if (fields.truncated)
+    return llvm::Error::success();
+  // Training state is finite (a non-finite update is skipped): a NaN or
+  // infinity is a diverged run or an altered file, refused here rather than
+  // blamed on the first step that reads it.
+  if (std::optional<int64_t> at = firstNonFinite(dtype, values))
+    return corrupt(role + " '" + key + "' holds a NaN or infinity (element " +
+                   Twine(*at) + "): resume from an earlier checkpoint");
+  std::string name = role + ":" + key;
+  if (parsed.checkpoint.tensors.count(name))
+    return corrupt("it holds " + role + " '" + key + "' twice");
+  parsed.checkpoint.tensors[name] =
+      Bytes(values.bytes_begin(), values.bytes_end());
+  parsed.description[name] = dtype + "[" + shape + "]";
+  return llvm::Error::success();
+}
+
+/// Reads and checks the checkpoint file at `path`, its tensors taken as
+/// they are.
+static llvm::Expected<ParsedCheckpoint> parseCheckpointFile(StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer)
+    return checkpointError("cannot read checkpoint '" + path +
+                           "': " + buffer.getError().message());
+  StringRef data = (*buffer)->getBuffer();
+  auto corrupt = [&](const Twine &why) {
+    return checkpointError("checkpoint '" + path + "' is corrupt: " + why);
+  };
+  if (data.size() < 16 || (std::memcmp(data.data(), kMagic, 8) != 0 &&
+                           std::memcmp(data.data(), kMagicV1, 8) != 0))
+    return checkpointError("'" + path + "' is not a trainmem checkpoint");
+  bool version1 = std::memcmp(data.data(), kMagicV1, 8) == 0;
+  uint64_t stored;
+  std::memcpy(&stored, data.data() + data.size() - 8, 8);
+  if (data.size() < 24 || fnv1a(data.drop_back(8)) != stored)
+    return checkpointError("checkpoint '" + path +
+                           "' is truncated or corrupt (checksum mismatch)");
+  FieldReader fields{data.drop_back(8)};
+  ParsedCheckpoint parsed;
+  uint64_t savedStep = fields.u64();
+  if (!fields.truncated && savedStep > kMaxStep)
+    return corrupt("its step " + Twine(static_cast<int64_t>(savedStep)) +
+                   " is negative or absurd");
+  if (!version1) {
+    RunIdentity identity;
+    identity.seed = static_cast<int64_t>(fields.u64());
+    identity.dataBytes = fields.u64();
+    identity.dataHash = fields.u64();
+    parsed.checkpoint.identity = identity;
+  }
+  uint64_t count = fields.u64();
+  // Each entry takes at least 5 words; a count beyond that is a lie.
+  if (!fields.truncated && count > (fields.body.size() - fields.pos) / 40)
+    return corrupt("it claims " + Twine(count) + " tensors");
+  for (uint64_t i = 0; i < count && !fields.truncated; ++i)
+    if (llvm::Error error = readTensor(fields, parsed, corrupt))
+      return std::move(error);
+  if (fields.truncated || fields.pos != fields.body.size())
+    return checkpointError("checkpoint '" + path +
+                           "' is truncated or has trailing bytes");
+  parsed.checkpoint.step = static_cast<int64_t>(savedStep);
+  return parsed;
+}
+
+/// Every state tensor of the step must be in the checkpoint at `path`
+/// with its shape and type, and nothing else.
+static llvm::Error checkAgainstSlots(StringRef path,
+                                     const ParsedCheckpoint &parsed,
+                                     ArrayRef<TensorSlot> slots) {
+  auto mismatch = [&](const Twine &why) {
+    return checkpointError("checkpoint '" + path +
+                           "' does not match this step: " + why);
+  };
+  size_t expectedCount = 0;
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    ++expectedCount;
+    std::string name = slot.role + ":" + slot.key;
+    std::string shape;
+    for (size_t d = 0; d < slot.shape.size(); ++d)
+      shape += (d ? "x" : "") + std::to_string(slot.shape[d]);
+    std::string expected = slot.dtype + "[" + shape + "]";
+    auto it = parsed.description.find(name);
+    if (it == parsed.description.end())
+      return mismatch("it has no " + slot.role + " '" + slot.key + "'");
+    if (it->second != expected ||
+        parsed.checkpoint.tensors.at(name).size() != slot.bytes)
+      return mismatch(slot.role + " '" + slot.key + "' is " + it->second +
+                      " there and " + expected + " here");
+  }
+  if (parsed.checkpoint.tensors.size() != expectedCount)
+    return mismatch("it holds other tensors as well");
+  return llvm::Error::success();
+}
+
+/// The checkpoint file at `path`; with `slots`, checked against them
+/// (without, its tensors taken as they are: the shards of another number
+/// of ranks, to re-shard).
+static llvm::Expected<Checkpoint>
+readCheckpointFile(StringRef path, std::optional<ArrayRef<TensorSlot>> slots) {
+  llvm::Expected<ParsedCheckpoint> parsed = parseCheckpointFile(path);
+  if (!parsed)
+    return parsed.takeError();
+  if (slots)
+    if (llvm::Error error = checkAgainstSlots(path, *parsed, *slots))
+      return std::move(error);
+  return std::move(parsed->checkpoint);
+}
+
+llvm::Expected<Checkpoint>
+mlir::train::readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
+                            StringRef name) {
+  return readCheckpointFile((dir + "/" + name).str(), slots);
+}
+
+//===----------------------------------------------------------------------===//
+// Reading a sharded checkpoint
+//===----------------------------------------------------------------------===//
+
+/// "8x16" or "scalar" as a shape.
+static std::optional<std::vector<int64_t>> parseShape(StringRef text) {
+  std::vector<int64_t> shape;
+  if (text == "scalar")
+    return shape;
+  SmallVector<StringRef> dims;
+  text.split(dims, 'x');
+  for (StringRef dim : dims) {
+    int64_t size = 0;
+    if (dim.getAsInteger(10, size) || size < 0 || size > (int64_t(1) << 40))
+      return std::nullopt;
+    shape.push_back(size);
+  }
+  return shape;
+}
+
+static uint64_t elementsOf(ArrayRef<int64_t> shape) {
+  uint64_t elements = 1;
+  for (int64_t d : shape)
+    elements *= static_cast<uint64_t>(d);
+  return elements;
+}
+
+namespace {
+/// A sharded checkpoint's manifest: what each tensor was (dtype, a rank's
+/// shape, the whole shape) and where each rank's shard is.
+struct Manifest {
+  std::string path;
+  int64_t ranks = 0, stage = 0, step = 0;
+  struct Tensor {
+    std::string dtype;
+    std::vector<int64_t> shard, whole;
+  };
+  struct Shard {
+    std::string file;
+    uint64_t size = 0, hash = 0;
+  };
+  std::map<std::string, Tensor> tensors;
+  std::map<int64_t, Shard> shards;
+
+  llvm::Error bad(const Twine &why) const {
+    return checkpointError("manifest '" + path + "' " + why);
+  }
+};
+} // namespace
+
+/// The manifest's header: its ranks, stage and step, checked.
+static llvm::Error parseManifestHeader(ArrayRef<StringRef> header,
+                                       Manifest &manifest) {
+  // More ranks than any run has is a corrupt number, not a cluster.
+  constexpr int64_t kMaxRanks = int64_t(1) << 20;
+  StringRef ranks = header[1], stage = header[2], step = header[3];
+  if (header[0] != "trainmem sharded checkpoint 1" ||
+      !ranks.consume_front("ranks ") ||
+      ranks.getAsInteger(10, manifest.ranks) || manifest.ranks < 1 ||
+      manifest.ranks > kMaxRanks || !stage.consume_front("stage ") ||
+      stage.getAsInteger(10, manifest.stage) || !step.consume_front("step ") ||
+      step.getAsInteger(10, manifest.step))
+    return manifest.bad("is not a trainmem sharded checkpoint's");
+  // The stage and step it claims are checked, not taken on trust.
+  if (manifest.stage < 0 || manifest.stage > 3)
+    return manifest.bad("has stage " + Twine(manifest.stage) +
+                        ": ZeRO stages are 0, 1, 2 and 3");
+  if (manifest.step < 0)
+    return manifest.bad("has step " + Twine(manifest.step) +
+                        ": steps count from 0");
+  return llvm::Error::success();
+}
+
+static llvm::Expected<Manifest> readManifest(StringRef dir) {
+  Manifest manifest;
+  manifest.path = (dir + "/manifest").str();
+  auto buffer = llvm::MemoryBuffer::getFile(manifest.path, /*IsText=*/true);
+  if (!buffer)
+    return checkpointError(
+        "cannot read the manifest of the sharded checkpoint '" + manifest.path +
+        "': " + buffer.getError().message());
+  SmallVector<StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
+  if (lines.size() < 4)
+    return manifest.bad("is not a trainmem sharded checkpoint's");
+  if (llvm::Error error =
+          parseManifestHeader(ArrayRef(lines).take_front(4), manifest))
+    return std::move(error);
+  for (StringRef line : llvm::drop_begin(lines, 4)) {
+    SmallVector<StringRef> fields;
+    line.split(fields, ' ');
+    if (fields.size() == 5 && fields[0] == "tensor") {
+      auto shard = parseShape(fields[3]), whole = parseShape(fields[4]);
+      if (!shard || !whole)
+        return manifest.bad("has a bad line for tensor '" + fields[1] + "'");
+      manifest.tensors[fields[1].str()] = {fields[2].str(), *shard, *whole};
+      continue;
+    }
+    int64_t r = 0;
+    Manifest::Shard shard;
+    if (fields.size() != 5 || fields[0] != "shard" ||
+        fields[1].getAsInteger(10, r) || r < 0 || r >= manifest.ranks ||
+        fields[3].getAsInteger(10, shard.size) ||
+        fields[4].getAsInteger(10, shard.hash) || manifest.shards.count(r))
+      return manifest.bad("has a bad line: '" + line + "'");
+    shard.file = fields[2].str();
+    manifest.shards[r] = shard;
+  }
+  if (static_cast<int64_t>(manifest.shards.size()) != manifest.ranks)
+    return manifest.bad("names " + Twine(manifest.shards.size()) +
+                        " shards of its " + Twine(manifest.ranks) + " ranks");
+  return manifest;
+}
+
+/// Rank `r`'s shard, checked against its size and checksum (and `slots`).
+static llvm::Expected<Checkpoint>
+readShard(StringRef dir, const Manifest &manifest, int64_t r,
+          std::optional<ArrayRef<TensorSlot>> slots) {
+  const Manifest::Shard &shard = manifest.shards.at(r);
+  std::string file = (dir + "/" + shard.file).str();
+  auto data = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
+                                          /*RequiresNullTerminator=*/false);
+  if (!data)
+    return manifest.bad("names '" + file + "' for rank " + Twine(r) +
+                        ", which cannot be read: " + data.getError().message());
+  StringRef bytes = (*data)->getBuffer();
+  if (bytes.size() != shard.size || fnv1a(bytes) != shard.hash)
+    return manifest.bad("names '" + file + "' for rank " + Twine(r) +
+                        " with another size or checksum: the shard is not "
+                        "the one the manifest was written for");
+  return readCheckpointFile(file, slots);
+}
+
+/// The manifest's step must be its shards'.
+static llvm::Error checkStep(const Manifest &manifest, int64_t shardStep) {
+  if (shardStep == manifest.step)
+    return llvm::Error::success();
+  return manifest.bad("has step " + Twine(manifest.step) +
+                      ", but its shards are of step " + Twine(shardStep));
+}
+
+/// The whole tensor of `slot` from the old ranks' shards (as every old
+/// rank held it, or its shards joined), checked against the manifest.
+static llvm::Expected<Bytes> wholeTensor(const Manifest &manifest,
+                                         ArrayRef<Checkpoint> old,
+                                         const TensorSlot &slot) {
+  std::string name = slot.role + ":" + slot.key;
+  const std::vector<int64_t> &wholeShape =
+      slot.fullShape.empty() ? slot.shape : slot.fullShape;
+  auto saved = manifest.tensors.find(name);
+  if (saved == manifest.tensors.end())
+    return manifest.bad("has no " + slot.role + " '" + slot.key +
+                        "', which this step has");
+  if (saved->second.dtype != slot.dtype || saved->second.whole != wholeShape)
+    return manifest.bad("has " + slot.role + " '" + slot.key +
+                        "' of another type or shape than this step's");
+  uint64_t elementBytes = slot.bytes / std::max<int64_t>(1, slot.numElements());
+  uint64_t wholeBytes = elementsOf(wholeShape) * elementBytes;
+  uint64_t shardBytes = elementsOf(saved->second.shard) * elementBytes;
+  for (const Checkpoint &shard : old) {
+    auto it = shard.tensors.find(name);
+    if (it == shard.tensors.end() || it->second.size() != shardBytes)
+      return manifest.bad("names shards whose " + slot.role + " '" + slot.key +
+                          "' is not the manifest's");
+  }
+  if (saved->second.shard == saved->second.whole)
+    return old[0].tensors.at(name);
+  Bytes joined;
+  for (const Checkpoint &shard : old) {
+    const Bytes &part = shard.tensors.at(name);
+    joined.insert(joined.end(), part.begin(), part.end());
+  }
+  if (joined.size() < wholeBytes)
+    return manifest.bad("names shards of " + slot.role + " '" + slot.key +
+                        "' that hold " + Twine(joined.size()) +
+                        " bytes of its " + Twine(wholeBytes));
+  joined.resize(wholeBytes);
+  return joined;
+}
+
+/// Rank `rank`'s part of a whole tensor, padded as a fresh shard's: zeros,
+/// the code of 0 for 8-bit codes.
+static Bytes partOf(const TensorSlot &slot, const Bytes &whole, int64_t rank) {
+  uint8_t pad = 0;
+  if (slot.statePart == StatePart::codes)
+    pad = trainmem::zeroCode(slot.stateMap == QuantMap::signed_dynamic
+                                 ? trainmem::signedDynamicMap()
+                                 : trainmem::unsignedDynamicMap());
+  Bytes part(slot.bytes, pad);
+  uint64_t first = static_cast<uint64_t>(rank) * slot.bytes;
+  for (uint64_t i = 0; i < slot.bytes && first + i < whole.size(); ++i)
+    part[i] = whole[first + i];
+  return part;
+}
+
+llvm::Expected<Checkpoint>
+mlir::train::readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
+                                   int64_t ranks, int64_t rank, int64_t stage) {
+  llvm::Expected<Manifest> manifest = readManifest(dir);
+  if (!manifest)
+    return manifest.takeError();
+  if (manifest->ranks == ranks && manifest->stage == stage) {
+    llvm::Expected<Checkpoint> shard = readShard(dir, *manifest, rank, slots);
+    if (!shard)
+      return shard.takeError();
+    if (llvm::Error error = checkStep(*manifest, shard->step))
+      return std::move(error);
+    return shard;
+  }
+
+  // Another number of ranks (or stage): every old shard, joined into whole
+  // tensors, then this rank's part of each, padded as this run's shards
+  // are. The manifest says what each tensor was; it must be this step's.
+  std::vector<Checkpoint> old;
+  for (int64_t r = 0; r < manifest->ranks; ++r) {
+    llvm::Expected<Checkpoint> shard =
+        readShard(dir, *manifest, r, std::nullopt);
+    if (!shard)
+      return shard.takeError();
+    old.push_back(std::move(*shard));
+    if (old[r].step != old[0].step)
+      return manifest->bad("names shards of steps " + Twine(old[0].step) +
+                           " and " + Twine(old[r].step));
+  }
+  if (llvm::Error error = checkStep(*manifest, old[0].step))
+    return std::move(error);
+  Checkpoint checkpoint;
+  checkpoint.step = old[0].step;
+  checkpoint.identity = old[0].identity;
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    llvm::Expected<Bytes> whole = wholeTensor(*manifest, old, slot);
+    if (!whole)
+      return whole.takeError();
+    checkpoint.tensors[slot.role + ":" + slot.key] =
+        slot.fullShape.empty() ? std::move(*whole) : partOf(slot, *whole, rank);
+  }
+  return checkpoint;
+}

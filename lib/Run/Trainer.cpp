@@ -1,0 +1,334 @@
+//===- Trainer.cpp - the training loop of a run ---------------------------===//
+//
+// Trainer.h: the checks before the first step, the loop over the steps, the
+// loss log, the checkpoints and the summary of a run.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Run/Trainer.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+using namespace mlir;
+using namespace mlir::train;
+
+llvm::Error mlir::train::errorFrom(const std::string &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+llvm::Expected<Fault> mlir::train::parseFault(StringRef text) {
+  SmallVector<StringRef> parts;
+  text.split(parts, ':');
+  Fault fault;
+  if (parts.size() != 3 || !(parts[0] == "kill" || parts[0] == "hang") ||
+      parts[1].getAsInteger(10, fault.rank) ||
+      parts[2].getAsInteger(10, fault.step))
+    return errorFrom(
+        ("TRAINMEM_FAULT is kill:RANK:STEP or hang:RANK:STEP, got '" + text +
+         "'")
+            .str());
+  fault.kill = parts[0] == "kill";
+  return fault;
+}
+
+std::vector<RunSummary::Window> RunSummary::lossWindows(size_t most) const {
+  std::vector<Window> windows;
+  size_t count = std::min(most, losses.size());
+  for (size_t w = 0; w < count; ++w) {
+    size_t begin = w * losses.size() / count;
+    size_t end = (w + 1) * losses.size() / count;
+    double sum = 0.0;
+    for (size_t i = begin; i < end; ++i)
+      sum += losses[i];
+    windows.push_back({firstStep + static_cast<int64_t>(begin),
+                       firstStep + static_cast<int64_t>(end) - 1,
+                       sum / static_cast<double>(end - begin)});
+  }
+  return windows;
+}
+
+std::optional<RunSummary::Times> RunSummary::stepTimes() const {
+  if (stepSeconds.empty())
+    return std::nullopt;
+  bool afterFirst = stepSeconds.size() > 1;
+  std::vector<double> timed(stepSeconds.begin() + (afterFirst ? 1 : 0),
+                            stepSeconds.end());
+  std::sort(timed.begin(), timed.end());
+  return Times{timed.front(), timed[timed.size() / 2], timed.size(),
+               afterFirst};
+}
+
+/// Whether `path` (which need not exist) lies in directory `dir` or below
+/// it, links resolved.
+static bool isInDirectory(StringRef path, StringRef dir) {
+  llvm::SmallString<256> realDir, parent;
+  if (llvm::sys::fs::real_path(dir, realDir))
+    return false;
+  StringRef parentName = llvm::sys::path::parent_path(path);
+  if (llvm::sys::fs::real_path(parentName.empty() ? "." : parentName, parent))
+    return false;
+  StringRef inside = parent;
+  return inside == realDir ||
+         (inside.starts_with(realDir) &&
+          inside.drop_front(realDir.size()).starts_with("/"));
+}
+
+Trainer::Trainer(Session &session, TrainerOptions options, Corpus corpus)
+    : session(session), options(std::move(options)), corpus(std::move(corpus)) {
+  identity = {this->options.seed, this->corpus.size(),
+              this->corpus.fingerprint()};
+  summary.lastStep = this->options.steps;
+}
+
+llvm::Expected<std::unique_ptr<Trainer>>
+Trainer::create(Session &session, TrainerOptions options) {
+  // Byte-level data: the step's vocabulary must hold every byte, and the
+  // text one sequence and its last target.
+  if (session.getVocab() < 256)
+    return errorFrom("the step's vocabulary has " +
+                     std::to_string(session.getVocab()) +
+                     " tokens; byte-level data needs 256");
+  std::string error;
+  std::optional<Corpus> corpus = Corpus::load(options.dataFile, error);
+  if (!corpus)
+    return errorFrom(error);
+  if (static_cast<int64_t>(corpus->size()) < session.getSeqLen() + 1)
+    return errorFrom("data '" + options.dataFile + "' has " +
+                     std::to_string(corpus->size()) +
+                     " bytes; one sequence of the step needs " +
+                     std::to_string(session.getSeqLen() + 1));
+  return std::unique_ptr<Trainer>(
+      new Trainer(session, std::move(options), std::move(*corpus)));
+}
+
+/// The ranks must run the same step: a checksum of the step file and the
+/// options that shape it, compared across them (in 16-bit parts, summed:
+/// the largest differs from the mean wherever two ranks differ).
+llvm::Error Trainer::checkRanksAgree() {
+  if (session.getRanks() <= 1)
+    return llvm::Error::success();
+  auto file = llvm::MemoryBuffer::getFile(options.stepFile);
+  std::string what = file ? (*file)->getBuffer().str() : std::string();
+  for (const std::string &option : options.shapingOptions)
+    what += "\n" + option;
+  uint64_t hash = fnv1a(what);
+  std::string error;
+  for (int part = 0; part < 4; ++part) {
+    double mine = static_cast<double>((hash >> (16 * part)) & 0xffff);
+    double sum = mine;
+    if (!session.meanOverRanks(sum, error))
+      return errorFrom(error);
+    if (sum != mine)
+      return errorFrom("rank " + std::to_string(session.getRank()) +
+                       ": the ranks disagree on the step (the step file or "
+                       "the options that shape it differ between ranks; "
+                       "checksum " +
+                       std::to_string(hash) + " here)");
+  }
+  return llvm::Error::success();
+}
+
+/// The checkpoint's state, after checking that it continues this run:
+/// steps left to train, the same seed and data (unless allowed).
+llvm::Error Trainer::resume() {
+  const std::string &dir = options.resumeDir;
+  // A sharded checkpoint (a manifest) on any number of ranks, or one
+  // rank's checkpoint.
+  const StepLayout &layout = session.getLayout();
+  llvm::Expected<Checkpoint> read =
+      llvm::sys::fs::exists(dir + "/manifest")
+          ? readShardedCheckpoint(dir, layout.arguments, session.getRanks(),
+                                  session.getRank(), session.getZeroStage())
+          : readCheckpoint(dir, layout.arguments);
+  if (!read)
+    return read.takeError();
+  const Checkpoint &checkpoint = *read;
+  std::string steps = std::to_string(options.steps);
+  if (checkpoint.step >= options.steps)
+    return errorFrom("the checkpoint in '" + dir + "' is at step " +
+                     std::to_string(checkpoint.step) + " and --steps " + steps +
+                     " asks to train until step " + steps +
+                     ": nothing to train (--steps counts from 0, not from "
+                     "the checkpoint)");
+  if (checkpoint.identity && !options.allowDataChange) {
+    const RunIdentity &saved = *checkpoint.identity;
+    if (saved.seed != identity.seed)
+      return errorFrom("the checkpoint was trained with --seed " +
+                       std::to_string(saved.seed) + ", this run has --seed " +
+                       std::to_string(identity.seed) +
+                       "; batches would differ from the run it continues "
+                       "(--allow-data-change to resume anyway)");
+    if (saved.dataBytes != identity.dataBytes ||
+        saved.dataHash != identity.dataHash)
+      return errorFrom("the checkpoint was trained on other data (" +
+                       std::to_string(saved.dataBytes) + " bytes) than '" +
+                       options.dataFile + "' (" +
+                       std::to_string(identity.dataBytes) +
+                       " bytes, another checksum); --allow-data-change to "
+                       "resume anyway");
+  }
+  session.restore(checkpoint);
+  summary.firstStep = checkpoint.step + 1;
+  return llvm::Error::success();
+}
+
+/// The loss log: never onto a file the run reads, nor into a checkpoint
+/// directory (its manifest, shards and lock are the checkpoint's); a
+/// resumed run continues the log of the run it continues.
+llvm::Error Trainer::openLossLog() {
+  const std::string &log = options.lossLog;
+  if (log.empty())
+    return llvm::Error::success();
+  for (const std::string &input : {options.dataFile, options.stepFile}) {
+    bool same = false;
+    if (!llvm::sys::fs::equivalent(log, input, same) && same)
+      return errorFrom("--loss-log '" + log + "' is '" + input +
+                       "', which this run reads or writes; give another file");
+  }
+  for (const std::string &dir : {options.resumeDir, options.saveDir})
+    if (!dir.empty() && isInDirectory(log, dir))
+      return errorFrom("--loss-log '" + log +
+                       "' is in the checkpoint "
+                       "directory '" +
+                       dir +
+                       "', whose files the checkpoint owns; give a file "
+                       "outside it");
+  std::error_code ec;
+  lossFile = std::make_unique<llvm::raw_fd_ostream>(
+      log, ec,
+      options.resumeDir.empty() ? llvm::sys::fs::OF_None
+                                : llvm::sys::fs::OF_Append);
+  if (ec)
+    return errorFrom("cannot write '" + log + "': " + ec.message());
+  return llvm::Error::success();
+}
+
+llvm::Error Trainer::prepare() {
+  if (llvm::Error error = checkRanksAgree())
+    return error;
+  std::string error;
+  if (!options.resumeDir.empty()) {
+    if (llvm::Error failure = resume())
+      return failure;
+  } else if (!session.initialize(error)) {
+    return errorFrom(error);
+  }
+  // Where the run writes is checked before the first step; one run saves
+  // into a directory at a time (rank 0 holds it for the run).
+  if (!options.saveDir.empty()) {
+    if (llvm::Error failure = checkSaveDir(options.saveDir))
+      return failure;
+    if (session.getRank() == 0)
+      if (llvm::Error failure = lockSaveDir(options.saveDir))
+        return failure;
+  }
+  return openLossLog();
+}
+
+llvm::Error Trainer::save(int64_t step) {
+  std::string error;
+  if (!options.saveDir.empty() &&
+      !session.save(options.saveDir, step, identity, error))
+    return errorFrom(error);
+  return llvm::Error::success();
+}
+
+/// A log that cannot be written (a full disk) stops the run at this step,
+/// its state saved as a stop by signal saves it.
+llvm::Error Trainer::logLoss(int64_t step, float loss) {
+  bool leader = session.getRank() == 0;
+  std::string logError;
+  if (lossFile && leader) {
+    *lossFile << step << " " << llvm::format("%.6f", loss) << "\n";
+    lossFile->flush();
+    if (lossFile->has_error()) {
+      logError = "cannot write the loss log '" + options.lossLog +
+                 "' at step " + std::to_string(step) + ": " +
+                 lossFile->error().message();
+      lossFile->clear_error();
+    }
+  }
+  bool logFailed = !logError.empty();
+  std::string error;
+  if (!session.anyRank(logFailed, error))
+    return errorFrom(error);
+  if (!logFailed)
+    return llvm::Error::success();
+  std::string message =
+      leader ? logError : "rank 0 could not write the loss log";
+  if (options.saveDir.empty())
+    return errorFrom(message + "; stopping (no --save given, nothing saved)");
+  if (!session.save(options.saveDir, step, identity, error))
+    return errorFrom(message + "; and " + error);
+  return errorFrom(message + "; stopping with a checkpoint of step " +
+                   std::to_string(step) + " in '" + options.saveDir + "'");
+}
+
+llvm::Expected<RunEnd>
+Trainer::run(function_ref<void(const StepReport &)> onRan,
+             function_ref<void(const StepReport &)> onStep) {
+  int64_t batchSize = session.getBatchSize(), seqLen = session.getSeqLen();
+  int64_t ranks = session.getRanks(), rank = session.getRank();
+  std::vector<int64_t> tokens, targets;
+  std::string error;
+  auto start = std::chrono::steady_clock::now();
+  auto secondsSince = [](std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         since)
+        .count();
+  };
+  for (int64_t step = summary.firstStep; step <= options.steps; ++step) {
+    auto stepStart = std::chrono::steady_clock::now();
+    if (options.fault && options.fault->rank == rank &&
+        options.fault->step == step) {
+      if (options.fault->kill)
+        std::raise(SIGKILL);
+      for (;;)
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    // Rank r trains on rows [r x batch, (r + 1) x batch) of the global
+    // batch.
+    corpus.batch(options.seed, step, batchSize, seqLen, tokens, targets,
+                 rank * batchSize);
+    StepReport report;
+    report.step = step;
+    report.scaleBefore = session.getLossScale();
+    float rankLoss;
+    if (!session.runStep(step, tokens, targets, rankLoss, error))
+      return errorFrom(error);
+    report.scaleAfter = session.getLossScale();
+    report.loss = rankLoss;
+    onRan(report);
+    // The global batch's loss: the mean of the ranks' (equal batches).
+    if (!session.meanLossOverRanks(report.loss, error))
+      return errorFrom(error);
+    summary.stepSeconds.push_back(secondsSince(stepStart));
+    summary.losses.push_back(report.loss);
+    if (llvm::Error failure = logLoss(step, report.loss))
+      return std::move(failure);
+    report.seconds = secondsSince(start);
+    report.tokensPerSecond = (step - summary.firstStep + 1) * batchSize *
+                             ranks * seqLen / std::max(report.seconds, 1e-9);
+    onStep(report);
+    bool stop = options.stopSignal && *options.stopSignal;
+    bool periodic = options.saveEvery > 0 && step % options.saveEvery == 0 &&
+                    step != options.steps;
+    if (periodic || stop)
+      if (llvm::Error failure = save(step))
+        return std::move(failure);
+    if (stop)
+      return RunEnd{static_cast<int>(*options.stopSignal), step};
+  }
+  int64_t last = std::max<int64_t>(options.steps, summary.firstStep - 1);
+  if (llvm::Error failure = save(last))
+    return std::move(failure);
+  return RunEnd{std::nullopt, last};
+}

@@ -37,6 +37,10 @@ BY_NATURE = {
         "the step SIGTERM lands after",
     "output/tools/trainmem-run/Output/hardening.test.tmp/sigterm/":
         "the step SIGTERM lands after",
+    "filecheck/tools_trainmem-run_hardening.test.29":
+        "the step SIGKILL lands after",
+    "output/tools/trainmem-run/Output/hardening.test.tmp/sigkill/":
+        "the step SIGKILL lands after",
 }
 
 

@@ -129,9 +129,9 @@ protected:
     uint8_t *arena = tmrt_arena_base(ctx);
     for (auto [slot, value] : llvm::zip(layout->arguments, args))
       for (int64_t i = 0; i < slot.numElements(); ++i) {
-        if (slot.dtype == "f32")
+        if (slot.dtypeName() == "f32")
           reinterpret_cast<float *>(arena + slot.offset)[i] = value.floats[i];
-        else if (slot.dtype == "i32")
+        else if (slot.dtypeName() == "i32")
           reinterpret_cast<int32_t *>(arena + slot.offset)[i] =
               static_cast<int32_t>(value.ints[i]);
         else

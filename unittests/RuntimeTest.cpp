@@ -98,16 +98,16 @@ protected:
                         const RefTensor &value) {
     uint8_t *p = arena + slot.offset;
     for (int64_t i = 0; i < slot.numElements(); ++i) {
-      if (slot.dtype == "f32")
+      if (slot.dtypeName() == "f32")
         reinterpret_cast<float *>(p)[i] = value.floats[i];
-      else if (slot.dtype == "bf16" || slot.dtype == "f16") {
-        uint16_t bits = slot.dtype == "bf16"
+      else if (slot.dtypeName() == "bf16" || slot.dtypeName() == "f16") {
+        uint16_t bits = slot.dtypeName() == "bf16"
                             ? trainmem::bf16BitsFromFloat(value.floats[i])
                             : trainmem::f16BitsFromFloat(value.floats[i]);
         std::memcpy(p + 2 * i, &bits, 2);
-      } else if (slot.dtype == "i64")
+      } else if (slot.dtypeName() == "i64")
         reinterpret_cast<int64_t *>(p)[i] = value.ints[i];
-      else if (slot.dtype == "i32")
+      else if (slot.dtypeName() == "i32")
         reinterpret_cast<int32_t *>(p)[i] = static_cast<int32_t>(value.ints[i]);
       else
         p[i] = static_cast<uint8_t>(value.ints[i]);
@@ -117,14 +117,14 @@ protected:
   void expectSlot(const uint8_t *arena, const TensorSlot &slot,
                          const RefTensor &expected, const std::string &what) {
     const uint8_t *p = arena + slot.offset;
-    if (slot.dtype == "bf16" || slot.dtype == "f16") {
+    if (slot.dtypeName() == "bf16" || slot.dtypeName() == "f16") {
       double scale = 1e-3, worst = 0.0;
       for (float v : expected.floats)
         if (std::isfinite(v))
           scale = std::max(scale, static_cast<double>(std::abs(v)));
       int64_t differing = 0;
       for (int64_t i = 0; i < slot.numElements(); ++i) {
-        float got = read16(p, i, slot.dtype), want = expected.floats[i];
+        float got = read16(p, i, slot.dtypeName()), want = expected.floats[i];
         if (std::isnan(want) || std::isnan(got)) {
           EXPECT_EQ(std::isnan(got), std::isnan(want))
               << what << " element " << i << ": " << got << " vs " << want;
@@ -138,13 +138,14 @@ protected:
         worst = std::max(worst, std::abs(static_cast<double>(got) - want));
       }
       if (exact16)
-        EXPECT_EQ(differing, 0) << what << " (" << slot.dtype
+        EXPECT_EQ(differing, 0) << what << " (" << slot.dtypeName().str()
                                 << ") differs from the evaluator";
-      double ulp = slot.dtype == "bf16" ? 0x1p-7 : 0x1p-10;
-      EXPECT_LE(worst, ulp * scale) << what << " (" << slot.dtype << ")";
+      double ulp = slot.dtypeName() == "bf16" ? 0x1p-7 : 0x1p-10;
+      EXPECT_LE(worst, ulp * scale)
+          << what << " (" << slot.dtypeName().str() << ")";
       return;
     }
-    if (slot.dtype == "f32") {
+    if (slot.dtypeName() == "f32") {
       double scale = 1e-3, worst = 0.0;
       for (float v : expected.floats)
         scale = std::max(scale, static_cast<double>(std::abs(v)));
@@ -162,11 +163,10 @@ protected:
       return;
     }
     for (int64_t i = 0; i < slot.numElements(); ++i) {
-      int64_t got = slot.dtype == "i64"
-                        ? reinterpret_cast<const int64_t *>(p)[i]
-                    : slot.dtype == "i32"
-                        ? reinterpret_cast<const int32_t *>(p)[i]
-                        : p[i];
+      int64_t got =
+          slot.dtypeName() == "i64"   ? reinterpret_cast<const int64_t *>(p)[i]
+          : slot.dtypeName() == "i32" ? reinterpret_cast<const int32_t *>(p)[i]
+                                      : p[i];
       ASSERT_EQ(got, expected.ints[i]) << what << " element " << i;
     }
   }

@@ -169,15 +169,15 @@ TEST_F(SessionTest, ResumedRunIsBitIdentical) {
       if (!isState(slot))
         continue;
       EXPECT_EQ(whole->readState(slot), second->readState(slot))
-          << slot.role << " " << slot.key;
+          << slot.roleName().str() << " " << slot.key;
       ++compared;
     }
     EXPECT_GT(compared, 0u);
     // The quantized run keeps 8-bit codes.
-    bool hasCodes = llvm::any_of(whole->getLayout().arguments,
-                                 [](const TensorSlot &slot) {
-                                   return slot.dtype == "i8";
-                                 });
+    bool hasCodes =
+        llvm::any_of(whole->getLayout().arguments, [](const TensorSlot &slot) {
+          return slot.dtypeName() == "i8";
+        });
     EXPECT_EQ(hasCodes, quantized);
   }
 }

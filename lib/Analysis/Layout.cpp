@@ -4,41 +4,23 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
+#include "mlir/Dialect/Utils/IndexingUtils.h"
+
 using namespace mlir;
 using namespace mlir::train;
-
-SmallVector<int64_t> mlir::train::getRowMajorStrides(ArrayRef<int64_t> shape) {
-  SmallVector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * shape[i + 1];
-  return strides;
-}
-
-/// Row-major means: strides equal the row-major ones, ignoring dims of size
-/// 1 (their stride never matters).
-static bool isRowMajor(ArrayRef<int64_t> shape, ArrayRef<int64_t> strides) {
-  SmallVector<int64_t> expected = getRowMajorStrides(shape);
-  for (size_t i = 0; i < shape.size(); ++i)
-    if (shape[i] != 1 && strides[i] != expected[i])
-      return false;
-  return true;
-}
 
 SmallVector<int64_t> mlir::train::getStrides(Value value) {
   auto type = cast<RankedTensorType>(value.getType());
   Operation *def = value.getDefiningOp();
-  if (auto transpose = dyn_cast_or_null<TransposeOp>(def)) {
-    SmallVector<int64_t> source = getStrides(transpose.getInput());
-    SmallVector<int64_t> strides;
-    for (int64_t p : transpose.getPermutation())
-      strides.push_back(source[p]);
-    return strides;
-  }
+  if (auto view = dyn_cast_or_null<StridedViewOpInterface>(def))
+    if (std::optional<SmallVector<int64_t>> strides = view.getViewStrides(
+            getStrides(cast<ViewLikeOpInterface>(def).getViewSource())))
+      return *strides;
   if (isTransparentRegionOp(def))
     return getStrides(resolveRegionResult(value));
-  // Everything else, reshapes included (a view of a row-major value, or a
-  // copy), is row-major.
-  return getRowMajorStrides(type.getShape());
+  // Everything else (a copy, a reshape of a strided view included) is
+  // row-major.
+  return computeSuffixProduct(type.getShape());
 }
 
 bool mlir::train::isContiguous(Value value) {
@@ -47,9 +29,8 @@ bool mlir::train::isContiguous(Value value) {
 }
 
 bool mlir::train::isAliasingView(Operation *viewOp) {
-  if (isa<TransposeOp>(viewOp))
-    return true;
-  if (auto reshape = dyn_cast<ReshapeOp>(viewOp))
-    return isContiguous(reshape.getInput());
-  return false;
+  auto view = dyn_cast<StridedViewOpInterface>(viewOp);
+  auto viewLike = dyn_cast<ViewLikeOpInterface>(viewOp);
+  return view && viewLike &&
+         view.getViewStrides(getStrides(viewLike.getViewSource())).has_value();
 }

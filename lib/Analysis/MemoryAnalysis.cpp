@@ -133,7 +133,7 @@ void FunctionMemory::buildSchedule(Block &block, Phase phase) {
   }
 }
 
-void FunctionMemory::buildBuffers() {
+SmallVector<Value> FunctionMemory::numberValues() {
   // Definition order: arguments first, then op results in program order.
   SmallVector<Value> values;
   auto define = [&](Value value) {
@@ -152,62 +152,58 @@ void FunctionMemory::buildBuffers() {
       if (isTensor(result))
         define(result);
   }
+  return values;
+}
 
-  // Values that name one memory, by definition number.
-  llvm::EquivalenceClasses<unsigned> aliases;
-  for (unsigned i = 0; i < values.size(); ++i)
+/// A marker that makes an argument or result a state (train.param or
+/// train.optimizer_state: name and value, both uniqued); a result with the
+/// same marker as an argument is the same state after the step.
+static std::optional<std::pair<Attribute, Attribute>>
+stateMarker(DictionaryAttr attrs) {
+  if (!attrs)
+    return std::nullopt;
+  for (NamedAttribute attr : attrs)
+    if (attr.getName() == kParamAttrName ||
+        attr.getName() == kOptimizerStateAttrName)
+      return std::pair<Attribute, Attribute>{attr.getName(), attr.getValue()};
+  return std::nullopt;
+}
+
+unsigned FunctionMemory::lastRead(Value value) const {
+  unsigned last = 0;
+  for (OpOperand &use : value.getUses()) {
+    Operation *user = use.getOwner();
+    last = std::max(last, pointOf.lookup(user));
+    if (auto view = dyn_cast<ViewLikeOpInterface>(user);
+        view && isAliasingView(user))
+      last = std::max(last, lastRead(view.getViewDest()));
+    else if (isa<YieldOp>(user))
+      last = std::max(last, lastRead(user->getParentOp()->getResult(
+                                use.getOperandNumber())));
+  }
+  return last;
+}
+
+void FunctionMemory::findAliases(llvm::EquivalenceClasses<unsigned> &aliases,
+                                 unsigned numValues) {
+  for (unsigned i = 0; i < numValues; ++i)
     aliases.insert(i);
   auto aliasOf = [&](Value value) {
     return aliases.getLeaderValue(valueIndex.lookup(value));
   };
-  // State arguments by their marker (name and value, both uniqued): a
-  // result with the same marker is the same state after the step.
   llvm::DenseMap<std::pair<Attribute, Attribute>, Value> stateArgs;
-  auto stateMarker = [&](DictionaryAttr attrs)
-      -> std::optional<std::pair<Attribute, Attribute>> {
-    if (!attrs)
-      return std::nullopt;
-    for (NamedAttribute attr : attrs)
-      if (attr.getName() == kParamAttrName ||
-          attr.getName() == kOptimizerStateAttrName)
-        return std::pair<Attribute, Attribute>{attr.getName(),
-                                               attr.getValue()};
-    return std::nullopt;
-  };
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
     if (auto marker = stateMarker(func.getArgAttrDict(i)))
       stateArgs[*marker] = func.getArgument(i);
-
-  // The last point at which `value` or a view or block result naming its
-  // memory is read.
-  std::function<unsigned(Value)> lastRead = [&](Value value) {
-    unsigned last = 0;
-    for (OpOperand &use : value.getUses()) {
-      Operation *user = use.getOwner();
-      last = std::max(last, pointOf.lookup(user));
-      if (isa<ViewOpInterface>(user) && isAliasingView(user))
-        last = std::max(last, lastRead(user->getResult(0)));
-      else if (isa<YieldOp>(user))
-        last = std::max(last, lastRead(user->getParentOp()->getResult(
-                                  use.getOperandNumber())));
-    }
-    return last;
+  auto unite = [&](Value a, Value b) {
+    auto ia = valueIndex.find(a), ib = valueIndex.find(b);
+    if (ia != valueIndex.end() && ib != valueIndex.end())
+      aliases.unionSets(ia->second, ib->second);
   };
   for (Operation *op : schedule) {
-    auto unite = [&](Value a, Value b) {
-      auto ia = valueIndex.find(a), ib = valueIndex.find(b);
-      if (ia != valueIndex.end() && ib != valueIndex.end())
-        aliases.unionSets(ia->second, ib->second);
-    };
-    // An update writes in place only where nothing reads the old value
-    // after it; otherwise its result gets memory of its own.
-    auto uniteInPlace = [&](Value old, Value updated, unsigned point) {
-      if (lastRead(old) <= point)
-        unite(old, updated);
-    };
-    if (auto view = dyn_cast<ViewOpInterface>(op)) {
+    if (auto view = dyn_cast<ViewLikeOpInterface>(op)) {
       if (isAliasingView(op))
-        unite(view.getViewSource(), op->getResult(0));
+        unite(view.getViewSource(), view.getViewDest());
     } else if (auto region = dyn_cast<TransparentRegionOpInterface>(op)) {
       for (auto [result, yielded] :
            llvm::zip(op->getResults(), region.getYieldedValues()))
@@ -215,30 +211,85 @@ void FunctionMemory::buildBuffers() {
           unite(yielded, result);
     } else if (auto tied = dyn_cast<TiedOpInterface>(op)) {
       // Optimizer updates and clipping write their results over the
-      // operands they are tied to.
+      // operands they are tied to, in place only where nothing reads the
+      // old value after them; otherwise a result gets memory of its own.
       unsigned point = pointOf.lookup(op);
       for (OpResult result : op->getResults())
         if (std::optional<unsigned> operand =
                 tied.getTiedResultOperandIndex(result.getResultNumber()))
-          uniteInPlace(op->getOperand(*operand), result, point);
+          if (lastRead(op->getOperand(*operand)) <= point)
+            unite(op->getOperand(*operand), result);
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       // A step result that carries a state is written into that state's
       // argument, when nothing reads the argument after the result exists.
       for (auto [index, value] : llvm::enumerate(ret.getOperands()))
         if (auto marker = stateMarker(func.getResultAttrDict(index))) {
-            Value arg = stateArgs.lookup(*marker);
-            if (!arg || !isTensor(value) || aliasOf(arg) == aliasOf(value))
-              continue;
-            // Where the value is really written: through block results to
-            // the op that defines it.
-            Operation *def = resolveRegionResult(value).getDefiningOp();
-            unsigned written = def ? pointOf.lookup(def) : 0;
-            if (lastRead(arg) <= written)
-              unite(arg, value);
-          }
+          Value arg = stateArgs.lookup(*marker);
+          if (!arg || !isTensor(value) || aliasOf(arg) == aliasOf(value))
+            continue;
+          // Where the value is really written: through block results to
+          // the op that defines it.
+          Operation *def = resolveRegionResult(value).getDefiningOp();
+          unsigned written = def ? pointOf.lookup(def) : 0;
+          if (lastRead(arg) <= written)
+            unite(arg, value);
+        }
     }
   }
+}
 
+unsigned FunctionMemory::readPoint(Value value, Operation *user) const {
+  unsigned point = pointOf.lookup(user);
+  // A micro-batch loop sums each part where it is complete (after the op
+  // of its body that makes it: train-unroll-accum places the sum there),
+  // not at the body's end.
+  if (isa<YieldOp>(user) && isa<AccumulateOp>(user->getParentOp()))
+    if (Operation *def = value.getDefiningOp())
+      if (Operation *made = user->getBlock()->findAncestorOpInBlock(*def))
+        point = pointOf.lookup(made);
+  // What a loop reads from outside (its inputs, sliced for each
+  // micro-batch, and the values its body uses) is read again by every
+  // iteration: live to the end of the body.
+  for (Operation *loop = user; loop; loop = loop->getParentOp()) {
+    auto accumulate = dyn_cast<AccumulateOp>(loop);
+    if (!accumulate)
+      continue;
+    if (Operation *def = value.getDefiningOp();
+        def && accumulate->isProperAncestor(def))
+      break;
+    if (auto arg = dyn_cast<BlockArgument>(value);
+        arg && accumulate->isAncestor(arg.getOwner()->getParentOp()))
+      break;
+    point = std::max(
+        point, pointOf.lookup(accumulate.getBody().front().getTerminator()));
+  }
+  return point;
+}
+
+/// A new buffer for the memory `owner` names, not yet live anywhere.
+Buffer FunctionMemory::newBuffer(Value owner, unsigned returnPoint) {
+  Buffer buffer;
+  buffer.owner = owner;
+  buffer.bytes = getTensorBytes(owner.getType());
+  // Live bytes are summed in signed 64 bits: a tensor that alone reaches
+  // 2^62 bytes cannot be planned or summed.
+  if (buffer.bytes >= (uint64_t(1) << 62)) {
+    auto arg = dyn_cast<BlockArgument>(owner);
+    noteOverflow(owner.getDefiningOp(),
+                 arg ? "bytes of argument #" +
+                           std::to_string(arg.getArgNumber())
+                     : std::string("bytes of its result"));
+  }
+  buffer.firstPoint = returnPoint;
+  buffer.lastPoint = 0;
+  return buffer;
+}
+
+void FunctionMemory::buildBuffers() {
+  SmallVector<Value> values = numberValues();
+  // Values that name one memory, by definition number.
+  llvm::EquivalenceClasses<unsigned> aliases;
+  findAliases(aliases, values.size());
   // A block result is only a name for what the block yields: the memory is
   // written where the yielded value is defined.
   auto isBlockResult = [](Value value) {
@@ -252,21 +303,7 @@ void FunctionMemory::buildBuffers() {
     unsigned &index = bufferOfRoot[root];
     if (index == ~0u) {
       index = buffers.size();
-      Buffer buffer;
-      buffer.owner = values[root];
-      buffer.bytes = getTensorBytes(buffer.owner.getType());
-      // Live bytes are summed in signed 64 bits: a tensor that alone
-      // reaches 2^62 bytes cannot be planned or summed.
-      if (buffer.bytes >= (uint64_t(1) << 62)) {
-        auto arg = dyn_cast<BlockArgument>(buffer.owner);
-        noteOverflow(buffer.owner.getDefiningOp(),
-                     arg ? "bytes of argument #" +
-                               std::to_string(arg.getArgNumber())
-                         : std::string("bytes of its result"));
-      }
-      buffer.firstPoint = returnPoint;
-      buffer.lastPoint = 0;
-      buffers.push_back(buffer);
+      buffers.push_back(newBuffer(values[root], returnPoint));
     }
     bufferOfValue[valueNumber] = index;
     Buffer &buffer = buffers[index];
@@ -282,34 +319,8 @@ void FunctionMemory::buildBuffers() {
       }
       buffer.lastPoint = std::max(buffer.lastPoint, point);
     }
-    for (Operation *user : value.getUsers()) {
-      unsigned point = pointOf.lookup(user);
-      // A micro-batch loop sums each part where it is complete (after the
-      // op of its body that makes it: train-unroll-accum places the sum
-      // there), not at the body's end.
-      if (isa<YieldOp>(user) && isa<AccumulateOp>(user->getParentOp()))
-        if (Operation *def = value.getDefiningOp())
-          if (Operation *made = user->getBlock()->findAncestorOpInBlock(*def))
-            point = pointOf.lookup(made);
-      // What a loop reads from outside (its inputs, sliced for each
-      // micro-batch, and the values its body uses) is read again by every
-      // iteration: live to the end of the body.
-      for (Operation *loop = user; loop; loop = loop->getParentOp()) {
-        auto accumulate = dyn_cast<AccumulateOp>(loop);
-        if (!accumulate)
-          continue;
-        if (Operation *def = value.getDefiningOp();
-            def && accumulate->isProperAncestor(def))
-          break;
-        if (auto arg = dyn_cast<BlockArgument>(value);
-            arg && accumulate->isAncestor(arg.getOwner()->getParentOp()))
-          break;
-        point = std::max(
-            point,
-            pointOf.lookup(accumulate.getBody().front().getTerminator()));
-      }
-      buffer.lastPoint = std::max(buffer.lastPoint, point);
-    }
+    for (Operation *user : value.getUsers())
+      buffer.lastPoint = std::max(buffer.lastPoint, readPoint(value, user));
     // Weights and optimizer state persist from step to step.
     if (auto arg = dyn_cast<BlockArgument>(value))
       if (arg.getOwner()->getParentOp() == func &&
@@ -351,7 +362,7 @@ void FunctionMemory::classify() {
       if (std::optional<unsigned> operand = tied.getTiedResultOperandIndex(
               cast<OpResult>(value).getResultNumber()))
         worklist.push_back(def->getOperand(*operand));
-    } else if (auto view = dyn_cast<ViewOpInterface>(def)) {
+    } else if (auto view = dyn_cast<ViewLikeOpInterface>(def)) {
       if (isAliasingView(def))
         worklist.push_back(view.getViewSource());
     }

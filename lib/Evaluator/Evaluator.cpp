@@ -17,11 +17,12 @@
 #include "trainmem/Support/Philox.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Utils/IndexingUtils.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
-#include "mlir/Dialect/Shard/IR/ShardOps.h"
-#include "mlir/IR/SymbolTable.h"
 
 #include <cmath>
 #include <limits>
@@ -76,34 +77,16 @@ std::pair<int64_t, int64_t> rowsOf(const RefTensor &t) {
   return {cols == 0 ? 0 : t.numElements() / cols, cols};
 }
 
-std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * shape[i + 1];
-  return strides;
-}
-
 /// Linear index into a tensor of `shape` that broadcasts (right-aligned, size
 /// 1 dims pinned to 0) to the multi-index `index` of a larger shape.
-int64_t broadcastIndex(const std::vector<int64_t> &shape,
-                       const std::vector<int64_t> &index) {
-  std::vector<int64_t> strides = stridesOf(shape);
+int64_t broadcastIndex(ArrayRef<int64_t> shape, ArrayRef<int64_t> index) {
+  SmallVector<int64_t> strides = computeSuffixProduct(shape);
   size_t lead = index.size() - shape.size();
   int64_t linear = 0;
   for (size_t d = 0; d < shape.size(); ++d)
     if (shape[d] != 1)
       linear += index[lead + d] * strides[d];
   return linear;
-}
-
-std::vector<int64_t> unravel(int64_t linear,
-                             const std::vector<int64_t> &shape) {
-  std::vector<int64_t> index(shape.size());
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    index[d] = linear % shape[d];
-    linear /= shape[d];
-  }
-  return index;
 }
 
 /// max and log Σ exp(x - max) of a row: the stable log-sum-exp is
@@ -396,8 +379,9 @@ LogicalResult OpKernels::matmul(MatmulOp op) {
   int64_t batches = std::accumulate(batchOut.begin(), batchOut.end(),
                                     int64_t(1), std::multiplies<int64_t>());
   RefTensor y = RefTensor::zeros(outShape);
+  SmallVector<int64_t> batchStrides = computeSuffixProduct(batchOut);
   for (int64_t batch = 0; batch < batches; ++batch) {
-    std::vector<int64_t> index = unravel(batch, batchOut);
+    SmallVector<int64_t> index = delinearize(batch, batchStrides);
     const float *pa = a.floats.data() + broadcastIndex(batchA, index) * m * k;
     const float *pb = b.floats.data() + broadcastIndex(batchB, index) * k * n;
     float *py = y.floats.data() + batch * m * n;
@@ -518,10 +502,11 @@ void OpKernels::transpose(TransposeOp op) {
   const RefTensor &x = get(op.getInput());
   ArrayRef<int64_t> perm = op.getPermutation();
   std::vector<int64_t> outShape = shapeOf(op.getResult().getType());
-  std::vector<int64_t> inStrides = stridesOf(x.shape);
+  SmallVector<int64_t> inStrides = computeSuffixProduct(x.shape);
+  SmallVector<int64_t> outStrides = computeSuffixProduct(outShape);
   RefTensor y = RefTensor::zeros(outShape);
   for (int64_t i = 0; i < y.numElements(); ++i) {
-    std::vector<int64_t> index = unravel(i, outShape);
+    SmallVector<int64_t> index = delinearize(i, outStrides);
     int64_t src = 0;
     for (size_t d = 0; d < perm.size(); ++d)
       src += index[d] * inStrides[perm[d]];
@@ -582,8 +567,9 @@ void OpKernels::sumTo(SumToOp op) {
   std::vector<int64_t> outShape = shapeOf(op.getResult().getType());
   RefTensor y = RefTensor::zeros(outShape);
   std::vector<double> acc(y.numElements(), 0.0);
+  SmallVector<int64_t> inStrides = computeSuffixProduct(x.shape);
   for (int64_t i = 0; i < x.numElements(); ++i)
-    acc[broadcastIndex(outShape, unravel(i, x.shape))] += x.floats[i];
+    acc[broadcastIndex(outShape, delinearize(i, inStrides))] += x.floats[i];
   for (size_t i = 0; i < acc.size(); ++i)
     y.floats[i] = static_cast<float>(acc[i]);
   set(op.getResult(), std::move(y));

@@ -666,17 +666,12 @@ static bool fusesElementwise(MLIRContext &context, const PlanRequest &request) {
   return countOps() != before;
 }
 
-PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
-  PlanResult result;
-  PlanRequest request = originalRequest;
-  if (request.fuseElementwise.empty()) {
-    request.fuseElementwise = {false};
-    if (fusesElementwise(context, request))
-      request.fuseElementwise.push_back(true);
-  }
+/// Every candidate of the request's choices, in groups that differ in
+/// their offload only (measured from one compiled step: CompiledSteps);
+/// the start of each group, and the end of the last.
+static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
+                                               PlanResult &result) {
   int64_t perRank = request.globalBatch / request.ranks;
-  // The candidates, in groups that differ in their offload only (measured
-  // from one compiled step: CompiledSteps).
   std::vector<size_t> groupStart;
   for (int64_t micro : request.microBatches)
     for (PlanRemat remat : request.remats)
@@ -699,9 +694,17 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
               }
             }
   groupStart.push_back(result.candidates.size());
+  return groupStart;
+}
+
+/// Measures the groups, over threads, each with a context of its own (a
+/// model file's module lives in the caller's context: one thread then).
+/// The results are per candidate, so they do not depend on the threads. A
+/// budget plan compiles the whole model once per choice: it is measured
+/// after the others, and only where it can differ from them (budgetTwin).
+static void measureGroups(MLIRContext &context, const PlanRequest &request,
+                          PlanResult &result, ArrayRef<size_t> groupStart) {
   size_t groups = groupStart.size() - 1;
-  // A budget plan compiles the whole model once per choice: it is measured
-  // after the others, and only where it can differ from them (budgetTwin).
   std::map<std::string, size_t> byKey;
   for (size_t i = 0; i < result.candidates.size(); ++i)
     byKey[candidateKey(result.candidates[i])] = i;
@@ -719,9 +722,6 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
       }
     }
   };
-  // Groups over threads, each with a context of its own (a model file's
-  // module lives in the caller's context: one thread then). The results
-  // are per candidate, so they do not depend on the threads.
   unsigned threads =
       request.module
           ? 1u
@@ -750,126 +750,152 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
         .push_back(g);
   runAll(first);
   runAll(budgets);
-  auto chooseBest = [&] {
-    result.best.reset();
-    double fastest = 0.0;
-    for (const PlanCandidate &c : result.candidates)
-      fastest = std::max(fastest, c.tokensPerSecond);
-    for (size_t i = 0; i < result.candidates.size(); ++i) {
-      PlanCandidate &c = result.candidates[i];
-      c.relative = fastest > 0 ? c.tokensPerSecond / fastest : 0.0;
-      if (!c.fits)
-        continue;
-      if (!result.best)
-        result.best = i;
-      const PlanCandidate &best = result.candidates[*result.best];
-      if (c.tokensPerSecond > best.tokensPerSecond ||
-          (c.tokensPerSecond == best.tokensPerSecond &&
-           c.measure.peak < best.measure.peak))
-        result.best = i;
-    }
-  };
-  chooseBest();
-  // The best is measured again as it runs, its micro-batch loop unrolled
-  // (a rolled loop is measured from one iteration: within a few buffers of
-  // the unrolled step's peak); should it no longer fit, the next is.
+}
+
+/// The fastest candidate that fits (the smaller peak on a tie), and each
+/// candidate's speed relative to the fastest.
+static void chooseBest(PlanResult &result) {
+  result.best.reset();
+  double fastest = 0.0;
+  for (const PlanCandidate &c : result.candidates)
+    fastest = std::max(fastest, c.tokensPerSecond);
+  for (size_t i = 0; i < result.candidates.size(); ++i) {
+    PlanCandidate &c = result.candidates[i];
+    c.relative = fastest > 0 ? c.tokensPerSecond / fastest : 0.0;
+    if (!c.fits)
+      continue;
+    if (!result.best)
+      result.best = i;
+    const PlanCandidate &best = result.candidates[*result.best];
+    if (c.tokensPerSecond > best.tokensPerSecond ||
+        (c.tokensPerSecond == best.tokensPerSecond &&
+         c.measure.peak < best.measure.peak))
+      result.best = i;
+  }
+}
+
+/// `c` to measure again from scratch.
+static PlanCandidate unmeasured(const PlanCandidate &c) {
+  PlanCandidate again = c;
+  again.measure = PlanMeasure();
+  again.rejected.clear();
+  again.fits = false;
+  return again;
+}
+
+/// The best is measured again as it runs, its micro-batch loop unrolled (a
+/// rolled loop is measured from one iteration: within a few buffers of the
+/// unrolled step's peak); should it no longer fit, the next is.
+static void remeasureBest(MLIRContext &context, const PlanRequest &request,
+                          PlanResult &result) {
   while (result.best) {
     PlanCandidate &best = result.candidates[*result.best];
     if (best.accumulation == 1 || best.measuredUnrolled)
       break;
-    PlanCandidate again = best;
+    PlanCandidate again = unmeasured(best);
     again.measuredUnrolled = true;
-    again.measure = PlanMeasure();
-    again.rejected.clear();
-    again.fits = false;
     again.approximate = false;
     CompiledSteps cache;
     evaluate(context, request, again, cache);
     best = again;
-    chooseBest();
+    chooseBest(result);
   }
-  if (!result.best) {
-    const PlanCandidate *smallest = nullptr;
-    for (const PlanCandidate &c : result.candidates)
-      if (c.rejected.rfind("not compiled", 0) != 0 &&
-          (!smallest || c.measure.peak < smallest->measure.peak))
-        smallest = &c;
-    if (!smallest) {
-      result.nothingFits = "no candidate could be compiled";
-      if (!result.candidates.empty())
-        result.nothingFits += " (the first, " +
-                              result.candidates.front().describe() + ": " +
-                              result.candidates.front().rejected + ")";
-    } else {
-      MemoryCategory largest = MemoryCategory::Weights;
-      for (MemoryCategory cat : kPlanCategories)
-        if (smallest->measure.atPeak[static_cast<unsigned>(cat)] >
-            smallest->measure.atPeak[static_cast<unsigned>(largest)])
-          largest = cat;
-      // What would shrink the category that dominates, beyond this search:
-      // for activations, fused attention is measured on the smallest.
-      std::string hint;
-      std::optional<PlanCandidate> fused;
-      if (largest == MemoryCategory::Activations &&
-          !smallest->fuseAttention) {
-        fused = *smallest;
-        fused->fuseAttention = true;
-        fused->measure = PlanMeasure();
-        fused->rejected.clear();
-        fused->fits = false;
-        CompiledSteps cache;
-        evaluate(context, request, *fused, cache);
-        if (fused->rejected.rfind("not compiled", 0) == 0 ||
-            fused->measure.peak >= smallest->measure.peak)
-          fused.reset();
-      }
-      switch (largest) {
-      case MemoryCategory::Activations:
-        if (fused) {
-          hint = fused->fits
-                     ? llvm::formatv("fused attention would fit: peak {0} "
-                                     "(trainmem-run ...{1})",
-                                     gigabytes(fused->measure.peak),
-                                     fused->runOptions(request.memoryBytes))
-                           .str()
-                     : llvm::formatv("fused attention would bring it to {0}, "
-                                     "still {1} over; smaller micro-batches "
-                                     "keep fewer activations",
-                                     gigabytes(fused->measure.peak),
-                                     gigabytes(fused->measure.peak -
-                                               request.memoryBytes))
-                           .str();
-          break;
-        }
-        hint = smallest->remat == PlanRemat::full
-                   ? "full recompute keeps each layer's input only: smaller "
-                     "micro-batches, or a shorter sequence, keep fewer"
-                   : "fused attention (train-fuse-attention, trainmem-run "
-                     "--fuse-attention) keeps no score tensor, and smaller "
-                     "micro-batches keep fewer activations";
-        break;
-      case MemoryCategory::Optimizer:
-        hint = "8-bit state, CPU offload or ZeRO over more ranks shrink the "
-               "optimizer's bytes";
-        break;
-      case MemoryCategory::Weights:
-      case MemoryCategory::Gradients:
-      case MemoryCategory::Gathered:
-        hint = "ZeRO-3 over more ranks shards the weights and gradients";
-        break;
-      default:
-        hint = "a smaller micro-batch shrinks the temporaries";
-        break;
-      }
-      result.nothingFits = llvm::formatv(
-          "nothing fits in {0}: the smallest peak is {1}, {5} over ({2}), of "
-          "which {3} {4} dominate: {6}",
-          gigabytes(request.memoryBytes), gigabytes(smallest->measure.peak),
-          smallest->describe(), stringifyMemoryCategory(largest),
-          gigabytes(smallest->measure.atPeak[static_cast<unsigned>(largest)]),
-          gigabytes(smallest->measure.peak - request.memoryBytes), hint);
+}
+
+/// What would shrink `largest`, the category that dominates the smallest
+/// candidate's peak, beyond this search: for activations, fused attention
+/// is measured on the smallest.
+static std::string hintFor(MLIRContext &context, const PlanRequest &request,
+                           const PlanCandidate &smallest,
+                           MemoryCategory largest) {
+  switch (largest) {
+  case MemoryCategory::Activations: {
+    if (!smallest.fuseAttention) {
+      PlanCandidate fused = unmeasured(smallest);
+      fused.fuseAttention = true;
+      CompiledSteps cache;
+      evaluate(context, request, fused, cache);
+      if (fused.rejected.rfind("not compiled", 0) != 0 &&
+          fused.measure.peak < smallest.measure.peak)
+        return fused.fits
+                   ? llvm::formatv("fused attention would fit: peak {0} "
+                                   "(trainmem-run ...{1})",
+                                   gigabytes(fused.measure.peak),
+                                   fused.runOptions(request.memoryBytes))
+                         .str()
+                   : llvm::formatv(
+                         "fused attention would bring it to {0}, "
+                         "still {1} over; smaller micro-batches "
+                         "keep fewer activations",
+                         gigabytes(fused.measure.peak),
+                         gigabytes(fused.measure.peak - request.memoryBytes))
+                         .str();
     }
+    return smallest.remat == PlanRemat::full
+               ? "full recompute keeps each layer's input only: smaller "
+                 "micro-batches, or a shorter sequence, keep fewer"
+               : "fused attention (train-fuse-attention, trainmem-run "
+                 "--fuse-attention) keeps no score tensor, and smaller "
+                 "micro-batches keep fewer activations";
   }
+  case MemoryCategory::Optimizer:
+    return "8-bit state, CPU offload or ZeRO over more ranks shrink the "
+           "optimizer's bytes";
+  case MemoryCategory::Weights:
+  case MemoryCategory::Gradients:
+  case MemoryCategory::Gathered:
+    return "ZeRO-3 over more ranks shards the weights and gradients";
+  default:
+    return "a smaller micro-batch shrinks the temporaries";
+  }
+}
+
+/// Why nothing fits: the smallest peak compiled, by how much it is over,
+/// the category that dominates it and what would shrink that.
+static std::string explainNothingFits(MLIRContext &context,
+                                      const PlanRequest &request,
+                                      const PlanResult &result) {
+  const PlanCandidate *smallest = nullptr;
+  for (const PlanCandidate &c : result.candidates)
+    if (c.rejected.rfind("not compiled", 0) != 0 &&
+        (!smallest || c.measure.peak < smallest->measure.peak))
+      smallest = &c;
+  if (!smallest) {
+    std::string why = "no candidate could be compiled";
+    if (!result.candidates.empty())
+      why += " (the first, " + result.candidates.front().describe() + ": " +
+             result.candidates.front().rejected + ")";
+    return why;
+  }
+  MemoryCategory largest = MemoryCategory::Weights;
+  for (MemoryCategory cat : kPlanCategories)
+    if (smallest->measure.atPeak[static_cast<unsigned>(cat)] >
+        smallest->measure.atPeak[static_cast<unsigned>(largest)])
+      largest = cat;
+  return llvm::formatv(
+      "nothing fits in {0}: the smallest peak is {1}, {5} over ({2}), of "
+      "which {3} {4} dominate: {6}",
+      gigabytes(request.memoryBytes), gigabytes(smallest->measure.peak),
+      smallest->describe(), stringifyMemoryCategory(largest),
+      gigabytes(smallest->measure.atPeak[static_cast<unsigned>(largest)]),
+      gigabytes(smallest->measure.peak - request.memoryBytes),
+      hintFor(context, request, *smallest, largest));
+}
+
+PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
+  PlanResult result;
+  PlanRequest request = originalRequest;
+  if (request.fuseElementwise.empty()) {
+    request.fuseElementwise = {false};
+    if (fusesElementwise(context, request))
+      request.fuseElementwise.push_back(true);
+  }
+  std::vector<size_t> groupStart = enumerateCandidates(request, result);
+  measureGroups(context, request, result, groupStart);
+  chooseBest(result);
+  remeasureBest(context, request, result);
+  if (!result.best)
+    result.nothingFits = explainNothingFits(context, request, result);
   return result;
 }
 

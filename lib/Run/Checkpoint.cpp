@@ -42,7 +42,7 @@ uint64_t mlir::train::fnv1a(StringRef data) {
 }
 
 bool mlir::train::isState(const TensorSlot &slot) {
-  return slot.role == "param" || slot.role == "optimizer_state";
+  return slot.role == SlotRole::param || slot.role == SlotRole::optimizerState;
 }
 
 //===----------------------------------------------------------------------===//
@@ -111,9 +111,9 @@ llvm::Error mlir::train::writeCheckpoint(
   for (const TensorSlot &slot : slots) {
     if (!isState(slot))
       continue;
-    appendString(data, slot.role);
+    appendString(data, slot.roleName().str());
     appendString(data, slot.key);
-    appendString(data, slot.dtype);
+    appendString(data, slot.dtypeName().str());
     appendU64(data, slot.shape.size());
     for (int64_t d : slot.shape)
       appendU64(data, static_cast<uint64_t>(d));
@@ -150,8 +150,8 @@ llvm::Error mlir::train::writeManifest(StringRef dir, StringRef stepName,
   for (const TensorSlot &slot : slots)
     if (isState(slot))
       manifest +=
-          "tensor " + slot.role + ":" + slot.key + " " + slot.dtype + " " +
-          shapeText(slot.shape) + " " +
+          "tensor " + slot.roleName().str() + ":" + slot.key + " " +
+          slot.dtypeName().str() + " " + shapeText(slot.shape) + " " +
           shapeText(slot.fullShape.empty() ? slot.shape : slot.fullShape) +
           "\n";
   for (int64_t r = 0; r < ranks; ++r) {
@@ -423,17 +423,17 @@ static llvm::Error checkAgainstSlots(StringRef path,
     if (!isState(slot))
       continue;
     ++expectedCount;
-    std::string name = slot.role + ":" + slot.key;
+    std::string name = slot.roleName().str() + ":" + slot.key;
     std::string shape;
     for (size_t d = 0; d < slot.shape.size(); ++d)
       shape += (d ? "x" : "") + std::to_string(slot.shape[d]);
-    std::string expected = slot.dtype + "[" + shape + "]";
+    std::string expected = slot.dtypeName().str() + "[" + shape + "]";
     auto it = parsed.description.find(name);
     if (it == parsed.description.end())
-      return mismatch("it has no " + slot.role + " '" + slot.key + "'");
+      return mismatch("it has no " + slot.roleName() + " '" + slot.key + "'");
     if (it->second != expected ||
         parsed.checkpoint.tensors.at(name).size() != slot.bytes)
-      return mismatch(slot.role + " '" + slot.key + "' is " + it->second +
+      return mismatch(slot.roleName() + " '" + slot.key + "' is " + it->second +
                       " there and " + expected + " here");
   }
   if (parsed.checkpoint.tensors.size() != expectedCount)
@@ -607,15 +607,16 @@ static llvm::Error checkStep(const Manifest &manifest, int64_t shardStep) {
 static llvm::Expected<Bytes> wholeTensor(const Manifest &manifest,
                                          ArrayRef<Checkpoint> old,
                                          const TensorSlot &slot) {
-  std::string name = slot.role + ":" + slot.key;
+  std::string name = slot.roleName().str() + ":" + slot.key;
   const std::vector<int64_t> &wholeShape =
       slot.fullShape.empty() ? slot.shape : slot.fullShape;
   auto saved = manifest.tensors.find(name);
   if (saved == manifest.tensors.end())
-    return manifest.bad("has no " + slot.role + " '" + slot.key +
+    return manifest.bad("has no " + slot.roleName() + " '" + slot.key +
                         "', which this step has");
-  if (saved->second.dtype != slot.dtype || saved->second.whole != wholeShape)
-    return manifest.bad("has " + slot.role + " '" + slot.key +
+  if (saved->second.dtype != slot.dtypeName() ||
+      saved->second.whole != wholeShape)
+    return manifest.bad("has " + slot.roleName() + " '" + slot.key +
                         "' of another type or shape than this step's");
   uint64_t elementBytes = slot.bytes / std::max<int64_t>(1, slot.numElements());
   uint64_t wholeBytes = elementsOf(wholeShape) * elementBytes;
@@ -623,8 +624,8 @@ static llvm::Expected<Bytes> wholeTensor(const Manifest &manifest,
   for (const Checkpoint &shard : old) {
     auto it = shard.tensors.find(name);
     if (it == shard.tensors.end() || it->second.size() != shardBytes)
-      return manifest.bad("names shards whose " + slot.role + " '" + slot.key +
-                          "' is not the manifest's");
+      return manifest.bad("names shards whose " + slot.roleName() + " '" +
+                          slot.key + "' is not the manifest's");
   }
   if (saved->second.shard == saved->second.whole)
     return old[0].tensors.at(name);
@@ -634,7 +635,7 @@ static llvm::Expected<Bytes> wholeTensor(const Manifest &manifest,
     joined.insert(joined.end(), part.begin(), part.end());
   }
   if (joined.size() < wholeBytes)
-    return manifest.bad("names shards of " + slot.role + " '" + slot.key +
+    return manifest.bad("names shards of " + slot.roleName() + " '" + slot.key +
                         "' that hold " + Twine(joined.size()) +
                         " bytes of its " + Twine(wholeBytes));
   joined.resize(wholeBytes);
@@ -696,7 +697,7 @@ mlir::train::readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
     llvm::Expected<Bytes> whole = wholeTensor(*manifest, old, slot);
     if (!whole)
       return whole.takeError();
-    checkpoint.tensors[slot.role + ":" + slot.key] =
+    checkpoint.tensors[slot.roleName().str() + ":" + slot.key] =
         slot.fullShape.empty() ? std::move(*whole) : partOf(slot, *whole, rank);
   }
   return checkpoint;

@@ -137,14 +137,14 @@ void Corpus::batch(uint64_t seed, int64_t step, int64_t batchSize,
 // State: the arena (runtime backends) or host tensors (interpret)
 //===----------------------------------------------------------------------===//
 
-/// Float values as a tensor of `dtype` holds them: f32, or bf16/f16
+/// Float values as a tensor of `type` holds them: f32, or bf16/f16
 /// rounded to nearest even.
-static Bytes floatBytes(StringRef dtype, const std::vector<float> &values) {
-  if (dtype == "bf16" || dtype == "f16") {
+static Bytes floatBytes(Type type, const std::vector<float> &values) {
+  if (type.isBF16() || type.isF16()) {
     Bytes bytes(values.size() * 2);
     for (size_t i = 0; i < values.size(); ++i) {
-      uint16_t bits = dtype == "bf16" ? trainmem::bf16BitsFromFloat(values[i])
-                                      : trainmem::f16BitsFromFloat(values[i]);
+      uint16_t bits = type.isBF16() ? trainmem::bf16BitsFromFloat(values[i])
+                                    : trainmem::f16BitsFromFloat(values[i]);
       std::memcpy(bytes.data() + 2 * i, &bits, 2);
     }
     return bytes;
@@ -154,15 +154,15 @@ static Bytes floatBytes(StringRef dtype, const std::vector<float> &values) {
   return bytes;
 }
 
-/// The values of a float tensor of `dtype`, widened to f32 (exactly).
-static std::vector<float> floatValues(StringRef dtype, const Bytes &bytes) {
-  if (dtype == "bf16" || dtype == "f16") {
+/// The values of a float tensor of `type`, widened to f32 (exactly).
+static std::vector<float> floatValues(Type type, const Bytes &bytes) {
+  if (type.isBF16() || type.isF16()) {
     std::vector<float> values(bytes.size() / 2);
     for (size_t i = 0; i < values.size(); ++i) {
       uint16_t bits;
       std::memcpy(&bits, bytes.data() + 2 * i, 2);
-      values[i] = dtype == "bf16" ? trainmem::floatFromBF16Bits(bits)
-                                  : trainmem::floatFromF16Bits(bits);
+      values[i] = type.isBF16() ? trainmem::floatFromBF16Bits(bits)
+                                : trainmem::floatFromF16Bits(bits);
     }
     return values;
   }
@@ -213,10 +213,10 @@ private:
 class HostState : public State {
 public:
   void write(const TensorSlot &slot, const Bytes &bytes) override {
-    tensors[slot.role + ":" + slot.key] = bytes;
+    tensors[(slot.roleName() + ":" + slot.key).str()] = bytes;
   }
   Bytes read(const TensorSlot &slot) const override {
-    return tensors.at(slot.role + ":" + slot.key);
+    return tensors.at((slot.roleName() + ":" + slot.key).str());
   }
   std::map<std::string, Bytes> tensors;
 };
@@ -225,29 +225,29 @@ public:
 /// A state tensor as the interpreter takes it: i8 codes as integers 0..255.
 static RefTensor toRefTensor(const TensorSlot &slot, const Bytes &bytes) {
   std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
-  if (slot.dtype == "i8")
+  if (slot.elementType.isInteger(8))
     return RefTensor::ofInts(shape, std::vector<int64_t>(bytes.begin(), bytes.end()));
-  if (slot.dtype == "i64") {
+  if (slot.elementType.isInteger(64)) {
     std::vector<int64_t> values(bytes.size() / 8);
     std::memcpy(values.data(), bytes.data(), bytes.size());
     return RefTensor::ofInts(shape, std::move(values));
   }
-  return RefTensor::ofFloats(shape, floatValues(slot.dtype, bytes));
+  return RefTensor::ofFloats(shape, floatValues(slot.elementType, bytes));
 }
 
 static Bytes fromRefTensor(const TensorSlot &slot, const RefTensor &value) {
-  if (slot.dtype == "i64") {
+  if (slot.elementType.isInteger(64)) {
     Bytes bytes(value.ints.size() * 8);
     std::memcpy(bytes.data(), value.ints.data(), bytes.size());
     return bytes;
   }
-  if (slot.dtype == "i8") {
+  if (slot.elementType.isInteger(8)) {
     Bytes bytes(value.ints.size());
     for (size_t i = 0; i < bytes.size(); ++i)
       bytes[i] = static_cast<uint8_t>(value.ints[i]);
     return bytes;
   }
-  return floatBytes(slot.dtype, value.floats);
+  return floatBytes(slot.elementType, value.floats);
 }
 
 //===----------------------------------------------------------------------===//
@@ -354,13 +354,15 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   // The session initializes and checkpoints f32, bf16 and f16 weights,
   // f32 optimizer state and 8-bit codes.
   for (const TensorSlot &slot : slots.arguments) {
-    bool weight16 = slot.role == "param" &&
-                    (slot.dtype == "bf16" || slot.dtype == "f16");
+    bool weight16 = slot.role == SlotRole::param &&
+                    (slot.elementType.isBF16() || slot.elementType.isF16());
     bool lossScale = slot.stateKind == StateKind::loss_scale &&
-                     slot.dtype == "i64" && slot.numElements() == 3;
-    if (isState(slot) && slot.dtype != "f32" && !weight16 && !lossScale &&
-        !(slot.dtype == "i8" && slot.statePart == StatePart::codes)) {
-      error = slot.role + " '" + slot.key + "' is " + slot.dtype +
+                     slot.elementType.isInteger(64) && slot.numElements() == 3;
+    if (isState(slot) && !slot.elementType.isF32() && !weight16 && !lossScale &&
+        !(slot.elementType.isInteger(8) &&
+          slot.statePart == StatePart::codes)) {
+      error = slot.roleName().str() + " '" + slot.key + "' is " +
+              slot.dtypeName().str() +
               "; trainmem-run trains steps whose weights are f32, bf16 or "
               "f16 and whose optimizer state is f32 or 8-bit codes";
       return nullptr;
@@ -369,7 +371,7 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   // Parameters start as their #train.init says (the model builder writes
   // it); without one there is no reference to follow.
   for (const TensorSlot &slot : slots.arguments)
-    if (slot.role == "param" && !slot.init) {
+    if (slot.role == SlotRole::param && !slot.init) {
       error = "parameter '" + slot.key + "' has no " + kInitAttrName.str() +
               " (#train.init<zeros|ones|normal, std = S>); models from "
               "trainmem-model carry one";
@@ -378,17 +380,17 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   // A step that returns gradients (optimizer=none) updates nothing: training
   // it would run and learn nothing.
   if (llvm::none_of(slots.results, [](const TensorSlot &slot) {
-        return slot.role == "param";
+        return slot.role == SlotRole::param;
       })) {
     error = "the step updates no parameter (built with optimizer=none? it "
             "returns gradients); trainmem-run trains steps with an "
             "optimizer (adamw or sgd)";
     return nullptr;
   }
-  session->tokensSlot = slots.findArgument("input", "tokens");
-  session->targetsSlot = slots.findArgument("input", "targets");
-  session->stepSlot = slots.findArgument("input", "step");
-  session->lossSlot = slots.findResult("loss");
+  session->tokensSlot = slots.findArgument(SlotRole::input, "tokens");
+  session->targetsSlot = slots.findArgument(SlotRole::input, "targets");
+  session->stepSlot = slots.findArgument(SlotRole::input, "step");
+  session->lossSlot = slots.findResult(SlotRole::loss);
   if (!session->tokensSlot || !session->targetsSlot || !session->stepSlot ||
       !session->lossSlot) {
     error = "the step needs 'tokens', 'targets' and 'step' inputs and a "
@@ -506,7 +508,7 @@ bool Session::initialize(std::string &error) {
   // Whole tensors: every rank draws the same, and keeps its part.
   std::map<std::string, std::vector<float>> params;
   for (const TensorSlot &slot : layout.arguments)
-    if (slot.role == "param") {
+    if (slot.role == SlotRole::param) {
       TensorSlot whole = slot;
       if (!slot.fullShape.empty())
         whole.shape = slot.fullShape;
@@ -519,7 +521,8 @@ bool Session::initialize(std::string &error) {
                 ") gives values that are not finite in f32";
         return false;
       }
-      state->write(slot, floatBytes(slot.dtype, partOf(slot, values, rank)));
+      state->write(slot,
+                   floatBytes(slot.elementType, partOf(slot, values, rank)));
       params[slot.key] = std::move(values);
     }
   for (const TensorSlot &slot : layout.arguments) {
@@ -527,7 +530,7 @@ bool Session::initialize(std::string &error) {
       continue;
     if (*slot.stateKind == StateKind::master) {
       state->write(slot,
-                   floatBytes(slot.dtype,
+                   floatBytes(slot.elementType,
                               partOf(slot, params[slot.stateParam], rank)));
     } else if (slot.statePart == StatePart::codes) {
       // 8-bit state starts at 0: the code of 0 in its map.
@@ -586,7 +589,8 @@ std::optional<LossScaleState> Session::getLossScale() const {
   if (!state)
     return std::nullopt;
   for (const TensorSlot &slot : layout.arguments)
-    if (slot.stateKind == StateKind::loss_scale && slot.dtype == "i64") {
+    if (slot.stateKind == StateKind::loss_scale &&
+        slot.elementType.isInteger(64)) {
       Bytes bytes = state->read(slot);
       int64_t values[3];
       std::memcpy(values, bytes.data(), 24);
@@ -600,14 +604,14 @@ std::vector<std::string> Session::describeGemms16() const {
   std::vector<std::string> lines;
   if (!ctx)
     return lines;
-  auto has = [&](StringRef dtype) {
+  auto has = [&](function_ref<bool(Type)> isType) {
     return llvm::any_of(layout.arguments, [&](const TensorSlot &slot) {
-      return slot.role == "param" && slot.dtype == dtype;
+      return slot.role == SlotRole::param && isType(slot.elementType);
     });
   };
-  if (has("bf16"))
+  if (has([](Type type) { return type.isBF16(); }))
     lines.push_back(std::string("bf16 GEMMs: ") + tmrt_bf16_gemm(ctx));
-  if (has("f16"))
+  if (has([](Type type) { return type.isF16(); }))
     lines.push_back("f16 GEMMs: f16 tiles widened to f32, cblas_sgemm "
                     "(OpenBLAS has no half-precision GEMM)");
   return lines;
@@ -624,12 +628,13 @@ void Session::restore(const Checkpoint &checkpoint) {
   assert(state && "start the session first");
   for (const TensorSlot &slot : layout.arguments)
     if (isState(slot))
-      state->write(slot, checkpoint.tensors.at(slot.role + ":" + slot.key));
+      state->write(slot, checkpoint.tensors.at(
+                             (slot.roleName() + ":" + slot.key).str()));
 }
 
 /// Token ids as the slot holds them (i32 or i64).
 static Bytes idBytes(const TensorSlot &slot, ArrayRef<int64_t> ids) {
-  if (slot.dtype == "i32") {
+  if (slot.elementType.isInteger(32)) {
     std::vector<int32_t> narrow(ids.begin(), ids.end());
     Bytes bytes(narrow.size() * 4);
     std::memcpy(bytes.data(), narrow.data(), bytes.size());
@@ -646,7 +651,8 @@ static std::string skippedUpdateError(int64_t step, const TensorSlot *first,
                                       uint64_t skipped) {
   std::string name = "a parameter";
   if (first)
-    name = "'" + (first->role == "param" ? first->key : first->stateParam) +
+    name = "'" +
+           (first->role == SlotRole::param ? first->key : first->stateParam) +
            "'";
   return "step " + std::to_string(step) + ": the gradient of " + name +
          (skipped > 1
@@ -715,11 +721,11 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
   std::vector<RefTensor> args;
   for (const TensorSlot &slot : layout.arguments) {
     std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
-    if (slot.role == "input" && slot.key == "tokens")
+    if (slot.role == SlotRole::input && slot.key == "tokens")
       args.push_back(RefTensor::ofInts(shape, tokens.vec()));
-    else if (slot.role == "input" && slot.key == "targets")
+    else if (slot.role == SlotRole::input && slot.key == "targets")
       args.push_back(RefTensor::ofInts(shape, targets.vec()));
-    else if (slot.role == "input" && slot.key == "step")
+    else if (slot.role == SlotRole::input && slot.key == "step")
       args.push_back(RefTensor::ofInts({}, {step}));
     else
       args.push_back(toRefTensor(slot, host.read(slot)));

@@ -111,15 +111,52 @@ int64_t TensorSlot::numElements() const {
                          std::multiplies<int64_t>());
 }
 
-const TensorSlot *StepLayout::findArgument(StringRef role,
-                                           StringRef key) const {
+StringRef mlir::train::getSlotRoleName(SlotRole role) {
+  switch (role) {
+  case SlotRole::param:
+    return "param";
+  case SlotRole::optimizerState:
+    return "optimizer_state";
+  case SlotRole::input:
+    return "input";
+  case SlotRole::grad:
+    return "grad";
+  case SlotRole::loss:
+    return "loss";
+  case SlotRole::gradNorm:
+    return "grad_norm";
+  case SlotRole::none:
+    break;
+  }
+  return "";
+}
+
+StringRef mlir::train::getDtypeName(Type elementType) {
+  if (!elementType)
+    return "unknown";
+  if (elementType.isF32())
+    return "f32";
+  if (elementType.isBF16())
+    return "bf16";
+  if (elementType.isF16())
+    return "f16";
+  for (unsigned width : {64u, 32u, 8u, 1u})
+    if (elementType.isInteger(width))
+      return width == 64   ? "i64"
+             : width == 32 ? "i32"
+             : width == 8  ? "i8"
+                           : "i1";
+  return "unknown";
+}
+
+const TensorSlot *StepLayout::findArgument(SlotRole role, StringRef key) const {
   for (const TensorSlot &slot : arguments)
     if (slot.role == role && slot.key == key)
       return &slot;
   return nullptr;
 }
 
-const TensorSlot *StepLayout::findResult(StringRef role) const {
+const TensorSlot *StepLayout::findResult(SlotRole role) const {
   for (const TensorSlot &slot : results)
     if (slot.role == role)
       return &slot;
@@ -180,27 +217,38 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
     // structured binding).
     size_t index = entryIndex;
     auto dict = dyn_cast<DictionaryAttr>(attr);
-    auto role = dict ? dict.getAs<StringAttr>("role") : StringAttr();
-    auto key = dict ? dict.getAs<StringAttr>("key") : StringAttr();
     auto offset = dict ? dict.getAs<IntegerAttr>("offset") : IntegerAttr();
     auto bytes = dict ? dict.getAs<IntegerAttr>("bytes") : IntegerAttr();
     auto shape = dict ? dict.getAs<DenseI64ArrayAttr>("shape")
                       : DenseI64ArrayAttr();
-    auto dtype = dict ? dict.getAs<StringAttr>("dtype") : StringAttr();
-    if (!role || !key || !offset || !bytes || !shape || !dtype ||
-        offset.getInt() < 0 || bytes.getInt() < 0)
+    auto elementType = dict ? dict.getAs<TypeAttr>("element_type") : TypeAttr();
+    if (!offset || !bytes || !shape || !elementType || offset.getInt() < 0 ||
+        bytes.getInt() < 0)
       return step->emitError("trainmem-run: entry ")
              << index << " of '" << attrName
-             << "' is not {role, key, offset, bytes, shape, dtype}";
+             << "' is not {offset, bytes, shape, element_type, and a marker}";
     TensorSlot slot;
-    slot.role = role.getValue().str();
-    slot.key = key.getValue().str();
     slot.offset = offset.getInt();
     slot.bytes = bytes.getInt();
     slot.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
     if (auto full = dict.getAs<DenseI64ArrayAttr>("full_shape"))
       slot.fullShape.assign(full.asArrayRef().begin(), full.asArrayRef().end());
-    slot.dtype = dtype.getValue().str();
+    slot.elementType = elementType.getValue();
+    // What the tensor is: its marker, the first of these it has.
+    for (auto [name, role] : {std::pair{"param", SlotRole::param},
+                              std::pair{"input", SlotRole::input},
+                              std::pair{"grad", SlotRole::grad}}) {
+      Attribute marker = dict.get(name);
+      if (!marker || slot.role != SlotRole::none)
+        continue;
+      auto key = dyn_cast<StringAttr>(marker);
+      if (!key)
+        return step->emitError("trainmem-run: entry ")
+               << index << " of '" << attrName << "': " << name
+               << " is not a name";
+      slot.role = role;
+      slot.key = key.getValue().str();
+    }
     // The typed entries (what the runner needs to start the tensor).
     auto typed = [&](StringRef name, auto kind) -> FailureOr<decltype(kind)> {
       Attribute value = dict.get(name);
@@ -219,6 +267,8 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
       return failure();
     slot.host = *space && space->getSpace() == MemorySpace::host;
     if (*state) {
+      slot.role = SlotRole::optimizerState;
+      slot.key = state->getKey();
       slot.stateKind = state->getKind();
       slot.stateParam = state->getParam().str();
       slot.statePart = state->getPart();
@@ -228,6 +278,10 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
       slot.init = init->getKind();
       slot.initStd = init->getStd().convertToDouble();
     }
+    if (slot.role == SlotRole::none && dict.get("loss"))
+      slot.role = SlotRole::loss;
+    if (slot.role == SlotRole::none && dict.get("grad_norm"))
+      slot.role = SlotRole::gradNorm;
     slots.push_back(slot);
   }
   return success();
@@ -278,7 +332,7 @@ FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
       uint64_t arena = slot.host ? layout.hostArenaBytes : layout.arenaBytes;
       if (slot.offset > arena || slot.bytes > arena - slot.offset)
         return step->emitError("trainmem-run: ")
-               << slot.role << " '" << slot.key << "' lies outside the "
+               << slot.roleName() << " '" << slot.key << "' lies outside the "
                << (slot.host ? "host arena" : "arena");
     }
   return layout;

@@ -17,17 +17,15 @@
 namespace mlir {
 namespace train {
 
-/// Row-major strides (in elements) of a shape.
-SmallVector<int64_t> getRowMajorStrides(ArrayRef<int64_t> shape);
-
 /// Strides (in elements) of `value`'s elements in the buffer that holds it.
 SmallVector<int64_t> getStrides(Value value);
 
 /// True when `value` lies row-major in its buffer.
 bool isContiguous(Value value);
 
-/// True when the result of `viewOp` (a reshape or transpose) shares its
-/// source's buffer; false for a reshape of a strided view, which copies.
+/// True when the result of `viewOp` (a StridedViewOpInterface op: reshape,
+/// transpose) shares its source's buffer; false for a reshape of a strided
+/// view, which copies.
 bool isAliasingView(Operation *viewOp);
 
 } // namespace train

@@ -13,9 +13,10 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Operation.h"
 
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/EquivalenceClasses.h"
 #include <map>
 #include <string>
-#include "llvm/ADT/DenseMap.h"
 
 #include <array>
 #include <optional>
@@ -158,6 +159,20 @@ public:
 
 private:
   void buildSchedule(Block &block, Phase phase);
+  /// The tensor values in definition order (arguments, then results and
+  /// loop arguments in program order), numbered in valueIndex.
+  llvm::SmallVector<mlir::Value> numberValues();
+  /// The last point at which `value` or a view or block result naming its
+  /// memory is read.
+  unsigned lastRead(mlir::Value value) const;
+  /// The values (by number) that name one memory: aliasing views, block
+  /// results and what they yield, updates in place, state results written
+  /// into their arguments.
+  void findAliases(llvm::EquivalenceClasses<unsigned> &aliases,
+                   unsigned numValues);
+  /// The point until which `user`'s read keeps `value` live.
+  unsigned readPoint(mlir::Value value, mlir::Operation *user) const;
+  Buffer newBuffer(mlir::Value owner, unsigned returnPoint);
   void buildBuffers();
   void classify();
   void placeInMemory();

@@ -26,10 +26,31 @@ namespace train {
 /// lowers and JIT-compiles with.
 void registerRunDialects(DialectRegistry &registry);
 
+/// What an argument or result of a lowered step is: the marker the step
+/// gave it (train.param, train.optimizer_state, ...), none for an unmarked
+/// result.
+enum class SlotRole {
+  none,
+  param,
+  optimizerState,
+  input,
+  grad,
+  loss,
+  gradNorm
+};
+
+/// The marker's name, as checkpoints and messages spell it: param,
+/// optimizer_state, input, grad, loss, grad_norm ("" for none).
+StringRef getSlotRoleName(SlotRole role);
+
+/// An element type's name, as checkpoints and messages spell it: f32, bf16,
+/// f16, i64, i32, i8, i1 ("unknown" for another).
+StringRef getDtypeName(Type elementType);
+
 /// One argument or result of a lowered step: where it lives in the arena.
 struct TensorSlot {
-  std::string role; // param, optimizer_state, input, loss, grad, grad_norm
-  std::string key;  // the marker's value: parameter or state name, input name
+  SlotRole role = SlotRole::none;
+  std::string key; // the marker's value: parameter or state name, input name
   uint64_t offset = 0;
   uint64_t bytes = 0;
   /// In the host arena (train-offload-optimizer's memory_space = host).
@@ -38,7 +59,7 @@ struct TensorSlot {
   /// TMRT_HOST_MEMORY for a host slot.
   uint64_t location() const;
   std::vector<int64_t> shape;
-  std::string dtype;
+  Type elementType;
   /// Optimizer state: what it holds (from its #train.state).
   std::optional<StateKind> stateKind;
   std::string stateParam; // the parameter it belongs to
@@ -52,6 +73,8 @@ struct TensorSlot {
   std::optional<InitKind> init;
   double initStd = 0.0;
   int64_t numElements() const;
+  StringRef roleName() const { return getSlotRoleName(role); }
+  StringRef dtypeName() const { return getDtypeName(elementType); }
 };
 
 struct StepLayout {
@@ -64,8 +87,8 @@ struct StepLayout {
   uint64_t hostOps = 0;
   std::vector<TensorSlot> arguments;
   std::vector<TensorSlot> results;
-  const TensorSlot *findArgument(StringRef role, StringRef key) const;
-  const TensorSlot *findResult(StringRef role) const;
+  const TensorSlot *findArgument(SlotRole role, StringRef key) const;
+  const TensorSlot *findResult(SlotRole role) const;
 };
 
 /// Makes `module` hold a tensor-level step (marked train.step) ready to

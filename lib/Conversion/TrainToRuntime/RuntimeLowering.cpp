@@ -12,11 +12,12 @@
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
-#include "mlir/Dialect/Shard/IR/ShardDialect.h"
-#include "mlir/Dialect/Shard/IR/ShardOps.h"
-#include "mlir/IR/SymbolTable.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Utils/IndexingUtils.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringMap.h"
 
 using namespace mlir;
@@ -163,7 +164,7 @@ static LogicalResult lowerSumTo(SumToOp op, RuntimeCallBuilder &b) {
     return op.emitOpError("has rank ") << in.size()
                                        << "; the runtime supports up to 6";
   SmallVector<int64_t> dims(6, 1), outStrides(6, 0);
-  SmallVector<int64_t> rowMajor = getRowMajorStrides(out);
+  SmallVector<int64_t> rowMajor = computeSuffixProduct(out);
   for (size_t i = 0; i < in.size(); ++i)
     dims[6 - in.size() + i] = in[i];
   for (size_t i = 0; i < out.size(); ++i) {

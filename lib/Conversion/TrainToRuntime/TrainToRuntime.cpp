@@ -140,39 +140,13 @@ void populateTrainToRuntimePatterns(RewritePatternSet &patterns,
 
 namespace {
 
-/// The role and key of argument/result `index` from its markers.
-std::pair<StringRef, std::string> roleOf(DictionaryAttr attrs) {
-  if (!attrs)
-    return {"", ""};
-  if (auto state = attrs.getAs<StateAttr>(kOptimizerStateAttrName))
-    return {"optimizer_state", state.getKey()};
-  for (StringRef name : {kParamAttrName, kInputAttrName, kGradAttrName})
-    if (auto value = attrs.getAs<StringAttr>(name))
-      return {name.drop_front(strlen("train.")), value.getValue().str()};
-  if (attrs.get(kLossAttrName))
-    return {"loss", ""};
-  if (attrs.get(kGradNormAttrName))
-    return {"grad_norm", ""};
-  return {"", ""};
-}
-
-StringRef dtypeName(Type elementType) {
-  if (elementType.isF32())
-    return "f32";
-  if (elementType.isBF16())
-    return "bf16";
-  if (elementType.isF16())
-    return "f16";
-  if (elementType.isInteger(32))
-    return "i32";
-  if (elementType.isInteger(64))
-    return "i64";
-  if (elementType.isInteger(8))
-    return "i8";
-  if (elementType.isInteger(1))
-    return "i1";
-  return "unknown";
-}
+/// The markers of an argument or result the runner reads, typed as the
+/// step has them: what the tensor is (train.param, train.optimizer_state,
+/// train.input, train.grad with their names or #train.state, train.loss,
+/// train.grad_norm) and how it starts (train.init).
+constexpr StringLiteral kSlotMarkers[] = {
+    kParamAttrName, kOptimizerStateAttrName, kInputAttrName, kGradAttrName,
+    kLossAttrName,  kGradNormAttrName,       kInitAttrName};
 
 /// The step the pass lowers: the marked step or `function`, a function
 /// with a body that takes and returns ranked tensors, not lowered already;
@@ -237,23 +211,21 @@ FailureOr<MemoryPlan> arenaPlan(func::FuncOp step,
   return std::move(*plan);
 }
 
-/// Where the host finds an argument or result of the step: its role and
-/// key, its typed markers, offset, bytes, shape (and a shard's whole
-/// shape), dtype and memory space.
+/// Where the host finds an argument or result of the step: its typed
+/// markers, offset, bytes, shape (and a shard's whole shape), element type
+/// and memory space.
 DictionaryAttr describeSlot(Value value, DictionaryAttr attrs,
                             const FunctionMemory &memory,
                             const MemoryPlan &plan) {
   MLIRContext *context = value.getContext();
   Builder builder(context);
-  auto [role, key] = roleOf(attrs);
   const Buffer *buffer = memory.lookupBuffer(value);
   auto type = cast<RankedTensorType>(value.getType());
   NamedAttrList entry;
-  entry.append("role", builder.getStringAttr(role));
-  entry.append("key", builder.getStringAttr(key));
-  // What the runner needs to start the tensor: typed, not a name.
+  // What the runner needs to know of the tensor: typed, as the step marks
+  // it (without the dialect's prefix: the entry is the lowered step's).
   if (attrs)
-    for (StringRef name : {kOptimizerStateAttrName, kInitAttrName})
+    for (StringRef name : kSlotMarkers)
       if (Attribute typed = attrs.get(name))
         entry.append(name.drop_front(strlen("train.")), typed);
   entry.append("offset",
@@ -267,8 +239,7 @@ DictionaryAttr describeSlot(Value value, DictionaryAttr attrs,
     entry.append("full_shape",
                  builder.getDenseI64ArrayAttr(
                      cast<RankedTensorType>(full.getValue()).getShape()));
-  entry.append("dtype",
-               builder.getStringAttr(dtypeName(type.getElementType())));
+  entry.append("element_type", TypeAttr::get(type.getElementType()));
   // A tensor in host memory: its offset is in the host arena.
   if (buffer->host)
     entry.append(kMemorySpaceAttrName.drop_front(strlen("train.")),

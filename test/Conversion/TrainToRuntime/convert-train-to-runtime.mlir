@@ -8,9 +8,10 @@
 // CHECK-LABEL: func.func private @tmrt_matmul(!llvm.ptr, i64
 // CHECK:       func.func @train_step(%[[CTX:.*]]: !llvm.ptr)
 // CHECK-SAME:    tmrt.arena_bytes = 152 : i64
-// CHECK-SAME:    tmrt.arguments = [{bytes = 32 : i64, dtype = "f32", key = "x", offset = [[X:[0-9]+]] : i64, role = "input", shape = array<i64: 2, 4>},
-// CHECK-SAME:                       {bytes = 48 : i64, dtype = "f32", key = "w", offset = [[W:[0-9]+]] : i64, role = "param", shape = array<i64: 4, 3>}]
-// CHECK-SAME:    tmrt.results = [{bytes = 24 : i64, dtype = "f32", key = "", offset = [[G:[0-9]+]] : i64, role = "", shape = array<i64: 2, 3>}]
+// The slots carry the step's markers and element types, typed.
+// CHECK-SAME:    tmrt.arguments = [{bytes = 32 : i64, element_type = f32, input = "x", offset = [[X:[0-9]+]] : i64, shape = array<i64: 2, 4>},
+// CHECK-SAME:                       {bytes = 48 : i64, element_type = f32, offset = [[W:[0-9]+]] : i64, param = "w", shape = array<i64: 4, 3>}]
+// CHECK-SAME:    tmrt.results = [{bytes = 24 : i64, element_type = f32, offset = [[G:[0-9]+]] : i64, shape = array<i64: 2, 3>}]
 // CHECK-DAG:     %[[XO:.*]] = arith.constant [[X]] : i64
 // CHECK-DAG:     %[[WO:.*]] = arith.constant [[W]] : i64
 // CHECK:         call @tmrt_matmul(%[[CTX]], %[[XO]], %[[WO]], %[[MO:[^,]*]],

@@ -1,9 +1,11 @@
 //===- TrainOps.cpp - ops of the train dialect: verifiers ------------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/LossScale.h"
 
+#include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
@@ -555,6 +557,13 @@ LogicalResult ReshapeOp::verify() {
 
 Value ReshapeOp::getViewSource() { return getInput(); }
 
+std::optional<SmallVector<int64_t>>
+ReshapeOp::getViewStrides(ArrayRef<int64_t> sourceStrides) {
+  if (!isRowMajor(getInput().getType().getShape(), sourceStrides))
+    return std::nullopt;
+  return computeSuffixProduct(getResult().getType().getShape());
+}
+
 LogicalResult TransposeOp::verify() {
   RankedTensorType in = getInput().getType(), out = getResult().getType();
   ArrayRef<int64_t> perm = getPermutation();
@@ -579,6 +588,14 @@ LogicalResult TransposeOp::verify() {
 }
 
 Value TransposeOp::getViewSource() { return getInput(); }
+
+std::optional<SmallVector<int64_t>>
+TransposeOp::getViewStrides(ArrayRef<int64_t> sourceStrides) {
+  SmallVector<int64_t> strides;
+  for (int64_t p : getPermutation())
+    strides.push_back(sourceStrides[p]);
+  return strides;
+}
 
 static LogicalResult verifyLogitsTargets(Operation *op,
                                          RankedTensorType logits,

@@ -3,10 +3,20 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 
+#include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/IR/SymbolTable.h"
 
 using namespace mlir;
 using namespace mlir::train;
+
+bool mlir::train::isRowMajor(ArrayRef<int64_t> shape,
+                             ArrayRef<int64_t> strides) {
+  SmallVector<int64_t> expected = computeSuffixProduct(shape);
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1 && strides[i] != expected[i])
+      return false;
+  return true;
+}
 
 bool mlir::train::isTransparentRegionOp(Operation *op) {
   return isa_and_nonnull<TransparentRegionOpInterface>(op);

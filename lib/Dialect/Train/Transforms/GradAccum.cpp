@@ -178,60 +178,70 @@ LogicalResult placeDropout(Operation *original, Operation *clone,
   return success();
 }
 
+/// What train-grad-accum finds in a step and builds from it.
+struct Accumulation {
+  func::FuncOp func;
+  /// The batch: data arguments sharing the tokens' first dimension.
+  SmallVector<BlockArgument> batchArgs;
+  int64_t batch = 0, micro = 0;
+  /// Everything before the optimizer block: it runs per micro-batch.
+  SmallVector<Operation *> bodyOps;
+  Operation *optimizerBlock = nullptr;
+  /// The cross-entropy gives the ignore index (padding of the targets).
+  CrossEntropyOp crossEntropy;
+  Value targets;
+  /// What the rest of the step reads from the body: summed.
+  SmallVector<Value> yielded;
+  AccumulateOp loop;
+  Block *body = nullptr;
+  /// The batched arguments to their micro-batch's, the body's arguments.
+  IRMapping mapping;
+  Value microIndex, share, windowCount;
+};
+
 struct TrainGradAccumPass
     : public impl::TrainGradAccumPassBase<TrainGradAccumPass> {
   using Base::Base;
   void runOnOperation() override;
+  LogicalResult fail(Location loc, const Twine &message) {
+    emitError(loc, "train-grad-accum: ") << message;
+    return failure();
+  }
+  LogicalResult findBatch(Accumulation &a);
+  LogicalResult findBody(Accumulation &a);
+  void createLoop(Accumulation &a);
+  LogicalResult cloneBody(Accumulation &a);
+  void normalizeLoss(Accumulation &a);
 };
 
-void TrainGradAccumPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  auto fail = [&](Location loc, const Twine &message) {
-    emitError(loc, "train-grad-accum: ") << message;
-    signalPassFailure();
-  };
-  if (steps < 1)
-    return fail(module.getLoc(),
-                "steps must be >= 1, got " + Twine(static_cast<int64_t>(steps)));
-  func::FuncOp func = lookupStep(module, function, "train-grad-accum");
-  if (!func)
-    return signalPassFailure();
-  // Accumulating twice would nest a loop over micro-batches of
-  // micro-batches; say so instead of re-typing the loop's body.
-  if (Operation *existing = findAccumulation(func))
-    return fail(existing->getLoc(),
-                "@" + func.getSymName() + " already accumulates gradients (" +
-                    existing->getName().getStringRef() +
-                    "); run train-grad-accum once, with the total number of "
-                    "micro-batches");
-
-  // The batch: data arguments sharing the tokens' first dimension.
-  SmallVector<BlockArgument> batchArgs;
-  int64_t batch = 0;
+/// The batched data arguments, and the options checked against the batch.
+LogicalResult TrainGradAccumPass::findBatch(Accumulation &a) {
+  func::FuncOp func = a.func;
   for (BlockArgument arg : func.getArguments()) {
     auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                   kInputAttrName);
     auto type = dyn_cast<RankedTensorType>(arg.getType());
     if (!name || !type || type.getRank() == 0)
       continue;
-    if (!batch)
-      batch = type.getDimSize(0);
-    if (type.getDimSize(0) == batch)
-      batchArgs.push_back(arg);
+    if (!a.batch)
+      a.batch = type.getDimSize(0);
+    if (type.getDimSize(0) == a.batch)
+      a.batchArgs.push_back(arg);
   }
-  if (batchArgs.empty())
+  if (a.batchArgs.empty())
     return fail(func.getLoc(), "@" + func.getSymName() +
                                    " has no batched data arguments "
                                    "(train.input with a first dimension)");
-  if (steps > batch)
+  if (steps > a.batch)
     return fail(func.getLoc(), "steps (" + Twine(static_cast<int64_t>(steps)) +
                                    ") is larger than the batch (" +
-                                   Twine(batch) + ")");
-  bool even = batch % steps == 0;
+                                   Twine(a.batch) + ")");
+  bool even = a.batch % steps == 0;
   if (!even && uneven == AccumUneven::refuse)
-    return fail(func.getLoc(),
-                "the batch (" + Twine(batch) + ") is not divisible by steps (" +
-                    Twine(static_cast<int64_t>(steps)) + ") and uneven=refuse");
+    return fail(func.getLoc(), "the batch (" + Twine(a.batch) +
+                                   ") is not divisible by steps (" +
+                                   Twine(static_cast<int64_t>(steps)) +
+                                   ") and uneven=refuse");
   if (groups < 1 || steps % groups != 0)
     return fail(func.getLoc(), "groups (" +
                                    Twine(static_cast<int64_t>(groups)) +
@@ -239,117 +249,117 @@ void TrainGradAccumPass::runOnOperation() {
                                    Twine(static_cast<int64_t>(steps)) + ")");
   if (interleaved && groups == 1)
     return fail(func.getLoc(), "interleaved needs groups > 1");
-  int64_t micro = (batch + steps - 1) / steps;
+  a.micro = (a.batch + steps - 1) / steps;
+  return success();
+}
 
-  // Everything before the optimizer block runs per micro-batch.
-  Block &entry = func.front();
-  Operation *optimizerBlock = nullptr;
+/// The ops that run per micro-batch, the loss's cross-entropy, and the
+/// values the rest of the step reads from them (float tensors, to sum).
+LogicalResult TrainGradAccumPass::findBody(Accumulation &a) {
+  Block &entry = a.func.front();
   for (Operation &op : entry)
     if (auto block = dyn_cast<BlockOp>(op))
       if (block.getKind() == BlockKind::optimizer)
-        optimizerBlock = block;
-  Operation *end = optimizerBlock ? optimizerBlock : entry.getTerminator();
-  SmallVector<Operation *> bodyOps;
+        a.optimizerBlock = block;
+  Operation *end = a.optimizerBlock ? a.optimizerBlock : entry.getTerminator();
   for (Operation &op : entry) {
     if (&op == end)
       break;
-    bodyOps.push_back(&op);
+    a.bodyOps.push_back(&op);
   }
-  llvm::SmallPtrSet<Operation *, 16> inBody(bodyOps.begin(), bodyOps.end());
-
-  // The cross-entropy gives the ignore index (padding of the targets).
-  CrossEntropyOp crossEntropy;
-  for (Operation *op : bodyOps)
-    op->walk([&](CrossEntropyOp ce) { crossEntropy = ce; });
-  if (normalize == AccumNormalize::tokens && !crossEntropy)
-    return fail(func.getLoc(),
+  llvm::SmallPtrSet<Operation *, 16> inBody(a.bodyOps.begin(), a.bodyOps.end());
+  for (Operation *op : a.bodyOps)
+    op->walk([&](CrossEntropyOp ce) { a.crossEntropy = ce; });
+  if (normalize == AccumNormalize::tokens && !a.crossEntropy)
+    return fail(a.func.getLoc(),
                 "normalize=tokens needs a cross-entropy loss "
                 "(train.cross_entropy with an ignore index) in @" +
-                    func.getSymName());
-  Value targets = crossEntropy ? resolveRegionResult(crossEntropy.getTargets())
-                               : Value();
-
-  // What the rest of the step reads from the body: summed.
-  SmallVector<Value> yielded;
-  for (Operation *op : bodyOps)
+                    a.func.getSymName());
+  a.targets = a.crossEntropy ? resolveRegionResult(a.crossEntropy.getTargets())
+                             : Value();
+  auto readOutside = [&](Operation *user) {
+    Operation *top = user;
+    while (top->getBlock() != &entry)
+      top = top->getParentOp();
+    return !inBody.contains(top);
+  };
+  for (Operation *op : a.bodyOps)
     for (Value result : op->getResults())
-      if (llvm::any_of(result.getUsers(), [&](Operation *user) {
-            Operation *top = user;
-            while (top->getBlock() != &entry)
-              top = top->getParentOp();
-            return !inBody.contains(top);
-          })) {
+      if (llvm::any_of(result.getUsers(), readOutside)) {
         auto type = dyn_cast<RankedTensorType>(result.getType());
         if (!type || !isa<FloatType>(type.getElementType()))
           return fail(op->getLoc(), "the optimizer reads a non-float value "
                                     "of the forward or backward; it cannot "
                                     "be summed over micro-batches");
-        yielded.push_back(result);
+        a.yielded.push_back(result);
       }
+  return success();
+}
 
-  OpBuilder builder(bodyOps.front());
+/// The train.accumulate loop before the body's first op, and its body's
+/// arguments: the micro-batch's rows of each batched argument, its index
+/// (dropout draws by position in the batch, train.dropout's part) and its
+/// share of the rows (normalize=mean weighs each micro-batch's mean by it).
+void TrainGradAccumPass::createLoop(Accumulation &a) {
+  OpBuilder builder(a.bodyOps.front());
+  Location loc = a.func.getLoc();
   // The window's valid tokens, counted before any backward.
-  Value windowCount;
   if (normalize == AccumNormalize::tokens)
-    windowCount = CountValidOp::create(builder, crossEntropy.getLoc(), targets,
-                                       crossEntropy.getIgnoreIndexAttr().getInt());
-
+    a.windowCount =
+        CountValidOp::create(builder, a.crossEntropy.getLoc(), a.targets,
+                             a.crossEntropy.getIgnoreIndexAttr().getInt());
   SmallVector<Value> inputs;
   SmallVector<int64_t> padding;
-  for (BlockArgument arg : batchArgs) {
+  for (BlockArgument arg : a.batchArgs) {
     inputs.push_back(arg);
-    padding.push_back(arg == targets ? crossEntropy.getIgnoreIndexAttr().getInt()
-                                     : 0);
+    padding.push_back(
+        arg == a.targets ? a.crossEntropy.getIgnoreIndexAttr().getInt() : 0);
   }
   SmallVector<Type> resultTypes;
-  for (Value value : yielded)
+  for (Value value : a.yielded)
     resultTypes.push_back(RankedTensorType::get(
         cast<RankedTensorType>(value.getType()).getShape(),
         builder.getF32Type()));
-  // Dropout draws by position in the batch: the body needs the index of
-  // its micro-batch to place its masks (train.dropout's part).
-  bool hasDropout = llvm::any_of(bodyOps, [](Operation *op) {
+  bool hasDropout = llvm::any_of(a.bodyOps, [](Operation *op) {
     return op
         ->walk([](Operation *inner) {
           auto draw = dyn_cast<BatchDrawOpInterface>(inner);
           return draw && draw.drawsRandom() ? WalkResult::interrupt()
-                                                      : WalkResult::advance();
+                                            : WalkResult::advance();
         })
         .wasInterrupted();
   });
-  auto accumulate = AccumulateOp::create(
-      builder, func.getLoc(), resultTypes, inputs,
-      builder.getI64IntegerAttr(steps), builder.getDenseI64ArrayAttr(padding),
+  a.loop = AccumulateOp::create(
+      builder, loc, resultTypes, inputs, builder.getI64IntegerAttr(steps),
+      builder.getDenseI64ArrayAttr(padding),
       hasDropout ? builder.getUnitAttr() : UnitAttr(),
       normalize == AccumNormalize::mean ? builder.getUnitAttr() : UnitAttr(),
       groups > 1 ? builder.getI64IntegerAttr(groups) : IntegerAttr(),
       interleaved ? builder.getUnitAttr() : UnitAttr());
-  Block *body = builder.createBlock(&accumulate.getBody());
-  IRMapping mapping;
-  for (BlockArgument arg : batchArgs) {
+  a.body = builder.createBlock(&a.loop.getBody());
+  for (BlockArgument arg : a.batchArgs) {
     SmallVector<int64_t> shape(
         cast<RankedTensorType>(arg.getType()).getShape());
-    shape[0] = micro;
-    mapping.map(arg, body->addArgument(withShape(arg.getType(), shape),
-                                       arg.getLoc()));
+    shape[0] = a.micro;
+    a.mapping.map(arg, a.body->addArgument(withShape(arg.getType(), shape),
+                                           arg.getLoc()));
   }
-
-  Value microIndex;
   if (hasDropout)
-    microIndex = body->addArgument(
-        RankedTensorType::get({}, builder.getI64Type()), func.getLoc());
-
-  // normalize=mean weighs each micro-batch's mean by its share of the rows.
-  Value share;
+    a.microIndex = a.body->addArgument(
+        RankedTensorType::get({}, builder.getI64Type()), loc);
   if (normalize == AccumNormalize::mean)
-    share = body->addArgument(RankedTensorType::get({}, builder.getF32Type()),
-                              func.getLoc());
+    a.share = a.body->addArgument(
+        RankedTensorType::get({}, builder.getF32Type()), loc);
+}
 
-  // Clone the body ops, then re-type results in program order (post-order
-  // puts a region op after its body).
-  builder.setInsertionPointToEnd(body);
+/// The body's ops cloned into the loop, their results re-typed for a
+/// micro-batch in program order (post-order puts a region op after its
+/// body), dropouts placed, the summed values yielded.
+LogicalResult TrainGradAccumPass::cloneBody(Accumulation &a) {
+  IRMapping &mapping = a.mapping;
+  OpBuilder builder = OpBuilder::atBlockEnd(a.body);
   llvm::DenseMap<Operation *, Operation *> originalOf;
-  for (Operation *op : bodyOps) {
+  for (Operation *op : a.bodyOps) {
     Operation *clone = builder.clone(*op, mapping);
     SmallVector<Operation *> originals, clones;
     op->walk([&](Operation *o) { originals.push_back(o); });
@@ -358,53 +368,85 @@ void TrainGradAccumPass::runOnOperation() {
       originalOf[c] = o;
   }
   SmallVector<Operation *> cloned;
-  body->walk([&](Operation *op) { cloned.push_back(op); });
+  a.body->walk([&](Operation *op) { cloned.push_back(op); });
   for (Operation *clone : cloned)
-    if (failed(rebatchResults(originalOf.lookup(clone), clone, batch, micro)))
-      return signalPassFailure();
-  if (hasDropout)
+    if (failed(
+            rebatchResults(originalOf.lookup(clone), clone, a.batch, a.micro)))
+      return failure();
+  if (a.microIndex)
     for (Operation *clone : cloned)
-      if (failed(placeDropout(originalOf.lookup(clone), clone, microIndex)))
-        return signalPassFailure();
+      if (failed(placeDropout(originalOf.lookup(clone), clone, a.microIndex)))
+        return failure();
   SmallVector<Value> bodyYield;
-  for (Value value : yielded)
+  for (Value value : a.yielded)
     bodyYield.push_back(mapping.lookup(value));
-  YieldOp::create(builder, func.getLoc(), bodyYield);
+  YieldOp::create(builder, a.func.getLoc(), bodyYield);
+  return success();
+}
 
-  // Loss normalization.
-  body->walk([&](MeanLossOp meanLoss) {
+/// Loss normalization: over the window's valid tokens, or each
+/// micro-batch's mean weighed by its share.
+void TrainGradAccumPass::normalizeLoss(Accumulation &a) {
+  a.body->walk([&](MeanLossOp meanLoss) {
     if (normalize == AccumNormalize::tokens) {
       Value count = resolveRegionResult(meanLoss.getCount());
       if (isa_and_nonnull<CrossEntropyOp>(count.getDefiningOp()))
-        meanLoss.getCountMutable().assign(windowCount);
+        meanLoss.getCountMutable().assign(a.windowCount);
     } else {
-      meanLoss.getWeightMutable().assign(share);
+      meanLoss.getWeightMutable().assign(a.share);
     }
   });
+}
+
+void TrainGradAccumPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (steps < 1) {
+    (void)fail(module.getLoc(),
+               "steps must be >= 1, got " + Twine(static_cast<int64_t>(steps)));
+    return signalPassFailure();
+  }
+  Accumulation a;
+  a.func = lookupStep(module, function, "train-grad-accum");
+  if (!a.func)
+    return signalPassFailure();
+  // Accumulating twice would nest a loop over micro-batches of
+  // micro-batches; say so instead of re-typing the loop's body.
+  if (Operation *existing = findAccumulation(a.func)) {
+    (void)fail(existing->getLoc(),
+               "@" + a.func.getSymName() + " already accumulates gradients (" +
+                   existing->getName().getStringRef() +
+                   "); run train-grad-accum once, with the total number of "
+                   "micro-batches");
+    return signalPassFailure();
+  }
+  if (failed(findBatch(a)) || failed(findBody(a)))
+    return signalPassFailure();
+  createLoop(a);
+  if (failed(cloneBody(a)))
+    return signalPassFailure();
+  normalizeLoss(a);
 
   // The rest of the step reads the sums.
-  for (auto [value, sum] : llvm::zip(yielded, accumulate.getResults()))
+  for (auto [value, sum] : llvm::zip(a.yielded, a.loop.getResults()))
     value.replaceAllUsesWith(sum);
-  for (Operation *op : llvm::reverse(bodyOps))
+  for (Operation *op : llvm::reverse(a.bodyOps))
     op->erase();
-
-  // Clipping now sees f32 sums: its results follow.
-  func.walk([&](ClipGradNormOp clip) {
+  // Clipping now sees f32 sums: its results follow, and the optimizer
+  // block's and the step's.
+  a.func.walk([&](ClipGradNormOp clip) {
     for (auto [in, out] : llvm::zip(clip.getGrads(), clip.getClipped()))
       out.setType(in.getType());
   });
-  if (optimizerBlock)
+  if (a.optimizerBlock)
     for (auto [result, value] :
-         llvm::zip(optimizerBlock->getResults(),
-                   cast<YieldOp>(optimizerBlock->getRegion(0)
-                                     .front()
-                                     .getTerminator())
+         llvm::zip(a.optimizerBlock->getResults(),
+                   cast<YieldOp>(
+                       a.optimizerBlock->getRegion(0).front().getTerminator())
                        .getValues()))
       result.setType(value.getType());
-  auto ret = cast<func::ReturnOp>(entry.getTerminator());
-  func.setFunctionType(FunctionType::get(&getContext(),
-                                         func.getArgumentTypes(),
-                                         ret.getOperandTypes()));
+  auto ret = cast<func::ReturnOp>(a.func.front().getTerminator());
+  a.func.setFunctionType(FunctionType::get(
+      &getContext(), a.func.getArgumentTypes(), ret.getOperandTypes()));
 }
 
 struct TrainUnrollAccumPass

@@ -80,23 +80,66 @@ struct ParamInfo {
   std::string name;
   RankedTensorType type;
 };
-} // namespace
 
-LogicalResult mlir::train::addOptimizer(func::FuncOp func,
-                                        const OptimizerOptions &options,
-                                        StringRef passName) {
-  MLIRContext *context = func.getContext();
-  const OptimizerOptions &o = options;
-  assert(o.optimizer != OptimizerKind::none && "no optimizer to add");
-  auto f32Scalar = RankedTensorType::get({}, Float32Type::get(context));
-  if (func.isExternal())
-    return func.emitError(passName) << ": the step has no body";
+/// The arguments of one parameter's optimizer state (-1: none).
+struct StateIndices {
+  int master = -1, m = -1, v = -1, momentum = -1;
+};
 
-  // What the step has: parameters, the step counter, and results that are
-  // the loss and one gradient per parameter.
+/// addOptimizer's steps on one step function, in order: what the step has
+/// (parameters, the step counter, the loss and gradients), the optimizer
+/// block, the state arguments, then the update and the new results.
+class OptimizerAppender {
+public:
+  OptimizerAppender(func::FuncOp func, const OptimizerOptions &options,
+                    StringRef passName)
+      : func(func), context(func.getContext()), o(options), passName(passName),
+        builder(context),
+        f32Scalar(RankedTensorType::get({}, Float32Type::get(context))) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult readParameters();
+  LogicalResult readResults();
+  void findOrCreateBlock();
+  LogicalResult addStateArguments();
+  Value learningRate(Location loc);
+  void update(const ParamInfo &param, Value grad, const StateIndices &indices,
+              Value lr);
+  void give(Value value, StringRef attrName, Attribute attrValue);
+  void setResults();
+  StateAttr stateAttr(const ParamInfo &param, StateKind kind) const {
+    return StateAttr::get(context, param.name, kind);
+  }
+  Value argumentAt(int index) {
+    return index < 0 ? Value() : Value(func.getArgument(index));
+  }
+
+  func::FuncOp func;
+  MLIRContext *context;
+  const OptimizerOptions &o;
+  StringRef passName;
+  OpBuilder builder;
+  RankedTensorType f32Scalar;
+
   SmallVector<ParamInfo> params;
   llvm::StringMap<unsigned> paramByName;
   int stepIndex = -1;
+  func::ReturnOp ret;
+  Value loss;
+  SmallVector<Value> paramGrads;
+  BlockOp block;
+  SmallVector<StateIndices> stateIndices;
+  /// The step's new results and their markers.
+  SmallVector<Value> results;
+  SmallVector<NamedAttribute> resultAttrs;
+};
+} // namespace
+
+/// What the step has: parameters (float tensors), no optimizer state yet,
+/// and the step counter.
+LogicalResult OptimizerAppender::readParameters() {
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     if (auto name = func.getArgAttrOfType<StringAttr>(i, kParamAttrName)) {
       auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
@@ -123,10 +166,14 @@ LogicalResult mlir::train::addOptimizer(func::FuncOp func,
     return func.emitError(passName)
            << ": the step has no step counter (an argument marked "
            << kInputAttrName << " = \"step\")";
+  return success();
+}
 
-  auto ret = cast<func::ReturnOp>(func.front().getTerminator());
-  Value loss;
-  SmallVector<Value> paramGrads(params.size());
+/// The step's results: its loss and one gradient per parameter, of the
+/// parameter's type.
+LogicalResult OptimizerAppender::readResults() {
+  ret = cast<func::ReturnOp>(func.front().getTerminator());
+  paramGrads.assign(params.size(), Value());
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
     Value value = ret.getOperand(i);
     if (func.getResultAttr(i, kLossAttrName) && !loss) {
@@ -166,31 +213,33 @@ LogicalResult mlir::train::addOptimizer(func::FuncOp func,
       return func.emitError(passName)
              << ": the step returns no gradient of parameter '" << param.name
              << "' (a result marked " << kGradAttrName << ")";
+  return success();
+}
 
-  // The optimizer block: the step's last `train.block optimizer`, or a new
-  // one before the return.
-  BlockOp block;
+/// The optimizer block: the step's last `train.block optimizer`, or a new
+/// one before the return.
+void OptimizerAppender::findOrCreateBlock() {
   for (Operation &op : func.front())
     if (auto candidate = dyn_cast<BlockOp>(op))
       if (candidate.getKind() == BlockKind::optimizer)
         block = candidate;
-  OpBuilder builder(ret);
-  if (!block) {
-    block = BlockOp::create(builder, func.getLoc(), TypeRange{},
-                            BlockKindAttr::get(context, BlockKind::optimizer),
-                            IntegerAttr(), UnitAttr());
-    builder.createBlock(&block.getBody());
-    YieldOp::create(builder, func.getLoc());
-  }
+  builder.setInsertionPoint(ret);
+  if (block)
+    return;
+  block = BlockOp::create(builder, func.getLoc(), TypeRange{},
+                          BlockKindAttr::get(context, BlockKind::optimizer),
+                          IntegerAttr(), UnitAttr());
+  builder.createBlock(&block.getBody());
+  YieldOp::create(builder, func.getLoc());
+}
 
-  // New arguments: each parameter's optimizer state, added in one signature
-  // change (one at a time would be quadratic).
+/// New arguments: each parameter's optimizer state (an f32 master of a
+/// 16-bit parameter, AdamW's m and v, SGD's momentum buffer), added in one
+/// signature change (one at a time would be quadratic).
+LogicalResult OptimizerAppender::addStateArguments() {
   unsigned firstNew = func.getNumArguments();
   SmallVector<Type> newTypes;
   SmallVector<DictionaryAttr> newAttrs;
-  auto stateAttr = [&](const ParamInfo &param, StateKind kind) {
-    return StateAttr::get(context, param.name, kind);
-  };
   auto planState = [&](Type type, const ParamInfo &param,
                        StateKind kind) -> int {
     newTypes.push_back(type);
@@ -198,16 +247,11 @@ LogicalResult mlir::train::addOptimizer(func::FuncOp func,
         builder.getNamedAttr(kOptimizerStateAttrName, stateAttr(param, kind))));
     return static_cast<int>(firstNew + newTypes.size() - 1);
   };
-  struct StateIndices {
-    int master = -1, m = -1, v = -1, momentum = -1;
-  };
-  SmallVector<StateIndices> stateIndices;
   for (const ParamInfo &param : params) {
     StateIndices state;
     auto f32Type =
         RankedTensorType::get(param.type.getShape(), builder.getF32Type());
-    bool needsMaster =
-        o.masterWeights && !param.type.getElementType().isF32();
+    bool needsMaster = o.masterWeights && !param.type.getElementType().isF32();
     if (needsMaster)
       state.master = planState(f32Type, param, StateKind::master);
     if (o.optimizer == OptimizerKind::adamw) {
@@ -219,40 +263,108 @@ LogicalResult mlir::train::addOptimizer(func::FuncOp func,
     }
     stateIndices.push_back(state);
   }
-  if (!newTypes.empty()) {
-    SmallVector<unsigned> newIndices(newTypes.size(), firstNew);
-    SmallVector<Location> newLocs(newTypes.size(), func.getLoc());
-    if (failed(func.insertArguments(newIndices, newTypes, newAttrs, newLocs)))
-      return func.emitError(passName) << ": cannot extend the signature";
-  }
-  Value step = func.getArgument(stepIndex);
-  auto argumentAt = [&](int index) {
-    return index < 0 ? Value() : Value(func.getArgument(index));
-  };
+  if (newTypes.empty())
+    return success();
+  SmallVector<unsigned> newIndices(newTypes.size(), firstNew);
+  SmallVector<Location> newLocs(newTypes.size(), func.getLoc());
+  if (failed(func.insertArguments(newIndices, newTypes, newAttrs, newLocs)))
+    return func.emitError(passName) << ": cannot extend the signature";
+  return success();
+}
 
+/// The learning rate: scheduled (warm-up and cosine decay) or constant.
+Value OptimizerAppender::learningRate(Location loc) {
+  Value step = func.getArgument(stepIndex);
+  if (o.totalSteps > 0)
+    return LRScheduleOp::create(builder, loc, f32Scalar, step,
+                                builder.getF64FloatAttr(o.lr),
+                                builder.getF64FloatAttr(o.minLr),
+                                builder.getI64IntegerAttr(o.warmupSteps),
+                                builder.getI64IntegerAttr(o.totalSteps));
+  return arith::ConstantOp::create(
+      builder, loc,
+      DenseElementsAttr::get(f32Scalar, static_cast<float>(o.lr)));
+}
+
+void OptimizerAppender::give(Value value, StringRef attrName,
+                             Attribute attrValue) {
+  results.push_back(value);
+  resultAttrs.push_back(builder.getNamedAttr(attrName, attrValue));
+}
+
+/// One parameter's update (of its master where it has one, whose 16-bit
+/// copy is the new weights), and its new weights and state as results.
+void OptimizerAppender::update(const ParamInfo &param, Value grad,
+                               const StateIndices &indices, Value lr) {
+  Location loc = func.getLoc();
+  Value master = argumentAt(indices.master);
+  Value weights = func.getArgument(param.argIndex);
+  Value updated = master ? master : weights;
+  Value newM, newV, newMomentum;
+  if (o.optimizer == OptimizerKind::adamw) {
+    auto adamw = AdamWOp::create(
+        builder, loc, updated, grad, argumentAt(indices.m),
+        argumentAt(indices.v), lr, func.getArgument(stepIndex),
+        builder.getF64FloatAttr(o.beta1), builder.getF64FloatAttr(o.beta2),
+        builder.getF64FloatAttr(o.epsilon),
+        builder.getF64FloatAttr(o.weightDecay));
+    updated = adamw.getNewParam();
+    newM = adamw.getNewM();
+    newV = adamw.getNewV();
+  } else {
+    Value buffer = argumentAt(indices.momentum);
+    auto sgd = SGDOp::create(
+        builder, loc, updated.getType(), buffer ? buffer.getType() : Type(),
+        updated, grad, lr, buffer, builder.getF64FloatAttr(o.momentum),
+        builder.getF64FloatAttr(o.weightDecay), UnitAttr());
+    updated = sgd.getNewParam();
+    newMomentum = sgd.getNewMomentumBuffer();
+  }
+  if (master) {
+    Value newWeights = CastOp::create(builder, loc, param.type, updated);
+    give(newWeights, kParamAttrName, builder.getStringAttr(param.name));
+    give(updated, kOptimizerStateAttrName, stateAttr(param, StateKind::master));
+  } else {
+    give(updated, kParamAttrName, builder.getStringAttr(param.name));
+  }
+  if (newM) {
+    give(newM, kOptimizerStateAttrName, stateAttr(param, StateKind::m));
+    give(newV, kOptimizerStateAttrName, stateAttr(param, StateKind::v));
+  }
+  if (newMomentum)
+    give(newMomentum, kOptimizerStateAttrName,
+         stateAttr(param, StateKind::momentum));
+}
+
+/// The step returns `results`, marked by `resultAttrs`.
+void OptimizerAppender::setResults() {
+  ret.getOperandsMutable().assign(results);
+  SmallVector<Type> resultTypes;
+  for (Value value : results)
+    resultTypes.push_back(value.getType());
+  func.setFunctionType(
+      FunctionType::get(context, func.getArgumentTypes(), resultTypes));
+  SmallVector<DictionaryAttr> resultDicts;
+  for (NamedAttribute attr : resultAttrs)
+    resultDicts.push_back(builder.getDictionaryAttr(attr));
+  func.setAllResultAttrs(resultDicts);
+}
+
+LogicalResult OptimizerAppender::run() {
+  if (func.isExternal())
+    return func.emitError(passName) << ": the step has no body";
+  if (failed(readParameters()) || failed(readResults()))
+    return failure();
+  findOrCreateBlock();
+  if (failed(addStateArguments()))
+    return failure();
   // The update, in the optimizer block. The return reads the new state
   // from inside the block for now; exporting escaping values below turns
   // them into the block's results.
   builder.setInsertionPoint(block.getBody().front().getTerminator());
-  SmallVector<Value> results{loss};
-  SmallVector<NamedAttribute> resultAttrs{
-      builder.getNamedAttr(kLossAttrName, builder.getUnitAttr())};
-  auto give = [&](Value value, StringRef attrName, Attribute attrValue) {
-    results.push_back(value);
-    resultAttrs.push_back(builder.getNamedAttr(attrName, attrValue));
-  };
+  give(loss, kLossAttrName, builder.getUnitAttr());
   Location loc = func.getLoc();
-  Value lrValue;
-  if (o.totalSteps > 0)
-    lrValue = LRScheduleOp::create(builder, loc, f32Scalar, step,
-                                   builder.getF64FloatAttr(o.lr),
-                                   builder.getF64FloatAttr(o.minLr),
-                                   builder.getI64IntegerAttr(o.warmupSteps),
-                                   builder.getI64IntegerAttr(o.totalSteps));
-  else
-    lrValue = arith::ConstantOp::create(
-        builder, loc,
-        DenseElementsAttr::get(f32Scalar, static_cast<float>(o.lr)));
+  Value lr = learningRate(loc);
   Value norm;
   if (o.clipNorm > 0.0) {
     SmallVector<Type> types;
@@ -265,66 +377,23 @@ LogicalResult mlir::train::addOptimizer(func::FuncOp func,
     norm = clip.getNorm();
   }
   for (auto [param, grad, indices] :
-       llvm::zip(params, paramGrads, stateIndices)) {
-    Value master = argumentAt(indices.master);
-    Value weights = func.getArgument(param.argIndex);
-    Value updated = master ? master : weights;
-    Value newM, newV, newMomentum;
-    if (o.optimizer == OptimizerKind::adamw) {
-      auto adamw = AdamWOp::create(
-          builder, loc, updated, grad, argumentAt(indices.m),
-          argumentAt(indices.v), lrValue, step,
-          builder.getF64FloatAttr(o.beta1), builder.getF64FloatAttr(o.beta2),
-          builder.getF64FloatAttr(o.epsilon),
-          builder.getF64FloatAttr(o.weightDecay));
-      updated = adamw.getNewParam();
-      newM = adamw.getNewM();
-      newV = adamw.getNewV();
-    } else {
-      Value buffer = argumentAt(indices.momentum);
-      auto sgd = SGDOp::create(
-          builder, loc, updated.getType(),
-          buffer ? buffer.getType() : Type(), updated, grad, lrValue, buffer,
-          builder.getF64FloatAttr(o.momentum),
-          builder.getF64FloatAttr(o.weightDecay), UnitAttr());
-      updated = sgd.getNewParam();
-      newMomentum = sgd.getNewMomentumBuffer();
-    }
-    if (master) {
-      Value newWeights = CastOp::create(builder, loc, param.type, updated);
-      give(newWeights, kParamAttrName, builder.getStringAttr(param.name));
-      give(updated, kOptimizerStateAttrName,
-           stateAttr(param, StateKind::master));
-    } else {
-      give(updated, kParamAttrName, builder.getStringAttr(param.name));
-    }
-    if (newM) {
-      give(newM, kOptimizerStateAttrName, stateAttr(param, StateKind::m));
-      give(newV, kOptimizerStateAttrName, stateAttr(param, StateKind::v));
-    }
-    if (newMomentum)
-      give(newMomentum, kOptimizerStateAttrName,
-           stateAttr(param, StateKind::momentum));
-  }
+       llvm::zip(params, paramGrads, stateIndices))
+    update(param, grad, indices, lr);
   if (norm)
     give(norm, kGradNormAttrName, builder.getUnitAttr());
-
-  ret.getOperandsMutable().assign(results);
-  SmallVector<Type> resultTypes;
-  for (Value value : results)
-    resultTypes.push_back(value.getType());
-  func.setFunctionType(
-      FunctionType::get(context, func.getArgumentTypes(), resultTypes));
-  SmallVector<DictionaryAttr> resultDicts;
-  for (NamedAttribute attr : resultAttrs)
-    resultDicts.push_back(builder.getDictionaryAttr(attr));
-  func.setAllResultAttrs(resultDicts);
-
+  setResults();
   // Results the block had before (gradients it yielded) are dead now; the
   // update's values become its results.
   pruneUnusedResults(block.getOperation());
   exportEscapingValues(func);
   return success();
+}
+
+LogicalResult mlir::train::addOptimizer(func::FuncOp func,
+                                        const OptimizerOptions &options,
+                                        StringRef passName) {
+  assert(options.optimizer != OptimizerKind::none && "no optimizer to add");
+  return OptimizerAppender(func, options, passName).run();
 }
 
 namespace {

@@ -133,13 +133,42 @@ struct TrainQuantizeOptimizerStatePass
     return uses;
   }
 
-  LogicalResult quantize(func::FuncOp func) {
+  /// The new arguments, gathered so that all go in one insertion (one per
+  /// argument would rebuild, and the context keep, an array of all the
+  /// arguments' attributes each time: quadratic in the model's size).
+  struct Insertions {
+    SmallVector<unsigned> at;
+    SmallVector<Type> types;
+    SmallVector<DictionaryAttr> attrs;
+    SmallVector<Location> locs;
+  };
+  /// An update to fuse, its 8-bit states, and their insertions (2 per
+  /// state: codes, absmax).
+  struct Pending {
+    OptimizerUpdateOpInterface update;
+    SmallVector<QuantizedState> quantized;
+    SmallVector<unsigned> insertions;
+  };
+  /// What quantize() builds, step by step.
+  struct Quantization {
+    func::FuncOp func;
+    DenseSet<Value> seen;
+    SmallVector<Pending> pending;
+    Insertions inserts;
+    SmallVector<unsigned> newPosition;
+    SmallVector<QuantizedState> states;
+    SmallVector<Operation *> replaced;
+    DenseMap<Value, unsigned> stateOfResult; // f32 result -> states index
+  };
+
+  /// The updates whose f32 state is stored in 8 bits: those with such
+  /// state, of at least min-size elements (the whole tensor's size, also
+  /// where a rank holds a shard of its state: train-zero first).
+  SmallVector<OptimizerUpdateOpInterface> selectUpdates(func::FuncOp func) {
     SmallVector<OptimizerUpdateOpInterface> updates;
     func.walk([&](OptimizerUpdateOpInterface update) {
       if (statesOf(update).empty())
         return;
-      // The whole tensor's size decides, also where a rank holds a shard
-      // of its state (train-zero first).
       auto param = cast<RankedTensorType>(update.getUpdatedParam().getType());
       int64_t elements = param.getNumElements();
       if (auto state = dyn_cast<BlockArgument>(statesOf(update)[0].before))
@@ -149,177 +178,159 @@ struct TrainQuantizeOptimizerStatePass
       if (elements >= minSize)
         updates.push_back(update);
     });
-    if (updates.empty())
-      return success();
+    return updates;
+  }
 
+  /// What one update's 8-bit state is: its codes and absmax arguments,
+  /// planned right after the f32 ones they replace.
+  LogicalResult planUpdate(Quantization &q, OptimizerUpdateOpInterface update) {
+    func::FuncOp func = q.func;
     MLIRContext *ctx = func.getContext();
     Type i8 = IntegerType::get(ctx, 8);
     Type f32 = Float32Type::get(ctx);
-    auto ret = cast<func::ReturnOp>(func.front().getTerminator());
-    SmallVector<QuantizedState> states;
-    SmallVector<Operation *> replaced;
-    DenseMap<Value, unsigned> stateOfResult; // f32 result -> states index
-    DenseSet<Value> seen;
-
-    // First what each update's 8-bit state is, then every new argument in
-    // one insertion (one per argument would rebuild, and the context keep,
-    // an array of all the arguments' attributes each time: quadratic in
-    // the model's size), then the fused updates.
-    struct Pending {
-      OptimizerUpdateOpInterface update;
-      SmallVector<QuantizedState> quantized;
-      SmallVector<unsigned> insertions; // into the arrays below, 2 per state
-    };
-    SmallVector<Pending> pending;
-    SmallVector<unsigned> insertAt;
-    SmallVector<Type> insertTypes;
-    SmallVector<DictionaryAttr> insertAttrs;
-    SmallVector<Location> insertLocs;
-    for (OptimizerUpdateOpInterface update : updates) {
-      Operation *op = update.getOperation();
-      SmallVector<StateUse> uses = statesOf(update);
-      SmallVector<BlockArgument> args;
-      for (const StateUse &use : uses) {
-        FailureOr<BlockArgument> arg =
-            stateArgument(func, op, use.before, use.which);
-        if (failed(arg))
-          return failure();
-        if (!seen.insert(*arg).second)
-          return op->emitError("train-quantize-optimizer-state: the update "
-                               "shares its state with another update");
-        args.push_back(*arg);
-      }
-
-      auto paramType =
-          cast<RankedTensorType>(update.getUpdatedParam().getType());
-      int64_t elements = paramType.getNumElements();
-      auto codesType = RankedTensorType::get(paramType.getShape(), i8);
-      auto absmaxType =
-          RankedTensorType::get({(elements + block - 1) / block}, f32);
-
-      // New arguments right after the f32 ones they replace.
-      Pending &next = pending.emplace_back();
-      next.update = update;
-      for (auto [use, arg] : llvm::zip(uses, args)) {
-        auto state = func.getArgAttrOfType<StateAttr>(arg.getArgNumber(),
-                                                      kOptimizerStateAttrName);
-        if (state.isQuantized())
-          return op->emitError("train-quantize-optimizer-state: the update's ")
-                 << use.which << " is already 8-bit (" << state << ")";
-        QuantMap map =
-            use.isSigned ? QuantMap::signed_dynamic : QuantMap::unsigned_dynamic;
-        // A rank's shard (train-zero first): its blocks are the whole
-        // tensor's when the shard is whole blocks.
-        Type codesShardOf, absmaxShardOf;
-        if (auto full = func.getArgAttrOfType<TypeAttr>(arg.getArgNumber(),
-                                                        kShardOfAttrName)) {
-          auto fullType = cast<RankedTensorType>(full.getValue());
-          if (elements % block != 0)
-            return op->emitError("train-quantize-optimizer-state: the rank's ")
-                   << use.which << " is a shard of " << elements
-                   << " elements (train-zero), not whole blocks of "
-                   << static_cast<int64_t>(block)
-                   << ": use a block that divides " << elements
-                   << ", or run train-quantize-optimizer-state before "
-                      "train-zero (which shards the blocks whole)";
-          codesShardOf = RankedTensorType::get(fullType.getShape(), i8);
-          absmaxShardOf = RankedTensorType::get(
-              {(fullType.getNumElements() + block - 1) / block}, f32);
-        }
-        unsigned index = arg.getArgNumber() + 1;
-        Attribute space =
-            func.getArgAttr(arg.getArgNumber(), kMemorySpaceAttrName);
-        for (auto [type, part, shardOf] :
-             {std::tuple{Type(codesType), StatePart::codes, codesShardOf},
-              std::tuple{Type(absmaxType), StatePart::absmax,
-                         absmaxShardOf}}) {
-          next.insertions.push_back(insertAt.size());
-          insertAt.push_back(index);
-          insertTypes.push_back(type);
-          insertAttrs.push_back(stateAttrs(
-              ctx, state.withPart(part, map, block), shardOf, space));
-          insertLocs.push_back(arg.getLoc());
-        }
-        next.quantized.push_back({arg, state, use.isSigned, Value(), Value(),
-                                  use.after, Value(), Value(), codesShardOf,
-                                  absmaxShardOf, space});
-      }
+    Operation *op = update.getOperation();
+    SmallVector<StateUse> uses = statesOf(update);
+    SmallVector<BlockArgument> args;
+    for (const StateUse &use : uses) {
+      FailureOr<BlockArgument> arg =
+          stateArgument(func, op, use.before, use.which);
+      if (failed(arg))
+        return failure();
+      if (!q.seen.insert(*arg).second)
+        return op->emitError("train-quantize-optimizer-state: the update "
+                             "shares its state with another update");
+      args.push_back(*arg);
     }
+    auto paramType = cast<RankedTensorType>(update.getUpdatedParam().getType());
+    int64_t elements = paramType.getNumElements();
+    auto codesType = RankedTensorType::get(paramType.getShape(), i8);
+    auto absmaxType =
+        RankedTensorType::get({(elements + block - 1) / block}, f32);
+    Pending &next = q.pending.emplace_back();
+    next.update = update;
+    for (auto [use, arg] : llvm::zip(uses, args)) {
+      auto state = func.getArgAttrOfType<StateAttr>(arg.getArgNumber(),
+                                                    kOptimizerStateAttrName);
+      if (state.isQuantized())
+        return op->emitError("train-quantize-optimizer-state: the update's ")
+               << use.which << " is already 8-bit (" << state << ")";
+      QuantMap map =
+          use.isSigned ? QuantMap::signed_dynamic : QuantMap::unsigned_dynamic;
+      // A rank's shard (train-zero first): its blocks are the whole
+      // tensor's when the shard is whole blocks.
+      Type codesShardOf, absmaxShardOf;
+      if (auto full = func.getArgAttrOfType<TypeAttr>(arg.getArgNumber(),
+                                                      kShardOfAttrName)) {
+        auto fullType = cast<RankedTensorType>(full.getValue());
+        if (elements % block != 0)
+          return op->emitError("train-quantize-optimizer-state: the rank's ")
+                 << use.which << " is a shard of " << elements
+                 << " elements (train-zero), not whole blocks of "
+                 << static_cast<int64_t>(block) << ": use a block that divides "
+                 << elements
+                 << ", or run train-quantize-optimizer-state before "
+                    "train-zero (which shards the blocks whole)";
+        codesShardOf = RankedTensorType::get(fullType.getShape(), i8);
+        absmaxShardOf = RankedTensorType::get(
+            {(fullType.getNumElements() + block - 1) / block}, f32);
+      }
+      unsigned index = arg.getArgNumber() + 1;
+      Attribute space =
+          func.getArgAttr(arg.getArgNumber(), kMemorySpaceAttrName);
+      for (auto [type, part, shardOf] :
+           {std::tuple{Type(codesType), StatePart::codes, codesShardOf},
+            std::tuple{Type(absmaxType), StatePart::absmax, absmaxShardOf}}) {
+        next.insertions.push_back(q.inserts.at.size());
+        q.inserts.at.push_back(index);
+        q.inserts.types.push_back(type);
+        q.inserts.attrs.push_back(
+            stateAttrs(ctx, state.withPart(part, map, block), shardOf, space));
+        q.inserts.locs.push_back(arg.getLoc());
+      }
+      next.quantized.push_back({arg, state, use.isSigned, Value(), Value(),
+                                use.after, Value(), Value(), codesShardOf,
+                                absmaxShardOf, space});
+    }
+    return success();
+  }
 
-    // One insertion: the k-th new argument in order of position lands at
-    // its position plus the k inserted before it.
-    SmallVector<unsigned> order(insertAt.size());
+  /// One insertion: the k-th new argument in order of position lands at
+  /// its position plus the k inserted before it.
+  LogicalResult insertArguments(Quantization &q) {
+    const Insertions &in = q.inserts;
+    SmallVector<unsigned> order(in.at.size());
     std::iota(order.begin(), order.end(), 0u);
-    llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-      return insertAt[a] < insertAt[b];
-    });
-    SmallVector<unsigned> sortedAt;
-    SmallVector<Type> sortedTypes;
-    SmallVector<DictionaryAttr> sortedAttrs;
-    SmallVector<Location> sortedLocs;
-    SmallVector<unsigned> newPosition(insertAt.size());
+    llvm::stable_sort(
+        order, [&](unsigned a, unsigned b) { return in.at[a] < in.at[b]; });
+    Insertions sorted;
+    q.newPosition.assign(in.at.size(), 0);
     for (auto [rank, k] : llvm::enumerate(order)) {
-      sortedAt.push_back(insertAt[k]);
-      sortedTypes.push_back(insertTypes[k]);
-      sortedAttrs.push_back(insertAttrs[k]);
-      sortedLocs.push_back(insertLocs[k]);
-      newPosition[k] = insertAt[k] + static_cast<unsigned>(rank);
+      sorted.at.push_back(in.at[k]);
+      sorted.types.push_back(in.types[k]);
+      sorted.attrs.push_back(in.attrs[k]);
+      sorted.locs.push_back(in.locs[k]);
+      q.newPosition[k] = in.at[k] + static_cast<unsigned>(rank);
     }
-    if (failed(func.insertArguments(sortedAt, sortedTypes, sortedAttrs,
-                                    sortedLocs)))
-      return func.emitError("train-quantize-optimizer-state: cannot add the "
-                            "8-bit state arguments");
+    if (failed(q.func.insertArguments(sorted.at, sorted.types, sorted.attrs,
+                                      sorted.locs)))
+      return q.func.emitError("train-quantize-optimizer-state: cannot add the "
+                              "8-bit state arguments");
+    return success();
+  }
 
-    for (Pending &next : pending) {
-      OptimizerUpdateOpInterface update = next.update;
-      Operation *op = update.getOperation();
-      SmallVector<QuantizedState> &quantized = next.quantized;
-      for (auto [k, state] : llvm::enumerate(quantized)) {
-        state.codes = func.getArgument(newPosition[next.insertions[2 * k]]);
-        state.absmax =
-            func.getArgument(newPosition[next.insertions[2 * k + 1]]);
-      }
-
-      OpBuilder builder(op);
-      SmallVector<Value> codes, absmax;
-      for (const QuantizedState &state : quantized) {
-        codes.push_back(state.codes);
-        absmax.push_back(state.absmax);
-      }
-      Operation *fused =
-          update.buildBlockwise8bit(builder, codes, absmax, block);
-      if (!fused)
-        return op->emitError("train-quantize-optimizer-state: '")
-               << op->getName() << "' has no 8-bit form";
-      // An update that runs on the host (what=states+update) still does.
-      if (Attribute space = op->getAttr(kMemorySpaceAttrName))
-        fused->setAttr(kMemorySpaceAttrName, space);
-      update.getNewParamValue().replaceAllUsesWith(fused->getResult(0));
-      for (auto [k, state] : llvm::enumerate(quantized)) {
-        state.newCodes = fused->getResult(1 + 2 * k);
-        state.newAbsmax = fused->getResult(2 + 2 * k);
-        stateOfResult[state.oldResult] = states.size();
-        states.push_back(state);
-      }
-      replaced.push_back(op);
-      ++numQuantized;
+  /// The update replaced by its 8-bit form, reading the new arguments.
+  LogicalResult fuse(Quantization &q, Pending &next) {
+    OptimizerUpdateOpInterface update = next.update;
+    Operation *op = update.getOperation();
+    SmallVector<QuantizedState> &quantized = next.quantized;
+    for (auto [k, state] : llvm::enumerate(quantized)) {
+      state.codes = q.func.getArgument(q.newPosition[next.insertions[2 * k]]);
+      state.absmax =
+          q.func.getArgument(q.newPosition[next.insertions[2 * k + 1]]);
     }
+    OpBuilder builder(op);
+    SmallVector<Value> codes, absmax;
+    for (const QuantizedState &state : quantized) {
+      codes.push_back(state.codes);
+      absmax.push_back(state.absmax);
+    }
+    Operation *fused = update.buildBlockwise8bit(builder, codes, absmax, block);
+    if (!fused)
+      return op->emitError("train-quantize-optimizer-state: '")
+             << op->getName() << "' has no 8-bit form";
+    // An update that runs on the host (what=states+update) still does.
+    if (Attribute space = op->getAttr(kMemorySpaceAttrName))
+      fused->setAttr(kMemorySpaceAttrName, space);
+    update.getNewParamValue().replaceAllUsesWith(fused->getResult(0));
+    for (auto [k, state] : llvm::enumerate(quantized)) {
+      state.newCodes = fused->getResult(1 + 2 * k);
+      state.newAbsmax = fused->getResult(2 + 2 * k);
+      q.stateOfResult[state.oldResult] = q.states.size();
+      q.states.push_back(state);
+    }
+    q.replaced.push_back(op);
+    ++numQuantized;
+    return success();
+  }
 
-    // Results carrying the f32 state out of the step carry codes and
-    // absmax; the values cross region boundaries directly until exported
-    // below.
+  /// Results carrying the f32 state out of the step carry codes and
+  /// absmax; the values cross region boundaries directly until exported.
+  void rewriteResults(Quantization &q) {
+    func::FuncOp func = q.func;
+    MLIRContext *ctx = func.getContext();
+    auto ret = cast<func::ReturnOp>(func.front().getTerminator());
     SmallVector<Value> results;
     SmallVector<Type> resultTypes;
     SmallVector<DictionaryAttr> resultAttrs;
     for (auto [r, operand] : llvm::enumerate(ret.getOperands())) {
-      auto it = stateOfResult.find(resolveRegionResult(operand));
-      if (it == stateOfResult.end()) {
+      auto it = q.stateOfResult.find(resolveRegionResult(operand));
+      if (it == q.stateOfResult.end()) {
         results.push_back(operand);
         resultTypes.push_back(operand.getType());
         resultAttrs.push_back(func.getResultAttrDict(r));
         continue;
       }
-      const QuantizedState &state = states[it->second];
+      const QuantizedState &state = q.states[it->second];
       QuantMap map = state.isSigned ? QuantMap::signed_dynamic
                                     : QuantMap::unsigned_dynamic;
       for (auto [value, part, shardOf] :
@@ -337,22 +348,26 @@ struct TrainQuantizeOptimizerStatePass
     func.setAllResultAttrs(resultAttrs);
     exportEscapingValues(func);
     pruneUnusedResults(func);
+  }
 
-    // Anything else reading the f32 values reads them dequantized.
-    for (QuantizedState &state : states) {
+  /// Anything else reading the f32 values reads them dequantized; the
+  /// replaced updates and the f32 arguments go.
+  LogicalResult dropFloatState(Quantization &q) {
+    func::FuncOp func = q.func;
+    for (QuantizedState &state : q.states) {
       if (state.oldResult.use_empty())
         continue;
-      OpBuilder builder(ctx);
+      OpBuilder builder(func.getContext());
       builder.setInsertionPointAfter(state.newCodes.getDefiningOp());
       state.oldResult.replaceAllUsesWith(
           dequantize(builder, state.newCodes.getLoc(),
                      state.oldResult.getType(), state.newCodes,
                      state.newAbsmax, block, state.isSigned));
     }
-    for (Operation *op : replaced)
+    for (Operation *op : q.replaced)
       op->erase();
     llvm::BitVector dropArgs(func.getNumArguments());
-    for (QuantizedState &state : states) {
+    for (QuantizedState &state : q.states) {
       if (!state.oldArg.use_empty()) {
         OpBuilder builder = OpBuilder::atBlockBegin(&func.front());
         state.oldArg.replaceAllUsesWith(dequantize(
@@ -365,6 +380,27 @@ struct TrainQuantizeOptimizerStatePass
       return func.emitError("train-quantize-optimizer-state: cannot remove "
                             "the f32 state arguments");
     return success();
+  }
+
+  /// First what each update's 8-bit state is, then every new argument in
+  /// one insertion, then the fused updates, the results, and the f32 state
+  /// gone.
+  LogicalResult quantize(func::FuncOp func) {
+    SmallVector<OptimizerUpdateOpInterface> updates = selectUpdates(func);
+    if (updates.empty())
+      return success();
+    Quantization q;
+    q.func = func;
+    for (OptimizerUpdateOpInterface update : updates)
+      if (failed(planUpdate(q, update)))
+        return failure();
+    if (failed(insertArguments(q)))
+      return failure();
+    for (Pending &next : q.pending)
+      if (failed(fuse(q, next)))
+        return failure();
+    rewriteResults(q);
+    return dropFloatState(q);
   }
 };
 

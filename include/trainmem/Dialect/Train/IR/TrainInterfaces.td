@@ -126,16 +126,23 @@ def Train_BatchDrawOpInterface : OpInterface<"BatchDrawOpInterface"> {
   ];
 }
 
-def Train_ViewOpInterface : OpInterface<"ViewOpInterface"> {
+def Train_StridedViewOpInterface : OpInterface<"StridedViewOpInterface"> {
   let cppNamespace = "::mlir::train";
   let description = [{
-    An op whose result is a view of its source (reshape, transpose): it holds
-    no memory of its own, so memory analyses alias it to the source instead
-    of counting it twice.
+    A view (upstream `ViewLikeOpInterface`) whose result's layout in its
+    source's buffer follows from the source's strides: `transpose` permutes
+    them; `reshape` renames a row-major source's shape and cannot view any
+    other (it copies then). The layout analysis (getStrides,
+    isAliasingView) asks this interface, not the ops by name.
   }];
   let methods = [
-    InterfaceMethod<"The value this op is a view of.",
-      "::mlir::Value", "getViewSource">
+    InterfaceMethod<[{
+        The strides (in elements) of the result as a view of a source laid
+        out with `sourceStrides`; none when the result cannot be a view of
+        such a source (it is a row-major copy then).
+      }],
+      "::std::optional<::llvm::SmallVector<int64_t>>", "getViewStrides",
+      (ins "::llvm::ArrayRef<int64_t>":$sourceStrides)>
   ];
 }
 

@@ -11,6 +11,7 @@ include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ViewLikeInterface.td"
 
 // An op with value semantics and a static cost.
 class Train_ComputeOp<string mnemonic, list<Trait> traits = [],
@@ -430,7 +431,8 @@ def Train_RopeOp : Train_DiffOp<"rope", [SameOperandsAndResultType]> {
 }
 
 def Train_ReshapeOp : Train_DiffOp<"reshape",
-    [DeclareOpInterfaceMethods<Train_ViewOpInterface>],
+    [DeclareOpInterfaceMethods<ViewLikeOpInterface>,
+     DeclareOpInterfaceMethods<Train_StridedViewOpInterface>],
     ["getBytesRead", "getBytesWritten"]> {
   let summary = "a view with another shape and the same elements";
   let description = [{
@@ -445,7 +447,9 @@ def Train_ReshapeOp : Train_DiffOp<"reshape",
 }
 
 def Train_TransposeOp : Train_DiffOp<"transpose",
-    [DeclareOpInterfaceMethods<Train_ViewOpInterface>, InferTypeOpAdaptor],
+    [DeclareOpInterfaceMethods<ViewLikeOpInterface>,
+     DeclareOpInterfaceMethods<Train_StridedViewOpInterface>,
+     InferTypeOpAdaptor],
     ["getBytesRead", "getBytesWritten"]> {
   let summary = "a view with permuted dimensions";
   let description = [{

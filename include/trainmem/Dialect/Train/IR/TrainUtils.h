@@ -20,6 +20,10 @@ namespace train {
 /// train.block, train.remat).
 bool isTransparentRegionOp(Operation *op);
 
+/// Whether `strides` (in elements) lay a tensor of `shape` out row-major,
+/// ignoring dimensions of size 1 (their stride never matters).
+bool isRowMajor(ArrayRef<int64_t> shape, ArrayRef<int64_t> strides);
+
 /// The value `value` names: through block and remat results, the value
 /// their region yields.
 Value resolveRegionResult(Value value);

@@ -29,19 +29,19 @@ TIMING = [
 BY_NATURE = {
     "filecheck/Runtime_scalar-kernels.test": "kernel timings",
     "filecheck/Runtime_vector-paths.test": "kernel timings",
-    "filecheck/tools_trainmem-run_hardening.test.27":
-        "the step SIGINT lands after",
     "output/tools/trainmem-run/Output/hardening.test.tmp/sigint/":
         "the step SIGINT lands after",
-    "filecheck/tools_trainmem-run_hardening.test.28":
-        "the step SIGTERM lands after",
     "output/tools/trainmem-run/Output/hardening.test.tmp/sigterm/":
         "the step SIGTERM lands after",
-    "filecheck/tools_trainmem-run_hardening.test.29":
-        "the step SIGKILL lands after",
     "output/tools/trainmem-run/Output/hardening.test.tmp/sigkill/":
         "the step SIGKILL lands after",
 }
+
+
+# Outputs of test/tools/trainmem-run/Inputs/interrupt.sh (a run stopped by
+# SIGINT, SIGTERM or SIGKILL): which step the signal lands after differs
+# from run to run.
+INTERRUPTED = re.compile(rb"^exit (130|143|137)\n")
 
 
 def characters(data):
@@ -111,6 +111,9 @@ def main():
             continue
         x = open(os.path.join(before, name), "rb").read()
         y = open(os.path.join(after, name), "rb").read()
+        if x != y and INTERRUPTED.match(x) and INTERRUPTED.match(y):
+            natural.append(f"{name} (the step a signal lands after)")
+            continue
         if x == y:
             same += 1
         elif masked(x) == masked(y):

@@ -7,7 +7,10 @@
 // never differentiated (the NotDifferentiated trait: gradient, optimizer
 // and index ops); every other op is structure: a terminator or an op that
 // holds one block. A new op missing one of these fails here, by name,
-// instead of in the first pass or model that meets it.
+// instead of in the first pass or model that meets it. And the result
+// types an op infers (InferTypeOpInterface, or the shapes of
+// InferShapedTypeOpInterface: what train-grad-accum re-types a micro-batch
+// with) are the types of every op of real steps.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,13 +19,20 @@
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainInterfaces.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 #include "trainmem/Evaluator/Evaluator.h"
+#include "trainmem/Model/ModelBuilder.h"
+#include "trainmem/Run/Step.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <gtest/gtest.h>
 
@@ -79,6 +89,92 @@ TEST(Dialect, EveryOpHasItsModels) {
   EXPECT_EQ(compute, 46u);
   EXPECT_EQ(differentiable, 20u);
   EXPECT_EQ(structure, 4u);
+}
+
+/// The types `op` infers for its results, or their shapes; false when it
+/// infers neither.
+bool inferredMatch(Operation *op, std::string &why) {
+  auto say = [&](StringRef what) {
+    llvm::raw_string_ostream os(why);
+    os << op->getName() << ": " << what << " differ from ";
+    llvm::interleaveComma(op->getResultTypes(), os);
+  };
+  if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
+    SmallVector<Type> types;
+    if (failed(infer.inferReturnTypes(
+            op->getContext(), op->getLoc(), op->getOperands(),
+            op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
+            op->getRegions(), types)) ||
+        TypeRange(types) != op->getResultTypes())
+      say("inferred types");
+    return true;
+  }
+  if (auto infer = dyn_cast<InferShapedTypeOpInterface>(op)) {
+    SmallVector<ShapedTypeComponents> shapes;
+    bool same = succeeded(infer.inferReturnTypeComponents(
+                    op->getContext(), op->getLoc(), op->getOperands(),
+                    op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
+                    op->getRegions(), shapes)) &&
+                shapes.size() == op->getNumResults();
+    for (auto [shape, type] : llvm::zip(shapes, op->getResultTypes()))
+      same &= shape.getDims() == cast<ShapedType>(type).getShape();
+    if (!same)
+      say("inferred shapes");
+    return true;
+  }
+  return false;
+}
+
+TEST(Dialect, InferredTypesAreTheStepsTypes) {
+  DialectRegistry registry;
+  registerRunDialects(registry);
+  registerTrainPipelines();
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  ModelConfig config = *getPreset("tiny");
+  config.layers = 1;
+  config.hidden = 16;
+  config.heads = 2;
+  config.kvHeads = 2;
+  config.ffn = 32;
+  config.seq = 8;
+  config.batch = 4;
+  config.dropout = 0.1;
+  std::vector<std::string> wrong;
+  llvm::StringSet<llvm::MallocAllocator> inferring;
+  // f32 with every technique, bf16 (f32 masters), f16 with loss scaling,
+  // SGD with momentum: the ops of each, forward, backward and optimizer.
+  for (auto [dtypeName, pipelineText] :
+       {std::pair{"f32", "train-step{remat=\"policy=selective\" "
+                         "grad-accum=\"steps=2\" quantize=true}"},
+        std::pair{"f32", "train-step{fuse-attention=true "
+                         "fuse-elementwise=true}"},
+        std::pair{"bf16", "train-step{grad-accum=\"steps=2\"}"},
+        std::pair{"f16", "train-step{loss-scale=true}"},
+        std::pair{"f32", "train-step{autodiff=\"optimizer=sgd "
+                         "momentum=0.9 clip-norm=1.0\"}"}}) {
+    const char *pipeline = pipelineText;
+    config.dtype = dtypeName;
+    OwningOpRef<ModuleOp> module = buildModel(&context, config);
+    ASSERT_TRUE(module);
+    PassManager pm(&context);
+    ASSERT_TRUE(succeeded(parsePassPipeline(pipeline, pm)));
+    ASSERT_TRUE(succeeded(pm.run(*module))) << pipeline;
+    module->walk([&](Operation *op) {
+      std::string why;
+      if (inferredMatch(op, why) && isa<TrainDialect>(op->getDialect()))
+        inferring.insert(op->getName().getStringRef());
+      if (!why.empty())
+        wrong.push_back(std::string(pipeline) + ": " + why);
+    });
+  }
+  EXPECT_TRUE(wrong.empty()) << llvm::join(wrong, "\n");
+  // Of the 50 ops, 37 infer their result types (33) or shapes (4); these
+  // steps use 29 of them. The 13 others are structure (accumulate, block,
+  // remat, yield) or have results that are the op's choice: a cast's or a
+  // quantization's element type, a reshape's or sum_to's shape, a table
+  // gradient's, an iota's, a mask's or a slice's.
+  EXPECT_EQ(inferring.size(), 29u) << llvm::join(inferring.keys(), ", ");
 }
 
 } // namespace

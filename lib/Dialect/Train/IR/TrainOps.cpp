@@ -656,15 +656,63 @@ template <typename NormGradOp>
 static LogicalResult verifyNormGrad(NormGradOp op) {
   if (op.getGrad().getType().getShape() != op.getInput().getType().getShape())
     return op.emitOpError("grad and input shapes must match");
+  if (op.getInputGrad().getType().getShape() !=
+      op.getInput().getType().getShape())
+    return op.emitOpError("input_grad shape must equal the input shape");
+  if (op.getGammaGrad().getType().getShape() !=
+      op.getGamma().getType().getShape())
+    return op.emitOpError("gamma_grad shape must equal the gamma shape");
   if (failed(verifyFeatureVector(op, "gamma", op.getGamma(), op.getInput())) ||
       failed(verifyEpsilon(op, op.getEpsilon().convertToDouble())))
     return failure();
   return success();
 }
 
-LogicalResult LayerNormGradOp::verify() { return verifyNormGrad(*this); }
+LogicalResult LayerNormGradOp::verify() {
+  if (failed(verifyNormGrad(*this)))
+    return failure();
+  if (getBetaGrad().getType().getShape() != getGamma().getType().getShape())
+    return emitOpError("beta_grad shape must equal the gamma shape");
+  return success();
+}
 
 LogicalResult RMSNormGradOp::verify() { return verifyNormGrad(*this); }
+
+/// The shape of `value`, a ranked tensor.
+static ShapedTypeComponents shapeOf(Value value) {
+  return ShapedTypeComponents(cast<ShapedType>(value.getType()).getShape());
+}
+
+// The gradients' shapes follow the operands they are gradients of (their
+// element types are the step's choice: a 16-bit step may keep some in f32).
+LogicalResult LayerNormGradOp::inferReturnTypeComponents(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<ShapedTypeComponents> &shapes) {
+  shapes.append({shapeOf(adaptor.getGrad()), shapeOf(adaptor.getGamma()),
+                 shapeOf(adaptor.getGamma())});
+  return success();
+}
+
+LogicalResult RMSNormGradOp::inferReturnTypeComponents(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<ShapedTypeComponents> &shapes) {
+  shapes.append({shapeOf(adaptor.getGrad()), shapeOf(adaptor.getGamma())});
+  return success();
+}
+
+LogicalResult CrossEntropyGradOp::inferReturnTypeComponents(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<ShapedTypeComponents> &shapes) {
+  shapes.push_back(shapeOf(adaptor.getLogits()));
+  return success();
+}
+
+LogicalResult DropoutOp::inferReturnTypeComponents(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<ShapedTypeComponents> &shapes) {
+  shapes.append({shapeOf(adaptor.getInput()), shapeOf(adaptor.getInput())});
+  return success();
+}
 
 LogicalResult DropoutGradOp::verify() {
   if (failed(verifyDropoutRate(*this, getRate().convertToDouble())))
@@ -1239,6 +1287,84 @@ SmallVector<OptimizerStateUse> SGD8bitOp::getStateUses() {
 }
 std::optional<unsigned> SGD8bitOp::getTiedResultOperandIndex(unsigned result) {
   return tiedOfUpdate(*this, result);
+}
+
+//===----------------------------------------------------------------------===//
+// Result types that follow from the operands
+//===----------------------------------------------------------------------===//
+
+static RankedTensorType scalarOf(Type element) {
+  return RankedTensorType::get({}, element);
+}
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context,
+                                               std::optional<Location>, Adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  types.push_back(scalarOf(Float32Type::get(context)));
+  types.push_back(scalarOf(IntegerType::get(context, 64)));
+  return success();
+}
+
+LogicalResult CountValidOp::inferReturnTypes(MLIRContext *context,
+                                             std::optional<Location>, Adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  types.push_back(scalarOf(IntegerType::get(context, 64)));
+  return success();
+}
+
+LogicalResult LRScheduleOp::inferReturnTypes(MLIRContext *context,
+                                             std::optional<Location>, Adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  types.push_back(scalarOf(Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult LossScaleOp::inferReturnTypes(MLIRContext *context,
+                                            std::optional<Location>, Adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  types.push_back(scalarOf(Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult SquaredNormOp::inferReturnTypes(MLIRContext *context,
+                                              std::optional<Location>, Adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  types.push_back(RankedTensorType::get({trainmem::kExactSumWords},
+                                        IntegerType::get(context, 64)));
+  return success();
+}
+
+// Clipping scales the gradients in place; the norm is an f32 scalar.
+LogicalResult ClipGradNormOp::inferReturnTypes(MLIRContext *context,
+                                               std::optional<Location>,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  llvm::append_range(types, adaptor.getGrads().getTypes());
+  types.push_back(scalarOf(Float32Type::get(context)));
+  return success();
+}
+
+// Unscaled gradients are f32 of the gradients' shapes; the state keeps its
+// type.
+LogicalResult
+UnscaleGradientsOp::inferReturnTypes(MLIRContext *context,
+                                     std::optional<Location>, Adaptor adaptor,
+                                     SmallVectorImpl<Type> &types) {
+  for (Type grad : adaptor.getGrads().getTypes())
+    types.push_back(RankedTensorType::get(
+        cast<RankedTensorType>(grad).getShape(), Float32Type::get(context)));
+  types.push_back(adaptor.getState().getType());
+  return success();
+}
+
+// The update writes the parameter and its momentum buffer in place.
+LogicalResult SGDOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getParam().getType());
+  if (Value buffer = adaptor.getMomentumBuffer())
+    types.push_back(buffer.getType());
+  return success();
 }
 
 #define GET_OP_CLASSES

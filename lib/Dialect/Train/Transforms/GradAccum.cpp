@@ -86,7 +86,7 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
     std::optional<SmallVector<int64_t>> shape;
     if (auto infer = dyn_cast<InferTypeOpInterface>(clone)) {
       // Ops whose result types follow from their operands (matmul,
-      // transpose, embedding, ...) say what they are now.
+      // transpose, embedding, element-wise ops, ...) say what they are now.
       SmallVector<Type> types;
       if (failed(infer.inferReturnTypes(
               clone->getContext(), clone->getLoc(), clone->getOperands(),
@@ -95,6 +95,17 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
         return clone->emitOpError("cannot be re-typed for a micro-batch");
       ArrayRef<int64_t> inferred =
           cast<RankedTensorType>(types[index]).getShape();
+      shape.emplace(inferred.begin(), inferred.end());
+    } else if (auto infer = dyn_cast<InferShapedTypeOpInterface>(clone)) {
+      // Ops whose result shapes follow from their operands (gradients,
+      // dropout and its mask) say what they are now.
+      SmallVector<ShapedTypeComponents> shapes;
+      if (failed(infer.inferReturnTypeComponents(
+              clone->getContext(), clone->getLoc(), clone->getOperands(),
+              clone->getRawDictionaryAttrs(), clone->getPropertiesStorage(),
+              clone->getRegions(), shapes)))
+        return clone->emitOpError("cannot be re-typed for a micro-batch");
+      ArrayRef<int64_t> inferred = shapes[index].getDims();
       shape.emplace(inferred.begin(), inferred.end());
     } else if (auto reshape = dyn_cast<ReshapeOp>(clone)) {
       FailureOr<SmallVector<int64_t>> s = rebatchReshape(
@@ -121,29 +132,12 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
       shape.emplace(oldType.getShape());
       if (!shape->empty() && (*shape)[0] == batch)
         (*shape)[0] = micro;
-    } else {
-      // Results shaped like an operand follow that operand.
-      for (auto [oldOperand, newOperand] :
-           llvm::zip(original->getOperands(), clone->getOperands()))
-        if (oldOperand.getType() == original->getResult(index).getType()) {
-          shape.emplace(shapeOf(newOperand));
-          break;
-        }
-      // Dropout masks and casts: the shape of the input, another element
-      // type. Only for ops that say so: a result of another op may have an
-      // operand's shape by coincidence (an embedding gradient [vocab,
-      // hidden] and ids [batch, seq] when vocab = batch and hidden = seq).
-      if (!shape && (isa<DropoutOp>(clone) ||
-                     clone->hasTrait<OpTrait::SameOperandsAndResultShape>())) {
-        for (auto [oldOperand, newOperand] :
-             llvm::zip(original->getOperands(), clone->getOperands()))
-          if (auto t = dyn_cast<RankedTensorType>(oldOperand.getType()))
-            if (t.getShape() == oldType.getShape()) {
-              shape.emplace(shapeOf(newOperand));
-              break;
-            }
-      }
+    } else if (clone->hasTrait<OpTrait::SameOperandsAndResultShape>()) {
+      // Casts: the shape of the input, another element type.
+      shape.emplace(shapeOf(clone->getOperand(0)));
     }
+    // Any other result (an embedding table's gradient, a loss sum) does not
+    // depend on the batch: it keeps its type.
     if (shape)
       result.setType(withShape(oldType, *shape));
   }

@@ -352,6 +352,31 @@ func.func @rms_norm_grad_shapes(%dy: tensor<2x8xf32>, %x: tensor<3x8xf32>, %g: t
 
 // -----
 
+// The gradients have the shapes of what they are gradients of.
+func.func @layer_norm_grad_input_grad_shape(%dy: tensor<2x8xf32>, %x: tensor<2x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{input_grad shape must equal the input shape}}
+  %0:3 = train.layer_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64} : tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32> -> tensor<16xf32>, tensor<8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_grad_beta_grad_shape(%dy: tensor<2x8xf32>, %x: tensor<2x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{beta_grad shape must equal the gamma shape}}
+  %0:3 = train.layer_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64} : tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32> -> tensor<2x8xf32>, tensor<8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_grad_gamma_grad_shape(%dy: tensor<2x8xf32>, %x: tensor<2x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{gamma_grad shape must equal the gamma shape}}
+  %0:2 = train.rms_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64} : tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32> -> tensor<2x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
 func.func @dropout_grad_mask(%dy: tensor<4xf32>, %m: tensor<2xi1>) {
   // expected-error @+1 {{mask shape must equal the grad shape}}
   %0 = train.dropout_grad %dy, %m {rate = 0.1 : f64} : tensor<4xf32>, tensor<2xi1>

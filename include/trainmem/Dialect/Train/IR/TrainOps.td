@@ -303,6 +303,7 @@ def Train_SoftmaxOp : Train_DiffOp<"softmax", [SameOperandsAndResultType]> {
 
 def Train_DropoutOp : Train_DiffOp<"dropout",
     [AllTypesMatch<["input", "result"]>, AttrSizedOperandSegments,
+     InferShapedTypeOpAdaptor,
      DeclareOpInterfaceMethods<Train_BatchDrawOpInterface>]> {
   let summary = "inverted dropout with a counter-based keep-mask";
   let description = [{
@@ -477,7 +478,8 @@ def Train_TransposeOp : Train_DiffOp<"transpose",
   }];
 }
 
-def Train_CrossEntropyOp : Train_DiffOp<"cross_entropy"> {
+def Train_CrossEntropyOp : Train_DiffOp<"cross_entropy",
+    [InferTypeOpAdaptor]> {
   let summary = "summed softmax cross-entropy and the count of valid tokens";
   let description = [{
     `logits` is `[..., vocab]`, `targets` has the leading shape. Returns the
@@ -573,7 +575,8 @@ def Train_DropoutMaskOp : Train_NonDiffOp<"dropout_mask",
   let hasVerifier = 1;
 }
 
-def Train_CountValidOp : Train_NonDiffOp<"count_valid"> {
+def Train_CountValidOp : Train_NonDiffOp<"count_valid",
+    [InferTypeOpAdaptor]> {
   let summary = "counts the targets that are not the ignore index";
   let description = [{
     The number of elements of `targets` different from `ignore_index`: the
@@ -721,7 +724,8 @@ def Train_SumToOp : Train_NonDiffOp<"sum_to"> {
   let hasVerifier = 1;
 }
 
-def Train_LayerNormGradOp : Train_NonDiffOp<"layer_norm_grad"> {
+def Train_LayerNormGradOp : Train_NonDiffOp<"layer_norm_grad",
+    [InferShapedTypeOpAdaptor]> {
   let summary = "gradient of layer normalization";
   let description = [{
     From the incoming gradient, the saved input and gamma, computes the
@@ -747,7 +751,8 @@ def Train_LayerNormGradOp : Train_NonDiffOp<"layer_norm_grad"> {
   let hasVerifier = 1;
 }
 
-def Train_RMSNormGradOp : Train_NonDiffOp<"rms_norm_grad"> {
+def Train_RMSNormGradOp : Train_NonDiffOp<"rms_norm_grad",
+    [InferShapedTypeOpAdaptor]> {
   let summary = "gradient of RMS normalization";
   let description = [{
     ```mlir
@@ -896,7 +901,8 @@ def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
   }];
 }
 
-def Train_CrossEntropyGradOp : Train_NonDiffOp<"cross_entropy_grad"> {
+def Train_CrossEntropyGradOp : Train_NonDiffOp<"cross_entropy_grad",
+    [InferShapedTypeOpAdaptor]> {
   let summary = "gradient of the summed cross-entropy w.r.t. the logits";
   let description = [{
     `result[i, :] = grad · (softmax(logits[i, :]) - onehot(targets[i]))` for
@@ -1046,7 +1052,7 @@ def Train_AdamWOp : Train_NonDiffOp<"adamw",
 }
 
 def Train_SGDOp : Train_NonDiffOp<"sgd", [
-    DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+    DeclareOpInterfaceMethods<Train_TiedOpInterface>, InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface, ["buildBlockwise8bit"]>]> {
   let summary = "one SGD update, with optional momentum";
   let description = [{
@@ -1114,7 +1120,7 @@ def Train_SGD8bitOp : Train_NonDiffOp<"sgd_8bit", [
 }
 
 def Train_ClipGradNormOp : Train_NonDiffOp<"clip_grad_norm", [
-    AttrSizedOperandSegments,
+    AttrSizedOperandSegments, InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Train_TiedOpInterface>]> {
   let summary = "scales gradients so their global L2 norm is at most max_norm";
   let description = [{
@@ -1151,7 +1157,8 @@ def Train_ClipGradNormOp : Train_NonDiffOp<"clip_grad_norm", [
   let hasVerifier = 1;
 }
 
-def Train_SquaredNormOp : Train_NonDiffOp<"squared_norm"> {
+def Train_SquaredNormOp : Train_NonDiffOp<"squared_norm",
+    [InferTypeOpAdaptor]> {
   let summary = "the exact sum of the squares of every element of its operands";
   let description = [{
     `Σ_i ||g_i||²` over all operands, without rounding: a fixed-point number
@@ -1172,7 +1179,8 @@ def Train_SquaredNormOp : Train_NonDiffOp<"squared_norm"> {
   let hasVerifier = 1;
 }
 
-def Train_LossScaleOp : Train_NonDiffOp<"loss_scale"> {
+def Train_LossScaleOp : Train_NonDiffOp<"loss_scale",
+    [InferTypeOpAdaptor]> {
   let summary = "the dynamic loss scale a step's backward is seeded with";
   let description = [{
     `initial · 2^state[0]` as an f32 scalar, where `state` is the step's
@@ -1191,7 +1199,7 @@ def Train_LossScaleOp : Train_NonDiffOp<"loss_scale"> {
 }
 
 def Train_UnscaleGradientsOp : Train_NonDiffOp<"unscale_gradients",
-    [AttrSizedOperandSegments]> {
+    [AttrSizedOperandSegments, InferTypeOpAdaptor]> {
   let summary = "divides scaled gradients by the loss scale and updates it";
   let description = [{
     Dynamic loss scaling, with PyTorch GradScaler's defaults: with
@@ -1320,7 +1328,8 @@ def Train_AdamW8bitOp : Train_NonDiffOp<"adamw_8bit", [
   let hasVerifier = 1;
 }
 
-def Train_LRScheduleOp : Train_NonDiffOp<"lr_schedule"> {
+def Train_LRScheduleOp : Train_NonDiffOp<"lr_schedule",
+    [InferTypeOpAdaptor]> {
   let summary = "learning rate with linear warm-up and cosine decay";
   let description = [{
     For step `t` (from 1): `peak_lr · t / warmup_steps` while

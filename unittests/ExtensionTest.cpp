@@ -252,11 +252,19 @@ TEST_F(ExtensionTest, TrainsOnTheRuntimeThroughItsModel) {
     SessionOptions options;
     options.backend = backend.str();
     options.seed = 3;
-    std::string error;
-    std::unique_ptr<Session> session =
-        Session::create(std::move(module), options, error);
-    if (!session || !session->start(error) || !session->initialize(error)) {
-      ADD_FAILURE() << error;
+    llvm::Expected<std::unique_ptr<Session>> created =
+        Session::create(std::move(module), options);
+    if (!created) {
+      ADD_FAILURE() << llvm::toString(created.takeError());
+      return result;
+    }
+    std::unique_ptr<Session> session = std::move(*created);
+    if (llvm::Error error = session->start()) {
+      ADD_FAILURE() << llvm::toString(std::move(error));
+      return result;
+    }
+    if (llvm::Error error = session->initialize()) {
+      ADD_FAILURE() << llvm::toString(std::move(error));
       return result;
     }
     Corpus corpus("In the beginning God created the heaven and the earth. "
@@ -265,10 +273,10 @@ TEST_F(ExtensionTest, TrainsOnTheRuntimeThroughItsModel) {
     for (int64_t step = 1; step <= 3; ++step) {
       corpus.batch(3, step, session->getBatchSize(), session->getSeqLen(),
                    tokens, targets);
-      float loss = NAN;
-      EXPECT_TRUE(session->runStep(step, tokens, targets, loss, error))
-          << error;
-      result.push_back(loss);
+      llvm::Expected<float> loss = session->runStep(step, tokens, targets);
+      if (!loss)
+        ADD_FAILURE() << llvm::toString(loss.takeError());
+      result.push_back(loss ? *loss : NAN);
     }
     return result;
   };

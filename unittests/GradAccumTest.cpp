@@ -118,12 +118,13 @@ protected:
       ADD_FAILURE() << "lowering the step failed";
       return {};
     }
-    std::string error;
-    std::unique_ptr<JitStep> jit = JitStep::create(*lowered, error);
-    if (!jit) {
-      ADD_FAILURE() << error;
+    llvm::Expected<std::unique_ptr<JitStep>> compiled =
+        JitStep::create(*lowered);
+    if (!compiled) {
+      ADD_FAILURE() << llvm::toString(compiled.takeError());
       return {};
     }
+    std::unique_ptr<JitStep> jit = std::move(*compiled);
     tmrt_context *ctx = tmrt_context_create("cpu", 2, nullptr);
     EXPECT_EQ(tmrt_arena_alloc(ctx, layout->arenaBytes), 0);
     uint8_t *arena = tmrt_arena_base(ctx);

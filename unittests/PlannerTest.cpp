@@ -29,6 +29,11 @@ using namespace mlir::train;
 
 namespace {
 
+/// The message of `error`; empty on success.
+std::string messageOf(llvm::Error error) {
+  return error ? llvm::toString(std::move(error)) : std::string();
+}
+
 struct PlannerTest : ::testing::Test {
   PlannerTest() {
     DialectRegistry registry;
@@ -71,8 +76,7 @@ TEST_F(PlannerTest, ChoosesWhatExhaustiveSearchChooses) {
       // largest, so that the best moves through the candidates.
       PlanRequest probe = request(layers, ranks, uint64_t(1) << 40);
       probe.exact = true;
-      std::string error;
-      ASSERT_TRUE(completePlanRequest(probe, error)) << error;
+      ASSERT_EQ(messageOf(completePlanRequest(probe)), "");
       PlanResult all = plan(*context, probe);
       uint64_t lo = UINT64_MAX, hi = 0;
       for (const PlanCandidate &c : all.candidates)
@@ -85,8 +89,8 @@ TEST_F(PlannerTest, ChoosesWhatExhaustiveSearchChooses) {
         uint64_t budget = lo + (hi - lo) * step / 3;
         PlanRequest fast = request(layers, ranks, budget), exhaustive = fast;
         exhaustive.exact = true;
-        ASSERT_TRUE(completePlanRequest(fast, error)) << error;
-        ASSERT_TRUE(completePlanRequest(exhaustive, error)) << error;
+        ASSERT_EQ(messageOf(completePlanRequest(fast)), "");
+        ASSERT_EQ(messageOf(completePlanRequest(exhaustive)), "");
         PlanResult a = plan(*context, fast), b = plan(*context, exhaustive);
         ASSERT_EQ(a.candidates.size(), b.candidates.size());
         for (size_t i = 0; i < a.candidates.size(); ++i) {
@@ -120,8 +124,7 @@ TEST_F(PlannerTest, TheThroughputModelOrdersWhatItShould) {
   PlanRequest r = request(2, 2, uint64_t(1) << 40);
   r.microBatches = {8};
   r.eightBit = {false};
-  std::string error;
-  ASSERT_TRUE(completePlanRequest(r, error)) << error;
+  ASSERT_EQ(messageOf(completePlanRequest(r)), "");
   PlanResult result = plan(*context, r);
   auto find = [&](PlanRemat remat, int64_t stage) -> const PlanCandidate & {
     for (const PlanCandidate &c : result.candidates)
@@ -160,38 +163,37 @@ TEST(Hardware, PresetsAndTheirJsonForm) {
   EXPECT_EQ(h200->memoryBytes, uint64_t(141e9));
   EXPECT_DOUBLE_EQ(h200->memoryBandwidth, 4.8e12);
 
-  std::string error;
-  std::optional<Hardware> custom = parseHardwareJson(
+  llvm::Expected<Hardware> custom = parseHardwareJson(
       R"({"name": "mine", "peak_flops": 1e15, "achievable_fraction": 0.4,
           "memory_bytes": 4e10, "memory_bandwidth": 2e12,
           "interconnect_bandwidth": 3e11, "host_bandwidth": 3.2e10,
-          "host_flops": 5e11})",
-      error);
-  ASSERT_TRUE(custom) << error;
+          "host_flops": 5e11})");
+  ASSERT_TRUE(static_cast<bool>(custom)) << messageOf(custom.takeError());
   EXPECT_EQ(custom->name, "mine");
   EXPECT_EQ(custom->memoryBytes, uint64_t(4e10));
   EXPECT_DOUBLE_EQ(custom->achievableFraction, 0.4);
 
-  EXPECT_FALSE(parseHardwareJson(R"({"peak_flops": 1e15})", error));
-  EXPECT_EQ(error, "missing key 'achievable_fraction'");
-  EXPECT_FALSE(parseHardwareJson(
-      R"({"name": "x", "peak_flops": -1, "achievable_fraction": 0.4,
+  auto refusal = [](llvm::Expected<Hardware> hardware) {
+    return hardware ? std::string("accepted") : messageOf(hardware.takeError());
+  };
+  EXPECT_EQ(refusal(parseHardwareJson(R"({"peak_flops": 1e15})")),
+            "missing key 'achievable_fraction'");
+  EXPECT_EQ(refusal(parseHardwareJson(
+                R"({"name": "x", "peak_flops": -1, "achievable_fraction": 0.4,
           "memory_bytes": 4e10, "memory_bandwidth": 2e12,
           "interconnect_bandwidth": 3e11, "host_bandwidth": 3.2e10,
-          "host_flops": 5e11})",
-      error));
-  EXPECT_EQ(error, "'peak_flops' must be a number from 1 to below 2^63");
-  EXPECT_FALSE(parseHardwareJson(
-      R"({"name": "x", "peak_flops": 1e15, "achievable_fraction": 1.5,
+          "host_flops": 5e11})")),
+            "'peak_flops' must be a number from 1 to below 2^63");
+  EXPECT_EQ(refusal(parseHardwareJson(
+                R"({"name": "x", "peak_flops": 1e15, "achievable_fraction": 1.5,
           "memory_bytes": 4e10, "memory_bandwidth": 2e12,
           "interconnect_bandwidth": 3e11, "host_bandwidth": 3.2e10,
-          "host_flops": 5e11})",
-      error));
-  EXPECT_EQ(error, "'achievable_fraction' must be a number from 0.001 to 1");
-  EXPECT_FALSE(loadHardware("tpu", error));
-  EXPECT_EQ(error, "unknown hardware 'tpu' (presets: h100-80gb, h200, b200, "
-                   "a100-80gb, a100-40gb, cpu; or a .json file of the same "
-                   "figures)");
+          "host_flops": 5e11})")),
+            "'achievable_fraction' must be a number from 0.001 to 1");
+  EXPECT_EQ(refusal(loadHardware("tpu")),
+            "unknown hardware 'tpu' (presets: h100-80gb, h200, b200, "
+            "a100-80gb, a100-40gb, cpu; or a .json file of the same "
+            "figures)");
 }
 
 // DeepSpeed configs in: the decisions a config makes, the keys it names

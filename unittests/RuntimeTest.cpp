@@ -190,9 +190,11 @@ protected:
     OwningOpRef<ModuleOp> lowered = module.clone();
     FailureOr<StepLayout> layout = lowerStep(*lowered);
     ASSERT_TRUE(succeeded(layout));
-    std::string error;
-    std::unique_ptr<JitStep> jit = JitStep::create(*lowered, error);
-    ASSERT_TRUE(jit) << error;
+    llvm::Expected<std::unique_ptr<JitStep>> compiled =
+        JitStep::create(*lowered);
+    ASSERT_TRUE(static_cast<bool>(compiled))
+        << llvm::toString(compiled.takeError());
+    std::unique_ptr<JitStep> jit = std::move(*compiled);
     const char *contextError = nullptr;
     tmrt_context *ctx = tmrt_context_create("cpu", 2, &contextError);
     ASSERT_TRUE(ctx) << contextError;

@@ -27,6 +27,11 @@ using namespace mlir::train;
 
 namespace {
 
+/// The message of `error`; empty on success.
+std::string messageOf(llvm::Error error) {
+  return error ? llvm::toString(std::move(error)) : std::string();
+}
+
 class SessionTest : public ::testing::Test {
 protected:
   SessionTest() : context(makeRegistry()) {
@@ -72,23 +77,27 @@ protected:
     options.backend = backend.str();
     options.threads = 2;
     options.seed = 7;
-    std::string error;
-    std::unique_ptr<Session> session =
-        Session::create(std::move(module), options, error);
-    EXPECT_TRUE(session) << error;
-    if (session && !session->start(error)) {
+    llvm::Expected<std::unique_ptr<Session>> session =
+        Session::create(std::move(module), options);
+    if (!session) {
+      ADD_FAILURE() << messageOf(session.takeError());
+      return nullptr;
+    }
+    if (std::string error = messageOf((*session)->start()); !error.empty()) {
       ADD_FAILURE() << error;
       return nullptr;
     }
-    return session;
+    return std::move(*session);
   }
 
   /// The shipped corpus (real text).
   const Corpus &corpus() {
     if (!text) {
-      std::string error;
-      text = Corpus::load(TRAINMEM_CORPUS, error);
-      EXPECT_TRUE(text) << error;
+      llvm::Expected<Corpus> loaded = Corpus::load(TRAINMEM_CORPUS);
+      if (!loaded)
+        ADD_FAILURE() << messageOf(loaded.takeError());
+      else
+        text = std::move(*loaded);
     }
     return *text;
   }
@@ -100,11 +109,10 @@ protected:
     for (int64_t step = first; step <= last; ++step) {
       corpus().batch(7, step, session.getBatchSize(), session.getSeqLen(),
                      tokens, targets);
-      float loss = NAN;
-      std::string error;
-      EXPECT_TRUE(session.runStep(step, tokens, targets, loss, error))
-          << error;
-      losses.push_back(loss);
+      llvm::Expected<float> loss = session.runStep(step, tokens, targets);
+      if (!loss)
+        ADD_FAILURE() << messageOf(loss.takeError());
+      losses.push_back(loss ? *loss : NAN);
     }
     return losses;
   }
@@ -126,13 +134,12 @@ TEST_F(SessionTest, ResumedRunIsBitIdentical) {
     std::optional<StringRef> quantize;
     if (quantized)
       quantize = StringRef("min-size=64 block=64");
-    std::string error;
 
     // Four steps without a stop.
     std::unique_ptr<Session> whole =
         session("cpu", model("lr=3e-3 clip-norm=1.0", quantize));
     ASSERT_TRUE(whole);
-    ASSERT_TRUE(whole->initialize(error)) << error;
+    ASSERT_EQ(messageOf(whole->initialize()), "");
     std::vector<float> straight = train(*whole, 1, 4);
 
     // Two steps, a checkpoint, a new session from it, two more steps.
@@ -142,18 +149,17 @@ TEST_F(SessionTest, ResumedRunIsBitIdentical) {
       std::unique_ptr<Session> first =
           session("cpu", model("lr=3e-3 clip-norm=1.0", quantize));
       ASSERT_TRUE(first);
-      ASSERT_TRUE(first->initialize(error)) << error;
+      ASSERT_EQ(messageOf(first->initialize()), "");
       train(*first, 1, 2);
-      llvm::Error saveDir = checkSaveDir(dir);
-      ASSERT_FALSE(saveDir) << llvm::toString(std::move(saveDir));
-      ASSERT_TRUE(first->save(dir, 2, identity, error)) << error;
+      ASSERT_EQ(messageOf(checkSaveDir(dir)), "");
+      ASSERT_EQ(messageOf(first->save(dir, 2, identity)), "");
     }
     std::unique_ptr<Session> second =
         session("cpu", model("lr=3e-3 clip-norm=1.0", quantize));
     ASSERT_TRUE(second);
     llvm::Expected<Checkpoint> read =
         readCheckpoint(dir, second->getLayout().arguments);
-    ASSERT_TRUE(static_cast<bool>(read)) << llvm::toString(read.takeError());
+    ASSERT_TRUE(static_cast<bool>(read)) << messageOf(read.takeError());
     Checkpoint &checkpoint = *read;
     EXPECT_EQ(checkpoint.step, 2);
     ASSERT_TRUE(checkpoint.identity);
@@ -183,15 +189,14 @@ TEST_F(SessionTest, ResumedRunIsBitIdentical) {
 }
 
 TEST_F(SessionTest, BackendsAgreeOnTheLosses) {
-  std::string error;
   std::unique_ptr<Session> cpu = session("cpu", model());
   std::unique_ptr<Session> reference = session("interpret", model());
   ASSERT_TRUE(cpu && reference);
   EXPECT_EQ(cpu->getBackend(), "cpu");
   EXPECT_TRUE(cpu->getMeasuredPeak());
   EXPECT_FALSE(reference->getMeasuredPeak());
-  ASSERT_TRUE(cpu->initialize(error)) << error;
-  ASSERT_TRUE(reference->initialize(error)) << error;
+  ASSERT_EQ(messageOf(cpu->initialize()), "");
+  ASSERT_EQ(messageOf(reference->initialize()), "");
   std::vector<float> a = train(*cpu, 1, 3), b = train(*reference, 1, 3);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
@@ -202,35 +207,39 @@ TEST_F(SessionTest, BackendsAgreeOnTheLosses) {
 }
 
 TEST_F(SessionTest, RefusesWhatItCannotRun) {
-  std::string error;
   // cuda is built where the CUDA toolkit is (then a context needs a GPU:
   // cuda-backend.test), a known name that is not built elsewhere.
   std::string built = tmrt_backend_names();
   if (built == "cpu") {
-    EXPECT_FALSE(Session::checkBackend("cuda", error));
-    EXPECT_EQ(error,
+    EXPECT_EQ(messageOf(Session::checkBackend("cuda")),
               "backend 'cuda' is not built into this runtime (built: cpu)");
-    EXPECT_FALSE(Session::checkBackend("tpu", error));
-    EXPECT_EQ(error, "unknown backend 'tpu' (expected cpu or interpret)");
+    EXPECT_EQ(messageOf(Session::checkBackend("tpu")),
+              "unknown backend 'tpu' (expected cpu or interpret)");
   } else {
     EXPECT_EQ(built, "cpu, cuda");
-    EXPECT_TRUE(Session::checkBackend("cuda", error));
-    EXPECT_FALSE(Session::checkBackend("tpu", error));
-    EXPECT_EQ(error, "unknown backend 'tpu' (expected cpu or cuda or "
-                     "interpret)");
+    EXPECT_EQ(messageOf(Session::checkBackend("cuda")), "");
+    EXPECT_EQ(messageOf(Session::checkBackend("tpu")),
+              "unknown backend 'tpu' (expected cpu or cuda or interpret)");
   }
-  EXPECT_TRUE(Session::checkBackend("interpret", error));
+  EXPECT_EQ(messageOf(Session::checkBackend("interpret")), "");
 
   // A step without an optimizer returns gradients and updates nothing.
   SessionOptions options;
-  EXPECT_FALSE(Session::create(model("optimizer=none"), options, error));
+  llvm::Expected<std::unique_ptr<Session>> noOptimizer =
+      Session::create(model("optimizer=none"), options);
+  ASSERT_FALSE(static_cast<bool>(noOptimizer));
+  std::string error = messageOf(noOptimizer.takeError());
   EXPECT_NE(error.find("the step updates no parameter"), std::string::npos)
       << error;
 
   // Data: a directory is not a corpus; a missing file names the file.
-  EXPECT_FALSE(Corpus::load(scratchDir(""), error));
+  llvm::Expected<Corpus> directory = Corpus::load(scratchDir(""));
+  ASSERT_FALSE(static_cast<bool>(directory));
+  error = messageOf(directory.takeError());
   EXPECT_NE(error.find("is not a regular file"), std::string::npos) << error;
-  EXPECT_FALSE(Corpus::load("/nonexistent/corpus.txt", error));
+  llvm::Expected<Corpus> missing = Corpus::load("/nonexistent/corpus.txt");
+  ASSERT_FALSE(static_cast<bool>(missing));
+  error = messageOf(missing.takeError());
   EXPECT_NE(error.find("cannot read data '/nonexistent/corpus.txt'"),
             std::string::npos)
       << error;
@@ -238,9 +247,9 @@ TEST_F(SessionTest, RefusesWhatItCannotRun) {
   // A checkpoint of another step is refused before anything is touched.
   std::unique_ptr<Session> small = session("cpu", model());
   ASSERT_TRUE(small);
-  ASSERT_TRUE(small->initialize(error)) << error;
+  ASSERT_EQ(messageOf(small->initialize()), "");
   std::string dir = scratchDir("ckpt");
-  ASSERT_TRUE(small->save(dir, 1, RunIdentity{}, error)) << error;
+  ASSERT_EQ(messageOf(small->save(dir, 1, RunIdentity{})), "");
   std::unique_ptr<Session> sgd = session("cpu", model("optimizer=sgd"));
   ASSERT_TRUE(sgd);
   llvm::Expected<Checkpoint> read =

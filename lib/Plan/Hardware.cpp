@@ -8,6 +8,8 @@
 
 #include "trainmem/Plan/Hardware.h"
 
+#include "llvm/ADT/StringExtras.h"
+
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -74,17 +76,18 @@ std::optional<Hardware> getHardwarePreset(llvm::StringRef name) {
   return std::nullopt;
 }
 
-std::optional<Hardware> parseHardwareJson(llvm::StringRef text,
-                                          std::string &error) {
+static llvm::Error hardwareError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
   if (!parsed) {
-    error = "not JSON: " + llvm::toString(parsed.takeError());
-    return std::nullopt;
+    return hardwareError("not JSON: " + llvm::toString(parsed.takeError()));
   }
   const llvm::json::Object *object = parsed->getAsObject();
   if (!object) {
-    error = "expected a JSON object of the device's figures";
-    return std::nullopt;
+    return hardwareError("expected a JSON object of the device's figures");
   }
   Hardware h;
   struct Field {
@@ -103,8 +106,7 @@ std::optional<Hardware> parseHardwareJson(llvm::StringRef text,
     if (key == "name") {
       std::optional<llvm::StringRef> name = value.getAsString();
       if (!name) {
-        error = "'name' must be a string";
-        return std::nullopt;
+        return hardwareError("'name' must be a string");
       }
       h.name = name->str();
       continue;
@@ -117,8 +119,8 @@ std::optional<Hardware> parseHardwareJson(llvm::StringRef text,
       std::string known = "name";
       for (Field &f : numbers)
         known += std::string(", ") + f.key;
-      error = "unknown key '" + key.str() + "' (the keys are " + known + ")";
-      return std::nullopt;
+      return hardwareError("unknown key '" + key.str() + "' (the keys are " +
+                           known + ")");
     }
     // Rates and sizes of at least 1 (per second, bytes) and a fraction of
     // at least 1e-3: every time the model divides by them is then a finite
@@ -128,16 +130,15 @@ std::optional<Hardware> parseHardwareJson(llvm::StringRef text,
     double least = isFraction ? 1e-3 : 1.0;
     if (!number || !(*number >= least) || !(*number < 9.2e18) ||
         (isFraction && *number > 1)) {
-      error = "'" + key.str() + "' must be a number " +
-              (isFraction ? "from 0.001 to 1" : "from 1 to below 2^63");
-      return std::nullopt;
+      return hardwareError(
+          "'" + key.str() + "' must be a number " +
+          (isFraction ? "from 0.001 to 1" : "from 1 to below 2^63"));
     }
     *field->number = *number;
   }
   for (Field &f : numbers)
     if (!object->get(f.key)) {
-      error = std::string("missing key '") + f.key + "'";
-      return std::nullopt;
+      return hardwareError(std::string("missing key '") + f.key + "'");
     }
   if (h.name.empty())
     h.name = "custom";
@@ -145,29 +146,22 @@ std::optional<Hardware> parseHardwareJson(llvm::StringRef text,
   return h;
 }
 
-std::optional<Hardware> loadHardware(llvm::StringRef nameOrPath,
-                                     std::string &error) {
+llvm::Expected<Hardware> loadHardware(llvm::StringRef nameOrPath) {
   if (std::optional<Hardware> preset = getHardwarePreset(nameOrPath))
-    return preset;
-  if (!nameOrPath.ends_with(".json")) {
-    error = "unknown hardware '" + nameOrPath.str() + "' (presets: ";
-    std::vector<std::string> names = getHardwarePresetNames();
-    for (size_t i = 0; i < names.size(); ++i)
-      error += (i ? ", " : "") + names[i];
-    error += "; or a .json file of the same figures)";
-    return std::nullopt;
-  }
+    return *preset;
+  if (!nameOrPath.ends_with(".json"))
+    return hardwareError("unknown hardware '" + nameOrPath + "' (presets: " +
+                         llvm::join(getHardwarePresetNames(), ", ") +
+                         "; or a .json file of the same figures)");
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
       llvm::MemoryBuffer::getFile(nameOrPath);
-  if (!file) {
-    error =
-        "cannot read '" + nameOrPath.str() + "': " + file.getError().message();
-    return std::nullopt;
-  }
-  std::optional<Hardware> hardware =
-      parseHardwareJson((*file)->getBuffer(), error);
+  if (!file)
+    return hardwareError("cannot read '" + nameOrPath +
+                         "': " + file.getError().message());
+  llvm::Expected<Hardware> hardware = parseHardwareJson((*file)->getBuffer());
   if (!hardware)
-    error = nameOrPath.str() + ": " + error;
+    return hardwareError(nameOrPath + ": " +
+                         llvm::toString(hardware.takeError()));
   return hardware;
 }
 

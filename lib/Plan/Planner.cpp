@@ -395,8 +395,12 @@ std::string PlanCandidate::describe() const {
 
 /// The batch and sequence of a forward + loss module: its tokens input's
 /// shape.
-static bool batchOfModule(ModuleOp module, int64_t &batch, int64_t &seq,
-                          std::string &error) {
+static llvm::Error planError(const Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+static llvm::Error batchOfModule(ModuleOp module, int64_t &batch,
+                                 int64_t &seq) {
   for (auto func : module.getOps<func::FuncOp>())
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       auto input = func.getArgAttrOfType<StringAttr>(i, kInputAttrName);
@@ -406,52 +410,49 @@ static bool batchOfModule(ModuleOp module, int64_t &batch, int64_t &seq,
         continue;
       batch = type.getDimSize(0);
       seq = type.getDimSize(1);
-      return true;
+      return llvm::Error::success();
     }
-  error = "the model file has no tokens input (a function argument marked "
-          "train.input = \"tokens\" of type tensor<batch x seq x i...>, as "
-          "trainmem-model writes it)";
-  return false;
+  return planError(
+      "the model file has no tokens input (a function argument marked "
+      "train.input = \"tokens\" of type tensor<batch x seq x i...>, as "
+      "trainmem-model writes it)");
 }
 
-bool completePlanRequest(PlanRequest &request, std::string &error) {
+llvm::Error completePlanRequest(PlanRequest &request) {
   if (request.ranks < 1) {
-    error = "--ranks must be at least 1";
-    return false;
+    return planError("--ranks must be at least 1");
   }
   if (request.module) {
     int64_t batch = 0, seq = 0;
-    if (!batchOfModule(request.module, batch, seq, error))
-      return false;
+    if (llvm::Error error = batchOfModule(request.module, batch, seq))
+      return error;
     if (request.globalBatch == 0)
       request.globalBatch = batch * request.ranks;
-    if (request.globalBatch != batch * request.ranks) {
-      error = llvm::formatv("the model file's batch is {0} per rank: the "
-                            "global batch on {1} ranks is {2}, not {3}",
-                            batch, request.ranks, batch * request.ranks,
-                            request.globalBatch);
-      return false;
-    }
+    if (request.globalBatch != batch * request.ranks)
+      return planError(llvm::formatv(
+          "the model file's batch is {0} per rank: "
+          "the global batch on {1} ranks is {2}, "
+          "not {3}",
+          batch, request.ranks, batch * request.ranks, request.globalBatch));
     request.model.seq = seq;
     request.model.batch = batch;
     request.exact = true;
   }
   if (request.globalBatch < 1 || request.globalBatch % request.ranks != 0) {
-    error = llvm::formatv("the global batch {0} must be a positive multiple "
-                          "of the ranks ({1})",
-                          request.globalBatch, request.ranks);
-    return false;
+    return planError(
+        llvm::formatv("the global batch {0} must be a positive multiple "
+                      "of the ranks ({1})",
+                      request.globalBatch, request.ranks));
   }
   if (request.memoryBytes == 0) {
-    error = "no memory budget (--memory, or a hardware with memory)";
-    return false;
+    return planError("no memory budget (--memory, or a hardware with memory)");
   }
   int64_t perRank = request.globalBatch / request.ranks;
   if (perRank > kMaxPerRankBatch) {
-    error = llvm::formatv("{0} sequences per rank and step: the planner "
-                          "searches up to {1}",
-                          perRank, kMaxPerRankBatch);
-    return false;
+    return planError(
+        llvm::formatv("{0} sequences per rank and step: the planner "
+                      "searches up to {1}",
+                      perRank, kMaxPerRankBatch));
   }
   if (request.microBatches.empty()) {
     for (int64_t m = 1; m <= perRank; ++m)
@@ -460,10 +461,9 @@ bool completePlanRequest(PlanRequest &request, std::string &error) {
   }
   for (int64_t m : request.microBatches)
     if (m < 1 || perRank % m != 0) {
-      error = llvm::formatv("micro-batch {0} does not divide the {1} "
-                            "sequences each rank takes per step",
-                            m, perRank);
-      return false;
+      return planError(llvm::formatv("micro-batch {0} does not divide the {1} "
+                                     "sequences each rank takes per step",
+                                     m, perRank));
     }
   if (request.remats.empty())
     request.remats = {PlanRemat::none, PlanRemat::selective, PlanRemat::full,
@@ -476,10 +476,10 @@ bool completePlanRequest(PlanRequest &request, std::string &error) {
   }
   for (int64_t stage : request.stages)
     if (stage < -1 || stage > 3 || (stage == -1) != (request.ranks == 1)) {
-      error = llvm::formatv("ZeRO stage {0} on {1} ranks: stages are 0 to 3 "
-                            "on more than one rank, none on one",
-                            stage, request.ranks);
-      return false;
+      return planError(
+          llvm::formatv("ZeRO stage {0} on {1} ranks: stages are 0 to 3 "
+                        "on more than one rank, none on one",
+                        stage, request.ranks));
     }
   if (request.eightBit.empty())
     request.eightBit = {false, true};
@@ -490,10 +490,9 @@ bool completePlanRequest(PlanRequest &request, std::string &error) {
                         PlanOffload::statesAndUpdate};
   std::string why;
   if (!request.module && !validateConfig(request.model, why)) {
-    error = "the model: " + why;
-    return false;
+    return planError("the model: " + why);
   }
-  return true;
+  return llvm::Error::success();
 }
 
 void predictThroughput(PlanCandidate &c, const PlanRequest &request) {

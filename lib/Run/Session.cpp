@@ -88,30 +88,26 @@ std::vector<float> mlir::train::initialValues(const TensorSlot &slot,
 
 Corpus::Corpus(std::string text) : bytes(std::move(text)), hash(fnv1a(bytes)) {}
 
-std::optional<Corpus> Corpus::load(StringRef path, std::string &error) {
+llvm::Expected<Corpus> Corpus::load(StringRef path) {
   // A regular file of bounded size: a device (/dev/zero) or a pipe would be
   // read without end.
   llvm::sys::fs::file_status status;
   if (std::error_code ec = llvm::sys::fs::status(path, status)) {
-    error = "cannot read data '" + path.str() + "': " + ec.message();
-    return std::nullopt;
+    return runError("cannot read data '" + path.str() + "': " + ec.message());
   }
   if (status.type() != llvm::sys::fs::file_type::regular_file) {
-    error = "data '" + path.str() + "' is not a regular file";
-    return std::nullopt;
+    return runError("data '" + path.str() + "' is not a regular file");
   }
   constexpr uint64_t kMaxDataBytes = uint64_t(16) << 30;
   if (status.getSize() > kMaxDataBytes) {
-    error = "data '" + path.str() + "' has " +
-            std::to_string(status.getSize()) +
-            " bytes; trainmem-run reads at most 16 GiB";
-    return std::nullopt;
+    return runError("data '" + path.str() + "' has " +
+                    std::to_string(status.getSize()) +
+                    " bytes; trainmem-run reads at most 16 GiB");
   }
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer) {
-    error = "cannot read data '" + path.str() + "': " +
-            buffer.getError().message();
-    return std::nullopt;
+    return runError("cannot read data '" + path.str() +
+                    "': " + buffer.getError().message());
   }
   return Corpus((*buffer)->getBuffer().str());
 }
@@ -262,44 +258,39 @@ Session::~Session() {
     tmrt_context_destroy(ctx);
 }
 
-bool Session::checkBackend(StringRef backend, std::string &error) {
+llvm::Error Session::checkBackend(StringRef backend) {
   if (backend == "interpret")
-    return true;
+    return llvm::Error::success();
   int32_t status = tmrt_backend_status(backend.str().c_str());
   if (status > 0)
-    return true;
+    return llvm::Error::success();
   std::string built = tmrt_backend_names();
   if (status == 0) {
-    error = "backend '" + backend.str() +
-            "' is not built into this runtime (built: " + built + ")";
-    return false;
+    return runError("backend '" + backend.str() +
+                    "' is not built into this runtime (built: " + built + ")");
   }
   std::string expected;
   for (StringRef name : llvm::split(built, ", "))
     expected += name.str() + " or ";
-  error = "unknown backend '" + backend.str() + "' (expected " + expected +
-          "interpret)";
-  return false;
+  return runError("unknown backend '" + backend.str() + "' (expected " +
+                  expected + "interpret)");
 }
 
-std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
-                                         const SessionOptions &options,
-                                         std::string &error) {
-  error.clear();
+llvm::Expected<std::unique_ptr<Session>>
+Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
   if (!owned) {
-    error = "no module to run";
-    return nullptr;
+    return runError("no module to run");
   }
   ModuleOp module = *owned;
-  if (!checkBackend(options.backend, error))
-    return nullptr;
+  if (llvm::Error error = checkBackend(options.backend))
+    return std::move(error);
   std::unique_ptr<Session> session(new Session());
   session->options = options;
   bool interpret = options.backend == "interpret";
 
   Operation *marked = findMarkedStep(module, "trainmem-run");
   if (!marked)
-    return nullptr;
+    return runError("");
   auto stepFunc = dyn_cast<func::FuncOp>(marked);
   if (isLoweredStep(marked))
     stepFunc = nullptr;
@@ -312,10 +303,10 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
                marked->getAttrOfType<IntegerAttr>(kLoweredRanksAttrName))
     session->ranks = lowered.getInt();
   if (interpret && !stepFunc) {
-    error = "the interpret backend runs a tensor-level step; this one is "
-            "already lowered (give the model, or the step before "
-            "convert-train-to-runtime)";
-    return nullptr;
+    return runError(
+        "the interpret backend runs a tensor-level step; this one is "
+        "already lowered (give the model, or the step before "
+        "convert-train-to-runtime)");
   }
   // The vocabulary: the classes of the step's cross-entropy (the lowered
   // step has none left; the model builder's description says it).
@@ -346,7 +337,7 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
           addCount(session->plannedBytesSent, traffic.bytes);
   FailureOr<StepLayout> layout = lowerStep(module);
   if (failed(layout))
-    return nullptr;
+    return runError("");
   session->layout = std::move(*layout);
   session->lowered = std::move(owned);
   const StepLayout &slots = session->layout;
@@ -361,31 +352,31 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
     if (isState(slot) && !slot.elementType.isF32() && !weight16 && !lossScale &&
         !(slot.elementType.isInteger(8) &&
           slot.statePart == StatePart::codes)) {
-      error = slot.roleName().str() + " '" + slot.key + "' is " +
-              slot.dtypeName().str() +
-              "; trainmem-run trains steps whose weights are f32, bf16 or "
-              "f16 and whose optimizer state is f32 or 8-bit codes";
-      return nullptr;
+      return runError(
+          slot.roleName().str() + " '" + slot.key + "' is " +
+          slot.dtypeName().str() +
+          "; trainmem-run trains steps whose weights are f32, bf16 or "
+          "f16 and whose optimizer state is f32 or 8-bit codes");
     }
   }
   // Parameters start as their #train.init says (the model builder writes
   // it); without one there is no reference to follow.
   for (const TensorSlot &slot : slots.arguments)
     if (slot.role == SlotRole::param && !slot.init) {
-      error = "parameter '" + slot.key + "' has no " + kInitAttrName.str() +
-              " (#train.init<zeros|ones|normal, std = S>); models from "
-              "trainmem-model carry one";
-      return nullptr;
+      return runError("parameter '" + slot.key + "' has no " +
+                      kInitAttrName.str() +
+                      " (#train.init<zeros|ones|normal, std = S>); models from "
+                      "trainmem-model carry one");
     }
   // A step that returns gradients (optimizer=none) updates nothing: training
   // it would run and learn nothing.
   if (llvm::none_of(slots.results, [](const TensorSlot &slot) {
         return slot.role == SlotRole::param;
       })) {
-    error = "the step updates no parameter (built with optimizer=none? it "
-            "returns gradients); trainmem-run trains steps with an "
-            "optimizer (adamw or sgd)";
-    return nullptr;
+    return runError(
+        "the step updates no parameter (built with optimizer=none? it "
+        "returns gradients); trainmem-run trains steps with an "
+        "optimizer (adamw or sgd)");
   }
   session->tokensSlot = slots.findArgument(SlotRole::input, "tokens");
   session->targetsSlot = slots.findArgument(SlotRole::input, "targets");
@@ -393,94 +384,85 @@ std::unique_ptr<Session> Session::create(OwningOpRef<ModuleOp> owned,
   session->lossSlot = slots.findResult(SlotRole::loss);
   if (!session->tokensSlot || !session->targetsSlot || !session->stepSlot ||
       !session->lossSlot) {
-    error = "the step needs 'tokens', 'targets' and 'step' inputs and a "
-            "loss result";
-    return nullptr;
+    return runError(
+        "the step needs 'tokens', 'targets' and 'step' inputs and a "
+        "loss result");
   }
   if (session->tokensSlot->shape.size() != 2 ||
       session->tokensSlot->shape != session->targetsSlot->shape) {
-    error = "the step's tokens and targets must both be [batch, seq]";
-    return nullptr;
+    return runError("the step's tokens and targets must both be [batch, seq]");
   }
   session->batchSize = session->tokensSlot->shape[0];
   session->seqLen = session->tokensSlot->shape[1];
-  return session;
+  return std::move(session);
 }
 
-
-bool Session::start(std::string &error) {
-  error.clear();
+llvm::Error Session::start() {
   assert(!state && "the session has started already");
   if (options.backend == "interpret") {
     if (ranks > 1) {
-      error = "the interpreter runs one rank; a step partitioned for " +
-              std::to_string(ranks) + " ranks runs on a runtime backend";
-      return false;
+      return runError("the interpreter runs one rank; a step partitioned for " +
+                      std::to_string(ranks) +
+                      " ranks runs on a runtime backend");
     }
     state = std::make_unique<HostState>();
-    return true;
+    return llvm::Error::success();
   }
   const char *contextError = nullptr;
   ctx = tmrt_context_create_on_device(options.backend.c_str(), options.device,
                                       options.threads, &contextError);
   if (!ctx) {
-    error = contextError ? contextError : "cannot create the context";
-    return false;
+    return runError(contextError ? contextError : "cannot create the context");
   }
   if (options.communicator != "single" &&
       tmrt_context_set_communicator(ctx, options.communicator.c_str(),
                                     &contextError) != 0) {
-    error = contextError;
-    return false;
+    return runError(contextError);
   }
   int64_t world = tmrt_world_size(ctx);
   rank = tmrt_rank(ctx);
   if (world != ranks) {
-    error = ranks > 1
-                ? "the step is partitioned for " + std::to_string(ranks) +
-                      " ranks (train-zero ranks=" + std::to_string(ranks) +
-                      "), but " + std::to_string(world) +
-                      " processes run it"
-                : std::to_string(world) +
-                      " processes run a step that is not partitioned "
-                      "(give --zero to partition it over them)";
-    return false;
+    return runError(
+        ranks > 1 ? "the step is partitioned for " + std::to_string(ranks) +
+                        " ranks (train-zero ranks=" + std::to_string(ranks) +
+                        "), but " + std::to_string(world) + " processes run it"
+                  : std::to_string(world) +
+                        " processes run a step that is not partitioned "
+                        "(give --zero to partition it over them)");
   }
   if (tmrt_arena_alloc(ctx, layout.arenaBytes) != 0) {
     const char *why = tmrt_context_error(ctx);
-    error = why ? std::string(why) + " (the arena of " +
-                      trainmem::formatByteSize(layout.arenaBytes) + ")"
-                : "cannot allocate the arena of " +
-                      std::to_string(layout.arenaBytes) + " bytes (" +
-                      trainmem::formatByteSize(layout.arenaBytes) + ")";
-    return false;
+    return runError(why ? std::string(why) + " (the arena of " +
+                              trainmem::formatByteSize(layout.arenaBytes) + ")"
+                        : "cannot allocate the arena of " +
+                              std::to_string(layout.arenaBytes) + " bytes (" +
+                              trainmem::formatByteSize(layout.arenaBytes) +
+                              ")");
   }
   // Host memory (train-offload-optimizer): its own arena. A backend whose
   // kernels run on a device moves it only by tmrt_transfer, so an update
   // that runs in host memory cannot run there.
   if (layout.hostOps && !tmrt_arena_base(ctx)) {
-    error = "the step runs " + std::to_string(layout.hostOps) +
-            " ops (optimizer updates, weight casts) in host memory "
-            "(train-offload-optimizer what=states+update), which the " +
-            options.backend +
-            " backend's kernels cannot read (they run on the device): "
-            "offload with what=states, or run on the cpu backend";
-    return false;
+    return runError("the step runs " + std::to_string(layout.hostOps) +
+                    " ops (optimizer updates, weight casts) in host memory "
+                    "(train-offload-optimizer what=states+update), which the " +
+                    options.backend +
+                    " backend's kernels cannot read (they run on the device): "
+                    "offload with what=states, or run on the cpu backend");
   }
   if (layout.hostArenaBytes &&
       tmrt_host_arena_alloc(ctx, layout.hostArenaBytes) != 0) {
-    error = "cannot allocate the host arena of " +
-            std::to_string(layout.hostArenaBytes) + " bytes (" +
-            trainmem::formatByteSize(layout.hostArenaBytes) + ")";
-    return false;
+    return runError("cannot allocate the host arena of " +
+                    std::to_string(layout.hostArenaBytes) + " bytes (" +
+                    trainmem::formatByteSize(layout.hostArenaBytes) + ")");
   }
-  jit = JitStep::create(*lowered, error);
-  if (!jit) {
-    error = "JIT compilation failed: " + error;
-    return false;
-  }
+  llvm::Expected<std::unique_ptr<JitStep>> compiled = JitStep::create(*lowered);
+  if (!compiled)
+    return runError("JIT compilation failed: " +
+                    llvm::toString(compiled.takeError()));
+  jit = std::move(*compiled);
   state = std::make_unique<ArenaState>(ctx);
-  return true;
+  return llvm::Error::success();
 }
 
 /// The rank's part of `values` (a whole tensor's) for `slot`: all of it,
@@ -501,8 +483,7 @@ static std::vector<float> partOf(const TensorSlot &slot,
   return part;
 }
 
-bool Session::initialize(std::string &error) {
-  error.clear();
+llvm::Error Session::initialize() {
   assert(state && "start the session first");
   unsigned paramIndex = 0;
   // Whole tensors: every rank draws the same, and keeps its part.
@@ -516,10 +497,9 @@ bool Session::initialize(std::string &error) {
           initialValues(whole, paramIndex++, options.seed);
       // A std too large for f32 would start training from infinities.
       if (!llvm::all_of(values, [](float v) { return std::isfinite(v); })) {
-        error = "parameter '" + slot.key + "': its #train.init (std " +
-                std::to_string(slot.initStd) +
-                ") gives values that are not finite in f32";
-        return false;
+        return runError("parameter '" + slot.key + "': its #train.init (std " +
+                        std::to_string(slot.initStd) +
+                        ") gives values that are not finite in f32");
       }
       state->write(slot,
                    floatBytes(slot.elementType, partOf(slot, values, rank)));
@@ -543,41 +523,36 @@ bool Session::initialize(std::string &error) {
       state->write(slot, Bytes(slot.bytes, 0)); // f32 zeros, absmax 0
     }
   }
-  return true;
+  return llvm::Error::success();
 }
 
-bool Session::meanOverRanks(double &value, std::string &error) const {
+llvm::Expected<double> Session::meanOverRanks(double value) const {
   if (ranks == 1 || !ctx)
-    return true;
+    return value;
   double sum = value;
   if (tmrt_host_sum_f64(ctx, &sum, 1) != 0) {
     const char *why = tmrt_context_error(ctx);
-    error = why ? why : "the ranks could not sum a value";
-    return false;
+    return runError(why ? why : "the ranks could not sum a value");
   }
-  value = sum / static_cast<double>(ranks);
-  return true;
+  return sum / static_cast<double>(ranks);
 }
 
-bool Session::anyRank(bool &flag, std::string &error) const {
-  double value = flag ? 1.0 : 0.0;
-  if (!meanOverRanks(value, error))
-    return false;
-  flag = value > 0.0;
-  return true;
+llvm::Expected<bool> Session::anyRank(bool flag) const {
+  llvm::Expected<double> mean = meanOverRanks(flag ? 1.0 : 0.0);
+  if (!mean)
+    return mean.takeError();
+  return *mean > 0.0;
 }
 
-bool Session::meanLossOverRanks(float &loss, std::string &error) const {
+llvm::Expected<float> Session::meanLossOverRanks(float loss) const {
   if (ranks == 1 || !ctx)
-    return true;
+    return loss;
   float sum = loss;
   if (tmrt_host_sum_f32(ctx, &sum, 1) != 0) {
     const char *why = tmrt_context_error(ctx);
-    error = why ? why : "the ranks could not sum their losses";
-    return false;
+    return runError(why ? why : "the ranks could not sum their losses");
   }
-  loss = static_cast<float>(static_cast<double>(sum) / ranks);
-  return true;
+  return static_cast<float>(static_cast<double>(sum) / ranks);
 }
 
 void Session::abortRanks(int code) const {
@@ -663,10 +638,9 @@ static std::string skippedUpdateError(int64_t step, const TensorSlot *first,
          "(train f16 with loss scaling: --loss-scale)";
 }
 
-bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
-                      ArrayRef<int64_t> targets, float &loss,
-                      std::string &error) {
-  error.clear();
+llvm::Expected<float> Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
+                                       ArrayRef<int64_t> targets) {
+  float loss = 0;
   assert(state && "start the session first");
   assert(static_cast<int64_t>(tokens.size()) == batchSize * seqLen &&
          tokens.size() == targets.size() && "a batch of another shape");
@@ -675,8 +649,7 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
     Bytes targetBytes = idBytes(*targetsSlot, targets);
     if (tokenBytes.size() != tokensSlot->bytes ||
         targetBytes.size() != targetsSlot->bytes || stepSlot->bytes != 8) {
-      error = "the step's inputs do not have the sizes of their types";
-      return false;
+      return runError("the step's inputs do not have the sizes of their types");
     }
     tmrt_arena_write(ctx, tokensSlot->location(), tokenBytes.data(),
                      tokenBytes.size());
@@ -685,8 +658,7 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
     tmrt_arena_write(ctx, stepSlot->location(), &step, 8);
     jit->run(ctx);
     if (const char *kernelError = tmrt_context_error(ctx)) {
-      error = "step " + std::to_string(step) + ": " + kernelError;
-      return false;
+      return runError("step " + std::to_string(step) + ": " + kernelError);
     }
     // An update skipped for a non-finite gradient is a loss-scaled step's
     // overflow, handled by its scale; in any other step it is an error
@@ -698,9 +670,8 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
       for (const TensorSlot &slot : layout.arguments)
         if (static_cast<int64_t>(slot.location()) == offset)
           first = &slot;
-      error = skippedUpdateError(step, first, skipped);
       tmrt_clear_skipped_updates(ctx);
-      return false;
+      return runError(skippedUpdateError(step, first, skipped));
     }
     tmrt_clear_skipped_updates(ctx);
     // State the step could not update in place comes back through its
@@ -714,7 +685,7 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
                         result.bytes);
     }
     tmrt_arena_read(ctx, lossSlot->location(), &loss, 4);
-    return true;
+    return loss;
   }
 
   auto &host = static_cast<HostState &>(*state);
@@ -734,36 +705,31 @@ bool Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
   FailureOr<SmallVector<RefTensor>> results =
       evaluate(stepFunc, args, &skipped);
   if (failed(results))
-    return false;
+    return runError("");
   if (!skipped.empty() && !getLossScale()) {
     const TensorSlot *first = nullptr;
     if (auto arg = dyn_cast<BlockArgument>(skipped.front()))
       first = &layout.arguments[arg.getArgNumber()];
-    error = skippedUpdateError(step, first, skipped.size());
-    return false;
+    return runError(skippedUpdateError(step, first, skipped.size()));
   }
   for (auto [slot, value] : llvm::zip(layout.results, *results))
     if (isState(slot))
       host.write(slot, fromRefTensor(slot, value));
   loss = (*results)[0].scalarFloat();
-  return true;
+  return loss;
 }
 
-bool Session::save(StringRef dir, int64_t step, const RunIdentity &identity,
-                   std::string &error) const {
+llvm::Error Session::save(StringRef dir, int64_t step,
+                          const RunIdentity &identity) const {
   assert(state && "start the session first");
   auto read = [&](const TensorSlot &slot) { return state->read(slot); };
-  auto failed = [&](llvm::Error failure) {
-    error = llvm::toString(std::move(failure));
-    return false;
-  };
   if (ranks <= 1) {
     if (llvm::Error failure =
             writeCheckpoint(dir, step, identity, layout.arguments, read))
-      return failed(std::move(failure));
+      return failure;
     // One rank's checkpoint replaces a sharded one in the same directory.
     removeOtherCheckpoints(dir, "checkpoint.bin");
-    return true;
+    return llvm::Error::success();
   }
   // Each rank its shard, in a directory of the step; then rank 0 the
   // manifest that names them, so that it names a complete set only.
@@ -771,22 +737,20 @@ bool Session::save(StringRef dir, int64_t step, const RunIdentity &identity,
   if (llvm::Error failure =
           writeCheckpoint((dir + "/" + stepName).str(), step, identity,
                           layout.arguments, read, shardFileName(rank, ranks)))
-    return failed(std::move(failure));
-  auto barrier = [&]() {
+    return failure;
+  auto barrier = [&]() -> llvm::Error {
     tmrt_barrier(ctx);
-    if (const char *why = tmrt_context_error(ctx)) {
-      error = std::string("checkpoint of step ") + std::to_string(step) + ": " +
-              why;
-      return false;
-    }
-    return true;
+    if (const char *why = tmrt_context_error(ctx))
+      return runError(std::string("checkpoint of step ") +
+                      std::to_string(step) + ": " + why);
+    return llvm::Error::success();
   };
-  if (!barrier())
-    return false;
+  if (llvm::Error failure = barrier())
+    return failure;
   if (rank == 0) {
     if (llvm::Error failure = writeManifest(dir, stepName, ranks, zeroStage,
                                             step, layout.arguments))
-      return failed(std::move(failure));
+      return failure;
     // The checkpoints the manifest no longer names go (and one rank's).
     removeOtherCheckpoints(dir, stepName);
   }

@@ -340,8 +340,11 @@ FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
 
 JitStep::~JitStep() = default;
 
-std::unique_ptr<JitStep> JitStep::create(ModuleOp lowered,
-                                         std::string &error) {
+llvm::Error mlir::train::runError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+llvm::Expected<std::unique_ptr<JitStep>> JitStep::create(ModuleOp lowered) {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
   // The lowered step is a straight line of runtime calls with constant
@@ -353,10 +356,8 @@ std::unique_ptr<JitStep> JitStep::create(ModuleOp lowered,
   options.transformer = transformer;
   options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::None;
   auto engine = ExecutionEngine::create(lowered, options);
-  if (!engine) {
-    error = llvm::toString(engine.takeError());
-    return nullptr;
-  }
+  if (!engine)
+    return engine.takeError();
   (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
     llvm::orc::SymbolMap symbols;
 #define TMRT_KERNEL(name, parameters, arguments)                               \
@@ -367,16 +368,12 @@ std::unique_ptr<JitStep> JitStep::create(ModuleOp lowered,
     return symbols;
   });
   Operation *marked = findMarkedStep(lowered, "trainmem-run");
-  if (!marked) {
-    error = "the lowered module has no step marked train.step";
-    return nullptr;
-  }
+  if (!marked)
+    return runError("the lowered module has no step marked train.step");
   auto entry =
       (*engine)->lookup(SymbolTable::getSymbolName(marked).getValue());
-  if (!entry) {
-    error = llvm::toString(entry.takeError());
-    return nullptr;
-  }
+  if (!entry)
+    return entry.takeError();
   auto step = std::unique_ptr<JitStep>(new JitStep());
   step->entry = reinterpret_cast<void (*)(void *)>(*entry);
   step->engine = std::move(*engine);

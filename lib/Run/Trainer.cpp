@@ -20,10 +20,6 @@
 using namespace mlir;
 using namespace mlir::train;
 
-llvm::Error mlir::train::errorFrom(const std::string &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
-
 llvm::Expected<Fault> mlir::train::parseFault(StringRef text) {
   SmallVector<StringRef> parts;
   text.split(parts, ':');
@@ -31,7 +27,7 @@ llvm::Expected<Fault> mlir::train::parseFault(StringRef text) {
   if (parts.size() != 3 || !(parts[0] == "kill" || parts[0] == "hang") ||
       parts[1].getAsInteger(10, fault.rank) ||
       parts[2].getAsInteger(10, fault.step))
-    return errorFrom(
+    return runError(
         ("TRAINMEM_FAULT is kill:RANK:STEP or hang:RANK:STEP, got '" + text +
          "'")
             .str());
@@ -93,18 +89,17 @@ Trainer::create(Session &session, TrainerOptions options) {
   // Byte-level data: the step's vocabulary must hold every byte, and the
   // text one sequence and its last target.
   if (session.getVocab() < 256)
-    return errorFrom("the step's vocabulary has " +
-                     std::to_string(session.getVocab()) +
-                     " tokens; byte-level data needs 256");
-  std::string error;
-  std::optional<Corpus> corpus = Corpus::load(options.dataFile, error);
+    return runError("the step's vocabulary has " +
+                    std::to_string(session.getVocab()) +
+                    " tokens; byte-level data needs 256");
+  llvm::Expected<Corpus> corpus = Corpus::load(options.dataFile);
   if (!corpus)
-    return errorFrom(error);
+    return corpus.takeError();
   if (static_cast<int64_t>(corpus->size()) < session.getSeqLen() + 1)
-    return errorFrom("data '" + options.dataFile + "' has " +
-                     std::to_string(corpus->size()) +
-                     " bytes; one sequence of the step needs " +
-                     std::to_string(session.getSeqLen() + 1));
+    return runError("data '" + options.dataFile + "' has " +
+                    std::to_string(corpus->size()) +
+                    " bytes; one sequence of the step needs " +
+                    std::to_string(session.getSeqLen() + 1));
   return std::unique_ptr<Trainer>(
       new Trainer(session, std::move(options), std::move(*corpus)));
 }
@@ -120,18 +115,17 @@ llvm::Error Trainer::checkRanksAgree() {
   for (const std::string &option : options.shapingOptions)
     what += "\n" + option;
   uint64_t hash = fnv1a(what);
-  std::string error;
   for (int part = 0; part < 4; ++part) {
     double mine = static_cast<double>((hash >> (16 * part)) & 0xffff);
-    double sum = mine;
-    if (!session.meanOverRanks(sum, error))
-      return errorFrom(error);
-    if (sum != mine)
-      return errorFrom("rank " + std::to_string(session.getRank()) +
-                       ": the ranks disagree on the step (the step file or "
-                       "the options that shape it differ between ranks; "
-                       "checksum " +
-                       std::to_string(hash) + " here)");
+    llvm::Expected<double> mean = session.meanOverRanks(mine);
+    if (!mean)
+      return mean.takeError();
+    if (*mean != mine)
+      return runError("rank " + std::to_string(session.getRank()) +
+                      ": the ranks disagree on the step (the step file or "
+                      "the options that shape it differ between ranks; "
+                      "checksum " +
+                      std::to_string(hash) + " here)");
   }
   return llvm::Error::success();
 }
@@ -153,27 +147,27 @@ llvm::Error Trainer::resume() {
   const Checkpoint &checkpoint = *read;
   std::string steps = std::to_string(options.steps);
   if (checkpoint.step >= options.steps)
-    return errorFrom("the checkpoint in '" + dir + "' is at step " +
-                     std::to_string(checkpoint.step) + " and --steps " + steps +
-                     " asks to train until step " + steps +
-                     ": nothing to train (--steps counts from 0, not from "
-                     "the checkpoint)");
+    return runError("the checkpoint in '" + dir + "' is at step " +
+                    std::to_string(checkpoint.step) + " and --steps " + steps +
+                    " asks to train until step " + steps +
+                    ": nothing to train (--steps counts from 0, not from "
+                    "the checkpoint)");
   if (checkpoint.identity && !options.allowDataChange) {
     const RunIdentity &saved = *checkpoint.identity;
     if (saved.seed != identity.seed)
-      return errorFrom("the checkpoint was trained with --seed " +
-                       std::to_string(saved.seed) + ", this run has --seed " +
-                       std::to_string(identity.seed) +
-                       "; batches would differ from the run it continues "
-                       "(--allow-data-change to resume anyway)");
+      return runError("the checkpoint was trained with --seed " +
+                      std::to_string(saved.seed) + ", this run has --seed " +
+                      std::to_string(identity.seed) +
+                      "; batches would differ from the run it continues "
+                      "(--allow-data-change to resume anyway)");
     if (saved.dataBytes != identity.dataBytes ||
         saved.dataHash != identity.dataHash)
-      return errorFrom("the checkpoint was trained on other data (" +
-                       std::to_string(saved.dataBytes) + " bytes) than '" +
-                       options.dataFile + "' (" +
-                       std::to_string(identity.dataBytes) +
-                       " bytes, another checksum); --allow-data-change to "
-                       "resume anyway");
+      return runError("the checkpoint was trained on other data (" +
+                      std::to_string(saved.dataBytes) + " bytes) than '" +
+                      options.dataFile + "' (" +
+                      std::to_string(identity.dataBytes) +
+                      " bytes, another checksum); --allow-data-change to "
+                      "resume anyway");
   }
   session.restore(checkpoint);
   summary.firstStep = checkpoint.step + 1;
@@ -190,36 +184,35 @@ llvm::Error Trainer::openLossLog() {
   for (const std::string &input : {options.dataFile, options.stepFile}) {
     bool same = false;
     if (!llvm::sys::fs::equivalent(log, input, same) && same)
-      return errorFrom("--loss-log '" + log + "' is '" + input +
-                       "', which this run reads or writes; give another file");
+      return runError("--loss-log '" + log + "' is '" + input +
+                      "', which this run reads or writes; give another file");
   }
   for (const std::string &dir : {options.resumeDir, options.saveDir})
     if (!dir.empty() && isInDirectory(log, dir))
-      return errorFrom("--loss-log '" + log +
-                       "' is in the checkpoint "
-                       "directory '" +
-                       dir +
-                       "', whose files the checkpoint owns; give a file "
-                       "outside it");
+      return runError("--loss-log '" + log +
+                      "' is in the checkpoint "
+                      "directory '" +
+                      dir +
+                      "', whose files the checkpoint owns; give a file "
+                      "outside it");
   std::error_code ec;
   lossFile = std::make_unique<llvm::raw_fd_ostream>(
       log, ec,
       options.resumeDir.empty() ? llvm::sys::fs::OF_None
                                 : llvm::sys::fs::OF_Append);
   if (ec)
-    return errorFrom("cannot write '" + log + "': " + ec.message());
+    return runError("cannot write '" + log + "': " + ec.message());
   return llvm::Error::success();
 }
 
 llvm::Error Trainer::prepare() {
   if (llvm::Error error = checkRanksAgree())
     return error;
-  std::string error;
   if (!options.resumeDir.empty()) {
     if (llvm::Error failure = resume())
       return failure;
-  } else if (!session.initialize(error)) {
-    return errorFrom(error);
+  } else if (llvm::Error failure = session.initialize()) {
+    return failure;
   }
   // Where the run writes is checked before the first step; one run saves
   // into a directory at a time (rank 0 holds it for the run).
@@ -234,11 +227,9 @@ llvm::Error Trainer::prepare() {
 }
 
 llvm::Error Trainer::save(int64_t step) {
-  std::string error;
-  if (!options.saveDir.empty() &&
-      !session.save(options.saveDir, step, identity, error))
-    return errorFrom(error);
-  return llvm::Error::success();
+  if (options.saveDir.empty())
+    return llvm::Error::success();
+  return session.save(options.saveDir, step, identity);
 }
 
 /// A log that cannot be written (a full disk) stops the run at this step,
@@ -256,20 +247,19 @@ llvm::Error Trainer::logLoss(int64_t step, float loss) {
       lossFile->clear_error();
     }
   }
-  bool logFailed = !logError.empty();
-  std::string error;
-  if (!session.anyRank(logFailed, error))
-    return errorFrom(error);
+  llvm::Expected<bool> logFailed = session.anyRank(!logError.empty());
   if (!logFailed)
+    return logFailed.takeError();
+  if (!*logFailed)
     return llvm::Error::success();
   std::string message =
       leader ? logError : "rank 0 could not write the loss log";
   if (options.saveDir.empty())
-    return errorFrom(message + "; stopping (no --save given, nothing saved)");
-  if (!session.save(options.saveDir, step, identity, error))
-    return errorFrom(message + "; and " + error);
-  return errorFrom(message + "; stopping with a checkpoint of step " +
-                   std::to_string(step) + " in '" + options.saveDir + "'");
+    return runError(message + "; stopping (no --save given, nothing saved)");
+  if (llvm::Error failure = session.save(options.saveDir, step, identity))
+    return runError(message + "; and " + llvm::toString(std::move(failure)));
+  return runError(message + "; stopping with a checkpoint of step " +
+                  std::to_string(step) + " in '" + options.saveDir + "'");
 }
 
 llvm::Expected<RunEnd>
@@ -278,7 +268,6 @@ Trainer::run(function_ref<void(const StepReport &)> onRan,
   int64_t batchSize = session.getBatchSize(), seqLen = session.getSeqLen();
   int64_t ranks = session.getRanks(), rank = session.getRank();
   std::vector<int64_t> tokens, targets;
-  std::string error;
   auto start = std::chrono::steady_clock::now();
   auto secondsSince = [](std::chrono::steady_clock::time_point since) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -301,15 +290,17 @@ Trainer::run(function_ref<void(const StepReport &)> onRan,
     StepReport report;
     report.step = step;
     report.scaleBefore = session.getLossScale();
-    float rankLoss;
-    if (!session.runStep(step, tokens, targets, rankLoss, error))
-      return errorFrom(error);
+    llvm::Expected<float> rankLoss = session.runStep(step, tokens, targets);
+    if (!rankLoss)
+      return rankLoss.takeError();
     report.scaleAfter = session.getLossScale();
-    report.loss = rankLoss;
+    report.loss = *rankLoss;
     onRan(report);
     // The global batch's loss: the mean of the ranks' (equal batches).
-    if (!session.meanLossOverRanks(report.loss, error))
-      return errorFrom(error);
+    llvm::Expected<float> loss = session.meanLossOverRanks(report.loss);
+    if (!loss)
+      return loss.takeError();
+    report.loss = *loss;
     summary.stepSeconds.push_back(secondsSince(stepStart));
     summary.losses.push_back(report.loss);
     if (llvm::Error failure = logLoss(step, report.loss))

@@ -559,9 +559,8 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
   if (top < 0)
     return refuse("--top must be a count of candidates (1 or more), got " +
                   llvm::Twine(top.getValue()));
-  std::string error;
-  if (!completePlanRequest(request, error))
-    return refuse(error);
+  if (llvm::Error error = completePlanRequest(request))
+    return refuse(llvm::toString(std::move(error)));
   return success();
 }
 
@@ -644,10 +643,9 @@ int main(int argc, char **argv) {
       argc, argv,
       "trainmem-plan: the training configuration that fits a memory budget\n");
 
-  std::string error;
-  std::optional<Hardware> hardware = loadHardware(hardwareName, error);
+  llvm::Expected<Hardware> hardware = loadHardware(hardwareName);
   if (!hardware)
-    return fail(error);
+    return fail(llvm::toString(hardware.takeError()));
   if (emit != "table" && emit != "pipeline" && emit != "deepspeed-json" &&
       emit != "json")
     return fail(

@@ -219,9 +219,8 @@ static LogicalResult takeThreads(int argc, char **argv,
 
 /// The checks of options that need nothing but themselves.
 static LogicalResult checkOptions() {
-  std::string error;
-  if (!Session::checkBackend(backend, error))
-    return refuse(error);
+  if (llvm::Error error = Session::checkBackend(backend))
+    return refuse(llvm::toString(std::move(error)));
   if (device.getNumOccurrences() && device < 0)
     return refuse("--device must be a device number (0 or more), got " +
                   llvm::Twine(device.getValue()));
@@ -514,11 +513,11 @@ int main(int argc, char **argv) {
   options.seed = seed;
   if (std::getenv("OMPI_COMM_WORLD_SIZE"))
     options.communicator = "mpi";
-  std::string error;
-  std::unique_ptr<Session> session =
-      Session::create(std::move(module), options, error);
-  if (!session)
-    return error.empty() ? 1 : fail(error);
+  llvm::Expected<std::unique_ptr<Session>> created =
+      Session::create(std::move(module), options);
+  if (!created)
+    return fail(created.takeError());
+  std::unique_ptr<Session> session = std::move(*created);
 
   TrainerOptions run;
   run.steps = steps;
@@ -542,8 +541,8 @@ int main(int argc, char **argv) {
       Trainer::create(*session, std::move(run));
   if (!trainer)
     return fail(trainer.takeError());
-  if (!session->start(error))
-    return fail(error);
+  if (llvm::Error error = session->start())
+    return fail(std::move(error));
   int code = trainRanks(*session, **trainer);
   if (code != 0) {
     llvm::errs().flush();

@@ -14,6 +14,7 @@
 #define TRAINMEM_PLAN_HARDWARE_H
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <optional>
@@ -50,15 +51,13 @@ std::optional<Hardware> getHardwarePreset(llvm::StringRef name);
 
 /// A device from JSON text with exactly the keys of Hardware in snake_case
 /// (name, peak_flops, achievable_fraction, memory_bytes, memory_bandwidth,
-/// interconnect_bandwidth, host_bandwidth, host_flops); on failure `error`
-/// names the key or value that is wrong (unknown keys are errors).
-std::optional<Hardware> parseHardwareJson(llvm::StringRef text,
-                                          std::string &error);
+/// interconnect_bandwidth, host_bandwidth, host_flops); an error names the
+/// key or value that is wrong (unknown keys are errors).
+llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text);
 
-/// A preset by name, or a JSON file by path; `error` says what is wrong
+/// A preset by name, or a JSON file by path; an error says what is wrong
 /// (an unknown name lists the presets).
-std::optional<Hardware> loadHardware(llvm::StringRef nameOrPath,
-                                     std::string &error);
+llvm::Expected<Hardware> loadHardware(llvm::StringRef nameOrPath);
 
 } // namespace train
 } // namespace mlir

@@ -155,12 +155,12 @@ struct PlanResult {
   std::string nothingFits;
 };
 
-/// Fills the request's empty space lists with the defaults; false with
-/// `error` when the request is inconsistent (a global batch the ranks do not
+/// Fills the request's empty space lists with the defaults; an error when
+/// the request is inconsistent (a global batch the ranks do not
 /// divide, no budget, ...). With a module: takes the model's name, sequence
 /// and per-rank batch from it (a global batch of 0 becomes that batch times
 /// the ranks).
-bool completePlanRequest(PlanRequest &request, std::string &error);
+llvm::Error completePlanRequest(PlanRequest &request);
 
 /// Plans a completed request (completePlanRequest).
 PlanResult plan(MLIRContext &context, const PlanRequest &request);

@@ -41,9 +41,8 @@ namespace train {
 class Corpus {
 public:
   explicit Corpus(std::string bytes);
-  /// Reads a regular file of at most 16 GiB; on failure sets `error`
-  /// (naming the file) and returns nothing.
-  static std::optional<Corpus> load(StringRef path, std::string &error);
+  /// Reads a regular file of at most 16 GiB; an error names the file.
+  static llvm::Expected<Corpus> load(StringRef path);
 
   uint64_t size() const { return bytes.size(); }
   /// FNV-1a of the bytes: tells a checkpoint which data it was trained on.
@@ -99,36 +98,34 @@ public:
 
   /// Whether `backend` can run here; otherwise an error that names the
   /// backends that can.
-  static bool checkBackend(StringRef backend, std::string &error);
+  static llvm::Error checkBackend(StringRef backend);
 
-  /// Takes a module whose step prepareStep made ready, lowers it and checks that it is one this
-  /// library trains (f32 parameters and state or 8-bit codes, every
-  /// parameter with a #train.init, an optimizer, tokens/targets/step inputs
-  /// and a loss). On failure sets `error` (empty when diagnostics were
-  /// emitted already) and returns null. Nothing is allocated yet.
-  static std::unique_ptr<Session> create(OwningOpRef<ModuleOp> module,
-                                         const SessionOptions &options,
-                                         std::string &error);
+  /// Takes a module whose step prepareStep made ready, lowers it and
+  /// checks that it is one this library trains (f32 parameters and state
+  /// or 8-bit codes, every parameter with a #train.init, an optimizer,
+  /// tokens/targets/step inputs and a loss). Errors are runError's (empty
+  /// when diagnostics were emitted already). Nothing is allocated yet.
+  static llvm::Expected<std::unique_ptr<Session>>
+  create(OwningOpRef<ModuleOp> module, const SessionOptions &options);
 
   /// Creates the backend's context, allocates the arena and JIT-compiles
   /// the step (runtime backends).
-  bool start(std::string &error);
+  llvm::Error start();
 
   /// Sets the state as the parameters' #train.init says (optimizer state
   /// zero, master weights equal to the parameters).
-  bool initialize(std::string &error);
+  llvm::Error initialize();
   /// Sets the state from a checkpoint read for this step.
   void restore(const Checkpoint &checkpoint);
 
-  /// Runs training step `step` on one batch and sets `loss`. On failure
-  /// sets `error` (empty when diagnostics were emitted already).
-  bool runStep(int64_t step, ArrayRef<int64_t> tokens,
-               ArrayRef<int64_t> targets, float &loss, std::string &error);
+  /// Runs training step `step` on one batch; its loss.
+  llvm::Expected<float> runStep(int64_t step, ArrayRef<int64_t> tokens,
+                                ArrayRef<int64_t> targets);
 
   /// Writes the state as a checkpoint of `step`, atomically (temporary
   /// file, fsync, rename, fsync of the directory).
-  bool save(StringRef dir, int64_t step, const RunIdentity &identity,
-            std::string &error) const;
+  llvm::Error save(StringRef dir, int64_t step,
+                   const RunIdentity &identity) const;
 
   /// A state tensor (param or optimizer_state slot) as it is now.
   Bytes readState(const TensorSlot &slot) const;
@@ -154,14 +151,14 @@ public:
   int64_t getZeroStage() const { return zeroStage; }
   /// The mean of `value` over the ranks, in rank order (every rank gets
   /// it); `value` itself on one rank.
-  bool meanOverRanks(double &value, std::string &error) const;
+  llvm::Expected<double> meanOverRanks(double value) const;
   /// The mean of the ranks' losses: summed in f32 in rank order, as one
   /// process sums its micro-batches' (so that N ranks print the loss of one
   /// rank running N micro-batches, to the bit, for a power-of-two N).
-  bool meanLossOverRanks(float &loss, std::string &error) const;
-  /// Sets `flag` on every rank when it is set on any (one rank's failure
-  /// that all must act on); false when the ranks cannot communicate.
-  bool anyRank(bool &flag, std::string &error) const;
+  llvm::Expected<float> meanLossOverRanks(float loss) const;
+  /// Whether `flag` is set on any rank (one rank's failure that all must
+  /// act on); an error when the ranks cannot communicate.
+  llvm::Expected<bool> anyRank(bool flag) const;
   /// Ends every rank's process (a rank that failed, so that no other waits
   /// for it); nothing on one rank.
   void abortRanks(int code) const;

@@ -7,6 +7,7 @@
 #include "mlir/Support/LLVM.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrs.h"
 #include "trainmem/Dialect/Train/Transforms/Pipelines.h"
+#include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <memory>
@@ -21,6 +22,10 @@ class ExecutionEngine;
 class DialectRegistry;
 
 namespace train {
+
+/// The run library's errors: a message for the user, or an empty one when
+/// diagnostics (emitted at the op) said it already.
+llvm::Error runError(const llvm::Twine &message);
 
 /// Registers the dialects, translations and passes trainmem-run parses,
 /// lowers and JIT-compiles with.
@@ -108,9 +113,8 @@ FailureOr<StepLayout> lowerStep(ModuleOp module);
 class JitStep {
 public:
   ~JitStep();
-  /// Compiles a lowered module; on failure sets `error`.
-  static std::unique_ptr<JitStep> create(ModuleOp lowered,
-                                         std::string &error);
+  /// Compiles a lowered module.
+  static llvm::Expected<std::unique_ptr<JitStep>> create(ModuleOp lowered);
   void run(tmrt_context *ctx) const { entry(ctx); }
 
 private:

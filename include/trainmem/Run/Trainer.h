@@ -9,8 +9,8 @@
 // the loss log. Each step draws the rank's rows of the global batch, runs,
 // averages the loss over the ranks, logs it and checkpoints as asked;
 // after the last it saves, and its summary says how the loss and the step
-// times went. Errors are llvm::Error; one whose message is empty was
-// reported already (diagnostics).
+// times went. Errors are llvm::Error (runError): one whose message is
+// empty was reported already (diagnostics).
 //
 //===----------------------------------------------------------------------===//
 
@@ -153,10 +153,6 @@ private:
   std::unique_ptr<llvm::raw_fd_ostream> lossFile;
   RunSummary summary;
 };
-
-/// An llvm::Error from a `bool f(..., std::string &error)` call's error:
-/// empty when diagnostics reported it already.
-llvm::Error errorFrom(const std::string &message);
 
 } // namespace train
 } // namespace mlir

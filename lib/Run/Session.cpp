@@ -340,8 +340,16 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
     return runError("");
   session->layout = std::move(*layout);
   session->lowered = std::move(owned);
-  const StepLayout &slots = session->layout;
+  if (llvm::Error error = session->checkSlots())
+    return std::move(error);
+  return std::move(session);
+}
 
+/// The slots must be ones this library trains: f32, bf16 or f16 weights
+/// with a #train.init, f32 optimizer state or 8-bit codes, an optimizer,
+/// [batch, seq] tokens and targets, a step input and a loss.
+llvm::Error Session::checkSlots() {
+  const StepLayout &slots = layout;
   // The session initializes and checkpoints f32, bf16 and f16 weights,
   // f32 optimizer state and 8-bit codes.
   for (const TensorSlot &slot : slots.arguments) {
@@ -378,23 +386,22 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
         "returns gradients); trainmem-run trains steps with an "
         "optimizer (adamw or sgd)");
   }
-  session->tokensSlot = slots.findArgument(SlotRole::input, "tokens");
-  session->targetsSlot = slots.findArgument(SlotRole::input, "targets");
-  session->stepSlot = slots.findArgument(SlotRole::input, "step");
-  session->lossSlot = slots.findResult(SlotRole::loss);
-  if (!session->tokensSlot || !session->targetsSlot || !session->stepSlot ||
-      !session->lossSlot) {
+  tokensSlot = slots.findArgument(SlotRole::input, "tokens");
+  targetsSlot = slots.findArgument(SlotRole::input, "targets");
+  stepSlot = slots.findArgument(SlotRole::input, "step");
+  lossSlot = slots.findResult(SlotRole::loss);
+  if (!tokensSlot || !targetsSlot || !stepSlot || !lossSlot) {
     return runError(
         "the step needs 'tokens', 'targets' and 'step' inputs and a "
         "loss result");
   }
-  if (session->tokensSlot->shape.size() != 2 ||
-      session->tokensSlot->shape != session->targetsSlot->shape) {
+  if (tokensSlot->shape.size() != 2 ||
+      tokensSlot->shape != targetsSlot->shape) {
     return runError("the step's tokens and targets must both be [batch, seq]");
   }
-  session->batchSize = session->tokensSlot->shape[0];
-  session->seqLen = session->tokensSlot->shape[1];
-  return std::move(session);
+  batchSize = tokensSlot->shape[0];
+  seqLen = tokensSlot->shape[1];
+  return llvm::Error::success();
 }
 
 llvm::Error Session::start() {

@@ -179,6 +179,7 @@ public:
 
 private:
   Session() = default;
+  llvm::Error checkSlots();
 
   SessionOptions options;
   StepLayout layout;

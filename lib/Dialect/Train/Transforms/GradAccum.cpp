@@ -443,187 +443,245 @@ void TrainGradAccumPass::runOnOperation() {
       &getContext(), a.func.getArgumentTypes(), ret.getOperandTypes()));
 }
 
+/// One train.accumulate loop unrolled: completely (its micro-batches one
+/// after the other in the step) or by `perIteration` (a loop of steps / K
+/// iterations whose body is K micro-batches). Each micro-batch's copy
+/// reads its rows of the batch, places its dropouts, and its parts are
+/// summed where they are complete.
+class Unrolling {
+public:
+  Unrolling(AccumulateOp loop, int64_t perIteration)
+      : loop(loop), builder(loop), steps(loop.getStepsAttr().getInt()),
+        perIteration(perIteration), micro(loop.getMicroBatchRows()),
+        sums(loop.getNumResults()), total(loop.getNumResults()) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult check();
+  void createOuterLoop();
+  void copyMicroBatch(int64_t step);
+  void mapArguments(int64_t step, IRMapping &mapping);
+  void placeDraws(int64_t step, IRMapping &mapping);
+  void sumParts(IRMapping &mapping);
+  /// `into[index]` plus `part` (marked as a micro-batch sum), or `part`.
+  void addInto(SmallVector<Value> &into, unsigned index, Value part);
+
+  AccumulateOp loop;
+  OpBuilder builder;
+  int64_t steps, perIteration, micro;
+  /// The partial unroll's loop and its index; null for a complete one.
+  AccumulateOp outer;
+  Value outerIndex;
+  /// What each micro-batch slices its rows from: the loop's inputs, or
+  /// the outer loop's arguments.
+  SmallVector<Value> sources;
+  /// The dropouts the loop's index places; whether it feeds other ops.
+  SmallVector<Operation *> placed;
+  bool indexElsewhere = false;
+  /// The sums of the current group and of the groups before it.
+  SmallVector<Value> sums, total;
+};
+
+LogicalResult Unrolling::check() {
+  if (steps % perIteration != 0)
+    return loop.emitOpError("train-unroll-accum: factor ")
+           << perIteration << " does not divide steps " << steps;
+  auto batchType = cast<RankedTensorType>(loop.getInputs()[0].getType());
+  if (perIteration != steps && micro * steps != batchType.getDimSize(0))
+    return loop.emitOpError("train-unroll-accum: a partial unroll needs "
+                            "an even split of the batch");
+  // The dropouts placed by the index: unrolled, each copy's place is
+  // static (first), or the outer loop's index times the iteration's size.
+  if (BlockArgument indexArg = loop.getIndexArgument())
+    for (OpOperand &use : indexArg.getUses()) {
+      if (isa<BatchDrawOpInterface>(use.getOwner()))
+        placed.push_back(use.getOwner());
+      else
+        indexElsewhere = true;
+    }
+  if (loop.getGroups() && perIteration != steps)
+    return loop.emitOpError("train-unroll-accum: a loop summed in groups "
+                            "unrolls completely only (factor=0)");
+  if (indexElsewhere && perIteration != steps)
+    return loop.emitOpError("train-unroll-accum: a partial unroll of a "
+                            "loop whose index feeds other ops than "
+                            "dropouts is not supported");
+  return success();
+}
+
+/// A loop of steps / K iterations whose body is K micro-steps, reading
+/// K micro-batches' rows per iteration.
+void Unrolling::createOuterLoop() {
+  outer = AccumulateOp::create(
+      builder, loop.getLoc(), loop.getResultTypes(), loop.getInputs(),
+      builder.getI64IntegerAttr(steps / perIteration), loop.getPaddingAttr(),
+      loop.getIndexedAttr(), UnitAttr(), IntegerAttr(), UnitAttr());
+  Block *outerBody = builder.createBlock(&outer.getBody());
+  sources.clear();
+  for (Value input : loop.getInputs()) {
+    SmallVector<int64_t> shape(
+        cast<RankedTensorType>(input.getType()).getShape());
+    shape[0] = micro * perIteration;
+    sources.push_back(outerBody->addArgument(withShape(input.getType(), shape),
+                                             input.getLoc()));
+  }
+  if (outer.getIndexed())
+    outerIndex = outerBody->addArgument(
+        RankedTensorType::get({}, builder.getI64Type()), loop.getLoc());
+  builder.setInsertionPointToEnd(outerBody);
+}
+
+void Unrolling::addInto(SmallVector<Value> &into, unsigned index, Value part) {
+  if (!into[index]) {
+    into[index] = part;
+    return;
+  }
+  auto sum = AddOp::create(builder, loop.getLoc(), into[index], part);
+  sum->setAttr(kMicroBatchSumAttrName, builder.getUnitAttr());
+  into[index] = sum;
+}
+
+/// The body's arguments for micro-batch `step`: its rows of each input,
+/// its index (the outer loop's, or a constant for readers other than
+/// dropouts, whose copies stop reading it) and its share of the rows.
+void Unrolling::mapArguments(int64_t step, IRMapping &mapping) {
+  BlockArgument indexArg = loop.getIndexArgument();
+  if (indexArg && outer)
+    mapping.map(indexArg, outerIndex);
+  else if (indexElsewhere)
+    mapping.map(indexArg,
+                Value(arith::ConstantOp::create(
+                    builder, loop.getLoc(),
+                    DenseElementsAttr::get(
+                        RankedTensorType::get({}, builder.getI64Type()),
+                        static_cast<int64_t>(step)))));
+  if (loop.getWeighted())
+    mapping.map(loop.getShareArgument(),
+                arith::ConstantOp::create(
+                    builder, loop.getLoc(),
+                    DenseElementsAttr::get(
+                        RankedTensorType::get({}, builder.getF32Type()),
+                        static_cast<float>(loop.getShare(step)))));
+  Block &body = loop.getBody().front();
+  for (auto [index, input] : llvm::enumerate(loop.getInputs())) {
+    BlockArgument arg = body.getArgument(index);
+    mapping.map(arg, SliceRowsOp::create(
+                         builder, loop.getLoc(), arg.getType(), sources[index],
+                         builder.getI64IntegerAttr(step * micro),
+                         builder.getI64IntegerAttr(loop.getPadding()[index])));
+  }
+}
+
+/// Each copied dropout draws micro-batch `step`'s place in the batch: a
+/// static first position, plus the outer loop's index times its rows.
+void Unrolling::placeDraws(int64_t step, IRMapping &mapping) {
+  for (Operation *op : placed) {
+    Operation *copy = mapping.lookup(op->getResult(0)).getDefiningOp();
+    auto draw = cast<BatchDrawOpInterface>(copy);
+    int64_t elements = draw.getElementsPerPart();
+    draw.setFirstPosition(draw.getFirstPosition() + step * elements);
+    if (outer) {
+      draw.setElementsPerPart(elements * perIteration);
+    } else {
+      draw.setPartValue(Value());
+      draw.setElementsPerPart(0);
+    }
+  }
+}
+
+/// Each part is summed where it is complete (after the op, at this level,
+/// that defines it): a gradient's part dies as the backward makes the
+/// next, instead of all of them living to the copy's end.
+void Unrolling::sumParts(IRMapping &mapping) {
+  auto yield = cast<YieldOp>(loop.getBody().front().getTerminator());
+  Block *level = builder.getInsertionBlock();
+  OpBuilder::InsertPoint end = builder.saveInsertionPoint();
+  llvm::DenseMap<Operation *, Operation *> lastAfter;
+  for (auto [index, value] : llvm::enumerate(yield.getValues())) {
+    Value part = mapping.lookup(value);
+    Operation *anchor = nullptr;
+    if (Operation *def = part.getDefiningOp())
+      anchor = level->findAncestorOpInBlock(*def);
+    if (anchor) {
+      Operation *&last = lastAfter[anchor];
+      builder.setInsertionPointAfter(last ? last : anchor);
+    } else {
+      builder.restoreInsertionPoint(end);
+    }
+    Type f32Type = loop.getResult(index).getType();
+    if (part.getType() != f32Type)
+      part = CastOp::create(builder, loop.getLoc(), f32Type, part);
+    addInto(sums, index, part);
+    if (anchor)
+      lastAfter[anchor] = &*std::prev(builder.getInsertionPoint());
+  }
+  builder.restoreInsertionPoint(end);
+}
+
+void Unrolling::copyMicroBatch(int64_t step) {
+  IRMapping mapping;
+  mapArguments(step, mapping);
+  for (Operation &op : loop.getBody().front().without_terminator())
+    builder.clone(op, mapping);
+  placeDraws(step, mapping);
+  sumParts(mapping);
+}
+
+LogicalResult Unrolling::run() {
+  if (failed(check()))
+    return failure();
+  sources.assign(loop.getInputs().begin(), loop.getInputs().end());
+  if (perIteration != steps)
+    createOuterLoop();
+  // Micro-batches in the order their parts are summed (the loop's groups);
+  // a group's sum joins the total when the next group starts.
+  SmallVector<std::pair<int64_t, bool>> order;
+  if (perIteration == steps)
+    order = loop.getSumOrder();
+  else
+    for (int64_t step = 0; step < perIteration; ++step)
+      order.push_back({step, step == 0});
+  for (auto [step, startsGroup] : order) {
+    if (startsGroup && !sums.empty() && sums.front())
+      for (unsigned index = 0; index < sums.size(); ++index) {
+        addInto(total, index, sums[index]);
+        sums[index] = Value();
+      }
+    copyMicroBatch(step);
+  }
+  if (!total.empty() && total.front())
+    for (unsigned index = 0; index < sums.size(); ++index) {
+      addInto(total, index, sums[index]);
+      sums[index] = total[index];
+    }
+  if (outer) {
+    YieldOp::create(builder, loop.getLoc(), sums);
+    loop.replaceAllUsesWith(outer.getResults());
+  } else {
+    loop.replaceAllUsesWith(sums);
+  }
+  loop.erase();
+  return success();
+}
+
 struct TrainUnrollAccumPass
     : public impl::TrainUnrollAccumPassBase<TrainUnrollAccumPass> {
   using Base::Base;
 
   void runOnOperation() override {
     if (factor < 0) {
-      emitError(getOperation().getLoc(), "train-unroll-accum: factor must be >= 0");
+      emitError(getOperation().getLoc(),
+                "train-unroll-accum: factor must be >= 0");
       return signalPassFailure();
     }
     SmallVector<AccumulateOp> loops;
     getOperation().walk([&](AccumulateOp op) { loops.push_back(op); });
-    for (AccumulateOp loop : loops)
-      if (failed(unroll(loop)))
+    for (AccumulateOp loop : loops) {
+      int64_t steps = loop.getStepsAttr().getInt();
+      if (failed(Unrolling(loop, factor == 0 ? steps : int64_t(factor)).run()))
         return signalPassFailure();
-  }
-
-  LogicalResult unroll(AccumulateOp loop) {
-    int64_t steps = loop.getStepsAttr().getInt();
-    int64_t perIteration = factor == 0 ? steps : factor;
-    if (steps % perIteration != 0)
-      return loop.emitOpError("train-unroll-accum: factor ")
-             << perIteration << " does not divide steps " << steps;
-    int64_t micro = loop.getMicroBatchRows();
-    auto batchType = cast<RankedTensorType>(loop.getInputs()[0].getType());
-    if (perIteration != steps && micro * steps != batchType.getDimSize(0))
-      return loop.emitOpError("train-unroll-accum: a partial unroll needs "
-                              "an even split of the batch");
-    Block &body = loop.getBody().front();
-    auto yield = cast<YieldOp>(body.getTerminator());
-
-    OpBuilder builder(loop);
-    AccumulateOp outer;
-    Value outerIndex;
-    int64_t rowsPerIteration = micro * perIteration;
-    // The dropouts placed by the index: unrolled, each copy's place is
-    // static (first), or the outer loop's index times the iteration's size.
-    BlockArgument indexArg = loop.getIndexArgument();
-    SmallVector<Operation *> placed;
-    bool indexElsewhere = false;
-    if (indexArg)
-      for (OpOperand &use : indexArg.getUses()) {
-        if (isa<BatchDrawOpInterface>(use.getOwner()))
-          placed.push_back(use.getOwner());
-        else
-          indexElsewhere = true;
-      }
-    if (loop.getGroups() && perIteration != steps)
-      return loop.emitOpError("train-unroll-accum: a loop summed in groups "
-                              "unrolls completely only (factor=0)");
-    if (indexElsewhere && perIteration != steps)
-      return loop.emitOpError("train-unroll-accum: a partial unroll of a "
-                              "loop whose index feeds other ops than "
-                              "dropouts is not supported");
-    SmallVector<Value> sources(loop.getInputs());
-    if (perIteration != steps) {
-      // A loop of steps / K iterations whose body is K micro-steps.
-      outer = AccumulateOp::create(
-          builder, loop.getLoc(), loop.getResultTypes(), loop.getInputs(),
-          builder.getI64IntegerAttr(steps / perIteration),
-          loop.getPaddingAttr(), loop.getIndexedAttr(), UnitAttr(),
-          IntegerAttr(), UnitAttr());
-      Block *outerBody = builder.createBlock(&outer.getBody());
-      sources.clear();
-      for (Value input : loop.getInputs()) {
-        SmallVector<int64_t> shape(
-            cast<RankedTensorType>(input.getType()).getShape());
-        shape[0] = rowsPerIteration;
-        sources.push_back(outerBody->addArgument(
-            withShape(input.getType(), shape), input.getLoc()));
-      }
-      if (outer.getIndexed())
-        outerIndex = outerBody->addArgument(
-            RankedTensorType::get({}, builder.getI64Type()), loop.getLoc());
-      builder.setInsertionPointToEnd(outerBody);
     }
-
-    // Micro-batches in the order their parts are summed (the loop's
-    // groups); a group's sum joins the total when the next group starts.
-    SmallVector<std::pair<int64_t, bool>> order;
-    if (perIteration == steps)
-      order = loop.getSumOrder();
-    else
-      for (int64_t step = 0; step < perIteration; ++step)
-        order.push_back({step, step == 0});
-    SmallVector<Value> sums(loop.getNumResults()), total(loop.getNumResults());
-    auto addInto = [&](SmallVector<Value> &into, unsigned index, Value part) {
-      if (!into[index]) {
-        into[index] = part;
-        return;
-      }
-      auto sum = AddOp::create(builder, loop.getLoc(), into[index], part);
-      sum->setAttr(kMicroBatchSumAttrName, builder.getUnitAttr());
-      into[index] = sum;
-    };
-    for (auto [step, startsGroup] : order) {
-      if (startsGroup && !sums.empty() && sums.front())
-        for (unsigned index = 0; index < sums.size(); ++index) {
-          addInto(total, index, sums[index]);
-          sums[index] = Value();
-        }
-      IRMapping mapping;
-      // Unrolled copies of the dropouts stop reading the index (fixed up
-      // below); a constant stands in for other readers.
-      if (indexArg && outer)
-        mapping.map(indexArg, outerIndex);
-      else if (indexElsewhere)
-        mapping.map(indexArg,
-                    Value(arith::ConstantOp::create(
-                                builder, loop.getLoc(),
-                                DenseElementsAttr::get(
-                                    RankedTensorType::get(
-                                        {}, builder.getI64Type()),
-                                    static_cast<int64_t>(step)))));
-      if (loop.getWeighted())
-        mapping.map(loop.getShareArgument(),
-                    arith::ConstantOp::create(
-                        builder, loop.getLoc(),
-                        DenseElementsAttr::get(
-                            RankedTensorType::get({}, builder.getF32Type()),
-                            static_cast<float>(loop.getShare(step)))));
-      for (auto [index, input] : llvm::enumerate(loop.getInputs())) {
-        BlockArgument arg = body.getArgument(index);
-        mapping.map(arg, SliceRowsOp::create(
-                             builder, loop.getLoc(), arg.getType(),
-                             sources[index],
-                             builder.getI64IntegerAttr(step * micro),
-                             builder.getI64IntegerAttr(loop.getPadding()[index])));
-      }
-      for (Operation &op : body.without_terminator())
-        builder.clone(op, mapping);
-      for (Operation *op : placed) {
-        Operation *copy = mapping.lookup(op->getResult(0)).getDefiningOp();
-        auto draw = cast<BatchDrawOpInterface>(copy);
-        int64_t elements = draw.getElementsPerPart();
-        draw.setFirstPosition(draw.getFirstPosition() + step * elements);
-        if (outer) {
-          draw.setElementsPerPart(elements * perIteration);
-        } else {
-          draw.setPartValue(Value());
-          draw.setElementsPerPart(0);
-        }
-      }
-      // Each part is summed where it is complete (after the op, at this
-      // level, that defines it): a gradient's part dies as the backward
-      // makes the next, instead of all of them living to the copy's end.
-      Block *level = builder.getInsertionBlock();
-      OpBuilder::InsertPoint end = builder.saveInsertionPoint();
-      llvm::DenseMap<Operation *, Operation *> lastAfter;
-      for (auto [index, value] : llvm::enumerate(yield.getValues())) {
-        Value part = mapping.lookup(value);
-        Operation *anchor = nullptr;
-        if (Operation *def = part.getDefiningOp())
-          anchor = level->findAncestorOpInBlock(*def);
-        if (anchor) {
-          Operation *&last = lastAfter[anchor];
-          builder.setInsertionPointAfter(last ? last : anchor);
-        } else {
-          builder.restoreInsertionPoint(end);
-        }
-        Type f32Type = loop.getResult(index).getType();
-        if (part.getType() != f32Type)
-          part = CastOp::create(builder, loop.getLoc(), f32Type, part);
-        addInto(sums, index, part);
-        if (anchor)
-          lastAfter[anchor] = &*std::prev(builder.getInsertionPoint());
-      }
-      builder.restoreInsertionPoint(end);
-    }
-    if (!total.empty() && total.front())
-      for (unsigned index = 0; index < sums.size(); ++index) {
-        addInto(total, index, sums[index]);
-        sums[index] = total[index];
-      }
-    if (outer) {
-      YieldOp::create(builder, loop.getLoc(), sums);
-      loop.replaceAllUsesWith(outer.getResults());
-    } else {
-      loop.replaceAllUsesWith(sums);
-    }
-    loop.erase();
-    return success();
   }
 };
 

@@ -435,156 +435,220 @@ uint64_t smallestPeak(const BudgetModel &model) {
   return high;
 }
 
+/// A layer train-remat chooses for: its index and its ops.
+using SelectedLayer = std::pair<int64_t, Layer>;
+
 struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
   using Base::Base;
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    auto fail = [&](const Twine &message) {
-      emitError(module.getLoc(), "train-remat: ") << message;
-      signalPassFailure();
-    };
-    // The budget: bytes, or a size with a unit (as trainmem-plan reads
-    // --memory).
-    uint64_t budgetBytes = 0;
-    if (policy == RematPolicy::budget) {
-      if (budget.empty())
-        return fail("policy=budget needs budget=SIZE (bytes, or with a "
-                    "unit: 6GiB, 8GB, 512MiB)");
-      std::optional<uint64_t> parsed = trainmem::parseByteSize(budget);
-      if (!parsed)
-        return fail("budget '" + budget +
-                    "' is not a size from 1 byte to below 2^63 bytes "
-                    "(bytes, or with a unit: 6GiB, 8GB, 512MiB)");
-      budgetBytes = *parsed;
-    } else if (!budget.empty()) {
-      return fail("budget= is for policy=budget");
-    }
-    if (policy != RematPolicy::budget && !measureAfter.empty())
-      return fail("measure-after= is for policy=budget");
-    if (policy == RematPolicy::every && every < 1)
-      return fail("every must be >= 1, got " + Twine(every));
-    int64_t begin, end;
-    if (failed(parseRange(layers, begin, end)))
-      return fail("bad layer range '" + layers + "' (expected A:B, A < B)");
-    func::FuncOp func = lookupStep(module, function, "train-remat");
-    if (!func)
-      return signalPassFailure();
-    // After train-grad-accum the layers live inside the micro-batch loop (or
-    // its unrolled copies): checkpointing is chosen per layer first.
-    if (Operation *accumulation = findAccumulation(func)) {
-      emitError(accumulation->getLoc(), "train-remat: @")
-          << func.getSymName()
-          << " already accumulates gradients; run train-remat before "
-             "train-grad-accum (remat regions are then repeated for each "
-             "micro-batch)";
-      return signalPassFailure();
-    }
-
-    SmallVector<std::pair<int64_t, Layer>> selected;
-    for (auto &[index, layer] : collectLayers(func))
-      if (index >= begin && index < end)
-        selected.push_back({index, layer});
-    if (selected.empty())
-      return fail("@" + func.getSymName() + " has no transformer layers" +
-                  (layers.empty() ? "" : " in range " + layers) +
-                  " (forward train.block attention/mlp with a layer index)");
-
-    auto applyAll = [&](Choice choice) -> LogicalResult {
-      for (auto &[index, layer] : selected) {
-        FailureOr<unsigned> made = applyChoice(index, layer, choice);
-        if (failed(made))
-          return failure();
-        numRegions += *made;
-      }
-      return success();
-    };
-
-    if (policy == RematPolicy::full || policy == RematPolicy::attention || policy == RematPolicy::mlp ||
-        policy == RematPolicy::selective) {
-      Choice choice = policy == RematPolicy::full        ? Choice::Full
-                      : policy == RematPolicy::attention ? Choice::Attention
-                      : policy == RematPolicy::mlp       ? Choice::MLP
-                                                         : Choice::Selective;
-      if (failed(applyAll(choice)))
-        return signalPassFailure();
-    } else if (policy == RematPolicy::custom) {
-      SmallVector<StringRef> names;
-      for (const std::string &name : choices)
-        if (!StringRef(name).trim().empty())
-          names.push_back(StringRef(name).trim());
-      if (names.size() != selected.size())
-        return fail("choices names " + Twine(names.size()) +
-                    " layers but the step has " + Twine(selected.size()));
-      for (auto [name, entry] : llvm::zip(names, selected)) {
-        std::optional<Choice> choice = parseChoice(name.trim());
-        if (!choice)
-          return fail("unknown choice '" + name.trim() +
-                      "' (expected none, selective, attention, mlp or full)");
-        FailureOr<unsigned> made = applyChoice(entry.first, entry.second, *choice);
-        if (failed(made))
-          return signalPassFailure();
-        numRegions += *made;
-      }
-    } else if (policy == RematPolicy::budget) {
-      SmallVector<int64_t> indices;
-      for (auto &[index, layer] : selected)
-        indices.push_back(index);
-      FailureOr<BudgetModel> model =
-          measureBudgetModel(func, indices, measureAfter);
-      if (failed(model))
-        return signalPassFailure();
-      uint64_t states = model->states;
-      std::string perRank = model->stage >= 0 && model->ranks > 1
-                                ? (" per rank (ZeRO-" + Twine(model->stage) +
-                                   " over " + Twine(model->ranks) + " ranks)")
-                                      .str()
-                                : std::string();
-      if (budgetBytes < states)
-        return fail("budget " + Twine(budgetBytes) + " B is below the " +
-                    Twine(states) +
-                    " B that weights, gradients and "
-                    "optimizer state need" +
-                    perRank);
-      std::optional<Plan> plan = planForBudget(*model, budgetBytes);
-      if (!plan) {
-        uint64_t reachable = smallestPeak(*model);
-        return fail("no recompute plan fits " + Twine(budgetBytes) + " B" +
-                    perRank + ": the smallest peak reachable is " +
-                    Twine(reachable) + " B, " + Twine(reachable - budgetBytes) +
-                    " B over the budget");
-      }
-      for (auto [choice, entry] : llvm::zip(plan->choices, selected)) {
-        FailureOr<unsigned> made = applyChoice(entry.first, entry.second, choice);
-        if (failed(made))
-          return signalPassFailure();
-        numRegions += *made;
-      }
-      // Say what was chosen, as a remark a user can read and a test check.
-      std::string summary;
-      llvm::raw_string_ostream os(summary);
-      llvm::interleaveComma(plan->choices, os, [&](Choice choice) {
-        os << stringifyChoice(choice);
-      });
-      func.emitRemark("train-remat: budget ")
-          << budgetBytes << " B: choices " << summary << "; predicted peak "
-          << plan->peak << " B, recompute " << plan->flops << " FLOPs";
-    } else if (method == RematMethod::uniform) {
-      for (size_t chunk = 0; chunk < selected.size(); chunk += every) {
-        size_t last = std::min(selected.size(), chunk + every) - 1;
-        wrapInRemat(opRange(wholeLayer(selected[chunk].second).front(),
-                            wholeLayer(selected[last].second).back()));
-        ++numRegions;
-      }
-    } else {
-      for (size_t i = 0; i < selected.size() && i < static_cast<size_t>(every);
-           ++i) {
-        wrapInRemat(wholeLayer(selected[i].second));
-        ++numRegions;
-      }
-    }
+  void runOnOperation() override;
+  LogicalResult fail(const Twine &message) {
+    emitError(getOperation().getLoc(), "train-remat: ") << message;
+    return failure();
   }
+  /// The budget option's bytes (0 without policy=budget), the other options
+  /// checked against the policy.
+  FailureOr<uint64_t> checkOptions();
+  /// The layers of `func` in [begin, end) (the layers option's range).
+  FailureOr<SmallVector<SelectedLayer>>
+  selectLayers(func::FuncOp func, int64_t begin, int64_t end);
+  LogicalResult apply(ArrayRef<SelectedLayer> selected,
+                      ArrayRef<Choice> choices);
+  LogicalResult applyCustom(ArrayRef<SelectedLayer> selected);
+  LogicalResult applyBudget(func::FuncOp func, ArrayRef<SelectedLayer> selected,
+                            uint64_t budgetBytes);
+  void wrapLayers(ArrayRef<SelectedLayer> selected);
 };
+
+FailureOr<uint64_t> TrainRematPass::checkOptions() {
+  // The budget: bytes, or a size with a unit (as trainmem-plan reads
+  // --memory).
+  uint64_t budgetBytes = 0;
+  if (policy == RematPolicy::budget) {
+    if (budget.empty())
+      return fail("policy=budget needs budget=SIZE (bytes, or with a "
+                  "unit: 6GiB, 8GB, 512MiB)");
+    std::optional<uint64_t> parsed = trainmem::parseByteSize(budget);
+    if (!parsed)
+      return fail("budget '" + budget +
+                  "' is not a size from 1 byte to below 2^63 bytes "
+                  "(bytes, or with a unit: 6GiB, 8GB, 512MiB)");
+    budgetBytes = *parsed;
+  } else if (!budget.empty()) {
+    return fail("budget= is for policy=budget");
+  }
+  if (policy != RematPolicy::budget && !measureAfter.empty())
+    return fail("measure-after= is for policy=budget");
+  if (policy == RematPolicy::every && every < 1)
+    return fail("every must be >= 1, got " + Twine(every));
+  return budgetBytes;
+}
+
+FailureOr<SmallVector<SelectedLayer>>
+TrainRematPass::selectLayers(func::FuncOp func, int64_t begin, int64_t end) {
+  SmallVector<SelectedLayer> selected;
+  for (auto &[index, layer] : collectLayers(func))
+    if (index >= begin && index < end)
+      selected.push_back({index, layer});
+  if (selected.empty())
+    return fail("@" + func.getSymName() + " has no transformer layers" +
+                (layers.empty() ? "" : " in range " + layers) +
+                " (forward train.block attention/mlp with a layer index)");
+  return selected;
+}
+
+/// Each selected layer recomputed as its choice says.
+LogicalResult TrainRematPass::apply(ArrayRef<SelectedLayer> selected,
+                                    ArrayRef<Choice> choices) {
+  for (auto [choice, entry] : llvm::zip(choices, selected)) {
+    FailureOr<unsigned> made = applyChoice(entry.first, entry.second, choice);
+    if (failed(made))
+      return failure();
+    numRegions += *made;
+  }
+  return success();
+}
+
+/// policy=custom: one named choice per layer.
+LogicalResult TrainRematPass::applyCustom(ArrayRef<SelectedLayer> selected) {
+  SmallVector<StringRef> names;
+  for (const std::string &name : choices)
+    if (!StringRef(name).trim().empty())
+      names.push_back(StringRef(name).trim());
+  if (names.size() != selected.size())
+    return fail("choices names " + Twine(names.size()) +
+                " layers but the step has " + Twine(selected.size()));
+  SmallVector<Choice> parsed;
+  for (StringRef name : names) {
+    std::optional<Choice> choice = parseChoice(name.trim());
+    if (!choice)
+      return fail("unknown choice '" + name.trim() +
+                  "' (expected none, selective, attention, mlp or full)");
+    parsed.push_back(*choice);
+  }
+  return apply(selected, parsed);
+}
+
+/// policy=budget: the fewest recompute FLOPs whose peak fits the budget
+/// (per rank under ZeRO), said in a remark.
+LogicalResult TrainRematPass::applyBudget(func::FuncOp func,
+                                          ArrayRef<SelectedLayer> selected,
+                                          uint64_t budgetBytes) {
+  SmallVector<int64_t> indices;
+  for (auto &[index, layer] : selected)
+    indices.push_back(index);
+  FailureOr<BudgetModel> model =
+      measureBudgetModel(func, indices, measureAfter);
+  if (failed(model))
+    return failure();
+  uint64_t states = model->states;
+  std::string perRank = model->stage >= 0 && model->ranks > 1
+                            ? (" per rank (ZeRO-" + Twine(model->stage) +
+                               " over " + Twine(model->ranks) + " ranks)")
+                                  .str()
+                            : std::string();
+  if (budgetBytes < states)
+    return fail("budget " + Twine(budgetBytes) + " B is below the " +
+                Twine(states) +
+                " B that weights, gradients and "
+                "optimizer state need" +
+                perRank);
+  std::optional<Plan> plan = planForBudget(*model, budgetBytes);
+  if (!plan) {
+    uint64_t reachable = smallestPeak(*model);
+    return fail("no recompute plan fits " + Twine(budgetBytes) + " B" +
+                perRank + ": the smallest peak reachable is " +
+                Twine(reachable) + " B, " + Twine(reachable - budgetBytes) +
+                " B over the budget");
+  }
+  if (failed(apply(selected, plan->choices)))
+    return failure();
+  // Say what was chosen, as a remark a user can read and a test check.
+  std::string summary;
+  llvm::raw_string_ostream os(summary);
+  llvm::interleaveComma(plan->choices, os,
+                        [&](Choice choice) { os << stringifyChoice(choice); });
+  func.emitRemark("train-remat: budget ")
+      << budgetBytes << " B: choices " << summary << "; predicted peak "
+      << plan->peak << " B, recompute " << plan->flops << " FLOPs";
+  return success();
+}
+
+/// policy=every: whole layers in regions, `every` layers per region
+/// (method=uniform) or the first `every` layers (method=block).
+void TrainRematPass::wrapLayers(ArrayRef<SelectedLayer> selected) {
+  if (method == RematMethod::uniform) {
+    for (size_t chunk = 0; chunk < selected.size(); chunk += every) {
+      size_t last = std::min(selected.size(), chunk + every) - 1;
+      wrapInRemat(opRange(wholeLayer(selected[chunk].second).front(),
+                          wholeLayer(selected[last].second).back()));
+      ++numRegions;
+    }
+    return;
+  }
+  for (size_t i = 0; i < selected.size() && i < static_cast<size_t>(every);
+       ++i) {
+    wrapInRemat(wholeLayer(selected[i].second));
+    ++numRegions;
+  }
+}
+
+void TrainRematPass::runOnOperation() {
+  FailureOr<uint64_t> budgetBytes = checkOptions();
+  if (failed(budgetBytes))
+    return signalPassFailure();
+  int64_t begin, end;
+  if (failed(parseRange(layers, begin, end))) {
+    (void)fail("bad layer range '" + layers + "' (expected A:B, A < B)");
+    return signalPassFailure();
+  }
+  func::FuncOp func = lookupStep(getOperation(), function, "train-remat");
+  if (!func)
+    return signalPassFailure();
+  // After train-grad-accum the layers live inside the micro-batch loop (or
+  // its unrolled copies): checkpointing is chosen per layer first.
+  if (Operation *accumulation = findAccumulation(func)) {
+    emitError(accumulation->getLoc(), "train-remat: @")
+        << func.getSymName()
+        << " already accumulates gradients; run train-remat before "
+           "train-grad-accum (remat regions are then repeated for each "
+           "micro-batch)";
+    return signalPassFailure();
+  }
+  FailureOr<SmallVector<SelectedLayer>> selected =
+      selectLayers(func, begin, end);
+  if (failed(selected))
+    return signalPassFailure();
+  std::optional<Choice> everyLayer;
+  switch (policy) {
+  case RematPolicy::full:
+    everyLayer = Choice::Full;
+    break;
+  case RematPolicy::attention:
+    everyLayer = Choice::Attention;
+    break;
+  case RematPolicy::mlp:
+    everyLayer = Choice::MLP;
+    break;
+  case RematPolicy::selective:
+    everyLayer = Choice::Selective;
+    break;
+  default:
+    break;
+  }
+  LogicalResult applied = success();
+  if (everyLayer)
+    applied =
+        apply(*selected, SmallVector<Choice>(selected->size(), *everyLayer));
+  else if (policy == RematPolicy::custom)
+    applied = applyCustom(*selected);
+  else if (policy == RematPolicy::budget)
+    applied = applyBudget(func, *selected, *budgetBytes);
+  else
+    wrapLayers(*selected);
+  if (failed(applied))
+    signalPassFailure();
+}
 
 struct TrainMaterializeRematPass
     : public impl::TrainMaterializeRematPassBase<TrainMaterializeRematPass> {

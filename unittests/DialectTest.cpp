@@ -53,10 +53,15 @@ TEST(Dialect, EveryOpHasItsModels) {
 
   std::vector<std::string> missing;
   unsigned compute = 0, differentiable = 0, structure = 0;
+  unsigned inferTypes = 0, inferShapes = 0;
   for (RegisteredOperationName name : context.getRegisteredOperations()) {
     if (name.getDialectNamespace() != TrainDialect::getDialectNamespace())
       continue;
     std::string op = name.getStringRef().str();
+    if (name.hasInterface<InferTypeOpInterface>())
+      ++inferTypes;
+    else if (name.hasInterface<InferShapedTypeOpInterface>())
+      ++inferShapes;
     if (!name.hasInterface<CostOpInterface>()) {
       // Structure: the regions the passes edit and their terminator.
       if (name.hasTrait<OpTrait::IsTerminator>() ||
@@ -89,6 +94,10 @@ TEST(Dialect, EveryOpHasItsModels) {
   EXPECT_EQ(compute, 46u);
   EXPECT_EQ(differentiable, 20u);
   EXPECT_EQ(structure, 4u);
+  // The ops whose result types (or shapes) follow from their operands
+  // (docs/Dialect.md).
+  EXPECT_EQ(inferTypes, 33u);
+  EXPECT_EQ(inferShapes, 4u);
 }
 
 /// The types `op` infers for its results, or their shapes; false when it

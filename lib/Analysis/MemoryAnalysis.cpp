@@ -351,9 +351,8 @@ void FunctionMemory::classify() {
     Operation *def = value.getDefiningOp();
     if (!def)
       continue;
-    if (auto add = dyn_cast<AddOp>(def)) {
-      worklist.push_back(add.getLhs());
-      worklist.push_back(add.getRhs());
+    if (def->hasTrait<SumsOperands>()) {
+      llvm::append_range(worklist, def->getOperands());
     } else if (auto region = dyn_cast<TransparentRegionOpInterface>(def)) {
       worklist.push_back(region.getYieldedValue(
           cast<OpResult>(value).getResultNumber()));
@@ -381,8 +380,7 @@ void FunctionMemory::classify() {
   for (auto [position, user] : llvm::enumerate(schedule)) {
     if (phases[position] != Phase::Backward || isa<YieldOp>(user))
       continue;
-    auto layerNorm = dyn_cast<LayerNormGradOp>(user);
-    auto rmsNorm = dyn_cast<RMSNormGradOp>(user);
+    auto normGrad = dyn_cast<NormGradOpInterface>(user);
     for (OpOperand &use : user->getOpOperands()) {
       auto it = valueIndex.find(use.get());
       if (it == valueIndex.end())
@@ -390,8 +388,7 @@ void FunctionMemory::classify() {
       unsigned index = bufferOfValue[it->second];
       lastBackwardUser[index] = user;
       // A norm's backward reads its input: that is what the norm keeps.
-      if ((layerNorm && &use == &layerNorm.getInputMutable()) ||
-          (rmsNorm && &use == &rmsNorm.getInputMutable()))
+      if (normGrad && &use == &normGrad.getNormInputOperand())
         readByNormGrad[index] = true;
     }
   }

@@ -305,7 +305,7 @@ static void printHeader(const Session &session, int64_t firstStep) {
   llvm::errs() << line;
   if (session.getRank() == 0)
     for (const std::string &gemms : session.describeGemms16())
-      llvm::errs() << "trainmem-run: " << gemms << "\n";
+      llvm::errs() << "trainmem-run: " + gemms + "\n";
 }
 
 /// Dynamic loss scaling: every skipped step and every change of scale.
@@ -314,16 +314,19 @@ static void printLossScale(const StepReport &report) {
     return;
   const LossScaleState &before = *report.scaleBefore,
                        &after = *report.scaleAfter;
+  std::string line;
+  llvm::raw_string_ostream os(line);
   if (after.skippedSteps != before.skippedSteps)
-    llvm::errs() << "trainmem-run: step " << report.step
-                 << ": gradients not finite, update skipped, loss scale "
-                 << llvm::format("%.10g", before.scale) << " -> "
-                 << llvm::format("%.10g", after.scale) << "\n";
+    os << "trainmem-run: step " << report.step
+       << ": gradients not finite, update skipped, loss scale "
+       << llvm::format("%.10g", before.scale) << " -> "
+       << llvm::format("%.10g", after.scale) << "\n";
   else if (after.scale != before.scale)
-    llvm::errs() << "trainmem-run: step " << report.step << ": loss scale "
-                 << llvm::format("%.10g", before.scale) << " -> "
-                 << llvm::format("%.10g", after.scale) << " after "
-                 << before.cleanSteps + 1 << " clean steps\n";
+    os << "trainmem-run: step " << report.step << ": loss scale "
+       << llvm::format("%.10g", before.scale) << " -> "
+       << llvm::format("%.10g", after.scale) << " after "
+       << before.cleanSteps + 1 << " clean steps\n";
+  llvm::errs() << line; // one write (the ranks share stderr)
 }
 
 /// Rank 0's progress: a bar redrawn on a terminal, else a line at the first
@@ -355,7 +358,7 @@ static void printProgress(const Session &session, const StepReport &report,
     if (step == steps)
       llvm::errs() << "\n";
   } else if (step == firstStep || step == steps || step % 10 == 0) {
-    llvm::errs() << line << "\n";
+    llvm::errs() << line + "\n"; // one write (the ranks share stderr)
   }
 }
 
@@ -409,12 +412,15 @@ static void printRankTraffic(const Session &session,
     return;
   uint64_t stepsRun =
       std::max<int64_t>(1, summary.lastStep - summary.firstStep + 1);
-  llvm::errs() << llvm::formatv(
+  std::string line = llvm::formatv(
       "trainmem-run: rank {0}: arena planned {1} B, measured peak {2} B; "
       "sent {3} B, received {4} B: {5} B per step (analysis {6} B)\n",
       session.getRank(), session.getLayout().arenaBytes, *measured,
       session.getBytesSent(), session.getBytesReceived(),
       session.getBytesSent() / stepsRun, session.getPlannedBytesSent());
+  // One write: the ranks share stderr, and a line written in pieces
+  // interleaves with theirs.
+  llvm::errs() << line;
 }
 
 /// Trains a started session: every rank runs this; one that fails ends
@@ -448,12 +454,13 @@ static int trainRanks(Session &session, Trainer &trainer) {
   if (end->stopSignal) {
     if (terminal)
       llvm::errs() << "\n";
-    llvm::errs() << "trainmem-run: stopped by signal " << *end->stopSignal
-                 << " after step " << end->lastStep
-                 << (saveDir.empty()
-                         ? "; no --save given, nothing saved"
-                         : "; checkpoint saved in '" + saveDir + "'")
-                 << "\n";
+    llvm::errs() << "trainmem-run: stopped by signal " +
+                        std::to_string(*end->stopSignal) + " after step " +
+                        std::to_string(end->lastStep) +
+                        (saveDir.empty()
+                             ? "; no --save given, nothing saved"
+                             : "; checkpoint saved in '" + saveDir + "'") +
+                        "\n";
     return 128 + *end->stopSignal;
   }
   printRankTraffic(session, trainer.getSummary());

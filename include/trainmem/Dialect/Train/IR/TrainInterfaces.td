@@ -126,6 +126,21 @@ def Train_BatchDrawOpInterface : OpInterface<"BatchDrawOpInterface"> {
   ];
 }
 
+def Train_NormGradOpInterface : OpInterface<"NormGradOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    The backward of a normalization (`layer_norm_grad`, `rms_norm_grad`):
+    it reads the norm's input, which is what the forward keeps for it (the
+    memory report's `saved_for = norm`).
+  }];
+  let methods = [
+    InterfaceMethod<"The norm's input operand this backward reads.",
+      "::mlir::OpOperand &", "getNormInputOperand", (ins), [{}], [{
+        return $_op.getInputMutable();
+      }]>
+  ];
+}
+
 def Train_StridedViewOpInterface : OpInterface<"StridedViewOpInterface"> {
   let cppNamespace = "::mlir::train";
   let description = [{

@@ -26,6 +26,12 @@ template <typename ConcreteType>
 class NotDifferentiated
     : public OpTrait::TraitBase<ConcreteType, NotDifferentiated> {};
 
+/// Marks an op whose result is the element-wise sum of its operands
+/// (Train_SumsOperands): analyses follow a gradient through it to the
+/// partial gradients it sums.
+template <typename ConcreteType>
+class SumsOperands : public OpTrait::TraitBase<ConcreteType, SumsOperands> {};
+
 /// True when a tensor of shape `from` broadcasts (NumPy rules, aligned from
 /// the right) to shape `to` without changing `to`.
 bool isBroadcastableTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to);

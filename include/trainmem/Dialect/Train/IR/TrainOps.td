@@ -28,6 +28,12 @@ def Train_NotDifferentiated : NativeOpTrait<"NotDifferentiated"> {
   let cppNamespace = "::mlir::train";
 }
 
+// An op whose result is the element-wise sum of its operands: analyses
+// follow a gradient through it to the partial gradients it sums.
+def Train_SumsOperands : NativeOpTrait<"SumsOperands"> {
+  let cppNamespace = "::mlir::train";
+}
+
 // A compute op that is not differentiated.
 class Train_NonDiffOp<string mnemonic, list<Trait> traits = [],
                       list<string> costOverrides = []>
@@ -124,7 +130,8 @@ def Train_MatmulOp : Train_DiffOp<"matmul", [InferTypeOpAdaptor]> {
   }];
 }
 
-def Train_AddOp : Train_DiffOp<"add", [SameOperandsAndResultType]> {
+def Train_AddOp : Train_DiffOp<"add",
+    [SameOperandsAndResultType, Train_SumsOperands]> {
   let summary = "elementwise sum (residual connections)";
   let description = [{
     ```mlir
@@ -725,7 +732,7 @@ def Train_SumToOp : Train_NonDiffOp<"sum_to"> {
 }
 
 def Train_LayerNormGradOp : Train_NonDiffOp<"layer_norm_grad",
-    [InferShapedTypeOpAdaptor]> {
+    [InferShapedTypeOpAdaptor, Train_NormGradOpInterface]> {
   let summary = "gradient of layer normalization";
   let description = [{
     From the incoming gradient, the saved input and gamma, computes the
@@ -752,7 +759,7 @@ def Train_LayerNormGradOp : Train_NonDiffOp<"layer_norm_grad",
 }
 
 def Train_RMSNormGradOp : Train_NonDiffOp<"rms_norm_grad",
-    [InferShapedTypeOpAdaptor]> {
+    [InferShapedTypeOpAdaptor, Train_NormGradOpInterface]> {
   let summary = "gradient of RMS normalization";
   let description = [{
     ```mlir

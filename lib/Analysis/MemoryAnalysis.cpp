@@ -330,20 +330,26 @@ void FunctionMemory::buildBuffers() {
   }
 }
 
-void FunctionMemory::classify() {
-  // Gradients: what flows into an optimizer's gradient operand or out as a
-  // step's gradient result, through sums of partial gradients.
-  llvm::SetVector<Value> gradients;
-  SmallVector<Value> finalGradients;
+SmallVector<Value> FunctionMemory::finalGradients() {
+  SmallVector<Value> finals;
   for (Operation *op : schedule) {
     if (auto update = dyn_cast<OptimizerUpdateOpInterface>(op))
-      finalGradients.push_back(update.getGradient());
+      finals.push_back(update.getGradient());
     else if (auto ret = dyn_cast<func::ReturnOp>(op))
       for (auto [index, value] : llvm::enumerate(ret.getOperands()))
         if (func.getResultAttr(index, kGradAttrName))
-          finalGradients.push_back(value);
+          finals.push_back(value);
   }
-  SmallVector<Value> worklist(finalGradients.begin(), finalGradients.end());
+  return finals;
+}
+
+std::vector<bool>
+FunctionMemory::gradientBuffers(ArrayRef<Value> finals) const {
+  // Back from the final gradients through sums of partial gradients,
+  // block results, in-place updates (a clipped gradient is the gradient it
+  // was) and aliasing views.
+  llvm::SetVector<Value> gradients;
+  SmallVector<Value> worklist(finals.begin(), finals.end());
   while (!worklist.empty()) {
     Value value = worklist.pop_back_val();
     if (!gradients.insert(value))
@@ -357,7 +363,6 @@ void FunctionMemory::classify() {
       worklist.push_back(region.getYieldedValue(
           cast<OpResult>(value).getResultNumber()));
     } else if (auto tied = dyn_cast<TiedOpInterface>(def)) {
-      // A gradient updated in place (clipped) is the gradient it was.
       if (std::optional<unsigned> operand = tied.getTiedResultOperandIndex(
               cast<OpResult>(value).getResultNumber()))
         worklist.push_back(def->getOperand(*operand));
@@ -366,15 +371,18 @@ void FunctionMemory::classify() {
         worklist.push_back(view.getViewSource());
     }
   }
-
   std::vector<bool> isGradient(buffers.size(), false);
   for (Value value : gradients)
     if (const Buffer *buffer = lookupBuffer(value))
       isGradient[buffer - buffers.data()] = true;
+  return isGradient;
+}
 
-  // Per buffer: which phases use it, and its last backward reader.
-  std::vector<Operation *> lastBackwardUser(buffers.size(), nullptr);
-  std::vector<bool> readByNormGrad(buffers.size(), false);
+void FunctionMemory::findBackwardReaders(
+    std::vector<Operation *> &lastBackwardUser,
+    std::vector<bool> &readByNormGrad) const {
+  lastBackwardUser.assign(buffers.size(), nullptr);
+  readByNormGrad.assign(buffers.size(), false);
   // Over the schedule in order: each backward reader is later than the
   // last one seen (ops outside the schedule are in no phase's backward).
   for (auto [position, user] : llvm::enumerate(schedule)) {
@@ -392,72 +400,86 @@ void FunctionMemory::classify() {
         readByNormGrad[index] = true;
     }
   }
+}
+
+bool FunctionMemory::isGathered(unsigned index) {
+  Operation *def = buffers[index].owner.getDefiningOp();
+  if (!def)
+    return false;
+  // A parameter gathered from the ranks' shards (a collective whose
+  // operand is a parameter argument).
+  if (isa<CommunicationOpInterface>(def) &&
+      llvm::any_of(def->getOperands(), [&](Value operand) {
+        auto param = dyn_cast<BlockArgument>(operand);
+        return param && param.getOwner()->getParentOp() == func &&
+               func.getArgAttr(param.getArgNumber(), kParamAttrName);
+      }))
+    return true;
+  // ... and what is made of it alone (its padding sliced off): the
+  // gathered parameter still.
+  if (def->getNumOperands() == 1) {
+    const Buffer *source = lookupBuffer(def->getOperand(0));
+    if (source && static_cast<size_t>(source - buffers.data()) < index &&
+        source->category == MemoryCategory::Gathered)
+      return true;
+  }
+  return false;
+}
+
+void FunctionMemory::classifyActivation(Buffer &buffer, Operation *reader,
+                                        bool readByNorm) {
+  buffer.category = MemoryCategory::Activations;
+  // Data arguments (tokens, the step counter) exist whatever the layers
+  // do: no layer saves them.
+  if (!buffer.owner.getDefiningOp())
+    return;
+  auto block = reader->getParentOfType<BlockOp>();
+  if (!block)
+    return;
+  if (IntegerAttr layer = block.getLayerAttr())
+    buffer.layer = layer.getInt();
+  if (readByNorm)
+    buffer.savedFor = SavedFor::Norm;
+  else if (block.getKind() == BlockKind::attention)
+    buffer.savedFor = SavedFor::Attention;
+  else if (block.getKind() == BlockKind::mlp)
+    buffer.savedFor = SavedFor::MLP;
+}
+
+void FunctionMemory::classify() {
+  // Gradients: what flows into an optimizer's gradient operand or out as a
+  // step's gradient result, through sums of partial gradients.
+  SmallVector<Value> finals = finalGradients();
+  std::vector<bool> isGradient = gradientBuffers(finals);
+  // Per buffer: its last backward reader, and whether a norm keeps it.
+  std::vector<Operation *> lastBackwardUser;
+  std::vector<bool> readByNormGrad;
+  findBackwardReaders(lastBackwardUser, readByNormGrad);
 
   for (auto [index, buffer] : llvm::enumerate(buffers)) {
-    Value owner = buffer.owner;
-    auto arg = dyn_cast<BlockArgument>(owner);
+    auto arg = dyn_cast<BlockArgument>(buffer.owner);
     if (arg && arg.getOwner()->getParentOp() != func)
       arg = BlockArgument();
-    if (arg && func.getArgAttr(arg.getArgNumber(), kParamAttrName)) {
+    Operation *def = buffer.owner.getDefiningOp();
+    if (arg && func.getArgAttr(arg.getArgNumber(), kParamAttrName))
       buffer.category = MemoryCategory::Weights;
-      continue;
-    }
-    if (arg && func.getArgAttr(arg.getArgNumber(), kOptimizerStateAttrName)) {
+    else if (arg &&
+             func.getArgAttr(arg.getArgNumber(), kOptimizerStateAttrName))
       buffer.category = MemoryCategory::Optimizer;
-      continue;
-    }
-    if (isGradient[index]) {
+    else if (isGradient[index])
       buffer.category = MemoryCategory::Gradients;
-      continue;
-    }
-    Operation *def = owner.getDefiningOp();
-    // A parameter gathered from the ranks' shards (a collective whose
-    // operand is a parameter argument).
-    if (def && isa<CommunicationOpInterface>(def) &&
-        llvm::any_of(def->getOperands(), [&](Value operand) {
-          auto param = dyn_cast<BlockArgument>(operand);
-          return param && param.getOwner()->getParentOp() == func &&
-                 func.getArgAttr(param.getArgNumber(), kParamAttrName);
-        })) {
+    else if (isGathered(index))
       buffer.category = MemoryCategory::Gathered;
-      continue;
-    }
-    // ... and what is made of it alone (its padding sliced off): the
-    // gathered parameter still.
-    if (def && def->getNumOperands() == 1) {
-      const Buffer *source = lookupBuffer(def->getOperand(0));
-      if (source && static_cast<size_t>(source - buffers.data()) < index &&
-          source->category == MemoryCategory::Gathered) {
-        buffer.category = MemoryCategory::Gathered;
-        continue;
-      }
-    }
-    bool definedInForward = !def || getPhase(def) == Phase::Forward;
-    Operation *reader = lastBackwardUser[index];
-    if (!definedInForward || !reader) {
+    else if ((def && getPhase(def) != Phase::Forward) ||
+             !lastBackwardUser[index])
       buffer.category = MemoryCategory::Temporaries;
-      continue;
-    }
-    buffer.category = MemoryCategory::Activations;
-    // Data arguments (tokens, the step counter) exist whatever the layers
-    // do: no layer saves them.
-    if (!def)
-      continue;
-    auto block = reader->getParentOfType<BlockOp>();
-    if (!block)
-      continue;
-    if (IntegerAttr layer = block.getLayerAttr())
-      buffer.layer = layer.getInt();
-    if (readByNormGrad[index])
-      buffer.savedFor = SavedFor::Norm;
-    else if (block.getKind() == BlockKind::attention)
-      buffer.savedFor = SavedFor::Attention;
-    else if (block.getKind() == BlockKind::mlp)
-      buffer.savedFor = SavedFor::MLP;
+    else
+      classifyActivation(buffer, lastBackwardUser[index],
+                         readByNormGrad[index]);
   }
 
   llvm::DenseSet<unsigned> finalBuffers;
-  for (Value value : finalGradients)
+  for (Value value : finals)
     if (const Buffer *buffer = lookupBuffer(value))
       if (finalBuffers.insert(buffer - buffers.data()).second) {
         uint64_t &gradientBytes =

@@ -174,6 +174,23 @@ private:
   unsigned readPoint(mlir::Value value, mlir::Operation *user) const;
   Buffer newBuffer(mlir::Value owner, unsigned returnPoint);
   void buildBuffers();
+  /// What flows into an optimizer's gradient operand or out as a step's
+  /// gradient result.
+  llvm::SmallVector<mlir::Value> finalGradients();
+  /// Per buffer: whether it holds a gradient (the final ones, traced back
+  /// through sums, block results, in-place updates and views).
+  std::vector<bool> gradientBuffers(llvm::ArrayRef<mlir::Value> finals) const;
+  /// Per buffer: its last reader in the backward, and whether a norm's
+  /// backward reads it as the norm's input.
+  void findBackwardReaders(std::vector<mlir::Operation *> &lastBackwardUser,
+                           std::vector<bool> &readByNormGrad) const;
+  /// Whether buffer `index` is a parameter gathered from the ranks' shards
+  /// (or made of one alone).
+  bool isGathered(unsigned index);
+  /// An activation the backward's `reader` reads: its layer and what keeps
+  /// it.
+  void classifyActivation(Buffer &buffer, mlir::Operation *reader,
+                          bool readByNorm);
   void classify();
   void placeInMemory();
   void computeLiveness();

@@ -63,11 +63,12 @@ struct TrainLossScalePass
       return signalPassFailure();
   }
 
-  LogicalResult scale(func::FuncOp func) {
-    MLIRContext *context = func.getContext();
+  /// The step's optimizer block: the step is not loss-scaled or
+  /// partitioned yet and has one.
+  FailureOr<BlockOp> findOptimizer(func::FuncOp func) {
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
-      if (auto state = func.getArgAttrOfType<StateAttr>(
-              i, kOptimizerStateAttrName);
+      if (auto state =
+              func.getArgAttrOfType<StateAttr>(i, kOptimizerStateAttrName);
           state && state.getKind() == StateKind::loss_scale)
         return func.emitError(kPassName)
                << ": @" << func.getSymName()
@@ -89,10 +90,12 @@ struct TrainLossScalePass
              << ": @" << func.getSymName()
              << " has no train.block optimizer (run train-autodiff with an "
                 "optimizer, or train-add-optimizer, first)";
+    return optimizer;
+  }
 
-    // The gradients the updates apply, before clipping.
-    llvm::SetVector<Value> grads;
-    SmallVector<ClipGradNormOp> clips;
+  /// The gradients the updates apply, before clipping, and the clips.
+  static void collectGradients(BlockOp optimizer, llvm::SetVector<Value> &grads,
+                               SmallVectorImpl<ClipGradNormOp> &clips) {
     optimizer.walk([&](OptimizerUpdateOpInterface update) {
       Value grad = update.getGradient();
       if (auto clip = grad.getDefiningOp<ClipGradNormOp>()) {
@@ -103,6 +106,76 @@ struct TrainLossScalePass
       }
       grads.insert(grad);
     });
+  }
+
+  /// The gradients unscaled, first thing in the optimizer block: every
+  /// read of them in the block reads the unscaled ones.
+  UnscaleGradientsOp unscaleInBlock(BlockOp optimizer, ArrayRef<Value> grads,
+                                    Value state) {
+    OpBuilder builder = OpBuilder::atBlockBegin(&optimizer.getBody().front());
+    SmallVector<Type> unscaledTypes;
+    for (Value grad : grads)
+      unscaledTypes.push_back(RankedTensorType::get(
+          cast<RankedTensorType>(grad.getType()).getShape(),
+          builder.getF32Type()));
+    auto unscale = UnscaleGradientsOp::create(
+        builder, optimizer.getLoc(), unscaledTypes, state.getType(), grads,
+        state, /*squared_norm=*/Value(), builder.getF64FloatAttr(initial),
+        builder.getI64IntegerAttr(growthInterval));
+    for (auto [gradValue, unscaled] : llvm::zip(grads, unscale.getUnscaled())) {
+      Value grad = gradValue;
+      grad.replaceUsesWithIf(unscaled, [&](OpOperand &use) {
+        return use.getOwner() != unscale &&
+               optimizer->isProperAncestor(use.getOwner());
+      });
+    }
+    return unscale;
+  }
+
+  /// A clip now reads f32 gradients: rebuilt with f32 results.
+  static void rebuildClips(ArrayRef<ClipGradNormOp> clips) {
+    for (ClipGradNormOp clip : clips) {
+      OpBuilder builder(clip);
+      SmallVector<Type> types;
+      for (Value grad : clip.getGrads())
+        types.push_back(grad.getType());
+      auto rebuilt = ClipGradNormOp::create(
+          builder, clip.getLoc(), types, clip.getNorm().getType(),
+          clip.getGrads(), clip.getSquaredNorm(), clip.getMaxNormAttr());
+      rebuilt->setAttrs(clip->getAttrs());
+      clip.replaceAllUsesWith(rebuilt.getResults());
+      clip.erase();
+    }
+  }
+
+  /// The new state leaves the block and the step, marked `stateAttr`.
+  static void returnState(func::FuncOp func, Value newState,
+                          StateAttr stateAttr) {
+    Builder builder(func.getContext());
+    auto ret = cast<func::ReturnOp>(func.front().getTerminator());
+    SmallVector<Value> results(ret.getOperands());
+    results.push_back(newState);
+    ret.getOperandsMutable().assign(results);
+    SmallVector<Type> resultTypes(func.getResultTypes());
+    resultTypes.push_back(newState.getType());
+    SmallVector<DictionaryAttr> resultAttrs;
+    func.getAllResultAttrs(resultAttrs);
+    resultAttrs.push_back(builder.getDictionaryAttr(
+        builder.getNamedAttr(kOptimizerStateAttrName, stateAttr)));
+    func.setFunctionType(FunctionType::get(
+        func.getContext(), func.getArgumentTypes(), resultTypes));
+    func.setAllResultAttrs(resultAttrs);
+    exportEscapingValues(func);
+  }
+
+  LogicalResult scale(func::FuncOp func) {
+    MLIRContext *context = func.getContext();
+    FailureOr<BlockOp> optimizer = findOptimizer(func);
+    if (failed(optimizer))
+      return failure();
+    llvm::SetVector<Value> grads;
+    SmallVector<ClipGradNormOp> clips;
+    collectGradients(*optimizer, grads, clips);
     if (grads.empty())
       return func.emitError(kPassName)
              << ": @" << func.getSymName()
@@ -130,67 +203,22 @@ struct TrainLossScalePass
             {func.getLoc()})))
       return func.emitError(kPassName) << ": cannot extend the signature";
     Value state = func.getArgument(stateIndex);
-    FloatAttr initialAttr = builder.getF64FloatAttr(initial);
-    auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
 
     // The seed: the loss gradient times the scale.
+    auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
     for (CrossEntropyGradOp seed : seeds) {
       builder.setInsertionPoint(seed);
-      Value scale = LossScaleOp::create(builder, seed.getLoc(), f32Scalar,
-                                        state, initialAttr);
-      Value scaled = MulOp::create(builder, seed.getLoc(), seed.getGrad(),
-                                   scale);
+      Value scale =
+          LossScaleOp::create(builder, seed.getLoc(), f32Scalar, state,
+                              builder.getF64FloatAttr(initial));
+      Value scaled =
+          MulOp::create(builder, seed.getLoc(), seed.getGrad(), scale);
       seed.getGradMutable().assign(scaled);
     }
-
-    // The unscaled gradients, first thing in the optimizer block.
-    Block &body = optimizer.getBody().front();
-    builder.setInsertionPointToStart(&body);
-    SmallVector<Type> unscaledTypes;
-    for (Value grad : grads)
-      unscaledTypes.push_back(RankedTensorType::get(
-          cast<RankedTensorType>(grad.getType()).getShape(),
-          builder.getF32Type()));
-    auto unscale = UnscaleGradientsOp::create(
-        builder, optimizer.getLoc(), unscaledTypes, stateType,
-        grads.getArrayRef(), state, /*squared_norm=*/Value(), initialAttr,
-        builder.getI64IntegerAttr(growthInterval));
-    for (auto [gradValue, unscaled] : llvm::zip(grads, unscale.getUnscaled())) {
-      Value grad = gradValue;
-      grad.replaceUsesWithIf(unscaled, [&](OpOperand &use) {
-        return use.getOwner() != unscale &&
-               optimizer->isProperAncestor(use.getOwner());
-      });
-    }
-    // A clip now reads f32 gradients: rebuilt with f32 results.
-    for (ClipGradNormOp clip : clips) {
-      builder.setInsertionPoint(clip);
-      SmallVector<Type> types;
-      for (Value grad : clip.getGrads())
-        types.push_back(grad.getType());
-      auto rebuilt = ClipGradNormOp::create(
-          builder, clip.getLoc(), types, clip.getNorm().getType(),
-          clip.getGrads(), clip.getSquaredNorm(), clip.getMaxNormAttr());
-      rebuilt->setAttrs(clip->getAttrs());
-      clip.replaceAllUsesWith(rebuilt.getResults());
-      clip.erase();
-    }
-
-    // The new state leaves the block and the step.
-    auto ret = cast<func::ReturnOp>(func.front().getTerminator());
-    SmallVector<Value> results(ret.getOperands());
-    results.push_back(unscale.getNewState());
-    ret.getOperandsMutable().assign(results);
-    SmallVector<Type> resultTypes(func.getResultTypes());
-    resultTypes.push_back(stateType);
-    SmallVector<DictionaryAttr> resultAttrs;
-    func.getAllResultAttrs(resultAttrs);
-    resultAttrs.push_back(builder.getDictionaryAttr(
-        builder.getNamedAttr(kOptimizerStateAttrName, stateAttr)));
-    func.setFunctionType(FunctionType::get(context, func.getArgumentTypes(),
-                                           resultTypes));
-    func.setAllResultAttrs(resultAttrs);
-    exportEscapingValues(func);
+    UnscaleGradientsOp unscale =
+        unscaleInBlock(*optimizer, grads.getArrayRef(), state);
+    rebuildClips(clips);
+    returnState(func, unscale.getNewState(), stateAttr);
     return success();
   }
 };

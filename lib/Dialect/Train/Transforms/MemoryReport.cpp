@@ -425,54 +425,65 @@ double tickStep(double top, int ticks) {
   }
 }
 
-void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
-  const int width = 960, height = 440, left = 90, right = 20, top = 50,
-            bottom = 90;
-  const int plotW = width - left - right, plotH = height - top - bottom;
-  std::vector<CategoryBytes> live = liveByCategory(memory);
-  ArrayRef<uint64_t> total = memory.getLiveBytes();
-  size_t points = live.size();
-  uint64_t peak = memory.getPeakBytes();
-  unsigned peakPoint = memory.getPeakPoint();
-  // Columns two pixels wide at least; each shows its point of most live
-  // bytes (so the peak is drawn at its height), as a flat step.
-  size_t columns = std::min<size_t>(points, static_cast<size_t>(plotW / 2));
-  std::vector<size_t> shown(columns);
-  for (size_t col = 0; col < columns; ++col) {
-    size_t first = col * points / columns, last = (col + 1) * points / columns;
-    size_t best = first;
-    for (size_t p = first; p < last; ++p)
-      if (total[p] > total[best] || p == peakPoint)
-        best = p;
-    if (peakPoint >= first && peakPoint < last)
-      best = peakPoint;
-    shown[col] = best;
+/// The chart printSvg draws: its geometry, the columns shown (each the
+/// point of most live bytes of the schedule points it spans, so that the
+/// peak is drawn at its height), and the scale.
+struct SvgChart {
+  static constexpr int width = 960, height = 440, left = 90, right = 20,
+                       top = 50, bottom = 90;
+  static constexpr int plotW = width - left - right,
+                       plotH = height - top - bottom;
+  const FunctionMemory &memory;
+  std::vector<CategoryBytes> live;
+  std::vector<size_t> shown;
+  uint64_t peak;
+  unsigned peakPoint;
+  double yTop;
+
+  explicit SvgChart(const FunctionMemory &memory)
+      : memory(memory), live(liveByCategory(memory)),
+        peak(memory.getPeakBytes()), peakPoint(memory.getPeakPoint()) {
+    ArrayRef<uint64_t> total = memory.getLiveBytes();
+    size_t points = live.size();
+    // Columns two pixels wide at least; each shows its point of most live
+    // bytes, as a flat step.
+    size_t columns = std::min<size_t>(points, static_cast<size_t>(plotW / 2));
+    shown.resize(columns);
+    for (size_t col = 0; col < columns; ++col) {
+      size_t first = col * points / columns,
+             last = (col + 1) * points / columns;
+      size_t best = first;
+      for (size_t p = first; p < last; ++p)
+        if (total[p] > total[best] || p == peakPoint)
+          best = p;
+      if (peakPoint >= first && peakPoint < last)
+        best = peakPoint;
+      shown[col] = best;
+    }
+    yTop = std::max<double>(1.0, static_cast<double>(peak)) * 1.08;
   }
-  double yTop = std::max<double>(1.0, static_cast<double>(peak)) * 1.08;
-  // Column col spans [x(col), x(col + 1)).
-  auto x = [&](double col) { return left + col * plotW / columns; };
-  auto y = [&](double bytes) { return top + plotH - bytes / yTop * plotH; };
+  size_t columns() const { return shown.size(); }
+  /// Column col spans [x(col), x(col + 1)).
+  double x(double col) const { return left + col * plotW / columns(); }
+  double y(double bytes) const { return top + plotH - bytes / yTop * plotH; }
 
-  static const std::pair<MemoryCategory, const char *> kColors[] = {
-      {MemoryCategory::Weights, "#4e79a7"},
-      {MemoryCategory::Gradients, "#f28e2b"},
-      {MemoryCategory::Optimizer, "#e15759"},
-      {MemoryCategory::Gathered, "#edc948"},
-      {MemoryCategory::Activations, "#76b7b2"},
-      {MemoryCategory::Temporaries, "#59a14f"}};
+  void printPhases(llvm::raw_ostream &os) const;
+  void printAreas(llvm::raw_ostream &os) const;
+  void printAxes(llvm::raw_ostream &os) const;
+  void printPeak(llvm::raw_ostream &os) const;
+  void printLegend(llvm::raw_ostream &os) const;
+};
 
-  os << llvm::formatv(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
-      "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" "
-      "font-size=\"12\" data-function=\"{2}\" data-peak-bytes=\"{3}\" "
-      "data-peak-point=\"{4}\">\n",
-      width, height, xmlEscaped(memory.getFunction().getSymName()), peak,
-      peakPoint);
-  os << llvm::formatv("<title>@{0}: live bytes over the schedule, peak {1} "
-                      "B</title>\n",
-                      xmlEscaped(memory.getFunction().getSymName()), peak);
-  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  // The phases as bands behind the areas.
+const std::pair<MemoryCategory, const char *> kSvgColors[] = {
+    {MemoryCategory::Weights, "#4e79a7"},
+    {MemoryCategory::Gradients, "#f28e2b"},
+    {MemoryCategory::Optimizer, "#e15759"},
+    {MemoryCategory::Gathered, "#edc948"},
+    {MemoryCategory::Activations, "#76b7b2"},
+    {MemoryCategory::Temporaries, "#59a14f"}};
+
+/// The phases as bands behind the areas.
+void SvgChart::printPhases(llvm::raw_ostream &os) const {
   static const std::pair<Phase, const char *> kPhases[] = {
       {Phase::Forward, "forward"},
       {Phase::Backward, "backward"},
@@ -480,7 +491,7 @@ void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
   ArrayRef<Operation *> schedule = memory.getSchedule();
   for (auto [phase, name] : kPhases) {
     std::optional<size_t> from, to;
-    for (size_t col = 0; col < columns; ++col) {
+    for (size_t col = 0; col < columns(); ++col) {
       size_t p = shown[col];
       if (p == 0 || memory.getPhase(schedule[p - 1]) != phase)
         continue;
@@ -499,25 +510,28 @@ void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
                         "text>\n",
                         x0 + 4, top + 14, name);
   }
-  // The stacked areas, bottom to top.
-  std::vector<double> below(columns, 0.0);
-  for (auto [category, color] : kColors) {
+}
+
+/// The stacked areas, bottom to top.
+void SvgChart::printAreas(llvm::raw_ostream &os) const {
+  std::vector<double> below(columns(), 0.0);
+  for (auto [category, color] : kSvgColors) {
     unsigned c = static_cast<unsigned>(category);
     bool any = false;
-    for (size_t col = 0; col < columns && !any; ++col)
+    for (size_t col = 0; col < columns() && !any; ++col)
       any = live[shown[col]][c] != 0;
     if (!any)
       continue;
     std::string path;
     llvm::raw_string_ostream ps(path);
-    std::vector<double> above(columns);
-    for (size_t col = 0; col < columns; ++col)
+    std::vector<double> above(columns());
+    for (size_t col = 0; col < columns(); ++col)
       above[col] = below[col] + static_cast<double>(live[shown[col]][c]);
-    for (size_t col = 0; col < columns; ++col)
+    for (size_t col = 0; col < columns(); ++col)
       ps << (col ? " L" : "M")
          << llvm::formatv("{0:F1},{1:F1} L{2:F1},{1:F1}", x(col), y(above[col]),
                           x(col + 1));
-    for (size_t col = columns; col-- > 0;)
+    for (size_t col = columns(); col-- > 0;)
       ps << llvm::formatv(" L{0:F1},{1:F1} L{2:F1},{1:F1}", x(col + 1),
                           y(below[col]), x(col));
     ps << " Z";
@@ -526,7 +540,10 @@ void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
                         path, color, stringifyMemoryCategory(category));
     below = std::move(above);
   }
-  // Axes, ticks, labels.
+}
+
+/// Axes, ticks, labels.
+void SvgChart::printAxes(llvm::raw_ostream &os) const {
   os << llvm::formatv("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" "
                       "stroke=\"black\"/>\n",
                       left, top, top + plotH);
@@ -542,27 +559,35 @@ void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
                         axisBytes(v));
   os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"middle\">"
                       "schedule ({2} ops, program order)</text>\n",
-                      left + plotW / 2, top + plotH + 20, schedule.size());
-  // The peak: a line, a dot and what it is.
+                      left + plotW / 2, top + plotH + 20,
+                      memory.getSchedule().size());
+}
+
+/// The peak: a line, a dot and what it is.
+void SvgChart::printPeak(llvm::raw_ostream &os) const {
   size_t peakColumn = 0;
-  for (size_t col = 0; col < columns; ++col)
+  for (size_t col = 0; col < columns(); ++col)
     if (shown[col] == peakPoint)
       peakColumn = col;
   os << llvm::formatv("<line x1=\"{0:F1}\" y1=\"{1}\" x2=\"{0:F1}\" "
                       "y2=\"{2}\" stroke=\"black\" stroke-dasharray=\"4 3\"/>"
-                      "<circle cx=\"{0:F1}\" cy=\"{3:F1}\" r=\"4\" "
+                      "<circle cx=\"{3:F1}\" cy=\"{4:F1}\" r=\"4\" "
                       "fill=\"black\"/>\n",
-                      x(peakColumn + 0.5), top, top + plotH, y(peak));
+                      x(peakColumn + 0.5), top, top + plotH,
+                      x(peakColumn + 0.5), y(peak));
   os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" font-weight=\"bold\">@{2}: "
                       "peak {3} ({4} B) at {5}</text>\n",
                       left, top - 24,
                       xmlEscaped(memory.getFunction().getSymName()),
                       xmlEscaped(trainmem::formatByteSize(peak)), peak,
                       xmlEscaped(describe(memory.getPeakOp())));
-  // The legend: the categories present, three to a row, with their bytes
-  // at the peak.
+}
+
+/// The legend: the categories present, three to a row, with their bytes at
+/// the peak.
+void SvgChart::printLegend(llvm::raw_ostream &os) const {
   int shownCategories = 0;
-  for (auto [category, color] : kColors) {
+  for (auto [category, color] : kSvgColors) {
     unsigned c = static_cast<unsigned>(category);
     if (memory.getAtPeak()[c] == 0 && memory.getTotals()[c] == 0)
       continue;
@@ -576,6 +601,28 @@ void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
         lx, ly, color, lx + 16, ly + 10, stringifyMemoryCategory(category),
         xmlEscaped(trainmem::formatByteSize(memory.getAtPeak()[c])));
   }
+}
+
+void printSvg(llvm::raw_ostream &os, const FunctionMemory &memory) {
+  SvgChart chart(memory);
+  os << llvm::formatv(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
+      "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" "
+      "font-size=\"12\" data-function=\"{2}\" data-peak-bytes=\"{3}\" "
+      "data-peak-point=\"{4}\">\n",
+      SvgChart::width, SvgChart::height,
+      xmlEscaped(memory.getFunction().getSymName()), chart.peak,
+      chart.peakPoint);
+  os << llvm::formatv("<title>@{0}: live bytes over the schedule, peak {1} "
+                      "B</title>\n",
+                      xmlEscaped(memory.getFunction().getSymName()),
+                      chart.peak);
+  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  chart.printPhases(os);
+  chart.printAreas(os);
+  chart.printAxes(os);
+  chart.printPeak(os);
+  chart.printLegend(os);
   os << "</svg>\n";
 }
 

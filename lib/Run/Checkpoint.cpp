@@ -150,8 +150,8 @@ llvm::Error mlir::train::writeManifest(StringRef dir, StringRef stepName,
   for (const TensorSlot &slot : slots)
     if (isState(slot))
       manifest +=
-          "tensor " + slot.roleName().str() + ":" + slot.key + " " +
-          slot.dtypeName().str() + " " + shapeText(slot.shape) + " " +
+          "tensor " + slot.stateName() + " " + slot.dtypeName().str() + " " +
+          shapeText(slot.shape) + " " +
           shapeText(slot.fullShape.empty() ? slot.shape : slot.fullShape) +
           "\n";
   for (int64_t r = 0; r < ranks; ++r) {
@@ -423,7 +423,7 @@ static llvm::Error checkAgainstSlots(StringRef path,
     if (!isState(slot))
       continue;
     ++expectedCount;
-    std::string name = slot.roleName().str() + ":" + slot.key;
+    std::string name = slot.stateName();
     std::string shape;
     for (size_t d = 0; d < slot.shape.size(); ++d)
       shape += (d ? "x" : "") + std::to_string(slot.shape[d]);
@@ -607,7 +607,7 @@ static llvm::Error checkStep(const Manifest &manifest, int64_t shardStep) {
 static llvm::Expected<Bytes> wholeTensor(const Manifest &manifest,
                                          ArrayRef<Checkpoint> old,
                                          const TensorSlot &slot) {
-  std::string name = slot.roleName().str() + ":" + slot.key;
+  std::string name = slot.stateName();
   const std::vector<int64_t> &wholeShape =
       slot.fullShape.empty() ? slot.shape : slot.fullShape;
   auto saved = manifest.tensors.find(name);
@@ -697,7 +697,7 @@ mlir::train::readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
     llvm::Expected<Bytes> whole = wholeTensor(*manifest, old, slot);
     if (!whole)
       return whole.takeError();
-    checkpoint.tensors[slot.roleName().str() + ":" + slot.key] =
+    checkpoint.tensors[slot.stateName()] =
         slot.fullShape.empty() ? std::move(*whole) : partOf(slot, *whole, rank);
   }
   return checkpoint;

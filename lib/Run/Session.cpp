@@ -209,10 +209,10 @@ private:
 class HostState : public State {
 public:
   void write(const TensorSlot &slot, const Bytes &bytes) override {
-    tensors[(slot.roleName() + ":" + slot.key).str()] = bytes;
+    tensors[slot.stateName()] = bytes;
   }
   Bytes read(const TensorSlot &slot) const override {
-    return tensors.at((slot.roleName() + ":" + slot.key).str());
+    return tensors.at(slot.stateName());
   }
   std::map<std::string, Bytes> tensors;
 };
@@ -610,8 +610,7 @@ void Session::restore(const Checkpoint &checkpoint) {
   assert(state && "start the session first");
   for (const TensorSlot &slot : layout.arguments)
     if (isState(slot))
-      state->write(slot, checkpoint.tensors.at(
-                             (slot.roleName() + ":" + slot.key).str()));
+      state->write(slot, checkpoint.tensors.at(slot.stateName()));
 }
 
 /// Token ids as the slot holds them (i32 or i64).

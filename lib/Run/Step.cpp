@@ -140,12 +140,14 @@ StringRef mlir::train::getDtypeName(Type elementType) {
     return "bf16";
   if (elementType.isF16())
     return "f16";
-  for (unsigned width : {64u, 32u, 8u, 1u})
-    if (elementType.isInteger(width))
-      return width == 64   ? "i64"
-             : width == 32 ? "i32"
-             : width == 8  ? "i8"
-                           : "i1";
+  if (elementType.isInteger(64))
+    return "i64";
+  if (elementType.isInteger(32))
+    return "i32";
+  if (elementType.isInteger(8))
+    return "i8";
+  if (elementType.isInteger(1))
+    return "i1";
   return "unknown";
 }
 
@@ -235,9 +237,10 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
       slot.fullShape.assign(full.asArrayRef().begin(), full.asArrayRef().end());
     slot.elementType = elementType.getValue();
     // What the tensor is: its marker, the first of these it has.
-    for (auto [name, role] : {std::pair{"param", SlotRole::param},
-                              std::pair{"input", SlotRole::input},
-                              std::pair{"grad", SlotRole::grad}}) {
+    for (auto [markerName, role] : {std::pair{kParamAttrName, SlotRole::param},
+                                    std::pair{kInputAttrName, SlotRole::input},
+                                    std::pair{kGradAttrName, SlotRole::grad}}) {
+      StringRef name = getSlotEntryName(markerName);
       Attribute marker = dict.get(name);
       if (!marker || slot.role != SlotRole::none)
         continue;
@@ -260,9 +263,12 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
              << index << " of '" << attrName << "': " << name
              << " is not a #train." << decltype(kind)::getMnemonic();
     };
-    FailureOr<StateAttr> state = typed("optimizer_state", StateAttr());
-    FailureOr<InitAttr> init = typed("init", InitAttr());
-    FailureOr<SpaceAttr> space = typed("memory_space", SpaceAttr());
+    FailureOr<StateAttr> state =
+        typed(getSlotEntryName(kOptimizerStateAttrName), StateAttr());
+    FailureOr<InitAttr> init =
+        typed(getSlotEntryName(kInitAttrName), InitAttr());
+    FailureOr<SpaceAttr> space =
+        typed(getSlotEntryName(kMemorySpaceAttrName), SpaceAttr());
     if (failed(state) || failed(init) || failed(space))
       return failure();
     slot.host = *space && space->getSpace() == MemorySpace::host;
@@ -278,9 +284,11 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
       slot.init = init->getKind();
       slot.initStd = init->getStd().convertToDouble();
     }
-    if (slot.role == SlotRole::none && dict.get("loss"))
+    if (slot.role == SlotRole::none &&
+        dict.get(getSlotEntryName(kLossAttrName)))
       slot.role = SlotRole::loss;
-    if (slot.role == SlotRole::none && dict.get("grad_norm"))
+    if (slot.role == SlotRole::none &&
+        dict.get(getSlotEntryName(kGradNormAttrName)))
       slot.role = SlotRole::gradNorm;
     slots.push_back(slot);
   }

@@ -80,6 +80,8 @@ struct TensorSlot {
   int64_t numElements() const;
   StringRef roleName() const { return getSlotRoleName(role); }
   StringRef dtypeName() const { return getDtypeName(elementType); }
+  /// "role:key": a state tensor's name in a checkpoint.
+  std::string stateName() const { return (roleName() + ":" + key).str(); }
 };
 
 struct StepLayout {

@@ -227,7 +227,7 @@ DictionaryAttr describeSlot(Value value, DictionaryAttr attrs,
   if (attrs)
     for (StringRef name : kSlotMarkers)
       if (Attribute typed = attrs.get(name))
-        entry.append(name.drop_front(strlen("train.")), typed);
+        entry.append(getSlotEntryName(name), typed);
   entry.append("offset",
                builder.getI64IntegerAttr(static_cast<int64_t>(
                    plan.getOffset(buffer - memory.getBuffers().data()))));
@@ -242,7 +242,7 @@ DictionaryAttr describeSlot(Value value, DictionaryAttr attrs,
   entry.append("element_type", TypeAttr::get(type.getElementType()));
   // A tensor in host memory: its offset is in the host arena.
   if (buffer->host)
-    entry.append(kMemorySpaceAttrName.drop_front(strlen("train.")),
+    entry.append(getSlotEntryName(kMemorySpaceAttrName),
                  SpaceAttr::get(context, MemorySpace::host));
   return entry.getDictionary(context);
 }

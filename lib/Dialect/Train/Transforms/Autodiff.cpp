@@ -271,23 +271,14 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
   builder.createBlock(&block.getBody());
   YieldOp::create(builder, func.getLoc());
   SmallVector<Value> results{loss};
-  SmallVector<NamedAttribute> resultAttrs{
-      builder.getNamedAttr(kLossAttrName, builder.getUnitAttr())};
+  SmallVector<DictionaryAttr> resultAttrs{builder.getDictionaryAttr(
+      builder.getNamedAttr(kLossAttrName, builder.getUnitAttr()))};
   for (auto [param, grad] : llvm::zip(params, paramGrads)) {
     results.push_back(grad);
-    resultAttrs.push_back(builder.getNamedAttr(
-        kGradAttrName, builder.getStringAttr(param.name)));
+    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        kGradAttrName, builder.getStringAttr(param.name))));
   }
-  ret.getOperandsMutable().assign(results);
-  SmallVector<Type> resultTypes;
-  for (Value value : results)
-    resultTypes.push_back(value.getType());
-  func.setFunctionType(
-      FunctionType::get(context, func.getArgumentTypes(), resultTypes));
-  SmallVector<DictionaryAttr> resultDicts;
-  for (NamedAttribute attr : resultAttrs)
-    resultDicts.push_back(builder.getDictionaryAttr(attr));
-  func.setAllResultAttrs(resultDicts);
+  setStepResults(func, results, resultAttrs);
 
   // Gradients of data arguments (and whatever only they needed) are dead.
   eraseDeadBackwardOps(func);

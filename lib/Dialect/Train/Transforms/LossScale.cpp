@@ -113,14 +113,9 @@ struct TrainLossScalePass
   UnscaleGradientsOp unscaleInBlock(BlockOp optimizer, ArrayRef<Value> grads,
                                     Value state) {
     OpBuilder builder = OpBuilder::atBlockBegin(&optimizer.getBody().front());
-    SmallVector<Type> unscaledTypes;
-    for (Value grad : grads)
-      unscaledTypes.push_back(RankedTensorType::get(
-          cast<RankedTensorType>(grad.getType()).getShape(),
-          builder.getF32Type()));
     auto unscale = UnscaleGradientsOp::create(
-        builder, optimizer.getLoc(), unscaledTypes, state.getType(), grads,
-        state, /*squared_norm=*/Value(), builder.getF64FloatAttr(initial),
+        builder, optimizer.getLoc(), grads, state, /*squared_norm=*/Value(),
+        builder.getF64FloatAttr(initial),
         builder.getI64IntegerAttr(growthInterval));
     for (auto [gradValue, unscaled] : llvm::zip(grads, unscale.getUnscaled())) {
       Value grad = gradValue;
@@ -136,12 +131,9 @@ struct TrainLossScalePass
   static void rebuildClips(ArrayRef<ClipGradNormOp> clips) {
     for (ClipGradNormOp clip : clips) {
       OpBuilder builder(clip);
-      SmallVector<Type> types;
-      for (Value grad : clip.getGrads())
-        types.push_back(grad.getType());
-      auto rebuilt = ClipGradNormOp::create(
-          builder, clip.getLoc(), types, clip.getNorm().getType(),
-          clip.getGrads(), clip.getSquaredNorm(), clip.getMaxNormAttr());
+      auto rebuilt =
+          ClipGradNormOp::create(builder, clip.getLoc(), clip.getGrads(),
+                                 clip.getSquaredNorm(), clip.getMaxNormAttr());
       rebuilt->setAttrs(clip->getAttrs());
       clip.replaceAllUsesWith(rebuilt.getResults());
       clip.erase();
@@ -155,16 +147,11 @@ struct TrainLossScalePass
     auto ret = cast<func::ReturnOp>(func.front().getTerminator());
     SmallVector<Value> results(ret.getOperands());
     results.push_back(newState);
-    ret.getOperandsMutable().assign(results);
-    SmallVector<Type> resultTypes(func.getResultTypes());
-    resultTypes.push_back(newState.getType());
     SmallVector<DictionaryAttr> resultAttrs;
     func.getAllResultAttrs(resultAttrs);
     resultAttrs.push_back(builder.getDictionaryAttr(
         builder.getNamedAttr(kOptimizerStateAttrName, stateAttr)));
-    func.setFunctionType(FunctionType::get(
-        func.getContext(), func.getArgumentTypes(), resultTypes));
-    func.setAllResultAttrs(resultAttrs);
+    setStepResults(func, results, resultAttrs);
     exportEscapingValues(func);
   }
 

@@ -108,7 +108,6 @@ private:
   void update(const ParamInfo &param, Value grad, const StateIndices &indices,
               Value lr);
   void give(Value value, StringRef attrName, Attribute attrValue);
-  void setResults();
   StateAttr stateAttr(const ParamInfo &param, StateKind kind) const {
     return StateAttr::get(context, param.name, kind);
   }
@@ -133,7 +132,7 @@ private:
   SmallVector<StateIndices> stateIndices;
   /// The step's new results and their markers.
   SmallVector<Value> results;
-  SmallVector<NamedAttribute> resultAttrs;
+  SmallVector<DictionaryAttr> resultAttrs;
 };
 } // namespace
 
@@ -289,7 +288,8 @@ Value OptimizerAppender::learningRate(Location loc) {
 void OptimizerAppender::give(Value value, StringRef attrName,
                              Attribute attrValue) {
   results.push_back(value);
-  resultAttrs.push_back(builder.getNamedAttr(attrName, attrValue));
+  resultAttrs.push_back(
+      builder.getDictionaryAttr(builder.getNamedAttr(attrName, attrValue)));
 }
 
 /// One parameter's update (of its master where it has one, whose 16-bit
@@ -336,20 +336,6 @@ void OptimizerAppender::update(const ParamInfo &param, Value grad,
          stateAttr(param, StateKind::momentum));
 }
 
-/// The step returns `results`, marked by `resultAttrs`.
-void OptimizerAppender::setResults() {
-  ret.getOperandsMutable().assign(results);
-  SmallVector<Type> resultTypes;
-  for (Value value : results)
-    resultTypes.push_back(value.getType());
-  func.setFunctionType(
-      FunctionType::get(context, func.getArgumentTypes(), resultTypes));
-  SmallVector<DictionaryAttr> resultDicts;
-  for (NamedAttribute attr : resultAttrs)
-    resultDicts.push_back(builder.getDictionaryAttr(attr));
-  func.setAllResultAttrs(resultDicts);
-}
-
 LogicalResult OptimizerAppender::run() {
   if (func.isExternal())
     return func.emitError(passName) << ": the step has no body";
@@ -367,11 +353,8 @@ LogicalResult OptimizerAppender::run() {
   Value lr = learningRate(loc);
   Value norm;
   if (o.clipNorm > 0.0) {
-    SmallVector<Type> types;
-    for (Value grad : paramGrads)
-      types.push_back(grad.getType());
-    auto clip = ClipGradNormOp::create(builder, loc, types, f32Scalar,
-                                       paramGrads, /*squared_norm=*/Value(),
+    auto clip = ClipGradNormOp::create(builder, loc, paramGrads,
+                                       /*squared_norm=*/Value(),
                                        builder.getF64FloatAttr(o.clipNorm));
     paramGrads.assign(clip.getClipped().begin(), clip.getClipped().end());
     norm = clip.getNorm();
@@ -381,7 +364,7 @@ LogicalResult OptimizerAppender::run() {
     update(param, grad, indices, lr);
   if (norm)
     give(norm, kGradNormAttrName, builder.getUnitAttr());
-  setResults();
+  setStepResults(func, results, resultAttrs);
   // Results the block had before (gradients it yielded) are dead now; the
   // update's values become its results.
   pruneUnusedResults(block.getOperation());

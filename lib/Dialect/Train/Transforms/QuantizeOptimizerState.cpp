@@ -320,13 +320,11 @@ struct TrainQuantizeOptimizerStatePass
     MLIRContext *ctx = func.getContext();
     auto ret = cast<func::ReturnOp>(func.front().getTerminator());
     SmallVector<Value> results;
-    SmallVector<Type> resultTypes;
     SmallVector<DictionaryAttr> resultAttrs;
     for (auto [r, operand] : llvm::enumerate(ret.getOperands())) {
       auto it = q.stateOfResult.find(resolveRegionResult(operand));
       if (it == q.stateOfResult.end()) {
         results.push_back(operand);
-        resultTypes.push_back(operand.getType());
         resultAttrs.push_back(func.getResultAttrDict(r));
         continue;
       }
@@ -338,14 +336,11 @@ struct TrainQuantizeOptimizerStatePass
             std::tuple{state.newAbsmax, StatePart::absmax,
                        state.absmaxShardOf}}) {
         results.push_back(value);
-        resultTypes.push_back(value.getType());
         resultAttrs.push_back(stateAttrs(
             ctx, state.state.withPart(part, map, block), shardOf, state.space));
       }
     }
-    ret->setOperands(results);
-    func.setType(FunctionType::get(ctx, func.getArgumentTypes(), resultTypes));
-    func.setAllResultAttrs(resultAttrs);
+    setStepResults(func, results, resultAttrs);
     exportEscapingValues(func);
     pruneUnusedResults(func);
   }

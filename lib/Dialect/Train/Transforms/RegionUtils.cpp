@@ -115,6 +115,17 @@ void mlir::train::pruneUnusedResults(Operation *regionOp) {
   regionOp->erase();
 }
 
+void mlir::train::setStepResults(func::FuncOp func, ArrayRef<Value> results,
+                                 ArrayRef<DictionaryAttr> resultAttrs) {
+  assert(results.size() == resultAttrs.size() && "one marker per result");
+  auto ret = cast<func::ReturnOp>(func.front().getTerminator());
+  ret.getOperandsMutable().assign(results);
+  func.setFunctionType(FunctionType::get(func.getContext(),
+                                         func.getArgumentTypes(),
+                                         ValueRange(results).getTypes()));
+  func.setAllResultAttrs(resultAttrs);
+}
+
 void mlir::train::pruneUnusedResults(func::FuncOp func) {
   forEachOutermostRegionOp(func.front(),
                            [](Operation *op) { pruneUnusedResults(op); });

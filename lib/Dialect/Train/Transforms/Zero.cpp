@@ -12,7 +12,6 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
-#include "trainmem/Support/ExactSum.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
@@ -396,9 +395,7 @@ void retypeRegionResults(Block &block) {
 /// (integer words: the same whatever the shards, ranks or order).
 Value ranksSquaredNorm(OpBuilder &builder, Location loc, StringAttr grid,
                        ValueRange shards) {
-  auto exactSum =
-      RankedTensorType::get({trainmem::kExactSumWords}, builder.getI64Type());
-  auto local = SquaredNormOp::create(builder, loc, exactSum, shards);
+  auto local = SquaredNormOp::create(builder, loc, shards);
   return shard::AllReduceOp::create(
              builder, loc, local.getResult(), grid.getValue(),
              ArrayRef<shard::GridAxis>{0}, shard::ReductionKind::Sum)
@@ -938,14 +935,8 @@ LogicalResult OptimizerSharding::shardUnscale() {
       shardsOf(old.getGrads(), old, "unscales");
   if (failed(shards))
     return failure();
-  SmallVector<Type> unscaledTypes;
-  for (Value shardValue : *shards)
-    unscaledTypes.push_back(RankedTensorType::get(
-        cast<RankedTensorType>(shardValue.getType()).getShape(),
-        builder.getF32Type()));
   auto sharded = UnscaleGradientsOp::create(
-      builder, old.getLoc(), unscaledTypes, old.getNewState().getType(),
-      *shards, old.getState(),
+      builder, old.getLoc(), *shards, old.getState(),
       ranksSquaredNorm(builder, old.getLoc(), grid, *shards),
       old.getInitialAttr(), old.getGrowthIntervalAttr());
   sharded->setDiscardableAttrs(old->getDiscardableAttrDictionary());
@@ -974,13 +965,9 @@ LogicalResult OptimizerSharding::shardClip() {
       shardsOf(clip.getGrads(), clip, "clips");
   if (failed(shards))
     return failure();
-  SmallVector<Type> shardTypes;
-  for (Value shardValue : *shards)
-    shardTypes.push_back(shardValue.getType());
-  auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
   Value global = ranksSquaredNorm(builder, loc, grid, *shards);
-  auto sharded = ClipGradNormOp::create(builder, loc, shardTypes, f32Scalar,
-                                        *shards, global, clip.getMaxNormAttr());
+  auto sharded = ClipGradNormOp::create(builder, loc, *shards, global,
+                                        clip.getMaxNormAttr());
   for (auto [old, clipped] : llvm::zip(clip.getClipped(), sharded.getClipped()))
     old.replaceAllUsesWith(clipped);
   clip.getNorm().replaceAllUsesWith(sharded.getNorm());

@@ -39,6 +39,12 @@ constexpr llvm::StringLiteral kLossAttrName = "train.loss";
 constexpr llvm::StringLiteral kGradAttrName = "train.grad";
 /// On a training step's result: the global gradient norm before clipping.
 constexpr llvm::StringLiteral kGradNormAttrName = "train.grad_norm";
+/// The name of a step marker (train.param, ...) in a lowered step's slot
+/// entry (tmrt.arguments, tmrt.results): without the dialect's prefix.
+inline llvm::StringRef getSlotEntryName(llvm::StringRef markerName) {
+  return markerName.drop_front(llvm::StringRef("train.").size());
+}
+
 /// On a function: a unit attribute marking the training step train-autodiff
 /// built, whatever its name (option step-name).
 constexpr llvm::StringLiteral kStepAttrName = "train.step";

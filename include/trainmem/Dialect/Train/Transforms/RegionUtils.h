@@ -27,6 +27,12 @@ void exportEscapingValues(Operation *regionOp);
 /// level and in the bodies of its micro-batch loops.
 void exportEscapingValues(func::FuncOp func);
 
+/// Makes `func` return `results`, marked by `resultAttrs` (one dictionary
+/// per result): the return's operands, the function type and the result
+/// attributes at once.
+void setStepResults(func::FuncOp func, ArrayRef<Value> results,
+                    ArrayRef<DictionaryAttr> resultAttrs);
+
 /// Removes the results nobody reads from every block and remat in `func`
 /// (in micro-batch loop bodies too).
 void pruneUnusedResults(func::FuncOp func);

@@ -496,24 +496,18 @@ uint64_t FunctionMemory::getHostBytes() const {
   return bytes;
 }
 
-/// Host memory: buffers of arguments marked #train.space<host> (the
-/// optimizer state train-offload-optimizer moved) and of the results of
-/// updates that run there. An update that runs on the device with host
-/// state holds a device copy of its state while it runs (a staging
-/// buffer): the state comes in before it and goes back after the last
-/// device op that reads what it updated in place (the cast of the
-/// refreshed 16-bit weight from the master), which reads the copy too.
-void FunctionMemory::placeInMemory() {
+static bool runsOnHost(Operation *op) {
+  auto space = op->getAttrOfType<SpaceAttr>(kMemorySpaceAttrName);
+  return space && space.getSpace() == MemorySpace::host;
+}
+
+bool FunctionMemory::markHostBuffers() {
   auto isHostArg = [&](Value value) {
     auto arg = dyn_cast<BlockArgument>(value);
     if (!arg || arg.getOwner()->getParentOp() != func)
       return false;
     auto space = func.getArgAttrOfType<SpaceAttr>(arg.getArgNumber(),
                                                   kMemorySpaceAttrName);
-    return space && space.getSpace() == MemorySpace::host;
-  };
-  auto runsOnHost = [](Operation *op) {
-    auto space = op->getAttrOfType<SpaceAttr>(kMemorySpaceAttrName);
     return space && space.getSpace() == MemorySpace::host;
   };
   bool any = false;
@@ -525,30 +519,95 @@ void FunctionMemory::placeInMemory() {
       any = true;
     }
   }
-  if (!any)
+  return any;
+}
+
+/// An update on the host: the gradient goes there, the new parameter comes
+/// back (its device copy: a 16-bit weight where the step casts one from
+/// it).
+void FunctionMemory::countHostUpdate(OptimizerUpdateOpInterface update) {
+  Operation *op = update.getOperation();
+  if (const Buffer *grad = lookupBuffer(update.getGradient()))
+    hostDeviceBytes =
+        add(hostDeviceBytes, grad->bytes, op, "host-device bytes");
+  Value newParam = update.getNewParamValue();
+  uint64_t back = 0;
+  for (Operation *user : newParam.getUsers())
+    if (isa<CastOp>(user) && user->getNumResults() == 1)
+      if (const Buffer *cast = lookupBuffer(user->getResult(0)))
+        back = std::max(back, cast->bytes);
+  if (back == 0)
+    if (const Buffer *param = lookupBuffer(newParam))
+      back = param->bytes;
+  hostDeviceBytes = add(hostDeviceBytes, back, op, "host-device bytes");
+}
+
+/// The device copy of a host operand of an update that runs on the device:
+/// it lives from the update to the last device op after it that reads the
+/// update's in-place results (through the yields of the regions around
+/// it); those ops read the copy.
+Buffer FunctionMemory::stageHostOperand(OpOperand &operand,
+                                        const Buffer &buffer,
+                                        unsigned bufferIndex) {
+  Operation *op = operand.getOwner();
+  unsigned point = getPoint(op);
+  Buffer copy = buffer;
+  copy.host = false;
+  // Counted with the temporaries (the most live at once).
+  copy.category = MemoryCategory::Temporaries;
+  copy.firstPoint = copy.lastPoint = point;
+  unsigned index = staging.size();
+  Operation *last = op;
+  SmallVector<Value> values;
+  for (Value result : op->getResults())
+    if (lookupBuffer(result) == &buffer)
+      values.push_back(result);
+  while (!values.empty()) {
+    Value value = values.pop_back_val();
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (isa<YieldOp>(user)) {
+        Operation *parent = user->getParentOp();
+        if (parent && use.getOperandNumber() < parent->getNumResults())
+          values.push_back(parent->getResult(use.getOperandNumber()));
+        continue;
+      }
+      // The step's return hands the state back where it lives.
+      if (user->hasTrait<OpTrait::IsTerminator>() || !pointOf.count(user) ||
+          runsOnHost(user) || getPoint(user) <= point)
+        continue;
+      auto &readers = stagingReaders[user];
+      if (llvm::is_contained(readers, index))
+        continue;
+      readers.push_back(index);
+      if (getPoint(user) > copy.lastPoint) {
+        copy.lastPoint = getPoint(user);
+        last = user;
+      }
+    }
+  }
+  stagingIndex[{op, operand.getOperandNumber()}] = index;
+  staging.push_back({op, operand.getOperandNumber(), bufferIndex, last});
+  return copy;
+}
+
+/// Host memory: buffers of arguments marked #train.space<host> (the
+/// optimizer state train-offload-optimizer moved) and of the results of
+/// updates that run there. An update that runs on the device with host
+/// state holds a device copy of its state while it runs (a staging
+/// buffer): the state comes in before it and goes back after the last
+/// device op that reads what it updated in place (the cast of the
+/// refreshed 16-bit weight from the master), which reads the copy too.
+void FunctionMemory::placeInMemory() {
+  if (!markHostBuffers())
     return;
   std::vector<Buffer> copies;
   for (Operation *op : schedule) {
     auto update = dyn_cast<OptimizerUpdateOpInterface>(op);
     if (!update)
       continue;
-    unsigned point = getPoint(op);
     if (runsOnHost(op)) {
-      // The gradient goes to the host, the new parameter comes back (its
-      // device copy: a 16-bit weight where the step casts one from it).
-      if (const Buffer *grad = lookupBuffer(update.getGradient()))
-        hostDeviceBytes =
-            add(hostDeviceBytes, grad->bytes, op, "host-device bytes");
-      Value newParam = update.getNewParamValue();
-      uint64_t back = 0;
-      for (Operation *user : newParam.getUsers())
-        if (isa<CastOp>(user) && user->getNumResults() == 1)
-          if (const Buffer *cast = lookupBuffer(user->getResult(0)))
-            back = std::max(back, cast->bytes);
-      if (back == 0)
-        if (const Buffer *param = lookupBuffer(newParam))
-          back = param->bytes;
-      hostDeviceBytes = add(hostDeviceBytes, back, op, "host-device bytes");
+      countHostUpdate(update);
       continue;
     }
     // On the device with state on the host: each host operand comes in
@@ -559,48 +618,9 @@ void FunctionMemory::placeInMemory() {
         continue;
       hostDeviceBytes =
           add(hostDeviceBytes, 2 * buffer->bytes, op, "host-device bytes");
-      Buffer copy = *buffer;
-      copy.host = false;
-      // Counted with the temporaries (the most live at once).
-      copy.category = MemoryCategory::Temporaries;
-      copy.firstPoint = copy.lastPoint = point;
-      // The device ops after the update that read its in-place results
-      // (through the yields of the regions around it) read the copy.
-      unsigned index = staging.size();
-      Operation *last = op;
-      SmallVector<Value> values;
-      for (Value result : op->getResults())
-        if (lookupBuffer(result) == buffer)
-          values.push_back(result);
-      while (!values.empty()) {
-        Value value = values.pop_back_val();
-        for (OpOperand &use : value.getUses()) {
-          Operation *user = use.getOwner();
-          if (isa<YieldOp>(user)) {
-            Operation *parent = user->getParentOp();
-            if (parent && use.getOperandNumber() < parent->getNumResults())
-              values.push_back(parent->getResult(use.getOperandNumber()));
-            continue;
-          }
-          // The step's return hands the state back where it lives.
-          if (user->hasTrait<OpTrait::IsTerminator>() || !pointOf.count(user) ||
-              runsOnHost(user) || getPoint(user) <= point)
-            continue;
-          auto &readers = stagingReaders[user];
-          if (llvm::is_contained(readers, index))
-            continue;
-          readers.push_back(index);
-          if (getPoint(user) > copy.lastPoint) {
-            copy.lastPoint = getPoint(user);
-            last = user;
-          }
-        }
-      }
-      stagingIndex[{op, operand.getOperandNumber()}] = index;
-      staging.push_back({op, operand.getOperandNumber(),
-                         static_cast<unsigned>(buffers.size() + copies.size()),
-                         last});
-      copies.push_back(copy);
+      copies.push_back(stageHostOperand(
+          operand, *buffer,
+          static_cast<unsigned>(buffers.size() + copies.size())));
     }
   }
   buffers.insert(buffers.end(), copies.begin(), copies.end());

@@ -297,6 +297,187 @@ bool MemoryPlan::hasPlanInIR(Operation *func) {
   return func && func->hasAttr(kPlanArenaBytesAttrName);
 }
 
+namespace {
+
+/// Reads the arena plan train-plan-arena wrote into a step and checks it
+/// against the step's buffers: every tensor has an aligned offset, buffers
+/// that share one agree, and no two buffers live at once overlap.
+class PlanReader {
+public:
+  PlanReader(const FunctionMemory &memory, StringRef passName)
+      : memory(memory), passName(passName), buffers(memory.getBuffers()),
+        offsets(buffers.size(), -1) {}
+
+  /// Reads the offsets and checks them against arenas of these sizes.
+  LogicalResult read(uint64_t arenaBytes, uint64_t hostArenaBytes);
+  /// The offset the IR gives each buffer, -1 for none.
+  ArrayRef<int64_t> getOffsets() const { return offsets; }
+
+private:
+  InFlightDiagnostic stale(Location loc) {
+    return emitError(loc, passName) << ": ";
+  }
+  static constexpr const char *again =
+      "; the plan is older than the IR: run train-plan-arena after the last "
+      "transform";
+
+  LogicalResult record(Value value, int64_t offset, Location loc);
+  LogicalResult recordStaging(Operation *op);
+  LogicalResult recordResults(Operation *op);
+  LogicalResult readOffsets();
+  LogicalResult checkArena(bool host, uint64_t arenaBytes);
+
+  const FunctionMemory &memory;
+  StringRef passName;
+  ArrayRef<Buffer> buffers;
+  /// The offset the IR gives each buffer, -1 until one is read.
+  std::vector<int64_t> offsets;
+};
+
+} // namespace
+
+/// Records the offset the IR gives a tensor value for its buffer.
+LogicalResult PlanReader::record(Value value, int64_t offset, Location loc) {
+  const Buffer *buffer = memory.lookupBuffer(value);
+  if (!buffer)
+    return success();
+  if (offset < 0)
+    return stale(loc) << "a tensor has no planned offset" << again;
+  if (offset % 64 != 0)
+    return stale(loc) << "offset " << offset << " is not 64-byte aligned";
+  int64_t &known = offsets[buffer - buffers.data()];
+  if (known >= 0 && known != offset)
+    return stale(loc) << "offset " << offset << " differs from " << known
+                      << ", the offset of the buffer it shares" << again;
+  known = offset;
+  return success();
+}
+
+/// Staging copies: one buffer each, named by its update and operand.
+LogicalResult PlanReader::recordStaging(Operation *op) {
+  auto written =
+      op->getAttrOfType<DenseI64ArrayAttr>(kPlanStagingOffsetsAttrName);
+  bool complete =
+      written && written.size() == static_cast<int64_t>(op->getNumOperands());
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    const FunctionMemory::Staging *copy = memory.lookupStaging(op, i);
+    int64_t offset = complete ? written[i] : -1;
+    if (!copy && offset >= 0)
+      return stale(op->getLoc())
+             << "operand " << i << " has a staging offset but no staging copy"
+             << again;
+    if (!copy)
+      continue;
+    if (offset < 0)
+      return stale(op->getLoc())
+             << "operand " << i
+             << " (host memory) has no planned staging offset" << again;
+    if (offset % 64 != 0)
+      return stale(op->getLoc())
+             << "staging offset " << offset << " is not 64-byte aligned";
+    offsets[copy->buffer] = offset;
+  }
+  return success();
+}
+
+LogicalResult PlanReader::recordResults(Operation *op) {
+  if (op->getNumResults() == 0)
+    return success();
+  auto written = op->getAttrOfType<DenseI64ArrayAttr>(kPlanOffsetsAttrName);
+  bool complete =
+      written && written.size() == static_cast<int64_t>(op->getNumResults());
+  for (OpResult result : op->getResults()) {
+    if (!isa<RankedTensorType>(result.getType()))
+      continue;
+    int64_t offset = complete ? written[result.getResultNumber()] : -1;
+    if (failed(record(result, offset, op->getLoc())))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult PlanReader::readOffsets() {
+  func::FuncOp func = memory.getFunction();
+  for (BlockArgument argument : func.getArguments()) {
+    if (!isa<RankedTensorType>(argument.getType()))
+      continue;
+    auto offset = func.getArgAttrOfType<IntegerAttr>(argument.getArgNumber(),
+                                                     kPlanOffsetAttrName);
+    if (failed(record(argument, offset ? offset.getInt() : -1,
+                      func.getLoc())))
+      return failure();
+  }
+  WalkResult walk = func.walk([&](Operation *op) {
+    if (op == func.getOperation())
+      return WalkResult::advance();
+    if (failed(recordStaging(op)) || failed(recordResults(op)))
+      return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
+
+/// Every buffer of one arena lies inside it, and no two of them live at once
+/// share a byte: a sweep over program points with the live buffers ordered
+/// by offset.
+LogicalResult PlanReader::checkArena(bool host, uint64_t arenaBytes) {
+  func::FuncOp func = memory.getFunction();
+  const char *arenaName = host ? "host arena" : "arena";
+  std::vector<unsigned> order;
+  for (unsigned i = 0; i < buffers.size(); ++i) {
+    if (buffers[i].bytes == 0 || buffers[i].host != host)
+      continue;
+    if (offsets[i] < 0)
+      return stale(func.getLoc()) << "a buffer of @" << func.getSymName()
+                                  << " has no offset" << again;
+    if (static_cast<uint64_t>(offsets[i]) > arenaBytes ||
+        buffers[i].bytes > arenaBytes - offsets[i])
+      return stale(buffers[i].owner.getLoc())
+             << "a buffer of " << buffers[i].bytes << " B at offset "
+             << offsets[i] << " ends past the " << arenaName << " of "
+             << arenaBytes << " B";
+    order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
+    return buffers[a].firstPoint < buffers[b].firstPoint;
+  });
+  std::map<uint64_t, unsigned> live;      // offset -> buffer
+  std::multimap<unsigned, uint64_t> ends; // last point -> offset
+  for (unsigned index : order) {
+    const Buffer &buffer = buffers[index];
+    // Buffers whose last point is before this one's first are free.
+    while (!ends.empty() && ends.begin()->first < buffer.firstPoint) {
+      live.erase(ends.begin()->second);
+      ends.erase(ends.begin());
+    }
+    uint64_t begin = offsets[index], end = begin + buffer.bytes;
+    auto next = live.lower_bound(begin);
+    auto clash = [&](unsigned other) {
+      return stale(buffer.owner.getLoc())
+             << "its buffer [" << begin << ", " << end
+             << ") overlaps another live at the same time at ["
+             << offsets[other] << ", " << offsets[other] + buffers[other].bytes
+             << ")" << again;
+    };
+    if (next != live.end() && next->first < end)
+      return clash(next->second);
+    if (next != live.begin()) {
+      auto previous = std::prev(next);
+      if (previous->first + buffers[previous->second].bytes > begin)
+        return clash(previous->second);
+    }
+    live[begin] = index;
+    ends.emplace(buffer.lastPoint, begin);
+  }
+  return success();
+}
+
+LogicalResult PlanReader::read(uint64_t arenaBytes, uint64_t hostArenaBytes) {
+  return failure(failed(readOffsets()) ||
+                 failed(checkArena(false, arenaBytes)) ||
+                 failed(checkArena(true, hostArenaBytes)));
+}
+
 FailureOr<MemoryPlan> MemoryPlan::readFromIR(const FunctionMemory &memory,
                                              StringRef passName) {
   func::FuncOp func = memory.getFunction();
@@ -309,153 +490,13 @@ FailureOr<MemoryPlan> MemoryPlan::readFromIR(const FunctionMemory &memory,
   plan.arenaBytes = static_cast<uint64_t>(arena.getInt());
   if (auto host = func->getAttrOfType<IntegerAttr>(kPlanHostArenaBytesAttrName))
     plan.hostArenaBytes = static_cast<uint64_t>(host.getInt());
-  ArrayRef<Buffer> buffers = memory.getBuffers();
-  const Buffer *base = buffers.data();
-  std::vector<int64_t> offsets(buffers.size(), -1);
-  auto stale = [&](Location loc) {
-    return emitError(loc, passName) << ": ";
-  };
-  const char *again =
-      "; the plan is older than the IR: run train-plan-arena after the last "
-      "transform";
-
-  // The offset the IR gives each tensor value, and its buffer's.
-  auto record = [&](Value value, int64_t offset, Location loc) -> LogicalResult {
-    const Buffer *buffer = memory.lookupBuffer(value);
-    if (!buffer)
-      return success();
-    if (offset < 0)
-      return stale(loc) << "a tensor has no planned offset" << again;
-    if (offset % 64 != 0)
-      return stale(loc) << "offset " << offset
-                        << " is not 64-byte aligned";
-    int64_t &known = offsets[buffer - base];
-    if (known >= 0 && known != offset)
-      return stale(loc) << "offset " << offset << " differs from " << known
-                        << ", the offset of the buffer it shares" << again;
-    known = offset;
-    return success();
-  };
-  for (BlockArgument argument : func.getArguments()) {
-    if (!isa<RankedTensorType>(argument.getType()))
-      continue;
-    auto offset =
-        func.getArgAttrOfType<IntegerAttr>(argument.getArgNumber(),
-                                           kPlanOffsetAttrName);
-    if (failed(record(argument, offset ? offset.getInt() : -1,
-                      func.getLoc())))
-      return failure();
-  }
-  // Staging copies: one buffer each, named by its update and operand.
-  auto recordStaging = [&](Operation *op) -> LogicalResult {
-    auto written =
-        op->getAttrOfType<DenseI64ArrayAttr>(kPlanStagingOffsetsAttrName);
-    for (unsigned i = 0; i < op->getNumOperands(); ++i) {
-      const FunctionMemory::Staging *copy = memory.lookupStaging(op, i);
-      int64_t offset = written && written.size() ==
-                                      static_cast<int64_t>(op->getNumOperands())
-                           ? written[i]
-                           : -1;
-      if (!copy && offset >= 0)
-        return stale(op->getLoc())
-               << "operand " << i << " has a staging offset but no staging copy"
-               << again;
-      if (!copy)
-        continue;
-      if (offset < 0)
-        return stale(op->getLoc())
-               << "operand " << i
-               << " (host memory) has no planned staging offset" << again;
-      if (offset % 64 != 0)
-        return stale(op->getLoc())
-               << "staging offset " << offset << " is not 64-byte aligned";
-      offsets[copy->buffer] = offset;
-    }
-    return success();
-  };
-  WalkResult walk = func.walk([&](Operation *op) {
-    if (op == func.getOperation())
-      return WalkResult::advance();
-    if (failed(recordStaging(op)))
-      return WalkResult::interrupt();
-    if (op->getNumResults() == 0)
-      return WalkResult::advance();
-    auto resultOffsets = op->getAttrOfType<DenseI64ArrayAttr>(
-        kPlanOffsetsAttrName);
-    for (Value result : op->getResults()) {
-      if (!isa<RankedTensorType>(result.getType()))
-        continue;
-      int64_t offset = resultOffsets && resultOffsets.size() ==
-                                            static_cast<int64_t>(
-                                                op->getNumResults())
-                           ? resultOffsets[cast<OpResult>(result)
-                                               .getResultNumber()]
-                           : -1;
-      if (failed(record(result, offset, op->getLoc())))
-        return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  if (walk.wasInterrupted())
+  PlanReader reader(memory, passName);
+  if (failed(reader.read(plan.arenaBytes, plan.hostArenaBytes)))
     return failure();
-
-  // Inside its arena, and no two buffers of one arena live at once share a
-  // byte: a sweep over program points with the live buffers ordered by
-  // offset, per arena.
-  for (bool host : {false, true}) {
-    uint64_t arenaBytes = host ? plan.hostArenaBytes : plan.arenaBytes;
-    const char *arenaName = host ? "host arena" : "arena";
-    std::vector<unsigned> order;
-    for (unsigned i = 0; i < buffers.size(); ++i) {
-      if (buffers[i].bytes == 0 || buffers[i].host != host)
-        continue;
-      if (offsets[i] < 0)
-        return stale(func.getLoc()) << "a buffer of @" << func.getSymName()
-                                    << " has no offset" << again;
-      if (static_cast<uint64_t>(offsets[i]) > arenaBytes ||
-          buffers[i].bytes > arenaBytes - offsets[i])
-        return stale(buffers[i].owner.getLoc())
-               << "a buffer of " << buffers[i].bytes << " B at offset "
-               << offsets[i] << " ends past the " << arenaName << " of "
-               << arenaBytes << " B";
-      order.push_back(i);
-    }
-    std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
-      return buffers[a].firstPoint < buffers[b].firstPoint;
-    });
-    std::map<uint64_t, unsigned> live;      // offset -> buffer
-    std::multimap<unsigned, uint64_t> ends; // last point -> offset
-    for (unsigned index : order) {
-      const Buffer &buffer = buffers[index];
-      // Buffers whose last point is before this one's first are free.
-      while (!ends.empty() && ends.begin()->first < buffer.firstPoint) {
-        live.erase(ends.begin()->second);
-        ends.erase(ends.begin());
-      }
-      uint64_t begin = offsets[index], end = begin + buffer.bytes;
-      auto next = live.lower_bound(begin);
-      auto clash = [&](unsigned other) {
-        return stale(buffer.owner.getLoc())
-               << "its buffer [" << begin << ", " << end
-               << ") overlaps another live at the same time at ["
-               << offsets[other] << ", "
-               << offsets[other] + buffers[other].bytes << ")" << again;
-      };
-      if (next != live.end() && next->first < end)
-        return clash(next->second);
-      if (next != live.begin()) {
-        auto previous = std::prev(next);
-        if (previous->first + buffers[previous->second].bytes > begin)
-          return clash(previous->second);
-      }
-      live[begin] = index;
-      ends.emplace(buffer.lastPoint, begin);
-    }
-  }
   plan.alignment = 64;
   // A buffer of no bytes has no place; like the planner, put it at 0.
-  plan.offsets.reserve(offsets.size());
-  for (int64_t offset : offsets)
+  plan.offsets.reserve(reader.getOffsets().size());
+  for (int64_t offset : reader.getOffsets())
     plan.offsets.push_back(offset < 0 ? 0 : static_cast<uint64_t>(offset));
   return plan;
 }

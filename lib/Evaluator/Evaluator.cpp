@@ -1641,107 +1641,130 @@ private:
     return RefTensor::ofFloats({size}, std::move(out));
   }
 
-  LogicalResult step(Operation *op) {
-    auto gridOf = [&](auto collective) {
-      return SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
-          collective.getOperation(), collective.getGridAttr());
-    };
-    auto supported = [&](shard::ReductionKind kind) {
-      return kind == shard::ReductionKind::Sum ||
-             kind == shard::ReductionKind::Average;
-    };
-    if (auto allReduce = dyn_cast<shard::AllReduceOp>(op)) {
-      if (failed(checkGroup(op, gridOf(allReduce))) ||
-          !supported(allReduce.getReduction()))
-        return failed(checkGroup(op, gridOf(allReduce)))
-                   ? failure()
-                   : op->emitError("reference evaluator: only sum and "
-                                   "average reductions are simulated");
-      RefTensor reduced =
-          reduce(allReduce.getInput(), allReduce.getReduction());
-      for (Interpreter &rank : ranks)
-        rank.set(allReduce.getResult(), reduced);
-      return success();
-    }
-    if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op)) {
-      if (failed(checkGroup(op, gridOf(scatter))))
-        return failure();
-      if (!supported(scatter.getReduction()) ||
-          scatter.getScatterAxis().getZExtValue() != 0 ||
-          cast<RankedTensorType>(scatter.getInput().getType()).getRank() != 1)
-        return op->emitError("reference evaluator: simulates sum and average "
-                             "reduce-scatters of 1-D tensors");
-      RefTensor reduced = reduce(scatter.getInput(), scatter.getReduction());
-      int64_t size =
-          cast<RankedTensorType>(scatter.getResult().getType()).getDimSize(0);
-      for (auto [index, rank] : llvm::enumerate(ranks))
-        rank.set(scatter.getResult(), chunk(reduced, index, size));
-      return success();
-    }
-    if (auto slice = dyn_cast<shard::AllSliceOp>(op)) {
-      if (failed(checkGroup(op, gridOf(slice))))
-        return failure();
-      if (slice.getSliceAxis().getZExtValue() != 0 ||
-          cast<RankedTensorType>(slice.getInput().getType()).getRank() != 1)
-        return op->emitError("reference evaluator: simulates slices of 1-D "
+  template <typename CollectiveOp>
+  LogicalResult checkGroup(CollectiveOp collective) {
+    return checkGroup(collective.getOperation(),
+                      SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+                          collective.getOperation(), collective.getGridAttr()));
+  }
+
+  static bool isSimulated(shard::ReductionKind kind) {
+    return kind == shard::ReductionKind::Sum ||
+           kind == shard::ReductionKind::Average;
+  }
+
+  static bool isOneDimensional(Value value, APInt axis) {
+    return axis.getZExtValue() == 0 &&
+           cast<RankedTensorType>(value.getType()).getRank() == 1;
+  }
+
+  LogicalResult stepAllReduce(shard::AllReduceOp allReduce) {
+    if (failed(checkGroup(allReduce)))
+      return failure();
+    if (!isSimulated(allReduce.getReduction()))
+      return allReduce.emitError("reference evaluator: only sum and "
+                                 "average reductions are simulated");
+    RefTensor reduced = reduce(allReduce.getInput(), allReduce.getReduction());
+    for (Interpreter &rank : ranks)
+      rank.set(allReduce.getResult(), reduced);
+    return success();
+  }
+
+  LogicalResult stepReduceScatter(shard::ReduceScatterOp scatter) {
+    if (failed(checkGroup(scatter)))
+      return failure();
+    if (!isSimulated(scatter.getReduction()) ||
+        !isOneDimensional(scatter.getInput(), scatter.getScatterAxis()))
+      return scatter.emitError("reference evaluator: simulates sum and "
+                               "average reduce-scatters of 1-D tensors");
+    RefTensor reduced = reduce(scatter.getInput(), scatter.getReduction());
+    int64_t size =
+        cast<RankedTensorType>(scatter.getResult().getType()).getDimSize(0);
+    for (auto [index, rank] : llvm::enumerate(ranks))
+      rank.set(scatter.getResult(), chunk(reduced, index, size));
+    return success();
+  }
+
+  LogicalResult stepAllSlice(shard::AllSliceOp slice) {
+    if (failed(checkGroup(slice)))
+      return failure();
+    if (!isOneDimensional(slice.getInput(), slice.getSliceAxis()))
+      return slice.emitError("reference evaluator: simulates slices of 1-D "
                              "tensors");
-      int64_t size =
-          cast<RankedTensorType>(slice.getResult().getType()).getDimSize(0);
-      for (auto [index, rank] : llvm::enumerate(ranks))
-        rank.set(slice.getResult(),
-                 chunk(rank.get(slice.getInput()), index, size));
-      return success();
+    int64_t size =
+        cast<RankedTensorType>(slice.getResult().getType()).getDimSize(0);
+    for (auto [index, rank] : llvm::enumerate(ranks))
+      rank.set(slice.getResult(),
+               chunk(rank.get(slice.getInput()), index, size));
+    return success();
+  }
+
+  LogicalResult stepAllGather(shard::AllGatherOp gather) {
+    if (failed(checkGroup(gather)))
+      return failure();
+    if (!isOneDimensional(gather.getInput(), gather.getGatherAxis()))
+      return gather.emitError("reference evaluator: simulates gathers of 1-D "
+                              "tensors");
+    std::vector<float> all;
+    for (Interpreter &rank : ranks) {
+      const RefTensor &part = rank.get(gather.getInput());
+      all.insert(all.end(), part.floats.begin(), part.floats.end());
     }
-    if (auto gather = dyn_cast<shard::AllGatherOp>(op)) {
-      if (failed(checkGroup(op, gridOf(gather))))
+    RefTensor gathered =
+        RefTensor::ofFloats({static_cast<int64_t>(all.size())}, std::move(all));
+    for (Interpreter &rank : ranks)
+      rank.set(gather.getResult(), gathered);
+    return success();
+  }
+
+  /// A region holding collectives runs in lockstep inside.
+  LogicalResult stepRegion(TransparentRegionOpInterface region) {
+    Operation *op = region.getOperation();
+    if (failed(run(op->getRegion(0).front())))
+      return failure();
+    for (Interpreter &rank : ranks)
+      for (auto [result, value] :
+           llvm::zip(op->getResults(), region.getYieldedValues()))
+        rank.set(result, rank.get(value));
+    return success();
+  }
+
+  /// A micro-batch loop holding collectives: each micro-batch in lockstep.
+  LogicalResult stepAccumulate(AccumulateOp loop) {
+    std::vector<std::vector<RefTensor>> sums;
+    for (Interpreter &rank : ranks)
+      sums.push_back(rank.zeroSums(loop));
+    for (int64_t micro = 0; micro < loop.getStepsAttr().getInt(); ++micro) {
+      for (Interpreter &rank : ranks)
+        rank.bindMicroBatch(loop, micro);
+      if (failed(run(loop.getBody().front())))
         return failure();
-      if (gather.getGatherAxis().getZExtValue() != 0 ||
-          cast<RankedTensorType>(gather.getInput().getType()).getRank() != 1)
-        return op->emitError("reference evaluator: simulates gathers of 1-D "
-                             "tensors");
-      std::vector<float> all;
-      for (Interpreter &rank : ranks) {
-        const RefTensor &part = rank.get(gather.getInput());
-        all.insert(all.end(), part.floats.begin(), part.floats.end());
-      }
-      RefTensor gathered = RefTensor::ofFloats(
-          {static_cast<int64_t>(all.size())}, std::move(all));
-      for (Interpreter &rank : ranks)
-        rank.set(gather.getResult(), gathered);
-      return success();
-    }
-    // A region holding collectives runs in lockstep inside.
-    if (auto region = dyn_cast<TransparentRegionOpInterface>(op);
-        region && holdsCollective(op)) {
-      if (failed(run(op->getRegion(0).front())))
-        return failure();
-      for (Interpreter &rank : ranks)
-        for (auto [result, value] :
-             llvm::zip(op->getResults(), region.getYieldedValues()))
-          rank.set(result, rank.get(value));
-      return success();
-    }
-    // A micro-batch loop holding collectives: each micro-batch in lockstep.
-    if (auto loop = dyn_cast<AccumulateOp>(op); loop && holdsCollective(op)) {
-      std::vector<std::vector<RefTensor>> sums;
-      for (Interpreter &rank : ranks)
-        sums.push_back(rank.zeroSums(loop));
-      for (int64_t micro = 0; micro < loop.getStepsAttr().getInt(); ++micro) {
-        for (Interpreter &rank : ranks)
-          rank.bindMicroBatch(loop, micro);
-        if (failed(run(loop.getBody().front())))
-          return failure();
-        for (auto [rank, rankSums] : llvm::zip(ranks, sums))
-          rank.addYielded(loop, rankSums);
-      }
       for (auto [rank, rankSums] : llvm::zip(ranks, sums))
-        for (auto [result, sum] : llvm::zip(op->getResults(), rankSums))
-          rank.set(result, std::move(sum));
-      return success();
+        rank.addYielded(loop, rankSums);
     }
-    if (holdsCollective(op))
+    for (auto [rank, rankSums] : llvm::zip(ranks, sums))
+      for (auto [result, sum] : llvm::zip(loop->getResults(), rankSums))
+        rank.set(result, std::move(sum));
+    return success();
+  }
+
+  LogicalResult step(Operation *op) {
+    if (auto allReduce = dyn_cast<shard::AllReduceOp>(op))
+      return stepAllReduce(allReduce);
+    if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op))
+      return stepReduceScatter(scatter);
+    if (auto slice = dyn_cast<shard::AllSliceOp>(op))
+      return stepAllSlice(slice);
+    if (auto gather = dyn_cast<shard::AllGatherOp>(op))
+      return stepAllGather(gather);
+    if (holdsCollective(op)) {
+      if (auto region = dyn_cast<TransparentRegionOpInterface>(op))
+        return stepRegion(region);
+      if (auto loop = dyn_cast<AccumulateOp>(op))
+        return stepAccumulate(loop);
       return op->emitError("reference evaluator: collectives inside '")
              << op->getName() << "' are not simulated";
+    }
     for (Interpreter &rank : ranks)
       if (failed(rank.exec(op)))
         return failure();

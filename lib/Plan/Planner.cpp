@@ -135,11 +135,13 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
   return p + passesAfterRemat(c, ranks, unroll, withOffload);
 }
 
-/// Compiles the model at `layers` layers for `c` and measures it; false
-/// with the passes' diagnostics in `error`.
-/// Runs `pipeline` on `module`; false with the passes' errors in `error`.
-bool runPipeline(MLIRContext &context, ModuleOp module, StringRef pipeline,
-                 std::string &error) {
+llvm::Error planError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// Runs `pipeline` on `module`; the passes' errors as the error.
+llvm::Error runPipeline(MLIRContext &context, ModuleOp module,
+                        StringRef pipeline) {
   std::string diagnostics;
   llvm::raw_string_ostream diagnosticStream(diagnostics);
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
@@ -148,17 +150,13 @@ bool runPipeline(MLIRContext &context, ModuleOp module, StringRef pipeline,
     return success();
   });
   PassManager pm(&context);
-  if (failed(parsePassPipeline(pipeline, pm, diagnosticStream))) {
-    error = "bad pipeline '" + pipeline.str() + "': " + diagnostics;
-    return false;
-  }
+  if (failed(parsePassPipeline(pipeline, pm, diagnosticStream)))
+    return planError("bad pipeline '" + pipeline + "': " + diagnostics);
   if (failed(pm.run(module))) {
-    error = StringRef(diagnostics).trim().str();
-    if (error.empty())
-      error = "the pipeline failed";
-    return false;
+    StringRef error = StringRef(diagnostics).trim();
+    return planError(error.empty() ? "the pipeline failed" : error);
   }
-  return true;
+  return llvm::Error::success();
 }
 
 /// The compiled step of the last candidate measured without its offload,
@@ -169,57 +167,34 @@ struct CompiledSteps {
   std::map<std::string, OwningOpRef<ModuleOp>> steps;
 };
 
-/// Compiles the model at `layers` layers for `c` and measures it; false
-/// with the passes' diagnostics in `error`.
-bool measureAt(MLIRContext &context, const PlanRequest &request,
-               const PlanCandidate &c, int64_t layers, PlanMeasure &out,
-               std::string &error, CompiledSteps &cache) {
-  std::string baseKey =
-      measurePipeline(c, request.ranks, request.memoryBytes,
-                      /*withOffload=*/false) +
-      llvm::formatv("/{0}x{1}/{2}", c.microBatch, c.accumulation, layers).str();
-  OwningOpRef<ModuleOp> &base = cache.steps[baseKey];
-  if (!base) {
-    OwningOpRef<ModuleOp> module;
-    if (request.module) {
-      module = cast<ModuleOp>(request.module->clone());
-    } else {
-      ModelConfig config = request.model;
-      config.layers = layers;
-      config.batch = c.microBatch * c.accumulation;
-      std::string why;
-      if (!validateConfig(config, why)) {
-        error = why;
-        return false;
-      }
-      module = buildModel(&context, config);
-    }
-    if (!runPipeline(context, *module,
-                     measurePipeline(c, request.ranks, request.memoryBytes,
-                                     /*withOffload=*/false),
-                     error))
-      return false;
-    base = std::move(module);
+/// The model at `layers` layers for `c` (the request's module as it is, if
+/// it has one), compiled without its offload.
+llvm::Expected<OwningOpRef<ModuleOp>>
+compileWithoutOffload(MLIRContext &context, const PlanRequest &request,
+                      const PlanCandidate &c, int64_t layers) {
+  OwningOpRef<ModuleOp> module;
+  if (request.module) {
+    module = cast<ModuleOp>(request.module->clone());
+  } else {
+    ModelConfig config = request.model;
+    config.layers = layers;
+    config.batch = c.microBatch * c.accumulation;
+    std::string why;
+    if (!validateConfig(config, why))
+      return planError(why);
+    module = buildModel(&context, config);
   }
-  OwningOpRef<ModuleOp> module = cast<ModuleOp>(base->clone());
-  if (c.offload != PlanOffload::none &&
-      !runPipeline(context, *module,
-                   "train-offload-optimizer{what=" +
-                       stringifyPlanOffload(c.offload).str() + "}",
-                   error))
-    return false;
-  Operation *marked = findMarkedStep(*module, "trainmem-plan");
-  auto step = dyn_cast_or_null<func::FuncOp>(marked);
-  if (!step) {
-    error = "no training step after the pipeline";
-    return false;
-  }
-  MemoryAnalysis analysis(step);
-  const FunctionMemory &memory = analysis.getFunctions().front();
-  if (failed(memory.checkCounts("trainmem-plan"))) {
-    error = "a count overflows 64 bits";
-    return false;
-  }
+  if (llvm::Error error =
+          runPipeline(context, *module,
+                      measurePipeline(c, request.ranks, request.memoryBytes,
+                                      /*withOffload=*/false)))
+    return std::move(error);
+  return module;
+}
+
+/// What the planner keeps of a compiled step's memory analysis.
+PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory) {
+  PlanMeasure out;
   out.peak = memory.getPeakBytes();
   out.atPeak = memory.getAtPeak();
   // Each phase's most live bytes and its categories there.
@@ -263,7 +238,43 @@ bool measureAt(MLIRContext &context, const PlanRequest &request,
     out.bytesSent += traffic.bytes;
   out.hostBytes = memory.getHostBytes();
   out.hostDeviceBytes = memory.getHostDeviceBytes();
-  return true;
+  return out;
+}
+
+/// Compiles the model at `layers` layers for `c` and measures it; the
+/// passes' diagnostics as the error.
+llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
+                      const PlanCandidate &c, int64_t layers, PlanMeasure &out,
+                      CompiledSteps &cache) {
+  std::string baseKey =
+      measurePipeline(c, request.ranks, request.memoryBytes,
+                      /*withOffload=*/false) +
+      llvm::formatv("/{0}x{1}/{2}", c.microBatch, c.accumulation, layers).str();
+  OwningOpRef<ModuleOp> &base = cache.steps[baseKey];
+  if (!base) {
+    llvm::Expected<OwningOpRef<ModuleOp>> compiled =
+        compileWithoutOffload(context, request, c, layers);
+    if (!compiled)
+      return compiled.takeError();
+    base = std::move(*compiled);
+  }
+  OwningOpRef<ModuleOp> module = cast<ModuleOp>(base->clone());
+  if (c.offload != PlanOffload::none)
+    if (llvm::Error error =
+            runPipeline(context, *module,
+                        "train-offload-optimizer{what=" +
+                            stringifyPlanOffload(c.offload).str() + "}"))
+      return error;
+  Operation *marked = findMarkedStep(*module, "trainmem-plan");
+  auto step = dyn_cast_or_null<func::FuncOp>(marked);
+  if (!step)
+    return planError("no training step after the pipeline");
+  MemoryAnalysis analysis(step);
+  const FunctionMemory &memory = analysis.getFunctions().front();
+  if (failed(memory.checkCounts("trainmem-plan")))
+    return planError("a count overflows 64 bits");
+  out = measureStep(step, memory);
+  return llvm::Error::success();
 }
 
 /// a + (b - a) · t for counts measured at two layer counts, t layers past
@@ -395,10 +406,6 @@ std::string PlanCandidate::describe() const {
 
 /// The batch and sequence of a forward + loss module: its tokens input's
 /// shape.
-static llvm::Error planError(const Twine &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
-}
-
 static llvm::Error batchOfModule(ModuleOp module, int64_t &batch,
                                  int64_t &seq) {
   for (auto func : module.getOps<func::FuncOp>())
@@ -565,16 +572,54 @@ bool skipBudget(const PlanResult &result,
   return false;
 }
 
+/// Measures candidate `c` at the request's layer count: compiled whole, or
+/// extrapolated from three small layer counts where the model is linear in
+/// them.
+llvm::Error measureCandidate(MLIRContext &context, const PlanRequest &request,
+                             PlanCandidate &c, CompiledSteps &cache) {
+  int64_t layers = request.model.layers;
+  bool extrapolated = !request.exact && layers > kThirdLayers;
+  c.wholeModel = true;
+  if (!extrapolated || c.remat == PlanRemat::budget)
+    return measureAt(context, request, c, layers, c.measure, cache);
+  PlanMeasure a, b, d;
+  if (llvm::Error error =
+          measureAt(context, request, c, kFirstLayers, a, cache))
+    return error;
+  if (llvm::Error error =
+          measureAt(context, request, c, kSecondLayers, b, cache))
+    return error;
+  if (llvm::Error error =
+          measureAt(context, request, c, kThirdLayers, d, cache))
+    return error;
+  bool overflow = false;
+  if (linear(a, b, d)) {
+    c.measure = extrapolate(b, d, layers - kSecondLayers, overflow);
+    c.wholeModel = false;
+  } else if (layers > kWholeModelLayers) {
+    // Not linear at small counts, and too large to compile whole in the
+    // planner's time: extrapolated from the last two, said so
+    // (reduce-scatter buckets holding parts of several layers move a peak
+    // by a few percent).
+    c.measure = extrapolate(b, d, layers - kSecondLayers, overflow);
+    c.wholeModel = false;
+    c.approximate = true;
+  } else {
+    // Not linear at small counts (buckets holding parts of several layers,
+    // a peak that moves): the whole model.
+    return measureAt(context, request, c, layers, c.measure, cache);
+  }
+  if (overflow)
+    return planError("a count overflows 64 bits");
+  return llvm::Error::success();
+}
+
 /// Measures candidate `c` (its measure, throughput, fit and reason).
 void evaluate(MLIRContext &context, const PlanRequest &request,
               PlanCandidate &c, CompiledSteps &cache) {
   int64_t layers = request.model.layers;
-  bool extrapolated = !request.exact && layers > kThirdLayers;
-  PlanRemat remat = c.remat;
-  std::string error;
-  bool measured;
   // A budget plan depends on the whole model's bytes: measured whole.
-  if (remat == PlanRemat::budget && !request.module &&
+  if (c.remat == PlanRemat::budget && !request.module &&
       layers > kWholeModelLayers) {
     c.rejected = llvm::formatv("not compiled: a budget plan is made on the "
                                "whole model, and {0} layers are more than "
@@ -582,42 +627,8 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
                                layers, kWholeModelLayers);
     return;
   }
-  auto measureLayers = [&](int64_t n, PlanMeasure &out) {
-    return measureAt(context, request, c, n, out, error, cache);
-  };
-  c.wholeModel = true;
-  if (extrapolated && remat != PlanRemat::budget) {
-    PlanMeasure a, b, d;
-    measured = measureLayers(kFirstLayers, a) &&
-               measureLayers(kSecondLayers, b) &&
-               measureLayers(kThirdLayers, d);
-    bool overflow = false;
-    if (measured && linear(a, b, d)) {
-      c.measure = extrapolate(b, d, layers - kSecondLayers, overflow);
-      c.wholeModel = false;
-    } else if (measured && layers > kWholeModelLayers) {
-      // Not linear at small counts, and too large to compile whole
-      // in the planner's time: extrapolated from the last two,
-      // said so (reduce-scatter buckets holding parts of several
-      // layers move a peak by a few percent).
-      c.measure = extrapolate(b, d, layers - kSecondLayers, overflow);
-      c.wholeModel = false;
-      c.approximate = true;
-    } else if (measured) {
-      // Not linear at small counts (buckets holding parts of
-      // several layers, a peak that moves): the whole model.
-      measured =
-          measureAt(context, request, c, layers, c.measure, error, cache);
-    }
-    if (measured && overflow) {
-      measured = false;
-      error = "a count overflows 64 bits";
-    }
-  } else {
-    measured = measureAt(context, request, c, layers, c.measure, error, cache);
-  }
-  if (!measured) {
-    c.rejected = "not compiled: " + error;
+  if (llvm::Error error = measureCandidate(context, request, c, cache)) {
+    c.rejected = "not compiled: " + llvm::toString(std::move(error));
     return;
   }
   predictThroughput(c, request);
@@ -659,9 +670,11 @@ static bool fusesElementwise(MLIRContext &context, const PlanRequest &request) {
     return n;
   };
   int64_t before = countOps();
-  std::string error;
-  if (!runPipeline(context, *module, "train-fuse-elementwise", error))
+  if (llvm::Error error =
+          runPipeline(context, *module, "train-fuse-elementwise")) {
+    llvm::consumeError(std::move(error));
     return false;
+  }
   return countOps() != before;
 }
 

@@ -26,6 +26,8 @@
 namespace mlir {
 namespace train {
 
+class OptimizerUpdateOpInterface;
+
 enum class MemoryCategory : unsigned {
   Weights,
   Gradients,
@@ -192,6 +194,14 @@ private:
   void classifyActivation(Buffer &buffer, mlir::Operation *reader,
                           bool readByNorm);
   void classify();
+  /// Marks the buffers that live in host memory; whether there are any.
+  bool markHostBuffers();
+  /// The host-device traffic of an update that runs on the host.
+  void countHostUpdate(OptimizerUpdateOpInterface update);
+  /// The staging copy of `operand` (of `buffer`, in host memory) on the
+  /// device, to be buffer `bufferIndex`.
+  Buffer stageHostOperand(mlir::OpOperand &operand, const Buffer &buffer,
+                          unsigned bufferIndex);
   void placeInMemory();
   void computeLiveness();
   void summarize();

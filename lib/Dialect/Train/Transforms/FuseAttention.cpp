@@ -34,98 +34,132 @@ template <typename OpT> OpT definedOnlyFor(Value value, Operation *user) {
   return op;
 }
 
+/// The ops of an unfused attention, from the scores to the product with
+/// the values: qk = q·kᵀ, scale, softmax, an optional dropout, pv = p·v.
+struct AttentionChain {
+  MatmulOp qk;
+  ScaleOp scale;
+  SoftmaxOp softmax;
+  DropoutOp dropout;
+  MatmulOp pv;
+};
+
+/// Walks back from `pv` to the scores; fails (with the reason) when a link
+/// is missing or used by anything but the next link.
+FailureOr<AttentionChain> matchChain(MatmulOp pv, PatternRewriter &rewriter) {
+  if (pv.getTransposeLhs() || pv.getTransposeRhs())
+    return rewriter.notifyMatchFailure(pv, "p·v has a transpose");
+  AttentionChain chain;
+  chain.pv = pv;
+  Value probabilities = pv.getLhs();
+  chain.dropout = definedOnlyFor<DropoutOp>(probabilities, pv);
+  Operation *softmaxUser = pv;
+  if (chain.dropout) {
+    if (chain.dropout.getResult() != probabilities)
+      return rewriter.notifyMatchFailure(pv, "reads the dropout's mask");
+    probabilities = chain.dropout.getInput();
+    softmaxUser = chain.dropout;
+  }
+  chain.softmax = definedOnlyFor<SoftmaxOp>(probabilities, softmaxUser);
+  if (!chain.softmax)
+    return rewriter.notifyMatchFailure(pv, "no softmax before it");
+  chain.scale =
+      definedOnlyFor<ScaleOp>(chain.softmax.getInput(), chain.softmax);
+  if (!chain.scale)
+    return rewriter.notifyMatchFailure(pv, "no scale of the scores");
+  chain.qk = definedOnlyFor<MatmulOp>(chain.scale.getInput(), chain.scale);
+  if (!chain.qk || chain.qk.getTransposeLhs() || !chain.qk.getTransposeRhs())
+    return rewriter.notifyMatchFailure(pv, "scores are not q·kᵀ");
+  if (!(chain.scale.getFactor().convertToDouble() > 0.0))
+    return rewriter.notifyMatchFailure(pv, "scale is not positive");
+  return chain;
+}
+
+/// Whether q, k and v have heads train.attention takes: [B, H, S, D] all
+/// three, or grouped queries [B, KVH, G, S, D] against [B, KVH, 1, S', D].
+LogicalResult checkHeads(AttentionChain chain, PatternRewriter &rewriter) {
+  auto qType = cast<RankedTensorType>(chain.qk.getLhs().getType());
+  auto kType = cast<RankedTensorType>(chain.qk.getRhs().getType());
+  auto vType = cast<RankedTensorType>(chain.pv.getRhs().getType());
+  if (qType.getElementType() != kType.getElementType() ||
+      qType.getElementType() != vType.getElementType())
+    return rewriter.notifyMatchFailure(chain.pv, "mixed element types");
+  ArrayRef<int64_t> qs = qType.getShape(), ks = kType.getShape(),
+                    vs = vType.getShape();
+  if (qType.getRank() == 4) {
+    if (kType.getRank() != 4 || vType.getRank() != 4 ||
+        ks.take_front(2) != qs.take_front(2) ||
+        vs.take_front(2) != qs.take_front(2))
+      return rewriter.notifyMatchFailure(chain.pv, "heads do not line up");
+    return success();
+  }
+  if (qType.getRank() == 5) {
+    if (kType.getRank() != 5 || vType.getRank() != 5 || ks[2] != 1 ||
+        vs[2] != 1 || ks.take_front(2) != qs.take_front(2) ||
+        vs.take_front(2) != qs.take_front(2))
+      return rewriter.notifyMatchFailure(chain.pv, "not grouped-query heads");
+    return success();
+  }
+  return rewriter.notifyMatchFailure(chain.pv, "not rank 4 or 5");
+}
+
+/// A grouped-query operand [B, KVH, G, S, D] as heads [B, KVH * G, S, D].
+Value reshapeToHeads(PatternRewriter &rewriter, Location loc, Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getRank() == 4)
+    return value;
+  ArrayRef<int64_t> s = type.getShape();
+  auto heads = RankedTensorType::get({s[0], s[1] * s[2], s[3], s[4]},
+                                     type.getElementType());
+  return ReshapeOp::create(rewriter, loc, heads, value);
+}
+
+/// The model reads the output heads-last ([B, S, H, Dv]) through a
+/// transpose (after a reshape to heads, for grouped queries): the transpose
+/// when there is one.
+TransposeOp findHeadsLastTranspose(MatmulOp pv) {
+  auto outType = cast<RankedTensorType>(pv.getResult().getType());
+  Operation *user = pv->hasOneUse() ? *pv->getUsers().begin() : nullptr;
+  if (auto reshape = dyn_cast_or_null<ReshapeOp>(user);
+      reshape && outType.getRank() == 5 && reshape->hasOneUse() &&
+      cast<RankedTensorType>(reshape.getResult().getType()).getShape() ==
+          ArrayRef<int64_t>{outType.getDimSize(0),
+                            outType.getDimSize(1) * outType.getDimSize(2),
+                            outType.getDimSize(3), outType.getDimSize(4)})
+    user = *reshape->getUsers().begin();
+  if (auto transpose = dyn_cast_or_null<TransposeOp>(user))
+    if (transpose.getPermutation() == ArrayRef<int64_t>{0, 2, 1, 3})
+      return transpose;
+  return TransposeOp();
+}
+
 struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
   using OpRewritePattern::OpRewritePattern;
 
   LogicalResult matchAndRewrite(MatmulOp pv,
                                 PatternRewriter &rewriter) const override {
-    if (pv.getTransposeLhs() || pv.getTransposeRhs())
-      return rewriter.notifyMatchFailure(pv, "p·v has a transpose");
-    Value probabilities = pv.getLhs();
-    DropoutOp dropout = definedOnlyFor<DropoutOp>(probabilities, pv);
-    Operation *softmaxUser = pv;
-    if (dropout) {
-      if (dropout.getResult() != probabilities)
-        return rewriter.notifyMatchFailure(pv, "reads the dropout's mask");
-      probabilities = dropout.getInput();
-      softmaxUser = dropout;
-    }
-    auto softmax = definedOnlyFor<SoftmaxOp>(probabilities, softmaxUser);
-    if (!softmax)
-      return rewriter.notifyMatchFailure(pv, "no softmax before it");
-    auto scale = definedOnlyFor<ScaleOp>(softmax.getInput(), softmax);
-    if (!scale)
-      return rewriter.notifyMatchFailure(pv, "no scale of the scores");
-    auto qk = definedOnlyFor<MatmulOp>(scale.getInput(), scale);
-    if (!qk || qk.getTransposeLhs() || !qk.getTransposeRhs())
-      return rewriter.notifyMatchFailure(pv, "scores are not q·kᵀ");
-    double factor = scale.getFactor().convertToDouble();
-    if (!(factor > 0.0))
-      return rewriter.notifyMatchFailure(pv, "scale is not positive");
-
-    Value q = qk.getLhs(), k = qk.getRhs(), v = pv.getRhs();
-    auto qType = cast<RankedTensorType>(q.getType());
-    auto kType = cast<RankedTensorType>(k.getType());
-    auto vType = cast<RankedTensorType>(v.getType());
-    auto outType = cast<RankedTensorType>(pv.getResult().getType());
-    if (qType.getElementType() != kType.getElementType() ||
-        qType.getElementType() != vType.getElementType())
-      return rewriter.notifyMatchFailure(pv, "mixed element types");
+    FailureOr<AttentionChain> chain = matchChain(pv, rewriter);
+    if (failed(chain) || failed(checkHeads(*chain, rewriter)))
+      return failure();
     Location loc = pv.getLoc();
-    // [B, H, S, D] as it is; grouped queries [B, KVH, G, S, D] against
-    // [B, KVH, 1, S', D] reshaped to heads.
-    if (qType.getRank() == 4) {
-      if (kType.getRank() != 4 || vType.getRank() != 4 ||
-          kType.getShape().take_front(2) != qType.getShape().take_front(2) ||
-          vType.getShape().take_front(2) != qType.getShape().take_front(2))
-        return rewriter.notifyMatchFailure(pv, "heads do not line up");
-    } else if (qType.getRank() == 5) {
-      ArrayRef<int64_t> qs = qType.getShape(), ks = kType.getShape(),
-                        vs = vType.getShape();
-      if (kType.getRank() != 5 || vType.getRank() != 5 || ks[2] != 1 ||
-          vs[2] != 1 || ks.take_front(2) != qs.take_front(2) ||
-          vs.take_front(2) != qs.take_front(2))
-        return rewriter.notifyMatchFailure(pv, "not grouped-query heads");
-      auto heads = [&](RankedTensorType type, int64_t group) {
-        ArrayRef<int64_t> s = type.getShape();
-        return RankedTensorType::get({s[0], s[1] * group, s[3], s[4]},
-                                     type.getElementType());
-      };
-      q = ReshapeOp::create(rewriter, loc, heads(qType, qs[2]), q);
-      k = ReshapeOp::create(rewriter, loc, heads(kType, 1), k);
-      v = ReshapeOp::create(rewriter, loc, heads(vType, 1), v);
-    } else {
-      return rewriter.notifyMatchFailure(pv, "not rank 4 or 5");
-    }
-
-    // The model reads the output heads-last ([B, S, H, Dv]) through a
-    // transpose (after a reshape to heads, for grouped queries): the op
-    // writes that order itself, so the reshape after it is a view and the
-    // backward keeps no second copy of the output.
-    TransposeOp heads;
-    Operation *user = pv->hasOneUse() ? *pv->getUsers().begin() : nullptr;
-    if (auto reshape = dyn_cast_or_null<ReshapeOp>(user);
-        reshape && qType.getRank() == 5 && reshape->hasOneUse() &&
-        cast<RankedTensorType>(reshape.getResult().getType()).getShape() ==
-            ArrayRef<int64_t>{outType.getDimSize(0),
-                              outType.getDimSize(1) * outType.getDimSize(2),
-                              outType.getDimSize(3), outType.getDimSize(4)})
-      user = *reshape->getUsers().begin();
-    if (auto transpose = dyn_cast_or_null<TransposeOp>(user))
-      if (transpose.getPermutation() == ArrayRef<int64_t>{0, 2, 1, 3})
-        heads = transpose;
-
+    Value q = reshapeToHeads(rewriter, loc, chain->qk.getLhs());
+    Value k = reshapeToHeads(rewriter, loc, chain->qk.getRhs());
+    Value v = reshapeToHeads(rewriter, loc, pv.getRhs());
+    // When the model reads the output heads-last, the op writes that order
+    // itself, so the reshape after it is a view and the backward keeps no
+    // second copy of the output.
+    TransposeOp heads = findHeadsLastTranspose(pv);
+    DropoutOp dropout = chain->dropout;
     auto attention = AttentionOp::create(
         rewriter, loc, q, k, v, dropout ? dropout.getKey() : Value(),
-        dropout ? dropout.getPart() : Value(), scale.getFactorAttr(),
-        softmax.getCausalAttr(),
+        dropout ? dropout.getPart() : Value(), chain->scale.getFactorAttr(),
+        chain->softmax.getCausalAttr(),
         heads ? rewriter.getUnitAttr() : UnitAttr(),
         dropout ? dropout.getRateAttr() : rewriter.getF64FloatAttr(0.0),
         dropout ? dropout.getSeedAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getOffsetAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getFirstAttr() : rewriter.getI64IntegerAttr(0),
-        dropout ? dropout.getPartElementsAttr()
-                : rewriter.getI64IntegerAttr(0),
+        dropout ? dropout.getPartElementsAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getRankElementsAttr()
                 : rewriter.getI64IntegerAttr(0));
     Value output = attention.getOutput();
@@ -138,16 +172,17 @@ struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
         rewriter.eraseOp(between);
       rewriter.eraseOp(pv);
     } else {
-      if (output.getType() != outType)
-        output = ReshapeOp::create(rewriter, loc, outType, output);
+      if (output.getType() != pv.getResult().getType())
+        output =
+            ReshapeOp::create(rewriter, loc, pv.getResult().getType(), output);
       rewriter.replaceOp(pv, output);
     }
     // The chain has no other users: it goes with its product.
     if (dropout)
       rewriter.eraseOp(dropout);
-    rewriter.eraseOp(softmax);
-    rewriter.eraseOp(scale);
-    rewriter.eraseOp(qk);
+    rewriter.eraseOp(chain->softmax);
+    rewriter.eraseOp(chain->scale);
+    rewriter.eraseOp(chain->qk);
     return success();
   }
 };

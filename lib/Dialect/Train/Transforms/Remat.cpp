@@ -213,6 +213,103 @@ struct BudgetModel {
   int64_t ranks = 1, stage = -1;
 };
 
+/// The position in the measured layers of the layer `op` is in (or is), if
+/// any.
+std::optional<size_t>
+measuredLayerOf(Operation *op,
+                const llvm::DenseMap<int64_t, size_t> &position) {
+  auto lookup = [&](BlockOp block) -> std::optional<size_t> {
+    if (IntegerAttr layer = block.getLayerAttr()) {
+      auto it = position.find(layer.getInt());
+      if (it != position.end())
+        return it->second;
+    }
+    return std::nullopt;
+  };
+  for (auto block = op->getParentOfType<BlockOp>(); block;
+       block = block->getParentOfType<BlockOp>())
+    if (std::optional<size_t> layer = lookup(block))
+      return layer;
+  if (auto block = dyn_cast<BlockOp>(op))
+    return lookup(block);
+  return std::nullopt;
+}
+
+/// Records in `model`'s column `c` what `memory` (the step with every
+/// measured layer at one choice) says: each layer's saved bytes, its
+/// working bytes apart from what other layers keep, its recompute FLOPs,
+/// and the bytes at points outside layers.
+void recordMeasurement(BudgetModel &model, const FunctionMemory &memory,
+                       const llvm::DenseMap<int64_t, size_t> &position,
+                       unsigned c) {
+  size_t numLayers = static_cast<size_t>(model.numLayers);
+  std::vector<uint64_t> saved(numLayers, 0);
+  for (const LayerActivations &layer : memory.getLayers())
+    if (auto it = position.find(layer.index); it != position.end())
+      saved[it->second] = layer.total();
+  for (size_t i = 0; i < numLayers; ++i)
+    model.saved[i][c] = saved[i];
+
+  // The span of each layer in program order: first forward point to last
+  // backward point.
+  std::vector<unsigned> firstPoint(numLayers, UINT_MAX),
+      lastPoint(numLayers, 0);
+  for (Operation *op : memory.getSchedule())
+    if (std::optional<size_t> layer = measuredLayerOf(op, position)) {
+      unsigned point = memory.getPoint(op);
+      firstPoint[*layer] = std::min(firstPoint[*layer], point);
+      lastPoint[*layer] = std::max(lastPoint[*layer], point);
+    }
+  for (Operation *op : memory.getSchedule()) {
+    unsigned point = memory.getPoint(op);
+    uint64_t live = memory.getLiveBytes()[point];
+    std::optional<size_t> own = measuredLayerOf(op, position);
+    // Layers whose saved activations are live here, apart from its own.
+    uint64_t others = 0;
+    size_t prefix = 0;
+    for (size_t j = 0; j < numLayers; ++j) {
+      if (own && j == *own)
+        continue;
+      if (firstPoint[j] < point && point < lastPoint[j]) {
+        others += saved[j];
+        prefix = std::max(prefix, j + 1);
+      }
+    }
+    uint64_t apart = live - others;
+    if (own)
+      model.working[*own][c] = std::max(model.working[*own][c], apart);
+    else
+      model.outside[prefix] = std::max(model.outside[prefix], apart);
+    if (own && op->hasAttr(kRecomputeAttrName))
+      if (auto cost = dyn_cast<CostOpInterface>(op))
+        model.flops[*own][c] += cost.getFlops();
+  }
+  const CategoryBytes &totals = memory.getTotals();
+  model.states = totals[static_cast<unsigned>(MemoryCategory::Weights)] +
+                 totals[static_cast<unsigned>(MemoryCategory::Gradients)] +
+                 totals[static_cast<unsigned>(MemoryCategory::Optimizer)];
+}
+
+/// Runs the measure-after pipeline on a copy of the module; returns the
+/// copy's step.
+FailureOr<func::FuncOp> runMeasureAfter(func::FuncOp func, ModuleOp copy,
+                                        StringRef after) {
+  PassManager pm(func.getContext());
+  std::string message;
+  llvm::raw_string_ostream errors(message);
+  if (failed(parsePassPipeline(after, pm, errors)))
+    return func.emitError("train-remat: bad measure-after pipeline '")
+           << after << "': " << StringRef(message).trim();
+  if (failed(pm.run(copy)))
+    return func.emitError("train-remat: the budget's measure-after "
+                          "passes failed on the step (see above)");
+  auto step = copy.lookupSymbol<func::FuncOp>(func.getSymName());
+  if (!step)
+    return func.emitError("train-remat: no @")
+           << func.getSymName() << " after the measure-after passes";
+  return step;
+}
+
 /// Measures `func` with every layer at one choice, for each choice. Each
 /// layer's numbers depend only on its own choice: what layers before it
 /// keep is live at all its points, what layers after it keep at none.
@@ -250,9 +347,8 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
       moduleCopy = cast<ModuleOp>(func->getParentOp()->clone());
       copy = moduleCopy->lookupSymbol<func::FuncOp>(func.getSymName());
     }
-    std::map<int64_t, Layer> layers = collectLayers(copy);
     unsigned regions = 0;
-    for (auto &[index, layer] : layers) {
+    for (auto &[index, layer] : collectLayers(copy)) {
       if (!position.count(index))
         continue;
       FailureOr<unsigned> made = applyChoice(index, layer, choice);
@@ -276,19 +372,10 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
     // step's pipeline does (train-materialize-remat among them); what they
     // leave is materialized here.
     if (moduleCopy) {
-      PassManager pm(func.getContext());
-      std::string message;
-      llvm::raw_string_ostream errors(message);
-      if (failed(parsePassPipeline(after, pm, errors)))
-        return func.emitError("train-remat: bad measure-after pipeline '")
-               << after << "': " << StringRef(message).trim();
-      if (failed(pm.run(*moduleCopy)))
-        return func.emitError("train-remat: the budget's measure-after "
-                              "passes failed on the step (see above)");
-      copy = moduleCopy->lookupSymbol<func::FuncOp>(func.getSymName());
-      if (!copy)
-        return func.emitError("train-remat: no @")
-               << func.getSymName() << " after the measure-after passes";
+      FailureOr<func::FuncOp> step = runMeasureAfter(func, *moduleCopy, after);
+      if (failed(step))
+        return failure();
+      copy = *step;
     }
     if (failed(materializeRemat(copy)))
       return failure();
@@ -296,67 +383,7 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
     // One rank's, under train-zero.
     if (auto zero = copy->getAttrOfType<ZeroAttr>(kZeroAttrName))
       model.ranks = zero.getRanks(), model.stage = zero.getStage();
-
-    std::vector<uint64_t> saved(layerIndices.size(), 0);
-    for (const LayerActivations &layer : memory.getLayers())
-      if (position.count(layer.index))
-        saved[position[layer.index]] = layer.total();
-    for (size_t i = 0; i < saved.size(); ++i)
-      model.saved[i][c] = saved[i];
-
-    // The span of each layer in program order: first forward point to last
-    // backward point.
-    std::vector<unsigned> firstPoint(saved.size(), UINT_MAX), lastPoint(saved.size(), 0);
-    auto layerOf = [&](Operation *op) -> std::optional<size_t> {
-      for (auto block = op->getParentOfType<BlockOp>(); block;
-           block = block->getParentOfType<BlockOp>())
-        if (IntegerAttr layer = block.getLayerAttr())
-          if (position.count(layer.getInt()))
-            return position[layer.getInt()];
-      if (auto block = dyn_cast<BlockOp>(op))
-        if (IntegerAttr layer = block.getLayerAttr())
-          if (position.count(layer.getInt()))
-            return position[layer.getInt()];
-      return std::nullopt;
-    };
-    for (Operation *op : memory.getSchedule())
-      if (std::optional<size_t> layer = layerOf(op)) {
-        unsigned point = memory.getPoint(op);
-        firstPoint[*layer] = std::min(firstPoint[*layer], point);
-        lastPoint[*layer] = std::max(lastPoint[*layer], point);
-      }
-    for (Operation *op : memory.getSchedule()) {
-      unsigned point = memory.getPoint(op);
-      uint64_t live = memory.getLiveBytes()[point];
-      std::optional<size_t> own = layerOf(op);
-      // Layers whose saved activations are live here, apart from its own.
-      uint64_t others = 0;
-      size_t prefix = 0;
-      for (size_t j = 0; j < saved.size(); ++j) {
-        if (own && j == *own)
-          continue;
-        if (firstPoint[j] < point && point < lastPoint[j]) {
-          others += saved[j];
-          prefix = std::max(prefix, j + 1);
-        }
-      }
-      uint64_t apart = live - others;
-      if (own) {
-        model.working[*own][c] = std::max(model.working[*own][c], apart);
-      } else {
-        model.outside[prefix] = std::max(model.outside[prefix], apart);
-      }
-    }
-    for (Operation *op : memory.getSchedule())
-      if (op->hasAttr(kRecomputeAttrName))
-        if (std::optional<size_t> layer = layerOf(op))
-          if (auto cost = dyn_cast<CostOpInterface>(op))
-            model.flops[*layer][c] += cost.getFlops();
-    const CategoryBytes &totals = memory.getTotals();
-    model.states =
-        totals[static_cast<unsigned>(MemoryCategory::Weights)] +
-        totals[static_cast<unsigned>(MemoryCategory::Gradients)] +
-        totals[static_cast<unsigned>(MemoryCategory::Optimizer)];
+    recordMeasurement(model, memory, position, c);
   }
   return model;
 }

@@ -1,12 +1,16 @@
-//===- TrainAttrNames.h - discardable attribute names ------------*- C++ -*-===//
+//===- TrainAttrNames.h - discardable attribute names ------------*- C++
+//-*-===//
 //
-// Names of the function-argument attributes that tell passes which arguments
-// of a step are parameters and which are data.
+// The C++ names of the dialect's discardable attributes (declared with their
+// value types in TrainDialect.td, whose generated helpers hold the names)
+// and what each means; and the names of the attributes of a lowered step.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAINATTRNAMES_H
 #define TRAINMEM_DIALECT_TRAIN_IR_TRAINATTRNAMES_H
+
+#include "trainmem/Dialect/Train/IR/TrainDialect.h"
 
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/StringRef.h"
@@ -16,29 +20,36 @@ namespace train {
 
 /// On a function argument: the argument is a trainable parameter; the value
 /// is its name (e.g. "h.0.attn.q.weight").
-constexpr llvm::StringLiteral kParamAttrName = "train.param";
+constexpr llvm::StringLiteral kParamAttrName =
+    TrainDialect::ParamAttrHelper::getNameStr();
 /// On a function argument: the argument is data; the value says which
 /// ("tokens", "targets").
-constexpr llvm::StringLiteral kInputAttrName = "train.input";
+constexpr llvm::StringLiteral kInputAttrName =
+    TrainDialect::InputAttrHelper::getNameStr();
 /// On a training step's argument or result: optimizer state of a parameter;
 /// the value is a #train.state (the parameter, the kind, the encoding). A
 /// result and an argument with the same value are the same state before and
 /// after the step (updated in place).
 constexpr llvm::StringLiteral kOptimizerStateAttrName =
-    "train.optimizer_state";
+    TrainDialect::OptimizerStateAttrHelper::getNameStr();
 /// On a parameter argument: how the runner initializes it, a #train.init
 /// the model builder writes.
-constexpr llvm::StringLiteral kInitAttrName = "train.init";
+constexpr llvm::StringLiteral kInitAttrName =
+    TrainDialect::InitAttrHelper::getNameStr();
 /// #train.space on a step's argument or result (the memory it lives in) or
 /// on an optimizer update (where it runs): train-offload-optimizer.
-constexpr llvm::StringLiteral kMemorySpaceAttrName = "train.memory_space";
+constexpr llvm::StringLiteral kMemorySpaceAttrName =
+    TrainDialect::MemorySpaceAttrHelper::getNameStr();
 /// On a training step's result: the loss.
-constexpr llvm::StringLiteral kLossAttrName = "train.loss";
+constexpr llvm::StringLiteral kLossAttrName =
+    TrainDialect::LossAttrHelper::getNameStr();
 /// On a training step's result: the gradient of the named parameter
 /// (steps built with optimizer=none).
-constexpr llvm::StringLiteral kGradAttrName = "train.grad";
+constexpr llvm::StringLiteral kGradAttrName =
+    TrainDialect::GradAttrHelper::getNameStr();
 /// On a training step's result: the global gradient norm before clipping.
-constexpr llvm::StringLiteral kGradNormAttrName = "train.grad_norm";
+constexpr llvm::StringLiteral kGradNormAttrName =
+    TrainDialect::GradNormAttrHelper::getNameStr();
 /// The name of a step marker (train.param, ...) in a lowered step's slot
 /// entry (tmrt.arguments, tmrt.results): without the dialect's prefix.
 inline llvm::StringRef getSlotEntryName(llvm::StringRef markerName) {
@@ -47,45 +58,56 @@ inline llvm::StringRef getSlotEntryName(llvm::StringRef markerName) {
 
 /// On a function: a unit attribute marking the training step train-autodiff
 /// built, whatever its name (option step-name).
-constexpr llvm::StringLiteral kStepAttrName = "train.step";
+constexpr llvm::StringLiteral kStepAttrName =
+    TrainDialect::StepAttrHelper::getNameStr();
 /// On the step: how train-zero partitioned it (#train.zero).
-constexpr llvm::StringLiteral kZeroAttrName = "train.zero";
+constexpr llvm::StringLiteral kZeroAttrName =
+    TrainDialect::ZeroAttrHelper::getNameStr();
 /// On a collective train-zero inserted: the gradient bucket it reduces
 /// (i64, in the order the backward fills them).
-constexpr llvm::StringLiteral kBucketAttrName = "train.bucket";
+constexpr llvm::StringLiteral kBucketAttrName =
+    TrainDialect::BucketAttrHelper::getNameStr();
 /// On an argument or result of a step train-zero partitioned: the value is
 /// one rank's shard of a tensor of this type (a TypeAttr), flattened and
 /// padded with zeros to ranks x shard elements; rank r holds elements
 /// [r * shard, (r + 1) * shard) of it.
-constexpr llvm::StringLiteral kShardOfAttrName = "train.shard_of";
+constexpr llvm::StringLiteral kShardOfAttrName =
+    TrainDialect::ShardOfAttrHelper::getNameStr();
 /// On a train.add train-unroll-accum made: it sums micro-batches'
 /// gradients (or losses) of one optimizer step.
-constexpr llvm::StringLiteral kMicroBatchSumAttrName = "train.micro_batch_sum";
+constexpr llvm::StringLiteral kMicroBatchSumAttrName =
+    TrainDialect::MicroBatchSumAttrHelper::getNameStr();
 /// On a shard.reduce_scatter: the rank's shard stays in place, at the start
 /// of the reduced buffer (ZeRO stage 1 keeps the full gradients).
-constexpr llvm::StringLiteral kInPlaceAttrName = "train.in_place";
+constexpr llvm::StringLiteral kInPlaceAttrName =
+    TrainDialect::InPlaceAttrHelper::getNameStr();
 /// On an op: a unit attribute marking a copy train-materialize-remat cloned
 /// to recompute a value for the backward.
-constexpr llvm::StringLiteral kRecomputeAttrName = "train.recompute";
+constexpr llvm::StringLiteral kRecomputeAttrName =
+    TrainDialect::RecomputeAttrHelper::getNameStr();
 /// On the module: a dictionary describing the model the graph came from.
-constexpr llvm::StringLiteral kModelAttrName = "train.model";
+constexpr llvm::StringLiteral kModelAttrName =
+    TrainDialect::ModelAttrHelper::getNameStr();
 
 /// The static arena plan train-plan-arena writes into a tensor-level step
 /// (convert-train-to-runtime lowers with it when present): on the function
 /// the arena's bytes (i64), on each tensor argument its byte offset (i64),
 /// on each op with tensor results one offset per result (array<i64>, -1 for
 /// a result that is not a tensor).
-constexpr llvm::StringLiteral kPlanArenaBytesAttrName = "train.arena_bytes";
-constexpr llvm::StringLiteral kPlanOffsetAttrName = "train.offset";
-constexpr llvm::StringLiteral kPlanOffsetsAttrName = "train.offsets";
+constexpr llvm::StringLiteral kPlanArenaBytesAttrName =
+    TrainDialect::ArenaBytesAttrHelper::getNameStr();
+constexpr llvm::StringLiteral kPlanOffsetAttrName =
+    TrainDialect::OffsetAttrHelper::getNameStr();
+constexpr llvm::StringLiteral kPlanOffsetsAttrName =
+    TrainDialect::OffsetsAttrHelper::getNameStr();
 /// With host memory (train-offload-optimizer): on the function the host
 /// arena's bytes (i64; a host tensor's offsets are in it), and on an update
 /// that runs on the device with host state one device offset per operand
 /// for its staging copy (array<i64>, -1 for an operand without one).
 constexpr llvm::StringLiteral kPlanHostArenaBytesAttrName =
-    "train.host_arena_bytes";
+    TrainDialect::HostArenaBytesAttrHelper::getNameStr();
 constexpr llvm::StringLiteral kPlanStagingOffsetsAttrName =
-    "train.staging_offsets";
+    TrainDialect::StagingOffsetsAttrHelper::getNameStr();
 
 /// Attributes of a step lowered by convert-train-to-runtime: the arena's
 /// planned size, and where the host finds each argument and result. A

@@ -9,6 +9,9 @@
 
 #include <string>
 
+// The types of the dialect's discardable attributes.
+#include "trainmem/Dialect/Train/IR/TrainAttrs.h"
+
 #include "trainmem/Dialect/Train/IR/TrainDialect.h.inc"
 
 #endif // TRAINMEM_DIALECT_TRAIN_IR_TRAINDIALECT_H

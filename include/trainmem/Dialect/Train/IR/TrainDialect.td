@@ -25,6 +25,34 @@ def Train_Dialect : Dialect {
     (the op builds its own vector-Jacobian product) and `CostOpInterface`
     (FLOPs and bytes read and written), so new ops work with every pass.
   }];
+  // The dialect's discardable attributes (on steps, their arguments and
+  // results, and on ops passes mark): their names and value types. The
+  // generated helpers (e.g. `TrainDialect::ZeroAttrHelper`) get and set
+  // them typed; TrainAttrNames.h names them for C++ and says what each
+  // means; the dialect's attribute verifiers check them.
+  let discardableAttrs = (ins
+    "::mlir::StringAttr":$param,
+    "::mlir::StringAttr":$input,
+    "::mlir::train::StateAttr":$optimizer_state,
+    "::mlir::train::InitAttr":$init,
+    "::mlir::train::SpaceAttr":$memory_space,
+    "::mlir::UnitAttr":$loss,
+    "::mlir::StringAttr":$grad,
+    "::mlir::UnitAttr":$grad_norm,
+    "::mlir::UnitAttr":$step,
+    "::mlir::train::ZeroAttr":$zero,
+    "::mlir::IntegerAttr":$bucket,
+    "::mlir::TypeAttr":$shard_of,
+    "::mlir::UnitAttr":$micro_batch_sum,
+    "::mlir::UnitAttr":$in_place,
+    "::mlir::UnitAttr":$recompute,
+    "::mlir::DictionaryAttr":$model,
+    "::mlir::IntegerAttr":$arena_bytes,
+    "::mlir::IntegerAttr":$offset,
+    "::mlir::DenseI64ArrayAttr":$offsets,
+    "::mlir::IntegerAttr":$host_arena_bytes,
+    "::mlir::DenseI64ArrayAttr":$staging_offsets
+  );
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;

@@ -18,6 +18,7 @@
 
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -349,6 +350,78 @@ TEST_F(ZeroTest, QuantizingBeforeOrAfterShardingIsTheSame) {
 // Rematerialized layers change nothing in what the ranks compute.
 TEST_F(ZeroTest, Stage1WithRemat) {
   check(1, "train-remat{policy=full},train-materialize-remat,");
+}
+
+// The evaluator's lockstep ranks on a (data, tensor) grid of 2 x 2, row
+// major: a collective over the tensor axis (grid_axes = [1]) combines ranks
+// {0, 1} and {2, 3}, one over the data axis ([0]) ranks {0, 2} and {1, 3},
+// as the runtime's process groups (2, 1) and (2, 2) do.
+TEST_F(ZeroTest, CollectivesOfAGridAxisCombineItsGroupOnly) {
+  const char *source = R"mlir(
+    shard.grid @grid(shape = 2x2)
+    func.func @f(%a: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) {
+      %t = shard.all_reduce %a on @grid grid_axes = [1] : tensor<2xf32> -> tensor<2xf32>
+      %d = shard.all_reduce %a on @grid grid_axes = [0] : tensor<2xf32> -> tensor<2xf32>
+      %g = shard.all_gather %a on @grid grid_axes = [1] gather_axis = 0 : tensor<2xf32> -> tensor<4xf32>
+      %s = shard.reduce_scatter %a on @grid grid_axes = [0] scatter_axis = 0 : tensor<2xf32> -> tensor<1xf32>
+      %l = shard.all_slice %a on @grid grid_axes = [1] slice_axis = 0 : tensor<2xf32> -> tensor<1xf32>
+      return %t, %d, %g, %s, %l : tensor<2xf32>, tensor<2xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>
+    })mlir";
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context);
+  ASSERT_TRUE(module);
+  auto func = module->lookupSymbol<func::FuncOp>("f");
+  // Rank r holds (10 r, 10 r + 1).
+  auto value = [](int64_t r, int64_t i) { return float(10 * r + i); };
+  std::vector<SmallVector<RefTensor>> perRank;
+  for (int64_t r = 0; r < 4; ++r)
+    perRank.push_back({RefTensor::ofFloats({2}, {value(r, 0), value(r, 1)})});
+  auto results = evaluateRanks(func, perRank);
+  ASSERT_TRUE(succeeded(results));
+  for (int64_t r = 0; r < 4; ++r) {
+    int64_t tensorBase = r - r % 2, dataPeer = (r + 2) % 4;
+    int64_t tensorPosition = r % 2, dataPosition = r / 2;
+    const SmallVector<RefTensor> &got = (*results)[r];
+    for (int64_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(got[0].floats[i],
+                value(tensorBase, i) + value(tensorBase + 1, i))
+          << "rank " << r;
+      EXPECT_EQ(got[1].floats[i], value(r, i) + value(dataPeer, i))
+          << "rank " << r;
+    }
+    EXPECT_EQ(got[2].floats,
+              (std::vector<float>{value(tensorBase, 0), value(tensorBase, 1),
+                                  value(tensorBase + 1, 0),
+                                  value(tensorBase + 1, 1)}))
+        << "rank " << r;
+    EXPECT_EQ(got[3].floats[0],
+              value(r, dataPosition) + value(dataPeer, dataPosition))
+        << "rank " << r;
+    EXPECT_EQ(got[4].floats[0], value(r, tensorPosition)) << "rank " << r;
+  }
+}
+
+// A grid of other ranks than those simulated is refused.
+TEST_F(ZeroTest, CollectivesOfAnotherGridAreRefused) {
+  const char *source = R"mlir(
+    shard.grid @grid(shape = 3x2)
+    func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
+      %t = shard.all_reduce %a on @grid grid_axes = [1] : tensor<2xf32> -> tensor<2xf32>
+      return %t : tensor<2xf32>
+    })mlir";
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context);
+  ASSERT_TRUE(module);
+  std::string message;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+    message = d.str();
+    return success();
+  });
+  std::vector<SmallVector<RefTensor>> perRank(
+      4, {RefTensor::ofFloats({2}, {1.0f, 2.0f})});
+  EXPECT_TRUE(
+      failed(evaluateRanks(module->lookupSymbol<func::FuncOp>("f"), perRank)));
+  EXPECT_EQ(message, "reference evaluator: the collective's grid is not a "
+                     "static grid of 4 ranks (the ranks simulated) with its "
+                     "group on consecutive axes");
 }
 
 } // namespace

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Evaluator/Evaluator.h"
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
@@ -1599,37 +1600,57 @@ private:
         .wasInterrupted();
   }
 
-  LogicalResult checkGroup(Operation *op, shard::GridOp grid) {
-    if (!grid || grid.getShape().size() != 1 ||
-        grid.getShape()[0] != static_cast<int64_t>(ranks.size()))
+  /// The process group of a collective, on a grid of as many ranks as are
+  /// simulated.
+  FailureOr<ProcessGroup> groupOf(Operation *op) {
+    std::optional<ProcessGroup> group = getProcessGroup(op);
+    if (!group || group->gridRanks != static_cast<int64_t>(ranks.size()))
       return op->emitError("reference evaluator: the collective's grid is "
-                           "not one axis of ")
-             << ranks.size() << " ranks (the ranks simulated)";
-    return success();
+                           "not a static grid of ")
+             << ranks.size()
+             << " ranks (the ranks simulated) with its group on "
+                "consecutive axes";
+    return *group;
   }
 
-  /// Every rank's value of `value`, reduced (sum or average) elementwise.
-  RefTensor reduce(Value value, shard::ReductionKind kind) {
-    const RefTensor &first = ranks[0].get(value);
+  /// The ranks of each group of `group`, in their order in it.
+  std::vector<std::vector<size_t>> membersOf(const ProcessGroup &group) {
+    std::vector<std::vector<size_t>> groups;
+    for (size_t rank = 0; rank < ranks.size(); ++rank) {
+      int64_t r = static_cast<int64_t>(rank);
+      if (group.positionOf(r) != 0)
+        continue;
+      std::vector<size_t> &members = groups.emplace_back();
+      for (int64_t p = 0; p < group.size; ++p)
+        members.push_back(static_cast<size_t>(r + p * group.stride));
+    }
+    return groups;
+  }
+
+  /// The values of `value` on `members`, reduced (sum or average)
+  /// elementwise, in their order.
+  RefTensor reduce(Value value, shard::ReductionKind kind,
+                   ArrayRef<size_t> members) {
+    const RefTensor &first = ranks[members.front()].get(value);
     if (!first.ints.empty() && first.floats.empty()) {
       // Integers (exact sums of squares) add exactly.
       std::vector<int64_t> sums(first.ints.size(), 0);
-      for (Interpreter &rank : ranks) {
-        const RefTensor &t = rank.get(value);
+      for (size_t member : members) {
+        const RefTensor &t = ranks[member].get(value);
         for (size_t i = 0; i < sums.size(); ++i)
           sums[i] += t.ints[i];
       }
       return RefTensor::ofInts(first.shape, std::move(sums));
     }
     std::vector<double> sums(first.floats.size(), 0.0);
-    for (Interpreter &rank : ranks) {
-      const RefTensor &t = rank.get(value);
+    for (size_t member : members) {
+      const RefTensor &t = ranks[member].get(value);
       for (size_t i = 0; i < sums.size(); ++i)
         sums[i] += static_cast<double>(t.floats[i]);
     }
     std::vector<float> out(sums.size());
     double divisor =
-        kind == shard::ReductionKind::Average ? double(ranks.size()) : 1.0;
+        kind == shard::ReductionKind::Average ? double(members.size()) : 1.0;
     for (size_t i = 0; i < sums.size(); ++i)
       out[i] = static_cast<float>(sums[i] / divisor);
     return RefTensor::ofFloats(first.shape, std::move(out));
@@ -1639,13 +1660,6 @@ private:
     std::vector<float> out(t.floats.begin() + index * size,
                            t.floats.begin() + (index + 1) * size);
     return RefTensor::ofFloats({size}, std::move(out));
-  }
-
-  template <typename CollectiveOp>
-  LogicalResult checkGroup(CollectiveOp collective) {
-    return checkGroup(collective.getOperation(),
-                      SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
-                          collective.getOperation(), collective.getGridAttr()));
   }
 
   static bool isSimulated(shard::ReductionKind kind) {
@@ -1659,34 +1673,43 @@ private:
   }
 
   LogicalResult stepAllReduce(shard::AllReduceOp allReduce) {
-    if (failed(checkGroup(allReduce)))
+    FailureOr<ProcessGroup> group = groupOf(allReduce);
+    if (failed(group))
       return failure();
     if (!isSimulated(allReduce.getReduction()))
       return allReduce.emitError("reference evaluator: only sum and "
                                  "average reductions are simulated");
-    RefTensor reduced = reduce(allReduce.getInput(), allReduce.getReduction());
-    for (Interpreter &rank : ranks)
-      rank.set(allReduce.getResult(), reduced);
+    for (const std::vector<size_t> &members : membersOf(*group)) {
+      RefTensor reduced =
+          reduce(allReduce.getInput(), allReduce.getReduction(), members);
+      for (size_t member : members)
+        ranks[member].set(allReduce.getResult(), reduced);
+    }
     return success();
   }
 
   LogicalResult stepReduceScatter(shard::ReduceScatterOp scatter) {
-    if (failed(checkGroup(scatter)))
+    FailureOr<ProcessGroup> group = groupOf(scatter);
+    if (failed(group))
       return failure();
     if (!isSimulated(scatter.getReduction()) ||
         !isOneDimensional(scatter.getInput(), scatter.getScatterAxis()))
       return scatter.emitError("reference evaluator: simulates sum and "
                                "average reduce-scatters of 1-D tensors");
-    RefTensor reduced = reduce(scatter.getInput(), scatter.getReduction());
     int64_t size =
         cast<RankedTensorType>(scatter.getResult().getType()).getDimSize(0);
-    for (auto [index, rank] : llvm::enumerate(ranks))
-      rank.set(scatter.getResult(), chunk(reduced, index, size));
+    for (const std::vector<size_t> &members : membersOf(*group)) {
+      RefTensor reduced =
+          reduce(scatter.getInput(), scatter.getReduction(), members);
+      for (auto [position, member] : llvm::enumerate(members))
+        ranks[member].set(scatter.getResult(), chunk(reduced, position, size));
+    }
     return success();
   }
 
   LogicalResult stepAllSlice(shard::AllSliceOp slice) {
-    if (failed(checkGroup(slice)))
+    FailureOr<ProcessGroup> group = groupOf(slice);
+    if (failed(group))
       return failure();
     if (!isOneDimensional(slice.getInput(), slice.getSliceAxis()))
       return slice.emitError("reference evaluator: simulates slices of 1-D "
@@ -1695,25 +1718,29 @@ private:
         cast<RankedTensorType>(slice.getResult().getType()).getDimSize(0);
     for (auto [index, rank] : llvm::enumerate(ranks))
       rank.set(slice.getResult(),
-               chunk(rank.get(slice.getInput()), index, size));
+               chunk(rank.get(slice.getInput()),
+                     group->positionOf(static_cast<int64_t>(index)), size));
     return success();
   }
 
   LogicalResult stepAllGather(shard::AllGatherOp gather) {
-    if (failed(checkGroup(gather)))
+    FailureOr<ProcessGroup> group = groupOf(gather);
+    if (failed(group))
       return failure();
     if (!isOneDimensional(gather.getInput(), gather.getGatherAxis()))
       return gather.emitError("reference evaluator: simulates gathers of 1-D "
                               "tensors");
-    std::vector<float> all;
-    for (Interpreter &rank : ranks) {
-      const RefTensor &part = rank.get(gather.getInput());
-      all.insert(all.end(), part.floats.begin(), part.floats.end());
+    for (const std::vector<size_t> &members : membersOf(*group)) {
+      std::vector<float> all;
+      for (size_t member : members) {
+        const RefTensor &part = ranks[member].get(gather.getInput());
+        all.insert(all.end(), part.floats.begin(), part.floats.end());
+      }
+      RefTensor gathered = RefTensor::ofFloats(
+          {static_cast<int64_t>(all.size())}, std::move(all));
+      for (size_t member : members)
+        ranks[member].set(gather.getResult(), gathered);
     }
-    RefTensor gathered =
-        RefTensor::ofFloats({static_cast<int64_t>(all.size())}, std::move(all));
-    for (Interpreter &rank : ranks)
-      rank.set(gather.getResult(), gathered);
     return success();
   }
 

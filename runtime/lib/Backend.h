@@ -72,6 +72,22 @@ struct Communicator {
   void (*abort)(tmrt_context *ctx, int code);
 };
 
+/// A collective's process group: `size` ranks `stride` apart in the world,
+/// the one this rank is in. An axis of a row-major grid of ranks is one: on
+/// a (data, tensor) grid of d x t ranks the tensor groups are (t, 1), the
+/// data groups (d, t); the whole world is (N, 1).
+struct Group {
+  int64_t size = 1, stride = 1;
+  /// This rank's position in its group, and the group's first world rank.
+  int64_t position = 0, base = 0;
+  /// The world rank of the group's `i`-th member.
+  int64_t member(int64_t i) const { return base + i * stride; }
+};
+/// This rank's group (size, stride); false after failing the context
+/// (naming `kernel`) when the world does not split into such groups.
+bool groupOf(tmrt_context *ctx, const char *kernel, int64_t size,
+             int64_t stride, Group &group);
+
 /// The communicator named `name`, or null; `known` is true for a name the
 /// runtime knows but was built without (mpi, without MPI).
 const Communicator *lookupCommunicator(const char *name, bool &known);

@@ -296,6 +296,26 @@ static void setError(const char **error, std::string message) {
     *error = kept.c_str();
 }
 
+bool tmrt::groupOf(tmrt_context *ctx, const char *kernel, int64_t size,
+                   int64_t stride, Group &group) {
+  int64_t world = ctx->communicator->size(ctx);
+  if (size < 1 || stride < 1 || world % size != 0 || world % stride != 0 ||
+      (world / stride) % size != 0) {
+    ctx->fail(std::string(kernel) + ": a group of " + std::to_string(size) +
+              " ranks " + std::to_string(stride) +
+              " apart does not split the " + std::to_string(world) +
+              " ranks of the communicator (a grid axis of the step's that "
+              "the processes do not match: run as many as it has ranks)");
+    return false;
+  }
+  int64_t rank = ctx->communicator->rank(ctx);
+  group.size = size;
+  group.stride = stride;
+  group.position = (rank / stride) % size;
+  group.base = rank - group.position * stride;
+  return true;
+}
+
 double tmrt::collectiveTimeoutSeconds() {
   static const double seconds = [] {
     const char *text = std::getenv("TMRT_MPI_TIMEOUT");
@@ -615,6 +635,12 @@ const char *tmrt_communicator_name(tmrt_context *ctx) {
 const char *tmrt_communicator_names(void) { return builtCommunicatorNames(); }
 
 uint64_t tmrt_bytes_sent(tmrt_context *ctx) { return ctx->bytesSent.load(); }
+
+uint64_t tmrt_group_bytes_sent(tmrt_context *ctx, int64_t group_size,
+                               int64_t group_stride) {
+  auto it = ctx->groupBytesSent.find({group_size, group_stride});
+  return it == ctx->groupBytesSent.end() ? 0 : it->second;
+}
 
 void tmrt_abort(tmrt_context *ctx, int code) {
   ctx->communicator->abort(ctx, code);

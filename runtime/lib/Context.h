@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -164,6 +165,16 @@ struct tmrt_context {
   std::atomic<uint64_t> sbgemmCalls{0}, widenedGemmCalls{0};
   /// Bytes this rank sent and received through collectives.
   std::atomic<uint64_t> bytesSent{0}, bytesReceived{0};
+  /// Bytes this rank sent per process group, by (size, stride) (collectives
+  /// run one at a time, on the step's thread).
+  std::map<std::pair<int64_t, int64_t>, uint64_t> groupBytesSent;
+  /// Counts `bytes` sent (and as many received) in the group (size,
+  /// stride).
+  void countTraffic(int64_t groupSize, int64_t groupStride, uint64_t bytes) {
+    bytesSent += bytes;
+    bytesReceived += bytes;
+    groupBytesSent[{groupSize, groupStride}] += bytes;
+  }
 
   tmrt_context(const tmrt::Backend &backend,
                const tmrt::Communicator &communicator, int threads)

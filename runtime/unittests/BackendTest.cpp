@@ -195,7 +195,7 @@ TEST(Backend, EntryPointsCountAndDispatch) {
   // One process: the all-reduce leaves the data and still counts.
   EXPECT_EQ(tmrt_world_size(ctx.get()), 1);
   EXPECT_EQ(tmrt_rank(ctx.get()), 0);
-  tmrt_all_reduce(ctx.get(), 128, 128, 8, /*average=*/0);
+  tmrt_all_reduce(ctx.get(), 128, 128, 8, /*average=*/0, 1, 1);
   EXPECT_EQ(tmrt_kernel_calls(ctx.get()), 4u);
   EXPECT_EQ(tmrt_bytes_sent(ctx.get()), 0u);
   ASSERT_EQ(tmrt_arena_read(ctx.get(), 128, sum, sizeof(sum)), 0);

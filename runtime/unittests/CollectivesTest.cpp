@@ -69,7 +69,8 @@ TEST(Collectives, AllReduceSumsEveryRanksBuffer) {
     for (bool inPlace : {true, false}) {
       write(ctx.get(), 0, mine);
       uint64_t before = tmrt_bytes_sent(ctx.get());
-      tmrt_all_reduce(ctx.get(), 0, inPlace ? 0 : 4096, n, average);
+      tmrt_all_reduce(ctx.get(), 0, inPlace ? 0 : 4096, n, average,
+                      tmrt_world_size(ctx.get()), 1);
       ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
       std::vector<float> got = read(ctx.get(), inPlace ? 0 : 4096, n);
       for (int64_t i = 0; i < n; ++i) {
@@ -99,7 +100,8 @@ TEST(Collectives, ReduceScatterLeavesEachRankItsShard) {
     write(ctx.get(), 0, mine);
     uint64_t before = tmrt_bytes_sent(ctx.get());
     int64_t out = inPlace ? 0 : 8192;
-    tmrt_reduce_scatter(ctx.get(), 0, out, shard, /*average=*/1);
+    tmrt_reduce_scatter(ctx.get(), 0, out, shard, /*average=*/1,
+                        tmrt_world_size(ctx.get()), 1);
     ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
     std::vector<float> got = read(ctx.get(), out, shard);
     for (int64_t i = 0; i < shard; ++i) {
@@ -135,7 +137,8 @@ TEST(Collectives, SixteenBitBuffersTravelInSixteenBits) {
     ASSERT_EQ(tmrt_arena_write(ctx.get(), 0, mine.data(), n * 2), 0);
     uint64_t before = tmrt_bytes_sent(ctx.get());
     tmrt_all_reduce(ctx.get(), tmrt_tensor_ref(0, dtype),
-                    tmrt_tensor_ref(4096, dtype), n, /*average=*/0);
+                    tmrt_tensor_ref(4096, dtype), n, /*average=*/0,
+                    tmrt_world_size(ctx.get()), 1);
     ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr)
         << tmrt_context_error(ctx.get());
     std::vector<uint16_t> got(n);
@@ -152,7 +155,8 @@ TEST(Collectives, SixteenBitBuffersTravelInSixteenBits) {
     // Gather: rank r's 3 elements land at 3 r.
     ASSERT_EQ(tmrt_arena_write(ctx.get(), 0, mine.data(), 3 * 2), 0);
     tmrt_all_gather(ctx.get(), tmrt_tensor_ref(0, dtype),
-                    tmrt_tensor_ref(8192, dtype), 3);
+                    tmrt_tensor_ref(8192, dtype), 3, tmrt_world_size(ctx.get()),
+                    1);
     ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr);
     std::vector<uint16_t> all(3 * size);
     ASSERT_EQ(tmrt_arena_read(ctx.get(), 8192, all.data(), all.size() * 2), 0);
@@ -162,7 +166,8 @@ TEST(Collectives, SixteenBitBuffersTravelInSixteenBits) {
   }
   // Input and result of different types are refused.
   tmrt_all_reduce(ctx.get(), tmrt_tensor_ref(0, TMRT_DTYPE_BF16),
-                  tmrt_tensor_ref(4096, TMRT_DTYPE_F32), n, 0);
+                  tmrt_tensor_ref(4096, TMRT_DTYPE_F32), n, 0,
+                  tmrt_world_size(ctx.get()), 1);
   ASSERT_NE(tmrt_context_error(ctx.get()), nullptr);
   EXPECT_EQ(std::string(tmrt_context_error(ctx.get())),
             "all_reduce: input bf16 and result f32 differ");
@@ -178,7 +183,7 @@ TEST(Collectives, AllGatherAndSliceAreInverse) {
   for (int64_t i = 0; i < shard; ++i)
     mine[i] = valueOf(rank, i);
   write(ctx.get(), 0, mine);
-  tmrt_all_gather(ctx.get(), 0, 4096, shard);
+  tmrt_all_gather(ctx.get(), 0, 4096, shard, tmrt_world_size(ctx.get()), 1);
   ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
   std::vector<float> all = read(ctx.get(), 4096, shard * size);
   for (int64_t r = 0; r < size; ++r)
@@ -186,7 +191,7 @@ TEST(Collectives, AllGatherAndSliceAreInverse) {
       EXPECT_EQ(all[r * shard + i], valueOf(r, i));
   EXPECT_EQ(tmrt_bytes_sent(ctx.get()), uint64_t(size - 1) * shard * 4);
   // The local slice takes the rank's part back, sending nothing.
-  tmrt_all_slice(ctx.get(), 4096, 8192, shard);
+  tmrt_all_slice(ctx.get(), 4096, 8192, shard, tmrt_world_size(ctx.get()), 1);
   EXPECT_EQ(read(ctx.get(), 8192, shard), mine);
   EXPECT_EQ(tmrt_bytes_sent(ctx.get()), uint64_t(size - 1) * shard * 4);
 }
@@ -217,10 +222,10 @@ TEST(Collectives, TheSameBitsEveryRun) {
   for (int64_t i = 0; i < n; ++i)
     mine[i] = 1.0f / float(1 + i + 7 * rank) + 1e-3f * float(rank);
   write(ctx.get(), 0, mine);
-  tmrt_all_reduce(ctx.get(), 0, 0, n, 1);
+  tmrt_all_reduce(ctx.get(), 0, 0, n, 1, tmrt_world_size(ctx.get()), 1);
   std::vector<float> first = read(ctx.get(), 0, n);
   write(ctx.get(), 0, mine);
-  tmrt_all_reduce(ctx.get(), 0, 0, n, 1);
+  tmrt_all_reduce(ctx.get(), 0, 0, n, 1, tmrt_world_size(ctx.get()), 1);
   EXPECT_EQ(read(ctx.get(), 0, n), first);
   ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
 }
@@ -240,7 +245,8 @@ TEST(Collectives, SumsInRankOrder) {
   for (int64_t i = 0; i < n; ++i)
     mine[i] = value(rank, i);
   write(ctx.get(), 0, mine);
-  tmrt_all_reduce(ctx.get(), 0, 0, n, /*average=*/0);
+  tmrt_all_reduce(ctx.get(), 0, 0, n, /*average=*/0, tmrt_world_size(ctx.get()),
+                  1);
   ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr);
   std::vector<float> got = read(ctx.get(), 0, n);
   for (int64_t i = 0; i < n; ++i) {
@@ -270,7 +276,7 @@ TEST(Collectives, IntegersAddExactly) {
     mine[i] = (int64_t(1) << 40) * (rank + 1) + i * 1000003 + rank;
   ASSERT_EQ(tmrt_arena_write(ctx.get(), 0, mine.data(), n * 8), 0);
   uint64_t before = tmrt_bytes_sent(ctx.get());
-  tmrt_all_reduce_i64(ctx.get(), 0, 0, n);
+  tmrt_all_reduce_i64(ctx.get(), 0, 0, n, tmrt_world_size(ctx.get()), 1);
   ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr);
   std::vector<int64_t> got(n);
   ASSERT_EQ(tmrt_arena_read(ctx.get(), 0, got.data(), n * 8), 0);
@@ -283,6 +289,87 @@ TEST(Collectives, IntegersAddExactly) {
   uint64_t chunk = (n + size - 1) / size;
   EXPECT_EQ(tmrt_bytes_sent(ctx.get()) - before,
             2 * uint64_t(size - 1) * chunk * 8);
+}
+
+/// Every (size, stride) that splits `world` ranks into groups of ranks
+/// `stride` apart: the axes and axis products of row-major grids.
+std::vector<std::pair<int64_t, int64_t>> groupsOf(int64_t world) {
+  std::vector<std::pair<int64_t, int64_t>> groups;
+  for (int64_t stride = 1; stride <= world; ++stride)
+    for (int64_t size = 1; size * stride <= world; ++size)
+      if (world % (size * stride) == 0)
+        groups.push_back({size, stride});
+  return groups;
+}
+
+// Process groups: a collective of the group of `size` ranks `stride` apart
+// reduces, gathers and scatters among those ranks only, and counts its
+// bytes in the group (the axes of a 2 x 2 grid under mpirun -np 4: (2, 1)
+// the tensor axis, (2, 2) the data axis, (4, 1) both).
+TEST(Collectives, GroupsReduceAndGatherAmongTheirRanks) {
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t world = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  const int64_t n = 10, shard = 3;
+  for (auto [size, stride] : groupsOf(world)) {
+    SCOPED_TRACE("group of " + std::to_string(size) + " ranks " +
+                 std::to_string(stride) + " apart");
+    int64_t position = (rank / stride) % size;
+    int64_t base = rank - position * stride;
+    std::vector<float> mine(n);
+    for (int64_t i = 0; i < n; ++i)
+      mine[i] = valueOf(rank, i);
+    write(ctx.get(), 0, mine);
+    uint64_t before = tmrt_group_bytes_sent(ctx.get(), size, stride);
+    tmrt_all_reduce(ctx.get(), 0, 4096, n, /*average=*/0, size, stride);
+    ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr)
+        << tmrt_context_error(ctx.get());
+    std::vector<float> got = read(ctx.get(), 4096, n);
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = 0.0f;
+      for (int64_t p = 0; p < size; ++p)
+        sum += valueOf(base + p * stride, i);
+      EXPECT_EQ(got[i], sum) << i;
+    }
+    uint64_t chunk = (n + size - 1) / size;
+    EXPECT_EQ(tmrt_group_bytes_sent(ctx.get(), size, stride) - before,
+              2 * uint64_t(size - 1) * chunk * 4);
+    // The gather puts member p's shard at p; the slice takes this rank's
+    // back; the reduce-scatter leaves this rank its part of the sums.
+    tmrt_all_gather(ctx.get(), 0, 8192, shard, size, stride);
+    std::vector<float> all = read(ctx.get(), 8192, shard * size);
+    for (int64_t p = 0; p < size; ++p)
+      for (int64_t i = 0; i < shard; ++i)
+        EXPECT_EQ(all[p * shard + i], valueOf(base + p * stride, i));
+    tmrt_all_slice(ctx.get(), 8192, 12288, shard, size, stride);
+    EXPECT_EQ(read(ctx.get(), 12288, shard),
+              std::vector<float>(mine.begin(), mine.begin() + shard));
+    write(ctx.get(), 0, mine);
+    // One element per member: the group's shards lie in the n written.
+    tmrt_reduce_scatter(ctx.get(), 0, 16384, 1, /*average=*/0, size, stride);
+    std::vector<float> part = read(ctx.get(), 16384, 1);
+    for (int64_t i = 0; i < 1; ++i) {
+      float sum = 0.0f;
+      for (int64_t p = 0; p < size; ++p)
+        sum += valueOf(base + p * stride, position + i);
+      EXPECT_EQ(part[i], sum) << i;
+    }
+    ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr)
+        << tmrt_context_error(ctx.get());
+  }
+}
+
+TEST(Collectives, AGroupThatDoesNotSplitTheWorldFails) {
+  ContextPtr ctx = makeContext(1 << 12);
+  ASSERT_NE(ctx, nullptr);
+  int64_t world = tmrt_world_size(ctx.get());
+  tmrt_all_reduce(ctx.get(), 0, 0, 4, 0, world + 1, 1);
+  ASSERT_NE(tmrt_context_error(ctx.get()), nullptr);
+  EXPECT_EQ(std::string(tmrt_context_error(ctx.get())),
+            "all_reduce: a group of " + std::to_string(world + 1) +
+                " ranks 1 apart does not split the " + std::to_string(world) +
+                " ranks of the communicator (a grid axis of the step's that "
+                "the processes do not match: run as many as it has ranks)");
 }
 
 TEST(Collectives, CommunicatorsByName) {

@@ -636,16 +636,16 @@ TEST(Cuda, CollectivesOnOneRankGiveTheCpuBits) {
     std::memcpy(input.data() + 8 * n + 8 * i, &word, 8);
   }
   auto kernel = [&](tmrt_context *c) {
-    tmrt_all_reduce(c, 0, 4 * n, n, 1);
-    tmrt_reduce_scatter(c, 0, 4 * n + 4 * 4, n - 8, 0);
-    tmrt_all_gather(c, 0, 4 * n, n);
-    tmrt_all_slice(c, 4 * n, 0, n / 2);
-    tmrt_all_reduce_i64(c, 8 * n, 8 * n, n);
+    tmrt_all_reduce(c, 0, 4 * n, n, 1, tmrt_world_size(c), 1);
+    tmrt_reduce_scatter(c, 0, 4 * n + 4 * 4, n - 8, 0, tmrt_world_size(c), 1);
+    tmrt_all_gather(c, 0, 4 * n, n, tmrt_world_size(c), 1);
+    tmrt_all_slice(c, 4 * n, 0, n / 2, tmrt_world_size(c), 1);
+    tmrt_all_reduce_i64(c, 8 * n, 8 * n, n, tmrt_world_size(c), 1);
     tmrt_broadcast(c, 0, n, 0);
     tmrt_barrier(c);
     int64_t half = tmrt_tensor_ref(12 * n, TMRT_DTYPE_BF16);
     tmrt_convert(c, 0, half, n);
-    tmrt_all_reduce(c, half, half, n, 0);
+    tmrt_all_reduce(c, half, half, n, 0, tmrt_world_size(c), 1);
   };
   ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
   ContextPtr gpu = cudaContext(why);

@@ -9,6 +9,7 @@
 
 #include "trainmem/Conversion/RuntimeLowering.h"
 #include "trainmem/Analysis/Layout.h"
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
@@ -453,20 +454,16 @@ namespace {
 // Collectives: upstream shard ops on a one-axis grid, as the runtime's rings
 //===----------------------------------------------------------------------===//
 
-/// A collective the runtime runs: over all ranks of a one-axis grid (the
-/// process world), on 1-D buffers (f32, bf16 or f16) along axis 0.
+/// A collective the runtime runs: in a process group of its grid's ranks
+/// (ShardModels.h: consecutive axes of a static grid, ranks a stride
+/// apart), on 1-D buffers (f32, bf16 or f16) along axis 0.
 template <typename OpT>
-static LogicalResult checkCollective(OpT op, RuntimeCallBuilder &b,
-                                     int64_t axis) {
-  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
-      op.getOperation(), op.getGridAttr());
-  if (!grid || grid.getShape().size() != 1)
-    return op.emitOpError("runs on the runtime's process world: its grid "
-                          "must have one axis");
-  ArrayRef<int16_t> axes = op.getGridAxes();
-  if (!(axes.empty() || (axes.size() == 1 && axes[0] == 0)))
-    return op.emitOpError("runs over every rank of its grid (grid_axes = "
-                          "[0])");
+static FailureOr<ProcessGroup> checkCollective(OpT op, RuntimeCallBuilder &b,
+                                               int64_t axis) {
+  std::optional<ProcessGroup> group = getProcessGroup(op);
+  if (!group)
+    return op.emitOpError("runs over consecutive axes of a static grid (the "
+                          "runtime's groups are ranks a stride apart)");
   for (Value value : op->getOperands())
     if (auto type = dyn_cast<RankedTensorType>(value.getType());
         type && type.getRank() != 1 && axis >= 0)
@@ -474,7 +471,9 @@ static LogicalResult checkCollective(OpT op, RuntimeCallBuilder &b,
                             "them)");
   if (axis > 0)
     return op.emitOpError("splits along axis 0 only");
-  return b.requireContiguous(op);
+  if (failed(b.requireContiguous(op)))
+    return failure();
+  return *group;
 }
 
 static bool averages(shard::ReductionKind kind) {
@@ -491,8 +490,8 @@ static LogicalResult checkReduction(Operation *op, shard::ReductionKind kind) {
 
 static LogicalResult lowerAllReduce(shard::AllReduceOp op,
                                     RuntimeCallBuilder &b) {
-  if (failed(checkCollective(op, b, -1)) ||
-      failed(checkReduction(op, op.getReduction())))
+  FailureOr<ProcessGroup> group = checkCollective(op, b, -1);
+  if (failed(group) || failed(checkReduction(op, op.getReduction())))
     return failure();
   Type element = getElementTypeOrSelf(op.getInput().getType());
   if (element.isInteger(64)) {
@@ -500,39 +499,71 @@ static LogicalResult lowerAllReduce(shard::AllReduceOp op,
     if (averages(op.getReduction()))
       return op.emitOpError("averages i64 values; the runtime sums them "
                             "(average floats)");
-    b.emit(rt::all_reduce_i64{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult())}, op.getLoc());
+    b.emit(rt::all_reduce_i64{.in = b.offset(op.getInput()),
+                              .out = b.offset(op.getResult()),
+                              .n = b.elements(op.getResult()),
+                              .group_size = group->size,
+                              .group_stride = group->stride},
+           op.getLoc());
     return success();
   }
   if (isa<IntegerType, IndexType>(element))
     return op.emitOpError("reduces ")
            << element << " values; the runtime reduces f32, bf16, f16 and "
                          "i64";
-  b.emit(rt::all_reduce{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult()), .average = averages(op.getReduction())}, op.getLoc());
+  b.emit(rt::all_reduce{.in = b.offset(op.getInput()),
+                        .out = b.offset(op.getResult()),
+                        .n = b.elements(op.getResult()),
+                        .average = averages(op.getReduction()),
+                        .group_size = group->size,
+                        .group_stride = group->stride},
+         op.getLoc());
   return success();
 }
 
 static LogicalResult lowerReduceScatter(shard::ReduceScatterOp op,
                                         RuntimeCallBuilder &b) {
-  if (failed(checkCollective(op, b, op.getScatterAxis().getSExtValue())) ||
-      failed(checkReduction(op, op.getReduction())))
+  FailureOr<ProcessGroup> group =
+      checkCollective(op, b, op.getScatterAxis().getSExtValue());
+  if (failed(group) || failed(checkReduction(op, op.getReduction())))
     return failure();
-  b.emit(rt::reduce_scatter{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult()), .average = averages(op.getReduction())}, op.getLoc());
+  b.emit(rt::reduce_scatter{.in = b.offset(op.getInput()),
+                            .out = b.offset(op.getResult()),
+                            .n = b.elements(op.getResult()),
+                            .average = averages(op.getReduction()),
+                            .group_size = group->size,
+                            .group_stride = group->stride},
+         op.getLoc());
   return success();
 }
 
 static LogicalResult lowerAllGather(shard::AllGatherOp op,
                                     RuntimeCallBuilder &b) {
-  if (failed(checkCollective(op, b, op.getGatherAxis().getSExtValue())))
+  FailureOr<ProcessGroup> group =
+      checkCollective(op, b, op.getGatherAxis().getSExtValue());
+  if (failed(group))
     return failure();
-  b.emit(rt::all_gather{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getInput())}, op.getLoc());
+  b.emit(rt::all_gather{.in = b.offset(op.getInput()),
+                        .out = b.offset(op.getResult()),
+                        .n = b.elements(op.getInput()),
+                        .group_size = group->size,
+                        .group_stride = group->stride},
+         op.getLoc());
   return success();
 }
 
 static LogicalResult lowerAllSlice(shard::AllSliceOp op,
                                    RuntimeCallBuilder &b) {
-  if (failed(checkCollective(op, b, op.getSliceAxis().getSExtValue())))
+  FailureOr<ProcessGroup> group =
+      checkCollective(op, b, op.getSliceAxis().getSExtValue());
+  if (failed(group))
     return failure();
-  b.emit(rt::all_slice{.in = b.offset(op.getInput()), .out = b.offset(op.getResult()), .n = b.elements(op.getResult())}, op.getLoc());
+  b.emit(rt::all_slice{.in = b.offset(op.getInput()),
+                       .out = b.offset(op.getResult()),
+                       .n = b.elements(op.getResult()),
+                       .group_size = group->size,
+                       .group_stride = group->stride},
+         op.getLoc());
   return success();
 }
 

@@ -391,15 +391,24 @@ void tmrt_abort(tmrt_context *ctx, int code);
 /* Bytes this rank has sent and received through collectives. */
 uint64_t tmrt_bytes_sent(tmrt_context *ctx);
 uint64_t tmrt_bytes_received(tmrt_context *ctx);
-void tmrt_all_reduce(tmrt_context *ctx, int64_t in, int64_t out,
-                         int64_t n, int64_t average);
-void tmrt_all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out,
-                         int64_t n);
-void tmrt_reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out,
-                             int64_t n, int64_t average);
-void tmrt_all_gather(tmrt_context *ctx, int64_t in, int64_t out,
-                         int64_t n);
-void tmrt_all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+/* Bytes this rank has sent in the process group of `group_size` ranks
+ * `group_stride` apart (the collectives' last two arguments). */
+uint64_t tmrt_group_bytes_sent(tmrt_context *ctx, int64_t group_size,
+                               int64_t group_stride);
+/* The collectives run in this rank's process group of `group_size` ranks
+ * `group_stride` apart in the world (an axis of a row-major grid of ranks;
+ * the world: its size and 1). */
+void tmrt_all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                     int64_t average, int64_t group_size, int64_t group_stride);
+void tmrt_all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                         int64_t group_size, int64_t group_stride);
+void tmrt_reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                         int64_t average, int64_t group_size,
+                         int64_t group_stride);
+void tmrt_all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                     int64_t group_size, int64_t group_stride);
+void tmrt_all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                    int64_t group_size, int64_t group_stride);
 void tmrt_broadcast(tmrt_context *ctx, int64_t buffer, int64_t n,
                         int64_t root);
 void tmrt_barrier(tmrt_context *ctx);

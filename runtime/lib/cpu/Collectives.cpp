@@ -15,6 +15,10 @@
 // rank c + 1, around the ring), so a run gives the same bits every time on
 // the same number of ranks, whatever the MPI library's own algorithms.
 //
+// Every collective runs in a process group (Backend.h's Group: `size`
+// ranks `stride` apart, an axis of the step's grid of ranks): its rings go
+// around the group's members, and the bytes are counted per group.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Collectives.h"
@@ -45,13 +49,13 @@ struct Chunks {
   }
 };
 
-/// One exchange: sends `chunk` elements of T (the first `sendSize` from
-/// `send`, zeros after) to rank `to` while receiving `chunk` from rank
-/// `from` into `incoming`.
+/// One exchange in `group`: sends `chunk` elements of T (the first
+/// `sendSize` from `send`, zeros after) to its member `to` while receiving
+/// `chunk` from its member `from` into `incoming`.
 template <typename T>
-bool exchange(tmrt_context *ctx, const T *send, int64_t sendSize,
-              std::vector<T> &outgoing, T *incoming, int64_t chunk, int64_t to,
-              int64_t from) {
+bool exchange(tmrt_context *ctx, const Group &group, const T *send,
+              int64_t sendSize, std::vector<T> &outgoing, T *incoming,
+              int64_t chunk, int64_t to, int64_t from) {
   const Communicator &comm = *ctx->communicator;
   // A whole chunk goes as it is; a short one (the buffer's end) padded.
   const T *wire = send;
@@ -62,10 +66,10 @@ bool exchange(tmrt_context *ctx, const T *send, int64_t sendSize,
     wire = outgoing.data();
   }
   uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(T);
-  if (!comm.sendRecv(ctx, wire, bytes, to, incoming, bytes, from))
+  if (!comm.sendRecv(ctx, wire, bytes, group.member(to), incoming, bytes,
+                     group.member(from)))
     return false;
-  ctx->bytesSent += bytes;
-  ctx->bytesReceived += bytes;
+  ctx->countTraffic(group.size, group.stride, bytes);
   return true;
 }
 
@@ -80,11 +84,10 @@ bool exchange(tmrt_context *ctx, const T *send, int64_t sendSize,
 /// with N micro-batches give the same bits. 16-bit contributions travel in
 /// 16 bits and are summed in f32 (one rounding, at the end).
 template <typename T, typename Sum>
-bool reduceScatterInRankOrder(tmrt_context *ctx, const T *in, int64_t n,
-                              int64_t chunk, bool average,
-                              std::vector<Sum> &result) {
-  const Communicator &comm = *ctx->communicator;
-  int64_t size = comm.size(ctx), rank = comm.rank(ctx);
+bool reduceScatterInRankOrder(tmrt_context *ctx, const Group &group,
+                              const T *in, int64_t n, int64_t chunk,
+                              bool average, std::vector<Sum> &result) {
+  int64_t size = group.size, rank = group.position;
   Chunks chunks{n, chunk};
   // Every rank's contribution to chunk `rank`, at contribution r · chunk.
   std::vector<T> contributions(static_cast<size_t>(size * chunk), T(0.0f));
@@ -93,7 +96,7 @@ bool reduceScatterInRankOrder(tmrt_context *ctx, const T *in, int64_t n,
   std::vector<T> outgoing(chunk);
   for (int64_t step = 1; step < size; ++step) {
     int64_t to = mod(rank + step, size), from = mod(rank - step, size);
-    if (!exchange(ctx, in + chunks.begin(to), chunks.size(to), outgoing,
+    if (!exchange(ctx, group, in + chunks.begin(to), chunks.size(to), outgoing,
                   contributions.data() + from * chunk, chunk, to, from))
       return false;
   }
@@ -111,20 +114,20 @@ bool reduceScatterInRankOrder(tmrt_context *ctx, const T *in, int64_t n,
   return true;
 }
 
-/// The ring all-gather: chunk c of `out` (n elements, chunks of `chunk`)
-/// comes from rank c; this rank's is there already.
+/// The ring all-gather in `group`: chunk c of `out` (n elements, chunks of
+/// `chunk`) comes from its member c; this rank's is there already.
 template <typename T>
-bool ringAllGather(tmrt_context *ctx, T *out, int64_t n, int64_t chunk) {
-  const Communicator &comm = *ctx->communicator;
-  int64_t size = comm.size(ctx), rank = comm.rank(ctx);
+bool ringAllGather(tmrt_context *ctx, const Group &group, T *out, int64_t n,
+                   int64_t chunk) {
+  int64_t size = group.size, rank = group.position;
   Chunks chunks{n, chunk};
   std::vector<T> outgoing(chunk), incoming(chunk);
   for (int64_t step = 0; step + 1 < size; ++step) {
     int64_t sendChunk = mod(rank - step, size);
     int64_t recvChunk = mod(rank - step - 1, size);
-    if (!exchange(ctx, out + chunks.begin(sendChunk), chunks.size(sendChunk),
-                  outgoing, incoming.data(), chunk, mod(rank + 1, size),
-                  mod(rank - 1, size)))
+    if (!exchange(ctx, group, out + chunks.begin(sendChunk),
+                  chunks.size(sendChunk), outgoing, incoming.data(), chunk,
+                  mod(rank + 1, size), mod(rank - 1, size)))
       return false;
     std::copy_n(incoming.begin(), chunks.size(recvChunk),
                 out + chunks.begin(recvChunk));
@@ -149,56 +152,63 @@ namespace tmrt {
 namespace cpu {
 
 void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                int64_t average) {
+                int64_t average, int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("all_reduce: negative element count");
+  if (!groupOf(ctx, "all_reduce", group_size, group_stride, group))
+    return;
   withElementType(ctx, "all_reduce", in, out, [&](auto type) {
     using T = decltype(type);
-    int64_t size = ctx->communicator->size(ctx);
-    int64_t rank = ctx->communicator->rank(ctx);
-    int64_t chunk = (n + size - 1) / size;
+    int64_t chunk = (n + group.size - 1) / group.size;
     std::vector<float> mine;
-    if (!reduceScatterInRankOrder(ctx, ctx->at<T>(in), n, chunk, average != 0,
-                                  mine))
+    if (!reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n, chunk,
+                                  average != 0, mine))
       return;
     // The reduced chunk into place (in may be out: its other chunks are
     // read no more), then the ring gathers the others'.
     T *result = ctx->at<T>(out);
     Chunks chunks{n, chunk};
-    std::copy_n(mine.begin(), chunks.size(rank), result + chunks.begin(rank));
-    if (!ringAllGather(ctx, result, n, chunk))
+    std::copy_n(mine.begin(), chunks.size(group.position),
+                result + chunks.begin(group.position));
+    if (!ringAllGather(ctx, group, result, n, chunk))
       return;
     ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
   });
 }
 
-void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                    int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("all_reduce_i64: negative element count");
-  int64_t size = ctx->communicator->size(ctx);
-  int64_t rank = ctx->communicator->rank(ctx);
-  int64_t chunk = (n + size - 1) / size;
+  if (!groupOf(ctx, "all_reduce_i64", group_size, group_stride, group))
+    return;
+  int64_t chunk = (n + group.size - 1) / group.size;
   std::vector<int64_t> mine;
-  if (!reduceScatterInRankOrder(ctx, ctx->at<int64_t>(in), n, chunk, false,
-                                mine))
+  if (!reduceScatterInRankOrder(ctx, group, ctx->at<int64_t>(in), n, chunk,
+                                false, mine))
     return;
   int64_t *result = ctx->at<int64_t>(out);
   Chunks chunks{n, chunk};
-  std::copy_n(mine.begin(), chunks.size(rank), result + chunks.begin(rank));
-  if (!ringAllGather(ctx, result, n, chunk))
+  std::copy_n(mine.begin(), chunks.size(group.position),
+              result + chunks.begin(group.position));
+  if (!ringAllGather(ctx, group, result, n, chunk))
     return;
   ctx->touch(out, static_cast<uint64_t>(n) * sizeof(int64_t));
 }
 
 void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                    int64_t average) {
+                    int64_t average, int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("reduce_scatter: negative element count");
+  if (!groupOf(ctx, "reduce_scatter", group_size, group_stride, group))
+    return;
   withElementType(ctx, "reduce_scatter", in, out, [&](auto type) {
     using T = decltype(type);
-    int64_t size = ctx->communicator->size(ctx);
     std::vector<float> mine;
-    if (!reduceScatterInRankOrder(ctx, ctx->at<T>(in), n * size, n,
+    if (!reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n * group.size, n,
                                   average != 0, mine))
       return;
     // In place (in == out) the shard lands at the start of the buffer.
@@ -207,28 +217,34 @@ void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
   });
 }
 
-void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("all_gather: negative element count");
+  if (!groupOf(ctx, "all_gather", group_size, group_stride, group))
+    return;
   withElementType(ctx, "all_gather", in, out, [&](auto type) {
     using T = decltype(type);
-    int64_t size = ctx->communicator->size(ctx);
-    int64_t rank = ctx->communicator->rank(ctx);
     T *result = ctx->at<T>(out);
-    std::memmove(result + rank * n, ctx->at<T>(in), n * sizeof(T));
-    if (!ringAllGather(ctx, result, n * size, n))
+    std::memmove(result + group.position * n, ctx->at<T>(in), n * sizeof(T));
+    if (!ringAllGather(ctx, group, result, n * group.size, n))
       return;
-    ctx->touch(out, static_cast<uint64_t>(n * size) * sizeof(T));
+    ctx->touch(out, static_cast<uint64_t>(n * group.size) * sizeof(T));
   });
 }
 
-void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+               int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("all_slice: negative element count");
+  if (!groupOf(ctx, "all_slice", group_size, group_stride, group))
+    return;
   withElementType(ctx, "all_slice", in, out, [&](auto type) {
     using T = decltype(type);
-    int64_t rank = ctx->communicator->rank(ctx);
-    std::memmove(ctx->at<T>(out), ctx->at<T>(in) + rank * n, n * sizeof(T));
+    std::memmove(ctx->at<T>(out), ctx->at<T>(in) + group.position * n,
+                 n * sizeof(T));
     ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
   });
 }

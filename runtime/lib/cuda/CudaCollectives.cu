@@ -15,6 +15,11 @@
 // loaded. On more, NCCL (libnccl.so.2, dlopen'd) makes its communicator at
 // the first collective: rank 0's unique id goes to the others through the
 // context's own communicator (MPI under mpirun), one process per GPU.
+// A collective of a process group (Backend.h's Group: an axis of the
+// step's grid of ranks) runs on the group's own communicator, split from
+// the world's (ncclCommSplit, color: the group's first rank, key: the
+// rank's position in it) when the group is first used; the world's group
+// uses the world's.
 //
 // Failures: every NCCL call's result is checked, and each collective waits
 // for its stream while polling ncclCommGetAsyncError, for at most
@@ -32,6 +37,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <map>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -47,6 +53,8 @@ struct Nccl {
   ncclResult_t (*commDestroy)(ncclComm_t) = nullptr;
   ncclResult_t (*commAbort)(ncclComm_t) = nullptr;
   ncclResult_t (*commGetAsyncError)(ncclComm_t, ncclResult_t *) = nullptr;
+  ncclResult_t (*commSplit)(ncclComm_t, int, int, ncclComm_t *,
+                            ncclConfig_t *) = nullptr;
   const char *(*getErrorString)(ncclResult_t) = nullptr;
   ncclResult_t (*groupStart)() = nullptr;
   ncclResult_t (*groupEnd)() = nullptr;
@@ -59,6 +67,9 @@ struct Nccl {
   ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int,
                             ncclComm_t, cudaStream_t) = nullptr;
   ncclComm_t comm = nullptr;
+  /// The communicators of the process groups split from `comm`, by (size,
+  /// stride).
+  std::map<std::pair<int64_t, int64_t>, ncclComm_t> groups;
   bool broken = false;
 };
 
@@ -66,8 +77,12 @@ void closeNccl(CudaState &state) {
   Nccl *nccl = state.nccl;
   if (!nccl)
     return;
-  if (nccl->comm && nccl->commAbort && nccl->commDestroy)
-    (nccl->broken ? nccl->commAbort : nccl->commDestroy)(nccl->comm);
+  if (nccl->commAbort && nccl->commDestroy) {
+    for (auto &[key, comm] : nccl->groups)
+      (nccl->broken ? nccl->commAbort : nccl->commDestroy)(comm);
+    if (nccl->comm)
+      (nccl->broken ? nccl->commAbort : nccl->commDestroy)(nccl->comm);
+  }
   delete nccl;
   state.nccl = nullptr;
 }
@@ -110,6 +125,7 @@ bool loadInto(Nccl &nccl, std::string &error) {
   find(nccl.commDestroy, "ncclCommDestroy");
   find(nccl.commAbort, "ncclCommAbort");
   find(nccl.commGetAsyncError, "ncclCommGetAsyncError");
+  find(nccl.commSplit, "ncclCommSplit");
   find(nccl.getErrorString, "ncclGetErrorString");
   find(nccl.groupStart, "ncclGroupStart");
   find(nccl.groupEnd, "ncclGroupEnd");
@@ -155,9 +171,28 @@ Nccl *ncclOf(tmrt_context *ctx, const char *collective) {
   return nccl;
 }
 
+/// The communicator of `group`: the world's, or one split from it at the
+/// group's first collective (every rank of the world calls this at the
+/// same point of the step: they run one program).
+ncclComm_t commOf(tmrt_context *ctx, Nccl &nccl, const Group &group,
+                  const char *collective) {
+  if (group.size == ranksOf(ctx))
+    return nccl.comm;
+  auto [it, inserted] =
+      nccl.groups.try_emplace({group.size, group.stride}, nullptr);
+  if (inserted && !ok(ctx, nccl,
+                      nccl.commSplit(nccl.comm, static_cast<int>(group.base),
+                                     static_cast<int>(group.position),
+                                     &it->second, nullptr),
+                      collective))
+    return nullptr;
+  return it->second;
+}
+
 /// Waits for the stream's collectives, watching NCCL's asynchronous error
 /// and the time (TMRT_MPI_TIMEOUT seconds, default 30).
-bool finish(tmrt_context *ctx, Nccl &nccl, const char *collective) {
+bool finish(tmrt_context *ctx, Nccl &nccl, ncclComm_t comm,
+            const char *collective) {
   const double timeout = collectiveTimeoutSeconds();
   cudaStream_t stream = stateOf(ctx).stream;
   auto start = std::chrono::steady_clock::now();
@@ -168,7 +203,7 @@ bool finish(tmrt_context *ctx, Nccl &nccl, const char *collective) {
     if (status != cudaErrorNotReady)
       return check(ctx, status, std::string("waiting for ") + collective);
     ncclResult_t async = ncclSuccess;
-    if (!ok(ctx, nccl, nccl.commGetAsyncError(nccl.comm, &async), collective) ||
+    if (!ok(ctx, nccl, nccl.commGetAsyncError(comm, &async), collective) ||
         !ok(ctx, nccl, async, collective))
       return false;
     std::chrono::duration<double> waited =
@@ -193,10 +228,10 @@ using SumOf = std::conditional_t<std::is_same_v<T, int64_t>, int64_t, float>;
 /// padded) in rank order into `mine` (`chunk` elements of T): each chunk
 /// straight to its owner, then the N contributions added in order.
 template <typename T>
-bool reduceScatterInRankOrder(tmrt_context *ctx, const T *in, int64_t n,
-                              int64_t chunk, bool average, T *mine,
-                              const char *collective) {
-  int64_t size = ranksOf(ctx), rank = rankOf(ctx);
+bool reduceScatterInRankOrder(tmrt_context *ctx, const Group &group,
+                              const T *in, int64_t n, int64_t chunk,
+                              bool average, T *mine, const char *collective) {
+  int64_t size = group.size, rank = group.position;
   CudaState &state = stateOf(ctx);
   Scratch padded(ctx, static_cast<uint64_t>(size * chunk) * sizeof(T));
   Scratch parts(ctx, static_cast<uint64_t>(size * chunk) * sizeof(T));
@@ -219,7 +254,8 @@ bool reduceScatterInRankOrder(tmrt_context *ctx, const T *in, int64_t n,
     return false;
   if (size > 1) {
     Nccl *nccl = ncclOf(ctx, collective);
-    if (!nccl)
+    ncclComm_t comm = nccl ? commOf(ctx, *nccl, group, collective) : nullptr;
+    if (!comm)
       return false;
     uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(T);
     if (!ok(ctx, *nccl, nccl->groupStart(), collective))
@@ -228,19 +264,19 @@ bool reduceScatterInRankOrder(tmrt_context *ctx, const T *in, int64_t n,
       int64_t to = mod(rank + step, size), from = mod(rank - step, size);
       if (!ok(ctx, *nccl,
               nccl->send(wire + to * chunk, bytes, ncclUint8,
-                         static_cast<int>(to), nccl->comm, state.stream),
+                         static_cast<int>(to), comm, state.stream),
               collective) ||
           !ok(ctx, *nccl,
               nccl->recv(contributions + from * chunk, bytes, ncclUint8,
-                         static_cast<int>(from), nccl->comm, state.stream),
+                         static_cast<int>(from), comm, state.stream),
               collective))
         return false;
     }
     if (!ok(ctx, *nccl, nccl->groupEnd(), collective) ||
-        !finish(ctx, *nccl, collective))
+        !finish(ctx, *nccl, comm, collective))
       return false;
-    ctx->bytesSent += bytes * static_cast<uint64_t>(size - 1);
-    ctx->bytesReceived += bytes * static_cast<uint64_t>(size - 1);
+    ctx->countTraffic(group.size, group.stride,
+                      bytes * static_cast<uint64_t>(size - 1));
   }
   elementwise(ctx, collective, chunk, [=] __device__(int64_t i) {
     using Sum = SumOf<T>;
@@ -257,41 +293,43 @@ bool reduceScatterInRankOrder(tmrt_context *ctx, const T *in, int64_t n,
 /// The all-gather of `chunk` elements per rank from `mine` into `out`
 /// (size · chunk elements).
 template <typename T>
-bool allGather(tmrt_context *ctx, const T *mine, T *out, int64_t chunk,
-               const char *collective) {
-  int64_t size = ranksOf(ctx);
+bool allGather(tmrt_context *ctx, const Group &group, const T *mine, T *out,
+               int64_t chunk, const char *collective) {
+  int64_t size = group.size;
   if (size == 1)
     return check(ctx,
                  cudaMemcpyAsync(out, mine, chunk * sizeof(T),
                                  cudaMemcpyDeviceToDevice, stateOf(ctx).stream),
                  collective);
   Nccl *nccl = ncclOf(ctx, collective);
-  if (!nccl)
+  ncclComm_t comm = nccl ? commOf(ctx, *nccl, group, collective) : nullptr;
+  if (!comm)
     return false;
   uint64_t bytes = static_cast<uint64_t>(chunk) * sizeof(T);
   if (!ok(ctx, *nccl,
-          nccl->allGather(mine, out, bytes, ncclUint8, nccl->comm,
+          nccl->allGather(mine, out, bytes, ncclUint8, comm,
                           stateOf(ctx).stream),
           collective) ||
-      !finish(ctx, *nccl, collective))
+      !finish(ctx, *nccl, comm, collective))
     return false;
-  ctx->bytesSent += bytes * static_cast<uint64_t>(size - 1);
-  ctx->bytesReceived += bytes * static_cast<uint64_t>(size - 1);
+  ctx->countTraffic(group.size, group.stride,
+                    bytes * static_cast<uint64_t>(size - 1));
   return true;
 }
 
 /// reduce, then gather: an all-reduce of `n` elements of T.
 template <typename T>
-void allReduceOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                 bool average, const char *collective) {
-  int64_t size = ranksOf(ctx);
+void allReduceOf(tmrt_context *ctx, const Group &group, int64_t in, int64_t out,
+                 int64_t n, bool average, const char *collective) {
+  int64_t size = group.size;
   int64_t chunk = (n + size - 1) / size;
   Scratch reduced(ctx, static_cast<uint64_t>(chunk) * sizeof(T));
   Scratch gathered(ctx, static_cast<uint64_t>(size * chunk) * sizeof(T));
   if (!reduced.memory || !gathered.memory ||
-      !reduceScatterInRankOrder(ctx, ctx->at<T>(in), n, chunk, average,
+      !reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n, chunk, average,
                                 reduced.as<T>(), collective) ||
-      !allGather(ctx, reduced.as<T>(), gathered.as<T>(), chunk, collective))
+      !allGather(ctx, group, reduced.as<T>(), gathered.as<T>(), chunk,
+                 collective))
     return;
   if (check(ctx,
             cudaMemcpyAsync(ctx->at<T>(out), gathered.as<T>(), n * sizeof(T),
@@ -301,13 +339,13 @@ void allReduceOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
 }
 
 template <typename T>
-void reduceScatterOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                     bool average) {
-  int64_t size = ranksOf(ctx);
+void reduceScatterOf(tmrt_context *ctx, const Group &group, int64_t in,
+                     int64_t out, int64_t n, bool average) {
+  int64_t size = group.size;
   Scratch mine(ctx, static_cast<uint64_t>(n) * sizeof(T));
   if (!mine.memory ||
-      !reduceScatterInRankOrder(ctx, ctx->at<T>(in), n * size, n, average,
-                                mine.as<T>(), "reduce_scatter"))
+      !reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n * size, n,
+                                average, mine.as<T>(), "reduce_scatter"))
     return;
   if (check(ctx,
             cudaMemcpyAsync(ctx->at<T>(out), mine.as<T>(), n * sizeof(T),
@@ -317,8 +355,9 @@ void reduceScatterOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
 }
 
 template <typename T>
-void allGatherOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  int64_t size = ranksOf(ctx);
+void allGatherOf(tmrt_context *ctx, const Group &group, int64_t in, int64_t out,
+                 int64_t n) {
+  int64_t size = group.size;
   // This rank's shard through scratch (in may overlap out), then the rest.
   Scratch mine(ctx, static_cast<uint64_t>(n) * sizeof(T));
   if (!mine.memory ||
@@ -326,7 +365,7 @@ void allGatherOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
              cudaMemcpyAsync(mine.as<T>(), ctx->at<T>(in), n * sizeof(T),
                              cudaMemcpyDeviceToDevice, stateOf(ctx).stream),
              "all_gather") ||
-      !allGather(ctx, mine.as<T>(), ctx->at<T>(out), n, "all_gather"))
+      !allGather(ctx, group, mine.as<T>(), ctx->at<T>(out), n, "all_gather"))
     return;
   ctx->touch(out, static_cast<uint64_t>(n * size) * sizeof(T));
 }
@@ -342,44 +381,63 @@ bool loadNccl(std::string &report) {
 }
 
 void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                int64_t average) {
+                int64_t average, int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("all_reduce: negative element count");
+  if (!groupOf(ctx, "all_reduce", group_size, group_stride, group))
+    return;
   withFloatType(ctx, "all_reduce", {in, out}, [&](auto type) {
-    allReduceOf<decltype(type)>(ctx, in, out, n, average != 0, "all_reduce");
+    allReduceOf<decltype(type)>(ctx, group, in, out, n, average != 0,
+                                "all_reduce");
   });
 }
 
-void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                    int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("all_reduce_i64: negative element count");
-  allReduceOf<int64_t>(ctx, in, out, n, false, "all_reduce_i64");
+  if (!groupOf(ctx, "all_reduce_i64", group_size, group_stride, group))
+    return;
+  allReduceOf<int64_t>(ctx, group, in, out, n, false, "all_reduce_i64");
 }
 
 void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                    int64_t average) {
+                    int64_t average, int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("reduce_scatter: negative element count");
+  if (!groupOf(ctx, "reduce_scatter", group_size, group_stride, group))
+    return;
   withFloatType(ctx, "reduce_scatter", {in, out}, [&](auto type) {
-    reduceScatterOf<decltype(type)>(ctx, in, out, n, average != 0);
+    reduceScatterOf<decltype(type)>(ctx, group, in, out, n, average != 0);
   });
 }
 
-void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+                int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("all_gather: negative element count");
+  if (!groupOf(ctx, "all_gather", group_size, group_stride, group))
+    return;
   withFloatType(ctx, "all_gather", {in, out}, [&](auto type) {
-    allGatherOf<decltype(type)>(ctx, in, out, n);
+    allGatherOf<decltype(type)>(ctx, group, in, out, n);
   });
 }
 
-void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
+               int64_t group_size, int64_t group_stride) {
+  Group group;
   if (n < 0)
     return ctx->fail("all_slice: negative element count");
+  if (!groupOf(ctx, "all_slice", group_size, group_stride, group))
+    return;
   withFloatType(ctx, "all_slice", {in, out}, [&](auto type) {
     using T = decltype(type);
     uint64_t bytes = static_cast<uint64_t>(n) * sizeof(T);
-    copyArena(ctx, offsetOf(in) + rankOf(ctx) * bytes, offsetOf(out), bytes);
+    copyArena(ctx, offsetOf(in) + group.position * bytes, offsetOf(out), bytes);
     ctx->touch(out, bytes);
   });
 }
@@ -399,7 +457,7 @@ void broadcast(tmrt_context *ctx, int64_t buffer, int64_t n, int64_t root) {
                             static_cast<int>(root), nccl->comm,
                             stateOf(ctx).stream),
             "broadcast") ||
-        !finish(ctx, *nccl, "broadcast"))
+        !finish(ctx, *nccl, nccl->comm, "broadcast"))
       return;
     if (rankOf(ctx) == root)
       ctx->bytesSent += bytes * static_cast<uint64_t>(size - 1);

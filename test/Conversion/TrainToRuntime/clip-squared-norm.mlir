@@ -9,7 +9,7 @@
 // CHECK:         call @tmrt_clip_accumulate(%{{.*}}, %{{.*}}, %c8_i64)
 // CHECK:         call @tmrt_clip_accumulate(%{{.*}}, %{{.*}}, %c4_i64)
 // CHECK:         call @tmrt_clip_store_sum(%{{.*}}, %[[S:.*]]) :
-// CHECK:         call @tmrt_all_reduce_i64(%{{.*}}, %{{.*}}, %{{.*}}, %c24_i64)
+// CHECK:         call @tmrt_all_reduce_i64(%{{.*}}, %{{.*}}, %{{.*}}, %c24_i64, %c2_i64, %c1_i64)
 // CHECK-NOT:     call @tmrt_clip_accumulate(
 // CHECK:         call @tmrt_clip_load_sum(
 // CHECK:         call @tmrt_clip_finish(

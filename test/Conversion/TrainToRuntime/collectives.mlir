@@ -4,12 +4,14 @@
 // The shard collectives of a partitioned step are calls into the runtime's
 // rings; the grid goes with them, and the lowered step says how many ranks
 // it runs on. A reduce-scatter whose operand dies there may work in place.
+// Each call ends with its process group: the whole grid of 4 ranks is the
+// group of 4 ranks 1 apart.
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: tmrt.ranks = 4 : i64
-// CHECK: call @tmrt_all_reduce(%{{.*}}, %{{.*}}, %{{.*}}, %c8_i64, %c1_i64)
-// CHECK: call @tmrt_reduce_scatter(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64{{.*}}, %c0_i64
-// CHECK: call @tmrt_all_gather(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64
-// CHECK: call @tmrt_all_slice(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64
+// CHECK: call @tmrt_all_reduce(%{{.*}}, %{{.*}}, %{{.*}}, %c8_i64{{[_0-9]*}}, %c1_i64{{[_0-9]*}}, %c4_i64{{[_0-9]*}}, %c1_i64{{[_0-9]*}})
+// CHECK: call @tmrt_reduce_scatter(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64{{[_0-9]*}}, %c0_i64{{[_0-9]*}}, %c4_i64{{[_0-9]*}}, %c1_i64{{[_0-9]*}})
+// CHECK: call @tmrt_all_gather(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64{{[_0-9]*}}, %c4_i64{{[_0-9]*}}, %c1_i64{{[_0-9]*}})
+// CHECK: call @tmrt_all_slice(%{{.*}}, %{{.*}}, %{{.*}}, %c2_i64{{[_0-9]*}}, %c4_i64{{[_0-9]*}}, %c1_i64{{[_0-9]*}})
 shard.grid @dp(shape = 4)
 func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> (tensor<8xf32>, tensor<8xf32>, tensor<2xf32>) attributes {train.step, train.zero = #train.zero<stage = 1, ranks = 4, bucket = 100>} {
   %r = shard.all_reduce %a on @dp grid_axes = [0] reduction = average : tensor<8xf32> -> tensor<8xf32>
@@ -17,4 +19,21 @@ func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> (tensor<8xf32>, 
   %g = shard.all_gather %s on @dp grid_axes = [0] gather_axis = 0 : tensor<2xf32> -> tensor<8xf32>
   %l = shard.all_slice %g on @dp grid_axes = [0] slice_axis = 0 : tensor<8xf32> -> tensor<2xf32>
   return %r, %g, %l : tensor<8xf32>, tensor<8xf32>, tensor<2xf32>
+}
+
+// -----
+
+// A (data, tensor) grid of 3 x 2 ranks, row-major: the tensor axis's
+// groups are 2 ranks 1 apart, the data axis's 3 ranks 2 apart, both axes
+// the 6 ranks.
+// CHECK-LABEL: func.func @train_step
+// CHECK: call @tmrt_all_reduce(%{{.*}}, %{{.*}}, %{{.*}}, %c8_i64{{[_0-9]*}}, %c0_i64{{[_0-9]*}}, %c2_i64{{[_0-9]*}}, %c1_i64{{[_0-9]*}})
+// CHECK: call @tmrt_all_reduce(%{{.*}}, %{{.*}}, %{{.*}}, %c8_i64{{[_0-9]*}}, %c0_i64{{[_0-9]*}}, %c3_i64{{[_0-9]*}}, %c2_i64{{[_0-9]*}})
+// CHECK: call @tmrt_all_reduce(%{{.*}}, %{{.*}}, %{{.*}}, %c8_i64{{[_0-9]*}}, %c0_i64{{[_0-9]*}}, %c6_i64{{[_0-9]*}}, %c1_i64{{[_0-9]*}})
+shard.grid @grid(shape = 3x2)
+func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> attributes {train.step} {
+  %t = shard.all_reduce %a on @grid grid_axes = [1] : tensor<8xf32> -> tensor<8xf32>
+  %d = shard.all_reduce %t on @grid grid_axes = [0] : tensor<8xf32> -> tensor<8xf32>
+  %w = shard.all_reduce %d on @grid grid_axes = [0, 1] : tensor<8xf32> -> tensor<8xf32>
+  return %w : tensor<8xf32>
 }

@@ -90,11 +90,12 @@ func.func @train_step(%a: tensor<8xi32> {train.input = "a"}) -> tensor<8xi32> at
 
 // -----
 
-// Over the process world: a grid of one axis.
-shard.grid @dp2(shape = 2x2)
+// The runtime's process groups are ranks a stride apart: consecutive axes
+// of the grid.
+shard.grid @dp2(shape = 2x2x2)
 func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> attributes {train.step} {
-  // expected-error @+1 {{'shard.all_reduce' op runs on the runtime's process world: its grid must have one axis}}
-  %r = shard.all_reduce %a on @dp2 grid_axes = [0] : tensor<8xf32> -> tensor<8xf32>
+  // expected-error @+1 {{'shard.all_reduce' op runs over consecutive axes of a static grid (the runtime's groups are ranks a stride apart)}}
+  %r = shard.all_reduce %a on @dp2 grid_axes = [0, 2] : tensor<8xf32> -> tensor<8xf32>
   return %r : tensor<8xf32>
 }
 

@@ -149,6 +149,44 @@ template <typename OpT> void attach(MLIRContext *ctx) {
 
 } // namespace
 
+std::optional<ProcessGroup> mlir::train::getProcessGroup(Operation *op) {
+  FlatSymbolRefAttr gridName;
+  ArrayRef<int16_t> gridAxes;
+  if (auto c = dyn_cast<shard::AllReduceOp>(op))
+    gridName = c.getGridAttr(), gridAxes = c.getGridAxes();
+  else if (auto c = dyn_cast<shard::ReduceScatterOp>(op))
+    gridName = c.getGridAttr(), gridAxes = c.getGridAxes();
+  else if (auto c = dyn_cast<shard::AllGatherOp>(op))
+    gridName = c.getGridAttr(), gridAxes = c.getGridAxes();
+  else if (auto c = dyn_cast<shard::AllSliceOp>(op))
+    gridName = c.getGridAttr(), gridAxes = c.getGridAxes();
+  else
+    return std::nullopt;
+  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, gridName);
+  if (!grid)
+    return std::nullopt;
+  ArrayRef<int64_t> shape = grid.getShape();
+  if (shape.empty() || llvm::any_of(shape, ShapedType::isDynamic))
+    return std::nullopt;
+  SmallVector<int64_t> axes(gridAxes.begin(), gridAxes.end());
+  if (axes.empty())
+    for (int64_t i = 0, e = shape.size(); i < e; ++i)
+      axes.push_back(i);
+  llvm::sort(axes);
+  for (auto [i, axis] : llvm::enumerate(axes))
+    if (axis < 0 || axis >= static_cast<int64_t>(shape.size()) ||
+        (i > 0 && axis != axes[i - 1] + 1))
+      return std::nullopt;
+  ProcessGroup group;
+  for (int64_t size : shape)
+    group.gridRanks *= size;
+  for (int64_t axis : axes)
+    group.size *= shape[axis];
+  for (int64_t axis = axes.back() + 1, e = shape.size(); axis < e; ++axis)
+    group.stride *= shape[axis];
+  return group;
+}
+
 void mlir::train::registerShardExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, shard::ShardDialect *) {
     attach<shard::AllReduceOp>(ctx);

@@ -12,6 +12,9 @@
 #define TRAINMEM_DIALECT_TRAIN_IR_SHARDMODELS_H
 
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/Operation.h"
+
+#include <optional>
 
 namespace mlir {
 namespace train {
@@ -19,6 +22,24 @@ namespace train {
 /// Attaches the models to shard.all_reduce, shard.reduce_scatter,
 /// shard.all_gather and shard.all_slice.
 void registerShardExternalModels(DialectRegistry &registry);
+
+/// The process group of a shard collective (all_reduce, reduce_scatter,
+/// all_gather, all_slice) on its grid, a row-major grid of ranks: its axes
+/// `grid_axes` (all of them when none are named) as `size` ranks `stride`
+/// apart, out of the grid's `gridRanks`. On a (data, tensor) grid of d x t
+/// ranks the tensor axis is (t, 1), the data axis (d, t).
+struct ProcessGroup {
+  int64_t size = 1, stride = 1, gridRanks = 1;
+  /// The position in its group of rank `rank`, and the group's first rank.
+  int64_t positionOf(int64_t rank) const { return (rank / stride) % size; }
+  int64_t baseOf(int64_t rank) const {
+    return rank - positionOf(rank) * stride;
+  }
+};
+/// The group of `collective`; std::nullopt when its grid is missing or not
+/// static, or its axes are not consecutive (then its ranks are not a
+/// stride apart), or it is not a shard collective.
+std::optional<ProcessGroup> getProcessGroup(Operation *collective);
 
 } // namespace train
 } // namespace mlir

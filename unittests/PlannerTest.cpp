@@ -15,6 +15,7 @@
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Plan/DeepSpeed.h"
 #include "trainmem/Plan/Hardware.h"
+#include "trainmem/Plan/Megatron.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -282,6 +283,63 @@ TEST(DeepSpeed, WritesWhatItReads) {
   EXPECT_TRUE(warnings.empty()) << warnings.front();
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_TRUE(llvm::StringRef(notes.front()).starts_with("fused attention"));
+}
+
+// A candidate as Megatron-LM arguments: each decision its argument, value
+// after name; what Megatron-LM has no argument for said.
+TEST(Megatron, ArgumentsSayTheDecisions) {
+  PlanRequest request;
+  request.globalBatch = 64;
+  request.ranks = 8;
+  request.model.dtype = "f16";
+  PlanCandidate c;
+  c.microBatch = 2;
+  c.accumulation = 4;
+  c.stage = 1;
+  c.remat = PlanRemat::full;
+  c.fuseAttention = true;
+  c.fuseElementwise = true;
+  std::vector<std::string> notes;
+  std::vector<std::string> args = toMegatronArguments(c, request, notes);
+  auto valueOf = [&](llvm::StringRef name) -> std::string {
+    auto it = llvm::find(args, name.str());
+    if (it == args.end())
+      return "(absent)";
+    if (std::next(it) == args.end() ||
+        llvm::StringRef(*std::next(it)).starts_with("--"))
+      return "(flag)";
+    return *std::next(it);
+  };
+  EXPECT_EQ(valueOf("--tensor-model-parallel-size"), "1");
+  EXPECT_EQ(valueOf("--micro-batch-size"), "2");
+  EXPECT_EQ(valueOf("--global-batch-size"), "64");
+  EXPECT_EQ(valueOf("--recompute-granularity"), "full");
+  EXPECT_EQ(valueOf("--recompute-method"), "uniform");
+  EXPECT_EQ(valueOf("--recompute-num-layers"), "1");
+  EXPECT_EQ(valueOf("--use-distributed-optimizer"), "(flag)");
+  EXPECT_EQ(valueOf("--fp16"), "(flag)");
+  EXPECT_EQ(valueOf("--bf16"), "(absent)");
+  EXPECT_EQ(valueOf("--use-flash-attn"), "(flag)");
+  EXPECT_EQ(valueOf("--no-bias-gelu-fusion"), "(absent)");
+  EXPECT_EQ(valueOf("--adam-beta2"), "0.999");
+  EXPECT_EQ(valueOf("--adam-eps"), "1e-08");
+  EXPECT_TRUE(notes.empty()) << notes.front();
+
+  // Selective recompute is Megatron's own; stage 3, offload and 8-bit state
+  // have no argument.
+  c.remat = PlanRemat::selective;
+  c.stage = 3;
+  c.offload = PlanOffload::states;
+  c.eightBit = true;
+  args = toMegatronArguments(c, request, notes);
+  EXPECT_EQ(valueOf("--recompute-granularity"), "selective");
+  EXPECT_EQ(valueOf("--recompute-method"), "(absent)");
+  ASSERT_EQ(notes.size(), 3u);
+  EXPECT_TRUE(llvm::StringRef(notes[0]).starts_with(
+      "ZeRO stage 3 has no Megatron-LM argument"))
+      << notes[0];
+  EXPECT_TRUE(llvm::StringRef(notes[1]).starts_with("optimizer offload"));
+  EXPECT_TRUE(llvm::StringRef(notes[2]).starts_with("8-bit optimizer state"));
 }
 
 } // namespace

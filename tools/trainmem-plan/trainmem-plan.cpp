@@ -6,7 +6,7 @@
 //               [--micro-batches 1,2,4] [--remat none,selective,full,budget]
 //               [--stages 0,1,2,3] [--eight-bit both|off|on] [--exact]
 //               [--fuse-attention both|off|on] [--fuse-elementwise ...]
-//               [--emit table|pipeline|deepspeed-json|json]
+//               [--emit table|pipeline|deepspeed-json|megatron-args|json]
 //               [--from-deepspeed FILE]
 //
 // Searches micro-batch x accumulation, recompute policy, ZeRO stage,
@@ -16,7 +16,8 @@
 // predicted step time and throughput relative to the fastest, why each rejected
 // one does not fit, and marks the best; then its trainmem-opt pipeline and
 // trainmem-run options. --emit deepspeed-json writes the same decisions as a
-// DeepSpeed config; --from-deepspeed reads one into the pipeline (keys this
+// DeepSpeed config, --emit megatron-args as Megatron-LM's arguments;
+// --from-deepspeed reads one into the pipeline (keys this
 // project does not model are named in a warning; stages and offloading it does
 // not model are errors). docs/Planner.md.
 //
@@ -29,6 +30,7 @@
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Plan/DeepSpeed.h"
 #include "trainmem/Plan/Hardware.h"
+#include "trainmem/Plan/Megatron.h"
 #include "trainmem/Plan/Planner.h"
 #include "trainmem/Support/ByteSize.h"
 
@@ -145,7 +147,9 @@ static cl::opt<bool>
                    "two small layer counts extrapolated"),
           cl::cat(category));
 static cl::opt<std::string>
-    emit("emit", cl::desc("table (default), pipeline, deepspeed-json, json"),
+    emit("emit",
+         cl::desc("table (default), pipeline, deepspeed-json, "
+                  "megatron-args, json"),
          cl::init("table"), cl::cat(category));
 static cl::opt<bool>
     fitsOnly("fits-only",
@@ -627,6 +631,13 @@ static void printBestAs(llvm::raw_ostream &os, const PlanRequest &request,
   } else if (emit == "pipeline") {
     os << "builtin.module("
        << best.passPipeline(request.ranks, request.memoryBytes) << ")\n";
+  } else if (emit == "megatron-args") {
+    std::vector<std::string> notes;
+    std::vector<std::string> args = toMegatronArguments(best, request, notes);
+    for (const std::string &note : notes)
+      llvm::errs() << "trainmem-plan: note: " << note << "\n";
+    llvm::interleave(args, os, " ");
+    os << "\n";
   } else {
     std::vector<std::string> notes;
     llvm::json::Object config = toDeepSpeed(best, request, notes);
@@ -647,10 +658,10 @@ int main(int argc, char **argv) {
   if (!hardware)
     return fail(llvm::toString(hardware.takeError()));
   if (emit != "table" && emit != "pipeline" && emit != "deepspeed-json" &&
-      emit != "json")
-    return fail(
-        "--emit must be table, pipeline, deepspeed-json or json, not '" + emit +
-        "'");
+      emit != "megatron-args" && emit != "json")
+    return fail("--emit must be table, pipeline, deepspeed-json, "
+                "megatron-args or json, not '" +
+                emit + "'");
   if (ranks < 1)
     return fail("--ranks must be at least 1");
   std::optional<DeepSpeedPlan> deepSpeed;

@@ -1,0 +1,35 @@
+//===- Megatron.h - a plan as Megatron-LM arguments -------------*- C++ -*-===//
+//
+// trainmem-plan --emit megatron-args writes a candidate as the arguments
+// of Megatron-LM's pretrain scripts, beside the DeepSpeed config of
+// DeepSpeed.h; the decisions Megatron-LM has no argument for are said as
+// notes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINMEM_PLAN_MEGATRON_H
+#define TRAINMEM_PLAN_MEGATRON_H
+
+#include "trainmem/Plan/Planner.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir {
+namespace train {
+
+/// `c` as Megatron-LM arguments for `request` (one per element, each value
+/// its own element: `--micro-batch-size`, `2`, ...): parallelism (tensor
+/// parallelism of 1 until the planner searches it; the data-parallel size
+/// is what the launcher's ranks leave), batch, recompute, the distributed
+/// optimizer for ZeRO stage 1, precision, fusions and the step's AdamW.
+/// The decisions Megatron-LM has no argument for (ZeRO stages 2 and 3,
+/// budget recompute, optimizer offload, 8-bit state) are said in `notes`.
+std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
+                                             const PlanRequest &request,
+                                             std::vector<std::string> &notes);
+
+} // namespace train
+} // namespace mlir
+
+#endif // TRAINMEM_PLAN_MEGATRON_H

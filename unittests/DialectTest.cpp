@@ -100,6 +100,34 @@ TEST(Dialect, EveryOpHasItsModels) {
   EXPECT_EQ(inferShapes, 4u);
 }
 
+// The models other libraries attach are promised by the dialect: a context
+// that has not registered them holds promises for every compute op (asking
+// an op for one would fail naming the interface), which registering the
+// models resolves.
+TEST(Dialect, ItPromisesTheModelsOthersAttach) {
+  DialectRegistry registry;
+  registry.insert<TrainDialect>();
+  MLIRContext context(registry);
+  auto *dialect = context.getOrLoadDialect<TrainDialect>();
+  TypeID add = TypeID::get<AddOp>(), block = TypeID::get<BlockOp>();
+  EXPECT_TRUE(dialect->hasPromisedInterface(
+      add, EvaluableOpInterface::getInterfaceID()));
+  EXPECT_TRUE(dialect->hasPromisedInterface(
+      add, RuntimeLoweringOpInterface::getInterfaceID()));
+  // Structure (no cost) has no models to promise.
+  EXPECT_FALSE(dialect->hasPromisedInterface(
+      block, EvaluableOpInterface::getInterfaceID()));
+
+  DialectRegistry models;
+  registerEvaluatorExternalModels(models);
+  registerRuntimeLoweringExternalModels(models);
+  context.appendDialectRegistry(models);
+  EXPECT_FALSE(dialect->hasPromisedInterface(
+      add, EvaluableOpInterface::getInterfaceID()));
+  EXPECT_FALSE(dialect->hasPromisedInterface(
+      add, RuntimeLoweringOpInterface::getInterfaceID()));
+}
+
 /// The types `op` infers for its results, or their shapes; false when it
 /// infers neither.
 bool inferredMatch(Operation *op, std::string &why) {

@@ -1,8 +1,10 @@
 //===- TrainDialect.cpp - the train dialect -------------------------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
+#include "trainmem/Conversion/RuntimeLowering.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Evaluator/Evaluator.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -20,11 +22,33 @@ using namespace mlir::train;
 #include "trainmem/Dialect/Train/IR/TrainAttrs.cpp.inc"
 #include "trainmem/Dialect/Train/IR/TrainInterfaces.cpp.inc"
 
+namespace {
+/// The models other libraries attach to a compute op (one with a cost):
+/// its reference evaluation (the evaluator's) and its runtime calls
+/// (convert-train-to-runtime's). Promised here, so that a context that
+/// asks an op for one before its library registered the models fails
+/// naming the interface, instead of seeing an op without it.
+template <typename... OpTs> void promiseModels(TrainDialect &dialect) {
+  auto promise = [&](auto op) {
+    using OpT = decltype(op);
+    if constexpr (OpT::template hasTrait<CostOpInterface::Trait>()) {
+      dialect.declarePromisedInterface<EvaluableOpInterface, OpT>();
+      dialect.declarePromisedInterface<RuntimeLoweringOpInterface, OpT>();
+    }
+  };
+  (promise(OpTs()), ...);
+}
+} // namespace
+
 void TrainDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "trainmem/Dialect/Train/IR/TrainOps.cpp.inc"
       >();
+  promiseModels<
+#define GET_OP_LIST
+#include "trainmem/Dialect/Train/IR/TrainOps.cpp.inc"
+      >(*this);
   addAttributes<
 #define GET_ATTRDEF_LIST
 #include "trainmem/Dialect/Train/IR/TrainAttrs.cpp.inc"

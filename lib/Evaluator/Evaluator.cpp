@@ -198,6 +198,7 @@ struct OpKernels {
   LogicalResult evaluate(DropoutOp o);
   LogicalResult evaluate(RopeOp o);
   LogicalResult evaluate(ReshapeOp o);
+  LogicalResult evaluate(GradAllReduceOp o);
   LogicalResult evaluate(TransposeOp o);
   LogicalResult evaluate(CrossEntropyOp o);
   LogicalResult evaluate(MeanLossOp o);
@@ -1029,6 +1030,11 @@ LogicalResult OpKernels::evaluate(RopeOp o) {
   return success();
 }
 
+LogicalResult OpKernels::evaluate(GradAllReduceOp o) {
+  set(o.getResult(), get(o.getInput()));
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(ReshapeOp o) {
   RefTensor y = get(o.getInput());
   y.shape = shapeOf(o.getResult().getType());
@@ -1461,52 +1467,16 @@ template <typename... OpTs> void attachKernels(MLIRContext *context) {
 
 void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, TrainDialect *) {
-    attachKernels<EmbeddingOp,
-                  IotaOp,
-                  MatmulOp,
-                  AddOp,
-                  MulOp,
-                  ScaleOp,
-                  BiasAddOp,
-                  LayerNormOp,
-                  RMSNormOp,
-                  GeluOp,
-                  BiasGeluOp,
-                  SiluOp,
-                  SoftmaxOp,
-                  DropoutOp,
-                  RopeOp,
-                  ReshapeOp,
-                  TransposeOp,
-                  CrossEntropyOp,
-                  MeanLossOp,
-                  CastOp,
-                  DropoutMaskOp,
-                  CountValidOp,
-                  SliceRowsOp,
-                  EmbeddingGradOp,
-                  SumToOp,
-                  LayerNormGradOp,
-                  RMSNormGradOp,
-                  GeluGradOp,
-                  BiasGeluGradOp,
-                  SiluGradOp,
-                  SoftmaxGradOp,
-                  DropoutGradOp,
-                  CrossEntropyGradOp,
-                  AdamWOp,
-                  QuantizeOp,
-                  DequantizeOp,
-                  AdamW8bitOp,
-                  SGDOp,
-                  SGD8bitOp,
-                  LossScaleOp,
-                  UnscaleGradientsOp,
-                  ClipGradNormOp,
-                  SquaredNormOp,
-                  LRScheduleOp,
-                  AttentionOp,
-                  AttentionGradOp>(context);
+    attachKernels<
+        EmbeddingOp, IotaOp, MatmulOp, AddOp, MulOp, ScaleOp, BiasAddOp,
+        LayerNormOp, RMSNormOp, GeluOp, BiasGeluOp, SiluOp, SoftmaxOp,
+        DropoutOp, RopeOp, ReshapeOp, GradAllReduceOp, TransposeOp,
+        CrossEntropyOp, MeanLossOp, CastOp, DropoutMaskOp, CountValidOp,
+        SliceRowsOp, EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp,
+        GeluGradOp, BiasGeluGradOp, SiluGradOp, SoftmaxGradOp, DropoutGradOp,
+        CrossEntropyGradOp, AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp,
+        SGDOp, SGD8bitOp, LossScaleOp, UnscaleGradientsOp, ClipGradNormOp,
+        SquaredNormOp, LRScheduleOp, AttentionOp, AttentionGradOp>(context);
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);

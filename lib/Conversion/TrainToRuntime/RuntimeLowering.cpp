@@ -439,6 +439,11 @@ static LogicalResult lowerUnscaleGradients(UnscaleGradientsOp o,
   return success();
 }
 
+static LogicalResult lowerGradAllReduce(GradAllReduceOp, RuntimeCallBuilder &) {
+  // The identity forward, a view of its operand: no data moves.
+  return success();
+}
+
 static LogicalResult lowerTranspose(TransposeOp, RuntimeCallBuilder &) {
   // A transpose is a strided view of its operand: no data moves.
   return success();
@@ -664,6 +669,7 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<MatmulOp, lowerMatmul>(ctx);
     attach<SumToOp, lowerSumTo>(ctx);
     attach<ReshapeOp, lowerReshape>(ctx);
+    attach<GradAllReduceOp, lowerGradAllReduce>(ctx);
     attach<RopeOp, lowerRope>(ctx);
     attach<TransposeOp, lowerTranspose>(ctx);
     attach<ClipGradNormOp, lowerClip>(ctx);

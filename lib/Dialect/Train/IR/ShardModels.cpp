@@ -142,6 +142,30 @@ struct InPlaceModel
   }
 };
 
+/// Megatron's g: a sum over the ranks of a tensor-parallel group of their
+/// partial results (the row-parallel matmul's), after which every rank
+/// holds the whole value and computes the same from it; the gradient of
+/// each rank's part is then the sum's gradient, as it is (the identity).
+/// train.grad_all_reduce is its conjugate.
+struct AllReduceVJPModel
+    : public DifferentiableOpInterface::ExternalModel<AllReduceVJPModel,
+                                                      shard::AllReduceOp> {
+  LogicalResult buildVJP(Operation *op, OpBuilder &, ValueRange resultGrads,
+                         SmallVectorImpl<Value> &operandGrads) const {
+    auto allReduce = cast<shard::AllReduceOp>(op);
+    if (allReduce.getReduction() != shard::ReductionKind::Sum)
+      return op->emitOpError("is differentiated as a sum (Megatron's g); "
+                             "reduction ")
+             << shard::stringifyReductionKind(allReduce.getReduction())
+             << " has no gradient here";
+    if (resultGrads[0] &&
+        resultGrads[0].getType() != allReduce.getInput().getType())
+      return op->emitOpError("gradient of another type than its operand");
+    operandGrads.push_back(resultGrads[0]);
+    return success();
+  }
+};
+
 template <typename OpT> void attach(MLIRContext *ctx) {
   OpT::template attachInterface<CommunicationModel<OpT>,
                                 CollectiveCostModel<OpT>>(*ctx);
@@ -193,8 +217,8 @@ void mlir::train::registerShardExternalModels(DialectRegistry &registry) {
     attach<shard::ReduceScatterOp>(ctx);
     attach<shard::AllGatherOp>(ctx);
     attach<shard::AllSliceOp>(ctx);
-    shard::AllReduceOp::attachInterface<InPlaceModel<shard::AllReduceOp>>(
-        *ctx);
+    shard::AllReduceOp::attachInterface<InPlaceModel<shard::AllReduceOp>,
+                                        AllReduceVJPModel>(*ctx);
     shard::ReduceScatterOp::attachInterface<
         InPlaceModel<shard::ReduceScatterOp>>(*ctx);
     shard::AllSliceOp::attachInterface<InPlaceModel<shard::AllSliceOp>>(*ctx);

@@ -117,6 +117,9 @@ uint64_t AttentionGradOp::getFlops() {
 
 uint64_t RopeOp::getFlops() { return mulCount(3, elems(getResult())); }
 
+uint64_t GradAllReduceOp::getFlops() { return 0; }
+uint64_t GradAllReduceOp::getBytesRead() { return 0; }
+uint64_t GradAllReduceOp::getBytesWritten() { return 0; }
 uint64_t ReshapeOp::getFlops() { return 0; }
 uint64_t ReshapeOp::getBytesRead() { return 0; }
 uint64_t ReshapeOp::getBytesWritten() { return 0; }

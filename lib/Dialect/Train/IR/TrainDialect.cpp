@@ -93,6 +93,16 @@ LogicalResult StateAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult
+TensorSplitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                        int64_t dim, int64_t parts, int64_t axis) {
+  if (dim < 0 || parts < 1 || axis < 0)
+    return emitError() << "#train.split: dim and axis must be >= 0 and parts "
+                          ">= 1, got dim = "
+                       << dim << ", parts = " << parts << ", axis = " << axis;
+  return success();
+}
+
 StateAttr StateAttr::withPart(StatePart part, QuantMap map,
                               int64_t block) const {
   return StateAttr::get(getContext(), getParam(), getKind(), part, map, block);
@@ -287,6 +297,20 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
   if (name == kShardOfAttrName)
     return verifyShardOf(op, dyn_cast<FunctionOpInterface>(op), index, attr,
                          results);
+  if (name == kTensorSplitAttrName) {
+    auto split = dyn_cast<TensorSplitAttr>(attr.getValue());
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    auto type = func && !results
+                    ? dyn_cast<RankedTensorType>(func.getArgumentTypes()[index])
+                    : RankedTensorType();
+    if (!split || !type || split.getDim() >= type.getRank())
+      return op->emitOpError()
+             << (results ? "result " : "argument ") << index << ": '" << name
+             << "' is a #train.split of a dimension of a tensor argument, "
+                "got "
+             << attr.getValue();
+    return success();
+  }
   bool state = namesState(name);
   bool known = state || name == kLossAttrName || name == kGradNormAttrName ||
                name == kGradAttrName || name == kInitAttrName ||

@@ -564,6 +564,23 @@ ReshapeOp::getViewStrides(ArrayRef<int64_t> sourceStrides) {
   return computeSuffixProduct(getResult().getType().getShape());
 }
 
+LogicalResult GradAllReduceOp::verify() {
+  ArrayRef<int16_t> axes = getGridAxes();
+  if (axes.empty())
+    return emitOpError("sums the gradient over at least one grid axis");
+  for (auto [i, axis] : llvm::enumerate(axes))
+    if (axis < 0 || (i > 0 && axis <= axes[i - 1]))
+      return emitOpError("grid axes must be increasing and non-negative");
+  return success();
+}
+
+Value GradAllReduceOp::getViewSource() { return getInput(); }
+
+std::optional<SmallVector<int64_t>>
+GradAllReduceOp::getViewStrides(ArrayRef<int64_t> sourceStrides) {
+  return SmallVector<int64_t>(sourceStrides);
+}
+
 LogicalResult TransposeOp::verify() {
   RankedTensorType in = getInput().getType(), out = getResult().getType();
   ArrayRef<int64_t> perm = getPermutation();

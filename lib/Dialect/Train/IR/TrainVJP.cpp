@@ -8,6 +8,8 @@
 
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+
 using namespace mlir;
 using namespace mlir::train;
 
@@ -234,6 +236,20 @@ LogicalResult RopeOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                 getThetaAttr(), UnitAttr());
   inverse.setInverse(!getInverse());
   operandGrads.push_back(inverse);
+  return success();
+}
+
+/// Megatron's f: the ranks' parts of the gradient summed.
+LogicalResult GradAllReduceOp::buildVJP(OpBuilder &builder,
+                                        ValueRange resultGrads,
+                                        SmallVectorImpl<Value> &operandGrads) {
+  if (noGradient(*this, resultGrads, operandGrads))
+    return success();
+  SmallVector<shard::GridAxis> axes(getGridAxes());
+  operandGrads.push_back(
+      shard::AllReduceOp::create(builder, getLoc(), resultGrads[0], getGrid(),
+                                 axes, shard::ReductionKind::Sum)
+          .getResult());
   return success();
 }
 

@@ -67,6 +67,10 @@ constexpr llvm::StringLiteral kZeroAttrName =
 /// (i64, in the order the backward fills them).
 constexpr llvm::StringLiteral kBucketAttrName =
     TrainDialect::BucketAttrHelper::getNameStr();
+/// On a parameter argument train-tensor-parallel split: a #train.split (the
+/// dimension, the parts, the grid axis of the tensor-parallel group).
+constexpr llvm::StringLiteral kTensorSplitAttrName =
+    TrainDialect::TensorSplitAttrHelper::getNameStr();
 /// On an argument or result of a step train-zero partitioned: the value is
 /// one rank's shard of a tensor of this type (a TypeAttr), flattened and
 /// padded with zeros to ranks x shard elements; rank r holds elements

@@ -118,6 +118,29 @@ def Train_ZeroAttr : Train_Attr<"Zero", "zero"> {
   let genVerifyDecl = 1;
 }
 
+def Train_TensorSplitAttr : Train_Attr<"TensorSplit", "split"> {
+  let summary = "a parameter split across a tensor-parallel group";
+  let description = [{
+    The value of `train.tensor_split` on a step's parameter argument that
+    train-tensor-parallel split: the argument is one rank's part of the
+    whole parameter, which is `parts` times larger along dimension `dim`;
+    the rank at position p of its group along grid axis `axis` holds
+    elements [p · n, (p + 1) · n) of that dimension (n the argument's size
+    there). A column-parallel weight is split along its columns (dim 1),
+    a row-parallel one along its rows (dim 0).
+
+    ```mlir
+    %w1: tensor<768x1536xbf16> {train.param = "h.0.mlp.fc.weight",
+        train.tensor_split = #train.split<dim = 1, parts = 2, axis = 1>}
+    ```
+  }];
+  let parameters = (ins "int64_t":$dim, "int64_t":$parts, "int64_t":$axis);
+  let assemblyFormat = [{
+    `<` `dim` `=` $dim `,` `parts` `=` $parts `,` `axis` `=` $axis `>`
+  }];
+  let genVerifyDecl = 1;
+}
+
 def Train_StateAttr : Train_Attr<"State", "state"> {
   let summary = "what an optimizer-state tensor of a step holds";
   let description = [{

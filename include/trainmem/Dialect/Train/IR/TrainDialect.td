@@ -41,6 +41,7 @@ def Train_Dialect : Dialect {
     "::mlir::UnitAttr":$grad_norm,
     "::mlir::UnitAttr":$step,
     "::mlir::train::ZeroAttr":$zero,
+    "::mlir::train::TensorSplitAttr":$tensor_split,
     "::mlir::IntegerAttr":$bucket,
     "::mlir::TypeAttr":$shard_of,
     "::mlir::UnitAttr":$micro_batch_sum,

@@ -454,6 +454,36 @@ def Train_ReshapeOp : Train_DiffOp<"reshape",
   let hasVerifier = 1;
 }
 
+def Train_GradAllReduceOp : Train_DiffOp<"grad_all_reduce",
+    [SameOperandsAndResultType,
+     DeclareOpInterfaceMethods<ViewLikeOpInterface>,
+     DeclareOpInterfaceMethods<Train_StridedViewOpInterface>],
+    ["getBytesRead", "getBytesWritten"]> {
+  let summary = "the identity, whose gradient is summed over a grid's ranks";
+  let description = [{
+    Megatron's `f` (Shoeybi et al. 2019): where a value every rank of a
+    tensor-parallel group holds whole enters the part of a layer split
+    across the group (the column-parallel matmuls), each rank's backward
+    gives only its part of the value's gradient; this op passes the value
+    on unchanged and, in its vector-Jacobian product, sums the gradient
+    over the ranks of `grid` along `grid_axes` (a `shard.all_reduce`). Its
+    conjugate, `g` (the sum of the row-parallel matmul's partial results
+    forward, the identity backward), is `shard.all_reduce` itself, whose
+    gradient is the identity. A view: no memory, no call.
+
+    ```mlir
+    %x = train.grad_all_reduce %ln on @grid grid_axes = [1] : tensor<8x1024x768xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, FlatSymbolRefAttr:$grid,
+                   DenseI16ArrayAttr:$grid_axes);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $grid `grid_axes` `=` $grid_axes attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Train_TransposeOp : Train_DiffOp<"transpose",
     [DeclareOpInterfaceMethods<ViewLikeOpInterface>,
      DeclareOpInterfaceMethods<Train_StridedViewOpInterface>,

@@ -258,6 +258,51 @@ def TrainOffloadOptimizerPass
   ];
 }
 
+def TrainTensorParallelPass
+    : Pass<"train-tensor-parallel", "mlir::ModuleOp"> {
+  let summary = "Splits the model's layers across a tensor-parallel group "
+                "(Megatron)";
+  let description = [{
+    Runs on the forward pass plus loss (before `train-autodiff`). Makes it
+    one SPMD program for `size` ranks of a tensor-parallel group on a 2-D
+    `shard.grid @tp` of `data` x `size` ranks (axis 0 data, axis 1 tensor;
+    rank r = d · size + t), each rank holding its part of the split
+    parameters (marked `train.tensor_split = #train.split<dim, parts,
+    axis>`). An MLP block (`train.block mlp`), GELU or SwiGLU, and an
+    attention block are split as Megatron splits them (Shoeybi et al.
+    2019): their first matmuls by columns (an MLP's inner columns, the
+    attention's q, k and v by heads; their biases with them), the ops after
+    them (element-wise ops, softmax, rotary embedding, views: reshapes and
+    transposes) on a rank's part, the last matmul (the MLP's down
+    projection, the attention's output projection) by rows. The block's
+    input enters the split part through `train.grad_all_reduce`
+    (Megatron's f: the identity, whose gradient is summed over the group)
+    and the last matmul's partial products are summed by `shard.all_reduce`
+    (g: the identity backward), before its bias. `train-autodiff` then
+    builds the backward with the conjugate collectives. Grouped-query
+    attention splits its K/V heads with the queries' (t must divide them).
+
+    The embedding and the head stay whole on every rank in this version
+    (each rank computes them alike; the result is the same, the memory is
+    not split): the pass says so in a remark per kind. A size that does not
+    divide what it splits (an MLP's inner size, the heads), a parameter a
+    block shares with another, or a block that is not matmuls, ops on their
+    parts and one last matmul is an error at the op. Dropout inside the
+    split part draws by a rank's element positions: with a rate above 0 the
+    ranks' masks are not the parts of one rank's mask.
+  }];
+  let options = [
+    Option<"size", "size", "int64_t", "2",
+           "Ranks of a tensor-parallel group (t)">,
+    Option<"data", "data", "int64_t", "1",
+           "Data-parallel groups (the grid's first axis)">
+  ];
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
+  let statistics = [
+    Statistic<"numSplitBlocks", "split-blocks", "Blocks split">
+  ];
+}
+
 def TrainZeroPass : Pass<"train-zero", "mlir::ModuleOp"> {
   let summary = "Partitions the step over data-parallel ranks (ZeRO) and "
                 "inserts the collectives";

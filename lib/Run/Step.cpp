@@ -229,6 +229,16 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
       return step->emitError("trainmem-run: entry ")
              << index << " of '" << attrName
              << "' is not {offset, bytes, shape, element_type, and a marker}";
+    // A tensor-parallel part of a parameter: its initialization and its
+    // checkpoint need the rank's place in the layout, which the runner
+    // does not know yet (issue 34).
+    if (dict.get(getSlotEntryName(kTensorSplitAttrName)))
+      return step->emitError("trainmem-run: entry ")
+             << index << " of '" << attrName
+             << "' is a rank's part of a parameter split by "
+                "train-tensor-parallel; trainmem-run does not run "
+                "tensor-parallel steps yet (a part's initialization and "
+                "checkpoint need the step's layout; docs/TensorParallel.md)";
     TensorSlot slot;
     slot.offset = offset.getInt();
     slot.bytes = bytes.getInt();

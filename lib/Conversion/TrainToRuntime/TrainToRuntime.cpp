@@ -145,8 +145,9 @@ namespace {
 /// train.input, train.grad with their names or #train.state, train.loss,
 /// train.grad_norm) and how it starts (train.init).
 constexpr StringLiteral kSlotMarkers[] = {
-    kParamAttrName, kOptimizerStateAttrName, kInputAttrName, kGradAttrName,
-    kLossAttrName,  kGradNormAttrName,       kInitAttrName};
+    kParamAttrName, kOptimizerStateAttrName, kInputAttrName,
+    kGradAttrName,  kLossAttrName,           kGradNormAttrName,
+    kInitAttrName,  kTensorSplitAttrName};
 
 /// The step the pass lowers: the marked step or `function`, a function
 /// with a body that takes and returns ranked tensors, not lowered already;

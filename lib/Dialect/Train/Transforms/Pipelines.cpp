@@ -55,6 +55,14 @@ LogicalResult mlir::train::buildTrainStepPipeline(
   if (options.fuseElementwise && !options.differentiate)
     return errorHandler("train-step: fuse-elementwise rewrites the forward, "
                         "before train-autodiff; the input is a step already");
+  if (!options.tensorParallel.empty() && !options.differentiate)
+    return errorHandler("train-step: tensor-parallel splits the forward, "
+                        "before train-autodiff; the input is a step already");
+  // Tensor parallelism first: the fusions then work on a rank's part (a
+  // fused attention on its heads).
+  if (!options.tensorParallel.empty() &&
+      failed(add("train-tensor-parallel", options.tensorParallel)))
+    return failure();
   if (options.fuseAttention)
     pm.addPass(createTrainFuseAttentionPass());
   if (options.fuseElementwise)

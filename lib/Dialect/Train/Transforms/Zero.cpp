@@ -229,6 +229,14 @@ void TrainZeroPass::runOnOperation() {
   // One rank is the step as it is.
   if (ranks == 1)
     return;
+  // ZeRO over the data axis of a tensor-parallel grid is not done yet: its
+  // collectives would run on a grid of their own.
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    if (step.getArgAttr(i, kTensorSplitAttrName))
+      return fail(step.getLoc(),
+                  "the step is split by train-tensor-parallel; ZeRO over "
+                  "its grid's data axis is not supported yet (run "
+                  "train-zero with ranks=1, or without tensor parallelism)");
   // Stage 3 gathers the parameters for each op that reads them; recompute
   // must be ops of the backward by then, so that it gathers again instead
   // of keeping the forward's gathered parameters until the backward.

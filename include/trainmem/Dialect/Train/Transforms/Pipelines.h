@@ -25,6 +25,12 @@ struct TrainStepPipelineOptions
       llvm::cl::desc("Differentiate @forward first (train-autodiff); false "
                      "when the input is a step already"),
       llvm::cl::init(true)};
+  Option<std::string> tensorParallel{
+      *this, "tensor-parallel",
+      llvm::cl::desc("train-tensor-parallel options (first, on the forward "
+                     "before train-autodiff), e.g. \"size=2\"; empty: "
+                     "none"),
+      llvm::cl::init("")};
   Option<bool> fuseAttention{
       *this, "fuse-attention",
       llvm::cl::desc("Fuse decomposed attention into train.attention "

@@ -6,7 +6,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Run/Session.h"
+#include "trainmem-runtime/Runtime.h"
 #include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -16,7 +18,6 @@
 #include "trainmem/Support/Float16.h"
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
-#include "trainmem-runtime/Runtime.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/STLExtras.h"
@@ -302,6 +303,13 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
   else if (auto lowered =
                marked->getAttrOfType<IntegerAttr>(kLoweredRanksAttrName))
     session->ranks = lowered.getInt();
+  else if (stepFunc)
+    // A step whose collectives run on a grid of their own (a tensor-
+    // parallel one): as many ranks as the grid has.
+    stepFunc.walk([&](Operation *op) {
+      if (std::optional<ProcessGroup> group = getProcessGroup(op))
+        session->ranks = std::max(session->ranks, group->gridRanks);
+    });
   if (interpret && !stepFunc) {
     return runError(
         "the interpret backend runs a tensor-level step; this one is "
@@ -339,6 +347,13 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
   if (failed(layout))
     return runError("");
   session->layout = std::move(*layout);
+  for (const TensorSlot &slot : session->layout.arguments)
+    session->tensorParts = std::max(session->tensorParts, slot.splitParts);
+  if (session->ranks % session->tensorParts != 0)
+    return runError("the step splits parameters over " +
+                    std::to_string(session->tensorParts) +
+                    " ranks, which do not divide its " +
+                    std::to_string(session->ranks) + " ranks");
   session->lowered = std::move(owned);
   if (llvm::Error error = session->checkSlots())
     return std::move(error);
@@ -431,7 +446,11 @@ llvm::Error Session::start() {
   if (world != ranks) {
     return runError(
         ranks > 1 ? "the step is partitioned for " + std::to_string(ranks) +
-                        " ranks (train-zero ranks=" + std::to_string(ranks) +
+                        " ranks (" +
+                        (tensorParts > 1
+                             ? "train-tensor-parallel size=" +
+                                   std::to_string(tensorParts)
+                             : "train-zero ranks=" + std::to_string(ranks)) +
                         "), but " + std::to_string(world) + " processes run it"
                   : std::to_string(world) +
                         " processes run a step that is not partitioned "
@@ -480,6 +499,7 @@ static std::vector<float> partOf(const TensorSlot &slot,
                                  int64_t rank) {
   if (slot.fullShape.empty())
     return values;
+  assert(slot.splitParts == 1 && "a ZeRO shard of a split parameter");
   int64_t n = slot.numElements();
   std::vector<float> part(n, 0.0f);
   for (int64_t i = 0; i < n; ++i) {
@@ -490,16 +510,58 @@ static std::vector<float> partOf(const TensorSlot &slot,
   return part;
 }
 
+/// The part at `position` of a whole tensor of `shape` (row major) split
+/// into `parts` along `dim`.
+static std::vector<float> splitPartOf(const std::vector<float> &values,
+                                      ArrayRef<int64_t> shape, int64_t dim,
+                                      int64_t parts, int64_t position) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  int64_t n = shape[dim] / parts;
+  std::vector<float> part;
+  part.reserve(outer * n * inner);
+  for (int64_t o = 0; o < outer; ++o) {
+    auto first = values.begin() + (o * shape[dim] + position * n) * inner;
+    part.insert(part.end(), first, first + n * inner);
+  }
+  return part;
+}
+
 llvm::Error Session::initialize() {
   assert(state && "start the session first");
   unsigned paramIndex = 0;
   // Whole tensors: every rank draws the same, and keeps its part.
   std::map<std::string, std::vector<float>> params;
+  // A tensor-parallel part: the part of the whole tensor one rank draws
+  // (its masters too, by their parameter's split).
+  std::map<std::string, const TensorSlot *> split;
+  for (const TensorSlot &slot : layout.arguments)
+    if (slot.role == SlotRole::param && slot.splitParts > 1)
+      split[slot.key] = &slot;
+  auto wholeShapeOf = [](const TensorSlot &slot) {
+    std::vector<int64_t> shape = slot.shape;
+    shape[slot.splitDim] *= slot.splitParts;
+    return shape;
+  };
+  auto partFor = [&](const TensorSlot &slot, const std::string &param,
+                     const std::vector<float> &values) {
+    auto it = split.find(param);
+    if (it == split.end())
+      return partOf(slot, values, rank);
+    const TensorSlot &paramSlot = *it->second;
+    return splitPartOf(values, wholeShapeOf(paramSlot), paramSlot.splitDim,
+                       paramSlot.splitParts, getTensorPosition());
+  };
   for (const TensorSlot &slot : layout.arguments)
     if (slot.role == SlotRole::param) {
       TensorSlot whole = slot;
       if (!slot.fullShape.empty())
         whole.shape = slot.fullShape;
+      if (slot.splitParts > 1)
+        whole.shape = wholeShapeOf(slot);
       std::vector<float> values =
           initialValues(whole, paramIndex++, options.seed);
       // A std too large for f32 would start training from infinities.
@@ -508,17 +570,17 @@ llvm::Error Session::initialize() {
                         std::to_string(slot.initStd) +
                         ") gives values that are not finite in f32");
       }
-      state->write(slot,
-                   floatBytes(slot.elementType, partOf(slot, values, rank)));
+      state->write(
+          slot, floatBytes(slot.elementType, partFor(slot, slot.key, values)));
       params[slot.key] = std::move(values);
     }
   for (const TensorSlot &slot : layout.arguments) {
     if (!slot.stateKind)
       continue;
     if (*slot.stateKind == StateKind::master) {
-      state->write(slot,
-                   floatBytes(slot.elementType,
-                              partOf(slot, params[slot.stateParam], rank)));
+      state->write(
+          slot, floatBytes(slot.elementType, partFor(slot, slot.stateParam,
+                                                     params[slot.stateParam])));
     } else if (slot.statePart == StatePart::codes) {
       // 8-bit state starts at 0: the code of 0 in its map.
       uint8_t zero = trainmem::zeroCode(

@@ -229,22 +229,22 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
       return step->emitError("trainmem-run: entry ")
              << index << " of '" << attrName
              << "' is not {offset, bytes, shape, element_type, and a marker}";
-    // A tensor-parallel part of a parameter: its initialization and its
-    // checkpoint need the rank's place in the layout, which the runner
-    // does not know yet (issue 34).
-    if (dict.get(getSlotEntryName(kTensorSplitAttrName)))
-      return step->emitError("trainmem-run: entry ")
-             << index << " of '" << attrName
-             << "' is a rank's part of a parameter split by "
-                "train-tensor-parallel; trainmem-run does not run "
-                "tensor-parallel steps yet (a part's initialization and "
-                "checkpoint need the step's layout; docs/TensorParallel.md)";
     TensorSlot slot;
     slot.offset = offset.getInt();
     slot.bytes = bytes.getInt();
     slot.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
     if (auto full = dict.getAs<DenseI64ArrayAttr>("full_shape"))
       slot.fullShape.assign(full.asArrayRef().begin(), full.asArrayRef().end());
+    if (auto split = dict.getAs<TensorSplitAttr>(
+            getSlotEntryName(kTensorSplitAttrName))) {
+      if (split.getDim() >= static_cast<int64_t>(slot.shape.size()))
+        return step->emitError("trainmem-run: entry ")
+               << index << " of '" << attrName << "' splits dimension "
+               << split.getDim() << " of a rank-" << slot.shape.size()
+               << " tensor";
+      slot.splitDim = split.getDim();
+      slot.splitParts = split.getParts();
+    }
     slot.elementType = elementType.getValue();
     // What the tensor is: its marker, the first of these it has.
     for (auto [markerName, role] : {std::pair{kParamAttrName, SlotRole::param},

@@ -208,6 +208,17 @@ llvm::Error Trainer::openLossLog() {
 llvm::Error Trainer::prepare() {
   if (llvm::Error error = checkRanksAgree())
     return error;
+  // A tensor-parallel step's checkpoint needs its (data, tensor) layout,
+  // which the checkpoint format does not record yet: refused before step 1
+  // rather than written as ZeRO shards (joined by flat concatenation, a
+  // split along columns would come back permuted).
+  if (session.getTensorParts() > 1 &&
+      (!options.saveDir.empty() || !options.resumeDir.empty()))
+    return runError("checkpoints of a tensor-parallel step (parameters "
+                    "split over " +
+                    std::to_string(session.getTensorParts()) +
+                    " ranks) are not supported yet: run without --save and "
+                    "--resume");
   if (!options.resumeDir.empty()) {
     if (llvm::Error failure = resume())
       return failure;
@@ -283,10 +294,11 @@ Trainer::run(function_ref<void(const StepReport &)> onRan,
       for (;;)
         std::this_thread::sleep_for(std::chrono::seconds(1));
     }
-    // Rank r trains on rows [r x batch, (r + 1) x batch) of the global
-    // batch.
+    // Rank r trains on rows [d x batch, (d + 1) x batch) of the global
+    // batch, d its data-parallel index (r without tensor parallelism; the
+    // ranks of a tensor-parallel group train on the same rows).
     corpus.batch(options.seed, step, batchSize, seqLen, tokens, targets,
-                 rank * batchSize);
+                 session.getDataRank() * batchSize);
     StepReport report;
     report.step = step;
     report.scaleBefore = session.getLossScale();
@@ -306,8 +318,11 @@ Trainer::run(function_ref<void(const StepReport &)> onRan,
     if (llvm::Error failure = logLoss(step, report.loss))
       return std::move(failure);
     report.seconds = secondsSince(start);
+    // The data-parallel ranks' batches (a tensor-parallel group trains on
+    // one).
     report.tokensPerSecond = (step - summary.firstStep + 1) * batchSize *
-                             ranks * seqLen / std::max(report.seconds, 1e-9);
+                             (ranks / session.getTensorParts()) * seqLen /
+                             std::max(report.seconds, 1e-9);
     onStep(report);
     bool stop = options.stopSignal && *options.stopSignal;
     bool periodic = options.saveEvery > 0 && step % options.saveEvery == 0 &&

@@ -153,6 +153,13 @@ static cl::opt<std::string> zeroOptions(
              "the process count)"),
     cl::cat(category));
 
+static cl::opt<std::string> tensorParallelOptions(
+    "tensor-parallel",
+    cl::desc("Split the model's attention and MLPs over the processes "
+             "mpirun starts (train-tensor-parallel options, e.g. "
+             "\"size=2\"; size: the process count)"),
+    cl::cat(category));
+
 /// Set by SIGINT/SIGTERM; the loop checkpoints at the next step boundary
 /// and exits non-zero.
 static volatile std::sig_atomic_t stopSignal = 0;
@@ -255,6 +262,11 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
   options.lossScaleOptions = lossScaleOptions;
   options.fuseAttention = fuseAttention;
   options.fuseElementwise = fuseElementwise;
+  options.tensorParallel = tensorParallelOptions;
+  if (tensorParallelOptions.getNumOccurrences() &&
+      zeroOptions.getNumOccurrences())
+    return refuse("--tensor-parallel and --zero: ZeRO over the data axis of "
+                  "a tensor-parallel grid is not supported yet (give one)");
   if (zeroOptions.getNumOccurrences()) {
     if (StringRef(zeroOptions).contains("ranks"))
       return refuse("--zero takes train-zero's options but ranks: the ranks "
@@ -277,6 +289,7 @@ static std::vector<std::string> shapingOptions() {
           gradAccumOptions,
           quantizeOptions,
           zeroOptions,
+          tensorParallelOptions,
           lossScaleOptions,
           fuseAttention ? "fuse-attention" : "",
           fuseElementwise ? "fuse-elementwise" : "",

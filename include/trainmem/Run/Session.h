@@ -148,6 +148,13 @@ public:
   /// this process's (after start).
   int64_t getRanks() const { return ranks; }
   int64_t getRank() const { return rank; }
+  /// Tensor parallelism (train-tensor-parallel): the ranks of a group (1
+  /// without), the rank's position in its group and its data-parallel
+  /// index (the rows of the global batch it trains on). The grid is row
+  /// major, data x tensor.
+  int64_t getTensorParts() const { return tensorParts; }
+  int64_t getTensorPosition() const { return rank % tensorParts; }
+  int64_t getDataRank() const { return rank / tensorParts; }
   int64_t getZeroStage() const { return zeroStage; }
   /// The mean of `value` over the ranks, in rank order (every rank gets
   /// it); `value` itself on one rank.
@@ -189,7 +196,7 @@ private:
   func::FuncOp stepFunc;
   double lossScaleInitial = 1.0;
   int64_t batchSize = 0, seqLen = 0, vocab = 0;
-  int64_t ranks = 1, rank = 0, zeroStage = 0;
+  int64_t ranks = 1, rank = 0, zeroStage = 0, tensorParts = 1;
   uint64_t plannedBytesSent = 0;
   const TensorSlot *tokensSlot = nullptr, *targetsSlot = nullptr,
                    *stepSlot = nullptr, *lossSlot = nullptr;

@@ -74,6 +74,11 @@ struct TensorSlot {
   /// flattened tensor padded to ranks x shard, rank r holding elements
   /// [r x shard, (r + 1) x shard)); empty when the slot is the whole tensor.
   std::vector<int64_t> fullShape;
+  /// A rank's part of a parameter split by train-tensor-parallel (its
+  /// #train.split): the whole tensor is `splitParts` times larger along
+  /// `splitDim`; the rank at position p of its tensor-parallel group holds
+  /// the p-th part. splitParts is 1 for a slot that is not split.
+  int64_t splitDim = 0, splitParts = 1;
   /// Parameters: how they start (from #train.init); none without one.
   std::optional<InitKind> init;
   double initStd = 0.0;

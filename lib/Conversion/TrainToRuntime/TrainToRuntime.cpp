@@ -19,6 +19,7 @@
 #include "trainmem/Analysis/MemoryPlan.h"
 #include "trainmem/Conversion/Passes.h"
 #include "trainmem/Conversion/RuntimeLowering.h"
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -445,9 +446,18 @@ void ConvertTrainToRuntimePass::describeLowered(func::FuncOp lowered,
                      builder.getI64IntegerAttr(static_cast<int64_t>(hostOps)));
   lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
   lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
+  // The ranks it runs on: train-zero's, or its collectives' grid's (a
+  // tensor-parallel step).
+  int64_t ranks = 0;
   if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))
-    lowered->setAttr(kLoweredRanksAttrName,
-                     builder.getI64IntegerAttr(zero.getRanks()));
+    ranks = zero.getRanks();
+  else
+    step.walk([&](Operation *op) {
+      if (std::optional<ProcessGroup> group = getProcessGroup(op))
+        ranks = std::max(ranks, group->gridRanks);
+    });
+  if (ranks > 0)
+    lowered->setAttr(kLoweredRanksAttrName, builder.getI64IntegerAttr(ranks));
 }
 
 void ConvertTrainToRuntimePass::runOnOperation() {

@@ -350,7 +350,17 @@ struct TrainTensorParallelPass
     if (size < 1 || data < 1) {
       module.emitError("train-tensor-parallel: size and data must be at "
                        "least 1, got size=")
-          << size << " data=" << data;
+          << static_cast<int64_t>(size)
+          << " data=" << static_cast<int64_t>(data);
+      return signalPassFailure();
+    }
+    // Data-parallel groups need their gradients averaged over the data
+    // axis, which train-zero does on a grid of its own today.
+    if (data > 1) {
+      module.emitError("train-tensor-parallel: data=")
+          << static_cast<int64_t>(data)
+          << " needs ZeRO over the grid's data axis, which is not supported "
+             "yet (give data=1)";
       return signalPassFailure();
     }
     SmallVector<func::FuncOp> forwards;
@@ -378,7 +388,7 @@ struct TrainTensorParallelPass
     auto grid = FlatSymbolRefAttr::get(gridOp.getSymNameAttr());
     for (func::FuncOp func : forwards) {
       TensorParallel parallel(func, size, grid);
-      bool whole[2] = {false, false};
+      Operation *whole[2] = {nullptr, nullptr};
       WalkResult walk = func.walk([&](BlockOp block) {
         switch (block.getKind()) {
         case BlockKind::mlp:
@@ -388,10 +398,10 @@ struct TrainTensorParallelPass
           ++numSplitBlocks;
           return WalkResult::skip();
         case BlockKind::embedding:
-          whole[0] = true;
+          whole[0] = whole[0] ? whole[0] : block.getOperation();
           break;
         case BlockKind::head:
-          whole[1] = true;
+          whole[1] = whole[1] ? whole[1] : block.getOperation();
           break;
         default:
           break;
@@ -406,7 +416,7 @@ struct TrainTensorParallelPass
       const char *kinds[2] = {"embedding", "head"};
       for (unsigned k = 0; k < 2; ++k)
         if (whole[k])
-          func.emitRemark("train-tensor-parallel: the ")
+          whole[k]->emitRemark("train-tensor-parallel: the ")
               << kinds[k]
               << " blocks stay whole on every rank (this version splits "
                  "attention and MLPs)";

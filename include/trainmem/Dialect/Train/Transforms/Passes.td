@@ -295,7 +295,8 @@ def TrainTensorParallelPass
     Option<"size", "size", "int64_t", "2",
            "Ranks of a tensor-parallel group (t)">,
     Option<"data", "data", "int64_t", "1",
-           "Data-parallel groups (the grid's first axis)">
+           "Data-parallel groups (the grid's first axis; more than 1 needs "
+           "ZeRO over it, not supported yet)">
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
   let statistics = [

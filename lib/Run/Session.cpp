@@ -295,21 +295,7 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
   auto stepFunc = dyn_cast<func::FuncOp>(marked);
   if (isLoweredStep(marked))
     stepFunc = nullptr;
-  // The ranks train-zero partitioned it for.
-  if (auto zero = marked->getAttrOfType<ZeroAttr>(kZeroAttrName)) {
-    session->ranks = zero.getRanks();
-    session->zeroStage = zero.getStage();
-  }
-  else if (auto lowered =
-               marked->getAttrOfType<IntegerAttr>(kLoweredRanksAttrName))
-    session->ranks = lowered.getInt();
-  else if (stepFunc)
-    // A step whose collectives run on a grid of their own (a tensor-
-    // parallel one): as many ranks as the grid has.
-    stepFunc.walk([&](Operation *op) {
-      if (std::optional<ProcessGroup> group = getProcessGroup(op))
-        session->ranks = std::max(session->ranks, group->gridRanks);
-    });
+  session->readRanks(marked, stepFunc);
   if (interpret && !stepFunc) {
     return runError(
         "the interpret backend runs a tensor-level step; this one is "
@@ -489,6 +475,24 @@ llvm::Error Session::start() {
   jit = std::move(*compiled);
   state = std::make_unique<ArenaState>(ctx);
   return llvm::Error::success();
+}
+
+void Session::readRanks(Operation *marked, func::FuncOp stepFunc) {
+  // The ranks train-zero partitioned it for.
+  if (auto zero = marked->getAttrOfType<ZeroAttr>(kZeroAttrName)) {
+    ranks = zero.getRanks();
+    zeroStage = zero.getStage();
+  } else if (auto lowered =
+                 marked->getAttrOfType<IntegerAttr>(kLoweredRanksAttrName)) {
+    ranks = lowered.getInt();
+  } else if (stepFunc) {
+    // A step whose collectives run on a grid of their own (a tensor-
+    // parallel one): as many ranks as the grid has.
+    stepFunc.walk([&](Operation *op) {
+      if (std::optional<ProcessGroup> group = getProcessGroup(op))
+        ranks = std::max(ranks, group->gridRanks);
+    });
+  }
 }
 
 /// The rank's part of `values` (a whole tensor's) for `slot`: all of it,

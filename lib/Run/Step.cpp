@@ -208,6 +208,23 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
 
 /// Reads the slots a lowered step describes; a hand-edited or foreign
 /// module gets an error naming what is missing instead of a crash.
+/// A tensor-parallel part's #train.split, into `slot`.
+static LogicalResult readSplit(Operation *step, StringRef attrName,
+                               size_t index, DictionaryAttr dict,
+                               TensorSlot &slot) {
+  auto split =
+      dict.getAs<TensorSplitAttr>(getSlotEntryName(kTensorSplitAttrName));
+  if (!split)
+    return success();
+  if (split.getDim() >= static_cast<int64_t>(slot.shape.size()))
+    return step->emitError("trainmem-run: entry ")
+           << index << " of '" << attrName << "' splits dimension "
+           << split.getDim() << " of a rank-" << slot.shape.size() << " tensor";
+  slot.splitDim = split.getDim();
+  slot.splitParts = split.getParts();
+  return success();
+}
+
 static LogicalResult readSlots(Operation *step, StringRef attrName,
                                std::vector<TensorSlot> &slots) {
   auto array = step->getAttrOfType<ArrayAttr>(attrName);
@@ -235,16 +252,8 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
     slot.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
     if (auto full = dict.getAs<DenseI64ArrayAttr>("full_shape"))
       slot.fullShape.assign(full.asArrayRef().begin(), full.asArrayRef().end());
-    if (auto split = dict.getAs<TensorSplitAttr>(
-            getSlotEntryName(kTensorSplitAttrName))) {
-      if (split.getDim() >= static_cast<int64_t>(slot.shape.size()))
-        return step->emitError("trainmem-run: entry ")
-               << index << " of '" << attrName << "' splits dimension "
-               << split.getDim() << " of a rank-" << slot.shape.size()
-               << " tensor";
-      slot.splitDim = split.getDim();
-      slot.splitParts = split.getParts();
-    }
+    if (failed(readSplit(step, attrName, index, dict, slot)))
+      return failure();
     slot.elementType = elementType.getValue();
     // What the tensor is: its marker, the first of these it has.
     for (auto [markerName, role] : {std::pair{kParamAttrName, SlotRole::param},

@@ -196,6 +196,9 @@ private:
   func::FuncOp stepFunc;
   double lossScaleInitial = 1.0;
   int64_t batchSize = 0, seqLen = 0, vocab = 0;
+  /// The ranks the step runs on (and the ZeRO stage): train-zero's, the
+  /// lowered step's, or its collectives' grid's.
+  void readRanks(Operation *marked, func::FuncOp stepFunc);
   int64_t ranks = 1, rank = 0, zeroStage = 0, tensorParts = 1;
   uint64_t plannedBytesSent = 0;
   const TensorSlot *tokensSlot = nullptr, *targetsSlot = nullptr,

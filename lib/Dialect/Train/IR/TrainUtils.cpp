@@ -56,3 +56,9 @@ Operation *mlir::train::findMarkedStep(ModuleOp module, StringRef passName) {
   return found;
 }
 
+bool mlir::train::isTensorParallel(FunctionOpInterface func) {
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+    if (func.getArgAttr(i, kTensorSplitAttrName))
+      return true;
+  return false;
+}

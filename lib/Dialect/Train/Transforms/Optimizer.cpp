@@ -343,13 +343,11 @@ LogicalResult OptimizerAppender::run() {
     return failure();
   // A tensor-parallel step's global norm sums its split gradients' parts
   // over the group and its whole ones once; not built yet.
-  if (o.clipNorm > 0.0)
-    for (unsigned i = 0; i < func.getNumArguments(); ++i)
-      if (func.getArgAttr(i, kTensorSplitAttrName))
-        return func.emitError(passName)
-               << ": clipping the gradients of a step split by "
-                  "train-tensor-parallel needs the norm over its group, which "
-                  "is not supported yet (clip-norm=0)";
+  if (o.clipNorm > 0.0 && isTensorParallel(func))
+    return func.emitError(passName)
+           << ": clipping the gradients of a step split by "
+              "train-tensor-parallel needs the norm over its group, which "
+              "is not supported yet (clip-norm=0)";
   findOrCreateBlock();
   if (failed(addStateArguments()))
     return failure();

@@ -186,25 +186,29 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
                                ArrayRef<OptimizerUpdateOpInterface> updates);
 };
 
+/// What is wrong with train-zero's options, if anything.
+static std::optional<std::string> badOptions(int64_t stage, int64_t ranks,
+                                             int64_t bucket, int64_t prefetch) {
+  if (stage < 0 || stage > 3)
+    return "stage must be 0, 1, 2 or 3, got " + std::to_string(stage);
+  if (ranks < 1)
+    return "ranks must be at least 1, got " + std::to_string(ranks);
+  if (bucket < 1)
+    return "bucket must be at least 1 byte, got " + std::to_string(bucket);
+  if (prefetch < 0)
+    return "prefetch must be >= 0, got " + std::to_string(prefetch);
+  return std::nullopt;
+}
+
 void TrainZeroPass::runOnOperation() {
   ModuleOp module = getOperation();
   auto fail = [&](Location loc, const Twine &message) {
     emitError(loc, "train-zero: ") << message;
     signalPassFailure();
   };
-  if (stage < 0 || stage > 3)
-    return fail(module.getLoc(), "stage must be 0, 1, 2 or 3, got " +
-                                     Twine(static_cast<int64_t>(stage)));
-  if (ranks < 1)
-    return fail(module.getLoc(), "ranks must be at least 1, got " +
-                                     Twine(static_cast<int64_t>(ranks)));
-  if (bucket < 1)
-    return fail(module.getLoc(),
-                "bucket must be at least 1 byte, got " +
-                    Twine(static_cast<int64_t>(bucket)));
-  if (prefetch < 0)
-    return fail(module.getLoc(), "prefetch must be >= 0, got " +
-                                     Twine(static_cast<int64_t>(prefetch)));
+  if (std::optional<std::string> bad =
+          badOptions(stage, ranks, bucket, prefetch))
+    return fail(module.getLoc(), *bad);
   func::FuncOp step = lookupStep(module, function, getArgument());
   if (!step)
     return signalPassFailure();
@@ -231,12 +235,11 @@ void TrainZeroPass::runOnOperation() {
     return;
   // ZeRO over the data axis of a tensor-parallel grid is not done yet: its
   // collectives would run on a grid of their own.
-  for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    if (step.getArgAttr(i, kTensorSplitAttrName))
-      return fail(step.getLoc(),
-                  "the step is split by train-tensor-parallel; ZeRO over "
-                  "its grid's data axis is not supported yet (run "
-                  "train-zero with ranks=1, or without tensor parallelism)");
+  if (isTensorParallel(step))
+    return fail(step.getLoc(),
+                "the step is split by train-tensor-parallel; ZeRO over "
+                "its grid's data axis is not supported yet (run "
+                "train-zero with ranks=1, or without tensor parallelism)");
   // Stage 3 gathers the parameters for each op that reads them; recompute
   // must be ops of the backward by then, so that it gathers again instead
   // of keeping the forward's gathered parameters until the backward.

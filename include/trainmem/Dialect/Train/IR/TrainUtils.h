@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 
 namespace mlir {
 namespace train {
@@ -36,6 +37,10 @@ bool hasMarkedStep(ModuleOp module);
 /// step) or lowered by convert-train-to-runtime (`tmrt.arena_bytes`), or null after an error naming `passName`: none, or
 /// more than one.
 Operation *findMarkedStep(ModuleOp module, StringRef passName);
+
+/// Whether some argument of `func` is a part of a parameter split by
+/// train-tensor-parallel (`train.tensor_split`).
+bool isTensorParallel(FunctionOpInterface func);
 
 } // namespace train
 } // namespace mlir

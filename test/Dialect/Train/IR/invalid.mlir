@@ -1442,3 +1442,35 @@ func.func @dropout_mask_negative_part_elements() {
   %m = train.dropout_mask {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, part_elements = -2 : i64} : tensor<4xi1>
   return
 }
+
+// -----
+
+shard.grid @tp(shape = 1x2)
+func.func @grad_all_reduce_no_axis(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'train.grad_all_reduce' op sums the gradient over at least one grid axis}}
+  %y = train.grad_all_reduce %x on @tp grid_axes = [] : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+shard.grid @tp(shape = 1x2)
+func.func @grad_all_reduce_axes_order(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'train.grad_all_reduce' op grid axes must be increasing and non-negative}}
+  %y = train.grad_all_reduce %x on @tp grid_axes = [1, 0] : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{#train.split: dim and axis must be >= 0 and parts >= 1, got dim = 0, parts = 0, axis = 1}}
+func.func @split_parts(%w: tensor<4xf32> {train.param = "w", train.tensor_split = #train.split<dim = 0, parts = 0, axis = 1>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'train.tensor_split' is a #train.split of a dimension of a tensor argument, got #train.split<dim = 2, parts = 2, axis = 1>}}
+func.func @split_dim(%w: tensor<4xf32> {train.param = "w", train.tensor_split = #train.split<dim = 2, parts = 2, axis = 1>}) {
+  return
+}

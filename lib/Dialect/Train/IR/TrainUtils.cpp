@@ -3,6 +3,8 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+
 #include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/IR/SymbolTable.h"
 
@@ -61,4 +63,24 @@ bool mlir::train::isTensorParallel(FunctionOpInterface func) {
     if (func.getArgAttr(i, kTensorSplitAttrName))
       return true;
   return false;
+}
+
+LogicalResult mlir::train::inferResultTypes(Operation *op,
+                                            SmallVectorImpl<Type> &types) {
+  if (auto infer = dyn_cast<InferTypeOpInterface>(op))
+    return infer.inferReturnTypes(
+        op->getContext(), op->getLoc(), op->getOperands(),
+        op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
+        op->getRegions(), types);
+  auto infer = dyn_cast<InferShapedTypeOpInterface>(op);
+  SmallVector<ShapedTypeComponents> shapes;
+  if (!infer || failed(infer.inferReturnTypeComponents(
+                    op->getContext(), op->getLoc(), op->getOperands(),
+                    op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
+                    op->getRegions(), shapes)))
+    return failure();
+  for (auto [result, shape] : llvm::zip(op->getResults(), shapes))
+    types.push_back(RankedTensorType::get(
+        shape.getDims(), getElementTypeOrSelf(result.getType())));
+  return success();
 }

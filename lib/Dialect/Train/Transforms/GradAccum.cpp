@@ -84,28 +84,15 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
     if (!oldType)
       continue;
     std::optional<SmallVector<int64_t>> shape;
-    if (auto infer = dyn_cast<InferTypeOpInterface>(clone)) {
-      // Ops whose result types follow from their operands (matmul,
-      // transpose, embedding, element-wise ops, ...) say what they are now.
+    if (isa<InferTypeOpInterface, InferShapedTypeOpInterface>(clone)) {
+      // Ops whose result types (or shapes) follow from their operands
+      // (matmul, transpose, embedding, element-wise ops, gradients,
+      // dropout and its mask, ...) say what they are now.
       SmallVector<Type> types;
-      if (failed(infer.inferReturnTypes(
-              clone->getContext(), clone->getLoc(), clone->getOperands(),
-              clone->getRawDictionaryAttrs(), clone->getPropertiesStorage(),
-              clone->getRegions(), types)))
+      if (failed(inferResultTypes(clone, types)))
         return clone->emitOpError("cannot be re-typed for a micro-batch");
       ArrayRef<int64_t> inferred =
           cast<RankedTensorType>(types[index]).getShape();
-      shape.emplace(inferred.begin(), inferred.end());
-    } else if (auto infer = dyn_cast<InferShapedTypeOpInterface>(clone)) {
-      // Ops whose result shapes follow from their operands (gradients,
-      // dropout and its mask) say what they are now.
-      SmallVector<ShapedTypeComponents> shapes;
-      if (failed(infer.inferReturnTypeComponents(
-              clone->getContext(), clone->getLoc(), clone->getOperands(),
-              clone->getRawDictionaryAttrs(), clone->getPropertiesStorage(),
-              clone->getRegions(), shapes)))
-        return clone->emitOpError("cannot be re-typed for a micro-batch");
-      ArrayRef<int64_t> inferred = shapes[index].getDims();
       shape.emplace(inferred.begin(), inferred.end());
     } else if (auto reshape = dyn_cast<ReshapeOp>(clone)) {
       FailureOr<SmallVector<int64_t>> s = rebatchReshape(

@@ -12,6 +12,7 @@
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -176,34 +177,12 @@ LogicalResult TensorParallel::splitParameter(BlockArgument arg, int64_t dim,
 }
 
 LogicalResult TensorParallel::reinfer(Operation *op) {
-  auto cannot = [&]() {
+  SmallVector<Type> types;
+  if (failed(inferResultTypes(op, types)))
     return op->emitError("train-tensor-parallel: cannot re-type it for one "
                          "rank's part");
-  };
-  if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
-    SmallVector<Type> types;
-    if (failed(infer.inferReturnTypes(
-            op->getContext(), op->getLoc(), op->getOperands(),
-            op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
-            op->getRegions(), types)))
-      return cannot();
-    for (auto [result, type] : llvm::zip(op->getResults(), types))
-      result.setType(type);
-    return success();
-  }
-  // Shapes only: the element types stay.
-  auto infer = cast<InferShapedTypeOpInterface>(op);
-  SmallVector<ShapedTypeComponents> shapes;
-  if (failed(infer.inferReturnTypeComponents(
-          op->getContext(), op->getLoc(), op->getOperands(),
-          op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
-          op->getRegions(), shapes)))
-    return cannot();
-  for (auto [result, shape] : llvm::zip(op->getResults(), shapes)) {
-    auto type = cast<RankedTensorType>(result.getType());
-    result.setType(
-        RankedTensorType::get(shape.getDims(), type.getElementType()));
-  }
+  for (auto [result, type] : llvm::zip(op->getResults(), types))
+    result.setType(type);
   return success();
 }
 

@@ -38,6 +38,12 @@ bool hasMarkedStep(ModuleOp module);
 /// more than one.
 Operation *findMarkedStep(ModuleOp module, StringRef passName);
 
+/// The result types `op` infers from its operands as they are now
+/// (InferTypeOpInterface), or its results' element types with the shapes
+/// it infers (InferShapedTypeOpInterface); failure when it infers neither
+/// or the inference fails.
+LogicalResult inferResultTypes(Operation *op, SmallVectorImpl<Type> &types);
+
 /// Whether some argument of `func` is a part of a parameter split by
 /// train-tensor-parallel (`train.tensor_split`).
 bool isTensorParallel(FunctionOpInterface func);

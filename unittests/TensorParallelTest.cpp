@@ -207,6 +207,56 @@ TEST_P(TensorParallelTest, SplitRanksTrainAsOne) {
     }
 }
 
+/// Clipping by the global norm: every rank clips by the norm of the whole
+/// gradients (the split ones' squares summed over the group, the whole
+/// ones' once), so the ranks' norm is the unsplit step's and their SGD
+/// updates are its update's parts. The clip binds (the norm is above
+/// max_norm): a rank clipping by its own parts' norm would update by
+/// another factor.
+TEST_P(TensorParallelTest, RanksClipByTheWholeNorm) {
+  constexpr int64_t kRanks = 2;
+  constexpr double kMaxNorm = 0.01;
+  const char *optimizer = "train-autodiff{optimizer=sgd lr=0.1 clip-norm=0.01}";
+  OwningOpRef<ModuleOp> wholeModule, splitModule;
+  func::FuncOp whole = step(optimizer, wholeModule);
+  func::FuncOp split = step(
+      std::string("train-tensor-parallel{size=2},") + optimizer, splitModule);
+  ASSERT_TRUE(whole && split);
+  ASSERT_EQ(whole.getNumResults(), split.getNumResults());
+  SmallVector<RefTensor> args = arguments(whole);
+  FailureOr<SmallVector<RefTensor>> reference = evaluate(whole, args);
+  ASSERT_TRUE(succeeded(reference));
+  std::vector<SmallVector<RefTensor>> perRank;
+  for (int64_t r = 0; r < kRanks; ++r)
+    perRank.push_back(rankArguments(split, args, r));
+  FailureOr<std::vector<SmallVector<RefTensor>>> ranks =
+      evaluateRanks(split, perRank);
+  ASSERT_TRUE(succeeded(ranks));
+  unsigned normIndex = whole.getNumResults();
+  for (unsigned i = 0; i < whole.getNumResults(); ++i)
+    if (whole.getResultAttr(i, kGradNormAttrName))
+      normIndex = i;
+  ASSERT_LT(normIndex, whole.getNumResults());
+  float norm = (*reference)[normIndex].scalarFloat();
+  EXPECT_GT(norm, 10 * kMaxNorm);
+  for (int64_t r = 0; r < kRanks; ++r) {
+    EXPECT_NEAR((*ranks)[r][normIndex].scalarFloat(), norm, 1e-5 * norm)
+        << "rank " << r;
+    for (unsigned i = 0; i < whole.getNumResults(); ++i) {
+      const RefTensor &want = (*reference)[i];
+      const RefTensor &got = (*ranks)[r][i];
+      RefTensor expected = want;
+      for (size_t d = 0; d < want.shape.size(); ++d)
+        if (got.shape.size() == want.shape.size() &&
+            got.shape[d] != want.shape[d])
+          expected = partOf(want, d, want.shape[d] / got.shape[d], r);
+      ASSERT_EQ(got.shape, expected.shape) << "rank " << r << ", result " << i;
+      EXPECT_LE(worstRelative({got}, {expected}), 1e-5)
+          << "rank " << r << ", result " << i;
+    }
+  }
+}
+
 // Multi-head GPT and Llama, and grouped-query Llama (4 query heads on 2
 // K/V heads: each rank 2 query heads and their K/V head).
 /// Korthikanti et al. 2022, Table 2, per transformer layer of gpt3-175b

@@ -877,7 +877,7 @@ void OpKernels::unscaleGradients(UnscaleGradientsOp op) {
     return allFinite(get(grad));
   });
   // The ranks' summed squared norm: an overflow on any rank.
-  if (Value squared = op.getSquaredNorm()) {
+  for (Value squared : op.getSquaredNorms()) {
     std::vector<int64_t> words = get(squared).ints;
     finite = finite && trainmem::ExactSquareSum(words.data()).isFinite();
   }
@@ -896,9 +896,13 @@ void OpKernels::unscaleGradients(UnscaleGradientsOp op) {
 
 void OpKernels::clip(ClipGradNormOp op) {
   // The ranks' summed squared norms, or those of the operands.
-  std::vector<int64_t> words = op.getSquaredNorm()
-                                   ? get(op.getSquaredNorm()).ints
-                                   : exactSumOfSquares(state, op.getGrads());
+  std::vector<int64_t> words(trainmem::kExactSumWords, 0);
+  if (op.getSquaredNorms().empty())
+    words = exactSumOfSquares(state, op.getGrads());
+  for (Value squared : op.getSquaredNorms()) {
+    std::vector<int64_t> part = get(squared).ints;
+    trainmem::ExactSquareSum(words.data()).merge(part.data());
+  }
   double sumSquares = trainmem::ExactSquareSum(words.data()).value();
   double norm = std::sqrt(sumSquares);
   double scale = std::min(1.0, op.getMaxNorm().convertToDouble() /

@@ -139,20 +139,25 @@ static std::string shapeText(ArrayRef<int64_t> shape) {
 }
 
 llvm::Error mlir::train::writeManifest(StringRef dir, StringRef stepName,
-                                       int64_t ranks, int64_t stage,
+                                       const CheckpointLayout &layout,
                                        int64_t step,
                                        ArrayRef<TensorSlot> slots) {
+  int64_t ranks = layout.ranks;
   std::string manifest = "trainmem sharded checkpoint 1\nranks " +
                          std::to_string(ranks) + "\nstage " +
-                         std::to_string(stage) + "\nstep " +
+                         std::to_string(layout.stage) + "\nstep " +
                          std::to_string(step) + "\n";
-  // What each tensor is: its rank's shape, the whole tensor's.
+  if (layout.tensorParts > 1)
+    manifest += "tensor-parallel " + std::to_string(layout.tensorParts) + "\n";
+  // What each tensor is: its rank's shape, the whole tensor's, and the
+  // dimension a tensor-parallel part is cut along.
   for (const TensorSlot &slot : slots)
     if (isState(slot))
       manifest +=
           "tensor " + slot.stateName() + " " + slot.dtypeName().str() + " " +
-          shapeText(slot.shape) + " " +
-          shapeText(slot.fullShape.empty() ? slot.shape : slot.fullShape) +
+          shapeText(slot.shape) + " " + shapeText(slot.wholeShape()) +
+          (slot.splitParts > 1 ? " split " + std::to_string(slot.splitDim)
+                               : std::string()) +
           "\n";
   for (int64_t r = 0; r < ranks; ++r) {
     std::string file = (stepName + "/" + shardFileName(r, ranks)).str();
@@ -493,10 +498,12 @@ namespace {
 /// shape, the whole shape) and where each rank's shard is.
 struct Manifest {
   std::string path;
-  int64_t ranks = 0, stage = 0, step = 0;
+  int64_t ranks = 0, stage = 0, step = 0, tensorParts = 1;
   struct Tensor {
     std::string dtype;
     std::vector<int64_t> shard, whole;
+    /// A tensor-parallel part: the dimension it is cut along.
+    std::optional<int64_t> splitDim;
   };
   struct Shard {
     std::string file;
@@ -505,8 +512,12 @@ struct Manifest {
   std::map<std::string, Tensor> tensors;
   std::map<int64_t, Shard> shards;
 
+  /// "manifest", or "checkpoint" for one rank's file read as a manifest
+  /// of one rank.
+  std::string what = "manifest";
+
   llvm::Error bad(const Twine &why) const {
-    return checkpointError("manifest '" + path + "' " + why);
+    return checkpointError(what + " '" + path + "' " + why);
   }
 };
 } // namespace
@@ -534,6 +545,30 @@ static llvm::Error parseManifestHeader(ArrayRef<StringRef> header,
   return llvm::Error::success();
 }
 
+/// A manifest's "tensor NAME DTYPE SHARD WHOLE [split DIM]" line: a
+/// tensor-parallel part's shape times its parts along DIM is the whole.
+static llvm::Error parseManifestTensor(ArrayRef<StringRef> fields,
+                                       Manifest &manifest) {
+  auto shard = parseShape(fields[3]), whole = parseShape(fields[4]);
+  auto bad = [&]() {
+    return manifest.bad("has a bad line for tensor '" + fields[1] + "'");
+  };
+  if (!shard || !whole)
+    return bad();
+  Manifest::Tensor tensor{fields[2].str(), *shard, *whole, std::nullopt};
+  if (fields.size() == 7) {
+    int64_t dim = 0;
+    if (fields[5] != "split" || fields[6].getAsInteger(10, dim) || dim < 0 ||
+        dim >= static_cast<int64_t>(shard->size()) ||
+        shard->size() != whole->size() || (*shard)[dim] < 1 ||
+        (*shard)[dim] * manifest.tensorParts != (*whole)[dim])
+      return bad();
+    tensor.splitDim = dim;
+  }
+  manifest.tensors[fields[1].str()] = std::move(tensor);
+  return llvm::Error::success();
+}
+
 static llvm::Expected<Manifest> readManifest(StringRef dir) {
   Manifest manifest;
   manifest.path = (dir + "/manifest").str();
@@ -552,11 +587,18 @@ static llvm::Expected<Manifest> readManifest(StringRef dir) {
   for (StringRef line : llvm::drop_begin(lines, 4)) {
     SmallVector<StringRef> fields;
     line.split(fields, ' ');
-    if (fields.size() == 5 && fields[0] == "tensor") {
-      auto shard = parseShape(fields[3]), whole = parseShape(fields[4]);
-      if (!shard || !whole)
-        return manifest.bad("has a bad line for tensor '" + fields[1] + "'");
-      manifest.tensors[fields[1].str()] = {fields[2].str(), *shard, *whole};
+    if (fields.size() == 2 && fields[0] == "tensor-parallel") {
+      if (fields[1].getAsInteger(10, manifest.tensorParts) ||
+          manifest.tensorParts < 1 ||
+          manifest.ranks % manifest.tensorParts != 0)
+        return manifest.bad("has a tensor-parallel size that does not divide "
+                            "its ranks: '" +
+                            line + "'");
+      continue;
+    }
+    if ((fields.size() == 5 || fields.size() == 7) && fields[0] == "tensor") {
+      if (llvm::Error error = parseManifestTensor(fields, manifest))
+        return error;
       continue;
     }
     int64_t r = 0;
@@ -603,32 +645,40 @@ static llvm::Error checkStep(const Manifest &manifest, int64_t shardStep) {
 }
 
 /// The whole tensor of `slot` from the old ranks' shards (as every old
-/// rank held it, or its shards joined), checked against the manifest.
+/// rank held it, its flat shards joined, or its tensor-parallel parts
+/// joined along their dimension), checked against the manifest.
 static llvm::Expected<Bytes> wholeTensor(const Manifest &manifest,
                                          ArrayRef<Checkpoint> old,
                                          const TensorSlot &slot) {
   std::string name = slot.stateName();
-  const std::vector<int64_t> &wholeShape =
-      slot.fullShape.empty() ? slot.shape : slot.fullShape;
+  std::vector<int64_t> wholeShape = slot.wholeShape();
   auto saved = manifest.tensors.find(name);
   if (saved == manifest.tensors.end())
     return manifest.bad("has no " + slot.roleName() + " '" + slot.key +
                         "', which this step has");
-  if (saved->second.dtype != slot.dtypeName() ||
-      saved->second.whole != wholeShape)
+  const Manifest::Tensor &tensor = saved->second;
+  if (tensor.dtype != slot.dtypeName() || tensor.whole != wholeShape)
     return manifest.bad("has " + slot.roleName() + " '" + slot.key +
                         "' of another type or shape than this step's");
   uint64_t elementBytes = slot.bytes / std::max<int64_t>(1, slot.numElements());
   uint64_t wholeBytes = elementsOf(wholeShape) * elementBytes;
-  uint64_t shardBytes = elementsOf(saved->second.shard) * elementBytes;
+  uint64_t shardBytes = elementsOf(tensor.shard) * elementBytes;
   for (const Checkpoint &shard : old) {
     auto it = shard.tensors.find(name);
     if (it == shard.tensors.end() || it->second.size() != shardBytes)
       return manifest.bad("names shards whose " + slot.roleName() + " '" +
                           slot.key + "' is not the manifest's");
   }
-  if (saved->second.shard == saved->second.whole)
+  if (tensor.shard == tensor.whole)
     return old[0].tensors.at(name);
+  if (tensor.splitDim) {
+    // The parts of the first tensor-parallel group, ranks 0..t-1.
+    std::vector<Bytes> parts;
+    for (int64_t p = 0; p < manifest.tensorParts; ++p)
+      parts.push_back(old[p].tensors.at(name));
+    return joinAlong<uint8_t>(parts, tensor.shard, *tensor.splitDim,
+                              elementBytes);
+  }
   Bytes joined;
   for (const Checkpoint &shard : old) {
     const Bytes &part = shard.tensors.at(name);
@@ -642,29 +692,94 @@ static llvm::Expected<Bytes> wholeTensor(const Manifest &manifest,
   return joined;
 }
 
-/// Rank `rank`'s part of a whole tensor, padded as a fresh shard's: zeros,
-/// the code of 0 for 8-bit codes.
-static Bytes partOf(const TensorSlot &slot, const Bytes &whole, int64_t rank) {
+/// Rank `rank`'s part of a whole tensor: a tensor-parallel part along its
+/// dimension, or a flat shard padded as a fresh one's (zeros, the code of
+/// 0 for 8-bit codes).
+static Bytes partOf(const TensorSlot &slot, const Bytes &whole,
+                    const CheckpointLayout &layout) {
+  if (slot.splitParts > 1)
+    return partAlong<uint8_t>(whole, slot.wholeShape(), slot.splitDim,
+                              slot.splitParts, layout.tensorPosition(),
+                              slot.bytes /
+                                  std::max<int64_t>(1, slot.numElements()));
+  if (slot.fullShape.empty())
+    return whole;
   uint8_t pad = 0;
   if (slot.statePart == StatePart::codes)
     pad = trainmem::zeroCode(slot.stateMap == QuantMap::signed_dynamic
                                  ? trainmem::signedDynamicMap()
                                  : trainmem::unsignedDynamicMap());
   Bytes part(slot.bytes, pad);
-  uint64_t first = static_cast<uint64_t>(rank) * slot.bytes;
+  uint64_t first = static_cast<uint64_t>(layout.rank) * slot.bytes;
   for (uint64_t i = 0; i < slot.bytes && first + i < whole.size(); ++i)
     part[i] = whole[first + i];
   return part;
 }
 
+/// 8-bit state of a parameter split in either layout holds blocks of each
+/// rank's part: it has no whole tensor to cut another way.
+static llvm::Error checkBlocksKeepLayout(const Manifest &manifest,
+                                         ArrayRef<TensorSlot> slots,
+                                         const TensorSlot &slot,
+                                         const CheckpointLayout &layout) {
+  if (!isState(slot) || slot.statePart == StatePart::value)
+    return llvm::Error::success();
+  auto param = manifest.tensors.find("param:" + slot.stateParam);
+  bool splitThen = param != manifest.tensors.end() && param->second.splitDim;
+  bool splitNow = llvm::any_of(slots, [&](const TensorSlot &other) {
+    return other.role == SlotRole::param && other.key == slot.stateParam &&
+           other.splitParts > 1;
+  });
+  if (!splitThen && !splitNow)
+    return llvm::Error::success();
+  auto describe = [](int64_t ranks, int64_t parts, int64_t stage) {
+    return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") +
+           ", tensor-parallel size " + std::to_string(parts) + ", ZeRO stage " +
+           std::to_string(stage);
+  };
+  return manifest.bad(
+      "was written by " +
+      describe(manifest.ranks, manifest.tensorParts, manifest.stage) +
+      "; this run has " +
+      describe(layout.ranks, layout.tensorParts, layout.stage) +
+      ": the 8-bit state of '" + slot.stateParam +
+      "' holds blocks of each rank's part and resumes on the layout it was "
+      "saved on only");
+}
+
+/// Rank `layout.rank`'s part of every state tensor of `slots` from the old
+/// ranks' checkpoints of another layout.
+static llvm::Expected<Checkpoint> relayout(const Manifest &manifest,
+                                           ArrayRef<Checkpoint> old,
+                                           ArrayRef<TensorSlot> slots,
+                                           const CheckpointLayout &layout) {
+  Checkpoint checkpoint;
+  checkpoint.step = old[0].step;
+  checkpoint.identity = old[0].identity;
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    if (llvm::Error error =
+            checkBlocksKeepLayout(manifest, slots, slot, layout))
+      return std::move(error);
+    llvm::Expected<Bytes> whole = wholeTensor(manifest, old, slot);
+    if (!whole)
+      return whole.takeError();
+    checkpoint.tensors[slot.stateName()] = partOf(slot, *whole, layout);
+  }
+  return checkpoint;
+}
+
 llvm::Expected<Checkpoint>
 mlir::train::readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
-                                   int64_t ranks, int64_t rank, int64_t stage) {
+                                   const CheckpointLayout &layout) {
   llvm::Expected<Manifest> manifest = readManifest(dir);
   if (!manifest)
     return manifest.takeError();
-  if (manifest->ranks == ranks && manifest->stage == stage) {
-    llvm::Expected<Checkpoint> shard = readShard(dir, *manifest, rank, slots);
+  if (manifest->ranks == layout.ranks && manifest->stage == layout.stage &&
+      manifest->tensorParts == layout.tensorParts) {
+    llvm::Expected<Checkpoint> shard =
+        readShard(dir, *manifest, layout.rank, slots);
     if (!shard)
       return shard.takeError();
     if (llvm::Error error = checkStep(*manifest, shard->step))
@@ -672,9 +787,9 @@ mlir::train::readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
     return shard;
   }
 
-  // Another number of ranks (or stage): every old shard, joined into whole
-  // tensors, then this rank's part of each, padded as this run's shards
-  // are. The manifest says what each tensor was; it must be this step's.
+  // Another layout: every old shard, joined into whole tensors, then this
+  // rank's part of each, padded as this run's shards are. The manifest
+  // says what each tensor was; it must be this step's.
   std::vector<Checkpoint> old;
   for (int64_t r = 0; r < manifest->ranks; ++r) {
     llvm::Expected<Checkpoint> shard =
@@ -688,17 +803,40 @@ mlir::train::readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
   }
   if (llvm::Error error = checkStep(*manifest, old[0].step))
     return std::move(error);
-  Checkpoint checkpoint;
-  checkpoint.step = old[0].step;
-  checkpoint.identity = old[0].identity;
-  for (const TensorSlot &slot : slots) {
-    if (!isState(slot))
-      continue;
-    llvm::Expected<Bytes> whole = wholeTensor(*manifest, old, slot);
-    if (!whole)
-      return whole.takeError();
-    checkpoint.tensors[slot.stateName()] =
-        slot.fullShape.empty() ? std::move(*whole) : partOf(slot, *whole, rank);
+  return relayout(*manifest, old, slots, layout);
+}
+
+llvm::Expected<Checkpoint>
+mlir::train::readCheckpointFor(StringRef dir, ArrayRef<TensorSlot> slots,
+                               const CheckpointLayout &layout) {
+  if (layout.ranks == 1)
+    return readCheckpoint(dir, slots);
+  // One rank's tensors, whole: a manifest of one rank describes them.
+  std::string path = (dir + "/checkpoint.bin").str();
+  llvm::Expected<ParsedCheckpoint> parsed = parseCheckpointFile(path);
+  if (!parsed)
+    return parsed.takeError();
+  // Data parallelism without shards: every rank the whole checkpoint.
+  if (llvm::Error mismatch = checkAgainstSlots(path, *parsed, slots))
+    llvm::consumeError(std::move(mismatch));
+  else
+    return std::move(parsed->checkpoint);
+  Manifest manifest;
+  manifest.what = "checkpoint";
+  manifest.path = path;
+  manifest.ranks = 1;
+  manifest.step = parsed->checkpoint.step;
+  for (auto &[name, description] : parsed->description) {
+    StringRef text = description;
+    auto [dtype, rest] = text.split('[');
+    std::optional<std::vector<int64_t>> shape =
+        rest.drop_back().empty() ? std::vector<int64_t>()
+                                 : parseShape(rest.drop_back());
+    if (!shape)
+      return manifest.bad("has a bad shape for '" + name + "'");
+    manifest.tensors[name] = {dtype.str(), *shape, *shape, std::nullopt};
   }
-  return checkpoint;
+  std::vector<Checkpoint> old;
+  old.push_back(std::move(parsed->checkpoint));
+  return relayout(manifest, old, slots, layout);
 }

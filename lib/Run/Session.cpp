@@ -514,58 +514,22 @@ static std::vector<float> partOf(const TensorSlot &slot,
   return part;
 }
 
-/// The part at `position` of a whole tensor of `shape` (row major) split
-/// into `parts` along `dim`.
-static std::vector<float> splitPartOf(const std::vector<float> &values,
-                                      ArrayRef<int64_t> shape, int64_t dim,
-                                      int64_t parts, int64_t position) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d)
-    outer *= shape[d];
-  for (size_t d = dim + 1; d < shape.size(); ++d)
-    inner *= shape[d];
-  int64_t n = shape[dim] / parts;
-  std::vector<float> part;
-  part.reserve(outer * n * inner);
-  for (int64_t o = 0; o < outer; ++o) {
-    auto first = values.begin() + (o * shape[dim] + position * n) * inner;
-    part.insert(part.end(), first, first + n * inner);
-  }
-  return part;
-}
-
 llvm::Error Session::initialize() {
   assert(state && "start the session first");
   unsigned paramIndex = 0;
-  // Whole tensors: every rank draws the same, and keeps its part.
+  // Whole tensors: every rank draws the same, and keeps its part (a ZeRO
+  // shard, or a tensor-parallel part: its parameter's, its master's).
   std::map<std::string, std::vector<float>> params;
-  // A tensor-parallel part: the part of the whole tensor one rank draws
-  // (its masters too, by their parameter's split).
-  std::map<std::string, const TensorSlot *> split;
-  for (const TensorSlot &slot : layout.arguments)
-    if (slot.role == SlotRole::param && slot.splitParts > 1)
-      split[slot.key] = &slot;
-  auto wholeShapeOf = [](const TensorSlot &slot) {
-    std::vector<int64_t> shape = slot.shape;
-    shape[slot.splitDim] *= slot.splitParts;
-    return shape;
-  };
-  auto partFor = [&](const TensorSlot &slot, const std::string &param,
-                     const std::vector<float> &values) {
-    auto it = split.find(param);
-    if (it == split.end())
-      return partOf(slot, values, rank);
-    const TensorSlot &paramSlot = *it->second;
-    return splitPartOf(values, wholeShapeOf(paramSlot), paramSlot.splitDim,
-                       paramSlot.splitParts, getTensorPosition());
+  auto partFor = [&](const TensorSlot &slot, const std::vector<float> &values) {
+    if (slot.splitParts > 1)
+      return partAlong<float>(values, slot.wholeShape(), slot.splitDim,
+                              slot.splitParts, getTensorPosition());
+    return partOf(slot, values, rank);
   };
   for (const TensorSlot &slot : layout.arguments)
     if (slot.role == SlotRole::param) {
       TensorSlot whole = slot;
-      if (!slot.fullShape.empty())
-        whole.shape = slot.fullShape;
-      if (slot.splitParts > 1)
-        whole.shape = wholeShapeOf(slot);
+      whole.shape = slot.wholeShape();
       std::vector<float> values =
           initialValues(whole, paramIndex++, options.seed);
       // A std too large for f32 would start training from infinities.
@@ -574,17 +538,15 @@ llvm::Error Session::initialize() {
                         std::to_string(slot.initStd) +
                         ") gives values that are not finite in f32");
       }
-      state->write(
-          slot, floatBytes(slot.elementType, partFor(slot, slot.key, values)));
+      state->write(slot, floatBytes(slot.elementType, partFor(slot, values)));
       params[slot.key] = std::move(values);
     }
   for (const TensorSlot &slot : layout.arguments) {
     if (!slot.stateKind)
       continue;
     if (*slot.stateKind == StateKind::master) {
-      state->write(
-          slot, floatBytes(slot.elementType, partFor(slot, slot.stateParam,
-                                                     params[slot.stateParam])));
+      state->write(slot, floatBytes(slot.elementType,
+                                    partFor(slot, params[slot.stateParam])));
     } else if (slot.statePart == StatePart::codes) {
       // 8-bit state starts at 0: the code of 0 in its map.
       uint8_t zero = trainmem::zeroCode(
@@ -820,8 +782,8 @@ llvm::Error Session::save(StringRef dir, int64_t step,
   if (llvm::Error failure = barrier())
     return failure;
   if (rank == 0) {
-    if (llvm::Error failure = writeManifest(dir, stepName, ranks, zeroStage,
-                                            step, layout.arguments))
+    if (llvm::Error failure = writeManifest(
+            dir, stepName, getCheckpointLayout(), step, layout.arguments))
       return failure;
     // The checkpoints the manifest no longer names go (and one rank's).
     removeOtherCheckpoints(dir, stepName);

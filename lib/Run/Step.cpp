@@ -206,6 +206,15 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   return pm.run(module);
 }
 
+std::vector<int64_t> TensorSlot::wholeShape() const {
+  if (!fullShape.empty())
+    return fullShape;
+  std::vector<int64_t> whole = shape;
+  if (splitParts > 1)
+    whole[splitDim] *= splitParts;
+  return whole;
+}
+
 /// Reads the slots a lowered step describes; a hand-edited or foreign
 /// module gets an error naming what is missing instead of a crash.
 /// A tensor-parallel part's #train.split, into `slot`.

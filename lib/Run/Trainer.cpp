@@ -137,11 +137,11 @@ llvm::Error Trainer::resume() {
   // A sharded checkpoint (a manifest) on any number of ranks, or one
   // rank's checkpoint.
   const StepLayout &layout = session.getLayout();
+  CheckpointLayout ranks = session.getCheckpointLayout();
   llvm::Expected<Checkpoint> read =
       llvm::sys::fs::exists(dir + "/manifest")
-          ? readShardedCheckpoint(dir, layout.arguments, session.getRanks(),
-                                  session.getRank(), session.getZeroStage())
-          : readCheckpoint(dir, layout.arguments);
+          ? readShardedCheckpoint(dir, layout.arguments, ranks)
+          : readCheckpointFor(dir, layout.arguments, ranks);
   if (!read)
     return read.takeError();
   const Checkpoint &checkpoint = *read;
@@ -208,17 +208,6 @@ llvm::Error Trainer::openLossLog() {
 llvm::Error Trainer::prepare() {
   if (llvm::Error error = checkRanksAgree())
     return error;
-  // A tensor-parallel step's checkpoint needs its (data, tensor) layout,
-  // which the checkpoint format does not record yet: refused before step 1
-  // rather than written as ZeRO shards (joined by flat concatenation, a
-  // split along columns would come back permuted).
-  if (session.getTensorParts() > 1 &&
-      (!options.saveDir.empty() || !options.resumeDir.empty()))
-    return runError("checkpoints of a tensor-parallel step (parameters "
-                    "split over " +
-                    std::to_string(session.getTensorParts()) +
-                    " ranks) are not supported yet: run without --save and "
-                    "--resume");
   if (!options.resumeDir.empty()) {
     if (llvm::Error failure = resume())
       return failure;

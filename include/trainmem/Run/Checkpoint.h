@@ -67,15 +67,32 @@ llvm::Expected<Checkpoint> readCheckpoint(StringRef dir,
                                           ArrayRef<TensorSlot> slots,
                                           StringRef name = "checkpoint.bin");
 
-/// Reads rank `rank`'s part of the sharded checkpoint `dir`/manifest
-/// names, after checking the stage and each shard's checksum: its shard on
-/// as many ranks as wrote it; on another number of ranks (or one: `ranks`
-/// = 1) or another stage, the shards joined into whole tensors and this
-/// rank's part of them, padded as this run's shards are.
-llvm::Expected<Checkpoint> readShardedCheckpoint(StringRef dir,
-                                                 ArrayRef<TensorSlot> slots,
-                                                 int64_t ranks, int64_t rank,
-                                                 int64_t stage);
+/// How a run's ranks hold its state: `ranks` processes, ZeRO `stage`
+/// (flat shards, rank r the r-th), and tensor-parallel groups of
+/// `tensorParts` ranks (rank r at position r mod tensorParts of its group
+/// holds that part of each split tensor, along its #train.split).
+struct CheckpointLayout {
+  int64_t ranks = 1, rank = 0, stage = 0, tensorParts = 1;
+  int64_t tensorPosition() const { return rank % tensorParts; }
+};
+
+/// Reads rank `layout.rank`'s part of the sharded checkpoint
+/// `dir`/manifest names, after checking the stage and each shard's
+/// checksum: its shard on the layout that wrote it; on another (other
+/// ranks, or one: `ranks` = 1, another stage, another tensor-parallel
+/// size), the shards joined into whole tensors (flat shards end to end,
+/// tensor-parallel parts along their split dimension) and this rank's part
+/// of them, padded as this run's shards are. 8-bit state of a split
+/// parameter (blocks of each rank's part) resumes on its own layout only.
+llvm::Expected<Checkpoint>
+readShardedCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
+                      const CheckpointLayout &layout);
+
+/// Reads one rank's checkpoint `dir`/checkpoint.bin for `layout`: as it is
+/// on one rank (checked against `slots`), each tensor's part on several.
+llvm::Expected<Checkpoint> readCheckpointFor(StringRef dir,
+                                             ArrayRef<TensorSlot> slots,
+                                             const CheckpointLayout &layout);
 
 /// Writes the state tensors of `slots` (their bytes from `read`) as the
 /// checkpoint `dir`/`name` of `step`, atomically, creating `dir`.
@@ -88,10 +105,11 @@ llvm::Error writeCheckpoint(StringRef dir, int64_t step,
 /// The file of rank `rank`'s shard in a step directory.
 std::string shardFileName(int64_t rank, int64_t ranks);
 
-/// Writes `dir`/manifest naming the shards of `ranks` ranks that
-/// `dir`/`stepName` holds (each read back for its size and checksum).
-llvm::Error writeManifest(StringRef dir, StringRef stepName, int64_t ranks,
-                          int64_t stage, int64_t step,
+/// Writes `dir`/manifest naming the shards of `layout.ranks` ranks that
+/// `dir`/`stepName` holds (each read back for its size and checksum), the
+/// layout and how each tensor is split.
+llvm::Error writeManifest(StringRef dir, StringRef stepName,
+                          const CheckpointLayout &layout, int64_t step,
                           ArrayRef<TensorSlot> slots);
 
 /// Removes from `dir` every checkpoint but `keep`: one rank's

@@ -153,6 +153,10 @@ public:
   /// index (the rows of the global batch it trains on). The grid is row
   /// major, data x tensor.
   int64_t getTensorParts() const { return tensorParts; }
+  /// How this run's ranks hold its state, for its checkpoints.
+  CheckpointLayout getCheckpointLayout() const {
+    return {ranks, rank, zeroStage, tensorParts};
+  }
   int64_t getTensorPosition() const { return rank % tensorParts; }
   int64_t getDataRank() const { return rank / tensorParts; }
   int64_t getZeroStage() const { return zeroStage; }

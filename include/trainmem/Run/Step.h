@@ -75,10 +75,14 @@ struct TensorSlot {
   /// [r x shard, (r + 1) x shard)); empty when the slot is the whole tensor.
   std::vector<int64_t> fullShape;
   /// A rank's part of a parameter split by train-tensor-parallel (its
-  /// #train.split): the whole tensor is `splitParts` times larger along
-  /// `splitDim`; the rank at position p of its tensor-parallel group holds
-  /// the p-th part. splitParts is 1 for a slot that is not split.
+  /// #train.split; its master weights' and moments' too): the whole tensor
+  /// is `splitParts` times larger along `splitDim`; the rank at position p
+  /// of its tensor-parallel group holds the p-th part. splitParts is 1 for
+  /// a slot that is not split.
   int64_t splitDim = 0, splitParts = 1;
+  /// The shape of the whole tensor this slot holds a part of (a ZeRO
+  /// shard's full shape, a split part's whole), or its own shape.
+  std::vector<int64_t> wholeShape() const;
   /// Parameters: how they start (from #train.init); none without one.
   std::optional<InitKind> init;
   double initStd = 0.0;
@@ -88,6 +92,50 @@ struct TensorSlot {
   /// "role:key": a state tensor's name in a checkpoint.
   std::string stateName() const { return (roleName() + ":" + key).str(); }
 };
+
+/// The part at `position` of `parts` equal parts of a row-major tensor of
+/// `shape` cut along `dim`, each element `unit` consecutive values (a
+/// tensor-parallel rank's part of a whole parameter: its floats, or its
+/// bytes with `unit` the element's size).
+template <typename T>
+std::vector<T> partAlong(ArrayRef<T> whole, ArrayRef<int64_t> shape,
+                         int64_t dim, int64_t parts, int64_t position,
+                         int64_t unit = 1) {
+  int64_t outer = 1, inner = unit;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  int64_t n = shape[dim] / parts;
+  std::vector<T> part;
+  part.reserve(outer * n * inner);
+  for (int64_t o = 0; o < outer; ++o) {
+    const T *first = whole.data() + (o * shape[dim] + position * n) * inner;
+    part.insert(part.end(), first, first + n * inner);
+  }
+  return part;
+}
+
+/// The tensor whose parts along `dim` are `parts` (partAlong's inverse):
+/// each part of `partShape`, each element `unit` values.
+template <typename T>
+std::vector<T> joinAlong(ArrayRef<std::vector<T>> parts,
+                         ArrayRef<int64_t> partShape, int64_t dim,
+                         int64_t unit = 1) {
+  int64_t outer = 1, inner = unit;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= partShape[d];
+  for (size_t d = dim + 1; d < partShape.size(); ++d)
+    inner *= partShape[d];
+  int64_t n = partShape[dim] * inner;
+  std::vector<T> whole;
+  whole.reserve(outer * n * parts.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (const std::vector<T> &part : parts)
+      whole.insert(whole.end(), part.begin() + o * n,
+                   part.begin() + (o + 1) * n);
+  return whole;
+}
 
 struct StepLayout {
   uint64_t arenaBytes = 0;

@@ -144,7 +144,7 @@ public:
   }
 
   /// Adds another sum's words (a rank's, a tensor's).
-  void merge(const int64_t *other) {
+  TRAINMEM_HD void merge(const int64_t *other) {
     normalize();
     for (int k = 0; k < kExactSumWords; ++k)
       words[k] += other[k];

@@ -231,8 +231,11 @@ static LogicalResult lowerConstant(arith::ConstantOp op, RuntimeCallBuilder &b) 
 static LogicalResult lowerClip(ClipGradNormOp op, RuntimeCallBuilder &b) {
   if (failed(b.requireContiguous(op)))
     return failure();
-  if (Value squared = op.getSquaredNorm()) {
-    b.emit(rt::clip_load_sum{.sum = b.offset(squared)}, op.getLoc());
+  if (!op.getSquaredNorms().empty()) {
+    b.emit(rt::clip_load_sum{.sum = b.offset(op.getSquaredNorms().front())},
+           op.getLoc());
+    for (Value squared : op.getSquaredNorms().drop_front())
+      b.emit(rt::clip_merge_sum{.sum = b.offset(squared)}, op.getLoc());
   } else {
     b.emit(rt::clip_begin{}, op.getLoc());
     for (Value grad : op.getGrads())
@@ -431,7 +434,7 @@ static LogicalResult lowerUnscaleGradients(UnscaleGradientsOp o,
   b.emit(rt::finite_begin{}, o.getLoc());
   for (Value grad : o.getGrads())
     b.emit(rt::finite_check{.grad = b.offset(grad), .n = b.elements(grad)}, o.getLoc());
-  if (Value squared = o.getSquaredNorm())
+  for (Value squared : o.getSquaredNorms())
     b.emit(rt::finite_check_sum{.sum = b.offset(squared)}, o.getLoc());
   for (auto [grad, out] : llvm::zip(o.getGrads(), o.getUnscaled()))
     b.emit(rt::unscale{.grad = b.offset(grad), .out = b.offset(out), .n = b.elements(grad), .state = b.offset(o.getState()), .initial = initial}, o.getLoc());

@@ -215,10 +215,13 @@ FailureOr<MemoryPlan> arenaPlan(func::FuncOp step,
 
 /// Where the host finds an argument or result of the step: its typed
 /// markers, offset, bytes, shape (and a shard's whole shape), element type
-/// and memory space.
+/// and memory space. `inheritedSplit`: the #train.split of the parameter
+/// whose optimizer state (shaped as it: master weights, moments) the
+/// argument is, for the runner to start and checkpoint it by.
 DictionaryAttr describeSlot(Value value, DictionaryAttr attrs,
                             const FunctionMemory &memory,
-                            const MemoryPlan &plan) {
+                            const MemoryPlan &plan,
+                            TensorSplitAttr inheritedSplit = {}) {
   MLIRContext *context = value.getContext();
   Builder builder(context);
   const Buffer *buffer = memory.lookupBuffer(value);
@@ -230,6 +233,8 @@ DictionaryAttr describeSlot(Value value, DictionaryAttr attrs,
     for (StringRef name : kSlotMarkers)
       if (Attribute typed = attrs.get(name))
         entry.append(getSlotEntryName(name), typed);
+  if (inheritedSplit && !entry.get(getSlotEntryName(kTensorSplitAttrName)))
+    entry.append(getSlotEntryName(kTensorSplitAttrName), inheritedSplit);
   entry.append("offset",
                builder.getI64IntegerAttr(static_cast<int64_t>(
                    plan.getOffset(buffer - memory.getBuffers().data()))));
@@ -481,9 +486,16 @@ void ConvertTrainToRuntimePass::runOnOperation() {
     return signalPassFailure();
 
   SmallVector<Attribute> arguments, results;
-  for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    arguments.push_back(describeSlot(step.getArgument(i),
-                                     step.getArgAttrDict(i), memory, *plan));
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    // State of a split parameter, shaped as its part (not 8-bit blocks).
+    TensorSplitAttr inherited;
+    if (auto state =
+            step.getArgAttrOfType<StateAttr>(i, kOptimizerStateAttrName);
+        state && state.getPart() == StatePart::value)
+      inherited = getTensorSplit(step, step.getArgument(i));
+    arguments.push_back(describeSlot(
+        step.getArgument(i), step.getArgAttrDict(i), memory, *plan, inherited));
+  }
   auto ret = cast<func::ReturnOp>(step.front().getTerminator());
   for (auto [i, value] : llvm::enumerate(ret.getOperands()))
     results.push_back(
@@ -517,11 +529,17 @@ void ConvertTrainToRuntimePass::runOnOperation() {
   describeLowered(lowered, step, *plan, hostOps, arguments, results);
   step.erase();
   // The collectives are runtime calls now: their grids go (a grid still
-  // named by another op stays).
+  // named by another op stays; the slots' #train.split name theirs, which
+  // the runner reads as dimensions, not as a symbol).
   for (auto grid :
-       llvm::make_early_inc_range(module.getBody()->getOps<shard::GridOp>()))
-    if (SymbolTable::symbolKnownUseEmpty(grid, module))
+       llvm::make_early_inc_range(module.getBody()->getOps<shard::GridOp>())) {
+    std::optional<SymbolTable::UseRange> uses =
+        SymbolTable::getSymbolUses(grid, module);
+    if (uses && llvm::all_of(*uses, [&](const SymbolTable::SymbolUse &use) {
+          return use.getUser() == lowered.getOperation();
+        }))
       grid.erase();
+  }
   lowered.setSymName(name);
   parts.insert(parts.begin(), lowered);
   declareRuntimeFunctions(module, parts);

@@ -335,6 +335,10 @@ void tmrt_clip_store_sum(tmrt_context *ctx, int64_t out);
 /// Takes the sum of squares from the 24 i64 words at `sum` instead (the
 /// ranks' summed exact sums, train.clip_grad_norm ... squared_norm(...)).
 void tmrt_clip_load_sum(tmrt_context *ctx, int64_t sum);
+/// Adds the 24 i64 words at `sum` to the loaded ones (a norm whose parts
+/// are summed over different groups: a tensor-parallel step's split
+/// gradients over their group, its whole ones once).
+void tmrt_clip_merge_sum(tmrt_context *ctx, int64_t sum);
 void tmrt_clip_finish(tmrt_context *ctx, int64_t norm, double max_norm);
 void tmrt_clip_apply(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n);
 void tmrt_lr_schedule(tmrt_context *ctx, int64_t step, int64_t out,

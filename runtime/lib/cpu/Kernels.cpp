@@ -1728,6 +1728,10 @@ void clip_load_sum(tmrt_context *ctx, int64_t sum) {
   std::memcpy(ctx->clipSum, ctx->at<int64_t>(sum), sizeof ctx->clipSum);
 }
 
+void clip_merge_sum(tmrt_context *ctx, int64_t sum) {
+  trainmem::ExactSquareSum(ctx->clipSum).merge(ctx->at<int64_t>(sum));
+}
+
 void clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
   double value = std::sqrt(trainmem::ExactSquareSum(ctx->clipSum).value());
   ctx->clipScale = std::min(1.0, max_norm / (value + 1e-6));

@@ -1257,6 +1257,14 @@ void clip_load_sum(tmrt_context *ctx, int64_t sum) {
         "loading the clip's sum");
 }
 
+void clip_merge_sum(tmrt_context *ctx, int64_t sum) {
+  int64_t *words = stateOf(ctx).clipWords;
+  const int64_t *other = ctx->at<int64_t>(sum);
+  elementwise(ctx, "clip sum", 1, [=] __device__(int64_t) {
+    trainmem::ExactSquareSum(words).merge(other);
+  });
+}
+
 void clip_finish(tmrt_context *ctx, int64_t norm, double max_norm) {
   std::vector<int64_t> words;
   if (!readBack(ctx, stateOf(ctx).clipWords, trainmem::kExactSumWords, words))

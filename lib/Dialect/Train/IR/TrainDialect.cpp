@@ -6,8 +6,10 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Evaluator/Evaluator.h"
 
-#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -95,7 +97,10 @@ LogicalResult StateAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 LogicalResult
 TensorSplitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                        int64_t dim, int64_t parts, int64_t axis) {
+                        int64_t dim, int64_t parts, FlatSymbolRefAttr grid,
+                        int64_t axis) {
+  if (!grid)
+    return emitError() << "#train.split: needs the grid it is split over";
   if (dim < 0 || parts < 1 || axis < 0)
     return emitError() << "#train.split: dim and axis must be >= 0 and parts "
                           ">= 1, got dim = "
@@ -240,6 +245,26 @@ LogicalResult verifyUnique(FunctionOpInterface func, bool results,
   return success();
 }
 
+/// A #train.split's grid: a `shard.grid` in scope whose axis `axis` has
+/// `parts` ranks.
+static LogicalResult verifySplitGrid(Operation *op, TensorSplitAttr split) {
+  auto grid =
+      SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, split.getGrid());
+  if (!grid)
+    return op->emitOpError("'")
+           << kTensorSplitAttrName << "' names " << split.getGrid()
+           << ", which is not a shard.grid in scope";
+  ArrayRef<int64_t> shape = grid.getShape();
+  if (split.getAxis() >= static_cast<int64_t>(shape.size()) ||
+      (!ShapedType::isDynamic(shape[split.getAxis()]) &&
+       shape[split.getAxis()] != split.getParts()))
+    return op->emitOpError("'")
+           << kTensorSplitAttrName << "' " << split << " needs axis "
+           << split.getAxis() << " of " << split.getGrid() << " to have "
+           << split.getParts() << " ranks";
+  return success();
+}
+
 /// `train.shard_of = T` on a 1-D tensor argument or result of a partitioned
 /// step: a shard of T's elements (same element type) that, times the ranks,
 /// covers all of them.
@@ -309,7 +334,7 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
              << "' is a #train.split of a dimension of a tensor argument, "
                 "got "
              << attr.getValue();
-    return success();
+    return verifySplitGrid(op, split);
   }
   bool state = namesState(name);
   bool known = state || name == kLossAttrName || name == kGradNormAttrName ||

@@ -1091,7 +1091,7 @@ LogicalResult ClipGradNormOp::verify() {
       return emitOpError("clipped gradient types must equal the gradients'");
   if (!(getMaxNorm().convertToDouble() > 0.0))
     return emitOpError("max_norm must be > 0");
-  if (Value squared = getSquaredNorm())
+  for (Value squared : getSquaredNorms())
     if (failed(
             verifyExactSum(getOperation(), squared.getType(), "squared_norm")))
       return failure();
@@ -1145,7 +1145,7 @@ LogicalResult UnscaleGradientsOp::verify() {
   if (getGrowthInterval() < 1)
     return emitOpError("growth_interval must be >= 1, got ")
            << getGrowthInterval();
-  if (Value squared = getSquaredNorm())
+  for (Value squared : getSquaredNorms())
     if (failed(
             verifyExactSum(getOperation(), squared.getType(), "squared_norm")))
       return failure();

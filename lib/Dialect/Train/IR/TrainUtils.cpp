@@ -5,8 +5,10 @@
 
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/MapVector.h"
 
 using namespace mlir;
 using namespace mlir::train;
@@ -83,4 +85,51 @@ LogicalResult mlir::train::inferResultTypes(Operation *op,
     types.push_back(RankedTensorType::get(
         shape.getDims(), getElementTypeOrSelf(result.getType())));
   return success();
+}
+
+TensorSplitAttr mlir::train::getTensorSplit(FunctionOpInterface func,
+                                            Value value) {
+  auto arg = dyn_cast<BlockArgument>(value);
+  if (!arg || arg.getOwner() != &func.getFunctionBody().front())
+    return {};
+  unsigned index = arg.getArgNumber();
+  if (auto split =
+          func.getArgAttrOfType<TensorSplitAttr>(index, kTensorSplitAttrName))
+    return split;
+  auto state = func.getArgAttrOfType<StateAttr>(index, kOptimizerStateAttrName);
+  if (!state)
+    return {};
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, kParamAttrName);
+        name && name.getValue() == state.getParam())
+      return func.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName);
+  return {};
+}
+
+SmallVector<Value> mlir::train::buildSplitSquaredNorms(
+    OpBuilder &builder, Location loc, ValueRange grads,
+    ArrayRef<TensorSplitAttr> splits, bool withWhole) {
+  assert(grads.size() == splits.size() && "one split per gradient");
+  llvm::MapVector<std::pair<Attribute, int64_t>, SmallVector<Value>> byAxis;
+  SmallVector<Value> whole;
+  for (auto [grad, split] : llvm::zip(grads, splits)) {
+    if (split)
+      byAxis[{split.getGrid(), split.getAxis()}].push_back(grad);
+    else
+      whole.push_back(grad);
+  }
+  SmallVector<Value> norms;
+  for (auto &[key, parts] : byAxis) {
+    auto local = SquaredNormOp::create(builder, loc, parts);
+    SmallVector<shard::GridAxis> axes = {
+        static_cast<shard::GridAxis>(key.second)};
+    norms.push_back(shard::AllReduceOp::create(
+                        builder, loc, local.getResult(),
+                        cast<FlatSymbolRefAttr>(key.first).getValue(), axes,
+                        shard::ReductionKind::Sum)
+                        .getResult());
+  }
+  if (withWhole && !whole.empty())
+    norms.push_back(SquaredNormOp::create(builder, loc, whole).getResult());
+  return norms;
 }

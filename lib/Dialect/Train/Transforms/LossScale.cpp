@@ -16,6 +16,7 @@
 #include "trainmem/Support/LossScale.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -93,8 +94,11 @@ struct TrainLossScalePass
     return optimizer;
   }
 
-  /// The gradients the updates apply, before clipping, and the clips.
-  static void collectGradients(BlockOp optimizer, llvm::SetVector<Value> &grads,
+  /// The gradients the updates apply, before clipping, how
+  /// train-tensor-parallel split each (null: whole), and the clips.
+  static void collectGradients(func::FuncOp func, BlockOp optimizer,
+                               llvm::SetVector<Value> &grads,
+                               SmallVectorImpl<TensorSplitAttr> &splits,
                                SmallVectorImpl<ClipGradNormOp> &clips) {
     optimizer.walk([&](OptimizerUpdateOpInterface update) {
       Value grad = update.getGradient();
@@ -104,23 +108,37 @@ struct TrainLossScalePass
         auto clipped = llvm::find(clip.getClipped(), grad);
         grad = clip.getGrads()[clipped - clip.getClipped().begin()];
       }
-      grads.insert(grad);
+      if (grads.insert(grad))
+        splits.push_back(getTensorSplit(func, update.getUpdatedParam()));
     });
   }
 
   /// The gradients unscaled, first thing in the optimizer block: every
-  /// read of them in the block reads the unscaled ones.
+  /// read of them in the block reads the unscaled ones. Split gradients
+  /// (a tensor-parallel step) overflow on one rank of their group only:
+  /// their squared norms summed over the group make every rank decide
+  /// alike.
   UnscaleGradientsOp unscaleInBlock(BlockOp optimizer, ArrayRef<Value> grads,
+                                    ArrayRef<TensorSplitAttr> splits,
                                     Value state) {
     OpBuilder builder = OpBuilder::atBlockBegin(&optimizer.getBody().front());
+    SmallVector<Value> squaredNorms = buildSplitSquaredNorms(
+        builder, optimizer.getLoc(), grads, splits, /*withWhole=*/false);
     auto unscale = UnscaleGradientsOp::create(
-        builder, optimizer.getLoc(), grads, state, /*squared_norm=*/Value(),
+        builder, optimizer.getLoc(), grads, state, squaredNorms,
         builder.getF64FloatAttr(initial),
         builder.getI64IntegerAttr(growthInterval));
+    // The unscale and the norms it takes read the scaled gradients.
+    llvm::SmallPtrSet<Operation *, 4> readsScaled = {unscale};
+    for (Value norm : squaredNorms) {
+      if (auto sum = norm.getDefiningOp<shard::AllReduceOp>())
+        norm = sum.getInput();
+      readsScaled.insert(norm.getDefiningOp());
+    }
     for (auto [gradValue, unscaled] : llvm::zip(grads, unscale.getUnscaled())) {
       Value grad = gradValue;
       grad.replaceUsesWithIf(unscaled, [&](OpOperand &use) {
-        return use.getOwner() != unscale &&
+        return !readsScaled.contains(use.getOwner()) &&
                optimizer->isProperAncestor(use.getOwner());
       });
     }
@@ -133,7 +151,7 @@ struct TrainLossScalePass
       OpBuilder builder(clip);
       auto rebuilt =
           ClipGradNormOp::create(builder, clip.getLoc(), clip.getGrads(),
-                                 clip.getSquaredNorm(), clip.getMaxNormAttr());
+                                 clip.getSquaredNorms(), clip.getMaxNormAttr());
       rebuilt->setAttrs(clip->getAttrs());
       clip.replaceAllUsesWith(rebuilt.getResults());
       clip.erase();
@@ -161,8 +179,9 @@ struct TrainLossScalePass
     if (failed(optimizer))
       return failure();
     llvm::SetVector<Value> grads;
+    SmallVector<TensorSplitAttr> splits;
     SmallVector<ClipGradNormOp> clips;
-    collectGradients(*optimizer, grads, clips);
+    collectGradients(func, *optimizer, grads, splits, clips);
     if (grads.empty())
       return func.emitError(kPassName)
              << ": @" << func.getSymName()
@@ -203,7 +222,7 @@ struct TrainLossScalePass
       seed.getGradMutable().assign(scaled);
     }
     UnscaleGradientsOp unscale =
-        unscaleInBlock(*optimizer, grads.getArrayRef(), state);
+        unscaleInBlock(*optimizer, grads.getArrayRef(), splits, state);
     rebuildClips(clips);
     returnState(func, unscale.getNewState(), stateAttr);
     return success();

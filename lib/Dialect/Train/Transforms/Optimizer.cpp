@@ -341,13 +341,6 @@ LogicalResult OptimizerAppender::run() {
     return func.emitError(passName) << ": the step has no body";
   if (failed(readParameters()) || failed(readResults()))
     return failure();
-  // A tensor-parallel step's global norm sums its split gradients' parts
-  // over the group and its whole ones once; not built yet.
-  if (o.clipNorm > 0.0 && isTensorParallel(func))
-    return func.emitError(passName)
-           << ": clipping the gradients of a step split by "
-              "train-tensor-parallel needs the norm over its group, which "
-              "is not supported yet (clip-norm=0)";
   findOrCreateBlock();
   if (failed(addStateArguments()))
     return failure();
@@ -360,8 +353,18 @@ LogicalResult OptimizerAppender::run() {
   Value lr = learningRate(loc);
   Value norm;
   if (o.clipNorm > 0.0) {
-    auto clip = ClipGradNormOp::create(builder, loc, paramGrads,
-                                       /*squared_norm=*/Value(),
+    // A tensor-parallel step's global norm: its split gradients' parts
+    // summed over their group, its whole ones once.
+    SmallVector<Value> squaredNorms;
+    if (isTensorParallel(func)) {
+      SmallVector<TensorSplitAttr> splits;
+      for (const ParamInfo &param : params)
+        splits.push_back(
+            getTensorSplit(func, func.getArgument(param.argIndex)));
+      squaredNorms = buildSplitSquaredNorms(builder, loc, paramGrads, splits,
+                                            /*withWhole=*/true);
+    }
+    auto clip = ClipGradNormOp::create(builder, loc, paramGrads, squaredNorms,
                                        builder.getF64FloatAttr(o.clipNorm));
     paramGrads.assign(clip.getClipped().begin(), clip.getClipped().end());
     norm = clip.getNorm();

@@ -172,7 +172,7 @@ LogicalResult TensorParallel::splitParameter(BlockArgument arg, int64_t dim,
   arg.setType(RankedTensorType::get(shape, type.getElementType()));
   func.setArgAttr(
       arg.getArgNumber(), kTensorSplitAttrName,
-      TensorSplitAttr::get(func.getContext(), dim, size, kTensorAxis));
+      TensorSplitAttr::get(func.getContext(), dim, size, grid, kTensorAxis));
   return success();
 }
 

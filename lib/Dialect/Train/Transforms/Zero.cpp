@@ -568,14 +568,14 @@ LogicalResult OptimizerSharding::findClipAndUnscale(
                                  "supported");
       clip = reads;
     }
-  if (clip && clip.getSquaredNorm())
+  if (clip && !clip.getSquaredNorms().empty())
     return clip.emitOpError("train-zero: this clip takes its norm from "
                             "ranks already");
   FailureOr<UnscaleGradientsOp> found = findUnscale(updates);
   if (failed(found))
     return failure();
   unscale = *found;
-  if (unscale && unscale.getSquaredNorm())
+  if (unscale && !unscale.getSquaredNorms().empty())
     return unscale.emitOpError("train-zero: this unscale takes its "
                                "overflow check from ranks already");
   return success();

@@ -1214,7 +1214,7 @@ func.func @squared_norm_rounded(%g: tensor<8xf32>) -> tensor<4xi64> {
 // -----
 
 func.func @clip_by_a_float_squared_norm(%g: tensor<8xf32>, %s: tensor<f32>) -> tensor<8xf32> {
-  // expected-error @+1 {{'train.clip_grad_norm' op operand #1 must be statically shaped tensor of 64-bit signless integer values, but got 'tensor<f32>'}}
+  // expected-error @+1 {{'train.clip_grad_norm' op operand #1 must be variadic of statically shaped tensor of 64-bit signless integer values, but got 'tensor<f32>'}}
   %c:2 = train.clip_grad_norm %g squared_norm(%s) {max_norm = 1.0 : f64} : (tensor<8xf32>, tensor<f32>) -> (tensor<8xf32>, tensor<f32>)
   return %c#0 : tensor<8xf32>
 }
@@ -1464,13 +1464,29 @@ func.func @grad_all_reduce_axes_order(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 // expected-error @+1 {{#train.split: dim and axis must be >= 0 and parts >= 1, got dim = 0, parts = 0, axis = 1}}
-func.func @split_parts(%w: tensor<4xf32> {train.param = "w", train.tensor_split = #train.split<dim = 0, parts = 0, axis = 1>}) {
+func.func @split_parts(%w: tensor<4xf32> {train.param = "w", train.tensor_split = #train.split<dim = 0, parts = 0, grid = @tp, axis = 1>}) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{'func.func' op argument 0: 'train.tensor_split' is a #train.split of a dimension of a tensor argument, got #train.split<dim = 2, parts = 2, axis = 1>}}
-func.func @split_dim(%w: tensor<4xf32> {train.param = "w", train.tensor_split = #train.split<dim = 2, parts = 2, axis = 1>}) {
+shard.grid @tp(shape = 1x2)
+// expected-error @+1 {{'func.func' op argument 0: 'train.tensor_split' is a #train.split of a dimension of a tensor argument, got #train.split<dim = 2, parts = 2, grid = @tp, axis = 1>}}
+func.func @split_dim(%w: tensor<4xf32> {train.param = "w", train.tensor_split = #train.split<dim = 2, parts = 2, grid = @tp, axis = 1>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op 'train.tensor_split' names @tp, which is not a shard.grid in scope}}
+func.func @split_no_grid(%w: tensor<4xf32> {train.param = "w", train.tensor_split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>}) {
+  return
+}
+
+// -----
+
+shard.grid @tp(shape = 1x4)
+// expected-error @+1 {{'func.func' op 'train.tensor_split' #train.split<dim = 0, parts = 2, grid = @tp, axis = 1> needs axis 1 of @tp to have 2 ranks}}
+func.func @split_grid_parts(%w: tensor<4xf32> {train.param = "w", train.tensor_split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>}) {
   return
 }

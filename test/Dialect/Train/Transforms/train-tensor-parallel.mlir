@@ -11,6 +11,12 @@
 // on as it is (g's).
 // RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff 2>/dev/null | FileCheck %s --check-prefix=BACKWARD
 //
+// Clipping and loss scaling agree over the group: the global norm is the
+// split gradients' squared norm summed over the tensor axis plus the whole
+// ones' (counted once); the unscale's overflow check takes the split
+// gradients' sum too, so every rank skips or clips alike.
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff="clip-norm=1.0" -train-loss-scale 2>/dev/null | FileCheck %s --check-prefix=CLIP
+//
 // What stays whole is said.
 // RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=REMARK
 //
@@ -22,9 +28,9 @@
 // GELU: fc [8, 32] by columns (and its bias), proj [32, 8] by rows.
 // CHECK: shard.grid @tp(shape = 1x2)
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: %[[FC:[^:]*]]: tensor<8x16xf32> {train.param = "fc.weight", train.tensor_split = #train.split<dim = 1, parts = 2, axis = 1>}
-// CHECK-SAME: %[[FCB:[^:]*]]: tensor<16xf32> {train.param = "fc.bias", train.tensor_split = #train.split<dim = 0, parts = 2, axis = 1>}
-// CHECK-SAME: %[[PROJ:[^:]*]]: tensor<16x8xf32> {train.param = "proj.weight", train.tensor_split = #train.split<dim = 0, parts = 2, axis = 1>}
+// CHECK-SAME: %[[FC:[^:]*]]: tensor<8x16xf32> {train.param = "fc.weight", train.tensor_split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>}
+// CHECK-SAME: %[[FCB:[^:]*]]: tensor<16xf32> {train.param = "fc.bias", train.tensor_split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>}
+// CHECK-SAME: %[[PROJ:[^:]*]]: tensor<16x8xf32> {train.param = "proj.weight", train.tensor_split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>}
 // CHECK-SAME: %[[PB:[^:]*]]: tensor<8xf32> {train.param = "proj.bias"}
 // CHECK: train.block mlp
 // CHECK: %[[IN:.*]] = train.grad_all_reduce %{{.*}} on @tp grid_axes = [1] : tensor<2x4x8xf32>
@@ -41,6 +47,15 @@
 // BACKWARD: shard.all_reduce %{{.*}} on @tp grid_axes = [1] : tensor<2x4x8xf32>
 // BACKWARD: train.layer_norm_grad
 // REMARK: remark: train-tensor-parallel: the head blocks stay whole on every rank (this version splits attention and MLPs)
+// CLIP-LABEL: func.func @train_step
+// CLIP: train.block optimizer
+// CLIP-NEXT: %[[SPLIT:.*]] = train.squared_norm %[[G4:[^,]*]], %[[G5:[^,]*]], %[[G6:[^ ]*]] : tensor<8x16xf32>, tensor<16xf32>, tensor<16x8xf32> -> tensor<24xi64>
+// CLIP-NEXT: %[[GROUP:.*]] = shard.all_reduce %[[SPLIT]] on @tp grid_axes = [1] : tensor<24xi64> -> tensor<24xi64>
+// CLIP-NEXT: %[[U:.*]]:6, %{{.*}} = train.unscale_gradients {{.*}} squared_norm(%[[GROUP]] : tensor<24xi64>)
+// CLIP: %[[SPLIT2:.*]] = train.squared_norm %[[U]]#2, %[[U]]#3, %[[U]]#4 : tensor<8x16xf32>, tensor<16xf32>, tensor<16x8xf32> -> tensor<24xi64>
+// CLIP-NEXT: %[[GROUP2:.*]] = shard.all_reduce %[[SPLIT2]] on @tp grid_axes = [1] : tensor<24xi64> -> tensor<24xi64>
+// CLIP-NEXT: %[[WHOLE:.*]] = train.squared_norm %[[U]]#0, %[[U]]#1, %[[U]]#5 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<24xi64>
+// CLIP-NEXT: train.clip_grad_norm %[[U]]#0, %[[U]]#1, %[[U]]#2, %[[U]]#3, %[[U]]#4, %[[U]]#5 squared_norm(%[[GROUP2]], %[[WHOLE]]) {max_norm = 1.000000e+00 : f64}
 func.func @forward(%x: tensor<2x4x8xf32> {train.input = "x"},
                    %t: tensor<2x4xi32> {train.input = "targets"},
                    %g: tensor<8xf32> {train.param = "ln.weight"},
@@ -71,9 +86,9 @@ func.func @forward(%x: tensor<2x4x8xf32> {train.input = "x"},
 
 // SwiGLU: gate and up [8, 24] by columns, one f for both, down by rows.
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: tensor<8x12xf32> {train.param = "gate", train.tensor_split = #train.split<dim = 1, parts = 2, axis = 1>}
-// CHECK-SAME: tensor<8x12xf32> {train.param = "up", train.tensor_split = #train.split<dim = 1, parts = 2, axis = 1>}
-// CHECK-SAME: tensor<12x8xf32> {train.param = "down", train.tensor_split = #train.split<dim = 0, parts = 2, axis = 1>}
+// CHECK-SAME: tensor<8x12xf32> {train.param = "gate", train.tensor_split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>}
+// CHECK-SAME: tensor<8x12xf32> {train.param = "up", train.tensor_split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>}
+// CHECK-SAME: tensor<12x8xf32> {train.param = "down", train.tensor_split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>}
 // CHECK: %[[IN:.*]] = train.grad_all_reduce
 // CHECK-NOT: train.grad_all_reduce
 // CHECK: train.matmul %[[IN]], %{{.*}} -> tensor<2x4x12xf32>
@@ -109,10 +124,10 @@ func.func @forward(%x: tensor<2x4x8xf32> {train.input = "x"},
 // views, scores, softmax and product on a rank's heads, the output
 // projection by rows.
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: tensor<8x4xf32> {train.param = "q", train.tensor_split = #train.split<dim = 1, parts = 2, axis = 1>}
-// CHECK-SAME: tensor<8x4xf32> {train.param = "k", train.tensor_split = #train.split<dim = 1, parts = 2, axis = 1>}
-// CHECK-SAME: tensor<8x4xf32> {train.param = "v", train.tensor_split = #train.split<dim = 1, parts = 2, axis = 1>}
-// CHECK-SAME: tensor<4x8xf32> {train.param = "o", train.tensor_split = #train.split<dim = 0, parts = 2, axis = 1>}
+// CHECK-SAME: tensor<8x4xf32> {train.param = "q", train.tensor_split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>}
+// CHECK-SAME: tensor<8x4xf32> {train.param = "k", train.tensor_split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>}
+// CHECK-SAME: tensor<8x4xf32> {train.param = "v", train.tensor_split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>}
+// CHECK-SAME: tensor<4x8xf32> {train.param = "o", train.tensor_split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>}
 // CHECK: train.block attention
 // CHECK: train.reshape %{{.*}} : tensor<1x4x4xf32> -> tensor<1x4x1x4xf32>
 // CHECK: train.transpose %{{.*}} : tensor<1x4x1x4xf32> -> tensor<1x1x4x4xf32>

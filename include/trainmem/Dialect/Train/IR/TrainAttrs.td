@@ -124,19 +124,23 @@ def Train_TensorSplitAttr : Train_Attr<"TensorSplit", "split"> {
     The value of `train.tensor_split` on a step's parameter argument that
     train-tensor-parallel split: the argument is one rank's part of the
     whole parameter, which is `parts` times larger along dimension `dim`;
-    the rank at position p of its group along grid axis `axis` holds
-    elements [p · n, (p + 1) · n) of that dimension (n the argument's size
-    there). A column-parallel weight is split along its columns (dim 1),
-    a row-parallel one along its rows (dim 0).
+    the rank at position p of its group along axis `axis` of the
+    `shard.grid` `grid` holds elements [p · n, (p + 1) · n) of that
+    dimension (n the argument's size there). A column-parallel weight is
+    split along its columns (dim 1), a row-parallel one along its rows
+    (dim 0). The optimizer sums the squared norms of split gradients over
+    that axis; the runner and checkpoints cut and join parameters by it.
 
     ```mlir
     %w1: tensor<768x1536xbf16> {train.param = "h.0.mlp.fc.weight",
-        train.tensor_split = #train.split<dim = 1, parts = 2, axis = 1>}
+        train.tensor_split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>}
     ```
   }];
-  let parameters = (ins "int64_t":$dim, "int64_t":$parts, "int64_t":$axis);
+  let parameters = (ins "int64_t":$dim, "int64_t":$parts,
+                        "FlatSymbolRefAttr":$grid, "int64_t":$axis);
   let assemblyFormat = [{
-    `<` `dim` `=` $dim `,` `parts` `=` $parts `,` `axis` `=` $axis `>`
+    `<` `dim` `=` $dim `,` `parts` `=` $parts `,` `grid` `=` $grid `,`
+    `axis` `=` $axis `>`
   }];
   let genVerifyDecl = 1;
 }

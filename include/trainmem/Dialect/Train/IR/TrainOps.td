@@ -1168,10 +1168,13 @@ def Train_ClipGradNormOp : Train_NonDiffOp<"clip_grad_norm", [
     square added to a fixed-point number without rounding, the sum rounded
     to double once), so the norm does not depend on the order of the terms.
 
-    With `squared_norm(%s)`, the squared global norm is `%s` instead: the
-    gradients are one rank's shards (ZeRO stages 1-3), and `%s` is the sum
-    of every rank's `train.squared_norm` of its shards (a `shard.all_reduce`
-    of their exact sums), so that every rank clips by the same global norm,
+    With `squared_norm(%s, ...)`, the squared global norm is the exact sum
+    of the operands' words instead: the gradients are one rank's parts, and
+    each `%s` the sum over a group of ranks of their `train.squared_norm`
+    (a `shard.all_reduce` of the exact sums): one rank's shards under ZeRO
+    stages 1-3, the parts of the gradients train-tensor-parallel split
+    (summed over the tensor axis) beside those of the whole ones (on every
+    rank alike, counted once). Every rank clips by the same global norm,
     the norm one rank computes from the whole gradients, to the bit.
 
     ```mlir
@@ -1183,12 +1186,12 @@ def Train_ClipGradNormOp : Train_NonDiffOp<"clip_grad_norm", [
     ```
   }];
   let arguments = (ins Variadic<Train_FloatTensor>:$grads,
-                       Optional<Train_StaticTensorOf<[I64]>>:$squared_norm,
+                       Variadic<Train_StaticTensorOf<[I64]>>:$squared_norms,
                        F64Attr:$max_norm);
   let results = (outs Variadic<Train_FloatTensor>:$clipped,
                       Train_F32Scalar:$norm);
   let assemblyFormat = [{
-    $grads (`squared_norm` `(` $squared_norm^ `)`)? attr-dict `:`
+    $grads (`squared_norm` `(` $squared_norms^ `)`)? attr-dict `:`
     functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -1250,11 +1253,12 @@ def Train_UnscaleGradientsOp : Train_NonDiffOp<"unscale_gradients",
     finite as it is), the scale halves (`state[0] - 1`), `state[1] = 0` and
     `state[2]` (skipped steps) counts up.
 
-    With `squared_norm(%s)` (a partitioned step: each rank unscales its
-    shards), the step overflowed when its own gradients or `%s` are not
-    finite: `%s` is the exact squared norm of every rank's shards
-    (`train.squared_norm`, summed over the ranks by a `shard.all_reduce`),
-    so every rank skips, halves or grows the scale alike.
+    With `squared_norm(%s, ...)` (a partitioned step: each rank unscales
+    its shards or its tensor-parallel parts), the step overflowed when its
+    own gradients or any `%s` are not finite: each `%s` is the exact
+    squared norm of a group of ranks' parts (`train.squared_norm`, summed
+    over the group by a `shard.all_reduce`), so every rank skips, halves or
+    grows the scale alike.
 
     ```mlir
     %u0, %u1, %new_state = train.unscale_gradients %g0, %g1 scale(%state)
@@ -1265,13 +1269,13 @@ def Train_UnscaleGradientsOp : Train_NonDiffOp<"unscale_gradients",
   }];
   let arguments = (ins Variadic<Train_FloatTensor>:$grads,
                        Train_StaticTensorOf<[I64]>:$state,
-                       Optional<Train_StaticTensorOf<[I64]>>:$squared_norm,
+                       Variadic<Train_StaticTensorOf<[I64]>>:$squared_norms,
                        F64Attr:$initial, I64Attr:$growth_interval);
   let results = (outs Variadic<Train_FloatTensor>:$unscaled,
                       Train_StaticTensorOf<[I64]>:$new_state);
   let assemblyFormat = [{
     $grads `scale` `(` $state `)`
-    (`squared_norm` `(` $squared_norm^ `:` type($squared_norm) `)`)?
+    (`squared_norm` `(` $squared_norms^ `:` type($squared_norms) `)`)?
     attr-dict `:` `(` type($grads) `)` `,`
     type($state) `->` `(` type($unscaled) `)` `,` type($new_state)
   }];

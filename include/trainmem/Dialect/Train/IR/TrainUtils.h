@@ -48,6 +48,25 @@ LogicalResult inferResultTypes(Operation *op, SmallVectorImpl<Type> &types);
 /// train-tensor-parallel (`train.tensor_split`).
 bool isTensorParallel(FunctionOpInterface func);
 
+/// How train-tensor-parallel split the tensor `value` stands for, or null
+/// when it is whole: an argument of `func` marked `train.tensor_split`, or
+/// an optimizer-state argument (`#train.state`: master weights, moments)
+/// of a split parameter, which is split as its parameter is.
+TensorSplitAttr getTensorSplit(FunctionOpInterface func, Value value);
+
+/// The exact squared norms (`train.squared_norm`) whose words add up to
+/// the squared global norm of `grads`, each rank holding the part
+/// `splits[i]` says of `grads[i]` (null: all of it, alike on every rank):
+/// one norm per grid axis the split gradients lie on, summed over that
+/// axis by a `shard.all_reduce`, then, with `withWhole`, one of the whole
+/// gradients, counted once. For `train.clip_grad_norm ... squared_norm`
+/// and `train.unscale_gradients ... squared_norm` (whose own operands
+/// need no sum).
+SmallVector<Value> buildSplitSquaredNorms(OpBuilder &builder, Location loc,
+                                          ValueRange grads,
+                                          ArrayRef<TensorSplitAttr> splits,
+                                          bool withWhole);
+
 } // namespace train
 } // namespace mlir
 

@@ -268,7 +268,7 @@ def TrainTensorParallelPass
     `shard.grid @tp` of `data` x `size` ranks (axis 0 data, axis 1 tensor;
     rank r = d · size + t), each rank holding its part of the split
     parameters (marked `train.tensor_split = #train.split<dim, parts,
-    axis>`). An MLP block (`train.block mlp`), GELU or SwiGLU, and an
+    grid, axis>`). An MLP block (`train.block mlp`), GELU or SwiGLU, and an
     attention block are split as Megatron splits them (Shoeybi et al.
     2019): their first matmuls by columns (an MLP's inner columns, the
     attention's q, k and v by heads; their biases with them), the ops after

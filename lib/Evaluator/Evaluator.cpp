@@ -275,6 +275,29 @@ struct OpKernels {
                static_cast<uint64_t>(draw.getElementsPerRank()) +
            index * static_cast<uint64_t>(draw.getElementsPerPart());
   }
+  /// A draw on one rank's part (its `split`): the part's block, the
+  /// parts and this rank's position; a zero block for a whole draw.
+  struct SplitDraw {
+    uint64_t block = 0, parts = 1, position = 0;
+    uint64_t at(uint64_t i) const {
+      return trainmem::splitDrawIndex(i, block, parts, position);
+    }
+  };
+  SplitDraw splitDrawOf(Operation *op, ShapedType drawn) {
+    auto split = dyn_cast_or_null<TensorSplitAttr>(op->getAttr("split"));
+    if (!split)
+      return {};
+    std::optional<ProcessGroup> group = getProcessGroup(
+        op, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
+    SplitDraw draw;
+    draw.block = 1;
+    for (int64_t d = split.getDim(); d < drawn.getRank(); ++d)
+      draw.block *= static_cast<uint64_t>(drawn.getDimSize(d));
+    draw.parts = static_cast<uint64_t>(split.getParts());
+    draw.position =
+        group ? static_cast<uint64_t>(group->positionOf(state.getRank())) : 0;
+    return draw;
+  }
   void rope(RopeOp op);
   void transpose(TransposeOp op);
   LogicalResult crossEntropy(CrossEntropyOp op);
@@ -468,11 +491,13 @@ void OpKernels::dropout(DropoutOp op) {
   uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   double scale = 1.0 / (1.0 - rate);
   uint64_t base = dropoutBase(op);
+  SplitDraw split = splitDrawOf(op, op.getInput().getType());
   RefTensor y = RefTensor::zeros(x.shape);
   RefTensor mask = RefTensor::ofInts(x.shape,
                                      std::vector<int64_t>(x.numElements(), 0));
   for (int64_t i = 0; i < x.numElements(); ++i) {
-    bool keep = trainmem::dropoutKeep(seed, offset, base + i, threshold);
+    bool keep =
+        trainmem::dropoutKeep(seed, offset, base + split.at(i), threshold);
     mask.ints[i] = keep;
     y.floats[i] = keep ? static_cast<float>(x.floats[i] * scale) : 0.0f;
   }
@@ -1083,8 +1108,10 @@ LogicalResult OpKernels::evaluate(DropoutMaskOp o) {
     seed += static_cast<uint64_t>(get(o.getKey()).scalarInt());
   auto offset = static_cast<uint64_t>(o.getOffsetAttr().getInt());
   uint64_t base = dropoutBase(o);
+  SplitDraw split = splitDrawOf(o, o.getMask().getType());
   for (int64_t i = 0; i < mask.numElements(); ++i)
-    mask.ints[i] = trainmem::dropoutKeep(seed, offset, base + i, threshold);
+    mask.ints[i] =
+        trainmem::dropoutKeep(seed, offset, base + split.at(i), threshold);
   set(o.getMask(), std::move(mask));
   return success();
 }

@@ -75,6 +75,17 @@ TRAINMEM_HD inline bool dropoutKeep(uint64_t seed, uint64_t offset,
   return (philoxWord(seed, offset, index) >> 8) < keepThreshold;
 }
 
+/// Where element `i` of one rank's part of a draw lies in the whole draw
+/// (train.dropout's `split`): the part is blocks of `block` elements (its
+/// elements from the split dimension on), the whole `parts` times as many
+/// per block, the rank's at `position`; `block` 0 is a whole draw.
+TRAINMEM_HD inline uint64_t splitDrawIndex(uint64_t i, uint64_t block,
+                                           uint64_t parts, uint64_t position) {
+  if (block == 0)
+    return i;
+  return (i / block) * block * parts + position * block + i % block;
+}
+
 } // namespace trainmem
 
 #endif // TRAINMEM_SUPPORT_PHILOX_H

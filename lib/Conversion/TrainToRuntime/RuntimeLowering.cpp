@@ -307,12 +307,77 @@ static LogicalResult lowerSoftmax(SoftmaxOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::softmax{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .queries = queries, .causal = static_cast<int64_t>(o.getCausal())});
 }
 
+namespace {
+/// A draw on one rank's part of a tensor-parallel tensor, as the runtime's
+/// dropout kernels take it: the part's block (its elements from the split
+/// dimension on), the parts, and the stride of the split's process group;
+/// 0, 1, 1 for a whole draw.
+struct SplitDrawArgs {
+  int64_t block = 0, parts = 1, stride = 1;
+};
+} // namespace
+
+static FailureOr<SplitDrawArgs>
+splitDrawArgs(Operation *op, TensorSplitAttr split, ShapedType drawn) {
+  SplitDrawArgs args;
+  if (!split)
+    return args;
+  std::optional<ProcessGroup> group = getProcessGroup(
+      op, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
+  if (!group || group->size != split.getParts())
+    return op->emitOpError("its split's grid axis is not a static group of ")
+           << split.getParts() << " ranks";
+  args.block = 1;
+  for (int64_t d = split.getDim(); d < drawn.getRank(); ++d)
+    args.block *= drawn.getDimSize(d);
+  args.parts = split.getParts();
+  args.stride = group->stride;
+  return args;
+}
+
 static LogicalResult lowerDropout(DropoutOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::dropout{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .mask = b.offset(o.getMask()), .n = b.elements(o.getInput()), .rate = o.getRate().convertToDouble(), .seed = o.getSeedAttr().getInt(), .offset = o.getOffsetAttr().getInt(), .key = o.getKey() ? b.offset(o.getKey()) : int64_t(-1), .first = o.getFirstAttr().getInt(), .part = o.getPart() ? b.offset(o.getPart()) : int64_t(-1), .part_elements = o.getPartElementsAttr().getInt(), .rank_elements = o.getRankElementsAttr().getInt()});
+  FailureOr<SplitDrawArgs> split =
+      splitDrawArgs(o, o.getSplitAttr(), o.getInput().getType());
+  if (failed(split))
+    return failure();
+  return b.emitContiguous(
+      o, rt::dropout{.in = b.offset(o.getInput()),
+                     .out = b.offset(o.getResult()),
+                     .mask = b.offset(o.getMask()),
+                     .n = b.elements(o.getInput()),
+                     .rate = o.getRate().convertToDouble(),
+                     .seed = o.getSeedAttr().getInt(),
+                     .offset = o.getOffsetAttr().getInt(),
+                     .key = o.getKey() ? b.offset(o.getKey()) : int64_t(-1),
+                     .first = o.getFirstAttr().getInt(),
+                     .part = o.getPart() ? b.offset(o.getPart()) : int64_t(-1),
+                     .part_elements = o.getPartElementsAttr().getInt(),
+                     .rank_elements = o.getRankElementsAttr().getInt(),
+                     .split_block = split->block,
+                     .split_parts = split->parts,
+                     .split_stride = split->stride});
 }
 
 static LogicalResult lowerDropoutMask(DropoutMaskOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::dropout_mask{.mask = b.offset(o.getMask()), .n = b.elements(o.getMask()), .rate = o.getRate().convertToDouble(), .seed = o.getSeedAttr().getInt(), .offset = o.getOffsetAttr().getInt(), .key = o.getKey() ? b.offset(o.getKey()) : int64_t(-1), .first = o.getFirstAttr().getInt(), .part = o.getPart() ? b.offset(o.getPart()) : int64_t(-1), .part_elements = o.getPartElementsAttr().getInt(), .rank_elements = o.getRankElementsAttr().getInt()});
+  FailureOr<SplitDrawArgs> split =
+      splitDrawArgs(o, o.getSplitAttr(), o.getMask().getType());
+  if (failed(split))
+    return failure();
+  return b.emitContiguous(
+      o, rt::dropout_mask{
+             .mask = b.offset(o.getMask()),
+             .n = b.elements(o.getMask()),
+             .rate = o.getRate().convertToDouble(),
+             .seed = o.getSeedAttr().getInt(),
+             .offset = o.getOffsetAttr().getInt(),
+             .key = o.getKey() ? b.offset(o.getKey()) : int64_t(-1),
+             .first = o.getFirstAttr().getInt(),
+             .part = o.getPart() ? b.offset(o.getPart()) : int64_t(-1),
+             .part_elements = o.getPartElementsAttr().getInt(),
+             .rank_elements = o.getRankElementsAttr().getInt(),
+             .split_block = split->block,
+             .split_parts = split->parts,
+             .split_stride = split->stride});
 }
 
 static LogicalResult lowerCrossEntropy(CrossEntropyOp o, RuntimeCallBuilder &b) {

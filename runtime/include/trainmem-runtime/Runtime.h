@@ -199,7 +199,12 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
  * scalar, or -1 for none) at counter offset; see Support/Philox.h. Element
  * i draws at position first + rank * rank_elements + part * part_elements
  * + i in the stream (part: offset of an i64 scalar, or -1 for 0; rank: the
- * context's, tmrt_rank): its place in the whole global batch. */
+ * context's, tmrt_rank): its place in the whole global batch. A draw on
+ * one rank's part of a tensor-parallel tensor (split_block > 0: the part's
+ * elements from its split dimension on) draws its elements' positions in
+ * the whole tensor, splitDrawIndex(i, split_block, split_parts, p) for i,
+ * p = (tmrt_rank / split_stride) % split_parts the rank's part; 0, 1, 1
+ * for a whole draw. */
 /* Fused attention (train.attention): q [batch, heads, queries, dim], k and
  * v [batch, kv_heads, keys, dim|value_dim] read through element strides
  * (q0..q3: views of a projection are fine); out [batch, heads, queries,
@@ -238,13 +243,16 @@ void tmrt_attention_grad(tmrt_context *ctx, int64_t dout, int64_t q,
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,
-                  int64_t part_elements, int64_t rank_elements);
+                  int64_t part_elements, int64_t rank_elements,
+                  int64_t split_block, int64_t split_parts,
+                  int64_t split_stride);
 void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
                        int64_t out, int64_t n, double rate);
-void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
-                       double rate, int64_t seed, int64_t offset,
-                       int64_t key, int64_t first, int64_t part,
-                       int64_t part_elements, int64_t rank_elements);
+void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
+                       int64_t seed, int64_t offset, int64_t key, int64_t first,
+                       int64_t part, int64_t part_elements,
+                       int64_t rank_elements, int64_t split_block,
+                       int64_t split_parts, int64_t split_stride);
 
 /* Rotary embedding of a rank-4 strided view [n0, n1, S, D] into a row-major
  * output; inverse rotates by the negated angle. */

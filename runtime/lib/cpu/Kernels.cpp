@@ -177,6 +177,26 @@ void forEachKeepParallel(tmrt_context *ctx, int64_t n, uint64_t seed,
   });
 }
 
+/// A draw on one rank's part (see tmrt_dropout): `fn(i, keep)` for each of
+/// its `n` elements, each drawn at its element's place in the whole
+/// tensor; one contiguous draw when `block` is 0.
+template <typename Fn>
+void forEachKeepOfPart(tmrt_context *ctx, int64_t n, uint64_t seed,
+                       uint64_t offset, double rate, uint64_t base,
+                       int64_t block, int64_t parts, int64_t stride, Fn fn) {
+  if (block <= 0)
+    return forEachKeepParallel(ctx, n, seed, offset, rate, base, fn);
+  auto position = static_cast<uint64_t>((tmrt_rank(ctx) / stride) % parts);
+  for (int64_t first = 0; first < n; first += block) {
+    uint64_t at =
+        base + trainmem::splitDrawIndex(static_cast<uint64_t>(first),
+                                        static_cast<uint64_t>(block),
+                                        static_cast<uint64_t>(parts), position);
+    forEachKeepParallel(ctx, std::min(block, n - first), seed, offset, rate, at,
+                        [&](int64_t i, bool k) { fn(first + i, k); });
+  }
+}
+
 /// The stream position of a dropout's element 0 (see tmrt_dropout).
 uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
                      int64_t partElements, int64_t rankElements) {
@@ -1173,32 +1193,36 @@ void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
 
 template <typename T>
 void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
-                  int64_t n, double rate, int64_t seed, int64_t offset,
-                  int64_t key, int64_t first, int64_t part,
-                  int64_t part_elements, int64_t rank_elements) {
+               int64_t n, double rate, int64_t seed, int64_t offset,
+               int64_t key, int64_t first, int64_t part, int64_t part_elements,
+               int64_t rank_elements, int64_t split_block, int64_t split_parts,
+               int64_t split_stride) {
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   const T *x = ctx->at<T>(in);
   T *y = ctx->at<T>(out);
   uint8_t *keep = ctx->at<uint8_t>(mask);
   double scale = 1.0 / (1.0 - rate);
-  forEachKeepParallel(ctx, n, static_cast<uint64_t>(seed),
-                      static_cast<uint64_t>(offset), rate,
-                      dropoutBase(ctx, first, part, part_elements, rank_elements),
-                      [&](int64_t i, bool k) {
-                        keep[i] = k;
-                        y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
-                      });
+  forEachKeepOfPart(
+      ctx, n, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), rate,
+      dropoutBase(ctx, first, part, part_elements, rank_elements), split_block,
+      split_parts, split_stride, [&](int64_t i, bool k) {
+        keep[i] = k;
+        y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
+      });
   ctx->touch(out, n * sizeof(T));
   ctx->touch(mask, n);
 }
 
 void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
-                  int64_t n, double rate, int64_t seed, int64_t offset,
-                  int64_t key, int64_t first, int64_t part,
-                  int64_t part_elements, int64_t rank_elements) {
+             int64_t n, double rate, int64_t seed, int64_t offset, int64_t key,
+             int64_t first, int64_t part, int64_t part_elements,
+             int64_t rank_elements, int64_t split_block, int64_t split_parts,
+             int64_t split_stride) {
   withFloatType(ctx, "dropout", {in, out}, [&](auto type) {
-    dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, seed, offset, key, first, part, part_elements, rank_elements);
+    dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, seed, offset, key,
+                              first, part, part_elements, rank_elements,
+                              split_block, split_parts, split_stride);
   });
 }
 
@@ -1222,17 +1246,18 @@ void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
   });
 }
 
-void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n,
-                       double rate, int64_t seed, int64_t offset,
-                       int64_t key, int64_t first, int64_t part,
-                       int64_t part_elements, int64_t rank_elements) {
+void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
+                  int64_t seed, int64_t offset, int64_t key, int64_t first,
+                  int64_t part, int64_t part_elements, int64_t rank_elements,
+                  int64_t split_block, int64_t split_parts,
+                  int64_t split_stride) {
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   uint8_t *keep = ctx->at<uint8_t>(mask);
-  forEachKeepParallel(ctx, n, static_cast<uint64_t>(seed),
-                      static_cast<uint64_t>(offset), rate,
-                      dropoutBase(ctx, first, part, part_elements, rank_elements),
-                      [&](int64_t i, bool k) { keep[i] = k; });
+  forEachKeepOfPart(
+      ctx, n, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), rate,
+      dropoutBase(ctx, first, part, part_elements, rank_elements), split_block,
+      split_parts, split_stride, [&](int64_t i, bool k) { keep[i] = k; });
   ctx->touch(mask, n);
 }
 

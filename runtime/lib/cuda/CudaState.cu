@@ -104,13 +104,38 @@ void dropout_gradOf(tmrt_context *ctx, int64_t dy, int64_t mask, int64_t out,
 
 } // namespace
 
+/// Calls `draw(first, count, at)` for each run of a draw's elements that
+/// lie together in the whole tensor (see tmrt_dropout): all `n` from `base`
+/// for a whole draw, each block of a rank's part at its place otherwise.
+template <typename Fn>
+void forEachRunOfPart(tmrt_context *ctx, int64_t n, uint64_t base,
+                      int64_t block, int64_t parts, int64_t stride, Fn draw) {
+  if (block <= 0)
+    return draw(int64_t(0), n, base);
+  auto position = static_cast<uint64_t>((tmrt_rank(ctx) / stride) % parts);
+  for (int64_t first = 0; first < n; first += block)
+    draw(first, std::min(block, n - first),
+         base + trainmem::splitDrawIndex(
+                    static_cast<uint64_t>(first), static_cast<uint64_t>(block),
+                    static_cast<uint64_t>(parts), position));
+}
+
 void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
              int64_t n, double rate, int64_t seed, int64_t offset, int64_t key,
-             int64_t first, int64_t part, int64_t part_elements, int64_t rank_elements) {
+             int64_t first, int64_t part, int64_t part_elements,
+             int64_t rank_elements, int64_t split_block, int64_t split_parts,
+             int64_t split_stride) {
   uint64_t keyed = dropoutSeed(ctx, seed, key);
   uint64_t base = dropoutBase(ctx, first, part, part_elements, rank_elements);
   withFloatType(ctx, "dropout", {in, out}, [&](auto type) {
-    dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, keyed, offset, base);
+    using T = decltype(type);
+    auto size = static_cast<int64_t>(sizeof(T));
+    forEachRunOfPart(ctx, n, base, split_block, split_parts, split_stride,
+                     [&](int64_t at, int64_t count, uint64_t position) {
+                       dropoutOf<T>(ctx, in + at * size, out + at * size,
+                                    mask + at, count, rate, keyed, offset,
+                                    position);
+                     });
   });
 }
 
@@ -123,12 +148,19 @@ void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask, int64_t out,
 
 void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                   int64_t seed, int64_t offset, int64_t key, int64_t first,
-                  int64_t part, int64_t part_elements, int64_t rank_elements) {
+                  int64_t part, int64_t part_elements, int64_t rank_elements,
+                  int64_t split_block, int64_t split_parts,
+                  int64_t split_stride) {
   uint64_t keyed = dropoutSeed(ctx, seed, key);
   uint64_t base = dropoutBase(ctx, first, part, part_elements, rank_elements);
-  uint8_t *keep = ctx->at<uint8_t>(mask);
-  forEachKeep(ctx, "dropout_mask", n, keyed, static_cast<uint64_t>(offset),
-              rate, base, [=] __device__(int64_t i, bool k) { keep[i] = k; });
+  forEachRunOfPart(ctx, n, base, split_block, split_parts, split_stride,
+                   [&](int64_t at, int64_t count, uint64_t position) {
+                     uint8_t *keep = ctx->at<uint8_t>(mask + at);
+                     forEachKeep(
+                         ctx, "dropout_mask", count, keyed,
+                         static_cast<uint64_t>(offset), rate, position,
+                         [=] __device__(int64_t i, bool k) { keep[i] = k; });
+                   });
   ctx->touch(mask, n);
 }
 

@@ -186,6 +186,12 @@ std::optional<ProcessGroup> mlir::train::getProcessGroup(Operation *op) {
     gridName = c.getGridAttr(), gridAxes = c.getGridAxes();
   else
     return std::nullopt;
+  return getProcessGroup(op, gridName, gridAxes);
+}
+
+std::optional<ProcessGroup>
+mlir::train::getProcessGroup(Operation *op, FlatSymbolRefAttr gridName,
+                             ArrayRef<int16_t> gridAxes) {
   auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, gridName);
   if (!grid)
     return std::nullopt;

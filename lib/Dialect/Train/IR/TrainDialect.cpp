@@ -4,6 +4,7 @@
 #include "trainmem/Conversion/RuntimeLowering.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Evaluator/Evaluator.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -245,26 +246,6 @@ LogicalResult verifyUnique(FunctionOpInterface func, bool results,
   return success();
 }
 
-/// A #train.split's grid: a `shard.grid` in scope whose axis `axis` has
-/// `parts` ranks.
-static LogicalResult verifySplitGrid(Operation *op, TensorSplitAttr split) {
-  auto grid =
-      SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, split.getGrid());
-  if (!grid)
-    return op->emitOpError("'")
-           << kTensorSplitAttrName << "' names " << split.getGrid()
-           << ", which is not a shard.grid in scope";
-  ArrayRef<int64_t> shape = grid.getShape();
-  if (split.getAxis() >= static_cast<int64_t>(shape.size()) ||
-      (!ShapedType::isDynamic(shape[split.getAxis()]) &&
-       shape[split.getAxis()] != split.getParts()))
-    return op->emitOpError("'")
-           << kTensorSplitAttrName << "' " << split << " needs axis "
-           << split.getAxis() << " of " << split.getGrid() << " to have "
-           << split.getParts() << " ranks";
-  return success();
-}
-
 /// `train.shard_of = T` on a 1-D tensor argument or result of a partitioned
 /// step: a shard of T's elements (same element type) that, times the ranks,
 /// covers all of them.
@@ -334,7 +315,7 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
              << "' is a #train.split of a dimension of a tensor argument, "
                 "got "
              << attr.getValue();
-    return verifySplitGrid(op, split);
+    return verifySplitGrid(op, split, kTensorSplitAttrName);
   }
   bool state = namesState(name);
   bool known = state || name == kLossAttrName || name == kGradNormAttrName ||
@@ -359,6 +340,23 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
 }
 
 } // namespace
+
+LogicalResult mlir::train::verifySplitGrid(Operation *op, TensorSplitAttr split,
+                                           StringRef attrName) {
+  auto grid =
+      SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, split.getGrid());
+  if (!grid)
+    return op->emitOpError("'") << attrName << "' names " << split.getGrid()
+                                << ", which is not a shard.grid in scope";
+  ArrayRef<int64_t> shape = grid.getShape();
+  if (split.getAxis() >= static_cast<int64_t>(shape.size()) ||
+      (!ShapedType::isDynamic(shape[split.getAxis()]) &&
+       shape[split.getAxis()] != split.getParts()))
+    return op->emitOpError("'") << attrName << "' " << split << " needs axis "
+                                << split.getAxis() << " of " << split.getGrid()
+                                << " to have " << split.getParts() << " ranks";
+  return success();
+}
 
 /// `train.step` marks the function that is the step: a unit attribute on a
 /// function (passes and runners find the step by it, and name it).

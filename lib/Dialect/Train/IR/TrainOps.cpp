@@ -317,7 +317,19 @@ void DropoutOp::build(OpBuilder &builder, OperationState &state, Value input,
         /*part=*/Value(), builder.getF64FloatAttr(rate),
         builder.getI64IntegerAttr(seed), builder.getI64IntegerAttr(offset),
         builder.getI64IntegerAttr(0), builder.getI64IntegerAttr(0),
-        builder.getI64IntegerAttr(0));
+        builder.getI64IntegerAttr(0), /*split=*/TensorSplitAttr());
+}
+
+/// A draw's `split`: a dimension of the drawn tensor, on a grid axis of
+/// `parts` ranks.
+static LogicalResult verifyDrawSplit(Operation *op, TensorSplitAttr split,
+                                     ShapedType drawn) {
+  if (!split)
+    return success();
+  if (split.getDim() >= drawn.getRank())
+    return op->emitOpError("split dimension ")
+           << split.getDim() << " is not a dimension of the drawn " << drawn;
+  return verifySplitGrid(op, split, "split");
 }
 
 LogicalResult DropoutOp::verify() {
@@ -325,6 +337,8 @@ LogicalResult DropoutOp::verify() {
     return failure();
   if (getMask().getType().getShape() != getInput().getType().getShape())
     return emitOpError("mask shape must equal the input shape");
+  if (failed(verifyDrawSplit(*this, getSplitAttr(), getMask().getType())))
+    return failure();
   return verifyDropoutCounters(*this, getOffsetAttr().getInt(),
                                getFirstAttr().getInt(), getPart(),
                                getPartElementsAttr().getInt(),
@@ -632,7 +646,8 @@ LogicalResult CrossEntropyOp::verify() {
 }
 
 LogicalResult DropoutMaskOp::verify() {
-  if (failed(verifyDropoutRate(*this, getRate().convertToDouble())))
+  if (failed(verifyDropoutRate(*this, getRate().convertToDouble())) ||
+      failed(verifyDrawSplit(*this, getSplitAttr(), getMask().getType())))
     return failure();
   return verifyDropoutCounters(*this, getOffsetAttr().getInt(),
                                getFirstAttr().getInt(), getPart(),

@@ -139,7 +139,7 @@ void regenerateDropoutMasks(func::FuncOp func) {
           dropout.getKey(), dropout.getPart(), dropout.getRateAttr(),
           dropout.getSeedAttr(), dropout.getOffsetAttr(),
           dropout.getFirstAttr(), dropout.getPartElementsAttr(),
-          dropout.getRankElementsAttr());
+          dropout.getRankElementsAttr(), dropout.getSplitAttr());
       use.set(mask);
     }
   });

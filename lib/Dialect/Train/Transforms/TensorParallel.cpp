@@ -76,6 +76,8 @@ private:
   /// holds the split one's outermost part is split.
   LogicalResult reshapePart(ReshapeOp reshape, const BlockSplit &split);
   LogicalResult checkContraction(MatmulOp matmul, const BlockSplit &split);
+  /// Marks a dropout on a rank's part with its #train.split.
+  void markDrawSplit(DropoutOp dropout, const BlockSplit &split);
   /// Makes argument `arg` one rank's part along `dim`.
   LogicalResult splitParameter(BlockArgument arg, int64_t dim, Operation *user);
   LogicalResult reinfer(Operation *op);
@@ -243,6 +245,19 @@ LogicalResult TensorParallel::reshapePart(ReshapeOp reshape,
   return fail();
 }
 
+void TensorParallel::markDrawSplit(DropoutOp dropout, const BlockSplit &split) {
+  auto part = cast<RankedTensorType>(dropout.getInput().getType());
+  RankedTensorType whole = split.wholeTypes.lookup(dropout.getInput());
+  if (!whole)
+    return;
+  for (int64_t d = 0; d < part.getRank(); ++d)
+    if (part.getDimSize(d) != whole.getDimSize(d)) {
+      dropout.setSplitAttr(TensorSplitAttr::get(dropout.getContext(), d, size,
+                                                grid, kTensorAxis));
+      return;
+    }
+}
+
 /// A product of split values sums over a dimension that is whole on every
 /// rank: the attention's scores over a head's dimension, its output over
 /// the keys. A split one would leave partial sums.
@@ -305,6 +320,9 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
                                 : reinfer(op);
     if (failed(retyped))
       return failure();
+    // A dropout on a rank's part draws its part of the whole tensor's mask.
+    if (auto dropout = dyn_cast<DropoutOp>(op))
+      markDrawSplit(dropout, *parts);
   }
   // The rows: each rank's product is partial; g sums them.
   MatmulOp row = parts->row;

@@ -1490,3 +1490,21 @@ shard.grid @tp(shape = 1x4)
 func.func @split_grid_parts(%w: tensor<4xf32> {train.param = "w", train.tensor_split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>}) {
   return
 }
+
+// -----
+
+shard.grid @tp(shape = 1x2)
+func.func @dropout_split_dim(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'train.dropout' op split dimension 2 is not a dimension of the drawn 'tensor<4x8xi1>'}}
+  %y, %m = train.dropout %x {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, split = #train.split<dim = 2, parts = 2, grid = @tp, axis = 1>} : tensor<4x8xf32> -> tensor<4x8xi1>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+shard.grid @tp(shape = 1x2)
+func.func @dropout_mask_split_parts() -> tensor<4x8xi1> {
+  // expected-error @+1 {{'train.dropout_mask' op 'split' #train.split<dim = 1, parts = 4, grid = @tp, axis = 1> needs axis 1 of @tp to have 4 ranks}}
+  %m = train.dropout_mask {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, split = #train.split<dim = 1, parts = 4, grid = @tp, axis = 1>} : tensor<4x8xi1>
+  return %m : tensor<4x8xi1>
+}

@@ -41,6 +41,11 @@ struct ProcessGroup {
 /// stride apart), or it is not a shard collective.
 std::optional<ProcessGroup> getProcessGroup(Operation *collective);
 
+/// The group of ranks along `axes` of `grid` (looked up from `scope`).
+std::optional<ProcessGroup> getProcessGroup(Operation *scope,
+                                            FlatSymbolRefAttr grid,
+                                            ArrayRef<int16_t> axes);
+
 } // namespace train
 } // namespace mlir
 

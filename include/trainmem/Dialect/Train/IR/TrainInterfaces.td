@@ -122,7 +122,12 @@ def Train_BatchDrawOpInterface : OpInterface<"BatchDrawOpInterface"> {
       [{ return $_op.getRankElementsAttr().getInt(); }]>,
     InterfaceMethod<"Sets the elements between two ranks' batches.",
       "void", "setElementsPerRank", (ins "int64_t":$elements), [{}],
-      [{ $_op.setRankElements(elements); }]>
+      [{ $_op.setRankElements(elements); }]>,
+    InterfaceMethod<"The whole tensor this draw is one rank's part of "
+      "(train-tensor-parallel's #train.split of the drawn tensor), or null "
+      "when it draws all of it.",
+      "::mlir::Attribute", "getDrawSplit", (ins), [{}],
+      [{ return $_op->getAttr("split"); }]>
   ];
 }
 

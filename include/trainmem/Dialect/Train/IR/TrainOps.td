@@ -333,8 +333,14 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
     in the global batch the same way: train-zero sets it to the elements
     one rank's batch draws, so rank `r`, holding rows `[r·B, (r+1)·B)` of
     the global batch, draws what one process running the global batch
-    draws for them. The second result is the keep-mask (one byte per
-    element), which the backward uses.
+    draws for them. With `split` (train-tensor-parallel: the input is one
+    rank's part of a tensor `parts` times larger along `dim`), element `i`
+    draws where its element of the whole tensor draws: with `n` the part's
+    elements from `dim` on (one block of the part), at
+    `(i / n) · n · parts + p · n + i mod n` instead of `i`, `p` the rank's
+    position on the split's grid axis; the ranks' masks are the whole
+    tensor's mask, cut as the tensor is. The second result is the keep-mask
+    (one byte per element), which the backward uses.
 
     ```mlir
     %y, %mask = train.dropout %p key(%step : tensor<i64>) {rate = 0.1 : f64, seed = 0 : i64, offset = 3 : i64}
@@ -346,7 +352,8 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
                        F64Attr:$rate, I64Attr:$seed, I64Attr:$offset,
                        DefaultValuedAttr<I64Attr, "0">:$first,
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
-                       DefaultValuedAttr<I64Attr, "0">:$rank_elements);
+                       DefaultValuedAttr<I64Attr, "0">:$rank_elements,
+                       OptionalAttr<Train_TensorSplitAttr>:$split);
   let results = (outs Train_FloatTensor:$result, Train_MaskTensor:$mask);
   let assemblyFormat = [{
     $input (`key` `(` $key^ `:` type($key) `)`)?
@@ -587,8 +594,8 @@ def Train_DropoutMaskOp : Train_NonDiffOp<"dropout_mask",
   let summary = "regenerates the keep-mask of a dropout from its RNG stream";
   let description = [{
     The mask `train.dropout` with the same `key`, `part`, `rate`, `seed`,
-    `offset`, `first`, `part_elements` and `rank_elements` draws for a
-    tensor of this shape.
+    `offset`, `first`, `part_elements`, `rank_elements` and `split` draws
+    for a tensor of this shape.
     The backward can recompute a mask with it instead of keeping the
     forward's (1 byte per element saved, a few integer operations per
     element spent).
@@ -603,7 +610,8 @@ def Train_DropoutMaskOp : Train_NonDiffOp<"dropout_mask",
                        I64Attr:$seed, I64Attr:$offset,
                        DefaultValuedAttr<I64Attr, "0">:$first,
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
-                       DefaultValuedAttr<I64Attr, "0">:$rank_elements);
+                       DefaultValuedAttr<I64Attr, "0">:$rank_elements,
+                       OptionalAttr<Train_TensorSplitAttr>:$split);
   let results = (outs Train_MaskTensor:$mask);
   let assemblyFormat = [{
     (`key` `(` $key^ `:` type($key) `)`)?

@@ -48,6 +48,11 @@ LogicalResult inferResultTypes(Operation *op, SmallVectorImpl<Type> &types);
 /// train-tensor-parallel (`train.tensor_split`).
 bool isTensorParallel(FunctionOpInterface func);
 
+/// Verifies that `split` (the value of `op`'s attribute `attrName`) names
+/// a `shard.grid` in scope whose axis `axis` has `parts` ranks.
+LogicalResult verifySplitGrid(Operation *op, TensorSplitAttr split,
+                              StringRef attrName);
+
 /// How train-tensor-parallel split the tensor `value` stands for, or null
 /// when it is whole: an argument of `func` marked `train.tensor_split`, or
 /// an optimizer-state argument (`#train.state`: master weights, moments)

@@ -72,7 +72,7 @@ protected:
     config.ffn = 16;
     config.seq = 4;
     config.vocab = 32;
-    config.batch = 2;
+    config.batch = batch;
     config.dropout = dropout;
     config.dtype = "f32";
     module = buildModel(&context, config);
@@ -98,11 +98,19 @@ protected:
       inner *= shape[d];
     int64_t n = shape[dim] / parts;
     std::vector<float> values;
+    std::vector<int64_t> ints;
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = part * n; i < (part + 1) * n; ++i)
-        for (int64_t k = 0; k < inner; ++k)
-          values.push_back(t.floats[(o * shape[dim] + i) * inner + k]);
+        for (int64_t k = 0; k < inner; ++k) {
+          int64_t at = (o * shape[dim] + i) * inner + k;
+          if (t.floats.empty())
+            ints.push_back(t.ints[at]);
+          else
+            values.push_back(t.floats[at]);
+        }
     shape[dim] = n;
+    if (t.floats.empty())
+      return RefTensor::ofInts(shape, std::move(ints));
     return RefTensor::ofFloats(shape, std::move(values));
   }
 
@@ -212,6 +220,8 @@ protected:
   /// The models' dropout rate (every site: embeddings, attention
   /// probabilities, residuals).
   double dropout = 0.0;
+  /// The rows of the models' batch.
+  int64_t batch = 2;
 };
 
 TEST_P(TensorParallelTest, SplitRanksTrainAsOne) { expectRanksTrainAsOne(); }
@@ -274,6 +284,138 @@ TEST_P(TensorParallelTest, RanksClipByTheWholeNorm) {
     }
   }
 }
+
+/// ZeRO over the data axis of a (data, tensor) grid of 2 x 2 ranks: rank
+/// r = 2d + p holds part p of the split parameters and rows [dB, (d+1)B)
+/// of the global batch; train-zero averages the gradients over the data
+/// axis (stage 0) or partitions the optimizer state (1, 2) and the weights
+/// (3) of each rank's part over it, and clips by the norm summed over
+/// both axes. The ranks give the unsplit step's loss on the global batch
+/// and its updated weights, momenta and norm: their parts, their data
+/// shards joined.
+class TensorParallelZeroTest : public TensorParallelTest {
+protected:
+  static constexpr int64_t kData = 2, kParts = 2;
+
+  /// Rank (d, p)'s arguments from the unsplit step's on the global batch:
+  /// its rows, its part of each split parameter, its data shard of a
+  /// sharded one, zero state.
+  SmallVector<RefTensor> zeroRankArguments(func::FuncOp split,
+                                           ArrayRef<RefTensor> whole, int64_t d,
+                                           int64_t p) {
+    SmallVector<RefTensor> args;
+    for (unsigned i = 0; i < split.getNumArguments(); ++i) {
+      auto type = cast<RankedTensorType>(split.getArgument(i).getType());
+      std::vector<int64_t> shape(type.getShape().begin(),
+                                 type.getShape().end());
+      RefTensor value = whole[i];
+      if (auto input = split.getArgAttrOfType<StringAttr>(i, kInputAttrName);
+          input && input.getValue() != "step") {
+        value = partOf(value, 0, kData, d); // the data rank's rows
+      } else if (split.getArgAttr(i, kParamAttrName)) {
+        if (auto part = split.getArgAttrOfType<TensorSplitAttr>(
+                i, kTensorSplitAttrName))
+          value = partOf(value, part.getDim(), part.getParts(), p);
+        if (split.getArgAttr(i, kShardOfAttrName)) {
+          int64_t n = type.getNumElements();
+          std::vector<float> flat = value.floats;
+          flat.resize(n * kData, 0.0f);
+          value = RefTensor::ofFloats(
+              shape, std::vector<float>(flat.begin() + d * n,
+                                        flat.begin() + (d + 1) * n));
+        }
+      } else if (!value.floats.empty()) {
+        value = RefTensor::zeros(shape); // optimizer state
+      }
+      args.push_back(std::move(value));
+    }
+    return args;
+  }
+
+  void check(int64_t stage) {
+    const char *optimizer =
+        "train-autodiff{optimizer=sgd lr=0.1 momentum=0.9 clip-norm=0.01}";
+    OwningOpRef<ModuleOp> wholeModule, splitModule;
+    batch = kData * 2;
+    func::FuncOp whole = step(optimizer, wholeModule);
+    batch = 2;
+    func::FuncOp split =
+        step(std::string("train-tensor-parallel{size=2},") + optimizer +
+                 ",train-zero{ranks=2 stage=" + std::to_string(stage) + "}",
+             splitModule);
+    ASSERT_TRUE(whole && split);
+    ASSERT_EQ(whole.getNumResults(), split.getNumResults());
+    SmallVector<RefTensor> args = arguments(whole);
+    FailureOr<SmallVector<RefTensor>> reference = evaluate(whole, args);
+    ASSERT_TRUE(succeeded(reference));
+    std::vector<SmallVector<RefTensor>> perRank;
+    for (int64_t d = 0; d < kData; ++d)
+      for (int64_t p = 0; p < kParts; ++p)
+        perRank.push_back(zeroRankArguments(split, args, d, p));
+    FailureOr<std::vector<SmallVector<RefTensor>>> ranks =
+        evaluateRanks(split, perRank);
+    ASSERT_TRUE(succeeded(ranks));
+    auto rankOf = [](int64_t d, int64_t p) { return d * kParts + p; };
+
+    double loss = 0.0;
+    for (int64_t d = 0; d < kData; ++d)
+      loss += (*ranks)[rankOf(d, 0)][0].scalarFloat() / kData;
+    EXPECT_NEAR(loss, (*reference)[0].scalarFloat(),
+                1e-5 * std::abs((*reference)[0].scalarFloat()));
+    unsigned sharded = 0, compared = 0;
+    for (unsigned i = 1; i < whole.getNumResults(); ++i) {
+      if (!whole.getResultAttr(i, kParamAttrName) &&
+          !whole.getResultAttr(i, kOptimizerStateAttrName) &&
+          !whole.getResultAttr(i, kGradNormAttrName))
+        continue;
+      const RefTensor &want = (*reference)[i];
+      auto full = split.getResultAttrOfType<TypeAttr>(i, kShardOfAttrName);
+      std::vector<int64_t> partShape =
+          full ? std::vector<int64_t>(
+                     cast<RankedTensorType>(full.getValue()).getShape().begin(),
+                     cast<RankedTensorType>(full.getValue()).getShape().end())
+               : (*ranks)[0][i].shape;
+      sharded += static_cast<bool>(full);
+      for (int64_t p = 0; p < kParts; ++p) {
+        RefTensor expected = want;
+        for (size_t k = 0; k < want.shape.size(); ++k)
+          if (partShape.size() == want.shape.size() &&
+              partShape[k] != want.shape[k])
+            expected = partOf(want, k, want.shape[k] / partShape[k], p);
+        for (int64_t d = 0; d < kData; ++d) {
+          RefTensor got = (*ranks)[rankOf(d, p)][i];
+          if (full) {
+            // The part: its data shards joined, the padding dropped.
+            std::vector<float> joined;
+            for (int64_t e = 0; e < kData; ++e)
+              joined.insert(joined.end(),
+                            (*ranks)[rankOf(e, p)][i].floats.begin(),
+                            (*ranks)[rankOf(e, p)][i].floats.end());
+            joined.resize(expected.floats.size());
+            got = RefTensor::ofFloats(expected.shape, std::move(joined));
+          }
+          ASSERT_EQ(got.floats.size(), expected.floats.size())
+              << "result " << i;
+          EXPECT_LE(worstRelative({got}, {expected}), 1e-5)
+              << "rank (" << d << ", " << p << "), result " << i;
+          ++compared;
+        }
+      }
+    }
+    EXPECT_GT(compared, 0u);
+    if (stage > 0)
+      EXPECT_GT(sharded, 0u);
+  }
+};
+
+TEST_P(TensorParallelZeroTest, Stage0AveragesOverTheDataAxis) { check(0); }
+TEST_P(TensorParallelZeroTest, Stage1ShardsEachPartsState) { check(1); }
+TEST_P(TensorParallelZeroTest, Stage2ScattersEachPartsGradients) { check(2); }
+TEST_P(TensorParallelZeroTest, Stage3ShardsEachPartsWeights) { check(3); }
+
+INSTANTIATE_TEST_SUITE_P(Models, TensorParallelZeroTest,
+                         ::testing::Values(Model{"gpt2-124m", 2, 2, 20},
+                                           Model{"llama2-7b", 4, 2, 14}));
 
 // Multi-head GPT and Llama, and grouped-query Llama (4 query heads on 2
 // K/V heads: each rank 2 query heads and their K/V head).

@@ -265,8 +265,10 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
   options.tensorParallel = tensorParallelOptions;
   if (tensorParallelOptions.getNumOccurrences() &&
       zeroOptions.getNumOccurrences())
-    return refuse("--tensor-parallel and --zero: ZeRO over the data axis of "
-                  "a tensor-parallel grid is not supported yet (give one)");
+    return refuse("--tensor-parallel and --zero: the runner does not start "
+                  "or checkpoint ZeRO shards of tensor-parallel parts yet "
+                  "(train-step compiles the step: tensor-parallel=... "
+                  "zero=...; run it with one of the two)");
   if (zeroOptions.getNumOccurrences()) {
     if (StringRef(zeroOptions).contains("ranks"))
       return refuse("--zero takes train-zero's options but ranks: the ranks "

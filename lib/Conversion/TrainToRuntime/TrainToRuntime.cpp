@@ -184,6 +184,25 @@ func::FuncOp findTensorStep(ModuleOp module, StringRef function) {
             << "tensors";
         return {};
       }
+  // A (data, tensor) grid with several data ranks needs train-zero to
+  // average the gradients over them.
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i) {
+    auto split =
+        step.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName);
+    if (!split || step->hasAttr(kZeroAttrName))
+      continue;
+    auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+        step, split.getGrid());
+    if (grid && grid.getShape().size() == 2 && grid.getShape()[0] != 1) {
+      emitError(step.getLoc(), "convert-train-to-runtime: @")
+          << name << " is split on " << split.getGrid() << " of "
+          << grid.getShape()[0] << " data ranks, but no train-zero averages "
+          << "its gradients over them (run train-zero ranks="
+          << grid.getShape()[0] << ")";
+      return {};
+    }
+    break;
+  }
   return step;
 }
 

@@ -309,6 +309,11 @@ LogicalResult verifyStepAttribute(Operation *op, unsigned index,
     auto type = func && !results
                     ? dyn_cast<RankedTensorType>(func.getArgumentTypes()[index])
                     : RankedTensorType();
+    // A ZeRO shard of the part (train-zero stage 3): the split names a
+    // dimension of the part it is a shard of.
+    if (type)
+      if (auto full = func.getArgAttrOfType<TypeAttr>(index, kShardOfAttrName))
+        type = dyn_cast<RankedTensorType>(full.getValue());
     if (!split || !type || split.getDim() >= type.getRank())
       return op->emitOpError()
              << (results ? "result " : "argument ") << index << ": '" << name

@@ -108,28 +108,44 @@ TensorSplitAttr mlir::train::getTensorSplit(FunctionOpInterface func,
 
 SmallVector<Value> mlir::train::buildSplitSquaredNorms(
     OpBuilder &builder, Location loc, ValueRange grads,
-    ArrayRef<TensorSplitAttr> splits, bool withWhole) {
+    ArrayRef<TensorSplitAttr> splits, bool withWhole,
+    FlatSymbolRefAttr shardGrid, ArrayRef<int16_t> shardAxes) {
   assert(grads.size() == splits.size() && "one split per gradient");
-  llvm::MapVector<std::pair<Attribute, int64_t>, SmallVector<Value>> byAxis;
-  SmallVector<Value> whole;
-  for (auto [grad, split] : llvm::zip(grads, splits)) {
+  // The groups: a grid and the sorted axes each norm is summed over.
+  llvm::MapVector<std::pair<Attribute, SmallVector<int16_t>>,
+                  SmallVector<Value>>
+      groups;
+  // The split gradients' groups first, then the whole ones'.
+  SmallVector<std::pair<Value, TensorSplitAttr>> ordered;
+  for (auto [grad, split] : llvm::zip(grads, splits))
     if (split)
-      byAxis[{split.getGrid(), split.getAxis()}].push_back(grad);
-    else
-      whole.push_back(grad);
+      ordered.push_back({grad, split});
+  if (withWhole)
+    for (auto [grad, split] : llvm::zip(grads, splits))
+      if (!split)
+        ordered.push_back({grad, split});
+  for (auto [grad, split] : ordered) {
+    SmallVector<int16_t> axes(shardAxes);
+    Attribute grid = shardGrid;
+    if (split) {
+      assert((!shardGrid || shardGrid == split.getGrid()) &&
+             "ZeRO shards of split gradients on another grid");
+      grid = split.getGrid();
+      axes.push_back(static_cast<int16_t>(split.getAxis()));
+    }
+    llvm::sort(axes);
+    groups[{grid, axes}].push_back(grad);
   }
   SmallVector<Value> norms;
-  for (auto &[key, parts] : byAxis) {
-    auto local = SquaredNormOp::create(builder, loc, parts);
-    SmallVector<shard::GridAxis> axes = {
-        static_cast<shard::GridAxis>(key.second)};
-    norms.push_back(shard::AllReduceOp::create(
-                        builder, loc, local.getResult(),
-                        cast<FlatSymbolRefAttr>(key.first).getValue(), axes,
-                        shard::ReductionKind::Sum)
-                        .getResult());
+  for (auto &[key, members] : groups) {
+    Value norm = SquaredNormOp::create(builder, loc, members).getResult();
+    if (!key.second.empty())
+      norm =
+          shard::AllReduceOp::create(
+              builder, loc, norm, cast<FlatSymbolRefAttr>(key.first).getValue(),
+              key.second, shard::ReductionKind::Sum)
+              .getResult();
+    norms.push_back(norm);
   }
-  if (withWhole && !whole.empty())
-    norms.push_back(SquaredNormOp::create(builder, loc, whole).getResult());
   return norms;
 }

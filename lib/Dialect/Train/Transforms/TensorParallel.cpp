@@ -351,15 +351,6 @@ struct TrainTensorParallelPass
           << " data=" << static_cast<int64_t>(data);
       return signalPassFailure();
     }
-    // Data-parallel groups need their gradients averaged over the data
-    // axis, which train-zero does on a grid of its own today.
-    if (data > 1) {
-      module.emitError("train-tensor-parallel: data=")
-          << static_cast<int64_t>(data)
-          << " needs ZeRO over the grid's data axis, which is not supported "
-             "yet (give data=1)";
-      return signalPassFailure();
-    }
     SmallVector<func::FuncOp> forwards;
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func->hasAttr(kStepAttrName)) {

@@ -179,12 +179,25 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   }
 
   void runOnOperation() override;
+  /// The (data, tensor) grid of a tensor-parallel step, its data axis
+  /// `ranks` long (grown from 1).
+  FailureOr<shard::GridOp> dataAxisGrid(func::FuncOp step);
   LogicalResult placeRankDraws(func::FuncOp step);
   LogicalResult dataParallel(func::FuncOp step, StringAttr grid,
                              ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult shardOptimizer(func::FuncOp step, StringAttr grid,
                                ArrayRef<OptimizerUpdateOpInterface> updates);
 };
+
+/// The first train.remat region of `step`, or null.
+static RematOp firstRemat(func::FuncOp step) {
+  RematOp remat;
+  step.walk([&](RematOp op) {
+    remat = op;
+    return WalkResult::interrupt();
+  });
+  return remat;
+}
 
 /// What is wrong with train-zero's options, if anything.
 static std::optional<std::string> badOptions(int64_t stage, int64_t ranks,
@@ -233,40 +246,39 @@ void TrainZeroPass::runOnOperation() {
   // One rank is the step as it is.
   if (ranks == 1)
     return;
-  // ZeRO over the data axis of a tensor-parallel grid is not done yet: its
-  // collectives would run on a grid of their own.
-  if (isTensorParallel(step))
-    return fail(step.getLoc(),
-                "the step is split by train-tensor-parallel; ZeRO over "
-                "its grid's data axis is not supported yet (run "
-                "train-zero with ranks=1, or without tensor parallelism)");
+  // A tensor-parallel step: ZeRO over its grid's data axis (axis 0).
+  shard::GridOp tensorGrid;
+  if (isTensorParallel(step)) {
+    FailureOr<shard::GridOp> found = dataAxisGrid(step);
+    if (failed(found))
+      return signalPassFailure();
+    tensorGrid = *found;
+  }
   // Stage 3 gathers the parameters for each op that reads them; recompute
   // must be ops of the backward by then, so that it gathers again instead
   // of keeping the forward's gathered parameters until the backward.
-  if (stage >= 3) {
-    RematOp remat;
-    step.walk([&](RematOp op) {
-      remat = op;
-      return WalkResult::interrupt();
-    });
-    if (remat)
+  if (stage >= 3)
+    if (RematOp remat = firstRemat(step))
       return fail(remat.getLoc(),
                   "stage 3 gathers the parameters again for recompute, but "
                   "this train.remat region is not materialized: run "
                   "train-materialize-remat before train-zero");
-  }
   // Each rank holds rows [r·B, (r+1)·B) of the global batch: its dropout
   // draws from r·(the elements its batch draws) on, so that N ranks draw
   // the masks one process running the global batch draws.
   if (failed(placeRankDraws(step)))
     return signalPassFailure();
-  // The process grid: one axis of `ranks` data-parallel processes.
-  OpBuilder builder(module.getBodyRegion());
-  builder.setInsertionPointToStart(module.getBody());
-  auto grid = shard::GridOp::create(builder, module.getLoc(), "dp",
-                                    ArrayRef<int64_t>{ranks});
-  SymbolTable symbols(module);
-  symbols.insert(grid); // renames it when "dp" is taken
+  // The process grid: one axis of `ranks` data-parallel processes, or the
+  // tensor-parallel grid's data axis.
+  shard::GridOp grid = tensorGrid;
+  if (!grid) {
+    OpBuilder builder(module.getBodyRegion());
+    builder.setInsertionPointToStart(module.getBody());
+    grid = shard::GridOp::create(builder, module.getLoc(), "dp",
+                                 ArrayRef<int64_t>{ranks});
+    SymbolTable symbols(module);
+    symbols.insert(grid); // renames it when "dp" is taken
+  }
   if (failed(stage == 0
                  ? dataParallel(step, grid.getSymNameAttr(), updates)
                  : shardOptimizer(step, grid.getSymNameAttr(), updates)))
@@ -275,6 +287,31 @@ void TrainZeroPass::runOnOperation() {
   step->setAttr(kZeroAttrName,
                 ZeroAttr::get(&getContext(), stage, ranks, bucket,
                               stage == 3 ? int64_t(prefetch) : int64_t(0)));
+}
+
+FailureOr<shard::GridOp> TrainZeroPass::dataAxisGrid(func::FuncOp step) {
+  TensorSplitAttr split;
+  for (unsigned i = 0, e = step.getNumArguments(); i < e && !split; ++i)
+    split = step.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName);
+  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+      step, split.getGrid());
+  if (!grid || grid.getShape().size() != 2 || split.getAxis() != 1)
+    return step.emitError("train-zero: the step is split by "
+                          "train-tensor-parallel on ")
+           << split.getGrid() << ", which is not its (data, tensor) grid";
+  int64_t data = grid.getShape()[0];
+  // One data rank (train-tensor-parallel's default): the grid grows a data
+  // axis of `ranks`.
+  if (data == 1) {
+    grid.setShape(ArrayRef<int64_t>{ranks, grid.getShape()[1]});
+    return grid;
+  }
+  if (data != ranks)
+    return step.emitError("train-zero: ranks=")
+           << static_cast<int64_t>(ranks) << ", but the tensor-parallel grid "
+           << split.getGrid() << " has " << data
+           << " data ranks (give ranks=" << data << ")";
+  return grid;
 }
 
 LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step) {
@@ -289,6 +326,15 @@ LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step) {
   WalkResult walked = step.walk([&](BatchDrawOpInterface draw) {
     if (!draw.drawsRandom())
       return WalkResult::advance();
+    // The runtime places a rank's draws by its world rank; on a (data,
+    // tensor) grid the batch is the data rank's.
+    if (isTensorParallel(step)) {
+      draw->emitOpError("train-zero: dropout on the data axis of a "
+                        "tensor-parallel grid is not supported yet (its "
+                        "draws would be placed by the world rank, not the "
+                        "data rank): build the model with dropout 0");
+      return WalkResult::interrupt();
+    }
     if (draw.getElementsPerRank() != 0) {
       draw->emitOpError("train-zero: already draws for a rank of the "
                         "global batch (rank_elements set)");
@@ -402,17 +448,6 @@ void retypeRegionResults(Block &block) {
   }
 }
 
-/// The exact squared norm of every rank's `shards`, summed over the ranks
-/// (integer words: the same whatever the shards, ranks or order).
-Value ranksSquaredNorm(OpBuilder &builder, Location loc, StringAttr grid,
-                       ValueRange shards) {
-  auto local = SquaredNormOp::create(builder, loc, shards);
-  return shard::AllReduceOp::create(
-             builder, loc, local.getResult(), grid.getValue(),
-             ArrayRef<shard::GridAxis>{0}, shard::ReductionKind::Sum)
-      .getResult();
-}
-
 /// ZeRO stages 1-3 on one step: the optimizer, its state and (stage 3)
 /// the weights partitioned over the ranks of `grid`'s one axis. Each
 /// concern is a step of its own, run in this order by `run`: the
@@ -486,6 +521,9 @@ private:
   llvm::DenseMap<Operation *, Operation *> lastPlaced;
   ClipGradNormOp clip;
   UnscaleGradientsOp unscale;
+  /// How each gradient the clip (the unscale) reads is split by
+  /// train-tensor-parallel; null where whole.
+  SmallVector<TensorSplitAttr> clipSplits, unscaleSplits;
   /// The rank's shard of each gradient an update reads.
   llvm::DenseMap<Value, Value> shardOfGradient;
   /// The gradients reduce-scattered inside a micro-batch loop.
@@ -568,17 +606,55 @@ LogicalResult OptimizerSharding::findClipAndUnscale(
                                  "supported");
       clip = reads;
     }
-  if (clip && !clip.getSquaredNorms().empty())
+  // A tensor-parallel step's norms sum over its tensor axis already; they
+  // are built again over both axes. Another step's are not ZeRO's to
+  // rebuild.
+  bool tensorParallel = isTensorParallel(step);
+  if (clip && !clip.getSquaredNorms().empty() && !tensorParallel)
     return clip.emitOpError("train-zero: this clip takes its norm from "
                             "ranks already");
   FailureOr<UnscaleGradientsOp> found = findUnscale(updates);
   if (failed(found))
     return failure();
   unscale = *found;
-  if (unscale && !unscale.getSquaredNorms().empty())
+  if (unscale && !unscale.getSquaredNorms().empty() && !tensorParallel)
     return unscale.emitOpError("train-zero: this unscale takes its "
                                "overflow check from ranks already");
+  // How each gradient the clip and the unscale read is split (null:
+  // whole), by its update's parameter.
+  if (clip)
+    clipSplits.assign(clip.getGrads().size(), TensorSplitAttr());
+  if (unscale)
+    unscaleSplits.assign(unscale.getGrads().size(), TensorSplitAttr());
+  for (OptimizerUpdateOpInterface update : updates) {
+    TensorSplitAttr split = getTensorSplit(step, update.getUpdatedParam());
+    Value grad = update.getGradient();
+    if (clip && grad.getDefiningOp() == clip.getOperation())
+      clipSplits[cast<OpResult>(grad).getResultNumber()] = split;
+    Value raw = rawGradient(update);
+    if (unscale && raw != throughClip(grad))
+      for (auto [i, unscaled] : llvm::enumerate(unscale.getGrads()))
+        if (unscaled == raw)
+          unscaleSplits[i] = split;
+  }
   return success();
+}
+
+/// The squared norms that replaced `old`'s (a tensor-parallel step's, over
+/// its tensor axis) leave them dead: erased, so that they keep no whole
+/// gradient alive.
+static void eraseOldNorms(ValueRange old) {
+  for (Value norm : old) {
+    Operation *op = norm.getDefiningOp();
+    while (op && op->use_empty()) {
+      Operation *input =
+          op->getNumOperands() == 1 && isa<shard::AllReduceOp>(op)
+              ? op->getOperand(0).getDefiningOp()
+              : nullptr;
+      op->erase();
+      op = input;
+    }
+  }
 }
 
 /// 8-bit state is sharded by whole blocks: ranks x block elements must be
@@ -946,9 +1022,11 @@ LogicalResult OptimizerSharding::shardUnscale() {
       shardsOf(old.getGrads(), old, "unscales");
   if (failed(shards))
     return failure();
+  SmallVector<Value> oldNorms(old.getSquaredNorms());
   auto sharded = UnscaleGradientsOp::create(
       builder, old.getLoc(), *shards, old.getState(),
-      ranksSquaredNorm(builder, old.getLoc(), grid, *shards),
+      buildSplitSquaredNorms(builder, old.getLoc(), *shards, unscaleSplits,
+                             /*withWhole=*/true, gridRef, {0}),
       old.getInitialAttr(), old.getGrowthIntervalAttr());
   sharded->setDiscardableAttrs(old->getDiscardableAttrDictionary());
   for (auto [oldValue, newValue] :
@@ -959,6 +1037,7 @@ LogicalResult OptimizerSharding::shardUnscale() {
   }
   old.getNewState().replaceAllUsesWith(sharded.getNewState());
   old.erase();
+  eraseOldNorms(oldNorms);
   unscale = {};
   return success();
 }
@@ -976,13 +1055,17 @@ LogicalResult OptimizerSharding::shardClip() {
       shardsOf(clip.getGrads(), clip, "clips");
   if (failed(shards))
     return failure();
-  Value global = ranksSquaredNorm(builder, loc, grid, *shards);
+  SmallVector<Value> global =
+      buildSplitSquaredNorms(builder, loc, *shards, clipSplits,
+                             /*withWhole=*/true, gridRef, {0});
+  SmallVector<Value> oldNorms(clip.getSquaredNorms());
   auto sharded = ClipGradNormOp::create(builder, loc, *shards, global,
                                         clip.getMaxNormAttr());
   for (auto [old, clipped] : llvm::zip(clip.getClipped(), sharded.getClipped()))
     old.replaceAllUsesWith(clipped);
   clip.getNorm().replaceAllUsesWith(sharded.getNorm());
   clip.erase();
+  eraseOldNorms(oldNorms);
   clip = {};
   return success();
 }

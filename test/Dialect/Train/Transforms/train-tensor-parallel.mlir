@@ -4,7 +4,7 @@
 // products) before the last bias; the split parameters one rank's part,
 // marked #train.split. The grid is data x tensor.
 // RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" 2>/dev/null | FileCheck %s
-// RUN: not trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 data=3" -o /dev/null 2>&1 | FileCheck %s --check-prefix=GRID
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 data=3" 2>/dev/null | FileCheck %s --check-prefix=GRID
 //
 // train-autodiff builds the conjugates: the gradient of the block's input
 // summed over the group (f's VJP), the partial products' gradient passed
@@ -16,6 +16,11 @@
 // ones' (counted once); the unscale's overflow check takes the split
 // gradients' sum too, so every rank skips or clips alike.
 // RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff="clip-norm=1.0" -train-loss-scale 2>/dev/null | FileCheck %s --check-prefix=CLIP
+//
+// ZeRO over the grid's data axis: train-zero{ranks=2} grows @tp to 2 x 2,
+// scatters and gathers over axis 0, and sums the split gradients' squared
+// norms over both axes, the whole ones' over the data axis.
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff="clip-norm=1.0" -train-zero="ranks=2 stage=2" 2>/dev/null | FileCheck %s --check-prefix=ZERO
 //
 // What stays whole is said.
 // RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=REMARK
@@ -40,13 +45,22 @@
 // CHECK-NEXT: %[[P:.*]] = train.matmul %[[G]], %[[PROJ]] : tensor<2x4x16xf32>, tensor<16x8xf32> -> tensor<2x4x8xf32>
 // CHECK-NEXT: %[[SUM:.*]] = shard.all_reduce %[[P]] on @tp grid_axes = [1] : tensor<2x4x8xf32> -> tensor<2x4x8xf32>
 // CHECK-NEXT: train.bias_add %[[SUM]], %[[PB]] : tensor<2x4x8xf32>, tensor<8xf32>
-// GRID: error: train-tensor-parallel: data=3 needs ZeRO over the grid's data axis, which is not supported yet (give data=1)
+// GRID: shard.grid @tp(shape = 3x2)
 // BACKWARD-LABEL: func.func @train_step
 // BACKWARD: train.grad_all_reduce
 // BACKWARD: shard.all_reduce %{{.*}} on @tp grid_axes = [1] : tensor<2x4x8xf32>
 // BACKWARD: shard.all_reduce %{{.*}} on @tp grid_axes = [1] : tensor<2x4x8xf32>
 // BACKWARD: train.layer_norm_grad
 // REMARK: remark: train-tensor-parallel: the head blocks stay whole on every rank (this version splits attention and MLPs)
+// ZERO: shard.grid @tp(shape = 2x2)
+// ZERO-LABEL: func.func @train_step
+// ZERO: shard.reduce_scatter %{{.*}} on @tp grid_axes = [0] reduction =  average scatter_axis = 0
+// ZERO: %[[SPLIT:.*]] = train.squared_norm %{{.*}} -> tensor<24xi64>
+// ZERO-NEXT: %[[BOTH:.*]] = shard.all_reduce %[[SPLIT]] on @tp grid_axes = [0, 1] : tensor<24xi64> -> tensor<24xi64>
+// ZERO-NEXT: %[[WHOLE:.*]] = train.squared_norm %{{.*}} -> tensor<24xi64>
+// ZERO-NEXT: %[[DATA:.*]] = shard.all_reduce %[[WHOLE]] on @tp grid_axes = [0] : tensor<24xi64> -> tensor<24xi64>
+// ZERO-NEXT: train.clip_grad_norm {{.*}} squared_norm(%[[BOTH]], %[[DATA]])
+// ZERO: shard.all_gather %{{.*}} on @tp grid_axes = [0] gather_axis = 0
 // CLIP-LABEL: func.func @train_step
 // CLIP: train.block optimizer
 // CLIP-NEXT: %[[SPLIT:.*]] = train.squared_norm %[[G4:[^,]*]], %[[G5:[^,]*]], %[[G6:[^ ]*]] : tensor<8x16xf32>, tensor<16xf32>, tensor<16x8xf32> -> tensor<24xi64>

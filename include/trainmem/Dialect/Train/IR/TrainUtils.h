@@ -66,11 +66,15 @@ TensorSplitAttr getTensorSplit(FunctionOpInterface func, Value value);
 /// axis by a `shard.all_reduce`, then, with `withWhole`, one of the whole
 /// gradients, counted once. For `train.clip_grad_norm ... squared_norm`
 /// and `train.unscale_gradients ... squared_norm` (whose own operands
-/// need no sum).
+/// need no sum). With `shardAxes`, `grads` are each rank's ZeRO shards
+/// over those axes of `shardGrid` too: every norm is summed over them as
+/// well (the split gradients' grid must be `shardGrid`).
 SmallVector<Value> buildSplitSquaredNorms(OpBuilder &builder, Location loc,
                                           ValueRange grads,
                                           ArrayRef<TensorSplitAttr> splits,
-                                          bool withWhole);
+                                          bool withWhole,
+                                          FlatSymbolRefAttr shardGrid = {},
+                                          ArrayRef<int16_t> shardAxes = {});
 
 } // namespace train
 } // namespace mlir

@@ -287,16 +287,23 @@ def TrainTensorParallelPass
     not split): the pass says so in a remark per kind. A size that does not
     divide what it splits (an MLP's inner size, the heads), a parameter a
     block shares with another, or a block that is not matmuls, ops on their
-    parts and one last matmul is an error at the op. Dropout inside the
-    split part draws by a rank's element positions: with a rate above 0 the
-    ranks' masks are not the parts of one rank's mask.
+    parts and one last matmul is an error at the op. A dropout on a rank's
+    part is marked with its split (`split = #train.split<...>`): each rank
+    draws its part of the whole tensor's mask.
+
+    The data axis: `train-zero{ranks=d}` on the split step averages the
+    gradients (stage 0) or partitions the optimizer (stages 1-3) over the
+    grid's axis 0, growing it from 1 to `d` when `data` was left at 1; a
+    step whose data axis has more than one rank and no train-zero is
+    refused by convert-train-to-runtime (its gradients would not be
+    averaged).
   }];
   let options = [
     Option<"size", "size", "int64_t", "2",
            "Ranks of a tensor-parallel group (t)">,
     Option<"data", "data", "int64_t", "1",
-           "Data-parallel groups (the grid's first axis; more than 1 needs "
-           "ZeRO over it, not supported yet)">
+           "Data-parallel groups (the grid's first axis; train-zero with "
+           "ranks=data averages or partitions over it)">
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
   let statistics = [

@@ -558,10 +558,15 @@ static llvm::Error parseManifestTensor(ArrayRef<StringRef> fields,
   Manifest::Tensor tensor{fields[2].str(), *shard, *whole, std::nullopt};
   if (fields.size() == 7) {
     int64_t dim = 0;
+    // A rank holds the part (the whole cut along DIM) or, under ZeRO, a
+    // flat shard of it.
     if (fields[5] != "split" || fields[6].getAsInteger(10, dim) || dim < 0 ||
-        dim >= static_cast<int64_t>(shard->size()) ||
-        shard->size() != whole->size() || (*shard)[dim] < 1 ||
-        (*shard)[dim] * manifest.tensorParts != (*whole)[dim])
+        dim >= static_cast<int64_t>(whole->size()) ||
+        (*whole)[dim] % manifest.tensorParts != 0)
+      return bad();
+    std::vector<int64_t> part = *whole;
+    part[dim] /= manifest.tensorParts;
+    if (*shard != part && shard->size() != 1)
       return bad();
     tensor.splitDim = dim;
   }
@@ -672,16 +677,32 @@ static llvm::Expected<Bytes> wholeTensor(const Manifest &manifest,
   if (tensor.shard == tensor.whole)
     return old[0].tensors.at(name);
   if (tensor.splitDim) {
-    // The parts of the first tensor-parallel group, ranks 0..t-1.
+    // Each part: rank p's (the first data rank's group), or its ZeRO
+    // shards over the data ranks d·t + p joined and unpadded.
+    int64_t t = manifest.tensorParts, data = manifest.ranks / t;
+    std::vector<int64_t> partShape = tensor.whole;
+    partShape[*tensor.splitDim] /= t;
+    uint64_t partBytes = elementsOf(partShape) * elementBytes;
     std::vector<Bytes> parts;
-    for (int64_t p = 0; p < manifest.tensorParts; ++p)
-      parts.push_back(old[p].tensors.at(name));
-    return joinAlong<uint8_t>(parts, tensor.shard, *tensor.splitDim,
-                              elementBytes);
+    for (int64_t p = 0; p < t; ++p) {
+      Bytes part;
+      for (int64_t d = 0; d < (tensor.shard == partShape ? 1 : data); ++d) {
+        const Bytes &shard = old[d * t + p].tensors.at(name);
+        part.insert(part.end(), shard.begin(), shard.end());
+      }
+      if (part.size() < partBytes)
+        return manifest.bad("names shards of " + slot.roleName() + " '" +
+                            slot.key + "' that hold less than its parts");
+      part.resize(partBytes);
+      parts.push_back(std::move(part));
+    }
+    return joinAlong<uint8_t>(parts, partShape, *tensor.splitDim, elementBytes);
   }
+  // ZeRO's flat shards, one per data rank (the ranks of a tensor-parallel
+  // group hold the same shard of a whole tensor).
   Bytes joined;
-  for (const Checkpoint &shard : old) {
-    const Bytes &part = shard.tensors.at(name);
+  for (int64_t r = 0; r < manifest.ranks; r += manifest.tensorParts) {
+    const Bytes &part = old[r].tensors.at(name);
     joined.insert(joined.end(), part.begin(), part.end());
   }
   if (joined.size() < wholeBytes)
@@ -695,13 +716,14 @@ static llvm::Expected<Bytes> wholeTensor(const Manifest &manifest,
 /// Rank `rank`'s part of a whole tensor: a tensor-parallel part along its
 /// dimension, or a flat shard padded as a fresh one's (zeros, the code of
 /// 0 for 8-bit codes).
-static Bytes partOf(const TensorSlot &slot, const Bytes &whole,
+static Bytes partOf(const TensorSlot &slot, const Bytes &wholeBytes,
                     const CheckpointLayout &layout) {
+  Bytes whole = wholeBytes;
   if (slot.splitParts > 1)
-    return partAlong<uint8_t>(whole, slot.wholeShape(), slot.splitDim,
-                              slot.splitParts, layout.tensorPosition(),
-                              slot.bytes /
-                                  std::max<int64_t>(1, slot.numElements()));
+    whole = partAlong<uint8_t>(whole, slot.wholeShape(), slot.splitDim,
+                               slot.splitParts, layout.tensorPosition(),
+                               slot.bytes /
+                                   std::max<int64_t>(1, slot.numElements()));
   if (slot.fullShape.empty())
     return whole;
   uint8_t pad = 0;
@@ -710,7 +732,7 @@ static Bytes partOf(const TensorSlot &slot, const Bytes &whole,
                                  ? trainmem::signedDynamicMap()
                                  : trainmem::unsignedDynamicMap());
   Bytes part(slot.bytes, pad);
-  uint64_t first = static_cast<uint64_t>(layout.rank) * slot.bytes;
+  uint64_t first = static_cast<uint64_t>(layout.dataRank()) * slot.bytes;
   for (uint64_t i = 0; i < slot.bytes && first + i < whole.size(); ++i)
     part[i] = whole[first + i];
   return part;

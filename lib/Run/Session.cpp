@@ -482,9 +482,12 @@ void Session::readRanks(Operation *marked, func::FuncOp stepFunc) {
   if (auto zero = marked->getAttrOfType<ZeroAttr>(kZeroAttrName)) {
     ranks = zero.getRanks();
     zeroStage = zero.getStage();
-  } else if (auto lowered =
-                 marked->getAttrOfType<IntegerAttr>(kLoweredRanksAttrName)) {
-    ranks = lowered.getInt();
+  }
+  // The lowered step's ranks: its grid's, which on a (data, tensor) grid
+  // are more than train-zero's data ranks.
+  if (auto lowered =
+          marked->getAttrOfType<IntegerAttr>(kLoweredRanksAttrName)) {
+    ranks = std::max(ranks, lowered.getInt());
   } else if (stepFunc) {
     // A step whose collectives run on a grid of their own (a tensor-
     // parallel one): as many ranks as the grid has.
@@ -503,7 +506,6 @@ static std::vector<float> partOf(const TensorSlot &slot,
                                  int64_t rank) {
   if (slot.fullShape.empty())
     return values;
-  assert(slot.splitParts == 1 && "a ZeRO shard of a split parameter");
   int64_t n = slot.numElements();
   std::vector<float> part(n, 0.0f);
   for (int64_t i = 0; i < n; ++i) {
@@ -521,10 +523,12 @@ llvm::Error Session::initialize() {
   // shard, or a tensor-parallel part: its parameter's, its master's).
   std::map<std::string, std::vector<float>> params;
   auto partFor = [&](const TensorSlot &slot, const std::vector<float> &values) {
-    if (slot.splitParts > 1)
-      return partAlong<float>(values, slot.wholeShape(), slot.splitDim,
-                              slot.splitParts, getTensorPosition());
-    return partOf(slot, values, rank);
+    if (slot.splitParts <= 1)
+      return partOf(slot, values, getDataRank());
+    return partOf(slot,
+                  partAlong<float>(values, slot.wholeShape(), slot.splitDim,
+                                   slot.splitParts, getTensorPosition()),
+                  getDataRank());
   };
   for (const TensorSlot &slot : layout.arguments)
     if (slot.role == SlotRole::param) {

@@ -206,10 +206,12 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
   return pm.run(module);
 }
 
+std::vector<int64_t> TensorSlot::partShape() const {
+  return fullShape.empty() ? shape : fullShape;
+}
+
 std::vector<int64_t> TensorSlot::wholeShape() const {
-  if (!fullShape.empty())
-    return fullShape;
-  std::vector<int64_t> whole = shape;
+  std::vector<int64_t> whole = partShape();
   if (splitParts > 1)
     whole[splitDim] *= splitParts;
   return whole;
@@ -225,10 +227,11 @@ static LogicalResult readSplit(Operation *step, StringRef attrName,
       dict.getAs<TensorSplitAttr>(getSlotEntryName(kTensorSplitAttrName));
   if (!split)
     return success();
-  if (split.getDim() >= static_cast<int64_t>(slot.shape.size()))
+  if (split.getDim() >= static_cast<int64_t>(slot.partShape().size()))
     return step->emitError("trainmem-run: entry ")
            << index << " of '" << attrName << "' splits dimension "
-           << split.getDim() << " of a rank-" << slot.shape.size() << " tensor";
+           << split.getDim() << " of a rank-" << slot.partShape().size()
+           << " tensor";
   slot.splitDim = split.getDim();
   slot.splitParts = split.getParts();
   return success();

@@ -25,10 +25,11 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "llvm/ADT/SmallString.h"
-#include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/Format.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -263,18 +264,29 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
   options.fuseAttention = fuseAttention;
   options.fuseElementwise = fuseElementwise;
   options.tensorParallel = tensorParallelOptions;
-  if (tensorParallelOptions.getNumOccurrences() &&
-      zeroOptions.getNumOccurrences())
-    return refuse("--tensor-parallel and --zero: the runner does not start "
-                  "or checkpoint ZeRO shards of tensor-parallel parts yet "
-                  "(train-step compiles the step: tensor-parallel=... "
-                  "zero=...; run it with one of the two)");
   if (zeroOptions.getNumOccurrences()) {
     if (StringRef(zeroOptions).contains("ranks"))
       return refuse("--zero takes train-zero's options but ranks: the ranks "
                     "are the processes mpirun starts (" +
                     llvm::Twine(worldSize) + " here)");
-    options.zero = "ranks=" + std::to_string(worldSize) + " " + zeroOptions;
+    // With tensor parallelism, ZeRO runs over the data axis: the
+    // processes over the group's size.
+    int64_t dataRanks = worldSize;
+    if (tensorParallelOptions.getNumOccurrences()) {
+      int64_t size = 2; // train-tensor-parallel's default
+      for (StringRef option :
+           llvm::split(StringRef(tensorParallelOptions), ' '))
+        if (option.consume_front("size=") &&
+            (option.getAsInteger(10, size) || size < 1))
+          return refuse("--tensor-parallel: size must be a count, got '" +
+                        llvm::Twine(option) + "'");
+      if (worldSize % size != 0)
+        return refuse("--tensor-parallel size=" + llvm::Twine(size) +
+                      " does not divide the " + llvm::Twine(worldSize) +
+                      " processes mpirun starts");
+      dataRanks = worldSize / size;
+    }
+    options.zero = "ranks=" + std::to_string(dataRanks) + " " + zeroOptions;
   }
   if (!offloadOptimizer.empty() && offloadOptimizer != "states" &&
       offloadOptimizer != "states+update")

@@ -74,6 +74,7 @@ llvm::Expected<Checkpoint> readCheckpoint(StringRef dir,
 struct CheckpointLayout {
   int64_t ranks = 1, rank = 0, stage = 0, tensorParts = 1;
   int64_t tensorPosition() const { return rank % tensorParts; }
+  int64_t dataRank() const { return rank / tensorParts; }
 };
 
 /// Reads rank `layout.rank`'s part of the sharded checkpoint

@@ -80,8 +80,11 @@ struct TensorSlot {
   /// of its tensor-parallel group holds the p-th part. splitParts is 1 for
   /// a slot that is not split.
   int64_t splitDim = 0, splitParts = 1;
-  /// The shape of the whole tensor this slot holds a part of (a ZeRO
-  /// shard's full shape, a split part's whole), or its own shape.
+  /// The tensor-parallel part this slot holds (a ZeRO shard's full shape:
+  /// the part it is a shard of), or its own shape.
+  std::vector<int64_t> partShape() const;
+  /// The shape of the whole tensor this slot holds a part of: its part's,
+  /// `splitParts` times larger along `splitDim`.
   std::vector<int64_t> wholeShape() const;
   /// Parameters: how they start (from #train.init); none without one.
   std::optional<InitKind> init;

@@ -470,16 +470,15 @@ void ConvertTrainToRuntimePass::describeLowered(func::FuncOp lowered,
                      builder.getI64IntegerAttr(static_cast<int64_t>(hostOps)));
   lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
   lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
-  // The ranks it runs on: train-zero's, or its collectives' grid's (a
-  // tensor-parallel step).
+  // The ranks it runs on: its collectives' grid's (train-zero's data
+  // ranks, times the tensor-parallel groups' on a (data, tensor) grid).
   int64_t ranks = 0;
   if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))
     ranks = zero.getRanks();
-  else
-    step.walk([&](Operation *op) {
-      if (std::optional<ProcessGroup> group = getProcessGroup(op))
-        ranks = std::max(ranks, group->gridRanks);
-    });
+  step.walk([&](Operation *op) {
+    if (std::optional<ProcessGroup> group = getProcessGroup(op))
+      ranks = std::max(ranks, group->gridRanks);
+  });
   if (ranks > 0)
     lowered->setAttr(kLoweredRanksAttrName, builder.getI64IntegerAttr(ranks));
 }

@@ -412,6 +412,13 @@ TEST_P(TensorParallelZeroTest, Stage0AveragesOverTheDataAxis) { check(0); }
 TEST_P(TensorParallelZeroTest, Stage1ShardsEachPartsState) { check(1); }
 TEST_P(TensorParallelZeroTest, Stage2ScattersEachPartsGradients) { check(2); }
 TEST_P(TensorParallelZeroTest, Stage3ShardsEachPartsWeights) { check(3); }
+/// Dropout at every site: a rank draws at its data rank's place in the
+/// global batch (rank_stride: the tensor group's size) and, on its part,
+/// at its part's place in the whole tensor.
+TEST_P(TensorParallelZeroTest, Stage1DropoutDrawsTheGlobalMask) {
+  dropout = 0.1;
+  check(1);
+}
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelZeroTest,
                          ::testing::Values(Model{"gpt2-124m", 2, 2, 20},

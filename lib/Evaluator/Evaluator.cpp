@@ -271,7 +271,7 @@ struct OpKernels {
     uint64_t index =
         part ? static_cast<uint64_t>(get(part).scalarInt()) : uint64_t(0);
     return static_cast<uint64_t>(draw.getFirstPosition()) +
-           static_cast<uint64_t>(state.getRank()) *
+           static_cast<uint64_t>(state.getRank() / draw.getDataRankStride()) *
                static_cast<uint64_t>(draw.getElementsPerRank()) +
            index * static_cast<uint64_t>(draw.getElementsPerPart());
   }

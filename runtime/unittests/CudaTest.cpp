@@ -466,11 +466,12 @@ TEST(Cuda, DropoutGivesTheCpuBits) {
     auto ref = [&](int64_t t) { return tmrt_tensor_ref(t * slot, dtype); };
     auto kernel = [&](tmrt_context *c) {
       tmrt_dropout(c, ref(0), ref(1), 2 * slot, n, 0.3, 1234, 7, 6 * slot, 5,
-                   6 * slot + 8, n, 0, 0, 1, 1);
+                   6 * slot + 8, n, 0, 1, 0, 1, 1);
       tmrt_dropout_grad(c, ref(3), 2 * slot, ref(4), n, 0.3);
       // One rank's part of a tensor-parallel draw: blocks of 5 of a tensor
       // 3 times wider.
-      tmrt_dropout_mask(c, 5 * slot, n, 0.1, 99, 2, -1, 1, -1, 0, 0, 5, 3, 1);
+      tmrt_dropout_mask(c, 5 * slot, n, 0.1, 99, 2, -1, 1, -1, 0, 0, 1, 5, 3,
+                        1);
     };
     ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
     ContextPtr gpu = cudaContext(why);
@@ -601,11 +602,11 @@ TEST(Cuda, AttentionMatchesTheCpu) {
   auto kernel = [&](tmrt_context *c) {
     tmrt_attention(c, q, k, v, out, lse, B, H, KVH, S, S, D, DV, H * S * D,
                    S * D, D, 1, KVH * S * D, S * D, D, 1, KVH * S * DV, S * DV,
-                   DV, 1, 0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0);
+                   DV, 1, 0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1);
     tmrt_attention_grad(c, dout, q, k, v, out, lse, dq, dk, dv, B, H, KVH, S, S,
                         D, DV, H * S * D, S * D, D, 1, KVH * S * D, S * D, D, 1,
                         KVH * S * DV, S * DV, DV, 1, H * S * DV, S * DV, DV, 1,
-                        0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0);
+                        0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1);
   };
   ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
   ContextPtr gpu = cudaContext(why);

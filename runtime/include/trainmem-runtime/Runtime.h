@@ -222,37 +222,36 @@ void tmrt_attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
                     int64_t k3, int64_t v0, int64_t v1, int64_t v2, int64_t v3,
                     int64_t transpose_output, double scale, int64_t causal,
                     double rate, int64_t seed, int64_t offset, int64_t key,
-                    int64_t first, int64_t part, int64_t part_elements, int64_t rank_elements);
+                    int64_t first, int64_t part, int64_t part_elements,
+                    int64_t rank_elements, int64_t rank_stride);
 /* The gradients of tmrt_attention's q, k and v (dq, dk, dv row-major)
  * from the output's gradient dout (read through element strides g0..g3 of
  * its batch, head, query and value dimensions: a view is fine), q, k, v,
  * out and lse: the scores recomputed, the mask drawn again. */
-void tmrt_attention_grad(tmrt_context *ctx, int64_t dout, int64_t q,
-                         int64_t k, int64_t v, int64_t out, int64_t lse,
-                         int64_t dq, int64_t dk, int64_t dv, int64_t batch,
-                         int64_t heads, int64_t kv_heads, int64_t queries,
-                         int64_t keys, int64_t dim, int64_t value_dim,
-                         int64_t q0, int64_t q1, int64_t q2, int64_t q3,
-                         int64_t k0, int64_t k1, int64_t k2, int64_t k3,
-                         int64_t v0, int64_t v1, int64_t v2, int64_t v3,
-                         int64_t g0, int64_t g1, int64_t g2, int64_t g3,
-                         int64_t transpose_output, double scale,
-                         int64_t causal, double rate, int64_t seed,
-                         int64_t offset, int64_t key, int64_t first,
-                         int64_t part, int64_t part_elements, int64_t rank_elements);
+void tmrt_attention_grad(
+    tmrt_context *ctx, int64_t dout, int64_t q, int64_t k, int64_t v,
+    int64_t out, int64_t lse, int64_t dq, int64_t dk, int64_t dv, int64_t batch,
+    int64_t heads, int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
+    int64_t value_dim, int64_t q0, int64_t q1, int64_t q2, int64_t q3,
+    int64_t k0, int64_t k1, int64_t k2, int64_t k3, int64_t v0, int64_t v1,
+    int64_t v2, int64_t v3, int64_t g0, int64_t g1, int64_t g2, int64_t g3,
+    int64_t transpose_output, double scale, int64_t causal, double rate,
+    int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
+    int64_t part_elements, int64_t rank_elements, int64_t rank_stride);
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,
                   int64_t part_elements, int64_t rank_elements,
-                  int64_t split_block, int64_t split_parts,
+                  int64_t rank_stride, int64_t split_block, int64_t split_parts,
                   int64_t split_stride);
 void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
                        int64_t out, int64_t n, double rate);
 void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                        int64_t seed, int64_t offset, int64_t key, int64_t first,
                        int64_t part, int64_t part_elements,
-                       int64_t rank_elements, int64_t split_block,
-                       int64_t split_parts, int64_t split_stride);
+                       int64_t rank_elements, int64_t rank_stride,
+                       int64_t split_block, int64_t split_parts,
+                       int64_t split_stride);
 
 /* Rotary embedding of a rank-4 strided view [n0, n1, S, D] into a row-major
  * output; inverse rotates by the negated angle. */

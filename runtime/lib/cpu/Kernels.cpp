@@ -199,12 +199,14 @@ void forEachKeepOfPart(tmrt_context *ctx, int64_t n, uint64_t seed,
 
 /// The stream position of a dropout's element 0 (see tmrt_dropout).
 uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
-                     int64_t partElements, int64_t rankElements) {
+                     int64_t partElements, int64_t rankElements,
+                     int64_t rankStride) {
   uint64_t index = part >= 0 ? static_cast<uint64_t>(*ctx->at<int64_t>(part))
                              : 0;
   uint64_t rank = static_cast<uint64_t>(tmrt_rank(ctx));
   return static_cast<uint64_t>(first) +
-         rank * static_cast<uint64_t>(rankElements) +
+         (rank / static_cast<uint64_t>(rankStride)) *
+             static_cast<uint64_t>(rankElements) +
          index * static_cast<uint64_t>(partElements);
 }
 
@@ -850,7 +852,8 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
                               int64_t transpose_output, double scale,
                               int64_t causal, double rate, int64_t seed,
                               int64_t offset, int64_t key, int64_t first,
-                              int64_t part, int64_t part_elements, int64_t rank_elements) {
+                              int64_t part, int64_t part_elements,
+                              int64_t rank_elements, int64_t rank_stride) {
   AttentionShape a;
   static_cast<trainmem::AttentionLayout &>(a) =
       trainmem::AttentionLayout::of(batch, heads, kv_heads, queries, keys, dim,
@@ -867,7 +870,8 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
       seed += *ctx->at<int64_t>(key);
     a.dropout = trainmem::AttentionDropout::make(
         rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
-        dropoutBase(ctx, first, part, part_elements, rank_elements));
+        dropoutBase(ctx, first, part, part_elements, rank_elements,
+                    rank_stride));
   }
   return a;
 }
@@ -1149,40 +1153,43 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
   ctx->touch(dv, a.batch * a.kvHeads * a.keys * a.valueDim * sizeof(T));
 }
 
-void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
-               int64_t out, int64_t lse, int64_t batch, int64_t heads,
-               int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
-               int64_t value_dim, int64_t q0, int64_t q1, int64_t q2,
-               int64_t q3, int64_t k0, int64_t k1, int64_t k2, int64_t k3,
-               int64_t v0, int64_t v1, int64_t v2, int64_t v3,
-               int64_t transpose_output, double scale, int64_t causal,
-               double rate, int64_t seed, int64_t offset, int64_t key,
-               int64_t first, int64_t part, int64_t part_elements, int64_t rank_elements) {
-  AttentionShape a = attentionShape(
-      ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-      {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output,
-      scale, causal, rate, seed, offset, key, first, part, part_elements, rank_elements);
+void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
+               int64_t lse, int64_t batch, int64_t heads, int64_t kv_heads,
+               int64_t queries, int64_t keys, int64_t dim, int64_t value_dim,
+               int64_t q0, int64_t q1, int64_t q2, int64_t q3, int64_t k0,
+               int64_t k1, int64_t k2, int64_t k3, int64_t v0, int64_t v1,
+               int64_t v2, int64_t v3, int64_t transpose_output, double scale,
+               int64_t causal, double rate, int64_t seed, int64_t offset,
+               int64_t key, int64_t first, int64_t part, int64_t part_elements,
+               int64_t rank_elements, int64_t rank_stride) {
+  AttentionShape a =
+      attentionShape(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
+                     {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3},
+                     transpose_output, scale, causal, rate, seed, offset, key,
+                     first, part, part_elements, rank_elements, rank_stride);
   withFloatType(ctx, "attention", {q, k, v, out}, [&](auto type) {
     attentionOf<decltype(type)>(ctx, a, q, k, v, out, lse);
   });
 }
 
 void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
-                    int64_t v, int64_t out, int64_t lse, int64_t dq,
-                    int64_t dk, int64_t dv, int64_t batch, int64_t heads,
-                    int64_t kv_heads, int64_t queries, int64_t keys,
-                    int64_t dim, int64_t value_dim, int64_t q0, int64_t q1,
-                    int64_t q2, int64_t q3, int64_t k0, int64_t k1, int64_t k2,
-                    int64_t k3, int64_t v0, int64_t v1, int64_t v2, int64_t v3,
-                    int64_t g0, int64_t g1, int64_t g2, int64_t g3,
+                    int64_t v, int64_t out, int64_t lse, int64_t dq, int64_t dk,
+                    int64_t dv, int64_t batch, int64_t heads, int64_t kv_heads,
+                    int64_t queries, int64_t keys, int64_t dim,
+                    int64_t value_dim, int64_t q0, int64_t q1, int64_t q2,
+                    int64_t q3, int64_t k0, int64_t k1, int64_t k2, int64_t k3,
+                    int64_t v0, int64_t v1, int64_t v2, int64_t v3, int64_t g0,
+                    int64_t g1, int64_t g2, int64_t g3,
                     int64_t transpose_output, double scale, int64_t causal,
                     double rate, int64_t seed, int64_t offset, int64_t key,
-                    int64_t first, int64_t part, int64_t part_elements, int64_t rank_elements) {
+                    int64_t first, int64_t part, int64_t part_elements,
+                    int64_t rank_elements, int64_t rank_stride) {
   const int64_t gradStrides[4] = {g0, g1, g2, g3};
-  AttentionShape a = attentionShape(
-      ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-      {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output,
-      scale, causal, rate, seed, offset, key, first, part, part_elements, rank_elements);
+  AttentionShape a =
+      attentionShape(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
+                     {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3},
+                     transpose_output, scale, causal, rate, seed, offset, key,
+                     first, part, part_elements, rank_elements, rank_stride);
   withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},
                 [&](auto type) {
                   attentionGradOf<decltype(type)>(ctx, a, gradStrides, dout,
@@ -1195,8 +1202,8 @@ template <typename T>
 void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                int64_t n, double rate, int64_t seed, int64_t offset,
                int64_t key, int64_t first, int64_t part, int64_t part_elements,
-               int64_t rank_elements, int64_t split_block, int64_t split_parts,
-               int64_t split_stride) {
+               int64_t rank_elements, int64_t rank_stride, int64_t split_block,
+               int64_t split_parts, int64_t split_stride) {
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   const T *x = ctx->at<T>(in);
@@ -1205,8 +1212,8 @@ void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
   double scale = 1.0 / (1.0 - rate);
   forEachKeepOfPart(
       ctx, n, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), rate,
-      dropoutBase(ctx, first, part, part_elements, rank_elements), split_block,
-      split_parts, split_stride, [&](int64_t i, bool k) {
+      dropoutBase(ctx, first, part, part_elements, rank_elements, rank_stride),
+      split_block, split_parts, split_stride, [&](int64_t i, bool k) {
         keep[i] = k;
         y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
       });
@@ -1217,12 +1224,13 @@ void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
 void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
              int64_t n, double rate, int64_t seed, int64_t offset, int64_t key,
              int64_t first, int64_t part, int64_t part_elements,
-             int64_t rank_elements, int64_t split_block, int64_t split_parts,
-             int64_t split_stride) {
+             int64_t rank_elements, int64_t rank_stride, int64_t split_block,
+             int64_t split_parts, int64_t split_stride) {
   withFloatType(ctx, "dropout", {in, out}, [&](auto type) {
     dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, seed, offset, key,
                               first, part, part_elements, rank_elements,
-                              split_block, split_parts, split_stride);
+                              rank_stride, split_block, split_parts,
+                              split_stride);
   });
 }
 
@@ -1249,15 +1257,16 @@ void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
 void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                   int64_t seed, int64_t offset, int64_t key, int64_t first,
                   int64_t part, int64_t part_elements, int64_t rank_elements,
-                  int64_t split_block, int64_t split_parts,
+                  int64_t rank_stride, int64_t split_block, int64_t split_parts,
                   int64_t split_stride) {
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   uint8_t *keep = ctx->at<uint8_t>(mask);
   forEachKeepOfPart(
       ctx, n, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), rate,
-      dropoutBase(ctx, first, part, part_elements, rank_elements), split_block,
-      split_parts, split_stride, [&](int64_t i, bool k) { keep[i] = k; });
+      dropoutBase(ctx, first, part, part_elements, rank_elements, rank_stride),
+      split_block, split_parts, split_stride,
+      [&](int64_t i, bool k) { keep[i] = k; });
   ctx->touch(mask, n);
 }
 

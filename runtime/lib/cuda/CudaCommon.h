@@ -164,12 +164,14 @@ template <typename U> U scalarAt(tmrt_context *ctx, int64_t ref) {
 /// The stream position of a dropout's element 0, as tmrt_dropout defines
 /// it (the part index read from the device, the context's rank).
 inline uint64_t dropoutBase(tmrt_context *ctx, int64_t first, int64_t part,
-                            int64_t partElements, int64_t rankElements) {
+                            int64_t partElements, int64_t rankElements,
+                            int64_t rankStride) {
   uint64_t index =
       part >= 0 ? static_cast<uint64_t>(scalarAt<int64_t>(ctx, part)) : 0;
   uint64_t rank = static_cast<uint64_t>(tmrt_rank(ctx));
   return static_cast<uint64_t>(first) +
-         rank * static_cast<uint64_t>(rankElements) +
+         (rank / static_cast<uint64_t>(rankStride)) *
+             static_cast<uint64_t>(rankElements) +
          index * static_cast<uint64_t>(partElements);
 }
 

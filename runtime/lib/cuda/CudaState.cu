@@ -123,10 +123,11 @@ void forEachRunOfPart(tmrt_context *ctx, int64_t n, uint64_t base,
 void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
              int64_t n, double rate, int64_t seed, int64_t offset, int64_t key,
              int64_t first, int64_t part, int64_t part_elements,
-             int64_t rank_elements, int64_t split_block, int64_t split_parts,
-             int64_t split_stride) {
+             int64_t rank_elements, int64_t rank_stride, int64_t split_block,
+             int64_t split_parts, int64_t split_stride) {
   uint64_t keyed = dropoutSeed(ctx, seed, key);
-  uint64_t base = dropoutBase(ctx, first, part, part_elements, rank_elements);
+  uint64_t base =
+      dropoutBase(ctx, first, part, part_elements, rank_elements, rank_stride);
   withFloatType(ctx, "dropout", {in, out}, [&](auto type) {
     using T = decltype(type);
     auto size = static_cast<int64_t>(sizeof(T));
@@ -149,10 +150,11 @@ void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask, int64_t out,
 void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                   int64_t seed, int64_t offset, int64_t key, int64_t first,
                   int64_t part, int64_t part_elements, int64_t rank_elements,
-                  int64_t split_block, int64_t split_parts,
+                  int64_t rank_stride, int64_t split_block, int64_t split_parts,
                   int64_t split_stride) {
   uint64_t keyed = dropoutSeed(ctx, seed, key);
-  uint64_t base = dropoutBase(ctx, first, part, part_elements, rank_elements);
+  uint64_t base =
+      dropoutBase(ctx, first, part, part_elements, rank_elements, rank_stride);
   forEachRunOfPart(ctx, n, base, split_block, split_parts, split_stride,
                    [&](int64_t at, int64_t count, uint64_t position) {
                      uint8_t *keep = ctx->at<uint8_t>(mask + at);

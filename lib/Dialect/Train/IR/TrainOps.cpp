@@ -293,6 +293,9 @@ static LogicalResult verifyDropoutCounters(Operation *op, int64_t offset,
   if (rankElements < 0)
     return op->emitOpError("rank_elements must be >= 0, got ")
            << rankElements;
+  if (auto stride = op->getAttrOfType<IntegerAttr>("rank_stride");
+      stride && stride.getInt() < 1)
+    return op->emitOpError("rank_stride must be >= 1, got ") << stride.getInt();
   if (offset < 0)
     return op->emitOpError("offset must be >= 0");
   if (first < 0)
@@ -317,7 +320,9 @@ void DropoutOp::build(OpBuilder &builder, OperationState &state, Value input,
         /*part=*/Value(), builder.getF64FloatAttr(rate),
         builder.getI64IntegerAttr(seed), builder.getI64IntegerAttr(offset),
         builder.getI64IntegerAttr(0), builder.getI64IntegerAttr(0),
-        builder.getI64IntegerAttr(0), /*split=*/TensorSplitAttr());
+        builder.getI64IntegerAttr(0),
+        /*rank_stride=*/builder.getI64IntegerAttr(1),
+        /*split=*/TensorSplitAttr());
 }
 
 /// A draw's `split`: a dimension of the drawn tensor, on a grid axis of

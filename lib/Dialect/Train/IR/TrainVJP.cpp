@@ -217,8 +217,9 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
   auto grad = AttentionGradOp::create(
       builder, getLoc(), resultGrads[0], getQ(), getK(), getV(), getOutput(),
       getLse(), getKey(), getPart(), getScaleAttr(), getCausalAttr(),
-      getTransposeOutputAttr(), getRateAttr(), getSeedAttr(), getOffsetAttr(), getFirstAttr(),
-      getPartElementsAttr(), getRankElementsAttr());
+      getTransposeOutputAttr(), getRateAttr(), getSeedAttr(), getOffsetAttr(),
+      getFirstAttr(), getPartElementsAttr(), getRankElementsAttr(),
+      getRankStrideAttr());
   operandGrads.push_back(grad.getQGrad());
   operandGrads.push_back(grad.getKGrad());
   operandGrads.push_back(grad.getVGrad());

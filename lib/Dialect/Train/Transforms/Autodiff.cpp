@@ -139,7 +139,8 @@ void regenerateDropoutMasks(func::FuncOp func) {
           dropout.getKey(), dropout.getPart(), dropout.getRateAttr(),
           dropout.getSeedAttr(), dropout.getOffsetAttr(),
           dropout.getFirstAttr(), dropout.getPartElementsAttr(),
-          dropout.getRankElementsAttr(), dropout.getSplitAttr());
+          dropout.getRankElementsAttr(), dropout.getRankStrideAttr(),
+          dropout.getSplitAttr());
       use.set(mask);
     }
   });

@@ -164,8 +164,8 @@ struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
         dropout ? dropout.getOffsetAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getFirstAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getPartElementsAttr() : rewriter.getI64IntegerAttr(0),
-        dropout ? dropout.getRankElementsAttr()
-                : rewriter.getI64IntegerAttr(0));
+        dropout ? dropout.getRankElementsAttr() : rewriter.getI64IntegerAttr(0),
+        dropout ? dropout.getRankStrideAttr() : rewriter.getI64IntegerAttr(1));
     Value output = attention.getOutput();
     if (heads) {
       // The transpose (and the reshape before it) go with the product.

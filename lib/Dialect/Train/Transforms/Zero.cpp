@@ -182,7 +182,7 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   /// The (data, tensor) grid of a tensor-parallel step, its data axis
   /// `ranks` long (grown from 1).
   FailureOr<shard::GridOp> dataAxisGrid(func::FuncOp step);
-  LogicalResult placeRankDraws(func::FuncOp step);
+  LogicalResult placeRankDraws(func::FuncOp step, shard::GridOp tensorGrid);
   LogicalResult dataParallel(func::FuncOp step, StringAttr grid,
                              ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult shardOptimizer(func::FuncOp step, StringAttr grid,
@@ -266,7 +266,7 @@ void TrainZeroPass::runOnOperation() {
   // Each rank holds rows [r·B, (r+1)·B) of the global batch: its dropout
   // draws from r·(the elements its batch draws) on, so that N ranks draw
   // the masks one process running the global batch draws.
-  if (failed(placeRankDraws(step)))
+  if (failed(placeRankDraws(step, tensorGrid)))
     return signalPassFailure();
   // The process grid: one axis of `ranks` data-parallel processes, or the
   // tensor-parallel grid's data axis.
@@ -314,7 +314,10 @@ FailureOr<shard::GridOp> TrainZeroPass::dataAxisGrid(func::FuncOp step) {
   return grid;
 }
 
-LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step) {
+LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step,
+                                            shard::GridOp tensorGrid) {
+  // Processes between two data ranks: the tensor axis's.
+  int64_t rankStride = tensorGrid ? tensorGrid.getShape()[1] : 1;
   // The rank's batch: the tokens' first dimension.
   int64_t batchRows = 0;
   for (unsigned i = 0; i < step.getNumArguments(); ++i)
@@ -326,15 +329,9 @@ LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step) {
   WalkResult walked = step.walk([&](BatchDrawOpInterface draw) {
     if (!draw.drawsRandom())
       return WalkResult::advance();
-    // The runtime places a rank's draws by its world rank; on a (data,
-    // tensor) grid the batch is the data rank's.
-    if (isTensorParallel(step)) {
-      draw->emitOpError("train-zero: dropout on the data axis of a "
-                        "tensor-parallel grid is not supported yet (its "
-                        "draws would be placed by the world rank, not the "
-                        "data rank): build the model with dropout 0");
-      return WalkResult::interrupt();
-    }
+    // On a (data, tensor) grid the batch is the data rank's: the
+    // process's index over the tensor group's size.
+    draw.setDataRankStride(rankStride);
     if (draw.getElementsPerRank() != 0) {
       draw->emitOpError("train-zero: already draws for a rank of the "
                         "global batch (rank_elements set)");
@@ -346,6 +343,9 @@ LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step) {
     if (batchRows <= 0 || rows <= 0 || batchRows % rows != 0)
       return WalkResult::advance();
     int64_t perRow = draw.getDrawnElements() / rows, perRank = 0;
+    // A rank's part of a tensor-parallel draw: a row of the whole tensor.
+    if (auto split = dyn_cast_or_null<TensorSplitAttr>(draw.getDrawSplit()))
+      perRow *= split.getParts();
     if (llvm::MulOverflow(perRow, batchRows, perRank)) {
       draw->emitOpError("train-zero: the elements one rank's batch draws ")
           << "(" << perRow << " per row x " << batchRows

@@ -123,6 +123,13 @@ def Train_BatchDrawOpInterface : OpInterface<"BatchDrawOpInterface"> {
     InterfaceMethod<"Sets the elements between two ranks' batches.",
       "void", "setElementsPerRank", (ins "int64_t":$elements), [{}],
       [{ $_op.setRankElements(elements); }]>,
+    InterfaceMethod<"Processes between two data ranks: the rank is the "
+      "process's index over this (1, or a tensor-parallel group's size).",
+      "int64_t", "getDataRankStride", (ins), [{}],
+      [{ return $_op.getRankStrideAttr().getInt(); }]>,
+    InterfaceMethod<"Sets the processes between two data ranks.",
+      "void", "setDataRankStride", (ins "int64_t":$stride), [{}],
+      [{ $_op.setRankStride(stride); }]>,
     InterfaceMethod<"The whole tensor this draw is one rank's part of "
       "(train-tensor-parallel's #train.split of the drawn tensor), or null "
       "when it draws all of it.",

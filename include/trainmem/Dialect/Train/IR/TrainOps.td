@@ -333,7 +333,10 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
     in the global batch the same way: train-zero sets it to the elements
     one rank's batch draws, so rank `r`, holding rows `[r·B, (r+1)·B)` of
     the global batch, draws what one process running the global batch
-    draws for them. With `split` (train-tensor-parallel: the input is one
+    draws for them; on a (data, tensor) grid the rank is the data rank,
+    the process's index over `rank_stride` (the tensor-parallel group's
+    size: the ranks of a group draw alike). With `split`
+    (train-tensor-parallel: the input is one
     rank's part of a tensor `parts` times larger along `dim`), element `i`
     draws where its element of the whole tensor draws: with `n` the part's
     elements from `dim` on (one block of the part), at
@@ -353,6 +356,7 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
                        DefaultValuedAttr<I64Attr, "0">:$first,
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
                        DefaultValuedAttr<I64Attr, "0">:$rank_elements,
+                       DefaultValuedAttr<I64Attr, "1">:$rank_stride,
                        OptionalAttr<Train_TensorSplitAttr>:$split);
   let results = (outs Train_FloatTensor:$result, Train_MaskTensor:$mask);
   let assemblyFormat = [{
@@ -409,7 +413,8 @@ def Train_AttentionOp : Train_DiffOp<"attention",
                        DefaultValuedAttr<I64Attr, "0">:$offset,
                        DefaultValuedAttr<I64Attr, "0">:$first,
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
-                       DefaultValuedAttr<I64Attr, "0">:$rank_elements);
+                       DefaultValuedAttr<I64Attr, "0">:$rank_elements,
+                       DefaultValuedAttr<I64Attr, "1">:$rank_stride);
   let results = (outs Train_FloatTensor:$output,
                       Train_StaticTensorOf<[F32]>:$lse);
   let assemblyFormat = [{
@@ -611,6 +616,7 @@ def Train_DropoutMaskOp : Train_NonDiffOp<"dropout_mask",
                        DefaultValuedAttr<I64Attr, "0">:$first,
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
                        DefaultValuedAttr<I64Attr, "0">:$rank_elements,
+                       DefaultValuedAttr<I64Attr, "1">:$rank_stride,
                        OptionalAttr<Train_TensorSplitAttr>:$split);
   let results = (outs Train_MaskTensor:$mask);
   let assemblyFormat = [{
@@ -928,7 +934,8 @@ def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
                        DefaultValuedAttr<I64Attr, "0">:$offset,
                        DefaultValuedAttr<I64Attr, "0">:$first,
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
-                       DefaultValuedAttr<I64Attr, "0">:$rank_elements);
+                       DefaultValuedAttr<I64Attr, "0">:$rank_elements,
+                       DefaultValuedAttr<I64Attr, "1">:$rank_stride);
   let results = (outs Train_FloatTensor:$q_grad, Train_FloatTensor:$k_grad,
                       Train_FloatTensor:$v_grad);
   let assemblyFormat = [{

@@ -199,7 +199,8 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
  * scalar, or -1 for none) at counter offset; see Support/Philox.h. Element
  * i draws at position first + rank * rank_elements + part * part_elements
  * + i in the stream (part: offset of an i64 scalar, or -1 for 0; rank: the
- * context's, tmrt_rank): its place in the whole global batch. A draw on
+ * data rank, tmrt_rank / rank_stride, rank_stride the tensor-parallel
+ * group's size or 1): its place in the whole global batch. A draw on
  * one rank's part of a tensor-parallel tensor (split_block > 0: the part's
  * elements from its split dimension on) draws its elements' positions in
  * the whole tensor, splitDrawIndex(i, split_block, split_parts, p) for i,

@@ -87,31 +87,41 @@ protected:
     return cast<func::FuncOp>(findMarkedStep(*module, "TensorParallelTest"));
   }
 
-  /// Part `part` of `parts` of `t` along `dim`.
+  /// Part `part` of `parts` of `t` along `dim` (floats or integers).
   static RefTensor partOf(const RefTensor &t, int64_t dim, int64_t parts,
                           int64_t part) {
     std::vector<int64_t> shape = t.shape;
-    int64_t outer = 1, inner = 1;
-    for (int64_t d = 0; d < dim; ++d)
-      outer *= shape[d];
-    for (size_t d = dim + 1; d < shape.size(); ++d)
-      inner *= shape[d];
-    int64_t n = shape[dim] / parts;
-    std::vector<float> values;
-    std::vector<int64_t> ints;
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = part * n; i < (part + 1) * n; ++i)
-        for (int64_t k = 0; k < inner; ++k) {
-          int64_t at = (o * shape[dim] + i) * inner + k;
-          if (t.floats.empty())
-            ints.push_back(t.ints[at]);
-          else
-            values.push_back(t.floats[at]);
-        }
-    shape[dim] = n;
+    shape[dim] /= parts;
     if (t.floats.empty())
-      return RefTensor::ofInts(shape, std::move(ints));
-    return RefTensor::ofFloats(shape, std::move(values));
+      return RefTensor::ofInts(
+          shape, partAlong<int64_t>(t.ints, t.shape, dim, parts, part));
+    return RefTensor::ofFloats(
+        shape, partAlong<float>(t.floats, t.shape, dim, parts, part));
+  }
+
+  /// What a rank at tensor position `part` holds of the whole step's
+  /// result `want` when its own is of `shape`: all of it, or its part along
+  /// the dimension whose size differs.
+  static RefTensor expectedPart(const RefTensor &want, ArrayRef<int64_t> shape,
+                                int64_t part) {
+    if (shape.size() == want.shape.size())
+      for (size_t d = 0; d < want.shape.size(); ++d)
+        if (shape[d] != want.shape[d])
+          return partOf(want, d, want.shape[d] / shape[d], part);
+    return want;
+  }
+
+  /// The unsplit step on its arguments, and the split step on `ranks`
+  /// simulated ranks, each with its part of them.
+  void evaluateSplit(func::FuncOp whole, func::FuncOp split, int64_t ranks,
+                     FailureOr<SmallVector<RefTensor>> &reference,
+                     FailureOr<std::vector<SmallVector<RefTensor>>> &results) {
+    SmallVector<RefTensor> args = arguments(whole);
+    reference = evaluate(whole, args);
+    std::vector<SmallVector<RefTensor>> perRank;
+    for (int64_t r = 0; r < ranks; ++r)
+      perRank.push_back(rankArguments(split, args, r));
+    results = evaluateRanks(split, perRank);
   }
 
   /// Arguments of the unsplit step: weights from a fixed seed per
@@ -188,27 +198,17 @@ protected:
     // projection by rows (10); Llama's q, k, v, o and gate, up, down (7).
     EXPECT_EQ(splitParams, GetParam().splitParams);
 
-    SmallVector<RefTensor> args = arguments(whole);
-    FailureOr<SmallVector<RefTensor>> reference = evaluate(whole, args);
-    ASSERT_TRUE(succeeded(reference));
-    std::vector<SmallVector<RefTensor>> perRank;
-    for (int64_t r = 0; r < kRanks; ++r)
-      perRank.push_back(rankArguments(split, args, r));
-    FailureOr<std::vector<SmallVector<RefTensor>>> ranks =
-        evaluateRanks(split, perRank);
-    ASSERT_TRUE(succeeded(ranks));
+    FailureOr<SmallVector<RefTensor>> reference;
+    FailureOr<std::vector<SmallVector<RefTensor>>> ranks;
+    evaluateSplit(whole, split, kRanks, reference, ranks);
+    ASSERT_TRUE(succeeded(reference) && succeeded(ranks));
 
     // Every result: whole where the split step's is whole, else the rank's
     // part of the unsplit step's (along the dimension whose size differs).
     for (int64_t r = 0; r < kRanks; ++r)
       for (unsigned i = 0; i < whole.getNumResults(); ++i) {
-        const RefTensor &want = (*reference)[i];
         const RefTensor &got = (*ranks)[r][i];
-        RefTensor expected = want;
-        for (size_t d = 0; d < want.shape.size(); ++d)
-          if (got.shape.size() == want.shape.size() &&
-              got.shape[d] != want.shape[d])
-            expected = partOf(want, d, want.shape[d] / got.shape[d], r);
+        RefTensor expected = expectedPart((*reference)[i], got.shape, r);
         ASSERT_EQ(got.shape, expected.shape)
             << "rank " << r << ", result " << i;
         EXPECT_LE(worstRelative({got}, {expected}), 1e-5)
@@ -251,15 +251,10 @@ TEST_P(TensorParallelTest, RanksClipByTheWholeNorm) {
       std::string("train-tensor-parallel{size=2},") + optimizer, splitModule);
   ASSERT_TRUE(whole && split);
   ASSERT_EQ(whole.getNumResults(), split.getNumResults());
-  SmallVector<RefTensor> args = arguments(whole);
-  FailureOr<SmallVector<RefTensor>> reference = evaluate(whole, args);
-  ASSERT_TRUE(succeeded(reference));
-  std::vector<SmallVector<RefTensor>> perRank;
-  for (int64_t r = 0; r < kRanks; ++r)
-    perRank.push_back(rankArguments(split, args, r));
-  FailureOr<std::vector<SmallVector<RefTensor>>> ranks =
-      evaluateRanks(split, perRank);
-  ASSERT_TRUE(succeeded(ranks));
+  FailureOr<SmallVector<RefTensor>> reference;
+  FailureOr<std::vector<SmallVector<RefTensor>>> ranks;
+  evaluateSplit(whole, split, kRanks, reference, ranks);
+  ASSERT_TRUE(succeeded(reference) && succeeded(ranks));
   unsigned normIndex = whole.getNumResults();
   for (unsigned i = 0; i < whole.getNumResults(); ++i)
     if (whole.getResultAttr(i, kGradNormAttrName))
@@ -271,13 +266,8 @@ TEST_P(TensorParallelTest, RanksClipByTheWholeNorm) {
     EXPECT_NEAR((*ranks)[r][normIndex].scalarFloat(), norm, 1e-5 * norm)
         << "rank " << r;
     for (unsigned i = 0; i < whole.getNumResults(); ++i) {
-      const RefTensor &want = (*reference)[i];
       const RefTensor &got = (*ranks)[r][i];
-      RefTensor expected = want;
-      for (size_t d = 0; d < want.shape.size(); ++d)
-        if (got.shape.size() == want.shape.size() &&
-            got.shape[d] != want.shape[d])
-          expected = partOf(want, d, want.shape[d] / got.shape[d], r);
+      RefTensor expected = expectedPart((*reference)[i], got.shape, r);
       ASSERT_EQ(got.shape, expected.shape) << "rank " << r << ", result " << i;
       EXPECT_LE(worstRelative({got}, {expected}), 1e-5)
           << "rank " << r << ", result " << i;
@@ -377,11 +367,7 @@ protected:
                : (*ranks)[0][i].shape;
       sharded += static_cast<bool>(full);
       for (int64_t p = 0; p < kParts; ++p) {
-        RefTensor expected = want;
-        for (size_t k = 0; k < want.shape.size(); ++k)
-          if (partShape.size() == want.shape.size() &&
-              partShape[k] != want.shape[k])
-            expected = partOf(want, k, want.shape[k] / partShape[k], p);
+        RefTensor expected = expectedPart(want, partShape, p);
         for (int64_t d = 0; d < kData; ++d) {
           RefTensor got = (*ranks)[rankOf(d, p)][i];
           if (full) {

@@ -149,3 +149,10 @@ SmallVector<Value> mlir::train::buildSplitSquaredNorms(
   }
   return norms;
 }
+
+int64_t mlir::train::getWholeDrawnElements(BatchDrawOpInterface draw) {
+  int64_t elements = draw.getDrawnElements();
+  if (auto split = dyn_cast_or_null<TensorSplitAttr>(draw.getDrawSplit()))
+    elements *= split.getParts();
+  return elements;
+}

@@ -155,7 +155,8 @@ LogicalResult placeDropout(Operation *original, Operation *clone,
   if (draw.getPartValue())
     return clone->emitOpError("already has a part (accumulated twice?)");
   draw.setPartValue(microIndex);
-  draw.setElementsPerPart(draw.getDrawnElements());
+  // A rank's part of a tensor-parallel draw: the whole draw's elements.
+  draw.setElementsPerPart(getWholeDrawnElements(draw));
   return success();
 }
 

@@ -342,10 +342,8 @@ LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step,
     // draws alike on every rank, as one process draws it once.
     if (batchRows <= 0 || rows <= 0 || batchRows % rows != 0)
       return WalkResult::advance();
-    int64_t perRow = draw.getDrawnElements() / rows, perRank = 0;
     // A rank's part of a tensor-parallel draw: a row of the whole tensor.
-    if (auto split = dyn_cast_or_null<TensorSplitAttr>(draw.getDrawSplit()))
-      perRow *= split.getParts();
+    int64_t perRow = getWholeDrawnElements(draw) / rows, perRank = 0;
     if (llvm::MulOverflow(perRow, batchRows, perRank)) {
       draw->emitOpError("train-zero: the elements one rank's batch draws ")
           << "(" << perRow << " per row x " << batchRows

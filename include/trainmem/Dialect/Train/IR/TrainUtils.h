@@ -48,6 +48,12 @@ LogicalResult inferResultTypes(Operation *op, SmallVectorImpl<Type> &types);
 /// train-tensor-parallel (`train.tensor_split`).
 bool isTensorParallel(FunctionOpInterface func);
 
+/// The elements the whole draw that `draw` is one execution of draws: its
+/// own, times its split's parts when it draws a rank's part of a
+/// tensor-parallel tensor. Batches and micro-batches are placed in the
+/// stream by these.
+int64_t getWholeDrawnElements(BatchDrawOpInterface draw);
+
 /// Verifies that `split` (the value of `op`'s attribute `attrName`) names
 /// a `shard.grid` in scope whose axis `axis` has `parts` ranks.
 LogicalResult verifySplitGrid(Operation *op, TensorSplitAttr split,

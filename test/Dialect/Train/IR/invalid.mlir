@@ -1508,3 +1508,11 @@ func.func @dropout_mask_split_parts() -> tensor<4x8xi1> {
   %m = train.dropout_mask {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, split = #train.split<dim = 1, parts = 4, grid = @tp, axis = 1>} : tensor<4x8xi1>
   return %m : tensor<4x8xi1>
 }
+
+// -----
+
+func.func @dropout_rank_stride(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'train.dropout' op rank_stride must be >= 1, got 0}}
+  %y, %m = train.dropout %x {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, rank_stride = 0 : i64} : tensor<4x8xf32> -> tensor<4x8xi1>
+  return %y : tensor<4x8xf32>
+}

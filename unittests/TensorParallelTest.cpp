@@ -41,6 +41,16 @@ using namespace mlir::train;
 
 namespace {
 
+/// The dialects a step and its shard collectives need, loaded.
+void loadDialects(MLIRContext &context) {
+  DialectRegistry registry;
+  registerRunDialects(registry);
+  registry.insert<shard::ShardDialect>();
+  registerShardExternalModels(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+}
+
 /// A model to split: its preset, heads, K/V heads, and the parameters the
 /// split makes parts of.
 struct Model {
@@ -52,12 +62,7 @@ struct Model {
 class TensorParallelTest : public ::testing::TestWithParam<Model> {
 protected:
   TensorParallelTest() {
-    DialectRegistry registry;
-    registerRunDialects(registry);
-    registry.insert<shard::ShardDialect>();
-    registerShardExternalModels(registry);
-    context.appendDialectRegistry(registry);
-    context.loadAllAvailableDialects();
+    loadDialects(context);
     // The split steps' remarks (what stays whole) are not failures.
     context.printOpOnDiagnostic(false);
   }
@@ -419,12 +424,7 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallelZeroTest,
 /// 34sbh + 5as²b (RematTest). Two layers: the formula is per layer.
 TEST(TensorParallelMemory, LayersKeepWhatKorthikantiSays) {
   MLIRContext context;
-  DialectRegistry registry;
-  registerRunDialects(registry);
-  registry.insert<shard::ShardDialect>();
-  registerShardExternalModels(registry);
-  context.appendDialectRegistry(registry);
-  context.loadAllAvailableDialects();
+  loadDialects(context);
   ScopedDiagnosticHandler quiet(&context, [](Diagnostic &d) {
     return success(d.getSeverity() == DiagnosticSeverity::Remark);
   });

@@ -8,6 +8,7 @@
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/Attention.h"
@@ -275,28 +276,23 @@ struct OpKernels {
                static_cast<uint64_t>(draw.getElementsPerRank()) +
            index * static_cast<uint64_t>(draw.getElementsPerPart());
   }
-  /// A draw on one rank's part (its `split`): the part's block, the
-  /// parts and this rank's position; a zero block for a whole draw.
-  struct SplitDraw {
+  /// Where element i of a draw lies in the whole draw: itself, or (a
+  /// rank's part of a tensor-parallel draw) its place in the whole tensor.
+  struct DrawIndex {
     uint64_t block = 0, parts = 1, position = 0;
     uint64_t at(uint64_t i) const {
       return trainmem::splitDrawIndex(i, block, parts, position);
     }
   };
-  SplitDraw splitDrawOf(Operation *op, ShapedType drawn) {
-    auto split = dyn_cast_or_null<TensorSplitAttr>(op->getAttr("split"));
-    if (!split)
+  DrawIndex splitDrawOf(BatchDrawOpInterface draw, ShapedType drawn) {
+    FailureOr<SplitDrawPlacement> placement =
+        getSplitDrawPlacement(draw, drawn);
+    if (failed(placement) || placement->block == 0)
       return {};
-    std::optional<ProcessGroup> group = getProcessGroup(
-        op, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
-    SplitDraw draw;
-    draw.block = 1;
-    for (int64_t d = split.getDim(); d < drawn.getRank(); ++d)
-      draw.block *= static_cast<uint64_t>(drawn.getDimSize(d));
-    draw.parts = static_cast<uint64_t>(split.getParts());
-    draw.position =
-        group ? static_cast<uint64_t>(group->positionOf(state.getRank())) : 0;
-    return draw;
+    return {static_cast<uint64_t>(placement->block),
+            static_cast<uint64_t>(placement->parts),
+            static_cast<uint64_t>((state.getRank() / placement->stride) %
+                                  placement->parts)};
   }
   void rope(RopeOp op);
   void transpose(TransposeOp op);
@@ -491,13 +487,13 @@ void OpKernels::dropout(DropoutOp op) {
   uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   double scale = 1.0 / (1.0 - rate);
   uint64_t base = dropoutBase(op);
-  SplitDraw split = splitDrawOf(op, op.getInput().getType());
+  DrawIndex index = splitDrawOf(op, op.getInput().getType());
   RefTensor y = RefTensor::zeros(x.shape);
   RefTensor mask = RefTensor::ofInts(x.shape,
                                      std::vector<int64_t>(x.numElements(), 0));
   for (int64_t i = 0; i < x.numElements(); ++i) {
     bool keep =
-        trainmem::dropoutKeep(seed, offset, base + split.at(i), threshold);
+        trainmem::dropoutKeep(seed, offset, base + index.at(i), threshold);
     mask.ints[i] = keep;
     y.floats[i] = keep ? static_cast<float>(x.floats[i] * scale) : 0.0f;
   }
@@ -1108,10 +1104,10 @@ LogicalResult OpKernels::evaluate(DropoutMaskOp o) {
     seed += static_cast<uint64_t>(get(o.getKey()).scalarInt());
   auto offset = static_cast<uint64_t>(o.getOffsetAttr().getInt());
   uint64_t base = dropoutBase(o);
-  SplitDraw split = splitDrawOf(o, o.getMask().getType());
+  DrawIndex index = splitDrawOf(o, o.getMask().getType());
   for (int64_t i = 0; i < mask.numElements(); ++i)
     mask.ints[i] =
-        trainmem::dropoutKeep(seed, offset, base + split.at(i), threshold);
+        trainmem::dropoutKeep(seed, offset, base + index.at(i), threshold);
   set(o.getMask(), std::move(mask));
   return success();
 }

@@ -310,10 +310,23 @@ struct FieldReader {
   }
 };
 
-/// A checkpoint file's tensors as read, and what each is ("f32[8x16]").
+/// What a checkpoint's tensor is: its dtype and shape.
+struct SavedType {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  /// "f32[8x16]".
+  std::string text() const {
+    std::string dims;
+    for (size_t d = 0; d < shape.size(); ++d)
+      dims += (d ? "x" : "") + std::to_string(shape[d]);
+    return dtype + "[" + dims + "]";
+  }
+};
+
+/// A checkpoint file's tensors as read, and what each is.
 struct ParsedCheckpoint {
   Checkpoint checkpoint;
-  std::map<std::string, std::string> description;
+  std::map<std::string, SavedType> types;
 };
 } // namespace
 
@@ -333,7 +346,7 @@ readTensor(FieldReader &fields, ParsedCheckpoint &parsed,
   std::optional<uint64_t> elementBytes = dtypeBytes(dtype);
   if (!elementBytes)
     return corrupt("tensor '" + key + "' has unknown dtype '" + dtype + "'");
-  std::string shape;
+  SavedType type{dtype, {}};
   uint64_t expectedBytes = *elementBytes;
   for (uint64_t d = 0; d < rank && !fields.truncated; ++d) {
     uint64_t dim = fields.u64();
@@ -342,12 +355,12 @@ readTensor(FieldReader &fields, ParsedCheckpoint &parsed,
       return corrupt("tensor '" + key + "' has an absurd dimension " +
                      Twine(dim));
     expectedBytes *= dim;
-    shape += (d ? "x" : "") + std::to_string(dim);
+    type.shape.push_back(static_cast<int64_t>(dim));
   }
   uint64_t bytes = fields.u64();
   if (!fields.truncated && bytes != expectedBytes)
     return corrupt("tensor '" + key + "' holds " + Twine(bytes) + " bytes; " +
-                   dtype + "[" + shape + "] needs " + Twine(expectedBytes));
+                   type.text() + " needs " + Twine(expectedBytes));
   StringRef values = fields.bytes(bytes);
   if (fields.truncated)
     return llvm::Error::success();
@@ -362,7 +375,7 @@ readTensor(FieldReader &fields, ParsedCheckpoint &parsed,
     return corrupt("it holds " + role + " '" + key + "' twice");
   parsed.checkpoint.tensors[name] =
       Bytes(values.bytes_begin(), values.bytes_end());
-  parsed.description[name] = dtype + "[" + shape + "]";
+  parsed.types[name] = std::move(type);
   return llvm::Error::success();
 }
 
@@ -429,17 +442,15 @@ static llvm::Error checkAgainstSlots(StringRef path,
       continue;
     ++expectedCount;
     std::string name = slot.stateName();
-    std::string shape;
-    for (size_t d = 0; d < slot.shape.size(); ++d)
-      shape += (d ? "x" : "") + std::to_string(slot.shape[d]);
-    std::string expected = slot.dtypeName().str() + "[" + shape + "]";
-    auto it = parsed.description.find(name);
-    if (it == parsed.description.end())
+    SavedType expected{slot.dtypeName().str(), slot.shape};
+    auto it = parsed.types.find(name);
+    if (it == parsed.types.end())
       return mismatch("it has no " + slot.roleName() + " '" + slot.key + "'");
-    if (it->second != expected ||
+    if (it->second.text() != expected.text() ||
         parsed.checkpoint.tensors.at(name).size() != slot.bytes)
-      return mismatch(slot.roleName() + " '" + slot.key + "' is " + it->second +
-                      " there and " + expected + " here");
+      return mismatch(slot.roleName() + " '" + slot.key + "' is " +
+                      it->second.text() + " there and " + expected.text() +
+                      " here");
   }
   if (parsed.checkpoint.tensors.size() != expectedCount)
     return mismatch("it holds other tensors as well");
@@ -848,16 +859,8 @@ mlir::train::readCheckpointFor(StringRef dir, ArrayRef<TensorSlot> slots,
   manifest.path = path;
   manifest.ranks = 1;
   manifest.step = parsed->checkpoint.step;
-  for (auto &[name, description] : parsed->description) {
-    StringRef text = description;
-    auto [dtype, rest] = text.split('[');
-    std::optional<std::vector<int64_t>> shape =
-        rest.drop_back().empty() ? std::vector<int64_t>()
-                                 : parseShape(rest.drop_back());
-    if (!shape)
-      return manifest.bad("has a bad shape for '" + name + "'");
-    manifest.tensors[name] = {dtype.str(), *shape, *shape, std::nullopt};
-  }
+  for (auto &[name, type] : parsed->types)
+    manifest.tensors[name] = {type.dtype, type.shape, type.shape, std::nullopt};
   std::vector<Checkpoint> old;
   old.push_back(std::move(parsed->checkpoint));
   return relayout(manifest, old, slots, layout);

@@ -96,6 +96,18 @@ struct TensorSlot {
   std::string stateName() const { return (roleName() + ":" + key).str(); }
 };
 
+/// The values of a row-major tensor of `shape` before dimension `dim` (its
+/// outer count) and in one index of it (`unit` per element).
+inline std::pair<int64_t, int64_t> extentsAround(ArrayRef<int64_t> shape,
+                                                 int64_t dim, int64_t unit) {
+  int64_t outer = 1, inner = unit;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  return {outer, inner};
+}
+
 /// The part at `position` of `parts` equal parts of a row-major tensor of
 /// `shape` cut along `dim`, each element `unit` consecutive values (a
 /// tensor-parallel rank's part of a whole parameter: its floats, or its
@@ -104,11 +116,7 @@ template <typename T>
 std::vector<T> partAlong(ArrayRef<T> whole, ArrayRef<int64_t> shape,
                          int64_t dim, int64_t parts, int64_t position,
                          int64_t unit = 1) {
-  int64_t outer = 1, inner = unit;
-  for (int64_t d = 0; d < dim; ++d)
-    outer *= shape[d];
-  for (size_t d = dim + 1; d < shape.size(); ++d)
-    inner *= shape[d];
+  auto [outer, inner] = extentsAround(shape, dim, unit);
   int64_t n = shape[dim] / parts;
   std::vector<T> part;
   part.reserve(outer * n * inner);
@@ -125,11 +133,7 @@ template <typename T>
 std::vector<T> joinAlong(ArrayRef<std::vector<T>> parts,
                          ArrayRef<int64_t> partShape, int64_t dim,
                          int64_t unit = 1) {
-  int64_t outer = 1, inner = unit;
-  for (int64_t d = 0; d < dim; ++d)
-    outer *= partShape[d];
-  for (size_t d = dim + 1; d < partShape.size(); ++d)
-    inner *= partShape[d];
+  auto [outer, inner] = extentsAround(partShape, dim, unit);
   int64_t n = partShape[dim] * inner;
   std::vector<T> whole;
   whole.reserve(outer * n * parts.size());

@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -307,37 +308,9 @@ static LogicalResult lowerSoftmax(SoftmaxOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::softmax{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .queries = queries, .causal = static_cast<int64_t>(o.getCausal())});
 }
 
-namespace {
-/// A draw on one rank's part of a tensor-parallel tensor, as the runtime's
-/// dropout kernels take it: the part's block (its elements from the split
-/// dimension on), the parts, and the stride of the split's process group;
-/// 0, 1, 1 for a whole draw.
-struct SplitDrawArgs {
-  int64_t block = 0, parts = 1, stride = 1;
-};
-} // namespace
-
-static FailureOr<SplitDrawArgs>
-splitDrawArgs(Operation *op, TensorSplitAttr split, ShapedType drawn) {
-  SplitDrawArgs args;
-  if (!split)
-    return args;
-  std::optional<ProcessGroup> group = getProcessGroup(
-      op, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
-  if (!group || group->size != split.getParts())
-    return op->emitOpError("its split's grid axis is not a static group of ")
-           << split.getParts() << " ranks";
-  args.block = 1;
-  for (int64_t d = split.getDim(); d < drawn.getRank(); ++d)
-    args.block *= drawn.getDimSize(d);
-  args.parts = split.getParts();
-  args.stride = group->stride;
-  return args;
-}
-
 static LogicalResult lowerDropout(DropoutOp o, RuntimeCallBuilder &b) {
-  FailureOr<SplitDrawArgs> split =
-      splitDrawArgs(o, o.getSplitAttr(), o.getInput().getType());
+  FailureOr<SplitDrawPlacement> split =
+      getSplitDrawPlacement(o, o.getInput().getType());
   if (failed(split))
     return failure();
   return b.emitContiguous(
@@ -360,8 +333,8 @@ static LogicalResult lowerDropout(DropoutOp o, RuntimeCallBuilder &b) {
 }
 
 static LogicalResult lowerDropoutMask(DropoutMaskOp o, RuntimeCallBuilder &b) {
-  FailureOr<SplitDrawArgs> split =
-      splitDrawArgs(o, o.getSplitAttr(), o.getMask().getType());
+  FailureOr<SplitDrawPlacement> split =
+      getSplitDrawPlacement(o, o.getMask().getType());
   if (failed(split))
     return failure();
   return b.emitContiguous(

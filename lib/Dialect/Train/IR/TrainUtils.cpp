@@ -1,6 +1,7 @@
 //===- TrainUtils.cpp - queries on train IR shared by passes --------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 
 #include "mlir/Interfaces/InferTypeOpInterface.h"
@@ -155,4 +156,24 @@ int64_t mlir::train::getWholeDrawnElements(BatchDrawOpInterface draw) {
   if (auto split = dyn_cast_or_null<TensorSplitAttr>(draw.getDrawSplit()))
     elements *= split.getParts();
   return elements;
+}
+
+FailureOr<SplitDrawPlacement>
+mlir::train::getSplitDrawPlacement(BatchDrawOpInterface draw,
+                                   ShapedType drawn) {
+  SplitDrawPlacement placement;
+  auto split = dyn_cast_or_null<TensorSplitAttr>(draw.getDrawSplit());
+  if (!split)
+    return placement;
+  std::optional<ProcessGroup> group = getProcessGroup(
+      draw, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
+  if (!group || group->size != split.getParts())
+    return draw->emitOpError("its split's grid axis is not a static group of ")
+           << split.getParts() << " ranks";
+  placement.block = 1;
+  for (int64_t d = split.getDim(); d < drawn.getRank(); ++d)
+    placement.block *= drawn.getDimSize(d);
+  placement.parts = split.getParts();
+  placement.stride = group->stride;
+  return placement;
 }

@@ -54,6 +54,22 @@ bool isTensorParallel(FunctionOpInterface func);
 /// stream by these.
 int64_t getWholeDrawnElements(BatchDrawOpInterface draw);
 
+/// Where a draw on one rank's part of a tensor-parallel tensor puts its
+/// elements in the whole draw: the part's block (its elements from the
+/// split dimension on), the parts, and the stride of the split's process
+/// group (a rank's part is (rank / stride) mod parts); {0, 1, 1} for a
+/// whole draw. The evaluator and the runtime's kernels place draws by it
+/// (trainmem::splitDrawIndex).
+struct SplitDrawPlacement {
+  int64_t block = 0, parts = 1, stride = 1;
+};
+
+/// `draw`'s placement, its drawn tensor of type `drawn`; failure (with an
+/// error at the op) when its split's grid axis is not a static group of
+/// its parts.
+FailureOr<SplitDrawPlacement> getSplitDrawPlacement(BatchDrawOpInterface draw,
+                                                    ShapedType drawn);
+
 /// Verifies that `split` (the value of `op`'s attribute `attrName`) names
 /// a `shard.grid` in scope whose axis `axis` has `parts` ranks.
 LogicalResult verifySplitGrid(Operation *op, TensorSplitAttr split,

@@ -188,9 +188,9 @@ protected:
     constexpr int64_t kRanks = 2;
     OwningOpRef<ModuleOp> wholeModule, splitModule;
     func::FuncOp whole = step("train-autodiff{optimizer=none}", wholeModule);
-    func::FuncOp split =
-        step("train-tensor-parallel{size=2},train-autodiff{optimizer=none}",
-             splitModule);
+    func::FuncOp split = step("train-tensor-parallel{" + tensorParallel +
+                                  "},train-autodiff{optimizer=none}",
+                              splitModule);
     ASSERT_TRUE(whole && split);
     ASSERT_EQ(whole.getNumArguments(), split.getNumArguments());
     ASSERT_EQ(whole.getNumResults(), split.getNumResults());
@@ -227,9 +227,29 @@ protected:
   double dropout = 0.0;
   /// The rows of the models' batch.
   int64_t batch = 2;
+  /// train-tensor-parallel's options.
+  std::string tensorParallel = "size=2";
 };
 
 TEST_P(TensorParallelTest, SplitRanksTrainAsOne) { expectRanksTrainAsOne(); }
+
+/// Sequence parallelism: the residual stream's norms, biases, dropout and
+/// the head on each rank's half of the sequence, gathered into the split
+/// parts and reduce-scattered out of them; the norms' weights, the biases
+/// and the head's weight entering through f. The ranks give one rank's
+/// loss and gradients.
+TEST_P(TensorParallelTest, SequenceParallelRanksTrainAsOne) {
+  tensorParallel = "size=2 sequence-parallel=true";
+  expectRanksTrainAsOne();
+}
+
+/// With dropout at every site: a dropout on a rank's piece of the sequence
+/// draws its piece of the whole tensor's mask.
+TEST_P(TensorParallelTest, SequenceParallelDropoutDrawsTheWholeMask) {
+  tensorParallel = "size=2 sequence-parallel=true";
+  dropout = 0.1;
+  expectRanksTrainAsOne();
+}
 
 /// With dropout at every site, a rank's part of the attention
 /// probabilities draws its heads' part of the whole tensor's mask (the
@@ -451,6 +471,49 @@ TEST(TensorParallelMemory, LayersKeepWhatKorthikantiSays) {
       for (const LayerActivations &layer : memory.getLayers())
         EXPECT_EQ(layer.total(), expected)
             << "t = " << t << (*remat ? ", selective" : ", no recompute");
+    }
+  }
+}
+
+/// Table 2's sequence-parallel rows, per layer of gpt3-175b at t = 2 and
+/// 8: sbh(34/t + 5as/(ht)) without recompute, 34sbh/t with selective
+/// recompute, 2sbh/t (the layer's input piece) with full recompute. The
+/// gathered inputs of the split parts are gathered again in the backward,
+/// as Megatron does, so each rank keeps its piece only.
+TEST(TensorParallelMemory, SequenceParallelLayersKeepWhatKorthikantiSays) {
+  MLIRContext context;
+  loadDialects(context);
+  ScopedDiagnosticHandler quiet(&context, [](Diagnostic &d) {
+    return success(d.getSeverity() == DiagnosticSeverity::Remark);
+  });
+  ModelConfig config = *getPreset("gpt3-175b");
+  config.layers = 2;
+  const uint64_t s = 2048, b = 1, h = 12288, a = 96;
+  struct Row {
+    const char *remat;
+    uint64_t sbhOverT; // the formula, in units of s·b·h / t
+  };
+  const Row rows[] = {
+      {"", 34 + 5 * a * s / h},
+      {"train-remat{policy=selective},train-materialize-remat", 34},
+      {"train-remat{policy=full},train-materialize-remat", 2}};
+  for (uint64_t t : {2, 8}) {
+    for (const Row &row : rows) {
+      OwningOpRef<ModuleOp> module = buildModel(&context, config);
+      PassManager pm(&context);
+      std::string pipeline = "train-tensor-parallel{size=" + std::to_string(t) +
+                             " sequence-parallel=true},train-autodiff";
+      if (*row.remat)
+        pipeline += std::string(",") + row.remat;
+      ASSERT_TRUE(succeeded(parsePassPipeline(pipeline, pm)));
+      ASSERT_TRUE(succeeded(pm.run(*module))) << pipeline;
+      MemoryAnalysis analysis(*module);
+      const FunctionMemory &memory = analysis.getFunctions().front();
+      ASSERT_EQ(memory.getLayers().size(), 2u);
+      for (const LayerActivations &layer : memory.getLayers())
+        EXPECT_EQ(layer.total(), s * b * h * row.sbhOverT / t)
+            << "t = " << t << ", " << (*row.remat ? row.remat : "none") << ": "
+            << (double(layer.total()) * t / (s * b * h)) << " sbh/t";
     }
   }
 }

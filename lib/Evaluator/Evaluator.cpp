@@ -16,6 +16,7 @@
 #include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/Float16.h"
 #include "trainmem/Support/LossScale.h"
+#include "trainmem/Support/Parts.h"
 #include "trainmem/Support/Philox.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -1653,10 +1654,17 @@ private:
     return RefTensor::ofFloats(first.shape, std::move(out));
   }
 
-  static RefTensor chunk(const RefTensor &t, size_t index, int64_t size) {
-    std::vector<float> out(t.floats.begin() + index * size,
-                           t.floats.begin() + (index + 1) * size);
-    return RefTensor::ofFloats({size}, std::move(out));
+  /// Part `index` of `parts` of `t` along `dim` (floats or integers).
+  static RefTensor partOf(const RefTensor &t, int64_t dim, int64_t parts,
+                          int64_t index) {
+    std::vector<int64_t> shape = t.shape;
+    shape[dim] /= parts;
+    if (t.isInteger)
+      return RefTensor::ofInts(shape, trainmem::partAlong<int64_t>(
+                                          t.ints, t.shape, dim, parts, index));
+    return RefTensor::ofFloats(
+        shape,
+        trainmem::partAlong<float>(t.floats, t.shape, dim, parts, index));
   }
 
   static bool isSimulated(shard::ReductionKind kind) {
@@ -1664,9 +1672,12 @@ private:
            kind == shard::ReductionKind::Average;
   }
 
-  static bool isOneDimensional(Value value, APInt axis) {
-    return axis.getZExtValue() == 0 &&
-           cast<RankedTensorType>(value.getType()).getRank() == 1;
+  /// The dimension a collective splits, if `value` (its whole side) has it.
+  static std::optional<int64_t> splitDim(Value value, APInt axis) {
+    int64_t dim = static_cast<int64_t>(axis.getZExtValue());
+    if (dim >= cast<RankedTensorType>(value.getType()).getRank())
+      return std::nullopt;
+    return dim;
   }
 
   LogicalResult stepAllReduce(shard::AllReduceOp allReduce) {
@@ -1689,17 +1700,18 @@ private:
     FailureOr<ProcessGroup> group = groupOf(scatter);
     if (failed(group))
       return failure();
-    if (!isSimulated(scatter.getReduction()) ||
-        !isOneDimensional(scatter.getInput(), scatter.getScatterAxis()))
+    std::optional<int64_t> dim =
+        splitDim(scatter.getInput(), scatter.getScatterAxis());
+    if (!isSimulated(scatter.getReduction()) || !dim)
       return scatter.emitError("reference evaluator: simulates sum and "
-                               "average reduce-scatters of 1-D tensors");
-    int64_t size =
-        cast<RankedTensorType>(scatter.getResult().getType()).getDimSize(0);
+                               "average reduce-scatters along a dimension "
+                               "of their operand");
     for (const std::vector<size_t> &members : membersOf(*group)) {
       RefTensor reduced =
           reduce(scatter.getInput(), scatter.getReduction(), members);
       for (auto [position, member] : llvm::enumerate(members))
-        ranks[member].set(scatter.getResult(), chunk(reduced, position, size));
+        ranks[member].set(scatter.getResult(),
+                          partOf(reduced, *dim, group->size, position));
     }
     return success();
   }
@@ -1708,15 +1720,15 @@ private:
     FailureOr<ProcessGroup> group = groupOf(slice);
     if (failed(group))
       return failure();
-    if (!isOneDimensional(slice.getInput(), slice.getSliceAxis()))
-      return slice.emitError("reference evaluator: simulates slices of 1-D "
-                             "tensors");
-    int64_t size =
-        cast<RankedTensorType>(slice.getResult().getType()).getDimSize(0);
+    std::optional<int64_t> dim =
+        splitDim(slice.getInput(), slice.getSliceAxis());
+    if (!dim)
+      return slice.emitError("reference evaluator: simulates slices along "
+                             "a dimension of their operand");
     for (auto [index, rank] : llvm::enumerate(ranks))
       rank.set(slice.getResult(),
-               chunk(rank.get(slice.getInput()),
-                     group->positionOf(static_cast<int64_t>(index)), size));
+               partOf(rank.get(slice.getInput()), *dim, group->size,
+                      group->positionOf(static_cast<int64_t>(index))));
     return success();
   }
 
@@ -1724,17 +1736,20 @@ private:
     FailureOr<ProcessGroup> group = groupOf(gather);
     if (failed(group))
       return failure();
-    if (!isOneDimensional(gather.getInput(), gather.getGatherAxis()))
-      return gather.emitError("reference evaluator: simulates gathers of 1-D "
-                              "tensors");
+    std::optional<int64_t> dim =
+        splitDim(gather.getInput(), gather.getGatherAxis());
+    if (!dim)
+      return gather.emitError("reference evaluator: simulates gathers along "
+                              "a dimension of their operand");
     for (const std::vector<size_t> &members : membersOf(*group)) {
-      std::vector<float> all;
-      for (size_t member : members) {
-        const RefTensor &part = ranks[member].get(gather.getInput());
-        all.insert(all.end(), part.floats.begin(), part.floats.end());
-      }
-      RefTensor gathered = RefTensor::ofFloats(
-          {static_cast<int64_t>(all.size())}, std::move(all));
+      std::vector<std::vector<float>> parts;
+      for (size_t member : members)
+        parts.push_back(ranks[member].get(gather.getInput()).floats);
+      std::vector<int64_t> shape =
+          ranks[members.front()].get(gather.getInput()).shape;
+      std::vector<float> all = trainmem::joinAlong<float>(parts, shape, *dim);
+      shape[*dim] *= group->size;
+      RefTensor gathered = RefTensor::ofFloats(shape, std::move(all));
       for (size_t member : members)
         ranks[member].set(gather.getResult(), gathered);
     }

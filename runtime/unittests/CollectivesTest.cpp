@@ -100,7 +100,7 @@ TEST(Collectives, ReduceScatterLeavesEachRankItsShard) {
     write(ctx.get(), 0, mine);
     uint64_t before = tmrt_bytes_sent(ctx.get());
     int64_t out = inPlace ? 0 : 8192;
-    tmrt_reduce_scatter(ctx.get(), 0, out, shard, /*average=*/1,
+    tmrt_reduce_scatter(ctx.get(), 0, out, shard, /*average=*/1, /*outer=*/1,
                         tmrt_world_size(ctx.get()), 1);
     ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
     std::vector<float> got = read(ctx.get(), out, shard);
@@ -155,8 +155,8 @@ TEST(Collectives, SixteenBitBuffersTravelInSixteenBits) {
     // Gather: rank r's 3 elements land at 3 r.
     ASSERT_EQ(tmrt_arena_write(ctx.get(), 0, mine.data(), 3 * 2), 0);
     tmrt_all_gather(ctx.get(), tmrt_tensor_ref(0, dtype),
-                    tmrt_tensor_ref(8192, dtype), 3, tmrt_world_size(ctx.get()),
-                    1);
+                    tmrt_tensor_ref(8192, dtype), 3, /*outer=*/1,
+                    tmrt_world_size(ctx.get()), 1);
     ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr);
     std::vector<uint16_t> all(3 * size);
     ASSERT_EQ(tmrt_arena_read(ctx.get(), 8192, all.data(), all.size() * 2), 0);
@@ -183,7 +183,8 @@ TEST(Collectives, AllGatherAndSliceAreInverse) {
   for (int64_t i = 0; i < shard; ++i)
     mine[i] = valueOf(rank, i);
   write(ctx.get(), 0, mine);
-  tmrt_all_gather(ctx.get(), 0, 4096, shard, tmrt_world_size(ctx.get()), 1);
+  tmrt_all_gather(ctx.get(), 0, 4096, shard, /*outer=*/1,
+                  tmrt_world_size(ctx.get()), 1);
   ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr) << tmrt_context_error(ctx.get());
   std::vector<float> all = read(ctx.get(), 4096, shard * size);
   for (int64_t r = 0; r < size; ++r)
@@ -191,9 +192,68 @@ TEST(Collectives, AllGatherAndSliceAreInverse) {
       EXPECT_EQ(all[r * shard + i], valueOf(r, i));
   EXPECT_EQ(tmrt_bytes_sent(ctx.get()), uint64_t(size - 1) * shard * 4);
   // The local slice takes the rank's part back, sending nothing.
-  tmrt_all_slice(ctx.get(), 4096, 8192, shard, tmrt_world_size(ctx.get()), 1);
+  tmrt_all_slice(ctx.get(), 4096, 8192, shard, /*outer=*/1,
+                 tmrt_world_size(ctx.get()), 1);
   EXPECT_EQ(read(ctx.get(), 8192, shard), mine);
   EXPECT_EQ(tmrt_bytes_sent(ctx.get()), uint64_t(size - 1) * shard * 4);
+}
+
+TEST(Collectives, ShardsAlongAnInnerDimension) {
+  // A [2, size * 3, 2] buffer split along dimension 1 (Megatron's sequence
+  // parallelism on [b, s, h]): rank r's shard is [2, 3, 2], rows 3 r.. of
+  // each of the 2 outer blocks. Gather, slice and reduce-scatter place it
+  // there; the bytes are those of the flat shards.
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t size = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  const int64_t outer = 2, inner = 3 * 2, shard = outer * inner;
+  auto wholeAt = [&](int64_t o, int64_t r, int64_t i) {
+    return (o * size + r) * inner + i;
+  };
+  std::vector<float> mine(shard);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i)
+      mine[o * inner + i] = valueOf(rank, wholeAt(o, rank, i));
+  write(ctx.get(), 0, mine);
+  uint64_t before = tmrt_bytes_sent(ctx.get());
+  tmrt_all_gather(ctx.get(), 0, 4096, shard, outer, size, 1);
+  ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr)
+      << tmrt_context_error(ctx.get());
+  std::vector<float> all = read(ctx.get(), 4096, shard * size);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t r = 0; r < size; ++r)
+      for (int64_t i = 0; i < inner; ++i)
+        EXPECT_EQ(all[wholeAt(o, r, i)], valueOf(r, wholeAt(o, r, i)));
+  EXPECT_EQ(tmrt_bytes_sent(ctx.get()) - before,
+            uint64_t(size - 1) * shard * 4);
+  tmrt_all_slice(ctx.get(), 4096, 8192, shard, outer, size, 1);
+  EXPECT_EQ(read(ctx.get(), 8192, shard), mine);
+  // In place, as the memory plan ties a slice to its operand.
+  tmrt_all_slice(ctx.get(), 4096, 4096, shard, outer, size, 1);
+  EXPECT_EQ(read(ctx.get(), 4096, shard), mine);
+  // Every rank's whole buffer summed, this rank's rows kept.
+  std::vector<float> whole(shard * size);
+  for (int64_t i = 0; i < shard * size; ++i)
+    whole[i] = valueOf(rank, i);
+  write(ctx.get(), 0, whole);
+  tmrt_reduce_scatter(ctx.get(), 0, 12288, shard, /*average=*/0, outer, size,
+                      1);
+  ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr)
+      << tmrt_context_error(ctx.get());
+  std::vector<float> got = read(ctx.get(), 12288, shard);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      float sum = 0.0f;
+      for (int64_t r = 0; r < size; ++r)
+        sum += valueOf(r, wholeAt(o, rank, i));
+      EXPECT_EQ(got[o * inner + i], sum) << o << " " << i;
+    }
+  // A shard that is not `outer` equal blocks is refused.
+  tmrt_all_gather(ctx.get(), 0, 4096, 5, outer, size, 1);
+  ASSERT_NE(tmrt_context_error(ctx.get()), nullptr);
+  EXPECT_EQ(std::string(tmrt_context_error(ctx.get())),
+            "all_gather: 5 elements per shard do not form 2 equal blocks");
+  tmrt_context_clear_error(ctx.get());
 }
 
 TEST(Collectives, BroadcastAndBarrier) {
@@ -336,17 +396,18 @@ TEST(Collectives, GroupsReduceAndGatherAmongTheirRanks) {
               2 * uint64_t(size - 1) * chunk * 4);
     // The gather puts member p's shard at p; the slice takes this rank's
     // back; the reduce-scatter leaves this rank its part of the sums.
-    tmrt_all_gather(ctx.get(), 0, 8192, shard, size, stride);
+    tmrt_all_gather(ctx.get(), 0, 8192, shard, /*outer=*/1, size, stride);
     std::vector<float> all = read(ctx.get(), 8192, shard * size);
     for (int64_t p = 0; p < size; ++p)
       for (int64_t i = 0; i < shard; ++i)
         EXPECT_EQ(all[p * shard + i], valueOf(base + p * stride, i));
-    tmrt_all_slice(ctx.get(), 8192, 12288, shard, size, stride);
+    tmrt_all_slice(ctx.get(), 8192, 12288, shard, /*outer=*/1, size, stride);
     EXPECT_EQ(read(ctx.get(), 12288, shard),
               std::vector<float>(mine.begin(), mine.begin() + shard));
     write(ctx.get(), 0, mine);
     // One element per member: the group's shards lie in the n written.
-    tmrt_reduce_scatter(ctx.get(), 0, 16384, 1, /*average=*/0, size, stride);
+    tmrt_reduce_scatter(ctx.get(), 0, 16384, 1, /*average=*/0, /*outer=*/1,
+                        size, stride);
     std::vector<float> part = read(ctx.get(), 16384, 1);
     for (int64_t i = 0; i < 1; ++i) {
       float sum = 0.0f;

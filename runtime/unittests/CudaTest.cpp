@@ -625,7 +625,8 @@ TEST(Cuda, AttentionMatchesTheCpu) {
 }
 
 // On one rank every collective is a copy (or nothing): the CPU's bytes,
-// f32 and bf16, with an uneven all-reduce and an exact i64 one.
+// f32 and bf16, with an uneven all-reduce, an exact i64 one and shards
+// along an inner dimension.
 TEST(Cuda, CollectivesOnOneRankGiveTheCpuBits) {
   std::string why;
   ContextPtr probe = cudaContext(why);
@@ -640,9 +641,15 @@ TEST(Cuda, CollectivesOnOneRankGiveTheCpuBits) {
   }
   auto kernel = [&](tmrt_context *c) {
     tmrt_all_reduce(c, 0, 4 * n, n, 1, tmrt_world_size(c), 1);
-    tmrt_reduce_scatter(c, 0, 4 * n + 4 * 4, n - 8, 0, tmrt_world_size(c), 1);
-    tmrt_all_gather(c, 0, 4 * n, n, tmrt_world_size(c), 1);
-    tmrt_all_slice(c, 4 * n, 0, n / 2, tmrt_world_size(c), 1);
+    tmrt_reduce_scatter(c, 0, 4 * n + 4 * 4, n - 8, 0, 1, tmrt_world_size(c),
+                        1);
+    tmrt_all_gather(c, 0, 4 * n, n, 1, tmrt_world_size(c), 1);
+    tmrt_all_slice(c, 4 * n, 0, n / 2, 1, tmrt_world_size(c), 1);
+    // Shards along an inner dimension (3 blocks of 333), through the
+    // strided copies.
+    tmrt_all_gather(c, 0, 4 * n, 999, 3, tmrt_world_size(c), 1);
+    tmrt_reduce_scatter(c, 4 * n, 0, 999, 0, 3, tmrt_world_size(c), 1);
+    tmrt_all_slice(c, 0, 4 * n, 999, 3, tmrt_world_size(c), 1);
     tmrt_all_reduce_i64(c, 8 * n, 8 * n, n, tmrt_world_size(c), 1);
     tmrt_broadcast(c, 0, n, 0);
     tmrt_barrier(c);

@@ -504,24 +504,30 @@ namespace {
 
 /// A collective the runtime runs: in a process group of its grid's ranks
 /// (ShardModels.h: consecutive axes of a static grid, ranks a stride
-/// apart), on 1-D buffers (f32, bf16 or f16) along axis 0.
+/// apart), on contiguous buffers (f32, bf16 or f16), split along any one
+/// dimension (the runtime's `outer`: the elements before it).
 template <typename OpT>
-static FailureOr<ProcessGroup> checkCollective(OpT op, RuntimeCallBuilder &b,
-                                               int64_t axis) {
+static FailureOr<ProcessGroup> checkCollective(OpT op, RuntimeCallBuilder &b) {
   std::optional<ProcessGroup> group = getProcessGroup(op);
   if (!group)
     return op.emitOpError("runs over consecutive axes of a static grid (the "
                           "runtime's groups are ranks a stride apart)");
-  for (Value value : op->getOperands())
-    if (auto type = dyn_cast<RankedTensorType>(value.getType());
-        type && type.getRank() != 1 && axis >= 0)
-      return op.emitOpError("works on 1-D buffers (train-zero flattens "
-                            "them)");
-  if (axis > 0)
-    return op.emitOpError("splits along axis 0 only");
   if (failed(b.requireContiguous(op)))
     return failure();
   return *group;
+}
+
+/// The runtime's `outer` of a collective split along `axis` of `shard`
+/// (one rank's part): the elements of the dimensions before it.
+static FailureOr<int64_t> outerOf(Operation *op, Value shard, int64_t axis) {
+  auto type = cast<RankedTensorType>(shard.getType());
+  if (axis < 0 || axis >= type.getRank())
+    return op->emitOpError("splits along dimension ")
+           << axis << " of a rank-" << type.getRank() << " tensor";
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= type.getDimSize(d);
+  return outer;
 }
 
 static bool averages(shard::ReductionKind kind) {
@@ -538,7 +544,7 @@ static LogicalResult checkReduction(Operation *op, shard::ReductionKind kind) {
 
 static LogicalResult lowerAllReduce(shard::AllReduceOp op,
                                     RuntimeCallBuilder &b) {
-  FailureOr<ProcessGroup> group = checkCollective(op, b, -1);
+  FailureOr<ProcessGroup> group = checkCollective(op, b);
   if (failed(group) || failed(checkReduction(op, op.getReduction())))
     return failure();
   Type element = getElementTypeOrSelf(op.getInput().getType());
@@ -571,14 +577,17 @@ static LogicalResult lowerAllReduce(shard::AllReduceOp op,
 
 static LogicalResult lowerReduceScatter(shard::ReduceScatterOp op,
                                         RuntimeCallBuilder &b) {
-  FailureOr<ProcessGroup> group =
-      checkCollective(op, b, op.getScatterAxis().getSExtValue());
-  if (failed(group) || failed(checkReduction(op, op.getReduction())))
+  FailureOr<ProcessGroup> group = checkCollective(op, b);
+  FailureOr<int64_t> outer =
+      outerOf(op, op.getResult(), op.getScatterAxis().getSExtValue());
+  if (failed(group) || failed(outer) ||
+      failed(checkReduction(op, op.getReduction())))
     return failure();
   b.emit(rt::reduce_scatter{.in = b.offset(op.getInput()),
                             .out = b.offset(op.getResult()),
                             .n = b.elements(op.getResult()),
                             .average = averages(op.getReduction()),
+                            .outer = *outer,
                             .group_size = group->size,
                             .group_stride = group->stride},
          op.getLoc());
@@ -587,13 +596,15 @@ static LogicalResult lowerReduceScatter(shard::ReduceScatterOp op,
 
 static LogicalResult lowerAllGather(shard::AllGatherOp op,
                                     RuntimeCallBuilder &b) {
-  FailureOr<ProcessGroup> group =
-      checkCollective(op, b, op.getGatherAxis().getSExtValue());
-  if (failed(group))
+  FailureOr<ProcessGroup> group = checkCollective(op, b);
+  FailureOr<int64_t> outer =
+      outerOf(op, op.getInput(), op.getGatherAxis().getSExtValue());
+  if (failed(group) || failed(outer))
     return failure();
   b.emit(rt::all_gather{.in = b.offset(op.getInput()),
                         .out = b.offset(op.getResult()),
                         .n = b.elements(op.getInput()),
+                        .outer = *outer,
                         .group_size = group->size,
                         .group_stride = group->stride},
          op.getLoc());
@@ -602,13 +613,19 @@ static LogicalResult lowerAllGather(shard::AllGatherOp op,
 
 static LogicalResult lowerAllSlice(shard::AllSliceOp op,
                                    RuntimeCallBuilder &b) {
-  FailureOr<ProcessGroup> group =
-      checkCollective(op, b, op.getSliceAxis().getSExtValue());
-  if (failed(group))
+  FailureOr<ProcessGroup> group = checkCollective(op, b);
+  FailureOr<int64_t> outer =
+      outerOf(op, op.getResult(), op.getSliceAxis().getSExtValue());
+  if (failed(group) || failed(outer))
     return failure();
+  Type element = getElementTypeOrSelf(op.getInput().getType());
+  if (!isa<FloatType>(element) && !element.isInteger(32))
+    return op.emitOpError("slices ")
+           << element << " values; the runtime slices floats and i32";
   b.emit(rt::all_slice{.in = b.offset(op.getInput()),
                        .out = b.offset(op.getResult()),
                        .n = b.elements(op.getResult()),
+                       .outer = *outer,
                        .group_size = group->size,
                        .group_stride = group->stride},
          op.getLoc());

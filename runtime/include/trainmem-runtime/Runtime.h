@@ -414,13 +414,17 @@ void tmrt_all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                      int64_t average, int64_t group_size, int64_t group_stride);
 void tmrt_all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                          int64_t group_size, int64_t group_stride);
+/* The sharded ones take `outer`: the whole buffer is `outer` equal blocks,
+ * each holding every rank's run of n / outer elements in rank order (a
+ * split along a dimension with `outer` elements before it; 1: each shard
+ * is one contiguous run). */
 void tmrt_reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                         int64_t average, int64_t group_size,
+                         int64_t average, int64_t outer, int64_t group_size,
                          int64_t group_stride);
 void tmrt_all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                     int64_t group_size, int64_t group_stride);
+                     int64_t outer, int64_t group_size, int64_t group_stride);
 void tmrt_all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                    int64_t group_size, int64_t group_stride);
+                    int64_t outer, int64_t group_size, int64_t group_stride);
 void tmrt_broadcast(tmrt_context *ctx, int64_t buffer, int64_t n,
                         int64_t root);
 void tmrt_barrier(tmrt_context *ctx);

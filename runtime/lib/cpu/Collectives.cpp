@@ -135,6 +135,34 @@ bool ringAllGather(tmrt_context *ctx, const Group &group, T *out, int64_t n,
   return true;
 }
 
+/// Checks a sharded collective's counts: `n` elements per shard in
+/// `outer` equal blocks (a split along a dimension with `outer` elements
+/// before it; 1 for a split along the first).
+bool checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
+                 int64_t outer) {
+  if (n < 0 || outer < 1 || n % outer != 0) {
+    ctx->fail(std::string(kernel) + ": " + std::to_string(n) +
+              " elements per shard do not form " + std::to_string(outer) +
+              " equal blocks");
+    return false;
+  }
+  return true;
+}
+
+/// Between a buffer split along an inner dimension, [outer][size][inner],
+/// and the same shards as runs, [size][outer][inner]: `toRuns` reads the
+/// first layout and writes the second, otherwise the reverse.
+template <typename T>
+void interleave(const T *from, T *to, int64_t inner, int64_t outer,
+                int64_t size, bool toRuns) {
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t r = 0; r < size; ++r) {
+      int64_t split = (o * size + r) * inner, run = (r * outer + o) * inner;
+      std::copy_n(from + (toRuns ? split : run), inner,
+                  to + (toRuns ? run : split));
+    }
+}
+
 /// Calls fn(T{}) with the element type of `in` and `out`, which must agree.
 template <typename Fn>
 void withElementType(tmrt_context *ctx, const char *kernel, int64_t in,
@@ -199,16 +227,26 @@ void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
 }
 
 void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                    int64_t average, int64_t group_size, int64_t group_stride) {
+                    int64_t average, int64_t outer, int64_t group_size,
+                    int64_t group_stride) {
   Group group;
-  if (n < 0)
-    return ctx->fail("reduce_scatter: negative element count");
-  if (!groupOf(ctx, "reduce_scatter", group_size, group_stride, group))
+  if (!checkShards(ctx, "reduce_scatter", n, outer) ||
+      !groupOf(ctx, "reduce_scatter", group_size, group_stride, group))
     return;
   withElementType(ctx, "reduce_scatter", in, out, [&](auto type) {
     using T = decltype(type);
+    // A split along an inner dimension: each rank's shard gathered into
+    // one run first (the flat case reads the buffer as it is).
+    const T *buffer = ctx->at<T>(in);
+    std::vector<T> packed;
+    if (outer > 1) {
+      packed.resize(static_cast<size_t>(n * group.size));
+      interleave(buffer, packed.data(), n / outer, outer, group.size,
+                 /*toRuns=*/true);
+      buffer = packed.data();
+    }
     std::vector<float> mine;
-    if (!reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n * group.size, n,
+    if (!reduceScatterInRankOrder(ctx, group, buffer, n * group.size, n,
                                   average != 0, mine))
       return;
     // In place (in == out) the shard lands at the start of the buffer.
@@ -218,33 +256,49 @@ void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
 }
 
 void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                int64_t group_size, int64_t group_stride) {
+                int64_t outer, int64_t group_size, int64_t group_stride) {
   Group group;
-  if (n < 0)
-    return ctx->fail("all_gather: negative element count");
-  if (!groupOf(ctx, "all_gather", group_size, group_stride, group))
+  if (!checkShards(ctx, "all_gather", n, outer) ||
+      !groupOf(ctx, "all_gather", group_size, group_stride, group))
     return;
   withElementType(ctx, "all_gather", in, out, [&](auto type) {
     using T = decltype(type);
     T *result = ctx->at<T>(out);
-    std::memmove(result + group.position * n, ctx->at<T>(in), n * sizeof(T));
-    if (!ringAllGather(ctx, group, result, n * group.size, n))
+    // Shards along an inner dimension ring into one run each, then
+    // interleave into place.
+    std::vector<T> runs;
+    T *ring = result;
+    if (outer > 1) {
+      runs.resize(static_cast<size_t>(n * group.size));
+      ring = runs.data();
+    }
+    std::memmove(ring + group.position * n, ctx->at<T>(in), n * sizeof(T));
+    if (!ringAllGather(ctx, group, ring, n * group.size, n))
       return;
+    if (outer > 1)
+      interleave(runs.data(), result, n / outer, outer, group.size,
+                 /*toRuns=*/false);
     ctx->touch(out, static_cast<uint64_t>(n * group.size) * sizeof(T));
   });
 }
 
 void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-               int64_t group_size, int64_t group_stride) {
+               int64_t outer, int64_t group_size, int64_t group_stride) {
   Group group;
-  if (n < 0)
-    return ctx->fail("all_slice: negative element count");
-  if (!groupOf(ctx, "all_slice", group_size, group_stride, group))
+  if (!checkShards(ctx, "all_slice", n, outer) ||
+      !groupOf(ctx, "all_slice", group_size, group_stride, group))
     return;
+  // A copy: any 4-byte element (untagged f32 or i32 references) or 16-bit
+  // float moves as bytes.
   withElementType(ctx, "all_slice", in, out, [&](auto type) {
     using T = decltype(type);
-    std::memmove(ctx->at<T>(out), ctx->at<T>(in) + group.position * n,
-                 n * sizeof(T));
+    int64_t inner = n / outer;
+    // Block o of the shard comes from block o · size + position: at or
+    // after where it goes, so forward moves are safe in place.
+    for (int64_t o = 0; o < outer; ++o)
+      std::memmove(ctx->at<T>(out) + o * inner,
+                   ctx->at<T>(in) + (o * group.size + group.position) * inner,
+                   inner * sizeof(T));
     ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
   });
 }

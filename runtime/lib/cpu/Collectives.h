@@ -18,11 +18,12 @@ void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
 void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                     int64_t group_size, int64_t group_stride);
 void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                    int64_t average, int64_t group_size, int64_t group_stride);
+                    int64_t average, int64_t outer, int64_t group_size,
+                    int64_t group_stride);
 void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                int64_t group_size, int64_t group_stride);
+                int64_t outer, int64_t group_size, int64_t group_stride);
 void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-               int64_t group_size, int64_t group_stride);
+               int64_t outer, int64_t group_size, int64_t group_stride);
 void broadcast(tmrt_context *ctx, int64_t buffer, int64_t n, int64_t root);
 void barrier(tmrt_context *ctx);
 

@@ -338,14 +338,48 @@ void allReduceOf(tmrt_context *ctx, const Group &group, int64_t in, int64_t out,
     ctx->touch(out, static_cast<uint64_t>(n) * sizeof(T));
 }
 
+/// Between a buffer split along an inner dimension, [outer][size][inner],
+/// and the same shards as runs, [size][outer][inner] (`toRuns`: the first
+/// into the second), one strided copy per rank; `from` and `to` must not
+/// overlap.
+template <typename T>
+bool interleave(tmrt_context *ctx, const T *from, T *to, int64_t inner,
+                int64_t outer, int64_t size, bool toRuns,
+                const char *collective) {
+  size_t width = static_cast<size_t>(inner) * sizeof(T);
+  size_t splitPitch = width * static_cast<size_t>(size);
+  for (int64_t r = 0; r < size; ++r) {
+    const T *src = toRuns ? from + r * inner : from + r * outer * inner;
+    T *dst = toRuns ? to + r * outer * inner : to + r * inner;
+    if (!check(ctx,
+               cudaMemcpy2DAsync(dst, toRuns ? width : splitPitch, src,
+                                 toRuns ? splitPitch : width, width, outer,
+                                 cudaMemcpyDeviceToDevice, stateOf(ctx).stream),
+               collective))
+      return false;
+  }
+  return true;
+}
+
 template <typename T>
 void reduceScatterOf(tmrt_context *ctx, const Group &group, int64_t in,
-                     int64_t out, int64_t n, bool average) {
+                     int64_t out, int64_t n, int64_t outer, bool average) {
   int64_t size = group.size;
+  const T *buffer = ctx->at<T>(in);
+  // Shards along an inner dimension into one run each first.
+  Scratch packed(ctx,
+                 outer > 1 ? static_cast<uint64_t>(n * size) * sizeof(T) : 0);
+  if (outer > 1) {
+    if (!packed.memory ||
+        !interleave(ctx, buffer, packed.as<T>(), n / outer, outer, size,
+                    /*toRuns=*/true, "reduce_scatter"))
+      return;
+    buffer = packed.as<T>();
+  }
   Scratch mine(ctx, static_cast<uint64_t>(n) * sizeof(T));
   if (!mine.memory ||
-      !reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n * size, n,
-                                average, mine.as<T>(), "reduce_scatter"))
+      !reduceScatterInRankOrder(ctx, group, buffer, n * size, n, average,
+                                mine.as<T>(), "reduce_scatter"))
     return;
   if (check(ctx,
             cudaMemcpyAsync(ctx->at<T>(out), mine.as<T>(), n * sizeof(T),
@@ -356,18 +390,38 @@ void reduceScatterOf(tmrt_context *ctx, const Group &group, int64_t in,
 
 template <typename T>
 void allGatherOf(tmrt_context *ctx, const Group &group, int64_t in, int64_t out,
-                 int64_t n) {
+                 int64_t n, int64_t outer) {
   int64_t size = group.size;
-  // This rank's shard through scratch (in may overlap out), then the rest.
+  // This rank's shard through scratch (in may overlap out), then the rest;
+  // shards along an inner dimension gather as runs and interleave.
   Scratch mine(ctx, static_cast<uint64_t>(n) * sizeof(T));
-  if (!mine.memory ||
+  Scratch runs(ctx,
+               outer > 1 ? static_cast<uint64_t>(n * size) * sizeof(T) : 0);
+  T *gathered = outer > 1 ? runs.as<T>() : ctx->at<T>(out);
+  if (!mine.memory || !runs.memory ||
       !check(ctx,
              cudaMemcpyAsync(mine.as<T>(), ctx->at<T>(in), n * sizeof(T),
                              cudaMemcpyDeviceToDevice, stateOf(ctx).stream),
              "all_gather") ||
-      !allGather(ctx, group, mine.as<T>(), ctx->at<T>(out), n, "all_gather"))
+      !allGather(ctx, group, mine.as<T>(), gathered, n, "all_gather"))
+    return;
+  if (outer > 1 && !interleave(ctx, runs.as<T>(), ctx->at<T>(out), n / outer,
+                               outer, size, /*toRuns=*/false, "all_gather"))
     return;
   ctx->touch(out, static_cast<uint64_t>(n * size) * sizeof(T));
+}
+
+/// Checks a sharded collective's counts: `n` elements per shard in
+/// `outer` equal blocks.
+bool checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
+                 int64_t outer) {
+  if (n < 0 || outer < 1 || n % outer != 0) {
+    ctx->fail(std::string(kernel) + ": " + std::to_string(n) +
+              " elements per shard do not form " + std::to_string(outer) +
+              " equal blocks");
+    return false;
+  }
+  return true;
 }
 
 } // namespace
@@ -404,40 +458,44 @@ void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
 }
 
 void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                    int64_t average, int64_t group_size, int64_t group_stride) {
+                    int64_t average, int64_t outer, int64_t group_size,
+                    int64_t group_stride) {
   Group group;
-  if (n < 0)
-    return ctx->fail("reduce_scatter: negative element count");
-  if (!groupOf(ctx, "reduce_scatter", group_size, group_stride, group))
+  if (!checkShards(ctx, "reduce_scatter", n, outer) ||
+      !groupOf(ctx, "reduce_scatter", group_size, group_stride, group))
     return;
   withFloatType(ctx, "reduce_scatter", {in, out}, [&](auto type) {
-    reduceScatterOf<decltype(type)>(ctx, group, in, out, n, average != 0);
+    reduceScatterOf<decltype(type)>(ctx, group, in, out, n, outer,
+                                    average != 0);
   });
 }
 
 void all_gather(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                int64_t group_size, int64_t group_stride) {
+                int64_t outer, int64_t group_size, int64_t group_stride) {
   Group group;
-  if (n < 0)
-    return ctx->fail("all_gather: negative element count");
-  if (!groupOf(ctx, "all_gather", group_size, group_stride, group))
+  if (!checkShards(ctx, "all_gather", n, outer) ||
+      !groupOf(ctx, "all_gather", group_size, group_stride, group))
     return;
   withFloatType(ctx, "all_gather", {in, out}, [&](auto type) {
-    allGatherOf<decltype(type)>(ctx, group, in, out, n);
+    allGatherOf<decltype(type)>(ctx, group, in, out, n, outer);
   });
 }
 
 void all_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-               int64_t group_size, int64_t group_stride) {
+               int64_t outer, int64_t group_size, int64_t group_stride) {
   Group group;
-  if (n < 0)
-    return ctx->fail("all_slice: negative element count");
-  if (!groupOf(ctx, "all_slice", group_size, group_stride, group))
+  if (!checkShards(ctx, "all_slice", n, outer) ||
+      !groupOf(ctx, "all_slice", group_size, group_stride, group))
     return;
   withFloatType(ctx, "all_slice", {in, out}, [&](auto type) {
     using T = decltype(type);
     uint64_t bytes = static_cast<uint64_t>(n) * sizeof(T);
-    copyArena(ctx, offsetOf(in) + group.position * bytes, offsetOf(out), bytes);
+    uint64_t block = bytes / static_cast<uint64_t>(outer);
+    // Block o of the shard from block o · size + position: at or after
+    // where it goes, so block-by-block forward copies are safe in place.
+    for (int64_t o = 0; o < outer; ++o)
+      copyArena(ctx, offsetOf(in) + (o * group.size + group.position) * block,
+                offsetOf(out) + o * block, block);
     ctx->touch(out, bytes);
   });
 }

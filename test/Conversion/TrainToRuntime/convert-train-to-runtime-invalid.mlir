@@ -101,10 +101,11 @@ func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> at
 
 // -----
 
-// The rings work on flat buffers (train-zero flattens what it shards).
+// A local slice copies floats and i32 (a sequence-parallel step's
+// targets), not i64.
 shard.grid @dp3(shape = 2)
-func.func @train_step(%a: tensor<4x2xf32> {train.input = "a"}) -> tensor<2x2xf32> attributes {train.step} {
-  // expected-error @+1 {{'shard.reduce_scatter' op works on 1-D buffers (train-zero flattens them)}}
-  %s = shard.reduce_scatter %a on @dp3 grid_axes = [0] scatter_axis = 0 : tensor<4x2xf32> -> tensor<2x2xf32>
-  return %s : tensor<2x2xf32>
+func.func @train_step(%a: tensor<4x2xi64> {train.input = "a"}) -> tensor<4x1xi64> attributes {train.step} {
+  // expected-error @+1 {{'shard.all_slice' op slices 'i64' values; the runtime slices floats and i32}}
+  %s = shard.all_slice %a on @dp3 grid_axes = [0] slice_axis = 1 : tensor<4x2xi64> -> tensor<4x1xi64>
+  return %s : tensor<4x1xi64>
 }

@@ -7,6 +7,7 @@
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/IR/TypeUtilities.h"
 
 using namespace mlir;
 using namespace mlir::train;
@@ -116,8 +117,9 @@ struct CollectiveCostModel
 
 /// Collectives that write their result over their operand's buffer: an
 /// all-reduce (the result is the operand, reduced), a reduce-scatter marked
-/// `train.in_place` and a local slice (the rank's shard is the start of the
-/// buffer it came from, as an in-place reduce-scatter leaves it). The memory analysis then keeps
+/// `train.in_place` and a local slice along the first dimension (the rank's
+/// shard is the start of the buffer it came from, as an in-place
+/// reduce-scatter leaves it). The memory analysis then keeps
 /// one buffer, of the operand's size, where nothing reads the operand
 /// afterwards.
 template <typename OpT>
@@ -131,6 +133,11 @@ struct InPlaceModel
     // full one can die (stage 2).
     if (std::is_same_v<OpT, shard::ReduceScatterOp> &&
         !op->hasAttr(kInPlaceAttrName))
+      return std::nullopt;
+    // A slice along an inner dimension (a sequence-parallel rank's piece)
+    // is a buffer of its own, so that the whole one can die.
+    if (auto slice = dyn_cast<shard::AllSliceOp>(op);
+        slice && slice.getSliceAxis() != 0)
       return std::nullopt;
     auto in = cast<ShapedType>(collective.getInput().getType());
     auto out = cast<ShapedType>(collective.getResult().getType());
@@ -162,6 +169,88 @@ struct AllReduceVJPModel
         resultGrads[0].getType() != allReduce.getInput().getType())
       return op->emitOpError("gradient of another type than its operand");
     operandGrads.push_back(resultGrads[0]);
+    return success();
+  }
+};
+
+/// Megatron's sequence-parallel conjugates (Korthikanti et al. 2022, 4.2.2):
+/// an all-gather of a sequence-split value before a tensor-parallel part
+/// (each rank's gradient of the gathered value is its part's, summed and
+/// split again: a reduce-scatter), and a reduce-scatter of the part's
+/// partial sums after it (each rank's gradient is its piece's, which every
+/// rank's partial sum needs whole: an all-gather). A slice of a whole value
+/// into a rank's piece: the pieces' gradients gathered.
+Value gatherGradient(OpBuilder &builder, Location loc, Value grad,
+                     FlatSymbolRefAttr grid, DenseI16ArrayAttr axes,
+                     IntegerAttr dim, Type wholeType) {
+  return shard::AllGatherOp::create(
+      builder, loc,
+      RankedTensorType::get(cast<ShapedType>(wholeType).getShape(),
+                            getElementTypeOrSelf(grad.getType())),
+      grid, axes, grad, dim);
+}
+
+struct AllGatherVJPModel
+    : public DifferentiableOpInterface::ExternalModel<AllGatherVJPModel,
+                                                      shard::AllGatherOp> {
+  LogicalResult buildVJP(Operation *op, OpBuilder &builder,
+                         ValueRange resultGrads,
+                         SmallVectorImpl<Value> &operandGrads) const {
+    auto gather = cast<shard::AllGatherOp>(op);
+    if (!resultGrads[0]) {
+      operandGrads.push_back(Value());
+      return success();
+    }
+    auto partType = cast<ShapedType>(gather.getInput().getType());
+    operandGrads.push_back(shard::ReduceScatterOp::create(
+        builder, op->getLoc(),
+        RankedTensorType::get(partType.getShape(),
+                              getElementTypeOrSelf(resultGrads[0].getType())),
+        gather.getGridAttr(), gather.getGridAxesAttr(), resultGrads[0],
+        shard::ReductionKindAttr::get(op->getContext(),
+                                      shard::ReductionKind::Sum),
+        gather.getGatherAxisAttr()));
+    return success();
+  }
+};
+
+struct ReduceScatterVJPModel
+    : public DifferentiableOpInterface::ExternalModel<ReduceScatterVJPModel,
+                                                      shard::ReduceScatterOp> {
+  LogicalResult buildVJP(Operation *op, OpBuilder &builder,
+                         ValueRange resultGrads,
+                         SmallVectorImpl<Value> &operandGrads) const {
+    auto scatter = cast<shard::ReduceScatterOp>(op);
+    if (scatter.getReduction() != shard::ReductionKind::Sum)
+      return op->emitOpError("is differentiated as a sum (the sequence-"
+                             "parallel reduce-scatter); reduction ")
+             << shard::stringifyReductionKind(scatter.getReduction())
+             << " has no gradient here";
+    operandGrads.push_back(
+        resultGrads[0]
+            ? gatherGradient(builder, op->getLoc(), resultGrads[0],
+                             scatter.getGridAttr(), scatter.getGridAxesAttr(),
+                             scatter.getScatterAxisAttr(),
+                             scatter.getInput().getType())
+            : Value());
+    return success();
+  }
+};
+
+struct AllSliceVJPModel
+    : public DifferentiableOpInterface::ExternalModel<AllSliceVJPModel,
+                                                      shard::AllSliceOp> {
+  LogicalResult buildVJP(Operation *op, OpBuilder &builder,
+                         ValueRange resultGrads,
+                         SmallVectorImpl<Value> &operandGrads) const {
+    auto slice = cast<shard::AllSliceOp>(op);
+    operandGrads.push_back(
+        resultGrads[0]
+            ? gatherGradient(builder, op->getLoc(), resultGrads[0],
+                             slice.getGridAttr(), slice.getGridAxesAttr(),
+                             slice.getSliceAxisAttr(),
+                             slice.getInput().getType())
+            : Value());
     return success();
   }
 };
@@ -226,7 +315,9 @@ void mlir::train::registerShardExternalModels(DialectRegistry &registry) {
     shard::AllReduceOp::attachInterface<InPlaceModel<shard::AllReduceOp>,
                                         AllReduceVJPModel>(*ctx);
     shard::ReduceScatterOp::attachInterface<
-        InPlaceModel<shard::ReduceScatterOp>>(*ctx);
-    shard::AllSliceOp::attachInterface<InPlaceModel<shard::AllSliceOp>>(*ctx);
+        InPlaceModel<shard::ReduceScatterOp>, ReduceScatterVJPModel>(*ctx);
+    shard::AllSliceOp::attachInterface<InPlaceModel<shard::AllSliceOp>,
+                                       AllSliceVJPModel>(*ctx);
+    shard::AllGatherOp::attachInterface<AllGatherVJPModel>(*ctx);
   });
 }

@@ -16,11 +16,13 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
-#include "mlir/Transforms/RegionUtils.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
 
 #include <cmath>
@@ -142,6 +144,37 @@ void regenerateDropoutMasks(func::FuncOp func) {
           dropout.getRankElementsAttr(), dropout.getRankStrideAttr(),
           dropout.getSplitAttr());
       use.set(mask);
+    }
+  });
+}
+
+/// Gathers a gathered value again where a backward block reads it, so that
+/// the step keeps each rank's piece for the backward, not the whole value:
+/// sequence parallelism's all-gathers before a split part (Korthikanti et
+/// al. 2022, 4.2.2: "we store only Y_i^s ... and perform an extra
+/// all-gather in the backward pass"). One gather per backward block.
+void regatherInBackward(func::FuncOp func) {
+  func.walk([&](shard::AllGatherOp gather) {
+    auto forward = gather->getParentOfType<BlockOp>();
+    if (!forward || forward.getBackward())
+      return;
+    // Each backward block's first reader, where its gather goes.
+    llvm::MapVector<Operation *, Operation *> firstReader;
+    for (Operation *user : gather.getResult().getUsers()) {
+      auto block = user->getParentOfType<BlockOp>();
+      if (!block || !block.getBackward())
+        continue;
+      Operation *reader = block.getBody().front().findAncestorOpInBlock(*user);
+      auto [it, inserted] = firstReader.try_emplace(block, reader);
+      if (!inserted && reader->isBeforeInBlock(it->second))
+        it->second = reader;
+    }
+    for (auto [block, reader] : firstReader) {
+      OpBuilder builder(reader);
+      Value again = builder.clone(*gather)->getResult(0);
+      gather.getResult().replaceUsesWithIf(again, [&](OpOperand &use) {
+        return block->isProperAncestor(use.getOwner());
+      });
     }
   });
 }
@@ -285,6 +318,7 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
   eraseDeadBackwardOps(func);
   if (regenerateDropoutMasks)
     train::regenerateDropoutMasks(func);
+  regatherInBackward(func);
 
   // Make block-crossing values explicit block results.
   exportEscapingValues(func);

@@ -122,6 +122,18 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
     } else if (clone->hasTrait<OpTrait::SameOperandsAndResultShape>()) {
       // Casts: the shape of the input, another element type.
       shape.emplace(shapeOf(clone->getOperand(0)));
+    } else if (isa<CommunicationOpInterface>(clone) &&
+               clone->getNumOperands() == 1 &&
+               shapeOf(original->getOperand(0)).size() ==
+                   oldType.getShape().size()) {
+      // A collective changes its split dimension only (a sequence-parallel
+      // gather, reduce-scatter or slice): the others follow its operand.
+      ArrayRef<int64_t> oldInput = shapeOf(original->getOperand(0));
+      ArrayRef<int64_t> newInput = shapeOf(clone->getOperand(0));
+      shape.emplace(oldType.getShape());
+      for (size_t d = 0; d < shape->size(); ++d)
+        if ((*shape)[d] == oldInput[d])
+          (*shape)[d] = newInput[d];
     }
     // Any other result (an embedding table's gradient, a loss sum) does not
     // depend on the batch: it keeps its type.
@@ -235,6 +247,22 @@ LogicalResult TrainGradAccumPass::findBatch(Accumulation &a) {
   return success();
 }
 
+/// The whole value an integer value of the loss stands for: through
+/// regions' results and ops of one integer operand that take a piece of it
+/// or sum it over a group (a sequence-parallel rank's slice of the targets,
+/// its token count summed over the ranks), so that the window's tokens are
+/// counted and padded whole and replace the whole count.
+static Value wholeIntegers(Value integers) {
+  Value value = resolveRegionResult(integers);
+  while (Operation *def = value.getDefiningOp()) {
+    if (def->getNumOperands() != 1 || def->getNumResults() != 1 ||
+        !isa<IntegerType>(getElementTypeOrSelf(def->getOperand(0).getType())))
+      break;
+    value = resolveRegionResult(def->getOperand(0));
+  }
+  return value;
+}
+
 /// The ops that run per micro-batch, the loss's cross-entropy, and the
 /// values the rest of the step reads from them (float tensors, to sum).
 LogicalResult TrainGradAccumPass::findBody(Accumulation &a) {
@@ -257,8 +285,8 @@ LogicalResult TrainGradAccumPass::findBody(Accumulation &a) {
                 "normalize=tokens needs a cross-entropy loss "
                 "(train.cross_entropy with an ignore index) in @" +
                     a.func.getSymName());
-  a.targets = a.crossEntropy ? resolveRegionResult(a.crossEntropy.getTargets())
-                             : Value();
+  a.targets =
+      a.crossEntropy ? wholeIntegers(a.crossEntropy.getTargets()) : Value();
   auto readOutside = [&](Operation *user) {
     Operation *top = user;
     while (top->getBlock() != &entry)
@@ -371,7 +399,7 @@ LogicalResult TrainGradAccumPass::cloneBody(Accumulation &a) {
 void TrainGradAccumPass::normalizeLoss(Accumulation &a) {
   a.body->walk([&](MeanLossOp meanLoss) {
     if (normalize == AccumNormalize::tokens) {
-      Value count = resolveRegionResult(meanLoss.getCount());
+      Value count = wholeIntegers(meanLoss.getCount());
       if (isa_and_nonnull<CrossEntropyOp>(count.getDefiningOp()))
         meanLoss.getCountMutable().assign(a.windowCount);
     } else {

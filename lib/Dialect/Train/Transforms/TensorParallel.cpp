@@ -68,6 +68,11 @@ public:
   /// ops and views, a last matmul by rows.
   LogicalResult splitBlock(BlockOp block);
 
+  /// The conjugate collectives the split blocks have: f (what enters a
+  /// split part) and g (the sums of the rows' partial products).
+  ArrayRef<Operation *> getEntries() const { return entries; }
+  ArrayRef<Operation *> getSums() const { return sums; }
+
 private:
   FailureOr<BlockSplit> analyze(BlockOp block);
   /// A whole value that a split op reads, passed through f once.
@@ -89,6 +94,7 @@ private:
   llvm::DenseSet<BlockArgument> split;
   /// f of each whole value entering the split part of the current block.
   llvm::SmallMapVector<Value, Value, 4> entered;
+  SmallVector<Operation *> entries, sums;
 };
 
 FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
@@ -196,10 +202,10 @@ Value TensorParallel::enter(Value value, Operation *user) {
         def && def->getBlock() == user->getBlock())
       builder.setInsertionPointAfter(def);
     SmallVector<int16_t> axes = {kTensorAxis};
-    it->second =
-        GradAllReduceOp::create(builder, user->getLoc(), value, grid.getValue(),
-                                ArrayRef<int16_t>(axes))
-            .getResult();
+    auto f = GradAllReduceOp::create(builder, user->getLoc(), value,
+                                     grid.getValue(), ArrayRef<int16_t>(axes));
+    entries.push_back(f);
+    it->second = f.getResult();
   }
   return it->second;
 }
@@ -335,6 +341,259 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
       builder, row.getLoc(), row.getResult(), grid.getValue(),
       ArrayRef<shard::GridAxis>(axes), shard::ReductionKind::Sum);
   row.getResult().replaceAllUsesExcept(sum.getResult(), sum);
+  sums.push_back(sum);
+  return success();
+}
+
+/// Megatron's sequence parallelism (Korthikanti et al. 2022, 4.2.2) on a
+/// tensor-parallel forward: the residual stream between the split parts,
+/// [batch, seq, hidden], is split along the sequence, each rank computing
+/// its s/t positions of the ops there (norms, biases, dropout, the
+/// residual adds, the head); a split part's input is all-gathered along
+/// the sequence in place of f and its rows' partial products
+/// reduce-scattered in place of g. What those ops read whole (a norm's
+/// weights, a bias, the head's weight) enters through f: each rank's
+/// gradient of it is its positions' part.
+class SequenceParallel {
+public:
+  SequenceParallel(func::FuncOp func, int64_t size, FlatSymbolRefAttr grid,
+                   const TensorParallel &parallel)
+      : func(func), size(size), grid(grid), context(func.getContext()) {
+    entries.insert(parallel.getEntries().begin(), parallel.getEntries().end());
+    sums.insert(parallel.getSums().begin(), parallel.getSums().end());
+  }
+
+  LogicalResult run();
+
+private:
+  /// Splits the embedding block's result along the sequence.
+  LogicalResult scatterEmbedding(BlockOp block);
+  /// One op after the embedding, in order: f and g become the gather and
+  /// the reduce-scatter; an op reading a piece of the sequence computes on
+  /// it.
+  LogicalResult rewrite(Operation *op);
+  LogicalResult rewritePositionWise(Operation *op);
+  LogicalResult rewriteLoss(CrossEntropyOp loss);
+  /// A value every rank holds whole, read by an op on a piece of the
+  /// sequence: a parameter enters through f.
+  FailureOr<Value> enterWhole(Value value, Operation *user, bool matrix);
+  /// `value`'s piece along the sequence (a slice of a whole input).
+  Value slice(Value value, Operation *user);
+  RankedTensorType pieceType(RankedTensorType whole) const;
+  DenseI16ArrayAttr axes() const {
+    return DenseI16ArrayAttr::get(context, {kTensorAxis});
+  }
+  IntegerAttr sequenceDim() const {
+    return IntegerAttr::get(IndexType::get(context), kSequenceDim);
+  }
+  InFlightDiagnostic fail(Operation *op) {
+    return op->emitError("train-tensor-parallel sequence-parallel=true: ");
+  }
+
+  static constexpr int64_t kSequenceDim = 1;
+  func::FuncOp func;
+  int64_t size;
+  FlatSymbolRefAttr grid;
+  MLIRContext *context;
+  llvm::DenseSet<Operation *> entries, sums;
+  /// The values split along the sequence.
+  llvm::DenseSet<Value> pieces;
+  /// f of each parameter read on a piece, and the piece of each input.
+  llvm::DenseMap<Value, Value> entered, sliced;
+};
+
+RankedTensorType SequenceParallel::pieceType(RankedTensorType whole) const {
+  SmallVector<int64_t> shape(whole.getShape());
+  shape[kSequenceDim] /= size;
+  return RankedTensorType::get(shape, whole.getElementType());
+}
+
+LogicalResult SequenceParallel::scatterEmbedding(BlockOp block) {
+  auto yield = cast<YieldOp>(block.getBody().front().getTerminator());
+  if (yield.getNumOperands() != 1)
+    return fail(block) << "the embedding block yields "
+                       << yield.getNumOperands()
+                       << " values; one [batch, seq, hidden] is split";
+  Value whole = yield.getOperand(0);
+  auto type = dyn_cast<RankedTensorType>(whole.getType());
+  if (!type || type.getRank() != 3 || !type.hasStaticShape())
+    return fail(block) << "the embedding block's result is not a static "
+                          "[batch, seq, hidden] tensor";
+  if (type.getDimSize(kSequenceDim) % size != 0)
+    return fail(block) << size << " ranks do not divide the sequence ("
+                       << type.getDimSize(kSequenceDim) << ")";
+  OpBuilder builder(yield);
+  auto piece =
+      shard::AllSliceOp::create(builder, yield.getLoc(), pieceType(type), grid,
+                                axes(), whole, sequenceDim());
+  yield->setOperand(0, piece.getResult());
+  block.getResult(0).setType(piece.getType());
+  pieces.insert(block.getResult(0));
+  return success();
+}
+
+Value SequenceParallel::slice(Value value, Operation *user) {
+  Value &piece = sliced[value];
+  if (!piece) {
+    OpBuilder builder(context);
+    builder.setInsertionPointAfterValue(value);
+    piece = shard::AllSliceOp::create(
+        builder, user->getLoc(),
+        pieceType(cast<RankedTensorType>(value.getType())), grid, axes(), value,
+        sequenceDim());
+  }
+  return piece;
+}
+
+FailureOr<Value> SequenceParallel::enterWhole(Value value, Operation *user,
+                                              bool matrix) {
+  auto type = cast<RankedTensorType>(value.getType());
+  BlockArgument arg = paramArgument(value, func);
+  if (!arg || type.getRank() > (matrix ? 2 : 1))
+    return fail(user) << "reads a value every rank holds whole (not a "
+                         "parameter broadcast along the positions) with a "
+                         "piece of the sequence";
+  Value &f = entered[value];
+  if (!f) {
+    OpBuilder builder(context);
+    builder.setInsertionPointToStart(&func.getBody().front());
+    SmallVector<int16_t> gridAxes = {kTensorAxis};
+    f = GradAllReduceOp::create(builder, value.getLoc(), value, grid.getValue(),
+                                ArrayRef<int16_t>(gridAxes));
+  }
+  return f;
+}
+
+LogicalResult SequenceParallel::rewritePositionWise(Operation *op) {
+  auto matmul = dyn_cast<MatmulOp>(op);
+  for (OpOperand &operand : op->getOpOperands()) {
+    Value value = operand.get();
+    if (pieces.contains(value) || !isa<RankedTensorType>(value.getType()) ||
+        !isa<FloatType>(getElementTypeOrSelf(value.getType())))
+      continue;
+    bool rhs = matmul && operand.getOperandNumber() == 1;
+    FailureOr<Value> whole = enterWhole(value, op, rhs);
+    if (failed(whole))
+      return failure();
+    operand.set(*whole);
+  }
+  SmallVector<Type> types;
+  if (failed(inferResultTypes(op, types)))
+    return fail(op) << "cannot re-type it for a piece of the sequence";
+  for (auto [result, type] : llvm::zip(op->getResults(), types)) {
+    result.setType(type);
+    pieces.insert(result);
+  }
+  // A dropout on a piece draws its piece of the whole tensor's mask.
+  if (auto dropout = dyn_cast<DropoutOp>(op))
+    dropout.setSplitAttr(
+        TensorSplitAttr::get(context, kSequenceDim, size, grid, kTensorAxis));
+  return success();
+}
+
+LogicalResult SequenceParallel::rewriteLoss(CrossEntropyOp loss) {
+  if (!pieces.contains(loss.getLogits()))
+    return success();
+  // Each rank's positions' loss and count, summed over the group (g: the
+  // identity backward, every rank's loss being the whole loss).
+  loss.getTargetsMutable().assign(slice(loss.getTargets(), loss));
+  OpBuilder builder(context);
+  builder.setInsertionPointAfter(loss);
+  for (Value result : loss.getResults()) {
+    auto sum = shard::AllReduceOp::create(
+        builder, loss.getLoc(), result, grid.getValue(),
+        ArrayRef<shard::GridAxis>{kTensorAxis}, shard::ReductionKind::Sum);
+    result.replaceAllUsesExcept(sum.getResult(), sum);
+  }
+  return success();
+}
+
+LogicalResult SequenceParallel::rewrite(Operation *op) {
+  if (entries.contains(op)) {
+    // f of a piece: the whole sequence gathered (its gradient
+    // reduce-scattered) for the split part.
+    Value input = op->getOperand(0);
+    if (!pieces.contains(input))
+      return success();
+    OpBuilder builder(op);
+    auto gathered = shard::AllGatherOp::create(builder, op->getLoc(),
+                                               op->getResult(0).getType(), grid,
+                                               axes(), input, sequenceDim());
+    op->getResult(0).replaceAllUsesWith(gathered.getResult());
+    op->erase();
+    return success();
+  }
+  if (sums.contains(op)) {
+    // g: each rank's positions of the sum (their gradient gathered).
+    auto sum = cast<shard::AllReduceOp>(op);
+    auto whole = cast<RankedTensorType>(sum.getType());
+    if (whole.getRank() != 3 || whole.getDimSize(kSequenceDim) % size != 0)
+      return fail(op) << size << " ranks do not divide the sequence of "
+                      << whole;
+    OpBuilder builder(op);
+    auto scattered = shard::ReduceScatterOp::create(
+        builder, op->getLoc(), pieceType(whole), grid, axes(), sum.getInput(),
+        shard::ReductionKindAttr::get(context, shard::ReductionKind::Sum),
+        sequenceDim());
+    sum.getResult().replaceAllUsesWith(scattered.getResult());
+    sum.erase();
+    pieces.insert(scattered.getResult());
+    return success();
+  }
+  if (auto block = dyn_cast<BlockOp>(op)) {
+    for (Operation &inner : llvm::make_early_inc_range(
+             block.getBody().front().without_terminator()))
+      if (failed(rewrite(&inner)))
+        return failure();
+    auto yield = cast<YieldOp>(block.getBody().front().getTerminator());
+    for (auto [result, value] :
+         llvm::zip(block.getResults(), yield.getOperands()))
+      if (pieces.contains(value)) {
+        result.setType(value.getType());
+        pieces.insert(result);
+      }
+    return success();
+  }
+  if (auto loss = dyn_cast<CrossEntropyOp>(op))
+    return rewriteLoss(loss);
+  if (!llvm::any_of(op->getOperands(),
+                    [&](Value v) { return pieces.contains(v); }))
+    return success();
+  auto matmul = dyn_cast<MatmulOp>(op);
+  bool byWeight = matmul && !matmul.getTransposeLhs() &&
+                  pieces.contains(matmul.getLhs()) &&
+                  !pieces.contains(matmul.getRhs());
+  if (!op->hasTrait<PositionWise>() && !byWeight)
+    return fail(op) << "'" << op->getName()
+                    << "' reads a piece of the sequence and is not "
+                       "position-wise (a norm, an element-wise op, dropout, "
+                       "a matmul by a weight)";
+  return rewritePositionWise(op);
+}
+
+LogicalResult SequenceParallel::run() {
+  Block &body = func.getBody().front();
+  auto embedding = llvm::find_if(body, [](Operation &op) {
+    auto block = dyn_cast<BlockOp>(&op);
+    return block && block.getKind() == BlockKind::embedding;
+  });
+  if (embedding == body.end())
+    return func.emitError("train-tensor-parallel sequence-parallel=true: @")
+           << func.getSymName()
+           << " has no embedding block (its result is what the sequence "
+              "splits from)";
+  if (failed(scatterEmbedding(cast<BlockOp>(*embedding))))
+    return failure();
+  for (Operation &op : llvm::make_early_inc_range(llvm::make_range(
+           std::next(embedding), Block::iterator(body.getTerminator()))))
+    if (failed(rewrite(&op)))
+      return failure();
+  // The loss is whole again; nothing split may leave the function.
+  for (Value result : body.getTerminator()->getOperands())
+    if (pieces.contains(result))
+      return fail(body.getTerminator())
+             << "returns a piece of the sequence (the loss must be summed "
+                "over the group)";
   return success();
 }
 
@@ -398,6 +657,9 @@ struct TrainTensorParallelPass
       });
       if (walk.wasInterrupted())
         return signalPassFailure();
+      if (sequenceParallel &&
+          failed(SequenceParallel(func, size, grid, parallel).run()))
+        return signalPassFailure();
       func.setType(FunctionType::get(func.getContext(),
                                      func.getBody().getArgumentTypes(),
                                      func.getResultTypes()));
@@ -406,8 +668,8 @@ struct TrainTensorParallelPass
         if (whole[k])
           whole[k]->emitRemark("train-tensor-parallel: the ")
               << kinds[k]
-              << " blocks stay whole on every rank (this version splits "
-                 "attention and MLPs)";
+              << " blocks' weights stay whole on every rank (this version "
+                 "splits attention and MLPs; no vocabulary parallelism)";
     }
   }
 };

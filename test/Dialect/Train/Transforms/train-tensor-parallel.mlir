@@ -51,7 +51,7 @@
 // BACKWARD: shard.all_reduce %{{.*}} on @tp grid_axes = [1] : tensor<2x4x8xf32>
 // BACKWARD: shard.all_reduce %{{.*}} on @tp grid_axes = [1] : tensor<2x4x8xf32>
 // BACKWARD: train.layer_norm_grad
-// REMARK: remark: train-tensor-parallel: the head blocks stay whole on every rank (this version splits attention and MLPs)
+// REMARK: remark: train-tensor-parallel: the head blocks' weights stay whole on every rank (this version splits attention and MLPs; no vocabulary parallelism)
 // ZERO: shard.grid @tp(shape = 2x2)
 // ZERO-LABEL: func.func @train_step
 // ZERO: shard.reduce_scatter %{{.*}} on @tp grid_axes = [0] reduction =  average scatter_axis = 0

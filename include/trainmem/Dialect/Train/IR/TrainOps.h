@@ -32,6 +32,11 @@ class NotDifferentiated
 template <typename ConcreteType>
 class SumsOperands : public OpTrait::TraitBase<ConcreteType, SumsOperands> {};
 
+/// Marks an op that computes each position from that position's values
+/// alone (Train_PositionWise): it runs unchanged on a piece of the sequence.
+template <typename ConcreteType>
+class PositionWise : public OpTrait::TraitBase<ConcreteType, PositionWise> {};
+
 /// True when a tensor of shape `from` broadcasts (NumPy rules, aligned from
 /// the right) to shape `to` without changing `to`.
 bool isBroadcastableTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to);

@@ -34,6 +34,16 @@ def Train_SumsOperands : NativeOpTrait<"SumsOperands"> {
   let cppNamespace = "::mlir::train";
 }
 
+// An op that computes each position (each index of its result's leading
+// dimensions) from the operands' values at that position and from
+// operands it broadcasts along the positions (a norm's weights, a bias):
+// it runs unchanged on a piece of the positions, given those whole
+// (sequence parallelism splits the sequence; it checks that what is
+// broadcast has no sequence dimension).
+def Train_PositionWise : NativeOpTrait<"PositionWise"> {
+  let cppNamespace = "::mlir::train";
+}
+
 // A compute op that is not differentiated.
 class Train_NonDiffOp<string mnemonic, list<Trait> traits = [],
                       list<string> costOverrides = []>
@@ -131,7 +141,7 @@ def Train_MatmulOp : Train_DiffOp<"matmul", [InferTypeOpAdaptor]> {
 }
 
 def Train_AddOp : Train_DiffOp<"add",
-    [SameOperandsAndResultType, Train_SumsOperands]> {
+    [Train_PositionWise, SameOperandsAndResultType, Train_SumsOperands]> {
   let summary = "elementwise sum (residual connections)";
   let description = [{
     ```mlir
@@ -143,7 +153,7 @@ def Train_AddOp : Train_DiffOp<"add",
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def Train_MulOp : Train_DiffOp<"mul", [SameOperandsAndResultType]> {
+def Train_MulOp : Train_DiffOp<"mul", [Train_PositionWise, SameOperandsAndResultType]> {
   let summary = "elementwise product (gated MLPs)";
   let description = [{
     ```mlir
@@ -155,7 +165,7 @@ def Train_MulOp : Train_DiffOp<"mul", [SameOperandsAndResultType]> {
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def Train_ScaleOp : Train_DiffOp<"scale", [SameOperandsAndResultType]> {
+def Train_ScaleOp : Train_DiffOp<"scale", [Train_PositionWise, SameOperandsAndResultType]> {
   let summary = "multiplies by a constant";
   let description = [{
     ```mlir
@@ -169,7 +179,7 @@ def Train_ScaleOp : Train_DiffOp<"scale", [SameOperandsAndResultType]> {
 }
 
 def Train_BiasAddOp : Train_DiffOp<"bias_add",
-    [AllTypesMatch<["input", "result"]>]> {
+    [Train_PositionWise, AllTypesMatch<["input", "result"]>]> {
   let summary = "adds a tensor broadcast over leading dimensions";
   let description = [{
     `result[i..., j...] = input[i..., j...] + bias[j...]`: the bias has the
@@ -189,7 +199,7 @@ def Train_BiasAddOp : Train_DiffOp<"bias_add",
 }
 
 def Train_LayerNormOp : Train_DiffOp<"layer_norm",
-    [AllTypesMatch<["input", "result"]>]> {
+    [Train_PositionWise, AllTypesMatch<["input", "result"]>]> {
   let summary = "layer normalization over the last dimension";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last
@@ -218,7 +228,7 @@ def Train_LayerNormOp : Train_DiffOp<"layer_norm",
 }
 
 def Train_RMSNormOp : Train_DiffOp<"rms_norm",
-    [AllTypesMatch<["input", "result"]>]> {
+    [Train_PositionWise, AllTypesMatch<["input", "result"]>]> {
   let summary = "root-mean-square normalization over the last dimension";
   let description = [{
     `x / sqrt(mean(x²) + epsilon) * gamma` over the last dimension.
@@ -244,7 +254,7 @@ def Train_RMSNormOp : Train_DiffOp<"rms_norm",
   ];
 }
 
-def Train_GeluOp : Train_DiffOp<"gelu", [SameOperandsAndResultType]> {
+def Train_GeluOp : Train_DiffOp<"gelu", [Train_PositionWise, SameOperandsAndResultType]> {
   let summary = "GELU, tanh approximation";
   let description = [{
     `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`, as GPT-2 uses.
@@ -259,7 +269,7 @@ def Train_GeluOp : Train_DiffOp<"gelu", [SameOperandsAndResultType]> {
 }
 
 def Train_BiasGeluOp : Train_DiffOp<"bias_gelu",
-    [AllTypesMatch<["input", "result"]>]> {
+    [Train_PositionWise, AllTypesMatch<["input", "result"]>]> {
   let summary = "GELU of a tensor plus a bias broadcast over leading dimensions";
   let description = [{
     `gelu(input + bias)`, the sum rounded to the element type first: to the
@@ -280,7 +290,7 @@ def Train_BiasGeluOp : Train_DiffOp<"bias_gelu",
   let hasVerifier = 1;
 }
 
-def Train_SiluOp : Train_DiffOp<"silu", [SameOperandsAndResultType]> {
+def Train_SiluOp : Train_DiffOp<"silu", [Train_PositionWise, SameOperandsAndResultType]> {
   let summary = "SiLU (swish): x · sigmoid(x)";
   let description = [{
     ```mlir
@@ -309,7 +319,7 @@ def Train_SoftmaxOp : Train_DiffOp<"softmax", [SameOperandsAndResultType]> {
 }
 
 def Train_DropoutOp : Train_DiffOp<"dropout",
-    [AllTypesMatch<["input", "result"]>, AttrSizedOperandSegments,
+    [Train_PositionWise, AllTypesMatch<["input", "result"]>, AttrSizedOperandSegments,
      InferShapedTypeOpAdaptor,
      DeclareOpInterfaceMethods<Train_BatchDrawOpInterface>]> {
   let summary = "inverted dropout with a counter-based keep-mask";
@@ -577,7 +587,7 @@ def Train_MeanLossOp : Train_DiffOp<"mean_loss",
   }];
 }
 
-def Train_CastOp : Train_DiffOp<"cast", [SameOperandsAndResultShape]> {
+def Train_CastOp : Train_DiffOp<"cast", [Train_PositionWise, SameOperandsAndResultShape]> {
   let summary = "converts between f32, bf16 and f16";
   let description = [{
     Rounds to the nearest value of the result element type (ties to even).

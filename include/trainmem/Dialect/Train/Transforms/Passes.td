@@ -291,6 +291,23 @@ def TrainTensorParallelPass
     part is marked with its split (`split = #train.split<...>`): each rank
     draws its part of the whole tensor's mask.
 
+    With `sequence-parallel=true` (Megatron's sequence parallelism,
+    Korthikanti et al. 2022): the embedding block's result, [batch, seq,
+    hidden], is sliced along the sequence (`shard.all_slice`, gathered in
+    the backward) and every op outside the split parts (the norms, the
+    biases after the rows, dropout, the residual adds, the head and its
+    loss) computes each rank's s/t positions; a split part's input is
+    all-gathered along the sequence (`shard.all_gather`, reduce-scattered
+    in the backward) in place of f, and its rows' partial products are
+    reduce-scattered (`shard.reduce_scatter`, gathered in the backward) in
+    place of g. The parameters those ops read whole (norm weights, biases,
+    the head's weight) enter through f, each rank's gradient being its
+    positions' part; a dropout there draws its piece of the whole mask; the
+    loss's sum and token count are summed over the group. An op there that
+    is not position-wise (`Train_PositionWise`, or a matmul by a weight), a
+    sequence t does not divide, or a forward without an embedding block is
+    an error at the op.
+
     The data axis: `train-zero{ranks=d}` on the split step averages the
     gradients (stage 0) or partitions the optimizer (stages 1-3) over the
     grid's axis 0, growing it from 1 to `d` when `data` was left at 1; a
@@ -303,7 +320,11 @@ def TrainTensorParallelPass
            "Ranks of a tensor-parallel group (t)">,
     Option<"data", "data", "int64_t", "1",
            "Data-parallel groups (the grid's first axis; train-zero with "
-           "ranks=data averages or partitions over it)">
+           "ranks=data averages or partitions over it)">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", "false",
+           "Splits the residual stream along the sequence between the split "
+           "parts (Korthikanti et al. 2022): all-gathers and "
+           "reduce-scatters in place of f and g">
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
   let statistics = [

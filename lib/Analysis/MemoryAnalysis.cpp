@@ -13,10 +13,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
-#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Analysis/Layout.h"
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 #include "llvm/ADT/EquivalenceClasses.h"
 #include "llvm/ADT/SetVector.h"
@@ -777,16 +778,39 @@ const FunctionMemory *MemoryAnalysis::lookup(func::FuncOp func) const {
   return nullptr;
 }
 
-std::map<std::string, CollectiveTraffic>
+/// The axis `collective` runs over, as the report names it (see
+/// CollectiveTraffic): its group against the tensor axis's, the one
+/// `tensor` (a #train.split of the function, if any) names.
+static std::string axisOf(Operation *collective, TensorSplitAttr tensor) {
+  std::optional<ProcessGroup> group = getProcessGroup(collective);
+  std::optional<ProcessGroup> tensorGroup;
+  if (tensor) {
+    int16_t axis = static_cast<int16_t>(tensor.getAxis());
+    tensorGroup = getProcessGroup(collective, tensor.getGrid(), {axis});
+  }
+  if (!group || !tensorGroup || tensorGroup->size == 1)
+    return "data";
+  if (group->size == tensorGroup->size && group->stride == tensorGroup->stride)
+    return "tensor";
+  if (group->size == group->gridRanks)
+    return "data+tensor";
+  return "data";
+}
+
+std::map<TrafficKey, CollectiveTraffic>
 mlir::train::collectiveTrafficOf(func::FuncOp func) {
-  std::map<std::string, CollectiveTraffic> traffic;
+  TensorSplitAttr tensor;
+  for (unsigned i = 0; i < func.getNumArguments() && !tensor; ++i)
+    tensor = func.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName);
+  std::map<TrafficKey, CollectiveTraffic> traffic;
   func.walk([&](CommunicationOpInterface collective) {
     uint64_t times = 1;
     for (Operation *parent = collective->getParentOp(); parent;
          parent = parent->getParentOp())
       if (auto loop = dyn_cast<AccumulateOp>(parent))
         times = mulCount(times, loop.getStepsAttr().getInt());
-    CollectiveTraffic &t = traffic[collective.getCollectiveKind().str()];
+    CollectiveTraffic &t = traffic[{axisOf(collective, tensor),
+                                    collective.getCollectiveKind().str()}];
     t.ops = addCount(t.ops, times);
     t.elements =
         addCount(t.elements, mulCount(collective.getElementsSent(), times));

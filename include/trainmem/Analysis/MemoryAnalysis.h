@@ -17,6 +17,7 @@
 #include "llvm/ADT/EquivalenceClasses.h"
 #include <map>
 #include <string>
+#include <tuple>
 
 #include <array>
 #include <optional>
@@ -242,13 +243,22 @@ private:
 
 /// The memory of every function with a body in a module (or of one
 /// function).
-/// What one rank's collectives send per step, by kind ("all_reduce",
-/// "reduce_scatter", ...), from their CommunicationOpInterface; a
-/// micro-batch loop's body counts once per micro-batch.
+/// What one rank's collectives send per step, by the grid axis they run
+/// over and their kind ("all_reduce", "reduce_scatter", ...), from their
+/// CommunicationOpInterface; a micro-batch loop's body counts once per
+/// micro-batch. The axis: "tensor" (the one the function's #train.split
+/// parts are cut over), "data" (another: ZeRO's, the data axis of a
+/// tensor-parallel grid) or "data+tensor" (both, a norm's sum).
 struct CollectiveTraffic {
   uint64_t ops = 0, elements = 0, bytes = 0;
 };
-std::map<std::string, CollectiveTraffic> collectiveTrafficOf(func::FuncOp func);
+struct TrafficKey {
+  std::string axis, kind;
+  bool operator<(const TrafficKey &other) const {
+    return std::tie(axis, kind) < std::tie(other.axis, other.kind);
+  }
+};
+std::map<TrafficKey, CollectiveTraffic> collectiveTrafficOf(func::FuncOp func);
 
 class MemoryAnalysis {
 public:

@@ -118,8 +118,11 @@ double modelStatesPerParameter(const FunctionMemory &memory) {
 struct Parallelism {
   ZeroAttr zero;
   int64_t ranks = 1;
+  /// The tensor-parallel group's size (the parts of a #train.split), 1
+  /// without.
+  int64_t tensorParts = 1;
   int64_t rankBatch = 0; // the step's batch (tokens' first dimension)
-  std::map<std::string, CollectiveTraffic> traffic;
+  std::map<TrafficKey, CollectiveTraffic> traffic;
   int64_t globalBatch() const { return rankBatch * ranks; }
 };
 
@@ -135,8 +138,18 @@ Parallelism parallelismOf(func::FuncOp func) {
                 func.getArgument(i).getType()))
           if (type.getRank() >= 1)
             p.rankBatch = type.getDimSize(0);
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (auto split =
+            func.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName))
+      p.tensorParts = split.getParts();
   p.traffic = collectiveTrafficOf(func);
   return p;
+}
+
+llvm::json::Object trafficObject(const CollectiveTraffic &t) {
+  return llvm::json::Object{{"ops", t.ops},
+                            {"elements_per_rank", t.elements},
+                            {"bytes_per_rank", t.bytes}};
 }
 
 /// The zeros train-zero padded the ranks' shards with (arguments marked
@@ -228,32 +241,40 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
         {"totals", categoryObject(memory.getHostTotals(), false)},
         {"host_device_bytes_per_step", memory.getHostDeviceBytes()}};
   }
-  // Data parallelism, for a step train-zero partitioned (the numbers above
-  // are one rank's).
-  if (parallelism.zero) {
+  // Data and tensor parallelism (the numbers above are one rank's): ZeRO's
+  // partitioning and what the collectives send, by kind and by axis.
+  if (parallelism.zero || !parallelism.traffic.empty()) {
     Padding padding = paddingOf(memory.getFunction(), parallelism.ranks);
+    std::map<std::string, CollectiveTraffic> byKind;
+    llvm::json::Object byAxis;
+    for (auto &[key, t] : parallelism.traffic) {
+      CollectiveTraffic &sum = byKind[key.kind];
+      sum.ops += t.ops;
+      sum.elements += t.elements;
+      sum.bytes += t.bytes;
+      if (!byAxis.getObject(key.axis))
+        byAxis[key.axis] = llvm::json::Object{};
+      (*byAxis.getObject(key.axis))[key.kind] = trafficObject(t);
+    }
+    llvm::json::Object kinds;
+    for (auto &[kind, t] : byKind)
+      kinds[kind] = trafficObject(t);
     llvm::json::Object extra{
         {"padding",
-         llvm::json::Object{
-             {"elements_all_ranks", padding.elements},
-             {"bytes_all_ranks", padding.bytes},
-             {"bytes_per_rank_mean",
-              static_cast<double>(padding.bytes) /
-                  static_cast<double>(parallelism.ranks)}}},
+         llvm::json::Object{{"elements_all_ranks", padding.elements},
+                            {"bytes_all_ranks", padding.bytes},
+                            {"bytes_per_rank_mean",
+                             static_cast<double>(padding.bytes) /
+                                 static_cast<double>(parallelism.ranks)}}},
         {"ranks", parallelism.ranks},
         {"zero_stage", parallelism.zero
-                         ? llvm::json::Value(parallelism.zero.getStage())
-                         : llvm::json::Value(nullptr)},
+                           ? llvm::json::Value(parallelism.zero.getStage())
+                           : llvm::json::Value(nullptr)},
         {"rank_batch", parallelism.rankBatch},
         {"global_batch", parallelism.globalBatch()},
-        {"communication", [&] {
-         llvm::json::Object kinds;
-         for (auto &[kind, t] : parallelism.traffic)
-           kinds[kind] = llvm::json::Object{{"ops", t.ops},
-                                              {"elements_per_rank", t.elements},
-                                              {"bytes_per_rank", t.bytes}};
-         return kinds;
-       }()},
+        {"tensor_parallel", parallelism.tensorParts},
+        {"communication", std::move(kinds)},
+        {"communication_by_axis", std::move(byAxis)},
     };
     for (auto &entry : extra)
       object[entry.first] = std::move(entry.second);
@@ -303,8 +324,7 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                       memory.getFlops(Phase::Backward),
                       memory.getFlops(Phase::Optimizer),
                       memory.getRecomputeFlops());
-  // Data parallelism, for a step train-zero partitioned: the numbers above
-  // are one rank's.
+  // Data and tensor parallelism: the numbers above are one rank's.
   Parallelism parallelism = parallelismOf(memory.getFunction());
   if (parallelism.zero) {
     os << llvm::formatv("  zero       stage {0}, {1} ranks (per rank above); "
@@ -319,11 +339,15 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                           padding.elements, padding.bytes,
                           static_cast<double>(padding.bytes) /
                               static_cast<double>(parallelism.ranks));
-    for (auto &[kind, t] : parallelism.traffic)
-      os << llvm::formatv("  communication {0,-15} {1,6} ops {2,20} elements "
-                          "{3,20} B per rank and step\n",
-                          kind, t.ops, t.elements, t.bytes);
   }
+  if (parallelism.tensorParts > 1)
+    os << llvm::formatv("  tensor     {0} ranks per tensor-parallel group "
+                        "(per rank above)\n",
+                        parallelism.tensorParts);
+  for (auto &[key, t] : parallelism.traffic)
+    os << llvm::formatv("  communication {0,-11} {1,-15} {2,6} ops {3,20} "
+                        "elements {4,20} B per rank and step\n",
+                        key.axis, key.kind, t.ops, t.elements, t.bytes);
   if (memory.getHostBytes() > 0) {
     os << llvm::formatv(
         "  host       {0,20} B  {1,12}  (train-offload-optimizer; "

@@ -1,5 +1,6 @@
 // RUN: trainmem-opt %s -train-tensor-parallel="size=2 sequence-parallel=true" 2>/dev/null | FileCheck %s
 // RUN: trainmem-opt %s -train-tensor-parallel="size=2 sequence-parallel=true" -train-autodiff="optimizer=none" 2>/dev/null | FileCheck %s --check-prefix=GRAD
+// RUN: trainmem-opt %s -train-tensor-parallel="size=2 sequence-parallel=true" -train-autodiff -train-memory-report="output=-" -o /dev/null 2>/dev/null | FileCheck %s --check-prefix=REPORT
 //
 // Megatron's sequence parallelism on one layer (a norm, an MLP, its
 // residual) between an embedding and a head: the residual stream [2, 4, 6]
@@ -80,3 +81,16 @@ func.func @forward(%tokens: tensor<2x4xi32> {train.input = "tokens"},
   }
   return %loss : tensor<f32>
 }
+
+// The report's communication by axis, per rank and step, f32: each
+// all-gather and reduce-scatter of the [2, 4, 6] stream sends half of it
+// (24 elements): 4 gathers (the MLP's input, again in the backward, the
+// reduce-scatter's gradient, the embedding slice's gradient), 2
+// reduce-scatters (the rows, the gather's gradient); the all-reduces sum
+// f's gradients (wte 48, three vectors of 6: each 2 x half) and the loss's
+// sum and count (2 elements each, i64 count: 8 B).
+// REPORT: tensor     2 ranks per tensor-parallel group (per rank above)
+// REPORT: communication tensor      all_gather           4 ops                   96 elements                  384 B per rank and step
+// REPORT: communication tensor      all_reduce           6 ops                   70 elements                  288 B per rank and step
+// REPORT: communication tensor      all_slice            2 ops                    0 elements                    0 B per rank and step
+// REPORT: communication tensor      reduce_scatter       2 ops                   48 elements                  192 B per rank and step

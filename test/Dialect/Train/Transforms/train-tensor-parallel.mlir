@@ -21,6 +21,17 @@
 // scatters and gathers over axis 0, and sums the split gradients' squared
 // norms over both axes, the whole ones' over the data axis.
 // RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff="clip-norm=1.0" -train-zero="ranks=2 stage=2" 2>/dev/null | FileCheck %s --check-prefix=ZERO
+// The report counts what each rank sends by axis: ZeRO's gathers and
+// scatters over the data axis, the clip's split norms over both, the
+// conjugates' sums over the tensor axis (the first function's figures).
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff="clip-norm=1.0" -train-zero="ranks=2 stage=2" -train-memory-report="output=-" -o /dev/null 2>/dev/null | FileCheck %s --check-prefix=AXES
+// AXES-LABEL: memory of @train_step
+// AXES: zero       stage 2, 2 ranks
+// AXES: tensor     2 ranks per tensor-parallel group (per rank above)
+// AXES: communication data        all_gather           6 ops                  148 elements                  592 B per rank and step
+// AXES: communication data        reduce_scatter       6 ops                  148 elements                  592 B per rank and step
+// AXES: communication data+tensor all_reduce           1 ops                   36 elements                  288 B per rank and step
+// AXES: communication tensor      all_reduce           2 ops                  128 elements                  512 B per rank and step
 //
 // What stays whole is said.
 // RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=REMARK

@@ -60,7 +60,7 @@
 // SMALL-NEXT: shard.all_reduce %[[G1]] {{.*}} {train.bucket = 1 : i64}
 
 // REPORT: zero       stage 0, 4 ranks (per rank above); global batch 8 = 2 per rank x 4 ranks
-// REPORT: communication all_reduce           2 ops                  384 elements                 1536 B per rank and step
+// REPORT: communication data        all_reduce           2 ops                  384 elements                 1536 B per rank and step
 
 // JSON: "communication": {
 // JSON-NEXT: "all_reduce": {
@@ -97,8 +97,8 @@
 // Stage 1 sends what stage 0 does (2Ψ(N-1)/N = 384 elements), in two
 // halves; the optimizer state is 8Ψ/N = 512 B.
 // REPORT1: optimizer state m+v {{ *}}512 B
-// REPORT1: communication all_gather           2 ops                  192 elements                  768 B per rank and step
-// REPORT1: communication reduce_scatter       2 ops                  192 elements                  768 B per rank and step
+// REPORT1: communication data        all_gather           2 ops                  192 elements                  768 B per rank and step
+// REPORT1: communication data        reduce_scatter       2 ops                  192 elements                  768 B per rank and step
 
 // STAGE2-LABEL: func.func @train_step
 // STAGE2-SAME: train.zero = #train.zero<stage = 2, ranks = 4, bucket = 100>
@@ -116,8 +116,8 @@
 // Stage 2 sends what stage 1 does; the gradients the rank keeps are its
 // shards (2 x 32 elements of f32 = 256 B in total).
 // REPORT2: gradients {{ *[0-9]+ *}} 256
-// REPORT2: communication all_gather           2 ops                  192 elements                  768 B per rank and step
-// REPORT2: communication reduce_scatter       2 ops                  192 elements                  768 B per rank and step
+// REPORT2: communication data        all_gather           2 ops                  192 elements                  768 B per rank and step
+// REPORT2: communication data        reduce_scatter       2 ops                  192 elements                  768 B per rank and step
 
 // STAGE3-LABEL: func.func @train_step
 // STAGE3-SAME: %[[W1:[a-z0-9]+]]: tensor<32xf32> {train.init = #train.init<normal, std = 2.000000e-02>, train.param = "w1", train.shard_of = tensor<8x16xf32>}
@@ -178,7 +178,7 @@
 // REPORT3: gathered {{ *[0-9]+ *}} 1540
 // REPORT3: zero       stage 3, 3 ranks
 // REPORT3: padding    6 elements, 24 B over all ranks' shards (8.0 B per rank; in the categories above)
-// REPORT3: communication all_gather           3 ops                  258 elements                 1032 B per rank and step
+// REPORT3: communication data        all_gather           3 ops                  258 elements                 1032 B per rank and step
 
 func.func @forward(%x: tensor<4x8xf32> {train.input = "activations"}, %tokens: tensor<2x2xi32> {train.input = "tokens"}, %w1: tensor<8x16xf32> {train.param = "w1", train.init = #train.init<normal, std = 0.02>}, %w2: tensor<16x8xf32> {train.param = "w2", train.init = #train.init<normal, std = 0.02>}, %t: tensor<4xi32> {train.input = "targets"}) -> tensor<f32> {
   %h = train.matmul %x, %w1 : tensor<4x8xf32>, tensor<8x16xf32> -> tensor<4x16xf32>

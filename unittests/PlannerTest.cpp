@@ -25,6 +25,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 using namespace mlir;
 using namespace mlir::train;
 
@@ -119,6 +121,72 @@ TEST_F(PlannerTest, ChoosesWhatExhaustiveSearchChooses) {
       }
     }
   EXPECT_EQ(cases, 16);
+}
+
+/// Tensor and sequence parallelism as search dimensions: on 4 ranks, t = 1,
+/// 2 and 4 with and without sequence parallelism; each t's data ranks take
+/// their share of the global batch (the micro-batches: the divisors of
+/// global batch / (ranks / t)); ZeRO over the data ranks where there are
+/// more than one. Extrapolated from 2, 3 and 4 layers, the 7-layer counts
+/// are the whole model's; a t = 2 row keeps the split weights' half.
+TEST_F(PlannerTest, SearchesTensorAndSequenceParallelism) {
+  PlanRequest fast = request(7, 4, uint64_t(1) << 40), exhaustive;
+  fast.tensorParallel = tensorParallelSizes(fast);
+  EXPECT_EQ(fast.tensorParallel, (std::vector<int64_t>{1, 2, 4}));
+  fast.remats = {PlanRemat::none, PlanRemat::selective};
+  fast.eightBit = {false};
+  fast.offloads = {PlanOffload::none};
+  fast.fuseAttention = {false};
+  fast.fuseElementwise = {false};
+  exhaustive = fast;
+  exhaustive.exact = true;
+  ASSERT_EQ(messageOf(completePlanRequest(fast)), "");
+  ASSERT_EQ(messageOf(completePlanRequest(exhaustive)), "");
+  PlanResult a = plan(*context, fast), b = plan(*context, exhaustive);
+  ASSERT_EQ(a.candidates.size(), b.candidates.size());
+  std::map<std::pair<int64_t, bool>, int> rows;
+  for (size_t i = 0; i < a.candidates.size(); ++i) {
+    const PlanCandidate &c = a.candidates[i];
+    ASSERT_EQ(c.rejected, "") << c.describe();
+    EXPECT_EQ(c.measure.peak, b.candidates[i].measure.peak) << c.describe();
+    EXPECT_EQ(c.measure.bytesSent, b.candidates[i].measure.bytesSent)
+        << c.describe();
+    ++rows[{c.tensorParallel, c.sequenceParallel}];
+    // 32 sequences over 4 / t data ranks.
+    EXPECT_EQ(c.microBatch * c.accumulation, 8 * c.tensorParallel);
+    EXPECT_EQ(c.stage < 0, c.tensorParallel == 4) << c.describe();
+  }
+  // t = 1: micro-batches 1, 2, 4, 8 x 2 policies x 4 stages; t = 2: 5
+  // micro-batches x 2 x 4, with and without SP; t = 4: 6 x 2 x 1, twice.
+  auto count = [&](int64_t t, bool sp) { return rows[std::pair(t, sp)]; };
+  EXPECT_EQ(count(1, false), 32);
+  EXPECT_EQ(count(2, false), 40);
+  EXPECT_EQ(count(2, true), 40);
+  EXPECT_EQ(count(4, true), 12);
+  EXPECT_EQ(rows.count(std::pair<int64_t, bool>(1, true)), 0u);
+  // Sequence parallelism keeps less than tensor parallelism alone.
+  auto find = [&](int64_t t, bool sp) {
+    for (const PlanCandidate &c : a.candidates)
+      if (c.tensorParallel == t && c.sequenceParallel == sp &&
+          c.microBatch == 8 && c.remat == PlanRemat::none && c.stage == 0)
+        return &c;
+    return static_cast<const PlanCandidate *>(nullptr);
+  };
+  ASSERT_TRUE(find(2, false) && find(2, true));
+  EXPECT_LT(find(2, true)->measure.peak, find(2, false)->measure.peak);
+  EXPECT_NE(find(2, true)
+                ->passPipeline(4, 1 << 30)
+                .find("train-tensor-parallel{size=2 sequence-parallel=true},"),
+            std::string::npos);
+  EXPECT_NE(find(2, true)
+                ->passPipeline(4, 1 << 30)
+                .find("train-zero{stage=0 ranks=2}"),
+            std::string::npos);
+  // A size that does not divide the ranks is refused.
+  PlanRequest bad = request(2, 4, uint64_t(1) << 40);
+  bad.tensorParallel = {3};
+  EXPECT_EQ(messageOf(completePlanRequest(bad)),
+            "tensor-parallel size 3 does not divide the 4 ranks");
 }
 
 TEST_F(PlannerTest, TheThroughputModelOrdersWhatItShould) {
@@ -311,6 +379,7 @@ TEST(Megatron, ArgumentsSayTheDecisions) {
     return *std::next(it);
   };
   EXPECT_EQ(valueOf("--tensor-model-parallel-size"), "1");
+  EXPECT_EQ(valueOf("--sequence-parallel"), "(absent)");
   EXPECT_EQ(valueOf("--micro-batch-size"), "2");
   EXPECT_EQ(valueOf("--global-batch-size"), "64");
   EXPECT_EQ(valueOf("--recompute-granularity"), "full");
@@ -340,6 +409,14 @@ TEST(Megatron, ArgumentsSayTheDecisions) {
       << notes[0];
   EXPECT_TRUE(llvm::StringRef(notes[1]).starts_with("optimizer offload"));
   EXPECT_TRUE(llvm::StringRef(notes[2]).starts_with("8-bit optimizer state"));
+
+  // Tensor and sequence parallelism.
+  c.tensorParallel = 8;
+  c.sequenceParallel = true;
+  notes.clear();
+  args = toMegatronArguments(c, request, notes);
+  EXPECT_EQ(valueOf("--tensor-model-parallel-size"), "8");
+  EXPECT_EQ(valueOf("--sequence-parallel"), "(flag)");
 }
 
 } // namespace

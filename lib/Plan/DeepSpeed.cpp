@@ -268,6 +268,15 @@ llvm::json::Object toDeepSpeed(const PlanCandidate &c,
     notes.push_back("optimizer state on the host with the update on the "
                     "device has no DeepSpeed key (its offload_optimizer runs "
                     "the update on the CPU)");
+  if (c.tensorParallel > 1)
+    notes.push_back(llvm::formatv(
+        "tensor parallelism (size {0}{1}) has no DeepSpeed config key: "
+        "DeepSpeed takes it from Megatron-LM's model code "
+        "(--emit megatron-args); ZeRO above runs over the {2} data-parallel "
+        "ranks",
+        c.tensorParallel,
+        c.sequenceParallel ? ", with sequence parallelism" : "",
+        c.dataRanks(request.ranks)));
   if (c.eightBit)
     notes.push_back("8-bit optimizer state has no DeepSpeed key (it is "
                     "bitsandbytes' AdamW8bit passed to deepspeed.initialize)");

@@ -48,7 +48,9 @@ std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
     if (!value.empty())
       args.push_back(std::move(value));
   };
-  add("--tensor-model-parallel-size", "1");
+  add("--tensor-model-parallel-size", std::to_string(c.tensorParallel));
+  if (c.sequenceParallel)
+    add("--sequence-parallel");
   add("--micro-batch-size", std::to_string(c.microBatch));
   add("--global-batch-size", std::to_string(request.globalBatch));
   switch (c.remat) {

@@ -97,7 +97,8 @@ std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
     p += ",train-quantize-optimizer-state";
   p += ",train-materialize-remat";
   if (c.stage >= 0)
-    p += llvm::formatv(",train-zero{{stage={0} ranks={1}}", c.stage, ranks);
+    p += llvm::formatv(",train-zero{{stage={0} ranks={1}}", c.stage,
+                       c.dataRanks(ranks));
   if (unroll && c.accumulation > 1)
     p += ",train-unroll-accum";
   if (c.offload != PlanOffload::none && withOffload)
@@ -114,6 +115,9 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
                             bool unroll = false) {
   unroll = unroll || c.measuredUnrolled;
   std::string p;
+  if (c.tensorParallel > 1)
+    p += llvm::formatv("train-tensor-parallel{{size={0}{1}},", c.tensorParallel,
+                       c.sequenceParallel ? " sequence-parallel=true" : "");
   if (c.fuseAttention)
     p += "train-fuse-attention,";
   if (c.fuseElementwise)
@@ -366,6 +370,9 @@ std::string PlanCandidate::passPipeline(int64_t ranks,
 
 std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
   std::string text;
+  if (tensorParallel > 1)
+    text += llvm::formatv(" --tensor-parallel=\"size={0}{1}\"", tensorParallel,
+                          sequenceParallel ? " sequence-parallel=true" : "");
   if (fuseAttention)
     text += " --fuse-attention";
   if (fuseElementwise)
@@ -391,6 +398,9 @@ std::string PlanCandidate::describe() const {
   text += remat == PlanRemat::none
               ? ", no recompute"
               : ", " + stringifyPlanRemat(remat).str() + " recompute";
+  if (tensorParallel > 1)
+    text += llvm::formatv(", tensor-parallel {0}{1}", tensorParallel,
+                          sequenceParallel ? " + sequence-parallel" : "");
   if (stage >= 0)
     text += llvm::formatv(", ZeRO-{0}", stage);
   if (eightBit)
@@ -423,6 +433,16 @@ static llvm::Error batchOfModule(ModuleOp module, int64_t &batch,
       "the model file has no tokens input (a function argument marked "
       "train.input = \"tokens\" of type tensor<batch x seq x i...>, as "
       "trainmem-model writes it)");
+}
+
+std::vector<int64_t> tensorParallelSizes(const PlanRequest &request,
+                                         int64_t maxSize) {
+  std::vector<int64_t> sizes = {1};
+  const ModelConfig &m = request.model;
+  for (int64_t t = 2; t <= std::min<int64_t>(maxSize, request.ranks); ++t)
+    if (request.ranks % t == 0 && m.heads % t == 0 && m.kvHeads % t == 0)
+      sizes.push_back(t);
+  return sizes;
 }
 
 llvm::Error completePlanRequest(PlanRequest &request) {
@@ -462,6 +482,7 @@ llvm::Error completePlanRequest(PlanRequest &request) {
                       perRank, kMaxPerRankBatch));
   }
   if (request.microBatches.empty()) {
+    request.defaultMicroBatches = true;
     for (int64_t m = 1; m <= perRank; ++m)
       if (perRank % m == 0)
         request.microBatches.push_back(m);
@@ -495,6 +516,15 @@ llvm::Error completePlanRequest(PlanRequest &request) {
   if (request.offloads.empty())
     request.offloads = {PlanOffload::none, PlanOffload::states,
                         PlanOffload::statesAndUpdate};
+  if (request.tensorParallel.empty())
+    request.tensorParallel = {1};
+  for (int64_t t : request.tensorParallel)
+    if (t < 1 || request.ranks % t != 0)
+      return planError(llvm::formatv(
+          "tensor-parallel size {0} does not divide the {1} ranks", t,
+          request.ranks));
+  if (request.sequenceParallel.empty())
+    request.sequenceParallel = {false, true};
   std::string why;
   if (!request.module && !validateConfig(request.model, why)) {
     return planError("the model: " + why);
@@ -524,8 +554,10 @@ void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
     c.optimizerSeconds = static_cast<double>(m.optimizerFlops) / hw.hostFlops;
   c.stepSeconds = c.computeSeconds + c.optimizerSeconds +
                   c.communicationSeconds + c.offloadSeconds;
+  // A tensor group's t devices share its sequences.
   double tokens =
-      static_cast<double>(c.microBatch * c.accumulation * request.model.seq);
+      static_cast<double>(c.microBatch * c.accumulation * request.model.seq) /
+      static_cast<double>(c.tensorParallel);
   c.tokensPerSecond = c.stepSeconds > 0 ? tokens / c.stepSeconds : 0.0;
 }
 
@@ -533,9 +565,11 @@ namespace {
 
 /// The candidate's choices apart from its recompute, as a key.
 std::string candidateKey(const PlanCandidate &c) {
-  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}", c.microBatch, c.stage,
-                       c.eightBit, static_cast<int>(c.offload), c.fuseAttention,
-                       c.fuseElementwise, stringifyPlanRemat(c.remat))
+  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}", c.microBatch,
+                       c.stage, c.eightBit, static_cast<int>(c.offload),
+                       c.fuseAttention, c.fuseElementwise,
+                       stringifyPlanRemat(c.remat), c.tensorParallel,
+                       c.sequenceParallel)
       .str();
 }
 
@@ -683,28 +717,51 @@ static bool fusesElementwise(MLIRContext &context, const PlanRequest &request) {
 /// the start of each group, and the end of the last.
 static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                                                PlanResult &result) {
-  int64_t perRank = request.globalBatch / request.ranks;
   std::vector<size_t> groupStart;
-  for (int64_t micro : request.microBatches)
-    for (PlanRemat remat : request.remats)
+  for (int64_t t : request.tensorParallel)
+    for (bool sequence : request.sequenceParallel) {
+      if (sequence && t == 1)
+        continue;
+      // Each tensor group trains on its data rank's share of the global
+      // batch; ZeRO runs over the data ranks (none when there is one).
+      int64_t data = request.ranks / t;
+      int64_t perRank = request.globalBatch / data;
+      std::vector<int64_t> micros = request.microBatches;
+      if (request.defaultMicroBatches && t > 1) {
+        micros.clear();
+        for (int64_t m = 1; m <= perRank; ++m)
+          if (perRank % m == 0)
+            micros.push_back(m);
+      }
+      std::vector<int64_t> stages;
       for (int64_t stage : request.stages)
-        for (bool eightBit : request.eightBit)
-          for (bool fuseAttention : request.fuseAttention)
-            for (bool fuseElementwise : request.fuseElementwise) {
-              groupStart.push_back(result.candidates.size());
-              for (PlanOffload offload : request.offloads) {
-                PlanCandidate c;
-                c.fuseAttention = fuseAttention;
-                c.fuseElementwise = fuseElementwise;
-                c.microBatch = micro;
-                c.accumulation = perRank / micro;
-                c.remat = remat;
-                c.stage = stage;
-                c.eightBit = eightBit;
-                c.offload = offload;
-                result.candidates.push_back(c);
-              }
-            }
+        if ((stage < 0) == (data == 1) && !llvm::is_contained(stages, stage))
+          stages.push_back(stage);
+      if (stages.empty())
+        stages.push_back(data == 1 ? -1 : 0);
+      for (int64_t micro : micros)
+        for (PlanRemat remat : request.remats)
+          for (int64_t stage : stages)
+            for (bool eightBit : request.eightBit)
+              for (bool fuseAttention : request.fuseAttention)
+                for (bool fuseElementwise : request.fuseElementwise) {
+                  groupStart.push_back(result.candidates.size());
+                  for (PlanOffload offload : request.offloads) {
+                    PlanCandidate c;
+                    c.tensorParallel = t;
+                    c.sequenceParallel = sequence;
+                    c.fuseAttention = fuseAttention;
+                    c.fuseElementwise = fuseElementwise;
+                    c.microBatch = micro;
+                    c.accumulation = perRank / micro;
+                    c.remat = remat;
+                    c.stage = stage;
+                    c.eightBit = eightBit;
+                    c.offload = offload;
+                    result.candidates.push_back(c);
+                  }
+                }
+    }
   groupStart.push_back(result.candidates.size());
   return groupStart;
 }

@@ -6,17 +6,20 @@
 //               [--micro-batches 1,2,4] [--remat none,selective,full,budget]
 //               [--stages 0,1,2,3] [--eight-bit both|off|on] [--exact]
 //               [--fuse-attention both|off|on] [--fuse-elementwise ...]
+//               [--tensor-parallel 1,2,8|auto] [--sequence-parallel
+//               both|off|on]
 //               [--emit table|pipeline|deepspeed-json|megatron-args|json]
 //               [--from-deepspeed FILE]
 //
 // Searches micro-batch x accumulation, recompute policy, ZeRO stage,
-// 8-bit optimizer state, offload and fusion (lib/Plan/Planner.cpp: each
-// candidate compiled by the project's passes and measured by the memory
-// analysis), prints the candidates with their per-device peak by category,
-// predicted step time and throughput relative to the fastest, why each rejected
-// one does not fit, and marks the best; then its trainmem-opt pipeline and
-// trainmem-run options. --emit deepspeed-json writes the same decisions as a
-// DeepSpeed config, --emit megatron-args as Megatron-LM's arguments;
+// 8-bit optimizer state, offload, fusion and tensor / sequence parallelism
+// (lib/Plan/Planner.cpp: each candidate compiled by the project's passes and
+// measured by the memory analysis), prints the candidates with their per-device
+// peak by category, predicted step time and throughput relative to the fastest,
+// why each rejected one does not fit, and marks the best; then its trainmem-opt
+// pipeline and trainmem-run options. --emit deepspeed-json writes the same
+// decisions as a DeepSpeed config, --emit megatron-args as Megatron-LM's
+// arguments;
 // --from-deepspeed reads one into the pipeline (keys this
 // project does not model are named in a warning; stages and offloading it does
 // not model are errors). docs/Planner.md.
@@ -136,6 +139,17 @@ static cl::opt<std::string> fuseElementwise(
              "both, off, on (default: both where the model has a chain to "
              "fuse, else off)"),
     cl::cat(category));
+static cl::list<std::string> tensorParallel(
+    "tensor-parallel",
+    cl::desc("Tensor-parallel sizes to try: counts that divide --ranks, or "
+             "auto (every t up to 8, a node, that divides the ranks, the "
+             "heads and the K/V heads; default: 1)"),
+    cl::CommaSeparated, cl::cat(category));
+static cl::opt<std::string> sequenceParallel(
+    "sequence-parallel",
+    cl::desc("Sequence parallelism to try with tensor parallelism above 1: "
+             "both, off, on (default: both)"),
+    cl::init("both"), cl::cat(category));
 static cl::list<std::string>
     offloads("offload",
              cl::desc("CPU optimizer offload to try: none, states, "
@@ -230,11 +244,24 @@ static const char *fusionShort(const PlanCandidate &c) {
   return "-";
 }
 
+/// The tensor-parallel column: t, with +sp for sequence parallelism.
+static std::string tensorShort(const PlanCandidate &c) {
+  return std::to_string(c.tensorParallel) + (c.sequenceParallel ? "+sp" : "");
+}
+
 static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                        const PlanResult &result) {
+  // The tensor-parallel column where the search has t > 1.
+  bool tensorColumn =
+      llvm::any_of(request.tensorParallel, [](int64_t t) { return t > 1; });
+  auto tensorCell = [&](const PlanCandidate &c) {
+    return tensorColumn ? llvm::formatv(" {0,-5}", tensorShort(c)).str()
+                        : std::string();
+  };
   os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", "#", "micro x k",
                       "remat", "zero", "8bit")
      << llvm::formatv("{0,-7} {1,-4}", "offload", "fuse")
+     << (tensorColumn ? llvm::formatv(" {0,-5}", "tp").str() : std::string())
      << llvm::formatv(" {5,8} {6,8} "
                       "{7,8} {8,8} {9,8} {10,8} {11,8} {12,9} {13,6}  {14}\n",
                       "#", "micro x k", "remat", "zero", "8bit",
@@ -262,7 +289,7 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                           c.eightBit ? "yes" : "no")
          << llvm::formatv("{0,-7} {1,-4}", offloadShort(c.offload),
                           fusionShort(c))
-         << "  " << c.rejected << "\n";
+         << tensorCell(c) << "  " << c.rejected << "\n";
       continue;
     }
     std::string mark = result.best && *result.best == i ? "best"
@@ -274,7 +301,8 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                         stringifyPlanRemat(c.remat), zero,
                         c.eightBit ? "yes" : "no")
        << llvm::formatv("{0,-7} {1,-4}", offloadShort(c.offload),
-                        fusionShort(c));
+                        fusionShort(c))
+       << tensorCell(c);
     os << llvm::formatv(
         " {5,8} {6,8} {7,8} {8,8} {9,8} "
         "{10,8} {11,8} {12,9:F3} {13,6:F3}  {14}\n",
@@ -349,6 +377,8 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
       {"offload", stringifyPlanOffload(c.offload)},
       {"fuse_attention", c.fuseAttention},
       {"fuse_elementwise", c.fuseElementwise},
+      {"tensor_parallel", c.tensorParallel},
+      {"sequence_parallel", c.sequenceParallel},
       {"fits", c.fits},
       {"pipeline", c.passPipeline(request.ranks, request.memoryBytes)},
       {"trainmem_run_options",
@@ -520,6 +550,23 @@ fillSearchSpace(PlanRequest &request,
     if (!eight)
       return refuse("--eight-bit must be both, off or on");
     request.eightBit = *eight;
+    for (const std::string &t : tensorParallel) {
+      if (t == "auto") {
+        for (int64_t size : tensorParallelSizes(request))
+          if (!llvm::is_contained(request.tensorParallel, size))
+            request.tensorParallel.push_back(size);
+        continue;
+      }
+      int64_t size = 0;
+      if (StringRef(t).getAsInteger(10, size) || size < 1)
+        return refuse("--tensor-parallel: '" + t + "' is not a count or auto");
+      if (!llvm::is_contained(request.tensorParallel, size))
+        request.tensorParallel.push_back(size);
+    }
+    std::optional<std::vector<bool>> sequence = bothOffOn(sequenceParallel);
+    if (!sequence)
+      return refuse("--sequence-parallel must be both, off or on");
+    request.sequenceParallel = *sequence;
   }
   for (auto [option, out] :
        {std::pair{&fuseAttention, &request.fuseAttention},

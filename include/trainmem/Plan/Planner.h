@@ -81,9 +81,26 @@ struct PlanRequest {
   /// one to fuse, else off).
   std::vector<bool> fuseAttention;
   std::vector<bool> fuseElementwise;
+  /// Tensor-parallel group sizes t (train-tensor-parallel size=t: each
+  /// divides the ranks; the data-parallel ranks, ZeRO's, are ranks / t, and
+  /// each tensor group trains on global batch / (ranks / t) sequences) and
+  /// sequence parallelism off and on (tried with t > 1 only). Default: t =
+  /// 1 (completePlanRequest); tensorParallelSizes() gives the divisors a
+  /// model and a node allow.
+  std::vector<int64_t> tensorParallel;
+  std::vector<bool> sequenceParallel;
+  /// Whether microBatches were defaulted: then each t takes the divisors
+  /// of its own per-group batch.
+  bool defaultMicroBatches = false;
   /// Compile the whole model for every candidate (no extrapolation).
   bool exact = false;
 };
+
+/// The tensor-parallel sizes worth searching for `request`: the t > 1 up
+/// to `maxSize` (a node's GPUs) that divide the ranks, the heads and the
+/// K/V heads, after t = 1.
+std::vector<int64_t> tensorParallelSizes(const PlanRequest &request,
+                                         int64_t maxSize = 8);
 
 /// What the analysis says of one configuration, per device and step.
 struct PlanMeasure {
@@ -116,6 +133,9 @@ struct PlanCandidate {
   /// train-fuse-attention and train-fuse-elementwise on the forward.
   bool fuseAttention = false;
   bool fuseElementwise = false;
+  /// train-tensor-parallel's size (1: none) and sequence parallelism.
+  int64_t tensorParallel = 1;
+  bool sequenceParallel = false;
 
   PlanMeasure measure;
   /// Whether the measure is of the whole model (else extrapolated from
@@ -144,6 +164,8 @@ struct PlanCandidate {
   std::string runOptions(uint64_t memoryBytes) const;
   /// One line: "micro-batch 4 x 8, selective, ZeRO-1, 8-bit".
   std::string describe() const;
+  /// The data-parallel ranks of `ranks` (ZeRO's): ranks / t.
+  int64_t dataRanks(int64_t ranks) const { return ranks / tensorParallel; }
 };
 
 struct PlanResult {

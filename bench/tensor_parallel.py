@@ -14,6 +14,14 @@ by t = 2 ranks (mpirun -np 2, --tensor-parallel size=2), each rank on
   the analysis's figure and against Megatron's: per layer two all-reduces
   of s·b·h forward and two backward, a ring all-reduce sending
   2(t-1)/t of its buffer: 4 · layers · 2(t-1)/t · s·b·h · 4 B;
+- the same with sequence parallelism (--tensor-parallel "size=2
+  sequence-parallel=true"), its bytes against Korthikanti et al.'s
+  all-gathers and reduce-scatters: per layer two of each forward, their
+  conjugates backward and the split parts' inputs gathered again for the
+  weight gradients (Megatron's extra all-gather), 10 · (t-1)/t · s·b·h · 4
+  B, and outside the layers the embedding slice's gathered gradient, the
+  whole parameters' gradients summed over the group (f: ring all-reduces
+  sending 2(t-1)·ceil(n/t) elements) and the loss's sum and token count;
 - the largest relative difference of the losses (one rank vs t = 2).
 
 Usage: bench/tensor_parallel.py [--build build] [--steps 10] [--threads 1]
@@ -65,7 +73,8 @@ def main():
         common = [os.path.join(bin_dir, "trainmem-run"), model, "--data", data,
                   "--steps", str(args.steps), "--threads", str(args.threads),
                   "--autodiff-options", "lr=1e-3 weight-decay=0.0"]
-        one_log, two_log = (os.path.join(tmp, n) for n in ("one.log", "t2.log"))
+        one_log, two_log, sp_log = (os.path.join(tmp, n) for n in
+                                    ("one.log", "t2.log", "sp2.log"))
         one = run(common + ["--loss-log", one_log])
         wide = run([c if c != str(args.threads) or i != common.index(
             "--threads") + 1 else str(2 * args.threads)
@@ -73,6 +82,10 @@ def main():
         two = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
                    "2"] + common + ["--tensor-parallel", "size=2",
                                     "--loss-log", two_log])
+        sp = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+                  "2"] + common + ["--tensor-parallel",
+                                   "size=2 sequence-parallel=true",
+                                   "--loss-log", sp_log])
         t = 2
         print(f"GPT {LAYERS} layers, hidden {HIDDEN}, {HEADS} heads, f32, "
               f"batch {BATCH} x {SEQ}, {args.steps} steps, "
@@ -95,10 +108,34 @@ def main():
                   f"{measured} B ({planned / int(arena.group(1)):.3f} of one "
                   f"rank's); sent {per_step} B per step, analysis "
                   f"{analysis} B, Megatron's formula {formula:.0f} B")
+        sbh = SEQ * BATCH * HIDDEN
+        vocab = 256  # the tiny preset's
+
+        def ring(n):
+            return 2 * (t - 1) * -(-n // t)
+        layers = LAYERS * 10 * (t - 1) / t * sbh * 4
+        outside = ((t - 1) / t * sbh * 4 +
+                   (ring(vocab * HIDDEN) + (6 * LAYERS + 2) * ring(HIDDEN)) * 4 +
+                   ring(1) * 4 + ring(1) * 8)
+        print(f"sequence-parallel t = 2 {median_step(sp):.4f} s: "
+              f"{median_step(sp) / median_step(two):.2f} of t = 2")
+        for m in re.finditer(
+                r"rank (\d+): arena planned (\d+) B, measured peak (\d+) B; "
+                r"sent (\d+) B, received \d+ B: (\d+) B per step "
+                r"\(analysis (\d+) B\)", sp):
+            rank, planned, measured, _, per_step, analysis = map(int, m.groups())
+            print(f"sequence-parallel t = 2, rank {rank}: arena planned "
+                  f"{planned} B, measured {measured} B "
+                  f"({planned / int(arena.group(1)):.3f} of one rank's); sent "
+                  f"{per_step} B per step, analysis {analysis} B, the "
+                  f"formula {layers + outside:.0f} B (layers {layers:.0f} B, "
+                  f"outside them {outside:.0f} B)")
         a = [float(l.split()[1]) for l in open(one_log)]
-        b = [float(l.split()[1]) for l in open(two_log)]
-        print("largest relative loss difference over the steps: "
-              f"{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}")
+        for name, log in (("t = 2", two_log), ("sequence-parallel t = 2",
+                                               sp_log)):
+            b = [float(l.split()[1]) for l in open(log)]
+            print(f"largest relative loss difference over the steps, {name}: "
+                  f"{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Run/Session.h"
 #include "trainmem/Run/Step.h"
 #include "trainmem/Run/Trainer.h"
@@ -252,8 +253,21 @@ static LogicalResult checkOptions() {
 
 /// The train-step pipeline's options from the flags: a rank count for
 /// --zero from the processes mpirun started (`worldSize`).
+/// The tensor-parallel group's size of a module already split (a step
+/// prepared by trainmem-opt: its #train.split parameters' parts), 1 when
+/// nothing is split.
+static int64_t tensorPartsOf(ModuleOp module) {
+  int64_t parts = 1;
+  for (auto func : module.getOps<func::FuncOp>())
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (auto split =
+              func.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName))
+        parts = std::max(parts, split.getParts());
+  return parts;
+}
+
 static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
-                                         int64_t worldSize) {
+                                         int64_t worldSize, ModuleOp module) {
   options.autodiff = autodiffOptions;
   options.remat = rematOptions;
   options.gradAccum = gradAccumOptions;
@@ -270,8 +284,17 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
                     "are the processes mpirun starts (" +
                     llvm::Twine(worldSize) + " here)");
     // With tensor parallelism, ZeRO runs over the data axis: the
-    // processes over the group's size.
+    // processes over the group's size (from --tensor-parallel, or from a
+    // step split already).
     int64_t dataRanks = worldSize;
+    if (int64_t parts = tensorPartsOf(module);
+        parts > 1 && !tensorParallelOptions.getNumOccurrences()) {
+      if (worldSize % parts != 0)
+        return refuse("the step is split over tensor-parallel groups of " +
+                      llvm::Twine(parts) + ", which do not divide the " +
+                      llvm::Twine(worldSize) + " processes mpirun starts");
+      dataRanks = worldSize / parts;
+    }
     if (tensorParallelOptions.getNumOccurrences()) {
       int64_t size = 2; // train-tensor-parallel's default
       for (StringRef option :
@@ -534,7 +557,7 @@ int main(int argc, char **argv) {
     if (StringRef(rankText).getAsInteger(10, worldRank))
       return fail("OMPI_COMM_WORLD_RANK is '" + llvm::Twine(rankText) + "'");
   TrainStepPipelineOptions pipeline;
-  if (failed(fillPipelineOptions(pipeline, worldSize)) ||
+  if (failed(fillPipelineOptions(pipeline, worldSize, *module)) ||
       failed(prepareStep(*module, pipeline)))
     return 1;
 

@@ -3,10 +3,10 @@
 Every combination of the four techniques of the seed (recompute x
 accumulation x ZeRO x 8-bit state: the full product) and every pair of
 values of all options (a covering array built greedily over that product)
-either trains 3 steps on the CPU runtime (ZeRO on 2 MPI ranks) with each
-rank's arena equal to its plan and losses equal to the same step without
-recompute, accumulation, ZeRO and offload (same dtype, state format,
-fusion and dropout) within 1e-5 relative in f32 and 1e-3 in 16-bit, or is
+either trains 3 steps on the CPU runtime (ZeRO or tensor parallelism on 2
+MPI ranks) with each rank's arena equal to its plan and losses equal to
+the same step without recompute, accumulation, ZeRO, tensor parallelism
+and offload (same dtype, state format, fusion and dropout) within 1e-5 relative in f32 and 1e-3 in 16-bit, or is
 refused before step 1 with an error line; none crashes or hangs.
 
 usage: composition.py BIN CORPUS WORKDIR MPIRUN...
@@ -40,6 +40,9 @@ REST = [
     ("offload", ["none", "states", "states+update"]),
     ("dtype", ["f32", "bf16", "f16"]),
     ("dropout", ["0", "0.1"]),
+    # Tensor parallelism over the 2 processes (issue 34): its data ranks
+    # are then 1, ZeRO's among them.
+    ("tensor", ["none", "2", "2+sp"]),
 ]
 FACTORS = MAIN + REST
 
@@ -124,6 +127,31 @@ def losses(path):
     return [float(line.split()[1]) for line in open(path) if line.strip()]
 
 
+def tensor_options(c):
+    """train-tensor-parallel's options of the combination, or None."""
+    if c["tensor"] == "none":
+        return None
+    return "size=2" + (" sequence-parallel=true" if c["tensor"] == "2+sp"
+                       else "")
+
+
+def processes(c):
+    """The MPI processes the combination runs on (1: none)."""
+    return RANKS if c["zero"] != "none" or tensor_options(c) else 1
+
+
+def rank_batch(c):
+    """One process's batch: a tensor group trains on the whole batch (its
+    data ranks are 1), ZeRO's data ranks on their share."""
+    if tensor_options(c):
+        return BATCH
+    return BATCH // RANKS if c["zero"] != "none" else BATCH
+
+
+def zero_ranks(c):
+    return RANKS // 2 if tensor_options(c) else RANKS
+
+
 def common_options(c):
     """Options of both the combination and its reference."""
     opts = ["--data", CORPUS, "--steps", str(STEPS), "--threads", "1"]
@@ -180,12 +208,14 @@ def step_peak(c, remat):
     if c["8bit"] == "on":
         options.append("quantize=true")
     if zero:
-        options.append(f'zero="stage={c["zero"]} ranks={RANKS}"')
+        options.append(f'zero="stage={c["zero"]} ranks={zero_ranks(c)}"')
     if c["offload"] != "none":
         options.append(f"offload={c['offload']}")
+    if tensor_options(c):
+        options.append(f'tensor-parallel="{tensor_options(c)}"')
     report = subprocess.run(
         [os.path.join(BIN, "trainmem-opt"),
-         model(c["dtype"], c["dropout"], BATCH // RANKS if zero else BATCH),
+         model(c["dtype"], c["dropout"], rank_batch(c)),
          "--pass-pipeline=builtin.module(train-step{" + " ".join(options) +
          "},train-memory-report{format=json})", "-o", "/dev/null"],
         check=True, capture_output=True).stdout
@@ -208,7 +238,7 @@ def remat_option(c):
 
 def combination(index, c):
     zero = c["zero"] != "none"
-    batch = BATCH // RANKS if zero else BATCH
+    batch = rank_batch(c)
     name = f"c{index:03d}"
     log = os.path.join(WORK, name + ".losses")
     opts = common_options(c) + ["--loss-log", log]
@@ -220,6 +250,8 @@ def combination(index, c):
         # passes: the step prepared by trainmem-opt, trainmem-run given it.
         step = os.path.join(WORK, name + ".step.mlir")
         passes = []
+        if tensor_options(c):
+            passes.append("train-tensor-parallel{" + tensor_options(c) + "}")
         if c["fuse-attention"] == "on":
             passes.append("train-fuse-attention")
         if c["fuse-elementwise"] == "on":
@@ -235,7 +267,8 @@ def combination(index, c):
         after.append("train-materialize-remat")
         if zero:
             full = " accumulate=full" if c["zero"] in ("2", "3") else ""
-            after.append(f"train-zero{{stage={c['zero']} ranks={RANKS}{full}}}")
+            after.append(f"train-zero{{stage={c['zero']} ranks={zero_ranks(c)}"
+                         f"{full}}}")
         if c["offload"] != "none":
             after.append(f"train-offload-optimizer{{what={c['offload']}}}")
         for r in remat_option(c):
@@ -257,14 +290,16 @@ def combination(index, c):
     else:
         target = model(c["dtype"], c["dropout"], batch)
         opts += forward_options(c)
+        if tensor_options(c):
+            opts.append("--tensor-parallel=" + tensor_options(c))
         opts += ["--remat=" + r for r in remat_option(c)]
         if c["accum"] == "2":
             opts.append("--grad-accum=steps=2")
     if zero:
         opts.append("--zero=" + stage)
     cmd = [os.path.join(BIN, "trainmem-run"), target] + opts
-    if zero:
-        cmd = MPIRUN + ["-np", str(RANKS)] + cmd
+    if processes(c) > 1:
+        cmd = MPIRUN + ["-np", str(processes(c))] + cmd
     code, text = run(cmd, os.path.join(WORK, name + ".out"))
     return code, text, log
 
@@ -278,7 +313,7 @@ def main():
           f"{len(FACTORS)} options")
     for index, c in enumerate(rows):
         desc = " ".join(f"{k}={v}" for k, v in c.items())
-        zero = c["zero"] != "none"
+        multi = processes(c) > 1
         code, text, log = combination(index, c)
         tolerance = 1e-5 if c["dtype"] == "f32" else 1e-3
         if code == "timeout" or (isinstance(code, int) and
@@ -297,10 +332,10 @@ def main():
             print(f"refused  {desc}")
             continue
         arenas = re.findall(r"rank \d+: arena planned (\d+) B, measured peak "
-                            r"(\d+) B" if zero else
+                            r"(\d+) B" if multi else
                             r"arena: planned (\d+) B, measured peak (\d+) B",
                             text)
-        expected = RANKS if zero else 1
+        expected = processes(c)
         if len(arenas) < expected or any(a != b for a, b in arenas):
             failed.append(f"{desc}: arena not the plan on every rank "
                           f"{arenas}")

@@ -187,9 +187,10 @@ protected:
   void expectRanksTrainAsOne() {
     constexpr int64_t kRanks = 2;
     OwningOpRef<ModuleOp> wholeModule, splitModule;
-    func::FuncOp whole = step("train-autodiff{optimizer=none}", wholeModule);
-    func::FuncOp split = step("train-tensor-parallel{" + tensorParallel +
-                                  "},train-autodiff{optimizer=none}",
+    func::FuncOp whole =
+        step(forward + "train-autodiff{optimizer=none}", wholeModule);
+    func::FuncOp split = step("train-tensor-parallel{" + tensorParallel + "}," +
+                                  forward + "train-autodiff{optimizer=none}",
                               splitModule);
     ASSERT_TRUE(whole && split);
     ASSERT_EQ(whole.getNumArguments(), split.getNumArguments());
@@ -229,6 +230,9 @@ protected:
   int64_t batch = 2;
   /// train-tensor-parallel's options.
   std::string tensorParallel = "size=2";
+  /// Passes on the forward before train-autodiff (each ending in a comma),
+  /// for both steps.
+  std::string forward;
 };
 
 TEST_P(TensorParallelTest, SplitRanksTrainAsOne) { expectRanksTrainAsOne(); }
@@ -239,6 +243,18 @@ TEST_P(TensorParallelTest, SplitRanksTrainAsOne) { expectRanksTrainAsOne(); }
 /// and the head's weight entering through f. The ranks give one rank's
 /// loss and gradients.
 TEST_P(TensorParallelTest, SequenceParallelRanksTrainAsOne) {
+  tensorParallel = "size=2 sequence-parallel=true";
+  expectRanksTrainAsOne();
+}
+
+/// Fused attention with dropout on a rank's heads (train.attention's
+/// split): it draws its heads' part of the whole mask, forward and
+/// backward, so the ranks give the fused unsplit step's loss and gradients
+/// (with and without sequence parallelism).
+TEST_P(TensorParallelTest, FusedAttentionDrawsItsHeadsPartOfTheMask) {
+  dropout = 0.1;
+  forward = "train-fuse-attention,";
+  expectRanksTrainAsOne();
   tensorParallel = "size=2 sequence-parallel=true";
   expectRanksTrainAsOne();
 }

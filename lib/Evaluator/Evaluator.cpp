@@ -254,10 +254,20 @@ struct OpKernels {
     auto seed = static_cast<uint64_t>(op.getSeedAttr().getInt());
     if (op.getKey())
       seed += static_cast<uint64_t>(get(op.getKey()).scalarInt());
-    return trainmem::AttentionDropout::make(
+    auto draw = cast<BatchDrawOpInterface>(op.getOperation());
+    trainmem::AttentionDropout dropout = trainmem::AttentionDropout::make(
         op.getRate().convertToDouble(), seed,
-        static_cast<uint64_t>(op.getOffsetAttr().getInt()),
-        dropoutBase(cast<BatchDrawOpInterface>(op.getOperation())));
+        static_cast<uint64_t>(op.getOffsetAttr().getInt()), dropoutBase(draw));
+    // A rank's heads draw their part of the whole [B, H, S, S'] mask.
+    auto q = op.getQ().getType(), k = op.getK().getType();
+    DrawIndex split = splitDrawOf(
+        draw, RankedTensorType::get({q.getDimSize(0), q.getDimSize(1),
+                                     q.getDimSize(2), k.getDimSize(2)},
+                                    IntegerType::get(op.getContext(), 1)));
+    dropout.splitBlock = split.block;
+    dropout.splitParts = split.parts;
+    dropout.splitPosition = split.position;
+    return dropout;
   }
 
   LogicalResult embedding(EmbeddingOp op);

@@ -602,11 +602,11 @@ TEST(Cuda, AttentionMatchesTheCpu) {
   auto kernel = [&](tmrt_context *c) {
     tmrt_attention(c, q, k, v, out, lse, B, H, KVH, S, S, D, DV, H * S * D,
                    S * D, D, 1, KVH * S * D, S * D, D, 1, KVH * S * DV, S * DV,
-                   DV, 1, 0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1);
+                   DV, 1, 0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1, 0, 1, 1);
     tmrt_attention_grad(c, dout, q, k, v, out, lse, dq, dk, dv, B, H, KVH, S, S,
                         D, DV, H * S * D, S * D, D, 1, KVH * S * D, S * D, D, 1,
                         KVH * S * DV, S * DV, DV, 1, H * S * DV, S * DV, DV, 1,
-                        0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1);
+                        0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1, 0, 1, 1);
   };
   ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
   ContextPtr gpu = cudaContext(why);

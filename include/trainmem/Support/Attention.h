@@ -90,6 +90,15 @@ struct AttentionDropout {
   double rate = 0.0, keepScale = 1.0;
   uint64_t seed = 0, offset = 0, base = 0;
   uint32_t threshold = 0;
+  /// A rank's heads of a tensor-parallel attention (Philox.h's
+  /// splitDrawIndex): the elements of one block of its heads, the parts
+  /// and this rank's position; block 0: the whole tensor.
+  uint64_t splitBlock = 0, splitParts = 1, splitPosition = 0;
+
+  /// Element `index` of this rank's draw in the whole tensor's.
+  TRAINMEM_HD uint64_t wholeIndex(uint64_t index) const {
+    return splitDrawIndex(index, splitBlock, splitParts, splitPosition);
+  }
 
   /// No dropout for rate 0; `seed` already includes the step key, `base`
   /// is `first + part · part_elements`.
@@ -107,10 +116,12 @@ struct AttentionDropout {
     return d;
   }
   TRAINMEM_HD bool keep(uint64_t index) const {
-    return rate == 0.0 || dropoutKeep(seed, offset, base + index, threshold);
+    return rate == 0.0 ||
+           dropoutKeep(seed, offset, base + wholeIndex(index), threshold);
   }
   /// keep(first + j) for j < n into `kept`, drawing each Philox block of
-  /// four words once (the same words keep() draws one at a time).
+  /// four words once (the same words keep() draws one at a time). A run is
+  /// one row of keys, inside one split block (a block is whole heads).
   void keepRun(uint64_t first, int64_t n, uint8_t *kept) const {
     if (rate == 0.0) {
       for (int64_t j = 0; j < n; ++j)
@@ -119,7 +130,8 @@ struct AttentionDropout {
     }
     PhiloxKey key = {static_cast<uint32_t>(seed),
                      static_cast<uint32_t>(seed >> 32)};
-    uint64_t begin = base + first, end = begin + static_cast<uint64_t>(n);
+    uint64_t begin = base + wholeIndex(first),
+             end = begin + static_cast<uint64_t>(n);
     for (uint64_t block = begin / 4; block * 4 < end; ++block) {
       PhiloxCounter words = philox4x32_10(
           {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),

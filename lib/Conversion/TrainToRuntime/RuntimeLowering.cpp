@@ -644,7 +644,19 @@ static SmallVector<int64_t> attentionOperandStrides(OpT op) {
   return strides;
 }
 
+/// The [B, H, S, S'] probabilities an attention draws its dropout for.
+template <typename OpT> static ShapedType attentionDrawn(OpT op) {
+  auto q = op.getQ().getType(), k = op.getK().getType();
+  return RankedTensorType::get(
+      {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), k.getDimSize(2)},
+      IntegerType::get(op.getContext(), 1));
+}
+
 static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
+  FailureOr<SplitDrawPlacement> split =
+      getSplitDrawPlacement(op, attentionDrawn(op));
+  if (failed(split))
+    return failure();
   SmallVector<int64_t> s = attentionOperandStrides(op);
   ArrayRef<int64_t> q = b.shape(op.getQ()), k = b.shape(op.getK()),
                     v = b.shape(op.getV());
@@ -683,13 +695,20 @@ static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
                        .part = op.getPart() ? b.offset(op.getPart()) : -1,
                        .part_elements = op.getPartElementsAttr().getInt(),
                        .rank_elements = op.getRankElementsAttr().getInt(),
-                       .rank_stride = op.getRankStrideAttr().getInt()},
+                       .rank_stride = op.getRankStrideAttr().getInt(),
+                       .split_block = split->block,
+                       .split_parts = split->parts,
+                       .split_stride = split->stride},
          op.getLoc());
   return success();
 }
 
 static LogicalResult lowerAttentionGrad(AttentionGradOp op,
                                         RuntimeCallBuilder &b) {
+  FailureOr<SplitDrawPlacement> split =
+      getSplitDrawPlacement(op, attentionDrawn(op));
+  if (failed(split))
+    return failure();
   SmallVector<int64_t> s = attentionOperandStrides(op);
   // The output's gradient through its strides, in (batch, head, query,
   // value) order: a transpose's VJP hands it over as a view. The output
@@ -745,7 +764,10 @@ static LogicalResult lowerAttentionGrad(AttentionGradOp op,
                             .part = op.getPart() ? b.offset(op.getPart()) : -1,
                             .part_elements = op.getPartElementsAttr().getInt(),
                             .rank_elements = op.getRankElementsAttr().getInt(),
-                            .rank_stride = op.getRankStrideAttr().getInt()},
+                            .rank_stride = op.getRankStrideAttr().getInt(),
+                            .split_block = split->block,
+                            .split_parts = split->parts,
+                            .split_stride = split->stride},
          op.getLoc());
   return success();
 }

@@ -213,7 +213,9 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
  * and lse [batch, heads, queries] (f32) written row-major. Query head h
  * reads key/value head h / (heads / kv_heads). Causal masks key j > query
  * i. Dropout (rate > 0) draws tmrt_dropout's mask for the score element
- * ((b·heads + h)·queries + i)·keys + j. Sums in double, in a fixed order:
+ * ((b·heads + h)·queries + i)·keys + j (with split_block > 0, a rank's
+ * heads of a tensor-parallel attention: that element's place in the whole
+ * tensor, as tmrt_dropout's split). Sums in double, in a fixed order:
  * the same bits on any thread count. */
 void tmrt_attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
                     int64_t out, int64_t lse, int64_t batch, int64_t heads,
@@ -224,7 +226,9 @@ void tmrt_attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
                     int64_t transpose_output, double scale, int64_t causal,
                     double rate, int64_t seed, int64_t offset, int64_t key,
                     int64_t first, int64_t part, int64_t part_elements,
-                    int64_t rank_elements, int64_t rank_stride);
+                    int64_t rank_elements, int64_t rank_stride,
+                    int64_t split_block, int64_t split_parts,
+                    int64_t split_stride);
 /* The gradients of tmrt_attention's q, k and v (dq, dk, dv row-major)
  * from the output's gradient dout (read through element strides g0..g3 of
  * its batch, head, query and value dimensions: a view is fine), q, k, v,
@@ -238,7 +242,8 @@ void tmrt_attention_grad(
     int64_t v2, int64_t v3, int64_t g0, int64_t g1, int64_t g2, int64_t g3,
     int64_t transpose_output, double scale, int64_t causal, double rate,
     int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
-    int64_t part_elements, int64_t rank_elements, int64_t rank_stride);
+    int64_t part_elements, int64_t rank_elements, int64_t rank_stride,
+    int64_t split_block, int64_t split_parts, int64_t split_stride);
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,

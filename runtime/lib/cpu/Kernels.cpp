@@ -845,15 +845,15 @@ struct AttentionShape : trainmem::AttentionLayout {
   trainmem::AttentionDropout dropout;
 };
 
-AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
-                              int64_t kv_heads, int64_t queries, int64_t keys,
-                              int64_t dim, int64_t value_dim,
-                              std::initializer_list<int64_t> strides,
-                              int64_t transpose_output, double scale,
-                              int64_t causal, double rate, int64_t seed,
-                              int64_t offset, int64_t key, int64_t first,
-                              int64_t part, int64_t part_elements,
-                              int64_t rank_elements, int64_t rank_stride) {
+AttentionShape
+attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
+               int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
+               int64_t value_dim, std::initializer_list<int64_t> strides,
+               int64_t transpose_output, double scale, int64_t causal,
+               double rate, int64_t seed, int64_t offset, int64_t key,
+               int64_t first, int64_t part, int64_t part_elements,
+               int64_t rank_elements, int64_t rank_stride, int64_t split_block,
+               int64_t split_parts, int64_t split_stride) {
   AttentionShape a;
   static_cast<trainmem::AttentionLayout &>(a) =
       trainmem::AttentionLayout::of(batch, heads, kv_heads, queries, keys, dim,
@@ -872,6 +872,12 @@ AttentionShape attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
         rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
         dropoutBase(ctx, first, part, part_elements, rank_elements,
                     rank_stride));
+    if (split_block > 0) {
+      a.dropout.splitBlock = static_cast<uint64_t>(split_block);
+      a.dropout.splitParts = static_cast<uint64_t>(split_parts);
+      a.dropout.splitPosition =
+          static_cast<uint64_t>((tmrt_rank(ctx) / split_stride) % split_parts);
+    }
   }
   return a;
 }
@@ -1161,35 +1167,35 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
                int64_t v2, int64_t v3, int64_t transpose_output, double scale,
                int64_t causal, double rate, int64_t seed, int64_t offset,
                int64_t key, int64_t first, int64_t part, int64_t part_elements,
-               int64_t rank_elements, int64_t rank_stride) {
-  AttentionShape a =
-      attentionShape(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-                     {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3},
-                     transpose_output, scale, causal, rate, seed, offset, key,
-                     first, part, part_elements, rank_elements, rank_stride);
+               int64_t rank_elements, int64_t rank_stride, int64_t split_block,
+               int64_t split_parts, int64_t split_stride) {
+  AttentionShape a = attentionShape(
+      ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
+      {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output, scale,
+      causal, rate, seed, offset, key, first, part, part_elements,
+      rank_elements, rank_stride, split_block, split_parts, split_stride);
   withFloatType(ctx, "attention", {q, k, v, out}, [&](auto type) {
     attentionOf<decltype(type)>(ctx, a, q, k, v, out, lse);
   });
 }
 
-void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
-                    int64_t v, int64_t out, int64_t lse, int64_t dq, int64_t dk,
-                    int64_t dv, int64_t batch, int64_t heads, int64_t kv_heads,
-                    int64_t queries, int64_t keys, int64_t dim,
-                    int64_t value_dim, int64_t q0, int64_t q1, int64_t q2,
-                    int64_t q3, int64_t k0, int64_t k1, int64_t k2, int64_t k3,
-                    int64_t v0, int64_t v1, int64_t v2, int64_t v3, int64_t g0,
-                    int64_t g1, int64_t g2, int64_t g3,
-                    int64_t transpose_output, double scale, int64_t causal,
-                    double rate, int64_t seed, int64_t offset, int64_t key,
-                    int64_t first, int64_t part, int64_t part_elements,
-                    int64_t rank_elements, int64_t rank_stride) {
+void attention_grad(
+    tmrt_context *ctx, int64_t dout, int64_t q, int64_t k, int64_t v,
+    int64_t out, int64_t lse, int64_t dq, int64_t dk, int64_t dv, int64_t batch,
+    int64_t heads, int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
+    int64_t value_dim, int64_t q0, int64_t q1, int64_t q2, int64_t q3,
+    int64_t k0, int64_t k1, int64_t k2, int64_t k3, int64_t v0, int64_t v1,
+    int64_t v2, int64_t v3, int64_t g0, int64_t g1, int64_t g2, int64_t g3,
+    int64_t transpose_output, double scale, int64_t causal, double rate,
+    int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
+    int64_t part_elements, int64_t rank_elements, int64_t rank_stride,
+    int64_t split_block, int64_t split_parts, int64_t split_stride) {
   const int64_t gradStrides[4] = {g0, g1, g2, g3};
-  AttentionShape a =
-      attentionShape(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-                     {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3},
-                     transpose_output, scale, causal, rate, seed, offset, key,
-                     first, part, part_elements, rank_elements, rank_stride);
+  AttentionShape a = attentionShape(
+      ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
+      {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output, scale,
+      causal, rate, seed, offset, key, first, part, part_elements,
+      rank_elements, rank_stride, split_block, split_parts, split_stride);
   withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},
                 [&](auto type) {
                   attentionGradOf<decltype(type)>(ctx, a, gradStrides, dout,

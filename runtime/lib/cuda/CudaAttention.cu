@@ -68,7 +68,8 @@ Shape shapeOf(tmrt_context *ctx, int64_t batch, int64_t heads, int64_t kv_heads,
               const int64_t strides[16], int64_t transpose_output, double scale,
               int64_t causal, double rate, int64_t seed, int64_t offset,
               int64_t key, int64_t first, int64_t part, int64_t part_elements,
-              int64_t rank_elements, int64_t rank_stride) {
+              int64_t rank_elements, int64_t rank_stride, int64_t split_block,
+              int64_t split_parts, int64_t split_stride) {
   Shape a;
   static_cast<trainmem::AttentionLayout &>(a) =
       trainmem::AttentionLayout::of(batch, heads, kv_heads, queries, keys, dim,
@@ -87,6 +88,12 @@ Shape shapeOf(tmrt_context *ctx, int64_t batch, int64_t heads, int64_t kv_heads,
         rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
         dropoutBase(ctx, first, part, part_elements, rank_elements,
                     rank_stride));
+    if (split_block > 0) {
+      a.dropout.splitBlock = static_cast<uint64_t>(split_block);
+      a.dropout.splitParts = static_cast<uint64_t>(split_parts);
+      a.dropout.splitPosition =
+          static_cast<uint64_t>((tmrt_rank(ctx) / split_stride) % split_parts);
+    }
   }
   return a;
 }
@@ -267,13 +274,14 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
                int64_t v2, int64_t v3, int64_t transpose_output, double scale,
                int64_t causal, double rate, int64_t seed, int64_t offset,
                int64_t key, int64_t first, int64_t part, int64_t part_elements,
-               int64_t rank_elements, int64_t rank_stride) {
+               int64_t rank_elements, int64_t rank_stride, int64_t split_block,
+               int64_t split_parts, int64_t split_stride) {
   const int64_t strides[16] = {q0, q1, q2, q3, k0, k1, k2, k3,
                                v0, v1, v2, v3, 0,  0,  0,  0};
-  Shape a =
-      shapeOf(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-              strides, transpose_output, scale, causal, rate, seed, offset, key,
-              first, part, part_elements, rank_elements, rank_stride);
+  Shape a = shapeOf(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
+                    strides, transpose_output, scale, causal, rate, seed,
+                    offset, key, first, part, part_elements, rank_elements,
+                    rank_stride, split_block, split_parts, split_stride);
   if (!checkShape(ctx, "attention", a))
     return;
   withFloatType(ctx, "attention", {q, k, v, out}, [&](auto type) {
@@ -281,24 +289,23 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
   });
 }
 
-void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
-                    int64_t v, int64_t out, int64_t lse, int64_t dq, int64_t dk,
-                    int64_t dv, int64_t batch, int64_t heads, int64_t kv_heads,
-                    int64_t queries, int64_t keys, int64_t dim,
-                    int64_t value_dim, int64_t q0, int64_t q1, int64_t q2,
-                    int64_t q3, int64_t k0, int64_t k1, int64_t k2, int64_t k3,
-                    int64_t v0, int64_t v1, int64_t v2, int64_t v3, int64_t g0,
-                    int64_t g1, int64_t g2, int64_t g3,
-                    int64_t transpose_output, double scale, int64_t causal,
-                    double rate, int64_t seed, int64_t offset, int64_t key,
-                    int64_t first, int64_t part, int64_t part_elements,
-                    int64_t rank_elements, int64_t rank_stride) {
+void attention_grad(
+    tmrt_context *ctx, int64_t dout, int64_t q, int64_t k, int64_t v,
+    int64_t out, int64_t lse, int64_t dq, int64_t dk, int64_t dv, int64_t batch,
+    int64_t heads, int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
+    int64_t value_dim, int64_t q0, int64_t q1, int64_t q2, int64_t q3,
+    int64_t k0, int64_t k1, int64_t k2, int64_t k3, int64_t v0, int64_t v1,
+    int64_t v2, int64_t v3, int64_t g0, int64_t g1, int64_t g2, int64_t g3,
+    int64_t transpose_output, double scale, int64_t causal, double rate,
+    int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
+    int64_t part_elements, int64_t rank_elements, int64_t rank_stride,
+    int64_t split_block, int64_t split_parts, int64_t split_stride) {
   const int64_t strides[16] = {q0, q1, q2, q3, k0, k1, k2, k3,
                                v0, v1, v2, v3, g0, g1, g2, g3};
-  Shape a =
-      shapeOf(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-              strides, transpose_output, scale, causal, rate, seed, offset, key,
-              first, part, part_elements, rank_elements, rank_stride);
+  Shape a = shapeOf(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
+                    strides, transpose_output, scale, causal, rate, seed,
+                    offset, key, first, part, part_elements, rank_elements,
+                    rank_stride, split_block, split_parts, split_stride);
   if (!checkShape(ctx, "attention_grad", a))
     return;
   withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},

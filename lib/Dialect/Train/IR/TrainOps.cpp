@@ -476,6 +476,14 @@ template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
     return op.emitOpError("has dropout counters (key, part, seed, offset, "
                           "first, part_elements, rank_elements) but no "
                           "dropout (rate 0)");
+  // A rank's heads draw their part of the whole [B, H, S, S'] mask.
+  auto q = op.getQ().getType(), k = op.getK().getType();
+  auto drawn = RankedTensorType::get(
+      {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), k.getDimSize(2)},
+      IntegerType::get(op.getContext(), 1));
+  if (op.getSplitAttr() &&
+      failed(verifyDrawSplit(op, op.getSplitAttr(), drawn)))
+    return failure();
   return verifyDropoutCounters(op, op.getOffsetAttr().getInt(),
                                op.getFirstAttr().getInt(), op.getPart(),
                                op.getPartElementsAttr().getInt(),

@@ -219,7 +219,7 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
       getLse(), getKey(), getPart(), getScaleAttr(), getCausalAttr(),
       getTransposeOutputAttr(), getRateAttr(), getSeedAttr(), getOffsetAttr(),
       getFirstAttr(), getPartElementsAttr(), getRankElementsAttr(),
-      getRankStrideAttr());
+      getRankStrideAttr(), getSplitAttr());
   operandGrads.push_back(grad.getQGrad());
   operandGrads.push_back(grad.getKGrad());
   operandGrads.push_back(grad.getVGrad());

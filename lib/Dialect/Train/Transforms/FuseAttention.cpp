@@ -57,10 +57,6 @@ FailureOr<AttentionChain> matchChain(MatmulOp pv, PatternRewriter &rewriter) {
   if (chain.dropout) {
     if (chain.dropout.getResult() != probabilities)
       return rewriter.notifyMatchFailure(pv, "reads the dropout's mask");
-    // train.attention draws whole heads' masks; a rank's heads draw their
-    // part of the whole tensor's (train-tensor-parallel).
-    if (chain.dropout.getSplitAttr())
-      return rewriter.notifyMatchFailure(pv, "draws one rank's heads");
     probabilities = chain.dropout.getInput();
     softmaxUser = chain.dropout;
   }
@@ -165,7 +161,10 @@ struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
         dropout ? dropout.getFirstAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getPartElementsAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getRankElementsAttr() : rewriter.getI64IntegerAttr(0),
-        dropout ? dropout.getRankStrideAttr() : rewriter.getI64IntegerAttr(1));
+        dropout ? dropout.getRankStrideAttr() : rewriter.getI64IntegerAttr(1),
+        // A rank's heads of a tensor-parallel attention draw their part of
+        // the whole mask, as the dropout did.
+        dropout ? dropout.getSplitAttr() : TensorSplitAttr());
     Value output = attention.getOutput();
     if (heads) {
       // The transpose (and the reshape before it) go with the product.
@@ -204,16 +203,6 @@ struct TrainFuseAttentionPass
       return signalPassFailure();
     getOperation()->walk([&](AttentionOp) { ++after; });
     numFused += after - before;
-    // Attention on a rank's heads with dropout stays decomposed: said.
-    getOperation()->walk([&](DropoutOp dropout) {
-      if (dropout.getSplitAttr() &&
-          llvm::any_of(dropout.getResult().getUsers(),
-                       [](Operation *user) { return isa<MatmulOp>(user); }))
-        dropout.emitRemark("train-fuse-attention: not fused: its dropout "
-                           "draws one rank's heads of a tensor-parallel "
-                           "attention, which train.attention does not draw "
-                           "yet (dropout 0 fuses)");
-    });
     // After train-autodiff the backward reads the scores: nothing matches.
     // Say so instead of leaving the step as it was without a word.
     if (after == before) {

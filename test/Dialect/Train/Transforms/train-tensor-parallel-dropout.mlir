@@ -1,4 +1,5 @@
 // RUN: trainmem-opt %s -train-tensor-parallel="size=2" 2>/dev/null | FileCheck %s
+// RUN: trainmem-model --preset tiny --layers 1 --hidden 8 --heads 2 --ffn 16 --seq 4 --batch 2 --dropout 0.1 | trainmem-opt -train-tensor-parallel="size=2" -train-fuse-attention -train-autodiff 2>/dev/null | FileCheck %s --check-prefix=FUSED
 //
 // A dropout on a rank's part (here an MLP's inner activations) draws its
 // part of the whole tensor's mask: it is marked with the split.
@@ -15,3 +16,9 @@ func.func @forward_dropout(%x: tensor<2x6xf32> {train.input = "x"},
   }
   return %y : tensor<2x6xf32>
 }
+
+// Fused attention on a rank's heads (1 of 2) keeps the dropout's split: it
+// draws its heads' part of the whole [2, 2, 4, 4] mask, forward and
+// backward.
+// FUSED: train.attention {{.*}}split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>{{.*}} : tensor<2x1x4x4xf32>
+// FUSED: train.attention_grad {{.*}}split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>

@@ -403,7 +403,10 @@ def Train_AttentionOp : Train_DiffOp<"attention",
     Dropout (`rate > 0`) is `train.dropout`'s on the probabilities, element
     `(b, h, i, j)` at position `first + rank · rank_elements +
     part · part_elements + ((b·H + h)·S + i)·S' + j`: the mask the decomposed pattern draws, with
-    no mask stored (the backward draws it again).
+    no mask stored (the backward draws it again). With `split` (a rank's
+    heads of a tensor-parallel attention, `#train.split` of the drawn
+    `[B, H, S, S']` along the heads) the element is at its place in the
+    whole tensor, as a split `train.dropout` draws it.
 
     ```mlir
     %o, %lse = train.attention %q, %k, %v {causal, scale = 0.125 : f64}
@@ -424,7 +427,8 @@ def Train_AttentionOp : Train_DiffOp<"attention",
                        DefaultValuedAttr<I64Attr, "0">:$first,
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
                        DefaultValuedAttr<I64Attr, "0">:$rank_elements,
-                       DefaultValuedAttr<I64Attr, "1">:$rank_stride);
+                       DefaultValuedAttr<I64Attr, "1">:$rank_stride,
+                       OptionalAttr<Train_TensorSplitAttr>:$split);
   let results = (outs Train_FloatTensor:$output,
                       Train_StaticTensorOf<[F32]>:$lse);
   let assemblyFormat = [{
@@ -945,7 +949,8 @@ def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
                        DefaultValuedAttr<I64Attr, "0">:$first,
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
                        DefaultValuedAttr<I64Attr, "0">:$rank_elements,
-                       DefaultValuedAttr<I64Attr, "1">:$rank_stride);
+                       DefaultValuedAttr<I64Attr, "1">:$rank_stride,
+                       OptionalAttr<Train_TensorSplitAttr>:$split);
   let results = (outs Train_FloatTensor:$q_grad, Train_FloatTensor:$k_grad,
                       Train_FloatTensor:$v_grad);
   let assemblyFormat = [{

@@ -6,18 +6,19 @@
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 
+#include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/Transforms/Passes.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/InitAllExtensions.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Tools/Plugins/PassPlugin.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
-#include "mlir/Conversion/Passes.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/Dialect/Shard/IR/ShardDialect.h"
-#include "mlir/InitAllExtensions.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/CommandLine.h"
@@ -135,6 +136,9 @@ int main(int argc, char **argv) {
   mlir::train::registerTrainPipelines();
   mlir::train::registerTrainConversionPasses();
   mlir::registerTransformsPasses();
+  // Upstream's sharding-propagation and shard-partition, which see through
+  // the train ops' ShardingInterface models.
+  mlir::shard::registerShardPasses();
   mlir::registerConvertToLLVMPass();
   mlir::registerReconcileUnrealizedCastsPass();
   mlir::registerConvertFuncToLLVMPass();

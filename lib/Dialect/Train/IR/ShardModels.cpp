@@ -307,6 +307,7 @@ mlir::train::getProcessGroup(Operation *op, FlatSymbolRefAttr gridName,
 }
 
 void mlir::train::registerShardExternalModels(DialectRegistry &registry) {
+  registerShardingInterfaceModels(registry);
   registry.addExtension(+[](MLIRContext *ctx, shard::ShardDialect *) {
     attach<shard::AllReduceOp>(ctx);
     attach<shard::ReduceScatterOp>(ctx);

@@ -20,8 +20,15 @@ namespace mlir {
 namespace train {
 
 /// Attaches the models to shard.all_reduce, shard.reduce_scatter,
-/// shard.all_gather and shard.all_slice.
+/// shard.all_gather and shard.all_slice, and upstream's ShardingInterface
+/// to the train ops train-tensor-parallel splits
+/// (registerShardingInterfaceModels).
 void registerShardExternalModels(DialectRegistry &registry);
+
+/// Upstream's `shard::ShardingInterface` on the element-wise ops, the
+/// norms, softmax, bias_add and matmul (ShardingModels.cpp), so that
+/// `sharding-propagation` and `shard-partition` see through them.
+void registerShardingInterfaceModels(DialectRegistry &registry);
 
 /// The process group of a shard collective (all_reduce, reduce_scatter,
 /// all_gather, all_slice) on its grid, a row-major grid of ranks: its axes

@@ -445,6 +445,45 @@ std::vector<int64_t> tensorParallelSizes(const PlanRequest &request,
   return sizes;
 }
 
+/// The request's empty choice lists (recompute, ZeRO stages, 8-bit state,
+/// fusion, offload, tensor and sequence parallelism) as their defaults;
+/// an error for a stage or a tensor-parallel size the ranks do not allow.
+static llvm::Error completeSpace(PlanRequest &request) {
+  if (request.remats.empty())
+    request.remats = {PlanRemat::none, PlanRemat::selective, PlanRemat::full,
+                      PlanRemat::budget};
+  if (request.stages.empty()) {
+    if (request.ranks > 1)
+      request.stages = {0, 1, 2, 3};
+    else
+      request.stages = {-1};
+  }
+  for (int64_t stage : request.stages)
+    if (stage < -1 || stage > 3 || (stage == -1) != (request.ranks == 1)) {
+      return planError(
+          llvm::formatv("ZeRO stage {0} on {1} ranks: stages are 0 to 3 "
+                        "on more than one rank, none on one",
+                        stage, request.ranks));
+    }
+  if (request.eightBit.empty())
+    request.eightBit = {false, true};
+  if (request.fuseAttention.empty())
+    request.fuseAttention = {false, true};
+  if (request.offloads.empty())
+    request.offloads = {PlanOffload::none, PlanOffload::states,
+                        PlanOffload::statesAndUpdate};
+  if (request.tensorParallel.empty())
+    request.tensorParallel = {1};
+  for (int64_t t : request.tensorParallel)
+    if (t < 1 || request.ranks % t != 0)
+      return planError(llvm::formatv(
+          "tensor-parallel size {0} does not divide the {1} ranks", t,
+          request.ranks));
+  if (request.sequenceParallel.empty())
+    request.sequenceParallel = {false, true};
+  return llvm::Error::success();
+}
+
 llvm::Error completePlanRequest(PlanRequest &request) {
   if (request.ranks < 1) {
     return planError("--ranks must be at least 1");
@@ -493,38 +532,8 @@ llvm::Error completePlanRequest(PlanRequest &request) {
                                      "sequences each rank takes per step",
                                      m, perRank));
     }
-  if (request.remats.empty())
-    request.remats = {PlanRemat::none, PlanRemat::selective, PlanRemat::full,
-                      PlanRemat::budget};
-  if (request.stages.empty()) {
-    if (request.ranks > 1)
-      request.stages = {0, 1, 2, 3};
-    else
-      request.stages = {-1};
-  }
-  for (int64_t stage : request.stages)
-    if (stage < -1 || stage > 3 || (stage == -1) != (request.ranks == 1)) {
-      return planError(
-          llvm::formatv("ZeRO stage {0} on {1} ranks: stages are 0 to 3 "
-                        "on more than one rank, none on one",
-                        stage, request.ranks));
-    }
-  if (request.eightBit.empty())
-    request.eightBit = {false, true};
-  if (request.fuseAttention.empty())
-    request.fuseAttention = {false, true};
-  if (request.offloads.empty())
-    request.offloads = {PlanOffload::none, PlanOffload::states,
-                        PlanOffload::statesAndUpdate};
-  if (request.tensorParallel.empty())
-    request.tensorParallel = {1};
-  for (int64_t t : request.tensorParallel)
-    if (t < 1 || request.ranks % t != 0)
-      return planError(llvm::formatv(
-          "tensor-parallel size {0} does not divide the {1} ranks", t,
-          request.ranks));
-  if (request.sequenceParallel.empty())
-    request.sequenceParallel = {false, true};
+  if (llvm::Error error = completeSpace(request))
+    return error;
   std::string why;
   if (!request.module && !validateConfig(request.model, why)) {
     return planError("the model: " + why);

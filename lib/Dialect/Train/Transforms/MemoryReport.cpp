@@ -282,6 +282,36 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
   return object;
 }
 
+/// The text report's parallelism lines: ZeRO's partitioning and padding,
+/// the tensor-parallel group, what the collectives send by axis and kind
+/// (the numbers above them are one rank's).
+void printParallelism(llvm::raw_ostream &os, func::FuncOp func) {
+  // Data and tensor parallelism: the numbers above are one rank's.
+  Parallelism parallelism = parallelismOf(func);
+  if (parallelism.zero) {
+    os << llvm::formatv("  zero       stage {0}, {1} ranks (per rank above); "
+                        "global batch {2} = {3} per rank x {1} ranks\n",
+                        parallelism.zero.getStage(), parallelism.ranks,
+                        parallelism.globalBatch(), parallelism.rankBatch);
+    Padding padding = paddingOf(func, parallelism.ranks);
+    if (parallelism.zero.getStage() >= 1)
+      os << llvm::formatv("  padding    {0} elements, {1} B over all ranks' "
+                          "shards ({2:F1} B per rank; in the categories "
+                          "above)\n",
+                          padding.elements, padding.bytes,
+                          static_cast<double>(padding.bytes) /
+                              static_cast<double>(parallelism.ranks));
+  }
+  if (parallelism.tensorParts > 1)
+    os << llvm::formatv("  tensor     {0} ranks per tensor-parallel group "
+                        "(per rank above)\n",
+                        parallelism.tensorParts);
+  for (auto &[key, t] : parallelism.traffic)
+    os << llvm::formatv("  communication {0,-11} {1,-15} {2,6} ops {3,20} "
+                        "elements {4,20} B per rank and step\n",
+                        key.axis, key.kind, t.ops, t.elements, t.bytes);
+}
+
 void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                const MemoryPlan &plan) {
   os << "memory of @" << memory.getFunction().getSymName() << "\n";
@@ -324,30 +354,7 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                       memory.getFlops(Phase::Backward),
                       memory.getFlops(Phase::Optimizer),
                       memory.getRecomputeFlops());
-  // Data and tensor parallelism: the numbers above are one rank's.
-  Parallelism parallelism = parallelismOf(memory.getFunction());
-  if (parallelism.zero) {
-    os << llvm::formatv("  zero       stage {0}, {1} ranks (per rank above); "
-                        "global batch {2} = {3} per rank x {1} ranks\n",
-                        parallelism.zero.getStage(), parallelism.ranks,
-                        parallelism.globalBatch(), parallelism.rankBatch);
-    Padding padding = paddingOf(memory.getFunction(), parallelism.ranks);
-    if (parallelism.zero.getStage() >= 1)
-      os << llvm::formatv("  padding    {0} elements, {1} B over all ranks' "
-                          "shards ({2:F1} B per rank; in the categories "
-                          "above)\n",
-                          padding.elements, padding.bytes,
-                          static_cast<double>(padding.bytes) /
-                              static_cast<double>(parallelism.ranks));
-  }
-  if (parallelism.tensorParts > 1)
-    os << llvm::formatv("  tensor     {0} ranks per tensor-parallel group "
-                        "(per rank above)\n",
-                        parallelism.tensorParts);
-  for (auto &[key, t] : parallelism.traffic)
-    os << llvm::formatv("  communication {0,-11} {1,-15} {2,6} ops {3,20} "
-                        "elements {4,20} B per rank and step\n",
-                        key.axis, key.kind, t.ops, t.elements, t.bytes);
+  printParallelism(os, memory.getFunction());
   if (memory.getHostBytes() > 0) {
     os << llvm::formatv(
         "  host       {0,20} B  {1,12}  (train-offload-optimizer; "

@@ -87,6 +87,11 @@ struct Group {
 /// (naming `kernel`) when the world does not split into such groups.
 bool groupOf(tmrt_context *ctx, const char *kernel, int64_t size,
              int64_t stride, Group &group);
+/// A sharded collective's counts: `n` elements per shard in `outer` equal
+/// blocks (a split along a dimension with `outer` elements before it; 1
+/// for a split along the first); false after failing the context.
+bool checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
+                 int64_t outer);
 
 /// The communicator named `name`, or null; `known` is true for a name the
 /// runtime knows but was built without (mpi, without MPI).

@@ -296,6 +296,17 @@ static void setError(const char **error, std::string message) {
     *error = kept.c_str();
 }
 
+bool tmrt::checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
+                       int64_t outer) {
+  if (n < 0 || outer < 1 || n % outer != 0) {
+    ctx->fail(std::string(kernel) + ": " + std::to_string(n) +
+              " elements per shard do not form " + std::to_string(outer) +
+              " equal blocks");
+    return false;
+  }
+  return true;
+}
+
 bool tmrt::groupOf(tmrt_context *ctx, const char *kernel, int64_t size,
                    int64_t stride, Group &group) {
   int64_t world = ctx->communicator->size(ctx);

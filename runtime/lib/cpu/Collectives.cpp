@@ -135,20 +135,6 @@ bool ringAllGather(tmrt_context *ctx, const Group &group, T *out, int64_t n,
   return true;
 }
 
-/// Checks a sharded collective's counts: `n` elements per shard in
-/// `outer` equal blocks (a split along a dimension with `outer` elements
-/// before it; 1 for a split along the first).
-bool checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
-                 int64_t outer) {
-  if (n < 0 || outer < 1 || n % outer != 0) {
-    ctx->fail(std::string(kernel) + ": " + std::to_string(n) +
-              " elements per shard do not form " + std::to_string(outer) +
-              " equal blocks");
-    return false;
-  }
-  return true;
-}
-
 /// Between a buffer split along an inner dimension, [outer][size][inner],
 /// and the same shards as runs, [size][outer][inner]: `toRuns` reads the
 /// first layout and writes the second, otherwise the reverse.

@@ -411,19 +411,6 @@ void allGatherOf(tmrt_context *ctx, const Group &group, int64_t in, int64_t out,
   ctx->touch(out, static_cast<uint64_t>(n * size) * sizeof(T));
 }
 
-/// Checks a sharded collective's counts: `n` elements per shard in
-/// `outer` equal blocks.
-bool checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
-                 int64_t outer) {
-  if (n < 0 || outer < 1 || n % outer != 0) {
-    ctx->fail(std::string(kernel) + ": " + std::to_string(n) +
-              " elements per shard do not form " + std::to_string(outer) +
-              " equal blocks");
-    return false;
-  }
-  return true;
-}
-
 } // namespace
 
 bool loadNccl(std::string &report) {

@@ -65,6 +65,22 @@ LogicalResult partitionUnlessReductionSharded(
   return success();
 }
 
+/// The models' shared base: `Model` gives the loops and maps, the
+/// partition is partitionUnlessReductionSharded.
+template <typename Model, typename OpT>
+struct LoopModel : public shard::ShardingInterface::ExternalModel<Model, OpT> {
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    return partitionUnlessReductionSharded(op, partitionedOperands,
+                                           operandShardings, resultShardings,
+                                           partitionMap, symbolTable, builder);
+  }
+};
+
 /// The rank of `value`'s ranked tensor type, 0 for a scalar or none.
 int64_t rankOf(Value value) {
   auto type = dyn_cast<RankedTensorType>(value.getType());
@@ -75,9 +91,7 @@ int64_t rankOf(Value value) {
 /// (operands of another rank, none in these ops, would be refused by
 /// their verifiers).
 template <typename OpT>
-struct ElementwiseModel
-    : public shard::ShardingInterface::ExternalModel<ElementwiseModel<OpT>,
-                                                     OpT> {
+struct ElementwiseModel : public LoopModel<ElementwiseModel<OpT>, OpT> {
   SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
     return SmallVector<IteratorType>(rankOf(op->getResult(0)),
                                      IteratorType::parallel);
@@ -91,23 +105,12 @@ struct ElementwiseModel
     return SmallVector<AffineMap>(op->getNumOperands() + op->getNumResults(),
                                   identity);
   }
-  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
-                          ArrayRef<shard::Sharding> operandShardings,
-                          ArrayRef<shard::Sharding> resultShardings,
-                          IRMapping &partitionMap,
-                          SymbolTableCollection &symbolTable,
-                          OpBuilder &builder) const {
-    return partitionUnlessReductionSharded(op, partitionedOperands,
-                                           operandShardings, resultShardings,
-                                           partitionMap, symbolTable, builder);
-  }
 };
 
 /// Ops on rows of the last dimension: the leading loops parallel, the last
 /// one a normalization (`generic` reduction) unless `LastParallel`.
 template <typename OpT, bool LastParallel>
-struct RowModel : public shard::ShardingInterface::ExternalModel<
-                      RowModel<OpT, LastParallel>, OpT> {
+struct RowModel : public LoopModel<RowModel<OpT, LastParallel>, OpT> {
   SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
     int64_t rank = rankOf(op->getResult(0));
     SmallVector<IteratorType> types(rank, IteratorType::parallel);
@@ -139,24 +142,13 @@ struct RowModel : public shard::ShardingInterface::ExternalModel<
       maps.push_back(identity);
     return maps;
   }
-  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
-                          ArrayRef<shard::Sharding> operandShardings,
-                          ArrayRef<shard::Sharding> resultShardings,
-                          IRMapping &partitionMap,
-                          SymbolTableCollection &symbolTable,
-                          OpBuilder &builder) const {
-    return partitionUnlessReductionSharded(op, partitionedOperands,
-                                           operandShardings, resultShardings,
-                                           partitionMap, symbolTable, builder);
-  }
 };
 
 /// matmul: loops (the result's dimensions: batch..., m, n; then k), k a sum.
 /// The lhs is [batch..., m, k] (or [.., k, m] transposed), the rhs
 /// [batch'..., k, n] (or [.., n, k]) with batch' a suffix of the result's
 /// batch dimensions (a 2-D weight has none).
-struct MatmulModel
-    : public shard::ShardingInterface::ExternalModel<MatmulModel, MatmulOp> {
+struct MatmulModel : public LoopModel<MatmulModel, MatmulOp> {
   SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
     SmallVector<IteratorType> types(rankOf(op->getResult(0)),
                                     IteratorType::parallel);
@@ -192,16 +184,6 @@ struct MatmulModel
     return {operandMap(matmul.getLhs(), m, k, matmul.getTransposeLhs()),
             operandMap(matmul.getRhs(), k, n, matmul.getTransposeRhs()),
             AffineMap::get(loops, 0, result, context)};
-  }
-  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
-                          ArrayRef<shard::Sharding> operandShardings,
-                          ArrayRef<shard::Sharding> resultShardings,
-                          IRMapping &partitionMap,
-                          SymbolTableCollection &symbolTable,
-                          OpBuilder &builder) const {
-    return partitionUnlessReductionSharded(op, partitionedOperands,
-                                           operandShardings, resultShardings,
-                                           partitionMap, symbolTable, builder);
   }
 };
 

@@ -1516,3 +1516,22 @@ func.func @dropout_rank_stride(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %y, %m = train.dropout %x {rate = 0.1 : f64, seed = 0 : i64, offset = 0 : i64, rank_stride = 0 : i64} : tensor<4x8xf32> -> tensor<4x8xi1>
   return %y : tensor<4x8xf32>
 }
+
+// -----
+
+// A fused attention's split is of the [B, H, S, S'] probabilities it draws.
+shard.grid @tp(shape = 1x2)
+func.func @attention_split_dim(%q: tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32> {
+  // expected-error @+1 {{'train.attention' op split dimension 4 is not a dimension of the drawn 'tensor<1x2x8x8xi1>'}}
+  %o, %lse = train.attention %q, %q, %q {causal, scale = 0.5 : f64, rate = 0.1 : f64, split = #train.split<dim = 4, parts = 2, grid = @tp, axis = 1>} : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  return %o : tensor<1x2x8x4xf32>
+}
+
+// -----
+
+shard.grid @tp(shape = 1x2)
+func.func @attention_grad_split_parts(%q: tensor<1x2x8x4xf32>, %lse: tensor<1x2x8xf32>) -> tensor<1x2x8x4xf32> {
+  // expected-error @+1 {{'train.attention_grad' op 'split' #train.split<dim = 1, parts = 4, grid = @tp, axis = 1> needs axis 1 of @tp to have 4 ranks}}
+  %dq, %dk, %dv = train.attention_grad %q, %q, %q, %q, %q, %lse {causal, scale = 0.5 : f64, rate = 0.1 : f64, split = #train.split<dim = 1, parts = 4, grid = @tp, axis = 1>} : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  return %dq : tensor<1x2x8x4xf32>
+}

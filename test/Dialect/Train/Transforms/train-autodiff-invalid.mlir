@@ -48,3 +48,17 @@ module {
     return %s : tensor<f32>
   }
 }
+
+// -----
+
+// Sequence parallelism's reduce-scatter is differentiated as a sum (its
+// gradient gathered); another reduction has no gradient.
+shard.grid @tp(shape = 1x2)
+func.func @forward(%x: tensor<2x4x6xf32> {train.param = "x"}, %targets: tensor<2x2xi32> {train.input = "targets"}) -> tensor<f32> {
+  // expected-error @+2 {{'shard.reduce_scatter' op is differentiated as a sum (the sequence-parallel reduce-scatter); reduction max has no gradient here}}
+  // expected-error @+1 {{'shard.reduce_scatter' op failed to build its VJP}}
+  %s = shard.reduce_scatter %x on @tp grid_axes = [1] reduction = max scatter_axis = 1 : tensor<2x4x6xf32> -> tensor<2x2x6xf32>
+  %sum, %count = train.cross_entropy %s, %targets {ignore_index = -100 : i64} : tensor<2x2x6xf32>, tensor<2x2xi32> -> tensor<f32>, tensor<i64>
+  %loss = train.mean_loss %sum, %count : tensor<f32>, tensor<i64>
+  return %loss : tensor<f32>
+}

@@ -95,3 +95,23 @@ func.func @forward(%tokens: tensor<2x4xi32> {train.input = "tokens"},
   // expected-error @+1 {{train-tensor-parallel sequence-parallel=true: returns a piece of the sequence (the loss must be summed over the group)}}
   return %y : tensor<2x4x6xf32>
 }
+
+// -----
+
+// The embedding's result is the [batch, seq, hidden] stream that splits.
+func.func @forward(%tokens: tensor<4xi32> {train.input = "tokens"},
+                   %wte: tensor<8x6xf32> {train.param = "wte"},
+                   %fc: tensor<6x4xf32> {train.param = "fc.weight"},
+                   %proj: tensor<4x6xf32> {train.param = "proj.weight"}) -> tensor<4x6xf32> {
+  // expected-error @+1 {{train-tensor-parallel sequence-parallel=true: the embedding block's result is not a static [batch, seq, hidden] tensor}}
+  %x = train.block embedding -> tensor<4x6xf32> {
+    %e = train.embedding %wte, %tokens : tensor<8x6xf32>, tensor<4xi32> -> tensor<4x6xf32>
+    train.yield %e : tensor<4x6xf32>
+  }
+  %y = train.block mlp layer 0 -> tensor<4x6xf32> {
+    %h = train.matmul %x, %fc : tensor<4x6xf32>, tensor<6x4xf32> -> tensor<4x4xf32>
+    %p = train.matmul %h, %proj : tensor<4x4xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+    train.yield %p : tensor<4x6xf32>
+  }
+  return %y : tensor<4x6xf32>
+}

@@ -453,12 +453,9 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallelZeroTest,
 
 // Multi-head GPT and Llama, and grouped-query Llama (4 query heads on 2
 // K/V heads: each rank 2 query heads and their K/V head).
-/// Korthikanti et al. 2022, Table 2, per transformer layer of gpt3-175b
-/// (s = 2048, b = 1, h = 12288, a = 96, 16-bit) with tensor parallelism
-/// over t = 8: sbh(10 + 24/t + 5as/(ht)) bytes kept for the backward
-/// without recompute, sbh(10 + 24/t) with selective recompute; t = 1 is
-/// 34sbh + 5as²b (RematTest). Two layers: the formula is per layer.
-TEST(TensorParallelMemory, LayersKeepWhatKorthikantiSays) {
+/// The activation bytes each layer of a 2-layer gpt3-175b keeps after
+/// `pipeline` (its passes on the forward), by the memory analysis.
+std::vector<uint64_t> layerActivations(const std::string &pipeline) {
   MLIRContext context;
   loadDialects(context);
   ScopedDiagnosticHandler quiet(&context, [](Diagnostic &d) {
@@ -466,27 +463,39 @@ TEST(TensorParallelMemory, LayersKeepWhatKorthikantiSays) {
   });
   ModelConfig config = *getPreset("gpt3-175b");
   config.layers = 2;
-  const uint64_t s = 2048, b = 1, h = 12288, a = 96;
+  OwningOpRef<ModuleOp> module = buildModel(&context, config);
+  PassManager pm(&context);
+  std::vector<uint64_t> totals;
+  if (failed(parsePassPipeline(pipeline, pm)) || failed(pm.run(*module)))
+    return totals;
+  MemoryAnalysis analysis(*module);
+  for (const LayerActivations &layer :
+       analysis.getFunctions().front().getLayers())
+    totals.push_back(layer.total());
+  return totals;
+}
+
+/// gpt3-175b's s, b, h and a (16-bit activations).
+constexpr uint64_t kS = 2048, kB = 1, kH = 12288, kA = 96;
+
+/// Korthikanti et al. 2022, Table 2, per transformer layer of gpt3-175b
+/// (s = 2048, b = 1, h = 12288, a = 96, 16-bit) with tensor parallelism
+/// over t = 8: sbh(10 + 24/t + 5as/(ht)) bytes kept for the backward
+/// without recompute, sbh(10 + 24/t) with selective recompute; t = 1 is
+/// 34sbh + 5as²b (RematTest). Two layers: the formula is per layer.
+TEST(TensorParallelMemory, LayersKeepWhatKorthikantiSays) {
   for (uint64_t t : {1, 2, 8}) {
     for (const char *remat : {"", "train-remat{policy=selective},"
                                   "train-materialize-remat"}) {
-      OwningOpRef<ModuleOp> module = buildModel(&context, config);
-      PassManager pm(&context);
       std::string pipeline = "train-tensor-parallel{size=" + std::to_string(t) +
                              "},train-autodiff";
       if (*remat)
         pipeline += std::string(",") + remat;
-      ASSERT_TRUE(succeeded(parsePassPipeline(pipeline, pm)));
-      ASSERT_TRUE(succeeded(pm.run(*module))) << pipeline;
-      MemoryAnalysis analysis(*module);
-      const FunctionMemory &memory = analysis.getFunctions().front();
-      ASSERT_EQ(memory.getLayers().size(), 2u);
       // In units of s·b·h / t: 10t + 24 (+ 5as/h without recompute).
       uint64_t expected =
-          s * b * h * (10 * t + 24 + (*remat ? 0 : 5 * a * s / h)) / t;
-      for (const LayerActivations &layer : memory.getLayers())
-        EXPECT_EQ(layer.total(), expected)
-            << "t = " << t << (*remat ? ", selective" : ", no recompute");
+          kS * kB * kH * (10 * t + 24 + (*remat ? 0 : 5 * kA * kS / kH)) / t;
+      EXPECT_EQ(layerActivations(pipeline), std::vector<uint64_t>(2, expected))
+          << "t = " << t << (*remat ? ", selective" : ", no recompute");
     }
   }
 }
@@ -497,39 +506,23 @@ TEST(TensorParallelMemory, LayersKeepWhatKorthikantiSays) {
 /// gathered inputs of the split parts are gathered again in the backward,
 /// as Megatron does, so each rank keeps its piece only.
 TEST(TensorParallelMemory, SequenceParallelLayersKeepWhatKorthikantiSays) {
-  MLIRContext context;
-  loadDialects(context);
-  ScopedDiagnosticHandler quiet(&context, [](Diagnostic &d) {
-    return success(d.getSeverity() == DiagnosticSeverity::Remark);
-  });
-  ModelConfig config = *getPreset("gpt3-175b");
-  config.layers = 2;
-  const uint64_t s = 2048, b = 1, h = 12288, a = 96;
   struct Row {
     const char *remat;
     uint64_t sbhOverT; // the formula, in units of s·b·h / t
   };
   const Row rows[] = {
-      {"", 34 + 5 * a * s / h},
+      {"", 34 + 5 * kA * kS / kH},
       {"train-remat{policy=selective},train-materialize-remat", 34},
       {"train-remat{policy=full},train-materialize-remat", 2}};
   for (uint64_t t : {2, 8}) {
     for (const Row &row : rows) {
-      OwningOpRef<ModuleOp> module = buildModel(&context, config);
-      PassManager pm(&context);
       std::string pipeline = "train-tensor-parallel{size=" + std::to_string(t) +
                              " sequence-parallel=true},train-autodiff";
       if (*row.remat)
         pipeline += std::string(",") + row.remat;
-      ASSERT_TRUE(succeeded(parsePassPipeline(pipeline, pm)));
-      ASSERT_TRUE(succeeded(pm.run(*module))) << pipeline;
-      MemoryAnalysis analysis(*module);
-      const FunctionMemory &memory = analysis.getFunctions().front();
-      ASSERT_EQ(memory.getLayers().size(), 2u);
-      for (const LayerActivations &layer : memory.getLayers())
-        EXPECT_EQ(layer.total(), s * b * h * row.sbhOverT / t)
-            << "t = " << t << ", " << (*row.remat ? row.remat : "none") << ": "
-            << (double(layer.total()) * t / (s * b * h)) << " sbh/t";
+      EXPECT_EQ(layerActivations(pipeline),
+                std::vector<uint64_t>(2, kS * kB * kH * row.sbhOverT / t))
+          << "t = " << t << ", " << (*row.remat ? row.remat : "none");
     }
   }
 }

@@ -259,11 +259,7 @@ struct OpKernels {
         op.getRate().convertToDouble(), seed,
         static_cast<uint64_t>(op.getOffsetAttr().getInt()), dropoutBase(draw));
     // A rank's heads draw their part of the whole [B, H, S, S'] mask.
-    auto q = op.getQ().getType(), k = op.getK().getType();
-    DrawIndex split = splitDrawOf(
-        draw, RankedTensorType::get({q.getDimSize(0), q.getDimSize(1),
-                                     q.getDimSize(2), k.getDimSize(2)},
-                                    IntegerType::get(op.getContext(), 1)));
+    DrawIndex split = splitDrawOf(draw);
     dropout.splitBlock = split.block;
     dropout.splitParts = split.parts;
     dropout.splitPosition = split.position;
@@ -295,9 +291,8 @@ struct OpKernels {
       return trainmem::splitDrawIndex(i, block, parts, position);
     }
   };
-  DrawIndex splitDrawOf(BatchDrawOpInterface draw, ShapedType drawn) {
-    FailureOr<SplitDrawPlacement> placement =
-        getSplitDrawPlacement(draw, drawn);
+  DrawIndex splitDrawOf(BatchDrawOpInterface draw) {
+    FailureOr<SplitDrawPlacement> placement = getSplitDrawPlacement(draw);
     if (failed(placement) || placement->block == 0)
       return {};
     return {static_cast<uint64_t>(placement->block),
@@ -498,7 +493,7 @@ void OpKernels::dropout(DropoutOp op) {
   uint32_t threshold = trainmem::dropoutKeepThreshold(rate);
   double scale = 1.0 / (1.0 - rate);
   uint64_t base = dropoutBase(op);
-  DrawIndex index = splitDrawOf(op, op.getInput().getType());
+  DrawIndex index = splitDrawOf(op);
   RefTensor y = RefTensor::zeros(x.shape);
   RefTensor mask = RefTensor::ofInts(x.shape,
                                      std::vector<int64_t>(x.numElements(), 0));
@@ -1115,7 +1110,7 @@ LogicalResult OpKernels::evaluate(DropoutMaskOp o) {
     seed += static_cast<uint64_t>(get(o.getKey()).scalarInt());
   auto offset = static_cast<uint64_t>(o.getOffsetAttr().getInt());
   uint64_t base = dropoutBase(o);
-  DrawIndex index = splitDrawOf(o, o.getMask().getType());
+  DrawIndex index = splitDrawOf(o);
   for (int64_t i = 0; i < mask.numElements(); ++i)
     mask.ints[i] =
         trainmem::dropoutKeep(seed, offset, base + index.at(i), threshold);

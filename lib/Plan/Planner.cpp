@@ -435,6 +435,15 @@ static llvm::Error batchOfModule(ModuleOp module, int64_t &batch,
       "trainmem-model writes it)");
 }
 
+/// The micro-batches of a batch of `n` sequences: its divisors.
+static std::vector<int64_t> divisorsOf(int64_t n) {
+  std::vector<int64_t> divisors;
+  for (int64_t m = 1; m <= n; ++m)
+    if (n % m == 0)
+      divisors.push_back(m);
+  return divisors;
+}
+
 std::vector<int64_t> tensorParallelSizes(const PlanRequest &request,
                                          int64_t maxSize) {
   std::vector<int64_t> sizes = {1};
@@ -522,9 +531,7 @@ llvm::Error completePlanRequest(PlanRequest &request) {
   }
   if (request.microBatches.empty()) {
     request.defaultMicroBatches = true;
-    for (int64_t m = 1; m <= perRank; ++m)
-      if (perRank % m == 0)
-        request.microBatches.push_back(m);
+    request.microBatches = divisorsOf(perRank);
   }
   for (int64_t m : request.microBatches)
     if (m < 1 || perRank % m != 0) {
@@ -736,12 +743,8 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
       int64_t data = request.ranks / t;
       int64_t perRank = request.globalBatch / data;
       std::vector<int64_t> micros = request.microBatches;
-      if (request.defaultMicroBatches && t > 1) {
-        micros.clear();
-        for (int64_t m = 1; m <= perRank; ++m)
-          if (perRank % m == 0)
-            micros.push_back(m);
-      }
+      if (request.defaultMicroBatches && t > 1)
+        micros = divisorsOf(perRank);
       std::vector<int64_t> stages;
       for (int64_t stage : request.stages)
         if ((stage < 0) == (data == 1) && !llvm::is_contained(stages, stage))

@@ -309,8 +309,7 @@ static LogicalResult lowerSoftmax(SoftmaxOp o, RuntimeCallBuilder &b) {
 }
 
 static LogicalResult lowerDropout(DropoutOp o, RuntimeCallBuilder &b) {
-  FailureOr<SplitDrawPlacement> split =
-      getSplitDrawPlacement(o, o.getInput().getType());
+  FailureOr<SplitDrawPlacement> split = getSplitDrawPlacement(o);
   if (failed(split))
     return failure();
   return b.emitContiguous(
@@ -333,8 +332,7 @@ static LogicalResult lowerDropout(DropoutOp o, RuntimeCallBuilder &b) {
 }
 
 static LogicalResult lowerDropoutMask(DropoutMaskOp o, RuntimeCallBuilder &b) {
-  FailureOr<SplitDrawPlacement> split =
-      getSplitDrawPlacement(o, o.getMask().getType());
+  FailureOr<SplitDrawPlacement> split = getSplitDrawPlacement(o);
   if (failed(split))
     return failure();
   return b.emitContiguous(
@@ -644,17 +642,8 @@ static SmallVector<int64_t> attentionOperandStrides(OpT op) {
   return strides;
 }
 
-/// The [B, H, S, S'] probabilities an attention draws its dropout for.
-template <typename OpT> static ShapedType attentionDrawn(OpT op) {
-  auto q = op.getQ().getType(), k = op.getK().getType();
-  return RankedTensorType::get(
-      {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), k.getDimSize(2)},
-      IntegerType::get(op.getContext(), 1));
-}
-
 static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
-  FailureOr<SplitDrawPlacement> split =
-      getSplitDrawPlacement(op, attentionDrawn(op));
+  FailureOr<SplitDrawPlacement> split = getSplitDrawPlacement(op);
   if (failed(split))
     return failure();
   SmallVector<int64_t> s = attentionOperandStrides(op);
@@ -705,8 +694,7 @@ static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
 
 static LogicalResult lowerAttentionGrad(AttentionGradOp op,
                                         RuntimeCallBuilder &b) {
-  FailureOr<SplitDrawPlacement> split =
-      getSplitDrawPlacement(op, attentionDrawn(op));
+  FailureOr<SplitDrawPlacement> split = getSplitDrawPlacement(op);
   if (failed(split))
     return failure();
   SmallVector<int64_t> s = attentionOperandStrides(op);

@@ -477,12 +477,7 @@ template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
                           "first, part_elements, rank_elements) but no "
                           "dropout (rate 0)");
   // A rank's heads draw their part of the whole [B, H, S, S'] mask.
-  auto q = op.getQ().getType(), k = op.getK().getType();
-  auto drawn = RankedTensorType::get(
-      {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), k.getDimSize(2)},
-      IntegerType::get(op.getContext(), 1));
-  if (op.getSplitAttr() &&
-      failed(verifyDrawSplit(op, op.getSplitAttr(), drawn)))
+  if (failed(verifyDrawSplit(op, op.getSplitAttr(), op.getDrawnType())))
     return failure();
   return verifyDropoutCounters(op, op.getOffsetAttr().getInt(),
                                op.getFirstAttr().getInt(), op.getPart(),
@@ -514,8 +509,20 @@ static int64_t attentionScores(RankedTensorType q, RankedTensorType k) {
       std::min<uint64_t>(scores, std::numeric_limits<int64_t>::max()));
 }
 
+/// The probabilities an attention draws its dropout for, [B, H, S, S'].
+static RankedTensorType attentionDrawnType(RankedTensorType q,
+                                           RankedTensorType k) {
+  return RankedTensorType::get(
+      {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), k.getDimSize(2)},
+      IntegerType::get(q.getContext(), 1));
+}
+
 int64_t AttentionOp::getDrawnElements() {
   return attentionScores(getQ().getType(), getK().getType());
+}
+
+RankedTensorType AttentionOp::getDrawnType() {
+  return attentionDrawnType(getQ().getType(), getK().getType());
 }
 
 bool AttentionOp::drawsRandom() { return getRate().convertToDouble() > 0.0; }
@@ -548,6 +555,10 @@ int64_t AttentionGradOp::getDrawnElements() {
   return attentionScores(getQ().getType(), getK().getType());
 }
 
+RankedTensorType AttentionGradOp::getDrawnType() {
+  return attentionDrawnType(getQ().getType(), getK().getType());
+}
+
 bool AttentionGradOp::drawsRandom() {
   return getRate().convertToDouble() > 0.0;
 }
@@ -556,9 +567,13 @@ int64_t DropoutOp::getDrawnElements() {
   return getInput().getType().getNumElements();
 }
 
+RankedTensorType DropoutOp::getDrawnType() { return getMask().getType(); }
+
 int64_t DropoutMaskOp::getDrawnElements() {
   return getMask().getType().getNumElements();
 }
+
+RankedTensorType DropoutMaskOp::getDrawnType() { return getMask().getType(); }
 
 LogicalResult RopeOp::verify() {
   RankedTensorType type = getInput().getType();

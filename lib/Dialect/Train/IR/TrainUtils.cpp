@@ -159,8 +159,8 @@ int64_t mlir::train::getWholeDrawnElements(BatchDrawOpInterface draw) {
 }
 
 FailureOr<SplitDrawPlacement>
-mlir::train::getSplitDrawPlacement(BatchDrawOpInterface draw,
-                                   ShapedType drawn) {
+mlir::train::getSplitDrawPlacement(BatchDrawOpInterface draw) {
+  RankedTensorType drawn = draw.getDrawnType();
   SplitDrawPlacement placement;
   auto split = dyn_cast_or_null<TensorSplitAttr>(draw.getDrawSplit());
   if (!split)

@@ -79,6 +79,10 @@ def Train_BatchDrawOpInterface : OpInterface<"BatchDrawOpInterface"> {
       "bool", "drawsRandom", (ins), [{}], [{ return true; }]>,
     InterfaceMethod<"The elements one execution draws.",
       "int64_t", "getDrawnElements">,
+    InterfaceMethod<"The tensor one execution draws for, as an i1 mask "
+      "type: element i of the draw is its i-th element, row-major (a "
+      "dropout's mask; a fused attention's [B, H, S, S'] probabilities).",
+      "::mlir::RankedTensorType", "getDrawnType">,
     InterfaceMethod<"The batch rows one execution draws for: dimension 0 "
       "of its first result (its draws are row-major over them).",
       "int64_t", "getDrawnRows", (ins), [{}], [{

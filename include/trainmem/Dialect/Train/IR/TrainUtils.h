@@ -64,11 +64,10 @@ struct SplitDrawPlacement {
   int64_t block = 0, parts = 1, stride = 1;
 };
 
-/// `draw`'s placement, its drawn tensor of type `drawn`; failure (with an
+/// `draw`'s placement in its drawn tensor (getDrawnType); failure (with an
 /// error at the op) when its split's grid axis is not a static group of
 /// its parts.
-FailureOr<SplitDrawPlacement> getSplitDrawPlacement(BatchDrawOpInterface draw,
-                                                    ShapedType drawn);
+FailureOr<SplitDrawPlacement> getSplitDrawPlacement(BatchDrawOpInterface draw);
 
 /// Verifies that `split` (the value of `op`'s attribute `attrName`) names
 /// a `shard.grid` in scope whose axis `axis` has `parts` ranks.

@@ -13,15 +13,21 @@ by t = 2 ranks (mpirun -np 2, --tensor-parallel size=2), each rank on
 - the bytes each rank sends per step, as the runtime counts them, against
   the analysis's figure and against Megatron's: per layer two all-reduces
   of s·b·h forward and two backward, a ring all-reduce sending
-  2(t-1)/t of its buffer: 4 · layers · 2(t-1)/t · s·b·h · 4 B;
+  2(t-1)/t of its buffer: 4 · layers · 2(t-1)/t · s·b·h · 4 B; and the
+  vocabulary's: the embedding's lookups summed and the head's input
+  gradient (two all-reduces of s·b·h), the parallel cross-entropy's rows'
+  maxima, sums of exponentials and target logits (three of b·s);
 - the same with sequence parallelism (--tensor-parallel "size=2
   sequence-parallel=true"), its bytes against Korthikanti et al.'s
   all-gathers and reduce-scatters: per layer two of each forward, their
   conjugates backward and the split parts' inputs gathered again for the
   weight gradients (Megatron's extra all-gather), 10 · (t-1)/t · s·b·h · 4
-  B, and outside the layers the embedding slice's gathered gradient, the
-  whole parameters' gradients summed over the group (f: ring all-reduces
-  sending 2(t-1)·ceil(n/t) elements) and the loss's sum and token count;
+  B, and outside the layers the embedding's lookups summed (then sliced:
+  the GPT adds its positions to the sum), the slice's gathered gradient,
+  the head's input gathered, gathered again in the backward and its
+  gradient reduce-scattered, the norms' whole parameters' gradients
+  summed over the group (f: ring all-reduces sending 2(t-1)·ceil(n/t)
+  elements) and the cross-entropy's three all-reduces of b·s;
 - the largest relative difference of the losses (one rank vs t = 2).
 
 Usage: bench/tensor_parallel.py [--build build] [--steps 10] [--threads 1]
@@ -98,7 +104,14 @@ def main():
         arena = re.search(r"arena: planned (\d+) B, measured peak (\d+) B", one)
         print(f"one rank: arena planned {int(arena.group(1))} B, measured "
               f"{int(arena.group(2))} B")
-        formula = 4 * LAYERS * 2 * (t - 1) / t * SEQ * BATCH * HIDDEN * 4
+        sbh = SEQ * BATCH * HIDDEN
+
+        def ring(n):
+            return 2 * (t - 1) * -(-n // t)
+        # The vocabulary's collectives: the lookups' sum and the head's
+        # input gradient, the cross-entropy's rows' max, sums and targets.
+        vocabulary = (2 * ring(sbh) + 3 * ring(SEQ * BATCH)) * 4
+        formula = (4 * LAYERS * 2 * (t - 1) / t * sbh * 4) + vocabulary
         for m in re.finditer(
                 r"rank (\d+): arena planned (\d+) B, measured peak (\d+) B; "
                 r"sent (\d+) B, received \d+ B: (\d+) B per step "
@@ -107,16 +120,13 @@ def main():
             print(f"t = 2, rank {rank}: arena planned {planned} B, measured "
                   f"{measured} B ({planned / int(arena.group(1)):.3f} of one "
                   f"rank's); sent {per_step} B per step, analysis "
-                  f"{analysis} B, Megatron's formula {formula:.0f} B")
-        sbh = SEQ * BATCH * HIDDEN
-        vocab = 256  # the tiny preset's
-
-        def ring(n):
-            return 2 * (t - 1) * -(-n // t)
+                  f"{analysis} B, Megatron's formula {formula:.0f} B "
+                  f"(layers {formula - vocabulary:.0f} B, vocabulary "
+                  f"{vocabulary:.0f} B)")
         layers = LAYERS * 10 * (t - 1) / t * sbh * 4
-        outside = ((t - 1) / t * sbh * 4 +
-                   (ring(vocab * HIDDEN) + (6 * LAYERS + 2) * ring(HIDDEN)) * 4 +
-                   ring(1) * 4 + ring(1) * 8)
+        outside = (ring(sbh) * 4 + 4 * (t - 1) / t * sbh * 4 +
+                   (6 * LAYERS + 2) * ring(HIDDEN) * 4 +
+                   3 * ring(SEQ * BATCH) * 4)
         print(f"sequence-parallel t = 2 {median_step(sp):.4f} s: "
               f"{median_step(sp) / median_step(two):.2f} of t = 2")
         for m in re.finditer(

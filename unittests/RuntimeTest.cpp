@@ -420,6 +420,34 @@ TEST_F(RuntimeTest, LossAndItsGradient) {
           {{}, RefTensor::ofInts({2, 4}, {0, 8, -1, 3, 3, 2, -1, 7}), {}});
 }
 
+// Vocabulary parallelism's loss on one rank (whole logits, no split): the
+// row maxima, each row's sum of exponentials and target logit, the merge
+// and both gradients, in f32 and bf16 logits, an ignored target among
+// them.
+TEST_F(RuntimeTest, ParallelCrossEntropyPiecesAndTheirGradients) {
+  for (StringRef dtype : {"f32", "bf16"}) {
+    SCOPED_TRACE(dtype.str());
+    std::string source = R"mlir(
+    func.func @train_step(%l: tensor<2x4x9xT>, %t: tensor<2x4xi64>, %g: tensor<f32>)
+        -> (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<f32>, tensor<i64>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4x9xT>) {
+      %m = train.row_max %l : tensor<2x4x9xT> -> tensor<2x4xf32>
+      %se, %tl = train.cross_entropy_part %l, %t, %m {ignore_index = -1 : i64} : tensor<2x4x9xT>, tensor<2x4xi64>, tensor<2x4xf32> -> tensor<2x4xf32>, tensor<2x4xf32>
+      %s, %c = train.cross_entropy_merge %se, %tl, %m, %t {ignore_index = -1 : i64} : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xi64> -> tensor<f32>, tensor<i64>
+      %dse, %dtl = train.cross_entropy_merge_grad %g, %se, %t {ignore_index = -1 : i64} : tensor<f32>, tensor<2x4xf32>, tensor<2x4xi64> -> tensor<2x4xf32>, tensor<2x4xf32>
+      %d = train.cross_entropy_part_grad %dse, %dtl, %l, %m, %t {ignore_index = -1 : i64} : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4x9xT>, tensor<2x4xf32>, tensor<2x4xi64>
+      return %m, %se, %tl, %s, %c, %dse, %dtl, %d : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<f32>, tensor<i64>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4x9xT>
+    })mlir";
+    std::string typed = llvm::join(llvm::split(StringRef(source), "xT>"),
+                                   ("x" + dtype + ">").str());
+    std::vector<RefTensor> inputs = {
+        {}, RefTensor::ofInts({2, 4}, {0, 8, -1, 3, 3, 2, -1, 7}), {}};
+    if (dtype == "f32")
+      compare(typed.c_str(), inputs, /*only32=*/true);
+    else
+      compare16(typed.c_str(), dtype, inputs);
+  }
+}
+
 TEST_F(RuntimeTest, ReductionsAndScatter) {
   compare(R"mlir(
     func.func @train_step(%dy: tensor<2x3x4xf32>, %ids: tensor<2x3xi32>) -> (tensor<4xf32>, tensor<3x4xf32>, tensor<2x1x4xf32>, tensor<6x4xf32>) {

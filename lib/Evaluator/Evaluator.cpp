@@ -30,6 +30,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <unordered_map>
 
 using namespace mlir;
 using namespace mlir::train;
@@ -219,6 +220,13 @@ struct OpKernels {
   LogicalResult evaluate(SoftmaxGradOp o);
   LogicalResult evaluate(DropoutGradOp o);
   LogicalResult evaluate(CrossEntropyGradOp o);
+  LogicalResult evaluate(RowMaxOp o);
+  LogicalResult evaluate(CrossEntropyPartOp o);
+  LogicalResult evaluate(CrossEntropyMergeOp o);
+  LogicalResult evaluate(CrossEntropyPartGradOp o);
+  LogicalResult evaluate(CrossEntropyMergeGradOp o);
+  FailureOr<int64_t> vocabularyFirst(Operation *op, TensorSplitAttr split,
+                                     int64_t rows);
   LogicalResult evaluate(AdamWOp o);
   LogicalResult evaluate(QuantizeOp o);
   LogicalResult evaluate(DequantizeOp o);
@@ -342,7 +350,14 @@ struct OpKernels {
 class Interpreter : public EvaluationState {
 public:
   LogicalResult run(Block &block);
-  llvm::DenseMap<Value, RefTensor> values;
+  /// Node-based, so that a kernel's references to its operands (get())
+  /// stay valid while it sets its results: a DenseMap's rehash on a set
+  /// would move them (an op with several results read its operands'
+  /// shapes after setting the first).
+  struct ValueHash {
+    size_t operator()(Value value) const { return hash_value(value); }
+  };
+  std::unordered_map<Value, RefTensor, ValueHash> values;
   SmallVector<RefTensor> returned;
   /// The parameters (operands) of updates skipped for a gradient that was
   /// not finite, in order.
@@ -379,15 +394,22 @@ LogicalResult OpKernels::embedding(EmbeddingOp op) {
   const RefTensor &table = get(op.getTable());
   const RefTensor &ids = get(op.getIds());
   int64_t vocab = table.shape[0], hidden = table.shape[1];
+  FailureOr<int64_t> first = vocabularyFirst(op, op.getSplitAttr(), vocab);
+  if (failed(first))
+    return failure();
+  int64_t whole =
+      op.getSplitAttr() ? vocab * op.getSplitAttr().getParts() : vocab;
   RefTensor y = RefTensor::zeros(shapeOf(op.getResult().getType()));
   for (int64_t i = 0; i < ids.numElements(); ++i) {
     int64_t id = ids.ints[i];
-    if (id < 0 || id >= vocab)
+    if (id < 0 || id >= whole)
       return op.emitError("token id ")
              << id << " at position " << i << " is outside the table of "
-             << vocab << " rows";
+             << whole << " rows";
+    if (id < *first || id >= *first + vocab)
+      continue; // another rank's row: zeros
     for (int64_t h = 0; h < hidden; ++h)
-      y.floats[i * hidden + h] = table.floats[id * hidden + h];
+      y.floats[i * hidden + h] = table.floats[(id - *first) * hidden + h];
   }
   set(op.getResult(), std::move(y));
   return success();
@@ -574,15 +596,22 @@ LogicalResult OpKernels::embeddingGrad(EmbeddingGradOp op) {
   const RefTensor &ids = get(op.getIds());
   std::vector<int64_t> tableShape = shapeOf(op.getResult().getType());
   int64_t vocab = tableShape[0], hidden = tableShape[1];
+  FailureOr<int64_t> first = vocabularyFirst(op, op.getSplitAttr(), vocab);
+  if (failed(first))
+    return failure();
+  int64_t whole =
+      op.getSplitAttr() ? vocab * op.getSplitAttr().getParts() : vocab;
   std::vector<double> acc(vocab * hidden, 0.0);
   for (int64_t i = 0; i < ids.numElements(); ++i) {
     int64_t id = ids.ints[i];
-    if (id < 0 || id >= vocab)
+    if (id < 0 || id >= whole)
       return op.emitError("token id ")
              << id << " at position " << i << " is outside the table of "
-             << vocab << " rows";
+             << whole << " rows";
+    if (id < *first || id >= *first + vocab)
+      continue;
     for (int64_t h = 0; h < hidden; ++h)
-      acc[id * hidden + h] += grad.floats[i * hidden + h];
+      acc[(id - *first) * hidden + h] += grad.floats[i * hidden + h];
   }
   RefTensor y = RefTensor::zeros(tableShape);
   for (size_t i = 0; i < acc.size(); ++i)
@@ -1216,6 +1245,129 @@ LogicalResult OpKernels::evaluate(CrossEntropyGradOp o) {
   return crossEntropyGrad(o);
 }
 
+/// The first row (column) of this rank's part of a vocabulary split by
+/// `split` into parts of `rows` (0 when whole); failure after an error at
+/// `op` when the split's grid axis is not a static group of its parts.
+FailureOr<int64_t>
+OpKernels::vocabularyFirst(Operation *op, TensorSplitAttr split, int64_t rows) {
+  if (!split)
+    return 0;
+  std::optional<ProcessGroup> group = getProcessGroup(
+      op, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
+  if (!group || group->size != split.getParts())
+    return op->emitError("reference evaluator: the split's grid axis is not "
+                         "a static group of ")
+           << split.getParts() << " ranks";
+  return ((state.getRank() / group->stride) % split.getParts()) * rows;
+}
+
+LogicalResult OpKernels::evaluate(RowMaxOp o) {
+  const RefTensor &x = get(o.getInput());
+  auto [rows, cols] = rowsOf(x);
+  RefTensor y = RefTensor::zeros(shapeOf(o.getResult().getType()));
+  for (int64_t r = 0; r < rows; ++r)
+    y.floats[r] =
+        static_cast<float>(rowLogSumExp(&x.floats[r * cols], cols).first);
+  set(o.getResult(), std::move(y));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(CrossEntropyPartOp o) {
+  const RefTensor &logits = get(o.getLogits());
+  const RefTensor &targets = get(o.getTargets());
+  const RefTensor &most = get(o.getMax());
+  auto [rows, vocab] = rowsOf(logits);
+  FailureOr<int64_t> first = vocabularyFirst(o, o.getSplitAttr(), vocab);
+  if (failed(first))
+    return failure();
+  int64_t whole =
+      o.getSplitAttr() ? vocab * o.getSplitAttr().getParts() : vocab;
+  std::vector<int64_t> shape = shapeOf(o.getSumExp().getType());
+  RefTensor sumExp = RefTensor::zeros(shape), target = RefTensor::zeros(shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t t = targets.ints[r];
+    if (t != o.getIgnoreIndexAttr().getInt() && (t < 0 || t >= whole))
+      return o.emitError("target ")
+             << t << " at position " << r << " is outside the vocabulary of "
+             << whole;
+    const float *lr = &logits.floats[r * vocab];
+    double z = 0.0;
+    for (int64_t c = 0; c < vocab; ++c)
+      z += std::exp(static_cast<double>(lr[c]) - most.floats[r]);
+    sumExp.floats[r] = static_cast<float>(z);
+    if (t != o.getIgnoreIndexAttr().getInt() && t >= *first &&
+        t < *first + vocab)
+      target.floats[r] = lr[t - *first];
+  }
+  set(o.getSumExp(), std::move(sumExp));
+  set(o.getTargetLogit(), std::move(target));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(CrossEntropyMergeOp o) {
+  const RefTensor &sumExp = get(o.getSumExp());
+  const RefTensor &target = get(o.getTargetLogit());
+  const RefTensor &most = get(o.getMax());
+  const RefTensor &targets = get(o.getTargets());
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int64_t r = 0; r < targets.numElements(); ++r) {
+    if (targets.ints[r] == o.getIgnoreIndexAttr().getInt())
+      continue;
+    sum += static_cast<double>(most.floats[r]) +
+           std::log(static_cast<double>(sumExp.floats[r])) - target.floats[r];
+    ++count;
+  }
+  set(o.getLossSum(), RefTensor::ofFloats({}, {static_cast<float>(sum)}));
+  set(o.getCount(), RefTensor::ofInts({}, {count}));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(CrossEntropyPartGradOp o) {
+  const RefTensor &dSumExp = get(o.getDSumExp());
+  const RefTensor &dTarget = get(o.getDTargetLogit());
+  const RefTensor &logits = get(o.getLogits());
+  const RefTensor &most = get(o.getMax());
+  const RefTensor &targets = get(o.getTargets());
+  auto [rows, vocab] = rowsOf(logits);
+  FailureOr<int64_t> first = vocabularyFirst(o, o.getSplitAttr(), vocab);
+  if (failed(first))
+    return failure();
+  RefTensor dl = RefTensor::zeros(logits.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t t = targets.ints[r];
+    if (t == o.getIgnoreIndexAttr().getInt())
+      continue;
+    for (int64_t c = 0; c < vocab; ++c)
+      dl.floats[r * vocab + c] = static_cast<float>(
+          dSumExp.floats[r] *
+              std::exp(static_cast<double>(logits.floats[r * vocab + c]) -
+                       most.floats[r]) +
+          (*first + c == t ? static_cast<double>(dTarget.floats[r]) : 0.0));
+  }
+  set(o.getResult(), std::move(dl));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(CrossEntropyMergeGradOp o) {
+  double grad = get(o.getGrad()).scalarFloat();
+  const RefTensor &sumExp = get(o.getSumExp());
+  const RefTensor &targets = get(o.getTargets());
+  std::vector<int64_t> shape = shapeOf(o.getDSumExp().getType());
+  RefTensor dSumExp = RefTensor::zeros(shape),
+            dTarget = RefTensor::zeros(shape);
+  for (int64_t r = 0; r < targets.numElements(); ++r) {
+    if (targets.ints[r] == o.getIgnoreIndexAttr().getInt())
+      continue;
+    dSumExp.floats[r] =
+        static_cast<float>(grad / static_cast<double>(sumExp.floats[r]));
+    dTarget.floats[r] = static_cast<float>(-grad);
+  }
+  set(o.getDSumExp(), std::move(dSumExp));
+  set(o.getDTargetLogit(), std::move(dTarget));
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(AdamWOp o) {
   adamw(o);
   return success();
@@ -1507,9 +1659,11 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
         CrossEntropyOp, MeanLossOp, CastOp, DropoutMaskOp, CountValidOp,
         SliceRowsOp, EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp,
         GeluGradOp, BiasGeluGradOp, SiluGradOp, SoftmaxGradOp, DropoutGradOp,
-        CrossEntropyGradOp, AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp,
-        SGDOp, SGD8bitOp, LossScaleOp, UnscaleGradientsOp, ClipGradNormOp,
-        SquaredNormOp, LRScheduleOp, AttentionOp, AttentionGradOp>(context);
+        CrossEntropyGradOp, RowMaxOp, CrossEntropyPartOp, CrossEntropyMergeOp,
+        CrossEntropyPartGradOp, CrossEntropyMergeGradOp, AdamWOp, QuantizeOp,
+        DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp, LossScaleOp,
+        UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp, LRScheduleOp,
+        AttentionOp, AttentionGradOp>(context);
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);
@@ -1630,8 +1784,8 @@ private:
     return groups;
   }
 
-  /// The values of `value` on `members`, reduced (sum or average)
-  /// elementwise, in their order.
+  /// The values of `value` on `members`, reduced (sum, average or
+  /// maximum) elementwise, in their order.
   RefTensor reduce(Value value, shard::ReductionKind kind,
                    ArrayRef<size_t> members) {
     const RefTensor &first = ranks[members.front()].get(value);
@@ -1644,6 +1798,15 @@ private:
           sums[i] += t.ints[i];
       }
       return RefTensor::ofInts(first.shape, std::move(sums));
+    }
+    if (kind == shard::ReductionKind::Max) {
+      std::vector<float> most = first.floats;
+      for (size_t member : members) {
+        const RefTensor &t = ranks[member].get(value);
+        for (size_t i = 0; i < most.size(); ++i)
+          most[i] = std::max(most[i], t.floats[i]);
+      }
+      return RefTensor::ofFloats(first.shape, std::move(most));
     }
     std::vector<double> sums(first.floats.size(), 0.0);
     for (size_t member : members) {
@@ -1689,9 +1852,14 @@ private:
     FailureOr<ProcessGroup> group = groupOf(allReduce);
     if (failed(group))
       return failure();
-    if (!isSimulated(allReduce.getReduction()))
-      return allReduce.emitError("reference evaluator: only sum and "
-                                 "average reductions are simulated");
+    if (!isSimulated(allReduce.getReduction()) &&
+        allReduce.getReduction() != shard::ReductionKind::Max)
+      return allReduce.emitError("reference evaluator: only sum, average "
+                                 "and max all-reduces are simulated");
+    if (allReduce.getReduction() != shard::ReductionKind::Sum &&
+        !isa<FloatType>(getElementTypeOrSelf(allReduce.getType())))
+      return allReduce.emitError("reference evaluator: integers are only "
+                                 "summed");
     for (const std::vector<size_t> &members : membersOf(*group)) {
       RefTensor reduced =
           reduce(allReduce.getInput(), allReduce.getReduction(), members);

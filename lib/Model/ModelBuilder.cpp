@@ -247,7 +247,7 @@ Value GraphBuilder::embeddingBlock(Value tokens, Value &tokenTable) {
                                     isGpt ? "wte" : "tok_embeddings", normal());
                  Value x = EmbeddingOp::create(builder, loc("embedding.tokens"),
                                                tensor({b, s, h}), tokenTable,
-                                               tokens);
+                                               tokens, TensorSplitAttr());
                  if (!isGpt)
                    return x;
                  Value table = param({config.positions, h}, "wpe", normal());
@@ -257,7 +257,7 @@ Value GraphBuilder::embeddingBlock(Value tokens, Value &tokenTable) {
                      builder, loc("embedding.positions"), positionType);
                  Value pos = EmbeddingOp::create(
                      builder, loc("embedding.position_rows"), tensor({s, h}),
-                     table, positions);
+                     table, positions, TensorSplitAttr());
                  x = BiasAddOp::create(builder, loc("embedding.add_positions"),
                                        x, pos);
                  return dropout(x, "embedding.dropout");

@@ -51,6 +51,13 @@ std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
   add("--tensor-model-parallel-size", std::to_string(c.tensorParallel));
   if (c.sequenceParallel)
     add("--sequence-parallel");
+  if (c.tensorParallel > 1 && !c.vocabularyParallel)
+    notes.push_back(llvm::formatv(
+        "the plan keeps the embedding and head whole on every rank ({0} does "
+        "not divide the vocabulary); Megatron pads the vocabulary to a "
+        "multiple of 128 x {0} (--make-vocab-size-divisible-by) and splits "
+        "it, so its ranks hold less than the plan says",
+        c.tensorParallel));
   add("--micro-batch-size", std::to_string(c.microBatch));
   add("--global-batch-size", std::to_string(request.globalBatch));
   switch (c.remat) {

@@ -116,8 +116,7 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
   unroll = unroll || c.measuredUnrolled;
   std::string p;
   if (c.tensorParallel > 1)
-    p += llvm::formatv("train-tensor-parallel{{size={0}{1}},", c.tensorParallel,
-                       c.sequenceParallel ? " sequence-parallel=true" : "");
+    p += "train-tensor-parallel{" + c.tensorParallelOptions() + "},";
   if (c.fuseAttention)
     p += "train-fuse-attention,";
   if (c.fuseElementwise)
@@ -368,11 +367,16 @@ std::string PlanCandidate::passPipeline(int64_t ranks,
                          /*unroll=*/true);
 }
 
+std::string PlanCandidate::tensorParallelOptions() const {
+  return llvm::formatv("size={0}{1}{2}", tensorParallel,
+                       sequenceParallel ? " sequence-parallel=true" : "",
+                       vocabularyParallel ? "" : " vocabulary-parallel=false");
+}
+
 std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
   std::string text;
   if (tensorParallel > 1)
-    text += llvm::formatv(" --tensor-parallel=\"size={0}{1}\"", tensorParallel,
-                          sequenceParallel ? " sequence-parallel=true" : "");
+    text += " --tensor-parallel=\"" + tensorParallelOptions() + "\"";
   if (fuseAttention)
     text += " --fuse-attention";
   if (fuseElementwise)
@@ -399,8 +403,9 @@ std::string PlanCandidate::describe() const {
               ? ", no recompute"
               : ", " + stringifyPlanRemat(remat).str() + " recompute";
   if (tensorParallel > 1)
-    text += llvm::formatv(", tensor-parallel {0}{1}", tensorParallel,
-                          sequenceParallel ? " + sequence-parallel" : "");
+    text += llvm::formatv(", tensor-parallel {0}{1}{2}", tensorParallel,
+                          sequenceParallel ? " + sequence-parallel" : "",
+                          vocabularyParallel ? "" : " (vocabulary whole)");
   if (stage >= 0)
     text += llvm::formatv(", ZeRO-{0}", stage);
   if (eightBit)
@@ -728,12 +733,25 @@ static bool fusesElementwise(MLIRContext &context, const PlanRequest &request) {
   return countOps() != before;
 }
 
+/// The classes of the request's loss: the model file's cross-entropy's,
+/// else the preset's vocabulary.
+static int64_t vocabularyOf(const PlanRequest &request) {
+  int64_t vocabulary = request.model.vocab;
+  if (request.module)
+    request.module->walk([&](CrossEntropyOp loss) {
+      vocabulary = loss.getLogits().getType().getShape().back();
+    });
+  return vocabulary;
+}
+
 /// Every candidate of the request's choices, in groups that differ in
 /// their offload only (measured from one compiled step: CompiledSteps);
 /// the start of each group, and the end of the last.
 static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                                                PlanResult &result) {
   std::vector<size_t> groupStart;
+  // A vocabulary t does not divide stays whole on every rank.
+  int64_t vocabulary = vocabularyOf(request);
   for (int64_t t : request.tensorParallel)
     for (bool sequence : request.sequenceParallel) {
       if (sequence && t == 1)
@@ -762,6 +780,7 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                     PlanCandidate c;
                     c.tensorParallel = t;
                     c.sequenceParallel = sequence;
+                    c.vocabularyParallel = t > 1 && vocabulary % t == 0;
                     c.fuseAttention = fuseAttention;
                     c.fuseElementwise = fuseElementwise;
                     c.microBatch = micro;

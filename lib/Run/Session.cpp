@@ -304,10 +304,17 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
   }
   // The vocabulary: the classes of the step's cross-entropy (the lowered
   // step has none left; the model builder's description says it).
-  if (stepFunc)
+  if (stepFunc) {
     stepFunc.walk([&](CrossEntropyOp op) {
       session->vocab = op.getLogits().getType().getShape().back();
     });
+    // A vocabulary-parallel one's: its parts' columns.
+    stepFunc.walk([&](CrossEntropyPartOp op) {
+      TensorSplitAttr split = op.getSplitAttr();
+      session->vocab = op.getLogits().getType().getShape().back() *
+                       (split ? split.getParts() : 1);
+    });
+  }
   if (auto model = module->getAttrOfType<DictionaryAttr>(kModelAttrName))
     if (auto v = model.getAs<IntegerAttr>("vocab"); v && session->vocab == 0)
       session->vocab = v.getInt();

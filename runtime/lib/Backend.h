@@ -93,6 +93,13 @@ bool groupOf(tmrt_context *ctx, const char *kernel, int64_t size,
 bool checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
                  int64_t outer);
 
+/// How a collective combines the ranks' values.
+enum class Reduction { Sum, Average, Max };
+/// The reduction an all-reduce's `reduction` argument names
+/// (TMRT_REDUCE_*); false after failing the context.
+bool reductionOf(tmrt_context *ctx, const char *kernel, int64_t reduction,
+                 Reduction &result);
+
 /// The communicator named `name`, or null; `known` is true for a name the
 /// runtime knows but was built without (mpi, without MPI).
 const Communicator *lookupCommunicator(const char *name, bool &known);

@@ -307,6 +307,25 @@ bool tmrt::checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
   return true;
 }
 
+bool tmrt::reductionOf(tmrt_context *ctx, const char *kernel, int64_t reduction,
+                       Reduction &result) {
+  switch (reduction) {
+  case TMRT_REDUCE_SUM:
+    result = Reduction::Sum;
+    return true;
+  case TMRT_REDUCE_AVERAGE:
+    result = Reduction::Average;
+    return true;
+  case TMRT_REDUCE_MAX:
+    result = Reduction::Max;
+    return true;
+  default:
+    ctx->fail(std::string(kernel) + ": reduction " + std::to_string(reduction) +
+              " is not sum (0), average (1) or max (2)");
+    return false;
+  }
+}
+
 bool tmrt::groupOf(tmrt_context *ctx, const char *kernel, int64_t size,
                    int64_t stride, Group &group) {
   int64_t world = ctx->communicator->size(ctx);

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -86,6 +87,43 @@ TEST(Collectives, AllReduceSumsEveryRanksBuffer) {
     }
   }
   EXPECT_EQ(tmrt_bytes_sent(ctx.get()), tmrt_bytes_received(ctx.get()));
+}
+
+TEST(Collectives, AllReduceTakesTheMaximum) {
+  ContextPtr ctx = makeContext(1 << 16);
+  ASSERT_NE(ctx, nullptr);
+  int64_t size = tmrt_world_size(ctx.get()), rank = tmrt_rank(ctx.get());
+  // 10 elements, each rank's largest at a different place, negative ones
+  // among them (the padding's zeros must not win).
+  const int64_t n = 10;
+  auto value = [](int64_t r, int64_t i) {
+    return float((r * 7 + i * 3) % 11) - 20.0f;
+  };
+  std::vector<float> mine(n);
+  for (int64_t i = 0; i < n; ++i)
+    mine[i] = value(rank, i);
+  write(ctx.get(), 0, mine);
+  uint64_t before = tmrt_bytes_sent(ctx.get());
+  tmrt_all_reduce(ctx.get(), 0, 0, n, TMRT_REDUCE_MAX, size, 1);
+  ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr)
+      << tmrt_context_error(ctx.get());
+  std::vector<float> got = read(ctx.get(), 0, n);
+  for (int64_t i = 0; i < n; ++i) {
+    float most = value(0, i);
+    for (int64_t r = 1; r < size; ++r)
+      most = std::max(most, value(r, i));
+    EXPECT_EQ(got[i], most) << i;
+  }
+  // The same bytes as a sum's.
+  uint64_t chunk = (n + size - 1) / size;
+  EXPECT_EQ(tmrt_bytes_sent(ctx.get()) - before,
+            2 * uint64_t(size - 1) * chunk * 4);
+  // A reduction the runtime does not know is an error that names it.
+  tmrt_all_reduce(ctx.get(), 0, 0, n, 7, size, 1);
+  ASSERT_NE(tmrt_context_error(ctx.get()), nullptr);
+  EXPECT_NE(std::string(tmrt_context_error(ctx.get())).find("reduction 7"),
+            std::string::npos)
+      << tmrt_context_error(ctx.get());
 }
 
 TEST(Collectives, ReduceScatterLeavesEachRankItsShard) {

@@ -251,10 +251,10 @@ TEST(Cuda, EmbeddingGivesTheCpuBits) {
     std::memcpy(input.data() + 2304 + 4 * i, &id, 4); // ids at 2304
   }
   auto forward = [&](tmrt_context *c) {
-    tmrt_embedding(c, 0, 2304, 2560, num, hidden, vocab, 32);
+    tmrt_embedding(c, 0, 2304, 2560, num, hidden, vocab, 32, 1, 1);
   };
   auto backward = [&](tmrt_context *c) {
-    tmrt_embedding_grad(c, 1024, 2304, 2560, num, hidden, vocab, 32);
+    tmrt_embedding_grad(c, 1024, 2304, 2560, num, hidden, vocab, 32, 1, 1);
   };
   for (auto kernel : {std::function<void(tmrt_context *)>(forward),
                       std::function<void(tmrt_context *)>(backward)}) {
@@ -272,6 +272,72 @@ TEST(Cuda, EmbeddingGivesTheCpuBits) {
   ASSERT_NE(error, nullptr);
   EXPECT_EQ(std::string(error),
             "token id 99 at position 5 is outside the table of 11 rows");
+}
+
+// Vocabulary parallelism's pieces on one GPU: the lookup and its gradient
+// of a table split in 2 (rank 0 holds rows 0-5 of 12: the other ids look
+// up zeros) give the CPU's bytes; the parallel cross-entropy's row maxima,
+// sums, merged loss and gradients (exp, log: CUDA's) within 1e-6 relative
+// of the CPU's, an ignored target among them.
+TEST(Cuda, VocabularyPartsAgreeWithTheCpu) {
+  std::string why;
+  ContextPtr probe = cudaContext(why);
+  if (!probe)
+    GTEST_SKIP() << why;
+  const int64_t rows = 8, vocab = 16, hidden = 4;
+  // logits at 0, targets (i32) at 1024, max at 1280, sum_exp at 1536,
+  // target_logit at 1792, dloss at 2048, d_sum_exp at 2304, d_target_logit
+  // at 2560, dlogits at 3072, loss at 3584, count at 3592; the table
+  // (6 x 4) at 4096, the lookup at 4352.
+  std::vector<uint8_t> input(8192, 0);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int64_t i = 0; i < rows * vocab; ++i) {
+    float v = normal(rng);
+    std::memcpy(input.data() + 4 * i, &v, 4);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    int32_t t = r == 3 ? -100 : static_cast<int32_t>((r * 5) % vocab);
+    std::memcpy(input.data() + 1024 + 4 * r, &t, 4);
+  }
+  float dloss = 0.125f;
+  std::memcpy(input.data() + 2048, &dloss, 4);
+  for (int64_t i = 0; i < 6 * hidden; ++i) {
+    float v = normal(rng);
+    std::memcpy(input.data() + 4096 + 4 * i, &v, 4);
+  }
+  auto loss = [&](tmrt_context *c) {
+    tmrt_row_max(c, 0, 1280, rows, vocab);
+    tmrt_cross_entropy_part(c, 0, 1024, 1280, 1536, 1792, rows, vocab, -100, 32,
+                            1, 1);
+    tmrt_cross_entropy_merge(c, 1536, 1792, 1280, 1024, 3584, 3592, rows, -100,
+                             32);
+    tmrt_cross_entropy_merge_grad(c, 2048, 1536, 1024, 2304, 2560, rows, -100,
+                                  32);
+    tmrt_cross_entropy_part_grad(c, 2304, 2560, 0, 1280, 1024, 3072, rows,
+                                 vocab, -100, 32, 1, 1);
+  };
+  ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
+  ContextPtr gpu = cudaContext(why);
+  std::vector<uint8_t> want = runOn(cpu.get(), input, loss);
+  std::vector<uint8_t> got = runOn(gpu.get(), input, loss);
+  for (int64_t offset : {1280, 1536, 1792, 2304, 2560}) // per row
+    expectNearF32(got, want, offset, rows, 1e-30);
+  expectNearF32(got, want, 3072, rows * vocab, 1e-30); // dlogits
+  expectNearF32(got, want, 3584, 1, 0.0);              // loss
+  EXPECT_EQ(std::memcmp(got.data() + 3592, want.data() + 3592, 8), 0);
+  // The split lookup: ids 0-11 of a table of 12 rows in 2 parts.
+  for (int64_t i = 0; i < rows; ++i) {
+    int32_t id = static_cast<int32_t>((i * 7) % 12);
+    std::memcpy(input.data() + 1024 + 4 * i, &id, 4);
+  }
+  auto lookup = [&](tmrt_context *c) {
+    tmrt_embedding(c, 4096, 1024, 4352, rows, hidden, 6, 32, 2, 1);
+    tmrt_embedding_grad(c, 4352, 1024, 4608, rows, hidden, 6, 32, 2, 1);
+  };
+  ContextPtr cpu2(tmrt_context_create("cpu", 1, nullptr));
+  ContextPtr gpu2 = cudaContext(why);
+  EXPECT_EQ(runOn(gpu2.get(), input, lookup), runOn(cpu2.get(), input, lookup));
 }
 
 // Softmax sums e^x in double with CUDA's exp, which may differ from

@@ -136,6 +136,9 @@ struct PlanCandidate {
   /// train-tensor-parallel's size (1: none) and sequence parallelism.
   int64_t tensorParallel = 1;
   bool sequenceParallel = false;
+  /// Whether the embedding and head are split by the vocabulary (t > 1
+  /// and t divides it; otherwise whole on every rank).
+  bool vocabularyParallel = false;
 
   PlanMeasure measure;
   /// Whether the measure is of the whole model (else extrapolated from
@@ -162,6 +165,9 @@ struct PlanCandidate {
   std::string passPipeline(int64_t ranks, uint64_t memoryBytes) const;
   /// The same as trainmem-run options.
   std::string runOptions(uint64_t memoryBytes) const;
+  /// train-tensor-parallel's options (size, sequence and vocabulary
+  /// parallelism).
+  std::string tensorParallelOptions() const;
   /// One line: "micro-batch 4 x 8, selective, ZeRO-1, 8-bit".
   std::string describe() const;
   /// The data-parallel ranks of `ranks` (ZeRO's): ranks / t.

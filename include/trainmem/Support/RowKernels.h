@@ -191,6 +191,42 @@ TRAINMEM_HD inline void crossEntropyGrad(const T *logits, T *dx, int64_t vocab,
         scale * (exp(wide(logits[c]) - most - logZ) - (c == t ? 1.0 : 0.0)));
 }
 
+/// A vocabulary part's terms of a row's cross-entropy (Megatron's
+/// parallel cross-entropy): the part's logits are columns [first, first +
+/// n) of the whole row, `most` the whole row's maximum. Σ exp(logit -
+/// most) over the part, and the target's logit when it is one of the
+/// part's columns (0 otherwise).
+template <typename T>
+TRAINMEM_HD inline void crossEntropyPart(const T *logits, int64_t n,
+                                         int64_t first, int64_t t, float most,
+                                         float &sumExp, float &targetLogit) {
+  double z = 0.0;
+  for (int64_t c = 0; c < n; ++c)
+    z += exp(wide(logits[c]) - static_cast<double>(most));
+  sumExp = static_cast<float>(z);
+  targetLogit = t >= first && t < first + n ? wide(logits[t - first]) : 0.0f;
+}
+
+/// The gradient of a part's terms: dSumExp · exp(logit - most) + (the
+/// target's column) dTargetLogit.
+template <typename T>
+TRAINMEM_HD inline void
+crossEntropyPartGrad(const T *logits, T *dx, int64_t n, int64_t first,
+                     int64_t t, float most, float dSumExp, float dTargetLogit) {
+  for (int64_t c = 0; c < n; ++c)
+    dx[c] =
+        narrow<T>(static_cast<double>(dSumExp) *
+                      exp(wide(logits[c]) - static_cast<double>(most)) +
+                  (first + c == t ? static_cast<double>(dTargetLogit) : 0.0));
+}
+
+/// A row's cross-entropy from its whole vocabulary's sums.
+TRAINMEM_HD inline double crossEntropyMerge(float sumExp, float targetLogit,
+                                            float most) {
+  return static_cast<double>(most) + log(static_cast<double>(sumExp)) -
+         static_cast<double>(targetLogit);
+}
+
 } // namespace rows
 } // namespace trainmem
 

@@ -258,8 +258,38 @@ static LogicalResult lowerSquaredNorm(SquaredNormOp op, RuntimeCallBuilder &b) {
   return success();
 }
 
+/// The runtime's split_parts and split_stride of an op on one rank's part
+/// of a vocabulary (a table's rows, the logits' columns): its split's
+/// parts and the stride of its grid axis's process group; 1 and 1 when it
+/// is whole.
+struct VocabularySplit {
+  int64_t parts = 1, stride = 1;
+};
+static FailureOr<VocabularySplit> vocabularySplitOf(Operation *op,
+                                                    TensorSplitAttr split) {
+  if (!split)
+    return VocabularySplit{};
+  std::optional<ProcessGroup> group = getProcessGroup(
+      op, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
+  if (!group || group->size != split.getParts())
+    return op->emitOpError("its split's grid axis is not a static group of ")
+           << split.getParts() << " ranks";
+  return VocabularySplit{split.getParts(), group->stride};
+}
+
 static LogicalResult lowerEmbedding(EmbeddingOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::embedding{.table = b.offset(o.getTable()), .ids = b.offset(o.getIds()), .out = b.offset(o.getResult()), .num_ids = b.elements(o.getIds()), .hidden = b.lastDim(o.getTable()), .vocab = b.shape(o.getTable())[0], .id_bits = b.idBits(o.getIds())});
+  FailureOr<VocabularySplit> split = vocabularySplitOf(o, o.getSplitAttr());
+  if (failed(split))
+    return failure();
+  return b.emitContiguous(o, rt::embedding{.table = b.offset(o.getTable()),
+                                           .ids = b.offset(o.getIds()),
+                                           .out = b.offset(o.getResult()),
+                                           .num_ids = b.elements(o.getIds()),
+                                           .hidden = b.lastDim(o.getTable()),
+                                           .vocab = b.shape(o.getTable())[0],
+                                           .id_bits = b.idBits(o.getIds()),
+                                           .split_parts = split->parts,
+                                           .split_stride = split->stride});
 }
 
 static LogicalResult lowerIota(IotaOp o, RuntimeCallBuilder &b) {
@@ -380,7 +410,19 @@ static LogicalResult lowerCast(CastOp o, RuntimeCallBuilder &b) {
 }
 
 static LogicalResult lowerEmbeddingGrad(EmbeddingGradOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::embedding_grad{.dy = b.offset(o.getGrad()), .ids = b.offset(o.getIds()), .out = b.offset(o.getResult()), .num_ids = b.elements(o.getIds()), .hidden = b.lastDim(o.getResult()), .vocab = b.shape(o.getResult())[0], .id_bits = b.idBits(o.getIds())});
+  FailureOr<VocabularySplit> split = vocabularySplitOf(o, o.getSplitAttr());
+  if (failed(split))
+    return failure();
+  return b.emitContiguous(o,
+                          rt::embedding_grad{.dy = b.offset(o.getGrad()),
+                                             .ids = b.offset(o.getIds()),
+                                             .out = b.offset(o.getResult()),
+                                             .num_ids = b.elements(o.getIds()),
+                                             .hidden = b.lastDim(o.getResult()),
+                                             .vocab = b.shape(o.getResult())[0],
+                                             .id_bits = b.idBits(o.getIds()),
+                                             .split_parts = split->parts,
+                                             .split_stride = split->stride});
 }
 
 static LogicalResult lowerLayerNormGrad(LayerNormGradOp o, RuntimeCallBuilder &b) {
@@ -410,6 +452,82 @@ static LogicalResult lowerSoftmaxGrad(SoftmaxGradOp o, RuntimeCallBuilder &b) {
 
 static LogicalResult lowerDropoutGrad(DropoutGradOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::dropout_grad{.dy = b.offset(o.getGrad()), .mask = b.offset(o.getMask()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .rate = o.getRate().convertToDouble()});
+}
+
+static LogicalResult lowerRowMax(RowMaxOp o, RuntimeCallBuilder &b) {
+  return b.emitContiguous(o, rt::row_max{.in = b.offset(o.getInput()),
+                                         .out = b.offset(o.getResult()),
+                                         .rows = b.rows(o.getInput()),
+                                         .cols = b.lastDim(o.getInput())});
+}
+
+static LogicalResult lowerCrossEntropyPart(CrossEntropyPartOp o,
+                                           RuntimeCallBuilder &b) {
+  FailureOr<VocabularySplit> split = vocabularySplitOf(o, o.getSplitAttr());
+  if (failed(split))
+    return failure();
+  return b.emitContiguous(
+      o, rt::cross_entropy_part{.logits = b.offset(o.getLogits()),
+                                .targets = b.offset(o.getTargets()),
+                                .max = b.offset(o.getMax()),
+                                .sum_exp = b.offset(o.getSumExp()),
+                                .target_logit = b.offset(o.getTargetLogit()),
+                                .rows = b.rows(o.getLogits()),
+                                .vocab = b.lastDim(o.getLogits()),
+                                .ignore_index = o.getIgnoreIndexAttr().getInt(),
+                                .id_bits = b.idBits(o.getTargets()),
+                                .split_parts = split->parts,
+                                .split_stride = split->stride});
+}
+
+static LogicalResult lowerCrossEntropyPartGrad(CrossEntropyPartGradOp o,
+                                               RuntimeCallBuilder &b) {
+  FailureOr<VocabularySplit> split = vocabularySplitOf(o, o.getSplitAttr());
+  if (failed(split))
+    return failure();
+  return b.emitContiguous(o,
+                          rt::cross_entropy_part_grad{
+                              .d_sum_exp = b.offset(o.getDSumExp()),
+                              .d_target_logit = b.offset(o.getDTargetLogit()),
+                              .logits = b.offset(o.getLogits()),
+                              .max = b.offset(o.getMax()),
+                              .targets = b.offset(o.getTargets()),
+                              .out = b.offset(o.getResult()),
+                              .rows = b.rows(o.getLogits()),
+                              .vocab = b.lastDim(o.getLogits()),
+                              .ignore_index = o.getIgnoreIndexAttr().getInt(),
+                              .id_bits = b.idBits(o.getTargets()),
+                              .split_parts = split->parts,
+                              .split_stride = split->stride});
+}
+
+static LogicalResult lowerCrossEntropyMerge(CrossEntropyMergeOp o,
+                                            RuntimeCallBuilder &b) {
+  return b.emitContiguous(
+      o,
+      rt::cross_entropy_merge{.sum_exp = b.offset(o.getSumExp()),
+                              .target_logit = b.offset(o.getTargetLogit()),
+                              .max = b.offset(o.getMax()),
+                              .targets = b.offset(o.getTargets()),
+                              .loss_sum = b.offset(o.getLossSum()),
+                              .count = b.offset(o.getCount()),
+                              .rows = b.elements(o.getTargets()),
+                              .ignore_index = o.getIgnoreIndexAttr().getInt(),
+                              .id_bits = b.idBits(o.getTargets())});
+}
+
+static LogicalResult lowerCrossEntropyMergeGrad(CrossEntropyMergeGradOp o,
+                                                RuntimeCallBuilder &b) {
+  return b.emitContiguous(o,
+                          rt::cross_entropy_merge_grad{
+                              .dloss = b.offset(o.getGrad()),
+                              .sum_exp = b.offset(o.getSumExp()),
+                              .targets = b.offset(o.getTargets()),
+                              .d_sum_exp = b.offset(o.getDSumExp()),
+                              .d_target_logit = b.offset(o.getDTargetLogit()),
+                              .rows = b.elements(o.getTargets()),
+                              .ignore_index = o.getIgnoreIndexAttr().getInt(),
+                              .id_bits = b.idBits(o.getTargets())});
 }
 
 static LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp o, RuntimeCallBuilder &b) {
@@ -531,26 +649,47 @@ static FailureOr<int64_t> outerOf(Operation *op, Value shard, int64_t axis) {
 static bool averages(shard::ReductionKind kind) {
   return kind == shard::ReductionKind::Average;
 }
-static LogicalResult checkReduction(Operation *op, shard::ReductionKind kind) {
+/// The reductions the runtime's collectives do: sums and averages, and an
+/// all-reduce's maximum (`withMax`).
+static LogicalResult checkReduction(Operation *op, shard::ReductionKind kind,
+                                    bool withMax = false) {
   if (kind == shard::ReductionKind::Sum ||
-      kind == shard::ReductionKind::Average)
+      kind == shard::ReductionKind::Average ||
+      (withMax && kind == shard::ReductionKind::Max))
     return success();
   return op->emitOpError("reduces by ")
          << shard::stringifyReductionKind(kind)
-         << "; the runtime's rings sum or average";
+         << (withMax ? "; the runtime's all-reduce sums, averages or takes "
+                       "the maximum"
+                     : "; the runtime's rings sum or average");
+}
+
+/// The runtime's `reduction` of an all-reduce (TMRT_REDUCE_*).
+static int64_t runtimeReduction(shard::ReductionKind kind) {
+  switch (kind) {
+  case shard::ReductionKind::Average:
+    return 1;
+  case shard::ReductionKind::Max:
+    return 2;
+  default:
+    return 0;
+  }
 }
 
 static LogicalResult lowerAllReduce(shard::AllReduceOp op,
                                     RuntimeCallBuilder &b) {
   FailureOr<ProcessGroup> group = checkCollective(op, b);
-  if (failed(group) || failed(checkReduction(op, op.getReduction())))
+  if (failed(group) ||
+      failed(checkReduction(op, op.getReduction(), /*withMax=*/true)))
     return failure();
   Type element = getElementTypeOrSelf(op.getInput().getType());
   if (element.isInteger(64)) {
     // Integers (the exact sums of train.squared_norm) add exactly.
-    if (averages(op.getReduction()))
-      return op.emitOpError("averages i64 values; the runtime sums them "
-                            "(average floats)");
+    if (op.getReduction() != shard::ReductionKind::Sum)
+      return op.emitOpError("reduces i64 values by ")
+             << shard::stringifyReductionKind(op.getReduction())
+             << "; the runtime sums them (average or take the maximum of "
+                "floats)";
     b.emit(rt::all_reduce_i64{.in = b.offset(op.getInput()),
                               .out = b.offset(op.getResult()),
                               .n = b.elements(op.getResult()),
@@ -566,7 +705,7 @@ static LogicalResult lowerAllReduce(shard::AllReduceOp op,
   b.emit(rt::all_reduce{.in = b.offset(op.getInput()),
                         .out = b.offset(op.getResult()),
                         .n = b.elements(op.getResult()),
-                        .average = averages(op.getReduction()),
+                        .reduction = runtimeReduction(op.getReduction()),
                         .group_size = group->size,
                         .group_stride = group->stride},
          op.getLoc());
@@ -807,6 +946,11 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<SoftmaxGradOp, lowerSoftmaxGrad>(ctx);
     attach<DropoutGradOp, lowerDropoutGrad>(ctx);
     attach<CrossEntropyGradOp, lowerCrossEntropyGrad>(ctx);
+    attach<RowMaxOp, lowerRowMax>(ctx);
+    attach<CrossEntropyPartOp, lowerCrossEntropyPart>(ctx);
+    attach<CrossEntropyPartGradOp, lowerCrossEntropyPartGrad>(ctx);
+    attach<CrossEntropyMergeOp, lowerCrossEntropyMerge>(ctx);
+    attach<CrossEntropyMergeGradOp, lowerCrossEntropyMergeGrad>(ctx);
     attach<AdamWOp, lowerAdamW>(ctx);
     attach<QuantizeOp, lowerQuantize>(ctx);
     attach<DequantizeOp, lowerDequantize>(ctx);

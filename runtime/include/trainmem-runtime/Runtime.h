@@ -265,13 +265,17 @@ void tmrt_rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
                int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
                int64_t ss, int64_t sd, double theta, int64_t inverse);
 
-/* Embeddings. */
-void tmrt_embedding(tmrt_context *ctx, int64_t table, int64_t ids,
-                    int64_t out, int64_t num_ids, int64_t hidden,
-                    int64_t vocab, int64_t id_bits);
+/* Embeddings. The table (its gradient) is this rank's `vocab` rows of
+ * `split_parts · vocab`, from row ((rank / split_stride) mod split_parts)
+ * · vocab of the whole (1 and 1: the whole table): ids outside them look
+ * up zeros (add nothing); ids outside the whole table are errors. */
+void tmrt_embedding(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
+                    int64_t num_ids, int64_t hidden, int64_t vocab,
+                    int64_t id_bits, int64_t split_parts, int64_t split_stride);
 void tmrt_embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
                          int64_t out, int64_t num_ids, int64_t hidden,
-                         int64_t vocab, int64_t id_bits);
+                         int64_t vocab, int64_t id_bits, int64_t split_parts,
+                         int64_t split_stride);
 
 /* Sums a row-major input of shape d0..d5 into an output read through
  * strides o0..o5 (0 on reduced dims). */
@@ -288,6 +292,34 @@ void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
                              int64_t logits, int64_t targets, int64_t out,
                              int64_t rows, int64_t vocab, int64_t ignore_index,
                              int64_t id_bits);
+/* Vocabulary parallelism (train.cross_entropy_part and _merge): the
+ * logits are this rank's `vocab` columns of `split_parts · vocab`, at
+ * column ((rank / split_stride) mod split_parts) · vocab of the whole (1
+ * and 1: whole logits); max, sum_exp, target_logit and their gradients are
+ * f32 per row. row_max: the maximum of each row of `cols`, in f32. */
+void tmrt_row_max(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+                  int64_t cols);
+void tmrt_cross_entropy_part(tmrt_context *ctx, int64_t logits, int64_t targets,
+                             int64_t max, int64_t sum_exp, int64_t target_logit,
+                             int64_t rows, int64_t vocab, int64_t ignore_index,
+                             int64_t id_bits, int64_t split_parts,
+                             int64_t split_stride);
+void tmrt_cross_entropy_part_grad(tmrt_context *ctx, int64_t d_sum_exp,
+                                  int64_t d_target_logit, int64_t logits,
+                                  int64_t max, int64_t targets, int64_t out,
+                                  int64_t rows, int64_t vocab,
+                                  int64_t ignore_index, int64_t id_bits,
+                                  int64_t split_parts, int64_t split_stride);
+void tmrt_cross_entropy_merge(tmrt_context *ctx, int64_t sum_exp,
+                              int64_t target_logit, int64_t max,
+                              int64_t targets, int64_t loss_sum, int64_t count,
+                              int64_t rows, int64_t ignore_index,
+                              int64_t id_bits);
+void tmrt_cross_entropy_merge_grad(tmrt_context *ctx, int64_t dloss,
+                                   int64_t sum_exp, int64_t targets,
+                                   int64_t d_sum_exp, int64_t d_target_logit,
+                                   int64_t rows, int64_t ignore_index,
+                                   int64_t id_bits);
 /* out = scale * weight * loss_sum / max(count, 1); weight: offset of an
  * f32 scalar, or -1 for 1. */
 void tmrt_mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,
@@ -414,9 +446,15 @@ uint64_t tmrt_group_bytes_sent(tmrt_context *ctx, int64_t group_size,
                                int64_t group_stride);
 /* The collectives run in this rank's process group of `group_size` ranks
  * `group_stride` apart in the world (an axis of a row-major grid of ranks;
- * the world: its size and 1). */
+ * the world: its size and 1). An all-reduce's `reduction` is one of: */
+enum {
+  TMRT_REDUCE_SUM = 0,
+  TMRT_REDUCE_AVERAGE = 1, /* the sum divided by the group's ranks */
+  TMRT_REDUCE_MAX = 2
+};
 void tmrt_all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                     int64_t average, int64_t group_size, int64_t group_stride);
+                     int64_t reduction, int64_t group_size,
+                     int64_t group_stride);
 void tmrt_all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                          int64_t group_size, int64_t group_stride);
 /* The sharded ones take `outer`: the whole buffer is `outer` equal blocks,

@@ -78,7 +78,7 @@ bool exchange(tmrt_context *ctx, const Group &group, const T *send,
 /// (`chunk` values). `in` is only read. Each rank sends its chunk c to rank
 /// c directly, one peer per exchange (step s: to rank + s, from rank - s),
 /// N - 1 chunks out and N - 1 in, as many bytes as a ring sends; the owner
-/// then adds the N contributions in f32 in rank order:
+/// then adds the N contributions (or takes their maximum) in f32 in rank order:
 /// (g0 + g1) + g2 ... — the order in which one process accumulating N
 /// micro-batches adds them (train.accumulate), so that N ranks and one rank
 /// with N micro-batches give the same bits. 16-bit contributions travel in
@@ -86,7 +86,7 @@ bool exchange(tmrt_context *ctx, const Group &group, const T *send,
 template <typename T, typename Sum>
 bool reduceScatterInRankOrder(tmrt_context *ctx, const Group &group,
                               const T *in, int64_t n, int64_t chunk,
-                              bool average, std::vector<Sum> &result) {
+                              Reduction reduction, std::vector<Sum> &result) {
   int64_t size = group.size, rank = group.position;
   Chunks chunks{n, chunk};
   // Every rank's contribution to chunk `rank`, at contribution r · chunk.
@@ -106,9 +106,11 @@ bool reduceScatterInRankOrder(tmrt_context *ctx, const Group &group,
   for (int64_t r = 1; r < size; ++r) {
     const T *part = contributions.data() + r * chunk;
     for (int64_t i = 0; i < chunk; ++i)
-      result[i] = result[i] + static_cast<Sum>(part[i]);
+      result[i] = reduction == Reduction::Max
+                      ? std::max(result[i], static_cast<Sum>(part[i]))
+                      : result[i] + static_cast<Sum>(part[i]);
   }
-  if (average)
+  if (reduction == Reduction::Average)
     for (Sum &v : result)
       v = static_cast<Sum>(static_cast<double>(v) / size);
   return true;
@@ -166,18 +168,20 @@ namespace tmrt {
 namespace cpu {
 
 void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                int64_t average, int64_t group_size, int64_t group_stride) {
+                int64_t reduction, int64_t group_size, int64_t group_stride) {
   Group group;
+  Reduction kind;
   if (n < 0)
     return ctx->fail("all_reduce: negative element count");
-  if (!groupOf(ctx, "all_reduce", group_size, group_stride, group))
+  if (!reductionOf(ctx, "all_reduce", reduction, kind) ||
+      !groupOf(ctx, "all_reduce", group_size, group_stride, group))
     return;
   withElementType(ctx, "all_reduce", in, out, [&](auto type) {
     using T = decltype(type);
     int64_t chunk = (n + group.size - 1) / group.size;
     std::vector<float> mine;
-    if (!reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n, chunk,
-                                  average != 0, mine))
+    if (!reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n, chunk, kind,
+                                  mine))
       return;
     // The reduced chunk into place (in may be out: its other chunks are
     // read no more), then the ring gathers the others'.
@@ -201,7 +205,7 @@ void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
   int64_t chunk = (n + group.size - 1) / group.size;
   std::vector<int64_t> mine;
   if (!reduceScatterInRankOrder(ctx, group, ctx->at<int64_t>(in), n, chunk,
-                                false, mine))
+                                Reduction::Sum, mine))
     return;
   int64_t *result = ctx->at<int64_t>(out);
   Chunks chunks{n, chunk};
@@ -232,8 +236,9 @@ void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
       buffer = packed.data();
     }
     std::vector<float> mine;
-    if (!reduceScatterInRankOrder(ctx, group, buffer, n * group.size, n,
-                                  average != 0, mine))
+    if (!reduceScatterInRankOrder(
+            ctx, group, buffer, n * group.size, n,
+            average != 0 ? Reduction::Average : Reduction::Sum, mine))
       return;
     // In place (in == out) the shard lands at the start of the buffer.
     std::copy_n(mine.begin(), n, ctx->at<T>(out));

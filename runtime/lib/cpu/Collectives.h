@@ -14,7 +14,7 @@ namespace tmrt {
 namespace cpu {
 
 void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                int64_t average, int64_t group_size, int64_t group_stride);
+                int64_t reduction, int64_t group_size, int64_t group_stride);
 void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                     int64_t group_size, int64_t group_stride);
 void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,

@@ -1309,63 +1309,99 @@ void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
   });
 }
 
+/// The first row (column) of this rank's part of a table (logits) split
+/// into `parts` of `rows` along the group of ranks `stride` apart.
+int64_t partFirst(tmrt_context *ctx, int64_t rows, int64_t parts,
+                  int64_t stride) {
+  return ((tmrt_rank(ctx) / std::max<int64_t>(stride, 1)) %
+          std::max<int64_t>(parts, 1)) *
+         rows;
+}
+
+bool checkSplit(tmrt_context *ctx, const char *kernel, int64_t parts,
+                int64_t stride) {
+  if (parts >= 1 && stride >= 1)
+    return true;
+  ctx->fail(std::string(kernel) + ": split of " + std::to_string(parts) +
+            " parts " + std::to_string(stride) + " ranks apart");
+  return false;
+}
+
 template <typename T>
-void embeddingOf(tmrt_context *ctx, int64_t table, int64_t ids,
-                    int64_t out, int64_t num_ids, int64_t hidden,
-                    int64_t vocab, int64_t id_bits) {
+void embeddingOf(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
+                 int64_t num_ids, int64_t hidden, int64_t vocab,
+                 int64_t id_bits, int64_t split_parts, int64_t split_stride) {
   const T *t = ctx->at<T>(table);
   T *y = ctx->at<T>(out);
+  int64_t first = partFirst(ctx, vocab, split_parts, split_stride);
+  int64_t whole = vocab * split_parts;
   for (int64_t i = 0; i < num_ids; ++i) {
     int64_t id = readId(ctx, ids, i, id_bits);
-    if (id < 0 || id >= vocab) {
+    if (id < 0 || id >= whole) {
       ctx->fail("token id " + std::to_string(id) + " at position " +
                 std::to_string(i) + " is outside the table of " +
-                std::to_string(vocab) + " rows");
+                std::to_string(whole) + " rows");
       std::fill(y + i * hidden, y + (i + 1) * hidden, 0.0f);
       continue;
     }
-    std::memcpy(y + i * hidden, t + id * hidden, hidden * sizeof(T));
+    if (id < first || id >= first + vocab) {
+      std::fill(y + i * hidden, y + (i + 1) * hidden, 0.0f);
+      continue;
+    }
+    std::memcpy(y + i * hidden, t + (id - first) * hidden, hidden * sizeof(T));
   }
   ctx->touch(out, num_ids * hidden * sizeof(T));
 }
 
-void embedding(tmrt_context *ctx, int64_t table, int64_t ids,
-                    int64_t out, int64_t num_ids, int64_t hidden,
-                    int64_t vocab, int64_t id_bits) {
+void embedding(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
+               int64_t num_ids, int64_t hidden, int64_t vocab, int64_t id_bits,
+               int64_t split_parts, int64_t split_stride) {
+  if (!checkSplit(ctx, "embedding", split_parts, split_stride))
+    return;
   withFloatType(ctx, "embedding", {table, out}, [&](auto type) {
-    embeddingOf<decltype(type)>(ctx, table, ids, out, num_ids, hidden, vocab, id_bits);
+    embeddingOf<decltype(type)>(ctx, table, ids, out, num_ids, hidden, vocab,
+                                id_bits, split_parts, split_stride);
   });
 }
 
 template <typename T>
-void embedding_gradOf(tmrt_context *ctx, int64_t dy, int64_t ids,
-                         int64_t out, int64_t num_ids, int64_t hidden,
-                         int64_t vocab, int64_t id_bits) {
+void embedding_gradOf(tmrt_context *ctx, int64_t dy, int64_t ids, int64_t out,
+                      int64_t num_ids, int64_t hidden, int64_t vocab,
+                      int64_t id_bits, int64_t split_parts,
+                      int64_t split_stride) {
   const T *g = ctx->at<T>(dy);
   T *y = ctx->at<T>(out);
+  int64_t first = partFirst(ctx, vocab, split_parts, split_stride);
+  int64_t whole = vocab * split_parts;
   // Accumulate in double per table row, in position order (deterministic).
   std::vector<double> acc(vocab * hidden, 0.0);
   for (int64_t i = 0; i < num_ids; ++i) {
     int64_t id = readId(ctx, ids, i, id_bits);
-    if (id < 0 || id >= vocab) {
+    if (id < 0 || id >= whole) {
       ctx->fail("token id " + std::to_string(id) + " at position " +
                 std::to_string(i) + " is outside the table of " +
-                std::to_string(vocab) + " rows");
+                std::to_string(whole) + " rows");
       continue;
     }
+    if (id < first || id >= first + vocab)
+      continue;
     for (int64_t h = 0; h < hidden; ++h)
-      acc[id * hidden + h] += g[i * hidden + h];
+      acc[(id - first) * hidden + h] += g[i * hidden + h];
   }
   for (int64_t i = 0; i < vocab * hidden; ++i)
     y[i] = static_cast<float>(acc[i]);
   ctx->touch(out, vocab * hidden * sizeof(T));
 }
 
-void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids,
-                         int64_t out, int64_t num_ids, int64_t hidden,
-                         int64_t vocab, int64_t id_bits) {
+void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids, int64_t out,
+                    int64_t num_ids, int64_t hidden, int64_t vocab,
+                    int64_t id_bits, int64_t split_parts,
+                    int64_t split_stride) {
+  if (!checkSplit(ctx, "embedding_grad", split_parts, split_stride))
+    return;
   withFloatType(ctx, "embedding_grad", {dy, out}, [&](auto type) {
-    embedding_gradOf<decltype(type)>(ctx, dy, ids, out, num_ids, hidden, vocab, id_bits);
+    embedding_gradOf<decltype(type)>(ctx, dy, ids, out, num_ids, hidden, vocab,
+                                     id_bits, split_parts, split_stride);
   });
 }
 
@@ -1472,6 +1508,154 @@ void cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
   withFloatType(ctx, "cross_entropy_grad", {logits, out}, [&](auto type) {
     cross_entropy_gradOf<decltype(type)>(ctx, dloss, logits, targets, out, rows, vocab, ignore_index, id_bits);
   });
+}
+
+template <typename T>
+void row_maxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+               int64_t cols) {
+  const T *x = ctx->at<T>(in);
+  float *y = ctx->at<float>(out);
+  ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      y[r] = static_cast<float>(trainmem::rows::rowMax(x + r * cols, cols));
+  });
+  ctx->touch(out, rows * 4);
+}
+
+void row_max(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+             int64_t cols) {
+  withFloatType(ctx, "row_max", {in}, [&](auto type) {
+    row_maxOf<decltype(type)>(ctx, in, out, rows, cols);
+  });
+}
+
+template <typename T>
+void cross_entropy_partOf(tmrt_context *ctx, int64_t logits, int64_t targets,
+                          int64_t max, int64_t sum_exp, int64_t target_logit,
+                          int64_t rows, int64_t vocab, int64_t ignore_index,
+                          int64_t id_bits, int64_t split_parts,
+                          int64_t split_stride) {
+  const T *l = ctx->at<T>(logits);
+  const float *most = ctx->at<float>(max);
+  float *se = ctx->at<float>(sum_exp), *tl = ctx->at<float>(target_logit);
+  int64_t first = partFirst(ctx, vocab, split_parts, split_stride);
+  int64_t whole = vocab * split_parts;
+  std::vector<int64_t> bad(rows, -1);
+  ctx->pool.parallelFor(rows, rowGrain(vocab), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t t = readId(ctx, targets, r, id_bits);
+      bool ignored = t == ignore_index;
+      if (!ignored && (t < 0 || t >= whole))
+        bad[r] = t;
+      trainmem::rows::crossEntropyPart(l + r * vocab, vocab, first,
+                                       ignored ? -1 : t, most[r], se[r], tl[r]);
+    }
+  });
+  for (int64_t r = 0; r < rows; ++r)
+    if (bad[r] != -1) {
+      ctx->fail("target " + std::to_string(bad[r]) + " at position " +
+                std::to_string(r) + " is outside the vocabulary of " +
+                std::to_string(whole));
+      break;
+    }
+  ctx->touch(sum_exp, rows * 4);
+  ctx->touch(target_logit, rows * 4);
+}
+
+void cross_entropy_part(tmrt_context *ctx, int64_t logits, int64_t targets,
+                        int64_t max, int64_t sum_exp, int64_t target_logit,
+                        int64_t rows, int64_t vocab, int64_t ignore_index,
+                        int64_t id_bits, int64_t split_parts,
+                        int64_t split_stride) {
+  if (!checkSplit(ctx, "cross_entropy_part", split_parts, split_stride))
+    return;
+  withFloatType(ctx, "cross_entropy_part", {logits}, [&](auto type) {
+    cross_entropy_partOf<decltype(type)>(
+        ctx, logits, targets, max, sum_exp, target_logit, rows, vocab,
+        ignore_index, id_bits, split_parts, split_stride);
+  });
+}
+
+template <typename T>
+void cross_entropy_part_gradOf(tmrt_context *ctx, int64_t d_sum_exp,
+                               int64_t d_target_logit, int64_t logits,
+                               int64_t max, int64_t targets, int64_t out,
+                               int64_t rows, int64_t vocab,
+                               int64_t ignore_index, int64_t id_bits,
+                               int64_t split_parts, int64_t split_stride) {
+  const float *dse = ctx->at<float>(d_sum_exp);
+  const float *dtl = ctx->at<float>(d_target_logit);
+  const float *most = ctx->at<float>(max);
+  const T *l = ctx->at<T>(logits);
+  T *y = ctx->at<T>(out);
+  int64_t first = partFirst(ctx, vocab, split_parts, split_stride);
+  ctx->pool.parallelFor(rows, rowGrain(vocab), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t t = readId(ctx, targets, r, id_bits);
+      T *yr = y + r * vocab;
+      if (t == ignore_index) {
+        std::fill(yr, yr + vocab, 0.0f);
+        continue;
+      }
+      trainmem::rows::crossEntropyPartGrad(l + r * vocab, yr, vocab, first, t,
+                                           most[r], dse[r], dtl[r]);
+    }
+  });
+  ctx->touch(out, rows * vocab * sizeof(T));
+}
+
+void cross_entropy_part_grad(tmrt_context *ctx, int64_t d_sum_exp,
+                             int64_t d_target_logit, int64_t logits,
+                             int64_t max, int64_t targets, int64_t out,
+                             int64_t rows, int64_t vocab, int64_t ignore_index,
+                             int64_t id_bits, int64_t split_parts,
+                             int64_t split_stride) {
+  if (!checkSplit(ctx, "cross_entropy_part_grad", split_parts, split_stride))
+    return;
+  withFloatType(ctx, "cross_entropy_part_grad", {logits, out}, [&](auto type) {
+    cross_entropy_part_gradOf<decltype(type)>(
+        ctx, d_sum_exp, d_target_logit, logits, max, targets, out, rows, vocab,
+        ignore_index, id_bits, split_parts, split_stride);
+  });
+}
+
+void cross_entropy_merge(tmrt_context *ctx, int64_t sum_exp,
+                         int64_t target_logit, int64_t max, int64_t targets,
+                         int64_t loss_sum, int64_t count, int64_t rows,
+                         int64_t ignore_index, int64_t id_bits) {
+  const float *se = ctx->at<float>(sum_exp);
+  const float *tl = ctx->at<float>(target_logit);
+  const float *most = ctx->at<float>(max);
+  // Rows in order, in double: one thread, as cross_entropy adds its rows.
+  double sum = 0.0;
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (readId(ctx, targets, r, id_bits) == ignore_index)
+      continue;
+    sum += trainmem::rows::crossEntropyMerge(se[r], tl[r], most[r]);
+    ++n;
+  }
+  *ctx->at<float>(loss_sum) = static_cast<float>(sum);
+  *ctx->at<int64_t>(count) = n;
+  ctx->touch(loss_sum, 4);
+  ctx->touch(count, 8);
+}
+
+void cross_entropy_merge_grad(tmrt_context *ctx, int64_t dloss, int64_t sum_exp,
+                              int64_t targets, int64_t d_sum_exp,
+                              int64_t d_target_logit, int64_t rows,
+                              int64_t ignore_index, int64_t id_bits) {
+  double g = *ctx->at<float>(dloss);
+  const float *se = ctx->at<float>(sum_exp);
+  float *dse = ctx->at<float>(d_sum_exp);
+  float *dtl = ctx->at<float>(d_target_logit);
+  for (int64_t r = 0; r < rows; ++r) {
+    bool valid = readId(ctx, targets, r, id_bits) != ignore_index;
+    dse[r] = valid ? static_cast<float>(g / static_cast<double>(se[r])) : 0.0f;
+    dtl[r] = valid ? static_cast<float>(-g) : 0.0f;
+  }
+  ctx->touch(d_sum_exp, rows * 4);
+  ctx->touch(d_target_logit, rows * 4);
 }
 
 void mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,

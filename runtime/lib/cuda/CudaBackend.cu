@@ -748,10 +748,24 @@ int64_t idOnDevice(tmrt_context *ctx, const void *ids, int64_t i,
                                                                       : 0;
 }
 
+/// The first row (column) of this rank's part of a table (logits) split
+/// into `parts` of `rows` along the group of ranks `stride` apart; false
+/// after failing the context on a bad split.
+bool partFirst(tmrt_context *ctx, const char *kernel, int64_t rows,
+               int64_t parts, int64_t stride, int64_t &first) {
+  if (parts < 1 || stride < 1) {
+    ctx->fail(std::string(kernel) + ": split of " + std::to_string(parts) +
+              " parts " + std::to_string(stride) + " ranks apart");
+    return false;
+  }
+  first = ((tmrt_rank(ctx) / stride) % parts) * rows;
+  return true;
+}
+
 template <typename T>
 void embeddingOf(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
                  int64_t num_ids, int64_t hidden, int64_t vocab,
-                 int64_t id_bits) {
+                 int64_t id_bits, int64_t first, int64_t whole) {
   const T *t = ctx->at<T>(table);
   const void *idv = idsAt(ctx, ids, id_bits);
   T *y = ctx->at<T>(out);
@@ -762,26 +776,30 @@ void embeddingOf(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
   elementwise(ctx, "embedding", num_ids * hidden, [=] __device__(int64_t e) {
     int64_t i = e / hidden, h = e % hidden;
     int64_t id = idAt(idv, i, id_bits);
-    if (id < 0 || id >= vocab) {
+    if (id < 0 || id >= whole) {
       y[e] = T(0.0f);
       atomicMin(badSlot, static_cast<unsigned long long>(i));
       return;
     }
-    y[e] = t[id * hidden + h];
+    y[e] = id >= first && id < first + vocab ? t[(id - first) * hidden + h]
+                                             : T(0.0f);
   });
   if (int64_t i = bad.read(ctx); i >= 0)
     ctx->fail("token id " + std::to_string(idOnDevice(ctx, idv, i, id_bits)) +
               " at position " + std::to_string(i) +
-              " is outside the table of " + std::to_string(vocab) + " rows");
+              " is outside the table of " + std::to_string(whole) + " rows");
   ctx->touch(out, num_ids * hidden * sizeof(T));
 }
 
 void embedding(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
-               int64_t num_ids, int64_t hidden, int64_t vocab,
-               int64_t id_bits) {
+               int64_t num_ids, int64_t hidden, int64_t vocab, int64_t id_bits,
+               int64_t split_parts, int64_t split_stride) {
+  int64_t first = 0;
+  if (!partFirst(ctx, "embedding", vocab, split_parts, split_stride, first))
+    return;
   withFloatType(ctx, "embedding", {table, out}, [&](auto type) {
     embeddingOf<decltype(type)>(ctx, table, ids, out, num_ids, hidden, vocab,
-                                id_bits);
+                                id_bits, first, vocab * split_parts);
   });
 }
 
@@ -790,9 +808,9 @@ void embedding(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
 /// column) adds its positions' gradients in double in that order: the CPU
 /// kernel's sums.
 template <typename T>
-void embedding_gradOf(tmrt_context *ctx, int64_t dy, int64_t ids,
-                      int64_t out, int64_t num_ids, int64_t hidden,
-                      int64_t vocab, int64_t id_bits) {
+void embedding_gradOf(tmrt_context *ctx, int64_t dy, int64_t ids, int64_t out,
+                      int64_t num_ids, int64_t hidden, int64_t vocab,
+                      int64_t id_bits, int64_t first, int64_t whole) {
   const T *g = ctx->at<T>(dy);
   T *y = ctx->at<T>(out);
   const void *idv = idsAt(ctx, ids, id_bits);
@@ -806,16 +824,22 @@ void embedding_gradOf(tmrt_context *ctx, int64_t dy, int64_t ids,
                        host)) {
     return;
   }
-  std::vector<int64_t> begin(vocab + 1, 0), positions;
+  // Ids as rows of this rank's part (-1: another part's).
   for (int64_t i = 0; i < num_ids; ++i) {
-    if (host[i] < 0 || host[i] >= vocab) {
+    if (host[i] < 0 || host[i] >= whole) {
       ctx->fail("token id " + std::to_string(host[i]) + " at position " +
                 std::to_string(i) + " is outside the table of " +
-                std::to_string(vocab) + " rows");
+                std::to_string(whole) + " rows");
+      host[i] = -1;
       continue;
     }
-    ++begin[host[i] + 1];
+    host[i] =
+        host[i] >= first && host[i] < first + vocab ? host[i] - first : -1;
   }
+  std::vector<int64_t> begin(vocab + 1, 0), positions;
+  for (int64_t i = 0; i < num_ids; ++i)
+    if (host[i] >= 0)
+      ++begin[host[i] + 1];
   for (int64_t v = 0; v < vocab; ++v)
     begin[v + 1] += begin[v];
   positions.resize(begin[vocab]);
@@ -856,10 +880,15 @@ void embedding_gradOf(tmrt_context *ctx, int64_t dy, int64_t ids,
 
 void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids, int64_t out,
                     int64_t num_ids, int64_t hidden, int64_t vocab,
-                    int64_t id_bits) {
+                    int64_t id_bits, int64_t split_parts,
+                    int64_t split_stride) {
+  int64_t first = 0;
+  if (!partFirst(ctx, "embedding_grad", vocab, split_parts, split_stride,
+                 first))
+    return;
   withFloatType(ctx, "embedding_grad", {dy, out}, [&](auto type) {
-    embedding_gradOf<decltype(type)>(ctx, dy, ids, out, num_ids, hidden,
-                                     vocab, id_bits);
+    embedding_gradOf<decltype(type)>(ctx, dy, ids, out, num_ids, hidden, vocab,
+                                     id_bits, first, vocab * split_parts);
   });
 }
 
@@ -951,6 +980,160 @@ void cross_entropy_grad(tmrt_context *ctx, int64_t dloss, int64_t logits,
     cross_entropy_gradOf<decltype(type)>(ctx, dloss, logits, targets, out,
                                          rows, vocab, ignore_index, id_bits);
   });
+}
+
+template <typename T>
+void row_maxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+               int64_t cols) {
+  const T *x = ctx->at<T>(in);
+  float *y = ctx->at<float>(out);
+  elementwise(ctx, "row_max", rows, [=] __device__(int64_t r) {
+    y[r] = static_cast<float>(trainmem::rows::rowMax(x + r * cols, cols));
+  });
+  ctx->touch(out, rows * 4);
+}
+
+void row_max(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
+             int64_t cols) {
+  withFloatType(ctx, "row_max", {in}, [&](auto type) {
+    row_maxOf<decltype(type)>(ctx, in, out, rows, cols);
+  });
+}
+
+/// Vocabulary-parallel cross-entropy: one thread per row, the CPU's row
+/// math (RowKernels.h).
+template <typename T>
+void cross_entropy_partOf(tmrt_context *ctx, int64_t logits, int64_t targets,
+                          int64_t max, int64_t sum_exp, int64_t target_logit,
+                          int64_t rows, int64_t vocab, int64_t ignore_index,
+                          int64_t id_bits, int64_t first, int64_t whole) {
+  const T *l = ctx->at<T>(logits);
+  const void *tv = idsAt(ctx, targets, id_bits);
+  const float *most = ctx->at<float>(max);
+  float *se = ctx->at<float>(sum_exp), *tl = ctx->at<float>(target_logit);
+  FirstBad bad(ctx);
+  unsigned long long *badSlot = bad.slot();
+  if (!badSlot)
+    return;
+  elementwise(ctx, "cross_entropy_part", rows, [=] __device__(int64_t r) {
+    int64_t t = idAt(tv, r, id_bits);
+    bool ignored = t == ignore_index;
+    if (!ignored && (t < 0 || t >= whole))
+      atomicMin(badSlot, static_cast<unsigned long long>(r));
+    trainmem::rows::crossEntropyPart(l + r * vocab, vocab, first,
+                                     ignored ? -1 : t, most[r], se[r], tl[r]);
+  });
+  if (int64_t r = bad.read(ctx); r >= 0)
+    ctx->fail("target " + std::to_string(idOnDevice(ctx, tv, r, id_bits)) +
+              " at position " + std::to_string(r) +
+              " is outside the vocabulary of " + std::to_string(whole));
+  ctx->touch(sum_exp, rows * 4);
+  ctx->touch(target_logit, rows * 4);
+}
+
+void cross_entropy_part(tmrt_context *ctx, int64_t logits, int64_t targets,
+                        int64_t max, int64_t sum_exp, int64_t target_logit,
+                        int64_t rows, int64_t vocab, int64_t ignore_index,
+                        int64_t id_bits, int64_t split_parts,
+                        int64_t split_stride) {
+  int64_t first = 0;
+  if (!partFirst(ctx, "cross_entropy_part", vocab, split_parts, split_stride,
+                 first))
+    return;
+  withFloatType(ctx, "cross_entropy_part", {logits}, [&](auto type) {
+    cross_entropy_partOf<decltype(type)>(
+        ctx, logits, targets, max, sum_exp, target_logit, rows, vocab,
+        ignore_index, id_bits, first, vocab * split_parts);
+  });
+}
+
+template <typename T>
+void cross_entropy_part_gradOf(tmrt_context *ctx, int64_t d_sum_exp,
+                               int64_t d_target_logit, int64_t logits,
+                               int64_t max, int64_t targets, int64_t out,
+                               int64_t rows, int64_t vocab,
+                               int64_t ignore_index, int64_t id_bits,
+                               int64_t first) {
+  const float *dse = ctx->at<float>(d_sum_exp);
+  const float *dtl = ctx->at<float>(d_target_logit);
+  const float *most = ctx->at<float>(max);
+  const T *l = ctx->at<T>(logits);
+  const void *tv = idsAt(ctx, targets, id_bits);
+  T *y = ctx->at<T>(out);
+  elementwise(ctx, "cross_entropy_part_grad", rows, [=] __device__(int64_t r) {
+    int64_t t = idAt(tv, r, id_bits);
+    T *yr = y + r * vocab;
+    if (t == ignore_index) {
+      for (int64_t c = 0; c < vocab; ++c)
+        yr[c] = T(0.0f);
+      return;
+    }
+    trainmem::rows::crossEntropyPartGrad(l + r * vocab, yr, vocab, first, t,
+                                         most[r], dse[r], dtl[r]);
+  });
+  ctx->touch(out, rows * vocab * sizeof(T));
+}
+
+void cross_entropy_part_grad(tmrt_context *ctx, int64_t d_sum_exp,
+                             int64_t d_target_logit, int64_t logits,
+                             int64_t max, int64_t targets, int64_t out,
+                             int64_t rows, int64_t vocab, int64_t ignore_index,
+                             int64_t id_bits, int64_t split_parts,
+                             int64_t split_stride) {
+  int64_t first = 0;
+  if (!partFirst(ctx, "cross_entropy_part_grad", vocab, split_parts,
+                 split_stride, first))
+    return;
+  withFloatType(ctx, "cross_entropy_part_grad", {logits, out}, [&](auto type) {
+    cross_entropy_part_gradOf<decltype(type)>(
+        ctx, d_sum_exp, d_target_logit, logits, max, targets, out, rows, vocab,
+        ignore_index, id_bits, first);
+  });
+}
+
+void cross_entropy_merge(tmrt_context *ctx, int64_t sum_exp,
+                         int64_t target_logit, int64_t max, int64_t targets,
+                         int64_t loss_sum, int64_t count, int64_t rows,
+                         int64_t ignore_index, int64_t id_bits) {
+  const float *se = ctx->at<float>(sum_exp);
+  const float *tl = ctx->at<float>(target_logit);
+  const float *most = ctx->at<float>(max);
+  const void *tv = idsAt(ctx, targets, id_bits);
+  float *sumOut = ctx->at<float>(loss_sum);
+  int64_t *countOut = ctx->at<int64_t>(count);
+  // One thread adds the rows in order, in double: the CPU's sum.
+  elementwise(ctx, "cross_entropy_merge", 1, [=] __device__(int64_t) {
+    double sum = 0.0;
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (idAt(tv, r, id_bits) == ignore_index)
+        continue;
+      sum += trainmem::rows::crossEntropyMerge(se[r], tl[r], most[r]);
+      ++n;
+    }
+    *sumOut = static_cast<float>(sum);
+    *countOut = n;
+  });
+  ctx->touch(loss_sum, 4);
+  ctx->touch(count, 8);
+}
+
+void cross_entropy_merge_grad(tmrt_context *ctx, int64_t dloss, int64_t sum_exp,
+                              int64_t targets, int64_t d_sum_exp,
+                              int64_t d_target_logit, int64_t rows,
+                              int64_t ignore_index, int64_t id_bits) {
+  const float *dl = ctx->at<float>(dloss);
+  const float *se = ctx->at<float>(sum_exp);
+  const void *tv = idsAt(ctx, targets, id_bits);
+  float *dse = ctx->at<float>(d_sum_exp), *dtl = ctx->at<float>(d_target_logit);
+  elementwise(ctx, "cross_entropy_merge_grad", rows, [=] __device__(int64_t r) {
+    double g = *dl;
+    bool valid = idAt(tv, r, id_bits) != ignore_index;
+    dse[r] = valid ? static_cast<float>(g / static_cast<double>(se[r])) : 0.0f;
+    dtl[r] = valid ? static_cast<float>(-g) : 0.0f;
+  });
+  ctx->touch(d_sum_exp, rows * 4);
+  ctx->touch(d_target_logit, rows * 4);
 }
 
 void mean_loss(tmrt_context *ctx, int64_t loss_sum, int64_t count,

@@ -230,7 +230,8 @@ using SumOf = std::conditional_t<std::is_same_v<T, int64_t>, int64_t, float>;
 template <typename T>
 bool reduceScatterInRankOrder(tmrt_context *ctx, const Group &group,
                               const T *in, int64_t n, int64_t chunk,
-                              bool average, T *mine, const char *collective) {
+                              Reduction reduction, T *mine,
+                              const char *collective) {
   int64_t size = group.size, rank = group.position;
   CudaState &state = stateOf(ctx);
   Scratch padded(ctx, static_cast<uint64_t>(size * chunk) * sizeof(T));
@@ -281,9 +282,12 @@ bool reduceScatterInRankOrder(tmrt_context *ctx, const Group &group,
   elementwise(ctx, collective, chunk, [=] __device__(int64_t i) {
     using Sum = SumOf<T>;
     Sum sum = static_cast<Sum>(contributions[i]);
-    for (int64_t r = 1; r < size; ++r)
-      sum = sum + static_cast<Sum>(contributions[r * chunk + i]);
-    if (average)
+    for (int64_t r = 1; r < size; ++r) {
+      Sum next = static_cast<Sum>(contributions[r * chunk + i]);
+      sum =
+          reduction == Reduction::Max ? (next > sum ? next : sum) : sum + next;
+    }
+    if (reduction == Reduction::Average)
       sum = static_cast<Sum>(static_cast<double>(sum) / size);
     mine[i] = T(sum);
   });
@@ -320,13 +324,13 @@ bool allGather(tmrt_context *ctx, const Group &group, const T *mine, T *out,
 /// reduce, then gather: an all-reduce of `n` elements of T.
 template <typename T>
 void allReduceOf(tmrt_context *ctx, const Group &group, int64_t in, int64_t out,
-                 int64_t n, bool average, const char *collective) {
+                 int64_t n, Reduction reduction, const char *collective) {
   int64_t size = group.size;
   int64_t chunk = (n + size - 1) / size;
   Scratch reduced(ctx, static_cast<uint64_t>(chunk) * sizeof(T));
   Scratch gathered(ctx, static_cast<uint64_t>(size * chunk) * sizeof(T));
   if (!reduced.memory || !gathered.memory ||
-      !reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n, chunk, average,
+      !reduceScatterInRankOrder(ctx, group, ctx->at<T>(in), n, chunk, reduction,
                                 reduced.as<T>(), collective) ||
       !allGather(ctx, group, reduced.as<T>(), gathered.as<T>(), chunk,
                  collective))
@@ -378,7 +382,8 @@ void reduceScatterOf(tmrt_context *ctx, const Group &group, int64_t in,
   }
   Scratch mine(ctx, static_cast<uint64_t>(n) * sizeof(T));
   if (!mine.memory ||
-      !reduceScatterInRankOrder(ctx, group, buffer, n * size, n, average,
+      !reduceScatterInRankOrder(ctx, group, buffer, n * size, n,
+                                average ? Reduction::Average : Reduction::Sum,
                                 mine.as<T>(), "reduce_scatter"))
     return;
   if (check(ctx,
@@ -422,15 +427,16 @@ bool loadNccl(std::string &report) {
 }
 
 void all_reduce(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                int64_t average, int64_t group_size, int64_t group_stride) {
+                int64_t reduction, int64_t group_size, int64_t group_stride) {
   Group group;
+  Reduction kind;
   if (n < 0)
     return ctx->fail("all_reduce: negative element count");
-  if (!groupOf(ctx, "all_reduce", group_size, group_stride, group))
+  if (!reductionOf(ctx, "all_reduce", reduction, kind) ||
+      !groupOf(ctx, "all_reduce", group_size, group_stride, group))
     return;
   withFloatType(ctx, "all_reduce", {in, out}, [&](auto type) {
-    allReduceOf<decltype(type)>(ctx, group, in, out, n, average != 0,
-                                "all_reduce");
+    allReduceOf<decltype(type)>(ctx, group, in, out, n, kind, "all_reduce");
   });
 }
 
@@ -441,7 +447,8 @@ void all_reduce_i64(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
     return ctx->fail("all_reduce_i64: negative element count");
   if (!groupOf(ctx, "all_reduce_i64", group_size, group_stride, group))
     return;
-  allReduceOf<int64_t>(ctx, group, in, out, n, false, "all_reduce_i64");
+  allReduceOf<int64_t>(ctx, group, in, out, n, Reduction::Sum,
+                       "all_reduce_i64");
 }
 
 void reduce_scatter(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,

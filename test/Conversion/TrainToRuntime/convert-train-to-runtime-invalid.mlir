@@ -60,12 +60,22 @@ module {
 
 // -----
 
-// The runtime's rings sum or average.
+// An all-reduce sums, averages or takes the maximum.
 shard.grid @dp(shape = 2)
 func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> attributes {train.step} {
-  // expected-error @+1 {{'shard.all_reduce' op reduces by max; the runtime's rings sum or average}}
-  %r = shard.all_reduce %a on @dp grid_axes = [0] reduction = max : tensor<8xf32> -> tensor<8xf32>
+  // expected-error @+1 {{'shard.all_reduce' op reduces by min; the runtime's all-reduce sums, averages or takes the maximum}}
+  %r = shard.all_reduce %a on @dp grid_axes = [0] reduction = min : tensor<8xf32> -> tensor<8xf32>
   return %r : tensor<8xf32>
+}
+
+// -----
+
+// A reduce-scatter sums or averages.
+shard.grid @dp(shape = 2)
+func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<4xf32> attributes {train.step} {
+  // expected-error @+1 {{'shard.reduce_scatter' op reduces by max; the runtime's rings sum or average}}
+  %r = shard.reduce_scatter %a on @dp grid_axes = [0] reduction = max scatter_axis = 0 : tensor<8xf32> -> tensor<4xf32>
+  return %r : tensor<4xf32>
 }
 
 // -----
@@ -73,7 +83,7 @@ func.func @train_step(%a: tensor<8xf32> {train.input = "a"}) -> tensor<8xf32> at
 // i64 buffers (exact sums of squares) are summed, never averaged.
 shard.grid @dp(shape = 2)
 func.func @train_step(%a: tensor<24xi64> {train.input = "a"}) -> tensor<24xi64> attributes {train.step} {
-  // expected-error @+1 {{'shard.all_reduce' op averages i64 values; the runtime sums them (average floats)}}
+  // expected-error @+1 {{'shard.all_reduce' op reduces i64 values by average; the runtime sums them (average or take the maximum of floats)}}
   %r = shard.all_reduce %a on @dp grid_axes = [0] reduction = average : tensor<24xi64> -> tensor<24xi64>
   return %r : tensor<24xi64>
 }

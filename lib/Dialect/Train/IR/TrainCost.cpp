@@ -129,6 +129,16 @@ uint64_t TransposeOp::getBytesWritten() { return 0; }
 
 // max, subtract, exp, sum per logit.
 uint64_t CrossEntropyOp::getFlops() { return mulCount(4, elems(getLogits())); }
+// Vocabulary-parallel cross-entropy: a compare per logit; subtract, exp
+// and sum per logit (the target's pick is no arithmetic); log, add and
+// subtract per row, and the sum.
+uint64_t RowMaxOp::getFlops() { return elems(getInput()); }
+uint64_t CrossEntropyPartOp::getFlops() {
+  return mulCount(3, elems(getLogits()));
+}
+uint64_t CrossEntropyMergeOp::getFlops() {
+  return mulCount(4, elems(getSumExp()));
+}
 uint64_t MeanLossOp::getFlops() { return 1; }
 
 uint64_t CastOp::getFlops() { return elems(getResult()); }
@@ -149,6 +159,14 @@ uint64_t SiluGradOp::getFlops() { return mulCount(6, elems(getInput())); }
 uint64_t SoftmaxGradOp::getFlops() { return mulCount(4, elems(getOutput())); }
 uint64_t DropoutGradOp::getFlops() { return mulCount(2, elems(getGrad())); }
 uint64_t CrossEntropyGradOp::getFlops() { return mulCount(5, elems(getLogits())); }
+// Subtract, exp, multiply per logit, the target's add; a divide and a
+// negate per row.
+uint64_t CrossEntropyPartGradOp::getFlops() {
+  return mulCount(3, elems(getLogits()));
+}
+uint64_t CrossEntropyMergeGradOp::getFlops() {
+  return mulCount(2, elems(getSumExp()));
+}
 
 // Moments (5), bias corrections and sqrt/divide (4), decay and step (3).
 uint64_t AdamWOp::getFlops() { return mulCount(12, elems(getParam())); }

@@ -177,6 +177,17 @@ LogicalResult TransposeOp::inferReturnTypes(
   return success();
 }
 
+/// An embedding table's vocabulary split: along its rows.
+static LogicalResult verifyTableSplit(Operation *op, TensorSplitAttr split) {
+  if (!split)
+    return success();
+  if (split.getDim() != 0)
+    return op->emitOpError("'split' must split the table's rows (dimension "
+                           "0, the vocabulary), got dimension ")
+           << split.getDim();
+  return verifySplitGrid(op, split, "split");
+}
+
 LogicalResult EmbeddingOp::verify() {
   RankedTensorType table = getTable().getType();
   RankedTensorType ids = getIds().getType();
@@ -192,7 +203,7 @@ LogicalResult EmbeddingOp::verify() {
            << shapeString(result.getShape());
   if (result.getElementType() != table.getElementType())
     return emitOpError("result element type must match the table's");
-  return success();
+  return verifyTableSplit(*this, getSplitAttr());
 }
 
 LogicalResult IotaOp::verify() {
@@ -673,6 +684,48 @@ LogicalResult CrossEntropyOp::verify() {
                              getTargets().getType());
 }
 
+/// A vocabulary split of logits: along their last dimension, on a grid axis
+/// of its parts.
+static LogicalResult verifyVocabularySplit(Operation *op, TensorSplitAttr split,
+                                           RankedTensorType logits) {
+  if (!split)
+    return success();
+  if (split.getDim() != logits.getRank() - 1)
+    return op->emitOpError("'split' must split the logits' last dimension "
+                           "(the vocabulary, ")
+           << logits.getRank() - 1 << "), got dimension " << split.getDim();
+  return verifySplitGrid(op, split, "split");
+}
+
+/// Per-row f32 values of a cross-entropy (`name`): the targets' shape.
+static LogicalResult verifyPerRow(Operation *op, StringRef name, Type type,
+                                  RankedTensorType targets) {
+  auto ranked = cast<RankedTensorType>(type);
+  if (ranked.getShape() != targets.getShape())
+    return op->emitOpError()
+           << name << " shape " << shapeString(ranked.getShape())
+           << " must equal the targets shape "
+           << shapeString(targets.getShape());
+  return success();
+}
+
+LogicalResult CrossEntropyPartOp::verify() {
+  RankedTensorType targets = getTargets().getType();
+  if (failed(verifyLogitsTargets(*this, getLogits().getType(), targets)) ||
+      failed(verifyPerRow(*this, "max", getMax().getType(), targets)))
+    return failure();
+  return verifyVocabularySplit(*this, getSplitAttr(), getLogits().getType());
+}
+
+LogicalResult CrossEntropyMergeOp::verify() {
+  RankedTensorType targets = getTargets().getType();
+  if (failed(verifyPerRow(*this, "sum_exp", getSumExp().getType(), targets)) ||
+      failed(verifyPerRow(*this, "target_logit", getTargetLogit().getType(),
+                          targets)))
+    return failure();
+  return verifyPerRow(*this, "max", getMax().getType(), targets);
+}
+
 LogicalResult DropoutMaskOp::verify() {
   if (failed(verifyDropoutRate(*this, getRate().convertToDouble())) ||
       failed(verifyDrawSplit(*this, getSplitAttr(), getMask().getType())))
@@ -698,7 +751,28 @@ LogicalResult EmbeddingGradOp::verify() {
     return emitOpError("grad shape must be ")
            << shapeString(expected) << " (ids shape, then hidden), got "
            << shapeString(grad.getShape());
-  return success();
+  return verifyTableSplit(*this, getSplitAttr());
+}
+
+LogicalResult CrossEntropyPartGradOp::verify() {
+  RankedTensorType targets = getTargets().getType();
+  if (failed(verifyLogitsTargets(*this, getLogits().getType(), targets)) ||
+      failed(
+          verifyPerRow(*this, "d_sum_exp", getDSumExp().getType(), targets)) ||
+      failed(verifyPerRow(*this, "d_target_logit", getDTargetLogit().getType(),
+                          targets)) ||
+      failed(verifyPerRow(*this, "max", getMax().getType(), targets)))
+    return failure();
+  return verifyVocabularySplit(*this, getSplitAttr(), getLogits().getType());
+}
+
+LogicalResult CrossEntropyMergeGradOp::verify() {
+  RankedTensorType targets = getTargets().getType();
+  if (failed(verifyPerRow(*this, "sum_exp", getSumExp().getType(), targets)) ||
+      failed(verifyPerRow(*this, "d_sum_exp", getDSumExp().getType(), targets)))
+    return failure();
+  return verifyPerRow(*this, "d_target_logit", getDTargetLogit().getType(),
+                      targets);
 }
 
 LogicalResult SumToOp::verify() {
@@ -1360,6 +1434,49 @@ static RankedTensorType scalarOf(Type element) {
 LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context,
                                                std::optional<Location>, Adaptor,
                                                SmallVectorImpl<Type> &types) {
+  types.push_back(scalarOf(Float32Type::get(context)));
+  types.push_back(scalarOf(IntegerType::get(context, 64)));
+  return success();
+}
+
+/// f32 tensors of `shape` without its last dimension (a row's values).
+static LogicalResult inferRows(std::optional<Location> location, Type input,
+                               unsigned count, SmallVectorImpl<Type> &types) {
+  auto ranked = dyn_cast<RankedTensorType>(input);
+  if (!ranked || ranked.getRank() < 1)
+    return emitOptionalError(location, "input must be a ranked tensor of "
+                                       "rank >= 1 (rows along its last "
+                                       "dimension)");
+  auto rows = RankedTensorType::get(ranked.getShape().drop_back(),
+                                    Float32Type::get(ranked.getContext()));
+  types.append(count, rows);
+  return success();
+}
+
+LogicalResult RowMaxOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> location,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  return inferRows(location, adaptor.getInput().getType(), 1, types);
+}
+
+LogicalResult CrossEntropyPartOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  return inferRows(location, adaptor.getLogits().getType(), 2, types);
+}
+
+LogicalResult CrossEntropyMergeGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  types.append(2, adaptor.getSumExp().getType());
+  return success();
+}
+
+LogicalResult
+CrossEntropyMergeOp::inferReturnTypes(MLIRContext *context,
+                                      std::optional<Location>, Adaptor,
+                                      SmallVectorImpl<Type> &types) {
   types.push_back(scalarOf(Float32Type::get(context)));
   types.push_back(scalarOf(IntegerType::get(context, 64)));
   return success();

@@ -38,8 +38,9 @@ LogicalResult EmbeddingOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
   if (noGradient(*this, resultGrads, operandGrads))
     return success();
-  Value tableGrad = EmbeddingGradOp::create(
-      builder, getLoc(), getTable().getType(), resultGrads[0], getIds());
+  Value tableGrad =
+      EmbeddingGradOp::create(builder, getLoc(), getTable().getType(),
+                              resultGrads[0], getIds(), getSplitAttr());
   operandGrads.push_back(tableGrad);
   operandGrads.push_back(Value());
   return success();
@@ -296,6 +297,43 @@ LogicalResult CrossEntropyOp::buildVJP(OpBuilder &builder,
       builder, getLoc(), getLogits().getType(), resultGrads[0], getLogits(),
       getTargets(), getIgnoreIndexAttr()));
   operandGrads.push_back(Value());
+  return success();
+}
+
+LogicalResult
+CrossEntropyPartOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
+                             SmallVectorImpl<Value> &operandGrads) {
+  if (noGradient(*this, resultGrads, operandGrads))
+    return success();
+  // train.cross_entropy_merge's gradient gives both.
+  if (!resultGrads[0] || !resultGrads[1])
+    return emitOpError("needs the gradients of both its results (its sums "
+                       "feed a train.cross_entropy_merge)");
+  operandGrads.push_back(CrossEntropyPartGradOp::create(
+      builder, getLoc(), getLogits().getType(), resultGrads[0], resultGrads[1],
+      getLogits(), getMax(), getTargets(), getIgnoreIndexAttr(),
+      getSplitAttr()));
+  // The targets are integers; the maxima are a shift the loss does not
+  // depend on (Megatron's parallel cross-entropy differentiates the same
+  // way).
+  operandGrads.append(2, Value());
+  return success();
+}
+
+LogicalResult
+CrossEntropyMergeOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  // The count is an integer: only the summed loss carries a gradient.
+  if (!resultGrads[0]) {
+    operandGrads.append(getNumOperands(), Value());
+    return success();
+  }
+  auto grads = CrossEntropyMergeGradOp::create(
+      builder, getLoc(), getSumExp().getType(), getTargetLogit().getType(),
+      resultGrads[0], getSumExp(), getTargets(), getIgnoreIndexAttr());
+  operandGrads.push_back(grads.getDSumExp());
+  operandGrads.push_back(grads.getDTargetLogit());
+  operandGrads.append(2, Value());
   return success();
 }
 

@@ -181,8 +181,9 @@ struct Accumulation {
   /// Everything before the optimizer block: it runs per micro-batch.
   SmallVector<Operation *> bodyOps;
   Operation *optimizerBlock = nullptr;
-  /// The cross-entropy gives the ignore index (padding of the targets).
-  CrossEntropyOp crossEntropy;
+  /// The loss (a cross-entropy) gives the ignore index (padding of the
+  /// targets).
+  LossOpInterface crossEntropy;
   Value targets;
   /// What the rest of the step reads from the body: summed.
   SmallVector<Value> yielded;
@@ -279,11 +280,12 @@ LogicalResult TrainGradAccumPass::findBody(Accumulation &a) {
   }
   llvm::SmallPtrSet<Operation *, 16> inBody(a.bodyOps.begin(), a.bodyOps.end());
   for (Operation *op : a.bodyOps)
-    op->walk([&](CrossEntropyOp ce) { a.crossEntropy = ce; });
+    op->walk([&](LossOpInterface loss) { a.crossEntropy = loss; });
   if (normalize == AccumNormalize::tokens && !a.crossEntropy)
     return fail(a.func.getLoc(),
                 "normalize=tokens needs a cross-entropy loss "
-                "(train.cross_entropy with an ignore index) in @" +
+                "(train.cross_entropy or train.cross_entropy_merge with an "
+                "ignore index) in @" +
                     a.func.getSymName());
   a.targets =
       a.crossEntropy ? wholeIntegers(a.crossEntropy.getTargets()) : Value();
@@ -316,14 +318,13 @@ void TrainGradAccumPass::createLoop(Accumulation &a) {
   // The window's valid tokens, counted before any backward.
   if (normalize == AccumNormalize::tokens)
     a.windowCount =
-        CountValidOp::create(builder, a.crossEntropy.getLoc(), a.targets,
-                             a.crossEntropy.getIgnoreIndexAttr().getInt());
+        CountValidOp::create(builder, a.crossEntropy->getLoc(), a.targets,
+                             a.crossEntropy.getIgnoredTarget());
   SmallVector<Value> inputs;
   SmallVector<int64_t> padding;
   for (BlockArgument arg : a.batchArgs) {
     inputs.push_back(arg);
-    padding.push_back(
-        arg == a.targets ? a.crossEntropy.getIgnoreIndexAttr().getInt() : 0);
+    padding.push_back(arg == a.targets ? a.crossEntropy.getIgnoredTarget() : 0);
   }
   SmallVector<Type> resultTypes;
   for (Value value : a.yielded)
@@ -400,7 +401,7 @@ void TrainGradAccumPass::normalizeLoss(Accumulation &a) {
   a.body->walk([&](MeanLossOp meanLoss) {
     if (normalize == AccumNormalize::tokens) {
       Value count = wholeIntegers(meanLoss.getCount());
-      if (isa_and_nonnull<CrossEntropyOp>(count.getDefiningOp()))
+      if (isa_and_nonnull<LossOpInterface>(count.getDefiningOp()))
         meanLoss.getCountMutable().assign(a.windowCount);
     } else {
       meanLoss.getWeightMutable().assign(a.share);

@@ -188,8 +188,8 @@ struct TrainLossScalePass
              << " has no optimizer update (a step from "
                 "train-autodiff{optimizer=none} returns gradients; run "
                 "train-add-optimizer first)";
-    SmallVector<CrossEntropyGradOp> seeds;
-    func.walk([&](CrossEntropyGradOp op) { seeds.push_back(op); });
+    SmallVector<LossGradOpInterface> seeds;
+    func.walk([&](LossGradOpInterface op) { seeds.push_back(op); });
     if (seeds.empty())
       return func.emitError(kPassName)
              << ": @" << func.getSymName()
@@ -212,14 +212,14 @@ struct TrainLossScalePass
 
     // The seed: the loss gradient times the scale.
     auto f32Scalar = RankedTensorType::get({}, builder.getF32Type());
-    for (CrossEntropyGradOp seed : seeds) {
+    for (LossGradOpInterface seed : seeds) {
       builder.setInsertionPoint(seed);
+      OpOperand &grad = seed.getLossGradOperand();
       Value scale =
-          LossScaleOp::create(builder, seed.getLoc(), f32Scalar, state,
+          LossScaleOp::create(builder, seed->getLoc(), f32Scalar, state,
                               builder.getF64FloatAttr(initial));
-      Value scaled =
-          MulOp::create(builder, seed.getLoc(), seed.getGrad(), scale);
-      seed.getGradMutable().assign(scaled);
+      Value scaled = MulOp::create(builder, seed->getLoc(), grad.get(), scale);
+      grad.set(scaled);
     }
     UnscaleGradientsOp unscale =
         unscaleInBlock(*optimizer, grads.getArrayRef(), splits, state);

@@ -73,6 +73,15 @@ public:
   ArrayRef<Operation *> getEntries() const { return entries; }
   ArrayRef<Operation *> getSums() const { return sums; }
 
+  /// Megatron's vocabulary parallelism: the token embeddings' tables split
+  /// by rows, their partial lookups summed by g; the weight of the head
+  /// whose product a cross-entropy reads split by the vocabulary (the
+  /// table's rows again when tied), its input entering through f, and the
+  /// cross-entropy computed on each rank's logits.
+  LogicalResult splitVocabulary();
+  /// The sums of the split embeddings' partial lookups.
+  ArrayRef<Operation *> getLookupSums() const { return lookupSums; }
+
 private:
   FailureOr<BlockSplit> analyze(BlockOp block);
   /// A whole value that a split op reads, passed through f once.
@@ -83,8 +92,17 @@ private:
   LogicalResult checkContraction(MatmulOp matmul, const BlockSplit &split);
   /// Marks a dropout on a rank's part with its #train.split.
   void markDrawSplit(DropoutOp dropout, const BlockSplit &split);
-  /// Makes argument `arg` one rank's part along `dim`.
-  LogicalResult splitParameter(BlockArgument arg, int64_t dim, Operation *user);
+  /// Makes argument `arg`, read by `users` alone, one rank's part along
+  /// `dim`.
+  LogicalResult splitParameter(BlockArgument arg, int64_t dim,
+                               ArrayRef<Operation *> users);
+  /// Replaces a cross-entropy on a rank's vocabulary part of the logits by
+  /// the parallel one.
+  void splitLoss(CrossEntropyOp loss);
+  TensorSplitAttr splitAlong(int64_t dim) const {
+    return TensorSplitAttr::get(grid.getContext(), dim, size, grid,
+                                kTensorAxis);
+  }
   LogicalResult reinfer(Operation *op);
 
   func::FuncOp func;
@@ -94,7 +112,7 @@ private:
   llvm::DenseSet<BlockArgument> split;
   /// f of each whole value entering the split part of the current block.
   llvm::SmallMapVector<Value, Value, 4> entered;
-  SmallVector<Operation *> entries, sums;
+  SmallVector<Operation *> entries, sums, lookupSums;
 };
 
 FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
@@ -160,12 +178,13 @@ FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
 }
 
 LogicalResult TensorParallel::splitParameter(BlockArgument arg, int64_t dim,
-                                             Operation *user) {
+                                             ArrayRef<Operation *> users) {
   auto type = cast<RankedTensorType>(arg.getType());
   auto name =
       func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParamAttrName);
+  Operation *user = users.front();
   for (Operation *other : arg.getUsers())
-    if (other != user)
+    if (!llvm::is_contained(users, other))
       return other->emitError("train-tensor-parallel: parameter '")
              << name.getValue() << "' is split for its block and read here too";
   if (!split.insert(arg).second)
@@ -178,9 +197,7 @@ LogicalResult TensorParallel::splitParameter(BlockArgument arg, int64_t dim,
   SmallVector<int64_t> shape(type.getShape());
   shape[dim] /= size;
   arg.setType(RankedTensorType::get(shape, type.getElementType()));
-  func.setArgAttr(
-      arg.getArgNumber(), kTensorSplitAttrName,
-      TensorSplitAttr::get(func.getContext(), dim, size, grid, kTensorAxis));
+  func.setArgAttr(arg.getArgNumber(), kTensorSplitAttrName, splitAlong(dim));
   return success();
 }
 
@@ -294,8 +311,8 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
   // f: each whole input of the column matmuls enters once.
   for (MatmulOp column : parts->columns) {
     column.getLhsMutable().assign(enter(column.getLhs(), column));
-    if (failed(
-            splitParameter(cast<BlockArgument>(column.getRhs()), 1, column)) ||
+    if (failed(splitParameter(cast<BlockArgument>(column.getRhs()), 1,
+                              {column})) ||
         failed(reinfer(column)))
       return failure();
   }
@@ -311,7 +328,7 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
         if (cast<RankedTensorType>(arg.getType()).getRank() != 1)
           return op->emitError("train-tensor-parallel: reads a whole "
                                "parameter of rank > 1 with a split value");
-        if (failed(splitParameter(arg, 0, op)))
+        if (failed(splitParameter(arg, 0, {op})))
           return failure();
         continue;
       }
@@ -332,7 +349,7 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
   }
   // The rows: each rank's product is partial; g sums them.
   MatmulOp row = parts->row;
-  if (failed(splitParameter(cast<BlockArgument>(row.getRhs()), 0, row)))
+  if (failed(splitParameter(cast<BlockArgument>(row.getRhs()), 0, {row})))
     return failure();
   OpBuilder builder(row);
   builder.setInsertionPointAfter(row);
@@ -343,6 +360,127 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
   row.getResult().replaceAllUsesExcept(sum.getResult(), sum);
   sums.push_back(sum);
   return success();
+}
+
+LogicalResult TensorParallel::splitVocabulary() {
+  // The heads: matmuls by a weight whose product a cross-entropy reads.
+  SmallVector<std::pair<CrossEntropyOp, MatmulOp>> heads;
+  SmallVector<EmbeddingOp> lookups;
+  WalkResult walk = func.walk([&](Operation *op) {
+    if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
+      auto head = loss.getLogits().getDefiningOp<MatmulOp>();
+      if (!head || head.getTransposeLhs() ||
+          !paramArgument(head.getRhs(), func) ||
+          !loss.getLogits().hasOneUse()) {
+        loss.emitError("train-tensor-parallel: the cross-entropy's logits "
+                       "are not the product of a matmul by a weight that it "
+                       "alone reads; vocabulary parallelism splits that "
+                       "weight (vocabulary-parallel=false keeps the head "
+                       "whole)");
+        return WalkResult::interrupt();
+      }
+      heads.push_back({loss, head});
+    }
+    // The token embeddings: lookups of the step's own ids.
+    if (auto lookup = dyn_cast<EmbeddingOp>(op)) {
+      auto ids = dyn_cast<BlockArgument>(lookup.getIds());
+      if (ids && ids.getOwner() == &func.getBody().front())
+        lookups.push_back(lookup);
+    }
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  // Each table or head weight, the dimension that is its vocabulary and
+  // the ops that read it (a tied one: a lookup and a head).
+  llvm::MapVector<BlockArgument, std::pair<int64_t, SmallVector<Operation *>>>
+      weights;
+  auto record = [&](Operation *user, Value value,
+                    int64_t dim) -> LogicalResult {
+    BlockArgument arg = paramArgument(value, func);
+    if (!arg)
+      return user->emitError("train-tensor-parallel: the token embedding's "
+                             "table is not a parameter; vocabulary "
+                             "parallelism splits it (vocabulary-parallel="
+                             "false keeps it whole)");
+    auto [it, inserted] = weights.try_emplace(
+        arg, std::make_pair(dim, SmallVector<Operation *>()));
+    if (it->second.first != dim)
+      return user->emitError("train-tensor-parallel: a tied embedding and "
+                             "head read their weight with the vocabulary "
+                             "along different dimensions");
+    it->second.second.push_back(user);
+    return success();
+  };
+  for (auto [loss, head] : heads)
+    if (failed(record(head, head.getRhs(), head.getTransposeRhs() ? 0 : 1)))
+      return failure();
+  for (EmbeddingOp lookup : lookups)
+    if (failed(record(lookup, lookup.getTable(), 0)))
+      return failure();
+  for (auto &[arg, entry] : weights) {
+    auto &[dim, users] = entry;
+    int64_t vocabulary = cast<RankedTensorType>(arg.getType()).getDimSize(dim);
+    if (vocabulary % size != 0)
+      return users.front()->emitError("train-tensor-parallel: ")
+             << size << " ranks do not divide the vocabulary (" << vocabulary
+             << ") of '"
+             << func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  kParamAttrName)
+                    .getValue()
+             << "' (pad it to a multiple of " << size
+             << ", or vocabulary-parallel=false keeps it whole)";
+    if (failed(splitParameter(arg, dim, users)))
+      return failure();
+  }
+  // A lookup on a rank's rows: zeros for the others'; g sums them.
+  SmallVector<int16_t> axes = {kTensorAxis};
+  for (EmbeddingOp lookup : lookups) {
+    lookup.setSplitAttr(splitAlong(0));
+    OpBuilder builder(lookup);
+    builder.setInsertionPointAfter(lookup);
+    auto sum = shard::AllReduceOp::create(
+        builder, lookup.getLoc(), lookup.getResult(), grid.getValue(),
+        ArrayRef<shard::GridAxis>(axes), shard::ReductionKind::Sum);
+    lookup.getResult().replaceAllUsesExcept(sum.getResult(), sum);
+    lookupSums.push_back(sum);
+  }
+  // The head on a rank's columns; its input enters through f.
+  for (auto [loss, head] : heads) {
+    entered.clear();
+    head.getLhsMutable().assign(enter(head.getLhs(), head));
+    if (failed(reinfer(head)))
+      return failure();
+    splitLoss(loss);
+  }
+  return success();
+}
+
+void TensorParallel::splitLoss(CrossEntropyOp loss) {
+  OpBuilder builder(loss);
+  Location loc = loss.getLoc();
+  Value logits = loss.getLogits(), targets = loss.getTargets();
+  SmallVector<int16_t> axes = {kTensorAxis};
+  auto overGroup = [&](Value value, shard::ReductionKind kind) {
+    return shard::AllReduceOp::create(builder, loc, value, grid.getValue(),
+                                      ArrayRef<shard::GridAxis>(axes), kind)
+        .getResult();
+  };
+  // The rows' maxima over the whole vocabulary, each rank's sums of
+  // exponentials and target logit, summed over the group.
+  Value most = overGroup(RowMaxOp::create(builder, loc, logits).getResult(),
+                         shard::ReductionKind::Max);
+  int64_t vocabularyDim =
+      cast<RankedTensorType>(logits.getType()).getRank() - 1;
+  auto part = CrossEntropyPartOp::create(builder, loc, logits, targets, most,
+                                         loss.getIgnoreIndexAttr(),
+                                         splitAlong(vocabularyDim));
+  Value sumExp = overGroup(part.getSumExp(), shard::ReductionKind::Sum);
+  Value target = overGroup(part.getTargetLogit(), shard::ReductionKind::Sum);
+  auto merge = CrossEntropyMergeOp::create(builder, loc, sumExp, target, most,
+                                           targets, loss.getIgnoreIndexAttr());
+  loss.replaceAllUsesWith(merge.getResults());
+  loss.erase();
 }
 
 /// Megatron's sequence parallelism (Korthikanti et al. 2022, 4.2.2) on a
@@ -361,6 +499,8 @@ public:
       : func(func), size(size), grid(grid), context(func.getContext()) {
     entries.insert(parallel.getEntries().begin(), parallel.getEntries().end());
     sums.insert(parallel.getSums().begin(), parallel.getSums().end());
+    lookupSums.insert(parallel.getLookupSums().begin(),
+                      parallel.getLookupSums().end());
   }
 
   LogicalResult run();
@@ -395,7 +535,7 @@ private:
   int64_t size;
   FlatSymbolRefAttr grid;
   MLIRContext *context;
-  llvm::DenseSet<Operation *> entries, sums;
+  llvm::DenseSet<Operation *> entries, sums, lookupSums;
   /// The values split along the sequence.
   llvm::DenseSet<Value> pieces;
   /// f of each parameter read on a piece, and the piece of each input.
@@ -423,10 +563,23 @@ LogicalResult SequenceParallel::scatterEmbedding(BlockOp block) {
     return fail(block) << size << " ranks do not divide the sequence ("
                        << type.getDimSize(kSequenceDim) << ")";
   OpBuilder builder(yield);
-  auto piece =
-      shard::AllSliceOp::create(builder, yield.getLoc(), pieceType(type), grid,
-                                axes(), whole, sequenceDim());
-  yield->setOperand(0, piece.getResult());
+  Value piece;
+  if (Operation *sum = whole.getDefiningOp(); sum && lookupSums.contains(sum)) {
+    // The vocabulary-parallel lookups' sum, each rank's positions of it
+    // (Megatron's reduce-scatter of the embedding).
+    piece = shard::ReduceScatterOp::create(
+        builder, yield.getLoc(), pieceType(type), grid, axes(),
+        sum->getOperand(0),
+        shard::ReductionKindAttr::get(context, shard::ReductionKind::Sum),
+        sequenceDim());
+  } else {
+    piece = shard::AllSliceOp::create(builder, yield.getLoc(), pieceType(type),
+                                      grid, axes(), whole, sequenceDim());
+  }
+  yield->setOperand(0, piece);
+  if (Operation *sum = whole.getDefiningOp();
+      sum && lookupSums.contains(sum) && sum->use_empty())
+    sum->erase();
   block.getResult(0).setType(piece.getType());
   pieces.insert(block.getResult(0));
   return success();
@@ -655,7 +808,8 @@ struct TrainTensorParallelPass
         }
         return WalkResult::skip();
       });
-      if (walk.wasInterrupted())
+      if (walk.wasInterrupted() ||
+          (vocabularyParallel && failed(parallel.splitVocabulary())))
         return signalPassFailure();
       if (sequenceParallel &&
           failed(SequenceParallel(func, size, grid, parallel).run()))
@@ -664,12 +818,12 @@ struct TrainTensorParallelPass
                                      func.getBody().getArgumentTypes(),
                                      func.getResultTypes()));
       const char *kinds[2] = {"embedding", "head"};
-      for (unsigned k = 0; k < 2; ++k)
+      for (unsigned k = 0; k < 2 && !vocabularyParallel; ++k)
         if (whole[k])
           whole[k]->emitRemark("train-tensor-parallel: the ")
               << kinds[k]
-              << " blocks' weights stay whole on every rank (this version "
-                 "splits attention and MLPs; no vocabulary parallelism)";
+              << " blocks' weights stay whole on every rank "
+                 "(vocabulary-parallel=false)";
     }
   }
 };

@@ -1535,3 +1535,54 @@ func.func @attention_grad_split_parts(%q: tensor<1x2x8x4xf32>, %lse: tensor<1x2x
   %dq, %dk, %dv = train.attention_grad %q, %q, %q, %q, %q, %lse {causal, scale = 0.5 : f64, rate = 0.1 : f64, split = #train.split<dim = 1, parts = 4, grid = @tp, axis = 1>} : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
   return %dq : tensor<1x2x8x4xf32>
 }
+
+// -----
+
+shard.grid @tp(shape = 1x2)
+func.func @embedding_split_dim(%t: tensor<8x6xf32>, %ids: tensor<4xi32>) -> tensor<4x6xf32> {
+  // expected-error @+1 {{'train.embedding' op 'split' must split the table's rows (dimension 0, the vocabulary), got dimension 1}}
+  %e = train.embedding %t, %ids {split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>} : tensor<8x6xf32>, tensor<4xi32> -> tensor<4x6xf32>
+  return %e : tensor<4x6xf32>
+}
+
+// -----
+
+shard.grid @tp(shape = 1x2)
+func.func @embedding_grad_split_grid(%g: tensor<4x6xf32>, %ids: tensor<4xi32>) -> tensor<8x6xf32> {
+  // expected-error @+1 {{'train.embedding_grad' op 'split' #train.split<dim = 0, parts = 4, grid = @tp, axis = 1> needs axis 1 of @tp to have 4 ranks}}
+  %d = train.embedding_grad %g, %ids {split = #train.split<dim = 0, parts = 4, grid = @tp, axis = 1>} : tensor<4x6xf32>, tensor<4xi32> -> tensor<8x6xf32>
+  return %d : tensor<8x6xf32>
+}
+
+// -----
+
+shard.grid @tp(shape = 1x2)
+func.func @cross_entropy_part_split_dim(%l: tensor<2x4x8xf32>, %t: tensor<2x4xi32>, %m: tensor<2x4xf32>) {
+  // expected-error @+1 {{'train.cross_entropy_part' op 'split' must split the logits' last dimension (the vocabulary, 2), got dimension 1}}
+  %se, %tl = train.cross_entropy_part %l, %t, %m {ignore_index = -100 : i64, split = #train.split<dim = 1, parts = 2, grid = @tp, axis = 1>} : tensor<2x4x8xf32>, tensor<2x4xi32>, tensor<2x4xf32> -> tensor<2x4xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_part_max(%l: tensor<2x4x8xf32>, %t: tensor<2x4xi32>, %m: tensor<2x3xf32>) {
+  // expected-error @+1 {{'train.cross_entropy_part' op max shape [2x3] must equal the targets shape [2x4]}}
+  %se, %tl = train.cross_entropy_part %l, %t, %m {ignore_index = -100 : i64} : tensor<2x4x8xf32>, tensor<2x4xi32>, tensor<2x3xf32> -> tensor<2x4xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_merge_rows(%se: tensor<2x4xf32>, %tl: tensor<8xf32>, %m: tensor<2x4xf32>, %t: tensor<2x4xi32>) {
+  // expected-error @+1 {{'train.cross_entropy_merge' op target_logit shape [8] must equal the targets shape [2x4]}}
+  %sum, %count = train.cross_entropy_merge %se, %tl, %m, %t {ignore_index = -100 : i64} : tensor<2x4xf32>, tensor<8xf32>, tensor<2x4xf32>, tensor<2x4xi32> -> tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_part_grad_rows(%d: tensor<2x4xf32>, %l: tensor<2x4x8xf32>, %m: tensor<2x4xf32>, %t: tensor<4x2xi32>) {
+  // expected-error @+1 {{'train.cross_entropy_part_grad' op targets shape [4x2] must equal the logits shape without its last dimension [2x4x8]}}
+  %dl = train.cross_entropy_part_grad %d, %d, %l, %m, %t {ignore_index = -100 : i64} : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>, tensor<4x2xi32>
+  return
+}

@@ -258,3 +258,25 @@ func.func @attention(%q: tensor<2x8x16x4xbf16>, %kv: tensor<2x2x16x4xbf16>, %ste
   %dq, %dk, %dv = train.attention_grad %o, %q, %kv, %kv, %o, %lse {causal, scale = 0.5 : f64} : tensor<2x8x16x4xbf16>, tensor<2x8x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x2x16x4xbf16>, tensor<2x8x16x4xbf16>, tensor<2x8x16xf32>
   return
 }
+
+// Vocabulary parallelism: a split lookup, the parallel cross-entropy and
+// their gradients round-trip.
+shard.grid @tp(shape = 1x2)
+// CHECK-LABEL: func.func @vocabulary_parallel
+func.func @vocabulary_parallel(%table: tensor<8x6xf32>, %ids: tensor<2x4xi32>, %logits: tensor<2x4x8xbf16>, %dsum: tensor<f32>) {
+  // CHECK: train.embedding %{{.*}}, %{{.*}} {split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>} : tensor<8x6xf32>, tensor<2x4xi32> -> tensor<2x4x6xf32>
+  %e = train.embedding %table, %ids {split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>} : tensor<8x6xf32>, tensor<2x4xi32> -> tensor<2x4x6xf32>
+  // CHECK: train.embedding_grad %{{.*}}, %{{.*}} {split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>} : tensor<2x4x6xf32>, tensor<2x4xi32> -> tensor<8x6xf32>
+  %de = train.embedding_grad %e, %ids {split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>} : tensor<2x4x6xf32>, tensor<2x4xi32> -> tensor<8x6xf32>
+  // CHECK: %[[M:.*]] = train.row_max %{{.*}} : tensor<2x4x8xbf16> -> tensor<2x4xf32>
+  %m = train.row_max %logits : tensor<2x4x8xbf16> -> tensor<2x4xf32>
+  // CHECK: %[[SE:.*]], %[[TL:.*]] = train.cross_entropy_part %{{.*}}, %{{.*}}, %[[M]] {ignore_index = -100 : i64, split = #train.split<dim = 2, parts = 2, grid = @tp, axis = 1>} : tensor<2x4x8xbf16>, tensor<2x4xi32>, tensor<2x4xf32> -> tensor<2x4xf32>, tensor<2x4xf32>
+  %se, %tl = train.cross_entropy_part %logits, %ids, %m {ignore_index = -100 : i64, split = #train.split<dim = 2, parts = 2, grid = @tp, axis = 1>} : tensor<2x4x8xbf16>, tensor<2x4xi32>, tensor<2x4xf32> -> tensor<2x4xf32>, tensor<2x4xf32>
+  // CHECK: train.cross_entropy_merge %[[SE]], %[[TL]], %[[M]], %{{.*}} {ignore_index = -100 : i64} : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xi32> -> tensor<f32>, tensor<i64>
+  %sum, %count = train.cross_entropy_merge %se, %tl, %m, %ids {ignore_index = -100 : i64} : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xi32> -> tensor<f32>, tensor<i64>
+  // CHECK: %[[DSE:.*]], %[[DTL:.*]] = train.cross_entropy_merge_grad %{{.*}}, %[[SE]], %{{.*}} {ignore_index = -100 : i64} : tensor<f32>, tensor<2x4xf32>, tensor<2x4xi32> -> tensor<2x4xf32>, tensor<2x4xf32>
+  %dse, %dtl = train.cross_entropy_merge_grad %dsum, %se, %ids {ignore_index = -100 : i64} : tensor<f32>, tensor<2x4xf32>, tensor<2x4xi32> -> tensor<2x4xf32>, tensor<2x4xf32>
+  // CHECK: train.cross_entropy_part_grad %[[DSE]], %[[DTL]], %{{.*}}, %[[M]], %{{.*}} {ignore_index = -100 : i64, split = #train.split<dim = 2, parts = 2, grid = @tp, axis = 1>} : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<2x4xi32>
+  %dl = train.cross_entropy_part_grad %dse, %dtl, %logits, %m, %ids {ignore_index = -100 : i64, split = #train.split<dim = 2, parts = 2, grid = @tp, axis = 1>} : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<2x4xi32>
+  return
+}

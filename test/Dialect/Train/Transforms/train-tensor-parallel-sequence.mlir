@@ -1,6 +1,6 @@
-// RUN: trainmem-opt %s -train-tensor-parallel="size=2 sequence-parallel=true" 2>/dev/null | FileCheck %s
-// RUN: trainmem-opt %s -train-tensor-parallel="size=2 sequence-parallel=true" -train-autodiff="optimizer=none" 2>/dev/null | FileCheck %s --check-prefix=GRAD
-// RUN: trainmem-opt %s -train-tensor-parallel="size=2 sequence-parallel=true" -train-autodiff -train-memory-report="output=-" -o /dev/null 2>/dev/null | FileCheck %s --check-prefix=REPORT
+// RUN: trainmem-opt %s -train-tensor-parallel="size=2 sequence-parallel=true vocabulary-parallel=false" 2>/dev/null | FileCheck %s
+// RUN: trainmem-opt %s -train-tensor-parallel="size=2 sequence-parallel=true vocabulary-parallel=false" -train-autodiff="optimizer=none" 2>/dev/null | FileCheck %s --check-prefix=GRAD
+// RUN: trainmem-opt %s -train-tensor-parallel="size=2 sequence-parallel=true vocabulary-parallel=false" -train-autodiff -train-memory-report="output=-" -o /dev/null 2>/dev/null | FileCheck %s --check-prefix=REPORT
 //
 // Megatron's sequence parallelism on one layer (a norm, an MLP, its
 // residual) between an embedding and a head: the residual stream [2, 4, 6]

@@ -2,29 +2,31 @@
 // by columns, the last by rows; f (train.grad_all_reduce) where the block's
 // input enters the split part, g (shard.all_reduce of the partial
 // products) before the last bias; the split parameters one rank's part,
-// marked #train.split. The grid is data x tensor.
-// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" 2>/dev/null | FileCheck %s
-// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 data=3" 2>/dev/null | FileCheck %s --check-prefix=GRID
+// marked #train.split. The grid is data x tensor. These functions' heads
+// are not a matmul by a weight: they keep the vocabulary whole
+// (train-tensor-parallel-vocabulary.mlir splits it).
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 vocabulary-parallel=false" 2>/dev/null | FileCheck %s
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 data=3 vocabulary-parallel=false" 2>/dev/null | FileCheck %s --check-prefix=GRID
 //
 // train-autodiff builds the conjugates: the gradient of the block's input
 // summed over the group (f's VJP), the partial products' gradient passed
 // on as it is (g's).
-// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff 2>/dev/null | FileCheck %s --check-prefix=BACKWARD
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 vocabulary-parallel=false" -train-autodiff 2>/dev/null | FileCheck %s --check-prefix=BACKWARD
 //
 // Clipping and loss scaling agree over the group: the global norm is the
 // split gradients' squared norm summed over the tensor axis plus the whole
 // ones' (counted once); the unscale's overflow check takes the split
 // gradients' sum too, so every rank skips or clips alike.
-// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff="clip-norm=1.0" -train-loss-scale 2>/dev/null | FileCheck %s --check-prefix=CLIP
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 vocabulary-parallel=false" -train-autodiff="clip-norm=1.0" -train-loss-scale 2>/dev/null | FileCheck %s --check-prefix=CLIP
 //
 // ZeRO over the grid's data axis: train-zero{ranks=2} grows @tp to 2 x 2,
 // scatters and gathers over axis 0, and sums the split gradients' squared
 // norms over both axes, the whole ones' over the data axis.
-// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff="clip-norm=1.0" -train-zero="ranks=2 stage=2" 2>/dev/null | FileCheck %s --check-prefix=ZERO
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 vocabulary-parallel=false" -train-autodiff="clip-norm=1.0" -train-zero="ranks=2 stage=2" 2>/dev/null | FileCheck %s --check-prefix=ZERO
 // The report counts what each rank sends by axis: ZeRO's gathers and
 // scatters over the data axis, the clip's split norms over both, the
 // conjugates' sums over the tensor axis (the first function's figures).
-// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -train-autodiff="clip-norm=1.0" -train-zero="ranks=2 stage=2" -train-memory-report="output=-" -o /dev/null 2>/dev/null | FileCheck %s --check-prefix=AXES
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 vocabulary-parallel=false" -train-autodiff="clip-norm=1.0" -train-zero="ranks=2 stage=2" -train-memory-report="output=-" -o /dev/null 2>/dev/null | FileCheck %s --check-prefix=AXES
 // AXES-LABEL: memory of @train_step
 // AXES: zero       stage 2, 2 ranks
 // AXES: tensor     2 ranks per tensor-parallel group (per rank above)
@@ -33,8 +35,11 @@
 // AXES: communication data+tensor all_reduce           1 ops                   36 elements                  288 B per rank and step
 // AXES: communication tensor      all_reduce           2 ops                  128 elements                  512 B per rank and step
 //
-// What stays whole is said.
-// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=REMARK
+// What stays whole is said (and without vocabulary-parallel=false, the
+// head that is not a matmul by a weight is refused).
+// RUN: trainmem-opt %s -split-input-file -train-tensor-parallel="size=2 vocabulary-parallel=false" -o /dev/null 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: not trainmem-opt %s -split-input-file -train-tensor-parallel="size=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOHEAD
+// NOHEAD: error: train-tensor-parallel: the cross-entropy's logits are not the product of a matmul by a weight that it alone reads; vocabulary parallelism splits that weight (vocabulary-parallel=false keeps the head whole)
 //
 // One rank is the model as it is.
 // RUN: trainmem-opt %s -split-input-file -o %t.plain.mlir
@@ -62,7 +67,7 @@
 // BACKWARD: shard.all_reduce %{{.*}} on @tp grid_axes = [1] : tensor<2x4x8xf32>
 // BACKWARD: shard.all_reduce %{{.*}} on @tp grid_axes = [1] : tensor<2x4x8xf32>
 // BACKWARD: train.layer_norm_grad
-// REMARK: remark: train-tensor-parallel: the head blocks' weights stay whole on every rank (this version splits attention and MLPs; no vocabulary parallelism)
+// REMARK: remark: train-tensor-parallel: the head blocks' weights stay whole on every rank (vocabulary-parallel=false)
 // ZERO: shard.grid @tp(shape = 2x2)
 // ZERO-LABEL: func.func @train_step
 // ZERO: shard.reduce_scatter %{{.*}} on @tp grid_axes = [0] reduction =  average scatter_axis = 0

@@ -142,6 +142,42 @@ def Train_BatchDrawOpInterface : OpInterface<"BatchDrawOpInterface"> {
   ];
 }
 
+def Train_LossOpInterface : OpInterface<"LossOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    An op that gives a step's summed loss over its valid targets and the
+    count of those targets (`train.cross_entropy`, and
+    `train.cross_entropy_merge` of a vocabulary-parallel one): gradient
+    accumulation normalizes by the window's count of the same targets.
+  }];
+  let methods = [
+    InterfaceMethod<"The targets whose valid ones are counted.",
+      "::mlir::Value", "getTargets">,
+    InterfaceMethod<"The target value that marks a position ignored.",
+      "int64_t", "getIgnoredTarget", (ins), [{}],
+      [{ return $_op.getIgnoreIndexAttr().getInt(); }]>,
+    InterfaceMethod<"The summed loss (an f32 scalar).",
+      "::mlir::Value", "getLossSum">,
+    InterfaceMethod<"The count of valid targets (an i64 scalar).",
+      "::mlir::Value", "getCount">
+  ];
+}
+
+def Train_LossGradOpInterface : OpInterface<"LossGradOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    The first op of a backward pass: it takes the gradient of a summed loss
+    (`train.cross_entropy_grad`, `train.cross_entropy_merge_grad`). Loss
+    scaling multiplies that operand by the scale.
+  }];
+  let methods = [
+    InterfaceMethod<"The summed loss's gradient operand (an f32 scalar).",
+      "::mlir::OpOperand &", "getLossGradOperand", (ins), [{}], [{
+        return $_op.getGradMutable();
+      }]>
+  ];
+}
+
 def Train_NormGradOpInterface : OpInterface<"NormGradOpInterface"> {
   let cppNamespace = "::mlir::train";
   let description = [{

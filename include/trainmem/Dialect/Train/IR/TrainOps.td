@@ -67,14 +67,20 @@ def Train_EmbeddingOp : Train_DiffOp<"embedding", [InferTypeOpAdaptor],
   let description = [{
     `result[..., :] = table[ids[...], :]`. The table is `[vocab, hidden]`; the
     result has the shape of `ids` followed by `hidden`. Ids outside the table
-    are an error at run time.
+    are an error at run time. With `split` (vocabulary parallelism,
+    `#train.split` of the table along dimension 0) the table is rows
+    `[q·n, (q+1)·n)` of one `parts · n` rows long, `q` the rank's position
+    on the split's grid axis: an id outside those rows looks up zeros, so
+    that the group's sum of the results is the whole table's lookup; an id
+    outside the whole table is the error.
 
     ```mlir
     %x = train.embedding %wte, %tokens
         : tensor<50257x768xbf16>, tensor<8x1024xi32> -> tensor<8x1024x768xbf16>
     ```
   }];
-  let arguments = (ins Train_FloatTensor:$table, Train_IdTensor:$ids);
+  let arguments = (ins Train_FloatTensor:$table, Train_IdTensor:$ids,
+                       OptionalAttr<Train_TensorSplitAttr>:$split);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = [{
     $table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)
@@ -542,7 +548,7 @@ def Train_TransposeOp : Train_DiffOp<"transpose",
 }
 
 def Train_CrossEntropyOp : Train_DiffOp<"cross_entropy",
-    [InferTypeOpAdaptor]> {
+    [InferTypeOpAdaptor, Train_LossOpInterface]> {
   let summary = "summed softmax cross-entropy and the count of valid tokens";
   let description = [{
     `logits` is `[..., vocab]`, `targets` has the leading shape. Returns the
@@ -562,6 +568,86 @@ def Train_CrossEntropyOp : Train_DiffOp<"cross_entropy",
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->`
     type($loss_sum) `,` type($count)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_RowMaxOp : Train_NonDiffOp<"row_max", [InferTypeOpAdaptor]> {
+  let summary = "the maximum of each row, in f32";
+  let description = [{
+    `result[i...] = max over c of input[i..., c]`, in f32; the result has
+    the input's shape without its last dimension. A vocabulary-parallel
+    cross-entropy shifts each rank's exponentials by the rows' maxima over
+    the whole vocabulary (this op's result, all-reduced by max); the loss
+    does not depend on the shift, so the op is not differentiated.
+
+    ```mlir
+    %m = train.row_max %logits : tensor<8x1024x25152xbf16> -> tensor<8x1024xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_StaticTensorOf<[F32]>:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Train_CrossEntropyPartOp : Train_DiffOp<"cross_entropy_part",
+    [InferTypeOpAdaptor]> {
+  let summary = "one vocabulary part's terms of a cross-entropy";
+  let description = [{
+    Vocabulary parallelism (Megatron's parallel cross-entropy): `logits`
+    `[..., n]` are columns `[q·n, (q+1)·n)` of the whole logits, `q` the
+    rank's position on `split`'s grid axis (`split` says the whole
+    vocabulary is `parts · n`; without it the logits are whole); `max`
+    holds the rows' maxima over the whole vocabulary. Per row, in f32:
+    `sum_exp = Σ_c exp(logits[c] - max)` over the part's columns, and
+    `target_logit = logits[target - q·n]` when the target is one of them,
+    else 0 (0 at ignored positions). Summed over the group, they are what
+    `train.cross_entropy_merge` turns into the loss: no rank gathers the
+    logits. A target outside the whole vocabulary is an error at run time.
+
+    ```mlir
+    %se, %tl = train.cross_entropy_part %logits, %targets, %max
+        {ignore_index = -100 : i64, split = #train.split<dim = 2, parts = 2, grid = @tp, axis = 1>}
+        : tensor<8x1024x25152xbf16>, tensor<8x1024xi32>, tensor<8x1024xf32>
+        -> tensor<8x1024xf32>, tensor<8x1024xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$logits, Train_IdTensor:$targets,
+                       Train_StaticTensorOf<[F32]>:$max, I64Attr:$ignore_index,
+                       OptionalAttr<Train_TensorSplitAttr>:$split);
+  let results = (outs Train_StaticTensorOf<[F32]>:$sum_exp,
+                      Train_StaticTensorOf<[F32]>:$target_logit);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $max attr-dict `:` type($logits) `,`
+    type($targets) `,` type($max) `->` type($sum_exp) `,` type($target_logit)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_CrossEntropyMergeOp : Train_DiffOp<"cross_entropy_merge",
+    [InferTypeOpAdaptor, Train_LossOpInterface]> {
+  let summary = "a vocabulary-parallel cross-entropy's loss from its sums";
+  let description = [{
+    The summed cross-entropy and the count of valid targets, as
+    `train.cross_entropy` gives them, from the group's sums of
+    `train.cross_entropy_part`: the sum over positions whose target is not
+    `ignore_index` of `log(sum_exp) + max - target_logit`.
+
+    ```mlir
+    %sum, %count = train.cross_entropy_merge %se, %tl, %max, %targets {ignore_index = -100 : i64}
+        : tensor<8x1024xf32>, tensor<8x1024xf32>, tensor<8x1024xf32>, tensor<8x1024xi32>
+        -> tensor<f32>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins Train_StaticTensorOf<[F32]>:$sum_exp,
+                       Train_StaticTensorOf<[F32]>:$target_logit,
+                       Train_StaticTensorOf<[F32]>:$max,
+                       Train_IdTensor:$targets, I64Attr:$ignore_index);
+  let results = (outs Train_F32Scalar:$loss_sum, Train_I64Scalar:$count);
+  let assemblyFormat = [{
+    $sum_exp `,` $target_logit `,` $max `,` $targets attr-dict `:`
+    type($sum_exp) `,` type($target_logit) `,` type($max) `,` type($targets)
+    `->` type($loss_sum) `,` type($count)
   }];
   let hasVerifier = 1;
 }
@@ -757,14 +843,17 @@ def Train_EmbeddingGradOp : Train_NonDiffOp<"embedding_grad"> {
   let summary = "scatter-adds rows into an embedding table gradient";
   let description = [{
     `result[v, :] = Σ grad[i..., :] over positions i with ids[i...] = v`; the
-    result type names the table shape.
+    result type names the table shape. With `split`, the result is rows
+    `[q·n, (q+1)·n)` of the whole table's gradient, as `train.embedding`'s
+    table is.
 
     ```mlir
     %dwte = train.embedding_grad %dx, %tokens
         : tensor<8x1024x768xf32>, tensor<8x1024xi32> -> tensor<50257x768xf32>
     ```
   }];
-  let arguments = (ins Train_FloatTensor:$grad, Train_IdTensor:$ids);
+  let arguments = (ins Train_FloatTensor:$grad, Train_IdTensor:$ids,
+                       OptionalAttr<Train_TensorSplitAttr>:$split);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = [{
     $grad `,` $ids attr-dict `:` type($grad) `,` type($ids) `->` type($result)
@@ -969,7 +1058,8 @@ def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
 }
 
 def Train_CrossEntropyGradOp : Train_NonDiffOp<"cross_entropy_grad",
-    [InferShapedTypeOpAdaptor]> {
+    [InferShapedTypeOpAdaptor,
+     Train_LossGradOpInterface]> {
   let summary = "gradient of the summed cross-entropy w.r.t. the logits";
   let description = [{
     `result[i, :] = grad · (softmax(logits[i, :]) - onehot(targets[i]))` for
@@ -986,6 +1076,61 @@ def Train_CrossEntropyGradOp : Train_NonDiffOp<"cross_entropy_grad",
   let assemblyFormat = [{
     $grad `,` $logits `,` $targets attr-dict `:` type($grad) `,` type($logits)
     `,` type($targets) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_CrossEntropyPartGradOp : Train_NonDiffOp<"cross_entropy_part_grad",
+    [AllTypesMatch<["logits", "result"]>]> {
+  let summary = "gradient of a vocabulary part's cross-entropy terms";
+  let description = [{
+    The gradient w.r.t. the part's logits of `train.cross_entropy_part`'s
+    results: `result[i, c] = d_sum_exp[i] · exp(logits[i, c] - max[i]) +
+    d_target_logit[i] · (c = target[i] - q·n)`, 0 at ignored positions
+    (`split`, `q` and `n` as the forward's).
+
+    ```mlir
+    %dlogits = train.cross_entropy_part_grad %dse, %dtl, %logits, %max, %targets {ignore_index = -100 : i64}
+        : tensor<4x64xf32>, tensor<4x64xf32>, tensor<4x64x128xf32>, tensor<4x64xf32>, tensor<4x64xi32>
+    ```
+  }];
+  let arguments = (ins Train_StaticTensorOf<[F32]>:$d_sum_exp,
+                       Train_StaticTensorOf<[F32]>:$d_target_logit,
+                       Train_FloatTensor:$logits,
+                       Train_StaticTensorOf<[F32]>:$max,
+                       Train_IdTensor:$targets, I64Attr:$ignore_index,
+                       OptionalAttr<Train_TensorSplitAttr>:$split);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $d_sum_exp `,` $d_target_logit `,` $logits `,` $max `,` $targets attr-dict
+    `:` type($d_sum_exp) `,` type($d_target_logit) `,` type($logits) `,`
+    type($max) `,` type($targets)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_CrossEntropyMergeGradOp : Train_NonDiffOp<"cross_entropy_merge_grad",
+    [InferTypeOpAdaptor, Train_LossGradOpInterface]> {
+  let summary = "gradient of a vocabulary-parallel cross-entropy's merge";
+  let description = [{
+    From the summed loss's gradient `grad`: `d_sum_exp = grad / sum_exp` and
+    `d_target_logit = -grad` at valid positions, 0 at ignored ones (the
+    rows' maxima are a shift the loss does not depend on: no gradient).
+
+    ```mlir
+    %dse, %dtl = train.cross_entropy_merge_grad %dsum, %se, %targets {ignore_index = -100 : i64}
+        : tensor<f32>, tensor<4x64xf32>, tensor<4x64xi32> -> tensor<4x64xf32>, tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Train_F32Scalar:$grad,
+                       Train_StaticTensorOf<[F32]>:$sum_exp,
+                       Train_IdTensor:$targets, I64Attr:$ignore_index);
+  let results = (outs Train_StaticTensorOf<[F32]>:$d_sum_exp,
+                      Train_StaticTensorOf<[F32]>:$d_target_logit);
+  let assemblyFormat = [{
+    $grad `,` $sum_exp `,` $targets attr-dict `:` type($grad) `,`
+    type($sum_exp) `,` type($targets) `->` type($d_sum_exp) `,`
+    type($d_target_logit)
   }];
   let hasVerifier = 1;
 }

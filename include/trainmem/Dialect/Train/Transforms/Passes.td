@@ -282,9 +282,20 @@ def TrainTensorParallelPass
     builds the backward with the conjugate collectives. Grouped-query
     attention splits its K/V heads with the queries' (t must divide them).
 
-    The embedding and the head stay whole on every rank in this version
-    (each rank computes them alike; the result is the same, the memory is
-    not split): the pass says so in a remark per kind. A size that does not
+    The vocabulary (Megatron's vocabulary parallelism, on by default):
+    each rank holds V/t rows of the token embedding's table
+    (`train.embedding` with `split`: ids of other ranks' rows look up
+    zeros) and V/t columns of the head's weight (the same rows when the two
+    are tied), the embedding's partial lookups summed by `shard.all_reduce`
+    (reduce-scattered along the sequence with sequence parallelism, when
+    the embedding block yields them directly); the head's input enters
+    through f (all-gathered with sequence parallelism) and its logits stay
+    split: the cross-entropy becomes `train.row_max`, a `shard.all_reduce`
+    max, `train.cross_entropy_part` (each rank's sum of exponentials and
+    target logit), their sums over the group and `train.cross_entropy_merge`
+    — no rank gathers the logits. With `vocabulary-parallel=false` the
+    embedding and the head stay whole on every rank (each computes them
+    alike), which the pass says in a remark per kind. A size that does not
     divide what it splits (an MLP's inner size, the heads), a parameter a
     block shares with another, or a block that is not matmuls, ops on their
     parts and one last matmul is an error at the op. A dropout on a rank's
@@ -324,7 +335,10 @@ def TrainTensorParallelPass
     Option<"sequenceParallel", "sequence-parallel", "bool", "false",
            "Splits the residual stream along the sequence between the split "
            "parts (Korthikanti et al. 2022): all-gathers and "
-           "reduce-scatters in place of f and g">
+           "reduce-scatters in place of f and g">,
+    Option<"vocabularyParallel", "vocabulary-parallel", "bool", "true",
+           "Splits the token embedding and the head by the vocabulary, with "
+           "a parallel cross-entropy (false: both whole on every rank)">
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
   let statistics = [

@@ -99,6 +99,12 @@ private:
   /// Replaces a cross-entropy on a rank's vocabulary part of the logits by
   /// the parallel one.
   void splitLoss(CrossEntropyOp loss);
+  /// The cross-entropies with their heads (a matmul by a weight), and the
+  /// lookups of the step's own ids; an error at a cross-entropy whose
+  /// logits are not such a head's.
+  LogicalResult findVocabularyUsers(
+      SmallVectorImpl<std::pair<CrossEntropyOp, MatmulOp>> &heads,
+      SmallVectorImpl<EmbeddingOp> &lookups);
   TensorSplitAttr splitAlong(int64_t dim) const {
     return TensorSplitAttr::get(grid.getContext(), dim, size, grid,
                                 kTensorAxis);
@@ -362,10 +368,10 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
   return success();
 }
 
-LogicalResult TensorParallel::splitVocabulary() {
+LogicalResult TensorParallel::findVocabularyUsers(
+    SmallVectorImpl<std::pair<CrossEntropyOp, MatmulOp>> &heads,
+    SmallVectorImpl<EmbeddingOp> &lookups) {
   // The heads: matmuls by a weight whose product a cross-entropy reads.
-  SmallVector<std::pair<CrossEntropyOp, MatmulOp>> heads;
-  SmallVector<EmbeddingOp> lookups;
   WalkResult walk = func.walk([&](Operation *op) {
     if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
       auto head = loss.getLogits().getDefiningOp<MatmulOp>();
@@ -389,7 +395,13 @@ LogicalResult TensorParallel::splitVocabulary() {
     }
     return WalkResult::advance();
   });
-  if (walk.wasInterrupted())
+  return failure(walk.wasInterrupted());
+}
+
+LogicalResult TensorParallel::splitVocabulary() {
+  SmallVector<std::pair<CrossEntropyOp, MatmulOp>> heads;
+  SmallVector<EmbeddingOp> lookups;
+  if (failed(findVocabularyUsers(heads, lookups)))
     return failure();
   // Each table or head weight, the dimension that is its vocabulary and
   // the ops that read it (a tied one: a lookup and a head).

@@ -22,8 +22,8 @@ by t = 2 ranks (mpirun -np 2, --tensor-parallel size=2), each rank on
   all-gathers and reduce-scatters: per layer two of each forward, their
   conjugates backward and the split parts' inputs gathered again for the
   weight gradients (Megatron's extra all-gather), 10 · (t-1)/t · s·b·h · 4
-  B, and outside the layers the embedding's lookups summed (then sliced:
-  the GPT adds its positions to the sum), the slice's gathered gradient,
+  B, and outside the layers the embedding's lookups reduce-scattered and
+  their gradient gathered, the position rows' piece's gradient gathered,
   the head's input gathered, gathered again in the backward and its
   gradient reduce-scattered, the norms' whole parameters' gradients
   summed over the group (f: ring all-reduces sending 2(t-1)·ceil(n/t)
@@ -124,7 +124,8 @@ def main():
                   f"(layers {formula - vocabulary:.0f} B, vocabulary "
                   f"{vocabulary:.0f} B)")
         layers = LAYERS * 10 * (t - 1) / t * sbh * 4
-        outside = (ring(sbh) * 4 + 4 * (t - 1) / t * sbh * 4 +
+        outside = (5 * (t - 1) / t * sbh * 4 +
+                   (t - 1) / t * SEQ * HIDDEN * 4 +
                    (6 * LAYERS + 2) * ring(HIDDEN) * 4 +
                    3 * ring(SEQ * BATCH) * 4)
         print(f"sequence-parallel t = 2 {median_step(sp):.4f} s: "

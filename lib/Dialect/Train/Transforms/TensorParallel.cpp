@@ -520,6 +520,11 @@ public:
 private:
   /// Splits the embedding block's result along the sequence.
   LogicalResult scatterEmbedding(BlockOp block);
+  /// Reduce-scatters the vocabulary-parallel lookups' sum of the embedding
+  /// block (whose result is `type`) and computes the position-wise ops
+  /// after it on the piece; false, changing nothing, when the block has no
+  /// such sum or computes its result otherwise.
+  FailureOr<bool> scatterLookupSum(BlockOp block, RankedTensorType type);
   /// One op after the embedding, in order: f and g become the gather and
   /// the reduce-scatter; an op reading a piece of the sequence computes on
   /// it.
@@ -574,27 +579,90 @@ LogicalResult SequenceParallel::scatterEmbedding(BlockOp block) {
   if (type.getDimSize(kSequenceDim) % size != 0)
     return fail(block) << size << " ranks do not divide the sequence ("
                        << type.getDimSize(kSequenceDim) << ")";
-  OpBuilder builder(yield);
-  Value piece;
-  if (Operation *sum = whole.getDefiningOp(); sum && lookupSums.contains(sum)) {
-    // The vocabulary-parallel lookups' sum, each rank's positions of it
-    // (Megatron's reduce-scatter of the embedding).
-    piece = shard::ReduceScatterOp::create(
-        builder, yield.getLoc(), pieceType(type), grid, axes(),
-        sum->getOperand(0),
-        shard::ReductionKindAttr::get(context, shard::ReductionKind::Sum),
-        sequenceDim());
-  } else {
-    piece = shard::AllSliceOp::create(builder, yield.getLoc(), pieceType(type),
-                                      grid, axes(), whole, sequenceDim());
+  FailureOr<bool> scattered = scatterLookupSum(block, type);
+  if (failed(scattered))
+    return failure();
+  if (!*scattered) {
+    OpBuilder builder(yield);
+    auto piece =
+        shard::AllSliceOp::create(builder, yield.getLoc(), pieceType(type),
+                                  grid, axes(), whole, sequenceDim());
+    yield->setOperand(0, piece.getResult());
   }
-  yield->setOperand(0, piece);
-  if (Operation *sum = whole.getDefiningOp();
-      sum && lookupSums.contains(sum) && sum->use_empty())
-    sum->erase();
-  block.getResult(0).setType(piece.getType());
+  block.getResult(0).setType(yield.getOperand(0).getType());
   pieces.insert(block.getResult(0));
   return success();
+}
+
+FailureOr<bool> SequenceParallel::scatterLookupSum(BlockOp block,
+                                                   RankedTensorType type) {
+  Block &body = block.getBody().front();
+  auto sum = llvm::find_if(
+      body, [&](Operation &op) { return lookupSums.contains(&op); });
+  if (sum == body.end())
+    return false;
+  // The ops the result is computed by from the sum, on [batch, seq,
+  // hidden]: position-wise, each other operand a parameter or a whole
+  // activation broadcast along the batch (a GPT's position embeddings).
+  llvm::SetVector<Operation *> after;
+  llvm::DenseSet<Value> derived = {sum->getResult(0)};
+  for (Operation &op : llvm::make_range(std::next(sum), body.end())) {
+    bool reads = llvm::any_of(op.getOperands(),
+                              [&](Value v) { return derived.contains(v); });
+    if (!reads || isa<YieldOp>(op))
+      continue;
+    if (!op.hasTrait<PositionWise>() ||
+        llvm::any_of(op.getResultTypes(), [&](Type t) {
+          auto ranked = dyn_cast<RankedTensorType>(t);
+          return ranked && isa<FloatType>(ranked.getElementType()) &&
+                 ranked.getShape() != type.getShape();
+        }))
+      return false;
+    after.insert(&op);
+    for (Value result : op.getResults())
+      derived.insert(result);
+  }
+  Value yielded = body.getTerminator()->getOperand(0);
+  if (!derived.contains(yielded) || llvm::any_of(derived, [&](Value v) {
+        return llvm::any_of(v.getUsers(), [&](Operation *user) {
+          return !after.contains(user) && !isa<YieldOp>(user);
+        });
+      }))
+    return false;
+  // Megatron's reduce-scatter of the embedding: each rank's positions of
+  // the lookups' sum, the ops after it on them.
+  OpBuilder builder(&*sum);
+  auto scattered = shard::ReduceScatterOp::create(
+      builder, sum->getLoc(), pieceType(type), grid, axes(), sum->getOperand(0),
+      shard::ReductionKindAttr::get(context, shard::ReductionKind::Sum),
+      sequenceDim());
+  sum->getResult(0).replaceAllUsesWith(scattered.getResult());
+  sum->erase();
+  pieces.insert(scattered.getResult());
+  for (Operation *op : after) {
+    for (OpOperand &operand : op->getOpOperands()) {
+      auto whole = dyn_cast<RankedTensorType>(operand.get().getType());
+      if (pieces.contains(operand.get()) || !whole ||
+          paramArgument(operand.get(), func) || whole.getRank() < 2)
+        continue;
+      // Its sequence dimension, aligned with the piece's from the right.
+      int64_t dim = kSequenceDim - (type.getRank() - whole.getRank());
+      if (dim < 0 || whole.getDimSize(dim) != type.getDimSize(kSequenceDim))
+        continue;
+      SmallVector<int64_t> shape(whole.getShape());
+      shape[dim] /= size;
+      OpBuilder at(op);
+      Value piece = shard::AllSliceOp::create(
+          at, op->getLoc(),
+          RankedTensorType::get(shape, whole.getElementType()), grid, axes(),
+          operand.get(), IntegerAttr::get(IndexType::get(context), dim));
+      operand.set(piece);
+      pieces.insert(piece);
+    }
+    if (failed(rewritePositionWise(op)))
+      return failure();
+  }
+  return true;
 }
 
 Value SequenceParallel::slice(Value value, Operation *user) {

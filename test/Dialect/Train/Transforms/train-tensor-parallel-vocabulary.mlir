@@ -82,6 +82,15 @@ func.func @forward(%tokens: tensor<2x4xi32> {train.input = "tokens"},
 // CHECK: train.embedding %arg4, %{{.*}} : tensor<4x6xf32>, tensor<4xi32> -> tensor<4x6xf32>
 // CHECK: train.matmul %{{.*}}, %arg3 : tensor<2x4x6xf32>, tensor<6x4xf32> -> tensor<2x4x4xf32>
 // CHECK: train.cross_entropy_merge
+// With sequence parallelism the lookups' sum is reduce-scattered and the
+// position rows added to it sliced along their sequence (dimension 0).
+// SEQ-LABEL: func.func @forward
+// SEQ: %[[LOOKUP:.*]] = train.embedding %arg2, %arg0 {split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>}
+// SEQ: %[[PIECE:.*]] = shard.reduce_scatter %[[LOOKUP]] on @tp grid_axes = [1] scatter_axis = 1 : tensor<2x4x6xf32> -> tensor<2x2x6xf32>
+// SEQ: %[[ROWS:.*]] = train.embedding %arg4, %{{.*}} : tensor<4x6xf32>, tensor<4xi32> -> tensor<4x6xf32>
+// SEQ: %[[ROWPIECE:.*]] = shard.all_slice %[[ROWS]] on @tp grid_axes = [1] slice_axis = 0 : tensor<4x6xf32> -> tensor<2x6xf32>
+// SEQ: train.bias_add %[[PIECE]], %[[ROWPIECE]] : tensor<2x2x6xf32>, tensor<2x6xf32>
+// SEQ: train.yield %{{.*}} : tensor<2x2x6xf32>
 func.func @forward(%tokens: tensor<2x4xi32> {train.input = "tokens"},
                    %targets: tensor<2x4xi32> {train.input = "targets"},
                    %table: tensor<8x6xf32> {train.param = "tok_embeddings"},

@@ -448,6 +448,20 @@ TEST_F(RuntimeTest, ParallelCrossEntropyPiecesAndTheirGradients) {
   }
 }
 
+// A broadcast of a row-major tensor and of a strided view (a transpose):
+// the repeated dimensions read with stride 0; its gradient sums them back.
+TEST_F(RuntimeTest, BroadcastAndItsGradient) {
+  compare(R"mlir(
+    func.func @train_step(%k: tensor<2x3x1x4xf32>, %t: tensor<2x4x1x3xf32>)
+        -> (tensor<2x3x5x4xf32>, tensor<2x3x5x4xf32>, tensor<2x3x1x4xf32>) {
+      %0 = train.broadcast %k : tensor<2x3x1x4xf32> -> tensor<2x3x5x4xf32>
+      %v = train.transpose %t {permutation = array<i64: 0, 3, 2, 1>} : tensor<2x4x1x3xf32> -> tensor<2x3x1x4xf32>
+      %1 = train.broadcast %v : tensor<2x3x1x4xf32> -> tensor<2x3x5x4xf32>
+      %2 = train.sum_to %1 : tensor<2x3x5x4xf32> -> tensor<2x3x1x4xf32>
+      return %0, %1, %2 : tensor<2x3x5x4xf32>, tensor<2x3x5x4xf32>, tensor<2x3x1x4xf32>
+    })mlir");
+}
+
 TEST_F(RuntimeTest, ReductionsAndScatter) {
   compare(R"mlir(
     func.func @train_step(%dy: tensor<2x3x4xf32>, %ids: tensor<2x3xi32>) -> (tensor<4xf32>, tensor<3x4xf32>, tensor<2x1x4xf32>, tensor<6x4xf32>) {

@@ -221,6 +221,7 @@ struct OpKernels {
   LogicalResult evaluate(DropoutGradOp o);
   LogicalResult evaluate(CrossEntropyGradOp o);
   LogicalResult evaluate(RowMaxOp o);
+  LogicalResult evaluate(BroadcastOp o);
   LogicalResult evaluate(CrossEntropyPartOp o);
   LogicalResult evaluate(CrossEntropyMergeOp o);
   LogicalResult evaluate(CrossEntropyPartGradOp o);
@@ -1261,6 +1262,25 @@ OpKernels::vocabularyFirst(Operation *op, TensorSplitAttr split, int64_t rows) {
   return ((state.getRank() / group->stride) % split.getParts()) * rows;
 }
 
+LogicalResult OpKernels::evaluate(BroadcastOp o) {
+  const RefTensor &x = get(o.getInput());
+  std::vector<int64_t> shape = shapeOf(o.getResult().getType());
+  RefTensor y = RefTensor::zeros(shape);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t i = 0; i < y.numElements(); ++i) {
+    // The input element: the result's index, 0 along repeated dimensions.
+    int64_t source = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      source = source * x.shape[d] + (x.shape[d] == 1 ? 0 : index[d]);
+    y.floats[i] = x.floats[source];
+    for (int64_t d = rank - 1; d >= 0 && ++index[d] == shape[d]; --d)
+      index[d] = 0;
+  }
+  set(o.getResult(), std::move(y));
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(RowMaxOp o) {
   const RefTensor &x = get(o.getInput());
   auto [rows, cols] = rowsOf(x);
@@ -1659,11 +1679,11 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
         CrossEntropyOp, MeanLossOp, CastOp, DropoutMaskOp, CountValidOp,
         SliceRowsOp, EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp,
         GeluGradOp, BiasGeluGradOp, SiluGradOp, SoftmaxGradOp, DropoutGradOp,
-        CrossEntropyGradOp, RowMaxOp, CrossEntropyPartOp, CrossEntropyMergeOp,
-        CrossEntropyPartGradOp, CrossEntropyMergeGradOp, AdamWOp, QuantizeOp,
-        DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp, LossScaleOp,
-        UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp, LRScheduleOp,
-        AttentionOp, AttentionGradOp>(context);
+        CrossEntropyGradOp, RowMaxOp, BroadcastOp, CrossEntropyPartOp,
+        CrossEntropyMergeOp, CrossEntropyPartGradOp, CrossEntropyMergeGradOp,
+        AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp,
+        LossScaleOp, UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp,
+        LRScheduleOp, AttentionOp, AttentionGradOp>(context);
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);

@@ -197,6 +197,38 @@ static LogicalResult lowerReshape(ReshapeOp op, RuntimeCallBuilder &b) {
   return success();
 }
 
+static LogicalResult lowerBroadcast(BroadcastOp op, RuntimeCallBuilder &b) {
+  // A strided copy whose repeated dimensions have stride 0.
+  Value in = op.getInput();
+  ArrayRef<int64_t> outShape = b.shape(op.getResult());
+  if (outShape.size() > 6)
+    return op.emitOpError("broadcasts a rank-")
+           << outShape.size() << " tensor; the runtime supports up to 6";
+  ArrayRef<int64_t> inShape = b.shape(in);
+  SmallVector<int64_t> strides = getStrides(in);
+  SmallVector<int64_t> dims(6, 1), padded(6, 0);
+  for (size_t i = 0; i < outShape.size(); ++i) {
+    dims[6 - outShape.size() + i] = outShape[i];
+    padded[6 - outShape.size() + i] = inShape[i] == 1 ? 0 : strides[i];
+  }
+  b.emit(rt::copy_strided{.in = b.offset(in),
+                          .out = b.offset(op.getResult()),
+                          .d0 = dims[0],
+                          .d1 = dims[1],
+                          .d2 = dims[2],
+                          .d3 = dims[3],
+                          .d4 = dims[4],
+                          .d5 = dims[5],
+                          .s0 = padded[0],
+                          .s1 = padded[1],
+                          .s2 = padded[2],
+                          .s3 = padded[3],
+                          .s4 = padded[4],
+                          .s5 = padded[5]},
+         op.getLoc());
+  return success();
+}
+
 static LogicalResult lowerRope(RopeOp op, RuntimeCallBuilder &b) {
   Value in = op.getInput();
   ArrayRef<int64_t> inShape = b.shape(in);
@@ -966,6 +998,7 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<GradAllReduceOp, lowerGradAllReduce>(ctx);
     attach<RopeOp, lowerRope>(ctx);
     attach<TransposeOp, lowerTranspose>(ctx);
+    attach<BroadcastOp, lowerBroadcast>(ctx);
     attach<ClipGradNormOp, lowerClip>(ctx);
     attach<SquaredNormOp, lowerSquaredNorm>(ctx);
     attach<AttentionOp, lowerAttention>(ctx);

@@ -122,6 +122,8 @@ uint64_t GradAllReduceOp::getBytesRead() { return 0; }
 uint64_t GradAllReduceOp::getBytesWritten() { return 0; }
 uint64_t ReshapeOp::getFlops() { return 0; }
 uint64_t ReshapeOp::getBytesRead() { return 0; }
+// A copy: no arithmetic.
+uint64_t BroadcastOp::getFlops() { return 0; }
 uint64_t ReshapeOp::getBytesWritten() { return 0; }
 uint64_t TransposeOp::getFlops() { return 0; }
 uint64_t TransposeOp::getBytesRead() { return 0; }

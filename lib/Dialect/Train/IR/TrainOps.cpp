@@ -206,6 +206,22 @@ LogicalResult EmbeddingOp::verify() {
   return verifyTableSplit(*this, getSplitAttr());
 }
 
+LogicalResult BroadcastOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("result element type must match the input's");
+  if (in.getRank() != out.getRank())
+    return emitOpError("result rank ")
+           << out.getRank() << " must equal the input's " << in.getRank();
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (in.getDimSize(d) != out.getDimSize(d) && in.getDimSize(d) != 1)
+      return emitOpError("dimension ")
+             << d << " of the input (" << in.getDimSize(d)
+             << ") is not 1 and differs from the result's ("
+             << out.getDimSize(d) << ")";
+  return success();
+}
+
 LogicalResult IotaOp::verify() {
   if (getResult().getType().getRank() != 1)
     return emitOpError("result must have rank 1");

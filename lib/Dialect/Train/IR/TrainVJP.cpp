@@ -255,6 +255,16 @@ LogicalResult GradAllReduceOp::buildVJP(OpBuilder &builder,
   return success();
 }
 
+LogicalResult BroadcastOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  if (noGradient(*this, resultGrads, operandGrads))
+    return success();
+  // The repeats summed back.
+  operandGrads.push_back(
+      sumToType(builder, getLoc(), resultGrads[0], getInput().getType()));
+  return success();
+}
+
 LogicalResult ReshapeOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                   SmallVectorImpl<Value> &operandGrads) {
   if (noGradient(*this, resultGrads, operandGrads))

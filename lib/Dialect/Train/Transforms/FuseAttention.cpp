@@ -150,6 +150,36 @@ struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
     // second copy of the output.
     TransposeOp heads = findHeadsLastTranspose(pv);
     DropoutOp dropout = chain->dropout;
+    // A rank's heads of a tensor-parallel attention draw their part of the
+    // whole mask, as the dropout did: the split of the scores' shape (a
+    // grouped-query one splits [kv, g]) as the split of [B, H, S, S'] that
+    // places the part's elements alike (the same elements from it on).
+    TensorSplitAttr split =
+        dropout ? dropout.getSplitAttr() : TensorSplitAttr();
+    if (split) {
+      ArrayRef<int64_t> scores = dropout.getInput().getType().getShape();
+      auto qType = cast<RankedTensorType>(q.getType());
+      SmallVector<int64_t> drawn = {qType.getDimSize(0), qType.getDimSize(1),
+                                    qType.getDimSize(2), scores.back()};
+      auto suffix = [](ArrayRef<int64_t> shape, size_t from) {
+        int64_t n = 1;
+        for (int64_t d : shape.drop_front(from))
+          n *= d;
+        return n;
+      };
+      int64_t block = suffix(scores, split.getDim());
+      // The heads' dimension, or the first after the batch with that block
+      // (size-1 dimensions between place alike).
+      std::optional<int64_t> dim;
+      for (size_t d = 1; d < drawn.size() && !dim; ++d)
+        if (suffix(drawn, d) == block)
+          dim = d;
+      if (!dim)
+        return rewriter.notifyMatchFailure(
+            pv, "the dropout's split does not map onto the heads");
+      split = TensorSplitAttr::get(split.getContext(), *dim, split.getParts(),
+                                   split.getGrid(), split.getAxis());
+    }
     auto attention = AttentionOp::create(
         rewriter, loc, q, k, v, dropout ? dropout.getKey() : Value(),
         dropout ? dropout.getPart() : Value(), chain->scale.getFactorAttr(),
@@ -162,9 +192,7 @@ struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
         dropout ? dropout.getPartElementsAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getRankElementsAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getRankStrideAttr() : rewriter.getI64IntegerAttr(1),
-        // A rank's heads of a tensor-parallel attention draw their part of
-        // the whole mask, as the dropout did.
-        dropout ? dropout.getSplitAttr() : TensorSplitAttr());
+        split);
     Value output = attention.getOutput();
     if (heads) {
       // The transpose (and the reshape before it) go with the product.

@@ -114,6 +114,14 @@ LogicalResult rebatchResults(Operation *original, Operation *clone,
         if ((*shape)[j] == oldInput[lead + j] &&
             oldInput[lead + j] != newInput[lead + j])
           (*shape)[j] = newInput[lead + j];
+    } else if (isa<BroadcastOp>(clone)) {
+      // The repeated dimensions stay; the others follow the input.
+      ArrayRef<int64_t> oldInput = shapeOf(original->getOperand(0));
+      ArrayRef<int64_t> newInput = shapeOf(clone->getOperand(0));
+      shape.emplace(oldType.getShape());
+      for (size_t d = 0; d < shape->size(); ++d)
+        if (oldInput[d] != 1)
+          (*shape)[d] = newInput[d];
     } else if (isa<DropoutMaskOp>(clone)) {
       // No operand to follow: its leading dimension is the batch.
       shape.emplace(oldType.getShape());

@@ -50,7 +50,38 @@ struct BlockSplit {
   MatmulOp row;
   /// The types of the split values before the split.
   llvm::DenseMap<Value, RankedTensorType> wholeTypes;
+  /// Matmuls by a weight that stay whole on every rank: an attention's K
+  /// and V projections when t is a multiple of their heads, not a divisor
+  /// (each rank then takes its query heads' K/V head: `takeHeads`).
+  SmallVector<MatmulOp> replicated;
+  /// Their K/V heads.
+  int64_t replicatedHeads = 0;
 };
+
+/// The heads of a column matmul's product: the second-to-last dimension
+/// of the first reshape that splits its last dimension into [heads,
+/// dim], through the single-use ops after it (a bias); 0 when none.
+int64_t headsOf(MatmulOp matmul) {
+  Value value = matmul.getResult();
+  while (value.hasOneUse()) {
+    Operation *user = *value.getUsers().begin();
+    auto in = cast<RankedTensorType>(value.getType());
+    if (auto reshape = dyn_cast<ReshapeOp>(user)) {
+      auto out = cast<RankedTensorType>(reshape.getType());
+      if (out.getRank() == in.getRank() + 1 &&
+          out.getShape().drop_back(2) == in.getShape().drop_back() &&
+          out.getDimSize(out.getRank() - 2) *
+                  out.getDimSize(out.getRank() - 1) ==
+              in.getDimSize(in.getRank() - 1))
+        return out.getDimSize(out.getRank() - 2);
+      return 0;
+    }
+    if (user->getNumResults() != 1 || user->getNumRegions() != 0)
+      return 0;
+    value = user->getResult(0);
+  }
+  return 0;
+}
 
 /// Whether `op`'s result types follow from its operands (re-inferred for a
 /// rank's part), or it is a reshape (whose split dimension the pass finds).
@@ -81,6 +112,8 @@ public:
   LogicalResult splitVocabulary();
   /// The sums of the split embeddings' partial lookups.
   ArrayRef<Operation *> getLookupSums() const { return lookupSums; }
+  /// Whether a split block replicates its K/V heads.
+  bool replicatesHeads() const { return hasReplicatedHeads; }
 
 private:
   FailureOr<BlockSplit> analyze(BlockOp block);
@@ -90,6 +123,15 @@ private:
   /// holds the split one's outermost part is split.
   LogicalResult reshapePart(ReshapeOp reshape, const BlockSplit &split);
   LogicalResult checkContraction(MatmulOp matmul, const BlockSplit &split);
+  /// Whether `value` is computed from a replicated K/V projection.
+  bool isReplicatedHeads(Value value, const BlockSplit &split) const;
+  /// The rank's K/V head of `value`, [batch, kv, 1, seq, dim] whole on
+  /// every rank: repeated t/kv times along its size-1 dimension, viewed as
+  /// t heads and sliced over the group (the slice's gradient is gathered
+  /// and the repeats summed back, so every rank holds the whole K/V
+  /// gradient).
+  FailureOr<Value> takeHeads(Value value, Operation *user,
+                             const BlockSplit &split);
   /// Marks a dropout on a rank's part with its #train.split.
   void markDrawSplit(DropoutOp dropout, const BlockSplit &split);
   /// Makes argument `arg`, read by `users` alone, one rank's part along
@@ -119,6 +161,7 @@ private:
   /// f of each whole value entering the split part of the current block.
   llvm::SmallMapVector<Value, Value, 4> entered;
   SmallVector<Operation *> entries, sums, lookupSums;
+  bool hasReplicatedHeads = false;
 };
 
 FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
@@ -140,6 +183,14 @@ FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
       if (mlp.row)
         return fail(&op) << "has a matmul by a weight after its last one "
                             "(not matmuls, element-wise ops, one matmul)";
+      int64_t heads =
+          block.getKind() == BlockKind::attention ? headsOf(matmul) : 0;
+      if (heads > 0 && heads % size != 0 && size % heads == 0) {
+        // K/V heads a group of ranks shares: computed whole on each.
+        mlp.replicated.push_back(matmul);
+        mlp.replicatedHeads = heads;
+        continue;
+      }
       mlp.columns.push_back(matmul);
       splitValues.insert(matmul.getResult());
       mlp.wholeTypes[matmul.getResult()] =
@@ -248,7 +299,7 @@ LogicalResult TensorParallel::reshapePart(ReshapeOp reshape,
     return fail();
   // The split dimension of the input: where its size changed.
   int64_t dim = -1;
-  for (int64_t d = 0; d < input.getRank(); ++d)
+  for (int64_t d = input.getRank() - 1; d >= 0; --d)
     if (input.getDimSize(d) != wholeInput.getDimSize(d))
       dim = d;
   if (dim < 0)
@@ -267,6 +318,18 @@ LogicalResult TensorParallel::reshapePart(ReshapeOp reshape,
         out[j] % size == 0) {
       SmallVector<int64_t> shape(out);
       shape[j] /= size;
+      reshape.getResult().setType(
+          RankedTensorType::get(shape, wholeResult.getElementType()));
+      return success();
+    }
+  // Or across two: a rank's contiguous block of [kv, g] grouped-query
+  // heads lies in one K/V group when t is a multiple of kv dividing kv·g.
+  for (int64_t j = 0, e = out.size(); j + 1 < e; ++j)
+    if (product(out.drop_front(j)) == product(in.drop_front(dim)) &&
+        size % out[j] == 0 && out[j + 1] % (size / out[j]) == 0) {
+      SmallVector<int64_t> shape(out);
+      shape[j + 1] /= size / out[j];
+      shape[j] = 1;
       reshape.getResult().setType(
           RankedTensorType::get(shape, wholeResult.getElementType()));
       return success();
@@ -306,6 +369,55 @@ LogicalResult TensorParallel::checkContraction(MatmulOp matmul,
   return success();
 }
 
+bool TensorParallel::isReplicatedHeads(Value value,
+                                       const BlockSplit &split) const {
+  // Back through single-operand ops (views, rotary embedding, a bias).
+  while (Operation *def = value.getDefiningOp()) {
+    if (auto matmul = dyn_cast<MatmulOp>(def))
+      return llvm::is_contained(split.replicated, matmul);
+    if (def->getNumOperands() == 0)
+      return false;
+    value = def->getOperand(0);
+  }
+  return false;
+}
+
+FailureOr<Value> TensorParallel::takeHeads(Value value, Operation *user,
+                                           const BlockSplit &split) {
+  auto type = cast<RankedTensorType>(value.getType());
+  int64_t kv = split.replicatedHeads;
+  if (type.getRank() != 5 || type.getDimSize(1) != kv ||
+      type.getDimSize(2) != 1)
+    return user->emitError("train-tensor-parallel: cannot replicate the K/V "
+                           "heads (")
+           << size << " ranks share " << kv
+           << "): their operand of this product is not [batch, " << kv
+           << ", 1, seq, dim] but " << type;
+  ArrayRef<int64_t> shape = type.getShape();
+  Type element = type.getElementType();
+  OpBuilder builder(user);
+  Location loc = user->getLoc();
+  auto repeated = BroadcastOp::create(
+      builder, loc,
+      RankedTensorType::get({shape[0], kv, size / kv, shape[3], shape[4]},
+                            element),
+      value);
+  auto heads = ReshapeOp::create(
+      builder, loc,
+      RankedTensorType::get({shape[0], size, shape[3], shape[4]}, element),
+      repeated);
+  auto mine = shard::AllSliceOp::create(
+      builder, loc,
+      RankedTensorType::get({shape[0], 1, shape[3], shape[4]}, element), grid,
+      DenseI16ArrayAttr::get(builder.getContext(), {kTensorAxis}),
+      heads.getResult(), builder.getIndexAttr(1));
+  return ReshapeOp::create(builder, loc,
+                           RankedTensorType::get(
+                               {shape[0], 1, 1, shape[3], shape[4]}, element),
+                           mine.getResult())
+      .getResult();
+}
+
 LogicalResult TensorParallel::splitBlock(BlockOp block) {
   FailureOr<BlockSplit> parts = analyze(block);
   if (failed(parts))
@@ -338,8 +450,17 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
           return failure();
         continue;
       }
-      if (isa<FloatType>(getElementTypeOrSelf(value.getType())))
-        operand.set(enter(value, op));
+      if (!isa<FloatType>(getElementTypeOrSelf(value.getType())))
+        continue;
+      if (!parts->replicated.empty() && isa<MatmulOp>(op) &&
+          isReplicatedHeads(value, *parts)) {
+        FailureOr<Value> mine = takeHeads(value, op, *parts);
+        if (failed(mine))
+          return failure();
+        operand.set(*mine);
+        continue;
+      }
+      operand.set(enter(value, op));
     }
     if (auto matmul = dyn_cast<MatmulOp>(op);
         matmul && failed(checkContraction(matmul, *parts)))
@@ -353,6 +474,14 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
     if (auto dropout = dyn_cast<DropoutOp>(op))
       markDrawSplit(dropout, *parts);
   }
+  if (!parts->replicated.empty())
+    parts->replicated.front().emitRemark("train-tensor-parallel: the ")
+        << stringifyBlockKind(block.getKind()) << " block of layer "
+        << (block.getLayer() ? *block.getLayer() : -1)
+        << " replicates its K/V heads (" << size << " ranks share "
+        << parts->replicatedHeads
+        << "): every rank computes them and takes its query heads' one";
+  hasReplicatedHeads |= !parts->replicated.empty();
   // The rows: each rank's product is partial; g sums them.
   MatmulOp row = parts->row;
   if (failed(splitParameter(cast<BlockArgument>(row.getRhs()), 0, {row})))
@@ -834,6 +963,56 @@ struct TrainTensorParallelPass
     : public impl::TrainTensorParallelPassBase<TrainTensorParallelPass> {
   using Base::Base;
 
+  /// Splits one forward's blocks, its vocabulary and (with sequence
+  /// parallelism) its sequence.
+  LogicalResult splitForward(func::FuncOp func, FlatSymbolRefAttr grid) {
+    TensorParallel parallel(func, size, grid);
+    Operation *whole[2] = {nullptr, nullptr};
+    WalkResult walk = func.walk([&](BlockOp block) {
+      switch (block.getKind()) {
+      case BlockKind::mlp:
+      case BlockKind::attention:
+        if (failed(parallel.splitBlock(block)))
+          return WalkResult::interrupt();
+        ++numSplitBlocks;
+        return WalkResult::skip();
+      case BlockKind::embedding:
+        whole[0] = whole[0] ? whole[0] : block.getOperation();
+        break;
+      case BlockKind::head:
+        whole[1] = whole[1] ? whole[1] : block.getOperation();
+        break;
+      default:
+        break;
+      }
+      return WalkResult::skip();
+    });
+    if (walk.wasInterrupted() ||
+        (vocabularyParallel && failed(parallel.splitVocabulary())))
+      return failure();
+    if (sequenceParallel && parallel.replicatesHeads())
+      return func.emitError("train-tensor-parallel: replicated K/V heads (")
+             << static_cast<int64_t>(size)
+             << " ranks sharing each) with sequence-parallel=true: the K/V "
+                "projections would read the gathered input, whose gradient "
+                "the group sums (use a size that divides the K/V heads, or "
+                "sequence-parallel=false)";
+    if (sequenceParallel &&
+        failed(SequenceParallel(func, size, grid, parallel).run()))
+      return failure();
+    func.setType(FunctionType::get(func.getContext(),
+                                   func.getBody().getArgumentTypes(),
+                                   func.getResultTypes()));
+    const char *kinds[2] = {"embedding", "head"};
+    for (unsigned k = 0; k < 2 && !vocabularyParallel; ++k)
+      if (whole[k])
+        whole[k]->emitRemark("train-tensor-parallel: the ")
+            << kinds[k]
+            << " blocks' weights stay whole on every rank "
+               "(vocabulary-parallel=false)";
+    return success();
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (size < 1 || data < 1) {
@@ -866,45 +1045,9 @@ struct TrainTensorParallelPass
     SymbolTable symbols(module);
     symbols.insert(gridOp); // renames it when "tp" is taken
     auto grid = FlatSymbolRefAttr::get(gridOp.getSymNameAttr());
-    for (func::FuncOp func : forwards) {
-      TensorParallel parallel(func, size, grid);
-      Operation *whole[2] = {nullptr, nullptr};
-      WalkResult walk = func.walk([&](BlockOp block) {
-        switch (block.getKind()) {
-        case BlockKind::mlp:
-        case BlockKind::attention:
-          if (failed(parallel.splitBlock(block)))
-            return WalkResult::interrupt();
-          ++numSplitBlocks;
-          return WalkResult::skip();
-        case BlockKind::embedding:
-          whole[0] = whole[0] ? whole[0] : block.getOperation();
-          break;
-        case BlockKind::head:
-          whole[1] = whole[1] ? whole[1] : block.getOperation();
-          break;
-        default:
-          break;
-        }
-        return WalkResult::skip();
-      });
-      if (walk.wasInterrupted() ||
-          (vocabularyParallel && failed(parallel.splitVocabulary())))
+    for (func::FuncOp func : forwards)
+      if (failed(splitForward(func, grid)))
         return signalPassFailure();
-      if (sequenceParallel &&
-          failed(SequenceParallel(func, size, grid, parallel).run()))
-        return signalPassFailure();
-      func.setType(FunctionType::get(func.getContext(),
-                                     func.getBody().getArgumentTypes(),
-                                     func.getResultTypes()));
-      const char *kinds[2] = {"embedding", "head"};
-      for (unsigned k = 0; k < 2 && !vocabularyParallel; ++k)
-        if (whole[k])
-          whole[k]->emitRemark("train-tensor-parallel: the ")
-              << kinds[k]
-              << " blocks' weights stay whole on every rank "
-                 "(vocabulary-parallel=false)";
-    }
   }
 };
 

@@ -1586,3 +1586,19 @@ func.func @cross_entropy_part_grad_rows(%d: tensor<2x4xf32>, %l: tensor<2x4x8xf3
   %dl = train.cross_entropy_part_grad %d, %d, %l, %m, %t {ignore_index = -100 : i64} : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>, tensor<4x2xi32>
   return
 }
+
+// -----
+
+func.func @broadcast_dim(%k: tensor<2x2x4xf32>) -> tensor<2x4x4xf32> {
+  // expected-error @+1 {{'train.broadcast' op dimension 1 of the input (2) is not 1 and differs from the result's (4)}}
+  %r = train.broadcast %k : tensor<2x2x4xf32> -> tensor<2x4x4xf32>
+  return %r : tensor<2x4x4xf32>
+}
+
+// -----
+
+func.func @broadcast_rank(%k: tensor<2x1x4xf32>) -> tensor<3x2x1x4xf32> {
+  // expected-error @+1 {{'train.broadcast' op result rank 4 must equal the input's 3}}
+  %r = train.broadcast %k : tensor<2x1x4xf32> -> tensor<3x2x1x4xf32>
+  return %r : tensor<3x2x1x4xf32>
+}

@@ -280,3 +280,10 @@ func.func @vocabulary_parallel(%table: tensor<8x6xf32>, %ids: tensor<2x4xi32>, %
   %dl = train.cross_entropy_part_grad %dse, %dtl, %logits, %m, %ids {ignore_index = -100 : i64, split = #train.split<dim = 2, parts = 2, grid = @tp, axis = 1>} : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<2x4xi32>
   return
 }
+
+// CHECK-LABEL: func.func @broadcast
+func.func @broadcast(%k: tensor<2x2x1x4x8xbf16>) -> tensor<2x2x3x4x8xbf16> {
+  // CHECK: train.broadcast %{{.*}} : tensor<2x2x1x4x8xbf16> -> tensor<2x2x3x4x8xbf16>
+  %r = train.broadcast %k : tensor<2x2x1x4x8xbf16> -> tensor<2x2x3x4x8xbf16>
+  return %r : tensor<2x2x3x4x8xbf16>
+}

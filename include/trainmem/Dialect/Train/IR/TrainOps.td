@@ -486,6 +486,25 @@ def Train_ReshapeOp : Train_DiffOp<"reshape",
   let hasVerifier = 1;
 }
 
+def Train_BroadcastOp : Train_DiffOp<"broadcast"> {
+  let summary = "repeats a tensor along its dimensions of size 1";
+  let description = [{
+    The result has the input's rank; each of its dimensions equals the
+    input's, or the input's is 1 and the result repeats it. Its gradient
+    sums the repeats back (`train.sum_to`). train-tensor-parallel repeats
+    the K/V heads a group of ranks shares when t does not divide them
+    (each rank then takes its query heads' K/V head).
+
+    ```mlir
+    %kv = train.broadcast %k : tensor<8x2x1x1024x128xbf16> -> tensor<8x2x4x1024x128xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Train_GradAllReduceOp : Train_DiffOp<"grad_all_reduce",
     [SameOperandsAndResultType,
      DeclareOpInterfaceMethods<ViewLikeOpInterface>,

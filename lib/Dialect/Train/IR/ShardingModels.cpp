@@ -15,7 +15,10 @@
 //   the result's last dimensions;
 // - matmul: the result's dimensions parallel, the contracted one a `sum`
 //   reduction (Megatron's row-parallel product), the operands' maps as
-//   their transposes say.
+//   their transposes say;
+// - attention: batch, heads, queries and value columns parallel, the keys
+//   a `generic` reduction (the softmax) and the key columns a `sum`; a
+//   grouped-query one's heads as (K/V head, group).
 //
 // Partitioning: an op none of whose reduction loops is sharded is cloned on
 // the partitioned operands (upstream's trivially shardable partition); a
@@ -187,6 +190,84 @@ struct MatmulModel : public LoopModel<MatmulModel, MatmulOp> {
   }
 };
 
+/// Fused attention: loops (batch, heads, queries, value columns; keys,
+/// key columns), the keys a normalization (`generic`: the softmax over
+/// them) and the key columns a `sum` (the scores). A grouped-query one's
+/// K/V heads (h / g for query head h, which no map may say) have a loop of
+/// their own, a `generic` reduction; propagation carries shardings through
+/// it, its partition is refused (train-tensor-parallel splits it).
+struct AttentionModel : public LoopModel<AttentionModel, AttentionOp> {
+  static bool isGrouped(Operation *op) {
+    auto attention = cast<AttentionOp>(op);
+    return attention.getQ().getType().getDimSize(1) !=
+           attention.getK().getType().getDimSize(1);
+  }
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(4, IteratorType::parallel);
+    types.append(isGrouped(op) ? 3 : 2, IteratorType::reduction);
+    return types;
+  }
+  SmallVector<ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    if (isGrouped(op))
+      return {ReductionKind::Generic, ReductionKind::Sum,
+              ReductionKind::Generic};
+    return {ReductionKind::Generic, ReductionKind::Sum};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    auto attention = cast<AttentionOp>(op);
+    MLIRContext *context = op->getContext();
+    bool grouped = isGrouped(op);
+    unsigned loops = grouped ? 7 : 6;
+    auto dim = [&](unsigned d) { return getAffineDimExpr(d, context); };
+    AffineExpr b = dim(0), h = dim(1), i = dim(2), e = dim(3), j = dim(4),
+               d = dim(5), kvHead = grouped ? dim(6) : h;
+    auto map = [&](ArrayRef<AffineExpr> exprs) {
+      return AffineMap::get(loops, 0, exprs, context);
+    };
+    SmallVector<AffineMap> maps = {map({b, h, i, d}), map({b, kvHead, j, d}),
+                                   map({b, kvHead, j, e})};
+    // The key and part counters: scalars.
+    for (unsigned n = 3; n < op->getNumOperands(); ++n)
+      maps.push_back(map({}));
+    maps.push_back(attention.getTransposeOutput() ? map({b, i, h, e})
+                                                  : map({b, h, i, e}));
+    maps.push_back(map({b, h, i}));
+    return maps;
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    auto attention = cast<AttentionOp>(op);
+    bool anySplit =
+        llvm::any_of(operandShardings, [](shard::Sharding sharding) {
+          return sharding &&
+                 llvm::any_of(sharding.getSplitAxes(),
+                              [](auto axes) { return !axes.empty(); });
+        });
+    // A dropout draws each element at its place in the whole tensor: a
+    // rank's part needs the split train-tensor-parallel marks.
+    if (anySplit && attention.getRate().convertToDouble() > 0.0)
+      return op->emitOpError("draws dropout on a sharded part: each rank "
+                             "would draw the whole tensor's first elements "
+                             "(train-tensor-parallel marks the draw's split)");
+    // Upstream's trivial partition takes projected permutations only; a
+    // grouped-query attention's K/V heads are not one (and a rank's part
+    // of the query heads would regroup them).
+    if (anySplit && isGrouped(op))
+      return op->emitOpError("partitions a grouped-query attention: its "
+                             "query heads map to K/V heads by a division "
+                             "(train-tensor-parallel splits them with their "
+                             "K/V heads)");
+    return LoopModel::partition(op, partitionedOperands, operandShardings,
+                                resultShardings, partitionMap, symbolTable,
+                                builder);
+  }
+};
+
 } // namespace
 
 void mlir::train::registerShardingInterfaceModels(DialectRegistry &registry) {
@@ -202,5 +283,6 @@ void mlir::train::registerShardingInterfaceModels(DialectRegistry &registry) {
     RMSNormOp::attachInterface<RowModel<RMSNormOp, false>>(*ctx);
     SoftmaxOp::attachInterface<RowModel<SoftmaxOp, false>>(*ctx);
     MatmulOp::attachInterface<MatmulModel>(*ctx);
+    AttentionOp::attachInterface<AttentionModel>(*ctx);
   });
 }

@@ -74,3 +74,65 @@ func.func @norm_of_columns(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %b: tensor<8x
   %n = train.layer_norm %xs, %w, %b {epsilon = 1.0e-05 : f64} : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>
   return %n : tensor<4x8xf32>
 }
+
+// -----
+
+// Fused attention split by heads: propagation carries the heads' sharding
+// of q, k and v to the output and the log-sum-exp; shard-partition gives
+// each rank its heads' attention.
+// CHECK-LABEL: func.func @attention_heads
+// CHECK: %[[HEADS:.*]] = shard.sharding @tp split_axes = {{\[\[}}], [0]] : !shard.sharding
+// CHECK: train.attention
+// CHECK: shard.shard %{{.*}} to %[[HEADS]] : tensor<2x4x8x16xf32>
+// CHECK: shard.shard %{{.*}} to %[[HEADS]] : tensor<2x4x8xf32>
+// PART-LABEL: func.func @attention_heads
+// PART: train.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, scale = 2.500000e-01 : f64} : tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32> -> tensor<2x2x8x16xf32>, tensor<2x2x8xf32>
+shard.grid @tp(shape = 2)
+func.func @attention_heads(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v: tensor<2x4x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>) {
+  %s = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %qs = shard.shard %q to %s annotate_for_users : tensor<2x4x8x16xf32>
+  %ks = shard.shard %k to %s annotate_for_users : tensor<2x4x8x16xf32>
+  %vs = shard.shard %v to %s annotate_for_users : tensor<2x4x8x16xf32>
+  %o, %lse = train.attention %qs, %ks, %vs {causal, scale = 0.25 : f64} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  %or = shard.shard %o to %s : tensor<2x4x8x16xf32>
+  %lr = shard.shard %lse to %s : tensor<2x4x8xf32>
+  return %or, %lr : tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+}
+
+// -----
+
+// Grouped-query attention (4 query heads on 2 K/V heads) over a data axis:
+// the batch's sharding reaches the output; partitioning it is refused (its
+// heads map by a division, which upstream's trivial partition cannot
+// take).
+// CHECK-LABEL: func.func @attention_rows
+// CHECK: train.attention
+// CHECK: %[[ROWS:.*]] = shard.sharding @dp split_axes = {{\[\[}}0]] : !shard.sharding
+// CHECK-NEXT: shard.shard %{{.*}} to %[[ROWS]] : tensor<4x4x8xf32>
+shard.grid @dp(shape = 2)
+func.func @attention_rows(%q: tensor<4x4x8x16xf32>, %k: tensor<4x2x8x16xf32>, %v: tensor<4x2x8x16xf32>) -> (tensor<4x4x8x16xf32>, tensor<4x4x8xf32>) {
+  %s = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %qs = shard.shard %q to %s annotate_for_users : tensor<4x4x8x16xf32>
+  %ks = shard.shard %k to %s annotate_for_users : tensor<4x2x8x16xf32>
+  %vs = shard.shard %v to %s annotate_for_users : tensor<4x2x8x16xf32>
+  // expected-error @+1 {{'train.attention' op partitions a grouped-query attention}}
+  %o, %lse = train.attention %qs, %ks, %vs {scale = 0.25 : f64} : tensor<4x4x8x16xf32>, tensor<4x2x8x16xf32>, tensor<4x2x8x16xf32> -> tensor<4x4x8x16xf32>, tensor<4x4x8xf32>
+  %or = shard.shard %o to %s : tensor<4x4x8x16xf32>
+  return %or, %lse : tensor<4x4x8x16xf32>, tensor<4x4x8xf32>
+}
+
+// -----
+
+// Dropout on a sharded part would draw the whole tensor's first elements:
+// refused (train-tensor-parallel marks the draw's split).
+shard.grid @tp(shape = 2)
+func.func @attention_dropout(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v: tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32> {
+  %s = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %qs = shard.shard %q to %s annotate_for_users : tensor<2x4x8x16xf32>
+  %ks = shard.shard %k to %s annotate_for_users : tensor<2x4x8x16xf32>
+  %vs = shard.shard %v to %s annotate_for_users : tensor<2x4x8x16xf32>
+  // expected-error @+1 {{'train.attention' op draws dropout on a sharded part}}
+  %o, %lse = train.attention %qs, %ks, %vs {scale = 0.25 : f64, rate = 0.1 : f64, seed = 1 : i64} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  %or = shard.shard %o to %s : tensor<2x4x8x16xf32>
+  return %or : tensor<2x4x8x16xf32>
+}

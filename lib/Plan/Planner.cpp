@@ -486,8 +486,10 @@ static llvm::Error completeSpace(PlanRequest &request) {
   if (request.offloads.empty())
     request.offloads = {PlanOffload::none, PlanOffload::states,
                         PlanOffload::statesAndUpdate};
-  if (request.tensorParallel.empty())
+  if (request.tensorParallel.empty()) {
     request.tensorParallel = {1};
+    request.defaultTensorParallel = true;
+  }
   for (int64_t t : request.tensorParallel)
     if (t < 1 || request.ranks % t != 0)
       return planError(llvm::formatv(
@@ -993,6 +995,22 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
   std::vector<size_t> groupStart = enumerateCandidates(request, result);
   measureGroups(context, request, result, groupStart);
   chooseBest(result);
+  // Nothing fits on t = 1 (the default): split the model over a node, as
+  // practitioners do when it does not fit, searching t > 1 too (its rows
+  // after t = 1's). Searched only then: it multiplies the planning time
+  // (docs/Planner.md).
+  if (!result.best && request.defaultTensorParallel) {
+    PlanRequest split = request;
+    split.tensorParallel.clear();
+    for (int64_t t : tensorParallelSizes(request))
+      if (t > 1)
+        split.tensorParallel.push_back(t);
+    if (!split.tensorParallel.empty()) {
+      result.escalatedTensorParallel = split.tensorParallel;
+      measureGroups(context, split, result, enumerateCandidates(split, result));
+      chooseBest(result);
+    }
+  }
   remeasureBest(context, request, result);
   if (!result.best)
     result.nothingFits = explainNothingFits(context, request, result);

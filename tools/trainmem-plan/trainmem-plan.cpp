@@ -253,7 +253,8 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                        const PlanResult &result) {
   // The tensor-parallel column where the search has t > 1.
   bool tensorColumn =
-      llvm::any_of(request.tensorParallel, [](int64_t t) { return t > 1; });
+      llvm::any_of(result.candidates,
+                   [](const PlanCandidate &c) { return c.tensorParallel > 1; });
   auto tensorCell = [&](const PlanCandidate &c) {
     return tensorColumn ? llvm::formatv(" {0,-5}", tensorShort(c)).str()
                         : std::string();
@@ -637,6 +638,9 @@ static int printJson(const PlanRequest &request, const PlanResult &result) {
     out["best"] = static_cast<int64_t>(*result.best + 1);
   else
     out["nothing_fits"] = result.nothingFits;
+  if (!result.escalatedTensorParallel.empty())
+    out["escalated_tensor_parallel"] =
+        llvm::json::Array(result.escalatedTensorParallel);
   llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(out)))
                << "\n";
   return result.best ? 0 : 1;
@@ -745,6 +749,14 @@ int main(int argc, char **argv) {
   }
   PlanResult result = plan(context, request);
   llvm::raw_ostream &os = llvm::outs();
+  if (!result.escalatedTensorParallel.empty())
+    llvm::errs() << "trainmem-plan: note: nothing fits with t = 1; searched "
+                    "tensor parallelism t = "
+                 << llvm::join(llvm::map_range(
+                                   result.escalatedTensorParallel,
+                                   [](int64_t t) { return std::to_string(t); }),
+                               ", ")
+                 << " too (--tensor-parallel 1 searches t = 1 only)\n";
   if (emit == "json")
     return printJson(request, result);
   if (emit == "table")

@@ -92,6 +92,9 @@ struct PlanRequest {
   /// Whether microBatches were defaulted: then each t takes the divisors
   /// of its own per-group batch.
   bool defaultMicroBatches = false;
+  /// Whether tensorParallel was defaulted (to t = 1): then, when nothing
+  /// fits, the planner searches tensorParallelSizes() too.
+  bool defaultTensorParallel = false;
   /// Compile the whole model for every candidate (no extrapolation).
   bool exact = false;
 };
@@ -181,6 +184,9 @@ struct PlanResult {
   std::optional<size_t> best;
   /// Where nothing fits: the smallest peak found and what dominates it.
   std::string nothingFits;
+  /// The tensor-parallel sizes searched because nothing fit at t = 1 (a
+  /// defaulted request's), in order; empty when none were.
+  std::vector<int64_t> escalatedTensorParallel;
 };
 
 /// Fills the request's empty space lists with the defaults; an error when

@@ -133,6 +133,14 @@ TEST_F(PlannerTest, SearchesTensorAndSequenceParallelism) {
   PlanRequest fast = request(7, 4, uint64_t(1) << 40), exhaustive;
   fast.tensorParallel = tensorParallelSizes(fast);
   EXPECT_EQ(fast.tensorParallel, (std::vector<int64_t>{1, 2, 4}));
+  // One K/V head (multi-query): every t is a multiple of it (replicated
+  // K/V heads); 3 K/V heads of 6: t = 2 neither divides nor is a multiple.
+  PlanRequest mqa = fast;
+  mqa.model.kvHeads = 1;
+  EXPECT_EQ(tensorParallelSizes(mqa), (std::vector<int64_t>{1, 2, 4}));
+  mqa.model.heads = 6;
+  mqa.model.kvHeads = 3;
+  EXPECT_EQ(tensorParallelSizes(mqa), (std::vector<int64_t>{1}));
   fast.remats = {PlanRemat::none, PlanRemat::selective};
   fast.eightBit = {false};
   fast.offloads = {PlanOffload::none};

@@ -454,7 +454,8 @@ std::vector<int64_t> tensorParallelSizes(const PlanRequest &request,
   std::vector<int64_t> sizes = {1};
   const ModelConfig &m = request.model;
   for (int64_t t = 2; t <= std::min<int64_t>(maxSize, request.ranks); ++t)
-    if (request.ranks % t == 0 && m.heads % t == 0 && m.kvHeads % t == 0)
+    if (request.ranks % t == 0 && m.heads % t == 0 &&
+        (m.kvHeads % t == 0 || t % m.kvHeads == 0))
       sizes.push_back(t);
   return sizes;
 }
@@ -756,7 +757,11 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
   int64_t vocabulary = vocabularyOf(request);
   for (int64_t t : request.tensorParallel)
     for (bool sequence : request.sequenceParallel) {
-      if (sequence && t == 1)
+      // K/V heads t is a multiple of are replicated, which
+      // train-tensor-parallel refuses with sequence parallelism.
+      bool replicated =
+          request.model.kvHeads > 0 && request.model.kvHeads % t != 0;
+      if (sequence && (t == 1 || replicated))
         continue;
       // Each tensor group trains on its data rank's share of the global
       // batch; ZeRO runs over the data ranks (none when there is one).

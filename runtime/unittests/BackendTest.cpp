@@ -273,3 +273,49 @@ TEST(ThreadPool, EveryItemOnceAcrossManyShortCalls) {
   }
 }
 } // namespace
+
+// A rank's part of a split vocabulary (rank 0 of 2 holds rows 0-2 of 6):
+// another rank's id looks up zeros, an id or target outside the whole
+// vocabulary fails the context naming it, and so does a split of no parts.
+TEST(Backend, VocabularyPartsNameWhatIsOutside) {
+  ContextPtr ctx(tmrt_context_create("cpu", 1, nullptr));
+  ASSERT_NE(ctx, nullptr);
+  ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 1024), 0);
+  // Table [3, 2] at 0 (ones), ids at 64, lookups at 128.
+  std::vector<float> table(6, 1.0f);
+  ASSERT_EQ(tmrt_arena_write(ctx.get(), 0, table.data(), 24), 0);
+  std::vector<int32_t> ids = {1, 4};
+  ASSERT_EQ(tmrt_arena_write(ctx.get(), 64, ids.data(), 8), 0);
+  tmrt_embedding(ctx.get(), 0, 64, 128, 2, 2, 3, 32, 2, 1);
+  ASSERT_EQ(tmrt_context_error(ctx.get()), nullptr);
+  std::vector<float> got(4);
+  ASSERT_EQ(tmrt_arena_read(ctx.get(), 128, got.data(), 16), 0);
+  EXPECT_EQ(got, (std::vector<float>{1.0f, 1.0f, 0.0f, 0.0f}));
+  ids = {1, 7};
+  ASSERT_EQ(tmrt_arena_write(ctx.get(), 64, ids.data(), 8), 0);
+  tmrt_embedding(ctx.get(), 0, 64, 128, 2, 2, 3, 32, 2, 1);
+  ASSERT_NE(tmrt_context_error(ctx.get()), nullptr);
+  EXPECT_EQ(std::string(tmrt_context_error(ctx.get())),
+            "token id 7 at position 1 is outside the table of 6 rows");
+
+  ContextPtr loss(tmrt_context_create("cpu", 1, nullptr));
+  ASSERT_EQ(tmrt_arena_alloc(loss.get(), 1024), 0);
+  // Logits [2, 3] at 0, targets at 64, maxima at 128, sums at 192 and 256.
+  ASSERT_EQ(tmrt_arena_write(loss.get(), 0, table.data(), 24), 0);
+  std::vector<int32_t> targets = {2, 9};
+  ASSERT_EQ(tmrt_arena_write(loss.get(), 64, targets.data(), 8), 0);
+  tmrt_cross_entropy_part(loss.get(), 0, 64, 128, 192, 256, 2, 3, -100, 32, 2,
+                          1);
+  ASSERT_NE(tmrt_context_error(loss.get()), nullptr);
+  EXPECT_EQ(std::string(tmrt_context_error(loss.get())),
+            "target 9 at position 1 is outside the vocabulary of 6");
+
+  ContextPtr parts(tmrt_context_create("cpu", 1, nullptr));
+  ASSERT_EQ(tmrt_arena_alloc(parts.get(), 1024), 0);
+  tmrt_cross_entropy_part(parts.get(), 0, 64, 128, 192, 256, 2, 3, -100, 32, 0,
+                          1);
+  ASSERT_NE(tmrt_context_error(parts.get()), nullptr);
+  EXPECT_NE(
+      std::string(tmrt_context_error(parts.get())).find("split of 0 parts"),
+      std::string::npos);
+}

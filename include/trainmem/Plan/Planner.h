@@ -100,8 +100,9 @@ struct PlanRequest {
 };
 
 /// The tensor-parallel sizes worth searching for `request`: the t > 1 up
-/// to `maxSize` (a node's GPUs) that divide the ranks, the heads and the
-/// K/V heads, after t = 1.
+/// to `maxSize` (a node's GPUs) that divide the ranks and the heads, and
+/// divide the K/V heads or are a multiple of them (replicated K/V heads,
+/// searched without sequence parallelism), after t = 1.
 std::vector<int64_t> tensorParallelSizes(const PlanRequest &request,
                                          int64_t maxSize = 8);
 

@@ -119,3 +119,13 @@ func.func @train_step(%a: tensor<4x2xi64> {train.input = "a"}) -> tensor<4x1xi64
   %s = shard.all_slice %a on @dp3 grid_axes = [0] slice_axis = 1 : tensor<4x2xi64> -> tensor<4x1xi64>
   return %s : tensor<4x1xi64>
 }
+
+// -----
+
+// A vocabulary split lowers on a static group of its parts only.
+shard.grid @tp(shape = 1x?)
+func.func @train_step(%t: tensor<4x6xf32> {train.input = "t"}, %ids: tensor<4xi32> {train.input = "ids"}) -> tensor<4x6xf32> attributes {train.step} {
+  // expected-error @+1 {{'train.embedding' op its split's grid axis is not a static group of 2 ranks}}
+  %e = train.embedding %t, %ids {split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>} : tensor<4x6xf32>, tensor<4xi32> -> tensor<4x6xf32>
+  return %e : tensor<4x6xf32>
+}

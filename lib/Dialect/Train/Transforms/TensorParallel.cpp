@@ -173,6 +173,12 @@ FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
            << stringifyBlockKind(block.getKind()) << " block of layer "
            << (block.getLayer() ? *block.getLayer() : -1) << " ";
   };
+  // The query heads: the most heads of a projection of the block.
+  int64_t queryHeads = 0;
+  if (block.getKind() == BlockKind::attention)
+    block.walk([&](MatmulOp matmul) {
+      queryHeads = std::max(queryHeads, headsOf(matmul));
+    });
   for (Operation &op : block.getBody().front().without_terminator()) {
     bool readsSplit = llvm::any_of(op.getOperands(), isSplit);
     auto matmul = dyn_cast<MatmulOp>(&op);
@@ -185,7 +191,9 @@ FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
                             "(not matmuls, element-wise ops, one matmul)";
       int64_t heads =
           block.getKind() == BlockKind::attention ? headsOf(matmul) : 0;
-      if (heads > 0 && heads % size != 0 && size % heads == 0) {
+      // Fewer heads than the queries' (grouped-query K/V), which t splits.
+      if (heads > 0 && heads < queryHeads && queryHeads % size == 0 &&
+          heads % size != 0 && size % heads == 0) {
         // K/V heads a group of ranks shares: computed whole on each.
         mlp.replicated.push_back(matmul);
         mlp.replicatedHeads = heads;
@@ -365,7 +373,9 @@ LogicalResult TensorParallel::checkContraction(MatmulOp matmul,
       contracted(matmul.getRhs(), false, matmul.getTransposeRhs()))
     return matmul.emitError("train-tensor-parallel: would sum over a split "
                             "dimension (for attention: ")
-           << size << " must divide the heads and the K/V heads)";
+           << size
+           << " must divide the heads, and divide the K/V heads or be a "
+              "multiple of them)";
   return success();
 }
 

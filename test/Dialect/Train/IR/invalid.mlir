@@ -1602,3 +1602,19 @@ func.func @broadcast_rank(%k: tensor<2x1x4xf32>) -> tensor<3x2x1x4xf32> {
   %r = train.broadcast %k : tensor<2x1x4xf32> -> tensor<3x2x1x4xf32>
   return %r : tensor<3x2x1x4xf32>
 }
+
+// -----
+
+func.func @broadcast_type(%k: tensor<2x1x4xf32>) -> tensor<2x3x4xbf16> {
+  // expected-error @+1 {{'train.broadcast' op result element type must match the input's}}
+  %r = train.broadcast %k : tensor<2x1x4xf32> -> tensor<2x3x4xbf16>
+  return %r : tensor<2x3x4xbf16>
+}
+
+// -----
+
+func.func @cross_entropy_merge_grad_rows(%g: tensor<f32>, %se: tensor<8xf32>, %t: tensor<2x4xi32>) {
+  // expected-error @+1 {{'train.cross_entropy_merge_grad' op sum_exp shape [8] must equal the targets shape [2x4]}}
+  %dse, %dtl = train.cross_entropy_merge_grad %g, %se, %t {ignore_index = -100 : i64} : tensor<f32>, tensor<8xf32>, tensor<2x4xi32> -> tensor<8xf32>, tensor<8xf32>
+  return
+}

@@ -93,6 +93,15 @@ bool groupOf(tmrt_context *ctx, const char *kernel, int64_t size,
 bool checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
                  int64_t outer);
 
+/// Whether a split over a process group has positive `parts` and group
+/// `stride`; false after failing the context naming `kernel`.
+bool checkSplit(tmrt_context *ctx, const char *kernel, int64_t parts,
+                int64_t stride);
+/// This rank's position among the `parts` parts of a split over its group
+/// of ranks `stride` apart (a tensor-parallel rank's part of a table,
+/// logits or a dropout mask): (rank / stride) mod parts.
+int64_t splitPosition(tmrt_context *ctx, int64_t parts, int64_t stride);
+
 /// How a collective combines the ranks' values.
 enum class Reduction { Sum, Average, Max };
 /// The reduction an all-reduce's `reduction` argument names

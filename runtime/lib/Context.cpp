@@ -307,6 +307,19 @@ bool tmrt::checkShards(tmrt_context *ctx, const char *kernel, int64_t n,
   return true;
 }
 
+bool tmrt::checkSplit(tmrt_context *ctx, const char *kernel, int64_t parts,
+                      int64_t stride) {
+  if (parts >= 1 && stride >= 1)
+    return true;
+  ctx->fail(std::string(kernel) + ": split of " + std::to_string(parts) +
+            " parts " + std::to_string(stride) + " ranks apart");
+  return false;
+}
+
+int64_t tmrt::splitPosition(tmrt_context *ctx, int64_t parts, int64_t stride) {
+  return (tmrt_rank(ctx) / stride) % parts;
+}
+
 bool tmrt::reductionOf(tmrt_context *ctx, const char *kernel, int64_t reduction,
                        Reduction &result) {
   switch (reduction) {

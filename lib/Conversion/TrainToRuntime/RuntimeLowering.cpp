@@ -301,11 +301,9 @@ static FailureOr<VocabularySplit> vocabularySplitOf(Operation *op,
                                                     TensorSplitAttr split) {
   if (!split)
     return VocabularySplit{};
-  std::optional<ProcessGroup> group = getProcessGroup(
-      op, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
-  if (!group || group->size != split.getParts())
-    return op->emitOpError("its split's grid axis is not a static group of ")
-           << split.getParts() << " ranks";
+  FailureOr<ProcessGroup> group = getSplitGroup(op, split);
+  if (failed(group))
+    return failure();
   return VocabularySplit{split.getParts(), group->stride};
 }
 

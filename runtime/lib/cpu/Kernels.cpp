@@ -875,8 +875,8 @@ attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
     if (split_block > 0) {
       a.dropout.splitBlock = static_cast<uint64_t>(split_block);
       a.dropout.splitParts = static_cast<uint64_t>(split_parts);
-      a.dropout.splitPosition =
-          static_cast<uint64_t>((tmrt_rank(ctx) / split_stride) % split_parts);
+      a.dropout.splitPosition = static_cast<uint64_t>(
+          tmrt::splitPosition(ctx, split_parts, split_stride));
     }
   }
   return a;
@@ -1309,31 +1309,13 @@ void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
   });
 }
 
-/// The first row (column) of this rank's part of a table (logits) split
-/// into `parts` of `rows` along the group of ranks `stride` apart.
-int64_t partFirst(tmrt_context *ctx, int64_t rows, int64_t parts,
-                  int64_t stride) {
-  return ((tmrt_rank(ctx) / std::max<int64_t>(stride, 1)) %
-          std::max<int64_t>(parts, 1)) *
-         rows;
-}
-
-bool checkSplit(tmrt_context *ctx, const char *kernel, int64_t parts,
-                int64_t stride) {
-  if (parts >= 1 && stride >= 1)
-    return true;
-  ctx->fail(std::string(kernel) + ": split of " + std::to_string(parts) +
-            " parts " + std::to_string(stride) + " ranks apart");
-  return false;
-}
-
 template <typename T>
 void embeddingOf(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
                  int64_t num_ids, int64_t hidden, int64_t vocab,
                  int64_t id_bits, int64_t split_parts, int64_t split_stride) {
   const T *t = ctx->at<T>(table);
   T *y = ctx->at<T>(out);
-  int64_t first = partFirst(ctx, vocab, split_parts, split_stride);
+  int64_t first = tmrt::splitPosition(ctx, split_parts, split_stride) * vocab;
   int64_t whole = vocab * split_parts;
   for (int64_t i = 0; i < num_ids; ++i) {
     int64_t id = readId(ctx, ids, i, id_bits);
@@ -1356,7 +1338,7 @@ void embeddingOf(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
 void embedding(tmrt_context *ctx, int64_t table, int64_t ids, int64_t out,
                int64_t num_ids, int64_t hidden, int64_t vocab, int64_t id_bits,
                int64_t split_parts, int64_t split_stride) {
-  if (!checkSplit(ctx, "embedding", split_parts, split_stride))
+  if (!tmrt::checkSplit(ctx, "embedding", split_parts, split_stride))
     return;
   withFloatType(ctx, "embedding", {table, out}, [&](auto type) {
     embeddingOf<decltype(type)>(ctx, table, ids, out, num_ids, hidden, vocab,
@@ -1371,7 +1353,7 @@ void embedding_gradOf(tmrt_context *ctx, int64_t dy, int64_t ids, int64_t out,
                       int64_t split_stride) {
   const T *g = ctx->at<T>(dy);
   T *y = ctx->at<T>(out);
-  int64_t first = partFirst(ctx, vocab, split_parts, split_stride);
+  int64_t first = tmrt::splitPosition(ctx, split_parts, split_stride) * vocab;
   int64_t whole = vocab * split_parts;
   // Accumulate in double per table row, in position order (deterministic).
   std::vector<double> acc(vocab * hidden, 0.0);
@@ -1397,7 +1379,7 @@ void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids, int64_t out,
                     int64_t num_ids, int64_t hidden, int64_t vocab,
                     int64_t id_bits, int64_t split_parts,
                     int64_t split_stride) {
-  if (!checkSplit(ctx, "embedding_grad", split_parts, split_stride))
+  if (!tmrt::checkSplit(ctx, "embedding_grad", split_parts, split_stride))
     return;
   withFloatType(ctx, "embedding_grad", {dy, out}, [&](auto type) {
     embedding_gradOf<decltype(type)>(ctx, dy, ids, out, num_ids, hidden, vocab,
@@ -1538,7 +1520,7 @@ void cross_entropy_partOf(tmrt_context *ctx, int64_t logits, int64_t targets,
   const T *l = ctx->at<T>(logits);
   const float *most = ctx->at<float>(max);
   float *se = ctx->at<float>(sum_exp), *tl = ctx->at<float>(target_logit);
-  int64_t first = partFirst(ctx, vocab, split_parts, split_stride);
+  int64_t first = tmrt::splitPosition(ctx, split_parts, split_stride) * vocab;
   int64_t whole = vocab * split_parts;
   std::vector<int64_t> bad(rows, -1);
   ctx->pool.parallelFor(rows, rowGrain(vocab), [&](int64_t begin, int64_t end) {
@@ -1567,7 +1549,7 @@ void cross_entropy_part(tmrt_context *ctx, int64_t logits, int64_t targets,
                         int64_t rows, int64_t vocab, int64_t ignore_index,
                         int64_t id_bits, int64_t split_parts,
                         int64_t split_stride) {
-  if (!checkSplit(ctx, "cross_entropy_part", split_parts, split_stride))
+  if (!tmrt::checkSplit(ctx, "cross_entropy_part", split_parts, split_stride))
     return;
   withFloatType(ctx, "cross_entropy_part", {logits}, [&](auto type) {
     cross_entropy_partOf<decltype(type)>(
@@ -1588,7 +1570,7 @@ void cross_entropy_part_gradOf(tmrt_context *ctx, int64_t d_sum_exp,
   const float *most = ctx->at<float>(max);
   const T *l = ctx->at<T>(logits);
   T *y = ctx->at<T>(out);
-  int64_t first = partFirst(ctx, vocab, split_parts, split_stride);
+  int64_t first = tmrt::splitPosition(ctx, split_parts, split_stride) * vocab;
   ctx->pool.parallelFor(rows, rowGrain(vocab), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int64_t t = readId(ctx, targets, r, id_bits);
@@ -1610,7 +1592,8 @@ void cross_entropy_part_grad(tmrt_context *ctx, int64_t d_sum_exp,
                              int64_t rows, int64_t vocab, int64_t ignore_index,
                              int64_t id_bits, int64_t split_parts,
                              int64_t split_stride) {
-  if (!checkSplit(ctx, "cross_entropy_part_grad", split_parts, split_stride))
+  if (!tmrt::checkSplit(ctx, "cross_entropy_part_grad", split_parts,
+                        split_stride))
     return;
   withFloatType(ctx, "cross_entropy_part_grad", {logits, out}, [&](auto type) {
     cross_entropy_part_gradOf<decltype(type)>(

@@ -92,7 +92,7 @@ Shape shapeOf(tmrt_context *ctx, int64_t batch, int64_t heads, int64_t kv_heads,
       a.dropout.splitBlock = static_cast<uint64_t>(split_block);
       a.dropout.splitParts = static_cast<uint64_t>(split_parts);
       a.dropout.splitPosition =
-          static_cast<uint64_t>((tmrt_rank(ctx) / split_stride) % split_parts);
+          static_cast<uint64_t>(splitPosition(ctx, split_parts, split_stride));
     }
   }
   return a;

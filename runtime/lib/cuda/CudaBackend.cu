@@ -753,12 +753,9 @@ int64_t idOnDevice(tmrt_context *ctx, const void *ids, int64_t i,
 /// after failing the context on a bad split.
 bool partFirst(tmrt_context *ctx, const char *kernel, int64_t rows,
                int64_t parts, int64_t stride, int64_t &first) {
-  if (parts < 1 || stride < 1) {
-    ctx->fail(std::string(kernel) + ": split of " + std::to_string(parts) +
-              " parts " + std::to_string(stride) + " ranks apart");
+  if (!checkSplit(ctx, kernel, parts, stride))
     return false;
-  }
-  first = ((tmrt_rank(ctx) / stride) % parts) * rows;
+  first = splitPosition(ctx, parts, stride) * rows;
   return true;
 }
 

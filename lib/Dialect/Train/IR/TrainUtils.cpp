@@ -158,6 +158,16 @@ int64_t mlir::train::getWholeDrawnElements(BatchDrawOpInterface draw) {
   return elements;
 }
 
+FailureOr<ProcessGroup> mlir::train::getSplitGroup(Operation *op,
+                                                   TensorSplitAttr split) {
+  std::optional<ProcessGroup> group = getProcessGroup(
+      op, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
+  if (!group || group->size != split.getParts())
+    return op->emitOpError("its split's grid axis is not a static group of ")
+           << split.getParts() << " ranks";
+  return *group;
+}
+
 FailureOr<SplitDrawPlacement>
 mlir::train::getSplitDrawPlacement(BatchDrawOpInterface draw) {
   RankedTensorType drawn = draw.getDrawnType();
@@ -165,11 +175,9 @@ mlir::train::getSplitDrawPlacement(BatchDrawOpInterface draw) {
   auto split = dyn_cast_or_null<TensorSplitAttr>(draw.getDrawSplit());
   if (!split)
     return placement;
-  std::optional<ProcessGroup> group = getProcessGroup(
-      draw, split.getGrid(), {static_cast<int16_t>(split.getAxis())});
-  if (!group || group->size != split.getParts())
-    return draw->emitOpError("its split's grid axis is not a static group of ")
-           << split.getParts() << " ranks";
+  FailureOr<ProcessGroup> group = getSplitGroup(draw, split);
+  if (failed(group))
+    return failure();
   placement.block = 1;
   for (int64_t d = split.getDim(); d < drawn.getRank(); ++d)
     placement.block *= drawn.getDimSize(d);

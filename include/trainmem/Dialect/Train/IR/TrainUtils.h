@@ -9,6 +9,7 @@
 #ifndef TRAINMEM_DIALECT_TRAIN_IR_TRAINUTILS_H
 #define TRAINMEM_DIALECT_TRAIN_IR_TRAINUTILS_H
 
+#include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -63,6 +64,11 @@ int64_t getWholeDrawnElements(BatchDrawOpInterface draw);
 struct SplitDrawPlacement {
   int64_t block = 0, parts = 1, stride = 1;
 };
+
+/// The process group of `split`'s grid axis, which `op` runs a rank's part
+/// of; failure (with an error at `op`) when the axis is not a static group
+/// of the split's parts.
+FailureOr<ProcessGroup> getSplitGroup(Operation *op, TensorSplitAttr split);
 
 /// `draw`'s placement in its drawn tensor (getDrawnType); failure (with an
 /// error at the op) when its split's grid axis is not a static group of

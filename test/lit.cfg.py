@@ -20,7 +20,7 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tools = ["trainmem-opt", "trainmem-model", "trainmem-run", "trainmem-plan",
-         "trainmem-bench-adamw-8bit", "FileCheck", "not", "count"]
+         "trainmem-import", "trainmem-bench-adamw-8bit", "FileCheck", "not", "count"]
 llvm_config.add_tool_substitutions(
     tools, [config.trainmem_tools_dir, config.llvm_tools_dir])
 
@@ -30,6 +30,11 @@ config.substitutions.append(
 
 # The directory of the tools (for scripts that take it, TRAINMEM_BIN).
 config.substitutions.append(("%trainmem-bin", config.trainmem_tools_dir))
+
+# PyTorch (Debian's python3-torch, which scripts/setup.sh installs) runs
+# under /usr/bin/python3, not the python3 first on PATH.
+config.substitutions.append(("%torch-python", "/usr/bin/python3"))
+config.environment["OMP_WAIT_POLICY"] = "PASSIVE"
 
 # The shipped corpus.
 config.substitutions.append(

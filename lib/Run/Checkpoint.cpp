@@ -471,6 +471,42 @@ readCheckpointFile(StringRef path, std::optional<ArrayRef<TensorSlot>> slots) {
   return std::move(parsed->checkpoint);
 }
 
+llvm::Expected<std::optional<Checkpoint>>
+mlir::train::readInitialWeights(StringRef dir, ArrayRef<TensorSlot> slots) {
+  std::string path = (dir + "/checkpoint.bin").str();
+  if (llvm::sys::fs::exists(dir + "/manifest") || !llvm::sys::fs::exists(path))
+    return std::nullopt;
+  llvm::Expected<ParsedCheckpoint> parsed = parseCheckpointFile(path);
+  if (!parsed)
+    return parsed.takeError();
+  std::string prefix = getSlotRoleName(SlotRole::param).str() + ":";
+  if (parsed->checkpoint.step != 0 ||
+      !llvm::all_of(parsed->checkpoint.tensors, [&](const auto &entry) {
+        return StringRef(entry.first).starts_with(prefix);
+      }))
+    return std::nullopt;
+  auto mismatch = [&](const Twine &why) {
+    return checkpointError("the initial weights in '" + path +
+                           "' do not match this step: " + why);
+  };
+  size_t params = 0;
+  for (const TensorSlot &slot : slots) {
+    if (slot.role != SlotRole::param)
+      continue;
+    ++params;
+    SavedType expected{slot.dtypeName().str(), slot.wholeShape()};
+    auto it = parsed->types.find(slot.stateName());
+    if (it == parsed->types.end())
+      return mismatch("they have no parameter '" + slot.key + "'");
+    if (it->second.text() != expected.text())
+      return mismatch("parameter '" + slot.key + "' is " + it->second.text() +
+                      " there and " + expected.text() + " here");
+  }
+  if (parsed->checkpoint.tensors.size() != params)
+    return mismatch("they hold parameters this step does not have");
+  return std::optional<Checkpoint>(std::move(parsed->checkpoint));
+}
+
 llvm::Expected<Checkpoint>
 mlir::train::readCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
                             StringRef name) {

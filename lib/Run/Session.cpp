@@ -523,7 +523,7 @@ static std::vector<float> partOf(const TensorSlot &slot,
   return part;
 }
 
-llvm::Error Session::initialize() {
+llvm::Error Session::initialize(const Checkpoint *weights) {
   assert(state && "start the session first");
   unsigned paramIndex = 0;
   // Whole tensors: every rank draws the same, and keeps its part (a ZeRO
@@ -542,7 +542,10 @@ llvm::Error Session::initialize() {
       TensorSlot whole = slot;
       whole.shape = slot.wholeShape();
       std::vector<float> values =
-          initialValues(whole, paramIndex++, options.seed);
+          weights ? floatValues(slot.elementType,
+                                weights->tensors.at(slot.stateName()))
+                  : initialValues(whole, paramIndex, options.seed);
+      ++paramIndex;
       // A std too large for f32 would start training from infinities.
       if (!llvm::all_of(values, [](float v) { return std::isfinite(v); })) {
         return runError("parameter '" + slot.key + "': its #train.init (std " +

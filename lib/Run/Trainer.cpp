@@ -137,6 +137,16 @@ llvm::Error Trainer::resume() {
   // A sharded checkpoint (a manifest) on any number of ranks, or one
   // rank's checkpoint.
   const StepLayout &layout = session.getLayout();
+  // Initial weights (trainmem-import --weights): the run starts at step 1
+  // from them, with fresh optimizer state; no data has been read yet.
+  llvm::Expected<std::optional<Checkpoint>> weights =
+      readInitialWeights(dir, layout.arguments);
+  if (!weights)
+    return weights.takeError();
+  if (*weights) {
+    summary.firstStep = 1;
+    return session.initialize(&**weights);
+  }
   CheckpointLayout ranks = session.getCheckpointLayout();
   llvm::Expected<Checkpoint> read =
       llvm::sys::fs::exists(dir + "/manifest")
@@ -198,8 +208,8 @@ llvm::Error Trainer::openLossLog() {
   std::error_code ec;
   lossFile = std::make_unique<llvm::raw_fd_ostream>(
       log, ec,
-      options.resumeDir.empty() ? llvm::sys::fs::OF_None
-                                : llvm::sys::fs::OF_Append);
+      summary.firstStep == 1 ? llvm::sys::fs::OF_None
+                             : llvm::sys::fs::OF_Append);
   if (ec)
     return runError("cannot write '" + log + "': " + ec.message());
   return llvm::Error::success();

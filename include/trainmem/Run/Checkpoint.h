@@ -67,6 +67,14 @@ llvm::Expected<Checkpoint> readCheckpoint(StringRef dir,
                                           ArrayRef<TensorSlot> slots,
                                           StringRef name = "checkpoint.bin");
 
+/// A run's initial weights (trainmem-import --weights writes them): a
+/// checkpoint of step 0 that holds every parameter of `slots` whole, as
+/// one rank holds it, and nothing else. std::nullopt when `dir` holds
+/// another checkpoint (a run's, with its optimizer state, or a manifest of
+/// shards); an error when it holds parameters only but not these.
+llvm::Expected<std::optional<Checkpoint>>
+readInitialWeights(StringRef dir, ArrayRef<TensorSlot> slots);
+
 /// How a run's ranks hold its state: `ranks` processes, ZeRO `stage`
 /// (flat shards, rank r the r-th), and tensor-parallel groups of
 /// `tensorParts` ranks (rank r at position r mod tensorParts of its group

@@ -112,9 +112,10 @@ public:
   /// the step (runtime backends).
   llvm::Error start();
 
-  /// Sets the state as the parameters' #train.init says (optimizer state
-  /// zero, master weights equal to the parameters).
-  llvm::Error initialize();
+  /// Sets the state as the parameters' #train.init says, or as `weights`
+  /// holds them (whole, by "param:key": readInitialWeights), optimizer
+  /// state zero, master weights equal to the parameters.
+  llvm::Error initialize(const Checkpoint *weights = nullptr);
   /// Sets the state from a checkpoint read for this step.
   void restore(const Checkpoint &checkpoint);
 

@@ -182,8 +182,9 @@ FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
   for (Operation &op : block.getBody().front().without_terminator()) {
     bool readsSplit = llvm::any_of(op.getOperands(), isSplit);
     auto matmul = dyn_cast<MatmulOp>(&op);
+    // By a weight [in, out], or [out, in] read transposed (PyTorch's
+    // nn.Linear, as trainmem-import writes it).
     bool byParam = matmul && !matmul.getTransposeLhs() &&
-                   !matmul.getTransposeRhs() &&
                    paramArgument(matmul.getRhs(), func);
     if (byParam && !readsSplit) {
       if (mlp.row)
@@ -439,8 +440,9 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
   // f: each whole input of the column matmuls enters once.
   for (MatmulOp column : parts->columns) {
     column.getLhsMutable().assign(enter(column.getLhs(), column));
-    if (failed(splitParameter(cast<BlockArgument>(column.getRhs()), 1,
-                              {column})) ||
+    // The output columns: dimension 1 of [in, out], 0 of [out, in].
+    if (failed(splitParameter(cast<BlockArgument>(column.getRhs()),
+                              column.getTransposeRhs() ? 0 : 1, {column})) ||
         failed(reinfer(column)))
       return failure();
   }
@@ -494,7 +496,8 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
   hasReplicatedHeads |= !parts->replicated.empty();
   // The rows: each rank's product is partial; g sums them.
   MatmulOp row = parts->row;
-  if (failed(splitParameter(cast<BlockArgument>(row.getRhs()), 0, {row})))
+  if (failed(splitParameter(cast<BlockArgument>(row.getRhs()),
+                            row.getTransposeRhs() ? 1 : 0, {row})))
     return failure();
   OpBuilder builder(row);
   builder.setInsertionPointAfter(row);

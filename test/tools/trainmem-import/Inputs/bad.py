@@ -1,0 +1,151 @@
+"""Models the importer must refuse, each with the reason it names."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Layer(nn.Module):
+    def __init__(self, hidden, sort=False, branch=False):
+        super().__init__()
+        self.mlp = nn.Linear(hidden, hidden)
+        self.sort, self.branch = sort, branch
+
+    def forward(self, x):
+        y = self.mlp(x)
+        if self.sort:
+            y = torch.sort(y, dim=-1).values  # no train op
+        if self.branch and y.sum() > 0:  # data-dependent control flow
+            y = y * 2
+        return x + y
+
+
+class Tiny(nn.Module):
+    def __init__(self, sort=False, branch=False, vocab=32, hidden=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList([Layer(hidden, sort, branch)])
+        self.head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def loss_fn(logits, targets):
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def inputs():
+    return torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
+
+
+def sort():
+    return Tiny(sort=True), inputs(), loss_fn
+
+
+def branch():
+    return Tiny(branch=True), inputs(), loss_fn
+
+
+class NoLoss(Tiny):
+    """Takes the targets and forgets the loss."""
+
+    def forward(self, tokens, targets):
+        return super().forward(tokens)
+
+
+def logits():
+    """The forward returns the logits, not a loss (no loss function)."""
+    return NoLoss(), inputs()
+
+
+def two_inputs_one_taken():
+    """No loss function, and a forward that takes the tokens only."""
+    return Tiny(), inputs()
+
+
+def not_a_module():
+    return "model", inputs(), loss_fn
+
+
+class GeluMLP(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.up = nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        return F.gelu(self.up(x))  # exact GELU: erf
+
+
+class Attention(nn.Module):
+    """One attention layer; `fused` splits one Q/K/V projection, `rotary`
+    'halves' rotates (x[i], x[i + d/2]), `mask` 'full' is not causal."""
+
+    def __init__(self, hidden, fused=False, rotary=None, mask="causal"):
+        super().__init__()
+        self.fused, self.rotary = fused, rotary
+        if fused:
+            self.qkv = nn.Linear(hidden, 3 * hidden)
+        else:
+            self.q = nn.Linear(hidden, hidden)
+            self.k = nn.Linear(hidden, hidden)
+            self.v = nn.Linear(hidden, hidden)
+        seq = 8
+        keep = torch.ones(seq, seq).tril() if mask == "causal" else \
+            torch.ones(seq, seq).triu()
+        self.register_buffer("keep", keep)
+        angles = torch.outer(torch.arange(seq).float(),
+                             10000.0 ** (-torch.arange(0, hidden, 2).float()
+                                         / hidden))
+        self.register_buffer("cos", torch.cat([angles.cos()] * 2, -1))
+        self.register_buffer("sin", torch.cat([angles.sin()] * 2, -1))
+
+    def forward(self, x):
+        if self.fused:
+            q, k, v = self.qkv(x).split(x.size(-1), dim=-1)
+        else:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        if self.rotary == "halves":
+            def rotate(t):
+                a, b = t[..., :t.size(-1) // 2], t[..., t.size(-1) // 2:]
+                return t * self.cos + torch.cat([-b, a], -1) * self.sin
+            q, k = rotate(q), rotate(k)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(x.size(-1))
+        scores = scores.masked_fill(self.keep == 0, float("-inf"))
+        return x + F.softmax(scores, -1) @ v
+
+
+class AttentionModel(Tiny):
+    def __init__(self, mlp=None, **attention):
+        super().__init__()
+        layer = Layer(16)
+        layer.mlp = mlp or nn.Linear(16, 16)
+        layer.attn = Attention(16, **attention)
+        self.layers = nn.ModuleList([layer])
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer.attn(x)
+            x = x + layer.mlp(x)
+        return self.head(x)
+
+
+def exact_gelu():
+    return AttentionModel(mlp=GeluMLP(16)), inputs(), loss_fn
+
+
+def fused_qkv():
+    return AttentionModel(fused=True), inputs(), loss_fn
+
+
+def half_rotary():
+    return AttentionModel(rotary="halves"), inputs(), loss_fn
+
+
+def bidirectional():
+    return AttentionModel(mask="full"), inputs(), loss_fn

@@ -1,0 +1,49 @@
+"""Trains a model file's module with PyTorch as trainmem-run trains its
+import: the same batches (trainmem-run's Philox sampler, seed 0), AdamW
+(lr 1e-3, betas 0.9 / 0.999, eps 1e-8, no weight decay) after clipping the
+global gradient norm to 1.0, from the module's own initialisation; writes
+'step loss' lines as trainmem-run's --loss-log does.
+
+Usage: /usr/bin/python3 torch-train.py FILE.py:FUNCTION CORPUS STEPS LOG"""
+import importlib.util
+import os
+import sys
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from pytorch_step import batch  # noqa: E402  trainmem-run's batches
+
+import torch  # noqa: E402
+
+
+def main():
+    entry, corpus, steps, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
+        sys.argv[4]
+    path, function = entry.rsplit(":", 1)
+    spec = importlib.util.spec_from_file_location("model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model, inputs, loss_fn = getattr(module, function)()
+    torch.set_num_threads(1)
+    model.train()
+    batch_size, seq = inputs[0].shape
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999),
+                                  eps=1e-8, weight_decay=0.0)
+    data = open(corpus, "rb").read()
+    with open(log, "w") as out:
+        for step in range(1, steps + 1):
+            tokens, targets = batch(data, 0, step, batch_size, seq)
+            tokens, targets = torch.tensor(tokens), torch.tensor(targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(tokens), targets)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            out.write(f"{step} {loss.item():.9g}\n")
+
+
+if __name__ == "__main__":
+    main()

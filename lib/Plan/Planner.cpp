@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Model/Layers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -178,6 +179,10 @@ compileWithoutOffload(MLIRContext &context, const PlanRequest &request,
   OwningOpRef<ModuleOp> module;
   if (request.module) {
     module = cast<ModuleOp>(request.module->clone());
+    std::string why;
+    if (failed(truncateLayers(*module, layers, why)))
+      return planError("the model file at " + std::to_string(layers) +
+                       " layers: " + why);
   } else {
     ModelConfig config = request.model;
     config.layers = layers;
@@ -519,7 +524,14 @@ llvm::Error completePlanRequest(PlanRequest &request) {
           batch, request.ranks, batch * request.ranks, request.globalBatch));
     request.model.seq = seq;
     request.model.batch = batch;
-    request.exact = true;
+    // Uniform layers are extrapolated from small counts, as a preset's.
+    LayerStructure structure = analyzeLayers(request.module);
+    request.model.layers = structure.layers;
+    if (!structure.uniform && !request.exact)
+      request.wholeModelReason =
+          "its layers are not uniform (" + structure.why + "): compiled whole";
+    if (!structure.uniform)
+      request.exact = true;
   }
   if (request.globalBatch < 1 || request.globalBatch % request.ranks != 0) {
     return planError(
@@ -713,6 +725,9 @@ static bool fusesElementwise(MLIRContext &context, const PlanRequest &request) {
   OwningOpRef<ModuleOp> module;
   if (request.module) {
     module = cast<ModuleOp>(request.module->clone());
+    std::string why;
+    if (!request.exact && failed(truncateLayers(*module, 1, why)))
+      return false;
   } else {
     ModelConfig config = request.model;
     config.layers = 1;

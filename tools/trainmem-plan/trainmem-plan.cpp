@@ -1,6 +1,7 @@
 //===- trainmem-plan.cpp - one memory budget in, a configuration out ------===//
 //
 // trainmem-plan --model PRESET --global-batch N [--ranks R] [--memory 80GB]
+// trainmem-plan --input forward.mlir [--ranks R] [--memory 80GB] ...
 //               [--hardware h100-80gb|h200|b200|a100-80gb|cpu|FILE.json]
 //               [--seq S] [--layers L] [--dtype bf16]
 //               [--micro-batches 1,2,4] [--remat none,selective,full,budget]
@@ -67,6 +68,12 @@ static cl::OptionCategory category("trainmem-plan options");
 static cl::opt<std::string>
     modelName("model", cl::desc("Model preset (trainmem-model --list-presets)"),
               cl::cat(category));
+static cl::opt<std::string>
+    inputFile("input",
+              cl::desc("A forward + loss module to plan instead of a preset "
+                       "(trainmem-import's or trainmem-model's output, or "
+                       "written by hand)"),
+              cl::value_desc("forward.mlir"), cl::cat(category));
 static cl::opt<long long>
     globalBatch("global-batch",
                 cl::desc("Sequences per optimizer step, all ranks"),
@@ -98,6 +105,10 @@ static cl::opt<long long> heads("heads",
                                 cl::desc("Attention heads (default: the "
                                          "preset's)"),
                                 cl::init(0), cl::cat(category));
+static cl::opt<long long> kvHeads("kv-heads",
+                                  cl::desc("K/V heads of a Llama (default: "
+                                           "the preset's)"),
+                                  cl::init(0), cl::cat(category));
 static cl::opt<long long> ffn("ffn",
                               cl::desc("MLP inner size (default: the preset's "
                                        "rule from the hidden size)"),
@@ -452,18 +463,27 @@ static LogicalResult loadModel(MLIRContext &context,
                                const std::optional<DeepSpeedPlan> &deepSpeed,
                                OwningOpRef<ModuleOp> &moduleFile,
                                std::optional<ModelConfig> &model) {
-  if (StringRef(modelName).ends_with(".mlir")) {
+  if (!inputFile.empty() && !modelName.empty())
+    return refuse("--model names a preset and --input a model file: give "
+                  "one of them");
+  // A model file: --input, or --model FILE.mlir as before.
+  std::string file = !inputFile.empty() ? inputFile.getValue()
+                     : StringRef(modelName).ends_with(".mlir")
+                         ? modelName.getValue()
+                         : std::string();
+  if (!file.empty()) {
     if (layers.getNumOccurrences() || seq.getNumOccurrences() ||
         hidden.getNumOccurrences() || heads.getNumOccurrences() ||
-        ffn.getNumOccurrences() || vocab.getNumOccurrences() ||
-        dtype.getNumOccurrences())
-      return refuse("--layers, --seq, --hidden, --heads, --ffn, --vocab and "
-                    "--dtype shape a preset; a model file is used as it is");
-    moduleFile = parseSourceFile<ModuleOp>(modelName, &context);
+        kvHeads.getNumOccurrences() || ffn.getNumOccurrences() ||
+        vocab.getNumOccurrences() || dtype.getNumOccurrences())
+      return refuse("--layers, --seq, --hidden, --heads, --kv-heads, --ffn, "
+                    "--vocab and --dtype shape a preset; a model file is used "
+                    "as it is");
+    moduleFile = parseSourceFile<ModuleOp>(file, &context);
     if (!moduleFile)
-      return refuse("cannot read the model '" + modelName + "'");
+      return refuse("cannot read the model '" + file + "'");
     model = ModelConfig();
-    model->name = modelName;
+    model->name = file;
   } else {
     model = getPreset(modelName);
   }
@@ -483,6 +503,8 @@ static LogicalResult loadModel(MLIRContext &context,
     if (model->arch == Architecture::GPT)
       model->kvHeads = heads;
   }
+  if (kvHeads.getNumOccurrences())
+    model->kvHeads = kvHeads;
   if (vocab.getNumOccurrences())
     model->vocab = vocab;
   if (ffn.getNumOccurrences())
@@ -638,6 +660,8 @@ static int printJson(const PlanRequest &request, const PlanResult &result) {
     out["best"] = static_cast<int64_t>(*result.best + 1);
   else
     out["nothing_fits"] = result.nothingFits;
+  if (!request.wholeModelReason.empty())
+    out["whole_model"] = request.wholeModelReason;
   if (!result.escalatedTensorParallel.empty())
     out["escalated_tensor_parallel"] =
         llvm::json::Array(result.escalatedTensorParallel);
@@ -652,13 +676,14 @@ static void printHeaderAndTable(llvm::raw_ostream &os,
                                 const PlanResult &result) {
   if (request.module)
     os << llvm::formatv(
-        "trainmem-plan: {0} (seq {1}, batch {2} per rank), global batch {3} "
-        "on {4} rank(s), {5} {9} per device, {6} ({7:F1} TFLOP/s dense, {8:P0} "
-        "achievable), every candidate compiled whole\n",
+        "trainmem-plan: {0} ({10} layers, seq {1}, batch {2} per rank), "
+        "global batch {3} on {4} rank(s), {5} {9} per device, {6} ({7:F1} "
+        "TFLOP/s dense, {8:P0} achievable){11}\n",
         request.model.name, request.model.seq, request.model.batch,
         request.globalBatch, request.ranks, gb(request.memoryBytes),
         request.hardware.name, request.hardware.peakFlops / 1e12,
-        request.hardware.achievableFraction, unitName);
+        request.hardware.achievableFraction, unitName, request.model.layers,
+        request.exact ? ", every candidate compiled whole" : "");
   else
     os << llvm::formatv(
         "trainmem-plan: {0} ({1} layers, seq {2}, {3}), global batch {4} on "
@@ -718,14 +743,15 @@ int main(int argc, char **argv) {
   std::optional<DeepSpeedPlan> deepSpeed;
   if (failed(readDeepSpeedFile(deepSpeed)))
     return 1;
-  if (modelName.empty()) {
+  if (modelName.empty() && inputFile.empty()) {
     if (deepSpeed && emit == "pipeline") {
       llvm::outs() << "builtin.module("
                    << deepSpeed->candidate.passPipeline(ranks, 0) << ")\n";
       return 0;
     }
     return fail("--model is required (a preset: trainmem-model "
-                "--list-presets)");
+                "--list-presets), or --input FILE.mlir (a forward + loss "
+                "module: trainmem-import's)");
   }
   DialectRegistry registry;
   registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect,
@@ -747,6 +773,9 @@ int main(int argc, char **argv) {
     unitBytes = 1e6;
     unitName = "MB";
   }
+  if (!request.wholeModelReason.empty())
+    llvm::errs() << "trainmem-plan: note: " << request.model.name << ": "
+                 << request.wholeModelReason << "\n";
   PlanResult result = plan(context, request);
   llvm::raw_ostream &os = llvm::outs();
   if (!result.escalatedTensorParallel.empty())

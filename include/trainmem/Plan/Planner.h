@@ -58,10 +58,14 @@ struct PlanRequest {
   /// The model: a preset's configuration, its layers and sequence as the
   /// user set them; its batch is ignored (the plan chooses micro-batches).
   ModelConfig model;
-  /// Or a model file's forward + loss (trainmem-model's form), used as it
-  /// is: its batch is the per-rank batch, split into micro-batches by
-  /// train-grad-accum; compiled whole for every candidate. Not owned.
+  /// Or a model file's forward + loss (trainmem-model's or
+  /// trainmem-import's form), used as it is: its batch is the per-rank
+  /// batch, split into micro-batches by train-grad-accum. Its layers,
+  /// where uniform (analyzeLayers), are measured at small counts and
+  /// extrapolated as a preset's; otherwise it is compiled whole for every
+  /// candidate (`wholeModelReason` says why). Not owned.
   ModuleOp module;
+  std::string wholeModelReason;
   /// Sequences per optimizer step over all ranks.
   int64_t globalBatch = 0;
   int64_t ranks = 1;

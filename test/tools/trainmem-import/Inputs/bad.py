@@ -1,4 +1,5 @@
-"""Models the importer must refuse, each with the reason it names."""
+"""Small models: most of them ones the importer must refuse (errors.test),
+and a forward that returns (logits, loss) (import.test)."""
 import math
 
 import torch
@@ -149,3 +150,15 @@ def half_rotary():
 
 def bidirectional():
     return AttentionModel(mask="full"), inputs(), loss_fn
+
+
+class LogitsAndLoss(Tiny):
+    """nanoGPT's forward(idx, targets) -> (logits, loss)."""
+
+    def forward(self, tokens, targets):
+        logits = super().forward(tokens)
+        return logits, loss_fn(logits, targets)
+
+
+def logits_and_loss():
+    return LogitsAndLoss(), inputs()

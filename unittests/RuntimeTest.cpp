@@ -462,6 +462,31 @@ TEST_F(RuntimeTest, BroadcastAndItsGradient) {
     })mlir");
 }
 
+TEST_F(RuntimeTest, SliceAndItsGradient) {
+  // A fused projection's parts (last dimension), a block of a middle
+  // dimension, a slice of a transposed view, and the gradients placed
+  // back into zeros; in f32 and in bf16 and f16 (2-byte offsets).
+  const char *source = R"(
+func.func @train_step(%qkv: tensor<2x3x12xT>, %t: tensor<2x12x3xT>) -> (tensor<2x3x4xT>, tensor<2x2x12xT>, tensor<2x3x4xT>, tensor<2x3x12xT>, tensor<2x3x12xT>) {
+  %k = train.slice %qkv {dim = 2 : i64, offset = 4 : i64, size = 4 : i64} : tensor<2x3x12xT> -> tensor<2x3x4xT>
+  %m = train.slice %qkv {dim = 1 : i64, offset = 1 : i64, size = 2 : i64} : tensor<2x3x12xT> -> tensor<2x2x12xT>
+  %v = train.transpose %t {permutation = array<i64: 0, 2, 1>} : tensor<2x12x3xT> -> tensor<2x3x12xT>
+  %s = train.slice %v {dim = 2 : i64, offset = 8 : i64, size = 4 : i64} : tensor<2x3x12xT> -> tensor<2x3x4xT>
+  %g = train.slice_grad %k {dim = 2 : i64, offset = 8 : i64, whole = 12 : i64} : tensor<2x3x4xT> -> tensor<2x3x12xT>
+  %h = train.slice_grad %m {dim = 1 : i64, offset = 1 : i64, whole = 3 : i64} : tensor<2x2x12xT> -> tensor<2x3x12xT>
+  return %k, %m, %s, %g, %h : tensor<2x3x4xT>, tensor<2x2x12xT>, tensor<2x3x4xT>, tensor<2x3x12xT>, tensor<2x3x12xT>
+})";
+  auto in = [&](StringRef dtype) {
+    return llvm::join(llvm::split(StringRef(source), "xT>"),
+                      ("x" + dtype + ">").str());
+  };
+  compare(in("f32").c_str());
+  for (StringRef dtype : {"bf16", "f16"}) {
+    SCOPED_TRACE(dtype.str());
+    compare16(in(dtype).c_str(), dtype);
+  }
+}
+
 TEST_F(RuntimeTest, ReductionsAndScatter) {
   compare(R"mlir(
     func.func @train_step(%dy: tensor<2x3x4xf32>, %ids: tensor<2x3xi32>) -> (tensor<4xf32>, tensor<3x4xf32>, tensor<2x1x4xf32>, tensor<6x4xf32>) {

@@ -223,6 +223,8 @@ struct OpKernels {
   LogicalResult evaluate(CrossEntropyGradOp o);
   LogicalResult evaluate(RowMaxOp o);
   LogicalResult evaluate(BroadcastOp o);
+  LogicalResult evaluate(SliceOp o);
+  LogicalResult evaluate(SliceGradOp o);
   LogicalResult evaluate(CrossEntropyPartOp o);
   LogicalResult evaluate(CrossEntropyMergeOp o);
   LogicalResult evaluate(CrossEntropyPartGradOp o);
@@ -1279,6 +1281,47 @@ LogicalResult OpKernels::evaluate(BroadcastOp o) {
   return success();
 }
 
+/// Copies the block [offset, offset + n) of dimension `dim` between a
+/// tensor of `whole` shape and one of `part` shape: into the part
+/// (`toPart`) or back into the whole.
+static void copyBlock(const std::vector<int64_t> &whole, int64_t dim,
+                      int64_t offset, int64_t n, std::vector<float> &wholeData,
+                      std::vector<float> &partData, bool toPart) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= whole[d];
+  for (size_t d = dim + 1; d < whole.size(); ++d)
+    inner *= whole[d];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < inner; ++i) {
+        float &w = wholeData[(o * whole[dim] + offset + j) * inner + i];
+        float &p = partData[(o * n + j) * inner + i];
+        if (toPart)
+          p = w;
+        else
+          w = p;
+      }
+}
+
+LogicalResult OpKernels::evaluate(SliceOp o) {
+  RefTensor x = get(o.getInput());
+  RefTensor y = RefTensor::zeros(shapeOf(o.getResult().getType()));
+  copyBlock(x.shape, o.getDim(), o.getOffset(), o.getSize(), x.floats, y.floats,
+            /*toPart=*/true);
+  set(o.getResult(), std::move(y));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SliceGradOp o) {
+  RefTensor g = get(o.getGrad());
+  RefTensor y = RefTensor::zeros(shapeOf(o.getResult().getType()));
+  copyBlock(y.shape, o.getDim(), o.getOffset(), g.shape[o.getDim()], y.floats,
+            g.floats, /*toPart=*/false);
+  set(o.getResult(), std::move(y));
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(RowMaxOp o) {
   const RefTensor &x = get(o.getInput());
   auto [rows, cols] = rowsOf(x);
@@ -1677,11 +1720,11 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
         CrossEntropyOp, MeanLossOp, CastOp, DropoutMaskOp, CountValidOp,
         SliceRowsOp, EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp,
         GeluGradOp, BiasGeluGradOp, SiluGradOp, SoftmaxGradOp, DropoutGradOp,
-        CrossEntropyGradOp, RowMaxOp, BroadcastOp, CrossEntropyPartOp,
-        CrossEntropyMergeOp, CrossEntropyPartGradOp, CrossEntropyMergeGradOp,
-        AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp,
-        LossScaleOp, UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp,
-        LRScheduleOp, AttentionOp, AttentionGradOp>(context);
+        CrossEntropyGradOp, RowMaxOp, BroadcastOp, SliceOp, SliceGradOp,
+        CrossEntropyPartOp, CrossEntropyMergeOp, CrossEntropyPartGradOp,
+        CrossEntropyMergeGradOp, AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp,
+        SGDOp, SGD8bitOp, LossScaleOp, UnscaleGradientsOp, ClipGradNormOp,
+        SquaredNormOp, LRScheduleOp, AttentionOp, AttentionGradOp>(context);
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);

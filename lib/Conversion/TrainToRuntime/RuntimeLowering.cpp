@@ -229,6 +229,89 @@ static LogicalResult lowerBroadcast(BroadcastOp op, RuntimeCallBuilder &b) {
   return success();
 }
 
+/// The extents of `shape` and `strides`, right-aligned in six dimensions
+/// (size 1, stride 0 before them), as copy_strided and place_strided take
+/// them.
+static std::pair<SmallVector<int64_t>, SmallVector<int64_t>>
+padTo6(ArrayRef<int64_t> shape, ArrayRef<int64_t> strides) {
+  SmallVector<int64_t> dims(6, 1), padded(6, 0);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    dims[6 - shape.size() + i] = shape[i];
+    padded[6 - shape.size() + i] = strides[i];
+  }
+  return {dims, padded};
+}
+
+/// The byte offset of index `index` along `dim` of `value`'s layout.
+static int64_t blockStart(Value value, ArrayRef<int64_t> strides, int64_t dim,
+                          int64_t index) {
+  auto type = cast<RankedTensorType>(value.getType());
+  return index * strides[dim] * (type.getElementTypeBitWidth() / 8);
+}
+
+static LogicalResult lowerSlice(SliceOp op, RuntimeCallBuilder &b) {
+  // A strided copy of the input's view from the block's first element.
+  Value in = op.getInput();
+  ArrayRef<int64_t> shape = b.shape(op.getResult());
+  if (shape.size() > 6)
+    return op.emitOpError("slices a rank-")
+           << shape.size() << " tensor; the runtime supports up to 6";
+  SmallVector<int64_t> strides = getStrides(in);
+  auto [d, s] = padTo6(shape, strides);
+  b.emit(
+      rt::copy_strided{.in = b.offset(in) + blockStart(in, strides, op.getDim(),
+                                                       op.getOffset()),
+                       .out = b.offset(op.getResult()),
+                       .d0 = d[0],
+                       .d1 = d[1],
+                       .d2 = d[2],
+                       .d3 = d[3],
+                       .d4 = d[4],
+                       .d5 = d[5],
+                       .s0 = s[0],
+                       .s1 = s[1],
+                       .s2 = s[2],
+                       .s3 = s[3],
+                       .s4 = s[4],
+                       .s5 = s[5]},
+      op.getLoc());
+  return success();
+}
+
+static LogicalResult lowerSliceGrad(SliceGradOp op, RuntimeCallBuilder &b) {
+  // Zeros, then the gradient placed at its block of the row-major result.
+  Value result = op.getResult();
+  ArrayRef<int64_t> shape = b.shape(op.getGrad());
+  if (shape.size() > 6)
+    return op.emitOpError("places a rank-")
+           << shape.size() << " gradient; the runtime supports up to 6";
+  if (failed(b.requireContiguous(op)))
+    return failure();
+  SmallVector<int64_t> strides = getStrides(result);
+  auto [d, s] = padTo6(shape, strides);
+  b.emit(
+      rt::fill{.out = b.offset(result), .n = b.elements(result), .value = 0.0},
+      op.getLoc());
+  b.emit(rt::place_strided{.in = b.offset(op.getGrad()),
+                           .out = b.offset(result) + blockStart(result, strides,
+                                                                op.getDim(),
+                                                                op.getOffset()),
+                           .d0 = d[0],
+                           .d1 = d[1],
+                           .d2 = d[2],
+                           .d3 = d[3],
+                           .d4 = d[4],
+                           .d5 = d[5],
+                           .s0 = s[0],
+                           .s1 = s[1],
+                           .s2 = s[2],
+                           .s3 = s[3],
+                           .s4 = s[4],
+                           .s5 = s[5]},
+         op.getLoc());
+  return success();
+}
+
 static LogicalResult lowerRope(RopeOp op, RuntimeCallBuilder &b) {
   Value in = op.getInput();
   ArrayRef<int64_t> inShape = b.shape(in);
@@ -966,6 +1049,8 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<MeanLossOp, lowerMeanLoss>(ctx);
     attach<CountValidOp, lowerCountValid>(ctx);
     attach<SliceRowsOp, lowerSliceRows>(ctx);
+    attach<SliceOp, lowerSlice>(ctx);
+    attach<SliceGradOp, lowerSliceGrad>(ctx);
     attach<CastOp, lowerCast>(ctx);
     attach<EmbeddingGradOp, lowerEmbeddingGrad>(ctx);
     attach<LayerNormGradOp, lowerLayerNormGrad>(ctx);

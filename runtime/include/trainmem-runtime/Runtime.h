@@ -144,6 +144,14 @@ void tmrt_copy_strided(tmrt_context *ctx, int64_t in, int64_t out,
                        int64_t d4, int64_t d5, int64_t s0, int64_t s1,
                        int64_t s2, int64_t s3, int64_t s4, int64_t s5);
 
+/* The inverse: a row-major buffer [d0..d5] written into a strided view of
+ * `out` (element strides s0..s5); the rest of `out` untouched
+ * (train.slice_grad places a gradient into zeros). */
+void tmrt_place_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
+                        int64_t d1, int64_t d2, int64_t d3, int64_t d4,
+                        int64_t d5, int64_t s0, int64_t s1, int64_t s2,
+                        int64_t s3, int64_t s4, int64_t s5);
+
 /* C[b] = op(A)[b] · op(B)[b] for up to 4 batch dims (c0..c3, padded with 1),
  * with per-dim batch strides of A and B in elements (0 where they
  * broadcast), and each matrix given by row and column strides. C is

@@ -342,6 +342,34 @@ void copy_stridedOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
   ctx->touch(out, rows * d5 * sizeof(T));
 }
 
+template <typename T>
+void place_stridedOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
+                     int64_t d1, int64_t d2, int64_t d3, int64_t d4, int64_t d5,
+                     int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4,
+                     int64_t s5) {
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
+  int64_t rows = d0 * d1 * d2 * d3 * d4;
+  ctx->pool.parallelFor(rows, rowGrain(d5), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t rest = r, i4 = rest % d4;
+      rest /= d4;
+      int64_t i3 = rest % d3;
+      rest /= d3;
+      int64_t i2 = rest % d2;
+      rest /= d2;
+      int64_t i1 = rest % d1, i0 = rest / d1;
+      T *dst = y + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4;
+      const T *src = x + r * d5;
+      for (int64_t i5 = 0; i5 < d5; ++i5)
+        dst[i5 * s5] = src[i5];
+    }
+  });
+  int64_t last = (d0 - 1) * s0 + (d1 - 1) * s1 + (d2 - 1) * s2 + (d3 - 1) * s3 +
+                 (d4 - 1) * s4 + (d5 - 1) * s5;
+  ctx->touch(out, static_cast<uint64_t>(last + 1) * sizeof(T));
+}
+
 template <typename From, typename To>
 void convertOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   const From *x = ctx->at<From>(in);
@@ -364,6 +392,18 @@ void copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
                        int64_t s3, int64_t s4, int64_t s5) {
   withFloatType(ctx, "copy_strided", {in, out}, [&](auto type) {
     copy_stridedOf<decltype(type)>(ctx, in, out, d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5);
+  });
+}
+
+void place_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
+                   int64_t d1, int64_t d2, int64_t d3, int64_t d4, int64_t d5,
+                   int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4,
+                   int64_t s5) {
+  if (d0 * d1 * d2 * d3 * d4 * d5 == 0)
+    return;
+  withFloatType(ctx, "place_strided", {in, out}, [&](auto type) {
+    place_stridedOf<decltype(type)>(ctx, in, out, d0, d1, d2, d3, d4, d5, s0,
+                                    s1, s2, s3, s4, s5);
   });
 }
 

@@ -1515,6 +1515,40 @@ void copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
   });
 }
 
+template <typename T>
+void place_stridedOf(tmrt_context *ctx, int64_t in, int64_t out,
+                     Strides6 shape) {
+  const T *x = ctx->at<T>(in);
+  T *y = ctx->at<T>(out);
+  int64_t total = 1, last = 0;
+  for (int k = 0; k < 6; ++k) {
+    total *= shape.d[k];
+    last += (shape.d[k] - 1) * shape.s[k];
+  }
+  elementwise(ctx, "place_strided", total, [=] __device__(int64_t e) {
+    int64_t rest = e, at = 0;
+    for (int k = 5; k >= 0; --k) {
+      at += (rest % shape.d[k]) * shape.s[k];
+      rest /= shape.d[k];
+    }
+    y[at] = x[e];
+  });
+  ctx->touch(out, static_cast<uint64_t>(last + 1) * sizeof(T));
+}
+
+void place_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
+                   int64_t d1, int64_t d2, int64_t d3, int64_t d4, int64_t d5,
+                   int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4,
+                   int64_t s5) {
+  Strides6 shape = {{d0, d1, d2, d3, d4, d5}, {s0, s1, s2, s3, s4, s5}};
+  for (int64_t d : shape.d)
+    if (d == 0)
+      return;
+  withFloatType(ctx, "place_strided", {in, out}, [&](auto type) {
+    place_stridedOf<decltype(type)>(ctx, in, out, shape);
+  });
+}
+
 template <typename U>
 void padWith(tmrt_context *ctx, U *y, int64_t from, int64_t to, U value) {
   elementwise(ctx, "slice_rows", to - from,

@@ -124,6 +124,13 @@ uint64_t ReshapeOp::getFlops() { return 0; }
 uint64_t ReshapeOp::getBytesRead() { return 0; }
 // A copy: no arithmetic.
 uint64_t BroadcastOp::getFlops() { return 0; }
+// Copies: a slice reads the part it copies; its gradient writes zeros
+// around the gradient it reads.
+uint64_t SliceOp::getFlops() { return 0; }
+uint64_t SliceOp::getBytesRead() {
+  return getTensorBytes(getResult().getType());
+}
+uint64_t SliceGradOp::getFlops() { return 0; }
 uint64_t ReshapeOp::getBytesWritten() { return 0; }
 uint64_t TransposeOp::getFlops() { return 0; }
 uint64_t TransposeOp::getBytesRead() { return 0; }

@@ -650,6 +650,83 @@ GradAllReduceOp::getViewStrides(ArrayRef<int64_t> sourceStrides) {
   return SmallVector<int64_t>(sourceStrides);
 }
 
+/// The shape of `type` with dimension `dim` of size `size`; failure when
+/// `dim` is not one of its dimensions.
+static FailureOr<RankedTensorType> withDimSize(RankedTensorType type,
+                                               int64_t dim, int64_t size) {
+  if (!type || dim < 0 || dim >= type.getRank())
+    return failure();
+  SmallVector<int64_t> shape(type.getShape());
+  shape[dim] = size;
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> location,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> type =
+      withDimSize(dyn_cast<RankedTensorType>(adaptor.getInput().getType()),
+                  adaptor.getDim(), adaptor.getSize());
+  if (failed(type))
+    return emitOptionalError(location, "'dim' must be a dimension of the "
+                                       "input");
+  inferred.push_back(*type);
+  return success();
+}
+
+/// A block [offset, offset + size) of a dimension of `whole` indices.
+static LogicalResult verifyBlock(Operation *op, RankedTensorType part,
+                                 RankedTensorType whole, int64_t dim,
+                                 int64_t offset, int64_t size,
+                                 int64_t wholeSize) {
+  if (dim < 0 || dim >= whole.getRank())
+    return op->emitOpError("'dim' ")
+           << dim << " is not a dimension of the rank-" << whole.getRank()
+           << " tensor";
+  if (offset < 0 || size < 1 || offset + size > wholeSize)
+    return op->emitOpError("indices [")
+           << offset << ", " << offset + size << ") are not inside the "
+           << wholeSize << " of dimension " << dim;
+  FailureOr<RankedTensorType> expected = withDimSize(whole, dim, size);
+  if (part != *expected)
+    return op->emitOpError("the part must be ")
+           << *expected << ", got " << part;
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  return verifyBlock(*this, getResult().getType(), getInput().getType(),
+                     getDim(), getOffset(), getSize(),
+                     getDim() >= 0 && getDim() < getInput().getType().getRank()
+                         ? getInput().getType().getDimSize(getDim())
+                         : 0);
+}
+
+LogicalResult SliceGradOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> type =
+      withDimSize(dyn_cast<RankedTensorType>(adaptor.getGrad().getType()),
+                  adaptor.getDim(), adaptor.getWhole());
+  if (failed(type))
+    return emitOptionalError(location, "'dim' must be a dimension of the "
+                                       "gradient");
+  inferred.push_back(*type);
+  return success();
+}
+
+LogicalResult SliceGradOp::verify() {
+  RankedTensorType grad = getGrad().getType();
+  if (getDim() < 0 || getDim() >= grad.getRank())
+    return emitOpError("'dim' ")
+           << getDim() << " is not a dimension of the rank-" << grad.getRank()
+           << " gradient";
+  return verifyBlock(*this, grad, getResult().getType(), getDim(), getOffset(),
+                     grad.getDimSize(getDim()), getWhole());
+}
+
 LogicalResult TransposeOp::verify() {
   RankedTensorType in = getInput().getType(), out = getResult().getType();
   ArrayRef<int64_t> perm = getPermutation();

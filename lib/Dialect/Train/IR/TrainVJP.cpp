@@ -265,6 +265,17 @@ LogicalResult BroadcastOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
   return success();
 }
 
+LogicalResult SliceOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
+                                SmallVectorImpl<Value> &operandGrads) {
+  if (noGradient(*this, resultGrads, operandGrads))
+    return success();
+  // The gradient where the slice was, zeros elsewhere.
+  operandGrads.push_back(SliceGradOp::create(
+      builder, getLoc(), resultGrads[0], getDimAttr(), getOffsetAttr(),
+      builder.getI64IntegerAttr(getInput().getType().getDimSize(getDim()))));
+  return success();
+}
+
 LogicalResult ReshapeOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                   SmallVectorImpl<Value> &operandGrads) {
   if (noGradient(*this, resultGrads, operandGrads))

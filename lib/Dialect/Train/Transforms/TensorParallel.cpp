@@ -218,6 +218,11 @@ FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
       continue;
     if (mlp.row)
       return fail(&op) << "reads a split value after its last matmul";
+    // A rank's columns of a fused projection are not its parts' columns.
+    if (isa<SliceOp>(op))
+      return fail(&op) << "slices a value split across the ranks (the parts "
+                          "of a fused projection, nanoGPT's c_attn): write "
+                          "the parts as separate projections";
     if (!isRetypable(&op))
       return fail(&op) << "has an op between its matmuls whose result type "
                           "does not follow from its operands ('"

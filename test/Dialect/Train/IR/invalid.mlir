@@ -1618,3 +1618,43 @@ func.func @cross_entropy_merge_grad_rows(%g: tensor<f32>, %se: tensor<8xf32>, %t
   %dse, %dtl = train.cross_entropy_merge_grad %g, %se, %t {ignore_index = -100 : i64} : tensor<f32>, tensor<8xf32>, tensor<2x4xi32> -> tensor<8xf32>, tensor<8xf32>
   return
 }
+
+// -----
+
+func.func @slice_outside(%x: tensor<2x24xf32>) {
+  // expected-error @+1 {{'train.slice' op indices [20, 28) are not inside the 24 of dimension 1}}
+  %r = train.slice %x {dim = 1 : i64, offset = 20 : i64, size = 8 : i64} : tensor<2x24xf32> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @slice_dim(%x: tensor<2x24xf32>) {
+  // expected-error @+1 {{'train.slice' op 'dim' 2 is not a dimension of the rank-2 tensor}}
+  %r = train.slice %x {dim = 2 : i64, offset = 0 : i64, size = 8 : i64} : tensor<2x24xf32> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @slice_type(%x: tensor<2x24xf32>) {
+  // expected-error @+1 {{'train.slice' op the part must be 'tensor<2x8xf32>', got 'tensor<2x9xf32>'}}
+  %r = train.slice %x {dim = 1 : i64, offset = 0 : i64, size = 8 : i64} : tensor<2x24xf32> -> tensor<2x9xf32>
+  return
+}
+
+// -----
+
+func.func @slice_grad_whole(%g: tensor<2x8xf32>) {
+  // expected-error @+1 {{'train.slice_grad' op indices [20, 28) are not inside the 24 of dimension 1}}
+  %r = train.slice_grad %g {dim = 1 : i64, offset = 20 : i64, whole = 24 : i64} : tensor<2x8xf32> -> tensor<2x24xf32>
+  return
+}
+
+// -----
+
+func.func @slice_grad_type(%g: tensor<2x8xf32>) {
+  // expected-error @+1 {{'train.slice_grad' op the part must be 'tensor<3x8xf32>', got 'tensor<2x8xf32>'}}
+  %r = train.slice_grad %g {dim = 1 : i64, offset = 0 : i64, whole = 24 : i64} : tensor<2x8xf32> -> tensor<3x24xf32>
+  return
+}

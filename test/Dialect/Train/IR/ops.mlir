@@ -281,6 +281,15 @@ func.func @vocabulary_parallel(%table: tensor<8x6xf32>, %ids: tensor<2x4xi32>, %
   return
 }
 
+// CHECK-LABEL: func.func @slice
+func.func @slice(%qkv: tensor<2x4x24xf32>) -> tensor<2x4x24xf32> {
+  // CHECK: train.slice %{{.*}} {dim = 2 : i64, offset = 8 : i64, size = 8 : i64} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>
+  %k = train.slice %qkv {dim = 2 : i64, offset = 8 : i64, size = 8 : i64} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>
+  // CHECK: train.slice_grad %{{.*}} {dim = 2 : i64, offset = 8 : i64, whole = 24 : i64} : tensor<2x4x8xf32> -> tensor<2x4x24xf32>
+  %g = train.slice_grad %k {dim = 2 : i64, offset = 8 : i64, whole = 24 : i64} : tensor<2x4x8xf32> -> tensor<2x4x24xf32>
+  return %g : tensor<2x4x24xf32>
+}
+
 // CHECK-LABEL: func.func @broadcast
 func.func @broadcast(%k: tensor<2x2x1x4x8xbf16>) -> tensor<2x2x3x4x8xbf16> {
   // CHECK: train.broadcast %{{.*}} : tensor<2x2x1x4x8xbf16> -> tensor<2x2x3x4x8xbf16>

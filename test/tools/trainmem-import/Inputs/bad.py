@@ -140,8 +140,23 @@ def exact_gelu():
     return AttentionModel(mlp=GeluMLP(16)), inputs(), loss_fn
 
 
-def fused_qkv():
-    return AttentionModel(fused=True), inputs(), loss_fn
+class EveryOther(Tiny):
+    """Reads every other feature: a strided slice outside a rotary
+    embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers[0].mlp = nn.Linear(8, 16)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = x + layer.mlp(x[..., ::2])
+        return self.head(x)
+
+
+def every_other():
+    return EveryOther(), inputs(), loss_fn
 
 
 def half_rotary():

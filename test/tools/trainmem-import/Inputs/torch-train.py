@@ -4,6 +4,9 @@ import: the same batches (trainmem-run's Philox sampler, seed 0), AdamW
 global gradient norm to 1.0, from the module's own initialisation; writes
 'step loss' lines as trainmem-run's --loss-log does.
 
+The build function returns (module, inputs, loss_fn) or (module, inputs)
+as for trainmem-import.
+
 Usage: /usr/bin/python3 torch-train.py FILE.py:FUNCTION CORPUS STEPS LOG"""
 import importlib.util
 import os
@@ -25,7 +28,9 @@ def main():
     spec = importlib.util.spec_from_file_location("model", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    model, inputs, loss_fn = getattr(module, function)()
+    built = getattr(module, function)()
+    model, inputs = built[0], built[1]
+    loss_fn = built[2] if len(built) == 3 else None
     torch.set_num_threads(1)
     model.train()
     batch_size, seq = inputs[0].shape
@@ -38,7 +43,13 @@ def main():
             tokens, targets = batch(data, 0, step, batch_size, seq)
             tokens, targets = torch.tensor(tokens), torch.tensor(targets)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(tokens), targets)
+            if loss_fn is not None:
+                loss = loss_fn(model(tokens), targets)
+            else:  # the forward's own loss, or its one scalar
+                loss = model(tokens, targets)
+                if isinstance(loss, tuple):
+                    loss = next(x for x in loss
+                                if torch.is_tensor(x) and x.dim() == 0)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()

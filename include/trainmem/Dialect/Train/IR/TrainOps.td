@@ -505,6 +505,37 @@ def Train_BroadcastOp : Train_DiffOp<"broadcast"> {
   let hasVerifier = 1;
 }
 
+def Train_SliceOp : Train_DiffOp<"slice", [InferTypeOpAdaptor],
+                                 ["getBytesRead"]> {
+  let summary = "consecutive indices of one dimension, copied";
+  let description = [{
+    `result = input[..., offset : offset + size, ...]` along dimension
+    `dim`; the other dimensions whole. The parts of a fused projection
+    (nanoGPT's `c_attn`, Q, K and V side by side in one `[b, s, 3h]`
+    product) are its slices. A copy: the result is a tensor of its own.
+    Its gradient is `train.slice_grad`.
+
+    ```mlir
+    %k = train.slice %qkv {dim = 2 : i64, offset = 768 : i64, size = 768 : i64}
+        : tensor<8x1024x2304xbf16> -> tensor<8x1024x768xbf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, I64Attr:$dim,
+                       I64Attr:$offset, I64Attr:$size);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  // The result type follows from the operand and attributes (passes that
+  // re-type ops ask inferReturnTypes); verify() checks the written type
+  // with a message that names the expected shape.
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange,
+                                        ::mlir::TypeRange) {
+      return true;
+    }
+  }];
+}
+
 def Train_GradAllReduceOp : Train_DiffOp<"grad_all_reduce",
     [SameOperandsAndResultType,
      DeclareOpInterfaceMethods<ViewLikeOpInterface>,
@@ -878,6 +909,31 @@ def Train_EmbeddingGradOp : Train_NonDiffOp<"embedding_grad"> {
     $grad `,` $ids attr-dict `:` type($grad) `,` type($ids) `->` type($result)
   }];
   let hasVerifier = 1;
+}
+
+def Train_SliceGradOp : Train_NonDiffOp<"slice_grad", [InferTypeOpAdaptor]> {
+  let summary = "a slice's gradient: zeros around the slice's gradient";
+  let description = [{
+    The gradient of `train.slice` with respect to its input: a tensor of
+    `grad`'s shape but `whole` along `dim`, zero except
+    `result[..., offset : offset + size, ...] = grad`.
+
+    ```mlir
+    %dqkv_k = train.slice_grad %dk {dim = 2 : i64, offset = 768 : i64, whole = 2304 : i64}
+        : tensor<8x1024x768xf32> -> tensor<8x1024x2304xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, I64Attr:$dim,
+                       I64Attr:$offset, I64Attr:$whole);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange,
+                                        ::mlir::TypeRange) {
+      return true;
+    }
+  }];
 }
 
 def Train_SumToOp : Train_NonDiffOp<"sum_to"> {

@@ -371,6 +371,16 @@ TEST_F(RuntimeTest, Elementwise) {
     })mlir");
 }
 
+TEST_F(RuntimeTest, ExactGeluAndItsGradient) {
+  compare(R"mlir(
+    func.func @train_step(%a: tensor<4x6xf32>, %b: tensor<4x6xf32>)
+        -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+      %0 = train.gelu %a {exact} : tensor<4x6xf32>
+      %1 = train.gelu_grad %b, %a {exact} : tensor<4x6xf32>
+      return %0, %1 : tensor<4x6xf32>, tensor<4x6xf32>
+    })mlir");
+}
+
 TEST_F(RuntimeTest, NormsAndTheirGradients) {
   compare(R"mlir(
     func.func @train_step(%x: tensor<5x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>, %dy: tensor<5x8xf32>)

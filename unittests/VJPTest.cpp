@@ -275,6 +275,11 @@ TEST_F(VJPTest, GeluAndSilu) {
     })mlir");
   check(R"mlir(
     func.func @f(%x: tensor<2x6xf32>) -> tensor<2x6xf32> {
+      %0 = train.gelu %x {exact} : tensor<2x6xf32>
+      return %0 : tensor<2x6xf32>
+    })mlir");
+  check(R"mlir(
+    func.func @f(%x: tensor<2x6xf32>) -> tensor<2x6xf32> {
       %0 = train.silu %x : tensor<2x6xf32>
       return %0 : tensor<2x6xf32>
     })mlir");

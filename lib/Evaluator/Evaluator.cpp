@@ -391,6 +391,8 @@ private:
 
 using trainmem::gelu;
 using trainmem::geluDerivative;
+using trainmem::geluExact;
+using trainmem::geluExactDerivative;
 using trainmem::silu;
 using trainmem::siluDerivative;
 
@@ -1044,7 +1046,10 @@ LogicalResult OpKernels::evaluate(RMSNormOp o) {
 }
 
 LogicalResult OpKernels::evaluate(GeluOp o) {
-  unary(o, gelu);
+  if (o.getExact())
+    unary(o, geluExact);
+  else
+    unary(o, gelu);
   return success();
 }
 
@@ -1195,7 +1200,10 @@ LogicalResult OpKernels::evaluate(RMSNormGradOp o) {
 }
 
 LogicalResult OpKernels::evaluate(GeluGradOp o) {
-  binary(o, [](double dy, double x) { return dy * geluDerivative(x); });
+  if (o.getExact())
+    binary(o, [](double dy, double x) { return dy * geluExactDerivative(x); });
+  else
+    binary(o, [](double dy, double x) { return dy * geluDerivative(x); });
   return success();
 }
 

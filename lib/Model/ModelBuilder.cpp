@@ -321,7 +321,8 @@ Value GraphBuilder::mlpBlock(Value x, int64_t layer) {
     if (isGpt) {
       Value n = norm(x, p + ".ln_2");
       Value up = linear(n, h, f, p + ".mlp.fc", true);
-      Value act = GeluOp::create(builder, loc(p + ".mlp.gelu"), up);
+      Value act =
+          GeluOp::create(builder, loc(p + ".mlp.gelu"), up, /*exact=*/false);
       Value down = linear(act, f, h, p + ".mlp.proj", true, residualNormal());
       down = dropout(down, p + ".mlp.dropout");
       return AddOp::create(builder, loc(p + ".mlp.residual"), x, down);

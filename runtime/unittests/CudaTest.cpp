@@ -198,6 +198,19 @@ TEST(Cuda, ElementwiseKernelsGiveTheCpuBits) {
              [&](tmrt_context *c) {
                tmrt_softmax_grad(c, ref(1), ref(0), ref(2), n / cols, cols);
              }},
+            {"gelu_exact",
+             [&](tmrt_context *c) { tmrt_gelu_exact(c, ref(0), ref(2), n); }},
+            {"gelu_exact_grad",
+             [&](tmrt_context *c) {
+               tmrt_gelu_exact_grad(c, ref(1), ref(0), ref(2), n);
+             }},
+            {"place_strided (columns of a wider row)",
+             [&](tmrt_context *c) {
+               // [n / cols, cols / 2] into the last half of each row.
+               tmrt_fill(c, ref(2), n, 0.0);
+               tmrt_place_strided(c, ref(0), ref(2) + cols / 2 * size, 1, 1, 1,
+                                  1, n / cols, cols / 2, 0, 0, 0, 0, cols, 1);
+             }},
             {"copy_strided (transpose)",
              [&](tmrt_context *c) {
                tmrt_copy_strided(c, ref(0), ref(2), 1, 1, 1, 1, cols, n / cols,

@@ -64,12 +64,32 @@ TRAINMEM_HD inline float siluDerivativeF(float x) {
   return s.value * (1.0f + x * s.complement);
 }
 
+/// 0.5 x (1 + erf(x / sqrt(2))), PyTorch's nn.GELU() (approximate='none'),
+/// computed as PyTorch's CPU kernel computes it, in f32.
+TRAINMEM_HD inline float geluExactF(float x) {
+  const float r = 0.70710678118654752440f; // 1 / sqrt(2)
+  return x * 0.5f * (1.0f + erff(x * r));
+}
+
+/// d/dx of geluExactF: Phi(x) + x phi(x).
+TRAINMEM_HD inline float geluExactDerivativeF(float x) {
+  const float r = 0.70710678118654752440f,
+              c = 0.39894228040143267794f; // 1 / sqrt(2 pi)
+  return 0.5f * (1.0f + erff(x * r)) + x * (c * expf(-0.5f * x * x));
+}
+
 /// The same on doubles that hold f32 values (the evaluator's tensors).
 TRAINMEM_HD inline double gelu(double x) {
   return geluF(static_cast<float>(x));
 }
 TRAINMEM_HD inline double geluDerivative(double x) {
   return geluDerivativeF(static_cast<float>(x));
+}
+TRAINMEM_HD inline double geluExact(double x) {
+  return geluExactF(static_cast<float>(x));
+}
+TRAINMEM_HD inline double geluExactDerivative(double x) {
+  return geluExactDerivativeF(static_cast<float>(x));
 }
 TRAINMEM_HD inline double silu(double x) {
   return siluF(static_cast<float>(x));

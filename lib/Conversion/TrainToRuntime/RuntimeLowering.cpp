@@ -434,6 +434,10 @@ static LogicalResult lowerRMSNorm(RMSNormOp o, RuntimeCallBuilder &b) {
 }
 
 static LogicalResult lowerGelu(GeluOp o, RuntimeCallBuilder &b) {
+  if (o.getExact())
+    return b.emitContiguous(o, rt::gelu_exact{.in = b.offset(o.getInput()),
+                                              .out = b.offset(o.getResult()),
+                                              .n = b.elements(o.getResult())});
   return b.emitContiguous(o, rt::gelu{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
@@ -547,6 +551,12 @@ static LogicalResult lowerRMSNormGrad(RMSNormGradOp o, RuntimeCallBuilder &b) {
 }
 
 static LogicalResult lowerGeluGrad(GeluGradOp o, RuntimeCallBuilder &b) {
+  if (o.getExact())
+    return b.emitContiguous(
+        o, rt::gelu_exact_grad{.dy = b.offset(o.getGrad()),
+                               .x = b.offset(o.getInput()),
+                               .out = b.offset(o.getResult()),
+                               .n = b.elements(o.getResult())});
   return b.emitContiguous(o, rt::gelu_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 

@@ -701,6 +701,33 @@ void gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
 }
 
 template <typename T>
+void gelu_exactOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  unaryKernel<T>(ctx, in, out, n,
+                 [](double x) { return trainmem::geluExact(x); });
+}
+
+void gelu_exact(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  withFloatType(ctx, "gelu_exact", {in, out}, [&](auto type) {
+    gelu_exactOf<decltype(type)>(ctx, in, out, n);
+  });
+}
+
+template <typename T>
+void gelu_exact_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+                       int64_t n) {
+  binaryKernel<T>(ctx, dy, x, out, n, [](double g, double v) {
+    return g * trainmem::geluExactDerivative(v);
+  });
+}
+
+void gelu_exact_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+                     int64_t n) {
+  withFloatType(ctx, "gelu_exact_grad", {dy, x, out}, [&](auto type) {
+    gelu_exact_gradOf<decltype(type)>(ctx, dy, x, out, n);
+  });
+}
+
+template <typename T>
 void silu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n) {
   binaryKernel<T>(ctx, dy, x, out, n, [](double g, double v) {

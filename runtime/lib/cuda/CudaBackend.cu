@@ -380,6 +380,19 @@ void gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
         [] __device__(double x) { return trainmem::gelu(x); });
 }
 
+void gelu_exact(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
+  unary(ctx, "gelu_exact", in, out, n,
+        [] __device__(double x) { return trainmem::geluExact(x); });
+}
+
+void gelu_exact_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
+                     int64_t n) {
+  binary(ctx, "gelu_exact_grad", dy, x, out, n,
+         [] __device__(double g, double v) {
+           return g * trainmem::geluExactDerivative(v);
+         });
+}
+
 void silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   unary(ctx, "silu", in, out, n,
         [] __device__(double x) { return trainmem::silu(x); });

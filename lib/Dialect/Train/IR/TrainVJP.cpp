@@ -159,8 +159,8 @@ LogicalResult GeluOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                SmallVectorImpl<Value> &operandGrads) {
   if (noGradient(*this, resultGrads, operandGrads))
     return success();
-  operandGrads.push_back(
-      GeluGradOp::create(builder, getLoc(), resultGrads[0], getInput()));
+  operandGrads.push_back(GeluGradOp::create(builder, getLoc(), resultGrads[0],
+                                            getInput(), getExact()));
   return success();
 }
 

@@ -27,6 +27,9 @@ struct FuseBiasGelu : public OpRewritePattern<GeluOp> {
 
   LogicalResult matchAndRewrite(GeluOp gelu,
                                 PatternRewriter &rewriter) const override {
+    // train.bias_gelu is the tanh approximation's.
+    if (gelu.getExact())
+      return rewriter.notifyMatchFailure(gelu, "an exact GELU");
     auto biasAdd = gelu.getInput().getDefiningOp<BiasAddOp>();
     if (!biasAdd)
       return rewriter.notifyMatchFailure(gelu, "input is not a bias_add");

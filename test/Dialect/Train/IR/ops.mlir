@@ -281,6 +281,15 @@ func.func @vocabulary_parallel(%table: tensor<8x6xf32>, %ids: tensor<2x4xi32>, %
   return
 }
 
+// CHECK-LABEL: func.func @gelu_exact
+func.func @gelu_exact(%x: tensor<2x8xf32>, %dy: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  // CHECK: train.gelu %{{.*}} {exact} : tensor<2x8xf32>
+  %y = train.gelu %x {exact} : tensor<2x8xf32>
+  // CHECK: train.gelu_grad %{{.*}}, %{{.*}} {exact} : tensor<2x8xf32>
+  %g = train.gelu_grad %dy, %y {exact} : tensor<2x8xf32>
+  return %g : tensor<2x8xf32>
+}
+
 // CHECK-LABEL: func.func @slice
 func.func @slice(%qkv: tensor<2x4x24xf32>) -> tensor<2x4x24xf32> {
   // CHECK: train.slice %{{.*}} {dim = 2 : i64, offset = 8 : i64, size = 8 : i64} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>

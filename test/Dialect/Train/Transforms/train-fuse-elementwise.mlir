@@ -42,3 +42,16 @@ func.func @in_a_block(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32
   }
   return %g, %r : tensor<4x8xf32>, tensor<4x8xf32>
 }
+
+// -----
+
+// train.bias_gelu is the tanh GELU's: an exact GELU stays apart.
+// CHECK-LABEL: func.func @exact
+// CHECK:         train.bias_add
+// CHECK-NEXT:    train.gelu %{{.*}} {exact}
+// CHECK-NOT:     train.bias_gelu
+func.func @exact(%x: tensor<2x4x8xf32>, %b: tensor<8xf32>) -> tensor<2x4x8xf32> {
+  %h = train.bias_add %x, %b : tensor<2x4x8xf32>, tensor<8xf32>
+  %y = train.gelu %h {exact} : tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}

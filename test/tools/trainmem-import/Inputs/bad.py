@@ -73,15 +73,6 @@ def not_a_module():
     return "model", inputs(), loss_fn
 
 
-class GeluMLP(nn.Module):
-    def __init__(self, hidden):
-        super().__init__()
-        self.up = nn.Linear(hidden, hidden)
-
-    def forward(self, x):
-        return F.gelu(self.up(x))  # exact GELU: erf
-
-
 class Attention(nn.Module):
     """One attention layer; `fused` splits one Q/K/V projection, `rotary`
     'halves' rotates (x[i], x[i + d/2]), `mask` 'full' is not causal."""
@@ -134,10 +125,6 @@ class AttentionModel(Tiny):
             x = layer.attn(x)
             x = x + layer.mlp(x)
         return self.head(x)
-
-
-def exact_gelu():
-    return AttentionModel(mlp=GeluMLP(16)), inputs(), loss_fn
 
 
 class EveryOther(Tiny):

@@ -3,8 +3,7 @@ with an optional bias, one fused c_attn projection split into Q, K and V,
 a causal mask buffer (the path nanoGPT takes where torch has no
 scaled_dot_product_attention, as Debian's 1.13), nn.GELU, weights tied,
 GPT-2's init, and forward(idx, targets) returning (logits, loss) with
-ignore_index=-1. `gelu` picks the MLP's GELU: nanoGPT's nn.GELU() is the
-exact (erf) one."""
+ignore_index=-1; nn.GELU() is the exact (erf) one."""
 import math
 import os
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ class GPTConfig:
     n_embd: int = 64
     dropout: float = 0.0
     bias: bool = True
-    gelu: str = "none"
 
 
 class LayerNorm(nn.Module):
@@ -83,7 +81,7 @@ class MLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd,
                               bias=config.bias)
-        self.gelu = nn.GELU(approximate=config.gelu)
+        self.gelu = nn.GELU()
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd,
                                 bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
@@ -153,13 +151,10 @@ class GPT(nn.Module):
         return logits, loss
 
 
-def build(gelu="none", dtype=torch.float32):
+def build(dtype=torch.float32):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(gelu=gelu)).to(dtype)
+    model = GPT(GPTConfig()).to(dtype)
     tokens = torch.randint(0, 256, (4, 64))
     targets = torch.randint(0, 256, (4, 64))
     return model, (tokens, targets)
 
-
-def build_tanh():
-    return build(gelu="tanh")

@@ -261,15 +261,18 @@ def Train_RMSNormOp : Train_DiffOp<"rms_norm",
 }
 
 def Train_GeluOp : Train_DiffOp<"gelu", [Train_PositionWise, SameOperandsAndResultType]> {
-  let summary = "GELU, tanh approximation";
+  let summary = "GELU, tanh approximation or exact";
   let description = [{
-    `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`, as GPT-2 uses.
+    `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`, as GPT-2 uses; with
+    `exact`, `0.5 x (1 + erf(x / sqrt(2)))`, PyTorch's `nn.GELU()` (which
+    nanoGPT uses).
 
     ```mlir
     %y = train.gelu %x : tensor<8x1024x3072xbf16>
+    %z = train.gelu %x {exact} : tensor<8x1024x3072xbf16>
     ```
   }];
-  let arguments = (ins Train_FloatTensor:$input);
+  let arguments = (ins Train_FloatTensor:$input, UnitAttr:$exact);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
@@ -1016,7 +1019,22 @@ class Train_UnaryGradOp<string mnemonic, string what>
   let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
 }
 
-def Train_GeluGradOp : Train_UnaryGradOp<"gelu_grad", "GELU (tanh)">;
+def Train_GeluGradOp : Train_NonDiffOp<"gelu_grad",
+    [AllTypesMatch<["grad", "input", "result"]>]> {
+  let summary = "gradient of GELU from its saved input";
+  let description = [{
+    `result = grad · gelu'(input)`, of the tanh approximation or, with
+    `exact`, of the erf form (`train.gelu`'s).
+
+    ```mlir
+    %dx = train.gelu_grad %dy, %x : tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input,
+                       UnitAttr:$exact);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
+}
 def Train_SiluGradOp : Train_UnaryGradOp<"silu_grad", "SiLU">;
 
 def Train_BiasGeluGradOp : Train_NonDiffOp<"bias_gelu_grad",

@@ -4,6 +4,7 @@
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Evaluator/Evaluator.h"
+#include "trainmem/Model/Layers.h"
 #include "trainmem/Model/ModelBuilder.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -167,6 +168,82 @@ TEST_F(ModelTest, DropoutSitesGetDistinctOffsets) {
   // Embedding, then per layer: attention probs, attention residual, MLP.
   EXPECT_EQ(sites, 1 + 3 * 2);
   EXPECT_EQ(offsets.size(), static_cast<size_t>(sites));
+}
+
+/// The function argument that is parameter `name`.
+BlockArgument parameterNamed(func::FuncOp func, StringRef name) {
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (auto key = func.getArgAttrOfType<StringAttr>(i, kParamAttrName))
+      if (key.getValue() == name)
+        return func.getArgument(i);
+  return {};
+}
+
+TEST_F(ModelTest, PresetLayersAreUniformAndCutToFewer) {
+  for (const char *preset : {"tiny", "llama2-7b"}) {
+    SCOPED_TRACE(preset);
+    ModelConfig config = *getPreset(preset);
+    config.layers = 5;
+    config.hidden = 64;
+    config.heads = config.kvHeads = 4;
+    config.ffn = 128;
+    config.seq = 16;
+    OwningOpRef<ModuleOp> module = build(config);
+    LayerStructure layers = analyzeLayers(*module);
+    EXPECT_EQ(layers.layers, 5);
+    EXPECT_TRUE(layers.uniform) << layers.why;
+    // Cut to 2: the module of 2 layers, its parameters and all.
+    std::string why;
+    ASSERT_TRUE(succeeded(truncateLayers(*module, 2, why))) << why;
+    EXPECT_TRUE(succeeded(verify(*module)));
+    config.layers = 2;
+    OwningOpRef<ModuleOp> two = build(config);
+    EXPECT_EQ(countParameters(forwardOf(*module)),
+              countParameters(forwardOf(*two)));
+    EXPECT_EQ(forwardOf(*module).getNumArguments(),
+              forwardOf(*two).getNumArguments());
+    EXPECT_EQ(analyzeLayers(*module).layers, 2);
+    EXPECT_TRUE(succeeded(truncateLayers(*module, 2, why)));
+    EXPECT_TRUE(failed(truncateLayers(*module, 3, why)));
+    EXPECT_EQ(why, "cannot keep 3 of 2 layers");
+  }
+}
+
+TEST_F(ModelTest, LayersThatDifferOrShareAreNotUniform) {
+  ModelConfig config = *getPreset("tiny");
+  config.layers = 3;
+  {
+    // Layer 2 reads layer 0's query weight: shared, not a layer of its own.
+    OwningOpRef<ModuleOp> module = build(config);
+    func::FuncOp func = forwardOf(*module);
+    parameterNamed(func, "h.2.attn.q.weight")
+        .replaceAllUsesWith(parameterNamed(func, "h.0.attn.q.weight"));
+    LayerStructure layers = analyzeLayers(*module);
+    EXPECT_FALSE(layers.uniform);
+    EXPECT_EQ(layers.why, "layers 0 and 2 share parameter 'h.0.attn.q.weight'");
+  }
+  {
+    // Layer 1's MLP scales its activation: another op sequence.
+    OwningOpRef<ModuleOp> module = build(config);
+    GeluOp second;
+    int seen = 0;
+    module->walk([&](GeluOp gelu) {
+      if (seen++ == 1)
+        second = gelu;
+    });
+    ASSERT_TRUE(second);
+    OpBuilder builder(second);
+    builder.setInsertionPointAfter(second);
+    auto scaled = ScaleOp::create(builder, second.getLoc(), second.getResult(),
+                                  builder.getF64FloatAttr(0.5));
+    second.getResult().replaceAllUsesExcept(scaled.getResult(), scaled);
+    ASSERT_TRUE(succeeded(verify(*module)));
+    LayerStructure layers = analyzeLayers(*module);
+    EXPECT_FALSE(layers.uniform);
+    EXPECT_NE(layers.why.find("layer 1 differs from layer 0 at its op #"),
+              std::string::npos)
+        << layers.why;
+  }
 }
 
 } // namespace

@@ -90,6 +90,22 @@ bool isRetypable(Operation *op) {
          isa<InferTypeOpInterface, InferShapedTypeOpInterface, ReshapeOp>(op);
 }
 
+/// Why `op`, reading a split value, cannot run on a rank's part of it
+/// (empty: it can).
+std::string whyNotOnAPart(Operation *op) {
+  // A rank's columns of a fused projection are not its parts' columns.
+  if (isa<SliceOp>(op))
+    return "slices a value split across the ranks (the parts of a fused "
+           "projection, nanoGPT's c_attn): write the parts as separate "
+           "projections";
+  if (!isRetypable(op))
+    return ("has an op between its matmuls whose result type does not "
+            "follow from its operands ('" +
+            op->getName().getStringRef() + "')")
+        .str();
+  return "";
+}
+
 class TensorParallel {
 public:
   TensorParallel(func::FuncOp func, int64_t size, FlatSymbolRefAttr grid)
@@ -218,15 +234,8 @@ FailureOr<BlockSplit> TensorParallel::analyze(BlockOp block) {
       continue;
     if (mlp.row)
       return fail(&op) << "reads a split value after its last matmul";
-    // A rank's columns of a fused projection are not its parts' columns.
-    if (isa<SliceOp>(op))
-      return fail(&op) << "slices a value split across the ranks (the parts "
-                          "of a fused projection, nanoGPT's c_attn): write "
-                          "the parts as separate projections";
-    if (!isRetypable(&op))
-      return fail(&op) << "has an op between its matmuls whose result type "
-                          "does not follow from its operands ('"
-                       << op.getName() << "')";
+    if (std::string why = whyNotOnAPart(&op); !why.empty())
+      return fail(&op) << why;
     mlp.between.push_back(&op);
     for (Value result : op.getResults()) {
       splitValues.insert(result);

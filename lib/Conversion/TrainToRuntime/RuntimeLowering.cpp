@@ -177,6 +177,40 @@ static LogicalResult lowerSumTo(SumToOp op, RuntimeCallBuilder &b) {
   return success();
 }
 
+/// The extents of `shape` and `strides`, right-aligned in six dimensions
+/// (size 1, stride 0 before them), as copy_strided and place_strided take
+/// them.
+static std::pair<SmallVector<int64_t>, SmallVector<int64_t>>
+padTo6(ArrayRef<int64_t> shape, ArrayRef<int64_t> strides) {
+  SmallVector<int64_t> dims(6, 1), padded(6, 0);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    dims[6 - shape.size() + i] = shape[i];
+    padded[6 - shape.size() + i] = strides[i];
+  }
+  return {dims, padded};
+}
+
+/// A copy_strided or place_strided call from `in` to `out` on the extents
+/// `d` and strides `s` (padTo6's).
+template <typename Call>
+static Call strided6(int64_t in, int64_t out, ArrayRef<int64_t> d,
+                     ArrayRef<int64_t> s) {
+  return Call{.in = in,
+              .out = out,
+              .d0 = d[0],
+              .d1 = d[1],
+              .d2 = d[2],
+              .d3 = d[3],
+              .d4 = d[4],
+              .d5 = d[5],
+              .s0 = s[0],
+              .s1 = s[1],
+              .s2 = s[2],
+              .s3 = s[3],
+              .s4 = s[4],
+              .s5 = s[5]};
+}
+
 static LogicalResult lowerReshape(ReshapeOp op, RuntimeCallBuilder &b) {
   // A reshape of a row-major value only renames it; of a strided view it
   // copies.
@@ -187,13 +221,10 @@ static LogicalResult lowerReshape(ReshapeOp op, RuntimeCallBuilder &b) {
   if (inShape.size() > 6)
     return op.emitOpError("copies a rank-")
            << inShape.size() << " view; the runtime supports up to 6";
-  SmallVector<int64_t> strides = getStrides(in);
-  SmallVector<int64_t> dims(6, 1), padded(6, 0);
-  for (size_t i = 0; i < inShape.size(); ++i) {
-    dims[6 - inShape.size() + i] = inShape[i];
-    padded[6 - inShape.size() + i] = strides[i];
-  }
-  b.emit(rt::copy_strided{.in = b.offset(in), .out = b.offset(op.getResult()), .d0 = dims[0], .d1 = dims[1], .d2 = dims[2], .d3 = dims[3], .d4 = dims[4], .d5 = dims[5], .s0 = padded[0], .s1 = padded[1], .s2 = padded[2], .s3 = padded[3], .s4 = padded[4], .s5 = padded[5]}, op.getLoc());
+  auto [d, s] = padTo6(inShape, getStrides(in));
+  b.emit(
+      strided6<rt::copy_strided>(b.offset(in), b.offset(op.getResult()), d, s),
+      op.getLoc());
   return success();
 }
 
@@ -206,40 +237,14 @@ static LogicalResult lowerBroadcast(BroadcastOp op, RuntimeCallBuilder &b) {
            << outShape.size() << " tensor; the runtime supports up to 6";
   ArrayRef<int64_t> inShape = b.shape(in);
   SmallVector<int64_t> strides = getStrides(in);
-  SmallVector<int64_t> dims(6, 1), padded(6, 0);
-  for (size_t i = 0; i < outShape.size(); ++i) {
-    dims[6 - outShape.size() + i] = outShape[i];
-    padded[6 - outShape.size() + i] = inShape[i] == 1 ? 0 : strides[i];
-  }
-  b.emit(rt::copy_strided{.in = b.offset(in),
-                          .out = b.offset(op.getResult()),
-                          .d0 = dims[0],
-                          .d1 = dims[1],
-                          .d2 = dims[2],
-                          .d3 = dims[3],
-                          .d4 = dims[4],
-                          .d5 = dims[5],
-                          .s0 = padded[0],
-                          .s1 = padded[1],
-                          .s2 = padded[2],
-                          .s3 = padded[3],
-                          .s4 = padded[4],
-                          .s5 = padded[5]},
-         op.getLoc());
+  for (size_t i = 0; i < outShape.size(); ++i)
+    if (inShape[i] == 1)
+      strides[i] = 0;
+  auto [d, s] = padTo6(outShape, strides);
+  b.emit(
+      strided6<rt::copy_strided>(b.offset(in), b.offset(op.getResult()), d, s),
+      op.getLoc());
   return success();
-}
-
-/// The extents of `shape` and `strides`, right-aligned in six dimensions
-/// (size 1, stride 0 before them), as copy_strided and place_strided take
-/// them.
-static std::pair<SmallVector<int64_t>, SmallVector<int64_t>>
-padTo6(ArrayRef<int64_t> shape, ArrayRef<int64_t> strides) {
-  SmallVector<int64_t> dims(6, 1), padded(6, 0);
-  for (size_t i = 0; i < shape.size(); ++i) {
-    dims[6 - shape.size() + i] = shape[i];
-    padded[6 - shape.size() + i] = strides[i];
-  }
-  return {dims, padded};
 }
 
 /// The byte offset of index `index` along `dim` of `value`'s layout.
@@ -259,21 +264,9 @@ static LogicalResult lowerSlice(SliceOp op, RuntimeCallBuilder &b) {
   SmallVector<int64_t> strides = getStrides(in);
   auto [d, s] = padTo6(shape, strides);
   b.emit(
-      rt::copy_strided{.in = b.offset(in) + blockStart(in, strides, op.getDim(),
-                                                       op.getOffset()),
-                       .out = b.offset(op.getResult()),
-                       .d0 = d[0],
-                       .d1 = d[1],
-                       .d2 = d[2],
-                       .d3 = d[3],
-                       .d4 = d[4],
-                       .d5 = d[5],
-                       .s0 = s[0],
-                       .s1 = s[1],
-                       .s2 = s[2],
-                       .s3 = s[3],
-                       .s4 = s[4],
-                       .s5 = s[5]},
+      strided6<rt::copy_strided>(
+          b.offset(in) + blockStart(in, strides, op.getDim(), op.getOffset()),
+          b.offset(op.getResult()), d, s),
       op.getLoc());
   return success();
 }
@@ -292,22 +285,11 @@ static LogicalResult lowerSliceGrad(SliceGradOp op, RuntimeCallBuilder &b) {
   b.emit(
       rt::fill{.out = b.offset(result), .n = b.elements(result), .value = 0.0},
       op.getLoc());
-  b.emit(rt::place_strided{.in = b.offset(op.getGrad()),
-                           .out = b.offset(result) + blockStart(result, strides,
-                                                                op.getDim(),
-                                                                op.getOffset()),
-                           .d0 = d[0],
-                           .d1 = d[1],
-                           .d2 = d[2],
-                           .d3 = d[3],
-                           .d4 = d[4],
-                           .d5 = d[5],
-                           .s0 = s[0],
-                           .s1 = s[1],
-                           .s2 = s[2],
-                           .s3 = s[3],
-                           .s4 = s[4],
-                           .s5 = s[5]},
+  b.emit(strided6<rt::place_strided>(
+             b.offset(op.getGrad()),
+             b.offset(result) +
+                 blockStart(result, strides, op.getDim(), op.getOffset()),
+             d, s),
          op.getLoc());
   return success();
 }

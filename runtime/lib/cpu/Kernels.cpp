@@ -316,6 +316,20 @@ void copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
   });
 }
 
+/// The strided offset of row `r` of a [d0, d1, d2, d3, d4] grid of rows
+/// (strides s0..s4).
+inline int64_t rowOffset(int64_t r, int64_t d1, int64_t d2, int64_t d3,
+                         int64_t d4, int64_t s0, int64_t s1, int64_t s2,
+                         int64_t s3, int64_t s4) {
+  int64_t i4 = r % d4;
+  r /= d4;
+  int64_t i3 = r % d3;
+  r /= d3;
+  int64_t i2 = r % d2;
+  r /= d2;
+  return (r / d1) * s0 + (r % d1) * s1 + i2 * s2 + i3 * s3 + i4 * s4;
+}
+
 template <typename T>
 void copy_stridedOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
                        int64_t d1, int64_t d2, int64_t d3, int64_t d4,
@@ -326,14 +340,7 @@ void copy_stridedOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
   int64_t rows = d0 * d1 * d2 * d3 * d4;
   ctx->pool.parallelFor(rows, rowGrain(d5), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      int64_t rest = r, i4 = rest % d4;
-      rest /= d4;
-      int64_t i3 = rest % d3;
-      rest /= d3;
-      int64_t i2 = rest % d2;
-      rest /= d2;
-      int64_t i1 = rest % d1, i0 = rest / d1;
-      const T *src = x + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4;
+      const T *src = x + rowOffset(r, d1, d2, d3, d4, s0, s1, s2, s3, s4);
       T *dst = y + r * d5;
       for (int64_t i5 = 0; i5 < d5; ++i5)
         dst[i5] = src[i5 * s5];
@@ -352,14 +359,7 @@ void place_stridedOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
   int64_t rows = d0 * d1 * d2 * d3 * d4;
   ctx->pool.parallelFor(rows, rowGrain(d5), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      int64_t rest = r, i4 = rest % d4;
-      rest /= d4;
-      int64_t i3 = rest % d3;
-      rest /= d3;
-      int64_t i2 = rest % d2;
-      rest /= d2;
-      int64_t i1 = rest % d1, i0 = rest / d1;
-      T *dst = y + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4;
+      T *dst = y + rowOffset(r, d1, d2, d3, d4, s0, s1, s2, s3, s4);
       const T *src = x + r * d5;
       for (int64_t i5 = 0; i5 < d5; ++i5)
         dst[i5 * s5] = src[i5];

@@ -1491,9 +1491,19 @@ void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n) {
 // Data movement: strided copies, micro-batch slices, counting targets
 //===----------------------------------------------------------------------===//
 
-/// copy_strided's extents and input strides (captured by value).
+/// copy_strided's extents and input strides, place_strided's extents and
+/// output strides (captured by value).
 struct Strides6 {
   int64_t d[6], s[6];
+  /// The strided offset of row-major element `e`.
+  __device__ int64_t at(int64_t e) const {
+    int64_t at = 0;
+    for (int k = 5; k >= 0; --k) {
+      at += (e % d[k]) * s[k];
+      e /= d[k];
+    }
+    return at;
+  }
 };
 
 template <typename T>
@@ -1504,14 +1514,8 @@ void copy_stridedOf(tmrt_context *ctx, int64_t in, int64_t out,
   int64_t total = 1;
   for (int64_t d : shape.d)
     total *= d;
-  elementwise(ctx, "copy_strided", total, [=] __device__(int64_t e) {
-    int64_t rest = e, at = 0;
-    for (int k = 5; k >= 0; --k) {
-      at += (rest % shape.d[k]) * shape.s[k];
-      rest /= shape.d[k];
-    }
-    y[e] = x[at];
-  });
+  elementwise(ctx, "copy_strided", total,
+              [=] __device__(int64_t e) { y[e] = x[shape.at(e)]; });
   ctx->touch(out, total * sizeof(T));
 }
 
@@ -1538,14 +1542,8 @@ void place_stridedOf(tmrt_context *ctx, int64_t in, int64_t out,
     total *= shape.d[k];
     last += (shape.d[k] - 1) * shape.s[k];
   }
-  elementwise(ctx, "place_strided", total, [=] __device__(int64_t e) {
-    int64_t rest = e, at = 0;
-    for (int k = 5; k >= 0; --k) {
-      at += (rest % shape.d[k]) * shape.s[k];
-      rest /= shape.d[k];
-    }
-    y[at] = x[e];
-  });
+  elementwise(ctx, "place_strided", total,
+              [=] __device__(int64_t e) { y[shape.at(e)] = x[e]; });
   ctx->touch(out, static_cast<uint64_t>(last + 1) * sizeof(T));
 }
 

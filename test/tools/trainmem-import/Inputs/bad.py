@@ -164,3 +164,8 @@ class LogitsAndLoss(Tiny):
 
 def logits_and_loss():
     return LogitsAndLoss(), inputs()
+
+
+def raises():
+    """A build function that fails: its error and line, not a traceback."""
+    raise ValueError("no such checkpoint")

@@ -410,11 +410,13 @@ TEST_F(RuntimeTest, SoftmaxAndDropout) {
 
 TEST_F(RuntimeTest, RopeOfStridedView) {
   compare(R"mlir(
-    func.func @train_step(%x: tensor<2x6x3x8xf32>) -> (tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>) {
+    func.func @train_step(%x: tensor<2x6x3x8xf32>) -> (tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>) {
       %t = train.transpose %x {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x6x3x8xf32> -> tensor<2x3x6x8xf32>
       %0 = train.rope %t {theta = 10000.0 : f64} : tensor<2x3x6x8xf32>
       %1 = train.rope %0 {theta = 10000.0 : f64, inverse} : tensor<2x3x6x8xf32>
-      return %0, %1 : tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>
+      %2 = train.rope %t {theta = 500.0 : f64, halves} : tensor<2x3x6x8xf32>
+      %3 = train.rope %2 {theta = 500.0 : f64, halves, inverse} : tensor<2x3x6x8xf32>
+      return %0, %1, %2, %3 : tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>
     })mlir");
 }
 

@@ -322,6 +322,11 @@ TEST_F(VJPTest, Rope) {
       %0 = train.rope %x {theta = 100.0 : f64, inverse} : tensor<2x3x4xf32>
       return %0 : tensor<2x3x4xf32>
     })mlir");
+  check(R"mlir(
+    func.func @f(%x: tensor<2x3x6xf32>) -> tensor<2x3x6xf32> {
+      %0 = train.rope %x {theta = 100.0 : f64, halves} : tensor<2x3x6xf32>
+      return %0 : tensor<2x3x6xf32>
+    })mlir");
 }
 
 TEST_F(VJPTest, ReshapeAndTranspose) {

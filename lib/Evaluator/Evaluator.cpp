@@ -541,15 +541,19 @@ void OpKernels::rope(RopeOp op) {
   double sign = op.getInverse() ? -1.0 : 1.0;
   auto [rows, dim] = rowsOf(x);
   int64_t positions = x.shape[x.shape.size() - 2];
+  // Pair i: elements (2i, 2i + 1), or (i, i + dim/2) with halves.
+  bool halves = op.getHalves();
   RefTensor y = RefTensor::zeros(x.shape);
   for (int64_t r = 0; r < rows; ++r) {
     int64_t pos = r % positions;
     for (int64_t i = 0; i < dim / 2; ++i) {
       double angle = sign * pos * std::pow(theta, -2.0 * i / dim);
       double c = std::cos(angle), s = std::sin(angle);
-      double x0 = x.floats[r * dim + 2 * i], x1 = x.floats[r * dim + 2 * i + 1];
-      y.floats[r * dim + 2 * i] = static_cast<float>(x0 * c - x1 * s);
-      y.floats[r * dim + 2 * i + 1] = static_cast<float>(x0 * s + x1 * c);
+      int64_t a = r * dim + (halves ? i : 2 * i);
+      int64_t b = halves ? a + dim / 2 : a + 1;
+      double x0 = x.floats[a], x1 = x.floats[b];
+      y.floats[a] = static_cast<float>(x0 * c - x1 * s);
+      y.floats[b] = static_cast<float>(x0 * s + x1 * c);
     }
   }
   set(op.getResult(), std::move(y));

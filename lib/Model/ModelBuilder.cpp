@@ -281,10 +281,10 @@ Value GraphBuilder::attentionBlock(Value x, int64_t layer) {
     v = toHeads(v, kv, ap + ".v");
     if (!isGpt) {
       q = RopeOp::create(builder, loc(ap + ".q.rope"), q,
-                         builder.getF64FloatAttr(config.ropeTheta),
+                         builder.getF64FloatAttr(config.ropeTheta), UnitAttr(),
                          UnitAttr());
       k = RopeOp::create(builder, loc(ap + ".k.rope"), k,
-                         builder.getF64FloatAttr(config.ropeTheta),
+                         builder.getF64FloatAttr(config.ropeTheta), UnitAttr(),
                          UnitAttr());
     }
     if (kv != a) {

@@ -472,10 +472,11 @@ TEST(Cuda, RopeWithinAnUlpOfTheCpu) {
     float v = normal(rng);
     std::memcpy(input.data() + 4 * i, &v, 4);
   }
-  for (int64_t inverse : {0, 1}) {
+  for (int64_t inverse : {0, 1, 2, 3}) {
+    // Bit 0: inverse, bit 1: halves.
     auto kernel = [&](tmrt_context *c) {
       tmrt_rope(c, 0, n * 4, 1, heads, seq, dim, 0, seq * dim, dim, 1, 10000.0,
-                inverse);
+                inverse & 1, inverse >> 1);
     };
     ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
     ContextPtr gpu = cudaContext(why);

@@ -306,7 +306,20 @@ static LogicalResult lowerRope(RopeOp op, RuntimeCallBuilder &b) {
     dims[4 - inShape.size() + i] = inShape[i];
     padded[4 - inShape.size() + i] = strides[i];
   }
-  b.emit(rt::rope{.in = b.offset(in), .out = b.offset(op.getResult()), .n0 = dims[0], .n1 = dims[1], .s = dims[2], .d = dims[3], .s0 = padded[0], .s1 = padded[1], .ss = padded[2], .sd = padded[3], .theta = op.getTheta().convertToDouble(), .inverse = static_cast<int64_t>(op.getInverse())}, op.getLoc());
+  b.emit(rt::rope{.in = b.offset(in),
+                  .out = b.offset(op.getResult()),
+                  .n0 = dims[0],
+                  .n1 = dims[1],
+                  .s = dims[2],
+                  .d = dims[3],
+                  .s0 = padded[0],
+                  .s1 = padded[1],
+                  .ss = padded[2],
+                  .sd = padded[3],
+                  .theta = op.getTheta().convertToDouble(),
+                  .inverse = static_cast<int64_t>(op.getInverse()),
+                  .halves = static_cast<int64_t>(op.getHalves())},
+         op.getLoc());
   return success();
 }
 

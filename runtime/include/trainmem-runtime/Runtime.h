@@ -273,10 +273,12 @@ void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                        int64_t split_stride);
 
 /* Rotary embedding of a rank-4 strided view [n0, n1, S, D] into a row-major
- * output; inverse rotates by the negated angle. */
+ * output: pairs (2i, 2i + 1), or (i, i + D/2) with halves; inverse rotates
+ * by the negated angle. */
 void tmrt_rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
                int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
-               int64_t ss, int64_t sd, double theta, int64_t inverse);
+               int64_t ss, int64_t sd, double theta, int64_t inverse,
+               int64_t halves);
 
 /* Embeddings. The table (its gradient) is this rank's `vocab` rows of
  * `split_parts · vocab`, from row ((rank / split_stride) mod split_parts)

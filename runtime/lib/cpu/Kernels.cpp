@@ -1344,13 +1344,15 @@ void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
 }
 
 template <typename T>
-void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
-               int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
-               int64_t ss, int64_t sd, double theta, int64_t inverse) {
+void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
+            int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss,
+            int64_t sd, double theta, int64_t inverse, int64_t halves) {
   const T *x = ctx->at<T>(in);
   T *y = ctx->at<T>(out);
   double sign = inverse ? -1.0 : 1.0;
   int64_t rows = n0 * n1 * s;
+  // Pair i: elements (2i, 2i + 1), or (i, i + d/2).
+  int64_t step = halves ? 1 : 2, partner = halves ? d / 2 : 1;
   ctx->pool.parallelFor(rows, rowGrain(d), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int64_t pos = r % s, rest = r / s;
@@ -1359,20 +1361,22 @@ void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
       for (int64_t i = 0; i < d / 2; ++i) {
         double angle = sign * pos * std::pow(theta, -2.0 * i / d);
         double c = std::cos(angle), sn = std::sin(angle);
-        double x0 = xr[2 * i * sd], x1 = xr[(2 * i + 1) * sd];
-        y[r * d + 2 * i] = static_cast<float>(x0 * c - x1 * sn);
-        y[r * d + 2 * i + 1] = static_cast<float>(x0 * sn + x1 * c);
+        int64_t a = step * i, b = a + partner;
+        double x0 = xr[a * sd], x1 = xr[b * sd];
+        y[r * d + a] = static_cast<float>(x0 * c - x1 * sn);
+        y[r * d + b] = static_cast<float>(x0 * sn + x1 * c);
       }
     }
   });
   ctx->touch(out, rows * d * sizeof(T));
 }
 
-void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
-               int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
-               int64_t ss, int64_t sd, double theta, int64_t inverse) {
+void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
+          int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss, int64_t sd,
+          double theta, int64_t inverse, int64_t halves) {
   withFloatType(ctx, "rope", {in, out}, [&](auto type) {
-    ropeOf<decltype(type)>(ctx, in, out, n0, n1, s, d, s0, s1, ss, sd, theta, inverse);
+    ropeOf<decltype(type)>(ctx, in, out, n0, n1, s, d, s0, s1, ss, sd, theta,
+                           inverse, halves);
   });
 }
 

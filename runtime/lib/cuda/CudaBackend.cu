@@ -1615,13 +1615,15 @@ void count_valid(tmrt_context *ctx, int64_t targets, int64_t out, int64_t n,
 /// Rotary position embedding, as the CPU kernel (pow, cos and sin in
 /// double: CUDA's, within an ulp of libm's).
 template <typename T>
-void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
-            int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
-            int64_t ss, int64_t sd, double theta, int64_t inverse) {
+void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
+            int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss,
+            int64_t sd, double theta, int64_t inverse, int64_t halves) {
   const T *x = ctx->at<T>(in);
   T *y = ctx->at<T>(out);
   double sign = inverse ? -1.0 : 1.0;
   int64_t rows = n0 * n1 * s, half = d / 2;
+  // Pair i: elements (2i, 2i + 1), or (i, i + d/2).
+  int64_t step = halves ? 1 : 2, partner = halves ? half : 1;
   elementwise(ctx, "rope", rows * half, [=] __device__(int64_t e) {
     int64_t r = e / half, i = e % half;
     int64_t pos = r % s, rest = r / s;
@@ -1629,19 +1631,20 @@ void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
     const T *xr = x + i0 * s0 + i1 * s1 + pos * ss;
     double angle = sign * pos * pow(theta, -2.0 * i / d);
     double c = cos(angle), sn = sin(angle);
-    double x0 = float(xr[2 * i * sd]), x1 = float(xr[(2 * i + 1) * sd]);
-    y[r * d + 2 * i] = T(static_cast<float>(x0 * c - x1 * sn));
-    y[r * d + 2 * i + 1] = T(static_cast<float>(x0 * sn + x1 * c));
+    int64_t a = step * i, b = a + partner;
+    double x0 = float(xr[a * sd]), x1 = float(xr[b * sd]);
+    y[r * d + a] = T(static_cast<float>(x0 * c - x1 * sn));
+    y[r * d + b] = T(static_cast<float>(x0 * sn + x1 * c));
   });
   ctx->touch(out, rows * d * sizeof(T));
 }
 
 void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
-          int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss,
-          int64_t sd, double theta, int64_t inverse) {
+          int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss, int64_t sd,
+          double theta, int64_t inverse, int64_t halves) {
   withFloatType(ctx, "rope", {in, out}, [&](auto type) {
     ropeOf<decltype(type)>(ctx, in, out, n0, n1, s, d, s0, s1, ss, sd, theta,
-                           inverse);
+                           inverse, halves);
   });
 }
 

@@ -235,7 +235,7 @@ LogicalResult RopeOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
     return success();
   // A rotation's transpose is the rotation by the negated angle.
   auto inverse = RopeOp::create(builder, getLoc(), resultGrads[0],
-                                getThetaAttr(), UnitAttr());
+                                getThetaAttr(), UnitAttr(), getHalvesAttr());
   inverse.setInverse(!getInverse());
   operandGrads.push_back(inverse);
   return success();

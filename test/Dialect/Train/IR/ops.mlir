@@ -281,6 +281,13 @@ func.func @vocabulary_parallel(%table: tensor<8x6xf32>, %ids: tensor<2x4xi32>, %
   return
 }
 
+// CHECK-LABEL: func.func @rope_halves
+func.func @rope_halves(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  // CHECK: train.rope %{{.*}} {halves, theta = 1.000000e+04 : f64} : tensor<2x4x8xf32>
+  %y = train.rope %x {theta = 10000.0 : f64, halves} : tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
 // CHECK-LABEL: func.func @gelu_exact
 func.func @gelu_exact(%x: tensor<2x8xf32>, %dy: tensor<2x8xf32>) -> tensor<2x8xf32> {
   // CHECK: train.gelu %{{.*}} {exact} : tensor<2x8xf32>

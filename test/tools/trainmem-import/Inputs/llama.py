@@ -2,7 +2,8 @@
 pow / mean / rsqrt, rotary embeddings on interleaved pairs written with
 strided slices, cos / sin tables and a stack, SwiGLU, grouped-query
 attention whose K/V heads are repeated by expand + reshape, no biases, an
-untied output matrix. The shape of trainmem-model's llama2 preset at
+untied output matrix (build_halves: the rotary embedding on halves, as
+Hugging Face's rotate_half writes it). The shape of trainmem-model's llama2 preset at
 --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 192 --vocab 256
 --seq 64 --batch 4 --dtype f32."""
 import math
@@ -35,6 +36,17 @@ def rotary_tables(d, seq, theta):
     return torch.cos(angles), torch.sin(angles)
 
 
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary_halves(x, cos, sin):
+    """Hugging Face's and GPT-NeoX's convention: x[i] with x[i + d/2]."""
+    cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+    return x * cos + rotate_half(x) * sin
+
+
 def apply_rotary(x, cos, sin):
     """x: [b, heads, s, d]; rotates (x[2i], x[2i+1]) by position * freq_i."""
     even, odd = x[..., 0::2], x[..., 1::2]
@@ -43,8 +55,9 @@ def apply_rotary(x, cos, sin):
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden, heads, kv_heads, seq, theta):
+    def __init__(self, hidden, heads, kv_heads, seq, theta, halves=False):
         super().__init__()
+        self.rotary = apply_rotary_halves if halves else apply_rotary
         self.heads, self.kv_heads = heads, kv_heads
         self.d = hidden // heads
         self.wq = nn.Linear(hidden, heads * self.d, bias=False)
@@ -62,8 +75,8 @@ class Attention(nn.Module):
         q = self.wq(x).view(b, s, self.heads, self.d).transpose(1, 2)
         k = self.wk(x).view(b, s, self.kv_heads, self.d).transpose(1, 2)
         v = self.wv(x).view(b, s, self.kv_heads, self.d).transpose(1, 2)
-        q = apply_rotary(q, self.cos[:s], self.sin[:s])
-        k = apply_rotary(k, self.cos[:s], self.sin[:s])
+        q = self.rotary(q, self.cos[:s], self.sin[:s])
+        k = self.rotary(k, self.cos[:s], self.sin[:s])
         rep = self.heads // self.kv_heads
         k = k[:, :, None].expand(b, self.kv_heads, rep, s, self.d)
         k = k.reshape(b, self.heads, s, self.d)
@@ -92,7 +105,7 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.attention_norm = RMSNorm(s["hidden"])
         self.attention = Attention(s["hidden"], s["heads"], s["kv_heads"],
-                                   s["seq"], s["theta"])
+                                   s["seq"], s["theta"], s.get("halves"))
         self.ffn_norm = RMSNorm(s["hidden"])
         self.feed_forward = FeedForward(s["hidden"], s["ffn"])
 
@@ -124,9 +137,9 @@ def loss_fn(logits, targets):
     return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def build(dtype=torch.float32):
+def build(dtype=torch.float32, halves=False):
     torch.manual_seed(0)
-    s = SHAPE
+    s = dict(SHAPE, halves=halves)
     model = Llama(s).to(dtype)
     tokens = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
     targets = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
@@ -135,3 +148,8 @@ def build(dtype=torch.float32):
 
 def build_bf16():
     return build(torch.bfloat16)
+
+
+def build_halves():
+    """Rotary embeddings as Hugging Face writes them (rotate_half)."""
+    return build(halves=True)

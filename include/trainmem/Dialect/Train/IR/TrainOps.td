@@ -459,15 +459,17 @@ def Train_RopeOp : Train_DiffOp<"rope", [SameOperandsAndResultType]> {
   let description = [{
     Rotates pairs `(x[2i], x[2i+1])` of the last dimension (the head
     dimension `d`) at position `p` (the second-to-last dimension) by the angle
-    `p · theta^(-2i/d)`, as Llama's reference does. With `inverse` it rotates
-    by the negated angle, which is the op's own VJP.
+    `p · theta^(-2i/d)`, as Llama's reference does; with `halves`, the pairs
+    `(x[i], x[i + d/2])` (GPT-NeoX's and Hugging Face's `rotate_half`). With
+    `inverse` it rotates by the negated angle, which is the op's own VJP.
 
     ```mlir
     %q_rot = train.rope %q {theta = 10000.0 : f64} : tensor<1x32x4096x128xbf16>
+    %k_rot = train.rope %k {theta = 10000.0 : f64, halves} : tensor<1x32x4096x128xbf16>
     ```
   }];
   let arguments = (ins Train_FloatTensor:$input, F64Attr:$theta,
-                       UnitAttr:$inverse);
+                       UnitAttr:$inverse, UnitAttr:$halves);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;

@@ -158,3 +158,11 @@ def build(dtype=torch.float32):
     targets = torch.randint(0, 256, (4, 64))
     return model, (tokens, targets)
 
+
+
+def build_dropout():
+    """With dropout in training: refused by name (errors.test)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(dropout=0.1))
+    return model, (torch.randint(0, 256, (4, 64)),
+                   torch.randint(0, 256, (4, 64)))

@@ -129,3 +129,28 @@ func.func @train_step(%t: tensor<4x6xf32> {train.input = "t"}, %ids: tensor<4xi3
   %e = train.embedding %t, %ids {split = #train.split<dim = 0, parts = 2, grid = @tp, axis = 1>} : tensor<4x6xf32>, tensor<4xi32> -> tensor<4x6xf32>
   return %e : tensor<4x6xf32>
 }
+
+// -----
+
+func.func @train_step(%x: tensor<1x1x1x1x1x2x8xf32>) -> tensor<1x1x1x1x1x2x4xf32> attributes {train.step} {
+  // expected-error @+1 {{'train.slice' op slices a rank-7 tensor; the runtime supports up to 6}}
+  %0 = train.slice %x {dim = 6 : i64, offset = 4 : i64, size = 4 : i64} : tensor<1x1x1x1x1x2x8xf32> -> tensor<1x1x1x1x1x2x4xf32>
+  return %0 : tensor<1x1x1x1x1x2x4xf32>
+}
+
+// -----
+
+func.func @train_step(%g: tensor<1x1x1x1x1x2x4xf32>) -> tensor<1x1x1x1x1x2x8xf32> attributes {train.step} {
+  // expected-error @+1 {{'train.slice_grad' op places a rank-7 gradient; the runtime supports up to 6}}
+  %0 = train.slice_grad %g {dim = 6 : i64, offset = 4 : i64, whole = 8 : i64} : tensor<1x1x1x1x1x2x4xf32> -> tensor<1x1x1x1x1x2x8xf32>
+  return %0 : tensor<1x1x1x1x1x2x8xf32>
+}
+
+// -----
+
+func.func @train_step(%g: tensor<4x2xf32>) -> tensor<2x8xf32> attributes {train.step} {
+  %t = train.transpose %g {permutation = array<i64: 1, 0>} : tensor<4x2xf32> -> tensor<2x4xf32>
+  // expected-error @+1 {{'train.slice_grad' op reads a strided view; the runtime kernel of this op needs a row-major operand}}
+  %0 = train.slice_grad %t {dim = 1 : i64, offset = 4 : i64, whole = 8 : i64} : tensor<2x4xf32> -> tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}

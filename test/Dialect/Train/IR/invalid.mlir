@@ -1658,3 +1658,11 @@ func.func @slice_grad_type(%g: tensor<2x8xf32>) {
   %r = train.slice_grad %g {dim = 1 : i64, offset = 0 : i64, whole = 24 : i64} : tensor<2x8xf32> -> tensor<3x24xf32>
   return
 }
+
+// -----
+
+func.func @slice_grad_dim(%g: tensor<2x8xf32>) {
+  // expected-error @+1 {{'train.slice_grad' op 'dim' 2 is not a dimension of the rank-2 gradient}}
+  %r = train.slice_grad %g {dim = 2 : i64, offset = 0 : i64, whole = 24 : i64} : tensor<2x8xf32> -> tensor<2x24xf32>
+  return
+}

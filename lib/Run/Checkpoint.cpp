@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <limits>
 #include <sys/file.h>
 #include <unistd.h>
@@ -471,10 +472,27 @@ readCheckpointFile(StringRef path, std::optional<ArrayRef<TensorSlot>> slots) {
   return std::move(parsed->checkpoint);
 }
 
+/// The step in the header of the checkpoint file at `path` (its first 16
+/// bytes: magic and step); none when the file is too short or not one.
+static std::optional<uint64_t> checkpointStep(StringRef path) {
+  std::ifstream file(path.str(), std::ios::binary);
+  char header[16];
+  if (!file.read(header, sizeof(header)) ||
+      (std::memcmp(header, kMagic, 8) != 0 &&
+       std::memcmp(header, kMagicV1, 8) != 0))
+    return std::nullopt;
+  uint64_t step;
+  std::memcpy(&step, header + 8, 8);
+  return step;
+}
+
 llvm::Expected<std::optional<Checkpoint>>
 mlir::train::readInitialWeights(StringRef dir, ArrayRef<TensorSlot> slots) {
   std::string path = (dir + "/checkpoint.bin").str();
   if (llvm::sys::fs::exists(dir + "/manifest") || !llvm::sys::fs::exists(path))
+    return std::nullopt;
+  // A run's checkpoint past step 0 is not read twice: its header says so.
+  if (std::optional<uint64_t> step = checkpointStep(path); step && *step != 0)
     return std::nullopt;
   llvm::Expected<ParsedCheckpoint> parsed = parseCheckpointFile(path);
   if (!parsed)

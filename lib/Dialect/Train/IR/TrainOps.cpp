@@ -661,18 +661,27 @@ static FailureOr<RankedTensorType> withDimSize(RankedTensorType type,
   return RankedTensorType::get(shape, type.getElementType());
 }
 
+/// `operand`'s type with dimension `dim` of size `size`, as the slice
+/// ops infer their results; an error naming `what` otherwise.
+static LogicalResult inferWithDimSize(std::optional<Location> location,
+                                      Value operand, int64_t dim, int64_t size,
+                                      StringRef what,
+                                      SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> type =
+      withDimSize(dyn_cast<RankedTensorType>(operand.getType()), dim, size);
+  if (failed(type))
+    return emitOptionalError(location, "'dim' must be a dimension of the ",
+                             what);
+  inferred.push_back(*type);
+  return success();
+}
+
 LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
                                         std::optional<Location> location,
                                         Adaptor adaptor,
                                         SmallVectorImpl<Type> &inferred) {
-  FailureOr<RankedTensorType> type =
-      withDimSize(dyn_cast<RankedTensorType>(adaptor.getInput().getType()),
-                  adaptor.getDim(), adaptor.getSize());
-  if (failed(type))
-    return emitOptionalError(location, "'dim' must be a dimension of the "
-                                       "input");
-  inferred.push_back(*type);
-  return success();
+  return inferWithDimSize(location, adaptor.getInput(), adaptor.getDim(),
+                          adaptor.getSize(), "input", inferred);
 }
 
 /// A block [offset, offset + size) of a dimension of `whole` indices.
@@ -707,14 +716,8 @@ LogicalResult SliceGradOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> location,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &inferred) {
-  FailureOr<RankedTensorType> type =
-      withDimSize(dyn_cast<RankedTensorType>(adaptor.getGrad().getType()),
-                  adaptor.getDim(), adaptor.getWhole());
-  if (failed(type))
-    return emitOptionalError(location, "'dim' must be a dimension of the "
-                                       "gradient");
-  inferred.push_back(*type);
-  return success();
+  return inferWithDimSize(location, adaptor.getGrad(), adaptor.getDim(),
+                          adaptor.getWhole(), "gradient", inferred);
 }
 
 LogicalResult SliceGradOp::verify() {

@@ -84,7 +84,7 @@ protected:
 
     PassManager pm(&context);
     TrainAutodiffPassOptions options;
-    options.optimizer = OptimizerKind::none;
+    options.optimizer = "none";
     pm.addPass(createTrainAutodiffPass(options));
     ASSERT_TRUE(succeeded(pm.run(*stepModule)));
 

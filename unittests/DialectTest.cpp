@@ -91,12 +91,12 @@ TEST(Dialect, EveryOpHasItsModels) {
   }
   EXPECT_TRUE(missing.empty()) << llvm::join(missing, "\n");
   // The counts docs/Dialect.md states (a new op changes them on purpose).
-  EXPECT_EQ(compute, 55u);
+  EXPECT_EQ(compute, 57u);
   EXPECT_EQ(differentiable, 25u);
   EXPECT_EQ(structure, 4u);
   // The ops whose result types (or shapes) follow from their operands
   // (docs/Dialect.md).
-  EXPECT_EQ(inferTypes, 41u);
+  EXPECT_EQ(inferTypes, 43u);
   EXPECT_EQ(inferShapes, 4u);
 }
 
@@ -180,7 +180,8 @@ TEST(Dialect, InferredTypesAreTheStepsTypes) {
   std::vector<std::string> wrong;
   llvm::StringSet<llvm::MallocAllocator> inferring;
   // f32 with every technique, bf16 (f32 masters), f16 with loss scaling,
-  // SGD with momentum: the ops of each, forward, backward and optimizer.
+  // SGD with momentum, Lion on 8-bit state: the ops of each, forward,
+  // backward and optimizer.
   for (auto [dtypeName, pipelineText] :
        {std::pair{"f32", "train-step{remat=\"policy=selective\" "
                          "grad-accum=\"steps=2\" quantize=true}"},
@@ -189,7 +190,9 @@ TEST(Dialect, InferredTypesAreTheStepsTypes) {
         std::pair{"bf16", "train-step{grad-accum=\"steps=2\"}"},
         std::pair{"f16", "train-step{loss-scale=true}"},
         std::pair{"f32", "train-step{autodiff=\"optimizer=sgd "
-                         "momentum=0.9 clip-norm=1.0\"}"}}) {
+                         "momentum=0.9 clip-norm=1.0\"}"},
+        std::pair{"bf16", "train-step{autodiff=\"optimizer=lion\" "
+                          "quantize=true}"}}) {
     const char *pipeline = pipelineText;
     config.dtype = dtypeName;
     OwningOpRef<ModuleOp> module = buildModel(&context, config);
@@ -206,12 +209,12 @@ TEST(Dialect, InferredTypesAreTheStepsTypes) {
     });
   }
   EXPECT_TRUE(wrong.empty()) << llvm::join(wrong, "\n");
-  // Of the 50 ops, 37 infer their result types (33) or shapes (4); these
-  // steps use 29 of them. The 13 others are structure (accumulate, block,
+  // Of the 61 ops, 47 infer their result types (43) or shapes (4); these
+  // steps use 31 of them. The 14 others are structure (accumulate, block,
   // remat, yield) or have results that are the op's choice: a cast's or a
   // quantization's element type, a reshape's or sum_to's shape, a table
   // gradient's, an iota's, a mask's or a slice's.
-  EXPECT_EQ(inferring.size(), 29u) << llvm::join(inferring.keys(), ", ");
+  EXPECT_EQ(inferring.size(), 31u) << llvm::join(inferring.keys(), ", ");
 }
 
 } // namespace

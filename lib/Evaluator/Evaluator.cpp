@@ -237,6 +237,8 @@ struct OpKernels {
   LogicalResult evaluate(AdamW8bitOp o);
   LogicalResult evaluate(SGDOp o);
   LogicalResult evaluate(SGD8bitOp o);
+  LogicalResult evaluate(LionOp o);
+  LogicalResult evaluate(Lion8bitOp o);
   LogicalResult evaluate(LossScaleOp o);
   LogicalResult evaluate(UnscaleGradientsOp o);
   LogicalResult evaluate(ClipGradNormOp o);
@@ -326,6 +328,8 @@ struct OpKernels {
   void adamw8bit(AdamW8bitOp op);
   void sgd(SGDOp op);
   void sgd8bit(SGD8bitOp op);
+  void lion(LionOp op);
+  void lion8bit(Lion8bitOp op);
   void clip(ClipGradNormOp op);
   void unscaleGradients(UnscaleGradientsOp op);
   void lrSchedule(LRScheduleOp op);
@@ -885,6 +889,62 @@ void OpKernels::sgd8bit(SGD8bitOp op) {
       RefTensor::ofInts(p.shape,
                         std::vector<int64_t>(newCodes.begin(), newCodes.end())));
   set(op.getNewAbsmax(), RefTensor::ofFloats(absmax.shape, std::move(newAbsmax)));
+}
+
+void OpKernels::lion(LionOp op) {
+  const RefTensor &p = get(op.getParam());
+  const RefTensor &g = get(op.getGrad());
+  const RefTensor &m = get(op.getM());
+  if (!allFinite(g)) {
+    state.noteSkippedUpdate(op.getParam());
+    set(op.getNewParam(), p);
+    set(op.getNewM(), m);
+    return;
+  }
+  trainmem::LionStep step(
+      get(op.getLr()).scalarFloat(), op.getBeta1().convertToDouble(),
+      op.getBeta2().convertToDouble(), op.getWeightDecay().convertToDouble());
+  RefTensor np = RefTensor::zeros(p.shape), nm = RefTensor::zeros(p.shape);
+  for (int64_t i = 0; i < p.numElements(); ++i)
+    step.apply(p.floats[i], g.floats[i], m.floats[i], np.floats[i],
+               nm.floats[i]);
+  set(op.getNewParam(), std::move(np));
+  set(op.getNewM(), std::move(nm));
+}
+
+void OpKernels::lion8bit(Lion8bitOp op) {
+  const RefTensor &p = get(op.getParam());
+  const RefTensor &g = get(op.getGrad());
+  const RefTensor &codes = get(op.getMCodes()), &absmax = get(op.getMAbsmax());
+  if (!allFinite(g)) {
+    state.noteSkippedUpdate(op.getParam());
+    set(op.getNewParam(), p);
+    set(op.getNewMCodes(), codes);
+    set(op.getNewMAbsmax(), absmax);
+    return;
+  }
+  trainmem::LionStep step(
+      get(op.getLr()).scalarFloat(), op.getBeta1().convertToDouble(),
+      op.getBeta2().convertToDouble(), op.getWeightDecay().convertToDouble());
+  const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
+  int64_t n = p.numElements(), block = op.getBlockAttr().getInt();
+  RefTensor np = RefTensor::zeros(p.shape);
+  std::vector<float> momentum(n);
+  for (int64_t i = 0; i < n; ++i)
+    step.apply(p.floats[i], g.floats[i],
+               trainmem::dequantizeValue(map, codeAt(codes, i),
+                                         absmax.floats[i / block]),
+               np.floats[i], momentum[i]);
+  std::vector<uint8_t> newCodes(n);
+  std::vector<float> newAbsmax(absmax.floats.size());
+  trainmem::quantizeBlockwise(map, momentum.data(), n, block, newCodes.data(),
+                              newAbsmax.data());
+  set(op.getNewParam(), std::move(np));
+  set(op.getNewMCodes(),
+      RefTensor::ofInts(
+          p.shape, std::vector<int64_t>(newCodes.begin(), newCodes.end())));
+  set(op.getNewMAbsmax(),
+      RefTensor::ofFloats(absmax.shape, std::move(newAbsmax)));
 }
 
 void OpKernels::sgd(SGDOp op) {
@@ -1471,6 +1531,16 @@ LogicalResult OpKernels::evaluate(SGD8bitOp o) {
   return success();
 }
 
+LogicalResult OpKernels::evaluate(LionOp o) {
+  lion(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(Lion8bitOp o) {
+  lion8bit(o);
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(LossScaleOp o) {
   double scale =
       lossScaleOf(get(o.getState()), o.getInitial().convertToDouble());
@@ -1735,8 +1805,9 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
         CrossEntropyGradOp, RowMaxOp, BroadcastOp, SliceOp, SliceGradOp,
         CrossEntropyPartOp, CrossEntropyMergeOp, CrossEntropyPartGradOp,
         CrossEntropyMergeGradOp, AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp,
-        SGDOp, SGD8bitOp, LossScaleOp, UnscaleGradientsOp, ClipGradNormOp,
-        SquaredNormOp, LRScheduleOp, AttentionOp, AttentionGradOp>(context);
+        SGDOp, SGD8bitOp, LionOp, Lion8bitOp, LossScaleOp, UnscaleGradientsOp,
+        ClipGradNormOp, SquaredNormOp, LRScheduleOp, AttentionOp,
+        AttentionGradOp>(context);
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);

@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Support/ByteSize.h"
 #include "trainmem/Support/DynamicMap.h"
@@ -392,7 +393,8 @@ llvm::Error Session::checkSlots() {
     return runError(
         "the step updates no parameter (built with optimizer=none? it "
         "returns gradients); trainmem-run trains steps with an "
-        "optimizer (adamw or sgd)");
+        "optimizer (" +
+        listOptimizerNames() + ")");
   }
   tokensSlot = slots.findArgument(SlotRole::input, "tokens");
   targetsSlot = slots.findArgument(SlotRole::input, "targets");

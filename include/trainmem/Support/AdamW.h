@@ -1,8 +1,10 @@
-//===- AdamW.h - the AdamW update of one element -----------------*- C++ -*-===//
+//===- AdamW.h - the optimizer updates of one element ------------*- C++
+//-*-===//
 //
-// Header-only and free of LLVM: train.adamw, the fused 8-bit update, the
-// reference evaluator and the runtime's kernels all update an element with
-// this one function, so their results agree bit for bit.
+// Header-only and free of LLVM: train.adamw, train.lion, train.sgd, their
+// fused 8-bit updates, the reference evaluator and the runtime's kernels
+// all update an element with these functions, so their results agree bit
+// for bit.
 //
 //===----------------------------------------------------------------------===//
 
@@ -84,6 +86,30 @@ struct SGDMomentumStep {
     double b = momentum * buffer + g;
     newBuffer = static_cast<float>(b);
     newParam = static_cast<float>(param - lr * (nesterov ? g + momentum * b : b));
+  }
+};
+
+/// Lion on one element (train.lion and its fused 8-bit form; Chen et al.
+/// 2023): c = β1 m + (1-β1) g, p' = (1 - lr wd) p - lr sign(c),
+/// m' = β2 m + (1-β2) g, in f32 one operation at a time (sign(0) = 0),
+/// the decay factor worked out in double once per tensor.
+struct LionStep {
+  float beta1, oneMinusBeta1, beta2, oneMinusBeta2, lr, decay;
+
+  LionStep(double lr, double beta1, double beta2, double weightDecay)
+      : beta1(static_cast<float>(beta1)),
+        oneMinusBeta1(static_cast<float>(1.0 - beta1)),
+        beta2(static_cast<float>(beta2)),
+        oneMinusBeta2(static_cast<float>(1.0 - beta2)),
+        lr(static_cast<float>(lr)),
+        decay(static_cast<float>(1.0 - lr * weightDecay)) {}
+
+  TRAINMEM_HD void apply(float param, float grad, float m, float &newParam,
+                         float &newM) const {
+    float c = beta1 * m + oneMinusBeta1 * grad;
+    float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+    newM = beta2 * m + oneMinusBeta2 * grad;
+    newParam = param * decay - lr * sign;
   }
 };
 

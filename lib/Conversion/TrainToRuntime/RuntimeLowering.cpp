@@ -682,6 +682,43 @@ static LogicalResult lowerSGD8bit(SGD8bitOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::sgd_8bit{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .codes = b.offset(o.getCodes()), .absmax = b.offset(o.getAbsmax()), .lr = b.offset(o.getLr()), .new_param = b.offset(o.getNewParam()), .new_codes = b.offset(o.getNewCodes()), .new_absmax = b.offset(o.getNewAbsmax()), .n = b.elements(o.getParam()), .block = o.getBlockAttr().getInt(), .momentum = o.getMomentum().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble(), .nesterov = static_cast<int64_t>(o.getNesterov())});
 }
 
+static LogicalResult lowerLion(LionOp o, RuntimeCallBuilder &b) {
+  if (failed(b.requireF32(o, {o.getParam(), o.getM()},
+                          "the runtime's Lion keeps its weight and state in")))
+    return failure();
+  return b.emitContiguous(
+      o, rt::lion{.param = b.offset(o.getParam()),
+                  .grad = b.offset(o.getGrad()),
+                  .m = b.offset(o.getM()),
+                  .lr = b.offset(o.getLr()),
+                  .new_param = b.offset(o.getNewParam()),
+                  .new_m = b.offset(o.getNewM()),
+                  .n = b.elements(o.getParam()),
+                  .beta1 = o.getBeta1().convertToDouble(),
+                  .beta2 = o.getBeta2().convertToDouble(),
+                  .weight_decay = o.getWeightDecay().convertToDouble()});
+}
+
+static LogicalResult lowerLion8bit(Lion8bitOp o, RuntimeCallBuilder &b) {
+  if (failed(b.requireF32(o, o.getParam(),
+                          "the runtime's Lion keeps its weight in")))
+    return failure();
+  return b.emitContiguous(
+      o, rt::lion_8bit{.param = b.offset(o.getParam()),
+                       .grad = b.offset(o.getGrad()),
+                       .m_codes = b.offset(o.getMCodes()),
+                       .m_absmax = b.offset(o.getMAbsmax()),
+                       .lr = b.offset(o.getLr()),
+                       .new_param = b.offset(o.getNewParam()),
+                       .new_m_codes = b.offset(o.getNewMCodes()),
+                       .new_m_absmax = b.offset(o.getNewMAbsmax()),
+                       .n = b.elements(o.getParam()),
+                       .block = o.getBlockAttr().getInt(),
+                       .beta1 = o.getBeta1().convertToDouble(),
+                       .beta2 = o.getBeta2().convertToDouble(),
+                       .weight_decay = o.getWeightDecay().convertToDouble()});
+}
+
 static LogicalResult lowerSGD(SGDOp o, RuntimeCallBuilder &b) {
   if (failed(b.requireF32(o, o.getParam(), "the runtime's SGD keeps its weight and momentum in")))
     return failure();
@@ -1077,6 +1114,8 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<AdamW8bitOp, lowerAdamW8bit>(ctx);
     attach<SGD8bitOp, lowerSGD8bit>(ctx);
     attach<SGDOp, lowerSGD>(ctx);
+    attach<LionOp, lowerLion>(ctx);
+    attach<Lion8bitOp, lowerLion8bit>(ctx);
     attach<LRScheduleOp, lowerLRSchedule>(ctx);
     attach<LossScaleOp, lowerLossScale>(ctx);
     attach<UnscaleGradientsOp, lowerUnscaleGradients>(ctx);

@@ -379,6 +379,17 @@ void tmrt_sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                    int64_t new_param, int64_t new_codes, int64_t new_absmax,
                    int64_t n, int64_t block, double momentum,
                    double weight_decay, int64_t nesterov);
+/* Lion (trainmem/Support/AdamW.h, LionStep): one f32 momentum. */
+void tmrt_lion(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+               int64_t lr, int64_t new_param, int64_t new_m, int64_t n,
+               double beta1, double beta2, double weight_decay);
+/* Lion on an 8-bit momentum (signed map), block by block; a non-finite
+ * gradient element skips the whole tensor's update. */
+void tmrt_lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                    int64_t m_codes, int64_t m_absmax, int64_t lr,
+                    int64_t new_param, int64_t new_m_codes,
+                    int64_t new_m_absmax, int64_t n, int64_t block,
+                    double beta1, double beta2, double weight_decay);
 /* buffer < 0: no momentum buffer. */
 void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
               int64_t buffer, int64_t new_param, int64_t new_buffer,
@@ -425,9 +436,9 @@ void tmrt_unscale(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
 void tmrt_loss_scale_update(tmrt_context *ctx, int64_t state,
                             int64_t new_state, int64_t growth_interval);
 /* Optimizer updates skipped since the last clear because their gradient was
- * not finite (tmrt_adamw, tmrt_sgd and the 8-bit ones leave such a tensor as
- * it is), and the arena offset of the parameter of the i-th of them (the
- * first 64 are kept; with TMRT_HOST_MEMORY for one in the host arena). */
+ * not finite (tmrt_adamw, tmrt_sgd, tmrt_lion and the 8-bit ones leave such a
+ * tensor as it is), and the arena offset of the parameter of the i-th of them
+ * (the first 64 are kept; with TMRT_HOST_MEMORY for one in the host arena). */
 uint64_t tmrt_skipped_updates(tmrt_context *ctx);
 int64_t tmrt_skipped_update_param(tmrt_context *ctx, uint64_t i);
 void tmrt_clear_skipped_updates(tmrt_context *ctx);

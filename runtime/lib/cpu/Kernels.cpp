@@ -1977,6 +1977,81 @@ void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
   });
 }
 
+template <typename T>
+void lionOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+            int64_t lr, int64_t new_param, int64_t new_m, int64_t n,
+            double beta1, double beta2, double weight_decay) {
+  const float *p = ctx->at<float>(param), *mv = ctx->at<float>(m);
+  const T *g = ctx->at<T>(grad);
+  float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m);
+  if (!allFiniteOf(ctx, g, n)) {
+    std::memmove(np, p, n * 4);
+    std::memmove(nm, mv, n * 4);
+    ctx->recordSkipped(param);
+  } else {
+    const trainmem::LionStep update(*ctx->at<float>(lr), beta1, beta2,
+                                    weight_decay);
+    elementwise(ctx, n, [&](int64_t i) {
+      update.apply(p[i], g[i], mv[i], np[i], nm[i]);
+    });
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m, n * 4);
+}
+
+void lion(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m, int64_t lr,
+          int64_t new_param, int64_t new_m, int64_t n, double beta1,
+          double beta2, double weight_decay) {
+  withFloatType(ctx, "lion", {grad}, [&](auto type) {
+    lionOf<decltype(type)>(ctx, param, grad, m, lr, new_param, new_m, n, beta1,
+                           beta2, weight_decay);
+  });
+}
+
+void lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
+               int64_t m_absmax, int64_t lr, int64_t new_param,
+               int64_t new_m_codes, int64_t new_m_absmax, int64_t n,
+               int64_t block, double beta1, double beta2, double weight_decay) {
+  block = effectiveBlock(block, n);
+  // A 16-bit gradient is widened once into host memory.
+  std::vector<float> wideGrad;
+  const float *p = ctx->at<float>(param), *g = widened(ctx, grad, n, wideGrad);
+  const uint8_t *c = ctx->at<uint8_t>(m_codes);
+  const float *a = ctx->at<float>(m_absmax);
+  float *np = ctx->at<float>(new_param);
+  uint8_t *nc = ctx->at<uint8_t>(new_m_codes);
+  float *na = ctx->at<float>(new_m_absmax);
+  int64_t blocks = (n + block - 1) / block;
+  if (allFinite(ctx, g, n)) {
+    const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
+    const trainmem::LionStep update(*ctx->at<float>(lr), beta1, beta2,
+                                    weight_decay);
+    // One block of momentum in f32 at a time, never the whole tensor.
+    ctx->pool.parallelFor(
+        blocks, std::max<int64_t>(1, kGrain / block),
+        [&](int64_t b0, int64_t b1) {
+          std::vector<float> momentum(block);
+          for (int64_t b = b0; b < b1; ++b) {
+            int64_t begin = b * block, end = std::min(n, begin + block);
+            for (int64_t i = begin; i < end; ++i)
+              update.apply(p[i], g[i],
+                           trainmem::dequantizeValue(map, c[i], a[b]), np[i],
+                           momentum[i - begin]);
+            tmrt::quantizeBlocks(map, momentum.data(), end - begin, block,
+                                 nc + begin, na + b, 0, 1);
+          }
+        });
+  } else {
+    std::memmove(np, p, n * 4);
+    std::memmove(nc, c, n);
+    std::memmove(na, a, blocks * 4);
+    ctx->recordSkipped(param);
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m_codes, n);
+  ctx->touch(new_m_absmax, blocks * 4);
+}
+
 void clip_begin(tmrt_context *ctx) {
   trainmem::ExactSquareSum(ctx->clipSum).clear();
 }

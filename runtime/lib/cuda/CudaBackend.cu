@@ -1329,6 +1329,43 @@ void adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
 }
 
 template <typename T>
+void lionOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+            int64_t lr, int64_t new_param, int64_t new_m, int64_t n,
+            double beta1, double beta2, double weight_decay) {
+  const float *p = ctx->at<float>(param), *mv = ctx->at<float>(m);
+  const T *g = ctx->at<T>(grad);
+  float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m);
+  if (!allFinite(ctx, g, n)) {
+    if (ctx->hasError)
+      return;
+    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
+    copyArena(ctx, offsetOf(m), offsetOf(new_m), n * 4);
+    ctx->recordSkipped(param);
+  } else {
+    // The decay factor in double on the host, as the CPU kernel.
+    const trainmem::LionStep update(scalarAt<float>(ctx, lr), beta1, beta2,
+                                    weight_decay);
+    elementwise(ctx, "lion", n, [=] __device__(int64_t i) {
+      float newParam, newM;
+      update.apply(p[i], float(g[i]), mv[i], newParam, newM);
+      np[i] = newParam;
+      nm[i] = newM;
+    });
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m, n * 4);
+}
+
+void lion(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m, int64_t lr,
+          int64_t new_param, int64_t new_m, int64_t n, double beta1,
+          double beta2, double weight_decay) {
+  withFloatType(ctx, "lion", {grad}, [&](auto type) {
+    lionOf<decltype(type)>(ctx, param, grad, m, lr, new_param, new_m, n, beta1,
+                           beta2, weight_decay);
+  });
+}
+
+template <typename T>
 void sgdOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
            int64_t buffer, int64_t new_param, int64_t new_buffer, int64_t n,
            double momentum, double weight_decay, int64_t nesterov) {

@@ -522,6 +522,68 @@ void sgd_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
   ctx->touch(new_absmax, blocks * 4);
 }
 
+template <typename T>
+void lion_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad,
+                 int64_t m_codes, int64_t m_absmax, int64_t lr,
+                 int64_t new_param, int64_t new_m_codes, int64_t new_m_absmax,
+                 int64_t n, int64_t block, double beta1, double beta2,
+                 double weight_decay) {
+  const float *p = ctx->at<float>(param);
+  const T *g = ctx->at<T>(grad);
+  const uint8_t *c = ctx->at<uint8_t>(m_codes);
+  const float *a = ctx->at<float>(m_absmax);
+  float *np = ctx->at<float>(new_param);
+  uint8_t *nc = ctx->at<uint8_t>(new_m_codes);
+  float *na = ctx->at<float>(new_m_absmax);
+  int64_t blocks = (n + block - 1) / block;
+  if (allFinite(ctx, g, n)) {
+    const trainmem::LionStep update(scalarAt<float>(ctx, lr), beta1, beta2,
+                                    weight_decay);
+    DeviceMap map = deviceMap(true);
+    perBlock(ctx, "lion_8bit", n, block,
+             [=] __device__(int64_t b, int64_t begin, int64_t end) {
+               float old = a[b];
+               auto updated = [=](int64_t i, float &newParam, float &momentum) {
+                 update.apply(p[i], float(g[i]),
+                              trainmem::dequantizeValue(map, c[i], old),
+                              newParam, momentum);
+               };
+               float largest = 0.0f;
+               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+                 float newParam, momentum;
+                 updated(i, newParam, momentum);
+                 if (largest < fabsf(momentum))
+                   largest = fabsf(momentum);
+               }
+               float scale = blockMaximum(largest);
+               uint8_t zero = trainmem::quantizeToEntries(map, 0.0f);
+               float inverse = 1.0f / scale;
+               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+                 float newParam, momentum;
+                 updated(i, newParam, momentum);
+                 nc[i] =
+                     scale > 0.0f
+                         ? trainmem::quantizeToEntries(map, momentum * inverse)
+                         : zero;
+                 np[i] = newParam;
+               }
+               __syncthreads();
+               if (threadIdx.x == 0)
+                 na[b] = scale;
+             });
+  } else {
+    if (ctx->hasError)
+      return;
+    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
+    copyArena(ctx, offsetOf(m_codes), offsetOf(new_m_codes), n);
+    copyArena(ctx, offsetOf(m_absmax), offsetOf(new_m_absmax), blocks * 4);
+    ctx->recordSkipped(param);
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m_codes, n);
+  ctx->touch(new_m_absmax, blocks * 4);
+}
+
 } // namespace
 
 void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
@@ -548,6 +610,18 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
     sgd_8bitOf<decltype(type)>(ctx, param, grad, codes, absmax, lr, new_param,
                                new_codes, new_absmax, n, block, momentum,
                                weight_decay, nesterov);
+  });
+}
+
+void lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
+               int64_t m_absmax, int64_t lr, int64_t new_param,
+               int64_t new_m_codes, int64_t new_m_absmax, int64_t n,
+               int64_t block, double beta1, double beta2, double weight_decay) {
+  block = trainmem::effectiveStateBlock(block, n);
+  withFloatType(ctx, "lion_8bit", {grad}, [&](auto type) {
+    lion_8bitOf<decltype(type)>(ctx, param, grad, m_codes, m_absmax, lr,
+                                new_param, new_m_codes, new_m_absmax, n, block,
+                                beta1, beta2, weight_decay);
   });
 }
 

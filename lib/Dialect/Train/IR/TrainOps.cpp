@@ -1243,6 +1243,20 @@ ParseResult AdamW8bitOp::parse(OpAsmParser &parser, OperationState &result) {
 
 void AdamW8bitOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
 
+ParseResult LionOp::parse(OpAsmParser &parser, OperationState &result) {
+  // param, grad, m, lr -> new_param, new_m
+  return parseOperandsAndTypes(parser, result, 4, {0, 2});
+}
+
+void LionOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
+
+ParseResult Lion8bitOp::parse(OpAsmParser &parser, OperationState &result) {
+  // param, grad, m codes, m absmax, lr -> new param, m codes, m absmax
+  return parseOperandsAndTypes(parser, result, 5, {0, 2, 3});
+}
+
+void Lion8bitOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
+
 LogicalResult AdamWOp::verify() {
   ArrayRef<int64_t> shape = getParam().getType().getShape();
   for (Value state : {getGrad(), getM(), getV()})
@@ -1253,6 +1267,26 @@ LogicalResult AdamWOp::verify() {
       !getV().getType().getElementType().isF32())
     return emitOpError("m and v must be f32");
   return verifyAdamWAttrs(*this);
+}
+
+template <typename Op> static LogicalResult verifyLionAttrs(Op op) {
+  if (failed(verifyBeta(op, "beta1", op.getBeta1().convertToDouble())) ||
+      failed(verifyBeta(op, "beta2", op.getBeta2().convertToDouble())))
+    return failure();
+  if (!(op.getWeightDecay().convertToDouble() >= 0.0))
+    return op.emitOpError("weight_decay must be >= 0");
+  return success();
+}
+
+LogicalResult LionOp::verify() {
+  ArrayRef<int64_t> shape = getParam().getType().getShape();
+  for (Value state : {getGrad(), getM()})
+    if (rankedType(state).getShape() != shape)
+      return emitOpError("grad and m must have the parameter's shape ")
+             << shapeString(shape);
+  if (!getM().getType().getElementType().isF32())
+    return emitOpError("m must be f32");
+  return verifyLionAttrs(*this);
 }
 
 LogicalResult SGDOp::verify() {
@@ -1405,6 +1439,18 @@ LogicalResult AdamW8bitOp::verify() {
                       getParam().getType().getNumElements(), getMAbsmax());
 }
 
+LogicalResult Lion8bitOp::verify() {
+  ArrayRef<int64_t> shape = getParam().getType().getShape();
+  if (getGrad().getType().getShape() != shape ||
+      getMCodes().getType().getShape() != shape)
+    return emitOpError("grad and m codes must have the parameter's shape ")
+           << shapeString(shape);
+  if (failed(verifyLionAttrs(*this)))
+    return failure();
+  return verifyBlocks(*this, getBlockAttr().getInt(),
+                      getParam().getType().getNumElements(), getMAbsmax());
+}
+
 LogicalResult SGD8bitOp::verify() {
   ArrayRef<int64_t> shape = getParam().getType().getShape();
   if (getGrad().getType().getShape() != shape ||
@@ -1486,6 +1532,32 @@ SmallVector<OptimizerStateUse> AdamW8bitOp::getStateUses() {
 }
 std::optional<unsigned>
 AdamW8bitOp::getTiedResultOperandIndex(unsigned result) {
+  return tiedOfUpdate(*this, result);
+}
+
+// Lion: param, grad, m, lr -> new param, m.
+SmallVector<OptimizerStateUse> LionOp::getStateUses() {
+  return {{StateKind::m, StatePart::value, 2, 1}};
+}
+std::optional<unsigned> LionOp::getTiedResultOperandIndex(unsigned result) {
+  return tiedOfUpdate(*this, result);
+}
+Operation *LionOp::buildBlockwise8bit(OpBuilder &builder, ValueRange codes,
+                                      ValueRange absmax, int64_t block) {
+  return Lion8bitOp::create(
+      builder, getLoc(), getParam().getType(), codes[0].getType(),
+      absmax[0].getType(), getParam(), getGrad(), codes[0], absmax[0], getLr(),
+      getBeta1Attr(), getBeta2Attr(), getWeightDecayAttr(),
+      builder.getI64IntegerAttr(block));
+}
+
+// Lion on an 8-bit momentum: param, grad, m codes, m absmax, lr -> new
+// param, codes, absmax.
+SmallVector<OptimizerStateUse> Lion8bitOp::getStateUses() {
+  return {{StateKind::m, StatePart::codes, 2, 1},
+          {StateKind::m, StatePart::absmax, 3, 2}};
+}
+std::optional<unsigned> Lion8bitOp::getTiedResultOperandIndex(unsigned result) {
   return tiedOfUpdate(*this, result);
 }
 

@@ -14,6 +14,8 @@
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
+#include "OptimizerPassOptions.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -202,29 +204,11 @@ struct ParamInfo {
 struct TrainAutodiffPass
     : public impl::TrainAutodiffPassBase<TrainAutodiffPass> {
   using Base::Base;
+  TRAINMEM_OPTIMIZER_PASS_OPTIONS
 
   void runOnOperation() override;
   LogicalResult buildStep(func::FuncOp func);
-  OptimizerOptions optimizerOptions() const;
 };
-
-/// The optimizer options, as train-add-optimizer takes them.
-OptimizerOptions TrainAutodiffPass::optimizerOptions() const {
-  OptimizerOptions options;
-  options.optimizer = optimizer;
-  options.lr = lr;
-  options.minLr = minLr;
-  options.warmupSteps = warmupSteps;
-  options.totalSteps = totalSteps;
-  options.beta1 = beta1;
-  options.beta2 = beta2;
-  options.epsilon = epsilon;
-  options.weightDecay = weightDecay;
-  options.momentum = momentum;
-  options.clipNorm = clipNorm;
-  options.masterWeights = masterWeights;
-  return options;
-}
 
 LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
   MLIRContext *context = func.getContext();
@@ -327,7 +311,7 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
 
 void TrainAutodiffPass::runOnOperation() {
   ModuleOp module = getOperation();
-  OptimizerOptions options = optimizerOptions();
+  OptimizerOptions options = readOptimizerOptions(*this);
   if (failed(checkOptimizerOptions(options, module.getLoc(), getArgument(),
                                    /*allowNone=*/true)))
     return signalPassFailure();
@@ -346,7 +330,7 @@ void TrainAutodiffPass::runOnOperation() {
   func.setSymName(stepName);
   func->setAttr(kStepAttrName, UnitAttr::get(&getContext()));
   // The optimizer is train-add-optimizer's, run on the gradient step.
-  if (optimizer != OptimizerKind::none &&
+  if (options.optimizer != "none" &&
       failed(addOptimizer(func, options, getArgument())))
     return signalPassFailure();
 }

@@ -73,8 +73,9 @@ llvm::json::Object peakOpJson(const FunctionMemory &memory) {
   return object;
 }
 
-/// Bytes of the step's optimizer-state arguments by kind: "master", "m+v"
-/// (Adam's moments, f32 or 8-bit codes plus block maxima), "momentum".
+/// Bytes of the step's optimizer-state arguments by kind (StateKind: the
+/// registry's kinds, "master", "m", "v", "momentum", "h"; an 8-bit state's
+/// codes and block maxima under its kind), in the order of the arguments.
 std::vector<std::pair<std::string, uint64_t>>
 optimizerStateByKind(func::FuncOp func) {
   std::vector<std::pair<std::string, uint64_t>> kinds;
@@ -84,10 +85,7 @@ optimizerStateByKind(func::FuncOp func) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
     if (!state || !type || !type.hasStaticShape())
       continue;
-    StateKind kind = state.getKind();
-    std::string label = kind == StateKind::m || kind == StateKind::v
-                            ? "m+v"
-                            : stringifyStateKind(kind).str();
+    std::string label = stringifyStateKind(state.getKind()).str();
     uint64_t bytes = static_cast<uint64_t>(type.getNumElements()) *
                      ((type.getElementTypeBitWidth() + 7) / 8);
     auto it = llvm::find_if(kinds, [&](auto &k) { return k.first == label; });

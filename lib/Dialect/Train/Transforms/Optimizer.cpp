@@ -11,8 +11,11 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+
+#include "OptimizerPassOptions.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -41,9 +44,17 @@ LogicalResult mlir::train::checkOptimizerOptions(
   };
   auto finite = [](double v) { return std::isfinite(v); };
   const OptimizerOptions &o = options;
-  if (o.optimizer == OptimizerKind::none && !allowNone)
+  if (o.optimizer == "none") {
+    if (allowNone)
+      return success();
     return emitError(loc, passName)
-           << ": optimizer=none adds no optimizer (expected adamw or sgd)";
+           << ": optimizer=none adds no optimizer (expected "
+           << listOptimizerNames() << ")";
+  }
+  if (!lookupOptimizer(o.optimizer))
+    return emitError(loc, passName)
+           << ": unknown optimizer '" << o.optimizer << "' (expected "
+           << listOptimizerNames() << (allowNone ? ", or none)" : ")");
   // Learning rates beyond 10 diverge on any model this compiler targets;
   // such a value is a typo (1e30 for 1e-3), not a setting.
   if (!finite(o.lr) || o.lr <= 0.0 || o.lr > 10.0)
@@ -81,9 +92,11 @@ struct ParamInfo {
   RankedTensorType type;
 };
 
-/// The arguments of one parameter's optimizer state (-1: none).
+/// The arguments of one parameter's optimizer state: its f32 master (-1:
+/// none) and the optimizer's state present, in the registry's order.
 struct StateIndices {
-  int master = -1, m = -1, v = -1, momentum = -1;
+  int master = -1;
+  SmallVector<unsigned, 2> state;
 };
 
 /// addOptimizer's steps on one step function, in order: what the step has
@@ -91,10 +104,10 @@ struct StateIndices {
 /// block, the state arguments, then the update and the new results.
 class OptimizerAppender {
 public:
-  OptimizerAppender(func::FuncOp func, const OptimizerOptions &options,
-                    StringRef passName)
-      : func(func), context(func.getContext()), o(options), passName(passName),
-        builder(context),
+  OptimizerAppender(func::FuncOp func, const OptimizerInfo &info,
+                    const OptimizerOptions &options, StringRef passName)
+      : func(func), context(func.getContext()), info(info), o(options),
+        passName(passName), builder(context),
         f32Scalar(RankedTensorType::get({}, Float32Type::get(context))) {}
 
   LogicalResult run();
@@ -117,6 +130,7 @@ private:
 
   func::FuncOp func;
   MLIRContext *context;
+  const OptimizerInfo &info;
   const OptimizerOptions &o;
   StringRef passName;
   OpBuilder builder;
@@ -233,18 +247,19 @@ void OptimizerAppender::findOrCreateBlock() {
 }
 
 /// New arguments: each parameter's optimizer state (an f32 master of a
-/// 16-bit parameter, AdamW's m and v, SGD's momentum buffer), added in one
-/// signature change (one at a time would be quadratic).
+/// 16-bit parameter, then the registry entry's states: AdamW's m and v,
+/// Lion's m, SGD's momentum buffer), added in one signature change (one at
+/// a time would be quadratic).
 LogicalResult OptimizerAppender::addStateArguments() {
   unsigned firstNew = func.getNumArguments();
   SmallVector<Type> newTypes;
   SmallVector<DictionaryAttr> newAttrs;
   auto planState = [&](Type type, const ParamInfo &param,
-                       StateKind kind) -> int {
+                       StateKind kind) -> unsigned {
     newTypes.push_back(type);
     newAttrs.push_back(builder.getDictionaryAttr(
         builder.getNamedAttr(kOptimizerStateAttrName, stateAttr(param, kind))));
-    return static_cast<int>(firstNew + newTypes.size() - 1);
+    return firstNew + newTypes.size() - 1;
   };
   for (const ParamInfo &param : params) {
     StateIndices state;
@@ -253,12 +268,13 @@ LogicalResult OptimizerAppender::addStateArguments() {
     bool needsMaster = o.masterWeights && !param.type.getElementType().isF32();
     if (needsMaster)
       state.master = planState(f32Type, param, StateKind::master);
-    if (o.optimizer == OptimizerKind::adamw) {
-      state.m = planState(f32Type, param, StateKind::m);
-      state.v = planState(f32Type, param, StateKind::v);
-    } else if (o.optimizer == OptimizerKind::sgd && o.momentum > 0.0) {
-      Type bufferType = needsMaster ? Type(f32Type) : Type(param.type);
-      state.momentum = planState(bufferType, param, StateKind::momentum);
+    for (const OptimizerStateInfo &spec : info.states) {
+      if (spec.presentWhen && !spec.presentWhen(o))
+        continue;
+      Type type = spec.type == StateElementType::f32 || needsMaster
+                      ? Type(f32Type)
+                      : Type(param.type);
+      state.state.push_back(planState(type, param, spec.kind));
     }
     stateIndices.push_back(state);
   }
@@ -299,27 +315,13 @@ void OptimizerAppender::update(const ParamInfo &param, Value grad,
   Location loc = func.getLoc();
   Value master = argumentAt(indices.master);
   Value weights = func.getArgument(param.argIndex);
-  Value updated = master ? master : weights;
-  Value newM, newV, newMomentum;
-  if (o.optimizer == OptimizerKind::adamw) {
-    auto adamw = AdamWOp::create(
-        builder, loc, updated, grad, argumentAt(indices.m),
-        argumentAt(indices.v), lr, func.getArgument(stepIndex),
-        builder.getF64FloatAttr(o.beta1), builder.getF64FloatAttr(o.beta2),
-        builder.getF64FloatAttr(o.epsilon),
-        builder.getF64FloatAttr(o.weightDecay));
-    updated = adamw.getNewParam();
-    newM = adamw.getNewM();
-    newV = adamw.getNewV();
-  } else {
-    Value buffer = argumentAt(indices.momentum);
-    auto sgd = SGDOp::create(
-        builder, loc, updated.getType(), buffer ? buffer.getType() : Type(),
-        updated, grad, lr, buffer, builder.getF64FloatAttr(o.momentum),
-        builder.getF64FloatAttr(o.weightDecay), UnitAttr());
-    updated = sgd.getNewParam();
-    newMomentum = sgd.getNewMomentumBuffer();
-  }
+  SmallVector<Value> state;
+  for (unsigned index : indices.state)
+    state.push_back(func.getArgument(index));
+  OptimizerUpdateOperands operands{master ? master : weights, grad, lr,
+                                   func.getArgument(stepIndex), state};
+  OptimizerUpdateOpInterface update = info.build(builder, loc, operands, o);
+  Value updated = update.getNewParamValue();
   if (master) {
     Value newWeights = CastOp::create(builder, loc, param.type, updated);
     give(newWeights, kParamAttrName, builder.getStringAttr(param.name));
@@ -327,13 +329,9 @@ void OptimizerAppender::update(const ParamInfo &param, Value grad,
   } else {
     give(updated, kParamAttrName, builder.getStringAttr(param.name));
   }
-  if (newM) {
-    give(newM, kOptimizerStateAttrName, stateAttr(param, StateKind::m));
-    give(newV, kOptimizerStateAttrName, stateAttr(param, StateKind::v));
-  }
-  if (newMomentum)
-    give(newMomentum, kOptimizerStateAttrName,
-         stateAttr(param, StateKind::momentum));
+  for (const OptimizerStateUse &use : update.getStateUses())
+    give(update->getResult(use.resultIndex), kOptimizerStateAttrName,
+         stateAttr(param, use.kind));
 }
 
 LogicalResult OptimizerAppender::run() {
@@ -385,30 +383,23 @@ LogicalResult OptimizerAppender::run() {
 LogicalResult mlir::train::addOptimizer(func::FuncOp func,
                                         const OptimizerOptions &options,
                                         StringRef passName) {
-  assert(options.optimizer != OptimizerKind::none && "no optimizer to add");
-  return OptimizerAppender(func, options, passName).run();
+  const OptimizerInfo *info = lookupOptimizer(options.optimizer);
+  if (!info)
+    return func.emitError(passName)
+           << ": unknown optimizer '" << options.optimizer << "' (expected "
+           << listOptimizerNames() << ")";
+  return OptimizerAppender(func, *info, options, passName).run();
 }
 
 namespace {
 struct TrainAddOptimizerPass
     : public train::impl::TrainAddOptimizerPassBase<TrainAddOptimizerPass> {
   using Base::Base;
+  TRAINMEM_OPTIMIZER_PASS_OPTIONS
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    OptimizerOptions options;
-    options.optimizer = optimizer;
-    options.lr = lr;
-    options.minLr = minLr;
-    options.warmupSteps = warmupSteps;
-    options.totalSteps = totalSteps;
-    options.beta1 = beta1;
-    options.beta2 = beta2;
-    options.epsilon = epsilon;
-    options.weightDecay = weightDecay;
-    options.momentum = momentum;
-    options.clipNorm = clipNorm;
-    options.masterWeights = masterWeights;
+    OptimizerOptions options = readOptimizerOptions(*this);
     if (failed(checkOptimizerOptions(options, module.getLoc(), getArgument(),
                                      /*allowNone=*/false)))
       return signalPassFailure();

@@ -32,7 +32,8 @@
 // CHECK-NEXT:  optimizer 1024 1024
 // CHECK-NEXT:  activations 64 320
 // CHECK-NEXT:  temporaries 140 140
-// CHECK-NEXT:  optimizer state m+v 1024 B 8.0000 B/param
+// CHECK-NEXT:  optimizer state m 512 B 4.0000 B/param
+// CHECK-NEXT:  optimizer state v 512 B 4.0000 B/param
 // CHECK-NEXT:  model states (weights + gradients + optimizer) 16.0000 B/param
 // CHECK-NEXT:  flops      forward 768  backward 896  optimizer 1536  recompute 0
 // CHECK-NEXT:  saved activations per layer (B)
@@ -64,7 +65,8 @@
 // JSON-NEXT: ],
 // JSON-NEXT: "model_states_bytes_per_parameter": 16,
 // JSON-NEXT: "optimizer_state": {
-// JSON-NEXT:   "m+v": 1024
+// JSON-NEXT:   "m": 512,
+// JSON-NEXT:   "v": 512
 // JSON-NEXT: },
 // JSON-NEXT: "parameters": 128,
 // JSON-NEXT: "peak_bytes": 2252,

@@ -95,8 +95,9 @@
 // PADDED-NEXT: train.reshape %[[UNPAD]] : tensor<128xf32> -> tensor<8x16xf32>
 
 // Stage 1 sends what stage 0 does (2Ψ(N-1)/N = 384 elements), in two
-// halves; the optimizer state is 8Ψ/N = 512 B.
-// REPORT1: optimizer state m+v {{ *}}512 B
+// halves; the optimizer state is 8Ψ/N = 512 B (m and v, 256 B each).
+// REPORT1: optimizer state m {{ *}}256 B
+// REPORT1: optimizer state v {{ *}}256 B
 // REPORT1: communication data        all_gather           2 ops                  192 elements                  768 B per rank and step
 // REPORT1: communication data        reduce_scatter       2 ops                  192 elements                  768 B per rank and step
 

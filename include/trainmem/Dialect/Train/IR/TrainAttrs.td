@@ -24,7 +24,8 @@ def Train_BlockKind : I32EnumAttr<"BlockKind", "kind of a model block", [
 def Train_StateKind : I32EnumAttr<"StateKind", "kind of optimizer state", [
     // The f32 master copy of a 16-bit parameter.
     I32EnumAttrCase<"master", 0>,
-    // Adam's first and second moments.
+    // The first moment (Adam's, Lion's and Sophia's momentum) and Adam's
+    // second moment.
     I32EnumAttrCase<"m", 1>,
     I32EnumAttrCase<"v", 2>,
     // SGD's momentum buffer.
@@ -32,7 +33,9 @@ def Train_StateKind : I32EnumAttr<"StateKind", "kind of optimizer state", [
     // The step's dynamic loss scale (train-loss-scale): tensor<3xi64> of
     // [log2(scale / initial scale), clean steps since the last change,
     // skipped steps], zeros at the start.
-    I32EnumAttrCase<"loss_scale", 4>
+    I32EnumAttrCase<"loss_scale", 4>,
+    // Sophia's estimate of the Hessian's diagonal.
+    I32EnumAttrCase<"h", 5>
   ]> {
   let cppNamespace = "::mlir::train";
   let genSpecializedAttr = 0;

@@ -1426,6 +1426,69 @@ def Train_SGD8bitOp : Train_NonDiffOp<"sgd_8bit", [
   let hasVerifier = 1;
 }
 
+def Train_LionOp : Train_NonDiffOp<"lion",
+    [DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+     DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface, ["buildBlockwise8bit"]>,
+     AllTypesMatch<["param", "new_param"]>, AllTypesMatch<["m", "new_m"]>]> {
+  let summary = "one Lion update (sign of the interpolated momentum)";
+  let description = [{
+    Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
+    Algorithms"): `c = β1 m + (1-β1) g`,
+    `p' = p - lr · (sign(c) + wd · p)`, `m' = β2 m + (1-β2) g`, evaluated
+    in f32 as `p' = (1 - lr·wd) p - lr · sign(c)` (the decay factor in f64
+    once per tensor; `sign(0) = 0`). One state tensor, `m` (f32): half of
+    AdamW's. A gradient with an element that is not finite leaves the
+    parameter and `m` as they are.
+
+    ```mlir
+    %p2, %m2 = train.lion %p, %g, %m, %lr
+        {beta1 = 0.9 : f64, beta2 = 0.99 : f64, weight_decay = 0.1 : f64}
+        : tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
+                       Train_FloatTensor:$m, Train_F32Scalar:$lr,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$weight_decay);
+  let results = (outs Train_FloatTensor:$new_param, Train_FloatTensor:$new_m);
+  // `<operands> attr-dict : <their types>`, as `train.adamw`.
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+}
+
+def Train_Lion8bitOp : Train_NonDiffOp<"lion_8bit", [
+    DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+    DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
+    AllTypesMatch<["param", "new_param"]>,
+    AllTypesMatch<["m_codes", "new_m_codes"]>,
+    AllTypesMatch<["m_absmax", "new_m_absmax"]>]> {
+  let summary = "Lion on a block-wise 8-bit momentum, fused";
+  let description = [{
+    The update of `train.lion`, its momentum stored as codes of the signed
+    dynamic map plus one f32 absmax per block: one block at a time,
+    dequantize, update in f32, find the new absmax, requantize. A
+    non-finite gradient element leaves the parameter and momentum as they
+    are.
+
+    ```mlir
+    %p2, %c2, %a2 = train.lion_8bit %p, %g, %codes, %absmax, %lr
+        {beta1 = 0.9 : f64, beta2 = 0.99 : f64, weight_decay = 0.0 : f64,
+         block = 256 : i64}
+        : tensor<4096xf32>, tensor<4096xf32>, tensor<4096xi8>, tensor<16xf32>,
+          tensor<f32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
+                       Train_StaticTensorOf<[I8]>:$m_codes,
+                       Train_StaticTensorOf<[F32]>:$m_absmax,
+                       Train_F32Scalar:$lr, F64Attr:$beta1, F64Attr:$beta2,
+                       F64Attr:$weight_decay, I64Attr:$block);
+  let results = (outs Train_FloatTensor:$new_param,
+                      Train_StaticTensorOf<[I8]>:$new_m_codes,
+                      Train_StaticTensorOf<[F32]>:$new_m_absmax);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+}
+
 def Train_ClipGradNormOp : Train_NonDiffOp<"clip_grad_norm", [
     AttrSizedOperandSegments, InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Train_TiedOpInterface>]> {

@@ -21,14 +21,19 @@ enum class RematPolicy { full, selective, attention, mlp, every, custom, budget 
 enum class RematMethod { uniform, block };
 enum class AccumNormalize { tokens, mean };
 enum class AccumUneven { pad, refuse };
-enum class OptimizerKind { adamw, sgd, none };
 enum class ZeroAccumulate { microBatch, full };
 enum class OffloadWhat { states, statesAndUpdate };
 
+struct OptimizerInfo;
+
 /// The optimizer a step gets (train-add-optimizer's options; train-autodiff
-/// has the same and appends the optimizer after differentiating).
+/// has the same and appends the optimizer after differentiating). The
+/// passes fill what the user does not give from the optimizer's registry
+/// entry (OptimizerRegistry.h); the values here are AdamW's.
 struct OptimizerOptions {
-  OptimizerKind optimizer = OptimizerKind::adamw;
+  /// A registered optimizer's name, or "none" (train-autodiff: the step
+  /// returns its gradients).
+  std::string optimizer = "adamw";
   double lr = 3.0e-4;
   double minLr = 0.0;
   int64_t warmupSteps = 0;
@@ -40,6 +45,9 @@ struct OptimizerOptions {
   double momentum = 0.0;
   double clipNorm = 0.0;
   bool masterWeights = true;
+
+  /// The options for `info` with its defaults.
+  static OptimizerOptions defaultsOf(const OptimizerInfo &info);
 };
 
 /// Refuses options that would train nothing or train on nonsense, with an

@@ -73,25 +73,25 @@ def TrainCostReportPass : Pass<"train-cost-report", "mlir::ModuleOp"> {
 // The optimizer's options: train-add-optimizer's, and train-autodiff's,
 // which appends the same optimizer after differentiating.
 defvar TrainOptimizerOptions = [
-    Option<"optimizer", "optimizer", "::mlir::train::OptimizerKind",
-           "::mlir::train::OptimizerKind::adamw",
-           "The optimizer", [{::llvm::cl::values(
-             clEnumValN(::mlir::train::OptimizerKind::adamw, "adamw",
-                        "AdamW (decoupled weight decay)"),
-             clEnumValN(::mlir::train::OptimizerKind::sgd, "sgd",
-                        "SGD, with momentum when momentum > 0"),
-             clEnumValN(::mlir::train::OptimizerKind::none, "none",
-                        "No update: the step returns the gradients "
-                        "(train-autodiff only)"))}]>,
-    Option<"lr", "lr", "double", "3.0e-4", "Learning rate (peak with a schedule)">,
+    Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
+           "The optimizer: adamw, lion or sgd (OptimizerRegistry.h; "
+           "docs/Optimizers.md), or none (train-autodiff only: the step "
+           "returns the gradients). Options not given take the optimizer's "
+           "defaults">,
+    Option<"lr", "lr", "double", "3.0e-4",
+           "Learning rate (peak with a schedule); default: the optimizer's">,
     Option<"minLr", "min-lr", "double", "0.0", "Final learning rate of the cosine schedule">,
     Option<"warmupSteps", "warmup-steps", "int64_t", "0", "Linear warm-up steps">,
     Option<"totalSteps", "total-steps", "int64_t", "0",
            "Steps of the cosine schedule; 0 keeps the learning rate constant">,
-    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
-    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
-    Option<"epsilon", "eps", "double", "1.0e-8", "AdamW epsilon">,
-    Option<"weightDecay", "weight-decay", "double", "0.01", "Decoupled weight decay">,
+    Option<"beta1", "beta1", "double", "0.9",
+           "AdamW's and Lion's beta1; default: the optimizer's">,
+    Option<"beta2", "beta2", "double", "0.999",
+           "AdamW's and Lion's beta2; default: the optimizer's">,
+    Option<"epsilon", "eps", "double", "1.0e-8",
+           "AdamW's epsilon; default: the optimizer's">,
+    Option<"weightDecay", "weight-decay", "double", "0.01",
+           "Decoupled weight decay; default: the optimizer's">,
     Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
     Option<"clipNorm", "clip-norm", "double", "0.0",
            "Clip the global gradient norm to this value; 0 disables clipping">,

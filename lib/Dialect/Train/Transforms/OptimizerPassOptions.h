@@ -1,0 +1,102 @@
+//===- OptimizerPassOptions.h - the optimizer options of two passes -*- C++
+//-*-===//
+//
+// train-autodiff and train-add-optimizer declare the optimizer's options
+// once (TrainOptimizerOptions in Passes.td); these read them into an
+// OptimizerOptions and, when the options are parsed, fill what the user
+// did not give from the optimizer's registry entry, so that a printed
+// pipeline names the values the pass runs with.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LIB_DIALECT_TRAIN_TRANSFORMS_OPTIMIZERPASSOPTIONS_H
+#define LIB_DIALECT_TRAIN_TRANSFORMS_OPTIMIZERPASSOPTIONS_H
+
+#include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+
+namespace mlir {
+namespace train {
+
+/// After `pass` parsed its options: an unknown optimizer and an option the
+/// optimizer does not read are errors; options not given take the
+/// optimizer's defaults.
+template <typename PassT>
+LogicalResult
+completeOptimizerOptions(PassT &pass,
+                         function_ref<LogicalResult(const Twine &)> onError) {
+  StringRef name = pass.optimizer;
+  if (name == "none")
+    return success();
+  const OptimizerInfo *info = lookupOptimizer(name);
+  if (!info)
+    return onError(pass.getArgument() + ": unknown optimizer '" + name +
+                   "' (expected " + listOptimizerNames() + ", or none)");
+  struct Given {
+    OptimizerOption option;
+    Pass::Option<double> &value;
+    double fallback;
+  };
+  const OptimizerDefaults &d = info->defaults;
+  Given options[] = {
+      {OptimizerOption::beta1, pass.beta1, d.beta1},
+      {OptimizerOption::beta2, pass.beta2, d.beta2},
+      {OptimizerOption::epsilon, pass.epsilon, d.epsilon},
+      {OptimizerOption::weightDecay, pass.weightDecay, d.weightDecay},
+      {OptimizerOption::momentum, pass.momentum, 0.0}};
+  for (Given &given : options) {
+    if (given.value.hasValue() && !info->reads(given.option)) {
+      std::string reads;
+      for (OptimizerOption option : info->options)
+        reads +=
+            (reads.empty() ? "" : ", ") + getOptimizerOptionName(option).str();
+      return onError(pass.getArgument() + ": optimizer=" + name +
+                     " has no option " + getOptimizerOptionName(given.option) +
+                     " (it reads " + reads + ")");
+    }
+    if (!given.value.hasValue())
+      given.value = given.fallback;
+  }
+  if (!pass.lr.hasValue())
+    pass.lr = d.lr;
+  return success();
+}
+
+/// The optimizer options `pass` runs with.
+template <typename PassT>
+OptimizerOptions readOptimizerOptions(const PassT &pass) {
+  OptimizerOptions options;
+  options.optimizer = pass.optimizer;
+  options.lr = pass.lr;
+  options.minLr = pass.minLr;
+  options.warmupSteps = pass.warmupSteps;
+  options.totalSteps = pass.totalSteps;
+  options.beta1 = pass.beta1;
+  options.beta2 = pass.beta2;
+  options.epsilon = pass.epsilon;
+  options.weightDecay = pass.weightDecay;
+  options.momentum = pass.momentum;
+  options.clipNorm = pass.clipNorm;
+  options.masterWeights = pass.masterWeights;
+  return options;
+}
+
+/// The members a pass with TrainOptimizerOptions declares to use the two.
+#define TRAINMEM_OPTIMIZER_PASS_OPTIONS                                        \
+  LogicalResult initializeOptions(                                             \
+      StringRef options,                                                       \
+      function_ref<LogicalResult(const Twine &)> errorHandler) override {      \
+    if (failed(Base::initializeOptions(options, errorHandler)))                \
+      return failure();                                                        \
+    return completeOptimizerOptions(*this, errorHandler);                      \
+  }                                                                            \
+  template <typename PassT>                                                    \
+  friend LogicalResult mlir::train::completeOptimizerOptions(                  \
+      PassT &, function_ref<LogicalResult(const Twine &)>);                    \
+  template <typename PassT>                                                    \
+  friend OptimizerOptions mlir::train::readOptimizerOptions(const PassT &);
+
+} // namespace train
+} // namespace mlir
+
+#endif // LIB_DIALECT_TRAIN_TRANSFORMS_OPTIMIZERPASSOPTIONS_H

@@ -91,12 +91,12 @@ TEST(Dialect, EveryOpHasItsModels) {
   }
   EXPECT_TRUE(missing.empty()) << llvm::join(missing, "\n");
   // The counts docs/Dialect.md states (a new op changes them on purpose).
-  EXPECT_EQ(compute, 57u);
+  EXPECT_EQ(compute, 61u);
   EXPECT_EQ(differentiable, 25u);
   EXPECT_EQ(structure, 4u);
   // The ops whose result types (or shapes) follow from their operands
   // (docs/Dialect.md).
-  EXPECT_EQ(inferTypes, 43u);
+  EXPECT_EQ(inferTypes, 46u);
   EXPECT_EQ(inferShapes, 4u);
 }
 
@@ -180,8 +180,8 @@ TEST(Dialect, InferredTypesAreTheStepsTypes) {
   std::vector<std::string> wrong;
   llvm::StringSet<llvm::MallocAllocator> inferring;
   // f32 with every technique, bf16 (f32 masters), f16 with loss scaling,
-  // SGD with momentum, Lion on 8-bit state: the ops of each, forward,
-  // backward and optimizer.
+  // SGD with momentum, Lion and Sophia (its Hessian step too) on 8-bit
+  // state: the ops of each, forward, backward and optimizer.
   for (auto [dtypeName, pipelineText] :
        {std::pair{"f32", "train-step{remat=\"policy=selective\" "
                          "grad-accum=\"steps=2\" quantize=true}"},
@@ -192,6 +192,8 @@ TEST(Dialect, InferredTypesAreTheStepsTypes) {
         std::pair{"f32", "train-step{autodiff=\"optimizer=sgd "
                          "momentum=0.9 clip-norm=1.0\"}"},
         std::pair{"bf16", "train-step{autodiff=\"optimizer=lion\" "
+                          "quantize=true}"},
+        std::pair{"bf16", "train-step{autodiff=\"optimizer=sophia\" "
                           "quantize=true}"}}) {
     const char *pipeline = pipelineText;
     config.dtype = dtypeName;
@@ -209,12 +211,12 @@ TEST(Dialect, InferredTypesAreTheStepsTypes) {
     });
   }
   EXPECT_TRUE(wrong.empty()) << llvm::join(wrong, "\n");
-  // Of the 61 ops, 47 infer their result types (43) or shapes (4); these
-  // steps use 31 of them. The 14 others are structure (accumulate, block,
+  // Of the 65 ops, 50 infer their result types (46) or shapes (4); these
+  // steps use 34 of them. The 15 others are structure (accumulate, block,
   // remat, yield) or have results that are the op's choice: a cast's or a
   // quantization's element type, a reshape's or sum_to's shape, a table
-  // gradient's, an iota's, a mask's or a slice's.
-  EXPECT_EQ(inferring.size(), 31u) << llvm::join(inferring.keys(), ", ");
+  // gradient's, an iota's, a mask's, a slice's or a sample's.
+  EXPECT_EQ(inferring.size(), 34u) << llvm::join(inferring.keys(), ", ");
 }
 
 } // namespace

@@ -163,6 +163,12 @@ TEST_F(OptimizerRegistryTest, EveryOptimizerBuildsRunsAndQuantizes) {
         expected.push_back(spec.kind);
       EXPECT_EQ(kinds, expected)
           << where << "state kinds differ from the entry";
+      // An optimizer with a Hessian estimate gets the step that refreshes
+      // it.
+      EXPECT_EQ(static_cast<bool>(findHessianStep(step)), info.hessianStep)
+          << where
+          << (info.hessianStep ? "no Hessian step built"
+                               : "a Hessian step built");
 
       // One step on the evaluator: finite loss, every weight moved.
       SmallVector<RefTensor> args;
@@ -201,10 +207,11 @@ TEST_F(OptimizerRegistryTest, EveryOptimizerBuildsRunsAndQuantizes) {
       ASSERT_TRUE(succeeded(verify(*quantized))) << where;
       unsigned quantizedUpdates = 0;
       std::set<std::string> built8bit;
-      quantized->walk([&](OptimizerUpdateOpInterface update) {
-        built8bit.insert(update->getName().getStringRef().str());
-        ++quantizedUpdates;
-      });
+      quantized->lookupSymbol<func::FuncOp>("train_step")
+          .walk([&](OptimizerUpdateOpInterface update) {
+            built8bit.insert(update->getName().getStringRef().str());
+            ++quantizedUpdates;
+          });
       EXPECT_EQ(built8bit, std::set<std::string>{info.update8bitOp.str()})
           << where
           << "the 8-bit updates built are not the entry's 8-bit update op";

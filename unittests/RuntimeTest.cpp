@@ -693,6 +693,54 @@ TEST_F(RuntimeTest, LionAndItsEightBitForm) {
   }
 }
 
+TEST_F(RuntimeTest, SophiaItsEightBitFormAndItsHessianStep) {
+  // Sophia on f32 and 8-bit m and h (1000 elements: three full blocks and
+  // a partial one), the Hessian refresh, and labels sampled from logits
+  // (f32 and 16-bit), against the evaluator. h is non-negative: |x| of
+  // random values.
+  std::uniform_int_distribution<int64_t> code(0, 255);
+  std::vector<int64_t> mCodes(1000), hCodes(1000);
+  for (int64_t i = 0; i < 1000; ++i) {
+    mCodes[i] = code(rng);
+    hCodes[i] = code(rng);
+  }
+  std::vector<float> absmax = {0.02f, 0.5f, 1e-5f, 0.0f};
+  std::vector<float> h(1000);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  for (float &v : h)
+    v = std::fabs(normal(rng));
+  for (StringRef dtype : {"f32", "bf16", "f16"}) {
+    SCOPED_TRACE(dtype.str());
+    std::string source = llvm::join(llvm::split(StringRef(R"mlir(
+    func.func @train_step(%p: tensor<1000xf32>, %g: tensor<1000xG>, %m: tensor<1000xf32>, %h: tensor<1000xf32>, %mc: tensor<1000xi8>, %ma: tensor<4xf32>, %hc: tensor<1000xi8>, %ha: tensor<4xf32>, %logits: tensor<6x50xG>, %t: tensor<i64>)
+        -> (tensor<1000xf32>, tensor<1000xf32>, tensor<1000xf32>, tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xf32>, tensor<6xi32>, tensor<6xi64>) {
+      %lr = arith.constant dense<1.0e-2> : tensor<f32>
+      %a:3 = train.sophia %p, %g, %m, %h, %lr {beta1 = 0.965 : f64, rho = 0.04 : f64, epsilon = 1.0e-15 : f64, weight_decay = 0.1 : f64, batch = 512 : i64} : tensor<1000xf32>, tensor<1000xG>, tensor<1000xf32>, tensor<1000xf32>, tensor<f32>
+      %q:5 = train.sophia_8bit %p, %g, %mc, %ma, %hc, %ha, %lr {beta1 = 0.9 : f64, rho = 0.05 : f64, epsilon = 1.0e-12 : f64, weight_decay = 0.0 : f64, batch = 64 : i64, block = 256 : i64} : tensor<1000xf32>, tensor<1000xG>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<f32>
+      %e = train.hessian_ema %h, %g {beta2 = 0.99 : f64} : tensor<1000xf32>, tensor<1000xG>
+      %y = train.sample %logits key(%t : tensor<i64>) {seed = 3 : i64, offset = 5 : i64} : tensor<6x50xG> -> tensor<6xi32>
+      %z = train.sample %logits {seed = 0 : i64, offset = 0 : i64} : tensor<6x50xG> -> tensor<6xi64>
+      return %a#0, %a#1, %a#2, %q#0, %q#1, %q#2, %q#3, %q#4, %e, %y, %z : tensor<1000xf32>, tensor<1000xf32>, tensor<1000xf32>, tensor<1000xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xi8>, tensor<4xf32>, tensor<1000xf32>, tensor<6xi32>, tensor<6xi64>
+    })mlir"),
+                                                "xG>"),
+                                    ("x" + dtype + ">").str());
+    std::vector<RefTensor> inputs = {{},
+                                     {},
+                                     {},
+                                     RefTensor::ofFloats({1000}, h),
+                                     RefTensor::ofInts({1000}, mCodes),
+                                     RefTensor::ofFloats({4}, absmax),
+                                     RefTensor::ofInts({1000}, hCodes),
+                                     RefTensor::ofFloats({4}, absmax),
+                                     {},
+                                     RefTensor::ofInts({}, {7})};
+    if (dtype == "f32")
+      compare(source.c_str(), inputs, /*only32=*/true);
+    else
+      compare16(source.c_str(), dtype, inputs);
+  }
+}
+
 TEST_F(RuntimeTest, LossScalingAndSkippedUpdates) {
   // The scale from the state, the unscaled f32 gradients and the new state;
   // then AdamW on them. With an infinite gradient element every unscaled

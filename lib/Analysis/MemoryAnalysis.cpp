@@ -674,7 +674,8 @@ void FunctionMemory::computeLiveness() {
 
   // The most temporary (and gathered) bytes live at once.
   for (MemoryCategory category :
-       {MemoryCategory::Temporaries, MemoryCategory::Gathered}) {
+       {MemoryCategory::Temporaries, MemoryCategory::Gathered,
+        MemoryCategory::Gradients}) {
     std::vector<int64_t> categoryDelta(numPoints + 1, 0);
     for (const Buffer &buffer : buffers)
       if (buffer.category == category && !buffer.host) {
@@ -687,7 +688,10 @@ void FunctionMemory::computeLiveness() {
       live += categoryDelta[point];
       most = std::max(most, live);
     }
-    totals[static_cast<unsigned>(category)] = static_cast<uint64_t>(most);
+    if (category == MemoryCategory::Gradients)
+      mostLiveGradients = static_cast<uint64_t>(most);
+    else
+      totals[static_cast<unsigned>(category)] = static_cast<uint64_t>(most);
   }
 }
 

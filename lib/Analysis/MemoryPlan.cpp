@@ -177,6 +177,12 @@ private:
 } // namespace
 
 MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
+    : MemoryPlan(memory, {}, {}, alignment) {}
+
+MemoryPlan::MemoryPlan(const FunctionMemory &memory,
+                       ArrayRef<std::pair<unsigned, uint64_t>> pinned,
+                       ArrayRef<std::pair<uint64_t, uint64_t>> reserved,
+                       uint64_t alignment)
     : alignment(alignment) {
   assert(alignment && (alignment & (alignment - 1)) == 0 &&
          "alignment must be a power of two");
@@ -205,10 +211,28 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory, uint64_t alignment)
     PlacedBuffers placed(lastPoint);
     std::vector<Interval> taken, scratch;
     uint64_t &end = host ? hostArenaBytes : arenaBytes;
+    std::vector<bool> isPinned(buffers.size(), false);
+    if (!host)
+      for (auto [offset, bytes] : reserved) {
+        placed.insert(
+            0, lastPoint,
+            {offset, offset + ((bytes + alignment - 1) & ~(alignment - 1))});
+        end = std::max(end, offset + bytes);
+      }
+    for (auto [index, offset] : pinned) {
+      const Buffer &buffer = buffers[index];
+      if (buffer.host != host)
+        continue;
+      isPinned[index] = true;
+      offsets[index] = offset;
+      end = std::max(end, offset + buffer.bytes);
+      placed.insert(buffer.firstPoint, buffer.lastPoint,
+                    {offset, offset + alignedSize(buffer)});
+    }
     for (unsigned index : order) {
       const Buffer &buffer = buffers[index];
       uint64_t size = alignedSize(buffer);
-      if (size == 0 || buffer.host != host)
+      if (size == 0 || buffer.host != host || isPinned[index])
         continue;
       // Memory held, at some point of this buffer's lifetime, by others.
       placed.collect(buffer.firstPoint, buffer.lastPoint, taken, scratch);

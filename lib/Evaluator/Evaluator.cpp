@@ -18,6 +18,7 @@
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Parts.h"
 #include "trainmem/Support/Philox.h"
+#include "trainmem/Support/Sample.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -239,6 +240,10 @@ struct OpKernels {
   LogicalResult evaluate(SGD8bitOp o);
   LogicalResult evaluate(LionOp o);
   LogicalResult evaluate(Lion8bitOp o);
+  LogicalResult evaluate(SophiaOp o);
+  LogicalResult evaluate(Sophia8bitOp o);
+  LogicalResult evaluate(HessianEMAOp o);
+  LogicalResult evaluate(SampleOp o);
   LogicalResult evaluate(LossScaleOp o);
   LogicalResult evaluate(UnscaleGradientsOp o);
   LogicalResult evaluate(ClipGradNormOp o);
@@ -330,6 +335,8 @@ struct OpKernels {
   void sgd8bit(SGD8bitOp op);
   void lion(LionOp op);
   void lion8bit(Lion8bitOp op);
+  void sophia(SophiaOp op);
+  void sophia8bit(Sophia8bitOp op);
   void clip(ClipGradNormOp op);
   void unscaleGradients(UnscaleGradientsOp op);
   void lrSchedule(LRScheduleOp op);
@@ -947,6 +954,69 @@ void OpKernels::lion8bit(Lion8bitOp op) {
       RefTensor::ofFloats(absmax.shape, std::move(newAbsmax)));
 }
 
+void OpKernels::sophia(SophiaOp op) {
+  const RefTensor &p = get(op.getParam());
+  const RefTensor &g = get(op.getGrad());
+  const RefTensor &m = get(op.getM()), &h = get(op.getH());
+  set(op.getNewH(), h);
+  if (!allFinite(g)) {
+    state.noteSkippedUpdate(op.getParam());
+    set(op.getNewParam(), p);
+    set(op.getNewM(), m);
+    return;
+  }
+  trainmem::SophiaStep step(
+      get(op.getLr()).scalarFloat(), op.getBeta1().convertToDouble(),
+      op.getRho().convertToDouble(), op.getBatch(),
+      op.getEpsilon().convertToDouble(), op.getWeightDecay().convertToDouble());
+  RefTensor np = RefTensor::zeros(p.shape), nm = RefTensor::zeros(p.shape);
+  for (int64_t i = 0; i < p.numElements(); ++i)
+    step.apply(p.floats[i], g.floats[i], m.floats[i], h.floats[i], np.floats[i],
+               nm.floats[i]);
+  set(op.getNewParam(), std::move(np));
+  set(op.getNewM(), std::move(nm));
+}
+
+void OpKernels::sophia8bit(Sophia8bitOp op) {
+  const RefTensor &p = get(op.getParam());
+  const RefTensor &g = get(op.getGrad());
+  const RefTensor &mc = get(op.getMCodes()), &ma = get(op.getMAbsmax());
+  const RefTensor &hc = get(op.getHCodes()), &ha = get(op.getHAbsmax());
+  set(op.getNewHCodes(), hc);
+  set(op.getNewHAbsmax(), ha);
+  if (!allFinite(g)) {
+    state.noteSkippedUpdate(op.getParam());
+    set(op.getNewParam(), p);
+    set(op.getNewMCodes(), mc);
+    set(op.getNewMAbsmax(), ma);
+    return;
+  }
+  trainmem::SophiaStep step(
+      get(op.getLr()).scalarFloat(), op.getBeta1().convertToDouble(),
+      op.getRho().convertToDouble(), op.getBatch(),
+      op.getEpsilon().convertToDouble(), op.getWeightDecay().convertToDouble());
+  const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
+  const trainmem::DynamicMap &hMap = trainmem::unsignedDynamicMap();
+  int64_t n = p.numElements(), block = op.getBlockAttr().getInt();
+  RefTensor np = RefTensor::zeros(p.shape);
+  std::vector<float> momentum(n);
+  for (int64_t i = 0; i < n; ++i)
+    step.apply(
+        p.floats[i], g.floats[i],
+        trainmem::dequantizeValue(mMap, codeAt(mc, i), ma.floats[i / block]),
+        trainmem::dequantizeValue(hMap, codeAt(hc, i), ha.floats[i / block]),
+        np.floats[i], momentum[i]);
+  std::vector<uint8_t> newCodes(n);
+  std::vector<float> newAbsmax(ma.floats.size());
+  trainmem::quantizeBlockwise(mMap, momentum.data(), n, block, newCodes.data(),
+                              newAbsmax.data());
+  set(op.getNewParam(), std::move(np));
+  set(op.getNewMCodes(),
+      RefTensor::ofInts(
+          p.shape, std::vector<int64_t>(newCodes.begin(), newCodes.end())));
+  set(op.getNewMAbsmax(), RefTensor::ofFloats(ma.shape, std::move(newAbsmax)));
+}
+
 void OpKernels::sgd(SGDOp op) {
   const RefTensor &p = get(op.getParam());
   const RefTensor &g = get(op.getGrad());
@@ -1541,6 +1611,52 @@ LogicalResult OpKernels::evaluate(Lion8bitOp o) {
   return success();
 }
 
+LogicalResult OpKernels::evaluate(SophiaOp o) {
+  sophia(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(Sophia8bitOp o) {
+  sophia8bit(o);
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(HessianEMAOp o) {
+  const RefTensor &h = get(o.getH());
+  const RefTensor &g = get(o.getGrad());
+  if (!allFinite(g)) {
+    state.noteSkippedUpdate(o.getH());
+    set(o.getNewH(), h);
+    return success();
+  }
+  trainmem::HessianEMAStep step(o.getBeta2().convertToDouble());
+  RefTensor nh = RefTensor::zeros(h.shape);
+  for (int64_t i = 0; i < h.numElements(); ++i)
+    nh.floats[i] = step.apply(h.floats[i], g.floats[i]);
+  set(o.getNewH(), std::move(nh));
+  return success();
+}
+
+LogicalResult OpKernels::evaluate(SampleOp o) {
+  const RefTensor &logits = get(o.getLogits());
+  uint64_t seed = static_cast<uint64_t>(o.getSeed());
+  if (o.getKey())
+    seed += static_cast<uint64_t>(get(o.getKey()).scalarInt());
+  int64_t classes = logits.shape.back();
+  int64_t rows = logits.numElements() / classes;
+  std::vector<int64_t> labels(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *row = logits.floats.data() + r * classes;
+    labels[r] = trainmem::sampleClass(
+        [&](int64_t j) { return row[j]; }, classes,
+        trainmem::philoxWord(seed, static_cast<uint64_t>(o.getOffset()),
+                             static_cast<uint64_t>(r)));
+  }
+  std::vector<int64_t> shape(logits.shape.begin(), logits.shape.end() - 1);
+  set(o.getLabels(), RefTensor::ofInts(shape, std::move(labels)));
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(LossScaleOp o) {
   double scale =
       lossScaleOf(get(o.getState()), o.getInitial().convertToDouble());
@@ -1805,9 +1921,9 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
         CrossEntropyGradOp, RowMaxOp, BroadcastOp, SliceOp, SliceGradOp,
         CrossEntropyPartOp, CrossEntropyMergeOp, CrossEntropyPartGradOp,
         CrossEntropyMergeGradOp, AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp,
-        SGDOp, SGD8bitOp, LionOp, Lion8bitOp, LossScaleOp, UnscaleGradientsOp,
-        ClipGradNormOp, SquaredNormOp, LRScheduleOp, AttentionOp,
-        AttentionGradOp>(context);
+        SGDOp, SGD8bitOp, LionOp, Lion8bitOp, SophiaOp, Sophia8bitOp,
+        HessianEMAOp, SampleOp, LossScaleOp, UnscaleGradientsOp, ClipGradNormOp,
+        SquaredNormOp, LRScheduleOp, AttentionOp, AttentionGradOp>(context);
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);

@@ -13,6 +13,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Support/ByteSize.h"
 #include "trainmem/Support/DynamicMap.h"
@@ -330,6 +331,7 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
     session->tensorStep = module.clone();
     session->stepFunc = cast<func::FuncOp>(
         findMarkedStep(*session->tensorStep, "trainmem-run"));
+    session->hessianFunc = findHessianStep(session->stepFunc);
   }
   // What the step's collectives send per rank, as the analysis counts them,
   // for the runtime's counts to be held against.
@@ -411,7 +413,108 @@ llvm::Error Session::checkSlots() {
   }
   batchSize = tokensSlot->shape[0];
   seqLen = tokensSlot->shape[1];
+  return checkHessianSlots();
+}
+
+/// A Hessian estimate (Sophia's h) needs the Hessian step that refreshes
+/// it, and that step takes the step's tokens, step counter and state, the
+/// state where the step keeps it.
+llvm::Error Session::checkHessianSlots() const {
+  bool keepsHessian = llvm::any_of(layout.arguments, [](const TensorSlot &s) {
+    return s.stateKind == StateKind::h;
+  });
+  if (keepsHessian && !layout.hessian)
+    return runError("the step keeps a Hessian estimate (optimizer state 'h') "
+                    "and the module has no Hessian step that refreshes it "
+                    "(a function marked train.hessian_step; "
+                    "train-autodiff{optimizer=sophia} builds both)");
+  if (!layout.hessian)
+    return llvm::Error::success();
+  for (const TensorSlot &slot : layout.hessian->arguments) {
+    const TensorSlot *same = layout.findArgument(slot.role, slot.key);
+    if (slot.role == SlotRole::input) {
+      if (slot.key == "targets" || !same || same->bytes != slot.bytes)
+        return runError("the Hessian step's input '" + slot.key +
+                        "' is not one of the step's");
+      continue;
+    }
+    if (!same || same->offset != slot.offset || same->bytes != slot.bytes)
+      return runError("the Hessian step's " + slot.roleName().str() + " '" +
+                      slot.key + "' does not lie where the step's does");
+  }
   return llvm::Error::success();
+}
+
+static Bytes idBytes(const TensorSlot &slot, ArrayRef<int64_t> ids);
+
+llvm::Expected<float> Session::runHessianStep(int64_t step,
+                                              ArrayRef<int64_t> tokens) {
+  assert(state && layout.hessian && "a started session with a Hessian step");
+  const HessianLayout &h = *layout.hessian;
+  float loss = 0;
+  const TensorSlot *lossResult = nullptr;
+  for (const TensorSlot &slot : h.results)
+    if (slot.role == SlotRole::loss)
+      lossResult = &slot;
+  if (options.backend != "interpret") {
+    for (const TensorSlot &slot : h.arguments) {
+      if (slot.role != SlotRole::input)
+        continue;
+      Bytes bytes = slot.key == "tokens" ? idBytes(slot, tokens) : Bytes(8, 0);
+      if (slot.key == "step")
+        std::memcpy(bytes.data(), &step, 8);
+      tmrt_arena_write(ctx, slot.location(), bytes.data(), bytes.size());
+    }
+    jit->runHessian(ctx);
+    if (const char *kernelError = tmrt_context_error(ctx))
+      return runError("the Hessian step after step " + std::to_string(step) +
+                      ": " + kernelError);
+    uint64_t skipped = tmrt_skipped_updates(ctx);
+    tmrt_clear_skipped_updates(ctx);
+    if (skipped)
+      return runError("the Hessian step after step " + std::to_string(step) +
+                      " left " + std::to_string(skipped) +
+                      " estimates as they were: a sampled gradient is not "
+                      "finite");
+    for (const TensorSlot &result : h.results) {
+      if (!isState(result))
+        continue;
+      const TensorSlot *argument = layout.findArgument(result.role, result.key);
+      if (argument && argument->location() != result.location())
+        tmrt_arena_copy(ctx, result.location(), argument->location(),
+                        result.bytes);
+    }
+    if (lossResult)
+      tmrt_arena_read(ctx, lossResult->location(), &loss, 4);
+    return loss;
+  }
+  auto &host = static_cast<HostState &>(*state);
+  std::vector<RefTensor> args;
+  for (const TensorSlot &slot : h.arguments) {
+    std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
+    if (slot.role == SlotRole::input && slot.key == "tokens")
+      args.push_back(RefTensor::ofInts(shape, tokens.vec()));
+    else if (slot.role == SlotRole::input)
+      args.push_back(RefTensor::ofInts({}, {step}));
+    else
+      args.push_back(toRefTensor(slot, host.read(slot)));
+  }
+  SmallVector<Value> skipped;
+  FailureOr<SmallVector<RefTensor>> results =
+      evaluate(hessianFunc, args, &skipped);
+  if (failed(results))
+    return runError("");
+  if (!skipped.empty())
+    return runError("the Hessian step after step " + std::to_string(step) +
+                    " left " + std::to_string(skipped.size()) +
+                    " estimates as they were: a sampled gradient is not "
+                    "finite");
+  for (auto [slot, value] : llvm::zip(h.results, *results))
+    if (isState(slot))
+      host.write(slot, fromRefTensor(slot, value));
+  if (lossResult)
+    loss = (*results)[lossResult - h.results.data()].scalarFloat();
+  return loss;
 }
 
 llvm::Error Session::start() {
@@ -451,14 +554,15 @@ llvm::Error Session::start() {
                         " processes run a step that is not partitioned "
                         "(give --zero to partition it over them)");
   }
-  if (tmrt_arena_alloc(ctx, layout.arenaBytes) != 0) {
+  // The step and its Hessian step (Sophia's) share one arena.
+  uint64_t arenaBytes = layout.deviceArenaBytes();
+  if (tmrt_arena_alloc(ctx, arenaBytes) != 0) {
     const char *why = tmrt_context_error(ctx);
     return runError(why ? std::string(why) + " (the arena of " +
-                              trainmem::formatByteSize(layout.arenaBytes) + ")"
+                              trainmem::formatByteSize(arenaBytes) + ")"
                         : "cannot allocate the arena of " +
-                              std::to_string(layout.arenaBytes) + " bytes (" +
-                              trainmem::formatByteSize(layout.arenaBytes) +
-                              ")");
+                              std::to_string(arenaBytes) + " bytes (" +
+                              trainmem::formatByteSize(arenaBytes) + ")");
   }
   // Host memory (train-offload-optimizer): its own arena. A backend whose
   // kernels run on a device moves it only by tmrt_transfer, so an update

@@ -185,13 +185,13 @@ LogicalResult mlir::train::prepareStep(ModuleOp module,
              << " rewrites the forward (before train-autodiff)";
     if (!options.remat.empty() || !options.gradAccum.empty() ||
         options.quantize || !options.zero.empty() || options.lossScale ||
-        !options.offload.empty())
+        !options.offload.empty() || options.releaseGradients)
       return emitError(step->getLoc(), "trainmem-run: @")
              << SymbolTable::getSymbolName(step).getValue()
              << " is already lowered; --remat, --grad-accum, "
-                "--quantize-optimizer-state, --zero, --loss-scale and "
-                "--offload-optimizer need the tensor-level step (the input "
-                "of convert-train-to-runtime)";
+                "--quantize-optimizer-state, --zero, --loss-scale, "
+                "--release-gradients and --offload-optimizer need the "
+                "tensor-level step (the input of convert-train-to-runtime)";
     return success();
   }
   // A model's forward pass becomes the step (train-autodiff marks it); a
@@ -333,6 +333,14 @@ FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
     return failure();
   if (!isLoweredStep(symbol))
     pm.addPass(createConvertTrainToRuntimePass());
+  // Its Hessian step (Sophia's), lowered after it: its parameters and
+  // estimates live at the step's offsets.
+  for (auto func : module.getOps<func::FuncOp>())
+    if (func->hasAttr(kHessianStepAttrName) && !isLoweredStep(func)) {
+      ConvertTrainToRuntimePassOptions options;
+      options.function = func.getSymName().str();
+      pm.addPass(createConvertTrainToRuntimePass(options));
+    }
   if (!isa<LLVM::LLVMFuncOp>(symbol) &&
       failed(parsePassPipeline("convert-to-llvm,reconcile-unrealized-casts",
                                pm, llvm::errs())))
@@ -364,6 +372,22 @@ FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
   if (failed(readSlots(step, kArgumentSlotsAttrName, layout.arguments)) ||
       failed(readSlots(step, kResultSlotsAttrName, layout.results)))
     return failure();
+  for (auto func : module.getOps<LLVM::LLVMFuncOp>()) {
+    auto hessian = func->getAttrOfType<HessianStepAttr>(kHessianStepAttrName);
+    if (!hessian || hessian.getStep().getValue() != step.getSymName())
+      continue;
+    HessianLayout &h = layout.hessian.emplace();
+    h.every = hessian.getEvery();
+    auto bytes = func->getAttrOfType<IntegerAttr>(kArenaBytesAttrName);
+    if (!bytes || bytes.getInt() <= 0)
+      return func->emitError("trainmem-run: the lowered Hessian step has no "
+                             "positive '")
+             << kArenaBytesAttrName << "'";
+    h.arenaBytes = bytes.getInt();
+    if (failed(readSlots(func, kArgumentSlotsAttrName, h.arguments)) ||
+        failed(readSlots(func, kResultSlotsAttrName, h.results)))
+      return failure();
+  }
   // Every slot must lie inside the arena.
   for (const std::vector<TensorSlot> *slots :
        {&layout.arguments, &layout.results})
@@ -415,6 +439,14 @@ llvm::Expected<std::unique_ptr<JitStep>> JitStep::create(ModuleOp lowered) {
     return entry.takeError();
   auto step = std::unique_ptr<JitStep>(new JitStep());
   step->entry = reinterpret_cast<void (*)(void *)>(*entry);
+  for (Operation &op : lowered.getOps())
+    if (op.hasAttr(kHessianStepAttrName) && isLoweredStep(&op)) {
+      auto hessian =
+          (*engine)->lookup(SymbolTable::getSymbolName(&op).getValue());
+      if (!hessian)
+        return hessian.takeError();
+      step->hessianEntry = reinterpret_cast<void (*)(void *)>(*hessian);
+    }
   step->engine = std::move(*engine);
   return step;
 }

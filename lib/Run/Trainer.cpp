@@ -306,6 +306,13 @@ Trainer::run(function_ref<void(const StepReport &)> onRan,
       return rankLoss.takeError();
     report.scaleAfter = session.getLossScale();
     report.loss = *rankLoss;
+    // The Hessian estimate (Sophia's) is refreshed after every k-th step,
+    // on that step's tokens, before a checkpoint of it is written.
+    if (int64_t every = session.getHessianInterval();
+        every > 0 && step % every == 0)
+      if (llvm::Expected<float> sampled = session.runHessianStep(step, tokens);
+          !sampled)
+        return sampled.takeError();
     onRan(report);
     // The global batch's loss: the mean of the ranks' (equal batches).
     llvm::Expected<float> loss = session.meanLossOverRanks(report.loss);

@@ -598,9 +598,13 @@ TEST(Cuda, LossScalingGivesTheCpuBits) {
 }
 
 // 8-bit state: quantize, dequantize, the fused 8-bit AdamW (f32 and bf16
-// gradients, in place) and 8-bit SGD give the CPU's codes and maxima bit
-// for bit, for a tensor that is not a whole number of blocks, at blocks of
-// 256 and 2048; a non-finite gradient carries the state over unchanged.
+// gradients, in place), 8-bit SGD, Lion and Sophia give the CPU's codes and
+// maxima bit for bit, for a tensor that is not a whole number of blocks, at
+// blocks of 256 and 2048; a non-finite gradient carries the state over
+// unchanged. With them Lion's and Sophia's f32 updates, Sophia's Hessian
+// refresh and labels sampled from 50 rows of 100 logits (the device's expf
+// could move a label whose uniform number falls within an ulp of a
+// boundary; none of these does on the CPU's).
 TEST(Cuda, EightBitStateGivesTheCpuBits) {
   std::string why;
   ContextPtr probe = cudaContext(why);
@@ -614,7 +618,13 @@ TEST(Cuda, EightBitStateGivesTheCpuBits) {
       // codes at 17n, m absmax at 18n, v absmax at 18n + 4 blocks; lr and
       // step after; the dequantized m at 20n; the SGD buffer's codes and
       // absmax at 24n and 25n; a bf16 gradient at 26n; a second p at 27n.
-      std::vector<uint8_t> input(32 * n + 4096, 0);
+      std::vector<uint8_t> input(40 * n + 4096, 0);
+      // Lion's and Sophia's f32 p, m, h at 28n, 29n, 30n; logits at 31n,
+      // labels at 35n.
+      std::memcpy(input.data() + 28 * n, input.data(), 4 * n);
+      fillNormal(input, 29 * n, n, 33, 0.01f);
+      fillNormal(input, 30 * n, n, 34, 1e-4f, true);
+      fillNormal(input, 31 * n, n, 35, 2.0f);
       fillNormal(input, 0, 2 * n, 30);
       fillNormal(input, 8 * n, n, 31, 0.01f);
       fillNormal(input, 12 * n, n, 32, 1e-4f, true);
@@ -648,6 +658,16 @@ TEST(Cuda, EightBitStateGivesTheCpuBits) {
         tmrt_quantize(c, 8 * n, 24 * n, 25 * n, n, block, 1);
         tmrt_sgd_8bit(c, 27 * n, 4 * n, 24 * n, 25 * n, lr, 27 * n, 24 * n,
                       25 * n, n, block, 0.9, 0.01, 1);
+        tmrt_lion_8bit(c, 27 * n, 4 * n, 24 * n, 25 * n, lr, 27 * n, 24 * n,
+                       25 * n, n, block, 0.9, 0.99, 0.0);
+        tmrt_sophia_8bit(c, 27 * n, bf16Grad, mc, ma, vc, va, lr, 27 * n, mc,
+                         ma, vc, va, n, block, 512, 0.965, 0.04, 1e-15, 0.1);
+        tmrt_lion(c, 28 * n, 4 * n, 29 * n, lr, 28 * n, 29 * n, n, 0.9, 0.99,
+                  0.1);
+        tmrt_sophia(c, 28 * n, 4 * n, 29 * n, 30 * n, lr, 28 * n, 29 * n,
+                    30 * n, n, 512, 0.965, 0.04, 1e-15, 0.1);
+        tmrt_hessian_ema(c, 30 * n, bf16Grad, 30 * n, n, 0.99);
+        tmrt_sample(c, 31 * n, step, 35 * n, 50, 100, 3, 5, 32);
       };
       ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
       ContextPtr gpu = cudaContext(why);

@@ -122,6 +122,12 @@ static cl::opt<bool> fuseElementwise(
     cl::desc("Fuse element-wise chains (bias + GELU into train.bias_gelu: "
              "train-fuse-elementwise on the forward); the same bits"),
     cl::cat(category));
+static cl::opt<bool> releaseGradients(
+    "release-gradients",
+    cl::desc("Run each parameter's update as soon as its gradient is "
+             "complete in the backward (train-release-gradients): the "
+             "gradients never all live at once; the same bits"),
+    cl::cat(category));
 static cl::opt<std::string> offloadOptimizer(
     "offload-optimizer",
     cl::desc("Keep the optimizer state in host memory, its own arena "
@@ -277,6 +283,7 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
   options.lossScaleOptions = lossScaleOptions;
   options.fuseAttention = fuseAttention;
   options.fuseElementwise = fuseElementwise;
+  options.releaseGradients = releaseGradients;
   options.tensorParallel = tensorParallelOptions;
   if (zeroOptions.getNumOccurrences()) {
     if (StringRef(zeroOptions).contains("ranks"))
@@ -346,8 +353,12 @@ static void printHeader(const Session &session, int64_t firstStep) {
   else
     os << "trainmem-run: ";
   os << backend << " backend, " << session.getThreads()
-     << " threads, arena plan " << layout.arenaBytes << " B ("
-     << trainmem::formatByteSize(layout.arenaBytes) << ")";
+     << " threads, arena plan " << layout.deviceArenaBytes() << " B ("
+     << trainmem::formatByteSize(layout.deviceArenaBytes()) << ")";
+  if (layout.hessian)
+    os << " (the step " << layout.arenaBytes << " B, its Hessian step "
+       << layout.hessian->arenaBytes << " B, every " << layout.hessian->every
+       << " steps)";
   if (layout.hostArenaBytes)
     os << ", host arena plan " << layout.hostArenaBytes << " B ("
        << trainmem::formatByteSize(layout.hostArenaBytes) << ")";
@@ -391,7 +402,7 @@ static void printProgress(const Session &session, const StepReport &report,
   std::string eta =
       stepsLeft > 0 ? "ETA " + duration(report.seconds / stepsDone * stepsLeft)
                     : "done in " + duration(report.seconds);
-  uint64_t arena = session.getLayout().arenaBytes;
+  uint64_t arena = session.getLayout().deviceArenaBytes();
   std::string line = llvm::formatv(
       "step {0}/{1}  loss {2:F4}  {3:F0} tok/s  arena plan {4} measured {5}"
       "  {6}",
@@ -435,7 +446,7 @@ static void printSummary(const Session &session, const RunSummary &summary) {
         times.afterFirst ? " (after the first)" : "");
   }
   if (std::optional<uint64_t> measured = session.getMeasuredPeak())
-    llvm::outs() << "arena: planned " << layout.arenaBytes
+    llvm::outs() << "arena: planned " << layout.deviceArenaBytes()
                  << " B, measured peak " << *measured << " B\n";
   if (std::optional<uint64_t> measured = session.getMeasuredHostPeak()) {
     llvm::outs() << "host arena: planned " << layout.hostArenaBytes
@@ -465,7 +476,7 @@ static void printRankTraffic(const Session &session,
   std::string line = llvm::formatv(
       "trainmem-run: rank {0}: arena planned {1} B, measured peak {2} B; "
       "sent {3} B, received {4} B: {5} B per step (analysis {6} B)\n",
-      session.getRank(), session.getLayout().arenaBytes, *measured,
+      session.getRank(), session.getLayout().deviceArenaBytes(), *measured,
       session.getBytesSent(), session.getBytesReceived(),
       session.getBytesSent() / stepsRun, session.getPlannedBytesSent());
   // One write: the ranks share stderr, and a line written in pieces

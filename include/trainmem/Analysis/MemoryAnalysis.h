@@ -105,6 +105,10 @@ public:
   /// and optimizer tensors; all saved activations; the most temporary bytes
   /// and the most gathered parameter bytes live at once.
   const CategoryBytes &getTotals() const { return totals; }
+  /// The most gradient bytes live at once, anywhere in the step (all of
+  /// them at the end of the backward, unless train-release-gradients runs
+  /// each update as soon as its gradient is complete).
+  uint64_t getMostLiveGradients() const { return mostLiveGradients; }
   ArrayRef<LayerActivations> getLayers() const { return layers; }
   uint64_t getParameters() const { return parameters; }
   /// FLOPs of a phase, not counting recompute.
@@ -227,6 +231,7 @@ private:
   unsigned peakPoint = 0;
   CategoryBytes atPeak{};
   CategoryBytes totals{};
+  uint64_t mostLiveGradients = 0;
   CategoryBytes hostTotals{};
   uint64_t hostDeviceBytes = 0;
   std::vector<Staging> staging;

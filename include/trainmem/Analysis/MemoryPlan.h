@@ -27,6 +27,15 @@ public:
   /// Two arenas, planned apart: the device's, and the host's for the
   /// buffers train-offload-optimizer put in host memory (Buffer::host).
   explicit MemoryPlan(const FunctionMemory &memory, uint64_t alignment = 64);
+  /// The same with some device buffers at given offsets (buffer index,
+  /// offset) and some device bytes (offset, bytes) kept free all along: a
+  /// function that shares another's state (a Hessian step) keeps what it
+  /// reads where the other's plan put it, and places the rest around all
+  /// of the other's state.
+  MemoryPlan(const FunctionMemory &memory,
+             ArrayRef<std::pair<unsigned, uint64_t>> pinned,
+             ArrayRef<std::pair<uint64_t, uint64_t>> reserved,
+             uint64_t alignment = 64);
 
   /// Bytes the device's arena needs.
   uint64_t getArenaBytes() const { return arenaBytes; }

@@ -122,6 +122,14 @@ public:
   /// Runs training step `step` on one batch; its loss.
   llvm::Expected<float> runStep(int64_t step, ArrayRef<int64_t> tokens,
                                 ArrayRef<int64_t> targets);
+  /// The steps between runs of the step's Hessian step (Sophia's refresh
+  /// of its estimate), 0 without one.
+  int64_t getHessianInterval() const {
+    return layout.hessian ? layout.hessian->every : 0;
+  }
+  /// Runs the Hessian step on `tokens` (its labels are drawn from the
+  /// model, keyed by `step`); the loss on those labels.
+  llvm::Expected<float> runHessianStep(int64_t step, ArrayRef<int64_t> tokens);
 
   /// Writes the state as a checkpoint of `step`, atomically (temporary
   /// file, fsync, rename, fsync of the directory).
@@ -192,6 +200,7 @@ public:
 private:
   Session() = default;
   llvm::Error checkSlots();
+  llvm::Error checkHessianSlots() const;
 
   SessionOptions options;
   StepLayout layout;
@@ -199,6 +208,8 @@ private:
   /// The tensor-level step, for the interpreter.
   OwningOpRef<ModuleOp> tensorStep;
   func::FuncOp stepFunc;
+  /// The tensor-level Hessian step, for the interpreter.
+  func::FuncOp hessianFunc;
   double lossScaleInitial = 1.0;
   int64_t batchSize = 0, seqLen = 0, vocab = 0;
   /// The ranks the step runs on (and the ZeRO stage): train-zero's, the

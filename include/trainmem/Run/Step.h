@@ -101,6 +101,17 @@ using trainmem::extentsAround;
 using trainmem::joinAlong;
 using trainmem::partAlong;
 
+/// The lowered Hessian step of a step whose optimizer keeps a Hessian
+/// estimate (Sophia): it runs in the same arena, its parameters and
+/// estimates at the step's offsets.
+struct HessianLayout {
+  /// The runner calls it after step t when t is a multiple of this.
+  int64_t every = 0;
+  uint64_t arenaBytes = 0;
+  std::vector<TensorSlot> arguments;
+  std::vector<TensorSlot> results;
+};
+
 struct StepLayout {
   uint64_t arenaBytes = 0;
   /// The host arena (train-offload-optimizer), 0 without one.
@@ -111,8 +122,14 @@ struct StepLayout {
   uint64_t hostOps = 0;
   std::vector<TensorSlot> arguments;
   std::vector<TensorSlot> results;
+  /// The step's Hessian step, when its optimizer has one.
+  std::optional<HessianLayout> hessian;
   const TensorSlot *findArgument(SlotRole role, StringRef key) const;
   const TensorSlot *findResult(SlotRole role) const;
+  /// The device arena both the step and its Hessian step run in.
+  uint64_t deviceArenaBytes() const {
+    return hessian ? std::max(arenaBytes, hessian->arenaBytes) : arenaBytes;
+  }
 };
 
 /// Makes `module` hold a tensor-level step (marked train.step) ready to
@@ -135,10 +152,14 @@ public:
   /// Compiles a lowered module.
   static llvm::Expected<std::unique_ptr<JitStep>> create(ModuleOp lowered);
   void run(tmrt_context *ctx) const { entry(ctx); }
+  /// Runs the Hessian step (a module lowered with one).
+  void runHessian(tmrt_context *ctx) const { hessianEntry(ctx); }
+  bool hasHessian() const { return hessianEntry != nullptr; }
 
 private:
   std::unique_ptr<ExecutionEngine> engine;
   void (*entry)(void *) = nullptr;
+  void (*hessianEntry)(void *) = nullptr;
 };
 
 } // namespace train

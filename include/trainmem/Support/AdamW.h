@@ -1,10 +1,10 @@
 //===- AdamW.h - the optimizer updates of one element ------------*- C++
 //-*-===//
 //
-// Header-only and free of LLVM: train.adamw, train.lion, train.sgd, their
-// fused 8-bit updates, the reference evaluator and the runtime's kernels
-// all update an element with these functions, so their results agree bit
-// for bit.
+// Header-only and free of LLVM: train.adamw, train.lion, train.sophia,
+// train.hessian_ema, train.sgd, their fused 8-bit updates, the reference
+// evaluator and the runtime's kernels all update an element with these
+// functions, so their results agree bit for bit.
 //
 //===----------------------------------------------------------------------===//
 
@@ -110,6 +110,50 @@ struct LionStep {
     float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
     newM = beta2 * m + oneMinusBeta2 * grad;
     newParam = param * decay - lr * sign;
+  }
+};
+
+/// SophiaG on one element (train.sophia and its fused 8-bit form; Liu et
+/// al. 2023): m' = β1 m + (1-β1) g,
+/// p' = (1 - lr wd) p - lr sign(m') min(|m'| / (ρ batch h + eps), 1), in
+/// f32 one operation at a time, ρ batch and the decay factor in double once
+/// per tensor.
+struct SophiaStep {
+  float beta1, oneMinusBeta1, lr, decay, rhoBatch, epsilon;
+
+  SophiaStep(double lr, double beta1, double rho, int64_t batch, double epsilon,
+             double weightDecay)
+      : beta1(static_cast<float>(beta1)),
+        oneMinusBeta1(static_cast<float>(1.0 - beta1)),
+        lr(static_cast<float>(lr)),
+        decay(static_cast<float>(1.0 - lr * weightDecay)),
+        rhoBatch(static_cast<float>(rho * static_cast<double>(batch))),
+        epsilon(static_cast<float>(epsilon)) {}
+
+  TRAINMEM_HD void apply(float param, float grad, float m, float h,
+                         float &newParam, float &newM) const {
+    float mi = beta1 * m + oneMinusBeta1 * grad;
+    float magnitude = mi < 0.0f ? -mi : mi;
+    float ratio = magnitude / (rhoBatch * h + epsilon);
+    if (!(ratio < 1.0f))
+      ratio = 1.0f;
+    float sign = mi > 0.0f ? 1.0f : (mi < 0.0f ? -1.0f : 0.0f);
+    newM = mi;
+    newParam = param * decay - lr * (sign * ratio);
+  }
+};
+
+/// Sophia's Hessian estimate refreshed from a sampled gradient
+/// (train.hessian_ema): h' = β2 h + (1-β2) g², in f32.
+struct HessianEMAStep {
+  float beta2, oneMinusBeta2;
+
+  explicit HessianEMAStep(double beta2)
+      : beta2(static_cast<float>(beta2)),
+        oneMinusBeta2(static_cast<float>(1.0 - beta2)) {}
+
+  TRAINMEM_HD float apply(float h, float grad) const {
+    return beta2 * h + oneMinusBeta2 * (grad * grad);
   }
 };
 

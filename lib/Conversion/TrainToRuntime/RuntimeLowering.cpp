@@ -719,6 +719,75 @@ static LogicalResult lowerLion8bit(Lion8bitOp o, RuntimeCallBuilder &b) {
                        .weight_decay = o.getWeightDecay().convertToDouble()});
 }
 
+static LogicalResult lowerSophia(SophiaOp o, RuntimeCallBuilder &b) {
+  if (failed(
+          b.requireF32(o, {o.getParam(), o.getM(), o.getH()},
+                       "the runtime's Sophia keeps its weight and state in")))
+    return failure();
+  return b.emitContiguous(
+      o, rt::sophia{.param = b.offset(o.getParam()),
+                    .grad = b.offset(o.getGrad()),
+                    .m = b.offset(o.getM()),
+                    .h = b.offset(o.getH()),
+                    .lr = b.offset(o.getLr()),
+                    .new_param = b.offset(o.getNewParam()),
+                    .new_m = b.offset(o.getNewM()),
+                    .new_h = b.offset(o.getNewH()),
+                    .n = b.elements(o.getParam()),
+                    .batch = o.getBatch(),
+                    .beta1 = o.getBeta1().convertToDouble(),
+                    .rho = o.getRho().convertToDouble(),
+                    .eps = o.getEpsilon().convertToDouble(),
+                    .weight_decay = o.getWeightDecay().convertToDouble()});
+}
+
+static LogicalResult lowerSophia8bit(Sophia8bitOp o, RuntimeCallBuilder &b) {
+  if (failed(b.requireF32(o, o.getParam(),
+                          "the runtime's Sophia keeps its weight in")))
+    return failure();
+  return b.emitContiguous(
+      o, rt::sophia_8bit{.param = b.offset(o.getParam()),
+                         .grad = b.offset(o.getGrad()),
+                         .m_codes = b.offset(o.getMCodes()),
+                         .m_absmax = b.offset(o.getMAbsmax()),
+                         .h_codes = b.offset(o.getHCodes()),
+                         .h_absmax = b.offset(o.getHAbsmax()),
+                         .lr = b.offset(o.getLr()),
+                         .new_param = b.offset(o.getNewParam()),
+                         .new_m_codes = b.offset(o.getNewMCodes()),
+                         .new_m_absmax = b.offset(o.getNewMAbsmax()),
+                         .new_h_codes = b.offset(o.getNewHCodes()),
+                         .new_h_absmax = b.offset(o.getNewHAbsmax()),
+                         .n = b.elements(o.getParam()),
+                         .block = o.getBlockAttr().getInt(),
+                         .batch = o.getBatch(),
+                         .beta1 = o.getBeta1().convertToDouble(),
+                         .rho = o.getRho().convertToDouble(),
+                         .eps = o.getEpsilon().convertToDouble(),
+                         .weight_decay = o.getWeightDecay().convertToDouble()});
+}
+
+static LogicalResult lowerHessianEMA(HessianEMAOp o, RuntimeCallBuilder &b) {
+  return b.emitContiguous(
+      o, rt::hessian_ema{.h = b.offset(o.getH()),
+                         .grad = b.offset(o.getGrad()),
+                         .new_h = b.offset(o.getNewH()),
+                         .n = b.elements(o.getH()),
+                         .beta2 = o.getBeta2().convertToDouble()});
+}
+
+static LogicalResult lowerSample(SampleOp o, RuntimeCallBuilder &b) {
+  return b.emitContiguous(
+      o, rt::sample{.logits = b.offset(o.getLogits()),
+                    .key = o.getKey() ? b.offset(o.getKey()) : int64_t(-1),
+                    .labels = b.offset(o.getLabels()),
+                    .rows = b.rows(o.getLogits()),
+                    .classes = b.lastDim(o.getLogits()),
+                    .seed = o.getSeed(),
+                    .offset = o.getOffset(),
+                    .id_bits = b.idBits(o.getLabels())});
+}
+
 static LogicalResult lowerSGD(SGDOp o, RuntimeCallBuilder &b) {
   if (failed(b.requireF32(o, o.getParam(), "the runtime's SGD keeps its weight and momentum in")))
     return failure();
@@ -1116,6 +1185,10 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<SGDOp, lowerSGD>(ctx);
     attach<LionOp, lowerLion>(ctx);
     attach<Lion8bitOp, lowerLion8bit>(ctx);
+    attach<SophiaOp, lowerSophia>(ctx);
+    attach<Sophia8bitOp, lowerSophia8bit>(ctx);
+    attach<HessianEMAOp, lowerHessianEMA>(ctx);
+    attach<SampleOp, lowerSample>(ctx);
     attach<LRScheduleOp, lowerLRSchedule>(ctx);
     attach<LossScaleOp, lowerLossScale>(ctx);
     attach<UnscaleGradientsOp, lowerUnscaleGradients>(ctx);

@@ -206,6 +206,78 @@ func::FuncOp findTensorStep(ModuleOp module, StringRef function) {
   return step;
 }
 
+/// Where a function sharing a lowered step's state (its Hessian step) may
+/// put what: its parameters and state where the step's lowering put them,
+/// its other buffers around all of the step's state (which lives from step
+/// to step).
+struct SharedState {
+  SmallVector<std::pair<unsigned, uint64_t>> pins;
+  SmallVector<std::pair<uint64_t, uint64_t>> reserved;
+};
+
+/// A Hessian step's parameters and state live where its step's lowering
+/// put them: (buffer, offset) for each, from the lowered step's slots; an
+/// error when the step is not lowered yet or lacks one of them.
+FailureOr<SharedState> sharedStatePins(func::FuncOp func,
+                                       const FunctionMemory &memory) {
+  SharedState shared;
+  SmallVector<std::pair<unsigned, uint64_t>> &pins = shared.pins;
+  auto hessian = func->getAttrOfType<HessianStepAttr>(kHessianStepAttrName);
+  if (!hessian)
+    return shared;
+  Operation *step =
+      SymbolTable::lookupNearestSymbolFrom(func, hessian.getStep());
+  if (!step || !isLoweredStep(step))
+    return emitError(func.getLoc(), "convert-train-to-runtime: @")
+           << func.getSymName() << " refreshes the state of "
+           << hessian.getStep()
+           << ", which must be lowered first (its parameters and estimates "
+              "live at that step's offsets)";
+  auto slots = step->getAttrOfType<ArrayAttr>(kArgumentSlotsAttrName);
+  for (Attribute slot : slots) {
+    auto entry = cast<DictionaryAttr>(slot);
+    if (!entry.get(getSlotEntryName(kParamAttrName)) &&
+        !entry.get(getSlotEntryName(kOptimizerStateAttrName)))
+      continue;
+    if (entry.get(getSlotEntryName(kMemorySpaceAttrName)))
+      continue; // host memory: not in the device arena
+    auto offset = entry.getAs<IntegerAttr>("offset");
+    auto bytes = entry.getAs<IntegerAttr>("bytes");
+    if (offset && bytes)
+      shared.reserved.push_back({static_cast<uint64_t>(offset.getInt()),
+                                 static_cast<uint64_t>(bytes.getInt())});
+  }
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    StringRef marker;
+    Attribute key;
+    for (StringRef name :
+         {StringRef(kParamAttrName), StringRef(kOptimizerStateAttrName)})
+      if (Attribute value = func.getArgAttr(i, name)) {
+        marker = getSlotEntryName(name);
+        key = value;
+      }
+    if (!key)
+      continue;
+    std::optional<uint64_t> offset;
+    for (Attribute slot : slots) {
+      auto entry = cast<DictionaryAttr>(slot);
+      if (entry.get(marker) == key)
+        if (auto at = entry.getAs<IntegerAttr>("offset"))
+          offset = at.getInt();
+    }
+    if (!offset)
+      return emitError(func.getLoc(), "convert-train-to-runtime: argument ")
+             << i << " of @" << func.getSymName() << " (" << key
+             << ") is not an argument of " << hessian.getStep();
+    const Buffer *buffer = memory.lookupBuffer(func.getArgument(i));
+    if (buffer)
+      pins.push_back(
+          {static_cast<unsigned>(buffer - memory.getBuffers().data()),
+           *offset});
+  }
+  return shared;
+}
+
 /// The plan train-plan-arena wrote into the step, checked against the IR
 /// as it is now; without one, planned here. Its offsets must stay below
 /// bit 55, which a location keeps for the host arena (TMRT_HOST_MEMORY),
@@ -220,7 +292,10 @@ FailureOr<MemoryPlan> arenaPlan(func::FuncOp step,
       return failure();
     plan = std::move(*written);
   } else {
-    plan.emplace(memory);
+    FailureOr<SharedState> shared = sharedStatePins(step, memory);
+    if (failed(shared))
+      return failure();
+    plan.emplace(memory, shared->pins, shared->reserved);
   }
   for (auto [what, bytes] :
        {std::pair{"arena", plan->getArenaBytes()},
@@ -470,6 +545,9 @@ void ConvertTrainToRuntimePass::describeLowered(func::FuncOp lowered,
                      builder.getI64IntegerAttr(static_cast<int64_t>(hostOps)));
   lowered->setAttr(kArgumentSlotsAttrName, builder.getArrayAttr(arguments));
   lowered->setAttr(kResultSlotsAttrName, builder.getArrayAttr(results));
+  // A Hessian step stays one (the runner calls it apart from the step).
+  if (Attribute hessian = step->getAttr(kHessianStepAttrName))
+    lowered->setAttr(kHessianStepAttrName, hessian);
   // The ranks it runs on: its collectives' grid's (train-zero's data
   // ranks, times the tensor-parallel groups' on a (data, tensor) grid).
   int64_t ranks = 0;

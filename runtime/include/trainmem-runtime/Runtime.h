@@ -390,6 +390,30 @@ void tmrt_lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                     int64_t new_param, int64_t new_m_codes,
                     int64_t new_m_absmax, int64_t n, int64_t block,
                     double beta1, double beta2, double weight_decay);
+/* SophiaG (trainmem/Support/AdamW.h, SophiaStep): m is updated, h read
+ * and copied to new_h (nothing when in place); batch: the step's tokens. */
+void tmrt_sophia(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+                 int64_t h, int64_t lr, int64_t new_param, int64_t new_m,
+                 int64_t new_h, int64_t n, int64_t batch, double beta1,
+                 double rho, double eps, double weight_decay);
+/* SophiaG on 8-bit m (signed map) and h (unsigned map), block by block. */
+void tmrt_sophia_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                      int64_t m_codes, int64_t m_absmax, int64_t h_codes,
+                      int64_t h_absmax, int64_t lr, int64_t new_param,
+                      int64_t new_m_codes, int64_t new_m_absmax,
+                      int64_t new_h_codes, int64_t new_h_absmax, int64_t n,
+                      int64_t block, int64_t batch, double beta1, double rho,
+                      double eps, double weight_decay);
+/* Sophia's Hessian estimate: new_h = beta2 h + (1 - beta2) grad^2; a
+ * non-finite gradient element leaves h as it is. */
+void tmrt_hessian_ema(tmrt_context *ctx, int64_t h, int64_t grad, int64_t new_h,
+                      int64_t n, double beta2);
+/* One class per row of `classes` logits drawn from their softmax
+ * (trainmem/Support/Sample.h) with the Philox stream of (seed + the i64 at
+ * `key`, offset), word `row`; key < 0: none. Labels are id_bits wide. */
+void tmrt_sample(tmrt_context *ctx, int64_t logits, int64_t key, int64_t labels,
+                 int64_t rows, int64_t classes, int64_t seed, int64_t offset,
+                 int64_t id_bits);
 /* buffer < 0: no momentum buffer. */
 void tmrt_sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
               int64_t buffer, int64_t new_param, int64_t new_buffer,

@@ -20,6 +20,7 @@
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
 #include "trainmem/Support/RowKernels.h"
+#include "trainmem/Support/Sample.h"
 
 #include <cblas.h>
 
@@ -1889,6 +1890,31 @@ void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   ctx->touch(new_v_absmax, blocks * 4);
 }
 
+/// One f32 state on the signed map, updated block by block: `update(i, b,
+/// state)` writes element i's new parameter and sets `state` to its new
+/// value (b: its block, whose old codes and absmax it reads); each block's
+/// new state is then requantized into `codes` and `absmax` (in place too),
+/// never the whole tensor in f32. The fused 8-bit SGD, Lion and Sophia
+/// share it.
+template <typename Update>
+void updateSignedState8bit(tmrt_context *ctx, int64_t n, int64_t block,
+                           uint8_t *codes, float *absmax, Update update) {
+  const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
+  int64_t blocks = (n + block - 1) / block;
+  ctx->pool.parallelFor(
+      blocks, std::max<int64_t>(1, kGrain / block),
+      [&](int64_t b0, int64_t b1) {
+        std::vector<float> state(block);
+        for (int64_t b = b0; b < b1; ++b) {
+          int64_t begin = b * block, end = std::min(n, begin + block);
+          for (int64_t i = begin; i < end; ++i)
+            update(i, b, state[i - begin]);
+          tmrt::quantizeBlocks(map, state.data(), end - begin, block,
+                               codes + begin, absmax + b, 0, 1);
+        }
+      });
+}
+
 void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                    int64_t codes, int64_t absmax, int64_t lr,
                    int64_t new_param, int64_t new_codes, int64_t new_absmax,
@@ -1909,19 +1935,10 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
     const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
     trainmem::SGDMomentumStep update{*ctx->at<float>(lr), momentum,
                                      weight_decay, nesterov != 0};
-    ctx->pool.parallelFor(
-        blocks, std::max<int64_t>(1, kGrain / block),
-        [&](int64_t b0, int64_t b1) {
-          std::vector<float> buffer(block);
-          for (int64_t b = b0; b < b1; ++b) {
-            int64_t begin = b * block, end = std::min(n, begin + block);
-            for (int64_t i = begin; i < end; ++i)
-              update.apply(p[i], g[i],
-                           trainmem::dequantizeValue(map, c[i], a[b]), np[i],
-                           buffer[i - begin]);
-            tmrt::quantizeBlocks(map, buffer.data(), end - begin, block,
-                                 nc + begin, na + b, 0, 1);
-          }
+    updateSignedState8bit(
+        ctx, n, block, nc, na, [&](int64_t i, int64_t b, float &buffer) {
+          update.apply(p[i], g[i], trainmem::dequantizeValue(map, c[i], a[b]),
+                       np[i], buffer);
         });
   } else {
     std::memmove(np, p, n * 4);
@@ -2026,20 +2043,10 @@ void lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
     const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
     const trainmem::LionStep update(*ctx->at<float>(lr), beta1, beta2,
                                     weight_decay);
-    // One block of momentum in f32 at a time, never the whole tensor.
-    ctx->pool.parallelFor(
-        blocks, std::max<int64_t>(1, kGrain / block),
-        [&](int64_t b0, int64_t b1) {
-          std::vector<float> momentum(block);
-          for (int64_t b = b0; b < b1; ++b) {
-            int64_t begin = b * block, end = std::min(n, begin + block);
-            for (int64_t i = begin; i < end; ++i)
-              update.apply(p[i], g[i],
-                           trainmem::dequantizeValue(map, c[i], a[b]), np[i],
-                           momentum[i - begin]);
-            tmrt::quantizeBlocks(map, momentum.data(), end - begin, block,
-                                 nc + begin, na + b, 0, 1);
-          }
+    updateSignedState8bit(
+        ctx, n, block, nc, na, [&](int64_t i, int64_t b, float &momentum) {
+          update.apply(p[i], g[i], trainmem::dequantizeValue(map, c[i], a[b]),
+                       np[i], momentum);
         });
   } else {
     std::memmove(np, p, n * 4);
@@ -2050,6 +2057,132 @@ void lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
   ctx->touch(new_param, n * 4);
   ctx->touch(new_m_codes, n);
   ctx->touch(new_m_absmax, blocks * 4);
+}
+
+template <typename T>
+void sophiaOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+              int64_t h, int64_t lr, int64_t new_param, int64_t new_m,
+              int64_t new_h, int64_t n, int64_t batch, double beta1, double rho,
+              double eps, double weight_decay) {
+  const float *p = ctx->at<float>(param), *mv = ctx->at<float>(m),
+              *hv = ctx->at<float>(h);
+  const T *g = ctx->at<T>(grad);
+  float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m);
+  if (new_h != h)
+    std::memmove(ctx->at<float>(new_h), hv, n * 4);
+  if (!allFiniteOf(ctx, g, n)) {
+    std::memmove(np, p, n * 4);
+    std::memmove(nm, mv, n * 4);
+    ctx->recordSkipped(param);
+  } else {
+    const trainmem::SophiaStep update(*ctx->at<float>(lr), beta1, rho, batch,
+                                      eps, weight_decay);
+    elementwise(ctx, n, [&](int64_t i) {
+      update.apply(p[i], g[i], mv[i], hv[i], np[i], nm[i]);
+    });
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m, n * 4);
+  ctx->touch(new_h, n * 4);
+}
+
+void sophia(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+            int64_t h, int64_t lr, int64_t new_param, int64_t new_m,
+            int64_t new_h, int64_t n, int64_t batch, double beta1, double rho,
+            double eps, double weight_decay) {
+  withFloatType(ctx, "sophia", {grad}, [&](auto type) {
+    sophiaOf<decltype(type)>(ctx, param, grad, m, h, lr, new_param, new_m,
+                             new_h, n, batch, beta1, rho, eps, weight_decay);
+  });
+}
+
+void sophia_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                 int64_t m_codes, int64_t m_absmax, int64_t h_codes,
+                 int64_t h_absmax, int64_t lr, int64_t new_param,
+                 int64_t new_m_codes, int64_t new_m_absmax, int64_t new_h_codes,
+                 int64_t new_h_absmax, int64_t n, int64_t block, int64_t batch,
+                 double beta1, double rho, double eps, double weight_decay) {
+  block = effectiveBlock(block, n);
+  std::vector<float> wideGrad;
+  const float *p = ctx->at<float>(param), *g = widened(ctx, grad, n, wideGrad);
+  const uint8_t *mc = ctx->at<uint8_t>(m_codes),
+                *hc = ctx->at<uint8_t>(h_codes);
+  const float *ma = ctx->at<float>(m_absmax), *ha = ctx->at<float>(h_absmax);
+  float *np = ctx->at<float>(new_param);
+  uint8_t *nmc = ctx->at<uint8_t>(new_m_codes);
+  float *nma = ctx->at<float>(new_m_absmax);
+  int64_t blocks = (n + block - 1) / block;
+  if (new_h_codes != h_codes)
+    std::memmove(ctx->at<uint8_t>(new_h_codes), hc, n);
+  if (new_h_absmax != h_absmax)
+    std::memmove(ctx->at<float>(new_h_absmax), ha, blocks * 4);
+  if (allFinite(ctx, g, n)) {
+    const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
+    const trainmem::DynamicMap &hMap = trainmem::unsignedDynamicMap();
+    const trainmem::SophiaStep update(*ctx->at<float>(lr), beta1, rho, batch,
+                                      eps, weight_decay);
+    updateSignedState8bit(
+        ctx, n, block, nmc, nma, [&](int64_t i, int64_t b, float &momentum) {
+          update.apply(
+              p[i], g[i], trainmem::dequantizeValue(mMap, mc[i], ma[b]),
+              trainmem::dequantizeValue(hMap, hc[i], ha[b]), np[i], momentum);
+        });
+  } else {
+    std::memmove(np, p, n * 4);
+    std::memmove(nmc, mc, n);
+    std::memmove(nma, ma, blocks * 4);
+    ctx->recordSkipped(param);
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m_codes, n);
+  ctx->touch(new_m_absmax, blocks * 4);
+  ctx->touch(new_h_codes, n);
+  ctx->touch(new_h_absmax, blocks * 4);
+}
+
+void hessian_ema(tmrt_context *ctx, int64_t h, int64_t grad, int64_t new_h,
+                 int64_t n, double beta2) {
+  withFloatType(ctx, "hessian_ema", {grad}, [&](auto type) {
+    using T = decltype(type);
+    const float *hv = ctx->at<float>(h);
+    const T *g = ctx->at<T>(grad);
+    float *nh = ctx->at<float>(new_h);
+    if (!allFiniteOf(ctx, g, n)) {
+      std::memmove(nh, hv, n * 4);
+      ctx->recordSkipped(h);
+    } else {
+      const trainmem::HessianEMAStep update(beta2);
+      elementwise(ctx, n,
+                  [&](int64_t i) { nh[i] = update.apply(hv[i], g[i]); });
+    }
+  });
+  ctx->touch(new_h, n * 4);
+}
+
+void sample(tmrt_context *ctx, int64_t logits, int64_t key, int64_t labels,
+            int64_t rows, int64_t classes, int64_t seed, int64_t offset,
+            int64_t id_bits) {
+  uint64_t stream = static_cast<uint64_t>(seed);
+  if (key >= 0)
+    stream += static_cast<uint64_t>(*ctx->at<int64_t>(key));
+  withFloatType(ctx, "sample", {logits}, [&](auto type) {
+    using T = decltype(type);
+    const T *x = ctx->at<T>(logits);
+    ctx->pool.parallelFor(rows, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T *row = x + r * classes;
+        int64_t label = trainmem::sampleClass(
+            [&](int64_t j) { return static_cast<float>(row[j]); }, classes,
+            trainmem::philoxWord(stream, static_cast<uint64_t>(offset),
+                                 static_cast<uint64_t>(r)));
+        if (id_bits == 32)
+          ctx->at<int32_t>(labels)[r] = static_cast<int32_t>(label);
+        else
+          ctx->at<int64_t>(labels)[r] = label;
+      }
+    });
+  });
+  ctx->touch(labels, rows * id_bits / 8);
 }
 
 void clip_begin(tmrt_context *ctx) {

@@ -1366,6 +1366,75 @@ void lion(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m, int64_t lr,
 }
 
 template <typename T>
+void sophiaOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+              int64_t h, int64_t lr, int64_t new_param, int64_t new_m,
+              int64_t new_h, int64_t n, int64_t batch, double beta1, double rho,
+              double eps, double weight_decay) {
+  const float *p = ctx->at<float>(param), *mv = ctx->at<float>(m),
+              *hv = ctx->at<float>(h);
+  const T *g = ctx->at<T>(grad);
+  float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m);
+  if (new_h != h)
+    copyArena(ctx, offsetOf(h), offsetOf(new_h), n * 4);
+  if (!allFinite(ctx, g, n)) {
+    if (ctx->hasError)
+      return;
+    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
+    copyArena(ctx, offsetOf(m), offsetOf(new_m), n * 4);
+    ctx->recordSkipped(param);
+  } else {
+    const trainmem::SophiaStep update(scalarAt<float>(ctx, lr), beta1, rho,
+                                      batch, eps, weight_decay);
+    elementwise(ctx, "sophia", n, [=] __device__(int64_t i) {
+      float newParam, newM;
+      update.apply(p[i], float(g[i]), mv[i], hv[i], newParam, newM);
+      np[i] = newParam;
+      nm[i] = newM;
+    });
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m, n * 4);
+  ctx->touch(new_h, n * 4);
+}
+
+void sophia(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+            int64_t h, int64_t lr, int64_t new_param, int64_t new_m,
+            int64_t new_h, int64_t n, int64_t batch, double beta1, double rho,
+            double eps, double weight_decay) {
+  withFloatType(ctx, "sophia", {grad}, [&](auto type) {
+    sophiaOf<decltype(type)>(ctx, param, grad, m, h, lr, new_param, new_m,
+                             new_h, n, batch, beta1, rho, eps, weight_decay);
+  });
+}
+
+template <typename T>
+void hessian_emaOf(tmrt_context *ctx, int64_t h, int64_t grad, int64_t new_h,
+                   int64_t n, double beta2) {
+  const float *hv = ctx->at<float>(h);
+  const T *g = ctx->at<T>(grad);
+  float *nh = ctx->at<float>(new_h);
+  if (!allFinite(ctx, g, n)) {
+    if (ctx->hasError)
+      return;
+    copyArena(ctx, offsetOf(h), offsetOf(new_h), n * 4);
+    ctx->recordSkipped(h);
+  } else {
+    const trainmem::HessianEMAStep update(beta2);
+    elementwise(ctx, "hessian_ema", n, [=] __device__(int64_t i) {
+      nh[i] = update.apply(hv[i], float(g[i]));
+    });
+  }
+  ctx->touch(new_h, n * 4);
+}
+
+void hessian_ema(tmrt_context *ctx, int64_t h, int64_t grad, int64_t new_h,
+                 int64_t n, double beta2) {
+  withFloatType(ctx, "hessian_ema", {grad}, [&](auto type) {
+    hessian_emaOf<decltype(type)>(ctx, h, grad, new_h, n, beta2);
+  });
+}
+
+template <typename T>
 void sgdOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
            int64_t buffer, int64_t new_param, int64_t new_buffer, int64_t n,
            double momentum, double weight_decay, int64_t nesterov) {

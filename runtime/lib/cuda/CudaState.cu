@@ -24,6 +24,7 @@
 #include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Philox.h"
+#include "trainmem/Support/Sample.h"
 
 #include <algorithm>
 #include <cmath>
@@ -461,6 +462,44 @@ void adamw_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad,
   ctx->touch(new_v_absmax, blocks * 4);
 }
 
+/// One f32 state on the signed map, updated block by block on the device:
+/// `updated(i, scale, newParam, state)` gives element i's new parameter and
+/// state from its block's old scale (read before any thread writes the
+/// new one: in place too); each block's new state is requantized. The
+/// fused 8-bit SGD, Lion and Sophia share it, as the CPU's kernels share
+/// updateSignedState8bit.
+template <typename Updated>
+void updateSignedState8bit(tmrt_context *ctx, const char *name, int64_t n,
+                           int64_t block, const float *absmax, float *np,
+                           uint8_t *nc, float *na, Updated updated) {
+  DeviceMap map = deviceMap(true);
+  perBlock(ctx, name, n, block,
+           [=] __device__(int64_t b, int64_t begin, int64_t end) {
+             float old = absmax[b];
+             float largest = 0.0f;
+             for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+               float newParam, state;
+               updated(i, old, newParam, state);
+               if (largest < fabsf(state))
+                 largest = fabsf(state);
+             }
+             float scale = blockMaximum(largest);
+             uint8_t zero = trainmem::quantizeToEntries(map, 0.0f);
+             float inverse = 1.0f / scale;
+             for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+               float newParam, state;
+               updated(i, old, newParam, state);
+               nc[i] = scale > 0.0f
+                           ? trainmem::quantizeToEntries(map, state * inverse)
+                           : zero;
+               np[i] = newParam;
+             }
+             __syncthreads();
+             if (threadIdx.x == 0)
+               na[b] = scale;
+           });
+}
+
 template <typename T>
 void sgd_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
                 int64_t absmax, int64_t lr, int64_t new_param,
@@ -478,37 +517,13 @@ void sgd_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
     trainmem::SGDMomentumStep update{scalarAt<float>(ctx, lr), momentum,
                                      weight_decay, nesterov != 0};
     DeviceMap map = deviceMap(true);
-    perBlock(ctx, "sgd_8bit", n, block,
-             [=] __device__(int64_t b, int64_t begin, int64_t end) {
-               float old = a[b];
-               auto updated = [=](int64_t i, float &newParam, float &buffer) {
-                 update.apply(p[i], float(g[i]),
-                              trainmem::dequantizeValue(map, c[i], old),
-                              newParam, buffer);
-               };
-               float largest = 0.0f;
-               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-                 float newParam, buffer;
-                 updated(i, newParam, buffer);
-                 if (largest < fabsf(buffer))
-                   largest = fabsf(buffer);
-               }
-               float scale = blockMaximum(largest);
-               uint8_t zero = trainmem::quantizeToEntries(map, 0.0f);
-               float inverse = 1.0f / scale;
-               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-                 float newParam, buffer;
-                 updated(i, newParam, buffer);
-                 nc[i] =
-                     scale > 0.0f
-                         ? trainmem::quantizeToEntries(map, buffer * inverse)
-                         : zero;
-                 np[i] = newParam;
-               }
-               __syncthreads();
-               if (threadIdx.x == 0)
-                 na[b] = scale;
-             });
+    updateSignedState8bit(
+        ctx, "sgd_8bit", n, block, a, np, nc, na,
+        [=] __device__(int64_t i, float old, float &newParam, float &buffer) {
+          update.apply(p[i], float(g[i]),
+                       trainmem::dequantizeValue(map, c[i], old), newParam,
+                       buffer);
+        });
   } else {
     if (ctx->hasError)
       return;
@@ -540,37 +555,13 @@ void lion_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad,
     const trainmem::LionStep update(scalarAt<float>(ctx, lr), beta1, beta2,
                                     weight_decay);
     DeviceMap map = deviceMap(true);
-    perBlock(ctx, "lion_8bit", n, block,
-             [=] __device__(int64_t b, int64_t begin, int64_t end) {
-               float old = a[b];
-               auto updated = [=](int64_t i, float &newParam, float &momentum) {
-                 update.apply(p[i], float(g[i]),
-                              trainmem::dequantizeValue(map, c[i], old),
-                              newParam, momentum);
-               };
-               float largest = 0.0f;
-               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-                 float newParam, momentum;
-                 updated(i, newParam, momentum);
-                 if (largest < fabsf(momentum))
-                   largest = fabsf(momentum);
-               }
-               float scale = blockMaximum(largest);
-               uint8_t zero = trainmem::quantizeToEntries(map, 0.0f);
-               float inverse = 1.0f / scale;
-               for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-                 float newParam, momentum;
-                 updated(i, newParam, momentum);
-                 nc[i] =
-                     scale > 0.0f
-                         ? trainmem::quantizeToEntries(map, momentum * inverse)
-                         : zero;
-                 np[i] = newParam;
-               }
-               __syncthreads();
-               if (threadIdx.x == 0)
-                 na[b] = scale;
-             });
+    updateSignedState8bit(
+        ctx, "lion_8bit", n, block, a, np, nc, na,
+        [=] __device__(int64_t i, float old, float &newParam, float &momentum) {
+          update.apply(p[i], float(g[i]),
+                       trainmem::dequantizeValue(map, c[i], old), newParam,
+                       momentum);
+        });
   } else {
     if (ctx->hasError)
       return;
@@ -582,6 +573,54 @@ void lion_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad,
   ctx->touch(new_param, n * 4);
   ctx->touch(new_m_codes, n);
   ctx->touch(new_m_absmax, blocks * 4);
+}
+
+template <typename T>
+void sophia_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad,
+                   int64_t m_codes, int64_t m_absmax, int64_t h_codes,
+                   int64_t h_absmax, int64_t lr, int64_t new_param,
+                   int64_t new_m_codes, int64_t new_m_absmax,
+                   int64_t new_h_codes, int64_t new_h_absmax, int64_t n,
+                   int64_t block, int64_t batch, double beta1, double rho,
+                   double eps, double weight_decay) {
+  const float *p = ctx->at<float>(param);
+  const T *g = ctx->at<T>(grad);
+  const uint8_t *c = ctx->at<uint8_t>(m_codes), *hc = ctx->at<uint8_t>(h_codes);
+  const float *a = ctx->at<float>(m_absmax), *ha = ctx->at<float>(h_absmax);
+  float *np = ctx->at<float>(new_param);
+  uint8_t *nc = ctx->at<uint8_t>(new_m_codes);
+  float *na = ctx->at<float>(new_m_absmax);
+  int64_t blocks = (n + block - 1) / block;
+  if (new_h_codes != h_codes)
+    copyArena(ctx, offsetOf(h_codes), offsetOf(new_h_codes), n);
+  if (new_h_absmax != h_absmax)
+    copyArena(ctx, offsetOf(h_absmax), offsetOf(new_h_absmax), blocks * 4);
+  if (allFinite(ctx, g, n)) {
+    const trainmem::SophiaStep update(scalarAt<float>(ctx, lr), beta1, rho,
+                                      batch, eps, weight_decay);
+    DeviceMap map = deviceMap(true);
+    DeviceMap hMap = deviceMap(false);
+    updateSignedState8bit(
+        ctx, "sophia_8bit", n, block, a, np, nc, na,
+        [=] __device__(int64_t i, float old, float &newParam, float &momentum) {
+          update.apply(p[i], float(g[i]),
+                       trainmem::dequantizeValue(map, c[i], old),
+                       trainmem::dequantizeValue(hMap, hc[i], ha[i / block]),
+                       newParam, momentum);
+        });
+  } else {
+    if (ctx->hasError)
+      return;
+    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
+    copyArena(ctx, offsetOf(m_codes), offsetOf(new_m_codes), n);
+    copyArena(ctx, offsetOf(m_absmax), offsetOf(new_m_absmax), blocks * 4);
+    ctx->recordSkipped(param);
+  }
+  ctx->touch(new_param, n * 4);
+  ctx->touch(new_m_codes, n);
+  ctx->touch(new_m_absmax, blocks * 4);
+  ctx->touch(new_h_codes, n);
+  ctx->touch(new_h_absmax, blocks * 4);
 }
 
 } // namespace
@@ -623,6 +662,57 @@ void lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
                                 new_param, new_m_codes, new_m_absmax, n, block,
                                 beta1, beta2, weight_decay);
   });
+}
+
+void sophia_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                 int64_t m_codes, int64_t m_absmax, int64_t h_codes,
+                 int64_t h_absmax, int64_t lr, int64_t new_param,
+                 int64_t new_m_codes, int64_t new_m_absmax, int64_t new_h_codes,
+                 int64_t new_h_absmax, int64_t n, int64_t block, int64_t batch,
+                 double beta1, double rho, double eps, double weight_decay) {
+  block = trainmem::effectiveStateBlock(block, n);
+  withFloatType(ctx, "sophia_8bit", {grad}, [&](auto type) {
+    sophia_8bitOf<decltype(type)>(ctx, param, grad, m_codes, m_absmax, h_codes,
+                                  h_absmax, lr, new_param, new_m_codes,
+                                  new_m_absmax, new_h_codes, new_h_absmax, n,
+                                  block, batch, beta1, rho, eps, weight_decay);
+  });
+}
+
+// One thread per row: the same scalar draw as the CPU's (Sample.h); the
+// device's expf may round differently from the host's, which moves a
+// label only where the uniform number falls within an ulp of a boundary.
+template <typename T>
+void sampleOf(tmrt_context *ctx, int64_t logits, uint64_t stream,
+              int64_t labels, int64_t rows, int64_t classes, int64_t offset,
+              int64_t id_bits) {
+  const T *x = ctx->at<T>(logits);
+  int32_t *out32 = ctx->at<int32_t>(labels);
+  int64_t *out64 = ctx->at<int64_t>(labels);
+  uint64_t streamOffset = static_cast<uint64_t>(offset);
+  elementwise(ctx, "sample", rows, [=] __device__(int64_t r) {
+    const T *row = x + r * classes;
+    int64_t label = trainmem::sampleClass(
+        [=](int64_t j) { return float(row[j]); }, classes,
+        trainmem::philoxWord(stream, streamOffset, static_cast<uint64_t>(r)));
+    if (id_bits == 32)
+      out32[r] = static_cast<int32_t>(label);
+    else
+      out64[r] = label;
+  });
+}
+
+void sample(tmrt_context *ctx, int64_t logits, int64_t key, int64_t labels,
+            int64_t rows, int64_t classes, int64_t seed, int64_t offset,
+            int64_t id_bits) {
+  uint64_t stream = static_cast<uint64_t>(seed);
+  if (key >= 0)
+    stream += static_cast<uint64_t>(scalarAt<int64_t>(ctx, key));
+  withFloatType(ctx, "sample", {logits}, [&](auto type) {
+    sampleOf<decltype(type)>(ctx, logits, stream, labels, rows, classes, offset,
+                             id_bits);
+  });
+  ctx->touch(labels, rows * id_bits / 8);
 }
 
 } // namespace cuda

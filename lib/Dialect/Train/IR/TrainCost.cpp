@@ -181,6 +181,12 @@ uint64_t CrossEntropyMergeGradOp::getFlops() {
 uint64_t AdamWOp::getFlops() { return mulCount(12, elems(getParam())); }
 // Interpolate (3), sign, decay and step (4), the new momentum (3).
 uint64_t LionOp::getFlops() { return mulCount(10, elems(getParam())); }
+// Momentum (3), ratio and clip (4), sign, decay and step (5).
+uint64_t SophiaOp::getFlops() { return mulCount(12, elems(getParam())); }
+// Square, two multiplies and an add.
+uint64_t HessianEMAOp::getFlops() { return mulCount(4, elems(getH())); }
+// Max, exponential and sum, then exponential and running sum per logit.
+uint64_t SampleOp::getFlops() { return mulCount(5, elems(getLogits())); }
 uint64_t SGDOp::getFlops() {
   uint64_t perElement = 4;
   if (getMomentumBuffer())
@@ -216,6 +222,8 @@ uint64_t DequantizeOp::getFlops() { return elems(getResult()); }
 uint64_t AdamW8bitOp::getFlops() { return mulCount(34, elems(getParam())); }
 // Dequantize (1), Lion (10), absmax and requantize (10).
 uint64_t Lion8bitOp::getFlops() { return mulCount(21, elems(getParam())); }
+// Dequantize m and h (2), Sophia (12), absmax and requantize m (10).
+uint64_t Sophia8bitOp::getFlops() { return mulCount(24, elems(getParam())); }
 // Dequantize (1), SGD with momentum (6, 8 with nesterov), requantize (10).
 uint64_t SGD8bitOp::getFlops() {
   return mulCount(getNesterov() ? 19 : 17, elems(getParam()));

@@ -62,6 +62,17 @@ void TrainDialect::initialize() {
 // Attributes
 //===----------------------------------------------------------------------===//
 
+LogicalResult
+HessianStepAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                        FlatSymbolRefAttr step, int64_t every) {
+  if (!step)
+    return emitError() << "a Hessian step names the step it refreshes";
+  if (every < 1)
+    return emitError() << "a Hessian step runs every k >= 1 steps, got "
+                       << every;
+  return success();
+}
+
 LogicalResult ZeroAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t stage, int64_t ranks, int64_t bucket,
                                int64_t prefetch) {
@@ -365,6 +376,15 @@ LogicalResult mlir::train::verifySplitGrid(Operation *op, TensorSplitAttr split,
 
 /// `train.step` marks the function that is the step: a unit attribute on a
 /// function (passes and runners find the step by it, and name it).
+/// `train.hessian_step` marks a function (a step's Hessian step).
+static LogicalResult verifyHessianStepMarker(Operation *op, Attribute value) {
+  if (isa<HessianStepAttr>(value) && isa<FunctionOpInterface>(op))
+    return success();
+  return op->emitOpError() << "'" << kHessianStepAttrName
+                           << "' is a #train.hessian_step on a function, got "
+                           << value;
+}
+
 LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                                                      NamedAttribute attr) {
   // The arena plan (train-plan-arena).
@@ -409,6 +429,8 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
              << attr.getValue();
     return success();
   }
+  if (attr.getName() == kHessianStepAttrName)
+    return verifyHessianStepMarker(op, attr.getValue());
   if (attr.getName() == kZeroAttrName) {
     if (!isa<ZeroAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
       return op->emitOpError()

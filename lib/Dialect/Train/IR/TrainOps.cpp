@@ -1257,6 +1257,21 @@ ParseResult Lion8bitOp::parse(OpAsmParser &parser, OperationState &result) {
 
 void Lion8bitOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
 
+ParseResult SophiaOp::parse(OpAsmParser &parser, OperationState &result) {
+  // param, grad, m, h, lr -> new_param, new_m, new_h
+  return parseOperandsAndTypes(parser, result, 5, {0, 2, 3});
+}
+
+void SophiaOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
+
+ParseResult Sophia8bitOp::parse(OpAsmParser &parser, OperationState &result) {
+  // param, grad, m codes, m absmax, h codes, h absmax, lr
+  //   -> new param, m codes, m absmax, h codes, h absmax
+  return parseOperandsAndTypes(parser, result, 7, {0, 2, 3, 4, 5});
+}
+
+void Sophia8bitOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
+
 LogicalResult AdamWOp::verify() {
   ArrayRef<int64_t> shape = getParam().getType().getShape();
   for (Value state : {getGrad(), getM(), getV()})
@@ -1287,6 +1302,53 @@ LogicalResult LionOp::verify() {
   if (!getM().getType().getElementType().isF32())
     return emitOpError("m must be f32");
   return verifyLionAttrs(*this);
+}
+
+template <typename Op> static LogicalResult verifySophiaAttrs(Op op) {
+  if (failed(verifyBeta(op, "beta1", op.getBeta1().convertToDouble())) ||
+      failed(verifyEpsilon(op, op.getEpsilon().convertToDouble())))
+    return failure();
+  double rho = op.getRho().convertToDouble();
+  if (!(rho > 0.0 && std::isfinite(rho)))
+    return op.emitOpError("rho must be a finite value > 0, got ") << rho;
+  if (op.getBatchAttr().getInt() < 1)
+    return op.emitOpError("batch (the tokens of a step) must be >= 1, got ")
+           << op.getBatchAttr().getInt();
+  if (!(op.getWeightDecay().convertToDouble() >= 0.0))
+    return op.emitOpError("weight_decay must be >= 0");
+  return success();
+}
+
+LogicalResult SophiaOp::verify() {
+  ArrayRef<int64_t> shape = getParam().getType().getShape();
+  for (Value state : {getGrad(), getM(), getH()})
+    if (rankedType(state).getShape() != shape)
+      return emitOpError("grad, m and h must have the parameter's shape ")
+             << shapeString(shape);
+  if (!getM().getType().getElementType().isF32() ||
+      !getH().getType().getElementType().isF32())
+    return emitOpError("m and h must be f32");
+  return verifySophiaAttrs(*this);
+}
+
+LogicalResult HessianEMAOp::verify() {
+  if (getGrad().getType().getShape() != getH().getType().getShape())
+    return emitOpError("grad must have h's shape ")
+           << shapeString(getH().getType().getShape());
+  return verifyBeta(*this, "beta2", getBeta2().convertToDouble());
+}
+
+LogicalResult SampleOp::verify() {
+  ArrayRef<int64_t> logits = getLogits().getType().getShape();
+  if (logits.empty() || logits.back() < 1)
+    return emitOpError("logits must have a class dimension of at least 1");
+  if (getLabels().getType().getShape() != logits.drop_back())
+    return emitOpError("labels must have the logits' shape without the "
+                       "class dimension ")
+           << shapeString(logits.drop_back());
+  if (getOffset() < 0)
+    return emitOpError("offset must be >= 0");
+  return success();
 }
 
 LogicalResult SGDOp::verify() {
@@ -1451,6 +1513,18 @@ LogicalResult Lion8bitOp::verify() {
                       getParam().getType().getNumElements(), getMAbsmax());
 }
 
+LogicalResult Sophia8bitOp::verify() {
+  ArrayRef<int64_t> shape = getParam().getType().getShape();
+  if (getGrad().getType().getShape() != shape ||
+      getMCodes().getType().getShape() != shape)
+    return emitOpError("grad and state codes must have the parameter's shape ")
+           << shapeString(shape);
+  if (failed(verifySophiaAttrs(*this)))
+    return failure();
+  return verifyBlocks(*this, getBlockAttr().getInt(),
+                      getParam().getType().getNumElements(), getMAbsmax());
+}
+
 LogicalResult SGD8bitOp::verify() {
   ArrayRef<int64_t> shape = getParam().getType().getShape();
   if (getGrad().getType().getShape() != shape ||
@@ -1558,6 +1632,47 @@ SmallVector<OptimizerStateUse> Lion8bitOp::getStateUses() {
           {StateKind::m, StatePart::absmax, 3, 2}};
 }
 std::optional<unsigned> Lion8bitOp::getTiedResultOperandIndex(unsigned result) {
+  return tiedOfUpdate(*this, result);
+}
+
+// Sophia: param, grad, m, h, lr -> new param, m, h (h as it was).
+SmallVector<OptimizerStateUse> SophiaOp::getStateUses() {
+  return {{StateKind::m, StatePart::value, 2, 1},
+          {StateKind::h, StatePart::value, 3, 2}};
+}
+std::optional<unsigned> SophiaOp::getTiedResultOperandIndex(unsigned result) {
+  return tiedOfUpdate(*this, result);
+}
+Operation *SophiaOp::buildBlockwise8bit(OpBuilder &builder, ValueRange codes,
+                                        ValueRange absmax, int64_t block) {
+  return Sophia8bitOp::create(
+      builder, getLoc(), getParam().getType(), codes[0].getType(),
+      absmax[0].getType(), codes[1].getType(), absmax[1].getType(), getParam(),
+      getGrad(), codes[0], absmax[0], codes[1], absmax[1], getLr(),
+      getBeta1Attr(), getRhoAttr(), getEpsilonAttr(), getWeightDecayAttr(),
+      getBatchAttr(), builder.getI64IntegerAttr(block));
+}
+
+// Sophia on 8-bit state: param, grad, m codes, m absmax, h codes, h absmax,
+// lr -> new param and the four state tensors.
+SmallVector<OptimizerStateUse> Sophia8bitOp::getStateUses() {
+  return {{StateKind::m, StatePart::codes, 2, 1},
+          {StateKind::m, StatePart::absmax, 3, 2},
+          {StateKind::h, StatePart::codes, 4, 3},
+          {StateKind::h, StatePart::absmax, 5, 4}};
+}
+std::optional<unsigned>
+Sophia8bitOp::getTiedResultOperandIndex(unsigned result) {
+  return tiedOfUpdate(*this, result);
+}
+
+// The Hessian step's update: h, grad -> new h. What it updates is h; it
+// has no other state.
+Value HessianEMAOp::getUpdatedParam() { return getH(); }
+Value HessianEMAOp::getNewParamValue() { return getNewH(); }
+SmallVector<OptimizerStateUse> HessianEMAOp::getStateUses() { return {}; }
+std::optional<unsigned>
+HessianEMAOp::getTiedResultOperandIndex(unsigned result) {
   return tiedOfUpdate(*this, result);
 }
 

@@ -42,7 +42,9 @@ bool mlir::train::hasMarkedStep(ModuleOp module) {
 Operation *mlir::train::findMarkedStep(ModuleOp module, StringRef passName) {
   Operation *found = nullptr;
   for (Operation &op : module.getOps()) {
-    if (!op.hasAttr(kStepAttrName) && !isLoweredStep(&op))
+    // A Hessian step (Sophia's) belongs to a step; it is not one.
+    if ((!op.hasAttr(kStepAttrName) && !isLoweredStep(&op)) ||
+        op.hasAttr(kHessianStepAttrName))
       continue;
     if (found) {
       emitError(op.getLoc())

@@ -11,6 +11,8 @@
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
@@ -20,6 +22,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Dominance.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/RegionUtils.h"
@@ -208,6 +211,8 @@ struct TrainAutodiffPass
 
   void runOnOperation() override;
   LogicalResult buildStep(func::FuncOp func);
+  LogicalResult buildHessianStep(func::FuncOp forward,
+                                 const OptimizerOptions &options);
 };
 
 LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
@@ -309,6 +314,85 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
   return success();
 }
 
+/// The copy of the forward a Hessian step differentiates: its loss reads
+/// labels sampled from its own logits (`train.sample`, drawn after every
+/// other draw of the forward) in place of the targets, which it no longer
+/// takes (Sophia's Gauss-Newton-Bartlett estimator).
+static LogicalResult sampleOwnLabels(func::FuncOp forward) {
+  SmallVector<LossOpInterface> losses;
+  forward.walk([&](LossOpInterface loss) { losses.push_back(loss); });
+  if (losses.size() != 1)
+    return forward.emitError("train-autodiff: a Hessian step samples the "
+                             "labels of one cross-entropy; @")
+           << forward.getSymName() << " has " << losses.size() << " losses";
+  auto loss = dyn_cast<CrossEntropyOp>(losses.front().getOperation());
+  if (!loss)
+    return losses.front()->emitOpError(
+        "train-autodiff: a Hessian step samples labels from the logits of a "
+        "train.cross_entropy, which this loss has not (vocabulary "
+        "parallelism: use tensor-parallel vocabulary-parallel=false)");
+  auto targets = dyn_cast<BlockArgument>(loss.getTargets());
+  if (!targets || targets.getOwner()->getParentOp() != forward)
+    return loss.emitOpError("train-autodiff: a Hessian step replaces the "
+                            "targets the loss reads, which are not an "
+                            "argument of the forward");
+  int64_t offset = 0;
+  forward.walk([&](Operation *op) {
+    if (auto drawn = op->getAttrOfType<IntegerAttr>("offset"))
+      offset = std::max(offset, drawn.getInt() + 1);
+  });
+  OpBuilder builder(loss);
+  auto sample = SampleOp::create(
+      builder, loss.getLoc(), targets.getType(), loss.getLogits(), Value(),
+      builder.getI64IntegerAttr(0), builder.getI64IntegerAttr(offset));
+  for (OpOperand &use : llvm::make_early_inc_range(targets.getUses())) {
+    Operation *user = use.getOwner();
+    // A count of the targets before the logits reads nothing else: it
+    // moves after the labels.
+    if (user->getBlock() == sample->getBlock() &&
+        user->isBeforeInBlock(sample) && user->getNumOperands() == 1)
+      user->moveAfter(sample);
+    use.set(sample.getLabels());
+  }
+  DominanceInfo dominance(forward);
+  for (Operation *user : sample.getLabels().getUsers())
+    if (!dominance.properlyDominates(sample.getOperation(), user))
+      return user->emitOpError("train-autodiff: a Hessian step samples the "
+                               "labels from the logits, and this op reads "
+                               "the targets before them");
+  forward.eraseArgument(targets.getArgNumber());
+  return success();
+}
+
+/// The Hessian step of the optimizer in `options` (Sophia): a copy of
+/// @`forward` with sampled labels, differentiated, refreshing h.
+LogicalResult TrainAutodiffPass::buildHessianStep(func::FuncOp forward,
+                                                  const OptimizerOptions &o) {
+  ModuleOp module = getOperation();
+  std::string name = stepName + "_hessian";
+  if (Operation *existing = module.lookupSymbol(name))
+    return emitError(existing->getLoc(), "train-autodiff: a symbol @")
+           << name << " already exists (the Hessian step's name)";
+  if (isTensorParallel(forward))
+    return forward.emitError("train-autodiff: optimizer=")
+           << o.optimizer
+           << "'s Hessian step does not run tensor-parallel (its estimate "
+              "would need the split gradients' parts); use optimizer=adamw "
+              "or lion with train-tensor-parallel";
+  auto hessian = cast<func::FuncOp>(forward->clone());
+  hessian.setSymName(name);
+  SymbolTable(module).insert(hessian, std::next(Block::iterator(forward)));
+  if (failed(sampleOwnLabels(hessian)) || failed(buildStep(hessian)))
+    return failure();
+  Value step;
+  for (unsigned i = 0; i < hessian.getNumArguments(); ++i)
+    if (auto input = hessian.getArgAttrOfType<StringAttr>(i, kInputAttrName))
+      if (input.getValue() == "step")
+        step = hessian.getArgument(i);
+  hessian.walk([&](SampleOp sample) { sample.getKeyMutable().assign(step); });
+  return addHessianUpdate(hessian, o, stepName, getArgument());
+}
+
 void TrainAutodiffPass::runOnOperation() {
   ModuleOp module = getOperation();
   OptimizerOptions options = readOptimizerOptions(*this);
@@ -325,6 +409,11 @@ void TrainAutodiffPass::runOnOperation() {
         << stepName << " already exists";
     return signalPassFailure();
   }
+  // An optimizer with a Hessian estimate (Sophia) gets its Hessian step
+  // first, from the forward as it is.
+  if (const OptimizerInfo *info = lookupOptimizer(options.optimizer);
+      info && info->hessianStep && failed(buildHessianStep(func, options)))
+    return signalPassFailure();
   if (failed(buildStep(func)))
     return signalPassFailure();
   func.setSymName(stepName);

@@ -426,7 +426,10 @@ void TrainGradAccumPass::runOnOperation() {
   }
   Accumulation a;
   a.func = lookupStep(module, function, "train-grad-accum");
-  if (!a.func)
+  if (!a.func ||
+      failed(refuseHessianStep(a.func, "train-grad-accum",
+                               "split into micro-batches (its labels are "
+                               "drawn per row of the whole batch)")))
     return signalPassFailure();
   // Accumulating twice would nest a loop over micro-batches of
   // micro-batches; say so instead of re-typing the loop's body.

@@ -60,7 +60,11 @@ struct TrainLossScalePass
       return signalPassFailure();
     }
     func::FuncOp func = lookupStep(module, function, kPassName);
-    if (!func || failed(scale(func)))
+    if (!func ||
+        failed(refuseHessianStep(func, kPassName,
+                                 "scale (its sampled loss would need its "
+                                 "own scale)")) ||
+        failed(scale(func)))
       return signalPassFailure();
   }
 

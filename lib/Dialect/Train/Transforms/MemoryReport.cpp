@@ -208,29 +208,29 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
       {"parameters", memory.getParameters()},
       {"peak_bytes", memory.getPeakBytes()},
       {"peak_op", peakOpJson(memory)},
-      {"plan",
-       llvm::json::Object{{"arena_bytes", plan.getArenaBytes()},
-                          {"alignment", plan.getAlignment()},
-                          {"algorithm", "greedy-by-size"}}},
-      {"at_peak", categoryObject(memory.getAtPeak(),
-                                 gathers(memory.getFunction()))},
-      {"totals", categoryObject(memory.getTotals(),
-                                gathers(memory.getFunction()))},
+      {"plan", llvm::json::Object{{"arena_bytes", plan.getArenaBytes()},
+                                  {"alignment", plan.getAlignment()},
+                                  {"algorithm", "greedy-by-size"}}},
+      {"at_peak",
+       categoryObject(memory.getAtPeak(), gathers(memory.getFunction()))},
+      {"totals",
+       categoryObject(memory.getTotals(), gathers(memory.getFunction()))},
       {"layers", std::move(layers)},
-      {"optimizer_state", [&] {
+      {"optimizer_state",
+       [&] {
          llvm::json::Object kinds;
          for (auto &[kind, bytes] : optimizerStateByKind(memory.getFunction()))
            kinds[kind] = bytes;
          return kinds;
        }()},
       {"model_states_bytes_per_parameter", modelStatesPerParameter(memory)},
+      {"most_live_gradients", memory.getMostLiveGradients()},
 
       {"flops",
-       llvm::json::Object{
-           {"forward", memory.getFlops(Phase::Forward)},
-           {"backward", memory.getFlops(Phase::Backward)},
-           {"optimizer", memory.getFlops(Phase::Optimizer)},
-           {"recompute", memory.getRecomputeFlops()}}}};
+       llvm::json::Object{{"forward", memory.getFlops(Phase::Forward)},
+                          {"backward", memory.getFlops(Phase::Backward)},
+                          {"optimizer", memory.getFlops(Phase::Optimizer)},
+                          {"recompute", memory.getRecomputeFlops()}}}};
   // Host memory (train-offload-optimizer): apart from the device's above.
   if (memory.getHostBytes() > 0) {
     object["host"] = llvm::json::Object{
@@ -338,6 +338,8 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                         stringifyMemoryCategory(category),
                         memory.getAtPeak()[i], memory.getTotals()[i]);
   }
+  os << llvm::formatv("  gradients live at once, at most {0,20} B\n",
+                      memory.getMostLiveGradients());
   double params = static_cast<double>(std::max<uint64_t>(
       memory.getParameters(), 1));
   for (auto &[kind, bytes] : optimizerStateByKind(memory.getFunction()))
@@ -659,38 +661,48 @@ struct TrainMemoryReportPass
     : public impl::TrainMemoryReportPassBase<TrainMemoryReportPass> {
   using Base::Base;
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    // The training step (the function marked train.step) if there is one,
-    // else the one function with a body.
-    func::FuncOp func;
+  /// The function reported on: `function`, else the training step (the
+  /// function marked train.step) if there is one, else the one function
+  /// with a body; null after an error.
+  func::FuncOp selectFunction(ModuleOp module) {
+    if (!function.empty()) {
+      auto named = module.lookupSymbol<func::FuncOp>(function);
+      if (!named)
+        emitError(module.getLoc(), "train-memory-report: no function @")
+            << function;
+      return named;
+    }
     if (hasMarkedStep(module)) {
       Operation *marked = findMarkedStep(module, "train-memory-report");
       if (!marked)
-        return signalPassFailure();
-      func = dyn_cast<func::FuncOp>(marked);
-      if (!func) {
+        return {};
+      auto func = dyn_cast<func::FuncOp>(marked);
+      if (!func)
         emitError(marked->getLoc(), "train-memory-report: @")
             << SymbolTable::getSymbolName(marked).getValue() << " is a '"
             << marked->getName()
             << "': it is already lowered; report on the tensor-level step "
                "(before convert-train-to-runtime)";
-        return signalPassFailure();
-      }
-    } else {
-      SmallVector<func::FuncOp> candidates;
-      for (auto f : module.getOps<func::FuncOp>())
-        if (!f.isExternal())
-          candidates.push_back(f);
-      if (candidates.size() != 1) {
-        emitError(module.getLoc(),
-                  "train-memory-report: expected a function marked ")
-            << kStepAttrName << " or one function with a body, found "
-            << candidates.size();
-        return signalPassFailure();
-      }
-      func = candidates.front();
+      return func;
     }
+    SmallVector<func::FuncOp> candidates;
+    for (auto f : module.getOps<func::FuncOp>())
+      if (!f.isExternal())
+        candidates.push_back(f);
+    if (candidates.size() == 1)
+      return candidates.front();
+    emitError(module.getLoc(),
+              "train-memory-report: expected a function marked ")
+        << kStepAttrName << " or one function with a body, found "
+        << candidates.size();
+    return {};
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp func = selectFunction(module);
+    if (!func)
+      return signalPassFailure();
     // A lowered step (the runtime's arena pointer instead of tensors) has
     // no tensors left to measure: say so instead of printing zeros.
     // Any other argument that is not a tensor is input the report cannot

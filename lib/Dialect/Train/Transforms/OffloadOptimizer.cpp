@@ -30,7 +30,8 @@ struct TrainOffloadOptimizerPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     func::FuncOp func = lookupStep(module, "", "train-offload-optimizer");
-    if (!func)
+    if (!func || failed(refuseHessianStep(func, "train-offload-optimizer",
+                                          "refresh in host memory")))
       return signalPassFailure();
     auto host = SpaceAttr::get(&getContext(), MemorySpace::host);
     // Every argument's and result's attributes set at once (one setArgAttr

@@ -79,6 +79,11 @@ LogicalResult mlir::train::checkOptimizerOptions(
                "a finite value >= 0 with lr * weight-decay < 1");
   if (!finite(o.momentum) || o.momentum < 0.0 || o.momentum >= 1.0)
     return bad("momentum", o.momentum, "a value in [0, 1)");
+  if (!finite(o.rho) || o.rho <= 0.0)
+    return bad("rho", o.rho, "a finite value > 0");
+  if (o.hessianInterval < 1)
+    return bad("hessian-interval", o.hessianInterval,
+               ">= 1 (the Hessian step runs every k steps)");
   if (!finite(o.clipNorm) || o.clipNorm < 0.0)
     return bad("clip-norm", o.clipNorm, "a finite value >= 0; 0 disables "
                                         "clipping");
@@ -139,6 +144,9 @@ private:
   SmallVector<ParamInfo> params;
   llvm::StringMap<unsigned> paramByName;
   int stepIndex = -1;
+  /// The tokens one step trains on (its tokens input's elements; 0 without
+  /// one).
+  int64_t batchTokens = 0;
   func::ReturnOp ret;
   Value loss;
   SmallVector<Value> paramGrads;
@@ -167,10 +175,22 @@ LogicalResult OptimizerAppender::readParameters() {
       return func.emitError(passName)
              << ": the step has an optimizer already (argument " << i
              << " is optimizer state)";
-    if (auto input = func.getArgAttrOfType<StringAttr>(i, kInputAttrName))
+    if (auto input = func.getArgAttrOfType<StringAttr>(i, kInputAttrName)) {
       if (input.getValue() == "step")
         stepIndex = i;
+      if (input.getValue() == "tokens")
+        if (auto type =
+                dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+            type && type.hasStaticShape())
+          batchTokens = type.getNumElements();
+    }
   }
+  if (info.hessianStep && batchTokens == 0)
+    return func.emitError(passName)
+           << ": optimizer=" << info.name
+           << " scales its Hessian estimate by the tokens of a step, and the "
+              "step has no tokens input (an argument marked "
+           << kInputAttrName << " = \"tokens\")";
   if (params.empty())
     return func.emitError(passName)
            << ": the step has no parameters (arguments marked "
@@ -318,8 +338,9 @@ void OptimizerAppender::update(const ParamInfo &param, Value grad,
   SmallVector<Value> state;
   for (unsigned index : indices.state)
     state.push_back(func.getArgument(index));
-  OptimizerUpdateOperands operands{master ? master : weights, grad, lr,
-                                   func.getArgument(stepIndex), state};
+  OptimizerUpdateOperands operands{
+      master ? master : weights,   grad,        lr,
+      func.getArgument(stepIndex), batchTokens, state};
   OptimizerUpdateOpInterface update = info.build(builder, loc, operands, o);
   Value updated = update.getNewParamValue();
   if (master) {
@@ -388,7 +409,113 @@ LogicalResult mlir::train::addOptimizer(func::FuncOp func,
     return func.emitError(passName)
            << ": unknown optimizer '" << options.optimizer << "' (expected "
            << listOptimizerNames() << ")";
+  if (info->hessianStep && !findHessianStep(func)) {
+    return func.emitError(passName)
+           << ": optimizer=" << info->name
+           << " keeps a Hessian estimate that a Hessian step refreshes, and "
+              "the module has none for @"
+           << func.getSymName()
+           << ": build the step with train-autodiff{optimizer=" << info->name
+           << "}, which builds both from the forward";
+  }
   return OptimizerAppender(func, *info, options, passName).run();
+}
+
+func::FuncOp mlir::train::findHessianStep(func::FuncOp step) {
+  auto module = step->getParentOfType<ModuleOp>();
+  if (!module)
+    return {};
+  for (auto func : module.getOps<func::FuncOp>())
+    if (auto hessian =
+            func->getAttrOfType<HessianStepAttr>(kHessianStepAttrName))
+      if (hessian.getStep().getValue() == step.getSymName())
+        return func;
+  return {};
+}
+
+LogicalResult mlir::train::refuseHessianStep(func::FuncOp step,
+                                             StringRef passName,
+                                             StringRef what) {
+  func::FuncOp hessian = findHessianStep(step);
+  if (!hessian)
+    return success();
+  return step.emitError(passName)
+         << ": @" << step.getSymName() << " has a Hessian step (@"
+         << hessian.getSymName() << ", optimizer=sophia), which " << passName
+         << " cannot " << what
+         << " yet: train Sophia without it, or use optimizer=adamw or lion";
+}
+
+LogicalResult mlir::train::addHessianUpdate(func::FuncOp func,
+                                            const OptimizerOptions &o,
+                                            StringRef stepName,
+                                            StringRef passName) {
+  MLIRContext *context = func.getContext();
+  OpBuilder builder(context);
+  auto ret = cast<func::ReturnOp>(func.front().getTerminator());
+  // The parameters and their gradients, as train-autodiff{optimizer=none}
+  // returned them.
+  llvm::StringMap<unsigned> paramIndex;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, kParamAttrName))
+      paramIndex[name.getValue()] = i;
+  Value loss;
+  SmallVector<std::pair<std::string, Value>> grads;
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    if (func.getResultAttr(i, kLossAttrName))
+      loss = ret.getOperand(i);
+    else if (auto name = func.getResultAttrOfType<StringAttr>(i, kGradAttrName))
+      grads.push_back({name.getValue().str(), ret.getOperand(i)});
+  }
+  if (!loss || grads.empty())
+    return func.emitError(passName)
+           << ": the Hessian step returns no loss or no gradients";
+  // One f32 estimate per parameter, marked as the step's h, in one
+  // signature change.
+  unsigned firstNew = func.getNumArguments();
+  SmallVector<Type> types;
+  SmallVector<DictionaryAttr> attrs;
+  for (auto &[name, grad] : grads) {
+    auto type = cast<RankedTensorType>(grad.getType());
+    types.push_back(
+        RankedTensorType::get(type.getShape(), Float32Type::get(context)));
+    attrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        kOptimizerStateAttrName, StateAttr::get(context, name, StateKind::h))));
+  }
+  SmallVector<unsigned> at(types.size(), firstNew);
+  SmallVector<Location> locs(types.size(), func.getLoc());
+  if (failed(func.insertArguments(at, types, attrs, locs)))
+    return func.emitError(passName) << ": cannot extend the signature";
+  // The refresh, in the step's (last) optimizer block.
+  BlockOp block;
+  for (Operation &op : func.front())
+    if (auto candidate = dyn_cast<BlockOp>(op))
+      if (candidate.getKind() == BlockKind::optimizer)
+        block = candidate;
+  if (!block)
+    return func.emitError(passName)
+           << ": the Hessian step has no optimizer block";
+  builder.setInsertionPoint(block.getBody().front().getTerminator());
+  SmallVector<Value> results{loss};
+  SmallVector<DictionaryAttr> resultAttrs{builder.getDictionaryAttr(
+      builder.getNamedAttr(kLossAttrName, builder.getUnitAttr()))};
+  for (auto [index, entry] : llvm::enumerate(grads)) {
+    auto &[name, grad] = entry;
+    Value h = func.getArgument(firstNew + index);
+    auto refresh = HessianEMAOp::create(builder, func.getLoc(), h.getType(), h,
+                                        grad, builder.getF64FloatAttr(o.beta2));
+    results.push_back(refresh.getNewH());
+    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        kOptimizerStateAttrName, StateAttr::get(context, name, StateKind::h))));
+  }
+  setStepResults(func, results, resultAttrs);
+  pruneUnusedResults(block.getOperation());
+  exportEscapingValues(func);
+  func->setAttr(kHessianStepAttrName,
+                HessianStepAttr::get(context,
+                                     FlatSymbolRefAttr::get(context, stepName),
+                                     o.hessianInterval));
+  return success();
 }
 
 namespace {

@@ -43,7 +43,9 @@ completeOptimizerOptions(PassT &pass,
       {OptimizerOption::beta2, pass.beta2, d.beta2},
       {OptimizerOption::epsilon, pass.epsilon, d.epsilon},
       {OptimizerOption::weightDecay, pass.weightDecay, d.weightDecay},
-      {OptimizerOption::momentum, pass.momentum, 0.0}};
+      {OptimizerOption::momentum, pass.momentum, 0.0},
+      // rho's default is its own (only Sophia reads it).
+      {OptimizerOption::rho, pass.rho, pass.rho.getValue()}};
   for (Given &given : options) {
     if (given.value.hasValue() && !info->reads(given.option)) {
       std::string reads;
@@ -57,6 +59,11 @@ completeOptimizerOptions(PassT &pass,
     if (!given.value.hasValue())
       given.value = given.fallback;
   }
+  if (pass.hessianInterval.hasValue() &&
+      !info->reads(OptimizerOption::hessianInterval))
+    return onError(pass.getArgument() + ": optimizer=" + name +
+                   " has no option hessian-interval (only an optimizer "
+                   "with a Hessian step reads it: sophia)");
   if (!pass.lr.hasValue())
     pass.lr = d.lr;
   return success();
@@ -76,6 +83,8 @@ OptimizerOptions readOptimizerOptions(const PassT &pass) {
   options.epsilon = pass.epsilon;
   options.weightDecay = pass.weightDecay;
   options.momentum = pass.momentum;
+  options.rho = pass.rho;
+  options.hessianInterval = pass.hessianInterval;
   options.clipNorm = pass.clipNorm;
   options.masterWeights = pass.masterWeights;
   return options;

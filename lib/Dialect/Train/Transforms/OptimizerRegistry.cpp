@@ -21,6 +21,10 @@ StringRef mlir::train::getOptimizerOptionName(OptimizerOption option) {
     return "weight-decay";
   case OptimizerOption::momentum:
     return "momentum";
+  case OptimizerOption::rho:
+    return "rho";
+  case OptimizerOption::hessianInterval:
+    return "hessian-interval";
   }
   llvm_unreachable("unknown optimizer option");
 }
@@ -79,6 +83,27 @@ static constexpr OptimizerStateInfo kLionStates[] = {
     {StateKind::m, StateElementType::f32}};
 
 //===----------------------------------------------------------------------===//
+// Sophia (Liu et al. 2023, SophiaG)
+//===----------------------------------------------------------------------===//
+
+static OptimizerUpdateOpInterface buildSophia(OpBuilder &builder, Location loc,
+                                              const OptimizerUpdateOperands &in,
+                                              const OptimizerOptions &o) {
+  return SophiaOp::create(
+      builder, loc, in.param, in.grad, in.state[0], in.state[1], in.lr,
+      f64(builder, o.beta1), f64(builder, o.rho), f64(builder, o.epsilon),
+      f64(builder, o.weightDecay), builder.getI64IntegerAttr(in.batchTokens));
+}
+
+static constexpr OptimizerOption kSophiaOptions[] = {
+    OptimizerOption::beta1,   OptimizerOption::beta2,
+    OptimizerOption::epsilon, OptimizerOption::weightDecay,
+    OptimizerOption::rho,     OptimizerOption::hessianInterval};
+static constexpr OptimizerStateInfo kSophiaStates[] = {
+    {StateKind::m, StateElementType::f32},
+    {StateKind::h, StateElementType::f32}};
+
+//===----------------------------------------------------------------------===//
 // SGD, with momentum when momentum > 0
 //===----------------------------------------------------------------------===//
 
@@ -118,6 +143,15 @@ static const OptimizerInfo kOptimizers[] = {
     {"sgd", "SGD, with (Nesterov) momentum when momentum > 0",
      OptimizerDefaults{}, kSGDOptions, kSGDStates, "train.sgd",
      "train.sgd_8bit", buildSGD},
+    {"sophia",
+     "SophiaG: a clipped step preconditioned by a diagonal Hessian estimate "
+     "that a Hessian step refreshes every k steps (Liu et al. 2023)",
+     // SophiaG's reference implementation: lr 1e-4, betas (0.965, 0.99),
+     // 1e-15 in the denominator, weight decay 0.1 (rho 0.04 and k = 10
+     // are the options' own defaults).
+     OptimizerDefaults{1.0e-4, 0.965, 0.99, 1.0e-15, 0.1}, kSophiaOptions,
+     kSophiaStates, "train.sophia", "train.sophia_8bit", buildSophia,
+     /*hessianStep=*/true},
 };
 
 ArrayRef<OptimizerInfo> mlir::train::getRegisteredOptimizers() {

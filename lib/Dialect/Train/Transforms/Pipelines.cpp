@@ -93,6 +93,10 @@ LogicalResult mlir::train::buildTrainStepPipeline(
   pm.addPass(createTrainMaterializeRematPass());
   if (!options.zero.empty() && failed(add("train-zero", options.zero)))
     return failure();
+  // Release after partitioning: each shard's update follows its bucket's
+  // reduce-scatter.
+  if (options.releaseGradients)
+    pm.addPass(createTrainReleaseGradientsPass());
   pm.addPass(createTrainUnrollAccumPass());
   // Offload last: it marks the state and the updates of the finished step.
   if (options.offload.empty())
@@ -106,8 +110,9 @@ void mlir::train::registerTrainPipelines() {
       "From a model to a step ready to lower: train-autodiff, then "
       "train-loss-scale, train-remat, train-grad-accum, "
       "train-quantize-optimizer-state as "
-      "asked, train-materialize-remat, train-zero as asked, "
-      "train-unroll-accum, then train-offload-optimizer as asked "
+      "asked, train-materialize-remat, train-zero and "
+      "train-release-gradients as asked, train-unroll-accum, then "
+      "train-offload-optimizer as asked "
       "(trainmem-run's pipeline)",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {

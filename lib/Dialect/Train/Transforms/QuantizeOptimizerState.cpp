@@ -9,6 +9,7 @@
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
@@ -395,7 +396,131 @@ struct TrainQuantizeOptimizerStatePass
       if (failed(fuse(q, next)))
         return failure();
     rewriteResults(q);
-    return dropFloatState(q);
+    if (failed(dropFloatState(q)))
+      return failure();
+    return followInHessianStep(func, q);
+  }
+
+  /// The step's Hessian step (Sophia) refreshes the estimates h the step
+  /// now keeps in 8 bits: it reads and returns them in 8 bits too, each
+  /// dequantized right before its refresh and quantized right after (one
+  /// tensor in f32 at a time), on the same map and blocks.
+  LogicalResult followInHessianStep(func::FuncOp step, const Quantization &q) {
+    func::FuncOp hessian = findHessianStep(step);
+    if (!hessian)
+      return success();
+    llvm::StringMap<const QuantizedState *> quantizedH;
+    for (const QuantizedState &state : q.states)
+      if (state.state.getKind() == StateKind::h) {
+        if (state.codesShardOf)
+          return step.emitError("train-quantize-optimizer-state: the Hessian "
+                                "step of a partitioned step cannot follow "
+                                "its 8-bit estimates");
+        quantizedH[state.state.getParam()] = &state;
+      }
+    if (quantizedH.empty())
+      return success();
+    FailureOr<SmallVector<BlockArgument>> oldArgs =
+        encodeHessianArguments(hessian, quantizedH);
+    if (failed(oldArgs))
+      return failure();
+    encodeHessianResults(hessian, quantizedH);
+    llvm::BitVector dropArgs(hessian.getNumArguments());
+    for (BlockArgument arg : *oldArgs)
+      dropArgs.set(arg.getArgNumber());
+    if (failed(hessian.eraseArguments(dropArgs)))
+      return hessian.emitError("train-quantize-optimizer-state: cannot remove "
+                               "the f32 estimates");
+    return success();
+  }
+
+  /// The Hessian step's f32 estimates that the step keeps in 8 bits become
+  /// codes and block maxima arguments, dequantized right before their use;
+  /// the f32 arguments, unused now, are returned for removal.
+  FailureOr<SmallVector<BlockArgument>> encodeHessianArguments(
+      func::FuncOp hessian,
+      const llvm::StringMap<const QuantizedState *> &quantizedH) {
+    MLIRContext *ctx = hessian.getContext();
+    Type i8 = IntegerType::get(ctx, 8), f32 = Float32Type::get(ctx);
+    Insertions inserts;
+    SmallVector<BlockArgument> oldArgs;
+    for (BlockArgument arg : hessian.getArguments()) {
+      auto state = hessian.getArgAttrOfType<StateAttr>(arg.getArgNumber(),
+                                                       kOptimizerStateAttrName);
+      if (!state || state.getKind() != StateKind::h ||
+          !quantizedH.count(state.getParam()))
+        continue;
+      auto type = cast<RankedTensorType>(arg.getType());
+      int64_t elements = type.getNumElements();
+      for (auto [elementType, part, shape] :
+           {std::tuple{i8, StatePart::codes,
+                       SmallVector<int64_t>(type.getShape())},
+            std::tuple{f32, StatePart::absmax,
+                       SmallVector<int64_t>{(elements + block - 1) / block}}}) {
+        inserts.at.push_back(arg.getArgNumber() + 1);
+        inserts.types.push_back(RankedTensorType::get(shape, elementType));
+        inserts.attrs.push_back(stateAttrs(
+            ctx, state.withPart(part, QuantMap::unsigned_dynamic, block)));
+        inserts.locs.push_back(arg.getLoc());
+      }
+      oldArgs.push_back(arg);
+    }
+    if (failed(hessian.insertArguments(inserts.at, inserts.types, inserts.attrs,
+                                       inserts.locs)))
+      return hessian.emitError("train-quantize-optimizer-state: cannot add "
+                               "the 8-bit state arguments");
+    // Each old argument is followed by its codes and absmax now.
+    for (BlockArgument arg : oldArgs) {
+      Value codes = hessian.getArgument(arg.getArgNumber() + 1);
+      Value absmax = hessian.getArgument(arg.getArgNumber() + 2);
+      for (OpOperand &use : llvm::make_early_inc_range(arg.getUses())) {
+        OpBuilder builder(use.getOwner());
+        use.set(dequantize(builder, arg.getLoc(), arg.getType(), codes, absmax,
+                           block, /*isSigned=*/false));
+      }
+    }
+    return oldArgs;
+  }
+
+  /// Its refreshed estimates leave it quantized (one tensor at a time).
+  void encodeHessianResults(
+      func::FuncOp hessian,
+      const llvm::StringMap<const QuantizedState *> &quantizedH) {
+    MLIRContext *ctx = hessian.getContext();
+    Type i8 = IntegerType::get(ctx, 8), f32 = Float32Type::get(ctx);
+    auto ret = cast<func::ReturnOp>(hessian.front().getTerminator());
+    SmallVector<Value> results;
+    SmallVector<DictionaryAttr> resultAttrs;
+    for (auto [r, operand] : llvm::enumerate(ret.getOperands())) {
+      auto state =
+          hessian.getResultAttrOfType<StateAttr>(r, kOptimizerStateAttrName);
+      if (!state || state.getKind() != StateKind::h ||
+          !quantizedH.count(state.getParam())) {
+        results.push_back(operand);
+        resultAttrs.push_back(hessian.getResultAttrDict(r));
+        continue;
+      }
+      Value refreshed = resolveRegionResult(operand);
+      OpBuilder builder(ctx);
+      builder.setInsertionPointAfterValue(refreshed);
+      auto type = cast<RankedTensorType>(refreshed.getType());
+      int64_t elements = type.getNumElements();
+      auto encode = QuantizeOp::create(
+          builder, refreshed.getLoc(),
+          RankedTensorType::get(type.getShape(), i8),
+          RankedTensorType::get({(elements + block - 1) / block}, f32),
+          refreshed, builder.getI64IntegerAttr(block), UnitAttr());
+      for (auto [value, part] :
+           {std::pair{encode.getCodes(), StatePart::codes},
+            std::pair{encode.getAbsmax(), StatePart::absmax}}) {
+        results.push_back(value);
+        resultAttrs.push_back(stateAttrs(
+            ctx, state.withPart(part, QuantMap::unsigned_dynamic, block)));
+      }
+    }
+    setStepResults(hessian, results, resultAttrs);
+    exportEscapingValues(hessian);
+    pruneUnusedResults(hessian);
   }
 };
 

@@ -663,18 +663,34 @@ void TrainRematPass::runOnOperation() {
   default:
     break;
   }
-  LogicalResult applied = success();
-  if (everyLayer)
-    applied =
-        apply(*selected, SmallVector<Choice>(selected->size(), *everyLayer));
-  else if (policy == RematPolicy::custom)
-    applied = applyCustom(*selected);
-  else if (policy == RematPolicy::budget)
-    applied = applyBudget(func, *selected, *budgetBytes);
-  else
-    wrapLayers(*selected);
-  if (failed(applied))
-    signalPassFailure();
+  // A Hessian step (Sophia's) runs the same layers: it recomputes as the
+  // step does, or its peak would be the run's (a budget is the step's).
+  func::FuncOp hessian = findHessianStep(func);
+  if (hessian && policy == RematPolicy::budget &&
+      failed(refuseHessianStep(func, "train-remat",
+                               "fit in a budget chosen for the step")))
+    return signalPassFailure();
+  for (func::FuncOp target : {func, hessian}) {
+    if (!target)
+      continue;
+    if (target != func) {
+      selected = selectLayers(target, begin, end);
+      if (failed(selected))
+        return signalPassFailure();
+    }
+    LogicalResult applied = success();
+    if (everyLayer)
+      applied =
+          apply(*selected, SmallVector<Choice>(selected->size(), *everyLayer));
+    else if (policy == RematPolicy::custom)
+      applied = applyCustom(*selected);
+    else if (policy == RematPolicy::budget)
+      applied = applyBudget(func, *selected, *budgetBytes);
+    else
+      wrapLayers(*selected);
+    if (failed(applied))
+      return signalPassFailure();
+  }
 }
 
 struct TrainMaterializeRematPass
@@ -686,10 +702,15 @@ struct TrainMaterializeRematPass
     func::FuncOp func = lookupStep(module, function, "train-materialize-remat");
     if (!func)
       return signalPassFailure();
-    FailureOr<unsigned> cloned = materializeRemat(func);
-    if (failed(cloned))
-      return signalPassFailure();
-    numRecomputed += *cloned;
+    // The step's Hessian step (Sophia's) recomputes as the step does.
+    for (func::FuncOp target : {func, findHessianStep(func)}) {
+      if (!target)
+        continue;
+      FailureOr<unsigned> cloned = materializeRemat(target);
+      if (failed(cloned))
+        return signalPassFailure();
+      numRecomputed += *cloned;
+    }
   }
 };
 

@@ -223,7 +223,9 @@ void TrainZeroPass::runOnOperation() {
           badOptions(stage, ranks, bucket, prefetch))
     return fail(module.getLoc(), *bad);
   func::FuncOp step = lookupStep(module, function, getArgument());
-  if (!step)
+  if (!step || failed(refuseHessianStep(step, getArgument(),
+                                        "partition (its estimates would be "
+                                        "sharded and its gradients reduced)")))
     return signalPassFailure();
   if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))
     return fail(step.getLoc(),

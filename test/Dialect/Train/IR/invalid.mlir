@@ -1666,3 +1666,90 @@ func.func @slice_grad_dim(%g: tensor<2x8xf32>) {
   %r = train.slice_grad %g {dim = 2 : i64, offset = 0 : i64, whole = 24 : i64} : tensor<2x8xf32> -> tensor<2x24xf32>
   return
 }
+
+// -----
+
+func.func @lion_m_f32(%p: tensor<8xf32>, %m: tensor<8xbf16>, %lr: tensor<f32>) {
+  // expected-error @+1 {{m must be f32}}
+  %r:2 = train.lion %p, %p, %m, %lr {beta1 = 0.9 : f64, beta2 = 0.99 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @lion_beta(%p: tensor<8xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{beta2 must be in [0, 1), got 1}}
+  %r:2 = train.lion %p, %p, %p, %lr {beta1 = 0.9 : f64, beta2 = 1.0 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @lion_8bit_block(%p: tensor<300xf32>, %c: tensor<300xi8>, %a: tensor<1xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{absmax must hold one value per block (3), got [1]}}
+  %r:3 = train.lion_8bit %p, %p, %c, %a, %lr {beta1 = 0.9 : f64, beta2 = 0.99 : f64, weight_decay = 0.0 : f64, block = 128 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<300xi8>, tensor<1xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sophia_rho(%p: tensor<8xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{rho must be a finite value > 0, got 0}}
+  %r:3 = train.sophia %p, %p, %p, %p, %lr {beta1 = 0.965 : f64, rho = 0.0 : f64, epsilon = 1.0e-15 : f64, weight_decay = 0.1 : f64, batch = 64 : i64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sophia_batch(%p: tensor<8xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{batch (the tokens of a step) must be >= 1, got 0}}
+  %r:3 = train.sophia %p, %p, %p, %p, %lr {beta1 = 0.965 : f64, rho = 0.04 : f64, epsilon = 1.0e-15 : f64, weight_decay = 0.1 : f64, batch = 0 : i64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sophia_h_shape(%p: tensor<8xf32>, %h: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{grad, m and h must have the parameter's shape [8]}}
+  %r:3 = train.sophia %p, %p, %p, %h, %lr {beta1 = 0.965 : f64, rho = 0.04 : f64, epsilon = 1.0e-15 : f64, weight_decay = 0.1 : f64, batch = 64 : i64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sophia_8bit_eps(%p: tensor<300xf32>, %c: tensor<300xi8>, %a: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{epsilon must be > 0, got 0}}
+  %r:5 = train.sophia_8bit %p, %p, %c, %a, %c, %a, %lr {beta1 = 0.965 : f64, rho = 0.04 : f64, epsilon = 0.0 : f64, weight_decay = 0.1 : f64, batch = 64 : i64, block = 256 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<300xi8>, tensor<2xf32>, tensor<300xi8>, tensor<2xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @hessian_ema_shape(%h: tensor<8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{grad must have h's shape [8]}}
+  %r = train.hessian_ema %h, %g {beta2 = 0.99 : f64} : tensor<8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @hessian_ema_beta(%h: tensor<8xf32>) {
+  // expected-error @+1 {{beta2 must be in [0, 1), got 1.5}}
+  %r = train.hessian_ema %h, %h {beta2 = 1.5 : f64} : tensor<8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @sample_labels(%x: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{labels must have the logits' shape without the class dimension [4x8]}}
+  %y = train.sample %x {seed = 0 : i64, offset = 0 : i64} : tensor<4x8x16xf32> -> tensor<4x16xi32>
+  return
+}
+
+// -----
+
+func.func @hessian_step_every() attributes {train.hessian_step = #train.hessian_step<@train_step, every = 0>} {
+  // expected-error @-1 {{a Hessian step runs every k >= 1 steps, got 0}}
+  return
+}

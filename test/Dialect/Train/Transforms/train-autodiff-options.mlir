@@ -2,7 +2,7 @@
 // RUN: not trainmem-opt %s -train-autodiff="optimizer=lion eps=1e-6" 2>&1 | FileCheck %s --check-prefix=NOTREAD
 // RUN: not trainmem-opt %s -train-autodiff="function=model" 2>&1 | FileCheck %s --check-prefix=FUNC
 
-// OPT: train-autodiff: unknown optimizer 'adam' (expected adamw, lion or sgd, or none)
+// OPT: train-autodiff: unknown optimizer 'adam' (expected adamw, lion, sgd or sophia, or none)
 // NOTREAD: train-autodiff: optimizer=lion has no option eps (it reads beta1, beta2, weight-decay)
 // FUNC: error: train-autodiff: no function @model
 

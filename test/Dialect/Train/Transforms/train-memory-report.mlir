@@ -32,6 +32,7 @@
 // CHECK-NEXT:  optimizer 1024 1024
 // CHECK-NEXT:  activations 64 320
 // CHECK-NEXT:  temporaries 140 140
+// CHECK-NEXT:  gradients live at once, at most 512 B
 // CHECK-NEXT:  optimizer state m 512 B 4.0000 B/param
 // CHECK-NEXT:  optimizer state v 512 B 4.0000 B/param
 // CHECK-NEXT:  model states (weights + gradients + optimizer) 16.0000 B/param
@@ -64,6 +65,7 @@
 // JSON-NEXT:   }
 // JSON-NEXT: ],
 // JSON-NEXT: "model_states_bytes_per_parameter": 16,
+// JSON-NEXT: "most_live_gradients": 512,
 // JSON-NEXT: "optimizer_state": {
 // JSON-NEXT:   "m": 512,
 // JSON-NEXT:   "v": 512

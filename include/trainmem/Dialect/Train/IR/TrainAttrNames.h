@@ -60,6 +60,10 @@ inline llvm::StringRef getSlotEntryName(llvm::StringRef markerName) {
 /// built, whatever its name (option step-name).
 constexpr llvm::StringLiteral kStepAttrName =
     TrainDialect::StepAttrHelper::getNameStr();
+/// On a function that refreshes a step's Hessian estimate (Sophia): which
+/// step and how often (#train.hessian_step).
+constexpr llvm::StringLiteral kHessianStepAttrName =
+    TrainDialect::HessianStepAttrHelper::getNameStr();
 /// On the step: how train-zero partitioned it (#train.zero).
 constexpr llvm::StringLiteral kZeroAttrName =
     TrainDialect::ZeroAttrHelper::getNameStr();

@@ -121,6 +121,26 @@ def Train_ZeroAttr : Train_Attr<"Zero", "zero"> {
   let genVerifyDecl = 1;
 }
 
+def Train_HessianStepAttr : Train_Attr<"HessianStep", "hessian_step"> {
+  let summary = "a function that refreshes a step's Hessian estimate";
+  let description = [{
+    The value of `train.hessian_step` on a function train-autodiff built
+    for an optimizer with a Hessian estimate (Sophia): the step whose state
+    (`#train.state<param, h>`) it refreshes, and every how many steps the
+    runner calls it (after step t when t is a multiple of `every`). The
+    function shares the step's parameters and state by their markers.
+
+    ```mlir
+    func.func @train_step_hessian(...) attributes {
+        train.hessian_step = #train.hessian_step<@train_step, every = 10>}
+    ```
+  }];
+  let parameters = (ins "::mlir::FlatSymbolRefAttr":$step,
+                        "int64_t":$every);
+  let assemblyFormat = "`<` $step `,` `every` `=` $every `>`";
+  let genVerifyDecl = 1;
+}
+
 def Train_TensorSplitAttr : Train_Attr<"TensorSplit", "split"> {
   let summary = "a parameter split across a tensor-parallel group";
   let description = [{

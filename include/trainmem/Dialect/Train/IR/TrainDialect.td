@@ -40,6 +40,7 @@ def Train_Dialect : Dialect {
     "::mlir::StringAttr":$grad,
     "::mlir::UnitAttr":$grad_norm,
     "::mlir::UnitAttr":$step,
+    "::mlir::train::HessianStepAttr":$hessian_step,
     "::mlir::train::ZeroAttr":$zero,
     "::mlir::train::TensorSplitAttr":$tensor_split,
     "::mlir::IntegerAttr":$bucket,

@@ -54,11 +54,12 @@ struct OptimizerStateUse {
   unsigned resultIndex;
 };
 
-/// The 8-bit map a state of `kind` is stored on: Adam's v is non-negative
-/// (unsigned map); m and momentum take both signs.
+/// The 8-bit map a state of `kind` is stored on: Adam's v and Sophia's h
+/// are non-negative (unsigned map); m and momentum take both signs.
 inline QuantMap quantMapFor(StateKind kind) {
-  return kind == StateKind::v ? QuantMap::unsigned_dynamic
-                              : QuantMap::signed_dynamic;
+  return kind == StateKind::v || kind == StateKind::h
+             ? QuantMap::unsigned_dynamic
+             : QuantMap::signed_dynamic;
 }
 
 } // namespace train

@@ -1489,6 +1489,139 @@ def Train_Lion8bitOp : Train_NonDiffOp<"lion_8bit", [
   let hasVerifier = 1;
 }
 
+def Train_SophiaOp : Train_NonDiffOp<"sophia",
+    [DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+     DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface, ["buildBlockwise8bit"]>,
+     AllTypesMatch<["param", "new_param"]>, AllTypesMatch<["m", "new_m"]>,
+     AllTypesMatch<["h", "new_h"]>]> {
+  let summary = "one SophiaG update (clipped, Hessian-preconditioned sign)";
+  let description = [{
+    Sophia (Liu et al. 2023, "Sophia: A Scalable Stochastic Second-order
+    Optimizer for Language Model Pre-training", SophiaG):
+    `m' = β1 m + (1-β1) g`,
+    `p' = (1 - lr·wd) p - lr · sign(m') · min(|m'| / (ρ · batch · h + ε), 1)`
+    with `h` the estimate of the Hessian's diagonal that the step's Hessian
+    function refreshes every k steps (`train.hessian_ema`) and `batch` the
+    tokens one step trains on (the gradient is the mean loss's). In f32 one
+    operation at a time, `ρ · batch` and the decay factor in f64 once per
+    tensor. The step reads `h` and returns it as it is (`new_h`, in place),
+    so that a step's state is always read and written. A gradient with an
+    element that is not finite leaves the parameter and `m` as they are.
+
+    ```mlir
+    %p2, %m2, %h2 = train.sophia %p, %g, %m, %h, %lr
+        {beta1 = 0.965 : f64, rho = 0.04 : f64, epsilon = 1.0e-15 : f64,
+         weight_decay = 0.1 : f64, batch = 4096 : i64}
+        : tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>,
+          tensor<f32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
+                       Train_FloatTensor:$m, Train_FloatTensor:$h,
+                       Train_F32Scalar:$lr, F64Attr:$beta1, F64Attr:$rho,
+                       F64Attr:$epsilon, F64Attr:$weight_decay,
+                       I64Attr:$batch);
+  let results = (outs Train_FloatTensor:$new_param, Train_FloatTensor:$new_m,
+                      Train_FloatTensor:$new_h);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+}
+
+def Train_Sophia8bitOp : Train_NonDiffOp<"sophia_8bit", [
+    DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+    DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
+    AllTypesMatch<["param", "new_param"]>,
+    AllTypesMatch<["m_codes", "new_m_codes", "h_codes", "new_h_codes"]>,
+    AllTypesMatch<["m_absmax", "new_m_absmax", "h_absmax", "new_h_absmax"]>]> {
+  let summary = "SophiaG on block-wise 8-bit m and h, fused";
+  let description = [{
+    The update of `train.sophia` with `m` on the signed dynamic map and `h`
+    on the unsigned one, one block at a time: dequantize, update in f32,
+    requantize `m` (`h` is read and returned as it is). A non-finite
+    gradient element leaves the parameter and state as they are.
+
+    ```mlir
+    %p2, %mc2, %ma2, %hc2, %ha2 = train.sophia_8bit %p, %g, %mc, %ma, %hc, %ha, %lr
+        {beta1 = 0.965 : f64, rho = 0.04 : f64, epsilon = 1.0e-15 : f64,
+         weight_decay = 0.1 : f64, batch = 4096 : i64, block = 256 : i64}
+        : tensor<4096xf32>, tensor<4096xf32>, tensor<4096xi8>, tensor<16xf32>,
+          tensor<4096xi8>, tensor<16xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
+                       Train_StaticTensorOf<[I8]>:$m_codes,
+                       Train_StaticTensorOf<[F32]>:$m_absmax,
+                       Train_StaticTensorOf<[I8]>:$h_codes,
+                       Train_StaticTensorOf<[F32]>:$h_absmax,
+                       Train_F32Scalar:$lr, F64Attr:$beta1, F64Attr:$rho,
+                       F64Attr:$epsilon, F64Attr:$weight_decay,
+                       I64Attr:$batch, I64Attr:$block);
+  let results = (outs Train_FloatTensor:$new_param,
+                      Train_StaticTensorOf<[I8]>:$new_m_codes,
+                      Train_StaticTensorOf<[F32]>:$new_m_absmax,
+                      Train_StaticTensorOf<[I8]>:$new_h_codes,
+                      Train_StaticTensorOf<[F32]>:$new_h_absmax);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+}
+
+def Train_HessianEMAOp : Train_NonDiffOp<"hessian_ema", [
+    DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+    DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface,
+                              ["getUpdatedParam", "getNewParamValue"]>,
+    AllTypesMatch<["h", "new_h"]>]> {
+  let summary = "refreshes Sophia's Hessian estimate from a sampled gradient";
+  let description = [{
+    `h' = β2 h + (1-β2) ĝ²` (SophiaG's Gauss-Newton-Bartlett estimator),
+    with `ĝ` the gradient of the loss on labels sampled from the model's own
+    logits (`train.sample`): the update of a Hessian step. In f32 one
+    operation at a time. Its OptimizerUpdateOpInterface's updated tensor is
+    `h` (it has no parameter): the memory analysis counts `ĝ` as the
+    Hessian step's gradient. A gradient with an element that is not finite
+    leaves `h` as it is.
+
+    ```mlir
+    %h2 = train.hessian_ema %h, %g {beta2 = 0.99 : f64}
+        : tensor<768xf32>, tensor<768xbf16>
+    ```
+  }];
+  let arguments = (ins Train_StaticTensorOf<[F32]>:$h,
+                       Train_FloatTensor:$grad, F64Attr:$beta2);
+  let results = (outs Train_StaticTensorOf<[F32]>:$new_h);
+  let assemblyFormat = [{
+    $h `,` $grad attr-dict `:` type($h) `,` type($grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_SampleOp : Train_NonDiffOp<"sample"> {
+  let summary = "draws one class per row from the softmax of logits";
+  let description = [{
+    For each row `r` of `logits` (its last dimension the classes), the
+    class `c` with `Σ_{j<c} p_j <= u < Σ_{j<=c} p_j`, `p = softmax(row)`,
+    `u` the top 24 bits of the Philox word of (`seed` + `key`, `offset`,
+    `r`) over 2^24: labels drawn from the model's own distribution, as
+    Sophia's Hessian step needs them. The sums run in f64 in class order,
+    each `exp` in f32 of `x - max` (trainmem/Support/Sample.h: the
+    evaluator and the kernels share it). Not differentiated: the labels
+    are constants of the loss that reads them.
+
+    ```mlir
+    %y = train.sample %logits key(%step : tensor<i64>) {seed = 0 : i64, offset = 7 : i64}
+        : tensor<8x1024x50304xbf16> -> tensor<8x1024xi32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$logits,
+                       Optional<Train_I64Scalar>:$key, I64Attr:$seed,
+                       I64Attr:$offset);
+  let results = (outs Train_IdTensor:$labels);
+  let assemblyFormat = [{
+    $logits (`key` `(` $key^ `:` type($key) `)`)? attr-dict `:`
+    type($logits) `->` type($labels)
+  }];
+  let hasVerifier = 1;
+}
+
 def Train_ClipGradNormOp : Train_NonDiffOp<"clip_grad_norm", [
     AttrSizedOperandSegments, InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Train_TiedOpInterface>]> {

@@ -31,7 +31,15 @@ struct OptimizerOptions;
 /// The options an optimizer may read beyond those every optimizer reads
 /// (lr, min-lr, warmup-steps, total-steps, clip-norm, master-weights), as
 /// the passes spell them.
-enum class OptimizerOption { beta1, beta2, epsilon, weightDecay, momentum };
+enum class OptimizerOption {
+  beta1,
+  beta2,
+  epsilon,
+  weightDecay,
+  momentum,
+  rho,
+  hessianInterval
+};
 
 /// The option's name in the passes (`beta1`, `eps`, `weight-decay`...).
 llvm::StringRef getOptimizerOptionName(OptimizerOption option);
@@ -70,6 +78,8 @@ struct OptimizerUpdateOperands {
   Value grad;
   /// The learning rate (tensor<f32>) and the step counter (tensor<i64>).
   Value lr, step;
+  /// The tokens one step trains on (its tokens input's elements).
+  int64_t batchTokens = 0;
   /// The state present (see presentWhen), in the entry's order.
   ValueRange state;
 };
@@ -95,6 +105,10 @@ struct OptimizerInfo {
   OptimizerUpdateOpInterface (*build)(OpBuilder &builder, Location loc,
                                       const OptimizerUpdateOperands &operands,
                                       const OptimizerOptions &options);
+  /// Whether the step's state includes an estimate of the Hessian that a
+  /// second function refreshes every hessian-interval steps (Sophia's h):
+  /// train-autodiff builds that function (#train.hessian_step).
+  bool hessianStep = false;
 
   /// Whether it reads `option`.
   bool reads(OptimizerOption option) const {

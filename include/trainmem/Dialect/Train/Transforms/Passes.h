@@ -43,6 +43,9 @@ struct OptimizerOptions {
   double epsilon = 1.0e-8;
   double weightDecay = 0.01;
   double momentum = 0.0;
+  /// Sophia: the clipping scale and the steps between Hessian refreshes.
+  double rho = 0.04;
+  int64_t hessianInterval = 10;
   double clipNorm = 0.0;
   bool masterWeights = true;
 
@@ -62,6 +65,26 @@ LogicalResult checkOptimizerOptions(const OptimizerOptions &options,
 /// `train.block optimizer`. Errors name `passName`.
 LogicalResult addOptimizer(func::FuncOp step, const OptimizerOptions &options,
                            StringRef passName);
+
+/// The function of `step`'s module that refreshes its Hessian estimate
+/// (#train.hessian_step naming it), or null.
+func::FuncOp findHessianStep(func::FuncOp step);
+
+/// Fails with an error naming `passName` when `step` has a Hessian step
+/// (Sophia's), which the pass cannot transform alongside it (`what`: what
+/// it would have to do to it); success otherwise.
+LogicalResult refuseHessianStep(func::FuncOp step, StringRef passName,
+                                StringRef what);
+
+/// Turns `func`, a differentiated copy of the forward whose loss reads
+/// labels sampled from its logits and that returns its gradients, into the
+/// Hessian step of @`stepName`: per parameter an f32 estimate h
+/// (`#train.state<name, h>`) refreshed by `train.hessian_ema` with
+/// `options.beta2`, returned with the sampled loss, and the function
+/// marked `#train.hessian_step<@stepName, every = hessian-interval>`.
+LogicalResult addHessianUpdate(func::FuncOp func,
+                               const OptimizerOptions &options,
+                               StringRef stepName, StringRef passName);
 
 /// The rewrite of train-fuse-attention: decomposed attention (q·kᵀ, scale,
 /// softmax, dropout, ·v) into train.attention.

@@ -74,7 +74,7 @@ def TrainCostReportPass : Pass<"train-cost-report", "mlir::ModuleOp"> {
 // which appends the same optimizer after differentiating.
 defvar TrainOptimizerOptions = [
     Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
-           "The optimizer: adamw, lion or sgd (OptimizerRegistry.h; "
+           "The optimizer: adamw, lion, sgd or sophia (OptimizerRegistry.h; "
            "docs/Optimizers.md), or none (train-autodiff only: the step "
            "returns the gradients). Options not given take the optimizer's "
            "defaults">,
@@ -85,14 +85,21 @@ defvar TrainOptimizerOptions = [
     Option<"totalSteps", "total-steps", "int64_t", "0",
            "Steps of the cosine schedule; 0 keeps the learning rate constant">,
     Option<"beta1", "beta1", "double", "0.9",
-           "AdamW's and Lion's beta1; default: the optimizer's">,
+           "AdamW's, Lion's and Sophia's beta1; default: the optimizer's">,
     Option<"beta2", "beta2", "double", "0.999",
-           "AdamW's and Lion's beta2; default: the optimizer's">,
+           "AdamW's, Lion's and Sophia's (its Hessian estimate's) beta2; "
+           "default: the optimizer's">,
     Option<"epsilon", "eps", "double", "1.0e-8",
-           "AdamW's epsilon; default: the optimizer's">,
+           "AdamW's and Sophia's epsilon; default: the optimizer's">,
     Option<"weightDecay", "weight-decay", "double", "0.01",
            "Decoupled weight decay; default: the optimizer's">,
     Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
+    Option<"rho", "rho", "double", "0.04",
+           "Sophia's rho: the clipping scale of its Hessian-preconditioned "
+           "step">,
+    Option<"hessianInterval", "hessian-interval", "int64_t", "10",
+           "Sophia: steps between refreshes of the Hessian estimate (the "
+           "Hessian step's k)">,
     Option<"clipNorm", "clip-norm", "double", "0.0",
            "Clip the global gradient norm to this value; 0 disables clipping">,
     Option<"masterWeights", "master-weights", "bool", "true",
@@ -162,6 +169,38 @@ def TrainAddOptimizerPass : Pass<"train-add-optimizer", "mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect"];
   let options = TrainOptimizerOptions;
+}
+
+def TrainReleaseGradientsPass
+    : Pass<"train-release-gradients", "mlir::ModuleOp"> {
+  let summary = "Runs each update as soon as its gradient is complete";
+  let description = [{
+    Gradient release (fused backward and update): the step's updates leave
+    its optimizer block, and each runs, with the ops only it needs, right
+    after the block of the backward that completes its gradient, in a
+    `train.block optimizer` of its own there. A gradient then lives from
+    the op that finishes it to its update instead of to the end of the
+    backward, so the gradients live at once at the step's peak fall from
+    all of them to those of the blocks in flight. The same ops run on the
+    same values: the step is bit-identical to the step before the pass.
+
+    Only where that is so: with gradient accumulation a gradient is
+    complete after the last micro-batch, global-norm clipping (`clip-norm`)
+    and dynamic loss scaling read every gradient before the first update;
+    the pass refuses those steps, naming what to drop, and a step
+    train-zero partitioned (its reduce-scatters follow the whole backward,
+    so no shard's gradient is complete before the backward ends). Run it
+    after train-materialize-remat (train-step does, with
+    `release-gradients`).
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"\"",
+           "The step (default: the function marked train.step)">
+  ];
+  let statistics = [
+    Statistic<"numReleased", "released-updates",
+              "Updates moved into the backward">
+  ];
 }
 
 def TrainLossScalePass : Pass<"train-loss-scale", "mlir::ModuleOp"> {
@@ -409,7 +448,7 @@ def TrainZeroPass : Pass<"train-zero", "mlir::ModuleOp"> {
 def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {
   let summary = "Prints peak memory, its breakdown and saved activations per layer";
   let description = [{
-    Prints the `MemoryAnalysis` of each function: live bytes at every op in
+    Prints the `MemoryAnalysis` of the step (or `function`): live bytes at every op in
     program order, the peak and its breakdown into weights, gradients,
     optimizer, activations (forward values still live for the backward) and
     temporaries; per layer the activation bytes saved for the backward
@@ -432,7 +471,10 @@ def TrainMemoryReportPass : Pass<"train-memory-report", "mlir::ModuleOp"> {
                         "The memory timeline as a picture: live bytes over "
                         "the schedule, stacked by category, the peak marked"))}]>,
     Option<"output", "output", "std::string", /*default=*/"\"-\"",
-           "File to write the report to ('-' for stdout)">
+           "File to write the report to ('-' for stdout)">,
+    Option<"function", "function", "std::string", "\"\"",
+           "The function to report on (default: the function marked "
+           "train.step; e.g. its Hessian step, @train_step_hessian)">
   ];
 }
 

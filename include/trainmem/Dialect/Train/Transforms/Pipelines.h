@@ -76,6 +76,11 @@ struct TrainStepPipelineOptions
       llvm::cl::desc("train-zero options, e.g. \"ranks=2 stage=1\"; empty: "
                      "one process"),
       llvm::cl::init("")};
+  Option<bool> releaseGradients{
+      *this, "release-gradients",
+      llvm::cl::desc("Run each update as soon as its gradient is complete "
+                     "(train-release-gradients, after train-zero)"),
+      llvm::cl::init(false)};
   Option<std::string> offload{
       *this, "offload",
       llvm::cl::desc("Keep the optimizer state in host memory "
@@ -92,8 +97,9 @@ struct TrainStepPipelineOptions
 /// Adds the passes of `train-step` to `pm`: train-autodiff (with
 /// `differentiate`), train-loss-scale, train-remat, train-grad-accum and
 /// train-quantize-optimizer-state when asked for, then
-/// train-materialize-remat, train-zero when asked for, train-unroll-accum
-/// and train-offload-optimizer when asked for. Bad nested options go to
+/// train-materialize-remat, train-zero and train-release-gradients when
+/// asked for, train-unroll-accum and train-offload-optimizer when asked
+/// for. Bad nested options go to
 /// `errorHandler`.
 LogicalResult
 buildTrainStepPipeline(OpPassManager &pm,

@@ -1,0 +1,164 @@
+//===- ReleaseGradients.cpp - train-release-gradients ---------------------===//
+//
+// Each update runs as soon as its gradient is complete: the optimizer
+// block is dissolved, every op of it moves to the earliest point of the
+// step's top level where its operands are defined (program order among
+// the moved ops kept), and each run of moved ops becomes a train.block
+// optimizer of its own. The ops and their operands are unchanged, so the
+// step computes the same bits; only the gradients' lifetimes shrink.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace mlir {
+namespace train {
+#define GEN_PASS_DEF_TRAINRELEASEGRADIENTSPASS
+#include "trainmem/Dialect/Train/Transforms/Passes.h.inc"
+} // namespace train
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::train;
+
+namespace {
+
+/// Why the updates of `step` cannot run before its backward ends, or "".
+std::string whyNotReleasable(func::FuncOp step, Operation *&at) {
+  at = step;
+  if (step->hasAttr(kZeroAttrName))
+    return "the step is partitioned by train-zero, whose reduce-scatters "
+           "follow the whole backward (no shard's gradient is complete "
+           "before it ends): release the unpartitioned step";
+  if ((at = findAccumulation(step)))
+    return "the step accumulates gradients over micro-batches (a gradient "
+           "is complete only after the last one): release gradients "
+           "without train-grad-accum, or accumulate without releasing";
+  std::string why;
+  step.walk([&](Operation *op) {
+    if (isa<ClipGradNormOp>(op))
+      why = "the step clips the global gradient norm, which reads every "
+            "gradient before the first update: release with clip-norm=0, "
+            "or clip without releasing";
+    else if (isa<UnscaleGradientsOp, LossScaleOp>(op))
+      why = "the step scales its loss (train-loss-scale), whose overflow "
+            "check reads every gradient before the first update: release "
+            "without loss scaling (bf16), or scale without releasing";
+    if (why.empty())
+      return WalkResult::advance();
+    at = op;
+    return WalkResult::interrupt();
+  });
+  return why;
+}
+
+struct TrainReleaseGradientsPass
+    : public train::impl::TrainReleaseGradientsPassBase<
+          TrainReleaseGradientsPass> {
+  using Base::Base;
+
+  void runOnOperation() override;
+  LogicalResult release(func::FuncOp step);
+};
+
+/// Moves every op of the step's optimizer blocks to its earliest point and
+/// wraps each run of them in an optimizer block.
+LogicalResult TrainReleaseGradientsPass::release(func::FuncOp step) {
+  Block &body = step.front();
+  SmallVector<BlockOp> optimizerBlocks;
+  for (Operation &op : body)
+    if (auto block = dyn_cast<BlockOp>(op);
+        block && block.getKind() == BlockKind::optimizer)
+      optimizerBlocks.push_back(block);
+  bool updates = false;
+  for (BlockOp block : optimizerBlocks)
+    block.walk([&](OptimizerUpdateOpInterface) { updates = true; });
+  if (!updates)
+    return step.emitError("train-release-gradients: @")
+           << step.getSymName()
+           << " updates no parameter (build it with an optimizer: "
+              "train-autodiff, or train-add-optimizer)";
+  // The blocks' ops, at the top level in their order.
+  SmallVector<Operation *> moved;
+  for (BlockOp block : optimizerBlocks) {
+    for (Operation &op : block.getBody().front().without_terminator())
+      moved.push_back(&op);
+    inlineRegionOp(block.getOperation());
+  }
+  // Each op after the last top-level op defining one of its operands (or
+  // one of the operands of the ops nested in it), after the moved ops that
+  // went there before it.
+  llvm::DenseMap<Operation *, Operation *> lastAt;
+  for (Operation *op : moved) {
+    Operation *anchor = nullptr;
+    auto consider = [&](Value value) {
+      Operation *def = value.getDefiningOp();
+      if (!def)
+        return; // an argument: defined from the start
+      def = body.findAncestorOpInBlock(*def);
+      if (def && def != op && (!anchor || anchor->isBeforeInBlock(def)))
+        anchor = def;
+    };
+    op->walk([&](Operation *nested) {
+      for (Value operand : nested->getOperands())
+        consider(operand);
+    });
+    Operation *&last = lastAt[anchor];
+    if (last)
+      op->moveAfter(last);
+    else if (anchor)
+      op->moveAfter(anchor);
+    else
+      op->moveBefore(&body.front());
+    last = op;
+    if (isa<OptimizerUpdateOpInterface>(op))
+      ++numReleased;
+  }
+  // Runs of moved ops become optimizer blocks.
+  llvm::DenseSet<Operation *> isMoved(moved.begin(), moved.end());
+  SmallVector<SmallVector<Operation *>> runs;
+  for (Operation &op : body) {
+    if (!isMoved.contains(&op))
+      continue;
+    if (runs.empty() || !isMoved.contains(op.getPrevNode()))
+      runs.emplace_back();
+    runs.back().push_back(&op);
+  }
+  OpBuilder builder(step.getContext());
+  for (ArrayRef<Operation *> run : runs) {
+    builder.setInsertionPoint(run.front());
+    auto block = BlockOp::create(
+        builder, run.front()->getLoc(), TypeRange{},
+        BlockKindAttr::get(step.getContext(), BlockKind::optimizer),
+        IntegerAttr(), UnitAttr());
+    Block *inner = builder.createBlock(&block.getBody());
+    YieldOp::create(builder, run.front()->getLoc());
+    for (Operation *op : run)
+      op->moveBefore(inner->getTerminator());
+  }
+  exportEscapingValues(step);
+  return success();
+}
+
+void TrainReleaseGradientsPass::runOnOperation() {
+  func::FuncOp step = lookupStep(getOperation(), function, getArgument());
+  if (!step)
+    return signalPassFailure();
+  Operation *at = nullptr;
+  std::string why = whyNotReleasable(step, at);
+  if (!why.empty()) {
+    at->emitError("train-release-gradients: ") << why;
+    return signalPassFailure();
+  }
+  if (failed(release(step)))
+    return signalPassFailure();
+}
+
+} // namespace

@@ -429,7 +429,10 @@ void TrainGradAccumPass::runOnOperation() {
   if (!a.func ||
       failed(refuseHessianStep(a.func, "train-grad-accum",
                                "split into micro-batches (its labels are "
-                               "drawn per row of the whole batch)")))
+                               "drawn per row of the whole batch)")) ||
+      failed(refuseReleasedStep(a.func, "train-grad-accum",
+                                "accumulate (each micro-batch would update "
+                                "the weights)")))
     return signalPassFailure();
   // Accumulating twice would nest a loop over micro-batches of
   // micro-batches; say so instead of re-typing the loop's body.

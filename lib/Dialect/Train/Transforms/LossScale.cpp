@@ -64,6 +64,9 @@ struct TrainLossScalePass
         failed(refuseHessianStep(func, kPassName,
                                  "scale (its sampled loss would need its "
                                  "own scale)")) ||
+        failed(refuseReleasedStep(func, kPassName,
+                                  "check for overflow before the first "
+                                  "update")) ||
         failed(scale(func)))
       return signalPassFailure();
   }

@@ -59,6 +59,40 @@ std::string whyNotReleasable(func::FuncOp step, Operation *&at) {
   return why;
 }
 
+} // namespace
+
+LogicalResult mlir::train::refuseReleasedStep(func::FuncOp step,
+                                              StringRef passName,
+                                              StringRef what) {
+  if (step.isExternal())
+    return success();
+  Operation *firstUpdateBlock = nullptr;
+  for (Operation &op : step.front()) {
+    auto block = dyn_cast<BlockOp>(op);
+    if (!block)
+      continue;
+    if (block.getKind() == BlockKind::optimizer && !firstUpdateBlock &&
+        block
+            .walk([](OptimizerUpdateOpInterface) {
+              return WalkResult::interrupt();
+            })
+            .wasInterrupted())
+      firstUpdateBlock = block;
+    if (firstUpdateBlock && block.getBackward())
+      return firstUpdateBlock->emitError(passName)
+             << ": @" << step.getSymName()
+             << " runs its updates inside the backward "
+                "(train-release-gradients), which "
+             << passName << " cannot " << what
+             << " (and train-release-gradients refuses a step that has "
+                "run "
+             << passName << "): use one or the other";
+  }
+  return success();
+}
+
+namespace {
+
 struct TrainReleaseGradientsPass
     : public train::impl::TrainReleaseGradientsPassBase<
           TrainReleaseGradientsPass> {

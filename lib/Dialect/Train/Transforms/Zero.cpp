@@ -213,6 +213,18 @@ static std::optional<std::string> badOptions(int64_t stage, int64_t ranks,
   return std::nullopt;
 }
 
+/// What train-zero cannot partition yet: a step with a Hessian step
+/// (Sophia's), a step whose updates run inside its backward.
+static LogicalResult checkPartitionable(func::FuncOp step, StringRef pass) {
+  if (failed(refuseHessianStep(step, pass,
+                               "partition (its estimates would be sharded "
+                               "and its gradients reduced)")))
+    return failure();
+  return refuseReleasedStep(step, pass,
+                            "partition (its buckets are reduced after the "
+                            "whole backward)");
+}
+
 void TrainZeroPass::runOnOperation() {
   ModuleOp module = getOperation();
   auto fail = [&](Location loc, const Twine &message) {
@@ -223,9 +235,7 @@ void TrainZeroPass::runOnOperation() {
           badOptions(stage, ranks, bucket, prefetch))
     return fail(module.getLoc(), *bad);
   func::FuncOp step = lookupStep(module, function, getArgument());
-  if (!step || failed(refuseHessianStep(step, getArgument(),
-                                        "partition (its estimates would be "
-                                        "sharded and its gradients reduced)")))
+  if (!step || failed(checkPartitionable(step, getArgument())))
     return signalPassFailure();
   if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))
     return fail(step.getLoc(),

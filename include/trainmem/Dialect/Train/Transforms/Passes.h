@@ -70,6 +70,13 @@ LogicalResult addOptimizer(func::FuncOp step, const OptimizerOptions &options,
 /// (#train.hessian_step naming it), or null.
 func::FuncOp findHessianStep(func::FuncOp step);
 
+/// Fails with an error naming `passName` when `step` runs updates inside
+/// its backward (train-release-gradients: an optimizer block before a
+/// backward block), which the pass cannot transform (`what`: what it
+/// would have to do); success otherwise.
+LogicalResult refuseReleasedStep(func::FuncOp step, StringRef passName,
+                                 StringRef what);
+
 /// Fails with an error naming `passName` when `step` has a Hessian step
 /// (Sophia's), which the pass cannot transform alongside it (`what`: what
 /// it would have to do to it); success otherwise.

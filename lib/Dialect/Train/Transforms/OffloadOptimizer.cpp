@@ -65,7 +65,8 @@ struct TrainOffloadOptimizerPass
           << func.getSymName()
           << " has no optimizer state to offload (no argument marked "
           << kOptimizerStateAttrName
-          << "): give it an optimizer with state (AdamW, SGD with momentum)";
+          << "): give it an optimizer with state (AdamW, Lion, SGD with "
+             "momentum)";
       return signalPassFailure();
     }
     if (what != OffloadWhat::statesAndUpdate)

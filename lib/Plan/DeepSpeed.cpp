@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Plan/DeepSpeed.h"
+#include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -240,15 +241,23 @@ llvm::json::Object toDeepSpeed(const PlanCandidate &c,
       llvm::json::Object{{"enabled", request.model.dtype == "f16"}};
   config["zero_optimization"] =
       llvm::json::Object{{"stage", c.stage < 0 ? 0 : c.stage}};
-  // The step's AdamW, with train-add-optimizer's defaults.
-  TrainAddOptimizerPassOptions adamw;
-  config["optimizer"] = llvm::json::Object{
-      {"type", "AdamW"},
-      {"params", llvm::json::Object{
-                     {"lr", adamw.lr},
-                     {"betas", llvm::json::Array{adamw.beta1, adamw.beta2}},
-                     {"eps", adamw.epsilon},
-                     {"weight_decay", adamw.weightDecay}}}};
+  // The step's optimizer, with its registry defaults (DeepSpeed's Lion
+  // is its FusedLion).
+  const OptimizerInfo &info = *lookupOptimizer(c.optimizer);
+  OptimizerOptions defaults = OptimizerOptions::defaultsOf(info);
+  llvm::json::Object params{
+      {"lr", defaults.lr},
+      {"betas", llvm::json::Array{defaults.beta1, defaults.beta2}},
+      {"weight_decay", defaults.weightDecay}};
+  if (info.reads(OptimizerOption::epsilon))
+    params["eps"] = defaults.epsilon;
+  config["optimizer"] =
+      llvm::json::Object{{"type", c.optimizer == "lion" ? "Lion" : "AdamW"},
+                         {"params", std::move(params)}};
+  if (c.releaseGradients)
+    notes.push_back("gradient release has no DeepSpeed key (each update "
+                    "right after its gradient is complete: the model's "
+                    "training loop, as in LOMO); the plan's peak assumes it");
   if (c.remat != PlanRemat::none) {
     config["activation_checkpointing"] =
         llvm::json::Object{{"partition_activations", false},

@@ -100,6 +100,8 @@ std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
   if (c.stage >= 0)
     p += llvm::formatv(",train-zero{{stage={0} ranks={1}}", c.stage,
                        c.dataRanks(ranks));
+  if (c.releaseGradients)
+    p += ",train-release-gradients";
   if (unroll && c.accumulation > 1)
     p += ",train-unroll-accum";
   if (c.offload != PlanOffload::none && withOffload)
@@ -123,6 +125,8 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
   if (c.fuseElementwise)
     p += "train-fuse-elementwise,";
   p += "train-autodiff";
+  if (c.optimizer != "adamw")
+    p += "{optimizer=" + c.optimizer + "}";
   // A budget is for the step as it runs: the passes after train-remat are
   // measured with it (as train-step passes them; the offload too, so that
   // each offload variant makes its own plan; the loop rolled).
@@ -394,6 +398,14 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
     text += llvm::formatv(" --grad-accum=steps={0}", accumulation);
   if (eightBit)
     text += " --quantize-optimizer-state";
+  // trainmem-run's recipe with the plan's optimizer; released gradients
+  // are not clipped (the norm needs them all before the first update).
+  if (optimizer != "adamw" || releaseGradients)
+    text += " --autodiff-options=\"" +
+            (optimizer == "adamw" ? std::string("lr=1e-3")
+                                  : "optimizer=" + optimizer) +
+            " weight-decay=0.0" +
+            (releaseGradients ? "\" --release-gradients" : " clip-norm=1.0\"");
   if (stage >= 0)
     text += llvm::formatv(" --zero=stage={0}", stage);
   if (offload != PlanOffload::none)
@@ -415,6 +427,10 @@ std::string PlanCandidate::describe() const {
     text += llvm::formatv(", ZeRO-{0}", stage);
   if (eightBit)
     text += ", 8-bit state";
+  if (optimizer != "adamw")
+    text += ", " + optimizer;
+  if (releaseGradients)
+    text += ", gradient release";
   if (offload != PlanOffload::none)
     text += ", offload " + stringifyPlanOffload(offload).str();
   if (fuseAttention)
@@ -487,6 +503,8 @@ static llvm::Error completeSpace(PlanRequest &request) {
     }
   if (request.eightBit.empty())
     request.eightBit = {false, true};
+  if (request.releaseGradients.empty())
+    request.releaseGradients = {false};
   if (request.fuseAttention.empty())
     request.fuseAttention = {false, true};
   if (request.offloads.empty())
@@ -601,11 +619,11 @@ namespace {
 
 /// The candidate's choices apart from its recompute, as a key.
 std::string candidateKey(const PlanCandidate &c) {
-  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}", c.microBatch,
+  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}/{9}", c.microBatch,
                        c.stage, c.eightBit, static_cast<int>(c.offload),
                        c.fuseAttention, c.fuseElementwise,
                        stringifyPlanRemat(c.remat), c.tensorParallel,
-                       c.sequenceParallel)
+                       c.sequenceParallel, c.releaseGradients)
       .str();
 }
 
@@ -796,24 +814,30 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
           for (int64_t stage : stages)
             for (bool eightBit : request.eightBit)
               for (bool fuseAttention : request.fuseAttention)
-                for (bool fuseElementwise : request.fuseElementwise) {
-                  groupStart.push_back(result.candidates.size());
-                  for (PlanOffload offload : request.offloads) {
-                    PlanCandidate c;
-                    c.tensorParallel = t;
-                    c.sequenceParallel = sequence;
-                    c.vocabularyParallel = t > 1 && vocabulary % t == 0;
-                    c.fuseAttention = fuseAttention;
-                    c.fuseElementwise = fuseElementwise;
-                    c.microBatch = micro;
-                    c.accumulation = perRank / micro;
-                    c.remat = remat;
-                    c.stage = stage;
-                    c.eightBit = eightBit;
-                    c.offload = offload;
-                    result.candidates.push_back(c);
+                for (bool fuseElementwise : request.fuseElementwise)
+                  for (bool release : request.releaseGradients) {
+                    // Release applies to one micro-batch without ZeRO.
+                    if (release && (stage >= 0 || perRank / micro > 1))
+                      continue;
+                    groupStart.push_back(result.candidates.size());
+                    for (PlanOffload offload : request.offloads) {
+                      PlanCandidate c;
+                      c.tensorParallel = t;
+                      c.sequenceParallel = sequence;
+                      c.vocabularyParallel = t > 1 && vocabulary % t == 0;
+                      c.fuseAttention = fuseAttention;
+                      c.fuseElementwise = fuseElementwise;
+                      c.microBatch = micro;
+                      c.accumulation = perRank / micro;
+                      c.remat = remat;
+                      c.stage = stage;
+                      c.eightBit = eightBit;
+                      c.offload = offload;
+                      c.optimizer = request.optimizer;
+                      c.releaseGradients = release;
+                      result.candidates.push_back(c);
+                    }
                   }
-                }
     }
   groupStart.push_back(result.candidates.size());
   return groupStart;
@@ -984,7 +1008,12 @@ static std::string explainNothingFits(MLIRContext &context,
       smallest = &c;
   if (!smallest) {
     std::string why = "no candidate could be compiled";
-    if (!result.candidates.empty())
+    if (result.candidates.empty() &&
+        llvm::all_of(request.releaseGradients, [](bool r) { return r; }))
+      why = "no candidate releases its gradients: release applies to one "
+            "micro-batch per step without ZeRO (--release-gradients both "
+            "also tries without)";
+    else if (!result.candidates.empty())
       why += " (the first, " + result.candidates.front().describe() + ": " +
              result.candidates.front().rejected + ")";
     return why;

@@ -29,6 +29,7 @@
 
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
+#include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 #include "trainmem/Model/ModelBuilder.h"
@@ -138,6 +139,17 @@ static cl::list<long long>
 static cl::opt<std::string>
     eightBit("eight-bit", cl::desc("8-bit optimizer state: both, off, on"),
              cl::init("both"), cl::cat(category));
+static cl::opt<std::string> optimizerName(
+    "optimizer",
+    cl::desc("The optimizer every candidate trains with: adamw or lion "
+             "(docs/Optimizers.md; default adamw)"),
+    cl::init("adamw"), cl::cat(category));
+static cl::opt<std::string> releaseGradients(
+    "release-gradients",
+    cl::desc("Gradient release (train-release-gradients) to try: both, off, "
+             "on (default: off; where it applies: one micro-batch, no ZeRO, "
+             "no clipping in the run's recipe)"),
+    cl::init("off"), cl::cat(category));
 static cl::opt<std::string> fuseAttention(
     "fuse-attention",
     cl::desc("Fused attention (train-fuse-attention) to try: both, off, on "
@@ -386,6 +398,8 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
       {"remat", stringifyPlanRemat(c.remat)},
       {"zero_stage", c.stage},
       {"eight_bit", c.eightBit},
+      {"optimizer", c.optimizer},
+      {"release_gradients", c.releaseGradients},
       {"offload", stringifyPlanOffload(c.offload)},
       {"fuse_attention", c.fuseAttention},
       {"fuse_elementwise", c.fuseElementwise},
@@ -573,6 +587,10 @@ fillSearchSpace(PlanRequest &request,
     if (!eight)
       return refuse("--eight-bit must be both, off or on");
     request.eightBit = *eight;
+    std::optional<std::vector<bool>> release = bothOffOn(releaseGradients);
+    if (!release)
+      return refuse("--release-gradients must be both, off or on");
+    request.releaseGradients = *release;
     for (const std::string &t : tensorParallel) {
       if (t == "auto") {
         for (int64_t size : tensorParallelSizes(request))
@@ -628,6 +646,23 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
     request.memoryBytes = *bytes;
   }
   request.exact = exact;
+  // The optimizer, fixed by the user: one the planner measures whole (not
+  // Sophia, whose Hessian step it does not compile) and the exports name.
+  if (optimizerName != "adamw" && optimizerName != "lion")
+    return refuse(
+        "--optimizer=" + optimizerName +
+        (lookupOptimizer(optimizerName)
+             ? ": the planner plans adamw or lion (it measures the step "
+               "only, not a Hessian step, and the DeepSpeed and Megatron "
+               "exports name those)"
+             : ": unknown optimizer (expected adamw or lion)"));
+  if (deepSpeed && optimizerName != "adamw")
+    return refuse("--from-deepspeed plans the config's AdamW; --optimizer "
+                  "does not apply");
+  if (optimizerName == "lion" && emit == "megatron-args")
+    return refuse("--emit megatron-args: Megatron-LM has no Lion optimizer "
+                  "(--optimizer adam or sgd); plan with --optimizer adamw");
+  request.optimizer = optimizerName;
   if (failed(fillSearchSpace(request, deepSpeed)))
     return failure();
   if (top < 0)

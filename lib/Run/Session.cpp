@@ -447,6 +447,42 @@ llvm::Error Session::checkHessianSlots() const {
 
 static Bytes idBytes(const TensorSlot &slot, ArrayRef<int64_t> ids);
 
+/// The evaluator's arguments of a step (or its Hessian step) with `slots`:
+/// the batch's tokens and targets, the step counter, the state as `host`
+/// holds it.
+static std::vector<RefTensor> evaluatorArguments(ArrayRef<TensorSlot> slots,
+                                                 const HostState &host,
+                                                 int64_t step,
+                                                 ArrayRef<int64_t> tokens,
+                                                 ArrayRef<int64_t> targets) {
+  std::vector<RefTensor> args;
+  for (const TensorSlot &slot : slots) {
+    std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
+    if (slot.role == SlotRole::input && slot.key == "tokens")
+      args.push_back(RefTensor::ofInts(shape, tokens.vec()));
+    else if (slot.role == SlotRole::input && slot.key == "targets")
+      args.push_back(RefTensor::ofInts(shape, targets.vec()));
+    else if (slot.role == SlotRole::input && slot.key == "step")
+      args.push_back(RefTensor::ofInts({}, {step}));
+    else
+      args.push_back(toRefTensor(slot, host.read(slot)));
+  }
+  return args;
+}
+
+/// State a lowered step could not update in place comes back through its
+/// result slot to its argument's.
+void Session::copyStateBack(ArrayRef<TensorSlot> results) {
+  for (const TensorSlot &result : results) {
+    if (!isState(result))
+      continue;
+    const TensorSlot *argument = layout.findArgument(result.role, result.key);
+    if (argument && argument->location() != result.location())
+      tmrt_arena_copy(ctx, result.location(), argument->location(),
+                      result.bytes);
+  }
+}
+
 llvm::Expected<float> Session::runHessianStep(int64_t step,
                                               ArrayRef<int64_t> tokens) {
   assert(state && layout.hessian && "a started session with a Hessian step");
@@ -476,29 +512,14 @@ llvm::Expected<float> Session::runHessianStep(int64_t step,
                       " left " + std::to_string(skipped) +
                       " estimates as they were: a sampled gradient is not "
                       "finite");
-    for (const TensorSlot &result : h.results) {
-      if (!isState(result))
-        continue;
-      const TensorSlot *argument = layout.findArgument(result.role, result.key);
-      if (argument && argument->location() != result.location())
-        tmrt_arena_copy(ctx, result.location(), argument->location(),
-                        result.bytes);
-    }
+    copyStateBack(h.results);
     if (lossResult)
       tmrt_arena_read(ctx, lossResult->location(), &loss, 4);
     return loss;
   }
   auto &host = static_cast<HostState &>(*state);
-  std::vector<RefTensor> args;
-  for (const TensorSlot &slot : h.arguments) {
-    std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
-    if (slot.role == SlotRole::input && slot.key == "tokens")
-      args.push_back(RefTensor::ofInts(shape, tokens.vec()));
-    else if (slot.role == SlotRole::input)
-      args.push_back(RefTensor::ofInts({}, {step}));
-    else
-      args.push_back(toRefTensor(slot, host.read(slot)));
-  }
+  std::vector<RefTensor> args =
+      evaluatorArguments(h.arguments, host, step, tokens, {});
   SmallVector<Value> skipped;
   FailureOr<SmallVector<RefTensor>> results =
       evaluate(hessianFunc, args, &skipped);
@@ -828,33 +849,14 @@ llvm::Expected<float> Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
       return runError(skippedUpdateError(step, first, skipped));
     }
     tmrt_clear_skipped_updates(ctx);
-    // State the step could not update in place comes back through its
-    // result slot.
-    for (const TensorSlot &result : layout.results) {
-      if (!isState(result))
-        continue;
-      const TensorSlot *argument = layout.findArgument(result.role, result.key);
-      if (argument && argument->location() != result.location())
-        tmrt_arena_copy(ctx, result.location(), argument->location(),
-                        result.bytes);
-    }
+    copyStateBack(layout.results);
     tmrt_arena_read(ctx, lossSlot->location(), &loss, 4);
     return loss;
   }
 
   auto &host = static_cast<HostState &>(*state);
-  std::vector<RefTensor> args;
-  for (const TensorSlot &slot : layout.arguments) {
-    std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
-    if (slot.role == SlotRole::input && slot.key == "tokens")
-      args.push_back(RefTensor::ofInts(shape, tokens.vec()));
-    else if (slot.role == SlotRole::input && slot.key == "targets")
-      args.push_back(RefTensor::ofInts(shape, targets.vec()));
-    else if (slot.role == SlotRole::input && slot.key == "step")
-      args.push_back(RefTensor::ofInts({}, {step}));
-    else
-      args.push_back(toRefTensor(slot, host.read(slot)));
-  }
+  std::vector<RefTensor> args =
+      evaluatorArguments(layout.arguments, host, step, tokens, targets);
   SmallVector<Value> skipped;
   FailureOr<SmallVector<RefTensor>> results =
       evaluate(stepFunc, args, &skipped);

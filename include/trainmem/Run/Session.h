@@ -201,6 +201,7 @@ private:
   Session() = default;
   llvm::Error checkSlots();
   llvm::Error checkHessianSlots() const;
+  void copyStateBack(ArrayRef<TensorSlot> results);
 
   SessionOptions options;
   StepLayout layout;

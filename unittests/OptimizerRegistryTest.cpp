@@ -33,6 +33,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <set>
 
 using namespace mlir;
@@ -247,6 +248,32 @@ TEST_F(OptimizerRegistryTest, PassOptionsTakeTheEntrysDefaults) {
       llvm::raw_string_ostream(beta2) << "beta2=" << info.defaults.beta2;
       EXPECT_NE(printed.find(beta2), std::string::npos)
           << info.name.str() << ": " << printed;
+    }
+  }
+  // A printed pipeline parses again to the same pipeline, for every
+  // optimizer (it names every option, those the optimizer does not read
+  // at their defaults).
+  for (const OptimizerInfo &info : getRegisteredOptimizers()) {
+    for (StringRef pass : {"train-autodiff", "train-add-optimizer"}) {
+      OpPassManager pm("builtin.module");
+      ASSERT_TRUE(succeeded(parsePassPipeline(
+          (pass + "{optimizer=" + info.name + "}").str(), pm, llvm::errs())));
+      std::string printed;
+      llvm::raw_string_ostream os(printed);
+      pm.printAsTextualPipeline(os);
+      OpPassManager again("builtin.module");
+      std::string errors;
+      llvm::raw_string_ostream errorStream(errors);
+      // The printed text holds the anchor: parse it as a whole pipeline.
+      ASSERT_TRUE(succeeded(parsePassPipeline(
+          StringRef(printed).drop_front(strlen("builtin.module(")).drop_back(),
+          again, errorStream)))
+          << info.name.str() << ": " << printed << "\n"
+          << errors;
+      std::string reprinted;
+      llvm::raw_string_ostream os2(reprinted);
+      again.printAsTextualPipeline(os2);
+      EXPECT_EQ(printed, reprinted) << info.name.str();
     }
   }
   // Lion reads no momentum, SGD no betas; adam is not an optimizer here.

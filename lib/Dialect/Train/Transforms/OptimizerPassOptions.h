@@ -19,8 +19,8 @@ namespace mlir {
 namespace train {
 
 /// After `pass` parsed its options: an unknown optimizer and an option the
-/// optimizer does not read are errors; options not given take the
-/// optimizer's defaults.
+/// optimizer does not read, given another value than its default, are
+/// errors; options not given take the optimizer's defaults.
 template <typename PassT>
 LogicalResult
 completeOptimizerOptions(PassT &pass,
@@ -46,8 +46,16 @@ completeOptimizerOptions(PassT &pass,
       {OptimizerOption::momentum, pass.momentum, 0.0},
       // rho's default is its own (only Sophia reads it).
       {OptimizerOption::rho, pass.rho, pass.rho.getValue()}};
+  // An option the optimizer does not read is an error when given a value
+  // of its own: a printed pipeline names every option, at its default
+  // where it does not apply, and parses again.
+  auto givenApart = [](auto &option) {
+    return option.hasValue() &&
+           !(option.getDefault().hasValue() &&
+             option.getValue() == option.getDefault().getValue());
+  };
   for (Given &given : options) {
-    if (given.value.hasValue() && !info->reads(given.option)) {
+    if (givenApart(given.value) && !info->reads(given.option)) {
       std::string reads;
       for (OptimizerOption option : info->options)
         reads +=
@@ -59,7 +67,7 @@ completeOptimizerOptions(PassT &pass,
     if (!given.value.hasValue())
       given.value = given.fallback;
   }
-  if (pass.hessianInterval.hasValue() &&
+  if (givenApart(pass.hessianInterval) &&
       !info->reads(OptimizerOption::hessianInterval))
     return onError(pass.getArgument() + ": optimizer=" + name +
                    " has no option hessian-interval (only an optimizer "

@@ -1346,7 +1346,7 @@ LogicalResult SampleOp::verify() {
     return emitOpError("labels must have the logits' shape without the "
                        "class dimension ")
            << shapeString(logits.drop_back());
-  if (getOffset() < 0)
+  if (getOffsetAttr().getInt() < 0)
     return emitOpError("offset must be >= 0");
   return success();
 }

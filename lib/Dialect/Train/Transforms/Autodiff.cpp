@@ -323,8 +323,8 @@ static LogicalResult sampleOwnLabels(func::FuncOp forward) {
   forward.walk([&](LossOpInterface loss) { losses.push_back(loss); });
   if (losses.size() != 1)
     return forward.emitError("train-autodiff: a Hessian step samples the "
-                             "labels of one cross-entropy; @")
-           << forward.getSymName() << " has " << losses.size() << " losses";
+                             "labels of one cross-entropy; the forward has ")
+           << losses.size() << " losses";
   auto loss = dyn_cast<CrossEntropyOp>(losses.front().getOperation());
   if (!loss)
     return losses.front()->emitOpError(

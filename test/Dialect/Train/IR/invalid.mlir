@@ -1753,3 +1753,66 @@ func.func @hessian_step_every() attributes {train.hessian_step = #train.hessian_
   // expected-error @-1 {{a Hessian step runs every k >= 1 steps, got 0}}
   return
 }
+
+// -----
+
+func.func @lion_shape(%p: tensor<8xf32>, %m: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{grad and m must have the parameter's shape [8]}}
+  %r:2 = train.lion %p, %p, %m, %lr {beta1 = 0.9 : f64, beta2 = 0.99 : f64, weight_decay = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>, tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @lion_8bit_codes_shape(%p: tensor<300xf32>, %c: tensor<30x10xi8>, %a: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{grad and m codes must have the parameter's shape [300]}}
+  %r:3 = train.lion_8bit %p, %p, %c, %a, %lr {beta1 = 0.9 : f64, beta2 = 0.99 : f64, weight_decay = 0.0 : f64, block = 256 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<30x10xi8>, tensor<2xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sophia_h_f32(%p: tensor<8xf32>, %h: tensor<8xbf16>, %lr: tensor<f32>) {
+  // expected-error @+1 {{m and h must be f32}}
+  %r:3 = train.sophia %p, %p, %p, %h, %lr {beta1 = 0.965 : f64, rho = 0.04 : f64, epsilon = 1.0e-15 : f64, weight_decay = 0.1 : f64, batch = 64 : i64} : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sophia_8bit_codes_shape(%p: tensor<300xf32>, %c: tensor<30x10xi8>, %a: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{grad and state codes must have the parameter's shape [300]}}
+  %r:5 = train.sophia_8bit %p, %p, %c, %a, %c, %a, %lr {beta1 = 0.965 : f64, rho = 0.04 : f64, epsilon = 1.0e-15 : f64, weight_decay = 0.1 : f64, batch = 64 : i64, block = 256 : i64} : tensor<300xf32>, tensor<300xf32>, tensor<30x10xi8>, tensor<2xf32>, tensor<30x10xi8>, tensor<2xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sample_no_classes(%x: tensor<4x0xf32>) {
+  // expected-error @+1 {{logits must have a class dimension of at least 1}}
+  %y = train.sample %x {seed = 0 : i64, offset = 0 : i64} : tensor<4x0xf32> -> tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @sample_offset(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{offset must be >= 0}}
+  %y = train.sample %x {seed = 0 : i64, offset = -1 : i64} : tensor<4x8xf32> -> tensor<4xi32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'train.hessian_step' is a #train.hessian_step on a function, got 3 : i64}}
+func.func @hessian_marker_value() attributes {train.hessian_step = 3 : i64} {
+  return
+}
+
+// -----
+
+func.func @hessian_marker_on_op() -> tensor<f32> {
+  // expected-error @+1 {{'train.hessian_step' is a #train.hessian_step on a function, got #train.hessian_step<@train_step, every = 2>}}
+  %c = arith.constant {train.hessian_step = #train.hessian_step<@train_step, every = 2>} dense<0.0> : tensor<f32>
+  return %c : tensor<f32>
+}

@@ -234,11 +234,18 @@ FailureOr<SharedState> sharedStatePins(func::FuncOp func,
            << ", which must be lowered first (its parameters and estimates "
               "live at that step's offsets)";
   auto slots = step->getAttrOfType<ArrayAttr>(kArgumentSlotsAttrName);
+  // The step's parameters and state by their markers' values (a name, a
+  // #train.state), read once.
+  DenseMap<Attribute, uint64_t> offsetOf;
   for (Attribute slot : slots) {
     auto entry = cast<DictionaryAttr>(slot);
-    if (!entry.get(getSlotEntryName(kParamAttrName)) &&
-        !entry.get(getSlotEntryName(kOptimizerStateAttrName)))
+    Attribute key = entry.get(getSlotEntryName(kParamAttrName));
+    if (!key)
+      key = entry.get(getSlotEntryName(kOptimizerStateAttrName));
+    if (!key)
       continue;
+    if (auto at = entry.getAs<IntegerAttr>("offset"))
+      offsetOf[key] = at.getInt();
     if (entry.get(getSlotEntryName(kMemorySpaceAttrName)))
       continue; // host memory: not in the device arena
     auto offset = entry.getAs<IntegerAttr>("offset");
@@ -248,24 +255,13 @@ FailureOr<SharedState> sharedStatePins(func::FuncOp func,
                                  static_cast<uint64_t>(bytes.getInt())});
   }
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    StringRef marker;
-    Attribute key;
-    for (StringRef name :
-         {StringRef(kParamAttrName), StringRef(kOptimizerStateAttrName)})
-      if (Attribute value = func.getArgAttr(i, name)) {
-        marker = getSlotEntryName(name);
-        key = value;
-      }
+    Attribute key = func.getArgAttr(i, kParamAttrName);
+    if (!key)
+      key = func.getArgAttr(i, kOptimizerStateAttrName);
     if (!key)
       continue;
-    std::optional<uint64_t> offset;
-    for (Attribute slot : slots) {
-      auto entry = cast<DictionaryAttr>(slot);
-      if (entry.get(marker) == key)
-        if (auto at = entry.getAs<IntegerAttr>("offset"))
-          offset = at.getInt();
-    }
-    if (!offset)
+    auto offset = offsetOf.find(key);
+    if (offset == offsetOf.end())
       return emitError(func.getLoc(), "convert-train-to-runtime: argument ")
              << i << " of @" << func.getSymName() << " (" << key
              << ") is not an argument of " << hessian.getStep();
@@ -273,7 +269,7 @@ FailureOr<SharedState> sharedStatePins(func::FuncOp func,
     if (buffer)
       pins.push_back(
           {static_cast<unsigned>(buffer - memory.getBuffers().data()),
-           *offset});
+           offset->second});
   }
   return shared;
 }

@@ -16,6 +16,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <numeric>
 
@@ -409,14 +410,14 @@ struct TrainQuantizeOptimizerStatePass
     func::FuncOp hessian = findHessianStep(step);
     if (!hessian)
       return success();
-    llvm::StringMap<const QuantizedState *> quantizedH;
+    llvm::StringSet<> quantizedH;
     for (const QuantizedState &state : q.states)
       if (state.state.getKind() == StateKind::h) {
         if (state.codesShardOf)
           return step.emitError("train-quantize-optimizer-state: the Hessian "
                                 "step of a partitioned step cannot follow "
                                 "its 8-bit estimates");
-        quantizedH[state.state.getParam()] = &state;
+        quantizedH.insert(state.state.getParam());
       }
     if (quantizedH.empty())
       return success();
@@ -437,9 +438,9 @@ struct TrainQuantizeOptimizerStatePass
   /// The Hessian step's f32 estimates that the step keeps in 8 bits become
   /// codes and block maxima arguments, dequantized right before their use;
   /// the f32 arguments, unused now, are returned for removal.
-  FailureOr<SmallVector<BlockArgument>> encodeHessianArguments(
-      func::FuncOp hessian,
-      const llvm::StringMap<const QuantizedState *> &quantizedH) {
+  FailureOr<SmallVector<BlockArgument>>
+  encodeHessianArguments(func::FuncOp hessian,
+                         const llvm::StringSet<> &quantizedH) {
     MLIRContext *ctx = hessian.getContext();
     Type i8 = IntegerType::get(ctx, 8), f32 = Float32Type::get(ctx);
     Insertions inserts;
@@ -448,7 +449,7 @@ struct TrainQuantizeOptimizerStatePass
       auto state = hessian.getArgAttrOfType<StateAttr>(arg.getArgNumber(),
                                                        kOptimizerStateAttrName);
       if (!state || state.getKind() != StateKind::h ||
-          !quantizedH.count(state.getParam()))
+          !quantizedH.contains(state.getParam()))
         continue;
       auto type = cast<RankedTensorType>(arg.getType());
       int64_t elements = type.getNumElements();
@@ -483,9 +484,8 @@ struct TrainQuantizeOptimizerStatePass
   }
 
   /// Its refreshed estimates leave it quantized (one tensor at a time).
-  void encodeHessianResults(
-      func::FuncOp hessian,
-      const llvm::StringMap<const QuantizedState *> &quantizedH) {
+  void encodeHessianResults(func::FuncOp hessian,
+                            const llvm::StringSet<> &quantizedH) {
     MLIRContext *ctx = hessian.getContext();
     Type i8 = IntegerType::get(ctx, 8), f32 = Float32Type::get(ctx);
     auto ret = cast<func::ReturnOp>(hessian.front().getTerminator());
@@ -495,7 +495,7 @@ struct TrainQuantizeOptimizerStatePass
       auto state =
           hessian.getResultAttrOfType<StateAttr>(r, kOptimizerStateAttrName);
       if (!state || state.getKind() != StateKind::h ||
-          !quantizedH.count(state.getParam())) {
+          !quantizedH.contains(state.getParam())) {
         results.push_back(operand);
         resultAttrs.push_back(hessian.getResultAttrDict(r));
         continue;

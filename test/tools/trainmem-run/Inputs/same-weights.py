@@ -12,34 +12,8 @@ import os
 import struct
 import sys
 
-
-def read_file(path):
-    data = open(path, "rb").read()
-    pos = 8 + 8 * 4  # magic, step, seed, data bytes, data hash
-
-    def u64():
-        nonlocal pos
-        (value,) = struct.unpack_from("<Q", data, pos)
-        pos += 8
-        return value
-
-    def string():
-        nonlocal pos
-        size = u64()
-        value = data[pos:pos + size].decode()
-        pos += size
-        return value
-
-    count = u64()
-    tensors = {}
-    for _ in range(count):
-        role, key, dtype = string(), string(), string()
-        shape = [u64() for _ in range(u64())]
-        size = u64()
-        raw = data[pos:pos + size]
-        pos += size
-        tensors[role + ":" + key] = (dtype, shape, raw)
-    return tensors
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkpoint_file import read_file  # noqa: E402
 
 
 def whole_tensors(directory):

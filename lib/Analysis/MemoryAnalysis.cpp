@@ -185,6 +185,21 @@ unsigned FunctionMemory::lastRead(Value value) const {
   return last;
 }
 
+/// The value whose memory `value` names: through aliasing views to their
+/// source and through block results to what their blocks yield. An op that
+/// writes over a view writes over that memory, which every other view of
+/// it, and the value itself, still read.
+static Value viewedMemory(Value value) {
+  while (true) {
+    Value resolved = resolveRegionResult(value);
+    Operation *def = resolved.getDefiningOp();
+    auto view = dyn_cast_or_null<ViewLikeOpInterface>(def);
+    if (!view || !isAliasingView(def) || view.getViewDest() != resolved)
+      return resolved;
+    value = view.getViewSource();
+  }
+}
+
 void FunctionMemory::findAliases(llvm::EquivalenceClasses<unsigned> &aliases,
                                  unsigned numValues) {
   for (unsigned i = 0; i < numValues; ++i)
@@ -218,7 +233,7 @@ void FunctionMemory::findAliases(llvm::EquivalenceClasses<unsigned> &aliases,
       for (OpResult result : op->getResults())
         if (std::optional<unsigned> operand =
                 tied.getTiedResultOperandIndex(result.getResultNumber()))
-          if (lastRead(op->getOperand(*operand)) <= point)
+          if (lastRead(viewedMemory(op->getOperand(*operand))) <= point)
             unite(op->getOperand(*operand), result);
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       // A step result that carries a state is written into that state's

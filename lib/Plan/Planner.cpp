@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Model/Layers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -253,8 +254,67 @@ PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory) {
   return out;
 }
 
-/// Compiles the model at `layers` layers for `c` and measures it; the
-/// passes' diagnostics as the error.
+/// The marker (train.param or train.optimizer_state, and its value) of a
+/// function's argument; null attributes for none.
+std::pair<Attribute, Attribute> stateMarkerOf(func::FuncOp func, unsigned arg) {
+  for (StringRef name : {kParamAttrName, kOptimizerStateAttrName})
+    if (Attribute value = func.getArgAttr(arg, name))
+      return {StringAttr::get(func.getContext(), name), value};
+  return {};
+}
+
+/// Folds the Hessian step's measure into the step's (Sophia: the runner
+/// calls it every `every` steps, in the same memory). While it runs, the
+/// step's state that it does not read (m) stays resident: its bytes join
+/// the Hessian step's at every point. Each phase's most live bytes are the
+/// larger of the two functions'; its FLOPs count once per `every` steps.
+void foldHessianStep(func::FuncOp step, const FunctionMemory &stepMemory,
+                     const FunctionMemory &hessianMemory, int64_t every,
+                     PlanMeasure &out) {
+  func::FuncOp hessian = hessianMemory.getFunction();
+  llvm::DenseSet<std::pair<Attribute, Attribute>> read;
+  for (unsigned i = 0; i < hessian.getNumArguments(); ++i)
+    if (std::pair<Attribute, Attribute> marker = stateMarkerOf(hessian, i);
+        marker.first)
+      read.insert(marker);
+  CategoryBytes resident{};
+  uint64_t residentBytes = 0;
+  for (const Buffer &buffer : stepMemory.getBuffers()) {
+    auto arg = dyn_cast<BlockArgument>(buffer.owner);
+    if (buffer.host || !arg || arg.getOwner() != &step.front())
+      continue;
+    std::pair<Attribute, Attribute> marker =
+        stateMarkerOf(step, arg.getArgNumber());
+    if (!marker.first || read.contains(marker))
+      continue;
+    resident[static_cast<unsigned>(buffer.category)] += buffer.bytes;
+    residentBytes += buffer.bytes;
+  }
+  PlanMeasure h = measureStep(hessian, hessianMemory);
+  for (unsigned phase = 0; phase < 3; ++phase) {
+    uint64_t bytes = h.phasePeak[phase] + residentBytes;
+    if (bytes <= out.phasePeak[phase])
+      continue;
+    out.phasePeak[phase] = bytes;
+    for (unsigned c = 0; c < kNumMemoryCategories; ++c)
+      out.phaseAtPeak[phase][c] = h.phaseAtPeak[phase][c] + resident[c];
+    if (bytes > out.peak) {
+      out.peak = bytes;
+      out.atPeak = out.phaseAtPeak[phase];
+    }
+  }
+  auto perStep = [&](uint64_t flops) {
+    return (flops + static_cast<uint64_t>(every) / 2) /
+           static_cast<uint64_t>(every);
+  };
+  out.forwardFlops += perStep(h.forwardFlops);
+  out.backwardFlops += perStep(h.backwardFlops);
+  out.optimizerFlops += perStep(h.optimizerFlops);
+  out.recomputeFlops += perStep(h.recomputeFlops);
+}
+
+/// Compiles the model at `layers` layers for `c` and measures it (with its
+/// Hessian step, if it has one); the passes' diagnostics as the error.
 llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
                       const PlanCandidate &c, int64_t layers, PlanMeasure &out,
                       CompiledSteps &cache) {
@@ -286,6 +346,18 @@ llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
   if (failed(memory.checkCounts("trainmem-plan")))
     return planError("a count overflows 64 bits");
   out = measureStep(step, memory);
+  if (func::FuncOp hessian = findHessianStep(step)) {
+    auto attr = hessian->getAttrOfType<HessianStepAttr>(kHessianStepAttrName);
+    if (!attr)
+      return planError("@" + hessian.getSymName() +
+                       " has no Hessian step attribute");
+    MemoryAnalysis hessianAnalysis(hessian);
+    const FunctionMemory &hessianMemory =
+        hessianAnalysis.getFunctions().front();
+    if (failed(hessianMemory.checkCounts("trainmem-plan")))
+      return planError("a count of the Hessian step overflows 64 bits");
+    foldHessianStep(step, memory, hessianMemory, attr.getEvery(), out);
+  }
   return llvm::Error::success();
 }
 
@@ -786,6 +858,11 @@ static int64_t vocabularyOf(const PlanRequest &request) {
 static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                                                PlanResult &result) {
   std::vector<size_t> groupStart;
+  // The optimizer and gradient release: how each update runs.
+  std::vector<std::pair<std::string, bool>> updates;
+  for (const std::string &optimizer : request.optimizers)
+    for (bool release : request.releaseGradients)
+      updates.emplace_back(optimizer, release);
   // A vocabulary t does not divide stays whole on every rank.
   int64_t vocabulary = vocabularyOf(request);
   for (int64_t t : request.tensorParallel)
@@ -815,9 +892,10 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
             for (bool eightBit : request.eightBit)
               for (bool fuseAttention : request.fuseAttention)
                 for (bool fuseElementwise : request.fuseElementwise)
-                  for (bool release : request.releaseGradients) {
-                    // Release applies to one micro-batch without ZeRO.
-                    if (release && (stage >= 0 || perRank / micro > 1))
+                  for (auto &[optimizer, release] : updates) {
+                    // Release applies to one micro-batch (a gradient is
+                    // complete after the last one).
+                    if (release && perRank / micro > 1)
                       continue;
                     groupStart.push_back(result.candidates.size());
                     for (PlanOffload offload : request.offloads) {
@@ -833,7 +911,7 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                       c.stage = stage;
                       c.eightBit = eightBit;
                       c.offload = offload;
-                      c.optimizer = request.optimizer;
+                      c.optimizer = optimizer;
                       c.releaseGradients = release;
                       result.candidates.push_back(c);
                     }
@@ -1011,8 +1089,8 @@ static std::string explainNothingFits(MLIRContext &context,
     if (result.candidates.empty() &&
         llvm::all_of(request.releaseGradients, [](bool r) { return r; }))
       why = "no candidate releases its gradients: release applies to one "
-            "micro-batch per step without ZeRO (--release-gradients both "
-            "also tries without)";
+            "micro-batch per step (--release-gradients both also tries "
+            "without)";
     else if (!result.candidates.empty())
       why += " (the first, " + result.candidates.front().describe() + ": " +
              result.candidates.front().rejected + ")";

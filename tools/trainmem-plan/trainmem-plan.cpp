@@ -141,13 +141,16 @@ static cl::opt<std::string>
              cl::init("both"), cl::cat(category));
 static cl::opt<std::string> optimizerName(
     "optimizer",
-    cl::desc("The optimizer every candidate trains with: adamw or lion "
-             "(docs/Optimizers.md; default adamw)"),
+    cl::desc("The optimizers to try: adamw, lion, sgd or sophia, a "
+             "comma-separated list of them, or any (docs/Optimizers.md; "
+             "default adamw: the planner changes the recipe's optimizer "
+             "only where asked; Sophia's Hessian step is measured with the "
+             "step)"),
     cl::init("adamw"), cl::cat(category));
 static cl::opt<std::string> releaseGradients(
     "release-gradients",
     cl::desc("Gradient release (train-release-gradients) to try: both, off, "
-             "on (default: off; where it applies: one micro-batch, no ZeRO, "
+             "on (default: off; where it applies: one micro-batch, "
              "no clipping in the run's recipe)"),
     cl::init("off"), cl::cat(category));
 static cl::opt<std::string> fuseAttention(
@@ -272,20 +275,34 @@ static std::string tensorShort(const PlanCandidate &c) {
   return std::to_string(c.tensorParallel) + (c.sequenceParallel ? "+sp" : "");
 }
 
+/// The update column: the optimizer, +rel for gradient release.
+static std::string updateShort(const PlanCandidate &c) {
+  return c.optimizer + (c.releaseGradients ? "+rel" : "");
+}
+
 static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                        const PlanResult &result) {
-  // The tensor-parallel column where the search has t > 1.
+  // The tensor-parallel column where the search has t > 1, the update
+  // column where it has more than one optimizer or release.
   bool tensorColumn =
       llvm::any_of(result.candidates,
                    [](const PlanCandidate &c) { return c.tensorParallel > 1; });
+  bool updateColumn =
+      llvm::any_of(result.candidates, [&](const PlanCandidate &c) {
+        return updateShort(c) != updateShort(result.candidates.front());
+      });
   auto tensorCell = [&](const PlanCandidate &c) {
-    return tensorColumn ? llvm::formatv(" {0,-5}", tensorShort(c)).str()
-                        : std::string();
+    return (tensorColumn ? llvm::formatv(" {0,-5}", tensorShort(c)).str()
+                         : std::string()) +
+           (updateColumn ? llvm::formatv(" {0,-10}", updateShort(c)).str()
+                         : std::string());
   };
   os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", "#", "micro x k",
                       "remat", "zero", "8bit")
      << llvm::formatv("{0,-7} {1,-4}", "offload", "fuse")
      << (tensorColumn ? llvm::formatv(" {0,-5}", "tp").str() : std::string())
+     << (updateColumn ? llvm::formatv(" {0,-10}", "update").str()
+                      : std::string())
      << llvm::formatv(" {5,8} {6,8} "
                       "{7,8} {8,8} {9,8} {10,8} {11,8} {12,9} {13,6}  {14}\n",
                       "#", "micro x k", "remat", "zero", "8bit",
@@ -622,6 +639,44 @@ fillSearchSpace(PlanRequest &request,
   return success();
 }
 
+/// The optimizers tried (--optimizer: one name, a comma-separated list or
+/// `any`, each registered; Sophia's Hessian step is measured with its
+/// step), each one the chosen export can name.
+static LogicalResult fillOptimizers(PlanRequest &request, bool deepSpeed) {
+  request.optimizers.clear();
+  if (optimizerName == "any") {
+    for (const OptimizerInfo &info : getRegisteredOptimizers())
+      request.optimizers.push_back(info.name.str());
+  } else {
+    SmallVector<StringRef> names;
+    StringRef(optimizerName).split(names, ',');
+    for (StringRef name : names) {
+      name = name.trim();
+      if (!lookupOptimizer(name))
+        return refuse("--optimizer: '" + name +
+                      "' is an unknown optimizer (expected " +
+                      listOptimizerNames() + ", a list of them, or any)");
+      if (!llvm::is_contained(request.optimizers, name))
+        request.optimizers.push_back(name.str());
+    }
+  }
+  for (const std::string &name : request.optimizers) {
+    if (deepSpeed && name != "adamw")
+      return refuse("--from-deepspeed plans the config's AdamW; --optimizer "
+                    "does not apply");
+    if (name != "adamw" && name != "lion" && emit == "deepspeed-json")
+      return refuse("--emit deepspeed-json: DeepSpeed has no " + name +
+                    " optimizer (its types include AdamW and Lion); plan "
+                    "with --optimizer adamw, lion or both, or emit table or "
+                    "json");
+    if (name != "adamw" && emit == "megatron-args")
+      return refuse("--emit megatron-args writes Megatron-LM's --optimizer "
+                    "adam (AdamW with its weight decay), not " +
+                    name + ": plan with --optimizer adamw");
+  }
+  return success();
+}
+
 /// The request from the options: the model, ranks, hardware, global batch,
 /// memory and the choices searched.
 static LogicalResult
@@ -646,23 +701,8 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
     request.memoryBytes = *bytes;
   }
   request.exact = exact;
-  // The optimizer, fixed by the user: one the planner measures whole (not
-  // Sophia, whose Hessian step it does not compile) and the exports name.
-  if (optimizerName != "adamw" && optimizerName != "lion")
-    return refuse(
-        "--optimizer=" + optimizerName +
-        (lookupOptimizer(optimizerName)
-             ? ": the planner plans adamw or lion (it measures the step "
-               "only, not a Hessian step, and the DeepSpeed and Megatron "
-               "exports name those)"
-             : ": unknown optimizer (expected adamw or lion)"));
-  if (deepSpeed && optimizerName != "adamw")
-    return refuse("--from-deepspeed plans the config's AdamW; --optimizer "
-                  "does not apply");
-  if (optimizerName == "lion" && emit == "megatron-args")
-    return refuse("--emit megatron-args: Megatron-LM has no Lion optimizer "
-                  "(--optimizer adam or sgd); plan with --optimizer adamw");
-  request.optimizer = optimizerName;
+  if (failed(fillOptimizers(request, deepSpeed.has_value())))
+    return failure();
   if (failed(fillSearchSpace(request, deepSpeed)))
     return failure();
   if (top < 0)

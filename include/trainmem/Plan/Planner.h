@@ -80,11 +80,11 @@ struct PlanRequest {
   std::vector<int64_t> stages;
   std::vector<bool> eightBit;
   std::vector<PlanOffload> offloads;
-  /// The optimizer every candidate trains with (a registered name the
-  /// planner measures: the user fixes it; default AdamW), and gradient
-  /// release (train-release-gradients) off and on (default: off; tried
-  /// only where it applies: one micro-batch, no ZeRO).
-  std::string optimizer = "adamw";
+  /// The optimizers tried (registered names; default AdamW alone: the
+  /// planner changes a recipe only where asked), and gradient release
+  /// (train-release-gradients) off and on (default: off; tried only where
+  /// it applies: one micro-batch per step).
+  std::vector<std::string> optimizers = {"adamw"};
   std::vector<bool> releaseGradients;
   /// train-fuse-attention and train-fuse-elementwise off and on (default:
   /// both for attention; for element-wise chains both where the model has
@@ -144,7 +144,7 @@ struct PlanCandidate {
   int64_t stage = -1;
   bool eightBit = false;
   PlanOffload offload = PlanOffload::none;
-  /// The optimizer (the request's) and gradient release.
+  /// The optimizer (one of the request's) and gradient release.
   std::string optimizer = "adamw";
   bool releaseGradients = false;
   /// train-fuse-attention and train-fuse-elementwise on the forward.

@@ -2,8 +2,9 @@
 //
 // Each update runs as soon as its gradient is complete: the optimizer
 // block is dissolved, every op of it moves to the earliest point of the
-// step's top level where its operands are defined (program order among
-// the moved ops kept), and each run of moved ops becomes a train.block
+// step's top level where its operands are defined (an op that only moved
+// ops read: to the point of the first of them; program order among the
+// moved ops kept), and each run of moved ops becomes a train.block
 // optimizer of its own. The ops and their operands are unchanged, so the
 // step computes the same bits; only the gradients' lifetimes shrink.
 //
@@ -33,10 +34,6 @@ namespace {
 /// Why the updates of `step` cannot run before its backward ends, or "".
 std::string whyNotReleasable(func::FuncOp step, Operation *&at) {
   at = step;
-  if (step->hasAttr(kZeroAttrName))
-    return "the step is partitioned by train-zero, whose reduce-scatters "
-           "follow the whole backward (no shard's gradient is complete "
-           "before it ends): release the unpartitioned step";
   if ((at = findAccumulation(step)))
     return "the step accumulates gradients over micro-batches (a gradient "
            "is complete only after the last one): release gradients "
@@ -63,7 +60,7 @@ std::string whyNotReleasable(func::FuncOp step, Operation *&at) {
 
 LogicalResult mlir::train::refuseReleasedStep(func::FuncOp step,
                                               StringRef passName,
-                                              StringRef what) {
+                                              StringRef what, StringRef order) {
   if (step.isExternal())
     return success();
   Operation *firstUpdateBlock = nullptr;
@@ -78,20 +75,80 @@ LogicalResult mlir::train::refuseReleasedStep(func::FuncOp step,
             })
             .wasInterrupted())
       firstUpdateBlock = block;
-    if (firstUpdateBlock && block.getBackward())
-      return firstUpdateBlock->emitError(passName)
-             << ": @" << step.getSymName()
-             << " runs its updates inside the backward "
-                "(train-release-gradients), which "
-             << passName << " cannot " << what
-             << " (and train-release-gradients refuses a step that has "
-                "run "
-             << passName << "): use one or the other";
+    if (!firstUpdateBlock || !block.getBackward())
+      continue;
+    InFlightDiagnostic diag = firstUpdateBlock->emitError(passName)
+                              << ": @" << step.getSymName()
+                              << " runs its updates inside the backward "
+                                 "(train-release-gradients), which "
+                              << passName << " cannot " << what;
+    if (!order.empty())
+      return diag << ": " << order;
+    return diag << " (and train-release-gradients refuses a step that has "
+                   "run "
+                << passName << "): use one or the other";
   }
   return success();
 }
 
 namespace {
+
+/// Where each of `moved` (the optimizer blocks' ops, now at the top level
+/// of `body`) goes: the top-level op it follows, null for the step's start.
+llvm::DenseMap<Operation *, Operation *>
+placeReleased(Block &body, ArrayRef<Operation *> moved) {
+  // Each op's earliest point: after the last top-level op defining one of
+  // its operands (or one of the operands of the ops nested in it), or
+  // after that point of a moved op it reads. Null: the step's start.
+  llvm::DenseMap<Operation *, unsigned> position;
+  for (auto [index, op] : llvm::enumerate(body))
+    position[&op] = index;
+  auto later = [&](Operation *a, Operation *b) {
+    if (!a || !b)
+      return a ? a : b;
+    return position.lookup(a) < position.lookup(b) ? b : a;
+  };
+  llvm::DenseSet<Operation *> isMoved(moved.begin(), moved.end());
+  llvm::DenseMap<Operation *, Operation *> earliest;
+  for (Operation *op : moved) {
+    Operation *anchor = nullptr;
+    op->walk([&](Operation *nested) {
+      for (Value operand : nested->getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        if (!def)
+          continue; // an argument: defined from the start
+        def = body.findAncestorOpInBlock(*def);
+        if (!def || def == op)
+          continue;
+        anchor =
+            later(anchor, isMoved.contains(def) ? earliest.lookup(def) : def);
+      }
+    });
+    earliest[op] = anchor;
+  }
+  // An op whose results only moved ops read waits for the first of them
+  // (the slice of a parameter, a step count: not live through the whole
+  // backward); the others (the updates, what follows them) run at their
+  // earliest point.
+  llvm::DenseMap<Operation *, Operation *> placedAt;
+  for (Operation *op : llvm::reverse(moved)) {
+    std::optional<Operation *> firstUse;
+    bool onlyMovedUsers = !op->use_empty();
+    for (Operation *user : op->getUsers()) {
+      Operation *top = body.findAncestorOpInBlock(*user);
+      if (!top || !isMoved.contains(top)) {
+        onlyMovedUsers = false;
+        break;
+      }
+      Operation *userAt = placedAt.lookup(top);
+      if (!firstUse || later(*firstUse, userAt) == *firstUse)
+        firstUse = userAt;
+    }
+    Operation *at = earliest.lookup(op);
+    placedAt[op] = onlyMovedUsers && firstUse ? later(at, *firstUse) : at;
+  }
+  return placedAt;
+}
 
 struct TrainReleaseGradientsPass
     : public train::impl::TrainReleaseGradientsPassBase<
@@ -126,24 +183,13 @@ LogicalResult TrainReleaseGradientsPass::release(func::FuncOp step) {
       moved.push_back(&op);
     inlineRegionOp(block.getOperation());
   }
-  // Each op after the last top-level op defining one of its operands (or
-  // one of the operands of the ops nested in it), after the moved ops that
-  // went there before it.
+  llvm::DenseMap<Operation *, Operation *> placedAt =
+      placeReleased(body, moved);
+  llvm::DenseSet<Operation *> isMoved(moved.begin(), moved.end());
+  // In program order, each after the ops moved to the same point before it.
   llvm::DenseMap<Operation *, Operation *> lastAt;
   for (Operation *op : moved) {
-    Operation *anchor = nullptr;
-    auto consider = [&](Value value) {
-      Operation *def = value.getDefiningOp();
-      if (!def)
-        return; // an argument: defined from the start
-      def = body.findAncestorOpInBlock(*def);
-      if (def && def != op && (!anchor || anchor->isBeforeInBlock(def)))
-        anchor = def;
-    };
-    op->walk([&](Operation *nested) {
-      for (Value operand : nested->getOperands())
-        consider(operand);
-    });
+    Operation *anchor = placedAt.lookup(op);
     Operation *&last = lastAt[anchor];
     if (last)
       op->moveAfter(last);
@@ -156,7 +202,6 @@ LogicalResult TrainReleaseGradientsPass::release(func::FuncOp step) {
       ++numReleased;
   }
   // Runs of moved ops become optimizer blocks.
-  llvm::DenseSet<Operation *> isMoved(moved.begin(), moved.end());
   SmallVector<SmallVector<Operation *>> runs;
   for (Operation &op : body) {
     if (!isMoved.contains(&op))

@@ -220,9 +220,10 @@ static LogicalResult checkPartitionable(func::FuncOp step, StringRef pass) {
                                "partition (its estimates would be sharded "
                                "and its gradients reduced)")))
     return failure();
-  return refuseReleasedStep(step, pass,
-                            "partition (its buckets are reduced after the "
-                            "whole backward)");
+  return refuseReleasedStep(
+      step, pass, "partition (its buckets would be reduced after the updates)",
+      "run train-release-gradients after train-zero, which then updates "
+      "each shard after its gradient's reduce-scatter");
 }
 
 void TrainZeroPass::runOnOperation() {

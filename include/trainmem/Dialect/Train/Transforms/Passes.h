@@ -73,9 +73,10 @@ func::FuncOp findHessianStep(func::FuncOp step);
 /// Fails with an error naming `passName` when `step` runs updates inside
 /// its backward (train-release-gradients: an optimizer block before a
 /// backward block), which the pass cannot transform (`what`: what it
-/// would have to do); success otherwise.
+/// would have to do; `order`: the order that works, if there is one, else
+/// the error says to use one or the other); success otherwise.
 LogicalResult refuseReleasedStep(func::FuncOp step, StringRef passName,
-                                 StringRef what);
+                                 StringRef what, StringRef order = {});
 
 /// Fails with an error naming `passName` when `step` has a Hessian step
 /// (Sophia's), which the pass cannot transform alongside it (`what`: what

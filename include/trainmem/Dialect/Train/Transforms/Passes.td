@@ -176,21 +176,26 @@ def TrainReleaseGradientsPass
   let summary = "Runs each update as soon as its gradient is complete";
   let description = [{
     Gradient release (fused backward and update): the step's updates leave
-    its optimizer block, and each runs, with the ops only it needs, right
-    after the block of the backward that completes its gradient, in a
-    `train.block optimizer` of its own there. A gradient then lives from
-    the op that finishes it to its update instead of to the end of the
-    backward, so the gradients live at once at the step's peak fall from
-    all of them to those of the blocks in flight. The same ops run on the
-    same values: the step is bit-identical to the step before the pass.
+    its optimizer block, and each runs right after the block of the
+    backward that completes its gradient, in a `train.block optimizer` of
+    its own there; the ops that only updates read (a learning rate, a
+    parameter's slice) run with the first update that reads them. A
+    gradient then lives from the op that finishes it to its update instead
+    of to the end of the backward, so the gradients live at once at the
+    step's peak fall from all of them to those of the blocks in flight.
+    The same ops run on the same values: the step is bit-identical to the
+    step before the pass.
+
+    After train-zero, each shard's update follows its gradient's
+    reduce-scatter (stages 1-3) or all-reduce (stage 0): a bucket's
+    collectives follow its last gradient, so smaller buckets (train-zero
+    `bucket=`) release earlier.
 
     Only where that is so: with gradient accumulation a gradient is
     complete after the last micro-batch, global-norm clipping (`clip-norm`)
     and dynamic loss scaling read every gradient before the first update;
-    the pass refuses those steps, naming what to drop, and a step
-    train-zero partitioned (its reduce-scatters follow the whole backward,
-    so no shard's gradient is complete before the backward ends). Run it
-    after train-materialize-remat (train-step does, with
+    the pass refuses those steps, naming what to drop. Run it after
+    train-materialize-remat and train-zero (train-step does, with
     `release-gradients`).
   }];
   let options = [

@@ -347,10 +347,8 @@ llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
     return planError("a count overflows 64 bits");
   out = measureStep(step, memory);
   if (func::FuncOp hessian = findHessianStep(step)) {
-    auto attr = hessian->getAttrOfType<HessianStepAttr>(kHessianStepAttrName);
-    if (!attr)
-      return planError("@" + hessian.getSymName() +
-                       " has no Hessian step attribute");
+    // findHessianStep finds it by this attribute.
+    auto attr = cast<HessianStepAttr>(hessian->getAttr(kHessianStepAttrName));
     MemoryAnalysis hessianAnalysis(hessian);
     const FunctionMemory &hessianMemory =
         hessianAnalysis.getFunctions().front();

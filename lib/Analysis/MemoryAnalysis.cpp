@@ -156,20 +156,6 @@ SmallVector<Value> FunctionMemory::numberValues() {
   return values;
 }
 
-/// A marker that makes an argument or result a state (train.param or
-/// train.optimizer_state: name and value, both uniqued); a result with the
-/// same marker as an argument is the same state after the step.
-static std::optional<std::pair<Attribute, Attribute>>
-stateMarker(DictionaryAttr attrs) {
-  if (!attrs)
-    return std::nullopt;
-  for (NamedAttribute attr : attrs)
-    if (attr.getName() == kParamAttrName ||
-        attr.getName() == kOptimizerStateAttrName)
-      return std::pair<Attribute, Attribute>{attr.getName(), attr.getValue()};
-  return std::nullopt;
-}
-
 unsigned FunctionMemory::lastRead(Value value) const {
   unsigned last = 0;
   for (OpOperand &use : value.getUses()) {
@@ -209,7 +195,7 @@ void FunctionMemory::findAliases(llvm::EquivalenceClasses<unsigned> &aliases,
   };
   llvm::DenseMap<std::pair<Attribute, Attribute>, Value> stateArgs;
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (auto marker = stateMarker(func.getArgAttrDict(i)))
+    if (auto marker = getStateMarker(func.getArgAttrDict(i)))
       stateArgs[*marker] = func.getArgument(i);
   auto unite = [&](Value a, Value b) {
     auto ia = valueIndex.find(a), ib = valueIndex.find(b);
@@ -239,7 +225,7 @@ void FunctionMemory::findAliases(llvm::EquivalenceClasses<unsigned> &aliases,
       // A step result that carries a state is written into that state's
       // argument, when nothing reads the argument after the result exists.
       for (auto [index, value] : llvm::enumerate(ret.getOperands()))
-        if (auto marker = stateMarker(func.getResultAttrDict(index))) {
+        if (auto marker = getStateMarker(func.getResultAttrDict(index))) {
           Value arg = stateArgs.lookup(*marker);
           if (!arg || !isTensor(value) || aliasOf(arg) == aliasOf(value))
             continue;

@@ -254,15 +254,6 @@ PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory) {
   return out;
 }
 
-/// The marker (train.param or train.optimizer_state, and its value) of a
-/// function's argument; null attributes for none.
-std::pair<Attribute, Attribute> stateMarkerOf(func::FuncOp func, unsigned arg) {
-  for (StringRef name : {kParamAttrName, kOptimizerStateAttrName})
-    if (Attribute value = func.getArgAttr(arg, name))
-      return {StringAttr::get(func.getContext(), name), value};
-  return {};
-}
-
 /// Folds the Hessian step's measure into the step's (Sophia: the runner
 /// calls it every `every` steps, in the same memory). While it runs, the
 /// step's state that it does not read (m) stays resident: its bytes join
@@ -274,18 +265,16 @@ void foldHessianStep(func::FuncOp step, const FunctionMemory &stepMemory,
   func::FuncOp hessian = hessianMemory.getFunction();
   llvm::DenseSet<std::pair<Attribute, Attribute>> read;
   for (unsigned i = 0; i < hessian.getNumArguments(); ++i)
-    if (std::pair<Attribute, Attribute> marker = stateMarkerOf(hessian, i);
-        marker.first)
-      read.insert(marker);
+    if (auto marker = getStateMarker(hessian.getArgAttrDict(i)))
+      read.insert(*marker);
   CategoryBytes resident{};
   uint64_t residentBytes = 0;
   for (const Buffer &buffer : stepMemory.getBuffers()) {
     auto arg = dyn_cast<BlockArgument>(buffer.owner);
     if (buffer.host || !arg || arg.getOwner() != &step.front())
       continue;
-    std::pair<Attribute, Attribute> marker =
-        stateMarkerOf(step, arg.getArgNumber());
-    if (!marker.first || read.contains(marker))
+    auto marker = getStateMarker(step.getArgAttrDict(arg.getArgNumber()));
+    if (!marker || read.contains(*marker))
       continue;
     resident[static_cast<unsigned>(buffer.category)] += buffer.bytes;
     residentBytes += buffer.bytes;

@@ -255,11 +255,10 @@ FailureOr<SharedState> sharedStatePins(func::FuncOp func,
                                  static_cast<uint64_t>(bytes.getInt())});
   }
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    Attribute key = func.getArgAttr(i, kParamAttrName);
-    if (!key)
-      key = func.getArgAttr(i, kOptimizerStateAttrName);
-    if (!key)
+    auto marker = getStateMarker(func.getArgAttrDict(i));
+    if (!marker)
       continue;
+    Attribute key = marker->second;
     auto offset = offsetOf.find(key);
     if (offset == offsetOf.end())
       return emitError(func.getLoc(), "convert-train-to-runtime: argument ")

@@ -1915,11 +1915,15 @@ void updateSignedState8bit(tmrt_context *ctx, int64_t n, int64_t block,
       });
 }
 
-void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
-                   int64_t codes, int64_t absmax, int64_t lr,
-                   int64_t new_param, int64_t new_codes, int64_t new_absmax,
-                   int64_t n, int64_t block, double momentum,
-                   double weight_decay, int64_t nesterov) {
+/// An 8-bit update with one signed state (SGD's momentum buffer, Lion's
+/// m): `update.apply(p, g, state, newParam, newState)` per element over
+/// the blocks, or the parameter and the state carried over when a
+/// gradient is not finite.
+template <typename Step>
+void oneSignedState8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                        int64_t codes, int64_t absmax, int64_t new_param,
+                        int64_t new_codes, int64_t new_absmax, int64_t n,
+                        int64_t block, const Step &update) {
   block = effectiveBlock(block, n);
   // A 16-bit gradient is widened once into host memory for the vector code.
   std::vector<float> wideGrad;
@@ -1933,12 +1937,10 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   int64_t blocks = (n + block - 1) / block;
   if (allFinite(ctx, g, n)) {
     const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
-    trainmem::SGDMomentumStep update{*ctx->at<float>(lr), momentum,
-                                     weight_decay, nesterov != 0};
     updateSignedState8bit(
-        ctx, n, block, nc, na, [&](int64_t i, int64_t b, float &buffer) {
+        ctx, n, block, nc, na, [&](int64_t i, int64_t b, float &state) {
           update.apply(p[i], g[i], trainmem::dequantizeValue(map, c[i], a[b]),
-                       np[i], buffer);
+                       np[i], state);
         });
   } else {
     std::memmove(np, p, n * 4);
@@ -1949,6 +1951,16 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   ctx->touch(new_param, n * 4);
   ctx->touch(new_codes, n);
   ctx->touch(new_absmax, blocks * 4);
+}
+
+void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
+              int64_t absmax, int64_t lr, int64_t new_param, int64_t new_codes,
+              int64_t new_absmax, int64_t n, int64_t block, double momentum,
+              double weight_decay, int64_t nesterov) {
+  oneSignedState8bit(ctx, param, grad, codes, absmax, new_param, new_codes,
+                     new_absmax, n, block,
+                     trainmem::SGDMomentumStep{*ctx->at<float>(lr), momentum,
+                                               weight_decay, nesterov != 0});
 }
 
 template <typename T>
@@ -2029,34 +2041,10 @@ void lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
                int64_t m_absmax, int64_t lr, int64_t new_param,
                int64_t new_m_codes, int64_t new_m_absmax, int64_t n,
                int64_t block, double beta1, double beta2, double weight_decay) {
-  block = effectiveBlock(block, n);
-  // A 16-bit gradient is widened once into host memory.
-  std::vector<float> wideGrad;
-  const float *p = ctx->at<float>(param), *g = widened(ctx, grad, n, wideGrad);
-  const uint8_t *c = ctx->at<uint8_t>(m_codes);
-  const float *a = ctx->at<float>(m_absmax);
-  float *np = ctx->at<float>(new_param);
-  uint8_t *nc = ctx->at<uint8_t>(new_m_codes);
-  float *na = ctx->at<float>(new_m_absmax);
-  int64_t blocks = (n + block - 1) / block;
-  if (allFinite(ctx, g, n)) {
-    const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
-    const trainmem::LionStep update(*ctx->at<float>(lr), beta1, beta2,
-                                    weight_decay);
-    updateSignedState8bit(
-        ctx, n, block, nc, na, [&](int64_t i, int64_t b, float &momentum) {
-          update.apply(p[i], g[i], trainmem::dequantizeValue(map, c[i], a[b]),
-                       np[i], momentum);
-        });
-  } else {
-    std::memmove(np, p, n * 4);
-    std::memmove(nc, c, n);
-    std::memmove(na, a, blocks * 4);
-    ctx->recordSkipped(param);
-  }
-  ctx->touch(new_param, n * 4);
-  ctx->touch(new_m_codes, n);
-  ctx->touch(new_m_absmax, blocks * 4);
+  oneSignedState8bit(
+      ctx, param, grad, m_codes, m_absmax, new_param, new_m_codes, new_m_absmax,
+      n, block,
+      trainmem::LionStep(*ctx->at<float>(lr), beta1, beta2, weight_decay));
 }
 
 template <typename T>

@@ -500,11 +500,16 @@ void updateSignedState8bit(tmrt_context *ctx, const char *name, int64_t n,
            });
 }
 
-template <typename T>
-void sgd_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
-                int64_t absmax, int64_t lr, int64_t new_param,
-                int64_t new_codes, int64_t new_absmax, int64_t n, int64_t block,
-                double momentum, double weight_decay, int64_t nesterov) {
+/// An 8-bit update with one signed state (SGD's momentum buffer, Lion's
+/// m): `update.apply(p, g, state, newParam, newState)` per element over
+/// the blocks, or the parameter and the state carried over when a
+/// gradient is not finite.
+template <typename T, typename Step>
+void oneSignedState8bitOf(tmrt_context *ctx, const char *name, int64_t param,
+                          int64_t grad, int64_t codes, int64_t absmax,
+                          int64_t new_param, int64_t new_codes,
+                          int64_t new_absmax, int64_t n, int64_t block,
+                          const Step &update) {
   const float *p = ctx->at<float>(param);
   const T *g = ctx->at<T>(grad);
   const uint8_t *c = ctx->at<uint8_t>(codes);
@@ -514,15 +519,13 @@ void sgd_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
   float *na = ctx->at<float>(new_absmax);
   int64_t blocks = (n + block - 1) / block;
   if (allFinite(ctx, g, n)) {
-    trainmem::SGDMomentumStep update{scalarAt<float>(ctx, lr), momentum,
-                                     weight_decay, nesterov != 0};
     DeviceMap map = deviceMap(true);
     updateSignedState8bit(
-        ctx, "sgd_8bit", n, block, a, np, nc, na,
-        [=] __device__(int64_t i, float old, float &newParam, float &buffer) {
+        ctx, name, n, block, a, np, nc, na,
+        [=] __device__(int64_t i, float old, float &newParam, float &state) {
           update.apply(p[i], float(g[i]),
                        trainmem::dequantizeValue(map, c[i], old), newParam,
-                       buffer);
+                       state);
         });
   } else {
     if (ctx->hasError)
@@ -535,44 +538,6 @@ void sgd_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
   ctx->touch(new_param, n * 4);
   ctx->touch(new_codes, n);
   ctx->touch(new_absmax, blocks * 4);
-}
-
-template <typename T>
-void lion_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad,
-                 int64_t m_codes, int64_t m_absmax, int64_t lr,
-                 int64_t new_param, int64_t new_m_codes, int64_t new_m_absmax,
-                 int64_t n, int64_t block, double beta1, double beta2,
-                 double weight_decay) {
-  const float *p = ctx->at<float>(param);
-  const T *g = ctx->at<T>(grad);
-  const uint8_t *c = ctx->at<uint8_t>(m_codes);
-  const float *a = ctx->at<float>(m_absmax);
-  float *np = ctx->at<float>(new_param);
-  uint8_t *nc = ctx->at<uint8_t>(new_m_codes);
-  float *na = ctx->at<float>(new_m_absmax);
-  int64_t blocks = (n + block - 1) / block;
-  if (allFinite(ctx, g, n)) {
-    const trainmem::LionStep update(scalarAt<float>(ctx, lr), beta1, beta2,
-                                    weight_decay);
-    DeviceMap map = deviceMap(true);
-    updateSignedState8bit(
-        ctx, "lion_8bit", n, block, a, np, nc, na,
-        [=] __device__(int64_t i, float old, float &newParam, float &momentum) {
-          update.apply(p[i], float(g[i]),
-                       trainmem::dequantizeValue(map, c[i], old), newParam,
-                       momentum);
-        });
-  } else {
-    if (ctx->hasError)
-      return;
-    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
-    copyArena(ctx, offsetOf(m_codes), offsetOf(new_m_codes), n);
-    copyArena(ctx, offsetOf(m_absmax), offsetOf(new_m_absmax), blocks * 4);
-    ctx->recordSkipped(param);
-  }
-  ctx->touch(new_param, n * 4);
-  ctx->touch(new_m_codes, n);
-  ctx->touch(new_m_absmax, blocks * 4);
 }
 
 template <typename T>
@@ -646,9 +611,11 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
               double weight_decay, int64_t nesterov) {
   block = trainmem::effectiveStateBlock(block, n);
   withFloatType(ctx, "sgd_8bit", {grad}, [&](auto type) {
-    sgd_8bitOf<decltype(type)>(ctx, param, grad, codes, absmax, lr, new_param,
-                               new_codes, new_absmax, n, block, momentum,
-                               weight_decay, nesterov);
+    oneSignedState8bitOf<decltype(type)>(
+        ctx, "sgd_8bit", param, grad, codes, absmax, new_param, new_codes,
+        new_absmax, n, block,
+        trainmem::SGDMomentumStep{scalarAt<float>(ctx, lr), momentum,
+                                  weight_decay, nesterov != 0});
   });
 }
 
@@ -658,9 +625,11 @@ void lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
                int64_t block, double beta1, double beta2, double weight_decay) {
   block = trainmem::effectiveStateBlock(block, n);
   withFloatType(ctx, "lion_8bit", {grad}, [&](auto type) {
-    lion_8bitOf<decltype(type)>(ctx, param, grad, m_codes, m_absmax, lr,
-                                new_param, new_m_codes, new_m_absmax, n, block,
-                                beta1, beta2, weight_decay);
+    oneSignedState8bitOf<decltype(type)>(
+        ctx, "lion_8bit", param, grad, m_codes, m_absmax, new_param,
+        new_m_codes, new_m_absmax, n, block,
+        trainmem::LionStep(scalarAt<float>(ctx, lr), beta1, beta2,
+                           weight_decay));
   });
 }
 

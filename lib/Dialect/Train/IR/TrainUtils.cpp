@@ -27,6 +27,17 @@ bool mlir::train::isTransparentRegionOp(Operation *op) {
   return isa_and_nonnull<TransparentRegionOpInterface>(op);
 }
 
+std::optional<std::pair<Attribute, Attribute>>
+mlir::train::getStateMarker(DictionaryAttr attrs) {
+  if (!attrs)
+    return std::nullopt;
+  for (NamedAttribute attr : attrs)
+    if (attr.getName() == kParamAttrName ||
+        attr.getName() == kOptimizerStateAttrName)
+      return std::pair<Attribute, Attribute>{attr.getName(), attr.getValue()};
+  return std::nullopt;
+}
+
 Value mlir::train::resolveRegionResult(Value value) {
   while (auto region = value.getDefiningOp<TransparentRegionOpInterface>())
     value = region.getYieldedValue(cast<OpResult>(value).getResultNumber());

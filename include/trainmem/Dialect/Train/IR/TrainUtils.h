@@ -30,6 +30,13 @@ bool isRowMajor(ArrayRef<int64_t> shape, ArrayRef<int64_t> strides);
 /// their region yields.
 Value resolveRegionResult(Value value);
 
+/// The marker that makes a function's argument or result a training state
+/// (train.param or train.optimizer_state: name and value, both uniqued):
+/// two with the same marker are the same state (a step's result and its
+/// argument, a step's argument and its Hessian step's); none without one.
+std::optional<std::pair<Attribute, Attribute>>
+getStateMarker(DictionaryAttr attrs);
+
 /// Whether some top-level op of `module` is marked `train.step` or is a
 /// lowered step.
 bool hasMarkedStep(ModuleOp module);

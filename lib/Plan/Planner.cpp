@@ -512,6 +512,21 @@ static llvm::Error batchOfModule(ModuleOp module, int64_t &batch,
         continue;
       batch = type.getDimSize(0);
       seq = type.getDimSize(1);
+      // trainmem-run feeds the batch's targets to the argument marked so:
+      // a plan for a module whose loss reads another is one it refuses.
+      BlockArgument targets = findLossTargetsArgument(func);
+      auto name = targets ? func.getArgAttrOfType<StringAttr>(
+                                targets.getArgNumber(), kInputAttrName)
+                          : StringAttr();
+      if (targets && (!name || name.getValue() != "targets"))
+        return planError(
+            llvm::formatv("the loss of @{0} reads its targets from argument "
+                          "#{1}, which is not marked {2} = \"targets\": "
+                          "trainmem-run feeds the batch's targets to the "
+                          "argument so marked; mark it",
+                          func.getSymName(), targets.getArgNumber(),
+                          kInputAttrName)
+                .str());
       return llvm::Error::success();
     }
   return planError(
@@ -774,8 +789,21 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
                                layers, kWholeModelLayers);
     return;
   }
+  // What the passes and analyses say is the candidate's, not the
+  // terminal's: the candidates are measured on several threads, whose
+  // diagnostics would interleave mid-line. The first error joins the
+  // candidate's reason, printed with its row in candidate order.
+  std::string firstError;
+  ScopedDiagnosticHandler capture(&context, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error && firstError.empty())
+      firstError = d.str();
+    return success();
+  });
   if (llvm::Error error = measureCandidate(context, request, c, cache)) {
-    c.rejected = "not compiled: " + llvm::toString(std::move(error));
+    std::string why = llvm::toString(std::move(error));
+    if (!firstError.empty() && why.find(firstError) == std::string::npos)
+      why += ": " + firstError;
+    c.rejected = "not compiled: " + why;
     return;
   }
   predictThroughput(c, request);

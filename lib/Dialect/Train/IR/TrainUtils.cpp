@@ -44,6 +44,31 @@ Value mlir::train::resolveRegionResult(Value value) {
   return value;
 }
 
+Value mlir::train::wholeIntegers(Value integers) {
+  Value value = resolveRegionResult(integers);
+  while (Operation *def = value.getDefiningOp()) {
+    if (def->getNumOperands() != 1 || def->getNumResults() != 1 ||
+        !isa<IntegerType>(getElementTypeOrSelf(def->getOperand(0).getType())))
+      break;
+    value = resolveRegionResult(def->getOperand(0));
+  }
+  return value;
+}
+
+BlockArgument mlir::train::findLossTargetsArgument(FunctionOpInterface func) {
+  LossOpInterface loss;
+  func->walk([&](LossOpInterface op) {
+    loss = op;
+    return WalkResult::interrupt();
+  });
+  if (!loss)
+    return BlockArgument();
+  auto arg = dyn_cast<BlockArgument>(wholeIntegers(loss.getTargets()));
+  if (!arg || arg.getOwner() != &func.getFunctionBody().front())
+    return BlockArgument();
+  return arg;
+}
+
 bool mlir::train::hasMarkedStep(ModuleOp module) {
   return llvm::any_of(module.getOps(), [](Operation &op) {
     return op.hasAttr(kStepAttrName) || isLoweredStep(&op);

@@ -231,6 +231,30 @@ LogicalResult TrainGradAccumPass::findBatch(Accumulation &a) {
     if (type.getDimSize(0) == a.batch)
       a.batchArgs.push_back(arg);
   }
+  // The loss's targets are the batch's whether or not they are marked: an
+  // argument found from the dataflow (what feeds the loss) is split with
+  // the tokens, in argument order.
+  if (BlockArgument targets = findLossTargetsArgument(func);
+      targets && !llvm::is_contained(a.batchArgs, targets)) {
+    auto type = dyn_cast<RankedTensorType>(targets.getType());
+    if (!type || type.getRank() == 0 ||
+        (a.batch && type.getDimSize(0) != a.batch))
+      return fail(func.getLoc(),
+                  "the loss's targets (argument #" +
+                      Twine(targets.getArgNumber()) + " of @" +
+                      func.getSymName() +
+                      ") do not have the batch's first dimension (" +
+                      Twine(a.batch) +
+                      "), so they cannot be split into micro-batches; "
+                      "mark the batch's arguments " +
+                      kInputAttrName + " (\"tokens\", \"targets\")");
+    if (!a.batch)
+      a.batch = type.getDimSize(0);
+    a.batchArgs.push_back(targets);
+    llvm::sort(a.batchArgs, [](BlockArgument x, BlockArgument y) {
+      return x.getArgNumber() < y.getArgNumber();
+    });
+  }
   if (a.batchArgs.empty())
     return fail(func.getLoc(), "@" + func.getSymName() +
                                    " has no batched data arguments "
@@ -256,22 +280,6 @@ LogicalResult TrainGradAccumPass::findBatch(Accumulation &a) {
   return success();
 }
 
-/// The whole value an integer value of the loss stands for: through
-/// regions' results and ops of one integer operand that take a piece of it
-/// or sum it over a group (a sequence-parallel rank's slice of the targets,
-/// its token count summed over the ranks), so that the window's tokens are
-/// counted and padded whole and replace the whole count.
-static Value wholeIntegers(Value integers) {
-  Value value = resolveRegionResult(integers);
-  while (Operation *def = value.getDefiningOp()) {
-    if (def->getNumOperands() != 1 || def->getNumResults() != 1 ||
-        !isa<IntegerType>(getElementTypeOrSelf(def->getOperand(0).getType())))
-      break;
-    value = resolveRegionResult(def->getOperand(0));
-  }
-  return value;
-}
-
 /// The ops that run per micro-batch, the loss's cross-entropy, and the
 /// values the rest of the step reads from them (float tensors, to sum).
 LogicalResult TrainGradAccumPass::findBody(Accumulation &a) {
@@ -295,6 +303,8 @@ LogicalResult TrainGradAccumPass::findBody(Accumulation &a) {
                 "(train.cross_entropy or train.cross_entropy_merge with an "
                 "ignore index) in @" +
                     a.func.getSymName());
+  // The whole targets (wholeIntegers), so that the window's tokens are
+  // counted and padded whole and replace the whole count.
   a.targets =
       a.crossEntropy ? wholeIntegers(a.crossEntropy.getTargets()) : Value();
   auto readOutside = [&](Operation *user) {

@@ -271,7 +271,7 @@ void recordMeasurement(BudgetModel &model, const FunctionMemory &memory,
       if (own && j == *own)
         continue;
       if (firstPoint[j] < point && point < lastPoint[j]) {
-        others += saved[j];
+        others = addCount(others, saved[j]);
         prefix = std::max(prefix, j + 1);
       }
     }
@@ -282,12 +282,13 @@ void recordMeasurement(BudgetModel &model, const FunctionMemory &memory,
       model.outside[prefix] = std::max(model.outside[prefix], apart);
     if (own && op->hasAttr(kRecomputeAttrName))
       if (auto cost = dyn_cast<CostOpInterface>(op))
-        model.flops[*own][c] += cost.getFlops();
+        model.flops[*own][c] = addCount(model.flops[*own][c], cost.getFlops());
   }
   const CategoryBytes &totals = memory.getTotals();
-  model.states = totals[static_cast<unsigned>(MemoryCategory::Weights)] +
-                 totals[static_cast<unsigned>(MemoryCategory::Gradients)] +
-                 totals[static_cast<unsigned>(MemoryCategory::Optimizer)];
+  model.states =
+      addCount(addCount(totals[static_cast<unsigned>(MemoryCategory::Weights)],
+                        totals[static_cast<unsigned>(MemoryCategory::Gradients)]),
+               totals[static_cast<unsigned>(MemoryCategory::Optimizer)]);
 }
 
 /// Runs the measure-after pipeline on a copy of the module; returns the
@@ -379,7 +380,11 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
     }
     if (failed(materializeRemat(copy)))
       return failure();
+    // A count past 64 bits (a vocabulary of 10^17) is refused where it
+    // arises, not summed into a plan.
     FunctionMemory memory(copy);
+    if (failed(memory.checkCounts("train-remat")))
+      return failure();
     // One rank's, under train-zero.
     if (auto zero = copy->getAttrOfType<ZeroAttr>(kZeroAttrName))
       model.ranks = zero.getRanks(), model.stage = zero.getStage();
@@ -413,13 +418,14 @@ std::optional<Plan> planForBudget(const BudgetModel &model, uint64_t budget) {
     for (const State &state : front)
       for (Choice choice : kChoices) {
         unsigned c = static_cast<unsigned>(choice);
-        uint64_t inside = state.kept + model.working[i][c];
-        uint64_t kept = state.kept + model.saved[i][c];
-        uint64_t after = kept + model.outside[i + 1];
+        // Saturating sums: a plan past 64 bits is past any budget.
+        uint64_t inside = addCount(state.kept, model.working[i][c]);
+        uint64_t kept = addCount(state.kept, model.saved[i][c]);
+        uint64_t after = addCount(kept, model.outside[i + 1]);
         uint64_t peak = std::max({state.peak, inside, after});
         if (peak > budget)
           continue;
-        State extended{kept, state.flops + model.flops[i][c], peak,
+        State extended{kept, addCount(state.flops, model.flops[i][c]), peak,
                        state.choices};
         extended.choices.push_back(choice);
         next.push_back(std::move(extended));

@@ -30,6 +30,18 @@ bool isRowMajor(ArrayRef<int64_t> shape, ArrayRef<int64_t> strides);
 /// their region yields.
 Value resolveRegionResult(Value value);
 
+/// The whole value an integer value stands for: through regions' results
+/// and ops of one integer operand that take a piece of it or sum it over a
+/// group (a sequence-parallel rank's slice of the targets, its token count
+/// summed over the ranks).
+Value wholeIntegers(Value integers);
+
+/// The function argument the first loss of `func` (a LossOpInterface op)
+/// reads its targets from, found from the dataflow, not from a
+/// train.input name; null when there is no loss or its targets are not an
+/// argument's.
+BlockArgument findLossTargetsArgument(FunctionOpInterface func);
+
 /// The marker that makes a function's argument or result a training state
 /// (train.param or train.optimizer_state: name and value, both uniqued):
 /// two with the same marker are the same state (a step's result and its

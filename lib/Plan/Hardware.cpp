@@ -10,6 +10,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -149,10 +150,19 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
 llvm::Expected<Hardware> loadHardware(llvm::StringRef nameOrPath) {
   if (std::optional<Hardware> preset = getHardwarePreset(nameOrPath))
     return *preset;
-  if (!nameOrPath.ends_with(".json"))
+  llvm::sys::fs::file_status status;
+  bool exists = !llvm::sys::fs::status(nameOrPath, status);
+  if (!exists && !nameOrPath.ends_with(".json"))
     return hardwareError("unknown hardware '" + nameOrPath + "' (presets: " +
                          llvm::join(getHardwarePresetNames(), ", ") +
                          "; or a .json file of the same figures)");
+  // A device or a pipe would be read without end.
+  if (exists && status.type() != llvm::sys::fs::file_type::regular_file)
+    return hardwareError("'" + nameOrPath +
+                         "' is not a regular file: --hardware takes a preset "
+                         "(" +
+                         llvm::join(getHardwarePresetNames(), ", ") +
+                         ") or a .json file of the same figures");
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
       llvm::MemoryBuffer::getFile(nameOrPath);
   if (!file)

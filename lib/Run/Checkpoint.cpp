@@ -18,9 +18,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <fstream>
 #include <limits>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace mlir;
@@ -31,9 +31,42 @@ static llvm::Error checkpointError(const Twine &message) {
 }
 
 // Version 02 adds the run's seed and the fingerprint of its data after the
-// step; version 01 checkpoints (no seed, no data) still load.
+// step; version 01 checkpoints (no seed, no data) still load. Version 03 is
+// a rank's shard: after the identity, the layout that wrote it (rank,
+// ranks, ZeRO stage, tensor-parallel parts) and, after each tensor's shape,
+// the dimension its tensor-parallel part is cut along (0: none, d + 1:
+// dimension d), all under the checksum, so that a shard read for another
+// rank or a manifest's split rewritten is refused.
 static constexpr char kMagic[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '2'};
 static constexpr char kMagicV1[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '1'};
+static constexpr char kMagicShard[8] = {'T', 'M', 'C', 'K',
+                                        'P', 'T', '0', '3'};
+
+/// The file at `path` when it is a regular file (a link to one is one),
+/// read whole at the size it had when opened; else the reason it is not
+/// read. A device (/dev/zero) would be read without end and a FIFO would
+/// block its open: the file is opened without blocking and its type
+/// checked before a byte is read.
+static llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readRegularFile(const Twine &path) {
+  std::string name = path.str();
+  int fd = ::open(name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return checkpointError(std::strerror(errno));
+  struct stat info;
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return checkpointError("it is not a regular file (a device, a pipe or a "
+                           "directory), as a checkpoint's files are");
+  }
+  auto buffer = llvm::MemoryBuffer::getOpenFile(
+      fd, name, static_cast<uint64_t>(info.st_size),
+      /*RequiresNullTerminator=*/false);
+  ::close(fd);
+  if (!buffer)
+    return checkpointError(buffer.getError().message());
+  return std::move(*buffer);
+}
 
 uint64_t mlir::train::fnv1a(StringRef data) {
   uint64_t hash = 1469598103934665603ull;
@@ -100,14 +133,19 @@ static llvm::Error writeAtomically(StringRef dir, StringRef name,
 llvm::Error mlir::train::writeCheckpoint(
     StringRef dir, int64_t step, const RunIdentity &identity,
     ArrayRef<TensorSlot> slots,
-    llvm::function_ref<Bytes(const TensorSlot &)> read, StringRef name) {
+    llvm::function_ref<Bytes(const TensorSlot &)> read, StringRef name,
+    const CheckpointLayout *layout) {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return checkpointError("cannot create '" + dir + "': " + ec.message());
-  std::string data(kMagic, 8);
+  std::string data(layout ? kMagicShard : kMagic, 8);
   appendU64(data, static_cast<uint64_t>(step));
   appendU64(data, static_cast<uint64_t>(identity.seed));
   appendU64(data, identity.dataBytes);
   appendU64(data, identity.dataHash);
+  if (layout)
+    for (int64_t field : {layout->rank, layout->ranks, layout->stage,
+                          layout->tensorParts})
+      appendU64(data, static_cast<uint64_t>(field));
   appendU64(data, llvm::count_if(slots, isState));
   for (const TensorSlot &slot : slots) {
     if (!isState(slot))
@@ -118,6 +156,10 @@ llvm::Error mlir::train::writeCheckpoint(
     appendU64(data, slot.shape.size());
     for (int64_t d : slot.shape)
       appendU64(data, static_cast<uint64_t>(d));
+    if (layout)
+      appendU64(data, slot.splitParts > 1
+                          ? static_cast<uint64_t>(slot.splitDim) + 1
+                          : 0);
     Bytes bytes = read(slot);
     appendU64(data, bytes.size());
     data.append(reinterpret_cast<const char *>(bytes.data()), bytes.size());
@@ -315,6 +357,9 @@ struct FieldReader {
 struct SavedType {
   std::string dtype;
   std::vector<int64_t> shape;
+  /// A shard's record of the dimension its tensor-parallel part is cut
+  /// along (-1: not a part); absent before version 03.
+  std::optional<int64_t> split;
   /// "f32[8x16]".
   std::string text() const {
     std::string dims;
@@ -328,6 +373,8 @@ struct SavedType {
 struct ParsedCheckpoint {
   Checkpoint checkpoint;
   std::map<std::string, SavedType> types;
+  /// A shard's record of the layout that wrote it (version 03).
+  std::optional<CheckpointLayout> layout;
 };
 } // namespace
 
@@ -336,6 +383,7 @@ struct ParsedCheckpoint {
 static llvm::Error
 readTensor(FieldReader &fields, ParsedCheckpoint &parsed,
            function_ref<llvm::Error(const Twine &)> corrupt) {
+  bool shard = parsed.layout.has_value();
   std::string role = fields.bytes(fields.u64()).str();
   std::string key = fields.bytes(fields.u64()).str();
   std::string dtype = fields.bytes(fields.u64()).str();
@@ -357,6 +405,14 @@ readTensor(FieldReader &fields, ParsedCheckpoint &parsed,
                      Twine(dim));
     expectedBytes *= dim;
     type.shape.push_back(static_cast<int64_t>(dim));
+  }
+  if (shard) {
+    // The whole tensor's dimension (a ZeRO shard of a part is flat).
+    uint64_t split = fields.u64();
+    if (!fields.truncated && split > 8)
+      return corrupt("tensor '" + key + "' is split along dimension " +
+                     Twine(split - 1));
+    type.split = static_cast<int64_t>(split) - 1;
   }
   uint64_t bytes = fields.u64();
   if (!fields.truncated && bytes != expectedBytes)
@@ -383,19 +439,20 @@ readTensor(FieldReader &fields, ParsedCheckpoint &parsed,
 /// Reads and checks the checkpoint file at `path`, its tensors taken as
 /// they are.
 static llvm::Expected<ParsedCheckpoint> parseCheckpointFile(StringRef path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
+  auto buffer = readRegularFile(path);
   if (!buffer)
     return checkpointError("cannot read checkpoint '" + path +
-                           "': " + buffer.getError().message());
+                           "': " + llvm::toString(buffer.takeError()));
   StringRef data = (*buffer)->getBuffer();
   auto corrupt = [&](const Twine &why) {
     return checkpointError("checkpoint '" + path + "' is corrupt: " + why);
   };
   if (data.size() < 16 || (std::memcmp(data.data(), kMagic, 8) != 0 &&
-                           std::memcmp(data.data(), kMagicV1, 8) != 0))
+                           std::memcmp(data.data(), kMagicV1, 8) != 0 &&
+                           std::memcmp(data.data(), kMagicShard, 8) != 0))
     return checkpointError("'" + path + "' is not a trainmem checkpoint");
   bool version1 = std::memcmp(data.data(), kMagicV1, 8) == 0;
+  bool shard = std::memcmp(data.data(), kMagicShard, 8) == 0;
   uint64_t stored;
   std::memcpy(&stored, data.data() + data.size() - 8, 8);
   if (data.size() < 24 || fnv1a(data.drop_back(8)) != stored)
@@ -414,6 +471,22 @@ static llvm::Expected<ParsedCheckpoint> parseCheckpointFile(StringRef path) {
     identity.dataHash = fields.u64();
     parsed.checkpoint.identity = identity;
   }
+  if (shard) {
+    CheckpointLayout layout;
+    layout.rank = static_cast<int64_t>(fields.u64());
+    layout.ranks = static_cast<int64_t>(fields.u64());
+    layout.stage = static_cast<int64_t>(fields.u64());
+    layout.tensorParts = static_cast<int64_t>(fields.u64());
+    if (!fields.truncated &&
+        (layout.ranks < 1 || layout.rank < 0 || layout.rank >= layout.ranks ||
+         layout.stage < 0 || layout.stage > 3 || layout.tensorParts < 1 ||
+         layout.ranks % layout.tensorParts != 0))
+      return corrupt("it claims to be rank " + Twine(layout.rank) + "'s of " +
+                     Twine(layout.ranks) + " ranks, ZeRO stage " +
+                     Twine(layout.stage) + ", tensor-parallel size " +
+                     Twine(layout.tensorParts));
+    parsed.layout = layout;
+  }
   uint64_t count = fields.u64();
   // Each entry takes at least 5 words; a count beyond that is a lie.
   if (!fields.truncated && count > (fields.body.size() - fields.pos) / 40)
@@ -426,6 +499,12 @@ static llvm::Expected<ParsedCheckpoint> parseCheckpointFile(StringRef path) {
                            "' is truncated or has trailing bytes");
   parsed.checkpoint.step = static_cast<int64_t>(savedStep);
   return parsed;
+}
+
+/// "split along dimension D" or "not split".
+static std::string splitText(int64_t split) {
+  return split < 0 ? std::string("not split")
+                   : "split along dimension " + std::to_string(split);
 }
 
 /// Every state tensor of the step must be in the checkpoint at `path`
@@ -452,6 +531,11 @@ static llvm::Error checkAgainstSlots(StringRef path,
       return mismatch(slot.roleName() + " '" + slot.key + "' is " +
                       it->second.text() + " there and " + expected.text() +
                       " here");
+    int64_t split = slot.splitParts > 1 ? slot.splitDim : -1;
+    if (it->second.split && *it->second.split != split)
+      return mismatch(slot.roleName() + " '" + slot.key + "' is " +
+                      splitText(*it->second.split) + " there and " +
+                      splitText(split) + " here");
   }
   if (parsed.checkpoint.tensors.size() != expectedCount)
     return mismatch("it holds other tensors as well");
@@ -475,11 +559,18 @@ readCheckpointFile(StringRef path, std::optional<ArrayRef<TensorSlot>> slots) {
 /// The step in the header of the checkpoint file at `path` (its first 16
 /// bytes: magic and step); none when the file is too short or not one.
 static std::optional<uint64_t> checkpointStep(StringRef path) {
-  std::ifstream file(path.str(), std::ios::binary);
+  // Not a regular file: none (the full read that follows says why).
+  int fd = ::open(path.str().c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return std::nullopt;
+  struct stat info;
   char header[16];
-  if (!file.read(header, sizeof(header)) ||
-      (std::memcmp(header, kMagic, 8) != 0 &&
-       std::memcmp(header, kMagicV1, 8) != 0))
+  bool read = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
+              ::pread(fd, header, sizeof header, 0) ==
+                  static_cast<ssize_t>(sizeof header);
+  ::close(fd);
+  if (!read || (std::memcmp(header, kMagic, 8) != 0 &&
+                std::memcmp(header, kMagicV1, 8) != 0))
     return std::nullopt;
   uint64_t step;
   std::memcpy(&step, header + 8, 8);
@@ -523,6 +614,41 @@ mlir::train::readInitialWeights(StringRef dir, ArrayRef<TensorSlot> slots) {
   if (parsed->checkpoint.tensors.size() != params)
     return mismatch("they hold parameters this step does not have");
   return std::optional<Checkpoint>(std::move(parsed->checkpoint));
+}
+
+std::optional<std::string> mlir::train::describeCheckpoint(StringRef dir) {
+  std::string manifestPath = (dir + "/manifest").str();
+  if (llvm::sys::fs::exists(manifestPath)) {
+    StringRef step, ranks;
+    auto buffer = readRegularFile(manifestPath);
+    if (buffer) {
+      SmallVector<StringRef> lines;
+      (*buffer)->getBuffer().split(lines, '\n');
+      for (StringRef line : lines) {
+        if (line.consume_front("step "))
+          step = line;
+        else if (line.consume_front("ranks "))
+          ranks = line;
+      }
+    } else {
+      llvm::consumeError(buffer.takeError());
+    }
+    std::string what = "a sharded checkpoint";
+    if (!step.empty())
+      what += " of step " + step.str();
+    if (!ranks.empty())
+      what += " over " + ranks.str() + " ranks";
+    return what;
+  }
+  std::string path = (dir + "/checkpoint.bin").str();
+  if (!llvm::sys::fs::exists(path))
+    return std::nullopt;
+  std::optional<uint64_t> step = checkpointStep(path);
+  if (!step)
+    return std::string("a file checkpoint.bin");
+  if (*step == 0)
+    return std::string("a checkpoint of step 0 (initial weights)");
+  return "a checkpoint of step " + std::to_string(*step);
 }
 
 llvm::Expected<Checkpoint>
@@ -642,11 +768,11 @@ static llvm::Error parseManifestTensor(ArrayRef<StringRef> fields,
 static llvm::Expected<Manifest> readManifest(StringRef dir) {
   Manifest manifest;
   manifest.path = (dir + "/manifest").str();
-  auto buffer = llvm::MemoryBuffer::getFile(manifest.path, /*IsText=*/true);
+  auto buffer = readRegularFile(manifest.path);
   if (!buffer)
     return checkpointError(
         "cannot read the manifest of the sharded checkpoint '" + manifest.path +
-        "': " + buffer.getError().message());
+        "': " + llvm::toString(buffer.takeError()));
   SmallVector<StringRef> lines;
   (*buffer)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
   if (lines.size() < 4)
@@ -687,23 +813,66 @@ static llvm::Expected<Manifest> readManifest(StringRef dir) {
   return manifest;
 }
 
-/// Rank `r`'s shard, checked against its size and checksum (and `slots`).
+/// What shard `file` records of itself (version 03: the rank and layout
+/// that wrote it, each tensor's split) must be what the manifest says of
+/// rank `r`'s: a manifest whose shard lines or splits were rewritten names
+/// state of another rank or cut another way.
+static llvm::Error checkShardRecord(const Manifest &manifest, int64_t r,
+                                    StringRef file,
+                                    const ParsedCheckpoint &parsed) {
+  if (!parsed.layout)
+    return llvm::Error::success();
+  const CheckpointLayout &wrote = *parsed.layout;
+  if (wrote.rank != r || wrote.ranks != manifest.ranks ||
+      wrote.stage != manifest.stage ||
+      wrote.tensorParts != manifest.tensorParts)
+    return manifest.bad(
+        "names '" + file + "' as rank " + Twine(r) + "'s of " +
+        Twine(manifest.ranks) + " ranks (ZeRO stage " + Twine(manifest.stage) +
+        ", tensor-parallel size " + Twine(manifest.tensorParts) +
+        "), but the shard holds rank " + Twine(wrote.rank) + "'s of " +
+        Twine(wrote.ranks) + " ranks (ZeRO stage " + Twine(wrote.stage) +
+        ", tensor-parallel size " + Twine(wrote.tensorParts) + ")");
+  for (const auto &[name, type] : parsed.types) {
+    auto described = manifest.tensors.find(name);
+    if (described == manifest.tensors.end())
+      return manifest.bad("does not describe tensor '" + name + "' of '" +
+                          file + "'");
+    int64_t split = described->second.splitDim.value_or(-1);
+    if (type.split && *type.split != split)
+      return manifest.bad("says tensor '" + name + "' is " +
+                          splitText(split) + ", but '" + file +
+                          "' holds it " + splitText(*type.split));
+  }
+  return llvm::Error::success();
+}
+
+/// Rank `r`'s shard, checked against its size and checksum, against what
+/// it records of itself, and against `slots`.
 static llvm::Expected<Checkpoint>
 readShard(StringRef dir, const Manifest &manifest, int64_t r,
           std::optional<ArrayRef<TensorSlot>> slots) {
   const Manifest::Shard &shard = manifest.shards.at(r);
   std::string file = (dir + "/" + shard.file).str();
-  auto data = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
-                                          /*RequiresNullTerminator=*/false);
+  auto data = readRegularFile(file);
   if (!data)
     return manifest.bad("names '" + file + "' for rank " + Twine(r) +
-                        ", which cannot be read: " + data.getError().message());
+                        ", which cannot be read: " +
+                        llvm::toString(data.takeError()));
   StringRef bytes = (*data)->getBuffer();
   if (bytes.size() != shard.size || fnv1a(bytes) != shard.hash)
     return manifest.bad("names '" + file + "' for rank " + Twine(r) +
                         " with another size or checksum: the shard is not "
                         "the one the manifest was written for");
-  return readCheckpointFile(file, slots);
+  llvm::Expected<ParsedCheckpoint> parsed = parseCheckpointFile(file);
+  if (!parsed)
+    return parsed.takeError();
+  if (llvm::Error error = checkShardRecord(manifest, r, file, *parsed))
+    return std::move(error);
+  if (slots)
+    if (llvm::Error error = checkAgainstSlots(file, *parsed, *slots))
+      return std::move(error);
+  return std::move(parsed->checkpoint);
 }
 
 /// The manifest's step must be its shards'.

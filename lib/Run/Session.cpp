@@ -890,9 +890,10 @@ llvm::Error Session::save(StringRef dir, int64_t step,
   // Each rank its shard, in a directory of the step; then rank 0 the
   // manifest that names them, so that it names a complete set only.
   std::string stepName = "step-" + std::to_string(step);
-  if (llvm::Error failure =
-          writeCheckpoint((dir + "/" + stepName).str(), step, identity,
-                          layout.arguments, read, shardFileName(rank, ranks)))
+  CheckpointLayout shardLayout = getCheckpointLayout();
+  if (llvm::Error failure = writeCheckpoint(
+          (dir + "/" + stepName).str(), step, identity, layout.arguments,
+          read, shardFileName(rank, ranks), &shardLayout))
     return failure;
   auto barrier = [&]() -> llvm::Error {
     tmrt_barrier(ctx);

@@ -8,6 +8,7 @@
 #include "trainmem/Run/Trainer.h"
 
 #include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -15,7 +16,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
+#include <unistd.h>
 
 using namespace mlir;
 using namespace mlir::train;
@@ -24,14 +27,20 @@ llvm::Expected<Fault> mlir::train::parseFault(StringRef text) {
   SmallVector<StringRef> parts;
   text.split(parts, ':');
   Fault fault;
-  if (parts.size() != 3 || !(parts[0] == "kill" || parts[0] == "hang") ||
-      parts[1].getAsInteger(10, fault.rank) ||
+  std::optional<Fault::Kind> kind;
+  if (parts.size() == 3)
+    kind = llvm::StringSwitch<std::optional<Fault::Kind>>(parts[0])
+               .Case("kill", Fault::Kind::kill)
+               .Case("hang", Fault::Kind::hang)
+               .Case("term", Fault::Kind::term)
+               .Default(std::nullopt);
+  if (!kind || parts[1].getAsInteger(10, fault.rank) ||
       parts[2].getAsInteger(10, fault.step))
-    return runError(
-        ("TRAINMEM_FAULT is kill:RANK:STEP or hang:RANK:STEP, got '" + text +
-         "'")
-            .str());
-  fault.kill = parts[0] == "kill";
+    return runError(("TRAINMEM_FAULT is kill:RANK:STEP, hang:RANK:STEP or "
+                     "term:RANK:STEP, got '" +
+                     text + "'")
+                        .str());
+  fault.kind = *kind;
   return fault;
 }
 
@@ -205,6 +214,12 @@ llvm::Error Trainer::openLossLog() {
                       dir +
                       "', whose files the checkpoint owns; give a file "
                       "outside it");
+  // Rank 0 writes the log; the others leave it alone.
+  if (session.getRank() != 0)
+    return llvm::Error::success();
+  if (summary.firstStep > 1)
+    if (llvm::Error error = truncateLossLog())
+      return error;
   std::error_code ec;
   lossFile = std::make_unique<llvm::raw_fd_ostream>(
       log, ec,
@@ -212,6 +227,81 @@ llvm::Error Trainer::openLossLog() {
                              : llvm::sys::fs::OF_Append);
   if (ec)
     return runError("cannot write '" + log + "': " + ec.message());
+  return llvm::Error::success();
+}
+
+/// A --save directory that holds a checkpoint this run does not continue
+/// would have it replaced at the first save: the steps it trained are
+/// lost unless the user says so (--overwrite).
+llvm::Error Trainer::checkSaveKeepsState() const {
+  if (options.overwrite)
+    return llvm::Error::success();
+  std::optional<std::string> held = describeCheckpoint(options.saveDir);
+  if (!held)
+    return llvm::Error::success();
+  bool resumed = false;
+  if (!options.resumeDir.empty() &&
+      llvm::sys::fs::equivalent(options.resumeDir, options.saveDir, resumed))
+    resumed = false;
+  if (resumed)
+    return llvm::Error::success();
+  return runError("--save directory '" + options.saveDir + "' holds " +
+                  *held +
+                  ", which this run does not resume from: saving would "
+                  "replace it; --resume " +
+                  options.saveDir + " to continue it, --overwrite to "
+                  "replace it, or save elsewhere");
+}
+
+/// A resumed run continues the log of the run it continues: the steps
+/// that run logged past the checkpoint (it was killed before saving them)
+/// are trained again, and their lines go, so that each step is logged once.
+/// The log is rewritten atomically (a temporary renamed over it).
+llvm::Error Trainer::truncateLossLog() {
+  const std::string &log = options.lossLog;
+  llvm::sys::fs::file_status status;
+  if (llvm::sys::fs::status(log, status) ||
+      status.type() != llvm::sys::fs::file_type::regular_file)
+    return llvm::Error::success();
+  auto buffer = llvm::MemoryBuffer::getFile(log, /*IsText=*/true);
+  if (!buffer)
+    return runError("cannot read the loss log '" + log +
+                    "': " + buffer.getError().message());
+  SmallVector<StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
+  std::string kept;
+  bool dropped = false;
+  for (StringRef line : lines) {
+    int64_t step = 0;
+    if (!line.split(' ').first.getAsInteger(10, step) &&
+        step >= summary.firstStep) {
+      dropped = true;
+      continue;
+    }
+    kept += line.str() + "\n";
+  }
+  if (!dropped)
+    return llvm::Error::success();
+  std::string temporary = log + ".tmp." + std::to_string(::getpid());
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(temporary, ec);
+    if (ec)
+      return runError("cannot write '" + temporary + "': " + ec.message());
+    out << kept;
+    out.close();
+    if (out.has_error()) {
+      std::string why = out.error().message();
+      out.clear_error();
+      llvm::sys::fs::remove(temporary);
+      return runError("cannot write '" + temporary + "': " + why);
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temporary, log)) {
+    llvm::sys::fs::remove(temporary);
+    return runError("cannot replace the loss log '" + log +
+                    "': " + ec.message());
+  }
   return llvm::Error::success();
 }
 
@@ -227,6 +317,8 @@ llvm::Error Trainer::prepare() {
   // Where the run writes is checked before the first step; one run saves
   // into a directory at a time (rank 0 holds it for the run).
   if (!options.saveDir.empty()) {
+    if (llvm::Error failure = checkSaveKeepsState())
+      return failure;
     if (llvm::Error failure = checkSaveDir(options.saveDir))
       return failure;
     if (session.getRank() == 0)
@@ -272,6 +364,26 @@ llvm::Error Trainer::logLoss(int64_t step, float loss) {
                   std::to_string(step) + " in '" + options.saveDir + "'");
 }
 
+/// A signal to any rank stops every rank at this step boundary: the
+/// ranks agree on it (a sum over them each step), so that all of them
+/// save (a collective save) and end; the signal is the signalled ranks'
+/// (their mean, where two ranks got different ones). 0: go on.
+llvm::Expected<int> Trainer::agreeOnStop() {
+  int mine = options.stopSignal ? static_cast<int>(*options.stopSignal) : 0;
+  llvm::Expected<bool> any = session.anyRank(mine != 0);
+  if (!any)
+    return any.takeError();
+  if (!*any || session.getRanks() <= 1)
+    return *any ? mine : 0;
+  llvm::Expected<double> signalled = session.meanOverRanks(mine != 0);
+  if (!signalled)
+    return signalled.takeError();
+  llvm::Expected<double> signals = session.meanOverRanks(mine);
+  if (!signals)
+    return signals.takeError();
+  return mine ? mine : static_cast<int>(std::lround(*signals / *signalled));
+}
+
 llvm::Expected<RunEnd>
 Trainer::run(function_ref<void(const StepReport &)> onRan,
              function_ref<void(const StepReport &)> onStep) {
@@ -288,10 +400,13 @@ Trainer::run(function_ref<void(const StepReport &)> onRan,
     auto stepStart = std::chrono::steady_clock::now();
     if (options.fault && options.fault->rank == rank &&
         options.fault->step == step) {
-      if (options.fault->kill)
+      if (options.fault->kind == Fault::Kind::kill)
         std::raise(SIGKILL);
-      for (;;)
-        std::this_thread::sleep_for(std::chrono::seconds(1));
+      if (options.fault->kind == Fault::Kind::term)
+        std::raise(SIGTERM);
+      else
+        for (;;)
+          std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     // Rank r trains on rows [d x batch, (d + 1) x batch) of the global
     // batch, d its data-parallel index (r without tensor parallelism; the
@@ -330,14 +445,16 @@ Trainer::run(function_ref<void(const StepReport &)> onRan,
                              (ranks / session.getTensorParts()) * seqLen /
                              std::max(report.seconds, 1e-9);
     onStep(report);
-    bool stop = options.stopSignal && *options.stopSignal;
+    llvm::Expected<int> stop = agreeOnStop();
+    if (!stop)
+      return stop.takeError();
     bool periodic = options.saveEvery > 0 && step % options.saveEvery == 0 &&
                     step != options.steps;
-    if (periodic || stop)
+    if (periodic || *stop)
       if (llvm::Error failure = save(step))
         return std::move(failure);
-    if (stop)
-      return RunEnd{static_cast<int>(*options.stopSignal), step};
+    if (*stop)
+      return RunEnd{*stop, step};
   }
   int64_t last = std::max<int64_t>(options.steps, summary.firstStep - 1);
   if (llvm::Error failure = save(last))

@@ -29,6 +29,7 @@
 
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/Pipelines.h"
@@ -213,10 +214,41 @@ static int fail(const llvm::Twine &message) {
 }
 
 
-/// The table's unit: GB, or MB for budgets below a GB (set from the
-/// request).
+/// The table's units, chosen by the figures' magnitude (chooseUnits): GB,
+/// MB, kB or B for bytes, so that the smallest peak shows at least 1; s,
+/// ms or us for the step time, so that the fastest step shows at least 1.
 static double unitBytes = 1e9;
 static const char *unitName = "GB";
+static double unitSeconds = 1.0;
+static const char *secondsName = "s";
+
+static void chooseUnits(const PlanResult &result) {
+  uint64_t smallestPeak = UINT64_MAX;
+  double fastest = 0.0;
+  for (const PlanCandidate &c : result.candidates) {
+    if (c.rejected.rfind("not compiled", 0) == 0 || c.measure.peak == 0)
+      continue;
+    smallestPeak = std::min(smallestPeak, c.measure.peak);
+    if (c.stepSeconds > 0 && (fastest == 0.0 || c.stepSeconds < fastest))
+      fastest = c.stepSeconds;
+  }
+  if (smallestPeak != UINT64_MAX)
+    for (auto [bytes, name] : {std::pair{1e9, "GB"}, std::pair{1e6, "MB"},
+                               std::pair{1e3, "kB"}, std::pair{1.0, "B"}})
+      if (static_cast<double>(smallestPeak) >= bytes || bytes == 1.0) {
+        unitBytes = bytes;
+        unitName = name;
+        break;
+      }
+  if (fastest > 0.0)
+    for (auto [scale, name] : {std::pair{1.0, "s"}, std::pair{1e-3, "ms"},
+                               std::pair{1e-6, "us"}})
+      if (fastest >= scale || scale == 1e-6) {
+        unitSeconds = scale;
+        secondsName = name;
+        break;
+      }
+}
 
 static std::string gb(uint64_t bytes) {
   return llvm::formatv("{0:F2}", static_cast<double>(bytes) / unitBytes).str();
@@ -307,7 +339,8 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                       "{7,8} {8,8} {9,8} {10,8} {11,8} {12,9} {13,6}  {14}\n",
                       "#", "micro x k", "remat", "zero", "8bit",
                       (std::string("peak ") + unitName).c_str(), "weights",
-                      "grads", "optim", "gather", "activ", "temp", "step s",
+                      "grads", "optim", "gather", "activ", "temp",
+                      (std::string("step ") + secondsName).c_str(),
                       "rel", "");
   auto at = [](const PlanCandidate &c, MemoryCategory cat) {
     return gb(c.measure.atPeak[static_cast<unsigned>(cat)]);
@@ -351,18 +384,19 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
         gb(c.measure.peak), at(c, MemoryCategory::Weights),
         at(c, MemoryCategory::Gradients), at(c, MemoryCategory::Optimizer),
         at(c, MemoryCategory::Gathered), at(c, MemoryCategory::Activations),
-        at(c, MemoryCategory::Temporaries), c.stepSeconds, c.relative, mark);
+        at(c, MemoryCategory::Temporaries), c.stepSeconds / unitSeconds,
+        c.relative, mark);
   }
 }
 
 static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
                       const PlanCandidate &c, size_t index) {
   os << llvm::formatv("best: #{0}, {1}: peak {2} {7} of {3} {7}, predicted "
-                      "{4:F3} s per step ({5:F0} tokens/s per device, {6:F3} "
+                      "{4:F3} {8} per step ({5:F0} tokens/s per device, {6:F3} "
                       "of the fastest)\n",
                       index + 1, c.describe(), gb(c.measure.peak),
-                      gb(request.memoryBytes), c.stepSeconds, c.tokensPerSecond,
-                      c.relative, unitName);
+                      gb(request.memoryBytes), c.stepSeconds / unitSeconds,
+                      c.tokensPerSecond, c.relative, unitName, secondsName);
   const ModelConfig &m = request.model;
   if (request.module) {
     os << "  trainmem-opt " << m.name << " --pass-pipeline='builtin.module("
@@ -513,6 +547,14 @@ static LogicalResult loadModel(MLIRContext &context,
     moduleFile = parseSourceFile<ModuleOp>(file, &context);
     if (!moduleFile)
       return refuse("cannot read the model '" + file + "'");
+    // The planner builds the step itself, for each candidate.
+    if (hasMarkedStep(*moduleFile))
+      return refuse("'" + file +
+                    "' holds a training step (a function marked train.step, "
+                    "as train-autodiff or trainmem-opt's pipelines write "
+                    "it); the planner takes the forward + loss module it "
+                    "was built from (trainmem-model's or trainmem-import's "
+                    "output) and builds each candidate's step itself");
     model = ModelConfig();
     model->name = file;
   } else {
@@ -581,6 +623,11 @@ fillSearchSpace(PlanRequest &request,
     request.offloads = {c.offload};
     request.fuseAttention = {false};
     request.fuseElementwise = {false};
+    // The question is this config, as DeepSpeed runs it: no tensor
+    // parallelism (DeepSpeed alone has none), no search beyond it.
+    request.tensorParallel = {1};
+    request.sequenceParallel = {false};
+    request.releaseGradients = {false};
   } else {
     for (long long m : microBatches)
       request.microBatches.push_back(m);
@@ -688,6 +735,10 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
   request.ranks = ranks;
   request.hardware = hardware;
   request.globalBatch = deepSpeed ? deepSpeed->globalBatch : globalBatch;
+  if (!deepSpeed && globalBatch.getNumOccurrences() && globalBatch <= 0)
+    return refuse("--global-batch must be at least 1 (sequences per "
+                  "optimizer step over all ranks), got " +
+                  llvm::Twine(globalBatch.getValue()));
   if (request.globalBatch <= 0 && !moduleFile)
     return refuse("--global-batch is required (sequences per optimizer step "
                   "over all ranks)");
@@ -772,6 +823,67 @@ static void printHeaderAndTable(llvm::raw_ostream &os,
   printTable(os, request, result);
 }
 
+/// A config of --from-deepspeed that does not fit: the nearest config
+/// DeepSpeed itself can run that fits (the fewest of micro-batch, ZeRO
+/// stage, activation checkpointing and optimizer offload changed; the
+/// fastest of those), as words.
+static std::string nearestDeepSpeedChange(MLIRContext &context,
+                                          const PlanRequest &request,
+                                          const PlanCandidate &config) {
+  PlanRequest wider = request;
+  wider.microBatches.clear();
+  wider.remats = {PlanRemat::none, PlanRemat::full};
+  wider.stages.clear();
+  wider.offloads = {PlanOffload::none, PlanOffload::statesAndUpdate};
+  if (llvm::Error error = completePlanRequest(wider))
+    return "no other config searched: " + llvm::toString(std::move(error));
+  PlanResult around = plan(context, wider);
+  auto changes = [&](const PlanCandidate &c) {
+    std::vector<std::string> changed;
+    if (c.microBatch != config.microBatch)
+      changed.push_back(llvm::formatv("train_micro_batch_size_per_gpu {0} -> "
+                                      "{1} (gradient_accumulation_steps {2})",
+                                      config.microBatch, c.microBatch,
+                                      c.accumulation));
+    if (c.stage != config.stage)
+      changed.push_back(llvm::formatv("zero_optimization.stage {0} -> {1}",
+                                      config.stage, c.stage));
+    if (c.remat != config.remat)
+      changed.push_back(c.remat == PlanRemat::full
+                            ? "activation checkpointing on"
+                            : "activation checkpointing off");
+    if (c.offload != config.offload)
+      changed.push_back(c.offload == PlanOffload::none
+                            ? "no optimizer offload"
+                            : "offload_optimizer to cpu");
+    return changed;
+  };
+  const PlanCandidate *nearest = nullptr;
+  size_t fewest = SIZE_MAX;
+  for (const PlanCandidate &c : around.candidates) {
+    if (!c.fits)
+      continue;
+    size_t n = changes(c).size();
+    if (n < fewest ||
+        (n == fewest && c.tokensPerSecond > nearest->tokensPerSecond)) {
+      nearest = &c;
+      fewest = n;
+    }
+  }
+  if (!nearest)
+    return "no config DeepSpeed can run (micro-batch, ZeRO stage, "
+           "activation checkpointing, optimizer offload) fits either";
+  return llvm::formatv("the nearest config DeepSpeed can run that fits: {0} "
+                       "(peak {1} {3}, predicted {2:F3} {4} per step; "
+                       "trainmem-plan without --from-deepspeed searches "
+                       "every plan)",
+                       llvm::join(changes(*nearest), ", "),
+                       gb(nearest->measure.peak),
+                       nearest->stepSeconds / unitSeconds, unitName,
+                       secondsName)
+      .str();
+}
+
 /// The best candidate as --emit asks: explained under the table, as a
 /// pass pipeline, or as a DeepSpeed config.
 static void printBestAs(llvm::raw_ostream &os, const PlanRequest &request,
@@ -813,8 +925,12 @@ int main(int argc, char **argv) {
     return fail("--emit must be table, pipeline, deepspeed-json, "
                 "megatron-args or json, not '" +
                 emit + "'");
-  if (ranks < 1)
-    return fail("--ranks must be at least 1");
+  // More devices than any cluster has is a typo, not a plan (the
+  // checkpoint's limit on ranks).
+  constexpr long long kMaxRanks = 1LL << 20;
+  if (ranks < 1 || ranks > kMaxRanks)
+    return fail("--ranks must be from 1 to " + llvm::Twine(kMaxRanks) +
+                ", got " + llvm::Twine(ranks.getValue()));
   std::optional<DeepSpeedPlan> deepSpeed;
   if (failed(readDeepSpeedFile(deepSpeed)))
     return 1;
@@ -844,14 +960,14 @@ int main(int argc, char **argv) {
           fillRequest(request, *model, moduleFile.get(), *hardware, deepSpeed)))
     return 1;
 
-  if (request.memoryBytes < 1000000000) {
-    unitBytes = 1e6;
-    unitName = "MB";
-  }
   if (!request.wholeModelReason.empty())
     llvm::errs() << "trainmem-plan: note: " << request.model.name << ": "
                  << request.wholeModelReason << "\n";
   PlanResult result = plan(context, request);
+  chooseUnits(result);
+  if (deepSpeed && !result.best)
+    result.nothingFits +=
+        "; " + nearestDeepSpeedChange(context, request, deepSpeed->candidate);
   llvm::raw_ostream &os = llvm::outs();
   if (!result.escalatedTensorParallel.empty())
     llvm::errs() << "trainmem-plan: note: nothing fits with t = 1; searched "

@@ -76,6 +76,11 @@ static cl::opt<bool> allowDataChange(
     cl::desc("Resume although --seed or --data differ from the checkpoint's "
              "(the run is then not bit-identical to one that never stopped)"),
     cl::cat(category));
+static cl::opt<bool> overwrite(
+    "overwrite",
+    cl::desc("Save into a --save directory that holds a checkpoint this run "
+             "does not --resume from (it is replaced)"),
+    cl::cat(category));
 static cl::opt<std::string> resumeDir("resume",
                                       cl::desc("Continue from this checkpoint"),
                                       cl::cat(category));
@@ -254,6 +259,8 @@ static LogicalResult checkOptions() {
     return refuse("--save-every must be >= 0 (0: only at the end)");
   if (saveEvery > 0 && saveDir.empty())
     return refuse("--save-every needs --save DIR");
+  if (overwrite && saveDir.empty())
+    return refuse("--overwrite is for --save DIR");
   return success();
 }
 
@@ -485,8 +492,10 @@ static void printRankTraffic(const Session &session,
 }
 
 /// Trains a started session: every rank runs this; one that fails ends
-/// the others, which would wait for it in a collective.
-static int trainRanks(Session &session, Trainer &trainer) {
+/// the others, which would wait for it in a collective. `together` is set
+/// where every rank stopped at the same step by agreement (a signal to
+/// any of them): they end on their own, with 128 + the signal.
+static int trainRanks(Session &session, Trainer &trainer, bool &together) {
   if (llvm::Error error = trainer.prepare())
     return fail(std::move(error));
   bool terminal = llvm::sys::Process::StandardErrIsDisplayed();
@@ -513,6 +522,9 @@ static int trainRanks(Session &session, Trainer &trainer) {
   if (!end)
     return fail(end.takeError());
   if (end->stopSignal) {
+    together = true;
+    if (!leader)
+      return 128 + *end->stopSignal;
     if (terminal)
       llvm::errs() << "\n";
     llvm::errs() << "trainmem-run: stopped by signal " +
@@ -597,6 +609,7 @@ int main(int argc, char **argv) {
   run.saveEvery = saveEvery;
   run.resumeDir = resumeDir;
   run.allowDataChange = allowDataChange;
+  run.overwrite = overwrite;
   run.lossLog = lossLog;
   run.stopSignal = &stopSignal;
   if (const char *text = std::getenv("TRAINMEM_FAULT")) {
@@ -611,8 +624,9 @@ int main(int argc, char **argv) {
     return fail(trainer.takeError());
   if (llvm::Error error = session->start())
     return fail(std::move(error));
-  int code = trainRanks(*session, **trainer);
-  if (code != 0) {
+  bool together = false;
+  int code = trainRanks(*session, **trainer, together);
+  if (code != 0 && !together) {
     llvm::errs().flush();
     session->abortRanks(code);
   }

@@ -10,7 +10,10 @@
 // manifest always names a complete set. Files are written atomically
 // (temporary, fsync, rename, fsync of the directory); every field read is
 // checked before it is used, and nothing of a run's state is touched until
-// the whole checkpoint agrees with the step.
+// the whole checkpoint agrees with the step. A shard records the rank and
+// layout that wrote it and each tensor's split dimension under its
+// checksum; the reader checks them against the manifest and the step.
+// Only regular files are read.
 //
 //===----------------------------------------------------------------------===//
 
@@ -104,12 +107,15 @@ llvm::Expected<Checkpoint> readCheckpointFor(StringRef dir,
                                              const CheckpointLayout &layout);
 
 /// Writes the state tensors of `slots` (their bytes from `read`) as the
-/// checkpoint `dir`/`name` of `step`, atomically, creating `dir`.
+/// checkpoint `dir`/`name` of `step`, atomically, creating `dir`. With
+/// `layout`, the file is that rank's shard and records the layout and each
+/// tensor's split dimension, which the reader checks against the manifest.
 llvm::Error writeCheckpoint(StringRef dir, int64_t step,
                             const RunIdentity &identity,
                             ArrayRef<TensorSlot> slots,
                             llvm::function_ref<Bytes(const TensorSlot &)> read,
-                            StringRef name = "checkpoint.bin");
+                            StringRef name = "checkpoint.bin",
+                            const CheckpointLayout *layout = nullptr);
 
 /// The file of rank `rank`'s shard in a step directory.
 std::string shardFileName(int64_t rank, int64_t ranks);
@@ -124,6 +130,11 @@ llvm::Error writeManifest(StringRef dir, StringRef stepName,
 /// Removes from `dir` every checkpoint but `keep`: one rank's
 /// checkpoint.bin, a sharded one's manifest and step-K directories.
 void removeOtherCheckpoints(StringRef dir, StringRef keep);
+
+/// What `dir` holds of a run's state, in words ("a checkpoint of step 6",
+/// "a sharded checkpoint of step 4 over 2 ranks"); none when it holds no
+/// checkpoint (no checkpoint.bin and no manifest).
+std::optional<std::string> describeCheckpoint(StringRef dir);
 
 /// Checks that a checkpoint can be written into `dir` (creating it), so
 /// that a bad path is found before a run, not after it.

@@ -32,13 +32,16 @@ namespace mlir {
 namespace train {
 
 /// Fault injection for the failure tests: rank `rank` dies by SIGKILL
-/// (`kill`) or stops answering at step `step`.
+/// (kill), stops answering (hang) or is sent SIGTERM (term: it goes on to
+/// the step boundary, as a signal from outside) at step `step`.
 struct Fault {
-  bool kill = false;
+  enum class Kind { kill, hang, term };
+  Kind kind = Kind::hang;
   int64_t rank = 0, step = 0;
 };
 
-/// Reads TRAINMEM_FAULT's value: kill:RANK:STEP or hang:RANK:STEP.
+/// Reads TRAINMEM_FAULT's value: kill:RANK:STEP, hang:RANK:STEP or
+/// term:RANK:STEP.
 llvm::Expected<Fault> parseFault(StringRef text);
 
 struct TrainerOptions {
@@ -61,6 +64,9 @@ struct TrainerOptions {
   std::string resumeDir;
   /// Resume although the seed or the data differ from the checkpoint's.
   bool allowDataChange = false;
+  /// Save into `saveDir` although it holds a checkpoint this run does not
+  /// resume from (it is replaced at the first save).
+  bool overwrite = false;
   /// "step loss" lines, appended to when resuming; empty: none.
   std::string lossLog;
   std::optional<Fault> fault;
@@ -142,6 +148,9 @@ private:
   llvm::Error checkRanksAgree();
   llvm::Error resume();
   llvm::Error openLossLog();
+  llvm::Error checkSaveKeepsState() const;
+  llvm::Error truncateLossLog();
+  llvm::Expected<int> agreeOnStop();
   /// Writes the step's loss line; on a write error, saves and fails.
   llvm::Error logLoss(int64_t step, float loss);
   llvm::Error save(int64_t step);

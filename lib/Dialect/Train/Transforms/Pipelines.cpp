@@ -35,6 +35,19 @@ static std::string rematOptions(const TrainStepPipelineOptions &options) {
   return (remat + " measure-after={" + llvm::join(after, ",") + "}").str();
 }
 
+/// The value of option `key` in a pass's option text ("size=2 data=2"),
+/// as the pass parses it: words of key=value; none where not given.
+static std::optional<StringRef> optionValue(StringRef text, StringRef key) {
+  SmallVector<StringRef> words;
+  text.split(words, ' ', -1, /*KeepEmpty=*/false);
+  for (StringRef word : words) {
+    auto [name, value] = word.split('=');
+    if (name.trim() == key)
+      return value.trim();
+  }
+  return std::nullopt;
+}
+
 LogicalResult mlir::train::buildTrainStepPipeline(
     OpPassManager &pm, const TrainStepPipelineOptions &options,
     function_ref<LogicalResult(const Twine &)> errorHandler) {
@@ -55,6 +68,17 @@ LogicalResult mlir::train::buildTrainStepPipeline(
   if (options.fuseElementwise && !options.differentiate)
     return errorHandler("train-step: fuse-elementwise rewrites the forward, "
                         "before train-autodiff; the input is a step already");
+  // Data ranks beside the tensor groups average their gradients through
+  // train-zero's collectives (stage 0 is plain data parallelism): refused
+  // here, before any pass runs, rather than by the lowering at the end.
+  if (std::optional<StringRef> data =
+          optionValue(options.tensorParallel, "data");
+      data && *data != "1" && options.zero.empty())
+    return errorHandler(
+        "train-step: tensor-parallel=\"" + options.tensorParallel +
+        "\" splits the step over " + *data +
+        " data-parallel groups, whose gradients only train-zero averages: "
+        "add zero=\"stage=0\" (plain data parallelism) or another stage");
   if (!options.tensorParallel.empty() && !options.differentiate)
     return errorHandler("train-step: tensor-parallel splits the forward, "
                         "before train-autodiff; the input is a step already");

@@ -1049,6 +1049,20 @@ static std::string hintFor(MLIRContext &context, const PlanRequest &request,
                            MemoryCategory largest) {
   switch (largest) {
   case MemoryCategory::Activations: {
+    // Recompute policies the request left out of the search keep fewer
+    // activations too: named, with the option that searches them.
+    std::string unsearched;
+    for (PlanRemat remat :
+         {PlanRemat::selective, PlanRemat::full, PlanRemat::budget})
+      if (!llvm::is_contained(request.remats, remat) &&
+          remat != smallest.remat)
+        unsearched += (unsearched.empty() ? "" : ",") +
+                      stringifyPlanRemat(remat).str();
+    std::string notSearched =
+        unsearched.empty()
+            ? std::string()
+            : "; recompute not searched (--remat " + unsearched +
+                  ") keeps fewer activations";
     if (!smallest.fuseAttention) {
       PlanCandidate fused = unmeasured(smallest);
       fused.fuseAttention = true;
@@ -1065,17 +1079,20 @@ static std::string hintFor(MLIRContext &context, const PlanRequest &request,
                    : llvm::formatv(
                          "fused attention would bring it to {0}, "
                          "still {1} over; smaller micro-batches "
-                         "keep fewer activations",
+                         "keep fewer activations{2}",
                          gigabytes(fused.measure.peak),
-                         gigabytes(fused.measure.peak - request.memoryBytes))
+                         gigabytes(fused.measure.peak - request.memoryBytes),
+                         notSearched)
                          .str();
     }
-    return smallest.remat == PlanRemat::full
-               ? "full recompute keeps each layer's input only: smaller "
-                 "micro-batches, or a shorter sequence, keep fewer"
-               : "fused attention (train-fuse-attention, trainmem-run "
-                 "--fuse-attention) keeps no score tensor, and smaller "
-                 "micro-batches keep fewer activations";
+    // Fused attention is in the candidate already (or gains nothing): it
+    // is not advised again.
+    return (smallest.remat == PlanRemat::full
+                ? "full recompute keeps each layer's input only: smaller "
+                  "micro-batches, or a shorter sequence, keep fewer"
+                : std::string("smaller micro-batches keep fewer "
+                              "activations")) +
+           notSearched;
   }
   case MemoryCategory::Optimizer:
     return "8-bit state, CPU offload or ZeRO over more ranks shrink the "

@@ -570,7 +570,16 @@ llvm::Error Session::start() {
                              ? "train-tensor-parallel size=" +
                                    std::to_string(tensorParts)
                              : "train-zero ranks=" + std::to_string(ranks)) +
-                        "), but " + std::to_string(world) + " processes run it"
+                        "), but " + std::to_string(world) +
+                        " processes run it: run it on " +
+                        std::to_string(ranks) + " (mpirun -np " +
+                        std::to_string(ranks) + ")" +
+                        (tensorParts > 1 && ranks == tensorParts
+                             ? ", or on a multiple of " +
+                                   std::to_string(tensorParts) +
+                                   " with --zero (the groups then train on "
+                                   "the data axis)"
+                             : std::string())
                   : std::to_string(world) +
                         " processes run a step that is not partitioned "
                         "(give --zero to partition it over them)");

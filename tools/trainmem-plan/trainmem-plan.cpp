@@ -194,9 +194,16 @@ static cl::opt<std::string>
          cl::init("table"), cl::cat(category));
 static cl::opt<bool>
     fitsOnly("fits-only",
-             cl::desc("Show only the candidates that fit (table and json; "
-                      "each keeps its number in the whole search)"),
+             cl::desc("Show only the candidates that fit (json; the table "
+                      "shows them by default; each keeps its number in the "
+                      "whole search)"),
              cl::cat(category));
+static cl::opt<bool>
+    showAll("all",
+            cl::desc("The table shows every candidate, with why each that "
+                     "does not fit does not (default: those that fit, or "
+                     "every one when none fits)"),
+            cl::cat(category));
 static cl::opt<long long>
     top("top",
         cl::desc("Show only the N fastest candidates that fit (table and "
@@ -273,10 +280,15 @@ static const char *offloadShort(PlanOffload offload) {
 
 /// The candidates to show, in the search's order: all, those that fit
 /// (--fits-only), or the --top N that fit with the highest throughput.
-static std::vector<size_t> shownCandidates(const PlanResult &result) {
+static std::vector<size_t> shownCandidates(const PlanResult &result,
+                                          bool table) {
+  // The table shows what fits unless --all (every row when none fits: the
+  // reasons are the answer then); JSON everything unless asked.
+  bool onlyFits = fitsOnly || top > 0 ||
+                  (table && !showAll && result.best.has_value());
   std::vector<size_t> shown;
   for (size_t i = 0; i < result.candidates.size(); ++i)
-    if ((!fitsOnly && top <= 0) || result.candidates[i].fits)
+    if (!onlyFits || result.candidates[i].fits)
       shown.push_back(i);
   if (top > 0 && static_cast<long long>(shown.size()) > top) {
     std::vector<size_t> fastest = shown;
@@ -345,14 +357,15 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
   auto at = [](const PlanCandidate &c, MemoryCategory cat) {
     return gb(c.measure.atPeak[static_cast<unsigned>(cat)]);
   };
-  std::vector<size_t> shown = shownCandidates(result);
+  std::vector<size_t> shown = shownCandidates(result, /*table=*/true);
   if (shown.size() < result.candidates.size())
-    os << llvm::formatv("({0} of {1} candidates shown: {2})\n", shown.size(),
-                        result.candidates.size(),
+    os << llvm::formatv("({0} of {1} candidates shown: {2}; --all shows "
+                        "every one)\n",
+                        shown.size(), result.candidates.size(),
                         top > 0 ? "the --top " + std::to_string(top) +
-                                      " that fit, fastest first by "
+                                      " that fit with the highest "
                                       "throughput, in search order"
-                                : std::string("--fits-only"));
+                                : std::string("those that fit"));
   for (size_t i : shown) {
     const PlanCandidate &c = result.candidates[i];
     std::string mk = llvm::formatv("{0} x {1}", c.microBatch, c.accumulation);
@@ -407,7 +420,12 @@ static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
                ? llvm::formatv("mpirun -np {0} ", request.ranks).str()
                : "")
        << "trainmem-run " << m.name << " --data FILE --steps N"
-       << c.runOptions(request.memoryBytes) << "\n";
+       << c.runOptions(request.memoryBytes) << " --resume WEIGHTS\n";
+    // Without --resume the run draws the weights from each parameter's
+    // #train.init, not the model's own.
+    os << "  (WEIGHTS: the directory trainmem-import --weights wrote, so "
+          "that the run starts from the imported weights; without "
+          "--resume it starts from #train.init draws)\n";
     return;
   }
   os << "  trainmem-model --preset " << m.name << " --layers " << m.layers
@@ -768,7 +786,7 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
 /// "best" is one.
 static int printJson(const PlanRequest &request, const PlanResult &result) {
   llvm::json::Array candidates;
-  for (size_t i : shownCandidates(result)) {
+  for (size_t i : shownCandidates(result, /*table=*/false)) {
     llvm::json::Object candidate = candidateJson(result.candidates[i], request);
     candidate["number"] = static_cast<int64_t>(i + 1);
     candidates.push_back(std::move(candidate));

@@ -306,7 +306,11 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
       if (worldSize % parts != 0)
         return refuse("the step is split over tensor-parallel groups of " +
                       llvm::Twine(parts) + ", which do not divide the " +
-                      llvm::Twine(worldSize) + " processes mpirun starts");
+                      llvm::Twine(worldSize) +
+                      " processes mpirun starts: run a multiple of " +
+                      llvm::Twine(parts) + " (mpirun -np " +
+                      llvm::Twine(parts) + ", " + llvm::Twine(2 * parts) +
+                      ", ...)");
       dataRanks = worldSize / parts;
     }
     if (tensorParallelOptions.getNumOccurrences()) {
@@ -320,7 +324,9 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
       if (worldSize % size != 0)
         return refuse("--tensor-parallel size=" + llvm::Twine(size) +
                       " does not divide the " + llvm::Twine(worldSize) +
-                      " processes mpirun starts");
+                      " processes mpirun starts: run a multiple of " +
+                      llvm::Twine(size) + " (mpirun -np " + llvm::Twine(size) +
+                      ", " + llvm::Twine(2 * size) + ", ...)");
       dataRanks = worldSize / size;
     }
     options.zero = "ranks=" + std::to_string(dataRanks) + " " + zeroOptions;

@@ -45,3 +45,14 @@ cmake -S "$root/examples/memory-plugin" -B "$plugin" -G Ninja \
   -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
   -DTrainmem_DIR="$prefix/lib/cmake/trainmem" >/dev/null
 ninja -C "$plugin" -j "$jobs" check-plugin
+# A plugin configures and builds where neither MPI nor the CUDA toolkit is
+# found: they are the runtime's, optional unless COMPONENTS Runtime.
+bare="$build/memory-plugin-bare"
+rm -rf "$bare"
+cmake -S "$root/examples/memory-plugin" -B "$bare" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+  -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON \
+  -DTrainmem_DIR="$prefix/lib/cmake/trainmem" >/dev/null
+ninja -C "$bare" -j "$jobs"

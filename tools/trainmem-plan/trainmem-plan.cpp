@@ -170,7 +170,8 @@ static cl::list<std::string> tensorParallel(
     "tensor-parallel",
     cl::desc("Tensor-parallel sizes to try: counts that divide --ranks, or "
              "auto (every t up to 8, a node, that divides the ranks, the "
-             "heads and the K/V heads; default: 1)"),
+             "heads and the K/V heads; default: 1, and auto's sizes when "
+             "nothing fits at 1; an explicit 1 searches 1 only)"),
     cl::CommaSeparated, cl::cat(category));
 static cl::opt<std::string> sequenceParallel(
     "sequence-parallel",

@@ -148,8 +148,10 @@ static cl::opt<std::string>
 
 static cl::opt<std::string> quantizeOptions(
     "quantize-optimizer-state", cl::ValueOptional,
-    cl::desc("Keep AdamW's m and v in 8 bits: train-quantize-optimizer-state "
-             "options, e.g. \"block=256 min-size=4096\" (empty: defaults)"),
+    cl::desc("Keep the optimizer's state in 8 bits (AdamW's m and v, "
+             "SGD's momentum, Lion's m, Sophia's m and h): "
+             "train-quantize-optimizer-state options, e.g. \"block=256 "
+             "min-size=4096\" (empty: defaults)"),
     cl::cat(category));
 
 static cl::opt<std::string> lossScaleOptions(

@@ -20,9 +20,10 @@
 namespace trainmem {
 
 /// The bytes `text` names: a number (an integer or a decimal, e.g. 1e9)
-/// with an optional unit, decimal (KB, MB, GB, TB: powers of 1000) or binary
-/// (KiB, MiB, GiB, TiB: powers of 1024), or B. None unless it is at least
-/// one byte and below 2^63 (a count the analyses can compare).
+/// with an optional unit, in any case: decimal (KB, MB, GB, TB, or K, M, G,
+/// T: powers of 1000, as GPU memory is quoted: "80G") or binary (KiB, MiB,
+/// GiB, TiB: powers of 1024), or B. None unless it is at least one byte
+/// and below 2^63 (a count the analyses can compare).
 inline std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
   text = text.trim();
   struct Unit {
@@ -32,10 +33,12 @@ inline std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
   static constexpr Unit kUnits[] = {
       {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0},
       {"KiB", 1024.0},          {"TB", 1e12},          {"GB", 1e9},
-      {"MB", 1e6},              {"KB", 1e3},           {"B", 1.0}};
+      {"MB", 1e6},              {"KB", 1e3},           {"T", 1e12},
+      {"G", 1e9},               {"M", 1e6},            {"K", 1e3},
+      {"B", 1.0}};
   double scale = 1.0;
   for (const Unit &unit : kUnits)
-    if (text.ends_with(unit.suffix)) {
+    if (text.ends_with_insensitive(unit.suffix)) {
       text = text.drop_back(unit.suffix.size()).trim();
       scale = unit.scale;
       break;

@@ -666,7 +666,8 @@ def TrainUnrollAccumPass : Pass<"train-unroll-accum", "mlir::ModuleOp"> {
 
 def TrainQuantizeOptimizerStatePass
     : Pass<"train-quantize-optimizer-state", "mlir::ModuleOp"> {
-  let summary = "Stores AdamW's m and v and SGD's momentum in 8 bits, block-wise";
+  let summary = "Stores the optimizer state of every update with an 8-bit "
+                "form (AdamW, SGD, Lion, Sophia) in 8 bits, block-wise";
   let description = [{
     Rewrites every `train.adamw` of the step whose parameter has at least
     `min-size` elements into a `train.adamw_8bit`: its m and v arguments

@@ -169,3 +169,18 @@ def logits_and_loss():
 def raises():
     """A build function that fails: its error and line, not a traceback."""
     raise ValueError("no such checkpoint")
+
+
+class ShiftedLoss(Tiny):
+    """Hugging Face's own loss: the labels shifted by labels[..., 1:]."""
+
+    def forward(self, tokens, labels):
+        logits = super().forward(tokens)
+        shift_logits = logits[..., :-1, :].contiguous()
+        shift_labels = labels[..., 1:].contiguous()
+        return F.cross_entropy(shift_logits.view(-1, shift_logits.size(-1)),
+                               shift_labels.view(-1))
+
+
+def shifted_loss():
+    return ShiftedLoss(), inputs()

@@ -34,6 +34,22 @@ config.substitutions.append(("%trainmem-bin", config.trainmem_tools_dir))
 # PyTorch (Debian's python3-torch, which scripts/setup.sh installs) runs
 # under /usr/bin/python3, not the python3 first on PATH.
 config.substitutions.append(("%torch-python", "/usr/bin/python3"))
+
+# Hugging Face transformers: the venv scripts/setup.sh makes (Debian's torch
+# and transformers 4.44.2), which trainmem-import runs under. Where it could
+# not be installed (no network), the tests that need it are unsupported.
+hf_venv = os.environ.get("TRAINMEM_PYTHON_VENV", "/opt/trainmem-python")
+hf_python = os.path.join(hf_venv, "bin", "python3")
+config.substitutions.append(("%hf-python", hf_python))
+try:
+    if subprocess.run([hf_python, "-c", "import transformers"],
+                      capture_output=True, timeout=120).returncode == 0:
+        config.available_features.add("transformers")
+except (OSError, subprocess.TimeoutExpired):
+    pass
+for name in ("TRAINMEM_PYTHON", "TRAINMEM_PYTHON_VENV"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]
 config.environment["OMP_WAIT_POLICY"] = "PASSIVE"
 
 # The shipped corpus.

@@ -44,9 +44,16 @@ def main():
             tokens, targets = torch.tensor(tokens), torch.tensor(targets)
             optimizer.zero_grad(set_to_none=True)
             if loss_fn is not None:
-                loss = loss_fn(model(tokens), targets)
+                output = model(tokens)
+                # A Hugging Face model's output: its logits, as
+                # trainmem-import takes them.
+                if not torch.is_tensor(output) and hasattr(output, "logits"):
+                    output = output.logits
+                loss = loss_fn(output, targets)
             else:  # the forward's own loss, or its one scalar
                 loss = model(tokens, targets)
+                if not torch.is_tensor(loss) and hasattr(loss, "loss"):
+                    loss = loss.loss
                 if isinstance(loss, tuple):
                     loss = next(x for x in loss
                                 if torch.is_tensor(x) and x.dim() == 0)

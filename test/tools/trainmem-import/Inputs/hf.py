@@ -1,0 +1,57 @@
+"""Hugging Face transformers causal LMs as written, built from tiny configs
+with random weights (no hub here): 2 layers, hidden 64, 4 heads, vocab 256,
+seq 64, batch 4, dropout 0, eager attention, no cache. Each build function
+returns (the model, (tokens, targets), loss_fn): the model's own forward,
+its logits scored by cross-entropy against trainmem-run's targets (the
+tokens shifted by one). Needs transformers (scripts/setup.sh's venv)."""
+import torch
+import torch.nn.functional as F
+import transformers as hf
+
+
+def config(cls, **overrides):
+    values = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=128,
+                  max_position_embeddings=64, use_cache=False,
+                  attn_implementation="eager")
+    values.update(overrides)
+    return cls(**values)
+
+
+def inputs():
+    generator = torch.Generator().manual_seed(0)
+    return (torch.randint(0, 256, (4, 64), generator=generator),
+            torch.randint(0, 256, (4, 64), generator=generator))
+
+
+def loss_fn(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                           targets.reshape(-1))
+
+
+def built(model_class, cfg):
+    torch.manual_seed(0)
+    return model_class(cfg), inputs(), loss_fn
+
+
+def llama():
+    """Llama with grouped-query attention (2 K/V heads)."""
+    return built(hf.LlamaForCausalLM,
+                 config(hf.LlamaConfig, num_key_value_heads=2))
+
+
+def llama_mha():
+    """Llama with as many K/V heads as heads."""
+    return built(hf.LlamaForCausalLM,
+                 config(hf.LlamaConfig, num_key_value_heads=4))
+
+
+def mistral():
+    return built(hf.MistralForCausalLM,
+                 config(hf.MistralConfig, num_key_value_heads=2,
+                        sliding_window=None))
+
+
+def qwen2():
+    return built(hf.Qwen2ForCausalLM,
+                 config(hf.Qwen2Config, num_key_value_heads=2))

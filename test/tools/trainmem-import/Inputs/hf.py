@@ -34,6 +34,16 @@ def built(model_class, cfg):
     return model_class(cfg), inputs(), loss_fn
 
 
+def gpt2():
+    """GPT-2: position ids [1, s], the attention scale as a tensor, the
+    causal mask by torch.where with finfo.min, gelu_new written out."""
+    cfg = hf.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                        n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, use_cache=False,
+                        attn_implementation="eager")
+    return built(hf.GPT2LMHeadModel, cfg)
+
+
 def llama():
     """Llama with grouped-query attention (2 K/V heads)."""
     return built(hf.LlamaForCausalLM,

@@ -1,0 +1,111 @@
+"""The idioms of Hugging Face's model code, written with torch alone (so
+that they are tested where transformers is not installed): a causal mask
+added as torch.finfo(dtype).min or chosen by torch.where, position ids of
+shape [1, s], the attention scale as a one-element tensor, GELU's tanh
+form written out (gelu_new)."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SEQ, HIDDEN, VOCAB = 8, 16, 256
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                       (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class Attention(nn.Module):
+    def __init__(self, mask):
+        super().__init__()
+        self.mask = mask
+        self.q = nn.Linear(HIDDEN, HIDDEN)
+        self.k = nn.Linear(HIDDEN, HIDDEN)
+        self.v = nn.Linear(HIDDEN, HIDDEN)
+        keep = torch.ones(SEQ, SEQ, dtype=torch.bool)
+        if mask != "bidirectional":
+            keep = keep.tril()
+        self.register_buffer("keep", keep.view(1, SEQ, SEQ))
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores / torch.full([], HIDDEN ** 0.5, dtype=scores.dtype)
+        lowest = torch.finfo(scores.dtype).min
+        if self.mask == "finfo":
+            scores = scores + torch.full((SEQ, SEQ), lowest).triu(1)
+        else:
+            scores = torch.where(self.keep, scores,
+                                 torch.full([], lowest, dtype=scores.dtype))
+        return F.softmax(scores, -1) @ v
+
+
+class MLP(nn.Module):
+    def __init__(self, gelu):
+        super().__init__()
+        self.gelu = gelu
+        self.fc = nn.Linear(HIDDEN, 4 * HIDDEN)
+        self.proj = nn.Linear(4 * HIDDEN, HIDDEN)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.proj(gelu_new(h) if self.gelu else h * h.pow(3))
+
+
+class Layer(nn.Module):
+    def __init__(self, mask, gelu):
+        super().__init__()
+        self.attn = Attention(mask)
+        self.mlp = MLP(gelu)
+
+    def forward(self, x):
+        x = x + self.attn(x)
+        return x + self.mlp(x)
+
+
+class Model(nn.Module):
+    def __init__(self, mask="finfo", gelu=True):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.position = nn.Embedding(SEQ, HIDDEN)
+        self.layers = nn.ModuleList([Layer(mask, gelu)])
+        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, tokens):
+        positions = torch.arange(SEQ).unsqueeze(0)  # [1, s]
+        x = self.embed(tokens) + self.position(positions)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def loss_fn(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+
+def inputs():
+    generator = torch.Generator().manual_seed(0)
+    return (torch.randint(0, VOCAB, (2, SEQ), generator=generator),
+            torch.randint(0, VOCAB, (2, SEQ), generator=generator))
+
+
+def finfo_mask():
+    torch.manual_seed(0)
+    return Model(mask="finfo"), inputs(), loss_fn
+
+
+def where_mask():
+    torch.manual_seed(0)
+    return Model(mask="where"), inputs(), loss_fn
+
+
+def where_bidirectional():
+    torch.manual_seed(0)
+    return Model(mask="bidirectional"), inputs(), loss_fn
+
+
+def cube():
+    torch.manual_seed(0)
+    return Model(gelu=False), inputs(), loss_fn

@@ -342,6 +342,22 @@ TEST_F(VJPTest, ReshapeAndTranspose) {
     })mlir");
 }
 
+// A slice and its placement back into zeros (train.slice_grad, which
+// trainmem-import also uses in a forward: a torch.cat is the sum of its
+// placed parts).
+TEST_F(VJPTest, SliceAndPlace) {
+  check(R"mlir(
+    func.func @f(%x: tensor<2x3x6xf32>) -> tensor<2x3x2xf32> {
+      %0 = train.slice %x {dim = 2 : i64, offset = 3 : i64, size = 2 : i64} : tensor<2x3x6xf32> -> tensor<2x3x2xf32>
+      return %0 : tensor<2x3x2xf32>
+    })mlir");
+  check(R"mlir(
+    func.func @f(%x: tensor<2x3x2xf32>) -> tensor<2x3x6xf32> {
+      %0 = train.slice_grad %x {dim = 2 : i64, offset = 3 : i64, whole = 6 : i64} : tensor<2x3x2xf32> -> tensor<2x3x6xf32>
+      return %0 : tensor<2x3x6xf32>
+    })mlir");
+}
+
 TEST_F(VJPTest, CrossEntropy) {
   // One position ignored; its logits get no gradient.
   check(R"mlir(

@@ -269,10 +269,28 @@ LogicalResult SliceOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                 SmallVectorImpl<Value> &operandGrads) {
   if (noGradient(*this, resultGrads, operandGrads))
     return success();
-  // The gradient where the slice was, zeros elsewhere.
+  // The gradient where the slice was, zeros elsewhere. The runtime places
+  // a row-major gradient: a reshape to its own shape is a view of a
+  // row-major one and a copy of a strided view (the gradient of a
+  // transpose that read the slice: GPT-NeoX's qkv[..., :d].permute(...)).
+  Value grad = ReshapeOp::create(builder, getLoc(), resultGrads[0].getType(),
+                                 resultGrads[0]);
   operandGrads.push_back(SliceGradOp::create(
-      builder, getLoc(), resultGrads[0], getDimAttr(), getOffsetAttr(),
+      builder, getLoc(), grad, getDimAttr(), getOffsetAttr(),
       builder.getI64IntegerAttr(getInput().getType().getDimSize(getDim()))));
+  return success();
+}
+
+LogicalResult SliceGradOp::buildVJP(OpBuilder &builder,
+                                    ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  if (noGradient(*this, resultGrads, operandGrads))
+    return success();
+  // The part of the result's gradient where the operand was placed.
+  auto gradType = cast<RankedTensorType>(getGrad().getType());
+  operandGrads.push_back(SliceOp::create(
+      builder, getLoc(), resultGrads[0], getDimAttr(), getOffsetAttr(),
+      builder.getI64IntegerAttr(gradType.getDimSize(getDim()))));
   return success();
 }
 

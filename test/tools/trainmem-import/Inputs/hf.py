@@ -65,3 +65,21 @@ def mistral():
 def qwen2():
     return built(hf.Qwen2ForCausalLM,
                  config(hf.Qwen2Config, num_key_value_heads=2))
+
+
+def neox():
+    """GPT-NeoX (Pythia): a fused QKV viewed and sliced per head, a partial
+    rotary embedding (rotary_pct 0.25: rotated part and passed part joined
+    by torch.cat), scores by torch.baddbmm, the causal mask by torch.where
+    and then added again as the attention mask."""
+    return built(hf.GPTNeoXForCausalLM,
+                 config(hf.GPTNeoXConfig, hidden_dropout=0.0,
+                        attention_dropout=0.0))
+
+
+def phi():
+    """Phi: a partial rotary embedding (partial_rotary_factor 0.5) and the
+    mask added in place (attn_weights += causal_mask)."""
+    return built(hf.PhiForCausalLM,
+                 config(hf.PhiConfig, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attention_dropout=0.0))

@@ -1,8 +1,9 @@
 """The idioms of Hugging Face's model code, written with torch alone (so
 that they are tested where transformers is not installed): a causal mask
-added as torch.finfo(dtype).min or chosen by torch.where, position ids of
-shape [1, s], the attention scale as a one-element tensor, GELU's tanh
-form written out (gelu_new)."""
+added as torch.finfo(dtype).min (also in place) or chosen by torch.where,
+position ids of shape [1, s], the attention scale as a one-element tensor
+or baddbmm's alpha, GELU's tanh form written out (gelu_new), torch.cat of
+activations."""
 import math
 
 import torch
@@ -20,7 +21,7 @@ def gelu_new(x):
 class Attention(nn.Module):
     def __init__(self, mask):
         super().__init__()
-        self.mask = mask
+        self.mask = mask  # finfo, finfo_in_place, where, bidirectional
         self.q = nn.Linear(HIDDEN, HIDDEN)
         self.k = nn.Linear(HIDDEN, HIDDEN)
         self.v = nn.Linear(HIDDEN, HIDDEN)
@@ -31,11 +32,20 @@ class Attention(nn.Module):
 
     def forward(self, x):
         q, k, v = self.q(x), self.k(x), self.v(x)
-        scores = q @ k.transpose(-2, -1)
-        scores = scores / torch.full([], HIDDEN ** 0.5, dtype=scores.dtype)
+        if self.mask == "finfo_in_place":
+            # GPT-NeoX's scores: baddbmm on zeros, the scale as alpha.
+            scores = torch.baddbmm(
+                torch.zeros(q.size(0), SEQ, SEQ, dtype=q.dtype), q,
+                k.transpose(1, 2), beta=1.0, alpha=HIDDEN ** -0.5)
+        else:
+            scores = q @ k.transpose(-2, -1)
+            scores = scores / torch.full([], HIDDEN ** 0.5,
+                                         dtype=scores.dtype)
         lowest = torch.finfo(scores.dtype).min
         if self.mask == "finfo":
             scores = scores + torch.full((SEQ, SEQ), lowest).triu(1)
+        elif self.mask == "finfo_in_place":
+            scores += torch.full((SEQ, SEQ), lowest).triu(1)  # Phi's
         else:
             scores = torch.where(self.keep, scores,
                                  torch.full([], lowest, dtype=scores.dtype))
@@ -43,14 +53,17 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """Its hidden activation is two projections joined by torch.cat."""
+
     def __init__(self, gelu):
         super().__init__()
         self.gelu = gelu
-        self.fc = nn.Linear(HIDDEN, 4 * HIDDEN)
+        self.fc = nn.Linear(HIDDEN, 3 * HIDDEN)
+        self.gate = nn.Linear(HIDDEN, HIDDEN)
         self.proj = nn.Linear(4 * HIDDEN, HIDDEN)
 
     def forward(self, x):
-        h = self.fc(x)
+        h = torch.cat((self.fc(x), self.gate(x)), dim=-1)
         return self.proj(gelu_new(h) if self.gelu else h * h.pow(3))
 
 
@@ -104,6 +117,29 @@ def where_mask():
 def where_bidirectional():
     torch.manual_seed(0)
     return Model(mask="bidirectional"), inputs(), loss_fn
+
+
+def in_place():
+    """Scores by baddbmm, the mask added in place."""
+    torch.manual_seed(0)
+    return Model(mask="finfo_in_place"), inputs(), loss_fn
+
+
+class MutatedView(Model):
+    """A view taken before an in-place op and read after it."""
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        before = x.view(-1)
+        x.mul_(2.0)
+        return self.head(x + before.view(x.shape))
+
+
+def mutated_view():
+    torch.manual_seed(0)
+    return MutatedView(), inputs(), loss_fn
 
 
 def cube():

@@ -916,12 +916,15 @@ def Train_EmbeddingGradOp : Train_NonDiffOp<"embedding_grad"> {
   let hasVerifier = 1;
 }
 
-def Train_SliceGradOp : Train_NonDiffOp<"slice_grad", [InferTypeOpAdaptor]> {
+def Train_SliceGradOp : Train_DiffOp<"slice_grad", [InferTypeOpAdaptor]> {
   let summary = "a slice's gradient: zeros around the slice's gradient";
   let description = [{
     The gradient of `train.slice` with respect to its input: a tensor of
     `grad`'s shape but `whole` along `dim`, zero except
-    `result[..., offset : offset + size, ...] = grad`.
+    `result[..., offset : offset + size, ...] = grad`. It is differentiable
+    (its gradient is the slice of the result's at the same place), so a
+    forward may use it too: trainmem-import writes a concatenation
+    (`torch.cat`) as the sum of its parts each placed so.
 
     ```mlir
     %dqkv_k = train.slice_grad %dk {dim = 2 : i64, offset = 768 : i64, whole = 2304 : i64}

@@ -55,9 +55,11 @@ def apply_rotary(x, cos, sin):
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden, heads, kv_heads, seq, theta, halves=False):
+    def __init__(self, hidden, heads, kv_heads, seq, theta, halves=False,
+                 interleave=False):
         super().__init__()
         self.rotary = apply_rotary_halves if halves else apply_rotary
+        self.interleave = interleave
         self.heads, self.kv_heads = heads, kv_heads
         self.d = hidden // heads
         self.wq = nn.Linear(hidden, heads * self.d, bias=False)
@@ -78,10 +80,14 @@ class Attention(nn.Module):
         q = self.rotary(q, self.cos[:s], self.sin[:s])
         k = self.rotary(k, self.cos[:s], self.sin[:s])
         rep = self.heads // self.kv_heads
-        k = k[:, :, None].expand(b, self.kv_heads, rep, s, self.d)
-        k = k.reshape(b, self.heads, s, self.d)
-        v = v[:, :, None].expand(b, self.kv_heads, rep, s, self.d)
-        v = v.reshape(b, self.heads, s, self.d)
+        if self.interleave:  # as many write it
+            k = k.repeat_interleave(rep, dim=1)
+            v = torch.repeat_interleave(v, rep, dim=1)
+        else:
+            k = k[:, :, None].expand(b, self.kv_heads, rep, s, self.d)
+            k = k.reshape(b, self.heads, s, self.d)
+            v = v[:, :, None].expand(b, self.kv_heads, rep, s, self.d)
+            v = v.reshape(b, self.heads, s, self.d)
         scores = q @ k.transpose(2, 3) / math.sqrt(self.d)
         scores = scores + self.mask[:s, :s]
         probs = F.softmax(scores.float(), dim=-1).type_as(q)
@@ -105,7 +111,8 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.attention_norm = RMSNorm(s["hidden"])
         self.attention = Attention(s["hidden"], s["heads"], s["kv_heads"],
-                                   s["seq"], s["theta"], s.get("halves"))
+                                   s["seq"], s["theta"], s.get("halves"),
+                                   s.get("interleave", False))
         self.ffn_norm = RMSNorm(s["hidden"])
         self.feed_forward = FeedForward(s["hidden"], s["ffn"])
 
@@ -137,9 +144,9 @@ def loss_fn(logits, targets):
     return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def build(dtype=torch.float32, halves=False):
+def build(dtype=torch.float32, halves=False, interleave=False):
     torch.manual_seed(0)
-    s = dict(SHAPE, halves=halves)
+    s = dict(SHAPE, halves=halves, interleave=interleave)
     model = Llama(s).to(dtype)
     tokens = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
     targets = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
@@ -153,3 +160,8 @@ def build_bf16():
 def build_halves():
     """Rotary embeddings as Hugging Face writes them (rotate_half)."""
     return build(halves=True)
+
+
+def build_repeat_interleave():
+    """K/V heads repeated by repeat_interleave (a user's own Llama)."""
+    return build(interleave=True)

@@ -161,7 +161,8 @@ def build(dtype=torch.float32):
 
 
 def build_dropout():
-    """With dropout in training: refused by name (errors.test)."""
+    """With dropout 0.1 in training: each dropout a train.dropout
+    (idioms.test)."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(dropout=0.1))
     return model, (torch.randint(0, 256, (4, 64)),

@@ -393,6 +393,17 @@ TEST_F(RuntimeTest, NormsAndTheirGradients) {
     })mlir");
 }
 
+// Gemma's RMS norm: the scale is 1 + gamma.
+TEST_F(RuntimeTest, RMSNormWithGainOffset) {
+  compare(R"mlir(
+    func.func @train_step(%x: tensor<5x8xf32>, %g: tensor<8xf32>, %dy: tensor<5x8xf32>)
+        -> (tensor<5x8xf32>, tensor<5x8xf32>, tensor<8xf32>) {
+      %0 = train.rms_norm %x, %g {epsilon = 1.0e-06 : f64, gain_offset = 1.0 : f64} : tensor<5x8xf32>, tensor<8xf32>
+      %1:2 = train.rms_norm_grad %dy, %x, %g {epsilon = 1.0e-06 : f64, gain_offset = 1.0 : f64} : tensor<5x8xf32>, tensor<5x8xf32>, tensor<8xf32> -> tensor<5x8xf32>, tensor<8xf32>
+      return %0, %1#0, %1#1 : tensor<5x8xf32>, tensor<5x8xf32>, tensor<8xf32>
+    })mlir");
+}
+
 TEST_F(RuntimeTest, SoftmaxAndDropout) {
   compare(R"mlir(
     func.func @train_step(%x: tensor<2x3x5x5xf32>, %dy: tensor<2x3x5x5xf32>, %key: tensor<i64>)

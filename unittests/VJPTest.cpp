@@ -265,6 +265,12 @@ TEST_F(VJPTest, RMSNorm) {
       %0 = train.rms_norm %x, %g {epsilon = 1.0e-05 : f64} : tensor<3x5xf32>, tensor<5xf32>
       return %0 : tensor<3x5xf32>
     })mlir");
+  // Gemma's scale, 1 + gamma.
+  check(R"mlir(
+    func.func @f(%x: tensor<3x5xf32>, %g: tensor<5xf32>) -> tensor<3x5xf32> {
+      %0 = train.rms_norm %x, %g {epsilon = 1.0e-05 : f64, gain_offset = 1.0 : f64} : tensor<3x5xf32>, tensor<5xf32>
+      return %0 : tensor<3x5xf32>
+    })mlir");
 }
 
 TEST_F(VJPTest, GeluAndSilu) {

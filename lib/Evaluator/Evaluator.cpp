@@ -289,6 +289,7 @@ struct OpKernels {
   LogicalResult matmul(MatmulOp op);
   void layerNorm(LayerNormOp op);
   void rmsNorm(RMSNormOp op);
+  std::vector<float> gains(Value gamma, APFloat offset);
   void softmax(SoftmaxOp op);
   void dropout(DropoutOp op);
   /// Stream position of a dropout's element 0: first + rank·rank_elements
@@ -484,9 +485,20 @@ void OpKernels::layerNorm(LayerNormOp op) {
   set(op.getResult(), std::move(y));
 }
 
+/// An RMS norm's scale per column: gamma + the gain offset, added in f32
+/// (as Gemma's `1.0 + weight.float()`).
+std::vector<float> OpKernels::gains(Value gamma, APFloat offset) {
+  const RefTensor &g = get(gamma);
+  float add = static_cast<float>(offset.convertToDouble());
+  std::vector<float> scale(g.floats.begin(), g.floats.end());
+  for (float &s : scale)
+    s += add;
+  return scale;
+}
+
 void OpKernels::rmsNorm(RMSNormOp op) {
   const RefTensor &x = get(op.getInput());
-  const RefTensor &g = get(op.getGamma());
+  std::vector<float> g = gains(op.getGamma(), op.getGainOffset());
   double eps = op.getEpsilon().convertToDouble();
   auto [rows, cols] = rowsOf(x);
   RefTensor y = RefTensor::zeros(x.shape);
@@ -494,7 +506,7 @@ void OpKernels::rmsNorm(RMSNormOp op) {
     const float *xr = &x.floats[r * cols];
     double rrms = 1.0 / std::sqrt(rowMeanSquare(xr, cols) + eps);
     for (int64_t c = 0; c < cols; ++c)
-      y.floats[r * cols + c] = static_cast<float>(xr[c] * rrms * g.floats[c]);
+      y.floats[r * cols + c] = static_cast<float>(xr[c] * rrms * g[c]);
   }
   set(op.getResult(), std::move(y));
 }
@@ -696,7 +708,7 @@ void OpKernels::layerNormGrad(LayerNormGradOp op) {
 void OpKernels::rmsNormGrad(RMSNormGradOp op) {
   const RefTensor &dy = get(op.getGrad());
   const RefTensor &x = get(op.getInput());
-  const RefTensor &g = get(op.getGamma());
+  std::vector<float> g = gains(op.getGamma(), op.getGainOffset());
   double eps = op.getEpsilon().convertToDouble();
   auto [rows, cols] = rowsOf(x);
   RefTensor dx = RefTensor::zeros(x.shape);
@@ -707,12 +719,12 @@ void OpKernels::rmsNormGrad(RMSNormGradOp op) {
     double rrms = 1.0 / std::sqrt(rowMeanSquare(xr, cols) + eps);
     double dot = 0.0; // Σ dy·g·x
     for (int64_t c = 0; c < cols; ++c) {
-      dot += static_cast<double>(dyr[c]) * g.floats[c] * xr[c];
+      dot += static_cast<double>(dyr[c]) * g[c] * xr[c];
       dg[c] += static_cast<double>(dyr[c]) * xr[c] * rrms;
     }
     for (int64_t c = 0; c < cols; ++c)
       dx.floats[r * cols + c] = static_cast<float>(
-          rrms * dyr[c] * g.floats[c] -
+          rrms * dyr[c] * g[c] -
           xr[c] * rrms * rrms * rrms * dot / cols);
   }
   RefTensor dgT = RefTensor::zeros({cols});

@@ -187,12 +187,13 @@ TEST(Cuda, ElementwiseKernelsGiveTheCpuBits) {
              }},
             {"rms_norm",
              [&](tmrt_context *c) {
-               tmrt_rms_norm(c, ref(0), ref(3), ref(2), n / cols, cols, 1e-6);
+               tmrt_rms_norm(c, ref(0), ref(3), ref(2), n / cols, cols, 1e-6,
+                             1.0);
              }},
             {"rms_norm_grad",
              [&](tmrt_context *c) {
                tmrt_rms_norm_grad(c, ref(1), ref(0), ref(3), ref(2), ref(5),
-                                  n / cols, cols, 1e-6);
+                                  n / cols, cols, 1e-6, 1.0);
              }},
             {"softmax_grad",
              [&](tmrt_context *c) {

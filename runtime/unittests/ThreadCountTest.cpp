@@ -118,7 +118,7 @@ TEST(NormGradThreadsTest, SameBitsOnOneToFourThreads) {
     std::memcpy(context.at(gamma), gv.data(), cols * 4);
     if (rms)
       tmrt_rms_norm_grad(context.ctx, dy, x, gamma, dx, dgamma, rows, cols,
-                         1e-5);
+                         1e-5, 0.0);
     else
       tmrt_layer_norm_grad(context.ctx, dy, x, gamma, dx, dgamma, dbeta, rows,
                            cols, 1e-5);

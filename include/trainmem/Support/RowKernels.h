@@ -103,28 +103,37 @@ TRAINMEM_HD inline double inverseRms(const T *x, int64_t cols, double eps) {
   return 1.0 / sqrt(ms / cols + eps);
 }
 
-/// y = x / rms(x) · gamma.
+/// An RMS norm's scale of column c: gamma + the gain offset, added in f32
+/// (as Gemma's `1.0 + weight.float()`; 0 for every other norm).
+template <typename T>
+TRAINMEM_HD inline float rmsGain(const T *gamma, int64_t c,
+                                 double gainOffset) {
+  return static_cast<float>(wide(gamma[c])) + static_cast<float>(gainOffset);
+}
+
+/// y = x / rms(x) · (gamma + gainOffset).
 template <typename T>
 TRAINMEM_HD inline void rmsNorm(const T *x, const T *gamma, T *y, int64_t cols,
-                                double eps) {
+                                double eps, double gainOffset = 0.0) {
   double rrms = inverseRms(x, cols, eps);
   for (int64_t c = 0; c < cols; ++c)
-    y[c] = narrow<T>(wide(x[c]) * rrms * wide(gamma[c]));
+    y[c] = narrow<T>(wide(x[c]) * rrms * rmsGain(gamma, c, gainOffset));
 }
 
 /// dx of one row, its dgamma terms added into `dgamma`.
 template <typename T>
 TRAINMEM_HD inline void rmsNormGrad(const T *dy, const T *x, const T *gamma,
                                     T *dx, double *dgamma, int64_t cols,
-                                    double eps) {
+                                    double eps, double gainOffset = 0.0) {
   double rrms = inverseRms(x, cols, eps);
   double dot = 0.0;
   for (int64_t c = 0; c < cols; ++c) {
-    dot += static_cast<double>(wide(dy[c])) * wide(gamma[c]) * wide(x[c]);
+    dot += static_cast<double>(wide(dy[c])) * rmsGain(gamma, c, gainOffset) *
+           wide(x[c]);
     dgamma[c] += static_cast<double>(wide(dy[c])) * wide(x[c]) * rrms;
   }
   for (int64_t c = 0; c < cols; ++c)
-    dx[c] = narrow<T>(rrms * wide(dy[c]) * wide(gamma[c]) -
+    dx[c] = narrow<T>(rrms * wide(dy[c]) * rmsGain(gamma, c, gainOffset) -
                       wide(x[c]) * rrms * rrms * rrms * dot / cols);
 }
 

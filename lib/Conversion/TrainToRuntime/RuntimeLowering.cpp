@@ -425,7 +425,7 @@ static LogicalResult lowerLayerNorm(LayerNormOp o, RuntimeCallBuilder &b) {
 }
 
 static LogicalResult lowerRMSNorm(RMSNormOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::rms_norm{.in = b.offset(o.getInput()), .gamma = b.offset(o.getGamma()), .out = b.offset(o.getResult()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .eps = o.getEpsilon().convertToDouble()});
+  return b.emitContiguous(o, rt::rms_norm{.in = b.offset(o.getInput()), .gamma = b.offset(o.getGamma()), .out = b.offset(o.getResult()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .eps = o.getEpsilon().convertToDouble(), .gain_offset = o.getGainOffset().convertToDouble()});
 }
 
 static LogicalResult lowerGelu(GeluOp o, RuntimeCallBuilder &b) {
@@ -542,7 +542,7 @@ static LogicalResult lowerLayerNormGrad(LayerNormGradOp o, RuntimeCallBuilder &b
 }
 
 static LogicalResult lowerRMSNormGrad(RMSNormGradOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::rms_norm_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .gamma = b.offset(o.getGamma()), .dx = b.offset(o.getInputGrad()), .dgamma = b.offset(o.getGammaGrad()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .eps = o.getEpsilon().convertToDouble()});
+  return b.emitContiguous(o, rt::rms_norm_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .gamma = b.offset(o.getGamma()), .dx = b.offset(o.getInputGrad()), .dgamma = b.offset(o.getGammaGrad()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .eps = o.getEpsilon().convertToDouble(), .gain_offset = o.getGainOffset().convertToDouble()});
 }
 
 static LogicalResult lowerGeluGrad(GeluGradOp o, RuntimeCallBuilder &b) {

@@ -197,11 +197,14 @@ void tmrt_layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
                           int64_t gamma, int64_t dx, int64_t dgamma,
                           int64_t dbeta, int64_t rows, int64_t cols,
                           double eps);
+/* The scale is gamma + gain_offset (0; Gemma's norm: 1). */
 void tmrt_rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
-                   int64_t rows, int64_t cols, double eps);
+                   int64_t rows, int64_t cols, double eps,
+                   double gain_offset);
 void tmrt_rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
                         int64_t gamma, int64_t dx, int64_t dgamma,
-                        int64_t rows, int64_t cols, double eps);
+                        int64_t rows, int64_t cols, double eps,
+                        double gain_offset);
 /* queries: size of the second-to-last dim (causal rows are row % queries). */
 void tmrt_softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
                   int64_t cols, int64_t queries, int64_t causal);

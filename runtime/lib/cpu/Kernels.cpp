@@ -812,27 +812,30 @@ void layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
 
 template <typename T>
 void rms_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
-                   int64_t rows, int64_t cols, double eps) {
+                   int64_t rows, int64_t cols, double eps, double gain_offset) {
   const T *x = ctx->at<T>(in), *g = ctx->at<T>(gamma);
   T *y = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
-      trainmem::rows::rmsNorm(x + r * cols, g, y + r * cols, cols, eps);
+      trainmem::rows::rmsNorm(x + r * cols, g, y + r * cols, cols, eps,
+                              gain_offset);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
 
 void rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
-                   int64_t rows, int64_t cols, double eps) {
+                   int64_t rows, int64_t cols, double eps, double gain_offset) {
   withFloatType(ctx, "rms_norm", {in, gamma, out}, [&](auto type) {
-    rms_normOf<decltype(type)>(ctx, in, gamma, out, rows, cols, eps);
+    rms_normOf<decltype(type)>(ctx, in, gamma, out, rows, cols, eps,
+                               gain_offset);
   });
 }
 
 template <typename T>
 void rms_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
                         int64_t gamma, int64_t dx, int64_t dgamma,
-                        int64_t rows, int64_t cols, double eps) {
+                        int64_t rows, int64_t cols, double eps,
+                        double gain_offset) {
   const T *gy = ctx->at<T>(dy), *xv = ctx->at<T>(x),
               *g = ctx->at<T>(gamma);
   T *gx = ctx->at<T>(dx);
@@ -843,7 +846,8 @@ void rms_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
       double *pg = &partial[cols * task];
       for (int64_t r = task * rows / tasks; r < (task + 1) * rows / tasks; ++r)
         trainmem::rows::rmsNormGrad(gy + r * cols, xv + r * cols, g,
-                                    gx + r * cols, pg, cols, eps);
+                                    gx + r * cols, pg, cols, eps,
+                                    gain_offset);
     }
   });
   T *gg = ctx->at<T>(dgamma);
@@ -859,9 +863,11 @@ void rms_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
 
 void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
                         int64_t gamma, int64_t dx, int64_t dgamma,
-                        int64_t rows, int64_t cols, double eps) {
+                        int64_t rows, int64_t cols, double eps,
+                        double gain_offset) {
   withFloatType(ctx, "rms_norm_grad", {dy, x, gamma, dx, dgamma}, [&](auto type) {
-    rms_norm_gradOf<decltype(type)>(ctx, dy, x, gamma, dx, dgamma, rows, cols, eps);
+    rms_norm_gradOf<decltype(type)>(ctx, dy, x, gamma, dx, dgamma, rows, cols,
+                                    eps, gain_offset);
   });
 }
 

@@ -150,7 +150,8 @@ LogicalResult RMSNormOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
     return success();
   auto grads = RMSNormGradOp::create(
       builder, getLoc(), getInput().getType(), getGamma().getType(),
-      resultGrads[0], getInput(), getGamma(), getEpsilonAttr());
+      resultGrads[0], getInput(), getGamma(), getEpsilonAttr(),
+      getGainOffsetAttr());
   operandGrads.append({grads.getInputGrad(), grads.getGammaGrad()});
   return success();
 }

@@ -25,6 +25,8 @@ func.func @forward_ops(%table: tensor<16x8xbf16>, %ids: tensor<2x4xi32>,
   %ln = train.layer_norm %ba, %g, %b {epsilon = 1.0e-05 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>, tensor<8xbf16>
   // CHECK: train.rms_norm %{{.*}}, %{{.*}} {epsilon = 1.000000e-05 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>
   %rn = train.rms_norm %ln, %g {epsilon = 1.0e-05 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>
+  // CHECK: train.rms_norm %{{.*}}, %{{.*}} {epsilon = {{.*}} : f64, gain_offset = 1.000000e+00 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>
+  %gemma = train.rms_norm %ln, %g {epsilon = 1.0e-06 : f64, gain_offset = 1.0 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>
   // CHECK: train.gelu %{{.*}} : tensor<2x4x8xbf16>
   %ge = train.gelu %rn : tensor<2x4x8xbf16>
   // CHECK: train.silu %{{.*}} : tensor<2x4x8xbf16>

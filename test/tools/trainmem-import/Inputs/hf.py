@@ -83,3 +83,11 @@ def phi():
     return built(hf.PhiForCausalLM,
                  config(hf.PhiConfig, resid_pdrop=0.0, embd_pdrop=0.0,
                         attention_dropout=0.0))
+
+
+def gemma():
+    """Gemma: its RMSNorm scales by 1 + weight, the embeddings by a
+    normalizer tensor, GeGLU with the tanh GELU."""
+    return built(hf.GemmaForCausalLM,
+                 config(hf.GemmaConfig, num_key_value_heads=2, head_dim=16,
+                        hidden_activation="gelu_pytorch_tanh"))

@@ -237,7 +237,9 @@ def Train_RMSNormOp : Train_DiffOp<"rms_norm",
     [Train_PositionWise, AllTypesMatch<["input", "result"]>]> {
   let summary = "root-mean-square normalization over the last dimension";
   let description = [{
-    `x / sqrt(mean(x²) + epsilon) * gamma` over the last dimension.
+    `x / sqrt(mean(x²) + epsilon) * (gamma + gain_offset)` over the last
+    dimension; `gain_offset` is 0 unless given (Gemma's norm scales by
+    `1 + weight`: 1).
 
     ```mlir
     %y = train.rms_norm %x, %g {epsilon = 1.0e-05 : f64}
@@ -245,7 +247,8 @@ def Train_RMSNormOp : Train_DiffOp<"rms_norm",
     ```
   }];
   let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$gamma,
-                       F64Attr:$epsilon);
+                       F64Attr:$epsilon,
+                       DefaultValuedAttr<F64Attr, "0.0">:$gain_offset);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $gamma attr-dict `:` type($input) `,` type($gamma)
@@ -253,9 +256,10 @@ def Train_RMSNormOp : Train_DiffOp<"rms_norm",
   let hasVerifier = 1;
   let builders = [
     OpBuilder<(ins "::mlir::Value":$input, "::mlir::Value":$gamma,
-                   "double":$epsilon), [{
+                   "double":$epsilon, CArg<"double", "0.0">:$gainOffset), [{
       build($_builder, $_state, input.getType(), input, gamma,
-            $_builder.getF64FloatAttr(epsilon));
+            $_builder.getF64FloatAttr(epsilon),
+            $_builder.getF64FloatAttr(gainOffset));
     }]>
   ];
 }
@@ -999,7 +1003,8 @@ def Train_RMSNormGradOp : Train_NonDiffOp<"rms_norm_grad",
     ```
   }];
   let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input,
-                       Train_FloatTensor:$gamma, F64Attr:$epsilon);
+                       Train_FloatTensor:$gamma, F64Attr:$epsilon,
+                       DefaultValuedAttr<F64Attr, "0.0">:$gain_offset);
   let results = (outs Train_FloatTensor:$input_grad,
                       Train_FloatTensor:$gamma_grad);
   let assemblyFormat = [{

@@ -184,3 +184,18 @@ class ShiftedLoss(Tiny):
 
 def shifted_loss():
     return ShiftedLoss(), inputs()
+
+
+def smoothed_loss(logits, targets):
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
+                           label_smoothing=0.1)
+
+
+def label_smoothing():
+    """F.cross_entropy with label smoothing: refused by name."""
+    return Tiny(), inputs(), smoothed_loss
+
+
+def on_meta():
+    """A module built on the meta device: refused by name."""
+    return Tiny().to("meta"), inputs(), loss_fn

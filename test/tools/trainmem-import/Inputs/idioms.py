@@ -145,3 +145,32 @@ def mutated_view():
 def cube():
     torch.manual_seed(0)
     return Model(gelu=False), inputs(), loss_fn
+
+
+class LayerDrop(Model):
+    """OPT's layerdrop: each layer skipped when a draw falls below p."""
+
+    def __init__(self, layerdrop):
+        super().__init__()
+        self.layerdrop = layerdrop
+
+    def forward(self, tokens):
+        positions = torch.arange(SEQ).unsqueeze(0)
+        x = self.embed(tokens) + self.position(positions)
+        for layer in self.layers:
+            if self.training:
+                dropout_probability = torch.rand([])
+                if dropout_probability < self.layerdrop:
+                    continue
+            x = layer(x)
+        return self.head(x)
+
+
+def layerdrop_zero():
+    torch.manual_seed(0)
+    return LayerDrop(0.0), inputs(), loss_fn
+
+
+def layerdrop_some():
+    torch.manual_seed(0)
+    return LayerDrop(0.1), inputs(), loss_fn

@@ -112,6 +112,13 @@ static LogicalResult verifyEpsilon(Operation *op, double epsilon) {
   return success();
 }
 
+/// An RMS norm's gain offset (its scale is gamma + offset) is a number.
+static LogicalResult verifyGainOffset(Operation *op, double offset) {
+  if (!std::isfinite(offset))
+    return op->emitOpError("gain_offset must be finite, got ") << offset;
+  return success();
+}
+
 static LogicalResult verifyDropoutRate(Operation *op, double rate) {
   if (!(rate >= 0.0 && rate < 1.0))
     return op->emitOpError("rate must be in [0, 1), got ") << rate;
@@ -290,7 +297,8 @@ LogicalResult LayerNormOp::verify() {
 
 LogicalResult RMSNormOp::verify() {
   if (failed(verifyFeatureVector(*this, "gamma", getGamma(), getInput())) ||
-      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())))
+      failed(verifyEpsilon(*this, getEpsilon().convertToDouble())) ||
+      failed(verifyGainOffset(*this, getGainOffset().convertToDouble())))
     return failure();
   return success();
 }
@@ -906,7 +914,12 @@ LogicalResult LayerNormGradOp::verify() {
   return success();
 }
 
-LogicalResult RMSNormGradOp::verify() { return verifyNormGrad(*this); }
+LogicalResult RMSNormGradOp::verify() {
+  if (failed(verifyNormGrad(*this)) ||
+      failed(verifyGainOffset(*this, getGainOffset().convertToDouble())))
+    return failure();
+  return success();
+}
 
 /// The shape of `value`, a ranked tensor.
 static ShapedTypeComponents shapeOf(Value value) {

@@ -184,6 +184,22 @@ func.func @rms_norm_epsilon(%x: tensor<2x8xf32>, %g: tensor<8xf32>) {
 
 // -----
 
+func.func @rms_norm_gain_offset(%x: tensor<2x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{gain_offset must be finite, got nan}}
+  %0 = train.rms_norm %x, %g {epsilon = 1.0e-05 : f64, gain_offset = 0x7FF8000000000000 : f64} : tensor<2x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_grad_gain_offset(%dy: tensor<2x8xf32>, %x: tensor<2x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{gain_offset must be finite, got INF}}
+  %0:2 = train.rms_norm_grad %dy, %x, %g {epsilon = 1.0e-05 : f64, gain_offset = 0x7FF0000000000000 : f64} : tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32> -> tensor<2x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
 func.func @softmax_rank(%x: tensor<f32>) {
   // expected-error @+1 {{input must have rank >= 1}}
   %0 = train.softmax %x : tensor<f32>

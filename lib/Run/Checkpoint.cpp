@@ -42,15 +42,14 @@ static constexpr char kMagicV1[8] = {'T', 'M', 'C', 'K', 'P', 'T', '0', '1'};
 static constexpr char kMagicShard[8] = {'T', 'M', 'C', 'K',
                                         'P', 'T', '0', '3'};
 
-/// The file at `path` when it is a regular file (a link to one is one),
-/// read whole at the size it had when opened; else the reason it is not
-/// read. A device (/dev/zero) would be read without end and a FIFO would
-/// block its open: the file is opened without blocking and its type
-/// checked before a byte is read.
-static llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
-readRegularFile(const Twine &path) {
-  std::string name = path.str();
-  int fd = ::open(name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+/// A descriptor of the file at `path` when it is a regular file (a link to
+/// one is one) and its size then; else the reason it is not opened. A
+/// device (/dev/zero) would be read without end and a FIFO would block its
+/// open: the file is opened without blocking and its type checked before
+/// a byte is read.
+static llvm::Expected<int> openRegularFile(const std::string &path,
+                                           uint64_t &size) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return checkpointError(std::strerror(errno));
   struct stat info;
@@ -59,10 +58,21 @@ readRegularFile(const Twine &path) {
     return checkpointError("it is not a regular file (a device, a pipe or a "
                            "directory), as a checkpoint's files are");
   }
+  size = static_cast<uint64_t>(info.st_size);
+  return fd;
+}
+
+/// The regular file at `path` read whole at the size it had when opened.
+static llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readRegularFile(const Twine &path) {
+  std::string name = path.str();
+  uint64_t size = 0;
+  llvm::Expected<int> fd = openRegularFile(name, size);
+  if (!fd)
+    return fd.takeError();
   auto buffer = llvm::MemoryBuffer::getOpenFile(
-      fd, name, static_cast<uint64_t>(info.st_size),
-      /*RequiresNullTerminator=*/false);
-  ::close(fd);
+      *fd, name, size, /*RequiresNullTerminator=*/false);
+  ::close(*fd);
   if (!buffer)
     return checkpointError(buffer.getError().message());
   return std::move(*buffer);
@@ -91,10 +101,8 @@ static void appendString(std::string &out, const std::string &value) {
   out += value;
 }
 
-/// Writes `data` as `dir`/`name` atomically: a temporary file, fsync,
-/// rename over the old one, fsync of the directory.
-static llvm::Error writeAtomically(StringRef dir, StringRef name,
-                                   const std::string &data) {
+llvm::Error mlir::train::writeAtomically(StringRef dir, StringRef name,
+                                         StringRef data) {
   std::string path = (dir + "/" + name).str();
   // A name of this process's: two writers never share a temporary (the
   // directory's lock keeps a second run out; this keeps any writer safe).
@@ -560,15 +568,16 @@ readCheckpointFile(StringRef path, std::optional<ArrayRef<TensorSlot>> slots) {
 /// bytes: magic and step); none when the file is too short or not one.
 static std::optional<uint64_t> checkpointStep(StringRef path) {
   // Not a regular file: none (the full read that follows says why).
-  int fd = ::open(path.str().c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0)
+  uint64_t size = 0;
+  llvm::Expected<int> fd = openRegularFile(path.str(), size);
+  if (!fd) {
+    llvm::consumeError(fd.takeError());
     return std::nullopt;
-  struct stat info;
+  }
   char header[16];
-  bool read = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
-              ::pread(fd, header, sizeof header, 0) ==
-                  static_cast<ssize_t>(sizeof header);
-  ::close(fd);
+  bool read = ::pread(*fd, header, sizeof header, 0) ==
+              static_cast<ssize_t>(sizeof header);
+  ::close(*fd);
   if (!read || (std::memcmp(header, kMagic, 8) != 0 &&
                 std::memcmp(header, kMagicV1, 8) != 0))
     return std::nullopt;
@@ -614,41 +623,6 @@ mlir::train::readInitialWeights(StringRef dir, ArrayRef<TensorSlot> slots) {
   if (parsed->checkpoint.tensors.size() != params)
     return mismatch("they hold parameters this step does not have");
   return std::optional<Checkpoint>(std::move(parsed->checkpoint));
-}
-
-std::optional<std::string> mlir::train::describeCheckpoint(StringRef dir) {
-  std::string manifestPath = (dir + "/manifest").str();
-  if (llvm::sys::fs::exists(manifestPath)) {
-    StringRef step, ranks;
-    auto buffer = readRegularFile(manifestPath);
-    if (buffer) {
-      SmallVector<StringRef> lines;
-      (*buffer)->getBuffer().split(lines, '\n');
-      for (StringRef line : lines) {
-        if (line.consume_front("step "))
-          step = line;
-        else if (line.consume_front("ranks "))
-          ranks = line;
-      }
-    } else {
-      llvm::consumeError(buffer.takeError());
-    }
-    std::string what = "a sharded checkpoint";
-    if (!step.empty())
-      what += " of step " + step.str();
-    if (!ranks.empty())
-      what += " over " + ranks.str() + " ranks";
-    return what;
-  }
-  std::string path = (dir + "/checkpoint.bin").str();
-  if (!llvm::sys::fs::exists(path))
-    return std::nullopt;
-  std::optional<uint64_t> step = checkpointStep(path);
-  if (!step)
-    return std::string("a file checkpoint.bin");
-  if (*step == 0)
-    return std::string("a checkpoint of step 0 (initial weights)");
-  return "a checkpoint of step " + std::to_string(*step);
 }
 
 llvm::Expected<Checkpoint>
@@ -1087,4 +1061,25 @@ mlir::train::readCheckpointFor(StringRef dir, ArrayRef<TensorSlot> slots,
   std::vector<Checkpoint> old;
   old.push_back(std::move(parsed->checkpoint));
   return relayout(manifest, old, slots, layout);
+}
+
+std::optional<std::string> mlir::train::describeCheckpoint(StringRef dir) {
+  if (llvm::sys::fs::exists(dir + "/manifest")) {
+    llvm::Expected<Manifest> manifest = readManifest(dir);
+    if (!manifest) {
+      llvm::consumeError(manifest.takeError());
+      return std::string("a sharded checkpoint");
+    }
+    return "a sharded checkpoint of step " + std::to_string(manifest->step) +
+           " over " + std::to_string(manifest->ranks) + " ranks";
+  }
+  std::string path = (dir + "/checkpoint.bin").str();
+  if (!llvm::sys::fs::exists(path))
+    return std::nullopt;
+  std::optional<uint64_t> step = checkpointStep(path);
+  if (!step)
+    return std::string("a file checkpoint.bin");
+  if (*step == 0)
+    return std::string("a checkpoint of step 0 (initial weights)");
+  return "a checkpoint of step " + std::to_string(*step);
 }

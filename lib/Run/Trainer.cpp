@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Run/Trainer.h"
+#include "trainmem/Run/Checkpoint.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -18,7 +19,6 @@
 #include <chrono>
 #include <cmath>
 #include <thread>
-#include <unistd.h>
 
 using namespace mlir;
 using namespace mlir::train;
@@ -241,9 +241,9 @@ llvm::Error Trainer::checkSaveKeepsState() const {
     return llvm::Error::success();
   bool resumed = false;
   if (!options.resumeDir.empty() &&
-      llvm::sys::fs::equivalent(options.resumeDir, options.saveDir, resumed))
-    resumed = false;
-  if (resumed)
+      !llvm::sys::fs::equivalent(options.resumeDir, options.saveDir,
+                                 resumed) &&
+      resumed)
     return llvm::Error::success();
   return runError("--save directory '" + options.saveDir + "' holds " +
                   *held +
@@ -256,7 +256,7 @@ llvm::Error Trainer::checkSaveKeepsState() const {
 /// A resumed run continues the log of the run it continues: the steps
 /// that run logged past the checkpoint (it was killed before saving them)
 /// are trained again, and their lines go, so that each step is logged once.
-/// The log is rewritten atomically (a temporary renamed over it).
+/// The log is rewritten atomically (writeAtomically).
 llvm::Error Trainer::truncateLossLog() {
   const std::string &log = options.lossLog;
   llvm::sys::fs::file_status status;
@@ -282,26 +282,12 @@ llvm::Error Trainer::truncateLossLog() {
   }
   if (!dropped)
     return llvm::Error::success();
-  std::string temporary = log + ".tmp." + std::to_string(::getpid());
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream out(temporary, ec);
-    if (ec)
-      return runError("cannot write '" + temporary + "': " + ec.message());
-    out << kept;
-    out.close();
-    if (out.has_error()) {
-      std::string why = out.error().message();
-      out.clear_error();
-      llvm::sys::fs::remove(temporary);
-      return runError("cannot write '" + temporary + "': " + why);
-    }
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(temporary, log)) {
-    llvm::sys::fs::remove(temporary);
-    return runError("cannot replace the loss log '" + log +
-                    "': " + ec.message());
-  }
+  StringRef parent = llvm::sys::path::parent_path(log);
+  if (llvm::Error error =
+          writeAtomically(parent.empty() ? "." : parent,
+                          llvm::sys::path::filename(log), kept))
+    return runError("cannot rewrite the loss log '" + log +
+                    "': " + llvm::toString(std::move(error)));
   return llvm::Error::success();
 }
 

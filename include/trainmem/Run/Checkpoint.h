@@ -117,6 +117,10 @@ llvm::Error writeCheckpoint(StringRef dir, int64_t step,
                             StringRef name = "checkpoint.bin",
                             const CheckpointLayout *layout = nullptr);
 
+/// Writes `data` as `dir`/`name` atomically: a temporary file, fsync,
+/// rename over the old one, fsync of the directory.
+llvm::Error writeAtomically(StringRef dir, StringRef name, StringRef data);
+
 /// The file of rank `rank`'s shard in a step directory.
 std::string shardFileName(int64_t rank, int64_t ranks);
 

@@ -9,14 +9,25 @@
 using namespace mlir;
 using namespace mlir::train;
 
+/// The value of option `key` in a pass's option text ("size=2 data=2"),
+/// as the pass parses it: words of key=value; none where not given.
+static std::optional<StringRef> optionValue(StringRef text, StringRef key) {
+  SmallVector<StringRef> words;
+  text.split(words, ' ', -1, /*KeepEmpty=*/false);
+  for (StringRef word : words) {
+    auto [name, value] = word.split('=');
+    if (name.trim() == key)
+      return value.trim();
+  }
+  return std::nullopt;
+}
+
 /// train-remat's options; a budget (`policy=budget`) is for the step as it
 /// runs, so it gets the passes train-step runs after train-remat as
 /// `measure-after` (unless given; the micro-batch loop left rolled).
 static std::string rematOptions(const TrainStepPipelineOptions &options) {
   StringRef remat = options.remat;
-  SmallVector<StringRef> words;
-  remat.split(words, ' ', -1, /*KeepEmpty=*/false);
-  if (!llvm::is_contained(words, "policy=budget") ||
+  if (optionValue(remat, "policy") != "budget" ||
       remat.contains("measure-after"))
     return remat.str();
   SmallVector<std::string> after;
@@ -33,19 +44,6 @@ static std::string rematOptions(const TrainStepPipelineOptions &options) {
   if (after.size() == 1)
     return remat.str();
   return (remat + " measure-after={" + llvm::join(after, ",") + "}").str();
-}
-
-/// The value of option `key` in a pass's option text ("size=2 data=2"),
-/// as the pass parses it: words of key=value; none where not given.
-static std::optional<StringRef> optionValue(StringRef text, StringRef key) {
-  SmallVector<StringRef> words;
-  text.split(words, ' ', -1, /*KeepEmpty=*/false);
-  for (StringRef word : words) {
-    auto [name, value] = word.split('=');
-    if (name.trim() == key)
-      return value.trim();
-  }
-  return std::nullopt;
 }
 
 LogicalResult mlir::train::buildTrainStepPipeline(

@@ -1438,9 +1438,10 @@ LogicalResult OpKernels::evaluate(BroadcastOp o) {
 /// Copies the block [offset, offset + n) of dimension `dim` between a
 /// tensor of `whole` shape and one of `part` shape: into the part
 /// (`toPart`) or back into the whole.
+template <typename T>
 static void copyBlock(const std::vector<int64_t> &whole, int64_t dim,
-                      int64_t offset, int64_t n, std::vector<float> &wholeData,
-                      std::vector<float> &partData, bool toPart) {
+                      int64_t offset, int64_t n, std::vector<T> &wholeData,
+                      std::vector<T> &partData, bool toPart) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d)
     outer *= whole[d];
@@ -1449,8 +1450,8 @@ static void copyBlock(const std::vector<int64_t> &whole, int64_t dim,
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < inner; ++i) {
-        float &w = wholeData[(o * whole[dim] + offset + j) * inner + i];
-        float &p = partData[(o * n + j) * inner + i];
+        T &w = wholeData[(o * whole[dim] + offset + j) * inner + i];
+        T &p = partData[(o * n + j) * inner + i];
         if (toPart)
           p = w;
         else
@@ -1460,7 +1461,18 @@ static void copyBlock(const std::vector<int64_t> &whole, int64_t dim,
 
 LogicalResult OpKernels::evaluate(SliceOp o) {
   RefTensor x = get(o.getInput());
-  RefTensor y = RefTensor::zeros(shapeOf(o.getResult().getType()));
+  std::vector<int64_t> shape = shapeOf(o.getResult().getType());
+  if (x.isInteger) {
+    // Ids (a model's shifted labels): copied as they are.
+    int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t(1),
+                                std::multiplies<int64_t>());
+    RefTensor y = RefTensor::ofInts(shape, std::vector<int64_t>(n));
+    copyBlock(x.shape, o.getDim(), o.getOffset(), o.getSize(), x.ints, y.ints,
+              /*toPart=*/true);
+    set(o.getResult(), std::move(y));
+    return success();
+  }
+  RefTensor y = RefTensor::zeros(shape);
   copyBlock(x.shape, o.getDim(), o.getOffset(), o.getSize(), x.floats, y.floats,
             /*toPart=*/true);
   set(o.getResult(), std::move(y));

@@ -97,7 +97,7 @@ std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
     p += llvm::formatv(",train-grad-accum{{steps={0}}", c.accumulation);
   if (c.eightBit)
     p += ",train-quantize-optimizer-state";
-  p += ",train-materialize-remat";
+  p += ",train-materialize-remat,train-materialize-layouts";
   if (c.stage >= 0)
     p += llvm::formatv(",train-zero{{stage={0} ranks={1}}", c.stage,
                        c.dataRanks(ranks));
@@ -136,7 +136,8 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
   if (c.remat == PlanRemat::budget)
     p +=
         llvm::formatv(",train-remat{{policy=budget budget={0}{1}}", memoryBytes,
-                      after == ",train-materialize-remat"
+                      after == ",train-materialize-remat,train-materialize-"
+                               "layouts"
                           ? std::string()
                           : " measure-after={" + after.substr(1) + "}");
   else if (c.remat != PlanRemat::none)

@@ -49,6 +49,9 @@
 #include "mlir/Parser/Parser.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
@@ -540,9 +543,70 @@ static LogicalResult readDeepSpeedFile(std::optional<DeepSpeedPlan> &out) {
   return success();
 }
 
+/// This executable, to find trainmem-import beside it.
+static std::string mainExecutable;
+
+/// An integer of the module's train.model, or 0.
+static int64_t modelValue(ModuleOp module, StringRef key) {
+  auto model = module->getAttrOfType<DictionaryAttr>("train.model");
+  auto value = model ? model.getAs<IntegerAttr>(key) : IntegerAttr();
+  return value ? value.getInt() : 0;
+}
+
+/// A model trainmem-import wrote (its train.import says from what), traced
+/// again at `batch` x `seq` into `traced` (beside `file`), then read into
+/// `module`: a model file is planned at another shape as it was imported.
+static LogicalResult traceAgain(MLIRContext &context, StringRef file,
+                                int64_t batch, int64_t seq,
+                                OwningOpRef<ModuleOp> &module,
+                                std::string &traced) {
+  auto source = (*module)->getAttrOfType<DictionaryAttr>("train.import");
+  auto entry = source ? source.getAs<StringAttr>("entry") : StringAttr();
+  if (!entry)
+    return refuse("--seq and --global-batch plan a model file at another "
+                  "shape by tracing it again, from the source trainmem-import "
+                  "records (train.import); '" +
+                  file +
+                  "' has none: write it at the shape to plan (trainmem-import "
+                  "--batch B --seq S)");
+  SmallString<256> importer(llvm::sys::path::parent_path(mainExecutable));
+  llvm::sys::path::append(importer, "trainmem-import");
+  SmallString<256> out(file);
+  llvm::sys::path::replace_extension(
+      out, llvm::formatv(".b{0}.s{1}.mlir", batch, seq).str());
+  traced = out.str().str();
+  std::string batchText = std::to_string(batch), seqText = std::to_string(seq);
+  SmallVector<StringRef> args = {importer,  entry.getValue(), "--batch",
+                                 batchText, "--seq",          seqText,
+                                 "-o",      traced};
+  if (source.get("meta"))
+    args.push_back("--meta");
+  if (auto python = source.getAs<StringAttr>("python")) {
+    args.push_back("--python");
+    args.push_back(python.getValue());
+  }
+  llvm::errs() << "trainmem-plan: note: tracing " << entry.getValue()
+               << " again at batch " << batch << ", seq " << seq << " into "
+               << traced << "\n";
+  std::string error;
+  int status = llvm::sys::ExecuteAndWait(importer, args, std::nullopt, {}, 0,
+                                         0, &error);
+  if (status != 0)
+    return refuse("tracing " + entry.getValue() + " again at batch " +
+                  batchText + ", seq " + seqText + " failed" +
+                  (error.empty() ? " (trainmem-import's error above)"
+                                 : ": " + error));
+  module = parseSourceFile<ModuleOp>(traced, &context);
+  if (!module)
+    return refuse("cannot read the traced model '" + traced + "'");
+  return success();
+}
+
 /// The model planned: a model file (forward + loss, as trainmem-model
 /// writes it, into `moduleFile`) used as it is, or a preset with the
-/// shape options applied (and the DeepSpeed config's dtype).
+/// shape options applied (and the DeepSpeed config's dtype). A model
+/// trainmem-import wrote is traced again where --seq or --global-batch
+/// asks for another shape than its own.
 static LogicalResult loadModel(MLIRContext &context,
                                const std::optional<DeepSpeedPlan> &deepSpeed,
                                OwningOpRef<ModuleOp> &moduleFile,
@@ -556,16 +620,50 @@ static LogicalResult loadModel(MLIRContext &context,
                          ? modelName.getValue()
                          : std::string();
   if (!file.empty()) {
-    if (layers.getNumOccurrences() || seq.getNumOccurrences() ||
-        hidden.getNumOccurrences() || heads.getNumOccurrences() ||
-        kvHeads.getNumOccurrences() || ffn.getNumOccurrences() ||
-        vocab.getNumOccurrences() || dtype.getNumOccurrences())
-      return refuse("--layers, --seq, --hidden, --heads, --kv-heads, --ffn, "
-                    "--vocab and --dtype shape a preset; a model file is used "
-                    "as it is");
+    if (layers.getNumOccurrences() || hidden.getNumOccurrences() ||
+        heads.getNumOccurrences() || kvHeads.getNumOccurrences() ||
+        ffn.getNumOccurrences() || vocab.getNumOccurrences() ||
+        dtype.getNumOccurrences())
+      return refuse("--layers, --hidden, --heads, --kv-heads, --ffn, --vocab "
+                    "and --dtype shape a preset; a model file is used as it "
+                    "is (--seq and --global-batch trace a model "
+                    "trainmem-import wrote again at that shape)");
     moduleFile = parseSourceFile<ModuleOp>(file, &context);
     if (!moduleFile)
       return refuse("cannot read the model '" + file + "'");
+    // A model trainmem-import wrote is traced again at another shape;
+    // another file's batch is checked by the planner, its sequence fixed.
+    bool imported = (*moduleFile)->hasAttr("train.import");
+    int64_t fileBatch = modelValue(*moduleFile, "batch");
+    int64_t fileSeq = modelValue(*moduleFile, "seq");
+    int64_t wantBatch = fileBatch, wantSeq = fileSeq;
+    if (seq.getNumOccurrences()) {
+      if (seq < 1)
+        return refuse("--seq must be at least 1, got " +
+                      llvm::Twine(seq.getValue()));
+      if (!imported)
+        return refuse("--seq plans a model file at another sequence by "
+                      "tracing it again, from the source trainmem-import "
+                      "records (train.import); '" +
+                      file + "' has none: write it at that sequence");
+      wantSeq = seq;
+    }
+    if (imported && !deepSpeed && globalBatch.getNumOccurrences() &&
+        globalBatch > 0) {
+      if (globalBatch % ranks != 0)
+        return refuse("--global-batch " + llvm::Twine(globalBatch.getValue()) +
+                      " is not a multiple of --ranks " +
+                      llvm::Twine(ranks.getValue()) +
+                      ": a model file's batch is each rank's");
+      wantBatch = globalBatch / ranks;
+    }
+    if (imported && (wantBatch != fileBatch || wantSeq != fileSeq)) {
+      std::string traced;
+      if (failed(traceAgain(context, file, wantBatch, wantSeq, moduleFile,
+                            traced)))
+        return failure();
+      file = traced;
+    }
     // The planner builds the step itself, for each candidate.
     if (hasMarkedStep(*moduleFile))
       return refuse("'" + file +
@@ -584,7 +682,7 @@ static LogicalResult loadModel(MLIRContext &context,
                   "' (trainmem-model --list-presets, or a .mlir file)");
   // A shape given is the shape planned: 0 or a negative one is refused
   // later (validateConfig), as trainmem-model refuses it.
-  if (seq.getNumOccurrences())
+  if (seq.getNumOccurrences() && !moduleFile)
     model->seq = seq;
   if (hidden.getNumOccurrences()) {
     model->hidden = hidden;
@@ -931,6 +1029,8 @@ static void printBestAs(llvm::raw_ostream &os, const PlanRequest &request,
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  mainExecutable = llvm::sys::fs::getMainExecutable(
+      argv[0], reinterpret_cast<void *>(&traceAgain));
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,

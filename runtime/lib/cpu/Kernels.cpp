@@ -336,13 +336,17 @@ void copy_stridedOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
                        int64_t d1, int64_t d2, int64_t d3, int64_t d4,
                        int64_t d5, int64_t s0, int64_t s1, int64_t s2,
                        int64_t s3, int64_t s4, int64_t s5) {
-  const T *x = ctx->at<T>(in);
-  T *y = ctx->at<T>(out);
+  // A copy moves bits, by their width: i32 ids (whose references carry the
+  // f32 code: a model's shifted labels) and every float pattern arrive as
+  // they were.
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
+  const Bits *x = reinterpret_cast<const Bits *>(ctx->at<T>(in));
+  Bits *y = reinterpret_cast<Bits *>(ctx->at<T>(out));
   int64_t rows = d0 * d1 * d2 * d3 * d4;
   ctx->pool.parallelFor(rows, rowGrain(d5), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const T *src = x + rowOffset(r, d1, d2, d3, d4, s0, s1, s2, s3, s4);
-      T *dst = y + r * d5;
+      const Bits *src = x + rowOffset(r, d1, d2, d3, d4, s0, s1, s2, s3, s4);
+      Bits *dst = y + r * d5;
       for (int64_t i5 = 0; i5 < d5; ++i5)
         dst[i5] = src[i5 * s5];
     }

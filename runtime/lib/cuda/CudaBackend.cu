@@ -1618,8 +1618,12 @@ struct Strides6 {
 template <typename T>
 void copy_stridedOf(tmrt_context *ctx, int64_t in, int64_t out,
                     Strides6 shape) {
-  const T *x = ctx->at<T>(in);
-  T *y = ctx->at<T>(out);
+  // A copy moves bits, by their width: i32 ids (whose references carry the
+  // f32 code: a model's shifted labels) and every float pattern arrive as
+  // they were.
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
+  const Bits *x = reinterpret_cast<const Bits *>(ctx->at<T>(in));
+  Bits *y = reinterpret_cast<Bits *>(ctx->at<T>(out));
   int64_t total = 1;
   for (int64_t d : shape.d)
     total *= d;

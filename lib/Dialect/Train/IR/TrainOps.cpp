@@ -1842,3 +1842,27 @@ LogicalResult SGDOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
 
 #define GET_OP_CLASSES
 #include "trainmem/Dialect/Train/IR/TrainOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// StridedOperandsOpInterface: the operands kernels read through strides
+//===----------------------------------------------------------------------===//
+
+bool MatmulOp::readsStridedOperand(unsigned) { return true; }
+bool ReshapeOp::readsStridedOperand(unsigned) { return true; }
+bool TransposeOp::readsStridedOperand(unsigned) { return true; }
+bool BroadcastOp::readsStridedOperand(unsigned) { return true; }
+bool SliceOp::readsStridedOperand(unsigned) { return true; }
+bool RopeOp::readsStridedOperand(unsigned) { return true; }
+
+bool AttentionOp::readsStridedOperand(unsigned index) {
+  Value operand = getOperation()->getOperand(index);
+  return operand == getQ() || operand == getK() || operand == getV();
+}
+
+bool AttentionGradOp::readsStridedOperand(unsigned index) {
+  // The forward's output is read row-major; the output's gradient (a
+  // transpose's VJP hands it over as a view) and Q, K, V through strides.
+  Value operand = getOperation()->getOperand(index);
+  return operand == getQ() || operand == getK() || operand == getV() ||
+         operand == getGrad();
+}

@@ -113,6 +113,9 @@ LogicalResult mlir::train::buildTrainStepPipeline(
   // partitions the rolled loop (stages 2-3 reduce-scatter each
   // micro-batch's gradients into f32 shards); the loop is unrolled after.
   pm.addPass(createTrainMaterializeRematPass());
+  // Strided views that a kernel reads row-major are copied here, before
+  // train-zero and the unrolling, so that the memory plan holds them.
+  pm.addPass(createTrainMaterializeLayoutsPass());
   if (!options.zero.empty() && failed(add("train-zero", options.zero)))
     return failure();
   // Release after partitioning: each shard's update follows its bucket's
@@ -132,7 +135,8 @@ void mlir::train::registerTrainPipelines() {
       "From a model to a step ready to lower: train-autodiff, then "
       "train-loss-scale, train-remat, train-grad-accum, "
       "train-quantize-optimizer-state as "
-      "asked, train-materialize-remat, train-zero and "
+      "asked, train-materialize-remat, train-materialize-layouts, "
+      "train-zero and "
       "train-release-gradients as asked, train-unroll-accum, then "
       "train-offload-optimizer as asked "
       "(trainmem-run's pipeline)",

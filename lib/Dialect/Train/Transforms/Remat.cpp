@@ -90,9 +90,11 @@ FailureOr<SmallVector<Operation *>> attentionCore(BlockOp block) {
     first = first->getOperand(0).getDefiningOp();
   Operation *last = softmax;
   while (last && !isa<MatmulOp>(last)) {
+    // The block's yield (what the backward keeps, or the probabilities
+    // leaving the block for a ·V elsewhere) is not a step of the core.
     Operation *next = nullptr;
     for (Operation *user : last->getResult(0).getUsers())
-      if (user->getBlock() == softmax->getBlock())
+      if (user->getBlock() == softmax->getBlock() && user->getNumResults())
         next = user;
     last = next;
   }

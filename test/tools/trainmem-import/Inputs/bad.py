@@ -197,5 +197,20 @@ def label_smoothing():
 
 
 def on_meta():
-    """A module built on the meta device: refused by name."""
+    """A module moved to the meta device: its parameters have shapes and
+    types, no values; it imports (without --weights)."""
     return Tiny().to("meta"), inputs(), loss_fn
+
+
+class MaskBuffer(Tiny):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.ones(16))
+
+    def forward(self, tokens):
+        return super().forward(tokens) * self.scale.sum()
+
+
+def buffer_on_meta():
+    """A buffer on the meta device: its values are part of the step."""
+    return MaskBuffer().to("meta"), inputs(), loss_fn

@@ -63,12 +63,46 @@ class Block(nn.Module):
         return x
 
 
+class FlatBlock(nn.Module):
+    """The same block written flat, its modules named freely (no
+    attention or MLP submodule, no 'attn' or 'mlp' in any name): the
+    importer finds the parts from the graph."""
+
+    def __init__(self, hidden, heads, seq):
+        super().__init__()
+        self.norm_a = nn.LayerNorm(hidden)
+        self.wq = nn.Linear(hidden, hidden)
+        self.wk = nn.Linear(hidden, hidden)
+        self.wv = nn.Linear(hidden, hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.norm_b = nn.LayerNorm(hidden)
+        self.up = nn.Linear(hidden, 4 * hidden)
+        self.down = nn.Linear(4 * hidden, hidden)
+        self.heads = heads
+        self.register_buffer(
+            "bias", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        d = C // self.heads
+        h = self.norm_a(x)
+        q = self.wq(h).view(B, T, self.heads, d).transpose(1, 2)
+        k = self.wk(h).view(B, T, self.heads, d).transpose(1, 2)
+        v = self.wv(h).view(B, T, self.heads, d).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        x = x + self.out(y.transpose(1, 2).contiguous().view(B, T, C))
+        h = F.gelu(self.up(self.norm_b(x)), approximate="tanh")
+        return x + self.down(h)
+
+
 class GPT(nn.Module):
-    def __init__(self, layers, hidden, heads, vocab, seq):
+    def __init__(self, layers, hidden, heads, vocab, seq, block=Block):
         super().__init__()
         self.wte = nn.Embedding(vocab, hidden)
         self.wpe = nn.Embedding(seq, hidden)
-        self.h = nn.ModuleList(Block(hidden, heads, seq) for _ in range(layers))
+        self.h = nn.ModuleList(block(hidden, heads, seq) for _ in range(layers))
         self.ln_f = nn.LayerNorm(hidden)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # tied, as GPT-2's
@@ -105,3 +139,13 @@ def build(dtype=torch.float32):
 
 def build_bf16():
     return build(torch.bfloat16)
+
+
+def build_flat():
+    torch.manual_seed(0)
+    s = SHAPE
+    model = GPT(s["layers"], s["hidden"], s["heads"], s["vocab"], s["seq"],
+                block=FlatBlock)
+    tokens = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
+    targets = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
+    return model, (tokens, targets), loss_fn

@@ -91,3 +91,63 @@ def gemma():
     return built(hf.GemmaForCausalLM,
                  config(hf.GemmaConfig, num_key_value_heads=2, head_dim=16,
                         hidden_activation="gelu_pytorch_tanh"))
+
+
+def own_loss(model_class, cfg):
+    """The model's own loss, called as Hugging Face documents it:
+    model(input_ids=ids, labels=ids), the labels shifted inside."""
+    torch.manual_seed(0)
+    ids = inputs()[0]
+    return model_class(cfg), {"input_ids": ids, "labels": ids}
+
+
+def llama_own_loss():
+    return own_loss(hf.LlamaForCausalLM,
+                    config(hf.LlamaConfig, num_key_value_heads=2))
+
+
+def gpt2_own_loss():
+    cfg = hf.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                        n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, use_cache=False,
+                        attn_implementation="eager")
+    return own_loss(hf.GPT2LMHeadModel, cfg)
+
+
+# Published shapes, built with trainmem-import --meta (parameters on the
+# meta device: no weights in memory), bf16 as the checkpoints are, to
+# import and plan at the size they train at. Built in bf16 as
+# from_pretrained(torch_dtype=torch.bfloat16) builds (_from_config): the
+# rotary tables stay f32, where .to(torch.bfloat16) would round them.
+def published(model_class, cfg):
+    model = model_class._from_config(cfg, torch_dtype=torch.bfloat16)
+    return model, inputs(), loss_fn
+
+
+def llama2_7b():
+    """Llama-2-7B's config.json values: the shape of trainmem-model's
+    llama2-7b preset."""
+    return published(hf.LlamaForCausalLM, hf.LlamaConfig(
+        vocab_size=32000, hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, use_cache=False,
+        attn_implementation="eager"))
+
+
+def mistral_7b():
+    """Mistral-7B-v0.1's config.json values (its 4096-token sliding window
+    is the causal mask at seq 4096)."""
+    return published(hf.MistralForCausalLM, hf.MistralConfig(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=10000.0,
+        sliding_window=4096, use_cache=False, attn_implementation="eager"))
+
+
+def qwen2_7b():
+    """Qwen2-7B's config.json values."""
+    return published(hf.Qwen2ForCausalLM, hf.Qwen2Config(
+        vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+        max_position_embeddings=32768, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, use_cache=False, attn_implementation="eager"))

@@ -174,3 +174,109 @@ def layerdrop_zero():
 def layerdrop_some():
     torch.manual_seed(0)
     return LayerDrop(0.1), inputs(), loss_fn
+
+
+class OwnLoss(Model):
+    """A model that computes its own loss as Hugging Face's causal LMs do:
+    forward(input_ids, labels) scores logits[:, :-1] against labels[:, 1:],
+    called as model(input_ids=ids, labels=ids)."""
+
+    def forward(self, input_ids, labels=None):
+        logits = super().forward(input_ids)
+        shift_logits = logits[..., :-1, :].contiguous()
+        shift_labels = labels[..., 1:].contiguous()
+        return F.cross_entropy(shift_logits.view(-1, VOCAB),
+                               shift_labels.view(-1))
+
+
+def own_loss():
+    torch.manual_seed(0)
+    ids = inputs()[0]
+    return OwnLoss(), {"input_ids": ids, "labels": ids}
+
+
+def own_loss_other_labels():
+    torch.manual_seed(0)
+    ids, targets = inputs()
+    return OwnLoss(), {"input_ids": ids, "labels": targets}
+
+
+class Unshifted(Model):
+    def forward(self, input_ids, labels=None):
+        logits = super().forward(input_ids)
+        return F.cross_entropy(logits.view(-1, VOCAB), labels.view(-1))
+
+
+def unshifted_labels():
+    torch.manual_seed(0)
+    ids = inputs()[0]
+    return Unshifted(), {"input_ids": ids, "labels": ids}
+
+
+def keyword_mask():
+    torch.manual_seed(0)
+    ids = inputs()[0]
+    return OwnLoss(), {"input_ids": ids, "attention_mask": ids}
+
+
+class MHALayer(nn.Module):
+    """nn.MultiheadAttention as its documentation shows it: a causal float
+    mask (nn.Transformer.generate_square_subsequent_mask's), its packed
+    in_proj (one [3h, h] weight whose product is split by select), the
+    scores by baddbmm on the mask."""
+
+    def __init__(self, need_weights):
+        super().__init__()
+        self.need_weights = need_weights
+        self.ln = nn.LayerNorm(HIDDEN)
+        self.attn = nn.MultiheadAttention(HIDDEN, 2, batch_first=True)
+        self.mlp = MLP(True)
+
+    def forward(self, x):
+        mask = torch.triu(torch.full((SEQ, SEQ), float("-inf")), 1)
+        h = self.ln(x)
+        y, _ = self.attn(h, h, h, attn_mask=mask,
+                         need_weights=self.need_weights)
+        x = x + y
+        return x + self.mlp(x)
+
+
+class MHAModel(Model):
+    def __init__(self, need_weights=False):
+        super().__init__()
+        self.layers = nn.ModuleList([MHALayer(need_weights)])
+
+
+def mha():
+    torch.manual_seed(0)
+    return MHAModel(), inputs(), loss_fn
+
+
+def mha_weights():
+    torch.manual_seed(0)
+    return MHAModel(need_weights=True), inputs(), loss_fn
+
+
+class NarrowAttention(nn.Module):
+    """A fused Q/K/V projection whose parts are taken by narrow and select
+    (Bloom's fused_qkv[..., i, :] of a [b, s, 3, h] view)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(HIDDEN, 3 * HIDDEN)
+
+    def forward(self, x):
+        fused = self.qkv(x)
+        q = fused.narrow(-1, 0, HIDDEN)
+        parts = fused.view(x.size(0), SEQ, 3, HIDDEN)
+        k, v = parts[..., 1, :], parts.select(2, 2)
+        scores = q @ k.transpose(-2, -1) * HIDDEN ** -0.5
+        scores = scores + torch.full((SEQ, SEQ), float("-inf")).triu(1)
+        return F.softmax(scores, -1) @ v
+
+
+def narrow_select():
+    torch.manual_seed(0)
+    model = Model()
+    model.layers[0].attn = NarrowAttention()
+    return model, inputs(), loss_fn

@@ -5,7 +5,8 @@ global gradient norm to 1.0, from the module's own initialisation; writes
 'step loss' lines as trainmem-run's --loss-log does.
 
 The build function returns (module, inputs, loss_fn) or (module, inputs)
-as for trainmem-import.
+as for trainmem-import; inputs {"input_ids": ids, "labels": ids}: the
+model's own loss, given the batch's tokens as both.
 
 Usage: /usr/bin/python3 torch-train.py FILE.py:FUNCTION CORPUS STEPS LOG"""
 import importlib.util
@@ -33,7 +34,10 @@ def main():
     loss_fn = built[2] if len(built) == 3 else None
     torch.set_num_threads(1)
     model.train()
-    batch_size, seq = inputs[0].shape
+    # Keyword inputs: a model that computes its own loss from labels that
+    # are its input ids (model(input_ids=ids, labels=ids)).
+    own_loss = isinstance(inputs, dict)
+    batch_size, seq = (inputs["input_ids"] if own_loss else inputs[0]).shape
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999),
                                   eps=1e-8, weight_decay=0.0)
@@ -43,7 +47,11 @@ def main():
             tokens, targets = batch(data, 0, step, batch_size, seq)
             tokens, targets = torch.tensor(tokens), torch.tensor(targets)
             optimizer.zero_grad(set_to_none=True)
-            if loss_fn is not None:
+            if own_loss:  # the model shifts its labels itself
+                loss = model(input_ids=tokens, labels=tokens)
+                if not torch.is_tensor(loss):
+                    loss = loss.loss
+            elif loss_fn is not None:
                 output = model(tokens)
                 # A Hugging Face model's output: its logits, as
                 # trainmem-import takes them.

@@ -213,6 +213,24 @@ def Train_StridedViewOpInterface : OpInterface<"StridedViewOpInterface"> {
   ];
 }
 
+def Train_StridedOperandsOpInterface
+    : OpInterface<"StridedOperandsOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    An op whose runtime kernel reads some of its operands through their
+    strides, so that a strided view (a transpose) is read where it lies:
+    the matmul's operands, the input of a view or a strided copy, the fused
+    attention's Q, K and V. Every other operand of a train op is read
+    row-major: train-materialize-layouts copies a strided view read there
+    into a row-major tensor first. The pass asks this interface, not the
+    ops by name.
+  }];
+  let methods = [
+    InterfaceMethod<"Whether operand `index` is read through its strides.",
+      "bool", "readsStridedOperand", (ins "unsigned":$index)>
+  ];
+}
+
 def Train_TransparentRegionOpInterface
     : OpInterface<"TransparentRegionOpInterface"> {
   let cppNamespace = "::mlir::train";

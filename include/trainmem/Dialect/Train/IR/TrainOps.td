@@ -113,7 +113,8 @@ def Train_IotaOp : Train_NonDiffOp<"iota"> {
   let hasVerifier = 1;
 }
 
-def Train_MatmulOp : Train_DiffOp<"matmul", [InferTypeOpAdaptor]> {
+def Train_MatmulOp : Train_DiffOp<"matmul", [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
+     InferTypeOpAdaptor]> {
   let summary = "batched matrix product with optional transposes";
   let description = [{
     `result = op(lhs) · op(rhs)` over the last two dimensions, where `op`
@@ -395,7 +396,8 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
 }
 
 def Train_AttentionOp : Train_DiffOp<"attention",
-    [AttrSizedOperandSegments, InferTypeOpAdaptor,
+    [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
+     AttrSizedOperandSegments, InferTypeOpAdaptor,
      DeclareOpInterfaceMethods<Train_BatchDrawOpInterface, ["drawsRandom"]>]> {
   let summary = "fused memory-efficient attention (causal, GQA, dropout)";
   let description = [{
@@ -458,7 +460,8 @@ def Train_AttentionOp : Train_DiffOp<"attention",
   }];
 }
 
-def Train_RopeOp : Train_DiffOp<"rope", [SameOperandsAndResultType]> {
+def Train_RopeOp : Train_DiffOp<"rope", [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
+     SameOperandsAndResultType]> {
   let summary = "rotary position embedding";
   let description = [{
     Rotates pairs `(x[2i], x[2i+1])` of the last dimension (the head
@@ -480,7 +483,8 @@ def Train_RopeOp : Train_DiffOp<"rope", [SameOperandsAndResultType]> {
 }
 
 def Train_ReshapeOp : Train_DiffOp<"reshape",
-    [DeclareOpInterfaceMethods<ViewLikeOpInterface>,
+    [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
+     DeclareOpInterfaceMethods<ViewLikeOpInterface>,
      DeclareOpInterfaceMethods<Train_StridedViewOpInterface>],
     ["getBytesRead", "getBytesWritten"]> {
   let summary = "a view with another shape and the same elements";
@@ -495,7 +499,8 @@ def Train_ReshapeOp : Train_DiffOp<"reshape",
   let hasVerifier = 1;
 }
 
-def Train_BroadcastOp : Train_DiffOp<"broadcast"> {
+def Train_BroadcastOp : Train_DiffOp<"broadcast",
+    [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>]> {
   let summary = "repeats a tensor along its dimensions of size 1";
   let description = [{
     The result has the input's rank; each of its dimensions equals the
@@ -514,7 +519,9 @@ def Train_BroadcastOp : Train_DiffOp<"broadcast"> {
   let hasVerifier = 1;
 }
 
-def Train_SliceOp : Train_DiffOp<"slice", [InferTypeOpAdaptor],
+def Train_SliceOp : Train_DiffOp<"slice",
+    [InferTypeOpAdaptor,
+     DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>],
                                  ["getBytesRead"]> {
   let summary = "consecutive indices of one dimension, copied";
   let description = [{
@@ -522,16 +529,19 @@ def Train_SliceOp : Train_DiffOp<"slice", [InferTypeOpAdaptor],
     `dim`; the other dimensions whole. The parts of a fused projection
     (nanoGPT's `c_attn`, Q, K and V side by side in one `[b, s, 3h]`
     product) are its slices. A copy: the result is a tensor of its own.
-    Its gradient is `train.slice_grad`.
+    Its gradient is `train.slice_grad`. It also copies i32 ids, which have
+    no gradient: a model's own loss scores `logits[:, :-1]` against its
+    labels shifted by `labels[:, 1:]`, which trainmem-import writes as the
+    first `s - 1` of the step's targets (the tokens shifted by one).
 
     ```mlir
     %k = train.slice %qkv {dim = 2 : i64, offset = 768 : i64, size = 768 : i64}
         : tensor<8x1024x2304xbf16> -> tensor<8x1024x768xbf16>
     ```
   }];
-  let arguments = (ins Train_FloatTensor:$input, I64Attr:$dim,
+  let arguments = (ins Train_SliceableTensor:$input, I64Attr:$dim,
                        I64Attr:$offset, I64Attr:$size);
-  let results = (outs Train_FloatTensor:$result);
+  let results = (outs Train_SliceableTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
   // The result type follows from the operand and attributes (passes that
@@ -576,7 +586,8 @@ def Train_GradAllReduceOp : Train_DiffOp<"grad_all_reduce",
 }
 
 def Train_TransposeOp : Train_DiffOp<"transpose",
-    [DeclareOpInterfaceMethods<ViewLikeOpInterface>,
+    [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
+     DeclareOpInterfaceMethods<ViewLikeOpInterface>,
      DeclareOpInterfaceMethods<Train_StridedViewOpInterface>,
      InferTypeOpAdaptor],
     ["getBytesRead", "getBytesWritten"]> {
@@ -1106,7 +1117,8 @@ def Train_DropoutGradOp : Train_NonDiffOp<"dropout_grad",
 }
 
 def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
-    [AttrSizedOperandSegments, InferTypeOpAdaptor,
+    [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
+     AttrSizedOperandSegments, InferTypeOpAdaptor,
      DeclareOpInterfaceMethods<Train_BatchDrawOpInterface, ["drawsRandom"]>],
     ["getRecomputeFlops"]> {
   let summary = "gradient of train.attention from q, k, v, output and lse";

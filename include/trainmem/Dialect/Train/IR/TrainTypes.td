@@ -51,6 +51,10 @@ def Train_FloatTensor : Train_StaticTensorOf<[F32, BF16, F16]>;
 // Token ids and targets.
 def Train_IdTensor : Train_StaticTensorOf<[I32, I64]>;
 
+// What train.slice copies: compute values, and i32 ids (a model's own
+// loss shifts its labels, labels[..., 1:]; the runtime's ids are i32).
+def Train_SliceableTensor : Train_StaticTensorOf<[F32, BF16, F16, I32]>;
+
 // Dropout keep-masks: one byte per element in memory.
 def Train_MaskTensor : Train_StaticTensorOf<[I1]>;
 

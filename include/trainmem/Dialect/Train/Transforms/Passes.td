@@ -570,6 +570,27 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainMaterializeLayoutsPass
+    : Pass<"train-materialize-layouts", "mlir::ModuleOp"> {
+  let summary = "Copies the strided views a kernel reads row-major";
+  let description = [{
+    A transpose is a view: its result lies in its source's buffer with
+    permuted strides, and kernels that read through strides (the matmul,
+    the fused attention's Q/K/V, strided copies: the ops of
+    `StridedOperandsOpInterface`) take it as it lies. Every other operand
+    of a compute op is read row-major; where one is a strided view (an
+    imported model's `y.transpose(0, 1)` added to the residual, or the
+    gradient a transpose's VJP hands on), this pass copies it into a
+    row-major tensor first (`train.reshape` to its own type, which is a
+    copy of a strided view). Steps that need none are left as they are.
+    train-step runs it after train-materialize-remat, and so does the
+    planner, so the copies are in the memory plan.
+  }];
+  let statistics = [
+    Statistic<"numCopies", "copies", "Strided views copied row-major">
+  ];
+}
+
 def TrainMaterializeRematPass
     : Pass<"train-materialize-remat", "mlir::ModuleOp"> {
   let summary = "Clones each train.remat's recompute next to its backward use";

@@ -443,6 +443,18 @@ TEST_F(RuntimeTest, LossAndItsGradient) {
           {{}, RefTensor::ofInts({2, 4}, {0, 8, -1, 3, 3, 2, -1, 7}), {}});
 }
 
+// Label smoothing: the runtime's loss and gradient are the evaluator's.
+TEST_F(RuntimeTest, LabelSmoothedLossAndItsGradient) {
+  compare(R"mlir(
+    func.func @train_step(%l: tensor<2x4x9xf32>, %t: tensor<2x4xi64>, %g: tensor<f32>)
+        -> (tensor<f32>, tensor<i64>, tensor<2x4x9xf32>) {
+      %s, %c = train.cross_entropy %l, %t {ignore_index = -1 : i64, label_smoothing = 0.25 : f64} : tensor<2x4x9xf32>, tensor<2x4xi64> -> tensor<f32>, tensor<i64>
+      %d = train.cross_entropy_grad %g, %l, %t {ignore_index = -1 : i64, label_smoothing = 0.25 : f64} : tensor<f32>, tensor<2x4x9xf32>, tensor<2x4xi64> -> tensor<2x4x9xf32>
+      return %s, %c, %d : tensor<f32>, tensor<i64>, tensor<2x4x9xf32>
+    })mlir",
+          {{}, RefTensor::ofInts({2, 4}, {0, 8, -1, 3, 3, 2, -1, 7}), {}});
+}
+
 // Vocabulary parallelism's loss on one rank (whole logits, no split): the
 // row maxima, each row's sum of exponentials and target logit, the merge
 // and both gradients, in f32 and bf16 logits, an ignored target among

@@ -374,6 +374,17 @@ TEST_F(VJPTest, CrossEntropy) {
         {{}, RefTensor::ofInts({2, 3}, {0, 4, -100, 2, 2, 1})});
 }
 
+TEST_F(VJPTest, LabelSmoothedCrossEntropy) {
+  // Against (1 - 0.1) onehot(t) + 0.1 / vocab; the ignored position still
+  // gets no gradient.
+  check(R"mlir(
+    func.func @f(%l: tensor<2x3x5xf32>, %t: tensor<2x3xi32>) -> (tensor<f32>, tensor<i64>) {
+      %0, %1 = train.cross_entropy %l, %t {ignore_index = -100 : i64, label_smoothing = 0.1 : f64} : tensor<2x3x5xf32>, tensor<2x3xi32> -> tensor<f32>, tensor<i64>
+      return %0, %1 : tensor<f32>, tensor<i64>
+    })mlir",
+        {{}, RefTensor::ofInts({2, 3}, {0, 4, -100, 2, 2, 1})});
+}
+
 TEST_F(VJPTest, MeanLoss) {
   check(R"mlir(
     func.func @f(%s: tensor<f32>, %c: tensor<i64>) -> tensor<f32> {

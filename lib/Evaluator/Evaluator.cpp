@@ -603,6 +603,7 @@ LogicalResult OpKernels::crossEntropy(CrossEntropyOp op) {
   const RefTensor &logits = get(op.getLogits());
   const RefTensor &targets = get(op.getTargets());
   int64_t ignore = op.getIgnoreIndexAttr().getInt();
+  double smoothing = op.getLabelSmoothingAttr().getValueAsDouble();
   auto [rows, vocab] = rowsOf(logits);
   double sum = 0.0;
   int64_t count = 0;
@@ -616,7 +617,12 @@ LogicalResult OpKernels::crossEntropy(CrossEntropyOp op) {
              << vocab;
     const float *lr = &logits.floats[r * vocab];
     auto [maxValue, logZ] = rowLogSumExp(lr, vocab);
-    sum += maxValue + logZ - lr[t];
+    // Against (1 - ε) onehot(t) + ε / vocab.
+    double mean = 0.0;
+    for (int64_t c = 0; c < vocab; ++c)
+      mean += lr[c];
+    mean /= static_cast<double>(vocab);
+    sum += maxValue + logZ - (1.0 - smoothing) * lr[t] - smoothing * mean;
     ++count;
   }
   set(op.getLossSum(), RefTensor::ofFloats({}, {static_cast<float>(sum)}));
@@ -739,6 +745,7 @@ LogicalResult OpKernels::crossEntropyGrad(CrossEntropyGradOp op) {
   const RefTensor &logits = get(op.getLogits());
   const RefTensor &targets = get(op.getTargets());
   int64_t ignore = op.getIgnoreIndexAttr().getInt();
+  double smoothing = op.getLabelSmoothingAttr().getValueAsDouble();
   auto [rows, vocab] = rowsOf(logits);
   RefTensor dl = RefTensor::zeros(logits.shape);
   for (int64_t r = 0; r < rows; ++r) {
@@ -753,8 +760,9 @@ LogicalResult OpKernels::crossEntropyGrad(CrossEntropyGradOp op) {
     auto [maxValue, logZ] = rowLogSumExp(lr, vocab);
     for (int64_t c = 0; c < vocab; ++c) {
       double p = std::exp(lr[c] - maxValue - logZ);
-      dl.floats[r * vocab + c] =
-          static_cast<float>(dsum * (p - (c == t ? 1.0 : 0.0)));
+      double want = (c == t ? 1.0 - smoothing : 0.0) +
+                    smoothing / static_cast<double>(vocab);
+      dl.floats[r * vocab + c] = static_cast<float>(dsum * (p - want));
     }
   }
   set(op.getResult(), std::move(dl));

@@ -352,7 +352,8 @@ Value GraphBuilder::headBlock(Value x, Value targets, Value tokenTable) {
     auto countType = RankedTensorType::get({}, builder.getI64Type());
     auto loss = CrossEntropyOp::create(
         builder, loc("head.cross_entropy"), lossType, countType, logits,
-        targets, builder.getI64IntegerAttr(config.ignoreIndex));
+        targets, builder.getI64IntegerAttr(config.ignoreIndex),
+        /*label_smoothing=*/builder.getF64FloatAttr(0.0));
     return MeanLossOp::create(builder, loc("head.mean_loss"),
                               loss.getLossSum(), loss.getCount(),
                               /*weight=*/Value(), builder.getF64FloatAttr(1.0));

@@ -174,30 +174,39 @@ TRAINMEM_HD inline void softmaxGrad(const T *dy, const T *y, T *dx,
 }
 
 /// The cross-entropy of a row of logits against target `t` (in range):
-/// log-sum-exp minus the target's logit.
+/// log-sum-exp minus the target's logit; with label smoothing ε, against
+/// (1 - ε) onehot(t) + ε / vocab.
 template <typename T>
 TRAINMEM_HD inline double crossEntropy(const T *logits, int64_t vocab,
-                                       int64_t t) {
+                                       int64_t t, double smoothing = 0.0) {
   double most = rowMax(logits, vocab);
-  double z = 0.0;
-  for (int64_t c = 0; c < vocab; ++c)
+  double z = 0.0, sum = 0.0;
+  for (int64_t c = 0; c < vocab; ++c) {
     z += exp(wide(logits[c]) - most);
-  return most + log(z) - wide(logits[t]);
+    sum += wide(logits[c]);
+  }
+  if (smoothing == 0.0)
+    return most + log(z) - wide(logits[t]);
+  return most + log(z) - (1.0 - smoothing) * wide(logits[t]) -
+         smoothing * (sum / static_cast<double>(vocab));
 }
 
 /// The gradient of a row's cross-entropy, times `scale` (the loss's
-/// gradient): scale (softmax - onehot(t)).
+/// gradient): scale (softmax - onehot(t)); with label smoothing ε,
+/// scale (softmax - (1 - ε) onehot(t) - ε / vocab).
 template <typename T>
 TRAINMEM_HD inline void crossEntropyGrad(const T *logits, T *dx, int64_t vocab,
-                                         int64_t t, double scale) {
+                                         int64_t t, double scale,
+                                         double smoothing = 0.0) {
   double most = rowMax(logits, vocab);
   double z = 0.0;
   for (int64_t c = 0; c < vocab; ++c)
     z += exp(wide(logits[c]) - most);
   double logZ = log(z);
+  double floor = smoothing / static_cast<double>(vocab);
   for (int64_t c = 0; c < vocab; ++c)
-    dx[c] = narrow<T>(
-        scale * (exp(wide(logits[c]) - most - logZ) - (c == t ? 1.0 : 0.0)));
+    dx[c] = narrow<T>(scale * (exp(wide(logits[c]) - most - logZ) -
+                               ((c == t ? 1.0 - smoothing : 0.0) + floor)));
 }
 
 /// A vocabulary part's terms of a row's cross-entropy (Megatron's

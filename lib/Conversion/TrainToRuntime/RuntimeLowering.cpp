@@ -496,7 +496,7 @@ static LogicalResult lowerDropoutMask(DropoutMaskOp o, RuntimeCallBuilder &b) {
 }
 
 static LogicalResult lowerCrossEntropy(CrossEntropyOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::cross_entropy{.logits = b.offset(o.getLogits()), .targets = b.offset(o.getTargets()), .loss_sum = b.offset(o.getLossSum()), .count = b.offset(o.getCount()), .rows = b.rows(o.getLogits()), .vocab = b.lastDim(o.getLogits()), .ignore_index = o.getIgnoreIndexAttr().getInt(), .id_bits = b.idBits(o.getTargets())});
+  return b.emitContiguous(o, rt::cross_entropy{.logits = b.offset(o.getLogits()), .targets = b.offset(o.getTargets()), .loss_sum = b.offset(o.getLossSum()), .count = b.offset(o.getCount()), .rows = b.rows(o.getLogits()), .vocab = b.lastDim(o.getLogits()), .ignore_index = o.getIgnoreIndexAttr().getInt(), .id_bits = b.idBits(o.getTargets()), .label_smoothing = o.getLabelSmoothingAttr().getValueAsDouble()});
 }
 
 static LogicalResult lowerMeanLoss(MeanLossOp o, RuntimeCallBuilder &b) {
@@ -649,7 +649,7 @@ static LogicalResult lowerCrossEntropyMergeGrad(CrossEntropyMergeGradOp o,
 }
 
 static LogicalResult lowerCrossEntropyGrad(CrossEntropyGradOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::cross_entropy_grad{.dloss = b.offset(o.getGrad()), .logits = b.offset(o.getLogits()), .targets = b.offset(o.getTargets()), .out = b.offset(o.getResult()), .rows = b.rows(o.getLogits()), .vocab = b.lastDim(o.getLogits()), .ignore_index = o.getIgnoreIndexAttr().getInt(), .id_bits = b.idBits(o.getTargets())});
+  return b.emitContiguous(o, rt::cross_entropy_grad{.dloss = b.offset(o.getGrad()), .logits = b.offset(o.getLogits()), .targets = b.offset(o.getTargets()), .out = b.offset(o.getResult()), .rows = b.rows(o.getLogits()), .vocab = b.lastDim(o.getLogits()), .ignore_index = o.getIgnoreIndexAttr().getInt(), .id_bits = b.idBits(o.getTargets()), .label_smoothing = o.getLabelSmoothingAttr().getValueAsDouble()});
 }
 
 static LogicalResult lowerAdamW(AdamWOp o, RuntimeCallBuilder &b) {

@@ -302,14 +302,16 @@ void tmrt_sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
                  int64_t d5, int64_t o0, int64_t o1, int64_t o2, int64_t o3,
                  int64_t o4, int64_t o5);
 
-/* Loss. count is an i64 scalar. */
+/* Loss. count is an i64 scalar. label_smoothing ε: against
+   (1 - ε) onehot(target) + ε / vocab (0: the plain cross-entropy). */
 void tmrt_cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
                         int64_t loss_sum, int64_t count, int64_t rows,
-                        int64_t vocab, int64_t ignore_index, int64_t id_bits);
+                        int64_t vocab, int64_t ignore_index, int64_t id_bits,
+                        double label_smoothing);
 void tmrt_cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
                              int64_t logits, int64_t targets, int64_t out,
                              int64_t rows, int64_t vocab, int64_t ignore_index,
-                             int64_t id_bits);
+                             int64_t id_bits, double label_smoothing);
 /* Vocabulary parallelism (train.cross_entropy_part and _merge): the
  * logits are this rank's `vocab` columns of `split_parts · vocab`, at
  * column ((rank / split_stride) mod split_parts) · vocab of the whole (1

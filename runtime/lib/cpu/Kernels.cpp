@@ -1504,7 +1504,8 @@ void sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
 template <typename T>
 void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
                         int64_t loss_sum, int64_t count, int64_t rows,
-                        int64_t vocab, int64_t ignore_index, int64_t id_bits) {
+                        int64_t vocab, int64_t ignore_index, int64_t id_bits,
+                        double label_smoothing) {
   const T *l = ctx->at<T>(logits);
   std::vector<double> rowLoss(rows, 0.0);
   std::vector<uint8_t> valid(rows, 0);
@@ -1519,7 +1520,8 @@ void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
                   std::to_string(vocab));
         continue;
       }
-      rowLoss[r] = trainmem::rows::crossEntropy(l + r * vocab, vocab, t);
+      rowLoss[r] = trainmem::rows::crossEntropy(l + r * vocab, vocab, t,
+                                                 label_smoothing);
       valid[r] = 1;
     }
   });
@@ -1537,9 +1539,10 @@ void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
 
 void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
                         int64_t loss_sum, int64_t count, int64_t rows,
-                        int64_t vocab, int64_t ignore_index, int64_t id_bits) {
+                        int64_t vocab, int64_t ignore_index, int64_t id_bits,
+                        double label_smoothing) {
   withFloatType(ctx, "cross_entropy", {logits}, [&](auto type) {
-    cross_entropyOf<decltype(type)>(ctx, logits, targets, loss_sum, count, rows, vocab, ignore_index, id_bits);
+    cross_entropyOf<decltype(type)>(ctx, logits, targets, loss_sum, count, rows, vocab, ignore_index, id_bits, label_smoothing);
   });
 }
 
@@ -1547,7 +1550,7 @@ template <typename T>
 void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss,
                              int64_t logits, int64_t targets, int64_t out,
                              int64_t rows, int64_t vocab, int64_t ignore_index,
-                             int64_t id_bits) {
+                             int64_t id_bits, double label_smoothing) {
   double g = *ctx->at<float>(dloss);
   const T *l = ctx->at<T>(logits);
   T *y = ctx->at<T>(out);
@@ -1559,7 +1562,8 @@ void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss,
         std::fill(yr, yr + vocab, 0.0f);
         continue;
       }
-      trainmem::rows::crossEntropyGrad(l + r * vocab, yr, vocab, t, g);
+      trainmem::rows::crossEntropyGrad(l + r * vocab, yr, vocab, t, g,
+                                       label_smoothing);
     }
   });
   ctx->touch(out, rows * vocab * sizeof(T));
@@ -1568,9 +1572,9 @@ void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss,
 void cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
                              int64_t logits, int64_t targets, int64_t out,
                              int64_t rows, int64_t vocab, int64_t ignore_index,
-                             int64_t id_bits) {
+                             int64_t id_bits, double label_smoothing) {
   withFloatType(ctx, "cross_entropy_grad", {logits, out}, [&](auto type) {
-    cross_entropy_gradOf<decltype(type)>(ctx, dloss, logits, targets, out, rows, vocab, ignore_index, id_bits);
+    cross_entropy_gradOf<decltype(type)>(ctx, dloss, logits, targets, out, rows, vocab, ignore_index, id_bits, label_smoothing);
   });
 }
 

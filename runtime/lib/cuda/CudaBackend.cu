@@ -910,7 +910,8 @@ void embedding_grad(tmrt_context *ctx, int64_t dy, int64_t ids, int64_t out,
 template <typename T>
 void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
                      int64_t loss_sum, int64_t count, int64_t rows,
-                     int64_t vocab, int64_t ignore_index, int64_t id_bits) {
+                     int64_t vocab, int64_t ignore_index, int64_t id_bits,
+                     double label_smoothing) {
   const T *l = ctx->at<T>(logits);
   const void *tv = idsAt(ctx, targets, id_bits);
   Scratch rowLoss(ctx, (rows > 0 ? rows : 1) * (sizeof(double) + 1));
@@ -930,7 +931,8 @@ void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
       atomicMin(badSlot, static_cast<unsigned long long>(r));
       return;
     }
-    loss[r] = trainmem::rows::crossEntropy(l + r * vocab, vocab, t);
+    loss[r] =
+        trainmem::rows::crossEntropy(l + r * vocab, vocab, t, label_smoothing);
     valid[r] = 1;
   });
   float *sumOut = ctx->at<float>(loss_sum);
@@ -955,10 +957,12 @@ void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
 
 void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
                    int64_t loss_sum, int64_t count, int64_t rows,
-                   int64_t vocab, int64_t ignore_index, int64_t id_bits) {
+                   int64_t vocab, int64_t ignore_index, int64_t id_bits,
+                   double label_smoothing) {
   withFloatType(ctx, "cross_entropy", {logits}, [&](auto type) {
     cross_entropyOf<decltype(type)>(ctx, logits, targets, loss_sum, count,
-                                    rows, vocab, ignore_index, id_bits);
+                                    rows, vocab, ignore_index, id_bits,
+                                    label_smoothing);
   });
 }
 
@@ -966,7 +970,7 @@ template <typename T>
 void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss, int64_t logits,
                           int64_t targets, int64_t out, int64_t rows,
                           int64_t vocab, int64_t ignore_index,
-                          int64_t id_bits) {
+                          int64_t id_bits, double label_smoothing) {
   const float *dl = ctx->at<float>(dloss);
   const T *l = ctx->at<T>(logits);
   const void *tv = idsAt(ctx, targets, id_bits);
@@ -980,7 +984,8 @@ void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss, int64_t logits,
         yr[c] = T(0.0f);
       return;
     }
-    trainmem::rows::crossEntropyGrad(l + r * vocab, yr, vocab, t, g);
+    trainmem::rows::crossEntropyGrad(l + r * vocab, yr, vocab, t, g,
+                                     label_smoothing);
   });
   ctx->touch(out, rows * vocab * sizeof(T));
 }
@@ -988,10 +993,11 @@ void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss, int64_t logits,
 void cross_entropy_grad(tmrt_context *ctx, int64_t dloss, int64_t logits,
                         int64_t targets, int64_t out, int64_t rows,
                         int64_t vocab, int64_t ignore_index,
-                        int64_t id_bits) {
+                        int64_t id_bits, double label_smoothing) {
   withFloatType(ctx, "cross_entropy_grad", {logits, out}, [&](auto type) {
     cross_entropy_gradOf<decltype(type)>(ctx, dloss, logits, targets, out,
-                                         rows, vocab, ignore_index, id_bits);
+                                         rows, vocab, ignore_index, id_bits,
+                                         label_smoothing);
   });
 }
 

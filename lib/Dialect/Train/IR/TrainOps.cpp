@@ -783,7 +783,18 @@ static LogicalResult verifyLogitsTargets(Operation *op,
   return success();
 }
 
+/// A label smoothing is a probability mass: from 0 to 1.
+static LogicalResult verifyLabelSmoothing(Operation *op, double smoothing) {
+  if (!(smoothing >= 0.0 && smoothing <= 1.0))
+    return op->emitOpError("'label_smoothing' must be from 0 to 1, got ")
+           << smoothing;
+  return success();
+}
+
 LogicalResult CrossEntropyOp::verify() {
+  if (failed(verifyLabelSmoothing(
+          *this, getLabelSmoothingAttr().getValueAsDouble())))
+    return failure();
   return verifyLogitsTargets(*this, getLogits().getType(),
                              getTargets().getType());
 }
@@ -968,6 +979,9 @@ LogicalResult DropoutGradOp::verify() {
 LogicalResult CrossEntropyGradOp::verify() {
   if (getResult().getType().getShape() != getLogits().getType().getShape())
     return emitOpError("result shape must equal the logits shape");
+  if (failed(verifyLabelSmoothing(
+          *this, getLabelSmoothingAttr().getValueAsDouble())))
+    return failure();
   return verifyLogitsTargets(*this, getLogits().getType(),
                              getTargets().getType());
 }

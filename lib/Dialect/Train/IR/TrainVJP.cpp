@@ -335,7 +335,7 @@ LogicalResult CrossEntropyOp::buildVJP(OpBuilder &builder,
   }
   operandGrads.push_back(CrossEntropyGradOp::create(
       builder, getLoc(), getLogits().getType(), resultGrads[0], getLogits(),
-      getTargets(), getIgnoreIndexAttr()));
+      getTargets(), getIgnoreIndexAttr(), getLabelSmoothingAttr()));
   operandGrads.push_back(Value());
   return success();
 }

@@ -530,6 +530,13 @@ LogicalResult TensorParallel::findVocabularyUsers(
   // The heads: matmuls by a weight whose product a cross-entropy reads.
   WalkResult walk = func.walk([&](Operation *op) {
     if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
+      if (loss.getLabelSmoothingAttr().getValueAsDouble() != 0.0) {
+        loss.emitError("train-tensor-parallel: a label-smoothed "
+                       "cross-entropy has no vocabulary-parallel form "
+                       "(train.cross_entropy_part is the plain loss): "
+                       "vocabulary-parallel=false keeps the head whole");
+        return WalkResult::interrupt();
+      }
       auto head = loss.getLogits().getDefiningOp<MatmulOp>();
       if (!head || head.getTransposeLhs() ||
           !paramArgument(head.getRhs(), func) ||

@@ -320,6 +320,22 @@ func.func @cross_entropy_targets(%l: tensor<2x4x16xf32>, %t: tensor<2x5xi32>) {
 
 // -----
 
+func.func @cross_entropy_smoothing(%l: tensor<2x4x16xf32>, %t: tensor<2x4xi32>) {
+  // expected-error @+1 {{'label_smoothing' must be from 0 to 1, got 1.5}}
+  %s, %c = train.cross_entropy %l, %t {ignore_index = -100 : i64, label_smoothing = 1.5 : f64} : tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<f32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_grad_smoothing(%g: tensor<f32>, %l: tensor<2x4x16xf32>, %t: tensor<2x4xi32>) {
+  // expected-error @+1 {{'label_smoothing' must be from 0 to 1, got -5.000000e-01}}
+  %d = train.cross_entropy_grad %g, %l, %t {ignore_index = -100 : i64, label_smoothing = -0.5 : f64} : tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
 func.func @cross_entropy_loss_type(%l: tensor<4x16xbf16>, %t: tensor<4xi32>) {
   // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
   %s, %c = train.cross_entropy %l, %t {ignore_index = -100 : i64} : tensor<4x16xbf16>, tensor<4xi32> -> tensor<bf16>, tensor<i64>

@@ -280,3 +280,14 @@ def narrow_select():
     model = Model()
     model.layers[0].attn = NarrowAttention()
     return model, inputs(), loss_fn
+
+
+def smoothed_loss_fn(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1),
+                           label_smoothing=0.1)
+
+
+def label_smoothing():
+    """F.cross_entropy(..., label_smoothing=0.1)."""
+    torch.manual_seed(0)
+    return Model(), inputs(), smoothed_loss_fn

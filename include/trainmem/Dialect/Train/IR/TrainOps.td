@@ -625,7 +625,10 @@ def Train_CrossEntropyOp : Train_DiffOp<"cross_entropy",
     sum over positions whose target is not `ignore_index` of
     `logsumexp(logits) - logits[target]`, computed in f32, and the number of
     such positions. Keeping sum and count apart lets gradient accumulation
-    normalize by the tokens of a whole window.
+    normalize by the tokens of a whole window. With `label_smoothing` ε
+    (PyTorch's `F.cross_entropy(..., label_smoothing=ε)`) a position's term
+    is `logsumexp(logits) - (1 - ε) logits[target] - ε mean(logits)`: the
+    cross-entropy against `(1 - ε) onehot(target) + ε / vocab`.
 
     ```mlir
     %sum, %count = train.cross_entropy %logits, %targets {ignore_index = -100 : i64}
@@ -633,7 +636,8 @@ def Train_CrossEntropyOp : Train_DiffOp<"cross_entropy",
     ```
   }];
   let arguments = (ins Train_FloatTensor:$logits, Train_IdTensor:$targets,
-                       I64Attr:$ignore_index);
+                       I64Attr:$ignore_index,
+                       DefaultValuedAttr<F64Attr, "0.0">:$label_smoothing);
   let results = (outs Train_F32Scalar:$loss_sum, Train_I64Scalar:$count);
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->`
@@ -1178,7 +1182,8 @@ def Train_CrossEntropyGradOp : Train_NonDiffOp<"cross_entropy_grad",
   let summary = "gradient of the summed cross-entropy w.r.t. the logits";
   let description = [{
     `result[i, :] = grad · (softmax(logits[i, :]) - onehot(targets[i]))` for
-    valid positions and 0 at ignored ones.
+    valid positions and 0 at ignored ones; with `label_smoothing` ε the
+    target distribution is `(1 - ε) onehot(targets[i]) + ε / vocab`.
 
     ```mlir
     %dlogits = train.cross_entropy_grad %dsum, %logits, %targets {ignore_index = -100 : i64}
@@ -1186,7 +1191,8 @@ def Train_CrossEntropyGradOp : Train_NonDiffOp<"cross_entropy_grad",
     ```
   }];
   let arguments = (ins Train_F32Scalar:$grad, Train_FloatTensor:$logits,
-                       Train_IdTensor:$targets, I64Attr:$ignore_index);
+                       Train_IdTensor:$targets, I64Attr:$ignore_index,
+                       DefaultValuedAttr<F64Attr, "0.0">:$label_smoothing);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = [{
     $grad `,` $logits `,` $targets attr-dict `:` type($grad) `,` type($logits)

@@ -291,3 +291,54 @@ def label_smoothing():
     """F.cross_entropy(..., label_smoothing=0.1)."""
     torch.manual_seed(0)
     return Model(), inputs(), smoothed_loss_fn
+
+
+class OptAttention(Attention):
+    """OPT's scores: the mask added, then clamped at the lowest value."""
+
+    def __init__(self):
+        super().__init__("finfo")
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        scores = q @ k.transpose(-2, -1) * HIDDEN ** -0.5
+        lowest = torch.finfo(scores.dtype).min
+        scores = scores + torch.full((SEQ, SEQ), lowest).triu(1)
+        scores = torch.max(scores, torch.tensor(lowest))
+        return F.softmax(scores, -1) @ v
+
+
+class OptStyle(Model):
+    """OPT's learned positions: ids from a cumsum of the [b, s] attention
+    mask, offset by 2 (rows 2..s+1 of the table, the same in every row)."""
+
+    def __init__(self):
+        super().__init__()
+        self.position = nn.Embedding(SEQ + 2, HIDDEN)
+        self.layers[0].attn = OptAttention()
+
+    def forward(self, tokens):
+        mask = torch.ones(tokens.shape, dtype=torch.long)
+        positions = (torch.cumsum(mask, dim=1) * mask).long() - 1
+        x = self.embed(tokens) + self.position(positions + 2)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def opt_style():
+    torch.manual_seed(0)
+    return OptStyle(), inputs(), loss_fn
+
+
+def plain_attribute_mask():
+    """The where-mask kept as a plain tensor attribute (self.keep =
+    torch.tril(...), no register_buffer), as hand-written models often
+    keep it (GPT-J keeps its sinusoidal table so)."""
+    torch.manual_seed(0)
+    model = Model(mask="where")
+    attention = model.layers[0].attn
+    keep = attention._buffers.pop("keep")
+    attention.keep = keep
+    assert "keep" in vars(attention)
+    return model, inputs(), loss_fn

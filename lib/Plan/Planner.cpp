@@ -500,10 +500,8 @@ std::string PlanCandidate::describe() const {
   return text;
 }
 
-/// The batch and sequence of a forward + loss module: its tokens input's
-/// shape.
-static llvm::Error batchOfModule(ModuleOp module, int64_t &batch,
-                                 int64_t &seq) {
+llvm::Error mlir::train::batchOfModule(ModuleOp module, int64_t &batch,
+                                       int64_t &seq) {
   for (auto func : module.getOps<func::FuncOp>())
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       auto input = func.getArgAttrOfType<StringAttr>(i, kInputAttrName);

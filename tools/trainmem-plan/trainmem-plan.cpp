@@ -546,13 +546,6 @@ static LogicalResult readDeepSpeedFile(std::optional<DeepSpeedPlan> &out) {
 /// This executable, to find trainmem-import beside it.
 static std::string mainExecutable;
 
-/// An integer of the module's train.model, or 0.
-static int64_t modelValue(ModuleOp module, StringRef key) {
-  auto model = module->getAttrOfType<DictionaryAttr>("train.model");
-  auto value = model ? model.getAs<IntegerAttr>(key) : IntegerAttr();
-  return value ? value.getInt() : 0;
-}
-
 /// A model trainmem-import wrote (its train.import says from what), traced
 /// again at `batch` x `seq` into `traced` (beside `file`), then read into
 /// `module`: a model file is planned at another shape as it was imported.
@@ -634,8 +627,10 @@ static LogicalResult loadModel(MLIRContext &context,
     // A model trainmem-import wrote is traced again at another shape;
     // another file's batch is checked by the planner, its sequence fixed.
     bool imported = (*moduleFile)->hasAttr("train.import");
-    int64_t fileBatch = modelValue(*moduleFile, "batch");
-    int64_t fileSeq = modelValue(*moduleFile, "seq");
+    // The shape the planner plans (its tokens input); a module without
+    // one is refused by the planner, which says why.
+    int64_t fileBatch = 0, fileSeq = 0;
+    llvm::consumeError(batchOfModule(*moduleFile, fileBatch, fileSeq));
     int64_t wantBatch = fileBatch, wantSeq = fileSeq;
     if (seq.getNumOccurrences()) {
       if (seq < 1)

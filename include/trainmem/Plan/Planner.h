@@ -210,6 +210,11 @@ struct PlanResult {
 /// the ranks).
 llvm::Error completePlanRequest(PlanRequest &request);
 
+/// The batch and sequence of a forward + loss module: its tokens input's
+/// shape; an error where it has none or its loss reads targets from an
+/// argument trainmem-run does not feed them to.
+llvm::Error batchOfModule(ModuleOp module, int64_t &batch, int64_t &seq);
+
 /// Plans a completed request (completePlanRequest).
 PlanResult plan(MLIRContext &context, const PlanRequest &request);
 

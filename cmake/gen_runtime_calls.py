@@ -12,12 +12,17 @@ argument and two swapped ones do not compile:
   builder.emit(rt::add{.a = ..., .b = ..., .out = ..., .n = ...}, loc);
 
 and the table of every function's ABI letters (c: context, i: int64_t,
-f: double) that the lowering declares and checks calls against.
+f: double, p: a constant array of doubles) that the lowering declares and
+checks calls against.
 """
 import re
 import sys
 
-TYPES = {"tmrt_context *": "c", "int64_t": "i", "double": "f"}
+TYPES = {"tmrt_context *": "c", "int64_t": "i", "double": "f",
+         "const double *": "p"}
+# The compiler's type of a field: a constant array is an ArrayRef the
+# lowering places in the module (a null pointer when empty).
+FIELD_TYPES = {"const double *": "ArrayRef<double>"}
 
 
 def kernels(text):
@@ -31,11 +36,14 @@ def kernels(text):
         parsed = []
         for param in params.split(","):
             param = " ".join(param.split())
-            m = re.fullmatch(r"(tmrt_context \*|int64_t|double)\s*(\w+)",
-                             param.replace("tmrt_context *", "tmrt_context * "))
+            m = re.fullmatch(
+                r"(tmrt_context \*|const double \*|int64_t|double)\s*(\w+)",
+                param.replace("tmrt_context *", "tmrt_context * ")
+                .replace("const double *", "const double * "))
             if not m:
                 sys.exit(f"gen_runtime_calls: {name}: cannot read parameter "
-                         f"'{param}' (tmrt_context *, int64_t or double)")
+                         f"'{param}' (tmrt_context *, int64_t, double or "
+                         f"const double *)")
             parsed.append((m.group(1).strip(), m.group(2)))
         if not parsed or TYPES.get(parsed[0][0]) != "c":
             sys.exit(f"gen_runtime_calls: {name}: the first parameter must "
@@ -60,7 +68,8 @@ def main():
         out.append(f"struct {name} {{")
         out.append(f"  static constexpr const char *kName = \"tmrt_{name}\";")
         for ctype, field in fields:
-            out.append(f"  RuntimeParam<{ctype}> {field};")
+            out.append(f"  RuntimeParam<{FIELD_TYPES.get(ctype, ctype)}> "
+                       f"{field};")
         args = ", ".join(f"RuntimeArg({f}.value)" for _, f in fields)
         out.append(f"  SmallVector<RuntimeArg> args() const {{ return {{{args}}}; }}")
         out.append("};")
@@ -69,7 +78,7 @@ def main():
     out.append("} // namespace rt")
     out.append("")
     out.append("/// Every runtime function compiled code may call, with its ABI")
-    out.append("/// letters (c: context, i: int64_t, f: double).")
+    out.append("/// letters (c: context, i: int64_t, f: double, p: const double *).")
     out.append("inline constexpr RuntimeFunctionInfo kRuntimeFunctions[] = {")
     for name, params in entries:
         letters = "".join(TYPES[t] for t, _ in params)

@@ -419,6 +419,17 @@ TEST_F(RuntimeTest, SoftmaxAndDropout) {
           {{}, {}, RefTensor::ofInts({}, {12})});
 }
 
+// ALiBi: the runtime's biased softmax is the evaluator's, causal or not,
+// its slopes per head (the third-to-last dimension, batch rows apart).
+TEST_F(RuntimeTest, SoftmaxWithAlibiSlopes) {
+  compare(R"mlir(
+    func.func @train_step(%x: tensor<2x3x5x5xf32>) -> (tensor<2x3x5x5xf32>, tensor<2x3x5x5xf32>) {
+      %0 = train.softmax %x {alibi_slopes = array<f64: 0.5, 0.25, 0.125>} : tensor<2x3x5x5xf32>
+      %1 = train.softmax %x {causal, alibi_slopes = array<f64: 0.5, 0.25, 0.125>} : tensor<2x3x5x5xf32>
+      return %0, %1 : tensor<2x3x5x5xf32>, tensor<2x3x5x5xf32>
+    })mlir");
+}
+
 TEST_F(RuntimeTest, RopeOfStridedView) {
   compare(R"mlir(
     func.func @train_step(%x: tensor<2x6x3x8xf32>) -> (tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>, tensor<2x3x6x8xf32>) {
@@ -558,6 +569,20 @@ func.func @train_step(%q: tensor<2x4x70x16xT>, %k: tensor<2x2x70x16xT>, %v: tens
     SCOPED_TRACE(dtype.str());
     compare16(in(dtype).c_str(), dtype);
   }
+}
+
+// ALiBi inside the tiles: 70 positions across a tile edge, causal with
+// grouped-query heads, and not causal with dropout; the slopes' biases
+// reach 70 · 0.5 = 35, so a bias in the wrong place shows.
+TEST_F(RuntimeTest, FusedAttentionWithAlibiAndItsGradient) {
+  compare(R"(
+func.func @train_step(%q: tensor<2x4x70x16xf32>, %k: tensor<2x2x70x16xf32>, %v: tensor<2x2x70x8xf32>, %dout: tensor<2x4x70x8xf32>, %step: tensor<i64>) -> (tensor<2x4x70x8xf32>, tensor<2x4x70xf32>, tensor<2x4x70x16xf32>, tensor<2x2x70x16xf32>, tensor<2x2x70x8xf32>, tensor<2x4x70x8xf32>, tensor<2x4x70x16xf32>, tensor<2x2x70x16xf32>, tensor<2x2x70x8xf32>) {
+  %o, %lse = train.attention %q, %k, %v {causal, scale = 0.25 : f64, alibi_slopes = array<f64: 0.5, 0.125, 0.03125, 0.0078125>} : tensor<2x4x70x16xf32>, tensor<2x2x70x16xf32>, tensor<2x2x70x8xf32> -> tensor<2x4x70x8xf32>, tensor<2x4x70xf32>
+  %dq, %dk, %dv = train.attention_grad %dout, %q, %k, %v, %o, %lse {causal, scale = 0.25 : f64, alibi_slopes = array<f64: 0.5, 0.125, 0.03125, 0.0078125>} : tensor<2x4x70x8xf32>, tensor<2x4x70x16xf32>, tensor<2x2x70x16xf32>, tensor<2x2x70x8xf32>, tensor<2x4x70x8xf32>, tensor<2x4x70xf32>
+  %o2, %lse2 = train.attention %q, %k, %v key(%step : tensor<i64>) {scale = 0.25 : f64, rate = 0.2 : f64, seed = 5 : i64, alibi_slopes = array<f64: 0.5, 0.125, 0.03125, 0.0078125>} : tensor<2x4x70x16xf32>, tensor<2x2x70x16xf32>, tensor<2x2x70x8xf32> -> tensor<2x4x70x8xf32>, tensor<2x4x70xf32>
+  %dq2, %dk2, %dv2 = train.attention_grad %dout, %q, %k, %v, %o2, %lse2 key(%step : tensor<i64>) {scale = 0.25 : f64, rate = 0.2 : f64, seed = 5 : i64, alibi_slopes = array<f64: 0.5, 0.125, 0.03125, 0.0078125>} : tensor<2x4x70x8xf32>, tensor<2x4x70x16xf32>, tensor<2x2x70x16xf32>, tensor<2x2x70x8xf32>, tensor<2x4x70x8xf32>, tensor<2x4x70xf32>
+  return %o, %lse, %dq, %dk, %dv, %o2, %dq2, %dk2, %dv2 : tensor<2x4x70x8xf32>, tensor<2x4x70xf32>, tensor<2x4x70x16xf32>, tensor<2x2x70x16xf32>, tensor<2x2x70x8xf32>, tensor<2x4x70x8xf32>, tensor<2x4x70x16xf32>, tensor<2x2x70x16xf32>, tensor<2x2x70x8xf32>
+})", {{}, {}, {}, {}, RefTensor::ofInts({}, {7})}, /*only32=*/true);
 }
 
 TEST_F(RuntimeTest, FusedAttentionOfFewQueriesOverManyKeys) {

@@ -18,6 +18,7 @@
 #include "trainmem/Support/LossScale.h"
 #include "trainmem/Support/Parts.h"
 #include "trainmem/Support/Philox.h"
+#include "trainmem/Support/RowKernels.h"
 #include "trainmem/Support/Sample.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -267,6 +268,8 @@ struct OpKernels {
     a.valueDim = v.getDimSize(3);
     a.transposeOutput = op.getTransposeOutput();
     a.causal = op.getCausal();
+    if (std::optional<ArrayRef<double>> slopes = op.getAlibiSlopes())
+      a.alibiSlopes = slopes->data();
     return a;
   }
   template <typename OpT> trainmem::AttentionDropout attentionDropout(OpT op) {
@@ -516,20 +519,29 @@ void OpKernels::softmax(SoftmaxOp op) {
   auto [rows, cols] = rowsOf(x);
   int64_t queries = x.shape.size() >= 2 ? x.shape[x.shape.size() - 2] : 1;
   bool causal = op.getCausal();
+  std::optional<ArrayRef<double>> slopes = op.getAlibiSlopes();
+  int64_t heads = slopes ? static_cast<int64_t>(slopes->size()) : 1;
   RefTensor y = RefTensor::zeros(x.shape);
+  std::vector<double> row(cols);
   for (int64_t r = 0; r < rows; ++r) {
-    // Row r is query (r % queries); keys after it are masked out.
-    int64_t visible = causal ? (r % queries) + 1 : cols;
+    // Row r is query (r % queries) of head (r / queries) % heads; keys
+    // after it are masked out.
+    int64_t query = r % queries;
+    int64_t visible = causal ? query + 1 : cols;
+    double slope = slopes ? (*slopes)[(r / queries) % heads] : 0.0;
     const float *xr = &x.floats[r * cols];
     double maxValue = -INFINITY;
-    for (int64_t c = 0; c < visible; ++c)
-      maxValue = std::max(maxValue, static_cast<double>(xr[c]));
+    for (int64_t c = 0; c < visible; ++c) {
+      row[c] = xr[c] + (slopes ? trainmem::rows::alibiBias(slope, query, c)
+                               : 0.0);
+      maxValue = std::max(maxValue, row[c]);
+    }
     double sum = 0.0;
     for (int64_t c = 0; c < visible; ++c)
-      sum += std::exp(xr[c] - maxValue);
+      sum += std::exp(row[c] - maxValue);
     for (int64_t c = 0; c < visible; ++c)
       y.floats[r * cols + c] =
-          static_cast<float>(std::exp(xr[c] - maxValue) / sum);
+          static_cast<float>(std::exp(row[c] - maxValue) / sum);
   }
   set(op.getResult(), std::move(y));
 }
@@ -1744,8 +1756,9 @@ LogicalResult OpKernels::evaluate(AttentionOp o) {
             dot += static_cast<double>(qh[i * a.dim + d]) * kh[j * a.dim + d];
           scores[j] = dot;
         }
-        double logSumExp =
-            trainmem::scaleRowAndLogSumExp(scores.data(), visible, scale);
+        double logSumExp = trainmem::scaleRowAndLogSumExp(
+            scores.data(), visible, scale,
+            a.alibiSlopes ? a.alibiSlopes[h] : 0.0, i);
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < visible; ++j) {
           if (!dropout.keep(a.score(b, h, i, j)))
@@ -1795,7 +1808,10 @@ LogicalResult OpKernels::evaluate(AttentionGradOp o) {
           for (int64_t d = 0; d < a.dim; ++d)
             dot += static_cast<double>(q.floats[qBase + i * a.dim + d]) *
                    k.floats[kBase + j * a.dim + d];
-          double p = std::exp(scale * dot - logSumExp);
+          double bias = a.alibiSlopes ? trainmem::rows::alibiBias(
+                                            a.alibiSlopes[h], i, j)
+                                      : 0.0;
+          double p = std::exp(scale * dot + bias - logSumExp);
           bool keep = dropout.keep(a.score(b, h, i, j));
           double kept = keep ? p * dropout.keepScale : 0.0;
           double dpKept = 0.0;

@@ -47,6 +47,9 @@ template <> struct ParameterCode<int64_t> {
 template <> struct ParameterCode<double> {
   static constexpr char value = 'f';
 };
+template <> struct ParameterCode<const double *> {
+  static constexpr char value = 'p';
+};
 template <typename... Args>
 constexpr bool matchesSignature(void (*)(Args...), const char *signature) {
   constexpr char codes[] = {ParameterCode<Args>::value..., '\0'};

@@ -369,9 +369,15 @@ TEST(Cuda, SoftmaxWithinAnUlpOfTheCpu) {
     v = normal(rng);
   std::vector<uint8_t> input(2 * n * 4);
   std::memcpy(input.data(), x.data(), n * 4);
-  for (int64_t causal : {0, 1}) {
+  // Rows are (head, query) of 4 heads of 16 queries with ALiBi slopes, or
+  // of one head without.
+  const double slopes[4] = {0.5, 0.25, 0.125, 0.0625};
+  for (int64_t causal : {0, 1})
+  for (const double *alibi : {static_cast<const double *>(nullptr),
+                              slopes}) {
     auto kernel = [&](tmrt_context *c) {
-      tmrt_softmax(c, 0, n * 4, rows, cols, /*queries=*/cols, causal);
+      tmrt_softmax(c, 0, n * 4, rows, cols, /*queries=*/cols / 4, causal,
+                   /*heads=*/4, alibi);
     };
     ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
     ContextPtr device = cudaContext(why);
@@ -682,7 +688,8 @@ TEST(Cuda, EightBitStateGivesTheCpuBits) {
 // The fused attention and its gradient against the CPU's tiled kernels
 // (which sum in other orders): causal, grouped-query heads (4 over 2),
 // value width 8 != key width 16, dropout 0.2, 70 positions across the
-// CPU's 64-tile edge; f32 within 1e-5 of each result's largest magnitude.
+// CPU's 64-tile edge, ALiBi slopes; f32 within 1e-5 of each result's
+// largest magnitude.
 TEST(Cuda, AttentionMatchesTheCpu) {
   std::string why;
   ContextPtr probe = cudaContext(why);
@@ -700,14 +707,17 @@ TEST(Cuda, AttentionMatchesTheCpu) {
   fillNormal(input, k, nk, 41);
   fillNormal(input, v, nv, 42);
   fillNormal(input, dout, no, 43);
+  const double slopes[H] = {0.25, 0.0625, 0.015625, 0.00390625};
   auto kernel = [&](tmrt_context *c) {
     tmrt_attention(c, q, k, v, out, lse, B, H, KVH, S, S, D, DV, H * S * D,
                    S * D, D, 1, KVH * S * D, S * D, D, 1, KVH * S * DV, S * DV,
-                   DV, 1, 0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1, 0, 1, 1);
+                   DV, 1, 0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1, 0, 1, 1,
+                   slopes);
     tmrt_attention_grad(c, dout, q, k, v, out, lse, dq, dk, dv, B, H, KVH, S, S,
                         D, DV, H * S * D, S * D, D, 1, KVH * S * D, S * D, D, 1,
                         KVH * S * DV, S * DV, DV, 1, H * S * DV, S * DV, DV, 1,
-                        0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1, 0, 1, 1);
+                        0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1, 0, 1, 1,
+                        slopes);
   };
   ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
   ContextPtr gpu = cudaContext(why);

@@ -24,16 +24,21 @@
 namespace mlir {
 namespace train {
 
-/// One argument of a runtime call: an i64 or an f64 constant.
+/// One argument of a runtime call: an i64 or an f64 constant, or a
+/// constant array of f64 (the kernel gets a pointer to it: a global of the
+/// module, null when empty).
 struct RuntimeArg {
   RuntimeArg(int64_t value) : isFloat(false), integer(value) {}
   RuntimeArg(int value) : isFloat(false), integer(value) {}
   RuntimeArg(uint64_t value)
       : isFloat(false), integer(static_cast<int64_t>(value)) {}
   RuntimeArg(double value) : isFloat(true), real(value) {}
-  bool isFloat;
+  RuntimeArg(ArrayRef<double> values) : isArray(true), array(values) {}
+  bool isFloat = false;
+  bool isArray = false;
   int64_t integer = 0;
   double real = 0.0;
+  ArrayRef<double> array;
 };
 
 /// A parameter of a runtime call: it has no default, so a call that leaves
@@ -44,7 +49,7 @@ template <typename T> struct RuntimeParam {
 };
 
 /// A runtime function compiled code may call: its name and ABI letters (c:
-/// the context, i: int64_t, f: double).
+/// the context, i: int64_t, f: double, p: const double *, a constant array).
 struct RuntimeFunctionInfo {
   const char *name;
   const char *signature;
@@ -127,6 +132,9 @@ private:
   /// Calls runtime function `name` with the context and `args`; asserts
   /// that the function and the argument count exist.
   void call(StringRef name, ArrayRef<RuntimeArg> args, Location loc);
+  /// A pointer to `values` as a constant global of the module (one per
+  /// distinct array), or a null pointer when it is empty.
+  Value constantArray(ArrayRef<double> values, Location loc);
 
   OpBuilder &builder;
   Value context;

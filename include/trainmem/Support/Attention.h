@@ -26,6 +26,9 @@ struct AttentionLayout {
   int64_t batch = 0, heads = 0, kvHeads = 0, queries = 0, keys = 0, dim = 0,
           valueDim = 0;
   bool transposeOutput = false, causal = false;
+  /// ALiBi: one slope per query head (memory the kernel can read: device
+  /// memory on a GPU), or null.
+  const double *alibiSlopes = nullptr;
 
   /// The layout of the runtime kernels' arguments (the lowering's order).
   static AttentionLayout of(int64_t batch, int64_t heads, int64_t kvHeads,
@@ -53,6 +56,13 @@ struct AttentionLayout {
   TRAINMEM_HD int64_t visibleKeys(int64_t i) const {
     return causal ? i + 1 : keys;
   }
+  /// The bias score (h, i, j) gets after the scale: ALiBi's
+  /// m_h · (j - i), or 0.
+  TRAINMEM_HD float bias(int64_t h, int64_t i, int64_t j) const {
+    return alibiSlopes ? static_cast<float>(alibiSlopes[h] *
+                                            static_cast<double>(j - i))
+                       : 0.0f;
+  }
   /// Index of row (b, h, i) of the log-sum-exp.
   TRAINMEM_HD int64_t row(int64_t b, int64_t h, int64_t i) const {
     return (b * heads + h) * queries + i;
@@ -69,13 +79,17 @@ struct AttentionLayout {
   }
 };
 
-/// Scales a row of `n` scores (dot products) by `scale` in place and
-/// returns their log-sum-exp, with the row's largest score taken out
-/// first so that no exponential overflows.
-inline double scaleRowAndLogSumExp(double *scores, int64_t n, double scale) {
+/// Scales a row of `n` scores (dot products) by `scale` in place, adds the
+/// ALiBi bias `slope · (j - query)` when `slope` is not 0, and returns
+/// their log-sum-exp, with the row's largest score taken out first so that
+/// no exponential overflows.
+inline double scaleRowAndLogSumExp(double *scores, int64_t n, double scale,
+                                   double slope = 0.0, int64_t query = 0) {
   double most = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < n; ++j) {
     scores[j] = scale * scores[j];
+    if (slope != 0.0)
+      scores[j] += slope * static_cast<double>(j - query);
     most = std::max(most, scores[j]);
   }
   double sum = 0.0;

@@ -162,6 +162,32 @@ TRAINMEM_HD inline void softmax(const T *x, T *y, int64_t cols,
     y[c] = T(0.0f);
 }
 
+/// The ALiBi bias of key `key` for query `query` with slope `slope`:
+/// slope · (key - query), in double (train.softmax's alibi_slopes).
+TRAINMEM_HD inline double alibiBias(double slope, int64_t query, int64_t key) {
+  return slope * static_cast<double>(key - query);
+}
+
+/// softmax() of the row plus ALiBi's bias for query `query`.
+template <typename T>
+TRAINMEM_HD inline void softmaxAlibi(const T *x, T *y, int64_t cols,
+                                     int64_t visible, double slope,
+                                     int64_t query) {
+  double most = -INFINITY;
+  for (int64_t c = 0; c < visible; ++c) {
+    double v = wide(x[c]) + alibiBias(slope, query, c);
+    most = most < v ? v : most;
+  }
+  double sum = 0.0;
+  for (int64_t c = 0; c < visible; ++c)
+    sum += exp(wide(x[c]) + alibiBias(slope, query, c) - most);
+  for (int64_t c = 0; c < visible; ++c)
+    y[c] = narrow<T>(exp(wide(x[c]) + alibiBias(slope, query, c) - most) /
+                     sum);
+  for (int64_t c = visible; c < cols; ++c)
+    y[c] = T(0.0f);
+}
+
 /// dx = y (dy - dy · y).
 template <typename T>
 TRAINMEM_HD inline void softmaxGrad(const T *dy, const T *y, T *dx,

@@ -16,11 +16,14 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/xxhash.h"
 
 using namespace mlir;
 using namespace mlir::train;
@@ -51,7 +54,9 @@ void RuntimeCallBuilder::call(StringRef name, ArrayRef<RuntimeArg> args,
          "argument count differs from Kernels.def");
   SmallVector<Value> operands{context};
   for (const RuntimeArg &arg : args) {
-    if (arg.isFloat)
+    if (arg.isArray)
+      operands.push_back(constantArray(arg.array, loc));
+    else if (arg.isFloat)
       operands.push_back(arith::ConstantOp::create(
           builder, loc, builder.getF64FloatAttr(arg.real)));
     else
@@ -60,6 +65,36 @@ void RuntimeCallBuilder::call(StringRef name, ArrayRef<RuntimeArg> args,
   }
   func::CallOp::create(builder, loc, name, TypeRange{}, operands);
   ++numCalls;
+}
+
+Value RuntimeCallBuilder::constantArray(ArrayRef<double> values,
+                                        Location loc) {
+  MLIRContext *ctx = builder.getContext();
+  auto ptrType = LLVM::LLVMPointerType::get(ctx);
+  if (values.empty())
+    return LLVM::ZeroOp::create(builder, loc, ptrType);
+  Operation *parent = builder.getInsertionBlock()->getParentOp();
+  auto module = isa<ModuleOp>(parent) ? cast<ModuleOp>(parent)
+                                      : parent->getParentOfType<ModuleOp>();
+  // Named by its contents, so that equal arrays share one global.
+  uint64_t hash = llvm::xxh3_64bits(ArrayRef<uint8_t>(
+      reinterpret_cast<const uint8_t *>(values.data()),
+      values.size() * sizeof(double)));
+  std::string name = ("__tmrt_f64_" + Twine(values.size()) + "_" +
+                      llvm::utohexstr(hash))
+                         .str();
+  if (!module.lookupSymbol(name)) {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(module.getBody());
+    auto tensorType = RankedTensorType::get(
+        {static_cast<int64_t>(values.size())}, builder.getF64Type());
+    LLVM::GlobalOp::create(
+        builder, loc,
+        LLVM::LLVMArrayType::get(builder.getF64Type(), values.size()),
+        /*isConstant=*/true, LLVM::Linkage::Internal, name,
+        DenseElementsAttr::get(tensorType, values));
+  }
+  return LLVM::AddressOfOp::create(builder, loc, ptrType, name);
 }
 
 LogicalResult RuntimeCallBuilder::requireContiguous(Operation *op) {
@@ -447,7 +482,9 @@ static LogicalResult lowerSilu(SiluOp o, RuntimeCallBuilder &b) {
 static LogicalResult lowerSoftmax(SoftmaxOp o, RuntimeCallBuilder &b) {
   ArrayRef<int64_t> s = b.shape(o.getInput());
   int64_t queries = s.size() >= 2 ? s[s.size() - 2] : 1;
-  return b.emitContiguous(o, rt::softmax{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .queries = queries, .causal = static_cast<int64_t>(o.getCausal())});
+  int64_t heads =
+      o.getAlibiSlopes() ? static_cast<int64_t>(o.getAlibiSlopes()->size()) : 1;
+  return b.emitContiguous(o, rt::softmax{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .rows = b.rows(o.getInput()), .cols = b.lastDim(o.getInput()), .queries = queries, .causal = static_cast<int64_t>(o.getCausal()), .heads = heads, .alibi_slopes = o.getAlibiSlopes().value_or(ArrayRef<double>())});
 }
 
 static LogicalResult lowerDropout(DropoutOp o, RuntimeCallBuilder &b) {
@@ -1050,7 +1087,9 @@ static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
                        .rank_stride = op.getRankStrideAttr().getInt(),
                        .split_block = split->block,
                        .split_parts = split->parts,
-                       .split_stride = split->stride},
+                       .split_stride = split->stride,
+                       .alibi_slopes = op.getAlibiSlopes().value_or(
+                           ArrayRef<double>())},
          op.getLoc());
   return success();
 }
@@ -1118,7 +1157,9 @@ static LogicalResult lowerAttentionGrad(AttentionGradOp op,
                             .rank_stride = op.getRankStrideAttr().getInt(),
                             .split_block = split->block,
                             .split_parts = split->parts,
-                            .split_stride = split->stride},
+                            .split_stride = split->stride,
+                            .alibi_slopes = op.getAlibiSlopes().value_or(
+                                ArrayRef<double>())},
          op.getLoc());
   return success();
 }

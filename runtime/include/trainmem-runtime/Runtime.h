@@ -205,9 +205,13 @@ void tmrt_rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
                         int64_t gamma, int64_t dx, int64_t dgamma,
                         int64_t rows, int64_t cols, double eps,
                         double gain_offset);
-/* queries: size of the second-to-last dim (causal rows are row % queries). */
+/* queries: size of the second-to-last dim (causal rows are row % queries).
+ * alibi_slopes (null for none): one slope per head (heads of them); row
+ * r's score c gets slope[(r / queries) % heads] * (c - r % queries) added
+ * before the softmax (ALiBi). */
 void tmrt_softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
-                  int64_t cols, int64_t queries, int64_t causal);
+                  int64_t cols, int64_t queries, int64_t causal, int64_t heads,
+                  const double *alibi_slopes);
 void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
                        int64_t rows, int64_t cols);
 
@@ -231,8 +235,10 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
  * i. Dropout (rate > 0) draws tmrt_dropout's mask for the score element
  * ((b·heads + h)·queries + i)·keys + j (with split_block > 0, a rank's
  * heads of a tensor-parallel attention: that element's place in the whole
- * tensor, as tmrt_dropout's split). Sums in double, in a fixed order:
- * the same bits on any thread count. */
+ * tensor, as tmrt_dropout's split). alibi_slopes (null for none, host
+ * memory): one per query head, score (h, i, j) gets slope[h] * (j - i)
+ * after the scale (ALiBi). Sums in double, in a fixed order: the same bits
+ * on any thread count. */
 void tmrt_attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
                     int64_t out, int64_t lse, int64_t batch, int64_t heads,
                     int64_t kv_heads, int64_t queries, int64_t keys,
@@ -244,7 +250,7 @@ void tmrt_attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
                     int64_t first, int64_t part, int64_t part_elements,
                     int64_t rank_elements, int64_t rank_stride,
                     int64_t split_block, int64_t split_parts,
-                    int64_t split_stride);
+                    int64_t split_stride, const double *alibi_slopes);
 /* The gradients of tmrt_attention's q, k and v (dq, dk, dv row-major)
  * from the output's gradient dout (read through element strides g0..g3 of
  * its batch, head, query and value dimensions: a view is fine), q, k, v,
@@ -259,7 +265,8 @@ void tmrt_attention_grad(
     int64_t transpose_output, double scale, int64_t causal, double rate,
     int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
     int64_t part_elements, int64_t rank_elements, int64_t rank_stride,
-    int64_t split_block, int64_t split_parts, int64_t split_stride);
+    int64_t split_block, int64_t split_parts, int64_t split_stride,
+    const double *alibi_slopes);
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,

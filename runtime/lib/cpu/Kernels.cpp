@@ -877,21 +877,32 @@ void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
 
 template <typename T>
 void softmaxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
-                  int64_t cols, int64_t queries, int64_t causal) {
+               int64_t cols, int64_t queries, int64_t causal, int64_t heads,
+               const double *alibi_slopes) {
   const T *x = ctx->at<T>(in);
   T *y = ctx->at<T>(out);
   ctx->pool.parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      trainmem::rows::softmax(x + r * cols, y + r * cols, cols,
-                              causal ? (r % queries) + 1 : cols);
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t query = r % queries;
+      int64_t visible = causal ? query + 1 : cols;
+      if (alibi_slopes)
+        trainmem::rows::softmaxAlibi(x + r * cols, y + r * cols, cols,
+                                     visible,
+                                     alibi_slopes[(r / queries) % heads],
+                                     query);
+      else
+        trainmem::rows::softmax(x + r * cols, y + r * cols, cols, visible);
+    }
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
 
 void softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
-                  int64_t cols, int64_t queries, int64_t causal) {
+             int64_t cols, int64_t queries, int64_t causal, int64_t heads,
+             const double *alibi_slopes) {
   withFloatType(ctx, "softmax", {in, out}, [&](auto type) {
-    softmaxOf<decltype(type)>(ctx, in, out, rows, cols, queries, causal);
+    softmaxOf<decltype(type)>(ctx, in, out, rows, cols, queries, causal,
+                              heads, alibi_slopes);
   });
 }
 
@@ -1056,7 +1067,7 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
           }
           float tileMost = -std::numeric_limits<float>::infinity();
           for (int64_t j = 0; j < visible; ++j) {
-            sr[j] *= scale;
+            sr[j] = sr[j] * scale + a.bias(h, i, k0 + j);
             tileMost = std::max(tileMost, sr[j]);
           }
           float newMost = std::max(most[r], tileMost);
@@ -1177,7 +1188,7 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
               float *pr = p.data() + r * BK, *dr = ds.data() + r * BK;
               float rowL = rowLse[g * a.queries + i];
               for (int64_t j = 0; j < visible; ++j)
-                pr[j] = pr[j] * scale - rowL;
+                pr[j] = pr[j] * scale + a.bias(h, i, k0 + j) - rowL;
               trainmem::fastExpInPlace(pr, visible);
               std::fill(pr + visible, pr + cols, 0.0f);
               uint8_t *keptRow = kept.data() + r * BK;
@@ -1246,12 +1257,14 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
                int64_t causal, double rate, int64_t seed, int64_t offset,
                int64_t key, int64_t first, int64_t part, int64_t part_elements,
                int64_t rank_elements, int64_t rank_stride, int64_t split_block,
-               int64_t split_parts, int64_t split_stride) {
+               int64_t split_parts, int64_t split_stride,
+               const double *alibi_slopes) {
   AttentionShape a = attentionShape(
       ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
       {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output, scale,
       causal, rate, seed, offset, key, first, part, part_elements,
       rank_elements, rank_stride, split_block, split_parts, split_stride);
+  a.alibiSlopes = alibi_slopes;
   withFloatType(ctx, "attention", {q, k, v, out}, [&](auto type) {
     attentionOf<decltype(type)>(ctx, a, q, k, v, out, lse);
   });
@@ -1267,13 +1280,15 @@ void attention_grad(
     int64_t transpose_output, double scale, int64_t causal, double rate,
     int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
     int64_t part_elements, int64_t rank_elements, int64_t rank_stride,
-    int64_t split_block, int64_t split_parts, int64_t split_stride) {
+    int64_t split_block, int64_t split_parts, int64_t split_stride,
+    const double *alibi_slopes) {
   const int64_t gradStrides[4] = {g0, g1, g2, g3};
   AttentionShape a = attentionShape(
       ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
       {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output, scale,
       causal, rate, seed, offset, key, first, part, part_elements,
       rank_elements, rank_stride, split_block, split_parts, split_stride);
+  a.alibiSlopes = alibi_slopes;
   withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},
                 [&](auto type) {
                   attentionGradOf<decltype(type)>(ctx, a, gradStrides, dout,

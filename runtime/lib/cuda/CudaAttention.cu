@@ -50,7 +50,8 @@ struct Shape : trainmem::AttentionLayout {
   __device__ int64_t gAt(int64_t b, int64_t h, int64_t i) const {
     return b * gs[0] + h * gs[1] + i * gs[2];
   }
-  /// scale · q_i · k_j, summed in f32 in the order of d.
+  /// scale · q_i · k_j, summed in f32 in the order of d, plus the ALiBi bias
+  /// (alibiSlopes: device memory).
   template <typename T>
   __device__ float scaledDot(const T *Q, const T *K, int64_t b, int64_t h,
                              int64_t i, int64_t j) const {
@@ -59,7 +60,7 @@ struct Shape : trainmem::AttentionLayout {
     float dot = 0.0f;
     for (int64_t d = 0; d < dim; ++d)
       dot += float(qi[d * qs[3]]) * float(kj[d * ks[3]]);
-    return dot * scale;
+    return dot * scale + bias(h, i, j);
   }
 };
 
@@ -275,7 +276,8 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
                int64_t causal, double rate, int64_t seed, int64_t offset,
                int64_t key, int64_t first, int64_t part, int64_t part_elements,
                int64_t rank_elements, int64_t rank_stride, int64_t split_block,
-               int64_t split_parts, int64_t split_stride) {
+               int64_t split_parts, int64_t split_stride,
+               const double *alibi_slopes) {
   const int64_t strides[16] = {q0, q1, q2, q3, k0, k1, k2, k3,
                                v0, v1, v2, v3, 0,  0,  0,  0};
   Shape a = shapeOf(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
@@ -284,6 +286,10 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
                     rank_stride, split_block, split_parts, split_stride);
   if (!checkShape(ctx, "attention", a))
     return;
+  DeviceDoubles slopes(ctx, alibi_slopes, heads);
+  if (slopes.failed(alibi_slopes))
+    return;
+  a.alibiSlopes = slopes.device;
   withFloatType(ctx, "attention", {q, k, v, out}, [&](auto type) {
     attentionOf<decltype(type)>(ctx, a, q, k, v, out, lse);
   });
@@ -299,7 +305,8 @@ void attention_grad(
     int64_t transpose_output, double scale, int64_t causal, double rate,
     int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
     int64_t part_elements, int64_t rank_elements, int64_t rank_stride,
-    int64_t split_block, int64_t split_parts, int64_t split_stride) {
+    int64_t split_block, int64_t split_parts, int64_t split_stride,
+    const double *alibi_slopes) {
   const int64_t strides[16] = {q0, q1, q2, q3, k0, k1, k2, k3,
                                v0, v1, v2, v3, g0, g1, g2, g3};
   Shape a = shapeOf(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
@@ -308,6 +315,10 @@ void attention_grad(
                     rank_stride, split_block, split_parts, split_stride);
   if (!checkShape(ctx, "attention_grad", a))
     return;
+  DeviceDoubles slopes(ctx, alibi_slopes, heads);
+  if (slopes.failed(alibi_slopes))
+    return;
+  a.alibiSlopes = slopes.device;
   withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},
                 [&](auto type) {
                   attentionGradOf<decltype(type)>(ctx, a, dout, q, k, v, out,

@@ -612,20 +612,31 @@ void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t gamma,
 /// may differ from the CPU's in the last place).
 template <typename T>
 void softmaxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
-               int64_t cols, int64_t queries, int64_t causal) {
+               int64_t cols, int64_t queries, int64_t causal, int64_t heads,
+               const double *slopes) {
   const T *x = ctx->at<T>(in);
   T *y = ctx->at<T>(out);
   elementwise(ctx, "softmax", rows, [=] __device__(int64_t r) {
-    trainmem::rows::softmax(x + r * cols, y + r * cols, cols,
-                            causal ? (r % queries) + 1 : cols);
+    int64_t query = r % queries;
+    int64_t visible = causal ? query + 1 : cols;
+    if (slopes)
+      trainmem::rows::softmaxAlibi(x + r * cols, y + r * cols, cols, visible,
+                                   slopes[(r / queries) % heads], query);
+    else
+      trainmem::rows::softmax(x + r * cols, y + r * cols, cols, visible);
   });
   ctx->touch(out, rows * cols * sizeof(T));
 }
 
 void softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
-             int64_t cols, int64_t queries, int64_t causal) {
+             int64_t cols, int64_t queries, int64_t causal, int64_t heads,
+             const double *alibi_slopes) {
+  DeviceDoubles slopes(ctx, alibi_slopes, heads);
+  if (slopes.failed(alibi_slopes))
+    return;
   withFloatType(ctx, "softmax", {in, out}, [&](auto type) {
-    softmaxOf<decltype(type)>(ctx, in, out, rows, cols, queries, causal);
+    softmaxOf<decltype(type)>(ctx, in, out, rows, cols, queries, causal,
+                              heads, slopes.device);
   });
 }
 

@@ -124,6 +124,28 @@ struct Scratch {
   template <typename U> U *as() { return static_cast<U *>(memory); }
 };
 
+/// `count` doubles of host memory (a kernel's constant array argument,
+/// e.g. ALiBi slopes) in device scratch for the kernels that follow on the
+/// stream; null for a null `host`. The scratch outlives the kernels (freed
+/// in stream order).
+struct DeviceDoubles {
+  Scratch scratch;
+  const double *device = nullptr;
+  DeviceDoubles(tmrt_context *ctx, const double *host, int64_t count)
+      : scratch(ctx, host ? static_cast<uint64_t>(count) * sizeof(double)
+                          : 0) {
+    if (!host || !scratch.memory)
+      return;
+    if (check(ctx,
+              cudaMemcpyAsync(scratch.memory, host, count * sizeof(double),
+                              cudaMemcpyHostToDevice, stateOf(ctx).stream),
+              "constant array"))
+      device = scratch.as<const double>();
+  }
+  /// A host array that could not be placed: the kernel must not run.
+  bool failed(const double *host) const { return host && !device; }
+};
+
 /// `count` values of U copied from device memory (waits for the stream).
 template <typename U>
 inline bool readBack(tmrt_context *ctx, const U *device, int64_t count,

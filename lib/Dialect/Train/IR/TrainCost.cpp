@@ -60,8 +60,11 @@ uint64_t GeluOp::getFlops() { return mulCount(8, elems(getResult())); }
 uint64_t BiasGeluOp::getFlops() { return mulCount(9, elems(getResult())); }
 // exp (1), 1+ (1), divide (1), product (1).
 uint64_t SiluOp::getFlops() { return mulCount(4, elems(getResult())); }
-// max (1), subtract (1), exp (1), sum (1), divide (1).
-uint64_t SoftmaxOp::getFlops() { return mulCount(5, elems(getResult())); }
+// max (1), subtract (1), exp (1), sum (1), divide (1); an ALiBi bias one
+// multiply-add (2).
+uint64_t SoftmaxOp::getFlops() {
+  return mulCount(getAlibiSlopes() ? 7 : 5, elems(getResult()));
+}
 // compare (1), scale (1).
 uint64_t DropoutOp::getFlops() { return mulCount(2, elems(getResult())); }
 // 2x2 rotation: 6 FLOPs per pair.
@@ -75,21 +78,28 @@ static uint64_t scoreElements(Value q, Value k) {
                            static_cast<uint64_t>(kt.getDimSize(2))));
 }
 
+/// Per score: the scale (1), the softmax (5), an ALiBi bias (2), a dropout
+/// (2).
+static uint64_t scaleSoftmaxFlops(double rate, bool alibi) {
+  return 6 + (alibi ? 2 : 0) + (rate > 0.0 ? 2 : 0);
+}
+
 /// The forward's arithmetic, as the decomposed pattern counts it: q·kᵀ,
 /// scale, softmax (5 per element), dropout (2) and p·v.
 static uint64_t attentionForwardFlops(Value q, Value k, Value v,
-                                      double rate) {
+                                      double rate, bool alibi) {
   uint64_t scores = scoreElements(q, k);
   uint64_t headDim = cast<RankedTensorType>(q.getType()).getDimSize(3);
   uint64_t valueDim = cast<RankedTensorType>(v.getType()).getDimSize(3);
   uint64_t flops = mulCount(mulCount(2, scores), headDim); // q·kᵀ
-  flops = addCount(flops, mulCount(rate > 0.0 ? 8 : 6, scores));
+  flops = addCount(flops, mulCount(scaleSoftmaxFlops(rate, alibi), scores));
   return addCount(flops, mulCount(mulCount(2, scores), valueDim)); // p·v
 }
 
 uint64_t AttentionOp::getFlops() {
   return attentionForwardFlops(getQ(), getK(), getV(),
-                               getRate().convertToDouble());
+                               getRate().convertToDouble(),
+                               getAlibiSlopes().has_value());
 }
 
 /// The backward redoes the forward up to the probabilities: q·kᵀ, scale,
@@ -98,7 +108,9 @@ uint64_t AttentionGradOp::getRecomputeFlops() {
   uint64_t scores = scoreElements(getQ(), getK());
   uint64_t headDim = getQ().getType().getDimSize(3);
   return addCount(mulCount(mulCount(2, scores), headDim),
-                  mulCount(getRate().convertToDouble() > 0.0 ? 8 : 6, scores));
+                  mulCount(scaleSoftmaxFlops(getRate().convertToDouble(),
+                                             getAlibiSlopes().has_value()),
+                           scores));
 }
 
 /// Recompute, then what the decomposed backward does: dv and dp (two

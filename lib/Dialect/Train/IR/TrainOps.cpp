@@ -303,10 +303,41 @@ LogicalResult RMSNormOp::verify() {
   return success();
 }
 
+/// ALiBi slopes: one finite slope per head.
+static LogicalResult verifyAlibiSlopes(Operation *op,
+                                       std::optional<ArrayRef<double>> slopes,
+                                       int64_t heads, StringRef what) {
+  if (!slopes)
+    return success();
+  if (static_cast<int64_t>(slopes->size()) != heads)
+    return op->emitOpError("has ")
+           << slopes->size() << " ALiBi slopes for " << heads << " " << what;
+  for (double slope : *slopes)
+    if (!std::isfinite(slope))
+      return op->emitOpError("has an ALiBi slope that is not finite: ")
+             << slope;
+  return success();
+}
+
 LogicalResult SoftmaxOp::verify() {
   RankedTensorType type = getInput().getType();
   if (type.getRank() < 1)
     return emitOpError("input must have rank >= 1");
+  if (std::optional<ArrayRef<double>> slopes = getAlibiSlopes()) {
+    if (type.getRank() < 3)
+      return emitOpError("ALiBi softmax needs rank >= 3 (heads, query, key)");
+    // The heads: the dimensions before (query, key), from the back (a
+    // grouped-query [B, KVH, G, S, S] has KVH · G).
+    ArrayRef<int64_t> shape = type.getShape().drop_back(2);
+    int64_t heads = 1;
+    auto n = static_cast<int64_t>(slopes->size());
+    for (size_t d = shape.size(); d > 0 && heads < n; --d)
+      heads *= shape[d - 1];
+    if (failed(verifyAlibiSlopes(*this, slopes, heads,
+                                 "heads (the dimensions before query and key, "
+                                 "from the back)")))
+      return failure();
+  }
   if (getCausal()) {
     if (type.getRank() < 2)
       return emitOpError("causal softmax needs rank >= 2 (query, key)");
@@ -511,6 +542,10 @@ template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
     return op.emitOpError("has dropout counters (key, part, seed, offset, "
                           "first, part_elements, rank_elements) but no "
                           "dropout (rate 0)");
+  if (failed(verifyAlibiSlopes(op, op.getAlibiSlopes(),
+                               op.getQ().getType().getDimSize(1),
+                               "query heads")))
+    return failure();
   // A rank's heads draw their part of the whole [B, H, S, S'] mask.
   if (failed(verifyDrawSplit(op, op.getSplitAttr(), op.getDrawnType())))
     return failure();

@@ -190,7 +190,9 @@ LogicalResult SoftmaxOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                   SmallVectorImpl<Value> &operandGrads) {
   if (noGradient(*this, resultGrads, operandGrads))
     return success();
-  // Masked (causal) entries have output 0, so their gradient is 0 too.
+  // Masked (causal) entries have output 0, so their gradient is 0 too; an
+  // ALiBi bias is a constant added to the input, so the gradient is the
+  // same function of the output.
   operandGrads.push_back(
       SoftmaxGradOp::create(builder, getLoc(), resultGrads[0], getResult()));
   return success();
@@ -221,7 +223,7 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
       getLse(), getKey(), getPart(), getScaleAttr(), getCausalAttr(),
       getTransposeOutputAttr(), getRateAttr(), getSeedAttr(), getOffsetAttr(),
       getFirstAttr(), getPartElementsAttr(), getRankElementsAttr(),
-      getRankStrideAttr(), getSplitAttr());
+      getRankStrideAttr(), getSplitAttr(), getAlibiSlopesAttr());
   operandGrads.push_back(grad.getQGrad());
   operandGrads.push_back(grad.getKGrad());
   operandGrads.push_back(grad.getVGrad());

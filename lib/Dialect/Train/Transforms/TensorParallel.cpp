@@ -1072,6 +1072,22 @@ struct TrainTensorParallelPass
     }
     if (size == 1)
       return;
+    // ALiBi's slopes are per head of the whole attention; a rank's heads
+    // would need theirs, which no split of the attribute says.
+    for (func::FuncOp func : forwards) {
+      WalkResult alibi = func.walk([](Operation *op) {
+        if (!op->hasAttr("alibi_slopes") ||
+            !isa<SoftmaxOp, AttentionOp>(op))
+          return WalkResult::advance();
+        op->emitError("train-tensor-parallel: an ALiBi attention "
+                      "(alibi_slopes) is not split over ranks: a rank's "
+                      "heads would need their slopes; train it with "
+                      "size=1 (data parallelism, train-zero)");
+        return WalkResult::interrupt();
+      });
+      if (alibi.wasInterrupted())
+        return signalPassFailure();
+    }
     OpBuilder builder(module.getBodyRegion());
     builder.setInsertionPointToStart(module.getBody());
     auto gridOp = shard::GridOp::create(builder, module.getLoc(), "tp",

@@ -224,6 +224,38 @@ func.func @softmax_causal_square(%x: tensor<2x3x4xf32>) {
 
 // -----
 
+func.func @softmax_alibi_rank(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{ALiBi softmax needs rank >= 3 (heads, query, key)}}
+  %0 = train.softmax %x {causal, alibi_slopes = array<f64: 0.5>} : tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_alibi_heads(%x: tensor<1x3x4x4xf32>) {
+  // expected-error @+1 {{has 2 ALiBi slopes for 3 heads (the dimensions before query and key, from the back)}}
+  %0 = train.softmax %x {causal, alibi_slopes = array<f64: 0.5, 0.25>} : tensor<1x3x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_alibi_finite(%x: tensor<1x2x4x4xf32>) {
+  // expected-error @+1 {{has an ALiBi slope that is not finite}}
+  %0 = train.softmax %x {alibi_slopes = array<f64: 0.5, 0x7FF0000000000000>} : tensor<1x2x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_alibi_heads(%q: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{has 1 ALiBi slopes for 2 query heads}}
+  %o, %lse = train.attention %q, %q, %q {causal, scale = 0.5 : f64, alibi_slopes = array<f64: 0.5>} : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  return
+}
+
+// -----
+
 func.func @dropout_rate(%x: tensor<4xf32>) {
   // expected-error @+1 {{rate must be in [0, 1), got 1}}
   %0, %m = train.dropout %x {rate = 1.0 : f64, seed = 0 : i64, offset = 0 : i64} : tensor<4xf32> -> tensor<4xi1>

@@ -43,6 +43,8 @@ func.func @forward_ops(%table: tensor<16x8xbf16>, %ids: tensor<2x4xi32>,
   %sm = train.softmax %ri {causal} : tensor<2x2x4x4xbf16>
   // CHECK: train.softmax %{{.*}} : tensor<2x4x8xbf16>
   %sm2 = train.softmax %si : tensor<2x4x8xbf16>
+  // CHECK: train.softmax %{{.*}} {alibi_slopes = array<f64: 2.500000e-01, 6.250000e-02>, causal} : tensor<2x2x4x4xbf16>
+  %sm3 = train.softmax %ri {causal, alibi_slopes = array<f64: 0.25, 0.0625>} : tensor<2x2x4x4xbf16>
   // CHECK: %{{.*}}, %[[MASK:.*]] = train.dropout %{{.*}} {offset = 3 : i64, rate = 1.000000e-01 : f64, seed = 7 : i64} : tensor<2x2x4x4xbf16> -> tensor<2x2x4x4xi1>
   %d, %mask = train.dropout %sm {rate = 0.1 : f64, seed = 7 : i64, offset = 3 : i64} : tensor<2x2x4x4xbf16> -> tensor<2x2x4x4xi1>
   return

@@ -80,3 +80,22 @@ func.func @plain_matmul(%a: tensor<4x8xf32>, %b: tensor<8x4xf32>) -> tensor<4x4x
   %0 = train.matmul %a, %b : tensor<4x8xf32>, tensor<8x4xf32> -> tensor<4x4xf32>
   return %0 : tensor<4x4xf32>
 }
+
+// -----
+
+// ALiBi slopes go with the softmax onto the fused op (its verifier checks
+// one per query head); grouped-query scores [B, KVH, G, S, S] carry them
+// for the KVH · G query heads in order.
+// CHECK-LABEL: func @alibi
+// CHECK: train.attention {{.*}} {alibi_slopes = array<f64: 5.000000e-01, 2.500000e-01, 1.250000e-01, 6.250000e-02>, causal, scale = 2.500000e-01 : f64, transpose_output}
+// CHECK-NOT: train.softmax
+func.func @alibi(%q: tensor<1x2x2x8x16xf32>, %k: tensor<1x2x1x8x16xf32>, %v: tensor<1x2x1x8x16xf32>) -> tensor<1x8x64xf32> {
+  %s = train.matmul %q, %k {transpose_rhs} : tensor<1x2x2x8x16xf32>, tensor<1x2x1x8x16xf32> -> tensor<1x2x2x8x8xf32>
+  %ss = train.scale %s {factor = 0.25 : f64} : tensor<1x2x2x8x8xf32>
+  %p = train.softmax %ss {causal, alibi_slopes = array<f64: 0.5, 0.25, 0.125, 0.0625>} : tensor<1x2x2x8x8xf32>
+  %o = train.matmul %p, %v : tensor<1x2x2x8x8xf32>, tensor<1x2x1x8x16xf32> -> tensor<1x2x2x8x16xf32>
+  %h = train.reshape %o : tensor<1x2x2x8x16xf32> -> tensor<1x4x8x16xf32>
+  %t = train.transpose %h {permutation = array<i64: 0, 2, 1, 3>} : tensor<1x4x8x16xf32> -> tensor<1x8x4x16xf32>
+  %r = train.reshape %t : tensor<1x8x4x16xf32> -> tensor<1x8x64xf32>
+  return %r : tensor<1x8x64xf32>
+}

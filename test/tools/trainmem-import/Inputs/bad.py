@@ -52,6 +52,54 @@ def branch():
     return Tiny(branch=True), inputs(), loss_fn
 
 
+class DataSize(Tiny):
+    """Cuts the sequence at a length read out of the tokens: the value is
+    computed on one line and read (as a size) on the next."""
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        keep = (tokens > 0).sum(-1).max()  # computed from the input
+        x = x[:, :keep]  # read as a size
+        return self.head(x)
+
+
+def data_size():
+    return DataSize(), inputs(), loss_fn
+
+
+class ConstantSize(Tiny):
+    """A size read out of a tensor made of constants (Bloom's kv_length =
+    cache_position[-1] + 1): computed at import time."""
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        positions = torch.arange(tokens.shape[1])
+        length = positions[-1] + 1
+        x = x.view(x.shape[0], length, x.shape[2])
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def constant_size():
+    return ConstantSize(), inputs(), loss_fn
+
+
+class Permuted(Tiny):
+    """Indexes the features by a list that is not consecutive."""
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        x = x[:, :, [2 * i % 15 for i in range(15)] + [15]]  # aten.index
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def permuted():
+    return Permuted(), inputs(), loss_fn
+
+
 class NoLoss(Tiny):
     """Takes the targets and forgets the loss."""
 

@@ -93,6 +93,35 @@ def gemma():
                         hidden_activation="gelu_pytorch_tanh"))
 
 
+def bloom():
+    """Bloom: ALiBi (its bias built from the attention mask's cumsum,
+    added by baddbmm; 4 heads), its kv_length read from cache_position, its
+    GELU written out (bloom_gelu_forward), keys transposed through a
+    merged batch."""
+    cfg = hf.BloomConfig(vocab_size=256, hidden_size=64, n_layer=2, n_head=4,
+                         hidden_dropout=0.0, attention_dropout=0.0,
+                         use_cache=False, attn_implementation="eager")
+    return built(hf.BloomForCausalLM, cfg)
+
+
+def bloom6():
+    """Bloom with 6 heads: ALiBi's slopes of a head count that is not a
+    power of two (4 geometric, then 2 interleaved)."""
+    cfg = hf.BloomConfig(vocab_size=256, hidden_size=96, n_layer=2, n_head=6,
+                         hidden_dropout=0.0, attention_dropout=0.0,
+                         use_cache=False, attn_implementation="eager")
+    return built(hf.BloomForCausalLM, cfg)
+
+
+def falcon():
+    """Falcon (multi-query): one K/V head picked out of the fused QKV by
+    list indexing (fused_qkv[..., [-2], :], aten.index), broadcast over the
+    query heads; its rotary embedding on halves."""
+    return built(hf.FalconForCausalLM,
+                 config(hf.FalconConfig, hidden_dropout=0.0,
+                        attention_dropout=0.0))
+
+
 def own_loss(model_class, cfg):
     """The model's own loss, called as Hugging Face documents it:
     model(input_ids=ids, labels=ids), the labels shifted inside."""

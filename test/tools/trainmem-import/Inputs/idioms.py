@@ -342,3 +342,71 @@ def plain_attribute_mask():
     attention.keep = keep
     assert "keep" in vars(attention)
     return model, inputs(), loss_fn
+
+
+class AlibiAttention(nn.Module):
+    """Two heads with ALiBi as hand-written code adds it (MPT's way): a
+    buffer [1, h, s, s] of slope_h (j - i) with -inf above the diagonal,
+    added to the scaled scores; with `row_constant`, Bloom's m_h j instead
+    and the causal mask apart."""
+
+    def __init__(self, row_constant=False):
+        super().__init__()
+        self.row_constant = row_constant
+        self.qkv = nn.Linear(HIDDEN, 3 * HIDDEN)
+        self.proj = nn.Linear(HIDDEN, HIDDEN)
+        slopes = torch.tensor([0.5, 0.125]).view(1, 2, 1, 1)
+        i = torch.arange(SEQ).view(SEQ, 1)
+        j = torch.arange(SEQ).view(1, SEQ)
+        if row_constant:
+            bias = slopes * j.float()
+        else:
+            bias = (slopes * (j - i).float()).masked_fill(j > i,
+                                                          float("-inf"))
+        self.register_buffer("bias", bias)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).split(HIDDEN, dim=2)
+        q, k, v = (t.view(b, s, 2, HIDDEN // 2).transpose(1, 2)
+                   for t in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) * (HIDDEN // 2) ** -0.5
+        scores = scores + self.bias
+        if self.row_constant:
+            scores = scores.masked_fill(
+                torch.ones(SEQ, SEQ, dtype=torch.bool).triu(1),
+                float("-inf"))
+        y = F.softmax(scores, -1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, s, HIDDEN))
+
+
+class AlibiModel(Model):
+    """No position embeddings: ALiBi is the position signal."""
+
+    def __init__(self, row_constant=False):
+        super().__init__()
+        self.layers[0].attn = AlibiAttention(row_constant)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def alibi():
+    torch.manual_seed(0)
+    return AlibiModel(), inputs(), loss_fn
+
+
+def alibi_row_constant():
+    torch.manual_seed(0)
+    return AlibiModel(row_constant=True), inputs(), loss_fn
+
+
+def random_bias():
+    """A constant attention bias that is not ALiBi's: refused by name."""
+    torch.manual_seed(0)
+    model = AlibiModel(row_constant=True)
+    model.layers[0].attn.bias = torch.randn(1, 2, SEQ, SEQ)
+    return model, inputs(), loss_fn

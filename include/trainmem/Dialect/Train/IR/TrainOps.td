@@ -322,11 +322,24 @@ def Train_SoftmaxOp : Train_DiffOp<"softmax", [SameOperandsAndResultType]> {
     With `causal`, the last two dimensions are (query, key) and entries with
     key > query get probability 0, so they must be equal in size.
 
+    With `alibi_slopes` (ALiBi, Press et al. 2022: one slope `m_h` per head,
+    the heads being the dimensions before (query, key), counted from the
+    back: `H` of `[B, H, S, S]`, `KVH · G` of a grouped-query
+    `[B, KVH, G, S, S]`), score `(h, i, j)` gets the bias
+    `m_h · (j - i)` before the softmax: a linear penalty on the distance to
+    the query, computed where the score is read (no bias tensor exists). A
+    bias that differs from it by a constant per row (Bloom's `m_h · j`) is
+    the same softmax. The bias is constant: the gradient is
+    `train.softmax_grad`'s as without it.
+
     ```mlir
     %p = train.softmax %scores {causal} : tensor<8x12x1024x1024xbf16>
+    %a = train.softmax %scores {causal, alibi_slopes = array<f64: 0.25, 0.0625>}
+        : tensor<8x2x1024x1024xf32>
     ```
   }];
-  let arguments = (ins Train_FloatTensor:$input, UnitAttr:$causal);
+  let arguments = (ins Train_FloatTensor:$input, UnitAttr:$causal,
+                       OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -411,6 +424,11 @@ def Train_AttentionOp : Train_DiffOp<"attention",
     and `output` it is all the backward (`train.attention_grad`) needs, as
     in FlashAttention, so no `S × S'` tensor is kept or even built whole.
 
+    With `alibi_slopes` (one per query head), score `(h, i, j)` gets
+    `train.softmax`'s ALiBi bias `m_h · (j - i)` after the scale, added
+    inside the kernels' tiles: memory stays O(S) and the bias costs one
+    multiply-add per score.
+
     With `transpose_output` the output is `[B, S, H, Dv]` (the order the
     model's output projection reads, so that it is a view of the output and
     the backward keeps no second copy); the log-sum-exp stays `[B, H, S]`.
@@ -443,7 +461,8 @@ def Train_AttentionOp : Train_DiffOp<"attention",
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
                        DefaultValuedAttr<I64Attr, "0">:$rank_elements,
                        DefaultValuedAttr<I64Attr, "1">:$rank_stride,
-                       OptionalAttr<Train_TensorSplitAttr>:$split);
+                       OptionalAttr<Train_TensorSplitAttr>:$split,
+                       OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes);
   let results = (outs Train_FloatTensor:$output,
                       Train_StaticTensorOf<[F32]>:$lse);
   let assemblyFormat = [{
@@ -1158,7 +1177,8 @@ def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
                        DefaultValuedAttr<I64Attr, "0">:$part_elements,
                        DefaultValuedAttr<I64Attr, "0">:$rank_elements,
                        DefaultValuedAttr<I64Attr, "1">:$rank_stride,
-                       OptionalAttr<Train_TensorSplitAttr>:$split);
+                       OptionalAttr<Train_TensorSplitAttr>:$split,
+                       OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes);
   let results = (outs Train_FloatTensor:$q_grad, Train_FloatTensor:$k_grad,
                       Train_FloatTensor:$v_grad);
   let assemblyFormat = [{

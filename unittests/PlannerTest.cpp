@@ -15,6 +15,7 @@
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Plan/DeepSpeed.h"
 #include "trainmem/Plan/Hardware.h"
+#include "trainmem/Plan/Json.h"
 #include "trainmem/Plan/Megatron.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -271,6 +272,30 @@ TEST(Hardware, PresetsAndTheirJsonForm) {
             "unknown hardware 'tpu' (presets: h100-80gb, h200, b200, "
             "a100-80gb, a100-40gb, cpu; or a .json file of the same "
             "figures)");
+}
+
+// The JSON trainmem-plan writes: llvm::json's document (keys sorted, the
+// same indentation), each double in its shortest round-trip form, whole
+// numbers as integers, and every double reads back to the same value.
+TEST(Json, WritesDoublesInTheirShortestForm) {
+  llvm::json::Value value = llvm::json::Object{
+      {"lr", 1e-4},
+      {"betas", llvm::json::Array{0.9, 0.99}},
+      {"count", 8},
+      {"big", uint64_t(18446744073709551615ull)},
+      {"third", 1.0 / 3.0},
+      {"weight_decay", 0.0},
+      {"nested", llvm::json::Object{{"b", true}, {"a", nullptr}}}};
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  writeJson(os, value, /*indent=*/0);
+  EXPECT_EQ(text, "{\"betas\":[0.9,0.99],\"big\":18446744073709551615,"
+                  "\"count\":8,\"lr\":1e-04,\"nested\":{\"a\":null,"
+                  "\"b\":true},\"third\":0.3333333333333333,"
+                  "\"weight_decay\":0}");
+  llvm::Expected<llvm::json::Value> back = llvm::json::parse(text);
+  ASSERT_TRUE(static_cast<bool>(back));
+  EXPECT_EQ(*back, value);
 }
 
 // DeepSpeed configs in: the decisions a config makes, the keys it names

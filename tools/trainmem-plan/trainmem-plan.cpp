@@ -36,6 +36,7 @@
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Plan/DeepSpeed.h"
 #include "trainmem/Plan/Hardware.h"
+#include "trainmem/Plan/Json.h"
 #include "trainmem/Plan/Megatron.h"
 #include "trainmem/Plan/Planner.h"
 #include "trainmem/Support/ByteSize.h"
@@ -903,8 +904,8 @@ static int printJson(const PlanRequest &request, const PlanResult &result) {
   if (!result.escalatedTensorParallel.empty())
     out["escalated_tensor_parallel"] =
         llvm::json::Array(result.escalatedTensorParallel);
-  llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(out)))
-               << "\n";
+  writeJson(llvm::outs(), llvm::json::Value(std::move(out)));
+  llvm::outs() << "\n";
   return result.best ? 0 : 1;
 }
 
@@ -1018,7 +1019,8 @@ static void printBestAs(llvm::raw_ostream &os, const PlanRequest &request,
     llvm::json::Object config = toDeepSpeed(best, request, notes);
     for (const std::string &note : notes)
       llvm::errs() << "trainmem-plan: note: " << note << "\n";
-    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(config))) << "\n";
+    writeJson(os, llvm::json::Value(std::move(config)));
+    os << "\n";
   }
 }
 

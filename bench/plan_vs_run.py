@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The planner's figures against the runs of the commands it prints (issue
+50): for a model and a set of rows of `trainmem-plan --emit json --all`,
+runs each row's `trainmem_run_options` with trainmem-run and reports the
+planned peak against the measured arena (they must be equal: the goal is
+within 0.1 %), and the predicted step time against the measured one (the
+best of the steps after the first), with their ratio and the Spearman rank
+correlation of predicted and measured times over the rows.
+
+usage: bench/plan_vs_run.py [--bin build/bin] [--steps 3] [--rows N,...]
+                            [--quick] [-- trainmem-plan options]
+
+Without plan options: gpt2-124m at 2 layers, seq 256, bf16, global batch 8,
+one rank, `--hardware cpu` (issue 50's example). `--quick` runs a small GPT
+instead (the lit test's shape). Rows: by default one of each kind the
+single-rank space has (micro-batch 1 x 8, 2 x 4, 8 x 1; selective and full
+recompute; fused attention; 8-bit state; offload of the states), chosen
+from the table; `--rows` takes row numbers instead."""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                      "data", "kjv-genesis-exodus.txt")
+DEFAULT = ["--model", "gpt2-124m", "--layers", "2", "--seq", "256",
+           "--global-batch", "8", "--dtype", "bf16", "--hardware", "cpu",
+           "--memory", "24GB"]
+QUICK = ["--model", "gpt2-124m", "--layers", "2", "--hidden", "64",
+         "--heads", "4", "--ffn", "256", "--vocab", "512", "--seq", "64",
+         "--global-batch", "8", "--hardware", "cpu", "--memory", "1GB"]
+
+
+def kinds(candidates):
+    """One row of each kind: the first row (in the table's order) that
+    matches each description."""
+    wanted = [
+        ("1 x 8", lambda c: c["micro_batch"] == 1 and c["remat"] == "none"),
+        ("2 x 4", lambda c: c["micro_batch"] == 2 and c["remat"] == "none"),
+        ("8 x 1", lambda c: c["accumulation"] == 1 and c["remat"] == "none"),
+        ("selective", lambda c: c["remat"] == "selective"),
+        ("full", lambda c: c["remat"] == "full"),
+        ("fused attention", lambda c: c["fuse_attention"] and
+         c["remat"] == "none"),
+        ("8-bit", lambda c: c["eight_bit"] and c["remat"] == "none"),
+        ("offload", lambda c: c["offload"] == "states"),
+    ]
+    plain = {"eight_bit": False, "offload": "none", "fuse_attention": False,
+             "fuse_elementwise": False}
+    rows = []
+    for name, match in wanted:
+        for c in candidates:
+            if "peak_bytes" not in c:
+                continue
+            base = {k: v for k, v in plain.items()
+                    if name not in ("8-bit", "offload", "fused attention")}
+            if name == "8-bit":
+                base = {"offload": "none", "fuse_attention": False}
+            if name == "offload":
+                base = {"eight_bit": False, "fuse_attention": False}
+            if name == "fused attention":
+                base = {"eight_bit": False, "offload": "none"}
+            if match(c) and all(c[k] == v for k, v in base.items()):
+                rows.append((name, c))
+                break
+    return rows
+
+
+def model_command(plan_args, out):
+    """trainmem-model's command for the plan's preset options."""
+    args, i = [], 0
+    keep = {"--model": "--preset", "--layers": "--layers", "--hidden":
+            "--hidden", "--heads": "--heads", "--ffn": "--ffn", "--vocab":
+            "--vocab", "--seq": "--seq", "--dtype": "--dtype"}
+    while i < len(plan_args):
+        if plan_args[i] in keep:
+            args += [keep[plan_args[i]], plan_args[i + 1]]
+        i += 2 if plan_args[i].startswith("--") else 1
+    return args + ["-o", out]
+
+
+def spearman(xs, ys):
+    def ranks(values):
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        r = [0.0] * len(values)
+        for rank, i in enumerate(order):
+            r[i] = float(rank)
+        return r
+    rx, ry = ranks(xs), ranks(ys)
+    n = len(xs)
+    if n < 2:
+        return float("nan")
+    d = sum((a - b) ** 2 for a, b in zip(rx, ry))
+    return 1 - 6 * d / (n * (n * n - 1))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", default="build/bin")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--rows", default="")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("plan", nargs="*")
+    options = parser.parse_args()
+    plan_args = options.plan or (QUICK if options.quick else DEFAULT)
+    batch = plan_args[plan_args.index("--global-batch") + 1]
+    out = subprocess.run([f"{options.bin}/trainmem-plan", *plan_args,
+                          "--all", "--emit", "json"], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        sys.exit(f"trainmem-plan failed: {out.stderr}")
+    candidates = json.loads(out.stdout)["candidates"]
+    if options.rows:
+        numbers = {int(n) for n in options.rows.split(",")}
+        rows = [(f"#{c['number']}", c) for c in candidates
+                if c["number"] in numbers]
+    else:
+        rows = kinds(candidates)
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "model.mlir")
+        subprocess.run([f"{options.bin}/trainmem-model",
+                        *model_command(plan_args, model), "--batch", batch],
+                       check=True)
+        print("| row | kind | options | planned peak (B) | measured arena (B) "
+              "| arena / plan | predicted s | measured s | measured / "
+              "predicted |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, c in rows:
+            command = f"{options.bin}/trainmem-run {model} --data {CORPUS} " \
+                f"--steps {options.steps}{' ' + c['trainmem_run_options'] if c['trainmem_run_options'] else ''}"
+            run = subprocess.run(command, shell=True, capture_output=True,
+                                 text=True, env=env)
+            text = run.stdout + run.stderr
+            arena = re.search(r"arena: planned (\d+) B, measured peak (\d+) B",
+                              text)
+            timing = re.search(r"step time: best ([0-9.]+) s", text)
+            if run.returncode != 0 or not arena:
+                print(f"| {c['number']} | {name} | "
+                      f"`{c['trainmem_run_options']}` | run failed: "
+                      f"{text.strip().splitlines()[-1:]} |")
+                continue
+            measured = int(arena.group(2))
+            planned = c["peak_bytes"]
+            seconds = float(timing.group(1)) if timing else float("nan")
+            predicted = c["seconds"]["step"]
+            results.append((name, planned, measured, predicted, seconds))
+            print(f"| {c['number']} | {name} | "
+                  f"`{c['trainmem_run_options'].strip() or '(none)'}` | "
+                  f"{planned:,} | {measured:,} | {measured / planned:.6f} | "
+                  f"{predicted:.3f} | {seconds:.3f} | "
+                  f"{seconds / predicted:.2f} |", flush=True)
+    if not results:
+        sys.exit("no row ran")
+    worst = max(abs(m / p - 1) for _, p, m, _, _ in results)
+    print(f"\npeaks: {sum(p == m for _, p, m, _, _ in results)} of "
+          f"{len(results)} rows equal to the byte; largest difference "
+          f"{worst:.2e} of the plan (goal: 1e-3)")
+    times = [(p, s) for _, _, _, p, s in results if s == s]
+    if len(times) >= 2:
+        rho = spearman([p for p, _ in times], [s for _, s in times])
+        ratios = [s / p for p, s in times]
+        print(f"step time: measured / predicted from {min(ratios):.2f} to "
+              f"{max(ratios):.2f} (goal 0.8-1.25); Spearman {rho:.2f} "
+              f"(goal >= 0.9)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 //===- TrainOps.cpp - ops of the train dialect: verifiers ------------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/LossScale.h"
@@ -1630,6 +1631,14 @@ tiedOfUpdate(OptimizerUpdateOpInterface update, unsigned resultIndex) {
   for (const OptimizerStateUse &use : update.getStateUses())
     if (use.resultIndex == resultIndex)
       return use.operandIndex;
+  return std::nullopt;
+}
+
+std::optional<unsigned> AddOp::getTiedResultOperandIndex(unsigned) {
+  // train-unroll-accum's running sum: written over, as the rolled loop's
+  // accumulator is.
+  if ((*this)->hasAttr(kMicroBatchSumAttrName))
+    return 0u;
   return std::nullopt;
 }
 

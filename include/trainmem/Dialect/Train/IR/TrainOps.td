@@ -148,9 +148,15 @@ def Train_MatmulOp : Train_DiffOp<"matmul", [DeclareOpInterfaceMethods<Train_Str
 }
 
 def Train_AddOp : Train_DiffOp<"add",
-    [Train_PositionWise, SameOperandsAndResultType, Train_SumsOperands]> {
+    [Train_PositionWise, SameOperandsAndResultType, Train_SumsOperands,
+     DeclareOpInterfaceMethods<Train_TiedOpInterface>]> {
   let summary = "elementwise sum (residual connections)";
   let description = [{
+    A micro-batch sum (`train.micro_batch_sum`, train-unroll-accum's
+    running sum of gradients) ties its result to `lhs`: the sum is written
+    over the running sum where nothing reads it afterwards, as the rolled
+    loop's accumulator is (TiedOpInterface).
+
     ```mlir
     %y = train.add %x, %attn : tensor<8x1024x768xbf16>
     ```

@@ -10,12 +10,16 @@ correlation of predicted and measured times over the rows.
 usage: bench/plan_vs_run.py [--bin build/bin] [--steps 3] [--rows N,...]
                             [--quick] [-- trainmem-plan options]
 
+With `--ranks N` among the plan options, each row runs on N MPI ranks
+(mpirun --oversubscribe), its ZeRO rows too.
+
 Without plan options: gpt2-124m at 2 layers, seq 256, bf16, global batch 8,
 one rank, `--hardware cpu` (issue 50's example). `--quick` runs a small GPT
-instead (the lit test's shape). Rows: by default one of each kind the
-single-rank space has (micro-batch 1 x 8, 2 x 4, 8 x 1; selective and full
-recompute; fused attention; 8-bit state; offload of the states), chosen
-from the table; `--rows` takes row numbers instead."""
+instead (hidden 64, vocab 512, seq 64). Rows: by default one of each kind the
+space has (micro-batch 1, micro-batch 2, one micro-batch per step;
+selective and full recompute; fused attention; 8-bit state; offload of
+the states; ZeRO-1 and ZeRO-3 on more than one rank), chosen from the
+table; `--rows` takes row numbers instead."""
 
 import argparse
 import json
@@ -39,15 +43,17 @@ def kinds(candidates):
     """One row of each kind: the first row (in the table's order) that
     matches each description."""
     wanted = [
-        ("1 x 8", lambda c: c["micro_batch"] == 1 and c["remat"] == "none"),
-        ("2 x 4", lambda c: c["micro_batch"] == 2 and c["remat"] == "none"),
-        ("8 x 1", lambda c: c["accumulation"] == 1 and c["remat"] == "none"),
+        ("micro-batch 1", lambda c: c["micro_batch"] == 1 and c["remat"] == "none"),
+        ("micro-batch 2", lambda c: c["micro_batch"] == 2 and c["remat"] == "none"),
+        ("one micro-batch", lambda c: c["accumulation"] == 1 and c["remat"] == "none"),
         ("selective", lambda c: c["remat"] == "selective"),
         ("full", lambda c: c["remat"] == "full"),
         ("fused attention", lambda c: c["fuse_attention"] and
          c["remat"] == "none"),
         ("8-bit", lambda c: c["eight_bit"] and c["remat"] == "none"),
         ("offload", lambda c: c["offload"] == "states"),
+        ("ZeRO-1", lambda c: c["zero_stage"] == 1 and c["remat"] == "none"),
+        ("ZeRO-3", lambda c: c["zero_stage"] == 3 and c["remat"] == "none"),
     ]
     plain = {"eight_bit": False, "offload": "none", "fuse_attention": False,
              "fuse_elementwise": False}
@@ -56,8 +62,9 @@ def kinds(candidates):
         for c in candidates:
             if "peak_bytes" not in c:
                 continue
-            base = {k: v for k, v in plain.items()
-                    if name not in ("8-bit", "offload", "fused attention")}
+            base = dict(plain)
+            if c.get("zero_stage", -1) > 0 and not name.startswith("ZeRO"):
+                continue
             if name == "8-bit":
                 base = {"offload": "none", "fuse_attention": False}
             if name == "offload":
@@ -107,7 +114,11 @@ def main():
     parser.add_argument("plan", nargs="*")
     options = parser.parse_args()
     plan_args = options.plan or (QUICK if options.quick else DEFAULT)
-    batch = plan_args[plan_args.index("--global-batch") + 1]
+    ranks = int(plan_args[plan_args.index("--ranks") + 1]) \
+        if "--ranks" in plan_args else 1
+    # trainmem-model builds one rank's batch.
+    batch = str(int(plan_args[plan_args.index("--global-batch") + 1]) //
+                ranks)
     out = subprocess.run([f"{options.bin}/trainmem-plan", *plan_args,
                           "--all", "--emit", "json"], capture_output=True,
                          text=True)
@@ -132,8 +143,15 @@ def main():
               "predicted |")
         print("|---|---|---|---|---|---|---|---|---|")
         for name, c in rows:
-            command = f"{options.bin}/trainmem-run {model} --data {CORPUS} " \
-                f"--steps {options.steps}{' ' + c['trainmem_run_options'] if c['trainmem_run_options'] else ''}"
+            # On N ranks the printed command runs under mpirun; each rank
+            # reports its own arena (ZeRO's ranks plan alike), rank 0's
+            # line is read.
+            launcher = f"mpirun --allow-run-as-root --oversubscribe -np " \
+                f"{ranks} " if ranks > 1 else ""
+            command = f"{launcher}{options.bin}/trainmem-run {model} " \
+                f"--data {CORPUS} --steps {options.steps}" \
+                f"{' --threads 1' if ranks > 1 else ''}" \
+                f"{' ' + c['trainmem_run_options'] if c['trainmem_run_options'] else ''}"
             run = subprocess.run(command, shell=True, capture_output=True,
                                  text=True, env=env)
             text = run.stdout + run.stderr

@@ -304,19 +304,25 @@ LogicalResult RMSNormOp::verify() {
   return success();
 }
 
-/// ALiBi slopes: one finite slope per head.
+/// ALiBi slopes: one finite slope per head, whose bias over `keys` keys
+/// stays finite.
 static LogicalResult verifyAlibiSlopes(Operation *op,
                                        std::optional<ArrayRef<double>> slopes,
-                                       int64_t heads, StringRef what) {
+                                       int64_t heads, int64_t keys,
+                                       StringRef what) {
   if (!slopes)
     return success();
   if (static_cast<int64_t>(slopes->size()) != heads)
     return op->emitOpError("has ")
            << slopes->size() << " ALiBi slopes for " << heads << " " << what;
-  for (double slope : *slopes)
+  for (double slope : *slopes) {
     if (!std::isfinite(slope))
       return op->emitOpError("has an ALiBi slope that is not finite: ")
              << slope;
+    if (!std::isfinite(slope * static_cast<double>(keys)))
+      return op->emitOpError("has an ALiBi slope whose bias over ")
+             << keys << " keys is not finite: " << slope;
+  }
   return success();
 }
 
@@ -330,11 +336,11 @@ LogicalResult SoftmaxOp::verify() {
     // The heads: the dimensions before (query, key), from the back (a
     // grouped-query [B, KVH, G, S, S] has KVH · G).
     ArrayRef<int64_t> shape = type.getShape().drop_back(2);
-    int64_t heads = 1;
     auto n = static_cast<int64_t>(slopes->size());
-    for (size_t d = shape.size(); d > 0 && heads < n; --d)
+    int64_t heads = shape.back();
+    for (size_t d = shape.size() - 1; d > 0 && heads < n; --d)
       heads *= shape[d - 1];
-    if (failed(verifyAlibiSlopes(*this, slopes, heads,
+    if (failed(verifyAlibiSlopes(*this, slopes, heads, type.getShape().back(),
                                  "heads (the dimensions before query and key, "
                                  "from the back)")))
       return failure();
@@ -545,6 +551,7 @@ template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
                           "dropout (rate 0)");
   if (failed(verifyAlibiSlopes(op, op.getAlibiSlopes(),
                                op.getQ().getType().getDimSize(1),
+                               op.getK().getType().getDimSize(2),
                                "query heads")))
     return failure();
   // A rank's heads draw their part of the whole [B, H, S, S'] mask.

@@ -248,6 +248,22 @@ func.func @softmax_alibi_finite(%x: tensor<1x2x4x4xf32>) {
 
 // -----
 
+func.func @softmax_alibi_overflow(%x: tensor<1x2x4x4xf32>) {
+  // expected-error @+1 {{has an ALiBi slope whose bias over 4 keys is not finite}}
+  %0 = train.softmax %x {alibi_slopes = array<f64: 0.5, 1.0e308>} : tensor<1x2x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_alibi_empty(%x: tensor<1x2x4x4xf32>) {
+  // expected-error @+1 {{has 0 ALiBi slopes for 2 heads}}
+  %0 = train.softmax %x {alibi_slopes = array<f64>} : tensor<1x2x4x4xf32>
+  return
+}
+
+// -----
+
 func.func @attention_alibi_heads(%q: tensor<1x2x8x4xf32>) {
   // expected-error @+1 {{has 1 ALiBi slopes for 2 query heads}}
   %o, %lse = train.attention %q, %q, %q {causal, scale = 0.5 : f64, alibi_slopes = array<f64: 0.5>} : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>

@@ -18,7 +18,8 @@ one rank, `--hardware cpu` (issue 50's example). `--quick` runs a small GPT
 instead (hidden 64, vocab 512, seq 64). Rows: by default one of each kind the
 space has (micro-batch 1, micro-batch 2, one micro-batch per step;
 selective and full recompute; fused attention; 8-bit state; offload of
-the states; ZeRO-1 and ZeRO-3 on more than one rank), chosen from the
+the states; ZeRO-1 and ZeRO-3 on more than one rank; tensor parallelism,
+gradient release and Lion where the plan options search them), chosen from the
 table; `--rows` takes row numbers instead."""
 
 import argparse
@@ -54,9 +55,17 @@ def kinds(candidates):
         ("offload", lambda c: c["offload"] == "states"),
         ("ZeRO-1", lambda c: c["zero_stage"] == 1 and c["remat"] == "none"),
         ("ZeRO-3", lambda c: c["zero_stage"] == 3 and c["remat"] == "none"),
+        ("tensor-parallel", lambda c: c["tensor_parallel"] > 1 and
+         c["remat"] == "none"),
+        ("release", lambda c: c["release_gradients"]),
+        ("Lion", lambda c: c["optimizer"] == "lion" and c["remat"] == "none"),
+        ("Sophia", lambda c: c["optimizer"] == "sophia" and
+         c["remat"] == "none"),
+        ("budget", lambda c: c["remat"] == "budget"),
     ]
     plain = {"eight_bit": False, "offload": "none", "fuse_attention": False,
-             "fuse_elementwise": False}
+             "fuse_elementwise": False, "tensor_parallel": 1,
+             "release_gradients": False, "optimizer": "adamw"}
     rows = []
     for name, match in wanted:
         for c in candidates:
@@ -71,6 +80,10 @@ def kinds(candidates):
                 base = {"eight_bit": False, "fuse_attention": False}
             if name == "fused attention":
                 base = {"eight_bit": False, "offload": "none"}
+            if name in ("tensor-parallel", "release", "Lion", "Sophia"):
+                base = {k: v for k, v in plain.items()
+                        if k not in ("tensor_parallel", "release_gradients",
+                                     "optimizer")}
             if match(c) and all(c[k] == v for k, v in base.items()):
                 rows.append((name, c))
                 break
@@ -116,9 +129,7 @@ def main():
     plan_args = options.plan or (QUICK if options.quick else DEFAULT)
     ranks = int(plan_args[plan_args.index("--ranks") + 1]) \
         if "--ranks" in plan_args else 1
-    # trainmem-model builds one rank's batch.
-    batch = str(int(plan_args[plan_args.index("--global-batch") + 1]) //
-                ranks)
+    global_batch = int(plan_args[plan_args.index("--global-batch") + 1])
     out = subprocess.run([f"{options.bin}/trainmem-plan", *plan_args,
                           "--all", "--emit", "json"], capture_output=True,
                          text=True)
@@ -134,10 +145,19 @@ def main():
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        model = os.path.join(tmp, "model.mlir")
-        subprocess.run([f"{options.bin}/trainmem-model",
-                        *model_command(plan_args, model), "--batch", batch],
-                       check=True)
+        models = {}
+
+        def model_for(c):
+            """trainmem-model builds one data rank's batch (a tensor group
+            shares its batch)."""
+            batch = global_batch // (ranks // c["tensor_parallel"])
+            if batch not in models:
+                path = os.path.join(tmp, f"model-{batch}.mlir")
+                subprocess.run([f"{options.bin}/trainmem-model",
+                                *model_command(plan_args, path), "--batch",
+                                str(batch)], check=True)
+                models[batch] = path
+            return models[batch]
         print("| row | kind | options | planned peak (B) | measured arena (B) "
               "| arena / plan | predicted s | measured s | measured / "
               "predicted |")
@@ -148,7 +168,7 @@ def main():
             # line is read.
             launcher = f"mpirun --allow-run-as-root --oversubscribe -np " \
                 f"{ranks} " if ranks > 1 else ""
-            command = f"{launcher}{options.bin}/trainmem-run {model} " \
+            command = f"{launcher}{options.bin}/trainmem-run {model_for(c)} " \
                 f"--data {CORPUS} --steps {options.steps}" \
                 f"{' --threads 1' if ranks > 1 else ''}" \
                 f"{' ' + c['trainmem_run_options'] if c['trainmem_run_options'] else ''}"

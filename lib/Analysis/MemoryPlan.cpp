@@ -2,6 +2,7 @@
 
 #include "trainmem/Analysis/MemoryPlan.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
@@ -194,10 +195,13 @@ MemoryPlan::MemoryPlan(const FunctionMemory &memory,
 
   std::vector<unsigned> order(buffers.size());
   std::iota(order.begin(), order.end(), 0u);
+  // Largest first; among equals the earlier, then the longer-lived.
   std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
     if (buffers[a].bytes != buffers[b].bytes)
       return buffers[a].bytes > buffers[b].bytes;
-    return buffers[a].firstPoint < buffers[b].firstPoint;
+    if (buffers[a].firstPoint != buffers[b].firstPoint)
+      return buffers[a].firstPoint < buffers[b].firstPoint;
+    return buffers[a].lastPoint > buffers[b].lastPoint;
   });
 
   unsigned lastPoint = 0;
@@ -307,6 +311,14 @@ void MemoryPlan::writeToIR(const FunctionMemory &memory) const {
                   builder.getDenseI64ArrayAttr(stagingOffsets));
     else
       op->removeAttr(kPlanStagingOffsetsAttrName);
+    // A micro-batch loop's arguments: where each micro-batch's are written.
+    if (auto loop = dyn_cast<AccumulateOp>(op)) {
+      SmallVector<int64_t> argumentOffsets;
+      for (BlockArgument argument : loop.getBody().front().getArguments())
+        argumentOffsets.push_back(offsetOf(argument));
+      op->setAttr(kPlanArgumentOffsetsAttrName,
+                  builder.getDenseI64ArrayAttr(argumentOffsets));
+    }
     if (op->getNumResults() == 0)
       return;
     SmallVector<int64_t> resultOffsets;
@@ -348,6 +360,7 @@ private:
   LogicalResult record(Value value, int64_t offset, Location loc);
   LogicalResult recordStaging(Operation *op);
   LogicalResult recordResults(Operation *op);
+  LogicalResult recordArguments(Operation *op);
   LogicalResult readOffsets();
   LogicalResult checkArena(bool host, uint64_t arenaBytes);
 
@@ -420,6 +433,24 @@ LogicalResult PlanReader::recordResults(Operation *op) {
   return success();
 }
 
+/// A micro-batch loop's arguments, at the offsets it lists.
+LogicalResult PlanReader::recordArguments(Operation *op) {
+  auto loop = dyn_cast<AccumulateOp>(op);
+  if (!loop)
+    return success();
+  Block &body = loop.getBody().front();
+  auto written =
+      op->getAttrOfType<DenseI64ArrayAttr>(kPlanArgumentOffsetsAttrName);
+  bool complete =
+      written && written.size() == static_cast<int64_t>(body.getNumArguments());
+  for (BlockArgument argument : body.getArguments())
+    if (isa<RankedTensorType>(argument.getType()) &&
+        failed(record(argument, complete ? written[argument.getArgNumber()] : -1,
+                      op->getLoc())))
+      return failure();
+  return success();
+}
+
 LogicalResult PlanReader::readOffsets() {
   func::FuncOp func = memory.getFunction();
   for (BlockArgument argument : func.getArguments()) {
@@ -434,7 +465,8 @@ LogicalResult PlanReader::readOffsets() {
   WalkResult walk = func.walk([&](Operation *op) {
     if (op == func.getOperation())
       return WalkResult::advance();
-    if (failed(recordStaging(op)) || failed(recordResults(op)))
+    if (failed(recordStaging(op)) || failed(recordResults(op)) ||
+        failed(recordArguments(op)))
       return WalkResult::interrupt();
     return WalkResult::advance();
   });

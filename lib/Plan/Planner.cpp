@@ -8,11 +8,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Plan/Planner.h"
+#include "trainmem/Analysis/MemoryPlan.h"
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/Pipelines.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 #include "trainmem/Model/Layers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -88,8 +91,8 @@ std::string gigabytes(uint64_t bytes) {
 }
 
 /// The passes of a candidate after train-remat, each with a leading comma:
-/// accumulation, 8-bit state, materialization, ZeRO, the unrolling (with
-/// `unroll`), the offload (with `withOffload`).
+/// accumulation, 8-bit state, materialization, ZeRO, the offload (with
+/// `withOffload`), the plan and the unrolling (with `unroll`).
 std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
                              bool unroll, bool withOffload) {
   std::string p;
@@ -103,11 +106,12 @@ std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
                        c.dataRanks(ranks));
   if (c.releaseGradients)
     p += ",train-release-gradients";
-  if (unroll && c.accumulation > 1)
-    p += ",train-unroll-accum";
   if (c.offload != PlanOffload::none && withOffload)
     p += ",train-offload-optimizer{what=" +
          stringifyPlanOffload(c.offload).str() + "}";
+  // As train-step: the loop planned rolled, then unrolled in that plan.
+  if (unroll && c.accumulation > 1)
+    p += ",train-plan-arena,train-unroll-accum";
   return p;
 }
 
@@ -117,7 +121,6 @@ std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
 std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
                             uint64_t memoryBytes, bool withOffload = true,
                             bool unroll = false) {
-  unroll = unroll || c.measuredUnrolled;
   std::string p;
   if (c.tensorParallel > 1)
     p += "train-tensor-parallel{" + c.tensorParallelOptions() + "},";
@@ -125,9 +128,7 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
     p += "train-fuse-attention,";
   if (c.fuseElementwise)
     p += "train-fuse-elementwise,";
-  p += "train-autodiff";
-  if (c.optimizer != "adamw")
-    p += "{optimizer=" + c.optimizer + "}";
+  p += "train-autodiff{" + c.autodiffOptions() + "}";
   // A budget is for the step as it runs: the passes after train-remat are
   // measured with it (as train-step passes them; the offload too, so that
   // each offload variant makes its own plan; the loop rolled).
@@ -210,6 +211,7 @@ compileWithoutOffload(MLIRContext &context, const PlanRequest &request,
 PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory) {
   PlanMeasure out;
   out.peak = memory.getPeakBytes();
+  out.arena = std::max(MemoryPlan(memory).getArenaBytes(), out.peak);
   out.atPeak = memory.getAtPeak();
   // Each phase's most live bytes and its categories there.
   ArrayRef<Operation *> schedule = memory.getSchedule();
@@ -293,6 +295,9 @@ void foldHessianStep(func::FuncOp step, const FunctionMemory &stepMemory,
       out.atPeak = out.phaseAtPeak[phase];
     }
   }
+  // The Hessian step plans its arena around the step's state: no smaller
+  // than its most live bytes with that state.
+  out.arena = std::max(out.arena, out.peak);
   auto perStep = [&](uint64_t flops) {
     return (flops + static_cast<uint64_t>(every) / 2) /
            static_cast<uint64_t>(every);
@@ -331,6 +336,9 @@ llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
   auto step = dyn_cast_or_null<func::FuncOp>(marked);
   if (!step)
     return planError("no training step after the pipeline");
+  // The loop as train-plan-arena plans it (its 16-bit parts cast in the
+  // body, as the unrolled step casts them).
+  castPartsToSums(step);
   MemoryAnalysis analysis(step);
   const FunctionMemory &memory = analysis.getFunctions().front();
   if (failed(memory.checkCounts("trainmem-plan")))
@@ -382,6 +390,11 @@ PlanMeasure extrapolate(const PlanMeasure &a, const PlanMeasure &b, int64_t t,
       m.atPeak = m.phaseAtPeak[phase];
     }
   }
+  // The placement is greedy: an arena linear at 2, 3 and 4 layers can
+  // still bend later, and the extrapolated one is within a few 1e-3 of the
+  // whole model's (PlannerTest). The best is measured whole again
+  // (remeasureBest).
+  m.arena = std::max(extrapolate(a.arena, b.arena, t), m.peak);
   m.forwardFlops = extrapolate(a.forwardFlops, b.forwardFlops, t);
   m.backwardFlops = extrapolate(a.backwardFlops, b.backwardFlops, t);
   m.optimizerFlops = extrapolate(a.optimizerFlops, b.optimizerFlops, t);
@@ -419,7 +432,8 @@ bool linear(const PlanMeasure &a, const PlanMeasure &b, const PlanMeasure &c) {
                 c.phaseAtPeak[phase][k]))
         return false;
   }
-  return same(a.forwardFlops, b.forwardFlops, c.forwardFlops) &&
+  return same(a.arena, b.arena, c.arena) &&
+         same(a.forwardFlops, b.forwardFlops, c.forwardFlops) &&
          same(a.backwardFlops, b.backwardFlops, c.backwardFlops) &&
          same(a.recomputeFlops, b.recomputeFlops, c.recomputeFlops) &&
          same(a.bytesSent, b.bytesSent, c.bytesSent) &&
@@ -434,6 +448,10 @@ std::string PlanCandidate::passPipeline(int64_t ranks,
                                         uint64_t memoryBytes) const {
   return measurePipeline(*this, ranks, memoryBytes, /*withOffload=*/true,
                          /*unroll=*/true);
+}
+
+std::string PlanCandidate::autodiffOptions() const {
+  return autodiffOptionsFor(recipe, optimizer, releaseGradients);
 }
 
 std::string PlanCandidate::tensorParallelOptions() const {
@@ -458,14 +476,12 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
     text += llvm::formatv(" --grad-accum=steps={0}", accumulation);
   if (eightBit)
     text += " --quantize-optimizer-state";
-  // trainmem-run's recipe with the plan's optimizer; released gradients
-  // are not clipped (the norm needs them all before the first update).
-  if (optimizer != "adamw" || releaseGradients)
-    text += " --autodiff-options=\"" +
-            (optimizer == "adamw" ? std::string("lr=1e-3")
-                                  : "optimizer=" + optimizer) +
-            " weight-decay=0.0" +
-            (releaseGradients ? "\" --release-gradients" : " clip-norm=1.0\"");
+  // The recipe with the plan's optimizer, unless trainmem-run's default.
+  std::string autodiff = autodiffOptions();
+  if (autodiff != kDefaultRecipe)
+    text += " --autodiff-options=\"" + autodiff + "\"";
+  if (releaseGradients)
+    text += " --release-gradients";
   if (stage >= 0)
     text += llvm::formatv(" --zero=stage={0}", stage);
   if (offload != PlanOffload::none)
@@ -727,7 +743,7 @@ bool skipBudget(const PlanResult &result,
     c.rejected = llvm::formatv("not compiled: full recompute (#{0}), which "
                                "keeps the fewest bytes of each layer, does "
                                "not fit either ({1})",
-                               number(full), gigabytes(full->measure.peak));
+                               number(full), gigabytes(full->measure.arena));
     return true;
   }
   return false;
@@ -806,7 +822,7 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
     return;
   }
   predictThroughput(c, request);
-  c.fits = c.measure.peak <= request.memoryBytes;
+  c.fits = c.measure.arena <= request.memoryBytes;
   if (!c.fits) {
     MemoryCategory largest = MemoryCategory::Weights;
     for (MemoryCategory cat : kPlanCategories)
@@ -814,7 +830,7 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
           c.measure.atPeak[static_cast<unsigned>(largest)])
         largest = cat;
     c.rejected = llvm::formatv(
-        "peak {0} > {1} (most: {2} {3})", gigabytes(c.measure.peak),
+        "peak {0} > {1} (most: {2} {3})", gigabytes(c.measure.arena),
         gigabytes(request.memoryBytes), stringifyMemoryCategory(largest),
         gigabytes(c.measure.atPeak[static_cast<unsigned>(largest)]));
   }
@@ -927,6 +943,7 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                       c.offload = offload;
                       c.optimizer = optimizer;
                       c.releaseGradients = release;
+                      c.recipe = request.recipe;
                       result.candidates.push_back(c);
                     }
                   }
@@ -1007,7 +1024,7 @@ static void chooseBest(PlanResult &result) {
     const PlanCandidate &best = result.candidates[*result.best];
     if (c.tokensPerSecond > best.tokensPerSecond ||
         (c.tokensPerSecond == best.tokensPerSecond &&
-         c.measure.peak < best.measure.peak))
+         c.measure.arena < best.measure.arena))
       result.best = i;
   }
 }
@@ -1021,20 +1038,23 @@ static PlanCandidate unmeasured(const PlanCandidate &c) {
   return again;
 }
 
-/// The best is measured again as it runs, its micro-batch loop unrolled (a
-/// rolled loop is measured from one iteration: within a few buffers of the
-/// unrolled step's peak); should it no longer fit, the next is.
+/// The best, extrapolated from small layer counts, is measured again on
+/// the whole model: its arena is then the printed command's to the byte
+/// (an extrapolated arena is within about 1e-3 of it: the placement of the
+/// buffers is not exactly linear in the layers); should it no longer fit,
+/// the next is.
 static void remeasureBest(MLIRContext &context, const PlanRequest &request,
                           PlanResult &result) {
+  PlanRequest whole = request;
+  whole.exact = true;
   while (result.best) {
     PlanCandidate &best = result.candidates[*result.best];
-    if (best.accumulation == 1 || best.measuredUnrolled)
+    if (best.wholeModel)
       break;
     PlanCandidate again = unmeasured(best);
-    again.measuredUnrolled = true;
     again.approximate = false;
     CompiledSteps cache;
-    evaluate(context, request, again, cache);
+    evaluate(context, whole, again, cache);
     best = again;
     chooseBest(result);
   }
@@ -1068,19 +1088,19 @@ static std::string hintFor(MLIRContext &context, const PlanRequest &request,
       CompiledSteps cache;
       evaluate(context, request, fused, cache);
       if (fused.rejected.rfind("not compiled", 0) != 0 &&
-          fused.measure.peak < smallest.measure.peak)
+          fused.measure.arena < smallest.measure.arena)
         return fused.fits
                    ? llvm::formatv("fused attention would fit: peak {0} "
                                    "(trainmem-run ...{1})",
-                                   gigabytes(fused.measure.peak),
+                                   gigabytes(fused.measure.arena),
                                    fused.runOptions(request.memoryBytes))
                          .str()
                    : llvm::formatv(
                          "fused attention would bring it to {0}, "
                          "still {1} over; smaller micro-batches "
                          "keep fewer activations{2}",
-                         gigabytes(fused.measure.peak),
-                         gigabytes(fused.measure.peak - request.memoryBytes),
+                         gigabytes(fused.measure.arena),
+                         gigabytes(fused.measure.arena - request.memoryBytes),
                          notSearched)
                          .str();
     }
@@ -1113,7 +1133,7 @@ static std::string explainNothingFits(MLIRContext &context,
   const PlanCandidate *smallest = nullptr;
   for (const PlanCandidate &c : result.candidates)
     if (c.rejected.rfind("not compiled", 0) != 0 &&
-        (!smallest || c.measure.peak < smallest->measure.peak))
+        (!smallest || c.measure.arena < smallest->measure.arena))
       smallest = &c;
   if (!smallest) {
     std::string why = "no candidate could be compiled";
@@ -1135,10 +1155,10 @@ static std::string explainNothingFits(MLIRContext &context,
   return llvm::formatv(
       "nothing fits in {0}: the smallest peak is {1}, {5} over ({2}), of "
       "which {3} {4} dominate: {6}",
-      gigabytes(request.memoryBytes), gigabytes(smallest->measure.peak),
+      gigabytes(request.memoryBytes), gigabytes(smallest->measure.arena),
       smallest->describe(), stringifyMemoryCategory(largest),
       gigabytes(smallest->measure.atPeak[static_cast<unsigned>(largest)]),
-      gigabytes(smallest->measure.peak - request.memoryBytes),
+      gigabytes(smallest->measure.arena - request.memoryBytes),
       hintFor(context, request, *smallest, largest));
 }
 

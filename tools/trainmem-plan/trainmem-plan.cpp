@@ -152,6 +152,13 @@ static cl::opt<std::string> optimizerName(
              "only where asked; Sophia's Hessian step is measured with the "
              "step)"),
     cl::init("adamw"), cl::cat(category));
+static cl::opt<std::string> recipe(
+    "autodiff-options",
+    cl::desc("The recipe: train-autodiff options but the optimizer (default "
+             "trainmem-run's, \"lr=1e-3 weight-decay=0.0 clip-norm=1.0\"), "
+             "measured, printed with each row's trainmem-run command as its "
+             "--autodiff-options (with --optimizer's choice) and exported"),
+    cl::init(""), cl::cat(category));
 static cl::opt<std::string> releaseGradients(
     "release-gradients",
     cl::desc("Gradient release (train-release-gradients) to try: both, off, "
@@ -238,9 +245,9 @@ static void chooseUnits(const PlanResult &result) {
   uint64_t smallestPeak = UINT64_MAX;
   double fastest = 0.0;
   for (const PlanCandidate &c : result.candidates) {
-    if (c.rejected.rfind("not compiled", 0) == 0 || c.measure.peak == 0)
+    if (c.rejected.rfind("not compiled", 0) == 0 || c.measure.arena == 0)
       continue;
-    smallestPeak = std::min(smallestPeak, c.measure.peak);
+    smallestPeak = std::min(smallestPeak, c.measure.arena);
     if (c.stepSeconds > 0 && (fastest == 0.0 || c.stepSeconds < fastest))
       fastest = c.stepSeconds;
   }
@@ -399,7 +406,7 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
         " {5,8} {6,8} {7,8} {8,8} {9,8} "
         "{10,8} {11,8} {12,9:F3} {13,6:F3}  {14}\n",
         i + 1, mk, stringifyPlanRemat(c.remat), zero, c.eightBit ? "yes" : "no",
-        gb(c.measure.peak), at(c, MemoryCategory::Weights),
+        gb(c.measure.arena), at(c, MemoryCategory::Weights),
         at(c, MemoryCategory::Gradients), at(c, MemoryCategory::Optimizer),
         at(c, MemoryCategory::Gathered), at(c, MemoryCategory::Activations),
         at(c, MemoryCategory::Temporaries), c.stepSeconds / unitSeconds,
@@ -412,7 +419,7 @@ static void printBest(llvm::raw_ostream &os, const PlanRequest &request,
   os << llvm::formatv("best: #{0}, {1}: peak {2} {7} of {3} {7}, predicted "
                       "{4:F3} {8} per step ({5:F0} tokens/s per device, {6:F3} "
                       "of the fastest)\n",
-                      index + 1, c.describe(), gb(c.measure.peak),
+                      index + 1, c.describe(), gb(c.measure.arena),
                       gb(request.memoryBytes), c.stepSeconds / unitSeconds,
                       c.tokensPerSecond, c.relative, unitName, secondsName);
   const ModelConfig &m = request.model;
@@ -490,10 +497,12 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
   o["measured"] = c.wholeModel    ? "whole model"
                   : c.approximate ? "extrapolated, approximate"
                                   : "extrapolated";
-  o["micro_batch_loop"] = c.accumulation == 1  ? "none"
-                          : c.measuredUnrolled ? "unrolled"
-                                               : "rolled";
-  o["peak_bytes"] = c.measure.peak;
+  // The loop is planned rolled and runs unrolled in that plan.
+  o["micro_batch_loop"] = c.accumulation == 1 ? "none" : "rolled";
+  // The arena the printed command plans and measures; the analysis's
+  // most live bytes beside it.
+  o["peak_bytes"] = c.measure.arena;
+  o["live_peak_bytes"] = c.measure.peak;
   o["at_peak"] = std::move(atPeak);
   o["flops"] = llvm::json::Object{{"forward", c.measure.forwardFlops},
                                   {"backward", c.measure.backwardFlops},
@@ -803,6 +812,14 @@ fillSearchSpace(PlanRequest &request,
 /// `any`, each registered; Sophia's Hessian step is measured with its
 /// step), each one the chosen export can name.
 static LogicalResult fillOptimizers(PlanRequest &request, bool deepSpeed) {
+  SmallVector<StringRef> words;
+  StringRef(recipe).split(words, ' ', -1, /*KeepEmpty=*/false);
+  for (StringRef word : words)
+    if (word.split('=').first.trim() == "optimizer")
+      return refuse("--autodiff-options: the optimizer is --optimizer's "
+                    "(one, a list or any); the recipe holds the other "
+                    "train-autodiff options");
+  request.recipe = recipe;
   request.optimizers.clear();
   if (optimizerName == "any") {
     for (const OptimizerInfo &info : getRegisteredOptimizers())
@@ -991,7 +1008,7 @@ static std::string nearestDeepSpeedChange(MLIRContext &context,
                        "trainmem-plan without --from-deepspeed searches "
                        "every plan)",
                        llvm::join(changes(*nearest), ", "),
-                       gb(nearest->measure.peak),
+                       gb(nearest->measure.arena),
                        nearest->stepSeconds / unitSeconds, unitName,
                        secondsName)
       .str();

@@ -106,7 +106,7 @@ static cl::opt<std::string> autodiffOptions(
              "1e-3, clipped at norm 1; a warm-up and cosine decay to step N: "
              "add \"warmup-steps=100 total-steps=N min-lr=1e-4\", and resume "
              "with the same N)"),
-    cl::init("lr=1e-3 weight-decay=0.0 clip-norm=1.0"), cl::cat(category));
+    cl::init(kDefaultRecipe.str()), cl::cat(category));
 static cl::opt<std::string>
     lossLog("loss-log",
             cl::desc("Write 'step loss' lines to this file (appended to "

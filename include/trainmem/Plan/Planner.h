@@ -85,6 +85,10 @@ struct PlanRequest {
   /// (train-release-gradients) off and on (default: off; tried only where
   /// it applies: one micro-batch per step).
   std::vector<std::string> optimizers = {"adamw"};
+  /// The recipe: train-autodiff options other than the optimizer (empty:
+  /// trainmem-run's default, kDefaultRecipe), measured, printed with each
+  /// row's trainmem-run command and exported.
+  std::string recipe;
   std::vector<bool> releaseGradients;
   /// train-fuse-attention and train-fuse-elementwise off and on (default:
   /// both for attention; for element-wise chains both where the model has
@@ -118,6 +122,11 @@ std::vector<int64_t> tensorParallelSizes(const PlanRequest &request,
 
 /// What the analysis says of one configuration, per device and step.
 struct PlanMeasure {
+  /// The device arena the step's memory plan needs (MemoryPlan, as the
+  /// lowering plans it; a micro-batch loop planned rolled, as train-step
+  /// runs it): the figure that must fit, and the run's measured arena.
+  uint64_t arena = 0;
+  /// The analysis's most live bytes (a lower bound of the arena).
   uint64_t peak = 0;
   CategoryBytes atPeak{};
   /// The most live bytes within each phase (forward, backward, optimizer)
@@ -147,6 +156,8 @@ struct PlanCandidate {
   /// The optimizer (one of the request's) and gradient release.
   std::string optimizer = "adamw";
   bool releaseGradients = false;
+  /// The request's recipe (empty: trainmem-run's default).
+  std::string recipe;
   /// train-fuse-attention and train-fuse-elementwise on the forward.
   bool fuseAttention = false;
   bool fuseElementwise = false;
@@ -161,9 +172,6 @@ struct PlanCandidate {
   /// Whether the measure is of the whole model (else extrapolated from
   /// three small layer counts that grow linearly).
   bool wholeModel = true;
-  /// Measured with its micro-batch loop unrolled, as it runs (the best
-  /// is; the others are measured from the rolled loop's one iteration).
-  bool measuredUnrolled = false;
   /// Extrapolated although the small layer counts did not grow linearly
   /// (the whole model was too large to compile in the planner's time).
   bool approximate = false;
@@ -178,13 +186,16 @@ struct PlanCandidate {
 
   /// The passes of this configuration, comma-separated (inside
   /// builtin.module(...)): what the planner measured, with the micro-batch
-  /// loop unrolled at the end (the runtime lowering takes unrolled loops).
+  /// loop planned rolled and unrolled at the end, as train-step does (the
+  /// runtime lowering takes unrolled loops, in the rolled loop's plan).
   std::string passPipeline(int64_t ranks, uint64_t memoryBytes) const;
   /// The same as trainmem-run options.
   std::string runOptions(uint64_t memoryBytes) const;
   /// train-tensor-parallel's options (size, sequence and vocabulary
   /// parallelism).
   std::string tensorParallelOptions() const;
+  /// train-autodiff's options: the recipe with this row's optimizer.
+  std::string autodiffOptions() const;
   /// One line: "micro-batch 4 x 8, selective, ZeRO-1, 8-bit".
   std::string describe() const;
   /// The data-parallel ranks of `ranks` (ZeRO's): ranks / t.

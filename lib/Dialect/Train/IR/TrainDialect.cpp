@@ -404,6 +404,26 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                << " (a tensor's is >= 0, any other result's -1)";
     return success();
   }
+  if (attr.getName() == kPlanArgumentOffsetsAttrName) {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    auto loop = dyn_cast<AccumulateOp>(op);
+    if (!offsets || !loop ||
+        offsets.size() !=
+            static_cast<int64_t>(loop.getBody().front().getNumArguments()))
+      return op->emitOpError()
+             << "'" << kPlanArgumentOffsetsAttrName
+             << "' is on a train.accumulate one arena offset per argument of "
+                "its body (array<i64>), got "
+             << attr.getValue();
+    for (auto [arg, offset] : llvm::zip(loop.getBody().front().getArguments(),
+                                        offsets.asArrayRef()))
+      if (isa<RankedTensorType>(arg.getType()) ? offset < 0 : offset != -1)
+        return op->emitOpError()
+               << "'" << kPlanArgumentOffsetsAttrName << "': argument "
+               << arg.getArgNumber() << " has offset " << offset
+               << " (a tensor's is >= 0, any other argument's -1)";
+    return success();
+  }
   if (attr.getName() == kPlanStagingOffsetsAttrName) {
     auto offsets = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
     if (!offsets || !isa<OptimizerUpdateOpInterface>(op) ||

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trainmem/Analysis/MemoryPlan.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
@@ -522,6 +523,13 @@ private:
   bool indexElsewhere = false;
   /// The sums of the current group and of the groups before it.
   SmallVector<Value> sums, total;
+  /// With an arena plan of the rolled loop in the IR (train-plan-arena):
+  /// the offsets of the body's arguments and of the sums, which every
+  /// copy's rows, index, share and sums take (its ops keep the body's), so
+  /// that the unrolled step runs in the rolled loop's memory.
+  DenseI64ArrayAttr argumentOffsets, sumOffsets;
+  /// Gives `op`'s one result the offset `offsets[index]` (with a plan).
+  void place(Operation *op, DenseI64ArrayAttr offsets, unsigned index);
 };
 
 LogicalResult Unrolling::check() {
@@ -548,7 +556,42 @@ LogicalResult Unrolling::check() {
     return loop.emitOpError("train-unroll-accum: a partial unroll of a "
                             "loop whose index feeds other ops than "
                             "dropouts is not supported");
+  auto func = loop->getParentOfType<func::FuncOp>();
+  if (!MemoryPlan::hasPlanInIR(func))
+    return success();
+  // The rolled loop's plan holds for its copies only when each copy runs
+  // as one iteration did: a complete unroll, sums in order.
+  if (perIteration != steps)
+    return loop.emitOpError("train-unroll-accum: a partial unroll (factor=")
+           << perIteration
+           << ") of a loop whose step carries an arena plan: plan after the "
+              "unrolling (train-plan-arena)";
+  argumentOffsets =
+      loop->getAttrOfType<DenseI64ArrayAttr>(kPlanArgumentOffsetsAttrName);
+  sumOffsets = loop->getAttrOfType<DenseI64ArrayAttr>(kPlanOffsetsAttrName);
+  if (!argumentOffsets || !sumOffsets)
+    return loop.emitOpError("train-unroll-accum: the step carries an arena "
+                            "plan without the offsets of this loop's ")
+           << (argumentOffsets ? "sums" : "arguments")
+           << "; the plan is older than the IR: run train-plan-arena again";
+  // A part of another type would need a cast the plan has no place for
+  // (train-plan-arena casts the parts in the body before planning).
+  auto yield = cast<YieldOp>(loop.getBody().front().getTerminator());
+  for (auto [index, value] : llvm::enumerate(yield.getValues()))
+    if (value.getType() != loop.getResult(index).getType())
+      return loop.emitOpError("train-unroll-accum: part ")
+             << index << " is " << value.getType() << ", its sum "
+             << loop.getResult(index).getType()
+             << ", and the step's arena plan has no place for the cast: run "
+                "train-plan-arena again (it casts the parts in the body)";
   return success();
+}
+
+void Unrolling::place(Operation *op, DenseI64ArrayAttr offsets,
+                      unsigned index) {
+  if (offsets)
+    op->setAttr(kPlanOffsetsAttrName,
+                builder.getDenseI64ArrayAttr({offsets[index]}));
 }
 
 /// A loop of steps / K iterations whose body is K micro-steps, reading
@@ -574,13 +617,22 @@ void Unrolling::createOuterLoop() {
 }
 
 void Unrolling::addInto(SmallVector<Value> &into, unsigned index, Value part) {
-  if (!into[index]) {
+  if (!into[index] && !sumOffsets) {
     into[index] = part;
     return;
   }
-  auto sum = AddOp::create(builder, loop.getLoc(), into[index], part);
+  Operation *sum;
+  if (!into[index]) {
+    // Planned: the part lies where the next copy writes its own; the sum
+    // starts as a copy of it in the loop's accumulator (a cast to its own
+    // type copies).
+    sum = CastOp::create(builder, loop.getLoc(), part.getType(), part);
+  } else {
+    sum = AddOp::create(builder, loop.getLoc(), into[index], part);
+  }
   sum->setAttr(kMicroBatchSumAttrName, builder.getUnitAttr());
-  into[index] = sum;
+  place(sum, sumOffsets, index);
+  into[index] = sum->getResult(0);
 }
 
 /// The body's arguments for micro-batch `step`: its rows of each input,
@@ -588,29 +640,33 @@ void Unrolling::addInto(SmallVector<Value> &into, unsigned index, Value part) {
 /// dropouts, whose copies stop reading it) and its share of the rows.
 void Unrolling::mapArguments(int64_t step, IRMapping &mapping) {
   BlockArgument indexArg = loop.getIndexArgument();
-  if (indexArg && outer)
+  if (indexArg && outer) {
     mapping.map(indexArg, outerIndex);
-  else if (indexElsewhere)
-    mapping.map(indexArg,
-                Value(arith::ConstantOp::create(
-                    builder, loop.getLoc(),
-                    DenseElementsAttr::get(
-                        RankedTensorType::get({}, builder.getI64Type()),
-                        static_cast<int64_t>(step)))));
-  if (loop.getWeighted())
-    mapping.map(loop.getShareArgument(),
-                arith::ConstantOp::create(
-                    builder, loop.getLoc(),
-                    DenseElementsAttr::get(
-                        RankedTensorType::get({}, builder.getF32Type()),
-                        static_cast<float>(loop.getShare(step)))));
+  } else if (indexElsewhere) {
+    auto constant = arith::ConstantOp::create(
+        builder, loop.getLoc(),
+        DenseElementsAttr::get(RankedTensorType::get({}, builder.getI64Type()),
+                               static_cast<int64_t>(step)));
+    place(constant, argumentOffsets, indexArg.getArgNumber());
+    mapping.map(indexArg, Value(constant));
+  }
+  if (loop.getWeighted()) {
+    auto constant = arith::ConstantOp::create(
+        builder, loop.getLoc(),
+        DenseElementsAttr::get(RankedTensorType::get({}, builder.getF32Type()),
+                               static_cast<float>(loop.getShare(step))));
+    place(constant, argumentOffsets, loop.getShareArgument().getArgNumber());
+    mapping.map(loop.getShareArgument(), Value(constant));
+  }
   Block &body = loop.getBody().front();
   for (auto [index, input] : llvm::enumerate(loop.getInputs())) {
     BlockArgument arg = body.getArgument(index);
-    mapping.map(arg, SliceRowsOp::create(
-                         builder, loop.getLoc(), arg.getType(), sources[index],
-                         builder.getI64IntegerAttr(step * micro),
-                         builder.getI64IntegerAttr(loop.getPadding()[index])));
+    auto rows = SliceRowsOp::create(
+        builder, loop.getLoc(), arg.getType(), sources[index],
+        builder.getI64IntegerAttr(step * micro),
+        builder.getI64IntegerAttr(loop.getPadding()[index]));
+    place(rows, argumentOffsets, index);
+    mapping.map(arg, Value(rows));
   }
 }
 

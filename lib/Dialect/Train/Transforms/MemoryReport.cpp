@@ -208,9 +208,16 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
       {"parameters", memory.getParameters()},
       {"peak_bytes", memory.getPeakBytes()},
       {"peak_op", peakOpJson(memory)},
-      {"plan", llvm::json::Object{{"arena_bytes", plan.getArenaBytes()},
-                                  {"alignment", plan.getAlignment()},
-                                  {"algorithm", "greedy-by-size"}}},
+      {"plan",
+       llvm::json::Object{
+           {"arena_bytes", plan.getArenaBytes()},
+           {"alignment", plan.getAlignment()},
+           {"algorithm", "greedy-by-size"},
+           // The plan the step carries (train-plan-arena, a micro-batch
+           // loop's planned rolled), or one made for the report.
+           {"source", MemoryPlan::hasPlanInIR(memory.getFunction())
+                          ? "ir"
+                          : "report"}}},
       {"at_peak",
        categoryObject(memory.getAtPeak(), gathers(memory.getFunction()))},
       {"totals",
@@ -320,12 +327,15 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                       describe(memory.getPeakOp()));
   os << llvm::formatv(
       "  arena plan {0,20} B  {1,12}  {2:F4}x the peak "
-      "(greedy by size, {3}-B aligned)\n",
+      "(greedy by size, {3}-B aligned{4})\n",
       plan.getArenaBytes(), trainmem::formatByteSize(plan.getArenaBytes()),
       memory.getPeakBytes() ? static_cast<double>(plan.getArenaBytes()) /
                                   static_cast<double>(memory.getPeakBytes())
                             : 0.0,
-      plan.getAlignment());
+      plan.getAlignment(),
+      MemoryPlan::hasPlanInIR(memory.getFunction())
+          ? "; the step's own, train-plan-arena"
+          : "");
   os << llvm::formatv("  {0,-12} {1,20}   {2,20}\n", "category", "at peak (B)",
                       "totals (B)");
   SmallVector<MemoryCategory> categories(std::begin(kCategories),
@@ -753,13 +763,24 @@ struct TrainMemoryReportPass
       emitError(module.getLoc(), "train-memory-report: ") << errorMessage;
       return signalPassFailure();
     }
-    MemoryPlan plan(*memory);
+    // The plan the step carries, where it has one (checked against the
+    // IR as the lowering checks it): what it will run in.
+    std::optional<MemoryPlan> plan;
+    if (MemoryPlan::hasPlanInIR(memory->getFunction())) {
+      FailureOr<MemoryPlan> written =
+          MemoryPlan::readFromIR(*memory, "train-memory-report");
+      if (failed(written))
+        return signalPassFailure();
+      plan = std::move(*written);
+    } else {
+      plan.emplace(*memory);
+    }
     if (format == ReportFormat::json)
-      file->os() << llvm::formatv("{0:2}", toJSON(*memory, plan)) << "\n";
+      file->os() << llvm::formatv("{0:2}", toJSON(*memory, *plan)) << "\n";
     else if (format == ReportFormat::svg)
       printSvg(file->os(), *memory);
     else
-      printText(file->os(), *memory, plan);
+      printText(file->os(), *memory, *plan);
     file->keep();
     markAllAnalysesPreserved();
   }

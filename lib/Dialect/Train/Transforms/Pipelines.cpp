@@ -22,6 +22,26 @@ static std::optional<StringRef> optionValue(StringRef text, StringRef key) {
   return std::nullopt;
 }
 
+std::string mlir::train::autodiffOptionsFor(StringRef recipe,
+                                            StringRef optimizer,
+                                            bool releaseGradients) {
+  bool adamw = optimizer.empty() || optimizer == "adamw";
+  SmallVector<std::string> words;
+  if (!adamw)
+    words.push_back(("optimizer=" + optimizer).str());
+  SmallVector<StringRef> given;
+  (recipe.empty() ? StringRef(kDefaultRecipe) : recipe)
+      .split(given, ' ', -1, /*KeepEmpty=*/false);
+  for (StringRef word : given) {
+    StringRef name = word.split('=').first.trim();
+    if ((releaseGradients && name == "clip-norm") ||
+        (recipe.empty() && !adamw && name == "lr"))
+      continue;
+    words.push_back(word.str());
+  }
+  return llvm::join(words, " ");
+}
+
 /// train-remat's options; a budget (`policy=budget`) is for the step as it
 /// runs, so it gets the passes train-step runs after train-remat as
 /// `measure-after` (unless given; the micro-batch loop left rolled).
@@ -37,11 +57,15 @@ static std::string rematOptions(const TrainStepPipelineOptions &options) {
     after.push_back("train-quantize-optimizer-state{" +
                     options.quantizeOptions + "}");
   after.push_back("train-materialize-remat");
+  after.push_back("train-materialize-layouts");
   if (!options.zero.empty())
     after.push_back("train-zero{" + options.zero + "}");
+  if (options.releaseGradients)
+    after.push_back("train-release-gradients");
   if (!options.offload.empty())
     after.push_back("train-offload-optimizer{what=" + options.offload + "}");
-  if (after.size() == 1)
+  // The passes every step runs after train-remat: measured without saying.
+  if (after.size() == 2)
     return remat.str();
   return (remat + " measure-after={" + llvm::join(after, ",") + "}").str();
 }
@@ -122,6 +146,19 @@ LogicalResult mlir::train::buildTrainStepPipeline(
   // reduce-scatter.
   if (options.releaseGradients)
     pm.addPass(createTrainReleaseGradientsPass());
+  // A micro-batch loop runs in its rolled plan: the state and updates are
+  // offloaded on the rolled step (as the planner measures it), the loop
+  // planned as one iteration, then unrolled at the plan's offsets. A loop
+  // summed in groups is analyzed unrolled only: planned when lowered.
+  std::optional<StringRef> groups = optionValue(options.gradAccum, "groups");
+  if (!options.gradAccum.empty() && (!groups || *groups == "1")) {
+    if (!options.offload.empty() &&
+        failed(add("train-offload-optimizer", "what=" + options.offload)))
+      return failure();
+    pm.addPass(createTrainPlanArenaPass());
+    pm.addPass(createTrainUnrollAccumPass());
+    return success();
+  }
   pm.addPass(createTrainUnrollAccumPass());
   // Offload last: it marks the state and the updates of the finished step.
   if (options.offload.empty())
@@ -138,7 +175,9 @@ void mlir::train::registerTrainPipelines() {
       "asked, train-materialize-remat, train-materialize-layouts, "
       "train-zero and "
       "train-release-gradients as asked, train-unroll-accum, then "
-      "train-offload-optimizer as asked "
+      "train-offload-optimizer as asked (with grad-accum: the offload, "
+      "train-plan-arena on the rolled loop, then train-unroll-accum, which "
+      "keeps the plan) "
       "(trainmem-run's pipeline)",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {

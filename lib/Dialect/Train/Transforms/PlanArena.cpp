@@ -8,6 +8,7 @@
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Analysis/MemoryPlan.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
@@ -22,6 +23,7 @@ using namespace mlir;
 using namespace mlir::train;
 
 namespace {
+
 struct TrainPlanArenaPass
     : public train::impl::TrainPlanArenaPassBase<TrainPlanArenaPass> {
   using Base::Base;
@@ -30,6 +32,7 @@ struct TrainPlanArenaPass
     func::FuncOp step = lookupStep(getOperation(), function, getArgument());
     if (!step)
       return signalPassFailure();
+    bool changed = castPartsToSums(step);
     const FunctionMemory *memory = getAnalysis<MemoryAnalysis>().lookup(step);
     if (!memory) {
       step.emitError(getArgument()) << ": no memory analysis of the step";
@@ -38,8 +41,10 @@ struct TrainPlanArenaPass
     if (failed(memory->checkCounts(getArgument())))
       return signalPassFailure();
     MemoryPlan(*memory).writeToIR(*memory);
-    // Only attributes changed: the analysis still describes the IR.
-    markAllAnalysesPreserved();
+    // Only attributes changed (but for the casts): the analysis still
+    // describes the IR.
+    if (!changed)
+      markAllAnalysesPreserved();
   }
 };
 } // namespace

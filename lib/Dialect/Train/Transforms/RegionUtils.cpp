@@ -197,3 +197,25 @@ Operation *mlir::train::findAccumulation(func::FuncOp func) {
   });
   return found;
 }
+
+bool mlir::train::castPartsToSums(func::FuncOp step) {
+  bool changed = false;
+  step.walk([&](AccumulateOp loop) {
+    Block &body = loop.getBody().front();
+    auto yield = cast<YieldOp>(body.getTerminator());
+    for (auto [index, part] : llvm::enumerate(yield.getValues())) {
+      Type sumType = loop.getResult(index).getType();
+      if (part.getType() == sumType)
+        continue;
+      Operation *def = part.getDefiningOp();
+      Operation *anchor = def ? body.findAncestorOpInBlock(*def) : nullptr;
+      OpBuilder builder(yield);
+      if (anchor)
+        builder.setInsertionPointAfter(anchor);
+      Value inF32 = CastOp::create(builder, part.getLoc(), sumType, part);
+      yield->setOperand(index, inF32);
+      changed = true;
+    }
+  });
+  return changed;
+}

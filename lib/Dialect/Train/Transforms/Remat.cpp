@@ -6,6 +6,7 @@
 #include "trainmem/Support/ByteSize.h"
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Analysis/MemoryPlan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -395,12 +396,56 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
   return model;
 }
 
+/// The arena the step's memory plan needs with each layer of
+/// `layerIndices` at its choice: measured on a copy of the module as
+/// measureBudgetModel measures (the passes `after`, or without them those
+/// every step runs after train-remat; the recompute materialized), a
+/// micro-batch loop planned as train-plan-arena plans it.
+FailureOr<uint64_t> measureArena(func::FuncOp func,
+                                 ArrayRef<int64_t> layerIndices,
+                                 ArrayRef<Choice> choices, StringRef after) {
+  ScopedDiagnosticHandler quiet(func.getContext(), [](Diagnostic &d) {
+    return success(d.getSeverity() != DiagnosticSeverity::Error);
+  });
+  llvm::DenseMap<int64_t, Choice> choiceOf;
+  for (auto [index, choice] : llvm::zip(layerIndices, choices))
+    choiceOf[index] = choice;
+  OwningOpRef<ModuleOp> moduleCopy =
+      cast<ModuleOp>(func->getParentOp()->clone());
+  func::FuncOp copy = moduleCopy->lookupSymbol<func::FuncOp>(func.getSymName());
+  for (auto &[index, layer] : collectLayers(copy)) {
+    auto choice = choiceOf.find(index);
+    if (choice != choiceOf.end() &&
+        failed(applyChoice(index, layer, choice->second)))
+      return failure();
+  }
+  // Without passes after, the ones every step runs after train-remat.
+  FailureOr<func::FuncOp> step = runMeasureAfter(
+      func, *moduleCopy,
+      after.empty() ? "train-materialize-remat,train-materialize-layouts"
+                    : after);
+  if (failed(step))
+    return failure();
+  copy = *step;
+  if (failed(materializeRemat(copy)))
+    return failure();
+  castPartsToSums(copy);
+  FunctionMemory memory(copy);
+  if (failed(memory.checkCounts("train-remat")))
+    return failure();
+  return std::max(MemoryPlan(memory).getArenaBytes(), memory.getPeakBytes());
+}
+
 /// Least recompute FLOPs whose predicted peak fits `budget`: a dynamic
 /// program over the chain of layers, keeping per layer the Pareto front of
 /// (bytes kept by the layers so far, FLOPs so far). The peak of a plan is
 /// the largest, over layers i, of (bytes kept by layers before i + layer
 /// i's working bytes) and over the points outside layers of (their bytes +
 /// what the layers before them keep).
+/// Plans made for a budget lowered by their arena's excess (and below
+/// their own peak) before the budget is refused.
+constexpr int kArenaAttempts = 8;
+
 struct Plan {
   std::vector<Choice> choices;
   uint64_t flops = 0;
@@ -588,14 +633,41 @@ LogicalResult TrainRematPass::applyBudget(func::FuncOp func,
                 " B that weights, gradients and "
                 "optimizer state need" +
                 perRank);
-  std::optional<Plan> plan = planForBudget(*model, budgetBytes);
+  // The budget is for the arena the step's plan needs, which the layers'
+  // live bytes do not give to the byte (the arena is within a few percent
+  // above them): a plan whose arena is over is made again for a budget
+  // lowered by the excess and below that plan's peak.
+  uint64_t target = budgetBytes, arena = 0;
+  std::optional<Plan> plan;
+  for (int attempt = 0; attempt < kArenaAttempts; ++attempt) {
+    plan = planForBudget(*model, target);
+    if (!plan)
+      break;
+    FailureOr<uint64_t> measured =
+        measureArena(func, indices, plan->choices, measureAfter);
+    if (failed(measured))
+      return failure();
+    arena = *measured;
+    if (arena <= budgetBytes || arena - budgetBytes >= target)
+      break;
+    // Below this plan's own peak: the next is another plan.
+    target = std::min(target - (arena - budgetBytes), plan->peak - 1);
+  }
   if (!plan) {
     uint64_t reachable = smallestPeak(*model);
+    if (reachable <= budgetBytes)
+      return fail("no recompute plan's arena fits " + Twine(budgetBytes) +
+                  " B" + perRank + ": the nearest needs " + Twine(arena) +
+                  " B, " + Twine(arena - budgetBytes) + " B over the budget");
     return fail("no recompute plan fits " + Twine(budgetBytes) + " B" +
                 perRank + ": the smallest peak reachable is " +
                 Twine(reachable) + " B, " + Twine(reachable - budgetBytes) +
                 " B over the budget");
   }
+  if (arena > budgetBytes)
+    return fail("no recompute plan's arena fits " + Twine(budgetBytes) +
+                " B" + perRank + ": the nearest needs " + Twine(arena) +
+                " B, " + Twine(arena - budgetBytes) + " B over the budget");
   if (failed(apply(selected, plan->choices)))
     return failure();
   // Say what was chosen, as a remark a user can read and a test check.
@@ -605,7 +677,8 @@ LogicalResult TrainRematPass::applyBudget(func::FuncOp func,
                         [&](Choice choice) { os << stringifyChoice(choice); });
   func.emitRemark("train-remat: budget ")
       << budgetBytes << " B: choices " << summary << "; predicted peak "
-      << plan->peak << " B, recompute " << plan->flops << " FLOPs";
+      << plan->peak << " B, recompute " << plan->flops << " FLOPs; arena "
+      << arena << " B";
   return success();
 }
 

@@ -1896,3 +1896,12 @@ func.func @hessian_marker_on_op() -> tensor<f32> {
   %c = arith.constant {train.hessian_step = #train.hessian_step<@train_step, every = 2>} dense<0.0> : tensor<f32>
   return %c : tensor<f32>
 }
+
+// -----
+
+// The arena plan of a micro-batch loop's arguments: on a train.accumulate.
+func.func @plan_argument_offsets_owner(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'train.add' op 'train.argument_offsets' is on a train.accumulate one arena offset per argument of its body (array<i64>), got array<i64: 0>}}
+  %c = train.add %a, %a {train.argument_offsets = array<i64: 0>} : tensor<4xf32>
+  return %c : tensor<4xf32>
+}

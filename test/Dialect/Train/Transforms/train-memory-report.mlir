@@ -83,7 +83,8 @@
 // JSON-NEXT: "plan": {
 // JSON-NEXT:   "algorithm": "greedy-by-size",
 // JSON-NEXT:   "alignment": 64,
-// JSON-NEXT:   "arena_bytes": {{[0-9]+}}
+// JSON-NEXT:   "arena_bytes": {{[0-9]+}},
+// JSON-NEXT:   "source": "report"
 // JSON-NEXT: },
 // JSON-NEXT: "totals": {
 // JSON-NEXT:   "activations": 320,

@@ -249,8 +249,9 @@ def reference(c):
 
 
 def step_peak(c, remat):
-    """The peak of the combination's step with `remat` (train-remat's
-    options, or empty), from train-step and the memory report."""
+    """The arena of the combination's step with `remat` (train-remat's
+    options, or empty), from train-step and the memory report: what a
+    budget is for."""
     zero = c["zero"] != "none"
     options = [f'autodiff="{autodiff_options(c)}"']
     if c["fuse-attention"] == "on":
@@ -281,7 +282,7 @@ def step_peak(c, remat):
         capture_output=True, text=True)
     if report.returncode != 0:
         raise Refused(report.stderr)
-    return json.loads(report.stdout)["peak_bytes"]
+    return json.loads(report.stdout)["plan"]["arena_bytes"]
 
 
 class Refused(Exception):
@@ -292,10 +293,10 @@ def remat_option(c):
     if c["remat"] == "none":
         return []
     if c["remat"] == "budget":
-        # Half-way between the step's peak with full recompute and without
-        # any: what a user short of memory gives, met by a mix of choices.
-        # (and 1% over: the budget's model measures the rolled loop, the
-        # step runs unrolled).
+        # Half-way between the step's arena with full recompute and without
+        # any: what a user short of memory gives, met by a mix of choices
+        # (and 1% over: the arenas of the mixes between are not linear in
+        # their live bytes).
         none = step_peak(c, "")
         budget = (none + step_peak(c, "policy=full")) // 2 + none // 100
         return [f"policy=budget budget={budget}"]

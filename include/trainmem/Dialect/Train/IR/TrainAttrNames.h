@@ -116,6 +116,13 @@ constexpr llvm::StringLiteral kPlanHostArenaBytesAttrName =
     TrainDialect::HostArenaBytesAttrHelper::getNameStr();
 constexpr llvm::StringLiteral kPlanStagingOffsetsAttrName =
     TrainDialect::StagingOffsetsAttrHelper::getNameStr();
+/// On a micro-batch loop (train.accumulate), one offset per argument of
+/// its body (array<i64>, -1 for one that is not a tensor): where each
+/// micro-batch's rows, index and share are written. train-unroll-accum
+/// gives each copy's arguments these offsets, as its ops keep the body's:
+/// the unrolled step runs in the rolled loop's plan.
+constexpr llvm::StringLiteral kPlanArgumentOffsetsAttrName =
+    TrainDialect::ArgumentOffsetsAttrHelper::getNameStr();
 
 /// Attributes of a step lowered by convert-train-to-runtime: the arena's
 /// planned size, and where the host finds each argument and result. A

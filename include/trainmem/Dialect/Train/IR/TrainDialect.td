@@ -53,7 +53,8 @@ def Train_Dialect : Dialect {
     "::mlir::IntegerAttr":$offset,
     "::mlir::DenseI64ArrayAttr":$offsets,
     "::mlir::IntegerAttr":$host_arena_bytes,
-    "::mlir::DenseI64ArrayAttr":$staging_offsets
+    "::mlir::DenseI64ArrayAttr":$staging_offsets,
+    "::mlir::DenseI64ArrayAttr":$argument_offsets
   );
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;

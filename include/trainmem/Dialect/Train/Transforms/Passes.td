@@ -256,6 +256,15 @@ def TrainPlanArenaPass : Pass<"train-plan-arena", "mlir::ModuleOp"> {
     after checking it against the IR as it is then (every tensor placed,
     buffers inside the arena, no two live at once overlapping): a plan that
     a later transform made stale is refused, not used.
+
+    A rolled micro-batch loop (`train.accumulate`) is planned as one
+    iteration, and its body's arguments get `train.argument_offsets` on the
+    loop; train-unroll-accum then keeps the plan (every copy at the body's
+    offsets), so the unrolled step runs in the rolled loop's memory. Before
+    planning, each part the loop yields in another type than its f32 sum
+    (a 16-bit gradient) is cast in the body right after the op that makes
+    it, so that the cast's buffer is planned: the one change to the IR
+    beyond the attributes.
   }];
   let options = [
     Option<"function", "function", "std::string", "\"\"",
@@ -676,6 +685,15 @@ def TrainUnrollAccumPass : Pass<"train-unroll-accum", "mlir::ModuleOp"> {
     the f32 sums as explicit `train.add`s, so later passes can treat the last
     micro-step differently (e.g. communicate gradients only after it). With
     `factor=K`, K micro-steps per iteration of a loop of steps/K.
+
+    On a step that carries an arena plan (train-plan-arena on the rolled
+    loop), the complete unroll keeps it: each copy's ops keep the body's
+    offsets, its rows (and index and share) take the body arguments'
+    (`train.argument_offsets`), and the sums the loop results': the first
+    part is copied into its sum (a `train.cast` to its own type), the
+    others added in place. The unrolled step then needs the rolled loop's
+    arena to the byte, which is what trainmem-plan measures. A partial
+    unroll of a planned step is refused.
   }];
   // Each copy's micro-batch index is an arith.constant.
   let dependentDialects = ["::mlir::arith::ArithDialect"];

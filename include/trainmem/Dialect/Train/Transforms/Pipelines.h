@@ -106,6 +106,21 @@ buildTrainStepPipeline(OpPassManager &pm,
                        const TrainStepPipelineOptions &options,
                        function_ref<LogicalResult(const Twine &)> errorHandler);
 
+/// trainmem-run's recipe: the train-autodiff options it builds a step from
+/// a forward + loss with unless told otherwise (AdamW at a constant 1e-3,
+/// no weight decay, gradients clipped at norm 1). trainmem-plan measures
+/// the step this recipe builds, and prints and exports it.
+inline constexpr llvm::StringLiteral kDefaultRecipe =
+    "lr=1e-3 weight-decay=0.0 clip-norm=1.0";
+
+/// The train-autodiff options of a plan's step: `recipe` (empty: the
+/// default one, without its lr for another optimizer than AdamW, whose
+/// registered default rate applies) with `optimizer` (named unless AdamW)
+/// and without clipping when the gradients are released (the norm needs
+/// them all before the first update).
+std::string autodiffOptionsFor(StringRef recipe, StringRef optimizer,
+                               bool releaseGradients);
+
 /// Registers `train-step`.
 void registerTrainPipelines();
 

@@ -56,6 +56,13 @@ func::FuncOp lookupStep(ModuleOp module, StringRef name, StringRef passName);
 /// train.accumulate loop, or a train.slice_rows of an unrolled one), or null.
 Operation *findAccumulation(func::FuncOp func);
 
+/// Casts each part a micro-batch loop of `func` yields in another type
+/// than its f32 sum (a 16-bit gradient) in the body, right after the op
+/// that makes it (where the loop sums it), so that the cast's buffer is
+/// the body's and a plan of the rolled loop places it (train-plan-arena,
+/// trainmem-plan). Whether anything changed.
+bool castPartsToSums(func::FuncOp func);
+
 /// Clones the recompute of every train.remat in `func` next to the
 /// backward ops that need it and dissolves the regions
 /// (train-materialize-remat). Returns the number of ops cloned.

@@ -338,11 +338,10 @@ TEST(DeepSpeed, ReadsTheDecisionsAndNamesTheRest) {
   EXPECT_EQ(plan->candidate.offload, PlanOffload::statesAndUpdate);
   EXPECT_EQ(plan->globalBatch, 32);
   EXPECT_EQ(plan->dtype, std::optional<std::string>("bf16"));
-  // JSON objects have no key order: the names, sorted.
-  llvm::sort(warnings);
-  EXPECT_EQ(warnings, (std::vector<std::string>{
-                          "gradient_clipping",
-                          "zero_optimization.overlap_comm"}));
+  // The optimizer's params and the clipping are the recipe.
+  EXPECT_EQ(plan->recipe, "lr=1e-04 clip-norm=1");
+  EXPECT_EQ(warnings,
+            (std::vector<std::string>{"zero_optimization.overlap_comm"}));
 }
 
 TEST(DeepSpeed, RefusesWhatItCannotBuild) {
@@ -385,8 +384,17 @@ TEST(DeepSpeed, WritesWhatItReads) {
   c.remat = PlanRemat::full;
   c.offload = PlanOffload::statesAndUpdate;
   c.fuseAttention = true;
+  // trainmem-run's recipe: AdamW at 1e-3, no weight decay, clipped at 1.
+  PlanRecipe recipe;
+  recipe.optimizer = "adamw";
+  recipe.lr = 1e-3;
+  recipe.beta1 = 0.9;
+  recipe.beta2 = 0.999;
+  recipe.epsilon = 1e-8;
+  recipe.clipNorm = 1.0;
+  EXPECT_TRUE(deepSpeedCannotExpress(c, recipe).empty());
   std::vector<std::string> notes;
-  llvm::json::Object config = toDeepSpeed(c, request, notes);
+  llvm::json::Object config = toDeepSpeed(c, request, recipe, notes);
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::json::Value(std::move(config));
@@ -400,6 +408,10 @@ TEST(DeepSpeed, WritesWhatItReads) {
   EXPECT_EQ(back->candidate.offload, c.offload);
   EXPECT_EQ(back->globalBatch, request.globalBatch);
   EXPECT_EQ(back->dtype, std::optional<std::string>("bf16"));
+  // The recipe reads back as train-autodiff's options.
+  EXPECT_EQ(back->recipe,
+            "beta1=0.9 beta2=0.999 eps=1e-08 lr=0.001 weight-decay=0 "
+            "clip-norm=1");
   EXPECT_TRUE(warnings.empty()) << warnings.front();
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_TRUE(llvm::StringRef(notes.front()).starts_with("fused attention"));
@@ -419,8 +431,17 @@ TEST(Megatron, ArgumentsSayTheDecisions) {
   c.remat = PlanRemat::full;
   c.fuseAttention = true;
   c.fuseElementwise = true;
+  PlanRecipe recipe;
+  recipe.optimizer = "adamw";
+  recipe.lr = 1e-3;
+  recipe.beta1 = 0.9;
+  recipe.beta2 = 0.999;
+  recipe.epsilon = 1e-8;
+  recipe.clipNorm = 1.0;
+  EXPECT_TRUE(megatronCannotExpress(c, recipe).empty());
   std::vector<std::string> notes;
-  std::vector<std::string> args = toMegatronArguments(c, request, notes);
+  std::vector<std::string> args =
+      toMegatronArguments(c, request, recipe, notes);
   auto valueOf = [&](llvm::StringRef name) -> std::string {
     auto it = llvm::find(args, name.str());
     if (it == args.end())
@@ -444,29 +465,46 @@ TEST(Megatron, ArgumentsSayTheDecisions) {
   EXPECT_EQ(valueOf("--no-bias-gelu-fusion"), "(absent)");
   EXPECT_EQ(valueOf("--adam-beta2"), "0.999");
   EXPECT_EQ(valueOf("--adam-eps"), "1e-08");
+  EXPECT_EQ(valueOf("--lr"), "0.001");
+  EXPECT_EQ(valueOf("--weight-decay"), "0");
+  EXPECT_EQ(valueOf("--clip-grad"), "1");
+  EXPECT_EQ(valueOf("--lr-decay-style"), "constant");
   EXPECT_TRUE(notes.empty()) << notes.front();
 
+  // A warm-up and cosine decay: Megatron's own schedule arguments.
+  recipe.warmupSteps = 100;
+  recipe.totalSteps = 1000;
+  recipe.minLr = 1e-4;
+  args = toMegatronArguments(c, request, recipe, notes);
+  EXPECT_EQ(valueOf("--lr-decay-style"), "cosine");
+  EXPECT_EQ(valueOf("--lr-warmup-iters"), "100");
+  EXPECT_EQ(valueOf("--lr-decay-iters"), "1000");
+  EXPECT_EQ(valueOf("--min-lr"), "1e-04");
+
   // Selective recompute is Megatron's own; stage 3, offload and 8-bit state
-  // have no argument.
+  // have no argument: refused, each named.
   c.remat = PlanRemat::selective;
   c.stage = 3;
   c.offload = PlanOffload::states;
   c.eightBit = true;
-  args = toMegatronArguments(c, request, notes);
+  std::vector<std::string> reasons = megatronCannotExpress(c, recipe);
+  ASSERT_EQ(reasons.size(), 3u);
+  EXPECT_TRUE(llvm::StringRef(reasons[0]).starts_with("ZeRO stage 3"))
+      << reasons[0];
+  EXPECT_TRUE(llvm::StringRef(reasons[1]).starts_with("optimizer offload"));
+  EXPECT_TRUE(llvm::StringRef(reasons[2]).starts_with("8-bit optimizer state"));
+  c.stage = 1;
+  c.offload = PlanOffload::none;
+  c.eightBit = false;
+  args = toMegatronArguments(c, request, recipe, notes);
   EXPECT_EQ(valueOf("--recompute-granularity"), "selective");
   EXPECT_EQ(valueOf("--recompute-method"), "(absent)");
-  ASSERT_EQ(notes.size(), 3u);
-  EXPECT_TRUE(llvm::StringRef(notes[0]).starts_with(
-      "ZeRO stage 3 has no Megatron-LM argument"))
-      << notes[0];
-  EXPECT_TRUE(llvm::StringRef(notes[1]).starts_with("optimizer offload"));
-  EXPECT_TRUE(llvm::StringRef(notes[2]).starts_with("8-bit optimizer state"));
 
   // Tensor and sequence parallelism.
   c.tensorParallel = 8;
   c.sequenceParallel = true;
   notes.clear();
-  args = toMegatronArguments(c, request, notes);
+  args = toMegatronArguments(c, request, recipe, notes);
   EXPECT_EQ(valueOf("--tensor-model-parallel-size"), "8");
   EXPECT_EQ(valueOf("--sequence-parallel"), "(flag)");
 }

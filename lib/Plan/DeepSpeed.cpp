@@ -2,15 +2,18 @@
 //---------===//
 //
 // A DeepSpeed config's decisions as the planner's candidate, and a
-// candidate as a DeepSpeed config (docs/Planner.md "DeepSpeed configs").
+// candidate as a DeepSpeed config (docs/Planner.md "DeepSpeed configs and
+// Megatron-LM arguments").
 //
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Plan/DeepSpeed.h"
+#include "trainmem/Plan/Json.h"
 #include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <climits>
@@ -31,6 +34,8 @@ struct Reading {
   bool bf16 = false, fp16 = false;
   int64_t ranks = 1;
   std::vector<std::string> &warnings;
+  /// train-autodiff options read so far.
+  std::vector<std::string> recipe = {};
 };
 
 /// Names every key of `o` but those `known` says it models.
@@ -147,8 +152,56 @@ llvm::Error readCheckpointing(Reading &r, const llvm::json::Value &value) {
   return llvm::Error::success();
 }
 
-/// optimizer: Adam or AdamW; its params (lr, betas, eps, weight decay)
-/// change no memory.
+/// A number the recipe takes, as train-autodiff's option `option`.
+llvm::Error readRecipeNumber(Reading &r, llvm::StringRef key,
+                             const llvm::json::Value &value,
+                             llvm::StringRef option) {
+  std::optional<double> number = value.getAsNumber();
+  if (!number || !(*number >= 0))
+    return makeError(key.str() + " must be a number >= 0");
+  r.recipe.push_back((option + "=" + shortestNumber(*number)).str());
+  return llvm::Error::success();
+}
+
+/// optimizer.params: the recipe's rate, betas, epsilon and weight decay.
+llvm::Error readOptimizerParams(Reading &r, const llvm::json::Value &value) {
+  const llvm::json::Object *o = value.getAsObject();
+  if (!o)
+    return makeError("optimizer.params must be an object");
+  // In the keys' order: the recipe's text does not depend on the map's.
+  std::vector<llvm::StringRef> keys;
+  for (const auto &entry : *o)
+    keys.push_back(entry.first);
+  llvm::sort(keys);
+  auto readParam = [&](llvm::StringRef key,
+                       const llvm::json::Value &v) -> llvm::Error {
+    if (key == "lr")
+      return readRecipeNumber(r, "optimizer.params.lr", v, "lr");
+    if (key == "eps")
+      return readRecipeNumber(r, "optimizer.params.eps", v, "eps");
+    if (key == "weight_decay")
+      return readRecipeNumber(r, "optimizer.params.weight_decay", v,
+                              "weight-decay");
+    if (key == "betas") {
+      const llvm::json::Array *betas = v.getAsArray();
+      if (!betas || betas->size() != 2)
+        return makeError("optimizer.params.betas must be [beta1, beta2]");
+      if (llvm::Error e = readRecipeNumber(r, "optimizer.params.betas[0]",
+                                           (*betas)[0], "beta1"))
+        return e;
+      return readRecipeNumber(r, "optimizer.params.betas[1]", (*betas)[1],
+                              "beta2");
+    }
+    r.warnings.push_back(("optimizer.params." + key).str());
+    return llvm::Error::success();
+  };
+  for (llvm::StringRef key : keys)
+    if (llvm::Error error = readParam(key, *o->get(key)))
+      return error;
+  return llvm::Error::success();
+}
+
+/// optimizer: Adam or AdamW, its params the recipe's.
 llvm::Error readOptimizer(Reading &r, const llvm::json::Value &value) {
   const llvm::json::Object *o = value.getAsObject();
   std::optional<llvm::StringRef> type =
@@ -160,6 +213,8 @@ llvm::Error readOptimizer(Reading &r, const llvm::json::Value &value) {
   warnUnknown(r, *o, "optimizer", [](llvm::StringRef key) {
     return key == "type" || key == "params";
   });
+  if (const llvm::json::Value *params = o->get("params"))
+    return readOptimizerParams(r, *params);
   return llvm::Error::success();
 }
 
@@ -187,6 +242,14 @@ llvm::Expected<DeepSpeedPlan> finish(Reading &r) {
                                    *r.batch, micro, accumulation, r.ranks,
                                    implied));
   r.plan.globalBatch = implied;
+  // DeepSpeed clips only where the config says so (gradient_clipping 0:
+  // none); what it does not say of the optimizer is train-autodiff's
+  // default.
+  if (llvm::none_of(r.recipe, [](const std::string &word) {
+        return llvm::StringRef(word).starts_with("clip-norm=");
+      }))
+    r.recipe.push_back("clip-norm=0");
+  r.plan.recipe = llvm::join(r.recipe, " ");
   return r.plan;
 }
 
@@ -219,6 +282,8 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
       return readCheckpointing(r, value);
     if (k == "optimizer")
       return readOptimizer(r, value);
+    if (k == "gradient_clipping")
+      return readRecipeNumber(r, k, value, "clip-norm");
     warnings.push_back(k.str());
     return llvm::Error::success();
   };
@@ -228,8 +293,38 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
   return finish(r);
 }
 
+std::vector<std::string> deepSpeedCannotExpress(const PlanCandidate &c,
+                                                const PlanRecipe &recipe) {
+  std::vector<std::string> reasons;
+  if (c.remat == PlanRemat::selective || c.remat == PlanRemat::budget)
+    reasons.push_back(stringifyPlanRemat(c.remat).str() +
+                      " recompute (activation_checkpointing turns on the "
+                      "checkpointing the model's code does)");
+  if (c.offload == PlanOffload::states)
+    reasons.push_back("optimizer state on the host with the update on the "
+                      "device (offload_optimizer runs the update on the "
+                      "CPU: states+update)");
+  if (c.eightBit)
+    reasons.push_back("8-bit optimizer state (bitsandbytes' AdamW8bit is "
+                      "passed to deepspeed.initialize, not configured)");
+  if (c.releaseGradients)
+    reasons.push_back("gradient release");
+  if (c.tensorParallel > 1)
+    reasons.push_back(llvm::formatv(
+        "tensor parallelism (size {0}: DeepSpeed takes it from Megatron-LM's "
+        "model code, --emit megatron-args)",
+        c.tensorParallel));
+  if (recipe.optimizer != "adamw" && recipe.optimizer != "lion")
+    reasons.push_back("the " + recipe.optimizer + " optimizer");
+  if (recipe.hasSchedule())
+    reasons.push_back("the recipe's rate schedule (warm-up, cosine decay): "
+                      "its scheduler block is not written");
+  return reasons;
+}
+
 llvm::json::Object toDeepSpeed(const PlanCandidate &c,
                                const PlanRequest &request,
+                               const PlanRecipe &recipe,
                                std::vector<std::string> &notes) {
   llvm::json::Object config;
   config["train_batch_size"] = request.globalBatch;
@@ -239,56 +334,26 @@ llvm::json::Object toDeepSpeed(const PlanCandidate &c,
       llvm::json::Object{{"enabled", request.model.dtype == "bf16"}};
   config["fp16"] =
       llvm::json::Object{{"enabled", request.model.dtype == "f16"}};
-  config["zero_optimization"] =
-      llvm::json::Object{{"stage", c.stage < 0 ? 0 : c.stage}};
-  // The step's optimizer, with its registry defaults (DeepSpeed's Lion
-  // is its FusedLion).
-  const OptimizerInfo &info = *lookupOptimizer(c.optimizer);
-  OptimizerOptions defaults = OptimizerOptions::defaultsOf(info);
+  llvm::json::Object zero{{"stage", c.stage < 0 ? 0 : c.stage}};
+  if (c.offload == PlanOffload::statesAndUpdate)
+    zero["offload_optimizer"] = llvm::json::Object{{"device", "cpu"}};
+  config["zero_optimization"] = std::move(zero);
+  // The recipe's optimizer (DeepSpeed's Lion is its FusedLion) and
+  // clipping (0: none).
   llvm::json::Object params{
-      {"lr", defaults.lr},
-      {"betas", llvm::json::Array{defaults.beta1, defaults.beta2}},
-      {"weight_decay", defaults.weightDecay}};
-  if (info.reads(OptimizerOption::epsilon))
-    params["eps"] = defaults.epsilon;
+      {"lr", recipe.lr},
+      {"betas", llvm::json::Array{recipe.beta1, recipe.beta2}},
+      {"weight_decay", recipe.weightDecay}};
+  if (recipe.optimizer != "lion")
+    params["eps"] = recipe.epsilon;
   config["optimizer"] =
-      llvm::json::Object{{"type", c.optimizer == "lion" ? "Lion" : "AdamW"},
+      llvm::json::Object{{"type", recipe.optimizer == "lion" ? "Lion" : "AdamW"},
                          {"params", std::move(params)}};
-  if (c.releaseGradients)
-    notes.push_back("gradient release has no DeepSpeed key (each update "
-                    "right after its gradient is complete: the model's "
-                    "training loop, as in LOMO); the plan's peak assumes it");
-  if (c.remat != PlanRemat::none) {
+  config["gradient_clipping"] = recipe.clipNorm;
+  if (c.remat == PlanRemat::full)
     config["activation_checkpointing"] =
         llvm::json::Object{{"partition_activations", false},
                            {"contiguous_memory_optimization", false}};
-    if (c.remat != PlanRemat::full)
-      notes.push_back(
-          stringifyPlanRemat(c.remat).str() +
-          " recompute has no DeepSpeed key: activation_checkpointing turns "
-          "on the checkpointing the model's code does (Megatron-DeepSpeed: "
-          "--recompute-granularity selective for the attention core)");
-  }
-  if (c.offload == PlanOffload::statesAndUpdate)
-    config["zero_optimization"] = llvm::json::Object{
-        {"stage", c.stage < 0 ? 0 : c.stage},
-        {"offload_optimizer", llvm::json::Object{{"device", "cpu"}}}};
-  if (c.offload == PlanOffload::states)
-    notes.push_back("optimizer state on the host with the update on the "
-                    "device has no DeepSpeed key (its offload_optimizer runs "
-                    "the update on the CPU)");
-  if (c.tensorParallel > 1)
-    notes.push_back(llvm::formatv(
-        "tensor parallelism (size {0}{1}) has no DeepSpeed config key: "
-        "DeepSpeed takes it from Megatron-LM's model code "
-        "(--emit megatron-args); ZeRO above runs over the {2} data-parallel "
-        "ranks",
-        c.tensorParallel,
-        c.sequenceParallel ? ", with sequence parallelism" : "",
-        c.dataRanks(request.ranks)));
-  if (c.eightBit)
-    notes.push_back("8-bit optimizer state has no DeepSpeed key (it is "
-                    "bitsandbytes' AdamW8bit passed to deepspeed.initialize)");
   if (c.fuseAttention)
     notes.push_back("fused attention has no DeepSpeed key: it is the "
                     "model's setting (a FlashAttention kernel: Hugging Face "

@@ -39,11 +39,14 @@ static void write(json::OStream &out, const json::Value &value) {
     out.value(value);
     return;
   }
-  // The shortest decimal that reads back as this double (C++17 to_chars).
+  out.rawValue(mlir::train::shortestNumber(*number));
+}
+
+std::string mlir::train::shortestNumber(double value) {
   char text[32];
-  std::to_chars_result result = std::to_chars(text, text + sizeof(text),
-                                              *number);
-  out.rawValue(StringRef(text, result.ptr - text));
+  std::to_chars_result result =
+      std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, result.ptr - text);
 }
 
 void mlir::train::writeJson(raw_ostream &os, const json::Value &value,

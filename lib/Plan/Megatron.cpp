@@ -7,40 +7,53 @@
 // every layer), --use-distributed-optimizer (the optimizer state sharded
 // over the data-parallel ranks: ZeRO stage 1), --bf16 / --fp16,
 // --use-flash-attn, --no-bias-gelu-fusion (the fusion is on by default),
-// and Adam's hyperparameters (Megatron's Adam decouples the weight decay,
-// as AdamW), its rate schedule and clipping.
+// and the recipe's Adam hyperparameters (Megatron's Adam decouples the
+// weight decay, as AdamW), its rate schedule (--lr-decay-style,
+// --lr-warmup-iters, --lr-decay-iters, --min-lr) and clipping. A row it
+// cannot express is refused by the caller (megatronCannotExpress).
 //
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Plan/Megatron.h"
-#include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Plan/Json.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
-#include <cstdio>
-#include <cstdlib>
 
 namespace mlir {
 namespace train {
 
-namespace {
-
 /// A float as Megatron's argparse reads it back exactly: the fewest
 /// significant digits that round-trip.
-std::string number(double value) {
-  char text[32];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(text, sizeof text, "%.*g", digits, value);
-    if (std::strtod(text, nullptr) == value)
-      break;
-  }
-  return text;
-}
+static std::string number(double value) { return shortestNumber(value); }
 
-} // namespace
+std::vector<std::string> megatronCannotExpress(const PlanCandidate &c,
+                                               const PlanRecipe &recipe) {
+  std::vector<std::string> reasons;
+  if (c.remat == PlanRemat::budget)
+    reasons.push_back("budget recompute (a choice per layer; "
+                      "--recompute-method block --recompute-num-layers N "
+                      "recomputes the first N layers whole, no other mix)");
+  if (c.stage >= 2)
+    reasons.push_back(llvm::formatv(
+        "ZeRO stage {0} (--use-distributed-optimizer shards the optimizer "
+        "state: stage 1)",
+        c.stage));
+  if (c.offload != PlanOffload::none)
+    reasons.push_back("optimizer offload");
+  if (c.eightBit)
+    reasons.push_back("8-bit optimizer state");
+  if (c.releaseGradients)
+    reasons.push_back("gradient release");
+  if (recipe.optimizer != "adamw")
+    reasons.push_back("the " + recipe.optimizer +
+                      " optimizer (--optimizer adam is AdamW)");
+  return reasons;
+}
 
 std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
                                              const PlanRequest &request,
+                                             const PlanRecipe &recipe,
                                              std::vector<std::string> &notes) {
   std::vector<std::string> args;
   auto add = [&](llvm::StringRef name, std::string value = std::string()) {
@@ -60,32 +73,15 @@ std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
         c.tensorParallel));
   add("--micro-batch-size", std::to_string(c.microBatch));
   add("--global-batch-size", std::to_string(request.globalBatch));
-  switch (c.remat) {
-  case PlanRemat::none:
-    break;
-  case PlanRemat::selective:
+  if (c.remat == PlanRemat::selective) {
     add("--recompute-granularity", "selective");
-    break;
-  case PlanRemat::full:
+  } else if (c.remat == PlanRemat::full) {
     add("--recompute-granularity", "full");
     add("--recompute-method", "uniform");
     add("--recompute-num-layers", "1");
-    break;
-  case PlanRemat::budget:
-    notes.push_back("budget recompute (a choice per layer) has no Megatron-LM "
-                    "argument: --recompute-granularity full "
-                    "--recompute-method block --recompute-num-layers N "
-                    "recomputes the first N layers whole");
-    break;
   }
   if (c.stage >= 1)
     add("--use-distributed-optimizer");
-  if (c.stage >= 2)
-    notes.push_back(llvm::formatv(
-        "ZeRO stage {0} has no Megatron-LM argument: "
-        "--use-distributed-optimizer shards the optimizer state (stage 1); "
-        "the plan's peak assumes the {1} sharded too",
-        c.stage, c.stage == 2 ? "gradients" : "gradients and weights"));
   if (request.model.dtype == "bf16")
     add("--bf16");
   else if (request.model.dtype == "f16")
@@ -94,25 +90,24 @@ std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
     add("--use-flash-attn");
   if (!c.fuseElementwise)
     add("--no-bias-gelu-fusion");
-  // The step's AdamW, with train-add-optimizer's defaults.
-  TrainAddOptimizerPassOptions adamw;
+  // The recipe's AdamW, its rate schedule and clipping (Megatron decays
+  // the rate linearly and clips the norm to 1 by default).
   add("--optimizer", "adam");
-  add("--lr", number(adamw.lr));
-  add("--adam-beta1", number(adamw.beta1));
-  add("--adam-beta2", number(adamw.beta2));
-  add("--adam-eps", number(adamw.epsilon));
-  add("--weight-decay", number(adamw.weightDecay));
-  // Megatron decays the rate linearly and clips the norm to 1 by default;
-  // the step keeps its rate constant and does not clip.
-  add("--lr-decay-style", "constant");
-  add("--clip-grad", number(adamw.clipNorm));
-  if (c.offload != PlanOffload::none)
-    notes.push_back("optimizer offload has no Megatron-LM argument used "
-                    "here; the plan's peak assumes the optimizer state on "
-                    "the host");
-  if (c.eightBit)
-    notes.push_back("8-bit optimizer state has no Megatron-LM argument; the "
-                    "plan's peak assumes it");
+  add("--lr", number(recipe.lr));
+  add("--adam-beta1", number(recipe.beta1));
+  add("--adam-beta2", number(recipe.beta2));
+  add("--adam-eps", number(recipe.epsilon));
+  add("--weight-decay", number(recipe.weightDecay));
+  if (recipe.totalSteps > 0) {
+    add("--lr-decay-style", "cosine");
+    add("--lr-decay-iters", std::to_string(recipe.totalSteps));
+    add("--min-lr", number(recipe.minLr));
+  } else {
+    add("--lr-decay-style", "constant");
+  }
+  if (recipe.warmupSteps > 0)
+    add("--lr-warmup-iters", std::to_string(recipe.warmupSteps));
+  add("--clip-grad", number(recipe.clipNorm));
   return args;
 }
 

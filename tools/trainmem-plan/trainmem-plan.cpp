@@ -38,6 +38,7 @@
 #include "trainmem/Plan/Hardware.h"
 #include "trainmem/Plan/Json.h"
 #include "trainmem/Plan/Megatron.h"
+#include "trainmem/Plan/Recipe.h"
 #include "trainmem/Plan/Planner.h"
 #include "trainmem/Support/ByteSize.h"
 
@@ -158,6 +159,12 @@ static cl::opt<std::string> recipe(
              "trainmem-run's, \"lr=1e-3 weight-decay=0.0 clip-norm=1.0\"), "
              "measured, printed with each row's trainmem-run command as its "
              "--autodiff-options (with --optimizer's choice) and exported"),
+    cl::init(""), cl::cat(category));
+static cl::opt<std::string> target(
+    "target",
+    cl::desc("The framework the plan is for: any (trainmem-run), deepspeed "
+             "or megatron: the search keeps what that framework runs "
+             "(default: the --emit framework's, else any)"),
     cl::init(""), cl::cat(category));
 static cl::opt<std::string> releaseGradients(
     "release-gradients",
@@ -811,7 +818,9 @@ fillSearchSpace(PlanRequest &request,
 /// The optimizers tried (--optimizer: one name, a comma-separated list or
 /// `any`, each registered; Sophia's Hessian step is measured with its
 /// step), each one the chosen export can name.
-static LogicalResult fillOptimizers(PlanRequest &request, bool deepSpeed) {
+static LogicalResult
+fillOptimizers(PlanRequest &request,
+               const std::optional<DeepSpeedPlan> &deepSpeed) {
   SmallVector<StringRef> words;
   StringRef(recipe).split(words, ' ', -1, /*KeepEmpty=*/false);
   for (StringRef word : words)
@@ -820,6 +829,13 @@ static LogicalResult fillOptimizers(PlanRequest &request, bool deepSpeed) {
                     "(one, a list or any); the recipe holds the other "
                     "train-autodiff options");
   request.recipe = recipe;
+  if (deepSpeed) {
+    if (recipe.getNumOccurrences())
+      return refuse("--autodiff-options and --from-deepspeed both give the "
+                    "recipe: the config's optimizer params and "
+                    "gradient_clipping are its recipe");
+    request.recipe = deepSpeed->recipe;
+  }
   request.optimizers.clear();
   if (optimizerName == "any") {
     for (const OptimizerInfo &info : getRegisteredOptimizers())
@@ -856,6 +872,69 @@ static LogicalResult fillOptimizers(PlanRequest &request, bool deepSpeed) {
 
 /// The request from the options: the model, ranks, hardware, global batch,
 /// memory and the choices searched.
+/// The framework the plan is for: --target, or the --emit framework's.
+static StringRef targetFramework() {
+  if (!target.empty())
+    return target;
+  if (emit == "deepspeed-json")
+    return "deepspeed";
+  if (emit == "megatron-args")
+    return "megatron";
+  return "any";
+}
+
+/// Keeps of the search what the target framework runs (what its config or
+/// arguments express: deepSpeedCannotExpress, megatronCannotExpress); a
+/// dimension left with nothing is an error naming what was asked.
+static LogicalResult restrictToTarget(PlanRequest &request) {
+  StringRef framework = targetFramework();
+  if (framework == "any")
+    return success();
+  if (framework != "deepspeed" && framework != "megatron")
+    return refuse("--target must be any, deepspeed or megatron, not '" +
+                  framework + "'");
+  bool megatron = framework == "megatron";
+  auto keep = [&](auto &values, auto allowed, StringRef what) {
+    llvm::erase_if(values, [&](const auto &v) { return !allowed(v); });
+    if (values.empty())
+      return refuse("--target " + framework + ": none of the " + what +
+                    " asked for is one " + framework + " runs");
+    return success();
+  };
+  if (failed(keep(request.remats,
+                  [&](PlanRemat r) {
+                    return r == PlanRemat::none || r == PlanRemat::full ||
+                           (megatron && r == PlanRemat::selective);
+                  },
+                  "recompute policies")) ||
+      failed(keep(request.stages,
+                  [&](int64_t stage) { return !megatron || stage <= 1; },
+                  "ZeRO stages")) ||
+      failed(keep(request.offloads,
+                  [&](PlanOffload o) {
+                    return o == PlanOffload::none ||
+                           (!megatron && o == PlanOffload::statesAndUpdate);
+                  },
+                  "offload choices")) ||
+      failed(keep(request.eightBit, [](bool on) { return !on; },
+                  "8-bit choices")) ||
+      failed(keep(request.releaseGradients, [](bool on) { return !on; },
+                  "gradient release choices")) ||
+      failed(keep(request.tensorParallel,
+                  [&](int64_t t) { return megatron || t == 1; },
+                  "tensor-parallel sizes")) ||
+      failed(keep(request.optimizers,
+                  [&](const std::string &name) {
+                    return name == "adamw" || (!megatron && name == "lion");
+                  },
+                  "optimizers")))
+    return failure();
+  // Escalating to tensor parallelism is Megatron's only.
+  if (!megatron)
+    request.defaultTensorParallel = false;
+  return success();
+}
+
 static LogicalResult
 fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
             const Hardware &hardware,
@@ -882,7 +961,7 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
     request.memoryBytes = *bytes;
   }
   request.exact = exact;
-  if (failed(fillOptimizers(request, deepSpeed.has_value())))
+  if (failed(fillOptimizers(request, deepSpeed)))
     return failure();
   if (failed(fillSearchSpace(request, deepSpeed)))
     return failure();
@@ -891,7 +970,7 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
                   llvm::Twine(top.getValue()));
   if (llvm::Error error = completePlanRequest(request))
     return refuse(llvm::toString(std::move(error)));
-  return success();
+  return restrictToTarget(request);
 }
 
 /// --emit json: each candidate shown with its table number (#, from 1);
@@ -1016,29 +1095,52 @@ static std::string nearestDeepSpeedChange(MLIRContext &context,
 
 /// The best candidate as --emit asks: explained under the table, as a
 /// pass pipeline, or as a DeepSpeed config.
-static void printBestAs(llvm::raw_ostream &os, const PlanRequest &request,
-                        const PlanResult &result) {
+static LogicalResult printBestAs(MLIRContext &context, llvm::raw_ostream &os,
+                                 const PlanRequest &request,
+                                 const PlanResult &result) {
   const PlanCandidate &best = result.candidates[*result.best];
+  // An export trains as the printed run does (the recipe's values), or is
+  // refused for what its framework cannot express.
+  PlanRecipe recipe;
+  if (emit == "megatron-args" || emit == "deepspeed-json") {
+    llvm::Expected<PlanRecipe> resolved =
+        resolveRecipe(context, best.autodiffOptions());
+    if (!resolved)
+      return refuse(llvm::toString(resolved.takeError()));
+    recipe = *resolved;
+    bool megatron = emit == "megatron-args";
+    std::vector<std::string> reasons =
+        megatron ? megatronCannotExpress(best, recipe)
+                 : deepSpeedCannotExpress(best, recipe);
+    if (!reasons.empty())
+      return refuse(llvm::formatv(
+          "--emit {0}: the best (#{1}, {2}) has what {3} cannot express: "
+          "{4}; --target {5} searches only what {3} runs",
+          emit.getValue(), *result.best + 1, best.describe(),
+          megatron ? "Megatron-LM" : "DeepSpeed", llvm::join(reasons, "; "),
+          megatron ? "megatron" : "deepspeed"));
+  }
   if (emit == "table") {
     printBest(os, request, best, *result.best);
   } else if (emit == "pipeline") {
     os << "builtin.module("
        << best.passPipeline(request.ranks, request.memoryBytes) << ")\n";
-  } else if (emit == "megatron-args") {
-    std::vector<std::string> notes;
-    std::vector<std::string> args = toMegatronArguments(best, request, notes);
-    for (const std::string &note : notes)
-      llvm::errs() << "trainmem-plan: note: " << note << "\n";
-    llvm::interleave(args, os, " ");
-    os << "\n";
   } else {
+    bool megatron = emit == "megatron-args";
     std::vector<std::string> notes;
-    llvm::json::Object config = toDeepSpeed(best, request, notes);
+    if (megatron) {
+      std::vector<std::string> args =
+          toMegatronArguments(best, request, recipe, notes);
+      llvm::interleave(args, os, " ");
+    } else {
+      writeJson(os, llvm::json::Value(
+                        toDeepSpeed(best, request, recipe, notes)));
+    }
+    os << "\n";
     for (const std::string &note : notes)
       llvm::errs() << "trainmem-plan: note: " << note << "\n";
-    writeJson(os, llvm::json::Value(std::move(config)));
-    os << "\n";
   }
+  return success();
 }
 
 int main(int argc, char **argv) {
@@ -1120,6 +1222,5 @@ int main(int argc, char **argv) {
     os.flush();
     return fail(result.nothingFits);
   }
-  printBestAs(os, request, result);
-  return 0;
+  return failed(printBestAs(context, os, request, result)) ? 1 : 0;
 }

@@ -11,6 +11,7 @@
 #define TRAINMEM_PLAN_DEEPSPEED_H
 
 #include "trainmem/Plan/Planner.h"
+#include "trainmem/Plan/Recipe.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
@@ -28,6 +29,10 @@ struct DeepSpeedPlan {
   int64_t globalBatch = 0;
   /// bf16, f16 or f32, from its bf16/fp16 keys.
   std::optional<std::string> dtype;
+  /// The recipe its optimizer params and gradient_clipping give, as
+  /// train-autodiff's options ("lr=0.0003 beta1=0.9 ... clip-norm=1";
+  /// clip-norm=0 without gradient_clipping, as DeepSpeed does not clip).
+  std::string recipe;
 };
 
 /// Reads the keys this project models from a config for `rankCount` ranks;
@@ -37,12 +42,21 @@ llvm::Expected<DeepSpeedPlan> readDeepSpeed(llvm::StringRef text,
                                             int64_t rankCount,
                                             std::vector<std::string> &warnings);
 
-/// `c` as a DeepSpeed config for `request`; the decisions DeepSpeed has no
-/// key for (selective or budget recompute, state on the host with the
-/// update on the device, 8-bit state, fused attention and element-wise
-/// chains) are said in `notes`.
+/// What of `c` and `recipe` a DeepSpeed config cannot express (selective
+/// or budget recompute, state on the host with the update on the device,
+/// 8-bit state, gradient release, tensor parallelism, an optimizer other
+/// than AdamW and Lion, a rate schedule), one reason each; empty: the
+/// config trains the plan's step.
+std::vector<std::string> deepSpeedCannotExpress(const PlanCandidate &c,
+                                                const PlanRecipe &recipe);
+
+/// `c` as a DeepSpeed config for `request` with `recipe`'s optimizer and
+/// clipping (for a `c` deepSpeedCannotExpress accepts); the model's own
+/// settings the plan assumes (fused attention and element-wise chains) are
+/// said in `notes`.
 llvm::json::Object toDeepSpeed(const PlanCandidate &c,
                                const PlanRequest &request,
+                               const PlanRecipe &recipe,
                                std::vector<std::string> &notes);
 
 } // namespace train

@@ -13,8 +13,14 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <string>
+
 namespace mlir {
 namespace train {
+
+/// `value` in its shortest decimal form that reads back as the same double
+/// (C++17 to_chars: "0.9", "1e-08").
+std::string shortestNumber(double value);
 
 /// Writes `value` to `os` indented by `indent` spaces a level, doubles in
 /// their shortest round-trip form.

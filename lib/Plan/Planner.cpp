@@ -450,6 +450,20 @@ std::string PlanCandidate::passPipeline(int64_t ranks,
                          /*unroll=*/true);
 }
 
+/// Whether `recipe` (empty: the default) clips the gradients' norm.
+static bool recipeClips(StringRef recipe) {
+  SmallVector<StringRef> words;
+  (recipe.empty() ? StringRef(kDefaultRecipe) : recipe)
+      .split(words, ' ', -1, /*KeepEmpty=*/false);
+  for (StringRef word : words) {
+    auto [name, value] = word.split('=');
+    double norm = 0;
+    if (name.trim() == "clip-norm" && !value.trim().getAsDouble(norm))
+      return norm > 0;
+  }
+  return false;
+}
+
 std::string PlanCandidate::autodiffOptions() const {
   return autodiffOptionsFor(recipe, optimizer, releaseGradients);
 }
@@ -944,6 +958,9 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                       c.optimizer = optimizer;
                       c.releaseGradients = release;
                       c.recipe = request.recipe;
+                      c.changesNumerics =
+                          eightBit || optimizer != request.optimizers.front() ||
+                          (release && recipeClips(request.recipe));
                       result.candidates.push_back(c);
                     }
                   }
@@ -1009,24 +1026,39 @@ static void measureGroups(MLIRContext &context, const PlanRequest &request,
 
 /// The fastest candidate that fits (the smaller peak on a tie), and each
 /// candidate's speed relative to the fastest.
-static void chooseBest(PlanResult &result) {
+static void chooseBest(PlanResult &result, const PlanRequest &request) {
   result.best.reset();
   double fastest = 0.0;
   for (const PlanCandidate &c : result.candidates)
     fastest = std::max(fastest, c.tokensPerSecond);
+  // The fastest that fits, and the fastest that fits and keeps the
+  // recipe's numerics (ties: the smaller arena).
+  std::optional<size_t> keeping;
+  auto better = [&](const PlanCandidate &c, std::optional<size_t> than) {
+    if (!than)
+      return true;
+    const PlanCandidate &other = result.candidates[*than];
+    return c.tokensPerSecond > other.tokensPerSecond ||
+           (c.tokensPerSecond == other.tokensPerSecond &&
+            c.measure.arena < other.measure.arena);
+  };
   for (size_t i = 0; i < result.candidates.size(); ++i) {
     PlanCandidate &c = result.candidates[i];
     c.relative = fastest > 0 ? c.tokensPerSecond / fastest : 0.0;
     if (!c.fits)
       continue;
-    if (!result.best)
+    if (better(c, result.best))
       result.best = i;
-    const PlanCandidate &best = result.candidates[*result.best];
-    if (c.tokensPerSecond > best.tokensPerSecond ||
-        (c.tokensPerSecond == best.tokensPerSecond &&
-         c.measure.arena < best.measure.arena))
-      result.best = i;
+    if (!c.changesNumerics && better(c, keeping))
+      keeping = i;
   }
+  // Other numerics only to fit, or for more than the margin's speed.
+  if (result.best && keeping &&
+      result.candidates[*result.best].changesNumerics &&
+      result.candidates[*result.best].tokensPerSecond <=
+          result.candidates[*keeping].tokensPerSecond *
+              (1.0 + request.numericsMargin))
+    result.best = keeping;
 }
 
 /// `c` to measure again from scratch.
@@ -1056,7 +1088,7 @@ static void remeasureBest(MLIRContext &context, const PlanRequest &request,
     CompiledSteps cache;
     evaluate(context, whole, again, cache);
     best = again;
-    chooseBest(result);
+    chooseBest(result, request);
   }
 }
 
@@ -1172,7 +1204,7 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
   }
   std::vector<size_t> groupStart = enumerateCandidates(request, result);
   measureGroups(context, request, result, groupStart);
-  chooseBest(result);
+  chooseBest(result, request);
   // Nothing fits on t = 1 (the default): split the model over a node, as
   // practitioners do when it does not fit, searching t > 1 too (its rows
   // after t = 1's). Searched only then: it multiplies the planning time
@@ -1186,7 +1218,7 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
     if (!split.tensorParallel.empty()) {
       result.escalatedTensorParallel = split.tensorParallel;
       measureGroups(context, split, result, enumerateCandidates(split, result));
-      chooseBest(result);
+      chooseBest(result, request);
     }
   }
   remeasureBest(context, request, result);

@@ -160,6 +160,14 @@ static cl::opt<std::string> recipe(
              "measured, printed with each row's trainmem-run command as its "
              "--autodiff-options (with --optimizer's choice) and exported"),
     cl::init(""), cl::cat(category));
+static cl::opt<double> numericsMargin(
+    "numerics-margin",
+    cl::desc("A row that changes the training's numerics (8-bit state, "
+             "another optimizer than the first --optimizer, gradient release "
+             "without the recipe's clipping) is the best only where nothing "
+             "else fits or where it is predicted faster than the best that "
+             "keeps them by more than this fraction (default 0.05)"),
+    cl::init(0.05), cl::cat(category));
 static cl::opt<std::string> target(
     "target",
     cl::desc("The framework the plan is for: any (trainmem-run), deepspeed "
@@ -506,6 +514,7 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
                                   : "extrapolated";
   // The loop is planned rolled and runs unrolled in that plan.
   o["micro_batch_loop"] = c.accumulation == 1 ? "none" : "rolled";
+  o["changes_numerics"] = c.changesNumerics;
   // The arena the printed command plans and measures; the analysis's
   // most live bytes beside it.
   o["peak_bytes"] = c.measure.arena;
@@ -961,6 +970,10 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
     request.memoryBytes = *bytes;
   }
   request.exact = exact;
+  if (!(numericsMargin >= 0.0) || !std::isfinite(numericsMargin))
+    return refuse("--numerics-margin must be a fraction >= 0, got " +
+                  shortestNumber(numericsMargin.getValue()));
+  request.numericsMargin = numericsMargin;
   if (failed(fillOptimizers(request, deepSpeed)))
     return failure();
   if (failed(fillSearchSpace(request, deepSpeed)))
@@ -1093,6 +1106,63 @@ static std::string nearestDeepSpeedChange(MLIRContext &context,
       .str();
 }
 
+/// What of `c` changes the training's numerics.
+static std::string numericsOf(const PlanRequest &request,
+                              const PlanCandidate &c) {
+  std::vector<std::string> what;
+  if (c.eightBit)
+    what.push_back("8-bit state");
+  if (c.optimizer != request.optimizers.front())
+    what.push_back(c.optimizer + " instead of " + request.optimizers.front());
+  if (c.releaseGradients)
+    what.push_back("gradient release without clipping");
+  return llvm::join(what, ", ");
+}
+
+/// Says, on stderr, when the best changes the numerics and why, and which
+/// faster row that changes them was passed over.
+static void noteNumerics(const PlanRequest &request, const PlanResult &result) {
+  if (!result.best)
+    return;
+  const PlanCandidate &best = result.candidates[*result.best];
+  const PlanCandidate *keeping = nullptr, *faster = nullptr;
+  for (const PlanCandidate &c : result.candidates) {
+    if (!c.fits)
+      continue;
+    if (!c.changesNumerics &&
+        (!keeping || c.tokensPerSecond > keeping->tokensPerSecond))
+      keeping = &c;
+    if (c.changesNumerics && c.tokensPerSecond > best.tokensPerSecond &&
+        (!faster || c.tokensPerSecond > faster->tokensPerSecond))
+      faster = &c;
+  }
+  auto number = [&](const PlanCandidate *c) {
+    return c - result.candidates.data() + 1;
+  };
+  if (best.changesNumerics)
+    llvm::errs() << llvm::formatv(
+        "trainmem-plan: note: the best changes the training's numerics "
+        "({0}): {1}\n",
+        numericsOf(request, best),
+        keeping ? llvm::formatv("predicted {0:F1}% faster than #{1}, the "
+                                "fastest that keeps them (--numerics-margin "
+                                "{2})",
+                                100.0 * (best.tokensPerSecond /
+                                             keeping->tokensPerSecond -
+                                         1.0),
+                                number(keeping), request.numericsMargin)
+                          .str()
+                : std::string("nothing that keeps them fits"));
+  else if (faster)
+    llvm::errs() << llvm::formatv(
+        "trainmem-plan: note: #{0} ({1}) is predicted {2:F1}% faster but "
+        "changes the training's numerics, within --numerics-margin {3}: "
+        "not chosen\n",
+        number(faster), numericsOf(request, *faster),
+        100.0 * (faster->tokensPerSecond / best.tokensPerSecond - 1.0),
+        request.numericsMargin);
+}
+
 /// The best candidate as --emit asks: explained under the table, as a
 /// pass pipeline, or as a DeepSpeed config.
 static LogicalResult printBestAs(MLIRContext &context, llvm::raw_ostream &os,
@@ -1212,6 +1282,7 @@ int main(int argc, char **argv) {
                                    [](int64_t t) { return std::to_string(t); }),
                                ", ")
                  << " too (--tensor-parallel 1 searches t = 1 only)\n";
+  noteNumerics(request, result);
   if (emit == "json")
     return printJson(request, result);
   if (emit == "table")

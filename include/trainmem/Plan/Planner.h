@@ -111,6 +111,12 @@ struct PlanRequest {
   bool defaultTensorParallel = false;
   /// Compile the whole model for every candidate (no extrapolation).
   bool exact = false;
+  /// A candidate that changes the training's numerics (8-bit state,
+  /// another optimizer than the first of `optimizers`, gradient release
+  /// that drops the recipe's clipping) is the best only where nothing
+  /// that keeps them fits, or where it is predicted faster than the best
+  /// that does by more than this fraction.
+  double numericsMargin = 0.05;
 };
 
 /// The tensor-parallel sizes worth searching for `request`: the t > 1 up
@@ -158,6 +164,10 @@ struct PlanCandidate {
   bool releaseGradients = false;
   /// The request's recipe (empty: trainmem-run's default).
   std::string recipe;
+  /// Whether it trains other numbers than the request's recipe does: 8-bit
+  /// state, another optimizer than the request's first, release without
+  /// the recipe's clipping.
+  bool changesNumerics = false;
   /// train-fuse-attention and train-fuse-elementwise on the forward.
   bool fuseAttention = false;
   bool fuseElementwise = false;

@@ -92,6 +92,12 @@ static cl::opt<std::string>
            cl::desc("Memory per device: bytes, or with GB, GiB, MB, MiB, TB "
                     "(default: the hardware's)"),
            cl::cat(category));
+static cl::opt<std::string>
+    reserve("reserve",
+            cl::desc("Device memory kept out of the plan (the CUDA context, "
+                     "communicator buffers): bytes, or with a unit; the "
+                     "rows fit what is left (default: nothing kept)"),
+            cl::cat(category));
 static cl::opt<std::string> hardwareName(
     "hardware",
     cl::desc("h100-80gb, h200, b200, a100-80gb, a100-40gb, cpu, or a JSON file "
@@ -969,6 +975,20 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
                     "80GB, 24GiB, 1e9)");
     request.memoryBytes = *bytes;
   }
+  if (!reserve.empty()) {
+    std::optional<uint64_t> bytes = trainmem::parseByteSize(reserve);
+    if (reserve == "0")
+      bytes = 0;
+    if (!bytes)
+      return refuse("--reserve '" + reserve +
+                    "' is not a size (bytes, or with a unit: 2GB, 512MiB)");
+    if (*bytes >= request.memoryBytes)
+      return refuse("--reserve " + reserve + " keeps all of the " +
+                    std::to_string(request.memoryBytes) +
+                    " B per device: nothing is left to plan");
+    request.reserveBytes = *bytes;
+    request.memoryBytes -= *bytes;
+  }
   request.exact = exact;
   if (!(numericsMargin >= 0.0) || !std::isfinite(numericsMargin))
     return refuse("--numerics-margin must be a fraction >= 0, got " +
@@ -1002,6 +1022,7 @@ static int printJson(const PlanRequest &request, const PlanResult &result) {
                          {"global_batch", request.globalBatch},
                          {"ranks", request.ranks},
                          {"memory_bytes", request.memoryBytes},
+                         {"reserve_bytes", request.reserveBytes},
                          {"hardware", request.hardware.name},
                          {"candidates", std::move(candidates)}};
   if (result.best)
@@ -1018,6 +1039,17 @@ static int printJson(const PlanRequest &request, const PlanResult &result) {
   return result.best ? 0 : 1;
 }
 
+/// "{what the plan may use} per device", with the reserve kept out.
+static std::string perDevice(const PlanRequest &request) {
+  std::string text = gb(request.memoryBytes) + " " + unitName + " per device";
+  if (request.reserveBytes)
+    text += llvm::formatv(" (of {0} {1}, less a {2} {1} reserve)",
+                          gb(request.memoryBytes + request.reserveBytes),
+                          unitName, gb(request.reserveBytes))
+                .str();
+  return text;
+}
+
 /// --emit table: what was planned, then the candidates.
 static void printHeaderAndTable(llvm::raw_ostream &os,
                                 const PlanRequest &request,
@@ -1025,21 +1057,21 @@ static void printHeaderAndTable(llvm::raw_ostream &os,
   if (request.module)
     os << llvm::formatv(
         "trainmem-plan: {0} ({10} layers, seq {1}, batch {2} per rank), "
-        "global batch {3} on {4} rank(s), {5} {9} per device, {6} ({7:F1} "
+        "global batch {3} on {4} rank(s), {5}, {6} ({7:F1} "
         "TFLOP/s dense, {8:P0} achievable){11}\n",
         request.model.name, request.model.seq, request.model.batch,
-        request.globalBatch, request.ranks, gb(request.memoryBytes),
+        request.globalBatch, request.ranks, perDevice(request),
         request.hardware.name, request.hardware.peakFlops / 1e12,
         request.hardware.achievableFraction, unitName, request.model.layers,
         request.exact ? ", every candidate compiled whole" : "");
   else
     os << llvm::formatv(
         "trainmem-plan: {0} ({1} layers, seq {2}, {3}), global batch {4} on "
-        "{5} rank(s), {6} {11} per device, {7} ({8:F1} TFLOP/s dense, {9:P0} "
+        "{5} rank(s), {6}, {7} ({8:F1} TFLOP/s dense, {9:P0} "
         "achievable){10}\n",
         request.model.name, request.model.layers, request.model.seq,
         request.model.dtype, request.globalBatch, request.ranks,
-        gb(request.memoryBytes), request.hardware.name,
+        perDevice(request), request.hardware.name,
         request.hardware.peakFlops / 1e12, request.hardware.achievableFraction,
         request.exact ? ", every candidate compiled whole" : "", unitName);
   printTable(os, request, result);

@@ -109,6 +109,9 @@ struct PlanRequest {
   /// Whether tensorParallel was defaulted (to t = 1): then, when nothing
   /// fits, the planner searches tensorParallelSizes() too.
   bool defaultTensorParallel = false;
+  /// Device memory kept out of the plan (the CUDA context, communicator
+  /// buffers: --reserve); memoryBytes is what is left for the arena.
+  uint64_t reserveBytes = 0;
   /// Compile the whole model for every candidate (no extrapolation).
   bool exact = false;
   /// A candidate that changes the training's numerics (8-bit state,

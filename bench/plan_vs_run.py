@@ -95,7 +95,8 @@ def model_command(plan_args, out):
     args, i = [], 0
     keep = {"--model": "--preset", "--layers": "--layers", "--hidden":
             "--hidden", "--heads": "--heads", "--ffn": "--ffn", "--vocab":
-            "--vocab", "--seq": "--seq", "--dtype": "--dtype"}
+            "--vocab", "--seq": "--seq", "--dtype": "--dtype",
+            "--kv-heads": "--kv-heads"}
     while i < len(plan_args):
         if plan_args[i] in keep:
             args += [keep[plan_args[i]], plan_args[i + 1]]

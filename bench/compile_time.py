@@ -11,7 +11,10 @@ and reports step/base. A second table times `step` on one architecture at
 with depth. A third times the memory report of gpt2-124m (batch 256)
 accumulated over 16, 64 and 256 unrolled micro-batches. Goals (issues 3
 and 11): step/base <= 3x, 96/12 layers <= 9x, the report linear in the
-micro-batches (about 4x per 4x).
+micro-batches (about 4x per 4x). A fourth times trainmem-run (compile, JIT
+and one step of a tiny model) over 16, 64 and 256 micro-batches: issue
+50's goal is a time independent of them (the runtime running the rolled
+loop; today it unrolls).
 
 Usage: bench/compile_time.py [--build build] [--repeat 5]
 """
@@ -113,6 +116,29 @@ def main():
             print(f"{steps:<14} {plain:>16.3f} {report[steps]:>16.3f}")
         print(f"report 64/16: {report[64] / report[16]:.2f}x, "
               f"256/64: {report[256] / report[64]:.2f}x (4x more micro-batches each)")
+
+        # Issue 50, item 5: trainmem-run compiles the step with its loop
+        # unrolled, so its compile and JIT time grows with the
+        # micro-batches (the goal: independent of them, the runtime running
+        # the rolled loop). Timed: one step of a tiny model, whose step
+        # itself takes milliseconds, wall clock of the whole run.
+        run = os.path.join(args.build, "bin", "trainmem-run")
+        corpus = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              "..", "data", "kjv-genesis-exodus.txt")
+        print()
+        print(f"{'micro-batches':<14} {'trainmem-run, 1 step (s)':>26}")
+        whole = {}
+        for steps in (16, 64, 256):
+            tiny = graph(f"tiny-batch{steps}", "--preset", "tiny", "--batch",
+                         str(steps))
+            whole[steps] = best_time(
+                [run, tiny, "--data", corpus, "--steps", "1", "--threads",
+                 "1", f"--grad-accum=steps={steps}"],
+                max(1, min(args.repeat, 2)))
+            print(f"{steps:<14} {whole[steps]:>26.3f}")
+        print(f"run 64/16: {whole[64] / whole[16]:.2f}x, 256/64: "
+              f"{whole[256] / whole[64]:.2f}x (goal: about 1x, the loop "
+              f"rolled)")
     return 0
 
 

@@ -1296,6 +1296,13 @@ int main(int argc, char **argv) {
       failed(
           fillRequest(request, *model, moduleFile.get(), *hardware, deepSpeed)))
     return 1;
+  // A recipe train-autodiff refuses is said once, before any candidate is
+  // compiled with it.
+  for (const std::string &optimizer : request.optimizers)
+    if (llvm::Expected<PlanRecipe> resolved = resolveRecipe(
+            context, autodiffOptionsFor(request.recipe, optimizer, false));
+        !resolved)
+      return fail(llvm::toString(resolved.takeError()));
 
   if (!request.wholeModelReason.empty())
     llvm::errs() << "trainmem-plan: note: " << request.model.name << ": "

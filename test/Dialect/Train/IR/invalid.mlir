@@ -1905,3 +1905,16 @@ func.func @plan_argument_offsets_owner(%a: tensor<4xf32>) -> tensor<4xf32> {
   %c = train.add %a, %a {train.argument_offsets = array<i64: 0>} : tensor<4xf32>
   return %c : tensor<4xf32>
 }
+
+// -----
+
+// One offset per argument of the body: a tensor's >= 0.
+func.func @plan_argument_offsets_negative(%t: tensor<2x4xi32>) -> tensor<f32> {
+  // expected-error @+1 {{'train.accumulate' op 'train.argument_offsets': argument 0 has offset -1 (a tensor's is >= 0, any other argument's -1)}}
+  %sum = train.accumulate %t steps 2 padding [0] {train.argument_offsets = array<i64: -1>} : (tensor<2x4xi32>) -> (tensor<f32>) {
+  ^bb0(%rows: tensor<1x4xi32>):
+    %zero = arith.constant dense<0.0> : tensor<f32>
+    train.yield %zero : tensor<f32>
+  }
+  return %sum : tensor<f32>
+}

@@ -77,6 +77,19 @@ void expectSameMeasure(const PlanCandidate &a, const PlanCandidate &b) {
         << a.describe();
 }
 
+/// trainmem-run's recipe as train-autodiff resolves it: AdamW at 1e-3, no
+/// weight decay, clipped at 1.
+PlanRecipe runRecipe() {
+  PlanRecipe recipe;
+  recipe.optimizer = "adamw";
+  recipe.lr = 1e-3;
+  recipe.beta1 = 0.9;
+  recipe.beta2 = 0.999;
+  recipe.epsilon = 1e-8;
+  recipe.clipNorm = 1.0;
+  return recipe;
+}
+
 PlanRequest request(int64_t layers, int64_t ranks, uint64_t memory) {
   PlanRequest r;
   r.model = smallGpt(layers);
@@ -389,14 +402,7 @@ TEST(DeepSpeed, WritesWhatItReads) {
   c.remat = PlanRemat::full;
   c.offload = PlanOffload::statesAndUpdate;
   c.fuseAttention = true;
-  // trainmem-run's recipe: AdamW at 1e-3, no weight decay, clipped at 1.
-  PlanRecipe recipe;
-  recipe.optimizer = "adamw";
-  recipe.lr = 1e-3;
-  recipe.beta1 = 0.9;
-  recipe.beta2 = 0.999;
-  recipe.epsilon = 1e-8;
-  recipe.clipNorm = 1.0;
+  PlanRecipe recipe = runRecipe();
   EXPECT_TRUE(deepSpeedCannotExpress(c, recipe).empty());
   std::vector<std::string> notes;
   llvm::json::Object config = toDeepSpeed(c, request, recipe, notes);
@@ -436,13 +442,7 @@ TEST(Megatron, ArgumentsSayTheDecisions) {
   c.remat = PlanRemat::full;
   c.fuseAttention = true;
   c.fuseElementwise = true;
-  PlanRecipe recipe;
-  recipe.optimizer = "adamw";
-  recipe.lr = 1e-3;
-  recipe.beta1 = 0.9;
-  recipe.beta2 = 0.999;
-  recipe.epsilon = 1e-8;
-  recipe.clipNorm = 1.0;
+  PlanRecipe recipe = runRecipe();
   EXPECT_TRUE(megatronCannotExpress(c, recipe).empty());
   std::vector<std::string> notes;
   std::vector<std::string> args =

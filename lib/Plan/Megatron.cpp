@@ -23,10 +23,6 @@
 namespace mlir {
 namespace train {
 
-/// A float as Megatron's argparse reads it back exactly: the fewest
-/// significant digits that round-trip.
-static std::string number(double value) { return shortestNumber(value); }
-
 std::vector<std::string> megatronCannotExpress(const PlanCandidate &c,
                                                const PlanRecipe &recipe) {
   std::vector<std::string> reasons;
@@ -91,23 +87,24 @@ std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
   if (!c.fuseElementwise)
     add("--no-bias-gelu-fusion");
   // The recipe's AdamW, its rate schedule and clipping (Megatron decays
-  // the rate linearly and clips the norm to 1 by default).
+  // the rate linearly and clips the norm to 1 by default), each float the
+  // shortest text argparse reads back exactly.
   add("--optimizer", "adam");
-  add("--lr", number(recipe.lr));
-  add("--adam-beta1", number(recipe.beta1));
-  add("--adam-beta2", number(recipe.beta2));
-  add("--adam-eps", number(recipe.epsilon));
-  add("--weight-decay", number(recipe.weightDecay));
+  add("--lr", shortestNumber(recipe.lr));
+  add("--adam-beta1", shortestNumber(recipe.beta1));
+  add("--adam-beta2", shortestNumber(recipe.beta2));
+  add("--adam-eps", shortestNumber(recipe.epsilon));
+  add("--weight-decay", shortestNumber(recipe.weightDecay));
   if (recipe.totalSteps > 0) {
     add("--lr-decay-style", "cosine");
     add("--lr-decay-iters", std::to_string(recipe.totalSteps));
-    add("--min-lr", number(recipe.minLr));
+    add("--min-lr", shortestNumber(recipe.minLr));
   } else {
     add("--lr-decay-style", "constant");
   }
   if (recipe.warmupSteps > 0)
     add("--lr-warmup-iters", std::to_string(recipe.warmupSteps));
-  add("--clip-grad", number(recipe.clipNorm));
+  add("--clip-grad", shortestNumber(recipe.clipNorm));
   return args;
 }
 

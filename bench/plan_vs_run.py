@@ -136,13 +136,20 @@ def main():
                          text=True)
     if out.returncode != 0:
         sys.exit(f"trainmem-plan failed: {out.stderr}")
-    candidates = json.loads(out.stdout)["candidates"]
+    document = json.loads(out.stdout)
+    candidates = document["candidates"]
+    best = document.get("best")
     if options.rows:
         numbers = {int(n) for n in options.rows.split(",")}
         rows = [(f"#{c['number']}", c) for c in candidates
                 if c["number"] in numbers]
     else:
         rows = kinds(candidates)
+    # The planner's best runs too: its measured time against the fastest
+    # measured row's.
+    if best and all(c["number"] != best for _, c in rows):
+        rows += [("planner's best", c) for c in candidates
+                 if c["number"] == best]
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,7 +195,8 @@ def main():
             planned = c["peak_bytes"]
             seconds = float(timing.group(1)) if timing else float("nan")
             predicted = c["seconds"]["step"]
-            results.append((name, planned, measured, predicted, seconds))
+            results.append((name, planned, measured, predicted, seconds,
+                            c["number"]))
             print(f"| {c['number']} | {name} | "
                   f"`{c['trainmem_run_options'].strip() or '(none)'}` | "
                   f"{planned:,} | {measured:,} | {measured / planned:.6f} | "
@@ -196,17 +204,23 @@ def main():
                   f"{seconds / predicted:.2f} |", flush=True)
     if not results:
         sys.exit("no row ran")
-    worst = max(abs(m / p - 1) for _, p, m, _, _ in results)
-    print(f"\npeaks: {sum(p == m for _, p, m, _, _ in results)} of "
+    worst = max(abs(m / p - 1) for _, p, m, _, _, _ in results)
+    print(f"\npeaks: {sum(p == m for _, p, m, _, _, _ in results)} of "
           f"{len(results)} rows equal to the byte; largest difference "
           f"{worst:.2e} of the plan (goal: 1e-3)")
-    times = [(p, s) for _, _, _, p, s in results if s == s]
+    times = [(p, s) for _, _, _, p, s, _ in results if s == s]
     if len(times) >= 2:
         rho = spearman([p for p, _ in times], [s for _, s in times])
         ratios = [s / p for p, s in times]
         print(f"step time: measured / predicted from {min(ratios):.2f} to "
               f"{max(ratios):.2f} (goal 0.8-1.25); Spearman {rho:.2f} "
               f"(goal >= 0.9)")
+    chosen = [s for _, _, _, _, s, n in results if n == best and s == s]
+    if chosen and times:
+        fastest = min(s for _, s in times)
+        print(f"best: row #{best} measured {chosen[0]:.3f} s, the fastest "
+              f"row run {fastest:.3f} s: {chosen[0] / fastest:.3f} of it "
+              f"(goal within 1.05)")
 
 
 if __name__ == "__main__":

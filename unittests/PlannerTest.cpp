@@ -17,6 +17,7 @@
 #include "trainmem/Plan/Hardware.h"
 #include "trainmem/Plan/Json.h"
 #include "trainmem/Plan/Megatron.h"
+#include "trainmem/Plan/TimeModel.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -309,6 +310,109 @@ TEST(Hardware, PresetsAndTheirJsonForm) {
             "unknown hardware 'tpu' (presets: h100-80gb, h200, b200, "
             "a100-80gb, a100-40gb, cpu; or a .json file of the same "
             "figures)");
+}
+
+/// Calibrated figures in which a GEMM's rate grows with its rows (m): 1e9
+/// FLOP/s at 16 rows, 1e11 at 4096, the same at every n and k.
+Hardware rowsBoundHardware() {
+  Hardware h = *getHardwarePreset("cpu");
+  h.name = "calibrated";
+  for (uint64_t m : {16, 4096})
+    for (uint64_t nk : {16, 4096})
+      h.gemmRates.push_back({"bf16", m, nk, nk, m == 16 ? 1e9 : 1e11});
+  return h;
+}
+
+TEST(Hardware, CalibratedFiguresAndTheirJsonForm) {
+  Hardware h = rowsBoundHardware();
+  h.source = "calibrated by a test";
+  h.opRates["train.gelu"] = {1e-10, 2e-11, 3e-6};
+  std::string text = printHardwareJson(h);
+  llvm::Expected<Hardware> back = parseHardwareJson(text);
+  ASSERT_TRUE(static_cast<bool>(back)) << messageOf(back.takeError());
+  EXPECT_EQ(back->source, h.source);
+  ASSERT_EQ(back->gemmRates.size(), h.gemmRates.size());
+  EXPECT_EQ(back->gemmRates[1].n, 4096u);
+  EXPECT_DOUBLE_EQ(back->gemmRates[3].flopsPerSecond, 1e11);
+  EXPECT_DOUBLE_EQ(back->opRates["train.gelu"].secondsPerCall, 3e-6);
+  EXPECT_EQ(printHardwareJson(*back), text);
+
+  auto refusal = [&](llvm::StringRef key, llvm::StringRef value) {
+    std::string edited = text;
+    size_t at = edited.find("\"" + key.str() + "\"");
+    EXPECT_NE(at, std::string::npos) << key.str();
+    size_t colon = edited.find(':', at), end = edited.find_first_of(",\n}",
+                                                                   colon);
+    edited.replace(colon + 1, end - colon - 1, " " + value.str());
+    llvm::Expected<Hardware> parsed = parseHardwareJson(edited);
+    return parsed ? std::string("accepted") : messageOf(parsed.takeError());
+  };
+  EXPECT_EQ(refusal("flops_per_second", "-1"),
+            "each of 'gemm_rates' must be {dtype, m, n, k, flops_per_second} "
+            "with sizes and a rate of at least 1");
+  EXPECT_EQ(refusal("m", "0"),
+            "each of 'gemm_rates' must be {dtype, m, n, k, flops_per_second} "
+            "with sizes and a rate of at least 1");
+  EXPECT_EQ(refusal("seconds_per_byte", "1e999"),
+            "'op_rates' entry 'train.gelu' must be {seconds_per_flop, "
+            "seconds_per_byte, seconds_per_call}: finite, not negative");
+  EXPECT_EQ(refusal("seconds_per_call", "-3e-6"),
+            "'op_rates' entry 'train.gelu' must be {seconds_per_flop, "
+            "seconds_per_byte, seconds_per_call}: finite, not negative");
+}
+
+TEST(TimeModel, GemmRatesFollowTheShape) {
+  MLIRContext context;
+  Type bf16 = BFloat16Type::get(&context), f16 = Float16Type::get(&context);
+  Hardware h = rowsBoundHardware();
+  // A measured shape gets its own rate; one between gets one between, in
+  // the logarithms, nearer the nearer shape's.
+  EXPECT_DOUBLE_EQ(gemmFlopsPerSecond(h, {1, 16, 16, 16, bf16}), 1e9);
+  EXPECT_DOUBLE_EQ(gemmFlopsPerSecond(h, {1, 4096, 4096, 4096, bf16}), 1e11);
+  double mid = gemmFlopsPerSecond(h, {1, 256, 4096, 4096, bf16});
+  double large = gemmFlopsPerSecond(h, {1, 2048, 4096, 4096, bf16});
+  EXPECT_GT(mid, 1e9);
+  EXPECT_LT(mid, large);
+  EXPECT_LT(large, 1e11);
+  // No f16 rate measured: the other types' shapes rate it.
+  EXPECT_DOUBLE_EQ(gemmFlopsPerSecond(h, {1, 4096, 4096, 4096, f16}), 1e11);
+  // The presets: the achievable rate, less for a thin product (d / (d +
+  // 64) by the smallest dimension).
+  Hardware h100 = *getHardwarePreset("h100-80gb");
+  double full = h100.peakFlops * h100.achievableFraction;
+  EXPECT_DOUBLE_EQ(gemmFlopsPerSecond(h100, {1, 64, 8192, 8192, bf16}),
+                   full / 2);
+  EXPECT_NEAR(gemmFlopsPerSecond(h100, {1, 8192, 8192, 8192, bf16}),
+              full * 8192 / (8192 + 64), 1);
+}
+
+// The step time follows the micro-batch: where products of more rows run
+// faster (as measured on a machine), one micro-batch of 8 sequences is
+// predicted faster than 8 of 1, and the planner's best is the former; the
+// FLOPs are the same. (On a preset, whose rule rates a product by its
+// smallest dimension, the tiny model's products are all 64 wide.)
+TEST_F(PlannerTest, TheStepTimeFollowsTheMicroBatch) {
+  PlanRequest r = request(2, 1, uint64_t(1) << 40);
+  r.hardware = rowsBoundHardware();
+  r.microBatches = {1, 8};
+  r.eightBit = {false};
+  r.remats = {PlanRemat::none};
+  ASSERT_EQ(messageOf(completePlanRequest(r)), "");
+  PlanResult result = plan(*context, r);
+  const PlanCandidate *one = nullptr, *eight = nullptr;
+  for (const PlanCandidate &c : result.candidates)
+    if (c.offload == PlanOffload::none && !c.fuseAttention &&
+        !c.fuseElementwise)
+      (c.microBatch == 1 ? one : eight) = &c;
+  ASSERT_TRUE(one && eight);
+  // The same work (but for the loss's few FLOPs per micro-batch), in
+  // products of 32 rows against 256.
+  EXPECT_NEAR(static_cast<double>(one->measure.forwardFlops),
+              static_cast<double>(eight->measure.forwardFlops),
+              1e-6 * static_cast<double>(eight->measure.forwardFlops));
+  EXPECT_GT(one->computeSeconds, 1.5 * eight->computeSeconds);
+  ASSERT_TRUE(result.best);
+  EXPECT_EQ(result.candidates[*result.best].microBatch, 8);
 }
 
 // The JSON trainmem-plan writes: llvm::json's document (keys sorted, the

@@ -7,12 +7,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Plan/Hardware.h"
+#include "trainmem/Plan/Json.h"
 
 #include "llvm/ADT/StringExtras.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
+
+#include <cmath>
 
 namespace mlir {
 namespace train {
@@ -81,6 +84,71 @@ static llvm::Error hardwareError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
 }
 
+/// A measured figure: finite and at least `least`.
+static bool measuredNumber(const llvm::json::Value *value, double least,
+                           double &out) {
+  std::optional<double> number = value ? value->getAsNumber() : std::nullopt;
+  if (!number || !std::isfinite(*number) || *number < least)
+    return false;
+  out = *number;
+  return true;
+}
+
+/// gemm_rates: [{dtype, m, n, k, flops_per_second}].
+static llvm::Error parseGemmRates(const llvm::json::Value &value,
+                                  Hardware &h) {
+  const llvm::json::Array *rates = value.getAsArray();
+  if (!rates)
+    return hardwareError("'gemm_rates' must be an array of {dtype, m, n, k, "
+                         "flops_per_second}");
+  for (const llvm::json::Value &entry : *rates) {
+    const llvm::json::Object *rate = entry.getAsObject();
+    GemmRate gemm;
+    double m = 0, n = 0, k = 0;
+    std::optional<llvm::StringRef> dtype =
+        rate ? rate->getString("dtype") : std::nullopt;
+    if (!rate || !dtype || rate->size() != 5 ||
+        !measuredNumber(rate->get("m"), 1, m) ||
+        !measuredNumber(rate->get("n"), 1, n) ||
+        !measuredNumber(rate->get("k"), 1, k) ||
+        !measuredNumber(rate->get("flops_per_second"), 1,
+                        gemm.flopsPerSecond) ||
+        m >= 9.2e18 || n >= 9.2e18 || k >= 9.2e18)
+      return hardwareError("each of 'gemm_rates' must be {dtype, m, n, k, "
+                           "flops_per_second} with sizes and a rate of at "
+                           "least 1");
+    gemm.dtype = dtype->str();
+    gemm.m = static_cast<uint64_t>(m);
+    gemm.n = static_cast<uint64_t>(n);
+    gemm.k = static_cast<uint64_t>(k);
+    h.gemmRates.push_back(gemm);
+  }
+  return llvm::Error::success();
+}
+
+/// op_rates: {op name: {seconds_per_flop, seconds_per_byte,
+/// seconds_per_call}}.
+static llvm::Error parseOpRates(const llvm::json::Value &value, Hardware &h) {
+  const llvm::json::Object *ops = value.getAsObject();
+  if (!ops)
+    return hardwareError("'op_rates' must be an object of op names to "
+                         "{seconds_per_flop, seconds_per_byte, "
+                         "seconds_per_call}");
+  for (const auto &[name, entry] : *ops) {
+    const llvm::json::Object *rate = entry.getAsObject();
+    OpRate op;
+    if (!rate || rate->size() != 3 ||
+        !measuredNumber(rate->get("seconds_per_flop"), 0, op.secondsPerFlop) ||
+        !measuredNumber(rate->get("seconds_per_byte"), 0, op.secondsPerByte) ||
+        !measuredNumber(rate->get("seconds_per_call"), 0, op.secondsPerCall))
+      return hardwareError("'op_rates' entry '" + name.str() +
+                           "' must be {seconds_per_flop, seconds_per_byte, "
+                           "seconds_per_call}: finite, not negative");
+    h.opRates[name.str()] = op;
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
   if (!parsed) {
@@ -104,12 +172,18 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
                      {"host_bandwidth", &h.hostBandwidth},
                      {"host_flops", &h.hostFlops}};
   for (const auto &[key, value] : *object) {
-    if (key == "name") {
+    if (key == "name" || key == "source") {
       std::optional<llvm::StringRef> name = value.getAsString();
       if (!name) {
-        return hardwareError("'name' must be a string");
+        return hardwareError("'" + key.str() + "' must be a string");
       }
-      h.name = name->str();
+      (key == "name" ? h.name : h.source) = name->str();
+      continue;
+    }
+    if (key == "gemm_rates" || key == "op_rates") {
+      if (llvm::Error error = key == "gemm_rates" ? parseGemmRates(value, h)
+                                                  : parseOpRates(value, h))
+        return std::move(error);
       continue;
     }
     Field *field = nullptr;
@@ -117,7 +191,7 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
       if (key == f.key)
         field = &f;
     if (!field) {
-      std::string known = "name";
+      std::string known = "name, source, gemm_rates, op_rates";
       for (Field &f : numbers)
         known += std::string(", ") + f.key;
       return hardwareError("unknown key '" + key.str() + "' (the keys are " +
@@ -145,6 +219,42 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
     h.name = "custom";
   h.memoryBytes = static_cast<uint64_t>(memory);
   return h;
+}
+
+std::string printHardwareJson(const Hardware &h) {
+  llvm::json::Array gemms;
+  for (const GemmRate &gemm : h.gemmRates)
+    gemms.push_back(llvm::json::Object{
+        {"dtype", gemm.dtype},
+        {"m", static_cast<int64_t>(gemm.m)},
+        {"n", static_cast<int64_t>(gemm.n)},
+        {"k", static_cast<int64_t>(gemm.k)},
+        {"flops_per_second", gemm.flopsPerSecond}});
+  llvm::json::Object ops;
+  for (const auto &[name, rate] : h.opRates)
+    ops[name] = llvm::json::Object{{"seconds_per_flop", rate.secondsPerFlop},
+                                   {"seconds_per_byte", rate.secondsPerByte},
+                                   {"seconds_per_call", rate.secondsPerCall}};
+  llvm::json::Object object{
+      {"name", h.name},
+      {"peak_flops", h.peakFlops},
+      {"achievable_fraction", h.achievableFraction},
+      {"memory_bytes", static_cast<double>(h.memoryBytes)},
+      {"memory_bandwidth", h.memoryBandwidth},
+      {"interconnect_bandwidth", h.interconnectBandwidth},
+      {"host_bandwidth", h.hostBandwidth},
+      {"host_flops", h.hostFlops}};
+  if (!h.source.empty())
+    object["source"] = h.source;
+  if (!gemms.empty())
+    object["gemm_rates"] = std::move(gemms);
+  if (!ops.empty())
+    object["op_rates"] = std::move(ops);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  writeJson(os, llvm::json::Value(std::move(object)));
+  os << "\n";
+  return text;
 }
 
 llvm::Expected<Hardware> loadHardware(llvm::StringRef nameOrPath) {

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Plan/Planner.h"
+#include "trainmem/Plan/TimeModel.h"
 #include "trainmem/Analysis/MemoryPlan.h"
 
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
@@ -208,8 +209,19 @@ compileWithoutOffload(MLIRContext &context, const PlanRequest &request,
 }
 
 /// What the planner keeps of a compiled step's memory analysis.
-PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory) {
+PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory,
+                        const Hardware &hardware) {
   PlanMeasure out;
+  // Each op's time in its phase: a rolled micro-batch loop's ops as many
+  // times as it runs, the ops around it once.
+  for (Operation *op : memory.getSchedule()) {
+    double seconds = opSeconds(op, hardware);
+    if (seconds == 0)
+      continue;
+    if (auto loop = op->getParentOfType<AccumulateOp>())
+      seconds *= static_cast<double>(loop.getStepsAttr().getInt());
+    out.phaseSeconds[static_cast<unsigned>(memory.getPhase(op))] += seconds;
+  }
   out.peak = memory.getPeakBytes();
   out.arena = std::max(MemoryPlan(memory).getArenaBytes(), out.peak);
   out.atPeak = memory.getAtPeak();
@@ -264,7 +276,7 @@ PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory) {
 /// larger of the two functions'; its FLOPs count once per `every` steps.
 void foldHessianStep(func::FuncOp step, const FunctionMemory &stepMemory,
                      const FunctionMemory &hessianMemory, int64_t every,
-                     PlanMeasure &out) {
+                     const Hardware &hardware, PlanMeasure &out) {
   func::FuncOp hessian = hessianMemory.getFunction();
   llvm::DenseSet<std::pair<Attribute, Attribute>> read;
   for (unsigned i = 0; i < hessian.getNumArguments(); ++i)
@@ -282,7 +294,7 @@ void foldHessianStep(func::FuncOp step, const FunctionMemory &stepMemory,
     resident[static_cast<unsigned>(buffer.category)] += buffer.bytes;
     residentBytes += buffer.bytes;
   }
-  PlanMeasure h = measureStep(hessian, hessianMemory);
+  PlanMeasure h = measureStep(hessian, hessianMemory, hardware);
   for (unsigned phase = 0; phase < 3; ++phase) {
     uint64_t bytes = h.phasePeak[phase] + residentBytes;
     if (bytes <= out.phasePeak[phase])
@@ -306,6 +318,8 @@ void foldHessianStep(func::FuncOp step, const FunctionMemory &stepMemory,
   out.backwardFlops += perStep(h.backwardFlops);
   out.optimizerFlops += perStep(h.optimizerFlops);
   out.recomputeFlops += perStep(h.recomputeFlops);
+  for (unsigned phase = 0; phase < 3; ++phase)
+    out.phaseSeconds[phase] += h.phaseSeconds[phase] / static_cast<double>(every);
 }
 
 /// Compiles the model at `layers` layers for `c` and measures it (with its
@@ -343,7 +357,7 @@ llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
   const FunctionMemory &memory = analysis.getFunctions().front();
   if (failed(memory.checkCounts("trainmem-plan")))
     return planError("a count overflows 64 bits");
-  out = measureStep(step, memory);
+  out = measureStep(step, memory, request.hardware);
   if (func::FuncOp hessian = findHessianStep(step)) {
     // findHessianStep finds it by this attribute.
     auto attr = cast<HessianStepAttr>(hessian->getAttr(kHessianStepAttrName));
@@ -352,7 +366,8 @@ llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
         hessianAnalysis.getFunctions().front();
     if (failed(hessianMemory.checkCounts("trainmem-plan")))
       return planError("a count of the Hessian step overflows 64 bits");
-    foldHessianStep(step, memory, hessianMemory, attr.getEvery(), out);
+    foldHessianStep(step, memory, hessianMemory, attr.getEvery(),
+                    request.hardware, out);
   }
   return llvm::Error::success();
 }
@@ -399,6 +414,12 @@ PlanMeasure extrapolate(const PlanMeasure &a, const PlanMeasure &b, int64_t t,
   m.backwardFlops = extrapolate(a.backwardFlops, b.backwardFlops, t);
   m.optimizerFlops = extrapolate(a.optimizerFlops, b.optimizerFlops, t);
   m.recomputeFlops = extrapolate(a.recomputeFlops, b.recomputeFlops, t);
+  // Times are sums over the ops: linear in the layers where the counts are.
+  for (unsigned phase = 0; phase < 3; ++phase)
+    m.phaseSeconds[phase] =
+        std::max(0.0, a.phaseSeconds[phase] +
+                          (b.phaseSeconds[phase] - a.phaseSeconds[phase]) *
+                              static_cast<double>(t));
   m.bytesSent = extrapolate(a.bytesSent, b.bytesSent, t);
   m.modelStateBytes = extrapolate(a.modelStateBytes, b.modelStateBytes, t);
   m.hostBytes = extrapolate(a.hostBytes, b.hostBytes, t);
@@ -692,20 +713,15 @@ llvm::Error completePlanRequest(PlanRequest &request) {
 void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
   const Hardware &hw = request.hardware;
   const PlanMeasure &m = c.measure;
-  double stepFlops = static_cast<double>(m.forwardFlops) +
-                     static_cast<double>(m.backwardFlops) +
-                     static_cast<double>(m.recomputeFlops);
-  double achievable = hw.peakFlops * hw.achievableFraction;
-  c.computeSeconds = stepFlops / achievable;
-  // The update reads and writes the model states once: bound by memory
-  // bandwidth, not FLOPs.
-  c.optimizerSeconds =
-      2.0 * static_cast<double>(m.modelStateBytes) / hw.memoryBandwidth;
+  // Each op at its own rate (TimeModel.h), one after another.
+  c.computeSeconds = m.phaseSeconds[static_cast<unsigned>(Phase::Forward)] +
+                     m.phaseSeconds[static_cast<unsigned>(Phase::Backward)];
+  c.optimizerSeconds = m.phaseSeconds[static_cast<unsigned>(Phase::Optimizer)];
   c.communicationSeconds =
       static_cast<double>(m.bytesSent) / hw.interconnectBandwidth;
   // Offload: the bytes over the host link, not overlapped; with the update
   // on the host, its FLOPs at the host's rate instead of the device's
-  // memory-bound update (the device keeps weights and gradients only).
+  // update (the device keeps weights and gradients only).
   c.offloadSeconds = static_cast<double>(m.hostDeviceBytes) / hw.hostBandwidth;
   if (c.offload == PlanOffload::statesAndUpdate)
     c.optimizerSeconds = static_cast<double>(m.optimizerFlops) / hw.hostFlops;

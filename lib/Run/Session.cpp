@@ -22,8 +22,10 @@
 #include "trainmem/Support/Philox.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Interfaces/CallInterfaces.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -33,6 +35,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <limits>
@@ -279,6 +282,35 @@ llvm::Error Session::checkBackend(StringRef backend) {
                   expected + "interpret)");
 }
 
+/// The location of each kernel call of a lowered step (in the LLVM
+/// dialect), in program order: the step's own calls, then its parts' as it
+/// calls them.
+static std::vector<Location> kernelCallLocations(ModuleOp module) {
+  std::vector<Location> locations;
+  llvm::StringSet<> kernels;
+  for (int64_t k = 0, e = tmrt_profile_kernels(); k < e; ++k)
+    kernels.insert((Twine("tmrt_") + tmrt_profile_name(k)).str());
+  std::function<void(Operation *)> visit = [&](Operation *function) {
+    function->walk([&](CallOpInterface call) {
+      auto callee = dyn_cast_if_present<SymbolRefAttr>(
+          call.getCallableForCallee().dyn_cast<SymbolRefAttr>());
+      if (!callee)
+        return;
+      StringRef name = callee.getLeafReference().getValue();
+      if (kernels.contains(name)) {
+        locations.push_back(call->getLoc());
+        return;
+      }
+      Operation *part = SymbolTable::lookupSymbolIn(module, callee);
+      if (part && part->getNumRegions() && !part->getRegion(0).empty())
+        visit(part);
+    });
+  };
+  if (Operation *step = findMarkedStep(module, "trainmem-run"))
+    visit(step);
+  return locations;
+}
+
 llvm::Expected<std::unique_ptr<Session>>
 Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
   if (!owned) {
@@ -351,6 +383,7 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
                     " ranks, which do not divide its " +
                     std::to_string(session->ranks) + " ranks");
   session->lowered = std::move(owned);
+  session->callLocations = kernelCallLocations(*session->lowered);
   if (llvm::Error error = session->checkSlots())
     return std::move(error);
   return std::move(session);
@@ -784,6 +817,36 @@ uint64_t Session::getBytesReceived() const {
   return ctx ? tmrt_bytes_received(ctx) : 0;
 }
 
+bool Session::startProfile() {
+  if (!ctx)
+    return false;
+  tmrt_profile_enable(ctx, 1);
+  return true;
+}
+
+std::vector<double> Session::getProfileByCall() const {
+  std::vector<double> seconds;
+  if (!ctx)
+    return seconds;
+  for (int64_t i = 0, e = tmrt_profile_step_calls(ctx); i < e; ++i)
+    seconds.push_back(tmrt_profile_call_seconds(ctx, i));
+  return seconds;
+}
+
+std::vector<Session::KernelTime> Session::getProfile() const {
+  std::vector<KernelTime> rows;
+  if (!ctx)
+    return rows;
+  for (int64_t k = 0, e = tmrt_profile_kernels(); k < e; ++k)
+    if (uint64_t calls = tmrt_profile_calls(ctx, k))
+      rows.push_back({tmrt_profile_name(k), calls,
+                      tmrt_profile_seconds(ctx, k)});
+  llvm::sort(rows, [](const KernelTime &a, const KernelTime &b) {
+    return a.seconds != b.seconds ? a.seconds > b.seconds : a.kernel < b.kernel;
+  });
+  return rows;
+}
+
 void Session::restore(const Checkpoint &checkpoint) {
   assert(state && "start the session first");
   for (const TensorSlot &slot : layout.arguments)
@@ -840,6 +903,7 @@ llvm::Expected<float> Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
     tmrt_arena_write(ctx, targetsSlot->location(), targetBytes.data(),
                      targetBytes.size());
     tmrt_arena_write(ctx, stepSlot->location(), &step, 8);
+    tmrt_profile_step_begin(ctx);
     jit->run(ctx);
     if (const char *kernelError = tmrt_context_error(ctx)) {
       return runError("step " + std::to_string(step) + ": " + kernelError);

@@ -50,6 +50,9 @@ struct Backend {
   /// false with `error` set when the backend cannot run here (no device).
   bool (*open)(tmrt_context *ctx, std::string &error);
   void (*close)(tmrt_context *ctx);
+  /// Waits until the kernels called so far have run (null: they run
+  /// before they return); the kernel profile calls it after each.
+  void (*synchronize)(tmrt_context *ctx);
 };
 
 /// How the processes of a step talk: their number, this one's rank, and a

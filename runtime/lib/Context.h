@@ -132,6 +132,17 @@ struct tmrt_context {
   /// Bytes tmrt_transfer moved between the arenas.
   std::atomic<uint64_t> transferBytes{0};
   std::atomic<uint64_t> kernelCalls{0};
+  /// Each kernel's calls and seconds (Kernels.def's order) while profiling
+  /// (tmrt_profile_enable); empty when not.
+  struct KernelTime {
+    uint64_t calls = 0;
+    double seconds = 0;
+  };
+  std::vector<KernelTime> profile;
+  /// The seconds of each call since tmrt_profile_step_begin, by its number,
+  /// summed over the steps, and the next call's number.
+  std::vector<double> callSeconds;
+  size_t nextCall = 0;
   std::mutex errorMutex;
   std::string error;
   bool hasError = false;

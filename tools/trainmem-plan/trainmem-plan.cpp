@@ -34,6 +34,7 @@
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 #include "trainmem/Model/ModelBuilder.h"
+#include "trainmem/Plan/Calibrate.h"
 #include "trainmem/Plan/DeepSpeed.h"
 #include "trainmem/Plan/Hardware.h"
 #include "trainmem/Plan/Json.h"
@@ -100,10 +101,20 @@ static cl::opt<std::string>
             cl::cat(category));
 static cl::opt<std::string> hardwareName(
     "hardware",
-    cl::desc("h100-80gb, h200, b200, a100-80gb, a100-40gb, cpu, or a JSON file "
-             "of the "
+    cl::desc("h100-80gb, h200, b200, a100-80gb, a100-40gb, cpu, native (this "
+             "machine, measured once and cached), or a JSON file of the "
              "same figures (docs/Planner.md)"),
     cl::init("h100-80gb"), cl::cat(category));
+static cl::opt<std::string> calibration(
+    "calibration",
+    cl::desc("With --hardware native: full (default) or quick (the three "
+             "smallest calibration steps, a few seconds; cached apart)"),
+    cl::init("full"), cl::cat(category));
+static cl::opt<bool> recalibrate(
+    "recalibrate",
+    cl::desc("With --hardware native: measure this machine again instead of "
+             "reading its cached figures"),
+    cl::init(false), cl::cat(category));
 static cl::opt<long long> seq("seq",
                               cl::desc("Sequence length (default: the "
                                        "preset's)"),
@@ -1254,7 +1265,19 @@ int main(int argc, char **argv) {
       argc, argv,
       "trainmem-plan: the training configuration that fits a memory budget\n");
 
-  llvm::Expected<Hardware> hardware = loadHardware(hardwareName);
+  if ((recalibrate || calibration.getNumOccurrences()) &&
+      hardwareName != "native")
+    return fail(std::string(recalibrate ? "--recalibrate" : "--calibration") +
+                " measures --hardware native (not '" + hardwareName + "')");
+  if (calibration != "full" && calibration != "quick")
+    return fail("--calibration is full or quick, not '" + calibration + "'");
+  CalibrationOptions calibrationOptions;
+  calibrationOptions.quick = calibration == "quick";
+  llvm::Expected<Hardware> hardware =
+      hardwareName == "native"
+          ? Hardware(loadNativeHardware(calibrationOptions, recalibrate,
+                                        llvm::errs()))
+          : loadHardware(hardwareName);
   if (!hardware)
     return fail(llvm::toString(hardware.takeError()));
   if (emit != "table" && emit != "pipeline" && emit != "deepspeed-json" &&

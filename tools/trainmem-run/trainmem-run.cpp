@@ -175,6 +175,12 @@ static cl::opt<std::string> tensorParallelOptions(
              "\"size=2\"; size: the process count)"),
     cl::cat(category));
 
+static cl::opt<bool> profile(
+    "profile",
+    cl::desc("Time each runtime kernel over the steps after the first (all "
+             "of one) and print the time per step by kernel"),
+    cl::init(false), cl::cat(category));
+
 /// Set by SIGINT/SIGTERM; the loop checkpoints at the next step boundary
 /// and exits non-zero.
 static volatile std::sig_atomic_t stopSignal = 0;
@@ -480,6 +486,27 @@ static void printSummary(const Session &session, const RunSummary &summary) {
                  << scale->cleanSteps << " clean steps since the last change\n";
 }
 
+/// The kernel profile per step, most time first, on stdout.
+static void printProfile(const Session &session, int64_t steps) {
+  std::vector<Session::KernelTime> rows = session.getProfile();
+  double total = 0;
+  uint64_t calls = 0;
+  for (const Session::KernelTime &row : rows) {
+    total += row.seconds;
+    calls += row.calls;
+  }
+  llvm::outs() << llvm::formatv(
+      "kernel profile: {0:F6} s in {1} calls per step, over {2} step(s)\n",
+      total / steps, calls / steps, steps);
+  llvm::outs() << llvm::formatv("  {0,-28} {1,12} {2,10} {3,7}\n", "kernel",
+                                "s/step", "calls/step", "share");
+  for (const Session::KernelTime &row : rows)
+    llvm::outs() << llvm::formatv(
+        "  {0,-28} {1,12:F6} {2,10} {3,6:F1}%\n", row.kernel,
+        row.seconds / steps, row.calls / steps,
+        total > 0 ? 100 * row.seconds / total : 0.0);
+}
+
 /// Every rank's own arena and traffic figures, on stderr, one line each.
 static void printRankTraffic(const Session &session,
                              const RunSummary &summary) {
@@ -518,10 +545,17 @@ static int trainRanks(Session &session, Trainer &trainer, bool &together) {
   int64_t firstStep = trainer.getFirstStep();
   printHeader(session, firstStep);
   bool leader = session.getRank() == 0;
+  // The first step also pays for first touches: profiled only when alone.
+  bool profiling = profile && steps <= firstStep && session.startProfile();
+  int64_t profiledFrom = firstStep;
   llvm::Expected<RunEnd> end = trainer.run(
       [&](const StepReport &ran) {
         if (leader)
           printLossScale(ran);
+        if (profile && !profiling && ran.step == firstStep) {
+          profiling = session.startProfile();
+          profiledFrom = firstStep + 1;
+        }
       },
       [&](const StepReport &report) {
         if (leader)
@@ -547,6 +581,10 @@ static int trainRanks(Session &session, Trainer &trainer, bool &together) {
   printRankTraffic(session, trainer.getSummary());
   if (leader)
     printSummary(session, trainer.getSummary());
+  if (leader && profiling)
+    printProfile(session, std::max<int64_t>(
+                              1, trainer.getSummary().lastStep -
+                                     profiledFrom + 1));
   return 0;
 }
 

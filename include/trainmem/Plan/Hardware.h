@@ -17,12 +17,28 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace mlir {
 namespace train {
+
+/// A GEMM rate measured on the device (calibration): `flopsPerSecond` for
+/// C[m, n] = A[m, k] · B[k, n] with operands of `dtype` (f32, bf16, f16).
+struct GemmRate {
+  std::string dtype;
+  uint64_t m = 0, n = 0, k = 0;
+  double flopsPerSecond = 0;
+};
+
+/// An op's time fitted to measured runs (calibration): one execution takes
+/// secondsPerFlop · FLOPs + secondsPerByte · bytes read and written (its
+/// CostOpInterface counts) + secondsPerCall.
+struct OpRate {
+  double secondsPerFlop = 0, secondsPerByte = 0, secondsPerCall = 0;
+};
 
 struct Hardware {
   std::string name;
@@ -42,6 +58,15 @@ struct Hardware {
   /// The host's FLOP/s available to one device's offloaded optimizer
   /// update (DeepSpeed's CPU Adam).
   double hostFlops = 0;
+  /// Measured figures (a calibrated device, `--hardware native`): GEMM
+  /// rates by shape and element type, and op times by op name
+  /// ("train.gelu"). Empty for the presets, whose time model is the
+  /// documented rule (docs/Planner.md, TimeModel.h).
+  std::vector<GemmRate> gemmRates;
+  std::map<std::string, OpRate> opRates;
+  /// Where the figures come from, in words (a calibration's machine and
+  /// date); empty for a preset.
+  std::string source;
 };
 
 /// The preset names: h100-80gb, h200, b200, a100-80gb, cpu.
@@ -51,9 +76,15 @@ std::optional<Hardware> getHardwarePreset(llvm::StringRef name);
 
 /// A device from JSON text with exactly the keys of Hardware in snake_case
 /// (name, peak_flops, achievable_fraction, memory_bytes, memory_bandwidth,
-/// interconnect_bandwidth, host_bandwidth, host_flops); an error names the
+/// interconnect_bandwidth, host_bandwidth, host_flops; optionally
+/// gemm_rates: [{dtype, m, n, k, flops_per_second}], op_rates: {op name:
+/// {seconds_per_flop, seconds_per_byte, seconds_per_call}} and
+/// source); an error names the
 /// key or value that is wrong (unknown keys are errors).
 llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text);
+
+/// The JSON form parseHardwareJson reads (floats shortest round-trip).
+std::string printHardwareJson(const Hardware &hardware);
 
 /// A preset by name, or a JSON file by path; an error says what is wrong
 /// (an unknown name lists the presets).

@@ -146,6 +146,9 @@ struct PlanMeasure {
   std::array<CategoryBytes, 3> phaseAtPeak{};
   uint64_t forwardFlops = 0, backwardFlops = 0, optimizerFlops = 0,
            recomputeFlops = 0;
+  /// The predicted seconds of each phase's ops (TimeModel.h, on the
+  /// request's hardware; recompute in the backward's), collectives apart.
+  std::array<double, 3> phaseSeconds{};
   /// Bytes a rank sends through collectives per step.
   uint64_t bytesSent = 0;
   /// Model states (weights, gradients, optimizer state), all of the step.
@@ -243,9 +246,10 @@ llvm::Error batchOfModule(ModuleOp module, int64_t &batch, int64_t &seq);
 PlanResult plan(MLIRContext &context, const PlanRequest &request);
 
 /// The predicted step time of a measured candidate on `hardware` (fills its
-/// seconds and tokensPerSecond). Compute runs at the achievable fraction of
-/// the peak; the optimizer update is bound by memory bandwidth; collectives
-/// are not overlapped with compute (docs/Planner.md).
+/// seconds and tokensPerSecond): its ops' times (TimeModel.h) one after
+/// another, then the bytes its collectives send at the interconnect's
+/// bandwidth and its offload's over the host link, neither overlapped with
+/// compute (docs/Planner.md).
 void predictThroughput(PlanCandidate &candidate, const PlanRequest &request);
 
 } // namespace train

@@ -197,6 +197,27 @@ public:
   /// communication analysis counts it (0 for a step given lowered).
   uint64_t getPlannedBytesSent() const { return plannedBytesSent; }
 
+  /// One kernel's calls and seconds in the runtime's profile.
+  struct KernelTime {
+    std::string kernel;
+    uint64_t calls = 0;
+    double seconds = 0;
+  };
+  /// Starts the runtime's kernel profile anew (a no-op for the
+  /// interpreter, which runs no kernels); false where there is none.
+  bool startProfile();
+  /// The kernels called since startProfile, most seconds first.
+  std::vector<KernelTime> getProfile() const;
+  /// The seconds of each kernel call of the step since startProfile, by
+  /// its place in the step's program order, summed over the steps run.
+  std::vector<double> getProfileByCall() const;
+  /// The location of each kernel call of the lowered step, in program
+  /// order (the op each was lowered from: an index into
+  /// getProfileByCall()'s list).
+  std::vector<Location> getKernelCallLocations() const {
+    return callLocations;
+  }
+
 private:
   Session() = default;
   llvm::Error checkSlots();
@@ -221,6 +242,7 @@ private:
   const TensorSlot *tokensSlot = nullptr, *targetsSlot = nullptr,
                    *stepSlot = nullptr, *lossSlot = nullptr;
   tmrt_context *ctx = nullptr;
+  std::vector<Location> callLocations;
   std::unique_ptr<JitStep> jit;
   std::unique_ptr<State> state;
 };

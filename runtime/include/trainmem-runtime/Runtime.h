@@ -123,6 +123,24 @@ const char *tmrt_state8_kernels(tmrt_context *ctx);
  * or through widened tiles (0). */
 uint64_t tmrt_gemm16_calls(tmrt_context *ctx, int32_t sbgemm);
 
+/* Kernel profile: with it on, each kernel call's wall time is added to its
+ * kernel's total (a device backend synchronizes its stream after each call,
+ * so the time is the kernel's, not its launch's). Off by default; turning
+ * it on clears the totals. Kernels are numbered 0 to
+ * tmrt_profile_kernels() - 1 in Kernels.def's order. */
+void tmrt_profile_enable(tmrt_context *ctx, int32_t on);
+int64_t tmrt_profile_kernels(void);
+/* The kernel's name (Kernels.def's, without tmrt_), or null. */
+const char *tmrt_profile_name(int64_t kernel);
+uint64_t tmrt_profile_calls(tmrt_context *ctx, int64_t kernel);
+double tmrt_profile_seconds(tmrt_context *ctx, int64_t kernel);
+/* The profile by call: tmrt_profile_step_begin numbers the kernel calls
+ * that follow from 0 (a step's calls, in program order); the seconds of
+ * call i are summed over every step begun so far. */
+void tmrt_profile_step_begin(tmrt_context *ctx);
+int64_t tmrt_profile_step_calls(tmrt_context *ctx);
+double tmrt_profile_call_seconds(tmrt_context *ctx, int64_t call);
+
 /* Fills, copies and conversions. `out` of fill and both of copy may be of
  * any float element type (copy: the same one); convert reads `in` of one
  * and writes `out` of another, rounding to nearest even. */

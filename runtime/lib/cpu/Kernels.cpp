@@ -2369,7 +2369,7 @@ const tmrt::Backend &tmrt::cpuBackend() {
       writeArena, readArena,          copyArena,
 #define TMRT_KERNEL(name, parameters, arguments) name,
 #include "trainmem-runtime/Kernels.def"
-      /*open=*/nullptr, /*close=*/nullptr,
+      /*open=*/nullptr, /*close=*/nullptr, /*synchronize=*/nullptr,
   };
   return backend;
 }

@@ -93,6 +93,13 @@ bool openCublas(CudaState &state, std::string &error) {
 // Context, device, arena
 //===----------------------------------------------------------------------===//
 
+void synchronize(tmrt_context *ctx) {
+  if (!ctx->deviceState)
+    return;
+  CudaState &state = stateOf(ctx);
+  check(ctx, cudaStreamSynchronize(state.stream), "synchronize");
+}
+
 void close(tmrt_context *ctx) {
   if (!ctx->deviceState)
     return;
@@ -1793,6 +1800,7 @@ Backend makeTable() {
   };
   table.open = open;
   table.close = close;
+  table.synchronize = synchronize;
   return table;
 }
 

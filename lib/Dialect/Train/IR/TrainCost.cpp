@@ -46,6 +46,27 @@ uint64_t MatmulOp::getFlops() {
   return mulCount(2, elems(getResult()), k);
 }
 
+/// A product whose weight (a rank-2 `rhs`) is shared by every batch and
+/// whose `lhs` is not transposed is one GEMM over all the batches' rows,
+/// as the runtime runs it; otherwise one GEMM per batch.
+void MatmulOp::getGemms(SmallVectorImpl<GemmShape> &gemms) {
+  ArrayRef<int64_t> lhs = getLhs().getType().getShape();
+  ArrayRef<int64_t> result = getResult().getType().getShape();
+  GemmShape gemm;
+  gemm.elementType = getLhs().getType().getElementType();
+  gemm.m = static_cast<uint64_t>(result[result.size() - 2]);
+  gemm.n = static_cast<uint64_t>(result.back());
+  gemm.k = static_cast<uint64_t>(getTransposeLhs() ? lhs[lhs.size() - 2]
+                                                   : lhs.back());
+  uint64_t rows = gemm.m * gemm.n;
+  gemm.batch = rows ? elems(getResult()) / rows : 0;
+  if (getRhs().getType().getRank() == 2 && !getTransposeLhs()) {
+    gemm.m = mulCount(gemm.m, gemm.batch);
+    gemm.batch = 1;
+  }
+  gemms.push_back(gemm);
+}
+
 uint64_t AddOp::getFlops() { return elems(getResult()); }
 uint64_t MulOp::getFlops() { return elems(getResult()); }
 uint64_t ScaleOp::getFlops() { return elems(getResult()); }

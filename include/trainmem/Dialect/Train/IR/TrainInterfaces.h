@@ -44,6 +44,15 @@ uint64_t getTensorBytes(Type type);
 /// kCountOverflow when it does not fit in 64 bits.
 uint64_t getNumElements(Type type);
 
+/// A product a time model rates by its shape: `batch` independent GEMMs
+/// C[m, n] = A[m, k] · B[k, n] with operands of element type
+/// `elementType`.
+struct GemmShape {
+  uint64_t batch = 1, m = 0, n = 0, k = 0;
+  Type elementType;
+  uint64_t getFlops() const { return mulCount(mulCount(2, batch, m), n, k); }
+};
+
 /// One state tensor an optimizer update reads (operand `operandIndex`) and
 /// writes (result `resultIndex`): what it holds and which part of its
 /// encoding it is.

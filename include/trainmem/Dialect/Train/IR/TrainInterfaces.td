@@ -43,6 +43,13 @@ def Train_CostOpInterface : OpInterface<"CostOpInterface"> {
       "backward that recomputes what its forward did not keep); the memory "
       "report counts them as recompute.",
       "uint64_t", "getRecomputeFlops", (ins), [{}], [{ return 0; }]>,
+    InterfaceMethod<"The matrix products one execution runs as GEMMs (all of "
+      "getFlops, for an op that is one); a time model rates them by their "
+      "shape and element type. None by default: the op is rated by its "
+      "FLOPs and bytes.",
+      "void", "getGemms",
+      (ins "::llvm::SmallVectorImpl<::mlir::train::GemmShape> &":$gemms),
+      [{}], [{ (void)gemms; }]>,
     InterfaceMethod<"Bytes read from memory.",
       "uint64_t", "getBytesRead", (ins), [{}], [{
         uint64_t bytes = 0;

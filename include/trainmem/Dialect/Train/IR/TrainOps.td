@@ -114,7 +114,7 @@ def Train_IotaOp : Train_NonDiffOp<"iota"> {
 }
 
 def Train_MatmulOp : Train_DiffOp<"matmul", [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
-     InferTypeOpAdaptor]> {
+     InferTypeOpAdaptor], ["getGemms"]> {
   let summary = "batched matrix product with optional transposes";
   let description = [{
     `result = op(lhs) · op(rhs)` over the last two dimensions, where `op`

@@ -1,0 +1,492 @@
+//===- Calibrate.cpp - this machine's figures, measured -------------------===//
+//
+// The workloads are small steps of the model families the planner builds
+// (GPT: LayerNorm, GELU, learned positions; Llama: RMSNorm, SiLU, RoPE,
+// grouped-query attention), in f32 and bf16, with micro-batches of one and
+// several sequences so that the products come in the shapes a micro-batch
+// search makes, fused attention and element-wise ops, 8-bit state, Lion and
+// an accumulation loop's sums. Each runs one step to warm up and two
+// profiled.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainmem/Plan/Calibrate.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
+#include "trainmem/Dialect/Train/Transforms/Pipelines.h"
+#include "trainmem/Model/ModelBuilder.h"
+#include "trainmem/Plan/Hardware.h"
+#include "trainmem/Run/Session.h"
+#include "trainmem/Run/Step.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <thread>
+#include <unistd.h>
+
+namespace mlir {
+namespace train {
+
+namespace {
+
+llvm::Error calibrationError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 message.str());
+}
+
+/// One step measured: a model and the trainmem-run options it runs with.
+struct Workload {
+  ModelConfig config;
+  bool fuse = false, eightBit = false;
+  std::string optimizer;
+  int64_t accumulation = 1;
+};
+
+Workload workload(ModelConfig config, bool fuse = false, bool eightBit = false,
+                  std::string optimizer = "", int64_t accumulation = 1) {
+  return {std::move(config), fuse, eightBit, std::move(optimizer),
+          accumulation};
+}
+
+ModelConfig gpt(int64_t hidden, int64_t heads, int64_t vocab, int64_t seq,
+                int64_t batch, StringRef dtype) {
+  ModelConfig config = *getPreset("gpt2-124m");
+  config.layers = 1;
+  config.hidden = hidden;
+  config.heads = heads;
+  config.kvHeads = heads;
+  config.ffn = 4 * hidden;
+  config.vocab = vocab;
+  config.positions = seq;
+  config.seq = seq;
+  config.batch = batch;
+  config.dtype = dtype.str();
+  return config;
+}
+
+ModelConfig llama(int64_t hidden, int64_t heads, int64_t kvHeads,
+                  int64_t vocab, int64_t seq, int64_t batch,
+                  StringRef dtype) {
+  ModelConfig config = *getPreset("llama2-7b");
+  config.layers = 1;
+  config.hidden = hidden;
+  config.heads = heads;
+  config.kvHeads = kvHeads;
+  config.ffn = 0;
+  config.ffn = defaultFfn(config);
+  config.vocab = vocab;
+  config.seq = seq;
+  config.batch = batch;
+  config.dtype = dtype.str();
+  return config;
+}
+
+std::vector<Workload> workloads(bool quick) {
+  std::vector<Workload> list;
+  if (quick) {
+    list.push_back(workload(gpt(256, 4, 8192, 128, 1, "f32")));
+    list.push_back(workload(gpt(256, 4, 8192, 128, 8, "f32")));
+    list.push_back(workload(gpt(256, 4, 8192, 128, 4, "bf16"), false, false, "lion",
+                    /*accumulation=*/2));
+    return list;
+  }
+  // GPT-2's width and vocabulary, one and four sequences of 256: the
+  // products of a micro-batch search on it.
+  list.push_back(workload(gpt(768, 12, 50257, 256, 1, "bf16")));
+  list.push_back(workload(gpt(768, 12, 50257, 256, 4, "bf16")));
+  list.push_back(workload(gpt(768, 12, 50257, 256, 2, "bf16"), /*fuse=*/true));
+  list.push_back(workload(gpt(256, 4, 8192, 128, 1, "f32")));
+  list.push_back(workload(gpt(256, 4, 8192, 128, 8, "f32")));
+  list.push_back(workload(gpt(512, 8, 8192, 512, 1, "f32"), /*fuse=*/true,
+                  /*eightBit=*/true));
+  list.push_back(workload(gpt(256, 4, 8192, 128, 4, "bf16"), false, false, "lion",
+                  /*accumulation=*/2));
+  list.push_back(workload(llama(512, 8, 4, 8192, 256, 2, "bf16")));
+  list.push_back(workload(llama(1024, 16, 8, 16384, 128, 1, "bf16"), false,
+                  /*eightBit=*/true));
+  return list;
+}
+
+/// What the calibration keeps of one op of a workload's step.
+struct OpSample {
+  std::string name;
+  double flops = 0, bytes = 0, seconds = 0;
+  SmallVector<GemmShape, 1> gemms;
+};
+
+/// The op number a location carries ("tmcal.<n>"), looking inside fused
+/// and call-site locations.
+std::optional<size_t> sampleOf(Location loc) {
+  std::optional<size_t> found;
+  loc->walk([&](Location inner) {
+    if (auto name = dyn_cast<NameLoc>(inner)) {
+      StringRef text = name.getName().getValue();
+      size_t number;
+      if (text.consume_front("tmcal.") && !text.getAsInteger(10, number)) {
+        found = number;
+        return WalkResult::interrupt();
+      }
+    }
+    return WalkResult::advance();
+  });
+  return found;
+}
+
+std::string dtypeOf(Type type) {
+  if (type && type.isBF16())
+    return "bf16";
+  if (type && type.isF16())
+    return "f16";
+  return "f32";
+}
+
+/// Runs one workload and appends each op's measured seconds per step.
+llvm::Error measureWorkload(MLIRContext &context, const Workload &w,
+                            const CalibrationOptions &options,
+                            std::vector<OpSample> &samples) {
+  std::string why;
+  if (!validateConfig(w.config, why))
+    return calibrationError("a calibration model: " + why);
+  OwningOpRef<ModuleOp> module = buildModel(&context, w.config);
+  TrainStepPipelineOptions pipeline;
+  pipeline.autodiff = autodiffOptionsFor("", w.optimizer.empty()
+                                                 ? "adamw"
+                                                 : StringRef(w.optimizer),
+                                         /*releaseGradients=*/false);
+  pipeline.fuseAttention = w.fuse;
+  pipeline.fuseElementwise = w.fuse;
+  pipeline.quantize = w.eightBit;
+  if (w.accumulation > 1)
+    pipeline.gradAccum = "steps=" + std::to_string(w.accumulation);
+  if (failed(prepareStep(*module, pipeline)))
+    return calibrationError("a calibration step did not compile");
+  auto step =
+      dyn_cast_or_null<func::FuncOp>(findMarkedStep(*module, "trainmem-plan"));
+  if (!step)
+    return calibrationError("a calibration step has no training step");
+  // Every costed op gets a location of its own number, which the runtime
+  // calls lowered from it carry.
+  size_t first = samples.size();
+  step.walk([&](Operation *op) {
+    auto cost = dyn_cast<CostOpInterface>(op);
+    if (!cost)
+      return;
+    OpSample sample;
+    sample.name = op->getName().getStringRef().str();
+    sample.flops = static_cast<double>(cost.getFlops());
+    sample.bytes = static_cast<double>(cost.getBytesRead()) +
+                   static_cast<double>(cost.getBytesWritten());
+    cost.getGemms(sample.gemms);
+    op->setLoc(NameLoc::get(
+        StringAttr::get(&context, "tmcal." + std::to_string(samples.size())),
+        op->getLoc()));
+    samples.push_back(std::move(sample));
+  });
+  SessionOptions sessionOptions;
+  sessionOptions.backend = options.backend;
+  sessionOptions.threads =
+      options.threads > 0
+          ? options.threads
+          : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  llvm::Expected<std::unique_ptr<Session>> created =
+      Session::create(std::move(module), sessionOptions);
+  if (!created)
+    return created.takeError();
+  Session &session = **created;
+  if (llvm::Error error = session.start())
+    return error;
+  if (llvm::Error error = session.initialize())
+    return error;
+  int64_t count = session.getBatchSize() * session.getSeqLen();
+  std::vector<int64_t> tokens(count), targets(count);
+  for (int64_t i = 0; i < count; ++i) {
+    tokens[i] = (i * 7919) % session.getVocab();
+    targets[i] = (i * 104729 + 13) % session.getVocab();
+  }
+  constexpr int64_t kProfiledSteps = 2;
+  for (int64_t s = 0; s <= kProfiledSteps; ++s) {
+    if (s == 1 && !session.startProfile())
+      return calibrationError("the '" + options.backend +
+                              "' backend has no kernel profile");
+    llvm::Expected<float> loss = session.runStep(s + 1, tokens, targets);
+    if (!loss)
+      return loss.takeError();
+  }
+  std::vector<Location> locations = session.getKernelCallLocations();
+  std::vector<double> seconds = session.getProfileByCall();
+  if (locations.size() != seconds.size())
+    return calibrationError(llvm::formatv(
+        "the step made {0} kernel calls where its code has {1}",
+        seconds.size(), locations.size()));
+  for (size_t i = 0; i < locations.size(); ++i)
+    if (std::optional<size_t> sample = sampleOf(locations[i]);
+        sample && *sample >= first && *sample < samples.size())
+      samples[*sample].seconds += seconds[i] / kProfiledSteps;
+  return llvm::Error::success();
+}
+
+/// The least-squares rates (each >= 0) of seconds per FLOP, per byte and
+/// per call that predict the ops' measured seconds, each sample weighted
+/// by 1 / its seconds (between absolute and relative error: a step's time
+/// is a sum, its large ops matter most, and small models' ops still
+/// count). Every subset of the three is solved and the best one without a
+/// negative rate kept.
+OpRate fitRate(ArrayRef<const OpSample *> samples) {
+  auto featuresOf = [](const OpSample *s) {
+    return std::array<double, 3>{s->flops, s->bytes, 1.0};
+  };
+  auto error = [&](const std::array<double, 3> &rate) {
+    double sum = 0;
+    for (const OpSample *s : samples) {
+      std::array<double, 3> x = featuresOf(s);
+      double e = rate[0] * x[0] + rate[1] * x[1] + rate[2] * x[2] - s->seconds;
+      sum += e * e / s->seconds;
+    }
+    return sum;
+  };
+  std::array<double, 3> best{};
+  double bestError = INFINITY;
+  for (unsigned subset = 1; subset < 8; ++subset) {
+    SmallVector<unsigned, 3> used;
+    for (unsigned f = 0; f < 3; ++f)
+      if (subset & (1u << f))
+        used.push_back(f);
+    size_t n = used.size();
+    // The normal equations (n <= 3), by Gaussian elimination.
+    double a[3][4] = {};
+    for (const OpSample *s : samples) {
+      std::array<double, 3> x = featuresOf(s);
+      double w = 1.0 / s->seconds;
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j)
+          a[i][j] += w * x[used[i]] * x[used[j]];
+        a[i][n] += w * x[used[i]] * s->seconds;
+      }
+    }
+    bool singular = false;
+    for (size_t i = 0; i < n && !singular; ++i) {
+      size_t pivot = i;
+      for (size_t r = i + 1; r < n; ++r)
+        if (std::fabs(a[r][i]) > std::fabs(a[pivot][i]))
+          pivot = r;
+      std::swap(a[i], a[pivot]);
+      if (!(std::fabs(a[i][i]) > 0)) {
+        singular = true;
+        break;
+      }
+      for (size_t r = 0; r < n; ++r) {
+        if (r == i)
+          continue;
+        double factor = a[r][i] / a[i][i];
+        for (size_t c = i; c <= n; ++c)
+          a[r][c] -= factor * a[i][c];
+      }
+    }
+    if (singular)
+      continue;
+    std::array<double, 3> rate{};
+    bool negative = false;
+    for (size_t i = 0; i < n; ++i) {
+      rate[used[i]] = a[i][n] / a[i][i];
+      negative |= !(rate[used[i]] >= 0) || !std::isfinite(rate[used[i]]);
+    }
+    if (negative)
+      continue;
+    if (double e = error(rate); e < bestError) {
+      best = rate;
+      bestError = e;
+    }
+  }
+  return {best[0], best[1], best[2]};
+}
+
+std::string hostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || !name[0])
+    return "host";
+  return name;
+}
+
+} // namespace
+
+llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
+  DialectRegistry registry;
+  registerRunDialects(registry);
+  MLIRContext context(registry);
+  context.printOpOnDiagnostic(false);
+  std::string diagnostics;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diagnostic) {
+    diagnostics += diagnostic.str() + "\n";
+    return success();
+  });
+  auto start = std::chrono::steady_clock::now();
+  std::vector<OpSample> samples;
+  for (const Workload &w : workloads(options.quick)) {
+    auto began = std::chrono::steady_clock::now();
+    if (llvm::Error error = measureWorkload(context, w, options, samples))
+      return calibrationError(
+          llvm::toString(std::move(error)) +
+          (diagnostics.empty() ? "" : ": ") + StringRef(diagnostics).rtrim());
+    if (options.log)
+      *options.log << llvm::formatv(
+          "trainmem-plan: calibrated: {0} hidden {1}, {2} x {3} tokens, "
+          "{4}{5}{6}{7}{8} ({9:F1} s)\n",
+          w.config.name, w.config.hidden, w.config.batch, w.config.seq,
+          w.config.dtype, w.fuse ? ", fused" : "",
+          w.eightBit ? ", 8-bit state" : "",
+          w.optimizer.empty() ? "" : ", " + w.optimizer,
+          w.accumulation > 1
+              ? ", " + std::to_string(w.accumulation) + " micro-batches"
+              : "",
+          std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                        began)
+              .count());
+  }
+
+  Hardware h = *getHardwarePreset("cpu");
+  h.name = "native";
+  // GEMMs: one rate per shape and element type (the mean of its ops').
+  std::map<std::tuple<std::string, uint64_t, uint64_t, uint64_t>,
+           std::pair<double, double>>
+      gemms;
+  std::map<std::string, SmallVector<const OpSample *>> byName;
+  for (const OpSample &s : samples) {
+    if (s.gemms.size() == 1 && s.seconds > 0) {
+      const GemmShape &g = s.gemms.front();
+      auto &[flops, seconds] =
+          gemms[{dtypeOf(g.elementType), g.m, g.n, g.k}];
+      flops += static_cast<double>(g.getFlops());
+      seconds += s.seconds;
+    } else if (s.gemms.empty() && s.seconds > 0) {
+      byName[s.name].push_back(&s);
+    }
+  }
+  double best = 0;
+  for (const auto &[shape, total] : gemms) {
+    GemmRate rate{std::get<0>(shape), std::get<1>(shape), std::get<2>(shape),
+                  std::get<3>(shape), total.first / total.second};
+    best = std::max(best, rate.flopsPerSecond);
+    h.gemmRates.push_back(rate);
+  }
+  for (const auto &[name, list] : byName) {
+    OpRate rate = fitRate(list);
+    if (rate.secondsPerFlop + rate.secondsPerByte + rate.secondsPerCall > 0)
+      h.opRates[name] = rate;
+  }
+  if (h.gemmRates.empty())
+    return calibrationError("no matrix product was measured");
+  // The device's headline figures, for what is costed apart from the ops:
+  // the fastest product, a sum's bandwidth (the host is the device here).
+  h.peakFlops = best;
+  h.achievableFraction = 1.0;
+  h.hostFlops = best;
+  auto add = h.opRates.find("train.add");
+  if (add != h.opRates.end() && add->second.secondsPerByte > 0)
+    h.memoryBandwidth = 1.0 / add->second.secondsPerByte;
+  h.hostBandwidth = h.memoryBandwidth;
+  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && pageSize > 0)
+    h.memoryBytes = static_cast<uint64_t>(pages) *
+                    static_cast<uint64_t>(pageSize);
+  double took = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  std::time_t now = std::time(nullptr);
+  char date[32] = {};
+  std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
+  h.source = llvm::formatv("calibrated{5} on {0} ({1} backend, {2} threads) "
+                           "on {3} in {4:F1} s; collectives not measured "
+                           "(the cpu preset's interconnect)",
+                           hostName(), options.backend,
+                           options.threads > 0
+                               ? options.threads
+                               : static_cast<int64_t>(
+                                     std::thread::hardware_concurrency()),
+                           date, took, options.quick ? " (quick)" : "")
+                 .str();
+  return h;
+}
+
+std::string nativeHardwarePath(const CalibrationOptions &options) {
+  SmallString<256> dir;
+  if (std::optional<std::string> explicitDir =
+          llvm::sys::Process::GetEnv("TRAINMEM_CACHE_DIR")) {
+    dir = *explicitDir;
+  } else if (std::optional<std::string> xdg =
+                 llvm::sys::Process::GetEnv("XDG_CACHE_HOME");
+             xdg && !xdg->empty()) {
+    dir = *xdg;
+    llvm::sys::path::append(dir, "trainmem");
+  } else {
+    std::optional<std::string> home = llvm::sys::Process::GetEnv("HOME");
+    dir = home ? *home : ".";
+    llvm::sys::path::append(dir, ".cache", "trainmem");
+  }
+  llvm::sys::path::append(dir, "hardware-native-" + hostName() + "-" +
+                                   options.backend +
+                                   (options.quick ? "-quick" : "") + ".json");
+  return dir.str().str();
+}
+
+Hardware loadNativeHardware(const CalibrationOptions &options,
+                            bool recalibrate, llvm::raw_ostream &log) {
+  std::string path = nativeHardwarePath(options);
+  if (!recalibrate && llvm::sys::fs::exists(path)) {
+    llvm::Expected<Hardware> cached = loadHardware(path);
+    if (cached) {
+      log << "trainmem-plan: --hardware native: " << path << " ("
+          << cached->source << "; --recalibrate measures again)\n";
+      return *cached;
+    }
+    log << "trainmem-plan: warning: " << llvm::toString(cached.takeError())
+        << "; measuring again\n";
+  }
+  log << "trainmem-plan: --hardware native: measuring this machine (once; "
+         "cached in "
+      << path << ")\n";
+  CalibrationOptions logged = options;
+  if (!logged.log)
+    logged.log = &log;
+  llvm::Expected<Hardware> measured = calibrateHardware(logged);
+  if (!measured) {
+    log << "trainmem-plan: warning: --hardware native: the calibration "
+           "could not run ("
+        << llvm::toString(measured.takeError())
+        << "); planning with the cpu preset instead\n";
+    return *getHardwarePreset("cpu");
+  }
+  std::error_code ec =
+      llvm::sys::fs::create_directories(llvm::sys::path::parent_path(path));
+  if (!ec) {
+    llvm::raw_fd_ostream file(path, ec);
+    if (!ec) {
+      file << printHardwareJson(*measured);
+      file.close();
+      ec = file.error();
+    }
+  }
+  if (ec)
+    log << "trainmem-plan: warning: --hardware native: cannot cache the "
+           "figures in '"
+        << path << "': " << ec.message()
+        << " (measured again next time)\n";
+  else
+    log << "trainmem-plan: --hardware native: " << measured->source
+        << "; cached in " << path << "\n";
+  return *measured;
+}
+
+} // namespace train
+} // namespace mlir

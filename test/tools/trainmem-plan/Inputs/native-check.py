@@ -1,0 +1,24 @@
+"""The cached native figures: one hardware JSON in the cache directory,
+read back by --hardware FILE, with measured GEMM rates and op fits, and the
+plan made with them predicts a positive time for every row."""
+import glob
+import json
+import sys
+
+cache, plan = sys.argv[1], sys.argv[2]
+files = glob.glob(cache + "/hardware-native-*-cpu-quick.json")
+assert len(files) == 1, files
+figures = json.load(open(files[0]))
+assert figures["name"] == "native", figures["name"]
+assert figures["gemm_rates"], "no GEMM rates"
+for rate in figures["gemm_rates"]:
+    assert rate["flops_per_second"] > 0 and min(rate["m"], rate["n"], rate["k"]) >= 1
+for name, rate in figures["op_rates"].items():
+    assert name.startswith("train."), name
+    assert min(rate.values()) >= 0 and sum(rate.values()) > 0, (name, rate)
+for op in ("train.add", "train.layer_norm", "train.cross_entropy", "train.lion"):
+    assert op in figures["op_rates"], op
+assert figures["peak_flops"] == max(r["flops_per_second"] for r in figures["gemm_rates"])
+rows = json.load(open(plan))["candidates"]
+assert rows and all(r["seconds"]["step"] > 0 for r in rows if "seconds" in r)
+print("ok: %d GEMM shapes, %d op fits" % (len(figures["gemm_rates"]), len(figures["op_rates"])))

@@ -188,6 +188,44 @@ TEST_F(SessionTest, ResumedRunIsBitIdentical) {
   }
 }
 
+// The kernel profile: every call of a step is numbered in program order
+// and traced to the location of the op it was lowered from; its seconds
+// by call and by kernel are the same time; each step's calls count once
+// per step.
+TEST_F(SessionTest, TheProfileTracesEachCallToItsOp) {
+  std::unique_ptr<Session> run = session("cpu", model());
+  ASSERT_TRUE(run);
+  ASSERT_EQ(messageOf(run->initialize()), "");
+  std::vector<Location> locations = run->getKernelCallLocations();
+  ASSERT_FALSE(locations.empty());
+  for (Location loc : locations)
+    EXPECT_FALSE(isa<UnknownLoc>(loc));
+  EXPECT_TRUE(run->getProfile().empty());
+  ASSERT_TRUE(run->startProfile());
+  train(*run, 1, 2);
+  std::vector<double> byCall = run->getProfileByCall();
+  EXPECT_EQ(byCall.size(), locations.size());
+  double callSeconds = 0, kernelSeconds = 0;
+  for (double seconds : byCall) {
+    EXPECT_GE(seconds, 0.0);
+    callSeconds += seconds;
+  }
+  uint64_t calls = 0;
+  for (const Session::KernelTime &kernel : run->getProfile()) {
+    kernelSeconds += kernel.seconds;
+    calls += kernel.calls;
+  }
+  EXPECT_EQ(calls, 2 * locations.size());
+  EXPECT_NEAR(callSeconds, kernelSeconds, 1e-9 * kernelSeconds + 1e-12);
+  // Most time first; a matrix product among them.
+  std::vector<Session::KernelTime> kernels = run->getProfile();
+  for (size_t i = 1; i < kernels.size(); ++i)
+    EXPECT_GE(kernels[i - 1].seconds, kernels[i].seconds);
+  EXPECT_TRUE(llvm::any_of(kernels, [](const Session::KernelTime &k) {
+    return k.kernel == "matmul";
+  }));
+}
+
 TEST_F(SessionTest, BackendsAgreeOnTheLosses) {
   std::unique_ptr<Session> cpu = session("cpu", model());
   std::unique_ptr<Session> reference = session("interpret", model());

@@ -278,6 +278,12 @@ TEST(Hardware, PresetsAndTheirJsonForm) {
   EXPECT_DOUBLE_EQ(h200->peakFlops, 989.4e12);
   EXPECT_EQ(h200->memoryBytes, uint64_t(141e9));
   EXPECT_DOUBLE_EQ(h200->memoryBandwidth, 4.8e12);
+  // The reserve's figures: a CUDA context and an NCCL communicator on a
+  // GPU, nothing on the CPU.
+  EXPECT_EQ(h200->contextBytes, uint64_t(512) << 20);
+  EXPECT_EQ(h200->communicatorBytes, uint64_t(256) << 20);
+  EXPECT_EQ(getHardwarePreset("cpu")->contextBytes, 0u);
+  EXPECT_EQ(getHardwarePreset("cpu")->communicatorBytes, 0u);
 
   llvm::Expected<Hardware> custom = parseHardwareJson(
       R"({"name": "mine", "peak_flops": 1e15, "achievable_fraction": 0.4,
@@ -336,6 +342,12 @@ TEST(Hardware, CalibratedFiguresAndTheirJsonForm) {
   EXPECT_DOUBLE_EQ(back->gemmRates[3].flopsPerSecond, 1e11);
   EXPECT_DOUBLE_EQ(back->opRates["train.gelu"].secondsPerCall, 3e-6);
   EXPECT_EQ(printHardwareJson(*back), text);
+  Hardware withReserve = *getHardwarePreset("b200");
+  llvm::Expected<Hardware> reserve =
+      parseHardwareJson(printHardwareJson(withReserve));
+  ASSERT_TRUE(static_cast<bool>(reserve)) << messageOf(reserve.takeError());
+  EXPECT_EQ(reserve->contextBytes, withReserve.contextBytes);
+  EXPECT_EQ(reserve->communicatorBytes, withReserve.communicatorBytes);
 
   auto refusal = [&](llvm::StringRef key, llvm::StringRef value) {
     std::string edited = text;
@@ -356,6 +368,10 @@ TEST(Hardware, CalibratedFiguresAndTheirJsonForm) {
   EXPECT_EQ(refusal("seconds_per_byte", "1e999"),
             "'op_rates' entry 'train.gelu' must be {seconds_per_flop, "
             "seconds_per_byte, seconds_per_call}: finite, not negative");
+  text = printHardwareJson(withReserve);
+  EXPECT_EQ(refusal("context_bytes", "-1"),
+            "'context_bytes' must be a number of bytes from 0 to below 2^63");
+  text = printHardwareJson(h);
   EXPECT_EQ(refusal("seconds_per_call", "-3e-6"),
             "'op_rates' entry 'train.gelu' must be {seconds_per_flop, "
             "seconds_per_byte, seconds_per_call}: finite, not negative");

@@ -30,37 +30,68 @@ constexpr double kGB = 1e9, kTB = 1e12;
 constexpr double kGpuAchievable = 0.5;
 constexpr double kHostFlopsPerGpu = 1.0e12;
 
+/// Assumptions for a GPU's reserve (docs/Planner.md): a CUDA context with
+/// cuBLAS's workspace takes about half a GiB (PyTorch reports 0.3-0.6 GB
+/// after its first CUDA call with CUDA 12's lazy module loading), and an
+/// NCCL communicator holds NCCL_BUFFSIZE (4 MiB by default) per channel
+/// for sending and receiving: 2 x 32 channels x 4 MiB = 256 MiB at
+/// NVLink's most channels.
+constexpr uint64_t kCudaContextBytes = uint64_t(512) << 20;
+constexpr uint64_t kNcclCommunicatorBytes = uint64_t(256) << 20;
+
+/// A GPU preset with the reserve assumptions.
+Hardware gpu(const char *name, double peakFlops, double memory,
+             double bandwidth, double interconnect, double host) {
+  Hardware h;
+  h.name = name;
+  h.peakFlops = peakFlops;
+  h.achievableFraction = kGpuAchievable;
+  h.memoryBytes = static_cast<uint64_t>(memory);
+  h.memoryBandwidth = bandwidth;
+  h.interconnectBandwidth = interconnect;
+  h.hostBandwidth = host;
+  h.hostFlops = kHostFlopsPerGpu;
+  h.contextBytes = kCudaContextBytes;
+  h.communicatorBytes = kNcclCommunicatorBytes;
+  return h;
+}
+
 std::vector<Hardware> presets() {
   std::vector<Hardware> list;
   // NVIDIA H100 SXM5 80GB: BF16 1,979 TFLOP/s with sparsity (989.4 dense),
   // HBM3 3.35 TB/s, NVLink 4 900 GB/s (450 per direction), PCIe Gen5 x16.
-  list.push_back({"h100-80gb", 989.4 * kTB, kGpuAchievable,
-                  static_cast<uint64_t>(80 * kGB), 3.35 * kTB, 450 * kGB,
-                  64 * kGB, kHostFlopsPerGpu});
+  list.push_back(
+      gpu("h100-80gb", 989.4 * kTB, 80 * kGB, 3.35 * kTB, 450 * kGB, 64 * kGB));
   // NVIDIA H200 SXM 141GB: the H100's compute, HBM3e 4.8 TB/s.
-  list.push_back({"h200", 989.4 * kTB, kGpuAchievable,
-                  static_cast<uint64_t>(141 * kGB), 4.8 * kTB, 450 * kGB,
-                  64 * kGB, kHostFlopsPerGpu});
+  list.push_back(
+      gpu("h200", 989.4 * kTB, 141 * kGB, 4.8 * kTB, 450 * kGB, 64 * kGB));
   // NVIDIA HGX B200: BF16 36 PFLOP/s with sparsity per 8 GPUs (2.25 dense
   // each), 1.44 TB HBM3e (180 GB each) at 8 TB/s, NVLink 5 1.8 TB/s (900 GB/s
   // per direction), PCIe Gen6 x16.
-  list.push_back({"b200", 2250 * kTB, kGpuAchievable,
-                  static_cast<uint64_t>(180 * kGB), 8 * kTB, 900 * kGB,
-                  128 * kGB, kHostFlopsPerGpu});
+  list.push_back(
+      gpu("b200", 2250 * kTB, 180 * kGB, 8 * kTB, 900 * kGB, 128 * kGB));
   // NVIDIA A100 SXM4 80GB: BF16 312 TFLOP/s dense, HBM2e 2,039 GB/s,
   // NVLink 3 600 GB/s (300 per direction), PCIe Gen4 x16.
-  list.push_back({"a100-80gb", 312 * kTB, kGpuAchievable,
-                  static_cast<uint64_t>(80 * kGB), 2039 * kGB, 300 * kGB,
-                  32 * kGB, kHostFlopsPerGpu});
+  list.push_back(
+      gpu("a100-80gb", 312 * kTB, 80 * kGB, 2039 * kGB, 300 * kGB, 32 * kGB));
   // NVIDIA A100 SXM4 40GB: the 80GB's compute and links, HBM2 1,555 GB/s.
-  list.push_back({"a100-40gb", 312 * kTB, kGpuAchievable,
-                  static_cast<uint64_t>(40 * kGB), 1555 * kGB, 300 * kGB,
-                  32 * kGB, kHostFlopsPerGpu});
+  list.push_back(
+      gpu("a100-40gb", 312 * kTB, 40 * kGB, 1555 * kGB, 300 * kGB, 32 * kGB));
   // This project's CPU machines (docs/CpuSpeed.md): 2 cores of OpenBLAS
   // SGEMM at about 100 GFLOP/s each, 24 GiB; ranks on one machine exchange
   // through shared memory, the "host" arena is the same memory.
-  list.push_back({"cpu", 200e9, 0.6, uint64_t(24) << 30, 20 * kGB, 5 * kGB,
-                  20 * kGB, 200e9});
+  // No device context: the arena is host memory, MPI's buffers are the
+  // library's own.
+  Hardware cpu;
+  cpu.name = "cpu";
+  cpu.peakFlops = 200e9;
+  cpu.achievableFraction = 0.6;
+  cpu.memoryBytes = uint64_t(24) << 30;
+  cpu.memoryBandwidth = 20 * kGB;
+  cpu.interconnectBandwidth = 5 * kGB;
+  cpu.hostBandwidth = 20 * kGB;
+  cpu.hostFlops = 200e9;
+  list.push_back(cpu);
   return list;
 }
 
@@ -180,6 +211,16 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
       (key == "name" ? h.name : h.source) = name->str();
       continue;
     }
+    if (key == "context_bytes" || key == "communicator_bytes") {
+      double bytes = 0;
+      if (!measuredNumber(&value, 0, bytes) || bytes >= 9.2e18)
+        return hardwareError("'" + key.str() +
+                             "' must be a number of bytes from 0 to below "
+                             "2^63");
+      (key == "context_bytes" ? h.contextBytes : h.communicatorBytes) =
+          static_cast<uint64_t>(bytes);
+      continue;
+    }
     if (key == "gemm_rates" || key == "op_rates") {
       if (llvm::Error error = key == "gemm_rates" ? parseGemmRates(value, h)
                                                   : parseOpRates(value, h))
@@ -191,7 +232,8 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
       if (key == f.key)
         field = &f;
     if (!field) {
-      std::string known = "name, source, gemm_rates, op_rates";
+      std::string known = "name, source, context_bytes, communicator_bytes, "
+                          "gemm_rates, op_rates";
       for (Field &f : numbers)
         known += std::string(", ") + f.key;
       return hardwareError("unknown key '" + key.str() + "' (the keys are " +
@@ -246,6 +288,10 @@ std::string printHardwareJson(const Hardware &h) {
       {"host_flops", h.hostFlops}};
   if (!h.source.empty())
     object["source"] = h.source;
+  if (h.contextBytes)
+    object["context_bytes"] = static_cast<int64_t>(h.contextBytes);
+  if (h.communicatorBytes)
+    object["communicator_bytes"] = static_cast<int64_t>(h.communicatorBytes);
   if (!gemms.empty())
     object["gemm_rates"] = std::move(gemms);
   if (!ops.empty())

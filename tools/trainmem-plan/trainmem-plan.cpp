@@ -97,7 +97,11 @@ static cl::opt<std::string>
     reserve("reserve",
             cl::desc("Device memory kept out of the plan (the CUDA context, "
                      "communicator buffers): bytes, or with a unit; the "
-                     "rows fit what is left (default: nothing kept)"),
+                     "rows fit what is left (default: with the hardware's "
+                     "memory, its context and two communicators on more "
+                     "than one rank, and 5% for a framework's allocator "
+                     "with --target deepspeed|megatron; with --memory, "
+                     "nothing)"),
             cl::cat(category));
 static cl::opt<std::string> hardwareName(
     "hardware",
@@ -898,6 +902,15 @@ fillOptimizers(PlanRequest &request,
 
 /// The request from the options: the model, ranks, hardware, global batch,
 /// memory and the choices searched.
+/// The default reserve's parts besides the hardware's context: a run on
+/// more than one rank holds a communicator per process group it uses, at
+/// most two (the data and the tensor axis); a framework's plan runs under
+/// PyTorch's caching allocator, which keeps freed blocks for reuse and
+/// splits them: an assumed 5 % of the memory lost to that fragmentation
+/// (trainmem-run's one planned arena has none).
+constexpr uint64_t kCommunicatorsPerRank = 2;
+constexpr double kFrameworkFragmentation = 0.05;
+
 /// The framework the plan is for: --target, or the --emit framework's.
 static StringRef targetFramework() {
   if (!target.empty())
@@ -985,6 +998,22 @@ fillRequest(PlanRequest &request, const ModelConfig &model, ModuleOp moduleFile,
                     "' is not a size from 1 byte to below 2^63 bytes (e.g. "
                     "80GB, 24GiB, 1e9)");
     request.memoryBytes = *bytes;
+  }
+  if (reserve.empty() && memory.empty()) {
+    // The hardware's memory: what a run keeps outside its arena there.
+    uint64_t kept = hardware.contextBytes;
+    if (ranks > 1)
+      kept += kCommunicatorsPerRank * hardware.communicatorBytes;
+    if (targetFramework() != "any")
+      kept += static_cast<uint64_t>(kFrameworkFragmentation *
+                                    static_cast<double>(request.memoryBytes));
+    if (kept >= request.memoryBytes)
+      return refuse("the hardware's reserve (" + std::to_string(kept) +
+                    " B) keeps all of its " +
+                    std::to_string(request.memoryBytes) +
+                    " B per device: give --memory or --reserve");
+    request.reserveBytes = kept;
+    request.memoryBytes -= kept;
   }
   if (!reserve.empty()) {
     std::optional<uint64_t> bytes = trainmem::parseByteSize(reserve);
@@ -1273,6 +1302,9 @@ int main(int argc, char **argv) {
     return fail("--calibration is full or quick, not '" + calibration + "'");
   CalibrationOptions calibrationOptions;
   calibrationOptions.quick = calibration == "quick";
+  SmallString<256> runTool(llvm::sys::path::parent_path(mainExecutable));
+  llvm::sys::path::append(runTool, "trainmem-run");
+  calibrationOptions.runTool = runTool.str().str();
   llvm::Expected<Hardware> hardware =
       hardwareName == "native"
           ? Hardware(loadNativeHardware(calibrationOptions, recalibrate,

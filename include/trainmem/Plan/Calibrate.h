@@ -32,6 +32,9 @@ struct CalibrationOptions {
   /// The three smallest steps only (a few seconds: tests, a first look);
   /// cached apart from the full figures.
   bool quick = false;
+  /// trainmem-run, which measures the collectives between two local MPI
+  /// ranks (mpirun from PATH); empty: collectives not measured.
+  std::string runTool;
   /// Where progress goes (one line per step measured); null: nowhere.
   llvm::raw_ostream *log = nullptr;
 };

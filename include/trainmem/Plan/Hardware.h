@@ -58,6 +58,11 @@ struct Hardware {
   /// The host's FLOP/s available to one device's offloaded optimizer
   /// update (DeepSpeed's CPU Adam).
   double hostFlops = 0;
+  /// Device memory a run keeps outside its arena, for the planner's
+  /// default reserve (docs/Planner.md states each): the runtime's context
+  /// on the device (CUDA's, with cuBLAS's workspace), and one
+  /// communicator's buffers (NCCL's), per process group a run uses.
+  uint64_t contextBytes = 0, communicatorBytes = 0;
   /// Measured figures (a calibrated device, `--hardware native`): GEMM
   /// rates by shape and element type, and op times by op name
   /// ("train.gelu"). Empty for the presets, whose time model is the
@@ -77,6 +82,7 @@ std::optional<Hardware> getHardwarePreset(llvm::StringRef name);
 /// A device from JSON text with exactly the keys of Hardware in snake_case
 /// (name, peak_flops, achievable_fraction, memory_bytes, memory_bandwidth,
 /// interconnect_bandwidth, host_bandwidth, host_flops; optionally
+/// context_bytes and communicator_bytes (0 when absent),
 /// gemm_rates: [{dtype, m, n, k, flops_per_second}], op_rates: {op name:
 /// {seconds_per_flop, seconds_per_byte, seconds_per_call}} and
 /// source); an error names the

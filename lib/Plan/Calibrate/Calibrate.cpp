@@ -26,7 +26,10 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Process.h"
+#include "llvm/Support/Program.h"
+#include "llvm/ADT/ScopeExit.h"
 
 #include <array>
 #include <chrono>
@@ -312,6 +315,116 @@ OpRate fitRate(ArrayRef<const OpSample *> samples) {
   return {best[0], best[1], best[2]};
 }
 
+/// The collectives' bandwidth between two MPI ranks on this machine: a
+/// small ZeRO-1 step run by trainmem-run under mpirun with its kernel
+/// profile, the bytes rank 0 sends per step over the seconds its
+/// collective kernels take per step (the figure the planner divides the
+/// bytes sent by). An error says why it could not be measured.
+llvm::Expected<double> measureCollectives(MLIRContext &context,
+                                          const CalibrationOptions &options,
+                                          std::string &how) {
+  if (options.runTool.empty() || !llvm::sys::fs::can_execute(options.runTool))
+    return calibrationError("no trainmem-run beside trainmem-plan");
+  llvm::ErrorOr<std::string> mpirun = llvm::sys::findProgramByName("mpirun");
+  if (!mpirun)
+    return calibrationError("no mpirun on PATH");
+  SmallString<128> dir;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory("trainmem-calibrate", dir))
+    return calibrationError("cannot make a directory: " + ec.message());
+  auto path = [&](StringRef name) {
+    SmallString<128> file(dir);
+    llvm::sys::path::append(file, name);
+    return file.str().str();
+  };
+  std::string model = path("model.mlir"), text = path("text.txt"),
+              out = path("out.txt"), err = path("err.txt");
+  auto cleanup = llvm::make_scope_exit([&] {
+    for (const std::string &file : {model, text, out, err})
+      llvm::sys::fs::remove(file);
+    llvm::sys::fs::remove(dir);
+  });
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream modelFile(model, ec);
+    if (ec)
+      return calibrationError("cannot write '" + model + "': " + ec.message());
+    // Two ranks, one sequence each: a ZeRO-1 step of GPT-2's width (a
+    // quarter of it for the quick calibration).
+    OwningOpRef<ModuleOp> built = buildModel(
+        &context, options.quick ? gpt(256, 4, 8192, 64, 2, "f32")
+                                : gpt(768, 12, 8192, 128, 2, "f32"));
+    built->print(modelFile);
+    llvm::raw_fd_ostream textFile(text, ec);
+    if (ec)
+      return calibrationError("cannot write '" + text + "': " + ec.message());
+    for (int line = 0; line < 2048; ++line)
+      textFile << "In the beginning the planner measured the machine, line "
+               << line << ", and the figures were good.\n";
+  }
+  SmallVector<StringRef> args = {*mpirun};
+  if (getuid() == 0)
+    args.push_back("--allow-run-as-root");
+  for (StringRef arg :
+       {"--oversubscribe", "-np", "2", options.runTool.c_str(), model.c_str(),
+        "--data", text.c_str(), "--steps", "3", "--threads", "1",
+        "--zero=stage=1", "--profile"})
+    args.push_back(arg);
+  std::optional<StringRef> redirects[] = {std::nullopt, StringRef(out),
+                                          StringRef(err)};
+  std::string error;
+  constexpr unsigned kSecondsAllowed = 300;
+  int status = llvm::sys::ExecuteAndWait(*mpirun, args, std::nullopt,
+                                         redirects, kSecondsAllowed, 0,
+                                         &error);
+  auto readAll = [](const std::string &file) {
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+        llvm::MemoryBuffer::getFile(file);
+    return buffer ? (*buffer)->getBuffer().str() : std::string();
+  };
+  std::string stdoutText = readAll(out), stderrText = readAll(err);
+  if (status != 0) {
+    SmallVector<StringRef> lines;
+    StringRef(stderrText).trim().split(lines, '\n');
+    return calibrationError(
+        "mpirun -np 2 trainmem-run exited " + std::to_string(status) +
+        (error.empty() ? "" : " (" + error + ")") +
+        (lines.empty() ? "" : ": " + lines.back().str()));
+  }
+  // Rank 0's bytes sent per step and its collectives' seconds per step.
+  double bytes = -1, seconds = 0;
+  SmallVector<StringRef> lines;
+  StringRef(stderrText).split(lines, '\n');
+  for (StringRef line : lines)
+    if (line.consume_front("trainmem-run: rank 0: ")) {
+      size_t at = line.find(" B per step");
+      size_t from = line.rfind(' ', at == StringRef::npos ? 0 : at - 1);
+      if (at != StringRef::npos && from != StringRef::npos)
+        line.slice(from + 1, at).getAsDouble(bytes);
+    }
+  lines.clear();
+  StringRef(stdoutText).split(lines, '\n');
+  for (StringRef line : lines) {
+    SmallVector<StringRef> fields;
+    line.split(fields, ' ', -1, /*KeepEmpty=*/false);
+    if (fields.size() == 4 &&
+        llvm::is_contained({"all_reduce", "reduce_scatter", "all_gather",
+                            "all_slice", "broadcast"},
+                           fields[0])) {
+      double s = 0;
+      if (!fields[1].getAsDouble(s))
+        seconds += s;
+    }
+  }
+  if (!(bytes > 0) || !(seconds > 0))
+    return calibrationError("the run printed no collective traffic and time");
+  how = llvm::formatv("collectives measured between 2 MPI ranks: {0} B in "
+                      "{1:F6} s per step",
+                      static_cast<uint64_t>(bytes), seconds)
+            .str();
+  return bytes / seconds;
+}
+
 std::string hostName() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0 || !name[0])
@@ -400,6 +513,22 @@ llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
   if (pages > 0 && pageSize > 0)
     h.memoryBytes = static_cast<uint64_t>(pages) *
                     static_cast<uint64_t>(pageSize);
+  // Collectives between local ranks, where MPI can run them.
+  std::string collectives;
+  llvm::Expected<double> interconnect =
+      measureCollectives(context, options, collectives);
+  if (interconnect) {
+    h.interconnectBandwidth = *interconnect;
+  } else {
+    collectives = "collectives not measured (" +
+                  llvm::toString(interconnect.takeError()) +
+                  "; the cpu preset's interconnect)";
+    if (options.log)
+      *options.log << "trainmem-plan: warning: --hardware native: " +
+                          collectives + "\n";
+  }
+  if (options.log && interconnect)
+    *options.log << "trainmem-plan: calibrated: " << collectives << "\n";
   double took = std::chrono::duration<double>(
                     std::chrono::steady_clock::now() - start)
                     .count();
@@ -407,14 +536,14 @@ llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
   char date[32] = {};
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
   h.source = llvm::formatv("calibrated{5} on {0} ({1} backend, {2} threads) "
-                           "on {3} in {4:F1} s; collectives not measured "
-                           "(the cpu preset's interconnect)",
+                           "on {3} in {4:F1} s; {6}",
                            hostName(), options.backend,
                            options.threads > 0
                                ? options.threads
                                : static_cast<int64_t>(
                                      std::thread::hardware_concurrency()),
-                           date, took, options.quick ? " (quick)" : "")
+                           date, took, options.quick ? " (quick)" : "",
+                           collectives)
                  .str();
   return h;
 }

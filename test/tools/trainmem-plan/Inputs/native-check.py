@@ -1,8 +1,10 @@
 """The cached native figures: one hardware JSON in the cache directory,
-read back by --hardware FILE, with measured GEMM rates and op fits, and the
-plan made with them predicts a positive time for every row."""
+with measured GEMM rates and op fits (and, where mpirun is, the
+collectives' bandwidth), and the plan made with them predicts a positive
+time for every row."""
 import glob
 import json
+import shutil
 import sys
 
 cache, plan = sys.argv[1], sys.argv[2]
@@ -19,6 +21,10 @@ for name, rate in figures["op_rates"].items():
 for op in ("train.add", "train.layer_norm", "train.cross_entropy", "train.lion"):
     assert op in figures["op_rates"], op
 assert figures["peak_flops"] == max(r["flops_per_second"] for r in figures["gemm_rates"])
+# With mpirun here, the collectives between two local ranks are measured.
+if shutil.which("mpirun"):
+    assert "collectives measured between 2 MPI ranks" in figures["source"], figures["source"]
+    assert figures["interconnect_bandwidth"] != 5e9
 rows = json.load(open(plan))["candidates"]
 assert rows and all(r["seconds"]["step"] > 0 for r in rows if "seconds" in r)
 print("ok: %d GEMM shapes, %d op fits" % (len(figures["gemm_rates"]), len(figures["op_rates"])))

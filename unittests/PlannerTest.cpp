@@ -13,6 +13,7 @@
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Plan/Calibrate.h"
 #include "trainmem/Plan/DeepSpeed.h"
 #include "trainmem/Plan/Hardware.h"
 #include "trainmem/Plan/Json.h"
@@ -332,11 +333,13 @@ Hardware rowsBoundHardware() {
 TEST(Hardware, CalibratedFiguresAndTheirJsonForm) {
   Hardware h = rowsBoundHardware();
   h.source = "calibrated by a test";
+  h.sharedByRanks = true;
   h.opRates["train.gelu"] = {1e-10, 2e-11, 3e-6};
   std::string text = printHardwareJson(h);
   llvm::Expected<Hardware> back = parseHardwareJson(text);
   ASSERT_TRUE(static_cast<bool>(back)) << messageOf(back.takeError());
   EXPECT_EQ(back->source, h.source);
+  EXPECT_TRUE(back->sharedByRanks);
   ASSERT_EQ(back->gemmRates.size(), h.gemmRates.size());
   EXPECT_EQ(back->gemmRates[1].n, 4096u);
   EXPECT_DOUBLE_EQ(back->gemmRates[3].flopsPerSecond, 1e11);
@@ -377,6 +380,28 @@ TEST(Hardware, CalibratedFiguresAndTheirJsonForm) {
             "seconds_per_byte, seconds_per_call}: finite, not negative");
 }
 
+// The calibration's fit of an op's time: exact where the times follow a
+// rate and a fixed time per call; the fixed time never above the fastest
+// call, never alone; rates never negative.
+TEST(Calibration, FitsAnOpsTimeToItsCounts) {
+  std::vector<OpTiming> timings;
+  for (double bytes : {1e4, 1e6, 1e8})
+    timings.push_back({0, bytes, 2e-10 * bytes + 5e-6});
+  OpRate rate = fitOpRate(timings);
+  EXPECT_NEAR(rate.secondsPerByte, 2e-10, 1e-16);
+  EXPECT_NEAR(rate.secondsPerCall, 5e-6, 1e-12);
+  EXPECT_EQ(rate.secondsPerFlop, 0.0);
+  // Two sizes of nearly the same time: a constant alone would fit them
+  // best, but says nothing of another size; the fit stays a rate.
+  OpRate flat = fitOpRate({{1e6, 0, 1.0e-3}, {4e6, 0, 1.1e-3}});
+  EXPECT_GT(flat.secondsPerFlop, 0.0);
+  EXPECT_LE(flat.secondsPerCall, 1.0e-3);
+  // FLOP-bound: the FLOPs' rate, no negative byte rate to make up for it.
+  OpRate flops = fitOpRate({{1e9, 1e6, 1e-2}, {2e9, 1e5, 2e-2}});
+  EXPECT_NEAR(flops.secondsPerFlop, 1e-11, 1e-17);
+  EXPECT_GE(flops.secondsPerByte, 0.0);
+}
+
 TEST(TimeModel, GemmRatesFollowTheShape) {
   MLIRContext context;
   Type bf16 = BFloat16Type::get(&context), f16 = Float16Type::get(&context);
@@ -400,6 +425,25 @@ TEST(TimeModel, GemmRatesFollowTheShape) {
                    full / 2);
   EXPECT_NEAR(gemmFlopsPerSecond(h100, {1, 8192, 8192, 8192, bf16}),
               full * 8192 / (8192 + 64), 1);
+}
+
+// Ranks that share one measured device (--hardware native: mpirun's
+// ranks on this machine split its cores) each take ranks times an op's
+// measured time; ranks with a device each do not.
+TEST_F(PlannerTest, RanksSharingADeviceShareItsSpeed) {
+  auto computeOfFirst = [&](bool shared) {
+    PlanRequest r = request(2, 2, uint64_t(1) << 40);
+    r.hardware = rowsBoundHardware();
+    r.hardware.sharedByRanks = shared;
+    r.microBatches = {4};
+    r.remats = {PlanRemat::none};
+    r.eightBit = {false};
+    EXPECT_EQ(messageOf(completePlanRequest(r)), "");
+    return plan(*context, r).candidates.front().computeSeconds;
+  };
+  double own = computeOfFirst(false), shared = computeOfFirst(true);
+  EXPECT_GT(own, 0.0);
+  EXPECT_DOUBLE_EQ(shared, 2 * own);
 }
 
 // The step time follows the micro-batch: where products of more rows run

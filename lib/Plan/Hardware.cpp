@@ -211,6 +211,13 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
       (key == "name" ? h.name : h.source) = name->str();
       continue;
     }
+    if (key == "shared_by_ranks") {
+      std::optional<bool> shared = value.getAsBoolean();
+      if (!shared)
+        return hardwareError("'shared_by_ranks' must be true or false");
+      h.sharedByRanks = *shared;
+      continue;
+    }
     if (key == "context_bytes" || key == "communicator_bytes") {
       double bytes = 0;
       if (!measuredNumber(&value, 0, bytes) || bytes >= 9.2e18)
@@ -233,7 +240,7 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
         field = &f;
     if (!field) {
       std::string known = "name, source, context_bytes, communicator_bytes, "
-                          "gemm_rates, op_rates";
+                          "shared_by_ranks, gemm_rates, op_rates";
       for (Field &f : numbers)
         known += std::string(", ") + f.key;
       return hardwareError("unknown key '" + key.str() + "' (the keys are " +
@@ -288,6 +295,8 @@ std::string printHardwareJson(const Hardware &h) {
       {"host_flops", h.hostFlops}};
   if (!h.source.empty())
     object["source"] = h.source;
+  if (h.sharedByRanks)
+    object["shared_by_ranks"] = true;
   if (h.contextBytes)
     object["context_bytes"] = static_cast<int64_t>(h.contextBytes);
   if (h.communicatorBytes)

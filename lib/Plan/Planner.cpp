@@ -717,6 +717,12 @@ void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
   c.computeSeconds = m.phaseSeconds[static_cast<unsigned>(Phase::Forward)] +
                      m.phaseSeconds[static_cast<unsigned>(Phase::Backward)];
   c.optimizerSeconds = m.phaseSeconds[static_cast<unsigned>(Phase::Optimizer)];
+  // Ranks that share one device (the cores of this machine, measured with
+  // all of them) each run at their share of it.
+  if (hw.sharedByRanks) {
+    c.computeSeconds *= static_cast<double>(request.ranks);
+    c.optimizerSeconds *= static_cast<double>(request.ranks);
+  }
   c.communicationSeconds =
       static_cast<double>(m.bytesSent) / hw.interconnectBandwidth;
   // Offload: the bytes over the host link, not overlapped; with the update

@@ -16,6 +16,7 @@
 
 #include "trainmem/Plan/Hardware.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -38,6 +39,20 @@ struct CalibrationOptions {
   /// Where progress goes (one line per step measured); null: nowhere.
   llvm::raw_ostream *log = nullptr;
 };
+
+/// One measured execution of an op: its CostOpInterface counts and its
+/// seconds.
+struct OpTiming {
+  double flops = 0, bytes = 0, seconds = 0;
+};
+
+/// The rate that predicts `timings` (each with seconds > 0): the least
+/// squares of secondsPerFlop · FLOPs + secondsPerByte · bytes +
+/// secondsPerCall against the seconds, each weighted by 1 / its seconds,
+/// every rate >= 0, the per-call time never alone and never above the
+/// fastest execution's seconds; the best of the subsets of the three that
+/// satisfy that.
+OpRate fitOpRate(llvm::ArrayRef<OpTiming> timings);
 
 /// Measures this machine: an error says what could not run.
 llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options);

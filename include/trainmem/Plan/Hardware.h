@@ -69,6 +69,10 @@ struct Hardware {
   /// documented rule (docs/Planner.md, TimeModel.h).
   std::vector<GemmRate> gemmRates;
   std::map<std::string, OpRate> opRates;
+  /// Whether the ranks of a plan share this device (`--hardware native`:
+  /// ranks under mpirun on this machine split its cores, so each op takes
+  /// ranks times its measured time); false for a device per rank.
+  bool sharedByRanks = false;
   /// Where the figures come from, in words (a calibration's machine and
   /// date); empty for a preset.
   std::string source;
@@ -82,7 +86,8 @@ std::optional<Hardware> getHardwarePreset(llvm::StringRef name);
 /// A device from JSON text with exactly the keys of Hardware in snake_case
 /// (name, peak_flops, achievable_fraction, memory_bytes, memory_bandwidth,
 /// interconnect_bandwidth, host_bandwidth, host_flops; optionally
-/// context_bytes and communicator_bytes (0 when absent),
+/// context_bytes and communicator_bytes (0 when absent), shared_by_ranks
+/// (false when absent),
 /// gemm_rates: [{dtype, m, n, k, flops_per_second}], op_rates: {op name:
 /// {seconds_per_flop, seconds_per_byte, seconds_per_call}} and
 /// source); an error names the

@@ -105,19 +105,26 @@ std::vector<Workload> workloads(bool quick) {
                     /*accumulation=*/2));
     return list;
   }
-  // GPT-2's width and vocabulary, one and four sequences of 256: the
-  // products of a micro-batch search on it.
+  // GPT-2's width and vocabulary, one, two and four sequences of 256: the
+  // products of a micro-batch search on it, each measured among the
+  // kernels of an unfused step (a product right after a fused kernel runs
+  // slower here: the runtime's workers still spin while BLAS's start), and
+  // fused with two.
   list.push_back(workload(gpt(768, 12, 50257, 256, 1, "bf16")));
+  list.push_back(workload(gpt(768, 12, 50257, 256, 2, "bf16")));
   list.push_back(workload(gpt(768, 12, 50257, 256, 4, "bf16")));
   list.push_back(workload(gpt(768, 12, 50257, 256, 2, "bf16"), /*fuse=*/true));
   list.push_back(workload(gpt(256, 4, 8192, 128, 1, "f32")));
   list.push_back(workload(gpt(256, 4, 8192, 128, 8, "f32")));
+  // Small shapes: the products and kernels of a model of width 64.
+  list.push_back(workload(gpt(64, 4, 512, 64, 2, "f32"), /*fuse=*/true));
+  list.push_back(workload(llama(64, 4, 2, 256, 64, 8, "bf16"), /*fuse=*/true));
   list.push_back(workload(gpt(512, 8, 8192, 512, 1, "f32"), /*fuse=*/true,
                   /*eightBit=*/true));
   list.push_back(workload(gpt(256, 4, 8192, 128, 4, "bf16"), false, false, "lion",
                   /*accumulation=*/2));
   list.push_back(workload(llama(512, 8, 4, 8192, 256, 2, "bf16")));
-  list.push_back(workload(llama(1024, 16, 8, 16384, 128, 1, "bf16"), false,
+  list.push_back(workload(llama(768, 12, 4, 8192, 128, 1, "bf16"), false,
                   /*eightBit=*/true));
   return list;
 }
@@ -240,28 +247,29 @@ llvm::Error measureWorkload(MLIRContext &context, const Workload &w,
   return llvm::Error::success();
 }
 
-/// The least-squares rates (each >= 0) of seconds per FLOP, per byte and
-/// per call that predict the ops' measured seconds, each sample weighted
-/// by 1 / its seconds (between absolute and relative error: a step's time
-/// is a sum, its large ops matter most, and small models' ops still
-/// count). Every subset of the three is solved and the best one without a
-/// negative rate kept.
-OpRate fitRate(ArrayRef<const OpSample *> samples) {
-  auto featuresOf = [](const OpSample *s) {
-    return std::array<double, 3>{s->flops, s->bytes, 1.0};
+/// fitOpRate (Calibrate.h): every subset of the three rates solved by its
+/// normal equations, the valid one of least weighted error kept.
+OpRate fitOpRateOf(ArrayRef<OpTiming> samples) {
+  auto featuresOf = [](const OpTiming &s) {
+    return std::array<double, 3>{s.flops, s.bytes, 1.0};
   };
   auto error = [&](const std::array<double, 3> &rate) {
     double sum = 0;
-    for (const OpSample *s : samples) {
+    for (const OpTiming &s : samples) {
       std::array<double, 3> x = featuresOf(s);
-      double e = rate[0] * x[0] + rate[1] * x[1] + rate[2] * x[2] - s->seconds;
-      sum += e * e / s->seconds;
+      double e = rate[0] * x[0] + rate[1] * x[1] + rate[2] * x[2] - s.seconds;
+      sum += e * e / s.seconds;
     }
     return sum;
   };
   std::array<double, 3> best{};
   double bestError = INFINITY;
+  // A constant alone would say nothing of another size: the per-call
+  // time joins a size's rate, never stands for one, and is no more than
+  // the fastest call took.
   for (unsigned subset = 1; subset < 8; ++subset) {
+    if (subset == 4)
+      continue;
     SmallVector<unsigned, 3> used;
     for (unsigned f = 0; f < 3; ++f)
       if (subset & (1u << f))
@@ -269,13 +277,13 @@ OpRate fitRate(ArrayRef<const OpSample *> samples) {
     size_t n = used.size();
     // The normal equations (n <= 3), by Gaussian elimination.
     double a[3][4] = {};
-    for (const OpSample *s : samples) {
+    for (const OpTiming &s : samples) {
       std::array<double, 3> x = featuresOf(s);
-      double w = 1.0 / s->seconds;
+      double w = 1.0 / s.seconds;
       for (size_t i = 0; i < n; ++i) {
         for (size_t j = 0; j < n; ++j)
           a[i][j] += w * x[used[i]] * x[used[j]];
-        a[i][n] += w * x[used[i]] * s->seconds;
+        a[i][n] += w * x[used[i]] * s.seconds;
       }
     }
     bool singular = false;
@@ -305,7 +313,11 @@ OpRate fitRate(ArrayRef<const OpSample *> samples) {
       rate[used[i]] = a[i][n] / a[i][i];
       negative |= !(rate[used[i]] >= 0) || !std::isfinite(rate[used[i]]);
     }
-    if (negative)
+    // A call's fixed time is at most its fastest call's whole time.
+    double fastest = INFINITY;
+    for (const OpTiming &s : samples)
+      fastest = std::min(fastest, s.seconds);
+    if (negative || rate[2] > fastest)
       continue;
     if (double e = error(rate); e < bestError) {
       best = rate;
@@ -434,6 +446,10 @@ std::string hostName() {
 
 } // namespace
 
+OpRate fitOpRate(ArrayRef<OpTiming> timings) {
+  return fitOpRateOf(timings);
+}
+
 llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
   DialectRegistry registry;
   registerRunDialects(registry);
@@ -474,7 +490,15 @@ llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
   std::map<std::tuple<std::string, uint64_t, uint64_t, uint64_t>,
            std::pair<double, double>>
       gemms;
-  std::map<std::string, SmallVector<const OpSample *>> byName;
+  std::map<std::string, SmallVector<OpTiming>> byName;
+  // Ops that never took a kernel call (views of their operand's buffer)
+  // take no time.
+  std::map<std::string, bool> timed;
+  for (const OpSample &s : samples)
+    timed[s.name] = timed[s.name] || s.seconds > 0;
+  for (const auto &[name, any] : timed)
+    if (!any)
+      h.opRates[name] = OpRate{};
   for (const OpSample &s : samples) {
     if (s.gemms.size() == 1 && s.seconds > 0) {
       const GemmShape &g = s.gemms.front();
@@ -483,7 +507,7 @@ llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
       flops += static_cast<double>(g.getFlops());
       seconds += s.seconds;
     } else if (s.gemms.empty() && s.seconds > 0) {
-      byName[s.name].push_back(&s);
+      byName[s.name].push_back({s.flops, s.bytes, s.seconds});
     }
   }
   double best = 0;
@@ -494,9 +518,8 @@ llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
     h.gemmRates.push_back(rate);
   }
   for (const auto &[name, list] : byName) {
-    OpRate rate = fitRate(list);
-    if (rate.secondsPerFlop + rate.secondsPerByte + rate.secondsPerCall > 0)
-      h.opRates[name] = rate;
+    OpRate rate = fitOpRate(list);
+    h.opRates[name] = rate;
   }
   if (h.gemmRates.empty())
     return calibrationError("no matrix product was measured");
@@ -504,6 +527,8 @@ llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
   // the fastest product, a sum's bandwidth (the host is the device here).
   h.peakFlops = best;
   h.achievableFraction = 1.0;
+  // Ranks on this machine split its cores (trainmem-run under mpirun).
+  h.sharedByRanks = true;
   h.hostFlops = best;
   auto add = h.opRates.find("train.add");
   if (add != h.opRates.end() && add->second.secondsPerByte > 0)

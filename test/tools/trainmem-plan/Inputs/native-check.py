@@ -17,9 +17,11 @@ for rate in figures["gemm_rates"]:
     assert rate["flops_per_second"] > 0 and min(rate["m"], rate["n"], rate["k"]) >= 1
 for name, rate in figures["op_rates"].items():
     assert name.startswith("train."), name
-    assert min(rate.values()) >= 0 and sum(rate.values()) > 0, (name, rate)
+    assert min(rate.values()) >= 0, (name, rate)
+# Ops that run kernels take time; views (a reshape) none.
 for op in ("train.add", "train.layer_norm", "train.cross_entropy", "train.lion"):
-    assert op in figures["op_rates"], op
+    assert sum(figures["op_rates"][op].values()) > 0, op
+assert sum(figures["op_rates"]["train.reshape"].values()) == 0
 assert figures["peak_flops"] == max(r["flops_per_second"] for r in figures["gemm_rates"])
 # With mpirun here, the collectives between two local ranks are measured.
 if shutil.which("mpirun"):

@@ -269,6 +269,9 @@ static LogicalResult checkOptions() {
     return refuse("--save-every needs --save DIR");
   if (overwrite && saveDir.empty())
     return refuse("--overwrite is for --save DIR");
+  if (profile && backend == "interpret")
+    return refuse("--profile times the runtime's kernels; the interpret "
+                  "backend runs none (use --backend cpu)");
   return success();
 }
 

@@ -13,18 +13,15 @@
 namespace mlir {
 namespace train {
 
-namespace {
-
-/// The element type's name as calibration records it.
-std::string dtypeName(Type type) {
-  if (!type)
-    return "f32";
-  if (type.isBF16())
+StringRef gemmDtypeName(Type elementType) {
+  if (elementType && elementType.isBF16())
     return "bf16";
-  if (type.isF16())
+  if (elementType && elementType.isF16())
     return "f16";
   return "f32";
 }
+
+namespace {
 
 /// The measured shapes nearest `gemm` (in the logarithms of m, n and k),
 /// their rates averaged in the logarithm by inverse squared distance: a
@@ -64,7 +61,7 @@ double interpolatedRate(ArrayRef<const GemmRate *> rates,
 
 double gemmFlopsPerSecond(const Hardware &hardware, const GemmShape &gemm) {
   if (!hardware.gemmRates.empty()) {
-    std::string dtype = dtypeName(gemm.elementType);
+    StringRef dtype = gemmDtypeName(gemm.elementType);
     SmallVector<const GemmRate *> same, any;
     for (const GemmRate &rate : hardware.gemmRates) {
       any.push_back(&rate);

@@ -26,6 +26,10 @@ namespace train {
 /// (d / (d + kGemmEfficiencyKnee)).
 constexpr double kGemmEfficiencyKnee = 64;
 
+/// The element type's name as GEMM rates record it (GemmRate::dtype): bf16,
+/// f16, else f32 (the runtime's other products widen to f32).
+llvm::StringRef gemmDtypeName(Type elementType);
+
 /// The FLOP/s of one GEMM of `gemm`'s shape on `hardware`: measured rates
 /// interpolated in the logarithms of m, n and k (the nearest measured
 /// shapes of its element type, or of any where none is of it), or the

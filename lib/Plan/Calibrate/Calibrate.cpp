@@ -16,6 +16,7 @@
 #include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Plan/Hardware.h"
+#include "trainmem/Plan/TimeModel.h"
 #include "trainmem/Run/Session.h"
 #include "trainmem/Run/Step.h"
 
@@ -154,14 +155,6 @@ std::optional<size_t> sampleOf(Location loc) {
   return found;
 }
 
-std::string dtypeOf(Type type) {
-  if (type && type.isBF16())
-    return "bf16";
-  if (type && type.isF16())
-    return "f16";
-  return "f32";
-}
-
 /// Runs one workload and appends each op's measured seconds per step.
 llvm::Error measureWorkload(MLIRContext &context, const Workload &w,
                             const CalibrationOptions &options,
@@ -262,6 +255,10 @@ OpRate fitOpRateOf(ArrayRef<OpTiming> samples) {
     }
     return sum;
   };
+  // A call's fixed time is at most its fastest call's whole time.
+  double fastest = INFINITY;
+  for (const OpTiming &s : samples)
+    fastest = std::min(fastest, s.seconds);
   std::array<double, 3> best{};
   double bestError = INFINITY;
   // A constant alone would say nothing of another size: the per-call
@@ -313,10 +310,6 @@ OpRate fitOpRateOf(ArrayRef<OpTiming> samples) {
       rate[used[i]] = a[i][n] / a[i][i];
       negative |= !(rate[used[i]] >= 0) || !std::isfinite(rate[used[i]]);
     }
-    // A call's fixed time is at most its fastest call's whole time.
-    double fastest = INFINITY;
-    for (const OpTiming &s : samples)
-      fastest = std::min(fastest, s.seconds);
     if (negative || rate[2] > fastest)
       continue;
     if (double e = error(rate); e < bestError) {
@@ -351,7 +344,7 @@ llvm::Expected<double> measureCollectives(MLIRContext &context,
   };
   std::string model = path("model.mlir"), text = path("text.txt"),
               out = path("out.txt"), err = path("err.txt");
-  auto cleanup = llvm::make_scope_exit([&] {
+  llvm::scope_exit cleanup([&] {
     for (const std::string &file : {model, text, out, err})
       llvm::sys::fs::remove(file);
     llvm::sys::fs::remove(dir);
@@ -503,7 +496,7 @@ llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
     if (s.gemms.size() == 1 && s.seconds > 0) {
       const GemmShape &g = s.gemms.front();
       auto &[flops, seconds] =
-          gemms[{dtypeOf(g.elementType), g.m, g.n, g.k}];
+          gemms[{gemmDtypeName(g.elementType).str(), g.m, g.n, g.k}];
       flops += static_cast<double>(g.getFlops());
       seconds += s.seconds;
     } else if (s.gemms.empty() && s.seconds > 0) {

@@ -156,8 +156,11 @@ SmallVector<Operation *> wholeLayer(Layer layer) {
 }
 
 /// Wraps what `choice` recomputes of `layer` in a train.remat; returns the
-/// number of regions made, or failure after a diagnostic.
-FailureOr<unsigned> applyChoice(int64_t index, Layer layer, Choice choice) {
+/// number of regions made, or failure after a diagnostic. A selective
+/// choice on a fused attention makes none (it keeps no score tensor); the
+/// layer is added to `fused`, for the caller to say.
+FailureOr<unsigned> applyChoice(int64_t index, Layer layer, Choice choice,
+                                SmallVectorImpl<int64_t> *fused = nullptr) {
   switch (choice) {
   case Choice::None:
     return 0u;
@@ -180,10 +183,8 @@ FailureOr<unsigned> applyChoice(int64_t index, Layer layer, Choice choice) {
     if (layer.attention
             .walk([](AttentionOp) { return WalkResult::interrupt(); })
             .wasInterrupted()) {
-      layer.attention.emitRemark("train-remat: the attention of layer ")
-          << index
-          << " is fused (train.attention keeps no score tensor); selective "
-             "recompute leaves it as it is";
+      if (fused)
+        fused->push_back(index);
       return 0u;
     }
     FailureOr<SmallVector<Operation *>> core = attentionCore(layer.attention);
@@ -299,6 +300,7 @@ void recordMeasurement(BudgetModel &model, const FunctionMemory &memory,
 FailureOr<func::FuncOp> runMeasureAfter(func::FuncOp func, ModuleOp copy,
                                         StringRef after) {
   PassManager pm(func.getContext());
+  pm.enableVerifier(false);
   std::string message;
   llvm::raw_string_ostream errors(message);
   if (failed(parsePassPipeline(after, pm, errors)))
@@ -580,11 +582,27 @@ TrainRematPass::selectLayers(func::FuncOp func, int64_t begin, int64_t end) {
 /// Each selected layer recomputed as its choice says.
 LogicalResult TrainRematPass::apply(ArrayRef<SelectedLayer> selected,
                                     ArrayRef<Choice> choices) {
+  SmallVector<int64_t> fused;
+  Operation *firstFused = nullptr;
   for (auto [choice, entry] : llvm::zip(choices, selected)) {
-    FailureOr<unsigned> made = applyChoice(entry.first, entry.second, choice);
+    size_t before = fused.size();
+    FailureOr<unsigned> made =
+        applyChoice(entry.first, entry.second, choice, &fused);
     if (failed(made))
       return failure();
+    if (!firstFused && fused.size() > before)
+      firstFused = entry.second.attention;
     numRegions += *made;
+  }
+  // Once for the step, not per layer (a remark prints its op).
+  if (firstFused) {
+    std::string layers;
+    llvm::raw_string_ostream os(layers);
+    llvm::interleaveComma(fused, os);
+    firstFused->emitRemark("train-remat: the attention of layer")
+        << (fused.size() > 1 ? "s " : " ") << layers
+        << (fused.size() > 1 ? " are" : " is") << " fused (train.attention keeps no score tensor); selective "
+           "recompute leaves it as it is";
   }
   return success();
 }

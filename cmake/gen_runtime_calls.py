@@ -70,7 +70,7 @@ def main():
         for ctype, field in fields:
             out.append(f"  RuntimeParam<{FIELD_TYPES.get(ctype, ctype)}> "
                        f"{field};")
-        args = ", ".join(f"RuntimeArg({f}.value)" for _, f in fields)
+        args = ", ".join(f"{f}.arg()" for _, f in fields)
         out.append(f"  SmallVector<RuntimeArg> args() const {{ return {{{args}}}; }}")
         out.append("};")
         out.append("")

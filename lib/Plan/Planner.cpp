@@ -93,9 +93,9 @@ std::string gigabytes(uint64_t bytes) {
 
 /// The passes of a candidate after train-remat, each with a leading comma:
 /// accumulation, 8-bit state, materialization, ZeRO, the offload (with
-/// `withOffload`), the plan and the unrolling (with `unroll`).
+/// `withOffload`) and the micro-batch loop's plan (with `planned`).
 std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
-                             bool unroll, bool withOffload) {
+                             bool planned, bool withOffload) {
   std::string p;
   if (c.accumulation > 1)
     p += llvm::formatv(",train-grad-accum{{steps={0}}", c.accumulation);
@@ -110,18 +110,18 @@ std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
   if (c.offload != PlanOffload::none && withOffload)
     p += ",train-offload-optimizer{what=" +
          stringifyPlanOffload(c.offload).str() + "}";
-  // As train-step: the loop planned rolled, then unrolled in that plan.
-  if (unroll && c.accumulation > 1)
-    p += ",train-plan-arena,train-unroll-accum";
+  // As train-step: the loop planned rolled (and run as a loop).
+  if (planned && c.accumulation > 1)
+    p += ",train-plan-arena";
   return p;
 }
 
 /// The pass pipeline of a candidate (inside builtin.module(...)): the
 /// step's passes in train-step's order, the micro-batch loop left rolled
-/// (the analysis measures it as it runs) unless `unroll`.
+/// (the analysis measures it as it runs), its plan written with `planned`.
 std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
                             uint64_t memoryBytes, bool withOffload = true,
-                            bool unroll = false) {
+                            bool planned = false) {
   std::string p;
   if (c.tensorParallel > 1)
     p += "train-tensor-parallel{" + c.tensorParallelOptions() + "},";
@@ -133,7 +133,7 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
   // A budget is for the step as it runs: the passes after train-remat are
   // measured with it (as train-step passes them; the offload too, so that
   // each offload variant makes its own plan; the loop rolled).
-  std::string after = passesAfterRemat(c, ranks, /*unroll=*/false,
+  std::string after = passesAfterRemat(c, ranks, /*planned=*/false,
                                        /*withOffload=*/true);
   if (c.remat == PlanRemat::budget)
     p +=
@@ -144,7 +144,7 @@ std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
                           : " measure-after={" + after.substr(1) + "}");
   else if (c.remat != PlanRemat::none)
     p += ",train-remat{policy=" + stringifyPlanRemat(c.remat).str() + "}";
-  return p + passesAfterRemat(c, ranks, unroll, withOffload);
+  return p + passesAfterRemat(c, ranks, planned, withOffload);
 }
 
 llvm::Error planError(const llvm::Twine &message) {
@@ -216,11 +216,20 @@ PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory,
   // times as it runs, the ops around it once.
   for (Operation *op : memory.getSchedule()) {
     double seconds = opSeconds(op, hardware);
+    // The loop's sums: in the backward, where its parts are complete.
+    unsigned phase = static_cast<unsigned>(memory.getPhase(op));
+    if (auto loop = dyn_cast<AccumulateOp>(op)) {
+      seconds = loopSumSeconds(loop, hardware);
+      phase = static_cast<unsigned>(Phase::Backward);
+    }
     if (seconds == 0)
       continue;
-    if (auto loop = op->getParentOfType<AccumulateOp>())
+    for (auto loop = op->getParentOfType<AccumulateOp>(); loop;
+         loop = loop->getParentOfType<AccumulateOp>())
       seconds *= static_cast<double>(loop.getStepsAttr().getInt());
-    out.phaseSeconds[static_cast<unsigned>(memory.getPhase(op))] += seconds;
+    if (auto loop = dyn_cast<AccumulateOp>(op))
+      seconds *= static_cast<double>(loop.getStepsAttr().getInt());
+    out.phaseSeconds[phase] += seconds;
   }
   out.peak = memory.getPeakBytes();
   out.arena = std::max(MemoryPlan(memory).getArenaBytes(), out.peak);
@@ -468,7 +477,7 @@ bool linear(const PlanMeasure &a, const PlanMeasure &b, const PlanMeasure &c) {
 std::string PlanCandidate::passPipeline(int64_t ranks,
                                         uint64_t memoryBytes) const {
   return measurePipeline(*this, ranks, memoryBytes, /*withOffload=*/true,
-                         /*unroll=*/true);
+                         /*planned=*/true);
 }
 
 /// Whether `recipe` (empty: the default) clips the gradients' norm.

@@ -57,6 +57,18 @@ double interpolatedRate(ArrayRef<const GemmRate *> rates,
   return std::exp2(sum / weights);
 }
 
+/// An op of `opName` that is not a GEMM: its calibrated fit where the
+/// hardware has one, else bound by the memory bandwidth or the peak.
+double elementwiseSeconds(StringRef opName, double flops, double bytes,
+                          const Hardware &hardware) {
+  auto rate = hardware.opRates.find(opName.str());
+  if (rate != hardware.opRates.end())
+    return rate->second.secondsPerFlop * flops +
+           rate->second.secondsPerByte * bytes + rate->second.secondsPerCall;
+  return std::max(bytes / hardware.memoryBandwidth,
+                  flops / (hardware.peakFlops * hardware.achievableFraction));
+}
+
 } // namespace
 
 double gemmFlopsPerSecond(const Hardware &hardware, const GemmShape &gemm) {
@@ -90,15 +102,23 @@ double opSeconds(Operation *op, const Hardware &hardware) {
                    gemmFlopsPerSecond(hardware, gemm);
     return seconds;
   }
-  double flops = static_cast<double>(cost.getFlops());
-  double bytes = static_cast<double>(cost.getBytesRead()) +
-                 static_cast<double>(cost.getBytesWritten());
-  auto rate = hardware.opRates.find(op->getName().getStringRef().str());
-  if (rate != hardware.opRates.end())
-    return rate->second.secondsPerFlop * flops +
-           rate->second.secondsPerByte * bytes + rate->second.secondsPerCall;
-  return std::max(bytes / hardware.memoryBandwidth,
-                  flops / (hardware.peakFlops * hardware.achievableFraction));
+  return elementwiseSeconds(op->getName().getStringRef(),
+                            static_cast<double>(cost.getFlops()),
+                            static_cast<double>(cost.getBytesRead()) +
+                                static_cast<double>(cost.getBytesWritten()),
+                            hardware);
+}
+
+double loopSumSeconds(AccumulateOp loop, const Hardware &hardware) {
+  double seconds = 0;
+  for (Value sum : loop.getResults()) {
+    auto type = cast<RankedTensorType>(sum.getType());
+    double elements = static_cast<double>(type.getNumElements());
+    double bytes = 3 * static_cast<double>(getTensorBytes(type));
+    seconds += elementwiseSeconds(AddOp::getOperationName(), elements, bytes,
+                                  hardware);
+  }
+  return seconds;
 }
 
 } // namespace train

@@ -283,8 +283,9 @@ llvm::Error Session::checkBackend(StringRef backend) {
 }
 
 /// The location of each kernel call of a lowered step (in the LLVM
-/// dialect), in program order: the step's own calls, then its parts' as it
-/// calls them.
+/// dialect), in the order a run makes them: the step's own calls, its
+/// parts' as it calls them, a micro-batch loop's body once per iteration
+/// (kLoopStepsAttrName on the function that runs the loop).
 static std::vector<Location> kernelCallLocations(ModuleOp module) {
   std::vector<Location> locations;
   llvm::StringSet<> kernels;
@@ -302,7 +303,10 @@ static std::vector<Location> kernelCallLocations(ModuleOp module) {
         return;
       }
       Operation *part = SymbolTable::lookupSymbolIn(module, callee);
-      if (part && part->getNumRegions() && !part->getRegion(0).empty())
+      if (!part || !part->getNumRegions() || part->getRegion(0).empty())
+        return;
+      auto steps = part->getAttrOfType<IntegerAttr>(kLoopStepsAttrName);
+      for (int64_t i = 0, e = steps ? steps.getInt() : 1; i < e; ++i)
         visit(part);
     });
   };

@@ -16,6 +16,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -82,9 +83,10 @@ constexpr const char *lettersOf(const char *name) {
 } // namespace
 
 void mlir::train::registerRunDialects(DialectRegistry &registry) {
-  // shard: a step train-zero partitioned (its collectives and grid).
+  // shard: a step train-zero partitioned (its collectives and grid); scf:
+  // a lowered step's micro-batch loop.
   registry.insert<TrainDialect, func::FuncDialect, arith::ArithDialect,
-                  LLVM::LLVMDialect, shard::ShardDialect>();
+                  LLVM::LLVMDialect, scf::SCFDialect, shard::ShardDialect>();
   registerShardExternalModels(registry);
   registerAllExtensions(registry);
   registerBuiltinDialectTranslation(registry);
@@ -93,6 +95,7 @@ void mlir::train::registerRunDialects(DialectRegistry &registry) {
   static bool passesRegistered = [] {
     registerTrainPasses();
     registerTrainConversionPasses();
+    registerSCFToControlFlowPass();
     registerConvertToLLVMPass();
     registerReconcileUnrealizedCastsPass();
     return true;
@@ -345,8 +348,9 @@ FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
       pm.addPass(createConvertTrainToRuntimePass(options));
     }
   if (!isa<LLVM::LLVMFuncOp>(symbol) &&
-      failed(parsePassPipeline("convert-to-llvm,reconcile-unrealized-casts",
-                               pm, llvm::errs())))
+      failed(parsePassPipeline(
+          "convert-scf-to-cf,convert-to-llvm,reconcile-unrealized-casts", pm,
+          llvm::errs())))
     return failure();
   if (failed(pm.run(module)))
     return failure();

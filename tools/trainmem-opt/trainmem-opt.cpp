@@ -10,6 +10,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/Transforms/Passes.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -127,7 +128,8 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<mlir::train::TrainDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::tensor::TensorDialect,
-                  mlir::LLVM::LLVMDialect, mlir::shard::ShardDialect>();
+                  mlir::LLVM::LLVMDialect, mlir::scf::SCFDialect,
+                  mlir::shard::ShardDialect>();
   // The train interfaces on upstream's shard collectives (train-zero).
   mlir::train::registerShardExternalModels(registry);
   // convert-to-llvm finds each dialect's lowering through these extensions.
@@ -139,6 +141,7 @@ int main(int argc, char **argv) {
   // Upstream's sharding-propagation and shard-partition, which see through
   // the train ops' ShardingInterface models.
   mlir::shard::registerShardPasses();
+  mlir::registerSCFToControlFlowPass();
   mlir::registerConvertToLLVMPass();
   mlir::registerReconcileUnrealizedCastsPass();
   mlir::registerConvertFuncToLLVMPass();

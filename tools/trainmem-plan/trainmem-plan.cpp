@@ -533,7 +533,7 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
   o["measured"] = c.wholeModel    ? "whole model"
                   : c.approximate ? "extrapolated, approximate"
                                   : "extrapolated";
-  // The loop is planned rolled and runs unrolled in that plan.
+  // The loop is planned rolled and runs as a loop in that plan.
   o["micro_batch_loop"] = c.accumulation == 1 ? "none" : "rolled";
   o["changes_numerics"] = c.changesNumerics;
   // The arena the printed command plans and measures; the analysis's

@@ -117,6 +117,13 @@ static cl::opt<std::string> gradAccumOptions(
     cl::desc("Accumulate gradients over micro-batches of the step's batch: "
              "train-grad-accum options, e.g. \"steps=4\""),
     cl::cat(category));
+static cl::opt<bool> unrollAccum(
+    "unroll-accum",
+    cl::desc("Unroll the micro-batch loop of --grad-accum into the step "
+             "(train-unroll-accum) instead of running it as a loop: the same "
+             "numbers and memory, compiled in time that grows with the "
+             "micro-batches"),
+    cl::cat(category));
 static cl::opt<bool> fuseAttention(
     "fuse-attention",
     cl::desc("Fuse each attention into train.attention (train-fuse-attention "
@@ -269,6 +276,9 @@ static LogicalResult checkOptions() {
     return refuse("--save-every needs --save DIR");
   if (overwrite && saveDir.empty())
     return refuse("--overwrite is for --save DIR");
+  if (unrollAccum && gradAccumOptions.empty())
+    return refuse("--unroll-accum unrolls the micro-batch loop of "
+                  "--grad-accum, which is not given");
   if (profile && backend == "interpret")
     return refuse("--profile times the runtime's kernels; the interpret "
                   "backend runs none (use --backend cpu)");
@@ -295,6 +305,7 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
   options.autodiff = autodiffOptions;
   options.remat = rematOptions;
   options.gradAccum = gradAccumOptions;
+  options.unrollAccum = unrollAccum;
   options.quantize = quantizeOptions.getNumOccurrences() > 0;
   options.quantizeOptions = quantizeOptions;
   options.lossScale = lossScaleOptions.getNumOccurrences() > 0;

@@ -40,13 +40,26 @@ def ConvertTrainToRuntimePass
     regions are then inlined, so the calls run in program order, the order
     the memory analysis measured. Tensors are f32, bf16 or f16 (and integer
     ids, counts and masks); an op without a lowering, an unmaterialized
-    `train.remat`, a `train.accumulate` not yet unrolled and what a kernel
-    cannot take (a strided operand, a rank beyond its own) get a diagnostic
-    at the op.
+    `train.remat`, a `train.accumulate` that cannot run as a loop (nested,
+    summed in groups) and what a kernel cannot take (a strided operand, a
+    rank beyond its own) get a diagnostic at the op.
+
+    A rolled micro-batch loop (`train.accumulate`, as `train-step` leaves
+    it) runs as a loop: its body's calls go into `@<step>.loop<k>.body`
+    (the context and the micro-batch index), which `@<step>.loop<k>` calls
+    for each index in an `scf.for` (its `tmrt.loop_steps` says how many);
+    each iteration first writes the body's arguments at their planned
+    offsets (`tmrt_slice_rows` from row index x rows; the index, which the
+    dropouts read; the share) and sums each part into its accumulator
+    after the op that completes it (`tmrt_convert` at index 0, `tmrt_add`
+    after: both called, the other on 0 elements). These are the calls and
+    offsets `train-unroll-accum` makes, so the loop computes the unrolled
+    step's numbers to the bit, and its code does not grow with the steps.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
                            "::mlir::LLVM::LLVMDialect",
+                           "::mlir::scf::SCFDialect",
                            "::mlir::ub::UBDialect"];
   let options = [
     Option<"function", "function", "std::string", "\"\"",

@@ -24,9 +24,15 @@
 namespace mlir {
 namespace train {
 
-/// One argument of a runtime call: an i64 or an f64 constant, or a
-/// constant array of f64 (the kernel gets a pointer to it: a global of the
-/// module, null when empty).
+/// An argument a call computes when it runs: an i64 or f64 SSA value (a
+/// micro-batch loop's index, or what the lowering derives from it).
+struct RuntimeValue {
+  Value value;
+};
+
+/// One argument of a runtime call: an i64 or an f64 constant, a constant
+/// array of f64 (the kernel gets a pointer to it: a global of the module,
+/// null when empty), or a value computed when the call runs.
 struct RuntimeArg {
   RuntimeArg(int64_t value) : isFloat(false), integer(value) {}
   RuntimeArg(int value) : isFloat(false), integer(value) {}
@@ -34,18 +40,25 @@ struct RuntimeArg {
       : isFloat(false), integer(static_cast<int64_t>(value)) {}
   RuntimeArg(double value) : isFloat(true), real(value) {}
   RuntimeArg(ArrayRef<double> values) : isArray(true), array(values) {}
+  RuntimeArg(RuntimeValue value) : dynamic(value.value) {}
   bool isFloat = false;
   bool isArray = false;
   int64_t integer = 0;
   double real = 0.0;
   ArrayRef<double> array;
+  Value dynamic;
 };
 
 /// A parameter of a runtime call: it has no default, so a call that leaves
-/// one out does not compile.
+/// one out does not compile. It is a constant, or a RuntimeValue.
 template <typename T> struct RuntimeParam {
   RuntimeParam(T value) : value(value) {}
+  RuntimeParam(RuntimeValue dynamic) : value(), dynamic(dynamic) {}
+  RuntimeArg arg() const {
+    return dynamic.value ? RuntimeArg(dynamic) : RuntimeArg(value);
+  }
   T value;
+  RuntimeValue dynamic;
 };
 
 /// A runtime function compiled code may call: its name and ABI letters (c:

@@ -17,6 +17,7 @@
 #define TRAINMEM_PLAN_TIMEMODEL_H
 
 #include "trainmem/Dialect/Train/IR/TrainInterfaces.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Plan/Hardware.h"
 
 namespace mlir {
@@ -40,6 +41,13 @@ double gemmFlopsPerSecond(const Hardware &hardware, const GemmShape &gemm);
 /// CostOpInterface and for collectives (the planner costs the bytes they
 /// send apart).
 double opSeconds(Operation *op, const Hardware &hardware);
+
+/// Seconds one iteration of a rolled micro-batch loop takes to sum its
+/// parts into its accumulators: no op of the loop's body does (the
+/// lowering and train-unroll-accum add each part, or copy it at the first
+/// micro-batch, where it is complete), so each part is costed as a
+/// `train.add` of its f32 sum's elements (reading two, writing one).
+double loopSumSeconds(AccumulateOp loop, const Hardware &hardware);
 
 } // namespace train
 } // namespace mlir

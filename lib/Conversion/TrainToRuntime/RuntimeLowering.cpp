@@ -53,8 +53,17 @@ void RuntimeCallBuilder::call(StringRef name, ArrayRef<RuntimeArg> args,
   assert(runtimeSignatures().lookup(name).size() == args.size() + 1 &&
          "argument count differs from Kernels.def");
   SmallVector<Value> operands{context};
-  for (const RuntimeArg &arg : args) {
-    if (arg.isArray)
+  for (auto [index, arg] : llvm::enumerate(args)) {
+    if (arg.dynamic) {
+#ifndef NDEBUG
+      bool real = runtimeSignatures().lookup(name)[index + 1] == 'f';
+      assert(arg.dynamic.getType() ==
+                 (real ? Type(builder.getF64Type())
+                       : Type(builder.getI64Type())) &&
+             "a computed argument of another type than its parameter");
+#endif
+      operands.push_back(arg.dynamic);
+    } else if (arg.isArray)
       operands.push_back(constantArray(arg.array, loc));
     else if (arg.isFloat)
       operands.push_back(arith::ConstantOp::create(

@@ -25,6 +25,7 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/UB/IR/UBOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -53,9 +54,9 @@ LogicalResult checkLowerable(Operation *op) {
   if (auto remat = dyn_cast<RematOp>(op))
     return remat.emitOpError("must be materialized before lowering (run "
                              "train-materialize-remat)");
-  if (auto accumulate = dyn_cast<AccumulateOp>(op))
-    return accumulate.emitOpError("must be unrolled before lowering (run "
-                                  "train-unroll-accum)");
+  // A micro-batch loop lowers as a loop (prepareLoop checks it).
+  if (isa<AccumulateOp>(op))
+    return success();
   // Float tensors are f32, bf16 or f16; ids, counts and masks integers.
   for (Value value : llvm::concat<Value>(op->getOperands(), op->getResults()))
     if (auto type = dyn_cast<RankedTensorType>(value.getType()))
@@ -373,12 +374,12 @@ uint64_t setUpStaging(RuntimeLoweringState &state, const FunctionMemory &memory,
   return hostOps;
 }
 
-/// The regions run in place: their bodies inlined, outermost first, the
-/// calls are in program order; then only the calls and their constants
-/// stay, and the block returns nothing.
-void flattenConverted(Block &entry, Location loc) {
+/// The regions of `block` run in place: their bodies inlined, outermost
+/// first, the calls are in program order; then only the calls, their
+/// constants and the loops stay (no placeholder, yield or return).
+void inlineRegions(Block &block) {
   SmallVector<Operation *> regionOps;
-  for (Operation &op : entry)
+  for (Operation &op : block)
     if (isa<TransparentRegionOpInterface>(op))
       regionOps.push_back(&op);
   while (!regionOps.empty()) {
@@ -392,11 +393,16 @@ void flattenConverted(Block &entry, Location loc) {
     regionOp->dropAllUses();
     regionOp->erase();
   }
-  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(entry)))
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
     if (isa<ub::PoisonOp, YieldOp, func::ReturnOp>(op)) {
       op.dropAllUses();
       op.erase();
     }
+}
+
+/// The step's block as calls in program order, returning nothing.
+void flattenConverted(Block &entry, Location loc) {
+  inlineRegions(entry);
   OpBuilder atEnd = OpBuilder::atBlockEnd(&entry);
   func::ReturnOp::create(atEnd, loc);
 }
@@ -410,10 +416,8 @@ void flattenConverted(Block &entry, Location loc) {
 SmallVector<func::FuncOp> splitIntoParts(func::FuncOp lowered, StringRef name,
                                          const RuntimeLoweringState &state) {
   Location loc = lowered.getLoc();
-  auto ptrType = LLVM::LLVMPointerType::get(lowered.getContext());
   Block &body = lowered.front();
   Operation *terminator = body.getTerminator();
-  Value contextArg = body.getArgument(0);
   SmallVector<Operation *> partStarts;
   uint64_t callsSoFar = 0, partStart = 0;
   for (Operation &op : body) {
@@ -433,23 +437,92 @@ SmallVector<func::FuncOp> splitIntoParts(func::FuncOp lowered, StringRef name,
     OpBuilder partBuilder(lowered);
     auto part = func::FuncOp::create(
         partBuilder, loc, (name + ".part" + Twine(parts.size())).str(),
-        partBuilder.getFunctionType({ptrType}, {}));
+        lowered.getFunctionType());
     part.setPrivate();
     parts.push_back(part);
     Block *partEntry = part.addEntryBlock();
     partEntry->getOperations().splice(partEntry->end(), body.getOperations(),
                                       start->getIterator(), end->getIterator());
-    contextArg.replaceUsesWithIf(
-        partEntry->getArgument(0), [&](OpOperand &use) {
-          return use.getOwner()->getBlock() == partEntry;
-        });
+    // The function's arguments (the context; a loop's index) are the
+    // part's.
+    for (auto [arg, partArg] :
+         llvm::zip(body.getArguments(), partEntry->getArguments()))
+      arg.replaceUsesWithIf(partArg, [&](OpOperand &use) {
+        return partEntry->getParentOp()->isAncestor(use.getOwner());
+      });
     OpBuilder partEnd = OpBuilder::atBlockEnd(partEntry);
     func::ReturnOp::create(partEnd, loc);
   }
   OpBuilder callParts(terminator);
   for (func::FuncOp part : parts)
-    func::CallOp::create(callParts, loc, part, ValueRange{contextArg});
+    func::CallOp::create(callParts, loc, part, body.getArguments());
   return parts;
+}
+
+/// Each rolled loop of `entry` (its body's calls, after the conversion)
+/// becomes two functions next to `before`: @<name>.loop<k>.body, of the
+/// context and the loop's index, cut into parts as the step is, and
+/// @<name>.loop<k>, of the context, which runs it for each index (an
+/// scf.for) and carries its steps (kLoopStepsAttrName); the step calls the
+/// latter where the loop stood. Returns the functions made.
+SmallVector<func::FuncOp> outlineLoops(Block &entry, func::FuncOp before,
+                                       StringRef name, Value context,
+                                       const RuntimeLoweringState &state) {
+  SmallVector<func::FuncOp> made;
+  auto ptrType = LLVM::LLVMPointerType::get(before.getContext());
+  unsigned loops = 0;
+  for (auto loop : llvm::make_early_inc_range(entry.getOps<AccumulateOp>())) {
+    Location loc = loop.getLoc();
+    Block &body = loop.getBody().front();
+    inlineRegions(body);
+    Value index = body.getArguments().back();
+    std::string loopName =
+        (name + ".loop" + Twine(loops++)).str();
+    OpBuilder builder(before);
+    auto bodyFunc = func::FuncOp::create(
+        builder, loc, loopName + ".body",
+        builder.getFunctionType({ptrType, builder.getI64Type()}, {}));
+    bodyFunc.setPrivate();
+    Block *bodyEntry = bodyFunc.addEntryBlock();
+    bodyEntry->getOperations().splice(bodyEntry->end(), body.getOperations());
+    context.replaceUsesWithIf(bodyEntry->getArgument(0), [&](OpOperand &use) {
+      return bodyFunc->isAncestor(use.getOwner());
+    });
+    index.replaceAllUsesWith(bodyEntry->getArgument(1));
+    OpBuilder atBodyEnd = OpBuilder::atBlockEnd(bodyEntry);
+    func::ReturnOp::create(atBodyEnd, loc);
+    auto loopFunc = func::FuncOp::create(
+        builder, loc, loopName, builder.getFunctionType({ptrType}, {}));
+    loopFunc.setPrivate();
+    int64_t steps = loop.getStepsAttr().getInt();
+    loopFunc->setAttr(kLoopStepsAttrName, builder.getI64IntegerAttr(steps));
+    Block *loopEntry = loopFunc.addEntryBlock();
+    OpBuilder atLoop = OpBuilder::atBlockEnd(loopEntry);
+    auto bound = [&](int64_t value) -> Value {
+      return arith::ConstantOp::create(atLoop, loc,
+                                       atLoop.getI64IntegerAttr(value));
+    };
+    Value lower = bound(0), upper = bound(steps), step = bound(1);
+    scf::ForOp::create(atLoop, loc, lower, upper, step, ValueRange{},
+                       [&](OpBuilder &inner, Location innerLoc, Value iv,
+                           ValueRange) {
+                         func::CallOp::create(
+                             inner, innerLoc, bodyFunc,
+                             ValueRange{loopEntry->getArgument(0), iv});
+                         scf::YieldOp::create(inner, innerLoc);
+                       });
+    func::ReturnOp::create(atLoop, loc);
+    OpBuilder atStep(loop);
+    func::CallOp::create(atStep, loc, loopFunc, ValueRange{context});
+    loop->dropAllUses();
+    loop.erase();
+    made.push_back(bodyFunc);
+    made.push_back(loopFunc);
+    SmallVector<func::FuncOp> parts =
+        splitIntoParts(bodyFunc, bodyFunc.getSymName(), state);
+    made.append(parts.begin(), parts.end());
+  }
+  return made;
 }
 
 /// Declarations of the runtime functions `ops` call, at the top of
@@ -468,6 +541,151 @@ void declareRuntimeFunctions(ModuleOp module, ArrayRef<func::FuncOp> ops) {
   };
   for (func::FuncOp op : ops)
     op.walk(declare);
+}
+
+/// Collects the ops a builder inserts.
+struct InsertedOps : public OpBuilder::Listener {
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint) override {
+    ops.insert(op);
+    if (!first)
+      first = op;
+  }
+  llvm::DenseSet<Operation *> ops;
+  /// The first op inserted since it was last cleared.
+  Operation *first = nullptr;
+};
+
+/// A rolled micro-batch loop (train.accumulate) is lowered as a loop, its
+/// calls compiled once whatever its steps. Before the conversion this
+/// appends the loop's index (an i64 argument) to its body and emits, in
+/// the body, the calls each iteration makes besides its ops': first the
+/// body's arguments where the plan put them (the micro-batch's rows of
+/// each input from row index * rows, by tmrt_slice_rows; the index, which
+/// the body's draws read; the micro-batch's share of the rows), then each
+/// part summed into its accumulator where the part is complete (after the
+/// op of the body that makes it: where the memory analysis reads it, and
+/// train-unroll-accum sums it), copied at index 0 and added after. The
+/// copy and the add are both called every iteration, the one that does not
+/// apply on 0 elements: one call site each, so a run's kernel calls map to
+/// their sites. The calls are train-unroll-accum's, at the same offsets,
+/// so the loop computes what the unrolled step computes, to the bit.
+/// Returns the index, or failure after an error at the loop.
+FailureOr<BlockArgument> prepareLoop(AccumulateOp loop,
+                                     RuntimeLoweringState &state,
+                                     InsertedOps &inserted) {
+  if (loop->getParentOfType<AccumulateOp>())
+    return loop.emitOpError("inside another micro-batch loop cannot be "
+                            "lowered as a loop (run train-unroll-accum)");
+  if (loop.getGroups().value_or(1) > 1)
+    return loop.emitOpError("summed in groups is lowered unrolled only "
+                            "(run train-unroll-accum)");
+  Block &body = loop.getBody().front();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  for (auto [index, part] : llvm::enumerate(yield.getValues()))
+    if (part.getType() != loop.getResult(index).getType())
+      return loop.emitOpError("part ")
+             << index << " is " << part.getType() << ", its sum "
+             << loop.getResult(index).getType()
+             << ": run train-plan-arena first (it casts the parts in the "
+                "body to their sums' type)";
+  BlockArgument indexArg = loop.getIndexArgument();
+  BlockArgument shareArg = loop.getShareArgument();
+  Location loc = loop.getLoc();
+  OpBuilder builder(loop.getContext(), &inserted);
+  builder.setInsertionPointToStart(&body);
+  RuntimeCallBuilder calls(builder, state.context, state.offsetOf);
+  // A group of calls, for cutting the body into parts.
+  auto group = [&](llvm::function_ref<void()> emit) {
+    inserted.first = nullptr;
+    uint64_t before = calls.getNumCalls();
+    emit();
+    state.callGroups.try_emplace(inserted.first, calls.getNumCalls() - before);
+  };
+  Value iv = body.addArgument(builder.getI64Type(), loc);
+  auto constant = [&](int64_t value) -> Value {
+    return arith::ConstantOp::create(builder, loc,
+                                     builder.getI64IntegerAttr(value));
+  };
+  int64_t micro = loop.getMicroBatchRows();
+  int64_t rows =
+      cast<RankedTensorType>(loop.getInputs().front().getType()).getDimSize(0);
+  group([&] {
+    Value first = arith::MulIOp::create(builder, loc, iv, constant(micro));
+    for (auto [index, input] : llvm::enumerate(loop.getInputs())) {
+      BlockArgument arg = body.getArgument(index);
+      auto type = cast<RankedTensorType>(arg.getType());
+      int64_t kind = isa<FloatType>(type.getElementType())
+                         ? 0
+                         : type.getElementTypeBitWidth();
+      calls.emit(rt::slice_rows{.in = calls.offset(input),
+                                .out = calls.offset(arg),
+                                .offset = RuntimeValue{first},
+                                .rows = micro,
+                                .available = rows,
+                                .row_elems = micro ? calls.elements(arg) / micro
+                                                   : int64_t(0),
+                                .kind = kind,
+                                .padding = loop.getPadding()[index]},
+                 loc);
+    }
+    if (indexArg)
+      calls.emit(rt::fill_i64{.out = calls.offset(indexArg),
+                              .n = 1,
+                              .value = RuntimeValue{iv}},
+                 loc);
+    if (shareArg) {
+      // AccumulateOp::getShare: the real rows (none past the batch) over
+      // the batch's, in f64, rounded to the f32 the argument holds.
+      Value real = arith::SubIOp::create(builder, loc, constant(rows), first);
+      real = arith::MinSIOp::create(builder, loc, real, constant(micro));
+      real = arith::MaxSIOp::create(builder, loc, real, constant(0));
+      Type f64 = builder.getF64Type();
+      Value share = arith::DivFOp::create(
+          builder, loc, arith::SIToFPOp::create(builder, loc, f64, real),
+          arith::ConstantOp::create(builder, loc,
+                                    builder.getF64FloatAttr(double(rows))));
+      share = arith::TruncFOp::create(builder, loc, builder.getF32Type(),
+                                      share);
+      share = arith::ExtFOp::create(builder, loc, f64, share);
+      calls.emit(rt::fill{.out = calls.offset(shareArg),
+                          .n = 1,
+                          .value = RuntimeValue{share}},
+                 loc);
+    }
+  });
+  llvm::DenseMap<Operation *, Operation *> lastAfter;
+  for (auto [index, part] : llvm::enumerate(yield.getValues())) {
+    Operation *anchor = nullptr;
+    if (Operation *def = part.getDefiningOp())
+      anchor = body.findAncestorOpInBlock(*def);
+    if (anchor) {
+      Operation *last = lastAfter.lookup(anchor);
+      builder.setInsertionPointAfter(last ? last : anchor);
+    } else {
+      builder.setInsertionPoint(yield);
+    }
+    Value sum = loop.getResult(index);
+    group([&] {
+      Value isFirst = arith::CmpIOp::create(
+          builder, loc, arith::CmpIPredicate::eq, iv, constant(0));
+      Value n = constant(calls.elements(part)), none = constant(0);
+      Value copied = arith::SelectOp::create(builder, loc, isFirst, n, none);
+      Value added = arith::SelectOp::create(builder, loc, isFirst, none, n);
+      calls.emit(rt::convert{.in = calls.offset(part),
+                             .out = calls.offset(sum),
+                             .n = RuntimeValue{copied}},
+                 loc);
+      calls.emit(rt::add{.a = calls.offset(sum),
+                         .b = calls.offset(part),
+                         .out = calls.offset(sum),
+                         .n = RuntimeValue{added}},
+                 loc);
+    });
+    if (anchor)
+      lastAfter[anchor] = &*std::prev(builder.getInsertionPoint());
+  }
+  return cast<BlockArgument>(iv);
 }
 
 struct ConvertTrainToRuntimePass
@@ -501,12 +719,21 @@ ConvertTrainToRuntimePass::convertOps(func::FuncOp step,
   for (Operation *op : memory.getSchedule())
     if (failed(checkLowerable(op)))
       return failure();
+  // The micro-batch loops' own calls, emitted first.
+  InsertedOps inserted;
+  SmallVector<AccumulateOp> loops;
+  step.walk([&](AccumulateOp loop) { loops.push_back(loop); });
+  for (AccumulateOp loop : loops)
+    if (failed(prepareLoop(loop, state, inserted)))
+      return failure();
   // Illegal: the step's ops but its regions' structure (transparent region
-  // ops, their yields, the return), which flattenConverted removes.
+  // ops, their yields, the return, which flattenConverted removes; the
+  // loops, which outlineLoops makes functions of) and the loops' calls.
   llvm::DenseSet<Operation *> computeOps;
   step.walk([&](Operation *op) {
     if (!isa<func::FuncOp, func::ReturnOp, YieldOp,
-             TransparentRegionOpInterface>(op))
+             TransparentRegionOpInterface, AccumulateOp>(op) &&
+        !inserted.ops.contains(op))
       computeOps.insert(op);
   });
   ConversionTarget target(getContext());
@@ -608,6 +835,8 @@ void ConvertTrainToRuntimePass::runOnOperation() {
   if (failed(convertOps(step, memory, state)))
     return signalPassFailure();
   flattenConverted(entry, step.getLoc());
+  SmallVector<func::FuncOp> loopFunctions =
+      outlineLoops(entry, step, name, state.context, state);
   entry.eraseArguments(0, numTensorArgs);
 
   // The lowered step takes the body, built next to the original and
@@ -633,6 +862,7 @@ void ConvertTrainToRuntimePass::runOnOperation() {
   }
   lowered.setSymName(name);
   parts.insert(parts.begin(), lowered);
+  parts.append(loopFunctions.begin(), loopFunctions.end());
   declareRuntimeFunctions(module, parts);
 }
 

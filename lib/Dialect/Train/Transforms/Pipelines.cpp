@@ -148,15 +148,17 @@ LogicalResult mlir::train::buildTrainStepPipeline(
     pm.addPass(createTrainReleaseGradientsPass());
   // A micro-batch loop runs in its rolled plan: the state and updates are
   // offloaded on the rolled step (as the planner measures it), the loop
-  // planned as one iteration, then unrolled at the plan's offsets. A loop
-  // summed in groups is analyzed unrolled only: planned when lowered.
+  // planned as one iteration, and left rolled (convert-train-to-runtime
+  // lowers it as a loop) or, asked to, unrolled at the plan's offsets. A
+  // loop summed in groups is analyzed unrolled only: planned when lowered.
   std::optional<StringRef> groups = optionValue(options.gradAccum, "groups");
   if (!options.gradAccum.empty() && (!groups || *groups == "1")) {
     if (!options.offload.empty() &&
         failed(add("train-offload-optimizer", "what=" + options.offload)))
       return failure();
     pm.addPass(createTrainPlanArenaPass());
-    pm.addPass(createTrainUnrollAccumPass());
+    if (options.unrollAccum)
+      pm.addPass(createTrainUnrollAccumPass());
     return success();
   }
   pm.addPass(createTrainUnrollAccumPass());
@@ -176,8 +178,8 @@ void mlir::train::registerTrainPipelines() {
       "train-zero and "
       "train-release-gradients as asked, train-unroll-accum, then "
       "train-offload-optimizer as asked (with grad-accum: the offload, "
-      "train-plan-arena on the rolled loop, then train-unroll-accum, which "
-      "keeps the plan) "
+      "train-plan-arena on the rolled loop, which stays rolled unless "
+      "unroll-accum, then train-unroll-accum keeps the plan) "
       "(trainmem-run's pipeline)",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {

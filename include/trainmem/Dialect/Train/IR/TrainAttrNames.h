@@ -141,6 +141,10 @@ constexpr llvm::StringLiteral kHostOpsAttrName = "tmrt.host_ops";
 /// On a lowered step train-zero partitioned: the ranks it runs on (i64), as
 /// many processes as the runtime's communicator must have.
 constexpr llvm::StringLiteral kLoweredRanksAttrName = "tmrt.ranks";
+/// On the function that runs a lowered micro-batch loop (a rolled
+/// train.accumulate): its iterations (i64). Its body is walked that many
+/// times by whoever maps a run's kernel calls to their call sites.
+constexpr llvm::StringLiteral kLoopStepsAttrName = "tmrt.loop_steps";
 
 /// Whether `op` (a func.func or llvm.func) is a step that
 /// convert-train-to-runtime already lowered.

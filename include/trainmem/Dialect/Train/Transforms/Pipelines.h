@@ -57,6 +57,14 @@ struct TrainStepPipelineOptions
       llvm::cl::desc("train-grad-accum options, e.g. \"steps=4\"; empty: "
                      "one batch per update"),
       llvm::cl::init("")};
+  Option<bool> unrollAccum{
+      *this, "unroll-accum",
+      llvm::cl::desc("Unroll the micro-batch loop (train-unroll-accum, in "
+                     "its rolled plan); by default it stays rolled and "
+                     "convert-train-to-runtime lowers it as a loop, whose "
+                     "code does not grow with the micro-batches (a loop "
+                     "summed in groups is unrolled either way)"),
+      llvm::cl::init(false)};
   Option<bool> quantize{
       *this, "quantize",
       llvm::cl::desc("Keep optimizer state in 8 bits "

@@ -131,11 +131,11 @@ def main():
 
         def run_once(cmd):
             start = time.perf_counter()
-            err = subprocess.run(cmd, check=True, text=True,
-                                 stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE).stderr
+            out = subprocess.run(cmd, check=True, text=True,
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL).stdout
             wall = time.perf_counter() - start
-            for line in err.splitlines():
+            for line in out.splitlines():
                 if line.startswith("step time: best "):
                     return wall, wall - float(line.split()[3])
             sys.exit(f"no step time from: {' '.join(cmd)}")

@@ -15,7 +15,7 @@
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/Float16.h"
-#include "trainmem/Support/LossScale.h"
+#include "trainmem/Support/LossScaleUpdate.h"
 #include "trainmem/Support/Parts.h"
 #include "trainmem/Support/Philox.h"
 #include "trainmem/Support/RowKernels.h"

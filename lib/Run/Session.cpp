@@ -18,7 +18,7 @@
 #include "trainmem/Support/ByteSize.h"
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/Float16.h"
-#include "trainmem/Support/LossScale.h"
+#include "trainmem/Support/LossScaleUpdate.h"
 #include "trainmem/Support/Philox.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -17,7 +17,7 @@
 #include "trainmem/Support/Attention.h"
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/FastExp.h"
-#include "trainmem/Support/LossScale.h"
+#include "trainmem/Support/LossScaleUpdate.h"
 #include "trainmem/Support/Philox.h"
 #include "trainmem/Support/RowKernels.h"
 #include "trainmem/Support/Sample.h"

@@ -5,7 +5,7 @@
 //  - dropout, its gradient and its mask: Philox-4x32-10 (Philox.h) at the
 //    same stream positions as the CPU kernels, one thread per Philox block
 //    of four positions, so a mask is the CPU's bit for bit;
-//  - dynamic loss scaling (LossScale.h): the finiteness of the gradients in
+//  - dynamic loss scaling (LossScaleUpdate.h): the finiteness of the gradients in
 //    a device flag that unscale reads on the device; the scale's state
 //    advanced on the host once per step;
 //  - 8-bit optimizer state (DynamicMap.h, AdamW.h): one thread block per
@@ -22,7 +22,7 @@
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/ExactSum.h"
-#include "trainmem/Support/LossScale.h"
+#include "trainmem/Support/LossScaleUpdate.h"
 #include "trainmem/Support/Philox.h"
 #include "trainmem/Support/Sample.h"
 

@@ -4,7 +4,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Support/ExactSum.h"
-#include "trainmem/Support/LossScale.h"
+#include "trainmem/Support/LossScaleUpdate.h"
 
 #include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/IR/Builders.h"

@@ -13,7 +13,7 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
-#include "trainmem/Support/LossScale.h"
+#include "trainmem/Support/LossScaleUpdate.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"

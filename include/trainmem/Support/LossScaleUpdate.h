@@ -1,4 +1,4 @@
-//===- LossScale.h - dynamic loss scaling's rule ----------------*- C++ -*-===//
+//===- LossScaleUpdate.h - dynamic loss scaling's arithmetic ----*- C++ -*-===//
 //
 // The scale and the update of train-loss-scale's state ([log2(scale /
 // initial), clean steps, skipped steps]), header-only and free of LLVM, so
@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TRAINMEM_SUPPORT_LOSSSCALE_H
-#define TRAINMEM_SUPPORT_LOSSSCALE_H
+#ifndef TRAINMEM_SUPPORT_LOSSSCALEUPDATE_H
+#define TRAINMEM_SUPPORT_LOSSSCALEUPDATE_H
 
 #include "trainmem/Support/HostDevice.h"
 
@@ -54,4 +54,4 @@ inline void advanceLossScale(int64_t state[3], bool finite,
 
 } // namespace trainmem
 
-#endif // TRAINMEM_SUPPORT_LOSSSCALE_H
+#endif // TRAINMEM_SUPPORT_LOSSSCALEUPDATE_H

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Sets the machine up, builds, then runs every lit and GoogleTest test
-# through the one check-trainmem target; then configures, builds and tests
-# the runtime alone, with no LLVM or MLIR on its include path and without
-# the CUDA backend (BackendTest then checks that `cuda` is refused by
-# name); then installs trainmem into a scratch prefix and builds and tests
-# the out-of-tree pass plugin (examples/memory-plugin) against the installed
-# package.
+# through the one check-trainmem target; checks the format of the lines
+# changed since .ci/format-base (scripts/check-format.sh); then configures,
+# builds and tests the runtime alone, with no LLVM or MLIR on its include
+# path and without the CUDA backend (BackendTest then checks that `cuda` is
+# refused by name); then installs trainmem into a scratch prefix and builds
+# and tests the out-of-tree pass plugin (examples/memory-plugin) against the
+# installed package.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/build.sh" check-trainmem
+# The lines changed since .ci/format-base as clang-format writes them.
+bash "$root/scripts/check-format.sh"
 
 build="${TRAINMEM_BUILD_DIR:-$root/build}"
 alone="$build/runtime-alone"

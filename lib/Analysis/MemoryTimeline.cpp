@@ -109,9 +109,9 @@ double tickStep(double top, int ticks) {
   }
 }
 
-/// The chart printMemoryTimelineSvg draws: its geometry, the columns shown (each the
-/// point of most live bytes of the schedule points it spans, so that the
-/// peak is drawn at its height), and the scale.
+/// The chart printMemoryTimelineSvg draws: its geometry, the columns shown
+/// (each the point of most live bytes of the schedule points it spans, so
+/// that the peak is drawn at its height), and the scale.
 struct SvgChart {
   static constexpr int width = 960, height = 440, left = 90, right = 20,
                        top = 50, bottom = 90;

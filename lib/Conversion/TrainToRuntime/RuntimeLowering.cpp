@@ -57,9 +57,8 @@ void RuntimeCallBuilder::call(StringRef name, ArrayRef<RuntimeArg> args,
     if (arg.dynamic) {
 #ifndef NDEBUG
       bool real = runtimeSignatures().lookup(name)[index + 1] == 'f';
-      assert(arg.dynamic.getType() ==
-                 (real ? Type(builder.getF64Type())
-                       : Type(builder.getI64Type())) &&
+      assert(arg.dynamic.getType() == (real ? Type(builder.getF64Type())
+                                            : Type(builder.getI64Type())) &&
              "a computed argument of another type than its parameter");
 #endif
       operands.push_back(arg.dynamic);

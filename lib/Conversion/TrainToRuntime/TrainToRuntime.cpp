@@ -25,13 +25,13 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/Dialect/UB/IR/UBOps.h"
-#include "mlir/Dialect/Shard/IR/ShardOps.h"
-#include "mlir/IR/SymbolTable.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/UB/IR/UBOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Transforms/DialectConversion.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
@@ -476,8 +476,7 @@ SmallVector<func::FuncOp> outlineLoops(Block &entry, func::FuncOp before,
     Block &body = loop.getBody().front();
     inlineRegions(body);
     Value index = body.getArguments().back();
-    std::string loopName =
-        (name + ".loop" + Twine(loops++)).str();
+    std::string loopName = (name + ".loop" + Twine(loops++)).str();
     OpBuilder builder(before);
     auto bodyFunc = func::FuncOp::create(
         builder, loc, loopName + ".body",
@@ -503,14 +502,13 @@ SmallVector<func::FuncOp> outlineLoops(Block &entry, func::FuncOp before,
                                        atLoop.getI64IntegerAttr(value));
     };
     Value lower = bound(0), upper = bound(steps), step = bound(1);
-    scf::ForOp::create(atLoop, loc, lower, upper, step, ValueRange{},
-                       [&](OpBuilder &inner, Location innerLoc, Value iv,
-                           ValueRange) {
-                         func::CallOp::create(
-                             inner, innerLoc, bodyFunc,
-                             ValueRange{loopEntry->getArgument(0), iv});
-                         scf::YieldOp::create(inner, innerLoc);
-                       });
+    scf::ForOp::create(
+        atLoop, loc, lower, upper, step, ValueRange{},
+        [&](OpBuilder &inner, Location innerLoc, Value iv, ValueRange) {
+          func::CallOp::create(inner, innerLoc, bodyFunc,
+                               ValueRange{loopEntry->getArgument(0), iv});
+          scf::YieldOp::create(inner, innerLoc);
+        });
     func::ReturnOp::create(atLoop, loc);
     OpBuilder atStep(loop);
     func::CallOp::create(atStep, loc, loopFunc, ValueRange{context});
@@ -545,8 +543,7 @@ void declareRuntimeFunctions(ModuleOp module, ArrayRef<func::FuncOp> ops) {
 
 /// Collects the ops a builder inserts.
 struct InsertedOps : public OpBuilder::Listener {
-  void notifyOperationInserted(Operation *op,
-                               OpBuilder::InsertPoint) override {
+  void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
     ops.insert(op);
     if (!first)
       first = op;
@@ -645,8 +642,8 @@ FailureOr<BlockArgument> prepareLoop(AccumulateOp loop,
           builder, loc, arith::SIToFPOp::create(builder, loc, f64, real),
           arith::ConstantOp::create(builder, loc,
                                     builder.getF64FloatAttr(double(rows))));
-      share = arith::TruncFOp::create(builder, loc, builder.getF32Type(),
-                                      share);
+      share =
+          arith::TruncFOp::create(builder, loc, builder.getF32Type(), share);
       share = arith::ExtFOp::create(builder, loc, f64, share);
       calls.emit(rt::fill{.out = calls.offset(shareArg),
                           .n = 1,

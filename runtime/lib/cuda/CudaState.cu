@@ -5,9 +5,9 @@
 //  - dropout, its gradient and its mask: Philox-4x32-10 (Philox.h) at the
 //    same stream positions as the CPU kernels, one thread per Philox block
 //    of four positions, so a mask is the CPU's bit for bit;
-//  - dynamic loss scaling (LossScaleUpdate.h): the finiteness of the gradients in
-//    a device flag that unscale reads on the device; the scale's state
-//    advanced on the host once per step;
+//  - dynamic loss scaling (LossScaleUpdate.h): the finiteness of the
+//    gradients in a device flag that unscale reads on the device; the scale's
+//    state advanced on the host once per step;
 //  - 8-bit optimizer state (DynamicMap.h, AdamW.h): one thread block per
 //    quantization block; the block's maximum by a reduction whose result
 //    does not depend on its order, the codes by quantizeToEntries (the

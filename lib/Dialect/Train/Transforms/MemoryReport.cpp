@@ -372,7 +372,6 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                         layer.attention, layer.mlp, layer.norm, layer.total());
 }
 
-
 struct TrainMemoryReportPass
     : public impl::TrainMemoryReportPassBase<TrainMemoryReportPass> {
   using Base::Base;

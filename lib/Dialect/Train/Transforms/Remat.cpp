@@ -601,7 +601,8 @@ LogicalResult TrainRematPass::apply(ArrayRef<SelectedLayer> selected,
     llvm::interleaveComma(fused, os);
     firstFused->emitRemark("train-remat: the attention of layer")
         << (fused.size() > 1 ? "s " : " ") << layers
-        << (fused.size() > 1 ? " are" : " is") << " fused (train.attention keeps no score tensor); selective "
+        << (fused.size() > 1 ? " are" : " is")
+        << " fused (train.attention keeps no score tensor); selective "
            "recompute leaves it as it is";
   }
   return success();

@@ -136,9 +136,6 @@ public:
   /// Bits of an integer tensor's element (ids: 32 or 64).
   static int64_t idBits(Value ids);
 
-  /// Emits the calls that follow into another function whose argument is
-  /// the context.
-  void setContext(Value value) { context = value; }
   uint64_t getNumCalls() const { return numCalls; }
 
 private:

@@ -168,7 +168,6 @@ public:
   }
   int64_t getTensorPosition() const { return rank % tensorParts; }
   int64_t getDataRank() const { return rank / tensorParts; }
-  int64_t getZeroStage() const { return zeroStage; }
   /// The mean of `value` over the ranks, in rank order (every rank gets
   /// it); `value` itself on one rank.
   llvm::Expected<double> meanOverRanks(double value) const;

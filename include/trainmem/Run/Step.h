@@ -154,7 +154,6 @@ public:
   void run(tmrt_context *ctx) const { entry(ctx); }
   /// Runs the Hessian step (a module lowered with one).
   void runHessian(tmrt_context *ctx) const { hessianEntry(ctx); }
-  bool hasHessian() const { return hessianEntry != nullptr; }
 
 private:
   std::unique_ptr<ExecutionEngine> engine;

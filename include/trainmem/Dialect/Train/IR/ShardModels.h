@@ -37,11 +37,8 @@ void registerShardingInterfaceModels(DialectRegistry &registry);
 /// ranks the tensor axis is (t, 1), the data axis (d, t).
 struct ProcessGroup {
   int64_t size = 1, stride = 1, gridRanks = 1;
-  /// The position in its group of rank `rank`, and the group's first rank.
+  /// The position in its group of rank `rank`.
   int64_t positionOf(int64_t rank) const { return (rank / stride) % size; }
-  int64_t baseOf(int64_t rank) const {
-    return rank - positionOf(rank) * stride;
-  }
 };
 /// The group of `collective`; std::nullopt when its grid is missing or not
 /// static, or its axes are not consecutive (then its ranks are not a

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# Sets the machine up, builds, then runs every lit and GoogleTest test
-# through the one check-trainmem target; checks the format of the lines
-# changed since .ci/format-base (scripts/check-format.sh); then configures,
-# builds and tests the runtime alone, with no LLVM or MLIR on its include
-# path and without the CUDA backend (BackendTest then checks that `cuda` is
-# refused by name); then installs trainmem into a scratch prefix and builds
-# and tests the out-of-tree pass plugin (examples/memory-plugin) against the
-# installed package.
+# Sets the machine up, builds, then runs every lit and GoogleTest test:
+# check-trainmem (quick) and check-trainmem-long, each timed; checks the
+# format of the lines changed since .ci/format-base
+# (scripts/check-format.sh); then configures, builds and tests the runtime alone, with no
+# LLVM or MLIR on its include path and without the CUDA backend (BackendTest
+# then checks that `cuda` is refused by name); then installs trainmem into a
+# scratch prefix and builds and tests the out-of-tree pass plugin
+# (examples/memory-plugin) against the installed package.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bash "$root/scripts/build.sh" check-trainmem
+bash "$root/scripts/build.sh"
+build="${TRAINMEM_BUILD_DIR:-$root/build}"
+jobs="${TRAINMEM_JOBS:-$(nproc)}"
+# The quick suite, then the long end-to-end tests (test/long-tests.txt),
+# each timed.
+for suite in check-trainmem check-trainmem-long; do
+  start=$SECONDS
+  ninja -C "$build" -j "$jobs" "$suite"
+  echo "test.sh: $suite took $((SECONDS - start)) s"
+done
 # The lines changed since .ci/format-base as clang-format writes them.
 bash "$root/scripts/check-format.sh"
 
-build="${TRAINMEM_BUILD_DIR:-$root/build}"
 alone="$build/runtime-alone"
-jobs="${TRAINMEM_JOBS:-$(nproc)}"
 # (Without the CUDA backend: the main build has it, so this one checks
 # that the runtime builds without it and refuses `cuda` by name.)
 cmake -S "$root/runtime" -B "$alone" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -9,12 +9,35 @@ import lit.formats
 from lit.llvm import llvm_config
 
 config.name = "TRAINMEM"
+
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+
+# Two suites: the end-to-end tests that take longest (long-tests.txt) and
+# the rest. `--param suite=quick` runs the rest (check-trainmem), `long`
+# the listed ones (check-trainmem-long); without it, all. A directory with
+# listed tests has a lit.local.cfg that picks its tests by config.suite
+# and config.long_tests; with `long`, no other directory has any.
+config.suite = lit_config.params.get("suite", "all")
+if config.suite not in ("all", "quick", "long"):
+    lit_config.fatal(f"suite={config.suite}: expected quick, long or all")
+with open(os.path.join(os.path.dirname(__file__), "long-tests.txt")) as f:
+    config.long_tests = sorted(
+        {line.split("#")[0].strip() for line in f} - {""})
+for listed in config.long_tests:
+    path = os.path.join(os.path.dirname(__file__), listed)
+    if not os.path.isfile(path):
+        lit_config.fatal(f"long-tests.txt names {listed}, which is not a test")
+    if not os.path.isfile(os.path.join(os.path.dirname(path), "lit.local.cfg")):
+        lit_config.fatal(f"long-tests.txt names {listed}, whose directory has "
+                         "no lit.local.cfg to pick its suite")
 config.suffixes = [".mlir", ".test"]
+config.test_suffixes = config.suffixes
+if config.suite == "long":
+    config.suffixes = []
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.trainmem_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py",
-                   "Inputs"]
+                   "Inputs", "long-tests.txt"]
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

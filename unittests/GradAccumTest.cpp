@@ -9,14 +9,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CpuStepRun.h"
+#include "Tolerance.h"
+#include "trainmem-runtime/Runtime.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Evaluator/Evaluator.h"
-#include "Tolerance.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Run/Step.h"
-#include "trainmem-runtime/Runtime.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -106,46 +107,46 @@ protected:
     return std::vector<RefTensor>(results->begin(), results->end());
   }
 
+  /// The step on the CPU runtime, its micro-batch loop unrolled or run
+  /// as a loop (convert-train-to-runtime); each result's bytes.
+  std::vector<std::string> runtimeBytes(ModuleOp module,
+                                        const std::vector<RefTensor> &args,
+                                        bool unroll) {
+    OwningOpRef<ModuleOp> step = module.clone();
+    PassManager pm(&context);
+    EXPECT_TRUE(succeeded(
+        parsePassPipeline(unroll ? "train-unroll-accum,train-materialize-remat"
+                                 : "train-materialize-remat",
+                          pm)));
+    EXPECT_TRUE(succeeded(pm.run(*step)));
+    CpuStepRun run = runStepOnCpu(*step, args);
+    if (!run) {
+      ADD_FAILURE() << run.error;
+      return {};
+    }
+    return run.results;
+  }
+
+  /// The step's results on the CPU runtime, its loop unrolled; each as
+  /// floats (the results are f32).
   std::vector<RefTensor> onRuntime(ModuleOp module,
                                    const std::vector<RefTensor> &args) {
-    OwningOpRef<ModuleOp> lowered = module.clone();
+    OwningOpRef<ModuleOp> step = module.clone();
     PassManager pm(&context);
-    EXPECT_TRUE(succeeded(parsePassPipeline(
-        "train-unroll-accum,train-materialize-remat", pm)));
-    EXPECT_TRUE(succeeded(pm.run(*lowered)));
-    FailureOr<StepLayout> layout = lowerStep(*lowered);
-    if (failed(layout)) {
-      ADD_FAILURE() << "lowering the step failed";
+    EXPECT_TRUE(succeeded(
+        parsePassPipeline("train-unroll-accum,train-materialize-remat", pm)));
+    EXPECT_TRUE(succeeded(pm.run(*step)));
+    CpuStepRun run = runStepOnCpu(*step, args);
+    if (!run) {
+      ADD_FAILURE() << run.error;
       return {};
     }
-    llvm::Expected<std::unique_ptr<JitStep>> compiled =
-        JitStep::create(*lowered);
-    if (!compiled) {
-      ADD_FAILURE() << llvm::toString(compiled.takeError());
-      return {};
-    }
-    std::unique_ptr<JitStep> jit = std::move(*compiled);
-    tmrt_context *ctx = tmrt_context_create("cpu", 2, nullptr);
-    EXPECT_EQ(tmrt_arena_alloc(ctx, layout->arenaBytes), 0);
-    uint8_t *arena = tmrt_arena_base(ctx);
-    for (auto [slot, value] : llvm::zip(layout->arguments, args))
-      for (int64_t i = 0; i < slot.numElements(); ++i) {
-        if (slot.dtypeName() == "f32")
-          reinterpret_cast<float *>(arena + slot.offset)[i] = value.floats[i];
-        else if (slot.dtypeName() == "i32")
-          reinterpret_cast<int32_t *>(arena + slot.offset)[i] =
-              static_cast<int32_t>(value.ints[i]);
-        else
-          reinterpret_cast<int64_t *>(arena + slot.offset)[i] = value.ints[i];
-      }
-    jit->run(ctx);
     std::vector<RefTensor> results;
-    for (const TensorSlot &slot : layout->results) {
+    for (auto [slot, bytes] : llvm::zip(run.layout.results, run.results)) {
       std::vector<float> values(slot.numElements());
-      std::memcpy(values.data(), arena + slot.offset, slot.bytes);
+      std::memcpy(values.data(), bytes.data(), slot.bytes);
       results.push_back(RefTensor::ofFloats(slot.shape, values));
     }
-    tmrt_context_destroy(ctx);
     return results;
   }
 
@@ -167,6 +168,12 @@ protected:
                             onRuntime(*whole, args)),
               kRelTol)
         << accum.str() << " " << extra.str() << " (CPU runtime)";
+    // The loop run rolled computes the unrolled step's bits (a loop summed
+    // in groups runs unrolled only).
+    if (!StringRef(accum).contains("groups"))
+      EXPECT_EQ(runtimeBytes(*accumulated, args, /*unroll=*/false),
+                runtimeBytes(*accumulated, args, /*unroll=*/true))
+          << accum.str() << " " << extra.str() << " (rolled against unrolled)";
   }
 
   MLIRContext context;

@@ -1,12 +1,13 @@
 //===- RematTest.cpp - recompute is exact and saves what it should --------===//
 
+#include "CpuStepRun.h"
+#include "trainmem-runtime/Runtime.h"
 #include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Run/Step.h"
-#include "trainmem-runtime/Runtime.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -102,41 +103,12 @@ protected:
   /// Results of the step on the CPU runtime, as raw bytes per result.
   std::vector<std::string> runStep(ModuleOp module,
                                    const std::vector<RefTensor> &args) {
-    OwningOpRef<ModuleOp> lowered = module.clone();
-    FailureOr<StepLayout> layout = lowerStep(*lowered);
-    if (failed(layout)) {
-      ADD_FAILURE() << "lowering the step failed";
+    CpuStepRun run = runStepOnCpu(module, args);
+    if (!run) {
+      ADD_FAILURE() << run.error;
       return {};
     }
-    llvm::Expected<std::unique_ptr<JitStep>> compiled =
-        JitStep::create(*lowered);
-    if (!compiled) {
-      ADD_FAILURE() << llvm::toString(compiled.takeError());
-      return {};
-    }
-    std::unique_ptr<JitStep> jit = std::move(*compiled);
-    tmrt_context *ctx = tmrt_context_create("cpu", 2, nullptr);
-    EXPECT_EQ(tmrt_arena_alloc(ctx, layout->arenaBytes), 0);
-    uint8_t *arena = tmrt_arena_base(ctx);
-    for (auto [slot, value] : llvm::zip(layout->arguments, args)) {
-      for (int64_t i = 0; i < slot.numElements(); ++i) {
-        if (slot.dtypeName() == "f32")
-          reinterpret_cast<float *>(arena + slot.offset)[i] = value.floats[i];
-        else if (slot.dtypeName() == "i32")
-          reinterpret_cast<int32_t *>(arena + slot.offset)[i] =
-              static_cast<int32_t>(value.ints[i]);
-        else
-          reinterpret_cast<int64_t *>(arena + slot.offset)[i] = value.ints[i];
-      }
-    }
-    jit->run(ctx);
-    EXPECT_EQ(tmrt_context_error(ctx), nullptr);
-    std::vector<std::string> results;
-    for (const TensorSlot &slot : layout->results)
-      results.emplace_back(reinterpret_cast<char *>(arena + slot.offset),
-                           slot.bytes);
-    tmrt_context_destroy(ctx);
-    return results;
+    return run.results;
   }
 
   MLIRContext context;

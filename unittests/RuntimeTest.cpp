@@ -18,13 +18,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trainmem-runtime/Runtime.h"
+#include "CpuStepRun.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Evaluator/Evaluator.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Run/Step.h"
-#include "trainmem-runtime/Runtime.h"
 #include "trainmem/Support/Float16.h"
 
 #include "llvm/ADT/APFloat.h"
@@ -94,29 +95,9 @@ protected:
                            : trainmem::floatFromF16Bits(bits);
   }
 
-  static void writeSlot(uint8_t *arena, const TensorSlot &slot,
-                        const RefTensor &value) {
-    uint8_t *p = arena + slot.offset;
-    for (int64_t i = 0; i < slot.numElements(); ++i) {
-      if (slot.dtypeName() == "f32")
-        reinterpret_cast<float *>(p)[i] = value.floats[i];
-      else if (slot.dtypeName() == "bf16" || slot.dtypeName() == "f16") {
-        uint16_t bits = slot.dtypeName() == "bf16"
-                            ? trainmem::bf16BitsFromFloat(value.floats[i])
-                            : trainmem::f16BitsFromFloat(value.floats[i]);
-        std::memcpy(p + 2 * i, &bits, 2);
-      } else if (slot.dtypeName() == "i64")
-        reinterpret_cast<int64_t *>(p)[i] = value.ints[i];
-      else if (slot.dtypeName() == "i32")
-        reinterpret_cast<int32_t *>(p)[i] = static_cast<int32_t>(value.ints[i]);
-      else
-        p[i] = static_cast<uint8_t>(value.ints[i]);
-    }
-  }
-
-  void expectSlot(const uint8_t *arena, const TensorSlot &slot,
-                         const RefTensor &expected, const std::string &what) {
-    const uint8_t *p = arena + slot.offset;
+  /// Checks a result's bytes `p` (at `slot`) against the evaluator's.
+  void expectSlot(const uint8_t *p, const TensorSlot &slot,
+                  const RefTensor &expected, const std::string &what) {
     if (slot.dtypeName() == "bf16" || slot.dtypeName() == "f16") {
       double scale = 1e-3, worst = 0.0;
       for (float v : expected.floats)
@@ -187,28 +168,12 @@ protected:
     FailureOr<SmallVector<RefTensor>> expected = evaluate(func, inputs);
     ASSERT_TRUE(succeeded(expected));
 
-    OwningOpRef<ModuleOp> lowered = module.clone();
-    FailureOr<StepLayout> layout = lowerStep(*lowered);
-    ASSERT_TRUE(succeeded(layout));
-    llvm::Expected<std::unique_ptr<JitStep>> compiled =
-        JitStep::create(*lowered);
-    ASSERT_TRUE(static_cast<bool>(compiled))
-        << llvm::toString(compiled.takeError());
-    std::unique_ptr<JitStep> jit = std::move(*compiled);
-    const char *contextError = nullptr;
-    tmrt_context *ctx = tmrt_context_create("cpu", 2, &contextError);
-    ASSERT_TRUE(ctx) << contextError;
-    ASSERT_EQ(tmrt_arena_alloc(ctx, std::max<uint64_t>(layout->arenaBytes, 1)), 0);
-    uint8_t *arena = tmrt_arena_base(ctx);
-    for (auto [slot, value] : llvm::zip(layout->arguments, inputs))
-      writeSlot(arena, slot, value);
-    jit->run(ctx);
-    EXPECT_EQ(tmrt_context_error(ctx), nullptr);
-    ASSERT_EQ(layout->results.size(), expected->size());
-    for (auto [index, slot] : llvm::enumerate(layout->results))
-      expectSlot(arena, slot, (*expected)[index],
-                 "result #" + std::to_string(index));
-    tmrt_context_destroy(ctx);
+    CpuStepRun run = runStepOnCpu(module, inputs);
+    ASSERT_TRUE(static_cast<bool>(run)) << run.error;
+    ASSERT_EQ(run.layout.results.size(), expected->size());
+    for (auto [index, slot] : llvm::enumerate(run.layout.results))
+      expectSlot(reinterpret_cast<const uint8_t *>(run.results[index].data()),
+                 slot, (*expected)[index], "result #" + std::to_string(index));
   }
 
   /// Runs `source` as written, and with its f32 tensors in bf16 and in f16

@@ -20,6 +20,12 @@ if ! git cat-file -e "$base^{commit}" 2>/dev/null; then
   echo "check-format: the base commit $base is not in this clone (shallow?): format not checked"
   exit 0
 fi
+# git clang-format sees tracked files only: a new file is checked once it
+# is added (git add), as CI's clone has it.
+untracked="$(git ls-files --others --exclude-standard -- '*.c' '*.cc' '*.cpp' '*.h' '*.hpp' '*.cu' '*.cuh')"
+if [ -n "$untracked" ]; then
+  echo "check-format: not checked until added (git add): $untracked" >&2
+fi
 diff="$(git clang-format --diff --extensions "$extensions" "$base" 2>&1 || true)"
 case "$diff" in
   *"no modified files to format"*|*"did not modify any files"*|"")

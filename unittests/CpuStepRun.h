@@ -1,4 +1,4 @@
-//===- CpuStepRun.h - a step lowered, compiled and run on the CPU -*- C++ -*-===//
+//===- CpuStepRun.h - a step run on the CPU runtime -------------*- C++ -*-===//
 //
 // The harness the unit tests that run steps share: a copy of a
 // tensor-level step lowered (convert-train-to-runtime, then LLVM),
@@ -72,8 +72,7 @@ inline CpuStepRun runStepOnCpu(ModuleOp module, ArrayRef<RefTensor> args,
     return run;
   }
   run.layout = std::move(*layout);
-  llvm::Expected<std::unique_ptr<JitStep>> compiled =
-      JitStep::create(*lowered);
+  llvm::Expected<std::unique_ptr<JitStep>> compiled = JitStep::create(*lowered);
   if (!compiled) {
     run.error = llvm::toString(compiled.takeError());
     return run;

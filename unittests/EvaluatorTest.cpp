@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::train;
@@ -393,6 +394,35 @@ TEST_F(EvaluatorTest, ActivationGrads) {
   double s = 1.0 / (1.0 + std::exp(-1.0));
   expectFloats(out[0], {1.0f, static_cast<float>(gelu1)});
   expectFloats(out[1], {1.0f, static_cast<float>(s * (1 + (1 - s)))});
+}
+
+TEST_F(EvaluatorTest, ReluAndSquaredRelu) {
+  // relu: max(x, 0), NaN kept; relu2 = relu²; gradients dy·[x > 0] and
+  // dy·2·relu(x), 0 at x = 0 (PyTorch's threshold_backward).
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  auto out = run(R"mlir(
+    func.func @f(%x: tensor<4xf32>, %dy: tensor<4xf32>)
+        -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+      %0 = train.relu %x : tensor<4xf32>
+      %1 = train.relu2 %x : tensor<4xf32>
+      %2 = train.relu_grad %dy, %x : tensor<4xf32>
+      %3 = train.relu2_grad %dy, %x : tensor<4xf32>
+      return %0, %1, %2, %3 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+    })mlir",
+                 {RefTensor::ofFloats({4}, {-1.5f, 0, 3, nan}),
+                  RefTensor::ofFloats({4}, {2, 2, 0.5f, 1})});
+  ASSERT_EQ(out.size(), 4u);
+  auto firstThree = [](const RefTensor &t) {
+    return RefTensor::ofFloats({3}, {t.floats[0], t.floats[1], t.floats[2]});
+  };
+  expectFloats(firstThree(out[0]), {0, 0, 3});
+  EXPECT_TRUE(std::isnan(out[0].floats[3]));
+  expectFloats(firstThree(out[1]), {0, 0, 9});
+  EXPECT_TRUE(std::isnan(out[1].floats[3]));
+  // NaN passes the gradient through: [x <= 0] is false.
+  expectFloats(out[2], {0, 0, 0.5f, 1});
+  expectFloats(firstThree(out[3]), {0, 0, 3});
+  EXPECT_TRUE(std::isnan(out[3].floats[3]));
 }
 
 TEST_F(EvaluatorTest, SoftmaxAndDropoutGrads) {

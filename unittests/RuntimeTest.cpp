@@ -336,6 +336,27 @@ TEST_F(RuntimeTest, Elementwise) {
     })mlir");
 }
 
+// Every activation of Activations.def and its gradient: the runtime's
+// kernel against the evaluator's, in f32, bf16 and f16.
+TEST_F(RuntimeTest, EveryActivation) {
+  for (const char *kernel : {
+#define TMRT_ACTIVATION(kernel, Name) #kernel,
+#include "trainmem-runtime/Activations.def"
+       }) {
+    SCOPED_TRACE(kernel);
+    std::string source = llvm::formatv(R"mlir(
+    func.func @train_step(%a: tensor<4x6xf32>, %b: tensor<4x6xf32>)
+        -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+      %0 = train.{0} %a : tensor<4x6xf32>
+      %1 = train.{0}_grad %b, %a : tensor<4x6xf32>
+      return %0, %1 : tensor<4x6xf32>, tensor<4x6xf32>
+    })mlir",
+                                       kernel)
+                             .str();
+    compare(source.c_str());
+  }
+}
+
 TEST_F(RuntimeTest, ExactGeluAndItsGradient) {
   compare(R"mlir(
     func.func @train_step(%a: tensor<4x6xf32>, %b: tensor<4x6xf32>)

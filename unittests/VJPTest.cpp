@@ -291,6 +291,25 @@ TEST_F(VJPTest, GeluAndSilu) {
     })mlir");
 }
 
+// Every activation of Activations.def (its VJP, its gradient op, both
+// kernels of the evaluator) against central differences: an entry there
+// is tested here without a line of its own.
+TEST_F(VJPTest, EveryActivation) {
+  for (const char *kernel : {
+#define TMRT_ACTIVATION(kernel, Name) #kernel,
+#include "trainmem-runtime/Activations.def"
+       }) {
+    SCOPED_TRACE(kernel);
+    std::string source = std::string(R"mlir(
+    func.func @f(%x: tensor<2x6xf32>) -> tensor<2x6xf32> {
+      %0 = train.)mlir") +
+                         kernel + R"mlir( %x : tensor<2x6xf32>
+      return %0 : tensor<2x6xf32>
+    })mlir";
+    check(source.c_str());
+  }
+}
+
 TEST_F(VJPTest, Softmax) {
   check(R"mlir(
     func.func @f(%x: tensor<2x5xf32>) -> tensor<2x5xf32> {

@@ -199,7 +199,6 @@ struct OpKernels {
   LogicalResult evaluate(RMSNormOp o);
   LogicalResult evaluate(GeluOp o);
   LogicalResult evaluate(BiasGeluOp o);
-  LogicalResult evaluate(SiluOp o);
   LogicalResult evaluate(SoftmaxOp o);
   LogicalResult evaluate(DropoutOp o);
   LogicalResult evaluate(RopeOp o);
@@ -219,7 +218,6 @@ struct OpKernels {
   LogicalResult evaluate(RMSNormGradOp o);
   LogicalResult evaluate(GeluGradOp o);
   LogicalResult evaluate(BiasGeluGradOp o);
-  LogicalResult evaluate(SiluGradOp o);
   LogicalResult evaluate(SoftmaxGradOp o);
   LogicalResult evaluate(DropoutGradOp o);
   LogicalResult evaluate(CrossEntropyGradOp o);
@@ -408,8 +406,6 @@ using trainmem::gelu;
 using trainmem::geluDerivative;
 using trainmem::geluExact;
 using trainmem::geluExactDerivative;
-using trainmem::silu;
-using trainmem::siluDerivative;
 
 LogicalResult OpKernels::embedding(EmbeddingOp op) {
   const RefTensor &table = get(op.getTable());
@@ -1245,11 +1241,6 @@ LogicalResult OpKernels::evaluate(BiasGeluOp o) {
   return success();
 }
 
-LogicalResult OpKernels::evaluate(SiluOp o) {
-  unary(o, silu);
-  return success();
-}
-
 LogicalResult OpKernels::evaluate(SoftmaxOp o) {
   softmax(o);
   return success();
@@ -1381,11 +1372,6 @@ LogicalResult OpKernels::evaluate(BiasGeluGradOp o) {
     y.floats[i] = static_cast<float>(static_cast<double>(dy.floats[i]) *
                                      geluDerivative(y.floats[i]));
   set(o.getResult(), std::move(y));
-  return success();
-}
-
-LogicalResult OpKernels::evaluate(SiluGradOp o) {
-  binary(o, [](double dy, double x) { return dy * siluDerivative(x); });
   return success();
 }
 
@@ -1955,23 +1941,49 @@ struct KernelModel
 template <typename... OpTs> void attachKernels(MLIRContext *context) {
   (OpTs::template attachInterface<KernelModel<OpTs>>(*context), ...);
 }
+
+/// An activation of Activations.def (A: trainmem::<Name>) and its gradient.
+template <typename OpT, typename A>
+struct ActivationModel
+    : public EvaluableOpInterface::ExternalModel<ActivationModel<OpT, A>, OpT> {
+  LogicalResult evaluate(Operation *op, EvaluationState &state) const {
+    OpKernels{state}.unary(op, A::forward);
+    return success();
+  }
+};
+template <typename OpT, typename A>
+struct ActivationGradModel
+    : public EvaluableOpInterface::ExternalModel<ActivationGradModel<OpT, A>,
+                                                 OpT> {
+  LogicalResult evaluate(Operation *op, EvaluationState &state) const {
+    OpKernels{state}.binary(
+        op, [](double dy, double x) { return dy * A::derivative(x); });
+    return success();
+  }
+};
 } // namespace
 
 void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, TrainDialect *) {
     attachKernels<
         EmbeddingOp, IotaOp, MatmulOp, AddOp, MulOp, ScaleOp, BiasAddOp,
-        LayerNormOp, RMSNormOp, GeluOp, BiasGeluOp, SiluOp, SoftmaxOp,
-        DropoutOp, RopeOp, ReshapeOp, GradAllReduceOp, TransposeOp,
-        CrossEntropyOp, MeanLossOp, CastOp, DropoutMaskOp, CountValidOp,
-        SliceRowsOp, EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp,
-        GeluGradOp, BiasGeluGradOp, SiluGradOp, SoftmaxGradOp, DropoutGradOp,
-        CrossEntropyGradOp, RowMaxOp, BroadcastOp, SliceOp, SliceGradOp,
-        CrossEntropyPartOp, CrossEntropyMergeOp, CrossEntropyPartGradOp,
-        CrossEntropyMergeGradOp, AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp,
-        SGDOp, SGD8bitOp, LionOp, Lion8bitOp, SophiaOp, Sophia8bitOp,
-        HessianEMAOp, SampleOp, LossScaleOp, UnscaleGradientsOp, ClipGradNormOp,
-        SquaredNormOp, LRScheduleOp, AttentionOp, AttentionGradOp>(context);
+        LayerNormOp, RMSNormOp, GeluOp, BiasGeluOp, SoftmaxOp, DropoutOp,
+        RopeOp, ReshapeOp, GradAllReduceOp, TransposeOp, CrossEntropyOp,
+        MeanLossOp, CastOp, DropoutMaskOp, CountValidOp, SliceRowsOp,
+        EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp, GeluGradOp,
+        BiasGeluGradOp, SoftmaxGradOp, DropoutGradOp, CrossEntropyGradOp,
+        RowMaxOp, BroadcastOp, SliceOp, SliceGradOp, CrossEntropyPartOp,
+        CrossEntropyMergeOp, CrossEntropyPartGradOp, CrossEntropyMergeGradOp,
+        AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp,
+        LionOp, Lion8bitOp, SophiaOp, Sophia8bitOp, HessianEMAOp, SampleOp,
+        LossScaleOp, UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp,
+        LRScheduleOp, AttentionOp, AttentionGradOp>(context);
+#define TMRT_ACTIVATION(kernel, Name)                                          \
+  Name##Op::attachInterface<ActivationModel<Name##Op, trainmem::Name>>(        \
+      *context);                                                               \
+  Name##GradOp::attachInterface<                                               \
+      ActivationGradModel<Name##GradOp, trainmem::Name>>(*context);
+#include "trainmem-runtime/Activations.def"
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);

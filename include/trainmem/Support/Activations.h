@@ -1,8 +1,11 @@
-//===- Activations.h - scalar activation formulas ----------------*- C++ -*-===//
+//===- Activations.h - scalar activation formulas ----------------*- C++
+//-*-===//
 //
-// The formulas of GELU (tanh approximation) and SiLU and their derivatives,
-// header-only and free of LLVM, so the reference evaluator and the runtime's
-// kernels compute exactly the same thing.
+// The formulas of the activations and their derivatives, header-only and
+// free of LLVM, so the reference evaluator and the runtime's kernels compute
+// exactly the same thing. An activation of trainmem-runtime/Activations.def
+// is a struct here with `forward(x)` and `derivative(x)` on doubles that
+// hold f32 values (docs/WritingAPass.md, "A new activation").
 //
 //===----------------------------------------------------------------------===//
 
@@ -97,6 +100,36 @@ TRAINMEM_HD inline double silu(double x) {
 TRAINMEM_HD inline double siluDerivative(double x) {
   return siluDerivativeF(static_cast<float>(x));
 }
+
+/// SiLU (swish), train.silu: x · sigmoid(x).
+struct Silu {
+  TRAINMEM_HD static double forward(double x) { return silu(x); }
+  TRAINMEM_HD static double derivative(double x) { return siluDerivative(x); }
+};
+
+/// ReLU, train.relu: max(x, 0), NaN kept (PyTorch's relu); the derivative
+/// is 1 where x > 0 or x is NaN, else 0 (PyTorch's threshold_backward, also
+/// at 0).
+struct Relu {
+  TRAINMEM_HD static double forward(double x) {
+    return x > 0.0 || x != x ? x : 0.0;
+  }
+  TRAINMEM_HD static double derivative(double x) {
+    return x <= 0.0 ? 0.0 : 1.0;
+  }
+};
+
+/// Squared ReLU (So et al. 2021, Primer; Persimmon's "relu2"), train.relu2:
+/// relu(x)^2 in f32, derivative 2 relu(x).
+struct Relu2 {
+  TRAINMEM_HD static double forward(double x) {
+    float r = static_cast<float>(Relu::forward(x));
+    return static_cast<double>(r * r);
+  }
+  TRAINMEM_HD static double derivative(double x) {
+    return 2.0 * Relu::forward(x);
+  }
+};
 
 /// train.bias_gelu on one element: gelu(x + b), the sum rounded to T (as
 /// train.bias_add stores it) first; and its gradient dy · gelu'(x + b).

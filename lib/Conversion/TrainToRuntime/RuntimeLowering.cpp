@@ -483,8 +483,21 @@ static LogicalResult lowerBiasGelu(BiasGeluOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::bias_gelu{.in = b.offset(o.getInput()), .bias = b.offset(o.getBias()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .bias_n = b.elements(o.getBias())});
 }
 
-static LogicalResult lowerSilu(SiluOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::silu{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
+/// An activation of Activations.def onto its kernel (Call: rt::<kernel>).
+template <typename OpT, typename Call>
+static LogicalResult lowerActivation(OpT o, RuntimeCallBuilder &b) {
+  return b.emitContiguous(o, Call{.in = b.offset(o.getInput()),
+                                  .out = b.offset(o.getResult()),
+                                  .n = b.elements(o.getResult())});
+}
+
+/// Its gradient onto rt::<kernel>_grad.
+template <typename OpT, typename Call>
+static LogicalResult lowerActivationGrad(OpT o, RuntimeCallBuilder &b) {
+  return b.emitContiguous(o, Call{.dy = b.offset(o.getGrad()),
+                                  .x = b.offset(o.getInput()),
+                                  .out = b.offset(o.getResult()),
+                                  .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerSoftmax(SoftmaxOp o, RuntimeCallBuilder &b) {
@@ -603,10 +616,6 @@ static LogicalResult lowerGeluGrad(GeluGradOp o, RuntimeCallBuilder &b) {
 static LogicalResult lowerBiasGeluGrad(BiasGeluGradOp o,
                                        RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::bias_gelu_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .bias = b.offset(o.getBias()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .bias_n = b.elements(o.getBias())});
-}
-
-static LogicalResult lowerSiluGrad(SiluGradOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(o, rt::silu_grad{.dy = b.offset(o.getGrad()), .x = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
 static LogicalResult lowerSoftmaxGrad(SoftmaxGradOp o, RuntimeCallBuilder &b) {
@@ -1201,7 +1210,6 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<RMSNormOp, lowerRMSNorm>(ctx);
     attach<GeluOp, lowerGelu>(ctx);
     attach<BiasGeluOp, lowerBiasGelu>(ctx);
-    attach<SiluOp, lowerSilu>(ctx);
     attach<SoftmaxOp, lowerSoftmax>(ctx);
     attach<DropoutOp, lowerDropout>(ctx);
     attach<DropoutMaskOp, lowerDropoutMask>(ctx);
@@ -1217,7 +1225,11 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<RMSNormGradOp, lowerRMSNormGrad>(ctx);
     attach<GeluGradOp, lowerGeluGrad>(ctx);
     attach<BiasGeluGradOp, lowerBiasGeluGrad>(ctx);
-    attach<SiluGradOp, lowerSiluGrad>(ctx);
+#define TMRT_ACTIVATION(kernel, Name)                                          \
+  attach<Name##Op, lowerActivation<Name##Op, rt::kernel>>(ctx);                \
+  attach<Name##GradOp, lowerActivationGrad<Name##GradOp, rt::kernel##_grad>>(  \
+      ctx);
+#include "trainmem-runtime/Activations.def"
     attach<SoftmaxGradOp, lowerSoftmaxGrad>(ctx);
     attach<DropoutGradOp, lowerDropoutGrad>(ctx);
     attach<CrossEntropyGradOp, lowerCrossEntropyGrad>(ctx);

@@ -198,14 +198,16 @@ void tmrt_gelu_exact_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
  * the bits of tmrt_bias_add then tmrt_gelu (tmrt_gelu_grad). */
 void tmrt_bias_gelu(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
                     int64_t n, int64_t bias_n);
-void tmrt_bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x,
-                         int64_t bias, int64_t out, int64_t n,
-                         int64_t bias_n);
-void tmrt_silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+void tmrt_bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
+                         int64_t out, int64_t n, int64_t bias_n);
 void tmrt_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n);
-void tmrt_silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                    int64_t n);
+/* The activations of Activations.def: out = f(in) and out = dy · f'(x). */
+#define TMRT_ACTIVATION(kernel, Name)                                          \
+  void tmrt_##kernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);   \
+  void tmrt_##kernel##_grad(tmrt_context *ctx, int64_t dy, int64_t x,          \
+                            int64_t out, int64_t n);
+#include "trainmem-runtime/Activations.def"
 
 /* Rows of the last dimension. */
 void tmrt_layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,

@@ -679,18 +679,6 @@ void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
 }
 
 template <typename T>
-void siluOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  unaryKernel<T>(ctx, in, out, n,
-                 [](double x) { return trainmem::silu(x); });
-}
-
-void silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  withFloatType(ctx, "silu", {in, out}, [&](auto type) {
-    siluOf<decltype(type)>(ctx, in, out, n);
-  });
-}
-
-template <typename T>
 void gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                     int64_t n) {
   binaryKernel<T>(ctx, dy, x, out, n, [](double g, double v) {
@@ -732,20 +720,36 @@ void gelu_exact_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
   });
 }
 
-template <typename T>
-void silu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                    int64_t n) {
-  binaryKernel<T>(ctx, dy, x, out, n, [](double g, double v) {
-    return g * trainmem::siluDerivative(v);
+/// An activation of Activations.def: out = A::forward(in) and its gradient
+/// out = dy · A::derivative(x), in double.
+template <typename A>
+void activation(tmrt_context *ctx, const char *kernel, int64_t in, int64_t out,
+                int64_t n) {
+  withFloatType(ctx, kernel, {in, out}, [&](auto type) {
+    unaryKernel<decltype(type)>(ctx, in, out, n,
+                                [](double x) { return A::forward(x); });
   });
 }
 
-void silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                    int64_t n) {
-  withFloatType(ctx, "silu_grad", {dy, x, out}, [&](auto type) {
-    silu_gradOf<decltype(type)>(ctx, dy, x, out, n);
+template <typename A>
+void activationGrad(tmrt_context *ctx, const char *kernel, int64_t dy,
+                    int64_t x, int64_t out, int64_t n) {
+  withFloatType(ctx, kernel, {dy, x, out}, [&](auto type) {
+    binaryKernel<decltype(type)>(ctx, dy, x, out, n, [](double g, double v) {
+      return g * A::derivative(v);
+    });
   });
 }
+
+#define TMRT_ACTIVATION(kernel, Name)                                          \
+  void kernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {         \
+    activation<trainmem::Name>(ctx, #kernel, in, out, n);                      \
+  }                                                                            \
+  void kernel##_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,    \
+                     int64_t n) {                                              \
+    activationGrad<trainmem::Name>(ctx, #kernel "_grad", dy, x, out, n);       \
+  }
+#include "trainmem-runtime/Activations.def"
 
 template <typename T>
 void layer_normOf(tmrt_context *ctx, int64_t in, int64_t gamma,

@@ -400,11 +400,6 @@ void gelu_exact_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
          });
 }
 
-void silu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  unary(ctx, "silu", in, out, n,
-        [] __device__(double x) { return trainmem::silu(x); });
-}
-
 void gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
                int64_t n) {
   binary(ctx, "gelu_grad", dy, x, out, n, [] __device__(double g, double v) {
@@ -412,12 +407,21 @@ void gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
   });
 }
 
-void silu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-               int64_t n) {
-  binary(ctx, "silu_grad", dy, x, out, n, [] __device__(double g, double v) {
-    return g * trainmem::siluDerivative(v);
-  });
-}
+// The activations of Activations.def: out = Name::forward(in) and
+// out = dy · Name::derivative(x), the very functions the CPU runs.
+#define TMRT_ACTIVATION(kernel, Name)                                          \
+  void kernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {         \
+    unary(ctx, #kernel, in, out, n,                                            \
+          [] __device__(double x) { return trainmem::Name::forward(x); });     \
+  }                                                                            \
+  void kernel##_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,    \
+                     int64_t n) {                                              \
+    binary(ctx, #kernel "_grad", dy, x, out, n,                                \
+           [] __device__(double g, double v) {                                 \
+             return g * trainmem::Name::derivative(v);                         \
+           });                                                                 \
+  }
+#include "trainmem-runtime/Activations.def"
 
 template <typename T>
 void bias_addOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,

@@ -276,7 +276,9 @@ void mlir::train::registerShardingInterfaceModels(DialectRegistry &registry) {
     MulOp::attachInterface<ElementwiseModel<MulOp>>(*ctx);
     ScaleOp::attachInterface<ElementwiseModel<ScaleOp>>(*ctx);
     GeluOp::attachInterface<ElementwiseModel<GeluOp>>(*ctx);
-    SiluOp::attachInterface<ElementwiseModel<SiluOp>>(*ctx);
+#define TMRT_ACTIVATION(kernel, Name)                                          \
+  Name##Op::attachInterface<ElementwiseModel<Name##Op>>(*ctx);
+#include "trainmem-runtime/Activations.def"
     CastOp::attachInterface<ElementwiseModel<CastOp>>(*ctx);
     BiasAddOp::attachInterface<RowModel<BiasAddOp, true>>(*ctx);
     LayerNormOp::attachInterface<RowModel<LayerNormOp, false>>(*ctx);

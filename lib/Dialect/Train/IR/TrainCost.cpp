@@ -79,8 +79,6 @@ uint64_t RMSNormOp::getFlops() { return mulCount(4, elems(getResult())); }
 uint64_t GeluOp::getFlops() { return mulCount(8, elems(getResult())); }
 // The bias add (1) and GELU (8).
 uint64_t BiasGeluOp::getFlops() { return mulCount(9, elems(getResult())); }
-// exp (1), 1+ (1), divide (1), product (1).
-uint64_t SiluOp::getFlops() { return mulCount(4, elems(getResult())); }
 // max (1), subtract (1), exp (1), sum (1), divide (1); an ALiBi bias one
 // multiply-add (2).
 uint64_t SoftmaxOp::getFlops() {
@@ -197,7 +195,6 @@ uint64_t RMSNormGradOp::getFlops() { return mulCount(8, elems(getInput())); }
 uint64_t GeluGradOp::getFlops() { return mulCount(12, elems(getInput())); }
 // The bias add again (1) and GELU's gradient (12).
 uint64_t BiasGeluGradOp::getFlops() { return mulCount(13, elems(getInput())); }
-uint64_t SiluGradOp::getFlops() { return mulCount(6, elems(getInput())); }
 uint64_t SoftmaxGradOp::getFlops() { return mulCount(4, elems(getOutput())); }
 uint64_t DropoutGradOp::getFlops() { return mulCount(2, elems(getGrad())); }
 uint64_t CrossEntropyGradOp::getFlops() { return mulCount(5, elems(getLogits())); }

@@ -177,15 +177,6 @@ LogicalResult BiasGeluOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
   return success();
 }
 
-LogicalResult SiluOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
-                               SmallVectorImpl<Value> &operandGrads) {
-  if (noGradient(*this, resultGrads, operandGrads))
-    return success();
-  operandGrads.push_back(
-      SiluGradOp::create(builder, getLoc(), resultGrads[0], getInput()));
-  return success();
-}
-
 LogicalResult SoftmaxOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
                                   SmallVectorImpl<Value> &operandGrads) {
   if (noGradient(*this, resultGrads, operandGrads))

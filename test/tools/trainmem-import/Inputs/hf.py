@@ -122,6 +122,26 @@ def falcon():
                         attention_dropout=0.0))
 
 
+def opt():
+    """OPT: ReLU in the feed-forward, learned positions offset by 2 (from
+    the attention mask's cumsum), pre-norm layers."""
+    cfg = hf.OPTConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, ffn_dim=128,
+                       word_embed_proj_dim=64, max_position_embeddings=64,
+                       dropout=0.0, attention_dropout=0.0,
+                       activation_dropout=0.0, layerdrop=0.0,
+                       use_cache=False, attn_implementation="eager")
+    return built(hf.OPTForCausalLM, cfg)
+
+
+def persimmon():
+    """Persimmon: squared ReLU (relu2: torch.square(relu(x))), LayerNorm
+    of the queries and keys, a partial rotary embedding."""
+    return built(hf.PersimmonForCausalLM,
+                 config(hf.PersimmonConfig, hidden_act="relu2",
+                        hidden_dropout=0.0, attention_dropout=0.0))
+
+
 def own_loss(model_class, cfg):
     """The model's own loss, called as Hugging Face documents it:
     model(input_ids=ids, labels=ids), the labels shifted inside."""

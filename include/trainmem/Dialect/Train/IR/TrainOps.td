@@ -57,6 +57,71 @@ class Train_DiffOp<string mnemonic, list<Trait> traits = [],
         [DeclareOpInterfaceMethods<Train_DifferentiableOpInterface>]),
         costOverrides>;
 
+// An element-wise activation y = f(x), `Name`Op (train.`mnemonic`), and its
+// gradient from the saved input, dx = dy · f'(x), `Name`GradOp
+// (train.`mnemonic`_grad): `flops` and `gradFlops` per element
+// (docs/CostModel.md). The VJP and the cost are here; the kernels, the
+// reference evaluator, the lowering onto tmrt_`mnemonic` and
+// tmrt_`mnemonic`_grad and the sharding model come from the entry
+// TMRT_ACTIVATION(`mnemonic`, `Name`) of trainmem-runtime/Activations.def,
+// and the math from trainmem::`Name` (Support/Activations.h):
+// docs/WritingAPass.md, "A new activation".
+multiclass Train_Activation<string mnemonic, string name, string formula,
+                            string exampleType, int flops, int gradFlops> {
+  def Op : Train_DiffOp<mnemonic,
+      [Train_PositionWise, SameOperandsAndResultType]> {
+    let summary = formula;
+    let description = [{
+      Element-wise; its gradient is `train.}] # mnemonic # [{_grad`.
+
+      ```mlir
+      %y = train.}] # mnemonic # [{ %x : }] # exampleType # [{
+      ```
+    }];
+    let arguments = (ins Train_FloatTensor:$input);
+    let results = (outs Train_FloatTensor:$result);
+    let assemblyFormat = "$input attr-dict `:` type($result)";
+    let extraClassDefinition = [{
+      uint64_t $cppClass::getFlops() {
+        return ::mlir::train::mulCount(}] # flops # [{,
+            ::mlir::train::getNumElements(getResult().getType()));
+      }
+      ::mlir::LogicalResult $cppClass::buildVJP(::mlir::OpBuilder &builder,
+          ::mlir::ValueRange resultGrads,
+          ::llvm::SmallVectorImpl<::mlir::Value> &operandGrads) {
+        if (!resultGrads[0]) {
+          operandGrads.push_back(::mlir::Value());
+          return ::mlir::success();
+        }
+        operandGrads.push_back(}] # name # [{GradOp::create(builder, getLoc(),
+            resultGrads[0], getInput()));
+        return ::mlir::success();
+      }
+    }];
+  }
+
+  def GradOp : Train_NonDiffOp<mnemonic # "_grad",
+      [AllTypesMatch<["grad", "input", "result"]>]> {
+    let summary = "gradient of train." # mnemonic # " from its saved input";
+    let description = [{
+      `result = grad · f'(input)`, f being `train.}] # mnemonic # [{`.
+
+      ```mlir
+      %dx = train.}] # mnemonic # [{_grad %dy, %x : tensor<4x64x256xf32>
+      ```
+    }];
+    let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input);
+    let results = (outs Train_FloatTensor:$result);
+    let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
+    let extraClassDefinition = [{
+      uint64_t $cppClass::getFlops() {
+        return ::mlir::train::mulCount(}] # gradFlops # [{,
+            ::mlir::train::getNumElements(getInput().getType()));
+      }
+    }];
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Forward compute ops
 //===----------------------------------------------------------------------===//
@@ -310,17 +375,19 @@ def Train_BiasGeluOp : Train_DiffOp<"bias_gelu",
   let hasVerifier = 1;
 }
 
-def Train_SiluOp : Train_DiffOp<"silu", [Train_PositionWise, SameOperandsAndResultType]> {
-  let summary = "SiLU (swish): x · sigmoid(x)";
-  let description = [{
-    ```mlir
-    %y = train.silu %gate : tensor<1x4096x11008xbf16>
-    ```
-  }];
-  let arguments = (ins Train_FloatTensor:$input);
-  let results = (outs Train_FloatTensor:$result);
-  let assemblyFormat = "$input attr-dict `:` type($result)";
-}
+defm Train_Silu : Train_Activation<"silu", "Silu", "SiLU (swish): x · sigmoid(x)",
+    "tensor<1x4096x11008xbf16>", /*flops=*/4, /*gradFlops=*/6>;
+
+// OPT's feed-forward activation. NaN passes through (PyTorch's relu); the
+// gradient is 0 where x <= 0 (also at 0), as PyTorch's.
+defm Train_Relu : Train_Activation<"relu", "Relu", "ReLU: max(x, 0)",
+    "tensor<8x2048x8192xbf16>", /*flops=*/1, /*gradFlops=*/1>;
+
+// Persimmon's (and Primer's) activation: the square of the f32 relu,
+// rounded once.
+defm Train_Relu2 : Train_Activation<"relu2", "Relu2",
+    "squared ReLU: max(x, 0)^2", "tensor<8x2048x16384xbf16>",
+    /*flops=*/2, /*gradFlops=*/2>;
 
 def Train_SoftmaxOp : Train_DiffOp<"softmax", [SameOperandsAndResultType]> {
   let summary = "softmax over the last dimension, optionally causal";
@@ -1054,21 +1121,6 @@ def Train_RMSNormGradOp : Train_NonDiffOp<"rms_norm_grad",
   let hasVerifier = 1;
 }
 
-class Train_UnaryGradOp<string mnemonic, string what>
-    : Train_NonDiffOp<mnemonic, [AllTypesMatch<["grad", "input", "result"]>]> {
-  let summary = "gradient of " # what # " from its saved input";
-  let description = [{
-    `result = grad · f'(input)`.
-
-    ```mlir
-    %dx = train.}] # mnemonic # [{ %dy, %x : tensor<4x64x256xf32>
-    ```
-  }];
-  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input);
-  let results = (outs Train_FloatTensor:$result);
-  let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
-}
-
 def Train_GeluGradOp : Train_NonDiffOp<"gelu_grad",
     [AllTypesMatch<["grad", "input", "result"]>]> {
   let summary = "gradient of GELU from its saved input";
@@ -1085,7 +1137,6 @@ def Train_GeluGradOp : Train_NonDiffOp<"gelu_grad",
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
 }
-def Train_SiluGradOp : Train_UnaryGradOp<"silu_grad", "SiLU">;
 
 def Train_BiasGeluGradOp : Train_NonDiffOp<"bias_gelu_grad",
     [AllTypesMatch<["grad", "input", "result"]>]> {

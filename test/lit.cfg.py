@@ -51,6 +51,9 @@ llvm_config.add_tool_substitutions(
 config.substitutions.append(
     ("%unittests", os.path.join(config.trainmem_obj_root, "unittests")))
 
+# The source tree (for tests that read it).
+config.substitutions.append(("%trainmem-src", config.trainmem_src_root))
+
 # The directory of the tools (for scripts that take it, TRAINMEM_BIN).
 config.substitutions.append(("%trainmem-bin", config.trainmem_tools_dir))
 

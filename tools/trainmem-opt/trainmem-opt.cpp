@@ -1,6 +1,7 @@
 //===- trainmem-opt.cpp - the trainmem optimizer driver -------------------===//
 
 #include "trainmem/Conversion/Passes.h"
+#include "trainmem/Debug/Debug.h"
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
@@ -146,6 +147,7 @@ int main(int argc, char **argv) {
   mlir::registerReconcileUnrealizedCastsPass();
   mlir::registerConvertFuncToLLVMPass();
   mlir::registerArithToLLVMConversionPass();
+  mlir::train::registerDebugOptions();
   auto [input, output] = mlir::registerAndParseCLIOptions(
       argc, argv, "trainmem optimizer driver\n", registry);
   if (!checkPassOptions(llvm::ArrayRef<char *>(argv, argc)))

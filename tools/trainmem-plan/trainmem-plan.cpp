@@ -27,6 +27,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trainmem/Debug/Debug.h"
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -39,8 +40,8 @@
 #include "trainmem/Plan/Hardware.h"
 #include "trainmem/Plan/Json.h"
 #include "trainmem/Plan/Megatron.h"
-#include "trainmem/Plan/Recipe.h"
 #include "trainmem/Plan/Planner.h"
+#include "trainmem/Plan/Recipe.h"
 #include "trainmem/Support/ByteSize.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -1290,6 +1291,7 @@ int main(int argc, char **argv) {
   mainExecutable = llvm::sys::fs::getMainExecutable(
       argv[0], reinterpret_cast<void *>(&traceAgain));
   cl::HideUnrelatedOptions(category);
+  mlir::train::registerDebugOptions();
   cl::ParseCommandLineOptions(
       argc, argv,
       "trainmem-plan: the training configuration that fits a memory budget\n");

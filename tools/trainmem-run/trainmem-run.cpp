@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trainmem/Debug/Debug.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Run/Session.h"
 #include "trainmem/Run/Step.h"
@@ -615,6 +616,7 @@ int main(int argc, char **argv) {
     llvmThreads->addCategory(category);
   }
   cl::HideUnrelatedOptions(category);
+  mlir::train::registerDebugOptions();
   cl::ParseCommandLineOptions(static_cast<int>(args.size()), args.data(),
                               "trainmem-run: trains a compiled step\n");
   if (failed(checkOptions()))

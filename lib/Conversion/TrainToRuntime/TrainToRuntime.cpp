@@ -37,6 +37,10 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "convert-train-to-runtime"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_CONVERTTRAINTORUNTIMEPASS
@@ -843,6 +847,11 @@ void ConvertTrainToRuntimePass::runOnOperation() {
                                       builder.getFunctionType({ptrType}, {}));
   lowered.getBody().takeBody(step.getBody());
   SmallVector<func::FuncOp> parts = splitIntoParts(lowered, name, state);
+  LLVM_DEBUG(llvm::dbgs() << "convert-train-to-runtime: @" << name << ": arena "
+                          << plan->getArenaBytes() << " B, host arena "
+                          << plan->getHostArenaBytes() << " B, " << hostOps
+                          << " ops on the host, " << parts.size() << " parts, "
+                          << loopFunctions.size() << " loop bodies\n");
   describeLowered(lowered, step, *plan, hostOps, arguments, results);
   step.erase();
   // The collectives are runtime calls now: their grids go (a grid still

@@ -32,6 +32,10 @@
 
 #include <cmath>
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-autodiff"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINAUTODIFFPASS
@@ -120,6 +124,8 @@ LogicalResult Differentiator::backprop(Operation *op) {
   SmallVector<Value> operandGrads;
   if (failed(differentiable.buildVJP(builder, resultGrads, operandGrads)))
     return op->emitOpError("failed to build its VJP");
+  LLVM_DEBUG(llvm::dbgs() << "train-autodiff: VJP of '" << op->getName()
+                          << "' at " << op->getLoc() << "\n");
   ++numVJPs;
   if (operandGrads.size() != op->getNumOperands())
     return op->emitOpError("VJP returned ")
@@ -257,6 +263,10 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
     if (failed(diff.backprop(op)))
       return failure();
   numVJPs += diff.numVJPs;
+  LLVM_DEBUG(llvm::dbgs() << "train-autodiff: @" << func.getSymName() << ": "
+                          << params.size() << " parameters, "
+                          << forwardOps.size() << " forward ops, "
+                          << diff.numVJPs << " VJPs\n");
 
   SmallVector<Value> paramGrads;
   for (const ParamInfo &param : params) {

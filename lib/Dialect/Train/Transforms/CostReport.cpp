@@ -11,6 +11,10 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-cost-report"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINCOSTREPORTPASS
@@ -149,6 +153,8 @@ struct TrainCostReportPass
       functions.push_back(std::move(*cost));
     }
     numOpsCosted += numOps;
+    LLVM_DEBUG(llvm::dbgs() << "train-cost-report: " << functions.size()
+                            << " functions, " << numOps << " ops costed\n");
 
     std::string errorMessage;
     std::unique_ptr<llvm::ToolOutputFile> file =

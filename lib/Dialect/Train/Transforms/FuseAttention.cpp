@@ -14,6 +14,10 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-fuse-attention"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINFUSEATTENTIONPASS
@@ -227,7 +231,11 @@ struct TrainFuseAttentionPass
     populateFuseAttentionPatterns(patterns);
     uint64_t before = 0, after = 0;
     getOperation()->walk([&](AttentionOp) { ++before; });
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    DebugRewriteListener listener(DEBUG_TYPE);
+    GreedyRewriteConfig config;
+    LLVM_DEBUG(config.setListener(&listener));
+    if (failed(
+            applyPatternsGreedily(getOperation(), std::move(patterns), config)))
       return signalPassFailure();
     getOperation()->walk([&](AttentionOp) { ++after; });
     numFused += after - before;

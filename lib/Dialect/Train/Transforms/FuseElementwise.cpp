@@ -13,6 +13,10 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-fuse-elementwise"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINFUSEELEMENTWISEPASS
@@ -52,7 +56,11 @@ struct TrainFuseElementwisePass
     populateFuseElementwisePatterns(patterns);
     uint64_t before = 0, after = 0;
     getOperation()->walk([&](BiasGeluOp) { ++before; });
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    DebugRewriteListener listener(DEBUG_TYPE);
+    GreedyRewriteConfig config;
+    LLVM_DEBUG(config.setListener(&listener));
+    if (failed(
+            applyPatternsGreedily(getOperation(), std::move(patterns), config)))
       return signalPassFailure();
     getOperation()->walk([&](BiasGeluOp) { ++after; });
     numFused += after - before;

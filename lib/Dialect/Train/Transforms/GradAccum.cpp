@@ -20,6 +20,10 @@
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-grad-accum"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINGRADACCUMPASS
@@ -457,9 +461,16 @@ void TrainGradAccumPass::runOnOperation() {
   }
   if (failed(findBatch(a)) || failed(findBody(a)))
     return signalPassFailure();
+  LLVM_DEBUG(llvm::dbgs() << "train-grad-accum: @" << a.func.getSymName()
+                          << ": batch " << a.batch << " in " << steps
+                          << " micro-batches of " << a.micro << " rows, "
+                          << a.bodyOps.size() << " ops per micro-batch, "
+                          << a.batchArgs.size() << " batched arguments\n");
   createLoop(a);
   if (failed(cloneBody(a)))
     return signalPassFailure();
+  LLVM_DEBUG(llvm::dbgs() << "train-grad-accum: the loop sums "
+                          << a.yielded.size() << " values\n");
   normalizeLoss(a);
 
   // The rest of the step reads the sums.
@@ -729,6 +740,11 @@ LogicalResult Unrolling::run() {
   if (failed(check()))
     return failure();
   sources.assign(loop.getInputs().begin(), loop.getInputs().end());
+  DEBUG_WITH_TYPE("train-unroll-accum",
+                  llvm::dbgs() << "train-unroll-accum: a loop of " << steps
+                               << " micro-batches of " << micro << " rows at "
+                               << loop.getLoc() << ": " << perIteration
+                               << " per iteration\n");
   if (perIteration != steps)
     createOuterLoop();
   // Micro-batches in the order their parts are summed (the loop's groups);

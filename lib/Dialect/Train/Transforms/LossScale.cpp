@@ -22,6 +22,10 @@
 
 #include <cmath>
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-loss-scale"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINLOSSSCALEPASS
@@ -189,6 +193,11 @@ struct TrainLossScalePass
     SmallVector<TensorSplitAttr> splits;
     SmallVector<ClipGradNormOp> clips;
     collectGradients(func, *optimizer, grads, splits, clips);
+    LLVM_DEBUG(llvm::dbgs()
+               << "train-loss-scale: @" << func.getSymName() << ": "
+               << grads.size() << " gradients unscaled, " << clips.size()
+               << " clips, initial scale " << initial << ", growth every "
+               << growthInterval << " steps\n");
     if (grads.empty())
       return func.emitError(kPassName)
              << ": @" << func.getSymName()

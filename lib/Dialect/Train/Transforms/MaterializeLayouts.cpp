@@ -12,6 +12,10 @@
 
 #include "mlir/IR/Builders.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-materialize-layouts"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINMATERIALIZELAYOUTSPASS
@@ -42,6 +46,11 @@ struct TrainMaterializeLayoutsPass
       }
     });
     for (OpOperand *use : strided) {
+      LLVM_DEBUG(llvm::dbgs() << "train-materialize-layouts: a copy of "
+                              << "operand " << use->getOperandNumber()
+                              << " of '" << use->getOwner()->getName()
+                              << "' at " << use->getOwner()->getLoc()
+                              << " (a strided view it cannot read)\n");
       OpBuilder builder(use->getOwner());
       Value view = use->get();
       use->set(ReshapeOp::create(builder, use->getOwner()->getLoc(),

@@ -19,6 +19,10 @@
 
 #include <map>
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-memory-report"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINMEMORYREPORTPASS
@@ -480,6 +484,13 @@ struct TrainMemoryReportPass
     } else {
       plan.emplace(*memory);
     }
+    LLVM_DEBUG(llvm::dbgs()
+               << "train-memory-report: @" << func.getSymName() << ": "
+               << memory->getBuffers().size() << " buffers, arena "
+               << plan->getArenaBytes() << " B ("
+               << (MemoryPlan::hasPlanInIR(func) ? "the step's"
+                                                 : "planned here")
+               << ")\n");
     if (format == ReportFormat::json)
       file->os() << llvm::formatv("{0:2}", toJSON(*memory, *plan)) << "\n";
     else if (format == ReportFormat::svg)

@@ -16,6 +16,10 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-offload-optimizer"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINOFFLOADOPTIMIZERPASS
@@ -58,6 +62,9 @@ struct TrainOffloadOptimizerPass
       resultAttrs.push_back(attrs ? attrs
                                   : DictionaryAttr::get(&getContext()));
     }
+    LLVM_DEBUG(llvm::dbgs()
+               << "train-offload-optimizer: @" << func.getSymName() << ": "
+               << states << " state arguments to host memory\n");
     func.setAllArgAttrs(argAttrs);
     func.setAllResultAttrs(resultAttrs);
     if (states == 0) {
@@ -81,6 +88,8 @@ struct TrainOffloadOptimizerPass
         if (isa<CastOp>(user))
           user->setAttr(kMemorySpaceAttrName, host);
     });
+    LLVM_DEBUG(llvm::dbgs() << "train-offload-optimizer: " << updates
+                            << " updates run on the host\n");
     if (updates == 0) {
       func.emitError("train-offload-optimizer: what=states+update, but @")
           << func.getSymName() << " has no optimizer update to run on the host";

@@ -24,6 +24,10 @@
 
 #include <cmath>
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-add-optimizer"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINADDOPTIMIZERPASS
@@ -418,6 +422,10 @@ LogicalResult mlir::train::addOptimizer(func::FuncOp func,
            << ": build the step with train-autodiff{optimizer=" << info->name
            << "}, which builds both from the forward";
   }
+  LLVM_DEBUG(llvm::dbgs() << passName << ": @" << func.getSymName() << ": "
+                          << info->name << ", " << info->states.size()
+                          << " state(s) per parameter, lr " << options.lr
+                          << "\n");
   return OptimizerAppender(func, *info, options, passName).run();
 }
 

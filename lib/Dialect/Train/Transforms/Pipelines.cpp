@@ -6,6 +6,10 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-step"
+
 using namespace mlir;
 using namespace mlir::train;
 
@@ -187,7 +191,14 @@ void mlir::train::registerTrainPipelines() {
         if (failed(options.parseFromString(text)))
           return errorHandler("train-step: cannot parse the options '" +
                               text + "'");
-        return buildTrainStepPipeline(pm, options, errorHandler);
+        if (failed(buildTrainStepPipeline(pm, options, errorHandler)))
+          return failure();
+        LLVM_DEBUG({
+          llvm::dbgs() << "train-step: ";
+          pm.printAsTextualPipeline(llvm::dbgs());
+          llvm::dbgs() << "\n";
+        });
+        return success();
       },
       [](function_ref<void(const detail::PassOptions &)> optHandler) {
         optHandler(TrainStepPipelineOptions());

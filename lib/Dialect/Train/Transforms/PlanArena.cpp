@@ -12,6 +12,10 @@
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-plan-arena"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINPLANARENAPASS
@@ -40,7 +44,13 @@ struct TrainPlanArenaPass
     }
     if (failed(memory->checkCounts(getArgument())))
       return signalPassFailure();
-    MemoryPlan(*memory).writeToIR(*memory);
+    MemoryPlan plan(*memory);
+    LLVM_DEBUG(llvm::dbgs()
+               << "train-plan-arena: @" << step.getSymName()
+               << ": device arena " << plan.getArenaBytes() << " B, host arena "
+               << plan.getHostArenaBytes() << " B"
+               << (changed ? ", parts cast to f32" : "") << "\n");
+    plan.writeToIR(*memory);
     // Only attributes changed (but for the casts): the analysis still
     // describes the IR.
     if (!changed)

@@ -20,6 +20,10 @@
 
 #include <numeric>
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-quantize-optimizer-state"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINQUANTIZEOPTIMIZERSTATEPASS
@@ -177,6 +181,12 @@ struct TrainQuantizeOptimizerStatePass
         if (auto full = func.getArgAttrOfType<TypeAttr>(state.getArgNumber(),
                                                         kShardOfAttrName))
           elements = cast<RankedTensorType>(full.getValue()).getNumElements();
+      LLVM_DEBUG(llvm::dbgs()
+                 << "train-quantize-optimizer-state: '" << update->getName()
+                 << "' at " << update->getLoc() << ": " << elements
+                 << " elements, "
+                 << (elements >= minSize ? "8-bit state" : "kept in f32")
+                 << " (min-size " << minSize << ")\n");
       if (elements >= minSize)
         updates.push_back(update);
     });

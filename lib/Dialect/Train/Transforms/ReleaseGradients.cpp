@@ -19,6 +19,10 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-release-gradients"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINRELEASEGRADIENTSPASS
@@ -198,8 +202,18 @@ LogicalResult TrainReleaseGradientsPass::release(func::FuncOp step) {
     else
       op->moveBefore(&body.front());
     last = op;
-    if (isa<OptimizerUpdateOpInterface>(op))
+    if (isa<OptimizerUpdateOpInterface>(op)) {
       ++numReleased;
+      LLVM_DEBUG({
+        llvm::dbgs() << "train-release-gradients: '" << op->getName() << "' at "
+                     << op->getLoc() << " runs after ";
+        if (anchor)
+          llvm::dbgs() << "'" << anchor->getName() << "' at "
+                       << anchor->getLoc() << "\n";
+        else
+          llvm::dbgs() << "nothing (first in the step)\n";
+      });
+    }
   }
   // Runs of moved ops become optimizer blocks.
   SmallVector<SmallVector<Operation *>> runs;

@@ -23,6 +23,10 @@
 #include <map>
 #include <optional>
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-remat"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINREMATPASS
@@ -590,6 +594,9 @@ LogicalResult TrainRematPass::apply(ArrayRef<SelectedLayer> selected,
         applyChoice(entry.first, entry.second, choice, &fused);
     if (failed(made))
       return failure();
+    LLVM_DEBUG(llvm::dbgs() << "train-remat: layer " << entry.first << ": "
+                            << stringifyChoice(choice) << ", " << *made
+                            << " remat regions\n");
     if (!firstFused && fused.size() > before)
       firstFused = entry.second.attention;
     numRegions += *made;
@@ -667,6 +674,15 @@ LogicalResult TrainRematPass::applyBudget(func::FuncOp func,
     if (failed(measured))
       return failure();
     arena = *measured;
+    LLVM_DEBUG({
+      llvm::dbgs() << "train-remat: budget attempt " << attempt << ": target "
+                   << target << " B, predicted peak " << plan->peak
+                   << " B, arena " << arena << " B, choices ";
+      llvm::interleaveComma(plan->choices, llvm::dbgs(), [](Choice choice) {
+        llvm::dbgs() << stringifyChoice(choice);
+      });
+      llvm::dbgs() << "\n";
+    });
     if (arena <= budgetBytes || arena - budgetBytes >= target)
       break;
     // Below this plan's own peak: the next is another plan.
@@ -809,6 +825,10 @@ struct TrainMaterializeRematPass
       FailureOr<unsigned> cloned = materializeRemat(target);
       if (failed(cloned))
         return signalPassFailure();
+      DEBUG_WITH_TYPE("train-materialize-remat",
+                      llvm::dbgs() << "train-materialize-remat: @"
+                                   << target.getSymName() << ": " << *cloned
+                                   << " ops recomputed in the backward\n");
       numRecomputed += *cloned;
     }
   }

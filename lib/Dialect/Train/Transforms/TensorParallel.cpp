@@ -22,6 +22,10 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-tensor-parallel"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINTENSORPARALLELPASS
@@ -270,6 +274,10 @@ LogicalResult TensorParallel::splitParameter(BlockArgument arg, int64_t dim,
   if (!split.insert(arg).second)
     return user->emitError("train-tensor-parallel: parameter '")
            << name.getValue() << "' is split twice";
+  LLVM_DEBUG(llvm::dbgs() << "train-tensor-parallel: parameter '"
+                          << name.getValue() << "' " << type
+                          << " split along dimension " << dim << " over "
+                          << size << " ranks\n");
   if (type.getDimSize(dim) % size != 0)
     return user->emitError("train-tensor-parallel: ")
            << size << " ranks do not divide dimension " << dim << " ("
@@ -447,6 +455,13 @@ LogicalResult TensorParallel::splitBlock(BlockOp block) {
   FailureOr<BlockSplit> parts = analyze(block);
   if (failed(parts))
     return failure();
+  LLVM_DEBUG(llvm::dbgs() << "train-tensor-parallel: "
+                          << stringifyBlockKind(block.getKind()) << " block at "
+                          << block.getLoc() << ": " << parts->columns.size()
+                          << " column matmuls, " << parts->between.size()
+                          << " ops between, " << parts->replicated.size()
+                          << " replicated, one row matmul at "
+                          << parts->row.getLoc() << "\n");
   entered.clear();
   llvm::DenseSet<Value> splitValues;
   for (auto &[value, type] : parts->wholeTypes)

@@ -22,6 +22,10 @@
 #include "llvm/ADT/bit.h"
 #include "llvm/Support/MathExtras.h"
 
+#include "trainmem/Debug/Debug.h"
+
+#define DEBUG_TYPE "train-zero"
+
 namespace mlir {
 namespace train {
 #define GEN_PASS_DEF_TRAINZEROPASS
@@ -170,6 +174,18 @@ gradientBuckets(func::FuncOp step, ArrayRef<OptimizerUpdateOpInterface> updates,
   return buckets;
 }
 
+/// -debug-only=train-zero: a bucket, its gradients' bytes and the op after
+/// which it is reduced.
+[[maybe_unused]] void debugBucket(size_t index, ArrayRef<Value> members,
+                                  Operation *last) {
+  uint64_t bytes = 0;
+  for (Value gradient : members)
+    bytes += getTensorBytes(gradient.getType());
+  llvm::dbgs() << "train-zero: bucket " << index << ": " << members.size()
+               << " gradients, " << bytes << " B, reduced after '"
+               << last->getName() << "' at " << last->getLoc() << "\n";
+}
+
 struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   using Base::Base;
 
@@ -292,6 +308,10 @@ void TrainZeroPass::runOnOperation() {
     SymbolTable symbols(module);
     symbols.insert(grid); // renames it when "dp" is taken
   }
+  LLVM_DEBUG(llvm::dbgs() << "train-zero: @" << step.getSymName() << ": stage "
+                          << stage << " over " << ranks << " ranks on @"
+                          << grid.getSymName() << ", " << updates.size()
+                          << " updates, buckets of " << bucket << " B\n");
   if (failed(stage == 0
                  ? dataParallel(step, grid.getSymNameAttr(), updates)
                  : shardOptimizer(step, grid.getSymNameAttr(), updates)))
@@ -380,6 +400,7 @@ TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
   SmallVector<shard::GridAxis> axes{0};
   for (auto [index, members] : llvm::enumerate(*buckets)) {
     Operation *last = producerIn(step.front(), members.back());
+    LLVM_DEBUG(debugBucket(index, members, last));
     builder.setInsertionPointAfter(last);
     for (Value gradient : members) {
       auto reduced = shard::AllReduceOp::create(
@@ -595,10 +616,13 @@ OptimizerSharding::placeBuckets(ArrayRef<OptimizerUpdateOpInterface> updates) {
       gradientBuckets(step, updates, bucket);
   if (failed(buckets))
     return failure();
-  for (auto [index, members] : llvm::enumerate(*buckets))
+  for (auto [index, members] : llvm::enumerate(*buckets)) {
+    LLVM_DEBUG(
+        debugBucket(index, members, producerIn(step.front(), members.back())));
     for (Value gradient : members)
       bucketOf[gradient] = {producerIn(step.front(), members.back()),
                             static_cast<int64_t>(index)};
+  }
   return success();
 }
 
@@ -875,6 +899,7 @@ OptimizerSharding::shardUpdate(OptimizerUpdateOpInterface update) {
   auto [part, granule] = partitionFor(update);
   if (failed(checkWholeBlocks(op, part, granule)))
     return failure();
+
   Value param = update.getUpdatedParam();
   Value grad = rawGradient(update);
   Value gradShard = scatterGradient(op, grad, part);
@@ -891,6 +916,16 @@ OptimizerSharding::shardUpdate(OptimizerUpdateOpInterface update) {
   bool isMaster =
       paramArgument && paramArgument.getOwner() == &step.front() &&
       step.getArgAttr(paramArgument.getArgNumber(), kOptimizerStateAttrName);
+  LLVM_DEBUG({
+    llvm::dbgs() << "train-zero: '" << op->getName() << "' of ";
+    if (paramArgument && paramArgument.getOwner() == &step.front())
+      llvm::dbgs() << step.getArgAttrDict(paramArgument.getArgNumber());
+    else
+      llvm::dbgs() << param.getType();
+    llvm::dbgs() << ": " << part.elements << " elements padded to "
+                 << part.padded << ", " << part.shard << " per rank (granule "
+                 << granule << ")\n";
+  });
   FailureOr<Value> paramShard =
       shardParameter(op, param, isMaster, paramIsState, part);
   if (failed(paramShard))

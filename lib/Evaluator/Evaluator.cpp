@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Evaluator/Evaluator.h"
+#include "trainmem-runtime/ForEach.h"
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -237,8 +238,6 @@ struct OpKernels {
   LogicalResult evaluate(AdamW8bitOp o);
   LogicalResult evaluate(SGDOp o);
   LogicalResult evaluate(SGD8bitOp o);
-  LogicalResult evaluate(LionOp o);
-  LogicalResult evaluate(Lion8bitOp o);
   LogicalResult evaluate(SophiaOp o);
   LogicalResult evaluate(Sophia8bitOp o);
   LogicalResult evaluate(HessianEMAOp o);
@@ -335,8 +334,9 @@ struct OpKernels {
   void adamw8bit(AdamW8bitOp op);
   void sgd(SGDOp op);
   void sgd8bit(SGD8bitOp op);
-  void lion(LionOp op);
-  void lion8bit(Lion8bitOp op);
+  template <typename Step> void oneState(Operation *op, const Step &step);
+  template <typename Step>
+  void oneState8bit(Operation *op, const Step &step, int64_t block);
   void sophia(SophiaOp op);
   void sophia8bit(Sophia8bitOp op);
   void clip(ClipGradNormOp op);
@@ -926,59 +926,60 @@ void OpKernels::sgd8bit(SGD8bitOp op) {
   set(op.getNewAbsmax(), RefTensor::ofFloats(absmax.shape, std::move(newAbsmax)));
 }
 
-void OpKernels::lion(LionOp op) {
-  const RefTensor &p = get(op.getParam());
-  const RefTensor &g = get(op.getGrad());
-  const RefTensor &m = get(op.getM());
+/// An optimizer of Optimizers.def on f32 state: param, grad, m, lr -> new
+/// param, new m (the ops of Train_OneStateOptimizer).
+template <typename Step>
+void OpKernels::oneState(Operation *op, const Step &step) {
+  const RefTensor &p = get(op->getOperand(0));
+  const RefTensor &g = get(op->getOperand(1));
+  const RefTensor &m = get(op->getOperand(2));
   if (!allFinite(g)) {
-    state.noteSkippedUpdate(op.getParam());
-    set(op.getNewParam(), p);
-    set(op.getNewM(), m);
+    state.noteSkippedUpdate(op->getOperand(0));
+    set(op->getResult(0), p);
+    set(op->getResult(1), m);
     return;
   }
-  trainmem::LionStep step(
-      get(op.getLr()).scalarFloat(), op.getBeta1().convertToDouble(),
-      op.getBeta2().convertToDouble(), op.getWeightDecay().convertToDouble());
   RefTensor np = RefTensor::zeros(p.shape), nm = RefTensor::zeros(p.shape);
   for (int64_t i = 0; i < p.numElements(); ++i)
     step.apply(p.floats[i], g.floats[i], m.floats[i], np.floats[i],
                nm.floats[i]);
-  set(op.getNewParam(), std::move(np));
-  set(op.getNewM(), std::move(nm));
+  set(op->getResult(0), std::move(np));
+  set(op->getResult(1), std::move(nm));
 }
 
-void OpKernels::lion8bit(Lion8bitOp op) {
-  const RefTensor &p = get(op.getParam());
-  const RefTensor &g = get(op.getGrad());
-  const RefTensor &codes = get(op.getMCodes()), &absmax = get(op.getMAbsmax());
+/// Its 8-bit form: param, grad, m codes, m absmax, lr -> new param, codes,
+/// absmax, block by block on the signed map.
+template <typename Step>
+void OpKernels::oneState8bit(Operation *op, const Step &step, int64_t block) {
+  const RefTensor &p = get(op->getOperand(0));
+  const RefTensor &g = get(op->getOperand(1));
+  const RefTensor &codes = get(op->getOperand(2)),
+                  &absmax = get(op->getOperand(3));
   if (!allFinite(g)) {
-    state.noteSkippedUpdate(op.getParam());
-    set(op.getNewParam(), p);
-    set(op.getNewMCodes(), codes);
-    set(op.getNewMAbsmax(), absmax);
+    state.noteSkippedUpdate(op->getOperand(0));
+    set(op->getResult(0), p);
+    set(op->getResult(1), codes);
+    set(op->getResult(2), absmax);
     return;
   }
-  trainmem::LionStep step(
-      get(op.getLr()).scalarFloat(), op.getBeta1().convertToDouble(),
-      op.getBeta2().convertToDouble(), op.getWeightDecay().convertToDouble());
   const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
-  int64_t n = p.numElements(), block = op.getBlockAttr().getInt();
+  int64_t n = p.numElements();
   RefTensor np = RefTensor::zeros(p.shape);
-  std::vector<float> momentum(n);
+  std::vector<float> updated(n);
   for (int64_t i = 0; i < n; ++i)
     step.apply(p.floats[i], g.floats[i],
                trainmem::dequantizeValue(map, codeAt(codes, i),
                                          absmax.floats[i / block]),
-               np.floats[i], momentum[i]);
+               np.floats[i], updated[i]);
   std::vector<uint8_t> newCodes(n);
   std::vector<float> newAbsmax(absmax.floats.size());
-  trainmem::quantizeBlockwise(map, momentum.data(), n, block, newCodes.data(),
+  trainmem::quantizeBlockwise(map, updated.data(), n, block, newCodes.data(),
                               newAbsmax.data());
-  set(op.getNewParam(), std::move(np));
-  set(op.getNewMCodes(),
+  set(op->getResult(0), std::move(np));
+  set(op->getResult(1),
       RefTensor::ofInts(
           p.shape, std::vector<int64_t>(newCodes.begin(), newCodes.end())));
-  set(op.getNewMAbsmax(),
+  set(op->getResult(2),
       RefTensor::ofFloats(absmax.shape, std::move(newAbsmax)));
 }
 
@@ -1631,16 +1632,6 @@ LogicalResult OpKernels::evaluate(SGD8bitOp o) {
   return success();
 }
 
-LogicalResult OpKernels::evaluate(LionOp o) {
-  lion(o);
-  return success();
-}
-
-LogicalResult OpKernels::evaluate(Lion8bitOp o) {
-  lion8bit(o);
-  return success();
-}
-
 LogicalResult OpKernels::evaluate(SophiaOp o) {
   sophia(o);
   return success();
@@ -1951,6 +1942,25 @@ struct ActivationModel
     return success();
   }
 };
+/// An optimizer of Optimizers.def (Steps::make builds its trainmem::Step),
+/// f32 or 8-bit (an op with a `block`).
+template <typename OpT, typename Steps>
+struct OneStateModel
+    : public EvaluableOpInterface::ExternalModel<OneStateModel<OpT, Steps>,
+                                                 OpT> {
+  LogicalResult evaluate(Operation *op, EvaluationState &state) const {
+    OpKernels kernels{state};
+    auto step = Steps::make(
+        op,
+        kernels.get(op->getOperand(op->getNumOperands() - 1)).scalarFloat());
+    if (auto block = op->getAttrOfType<IntegerAttr>("block"))
+      kernels.oneState8bit(op, step, block.getInt());
+    else
+      kernels.oneState(op, step);
+    return success();
+  }
+};
+
 template <typename OpT, typename A>
 struct ActivationGradModel
     : public EvaluableOpInterface::ExternalModel<ActivationGradModel<OpT, A>,
@@ -1975,15 +1985,31 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
         RowMaxOp, BroadcastOp, SliceOp, SliceGradOp, CrossEntropyPartOp,
         CrossEntropyMergeOp, CrossEntropyPartGradOp, CrossEntropyMergeGradOp,
         AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp,
-        LionOp, Lion8bitOp, SophiaOp, Sophia8bitOp, HessianEMAOp, SampleOp,
-        LossScaleOp, UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp,
-        LRScheduleOp, AttentionOp, AttentionGradOp>(context);
+        SophiaOp, Sophia8bitOp, HessianEMAOp, SampleOp, LossScaleOp,
+        UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp, LRScheduleOp,
+        AttentionOp, AttentionGradOp>(context);
 #define TMRT_ACTIVATION(kernel, Name)                                          \
   Name##Op::attachInterface<ActivationModel<Name##Op, trainmem::Name>>(        \
       *context);                                                               \
   Name##GradOp::attachInterface<                                               \
       ActivationGradModel<Name##GradOp, trainmem::Name>>(*context);
 #include "trainmem-runtime/Activations.def"
+    // The optimizers of Optimizers.def: their Step from the learning rate and
+    // the op's hyperparameters, by name.
+#define TRAINMEM_HYPERPARAMETER(name)                                          \
+  , op->getAttrOfType<FloatAttr>(#name).getValueAsDouble()
+#define TMRT_ONE_STATE_OPTIMIZER(kernel, Name, Step, parameters, arguments)    \
+  struct Name##Steps {                                                         \
+    static trainmem::Step make(Operation *op, double lr) {                     \
+      return trainmem::Step(                                                   \
+          lr TMRT_FOR_EACH(TRAINMEM_HYPERPARAMETER, TMRT_UNPAREN(arguments))); \
+    }                                                                          \
+  };                                                                           \
+  Name##Op::attachInterface<OneStateModel<Name##Op, Name##Steps>>(*context);   \
+  Name##8bitOp ::attachInterface<OneStateModel<Name##8bitOp, Name##Steps>>(    \
+      *context);
+#include "trainmem-runtime/Optimizers.def"
+#undef TRAINMEM_HYPERPARAMETER
   });
   registry.addExtension(+[](MLIRContext *context, arith::ArithDialect *) {
     attachKernels<arith::ConstantOp>(context);

@@ -314,7 +314,8 @@ std::vector<std::string> deepSpeedCannotExpress(const PlanCandidate &c,
         "tensor parallelism (size {0}: DeepSpeed takes it from Megatron-LM's "
         "model code, --emit megatron-args)",
         c.tensorParallel));
-  if (recipe.optimizer != "adamw" && recipe.optimizer != "lion")
+  const OptimizerInfo *optimizer = lookupOptimizer(recipe.optimizer);
+  if (!optimizer || optimizer->deepSpeedType.empty())
     reasons.push_back("the " + recipe.optimizer + " optimizer");
   if (recipe.hasSchedule())
     reasons.push_back("the recipe's rate schedule (warm-up, cosine decay): "
@@ -338,16 +339,19 @@ llvm::json::Object toDeepSpeed(const PlanCandidate &c,
   if (c.offload == PlanOffload::statesAndUpdate)
     zero["offload_optimizer"] = llvm::json::Object{{"device", "cpu"}};
   config["zero_optimization"] = std::move(zero);
-  // The recipe's optimizer (DeepSpeed's Lion is its FusedLion) and
-  // clipping (0: none).
+  // The recipe's optimizer, by its DeepSpeed type (the registry's), and
+  // clipping (0: none); eps where the optimizer reads one.
+  const OptimizerInfo *optimizer = lookupOptimizer(recipe.optimizer);
   llvm::json::Object params{
       {"lr", recipe.lr},
       {"betas", llvm::json::Array{recipe.beta1, recipe.beta2}},
       {"weight_decay", recipe.weightDecay}};
-  if (recipe.optimizer != "lion")
+  if (!optimizer || optimizer->reads(OptimizerOption::epsilon))
     params["eps"] = recipe.epsilon;
   config["optimizer"] =
-      llvm::json::Object{{"type", recipe.optimizer == "lion" ? "Lion" : "AdamW"},
+      llvm::json::Object{{"type", optimizer && !optimizer->deepSpeedType.empty()
+                                      ? optimizer->deepSpeedType
+                                      : llvm::StringRef("AdamW")},
                          {"params", std::move(params)}};
   config["gradient_clipping"] = recipe.clipNorm;
   if (c.remat == PlanRemat::full)

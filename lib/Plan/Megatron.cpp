@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Plan/Megatron.h"
+#include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
 #include "trainmem/Plan/Json.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -41,7 +42,8 @@ std::vector<std::string> megatronCannotExpress(const PlanCandidate &c,
     reasons.push_back("8-bit optimizer state");
   if (c.releaseGradients)
     reasons.push_back("gradient release");
-  if (recipe.optimizer != "adamw")
+  const OptimizerInfo *optimizer = lookupOptimizer(recipe.optimizer);
+  if (!optimizer || optimizer->megatronName.empty())
     reasons.push_back("the " + recipe.optimizer +
                       " optimizer (--optimizer adam is AdamW)");
   return reasons;
@@ -89,7 +91,9 @@ std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
   // The recipe's AdamW, its rate schedule and clipping (Megatron decays
   // the rate linearly and clips the norm to 1 by default), each float the
   // shortest text argparse reads back exactly.
-  add("--optimizer", "adam");
+  if (const OptimizerInfo *optimizer = lookupOptimizer(recipe.optimizer);
+      optimizer && !optimizer->megatronName.empty())
+    add("--optimizer", optimizer->megatronName.str());
   add("--lr", shortestNumber(recipe.lr));
   add("--adam-beta1", shortestNumber(recipe.beta1));
   add("--adam-beta2", shortestNumber(recipe.beta2));

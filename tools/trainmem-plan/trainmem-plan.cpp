@@ -73,6 +73,26 @@ using namespace mlir;
 using namespace mlir::train;
 namespace cl = llvm::cl;
 
+/// The registered optimizers a framework has (Megatron-LM's or
+/// DeepSpeed's), by the framework's names ("AdamW and Lion") or by ours
+/// ("adamw or lion"): the registry's deepSpeedType and megatronName.
+static std::string frameworkOptimizers(bool megatron, bool theirNames) {
+  SmallVector<std::string> names;
+  for (const OptimizerInfo &info : getRegisteredOptimizers()) {
+    StringRef theirs = megatron ? info.megatronName : info.deepSpeedType;
+    if (!theirs.empty())
+      names.push_back((theirNames ? theirs : info.name).str());
+  }
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i == 0                 ? ""
+             : i + 1 < names.size() ? ", "
+             : theirNames           ? " and "
+                                    : " or ") +
+            names[i];
+  return text;
+}
+
 static cl::OptionCategory category("trainmem-plan options");
 static cl::opt<std::string>
     modelName("model", cl::desc("Model preset (trainmem-model --list-presets)"),
@@ -888,15 +908,19 @@ fillOptimizers(PlanRequest &request,
     if (deepSpeed && name != "adamw")
       return refuse("--from-deepspeed plans the config's AdamW; --optimizer "
                     "does not apply");
-    if (name != "adamw" && name != "lion" && emit == "deepspeed-json")
-      return refuse("--emit deepspeed-json: DeepSpeed has no " + name +
-                    " optimizer (its types include AdamW and Lion); plan "
-                    "with --optimizer adamw, lion or both, or emit table or "
-                    "json");
-    if (name != "adamw" && emit == "megatron-args")
-      return refuse("--emit megatron-args writes Megatron-LM's --optimizer "
-                    "adam (AdamW with its weight decay), not " +
-                    name + ": plan with --optimizer adamw");
+    const OptimizerInfo *info = lookupOptimizer(name);
+    if (info->deepSpeedType.empty() && emit == "deepspeed-json")
+      return refuse(
+          "--emit deepspeed-json: DeepSpeed has no " + name +
+          " optimizer (its types include " + frameworkOptimizers(false, true) +
+          "); plan with --optimizer " + frameworkOptimizers(false, false) +
+          ", or emit table or json");
+    if (info->megatronName.empty() && emit == "megatron-args")
+      return refuse("--emit megatron-args: Megatron-LM has no " + name +
+                    " optimizer (its --optimizer takes " +
+                    frameworkOptimizers(true, true) +
+                    "); plan with --optimizer " +
+                    frameworkOptimizers(true, false));
   }
   return success();
 }
@@ -941,33 +965,41 @@ static LogicalResult restrictToTarget(PlanRequest &request) {
                     " asked for is one " + framework + " runs");
     return success();
   };
-  if (failed(keep(request.remats,
-                  [&](PlanRemat r) {
-                    return r == PlanRemat::none || r == PlanRemat::full ||
-                           (megatron && r == PlanRemat::selective);
-                  },
-                  "recompute policies")) ||
-      failed(keep(request.stages,
-                  [&](int64_t stage) { return !megatron || stage <= 1; },
-                  "ZeRO stages")) ||
-      failed(keep(request.offloads,
-                  [&](PlanOffload o) {
-                    return o == PlanOffload::none ||
-                           (!megatron && o == PlanOffload::statesAndUpdate);
-                  },
-                  "offload choices")) ||
-      failed(keep(request.eightBit, [](bool on) { return !on; },
-                  "8-bit choices")) ||
-      failed(keep(request.releaseGradients, [](bool on) { return !on; },
-                  "gradient release choices")) ||
-      failed(keep(request.tensorParallel,
-                  [&](int64_t t) { return megatron || t == 1; },
-                  "tensor-parallel sizes")) ||
-      failed(keep(request.optimizers,
-                  [&](const std::string &name) {
-                    return name == "adamw" || (!megatron && name == "lion");
-                  },
-                  "optimizers")))
+  if (failed(keep(
+          request.remats,
+          [&](PlanRemat r) {
+            return r == PlanRemat::none || r == PlanRemat::full ||
+                   (megatron && r == PlanRemat::selective);
+          },
+          "recompute policies")) ||
+      failed(keep(
+          request.stages,
+          [&](int64_t stage) { return !megatron || stage <= 1; },
+          "ZeRO stages")) ||
+      failed(keep(
+          request.offloads,
+          [&](PlanOffload o) {
+            return o == PlanOffload::none ||
+                   (!megatron && o == PlanOffload::statesAndUpdate);
+          },
+          "offload choices")) ||
+      failed(keep(
+          request.eightBit, [](bool on) { return !on; }, "8-bit choices")) ||
+      failed(keep(
+          request.releaseGradients, [](bool on) { return !on; },
+          "gradient release choices")) ||
+      failed(keep(
+          request.tensorParallel, [&](int64_t t) { return megatron || t == 1; },
+          "tensor-parallel sizes")) ||
+      failed(keep(
+          request.optimizers,
+          [&](const std::string &name) {
+            const OptimizerInfo *info = lookupOptimizer(name);
+            return info &&
+                   !(megatron ? info->megatronName : info->deepSpeedType)
+                        .empty();
+          },
+          "optimizers")))
     return failure();
   // Escalating to tensor parallelism is Megatron's only.
   if (!megatron)

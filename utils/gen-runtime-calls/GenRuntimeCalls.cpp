@@ -31,8 +31,14 @@ struct KernelText {
   const char *parameters; // "(tmrt_context *ctx, int64_t in, ...)"
 };
 
+// The parameters stringized after their macros are expanded (an entry of
+// Optimizers.def spells its own with TMRT_UNPAREN).
+#define TRAINMEM_STRINGIZE(...) #__VA_ARGS__
+#define TRAINMEM_EXPANDED_STRING(...) TRAINMEM_STRINGIZE(__VA_ARGS__)
+
 constexpr KernelText kKernels[] = {
-#define TMRT_KERNEL(name, parameters, arguments) {#name, #parameters},
+#define TMRT_KERNEL(name, parameters, arguments)                               \
+  {#name, TRAINMEM_EXPANDED_STRING(parameters)},
 #include "trainmem-runtime/Kernels.def"
 };
 

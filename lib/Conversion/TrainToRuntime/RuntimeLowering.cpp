@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Conversion/RuntimeLowering.h"
+#include "trainmem-runtime/ForEach.h"
 #include "trainmem/Analysis/Layout.h"
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
@@ -736,42 +737,47 @@ static LogicalResult lowerSGD8bit(SGD8bitOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::sgd_8bit{.param = b.offset(o.getParam()), .grad = b.offset(o.getGrad()), .codes = b.offset(o.getCodes()), .absmax = b.offset(o.getAbsmax()), .lr = b.offset(o.getLr()), .new_param = b.offset(o.getNewParam()), .new_codes = b.offset(o.getNewCodes()), .new_absmax = b.offset(o.getNewAbsmax()), .n = b.elements(o.getParam()), .block = o.getBlockAttr().getInt(), .momentum = o.getMomentum().convertToDouble(), .weight_decay = o.getWeightDecay().convertToDouble(), .nesterov = static_cast<int64_t>(o.getNesterov())});
 }
 
-static LogicalResult lowerLion(LionOp o, RuntimeCallBuilder &b) {
-  if (failed(b.requireF32(o, {o.getParam(), o.getM()},
-                          "the runtime's Lion keeps its weight and state in")))
-    return failure();
-  return b.emitContiguous(
-      o, rt::lion{.param = b.offset(o.getParam()),
-                  .grad = b.offset(o.getGrad()),
-                  .m = b.offset(o.getM()),
-                  .lr = b.offset(o.getLr()),
-                  .new_param = b.offset(o.getNewParam()),
-                  .new_m = b.offset(o.getNewM()),
-                  .n = b.elements(o.getParam()),
-                  .beta1 = o.getBeta1().convertToDouble(),
-                  .beta2 = o.getBeta2().convertToDouble(),
-                  .weight_decay = o.getWeightDecay().convertToDouble()});
-}
-
-static LogicalResult lowerLion8bit(Lion8bitOp o, RuntimeCallBuilder &b) {
-  if (failed(b.requireF32(o, o.getParam(),
-                          "the runtime's Lion keeps its weight in")))
-    return failure();
-  return b.emitContiguous(
-      o, rt::lion_8bit{.param = b.offset(o.getParam()),
-                       .grad = b.offset(o.getGrad()),
-                       .m_codes = b.offset(o.getMCodes()),
-                       .m_absmax = b.offset(o.getMAbsmax()),
-                       .lr = b.offset(o.getLr()),
-                       .new_param = b.offset(o.getNewParam()),
-                       .new_m_codes = b.offset(o.getNewMCodes()),
-                       .new_m_absmax = b.offset(o.getNewMAbsmax()),
-                       .n = b.elements(o.getParam()),
-                       .block = o.getBlockAttr().getInt(),
-                       .beta1 = o.getBeta1().convertToDouble(),
-                       .beta2 = o.getBeta2().convertToDouble(),
-                       .weight_decay = o.getWeightDecay().convertToDouble()});
-}
+// The optimizers of Optimizers.def onto their kernels, each hyperparameter
+// from the op's attribute of its name.
+#define TRAINMEM_HYPERPARAMETER(name)                                          \
+  , .name = o->getAttrOfType<FloatAttr>(#name).getValueAsDouble()
+#define TMRT_ONE_STATE_OPTIMIZER(kernel, Name, Step, parameters, arguments)    \
+  static LogicalResult lower##Name(Name##Op o, RuntimeCallBuilder &b) {        \
+    if (failed(b.requireF32(o, {o.getParam(), o.getM()},                       \
+                            "the runtime's " #kernel                           \
+                            " keeps its weight and state in")))                \
+      return failure();                                                        \
+    return b.emitContiguous(                                                   \
+        o, rt::kernel{.param = b.offset(o.getParam()),                         \
+                      .grad = b.offset(o.getGrad()),                           \
+                      .m = b.offset(o.getM()),                                 \
+                      .lr = b.offset(o.getLr()),                               \
+                      .new_param = b.offset(o.getNewParam()),                  \
+                      .new_m = b.offset(o.getNewM()),                          \
+                      .n = b.elements(o.getParam()) TMRT_FOR_EACH(             \
+                          TRAINMEM_HYPERPARAMETER, TMRT_UNPAREN(arguments))}); \
+  }                                                                            \
+  static LogicalResult lower##Name##8bit(Name##8bitOp o,                       \
+                                         RuntimeCallBuilder & b) {             \
+    if (failed(b.requireF32(o, o.getParam(),                                   \
+                            "the runtime's " #kernel " keeps its weight in"))) \
+      return failure();                                                        \
+    return b.emitContiguous(                                                   \
+        o, rt::kernel##_8bit{                                                  \
+               .param = b.offset(o.getParam()),                                \
+               .grad = b.offset(o.getGrad()),                                  \
+               .m_codes = b.offset(o.getMCodes()),                             \
+               .m_absmax = b.offset(o.getMAbsmax()),                           \
+               .lr = b.offset(o.getLr()),                                      \
+               .new_param = b.offset(o.getNewParam()),                         \
+               .new_m_codes = b.offset(o.getNewMCodes()),                      \
+               .new_m_absmax = b.offset(o.getNewMAbsmax()),                    \
+               .n = b.elements(o.getParam()),                                  \
+               .block = o.getBlockAttr().getInt() TMRT_FOR_EACH(               \
+                   TRAINMEM_HYPERPARAMETER, TMRT_UNPAREN(arguments))});        \
+  }
+#include "trainmem-runtime/Optimizers.def"
+#undef TRAINMEM_HYPERPARAMETER
 
 static LogicalResult lowerSophia(SophiaOp o, RuntimeCallBuilder &b) {
   if (failed(
@@ -1244,8 +1250,10 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<AdamW8bitOp, lowerAdamW8bit>(ctx);
     attach<SGD8bitOp, lowerSGD8bit>(ctx);
     attach<SGDOp, lowerSGD>(ctx);
-    attach<LionOp, lowerLion>(ctx);
-    attach<Lion8bitOp, lowerLion8bit>(ctx);
+#define TMRT_ONE_STATE_OPTIMIZER(kernel, Name, Step, parameters, arguments)    \
+  attach<Name##Op, lower##Name>(ctx);                                          \
+  attach<Name##8bitOp, lower##Name##8bit>(ctx);
+#include "trainmem-runtime/Optimizers.def"
     attach<SophiaOp, lowerSophia>(ctx);
     attach<Sophia8bitOp, lowerSophia8bit>(ctx);
     attach<HessianEMAOp, lowerHessianEMA>(ctx);

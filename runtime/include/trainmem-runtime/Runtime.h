@@ -411,17 +411,20 @@ void tmrt_sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                    int64_t new_param, int64_t new_codes, int64_t new_absmax,
                    int64_t n, int64_t block, double momentum,
                    double weight_decay, int64_t nesterov);
-/* Lion (trainmem/Support/AdamW.h, LionStep): one f32 momentum. */
-void tmrt_lion(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
-               int64_t lr, int64_t new_param, int64_t new_m, int64_t n,
-               double beta1, double beta2, double weight_decay);
-/* Lion on an 8-bit momentum (signed map), block by block; a non-finite
- * gradient element skips the whole tensor's update. */
-void tmrt_lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
-                    int64_t m_codes, int64_t m_absmax, int64_t lr,
-                    int64_t new_param, int64_t new_m_codes,
-                    int64_t new_m_absmax, int64_t n, int64_t block,
-                    double beta1, double beta2, double weight_decay);
+/* The optimizers of Optimizers.def (Lion: trainmem/Support/AdamW.h,
+ * LionStep): one f32 state m, or m on the signed 8-bit map, block by block;
+ * a non-finite gradient element skips the whole tensor's update. */
+#include "trainmem-runtime/ForEach.h"
+#define TMRT_ONE_STATE_OPTIMIZER(kernel, Name, Step, parameters, arguments)    \
+  void tmrt_##kernel(tmrt_context *ctx, int64_t param, int64_t grad,           \
+                     int64_t m, int64_t lr, int64_t new_param, int64_t new_m,  \
+                     int64_t n, TMRT_UNPAREN(parameters));                     \
+  void tmrt_##kernel##_8bit(tmrt_context *ctx, int64_t param, int64_t grad,    \
+                            int64_t m_codes, int64_t m_absmax, int64_t lr,     \
+                            int64_t new_param, int64_t new_m_codes,            \
+                            int64_t new_m_absmax, int64_t n, int64_t block,    \
+                            TMRT_UNPAREN(parameters));
+#include "trainmem-runtime/Optimizers.def"
 /* SophiaG (trainmem/Support/AdamW.h, SophiaStep): m is updated, h read
  * and copied to new_h (nothing when in place); batch: the step's tokens. */
 void tmrt_sophia(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,

@@ -2039,10 +2039,13 @@ void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
   });
 }
 
-template <typename T>
-void lionOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
-            int64_t lr, int64_t new_param, int64_t new_m, int64_t n,
-            double beta1, double beta2, double weight_decay) {
+/// An optimizer of Optimizers.def on f32 state: `update.apply(p, g, m,
+/// newParam, newM)` per element, or the parameter and the state carried
+/// over when a gradient is not finite.
+template <typename T, typename Step>
+void oneStateOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
+                int64_t new_param, int64_t new_m, int64_t n,
+                const Step &update) {
   const float *p = ctx->at<float>(param), *mv = ctx->at<float>(m);
   const T *g = ctx->at<T>(grad);
   float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m);
@@ -2051,8 +2054,6 @@ void lionOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
     std::memmove(nm, mv, n * 4);
     ctx->recordSkipped(param);
   } else {
-    const trainmem::LionStep update(*ctx->at<float>(lr), beta1, beta2,
-                                    weight_decay);
     elementwise(ctx, n, [&](int64_t i) {
       update.apply(p[i], g[i], mv[i], np[i], nm[i]);
     });
@@ -2061,24 +2062,27 @@ void lionOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   ctx->touch(new_m, n * 4);
 }
 
-void lion(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m, int64_t lr,
-          int64_t new_param, int64_t new_m, int64_t n, double beta1,
-          double beta2, double weight_decay) {
-  withFloatType(ctx, "lion", {grad}, [&](auto type) {
-    lionOf<decltype(type)>(ctx, param, grad, m, lr, new_param, new_m, n, beta1,
-                           beta2, weight_decay);
-  });
-}
-
-void lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
-               int64_t m_absmax, int64_t lr, int64_t new_param,
-               int64_t new_m_codes, int64_t new_m_absmax, int64_t n,
-               int64_t block, double beta1, double beta2, double weight_decay) {
-  oneSignedState8bit(
-      ctx, param, grad, m_codes, m_absmax, new_param, new_m_codes, new_m_absmax,
-      n, block,
-      trainmem::LionStep(*ctx->at<float>(lr), beta1, beta2, weight_decay));
-}
+#define TMRT_ONE_STATE_OPTIMIZER(kernel, Name, Step, parameters, arguments)    \
+  void kernel(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,       \
+              int64_t lr, int64_t new_param, int64_t new_m, int64_t n,         \
+              TMRT_UNPAREN(parameters)) {                                      \
+    const trainmem::Step update(*ctx->at<float>(lr), TMRT_UNPAREN(arguments)); \
+    withFloatType(ctx, #kernel, {grad}, [&](auto type) {                       \
+      oneStateOf<decltype(type)>(ctx, param, grad, m, new_param, new_m, n,     \
+                                 update);                                      \
+    });                                                                        \
+  }                                                                            \
+  void kernel##_8bit(tmrt_context *ctx, int64_t param, int64_t grad,           \
+                     int64_t m_codes, int64_t m_absmax, int64_t lr,            \
+                     int64_t new_param, int64_t new_m_codes,                   \
+                     int64_t new_m_absmax, int64_t n, int64_t block,           \
+                     TMRT_UNPAREN(parameters)) {                               \
+    oneSignedState8bit(                                                        \
+        ctx, param, grad, m_codes, m_absmax, new_param, new_m_codes,           \
+        new_m_absmax, n, block,                                                \
+        trainmem::Step(*ctx->at<float>(lr), TMRT_UNPAREN(arguments)));         \
+  }
+#include "trainmem-runtime/Optimizers.def"
 
 template <typename T>
 void sophiaOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,

@@ -1359,10 +1359,13 @@ void adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   });
 }
 
-template <typename T>
-void lionOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
-            int64_t lr, int64_t new_param, int64_t new_m, int64_t n,
-            double beta1, double beta2, double weight_decay) {
+/// An optimizer of Optimizers.def on f32 state: `update.apply(p, g, m,
+/// newParam, newM)` per element, or the parameter and the state carried
+/// over when a gradient is not finite.
+template <typename T, typename Step>
+void oneStateOf(tmrt_context *ctx, const char *kernel, int64_t param,
+                int64_t grad, int64_t m, int64_t new_param, int64_t new_m,
+                int64_t n, const Step &update) {
   const float *p = ctx->at<float>(param), *mv = ctx->at<float>(m);
   const T *g = ctx->at<T>(grad);
   float *np = ctx->at<float>(new_param), *nm = ctx->at<float>(new_m);
@@ -1373,10 +1376,7 @@ void lionOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
     copyArena(ctx, offsetOf(m), offsetOf(new_m), n * 4);
     ctx->recordSkipped(param);
   } else {
-    // The decay factor in double on the host, as the CPU kernel.
-    const trainmem::LionStep update(scalarAt<float>(ctx, lr), beta1, beta2,
-                                    weight_decay);
-    elementwise(ctx, "lion", n, [=] __device__(int64_t i) {
+    elementwise(ctx, kernel, n, [=] __device__(int64_t i) {
       float newParam, newM;
       update.apply(p[i], float(g[i]), mv[i], newParam, newM);
       np[i] = newParam;
@@ -1387,14 +1387,19 @@ void lionOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   ctx->touch(new_m, n * 4);
 }
 
-void lion(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m, int64_t lr,
-          int64_t new_param, int64_t new_m, int64_t n, double beta1,
-          double beta2, double weight_decay) {
-  withFloatType(ctx, "lion", {grad}, [&](auto type) {
-    lionOf<decltype(type)>(ctx, param, grad, m, lr, new_param, new_m, n, beta1,
-                           beta2, weight_decay);
-  });
-}
+// The f32 kernels of Optimizers.def (the 8-bit ones: CudaState.cu); the
+// step's scalars (a decay factor in double) on the host, as the CPU's.
+#define TMRT_ONE_STATE_OPTIMIZER(kernel, Name, Step, parameters, arguments)    \
+  void kernel(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,       \
+              int64_t lr, int64_t new_param, int64_t new_m, int64_t n,         \
+              TMRT_UNPAREN(parameters)) {                                      \
+    withFloatType(ctx, #kernel, {grad}, [&](auto type) {                       \
+      oneStateOf<decltype(type)>(                                              \
+          ctx, #kernel, param, grad, m, new_param, new_m, n,                   \
+          trainmem::Step(scalarAt<float>(ctx, lr), TMRT_UNPAREN(arguments)));  \
+    });                                                                        \
+  }
+#include "trainmem-runtime/Optimizers.def"
 
 template <typename T>
 void sophiaOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,

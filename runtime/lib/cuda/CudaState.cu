@@ -619,19 +619,22 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
   });
 }
 
-void lion_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
-               int64_t m_absmax, int64_t lr, int64_t new_param,
-               int64_t new_m_codes, int64_t new_m_absmax, int64_t n,
-               int64_t block, double beta1, double beta2, double weight_decay) {
-  block = trainmem::effectiveStateBlock(block, n);
-  withFloatType(ctx, "lion_8bit", {grad}, [&](auto type) {
-    oneSignedState8bitOf<decltype(type)>(
-        ctx, "lion_8bit", param, grad, m_codes, m_absmax, new_param,
-        new_m_codes, new_m_absmax, n, block,
-        trainmem::LionStep(scalarAt<float>(ctx, lr), beta1, beta2,
-                           weight_decay));
-  });
-}
+// The 8-bit kernels of Optimizers.def (the f32 ones: CudaBackend.cu).
+#define TMRT_ONE_STATE_OPTIMIZER(kernel, Name, Step, parameters, arguments)    \
+  void kernel##_8bit(tmrt_context *ctx, int64_t param, int64_t grad,           \
+                     int64_t m_codes, int64_t m_absmax, int64_t lr,            \
+                     int64_t new_param, int64_t new_m_codes,                   \
+                     int64_t new_m_absmax, int64_t n, int64_t block,           \
+                     TMRT_UNPAREN(parameters)) {                               \
+    block = trainmem::effectiveStateBlock(block, n);                           \
+    withFloatType(ctx, #kernel "_8bit", {grad}, [&](auto type) {               \
+      oneSignedState8bitOf<decltype(type)>(                                    \
+          ctx, #kernel "_8bit", param, grad, m_codes, m_absmax, new_param,     \
+          new_m_codes, new_m_absmax, n, block,                                 \
+          trainmem::Step(scalarAt<float>(ctx, lr), TMRT_UNPAREN(arguments)));  \
+    });                                                                        \
+  }
+#include "trainmem-runtime/Optimizers.def"
 
 void sophia_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                  int64_t m_codes, int64_t m_absmax, int64_t h_codes,

@@ -209,8 +209,6 @@ uint64_t CrossEntropyMergeGradOp::getFlops() {
 
 // Moments (5), bias corrections and sqrt/divide (4), decay and step (3).
 uint64_t AdamWOp::getFlops() { return mulCount(12, elems(getParam())); }
-// Interpolate (3), sign, decay and step (4), the new momentum (3).
-uint64_t LionOp::getFlops() { return mulCount(10, elems(getParam())); }
 // Momentum (3), ratio and clip (4), sign, decay and step (5).
 uint64_t SophiaOp::getFlops() { return mulCount(12, elems(getParam())); }
 // Square, two multiplies and an add.
@@ -250,8 +248,6 @@ uint64_t QuantizeOp::getFlops() { return mulCount(10, elems(getInput())); }
 uint64_t DequantizeOp::getFlops() { return elems(getResult()); }
 // Dequantize m and v (2), AdamW (12), absmax and requantize both (20).
 uint64_t AdamW8bitOp::getFlops() { return mulCount(34, elems(getParam())); }
-// Dequantize (1), Lion (10), absmax and requantize (10).
-uint64_t Lion8bitOp::getFlops() { return mulCount(21, elems(getParam())); }
 // Dequantize m and h (2), Sophia (12), absmax and requantize m (10).
 uint64_t Sophia8bitOp::getFlops() { return mulCount(24, elems(getParam())); }
 // Dequantize (1), SGD with momentum (6, 8 with nesterov), requantize (10).

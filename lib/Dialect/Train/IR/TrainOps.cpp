@@ -1313,20 +1313,6 @@ ParseResult AdamW8bitOp::parse(OpAsmParser &parser, OperationState &result) {
 
 void AdamW8bitOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
 
-ParseResult LionOp::parse(OpAsmParser &parser, OperationState &result) {
-  // param, grad, m, lr -> new_param, new_m
-  return parseOperandsAndTypes(parser, result, 4, {0, 2});
-}
-
-void LionOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
-
-ParseResult Lion8bitOp::parse(OpAsmParser &parser, OperationState &result) {
-  // param, grad, m codes, m absmax, lr -> new param, m codes, m absmax
-  return parseOperandsAndTypes(parser, result, 5, {0, 2, 3});
-}
-
-void Lion8bitOp::print(OpAsmPrinter &p) { printOperandsAndTypes(p, *this); }
-
 ParseResult SophiaOp::parse(OpAsmParser &parser, OperationState &result) {
   // param, grad, m, h, lr -> new_param, new_m, new_h
   return parseOperandsAndTypes(parser, result, 5, {0, 2, 3});
@@ -1354,24 +1340,29 @@ LogicalResult AdamWOp::verify() {
   return verifyAdamWAttrs(*this);
 }
 
-template <typename Op> static LogicalResult verifyLionAttrs(Op op) {
-  if (failed(verifyBeta(op, "beta1", op.getBeta1().convertToDouble())) ||
-      failed(verifyBeta(op, "beta2", op.getBeta2().convertToDouble())))
-    return failure();
-  if (!(op.getWeightDecay().convertToDouble() >= 0.0))
-    return op.emitOpError("weight_decay must be >= 0");
+/// The hyperparameters of a Train_OneStateOptimizer op, checked by name:
+/// betas in [0, 1), weight_decay >= 0, eps > 0; any other F64Attr finite.
+static LogicalResult verifyHyperparameters(Operation *op) {
+  for (NamedAttribute attr : op->getAttrs()) {
+    auto value = dyn_cast<FloatAttr>(attr.getValue());
+    if (!value)
+      continue;
+    StringRef name = attr.getName().getValue();
+    double v = value.getValueAsDouble();
+    if (name.starts_with("beta")) {
+      if (failed(verifyBeta(op, name, v)))
+        return failure();
+    } else if (name == "weight_decay") {
+      if (!(v >= 0.0))
+        return op->emitOpError("weight_decay must be >= 0");
+    } else if (name == "eps") {
+      if (failed(verifyEpsilon(op, v)))
+        return failure();
+    } else if (!std::isfinite(v)) {
+      return op->emitOpError() << name << " must be finite, got " << v;
+    }
+  }
   return success();
-}
-
-LogicalResult LionOp::verify() {
-  ArrayRef<int64_t> shape = getParam().getType().getShape();
-  for (Value state : {getGrad(), getM()})
-    if (rankedType(state).getShape() != shape)
-      return emitOpError("grad and m must have the parameter's shape ")
-             << shapeString(shape);
-  if (!getM().getType().getElementType().isF32())
-    return emitOpError("m must be f32");
-  return verifyLionAttrs(*this);
 }
 
 template <typename Op> static LogicalResult verifySophiaAttrs(Op op) {
@@ -1571,18 +1562,6 @@ LogicalResult AdamW8bitOp::verify() {
                       getParam().getType().getNumElements(), getMAbsmax());
 }
 
-LogicalResult Lion8bitOp::verify() {
-  ArrayRef<int64_t> shape = getParam().getType().getShape();
-  if (getGrad().getType().getShape() != shape ||
-      getMCodes().getType().getShape() != shape)
-    return emitOpError("grad and m codes must have the parameter's shape ")
-           << shapeString(shape);
-  if (failed(verifyLionAttrs(*this)))
-    return failure();
-  return verifyBlocks(*this, getBlockAttr().getInt(),
-                      getParam().getType().getNumElements(), getMAbsmax());
-}
-
 LogicalResult Sophia8bitOp::verify() {
   ArrayRef<int64_t> shape = getParam().getType().getShape();
   if (getGrad().getType().getShape() != shape ||
@@ -1641,6 +1620,47 @@ tiedOfUpdate(OptimizerUpdateOpInterface update, unsigned resultIndex) {
   return std::nullopt;
 }
 
+/// train.<optimizer> of a Train_OneStateOptimizer: grad and state shaped as
+/// the parameter, the state f32, the hyperparameters in range.
+static LogicalResult verifyOneStateUpdate(Operation *op, Value param,
+                                          Value grad, Value state) {
+  ArrayRef<int64_t> shape = rankedType(param).getShape();
+  for (Value value : {grad, state})
+    if (rankedType(value).getShape() != shape)
+      return op->emitOpError("grad and m must have the parameter's shape ")
+             << shapeString(shape);
+  if (!rankedType(state).getElementType().isF32())
+    return op->emitOpError("m must be f32");
+  return verifyHyperparameters(op);
+}
+
+/// Its 8-bit form: codes shaped as the parameter, one absmax per block.
+static LogicalResult verifyOneState8bitUpdate(Operation *op, Value param,
+                                              Value grad, Value codes,
+                                              Value absmax, int64_t block) {
+  ArrayRef<int64_t> shape = rankedType(param).getShape();
+  if (rankedType(grad).getShape() != shape ||
+      rankedType(codes).getShape() != shape)
+    return op->emitOpError("grad and m codes must have the parameter's shape ")
+           << shapeString(shape);
+  if (failed(verifyHyperparameters(op)))
+    return failure();
+  return verifyBlocks(op, block, rankedType(param).getNumElements(), absmax);
+}
+
+/// The 8-bit form's attributes: the update's hyperparameters and `block`.
+template <typename OpT>
+static SmallVector<NamedAttribute>
+hyperparametersWithBlock(OpT op, OpBuilder &builder, int64_t block) {
+  SmallVector<NamedAttribute> attrs;
+  for (StringRef name : OpT::getAttributeNames())
+    if (Attribute value = op->getAttr(name))
+      attrs.push_back(builder.getNamedAttr(name, value));
+  attrs.push_back(
+      builder.getNamedAttr("block", builder.getI64IntegerAttr(block)));
+  return attrs;
+}
+
 std::optional<unsigned> AddOp::getTiedResultOperandIndex(unsigned) {
   // train-unroll-accum's running sum: written over, as the rolled loop's
   // accumulator is.
@@ -1684,32 +1704,6 @@ SmallVector<OptimizerStateUse> AdamW8bitOp::getStateUses() {
 }
 std::optional<unsigned>
 AdamW8bitOp::getTiedResultOperandIndex(unsigned result) {
-  return tiedOfUpdate(*this, result);
-}
-
-// Lion: param, grad, m, lr -> new param, m.
-SmallVector<OptimizerStateUse> LionOp::getStateUses() {
-  return {{StateKind::m, StatePart::value, 2, 1}};
-}
-std::optional<unsigned> LionOp::getTiedResultOperandIndex(unsigned result) {
-  return tiedOfUpdate(*this, result);
-}
-Operation *LionOp::buildBlockwise8bit(OpBuilder &builder, ValueRange codes,
-                                      ValueRange absmax, int64_t block) {
-  return Lion8bitOp::create(
-      builder, getLoc(), getParam().getType(), codes[0].getType(),
-      absmax[0].getType(), getParam(), getGrad(), codes[0], absmax[0], getLr(),
-      getBeta1Attr(), getBeta2Attr(), getWeightDecayAttr(),
-      builder.getI64IntegerAttr(block));
-}
-
-// Lion on an 8-bit momentum: param, grad, m codes, m absmax, lr -> new
-// param, codes, absmax.
-SmallVector<OptimizerStateUse> Lion8bitOp::getStateUses() {
-  return {{StateKind::m, StatePart::codes, 2, 1},
-          {StateKind::m, StatePart::absmax, 3, 2}};
-}
-std::optional<unsigned> Lion8bitOp::getTiedResultOperandIndex(unsigned result) {
   return tiedOfUpdate(*this, result);
 }
 

@@ -132,14 +132,16 @@ static const OptimizerInfo kOptimizers[] = {
     {"adamw",
      "AdamW: Adam with decoupled weight decay (Loshchilov & Hutter 2019)",
      OptimizerDefaults{}, kAdamWOptions, kAdamWStates, "train.adamw",
-     "train.adamw_8bit", buildAdamW},
+     "train.adamw_8bit", buildAdamW, /*hessianStep=*/false,
+     /*deepSpeedType=*/"AdamW", /*megatronName=*/"adam"},
     {"lion",
      "Lion: the sign of an interpolated momentum, one state (Chen et al. "
      "2023)",
      // The paper's betas; its learning rate 3-10x below AdamW's; weight
      // decay off as in its reference implementation.
      OptimizerDefaults{1.0e-4, 0.9, 0.99, 1.0e-8, 0.0}, kLionOptions,
-     kLionStates, "train.lion", "train.lion_8bit", buildLion},
+     kLionStates, "train.lion", "train.lion_8bit", buildLion,
+     /*hessianStep=*/false, /*deepSpeedType=*/"Lion" /* its FusedLion */},
     {"sgd", "SGD, with (Nesterov) momentum when momentum > 0",
      OptimizerDefaults{}, kSGDOptions, kSGDStates, "train.sgd",
      "train.sgd_8bit", buildSGD},

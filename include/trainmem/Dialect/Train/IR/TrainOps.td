@@ -1529,68 +1529,155 @@ def Train_SGD8bitOp : Train_NonDiffOp<"sgd_8bit", [
   let hasVerifier = 1;
 }
 
-def Train_LionOp : Train_NonDiffOp<"lion",
-    [DeclareOpInterfaceMethods<Train_TiedOpInterface>,
-     DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface, ["buildBlockwise8bit"]>,
-     AllTypesMatch<["param", "new_param"]>, AllTypesMatch<["m", "new_m"]>]> {
-  let summary = "one Lion update (sign of the interpolated momentum)";
-  let description = [{
-    Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
-    Algorithms"): `c = β1 m + (1-β1) g`,
-    `p' = p - lr · (sign(c) + wd · p)`, `m' = β2 m + (1-β2) g`, evaluated
-    in f32 as `p' = (1 - lr·wd) p - lr · sign(c)` (the decay factor in f64
-    once per tensor; `sign(0) = 0`). One state tensor, `m` (f32): half of
-    AdamW's. A gradient with an element that is not finite leaves the
-    parameter and `m` as they are.
+// An optimizer with one f32 state tensor per parameter (`stateKind`, on
+// the signed 8-bit map when quantized): `Name`Op (train.`mnemonic`:
+// param, grad, state, lr -> new param, new state) and its fused 8-bit form
+// `Name`8bitOp (train.`mnemonic`_8bit: the state as codes and one absmax
+// per block), with the hyperparameters `hyper` (F64Attrs, checked by name:
+// verifyHyperparameters), the verifiers, the state and tied-result models,
+// the 8-bit rewrite and the cost (`flops`, `flops8bit` per element). The
+// kernels, the reference evaluator and the lowering come from the entry
+// TMRT_ONE_STATE_OPTIMIZER(`mnemonic`, `Name`, ...) of
+// trainmem-runtime/Optimizers.def; the registry entry
+// (OptimizerRegistry.cpp) makes it an `optimizer=`.
+multiclass Train_OneStateOptimizer<string mnemonic, string name,
+                                   string summaryText, dag hyper,
+                                   string exampleAttrs, string stateKind,
+                                   int flops, int flops8bit> {
+  def Op : Train_NonDiffOp<mnemonic,
+      [DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+       DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface,
+                                 ["buildBlockwise8bit"]>,
+       AllTypesMatch<["param", "new_param"]>, AllTypesMatch<["m", "new_m"]>]> {
+    let summary = summaryText;
+    let description = [{
+      One state tensor, `m` (f32). A gradient with an element that is not
+      finite leaves the parameter and `m` as they are. Its 8-bit form is
+      `train.}] # mnemonic # [{_8bit`.
 
-    ```mlir
-    %p2, %m2 = train.lion %p, %g, %m, %lr
-        {beta1 = 0.9 : f64, beta2 = 0.99 : f64, weight_decay = 0.1 : f64}
-        : tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<f32>
-    ```
-  }];
-  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
-                       Train_FloatTensor:$m, Train_F32Scalar:$lr,
-                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$weight_decay);
-  let results = (outs Train_FloatTensor:$new_param, Train_FloatTensor:$new_m);
-  // `<operands> attr-dict : <their types>`, as `train.adamw`.
-  let hasCustomAssemblyFormat = 1;
-  let hasVerifier = 1;
+      ```mlir
+      %p2, %m2 = train.}] # mnemonic # [{ %p, %g, %m, %lr
+          }] # exampleAttrs # [{
+          : tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<f32>
+      ```
+    }];
+    let arguments = !con((ins Train_FloatTensor:$param,
+                              Train_FloatTensor:$grad, Train_FloatTensor:$m,
+                              Train_F32Scalar:$lr), hyper);
+    let results = (outs Train_FloatTensor:$new_param,
+                        Train_FloatTensor:$new_m);
+    // `<operands> attr-dict : <their types>`, as `train.adamw`.
+    let hasCustomAssemblyFormat = 1;
+    let hasVerifier = 1;
+    let extraClassDefinition = [{
+      ::mlir::ParseResult $cppClass::parse(::mlir::OpAsmParser &parser,
+                                           ::mlir::OperationState &result) {
+        return parseOperandsAndTypes(parser, result, 4, {0, 2});
+      }
+      void $cppClass::print(::mlir::OpAsmPrinter &p) {
+        printOperandsAndTypes(p, *this);
+      }
+      ::mlir::LogicalResult $cppClass::verify() {
+        return verifyOneStateUpdate(*this, getParam(), getGrad(), getM());
+      }
+      ::llvm::SmallVector<::mlir::train::OptimizerStateUse>
+      $cppClass::getStateUses() {
+        return {{StateKind::}] # stateKind # [{, StatePart::value, 2, 1}};
+      }
+      std::optional<unsigned>
+      $cppClass::getTiedResultOperandIndex(unsigned result) {
+        return tiedOfUpdate(*this, result);
+      }
+      ::mlir::Operation *$cppClass::buildBlockwise8bit(
+          ::mlir::OpBuilder &builder, ::mlir::ValueRange codes,
+          ::mlir::ValueRange absmax, int64_t block) {
+        return }] # name # [{8bitOp::create(builder, getLoc(),
+            ::mlir::TypeRange{getParam().getType(), codes[0].getType(),
+                              absmax[0].getType()},
+            ::mlir::ValueRange{getParam(), getGrad(), codes[0], absmax[0],
+                               getLr()},
+            hyperparametersWithBlock(*this, builder, block));
+      }
+      uint64_t $cppClass::getFlops() {
+        return ::mlir::train::mulCount(}] # flops # [{,
+            ::mlir::train::getNumElements(getParam().getType()));
+      }
+    }];
+  }
+
+  def 8bitOp : Train_NonDiffOp<mnemonic # "_8bit", [
+      DeclareOpInterfaceMethods<Train_TiedOpInterface>,
+      DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
+      AllTypesMatch<["param", "new_param"]>,
+      AllTypesMatch<["m_codes", "new_m_codes"]>,
+      AllTypesMatch<["m_absmax", "new_m_absmax"]>]> {
+    let summary = "train." # mnemonic # " on a block-wise 8-bit state, fused";
+    let description = [{
+      The update of `train.}] # mnemonic # [{`, its state stored as codes of
+      the signed dynamic map plus one f32 absmax per block: one block at a
+      time, dequantize, update in f32, find the new absmax, requantize. A
+      non-finite gradient element leaves the parameter and the state as
+      they are.
+
+      ```mlir
+      %p2, %c2, %a2 = train.}] # mnemonic # [{_8bit %p, %g, %codes, %absmax, %lr
+          {..., block = 256 : i64}
+          : tensor<4096xf32>, tensor<4096xf32>, tensor<4096xi8>,
+            tensor<16xf32>, tensor<f32>
+      ```
+    }];
+    let arguments = !con((ins Train_FloatTensor:$param,
+                              Train_FloatTensor:$grad,
+                              Train_StaticTensorOf<[I8]>:$m_codes,
+                              Train_StaticTensorOf<[F32]>:$m_absmax,
+                              Train_F32Scalar:$lr), hyper,
+                         (ins I64Attr:$block));
+    let results = (outs Train_FloatTensor:$new_param,
+                        Train_StaticTensorOf<[I8]>:$new_m_codes,
+                        Train_StaticTensorOf<[F32]>:$new_m_absmax);
+    let hasCustomAssemblyFormat = 1;
+    let hasVerifier = 1;
+    let extraClassDefinition = [{
+      ::mlir::ParseResult $cppClass::parse(::mlir::OpAsmParser &parser,
+                                           ::mlir::OperationState &result) {
+        return parseOperandsAndTypes(parser, result, 5, {0, 2, 3});
+      }
+      void $cppClass::print(::mlir::OpAsmPrinter &p) {
+        printOperandsAndTypes(p, *this);
+      }
+      ::mlir::LogicalResult $cppClass::verify() {
+        return verifyOneState8bitUpdate(*this, getParam(), getGrad(),
+                                        getMCodes(), getMAbsmax(),
+                                        getBlockAttr().getInt());
+      }
+      ::llvm::SmallVector<::mlir::train::OptimizerStateUse>
+      $cppClass::getStateUses() {
+        return {{StateKind::}] # stateKind # [{, StatePart::codes, 2, 1},
+                {StateKind::}] # stateKind # [{, StatePart::absmax, 3, 2}};
+      }
+      std::optional<unsigned>
+      $cppClass::getTiedResultOperandIndex(unsigned result) {
+        return tiedOfUpdate(*this, result);
+      }
+      uint64_t $cppClass::getFlops() {
+        return ::mlir::train::mulCount(}] # flops8bit # [{,
+            ::mlir::train::getNumElements(getParam().getType()));
+      }
+    }];
+  }
 }
 
-def Train_Lion8bitOp : Train_NonDiffOp<"lion_8bit", [
-    DeclareOpInterfaceMethods<Train_TiedOpInterface>,
-    DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
-    AllTypesMatch<["param", "new_param"]>,
-    AllTypesMatch<["m_codes", "new_m_codes"]>,
-    AllTypesMatch<["m_absmax", "new_m_absmax"]>]> {
-  let summary = "Lion on a block-wise 8-bit momentum, fused";
-  let description = [{
-    The update of `train.lion`, its momentum stored as codes of the signed
-    dynamic map plus one f32 absmax per block: one block at a time,
-    dequantize, update in f32, find the new absmax, requantize. A
-    non-finite gradient element leaves the parameter and momentum as they
-    are.
-
-    ```mlir
-    %p2, %c2, %a2 = train.lion_8bit %p, %g, %codes, %absmax, %lr
-        {beta1 = 0.9 : f64, beta2 = 0.99 : f64, weight_decay = 0.0 : f64,
-         block = 256 : i64}
-        : tensor<4096xf32>, tensor<4096xf32>, tensor<4096xi8>, tensor<16xf32>,
-          tensor<f32>
-    ```
-  }];
-  let arguments = (ins Train_FloatTensor:$param, Train_FloatTensor:$grad,
-                       Train_StaticTensorOf<[I8]>:$m_codes,
-                       Train_StaticTensorOf<[F32]>:$m_absmax,
-                       Train_F32Scalar:$lr, F64Attr:$beta1, F64Attr:$beta2,
-                       F64Attr:$weight_decay, I64Attr:$block);
-  let results = (outs Train_FloatTensor:$new_param,
-                      Train_StaticTensorOf<[I8]>:$new_m_codes,
-                      Train_StaticTensorOf<[F32]>:$new_m_absmax);
-  let hasCustomAssemblyFormat = 1;
-  let hasVerifier = 1;
-}
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
+// Algorithms"): `c = β1 m + (1-β1) g`, `p' = p - lr · (sign(c) + wd · p)`,
+// `m' = β2 m + (1-β2) g`, evaluated in f32 as `p' = (1 - lr·wd) p - lr ·
+// sign(c)` (the decay factor in f64 once per tensor; `sign(0) = 0`).
+defm Train_Lion : Train_OneStateOptimizer<"lion", "Lion",
+    "one Lion update (sign of the interpolated momentum)",
+    (ins F64Attr:$beta1, F64Attr:$beta2, F64Attr:$weight_decay),
+    "{beta1 = 0.9 : f64, beta2 = 0.99 : f64, weight_decay = 0.1 : f64}",
+    // Interpolate (3), sign, decay and step (4), the new momentum (3); the
+    // 8-bit form: dequantize (1), Lion (10), absmax and requantize (10).
+    "m", /*flops=*/10, /*flops8bit=*/21>;
 
 def Train_SophiaOp : Train_NonDiffOp<"sophia",
     [DeclareOpInterfaceMethods<Train_TiedOpInterface>,

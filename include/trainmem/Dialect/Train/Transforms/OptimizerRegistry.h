@@ -109,6 +109,11 @@ struct OptimizerInfo {
   /// second function refreshes every hessian-interval steps (Sophia's h):
   /// train-autodiff builds that function (#train.hessian_step).
   bool hessianStep = false;
+  /// Its name in the frameworks the planner exports to: DeepSpeed's
+  /// optimizer `type` ("" where DeepSpeed has none) and Megatron-LM's
+  /// `--optimizer` ("" where it has none).
+  llvm::StringRef deepSpeedType = "";
+  llvm::StringRef megatronName = "";
 
   /// Whether it reads `option`.
   bool reads(OptimizerOption option) const {

@@ -337,6 +337,14 @@ struct OpKernels {
   template <typename Step> void oneState(Operation *op, const Step &step);
   template <typename Step>
   void oneState8bit(Operation *op, const Step &step, int64_t block);
+  template <typename Apply>
+  void twoState8bit(Operation *op, int64_t block, bool secondUpdated,
+                    Apply apply);
+  void setQuantized(Value codes, Value absmax,
+                    const std::vector<int64_t> &shape,
+                    const std::vector<int64_t> &absmaxShape,
+                    const trainmem::DynamicMap &map,
+                    const std::vector<float> &values, int64_t block);
   void sophia(SophiaOp op);
   void sophia8bit(Sophia8bitOp op);
   void clip(ClipGradNormOp op);
@@ -847,83 +855,24 @@ void OpKernels::dequantize(DequantizeOp op) {
 }
 
 void OpKernels::adamw8bit(AdamW8bitOp op) {
-  const RefTensor &p = get(op.getParam());
-  const RefTensor &g = get(op.getGrad());
-  const RefTensor &mc = get(op.getMCodes()), &ma = get(op.getMAbsmax());
-  const RefTensor &vc = get(op.getVCodes()), &va = get(op.getVAbsmax());
-  if (!allFinite(g)) {
-    state.noteSkippedUpdate(op.getParam());
-    set(op.getNewParam(), p);
-    set(op.getNewMCodes(), mc);
-    set(op.getNewMAbsmax(), ma);
-    set(op.getNewVCodes(), vc);
-    set(op.getNewVAbsmax(), va);
-    return;
-  }
   trainmem::AdamWStep step(get(op.getLr()).scalarFloat(),
                            op.getBeta1().convertToDouble(),
                            op.getBeta2().convertToDouble(),
                            op.getEpsilon().convertToDouble(),
                            op.getWeightDecay().convertToDouble(),
                            get(op.getStep()).scalarInt());
-  const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
-  const trainmem::DynamicMap &vMap = trainmem::unsignedDynamicMap();
-  int64_t n = p.numElements(), block = op.getBlockAttr().getInt();
-  RefTensor np = RefTensor::zeros(p.shape);
-  std::vector<float> newM(n), newV(n);
-  for (int64_t i = 0; i < n; ++i)
-    step.apply(p.floats[i], g.floats[i],
-               trainmem::dequantizeValue(mMap, codeAt(mc, i), ma.floats[i / block]),
-               trainmem::dequantizeValue(vMap, codeAt(vc, i), va.floats[i / block]),
-               np.floats[i], newM[i], newV[i]);
-  std::vector<uint8_t> mCodes(n), vCodes(n);
-  std::vector<float> mAbsmax(ma.floats.size()), vAbsmax(va.floats.size());
-  trainmem::quantizeBlockwise(mMap, newM.data(), n, block, mCodes.data(),
-                              mAbsmax.data());
-  trainmem::quantizeBlockwise(vMap, newV.data(), n, block, vCodes.data(),
-                              vAbsmax.data());
-  set(op.getNewParam(), std::move(np));
-  set(op.getNewMCodes(),
-      RefTensor::ofInts(p.shape, std::vector<int64_t>(mCodes.begin(), mCodes.end())));
-  set(op.getNewMAbsmax(), RefTensor::ofFloats(ma.shape, std::move(mAbsmax)));
-  set(op.getNewVCodes(),
-      RefTensor::ofInts(p.shape, std::vector<int64_t>(vCodes.begin(), vCodes.end())));
-  set(op.getNewVAbsmax(), RefTensor::ofFloats(va.shape, std::move(vAbsmax)));
+  twoState8bit(op, op.getBlockAttr().getInt(), /*secondUpdated=*/true,
+               [&](float p, float g, float m, float v, float &np, float &nm,
+                   float &nv) { step.apply(p, g, m, v, np, nm, nv); });
 }
 
 void OpKernels::sgd8bit(SGD8bitOp op) {
-  const RefTensor &p = get(op.getParam());
-  const RefTensor &g = get(op.getGrad());
-  const RefTensor &codes = get(op.getCodes()), &absmax = get(op.getAbsmax());
-  if (!allFinite(g)) {
-    state.noteSkippedUpdate(op.getParam());
-    set(op.getNewParam(), p);
-    set(op.getNewCodes(), codes);
-    set(op.getNewAbsmax(), absmax);
-    return;
-  }
-  trainmem::SGDMomentumStep step{get(op.getLr()).scalarFloat(),
-                                 op.getMomentum().convertToDouble(),
-                                 op.getWeightDecay().convertToDouble(),
-                                 op.getNesterov()};
-  const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
-  int64_t n = p.numElements(), block = op.getBlockAttr().getInt();
-  RefTensor np = RefTensor::zeros(p.shape);
-  std::vector<float> buffer(n);
-  for (int64_t i = 0; i < n; ++i)
-    step.apply(p.floats[i], g.floats[i],
-               trainmem::dequantizeValue(map, codeAt(codes, i),
-                                         absmax.floats[i / block]),
-               np.floats[i], buffer[i]);
-  std::vector<uint8_t> newCodes(n);
-  std::vector<float> newAbsmax(absmax.floats.size());
-  trainmem::quantizeBlockwise(map, buffer.data(), n, block, newCodes.data(),
-                              newAbsmax.data());
-  set(op.getNewParam(), std::move(np));
-  set(op.getNewCodes(),
-      RefTensor::ofInts(p.shape,
-                        std::vector<int64_t>(newCodes.begin(), newCodes.end())));
-  set(op.getNewAbsmax(), RefTensor::ofFloats(absmax.shape, std::move(newAbsmax)));
+  oneState8bit(op,
+               trainmem::SGDMomentumStep{get(op.getLr()).scalarFloat(),
+                                         op.getMomentum().convertToDouble(),
+                                         op.getWeightDecay().convertToDouble(),
+                                         op.getNesterov()},
+               op.getBlockAttr().getInt());
 }
 
 /// An optimizer of Optimizers.def on f32 state: param, grad, m, lr -> new
@@ -971,16 +920,66 @@ void OpKernels::oneState8bit(Operation *op, const Step &step, int64_t block) {
                trainmem::dequantizeValue(map, codeAt(codes, i),
                                          absmax.floats[i / block]),
                np.floats[i], updated[i]);
-  std::vector<uint8_t> newCodes(n);
-  std::vector<float> newAbsmax(absmax.floats.size());
-  trainmem::quantizeBlockwise(map, updated.data(), n, block, newCodes.data(),
-                              newAbsmax.data());
   set(op->getResult(0), std::move(np));
-  set(op->getResult(1),
-      RefTensor::ofInts(
-          p.shape, std::vector<int64_t>(newCodes.begin(), newCodes.end())));
-  set(op->getResult(2),
-      RefTensor::ofFloats(absmax.shape, std::move(newAbsmax)));
+  setQuantized(op->getResult(1), op->getResult(2), p.shape, absmax.shape, map,
+               updated, block);
+}
+
+/// `values` quantized block-wise on `map` into the results `codes` (shaped
+/// as the parameter) and `absmax`.
+void OpKernels::setQuantized(Value codes, Value absmax,
+                             const std::vector<int64_t> &shape,
+                             const std::vector<int64_t> &absmaxShape,
+                             const trainmem::DynamicMap &map,
+                             const std::vector<float> &values, int64_t block) {
+  int64_t n = static_cast<int64_t>(values.size());
+  std::vector<uint8_t> newCodes(n);
+  std::vector<float> newAbsmax(RefTensor::zeros(absmaxShape).numElements());
+  trainmem::quantizeBlockwise(map, values.data(), n, block, newCodes.data(),
+                              newAbsmax.data());
+  set(codes, RefTensor::ofInts(shape, std::vector<int64_t>(newCodes.begin(),
+                                                           newCodes.end())));
+  set(absmax, RefTensor::ofFloats(absmaxShape, std::move(newAbsmax)));
+}
+
+/// An 8-bit update with two states (AdamW's m and v, Sophia's m and h):
+/// param, grad, m codes, m absmax, s codes, s absmax, ... -> new param, m
+/// codes, m absmax, s codes, s absmax; m on the signed map, s on the
+/// unsigned one; s carried over as it is unless `secondUpdated`.
+template <typename Apply>
+void OpKernels::twoState8bit(Operation *op, int64_t block, bool secondUpdated,
+                             Apply apply) {
+  const RefTensor &p = get(op->getOperand(0));
+  const RefTensor &g = get(op->getOperand(1));
+  const RefTensor &mc = get(op->getOperand(2)), &ma = get(op->getOperand(3));
+  const RefTensor &sc = get(op->getOperand(4)), &sa = get(op->getOperand(5));
+  if (!secondUpdated || !allFinite(g)) {
+    set(op->getResult(3), sc);
+    set(op->getResult(4), sa);
+  }
+  if (!allFinite(g)) {
+    state.noteSkippedUpdate(op->getOperand(0));
+    set(op->getResult(0), p);
+    set(op->getResult(1), mc);
+    set(op->getResult(2), ma);
+    return;
+  }
+  const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
+  const trainmem::DynamicMap &sMap = trainmem::unsignedDynamicMap();
+  int64_t n = p.numElements();
+  RefTensor np = RefTensor::zeros(p.shape);
+  std::vector<float> newM(n), newS(n);
+  for (int64_t i = 0; i < n; ++i)
+    apply(p.floats[i], g.floats[i],
+          trainmem::dequantizeValue(mMap, codeAt(mc, i), ma.floats[i / block]),
+          trainmem::dequantizeValue(sMap, codeAt(sc, i), sa.floats[i / block]),
+          np.floats[i], newM[i], newS[i]);
+  set(op->getResult(0), std::move(np));
+  setQuantized(op->getResult(1), op->getResult(2), p.shape, ma.shape, mMap,
+               newM, block);
+  if (secondUpdated)
+    setQuantized(op->getResult(3), op->getResult(4), p.shape, sa.shape, sMap,
+                 newS, block);
 }
 
 void OpKernels::sophia(SophiaOp op) {
@@ -1007,43 +1006,14 @@ void OpKernels::sophia(SophiaOp op) {
 }
 
 void OpKernels::sophia8bit(Sophia8bitOp op) {
-  const RefTensor &p = get(op.getParam());
-  const RefTensor &g = get(op.getGrad());
-  const RefTensor &mc = get(op.getMCodes()), &ma = get(op.getMAbsmax());
-  const RefTensor &hc = get(op.getHCodes()), &ha = get(op.getHAbsmax());
-  set(op.getNewHCodes(), hc);
-  set(op.getNewHAbsmax(), ha);
-  if (!allFinite(g)) {
-    state.noteSkippedUpdate(op.getParam());
-    set(op.getNewParam(), p);
-    set(op.getNewMCodes(), mc);
-    set(op.getNewMAbsmax(), ma);
-    return;
-  }
   trainmem::SophiaStep step(
       get(op.getLr()).scalarFloat(), op.getBeta1().convertToDouble(),
       op.getRho().convertToDouble(), op.getBatch(),
       op.getEpsilon().convertToDouble(), op.getWeightDecay().convertToDouble());
-  const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
-  const trainmem::DynamicMap &hMap = trainmem::unsignedDynamicMap();
-  int64_t n = p.numElements(), block = op.getBlockAttr().getInt();
-  RefTensor np = RefTensor::zeros(p.shape);
-  std::vector<float> momentum(n);
-  for (int64_t i = 0; i < n; ++i)
-    step.apply(
-        p.floats[i], g.floats[i],
-        trainmem::dequantizeValue(mMap, codeAt(mc, i), ma.floats[i / block]),
-        trainmem::dequantizeValue(hMap, codeAt(hc, i), ha.floats[i / block]),
-        np.floats[i], momentum[i]);
-  std::vector<uint8_t> newCodes(n);
-  std::vector<float> newAbsmax(ma.floats.size());
-  trainmem::quantizeBlockwise(mMap, momentum.data(), n, block, newCodes.data(),
-                              newAbsmax.data());
-  set(op.getNewParam(), std::move(np));
-  set(op.getNewMCodes(),
-      RefTensor::ofInts(
-          p.shape, std::vector<int64_t>(newCodes.begin(), newCodes.end())));
-  set(op.getNewMAbsmax(), RefTensor::ofFloats(ma.shape, std::move(newAbsmax)));
+  // h is read (its Hessian step refreshes it), m updated.
+  twoState8bit(op, op.getBlockAttr().getInt(), /*secondUpdated=*/false,
+               [&](float p, float g, float m, float h, float &np, float &nm,
+                   float &) { step.apply(p, g, m, h, np, nm); });
 }
 
 void OpKernels::sgd(SGDOp op) {

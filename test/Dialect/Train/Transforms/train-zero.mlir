@@ -1,33 +1,38 @@
+// The input is the step train-autodiff makes of the forward below, checked
+// in (Inputs/steps/train-zero.mlir, and -clip.mlir with clip-norm=1.0;
+// scripts/regen-pass-inputs.sh writes them again), so that these tests run
+// train-zero alone.
+//
 // Stage 0 (plain data parallel): every gradient the optimizer reads is
 // averaged over the ranks by an all-reduce on the grid, before clipping,
 // in buckets in the order the backward produces the gradients.
-// RUN: trainmem-opt %s -split-input-file -train-autodiff="clip-norm=1.0" -train-zero="ranks=4 bucket=600" | FileCheck %s
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 bucket=100" | FileCheck %s --check-prefix=SMALL
+// RUN: trainmem-opt %S/Inputs/steps/train-zero-clip.mlir -train-zero="ranks=4 bucket=600" | FileCheck %s
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4 bucket=100" | FileCheck %s --check-prefix=SMALL
 //
 // One rank is the step as it is.
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -o %t.plain.mlir
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=1 stage=3" -o %t.one.mlir
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -o %t.plain.mlir
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=1 stage=3" -o %t.one.mlir
 // RUN: diff %t.plain.mlir %t.one.mlir
 //
 // The memory report counts what the collectives send, from the IR: Ψ = 256
 // parameters on N = 4 ranks, 2Ψ(N-1)/N = 384 elements of f32 per rank.
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4" -train-memory-report=format=json -o /dev/null | FileCheck %s --check-prefix=JSON
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4" -train-memory-report=format=json -o /dev/null | FileCheck %s --check-prefix=JSON
 //
 // Stage 1: the optimizer state is the rank's shard (128 elements on 4
 // ranks: 32; on 3 ranks padded to 129: 43); the gradient is reduce-scattered
 // (averaged) into the rank's shard, the rank updates its slice of the
 // weights and the new weights are all-gathered.
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=1" | FileCheck %s --check-prefix=STAGE1
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=3 stage=1" | FileCheck %s --check-prefix=PADDED
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=1" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT1
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4 stage=1" | FileCheck %s --check-prefix=STAGE1
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=3 stage=1" | FileCheck %s --check-prefix=PADDED
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4 stage=1" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT1
 //
 // Stage 2: each gradient is reduce-scattered as soon as the backward has
 // completed its bucket (here one gradient per bucket), not before the
 // update; the full gradient dies there and the rank keeps its shard (a new
 // value, not tied to the full gradient's buffer as at stage 1).
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=2 bucket=100" | FileCheck %s --check-prefix=STAGE2
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=2" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT2
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4 stage=2 bucket=100" | FileCheck %s --check-prefix=STAGE2
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4 stage=2" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT2
 //
 // Stage 3: the weights are shards too (train.shard_of), each gathered right
 // before the op that reads it, again before its backward use, and dead
@@ -37,10 +42,10 @@
 // blocks) ahead. The update writes the new shard; nothing is
 // gathered after it. On 3 ranks the padding (128 -> 129 elements per
 // tensor) shows in the report.
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=3 prefetch=0" | FileCheck %s --check-prefix=STAGE3
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=3 prefetch=0" | FileCheck %s --check-prefix=FREE
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=4 stage=3" | FileCheck %s --check-prefix=PREFETCH
-// RUN: trainmem-opt %s -split-input-file -train-autodiff -train-zero="ranks=3 stage=3" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT3
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4 stage=3 prefetch=0" | FileCheck %s --check-prefix=STAGE3
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4 stage=3 prefetch=0" | FileCheck %s --check-prefix=FREE
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=4 stage=3" | FileCheck %s --check-prefix=PREFETCH
+// RUN: trainmem-opt %S/Inputs/steps/train-zero.mlir -train-zero="ranks=3 stage=3" -train-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT3
 
 // CHECK: shard.grid @dp(shape = 4)
 // CHECK-LABEL: func.func @train_step

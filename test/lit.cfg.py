@@ -90,6 +90,7 @@ config.substitutions.append(
          "-Wno-ambiguous-reversed-operator", "-Werror=reorder-init-list"] +
         ["-I" + d for d in config.mlir_include_dir.split(";") if d] +
         ["-I" + os.path.join(config.trainmem_src_root, "include"),
+         "-I" + os.path.join(config.trainmem_src_root, "runtime", "include"),
          "-I" + os.path.join(config.trainmem_obj_root, "include")])))
 
 # The CUDA backend: "cuda" where the runtime is built with it, "cuda-device"

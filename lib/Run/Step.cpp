@@ -51,6 +51,9 @@ template <> struct ParameterCode<double> {
 template <> struct ParameterCode<const double *> {
   static constexpr char value = 'p';
 };
+template <> struct ParameterCode<const tmrt_attention_shape *> {
+  static constexpr char value = 's';
+};
 template <typename... Args>
 constexpr bool matchesSignature(void (*)(Args...), const char *signature) {
   constexpr char codes[] = {ParameterCode<Args>::value..., '\0'};

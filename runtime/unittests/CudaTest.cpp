@@ -711,16 +711,20 @@ TEST(Cuda, AttentionMatchesTheCpu) {
   fillNormal(input, v, nv, 42);
   fillNormal(input, dout, no, 43);
   const double slopes[H] = {0.25, 0.0625, 0.015625, 0.00390625};
+  tmrt_attention_shape shape = {};
+  shape.batch = B, shape.heads = H, shape.kv_heads = KVH, shape.queries = S,
+  shape.keys = S, shape.dim = D, shape.value_dim = DV;
+  shape.q0 = H * S * D, shape.q1 = S * D, shape.q2 = D, shape.q3 = 1;
+  shape.k0 = KVH * S * D, shape.k1 = S * D, shape.k2 = D, shape.k3 = 1;
+  shape.v0 = KVH * S * DV, shape.v1 = S * DV, shape.v2 = DV, shape.v3 = 1;
+  shape.g0 = H * S * DV, shape.g1 = S * DV, shape.g2 = DV, shape.g3 = 1;
+  shape.causal = 1, shape.seed = 77, shape.offset = 3, shape.rank_stride = 1;
+  shape.split_parts = 1, shape.split_stride = 1;
   auto kernel = [&](tmrt_context *c) {
-    tmrt_attention(c, q, k, v, out, lse, B, H, KVH, S, S, D, DV, H * S * D,
-                   S * D, D, 1, KVH * S * D, S * D, D, 1, KVH * S * DV, S * DV,
-                   DV, 1, 0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1, 0, 1, 1,
-                   slopes);
-    tmrt_attention_grad(c, dout, q, k, v, out, lse, dq, dk, dv, B, H, KVH, S, S,
-                        D, DV, H * S * D, S * D, D, 1, KVH * S * D, S * D, D, 1,
-                        KVH * S * DV, S * DV, DV, 1, H * S * DV, S * DV, DV, 1,
-                        0, 0.25, 1, 0.2, 77, 3, -1, 0, -1, 0, 0, 1, 0, 1, 1,
-                        slopes);
+    tmrt_attention(c, q, k, v, out, lse, /*key=*/-1, /*part=*/-1, 0.25, 0.2,
+                   &shape, slopes);
+    tmrt_attention_grad(c, dout, q, k, v, out, lse, dq, dk, dv, /*key=*/-1,
+                        /*part=*/-1, 0.25, 0.2, &shape, slopes);
   };
   ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
   ContextPtr gpu = cudaContext(why);

@@ -11,7 +11,8 @@
 //   builder.emit(rt::add{.a = ..., .b = ..., .out = ..., .n = ...}, loc);
 //
 // and the table of every function's ABI letters (c: context, i: int64_t,
-// f: double, p: a constant array of doubles) the lowering declares and
+// f: double, p: a constant array of doubles, s: a constant descriptor) the
+// lowering declares and
 // checks calls against. Usage: trainmem-gen-runtime-calls OUTPUT.h.inc
 //
 //===----------------------------------------------------------------------===//
@@ -59,6 +60,9 @@ constexpr ParamType kTypes[] = {
     {"int64_t", 'i', "int64_t"},
     {"double", 'f', "double"},
     {"constdouble*", 'p', "ArrayRef<double>"},
+    // A descriptor (Runtime.h's struct of int64_t fields), placed as a
+    // constant array of its fields.
+    {"consttmrt_attention_shape*", 's', "tmrt_attention_shape"},
 };
 
 [[noreturn]] void fail(const std::string &message) {
@@ -88,7 +92,8 @@ Param parseParam(const std::string &kernel, std::string text) {
     if (type == known.spelling && !name.empty())
       return {known.letter, known.field, name};
   fail(kernel + ": cannot read parameter '" + text +
-       "' (tmrt_context *, int64_t, double or const double *)");
+       "' (tmrt_context *, int64_t, double, const double * or const "
+       "tmrt_attention_shape *)");
 }
 
 std::vector<Param> parseParams(const KernelText &kernel) {
@@ -132,7 +137,7 @@ std::string generate() {
   out << "} // namespace rt\n\n"
          "/// Every runtime function compiled code may call, with its ABI\n"
          "/// letters (c: context, i: int64_t, f: double, p: const double "
-         "*).\n"
+         "*, s: const tmrt_attention_shape *).\n"
          "inline constexpr RuntimeFunctionInfo kRuntimeFunctions[] = {\n";
   for (size_t i = 0; i < letters.size(); ++i)
     out << "    {\"tmrt_" << kKernels[i].name << "\", \"" << letters[i]

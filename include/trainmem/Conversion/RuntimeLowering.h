@@ -18,8 +18,11 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/Value.h"
 
+#include "trainmem-runtime/Runtime.h"
+
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace mlir {
 namespace train {
@@ -32,8 +35,14 @@ struct RuntimeValue {
 
 /// One argument of a runtime call: an i64 or an f64 constant, a constant
 /// array of f64 (the kernel gets a pointer to it: a global of the module,
-/// null when empty), or a value computed when the call runs.
+/// null when empty), a constant descriptor (tmrt_attention_shape: a global
+/// array of its int64_t fields, in AttentionShape.def's order), or a value
+/// computed when the call runs.
 struct RuntimeArg {
+  RuntimeArg(const tmrt_attention_shape &shape) : isIntArray(true) {
+#define TMRT_ATTENTION_FIELD(name) ints.push_back(shape.name);
+#include "trainmem-runtime/AttentionShape.def"
+  }
   RuntimeArg(int64_t value) : isFloat(false), integer(value) {}
   RuntimeArg(int value) : isFloat(false), integer(value) {}
   RuntimeArg(uint64_t value)
@@ -43,6 +52,8 @@ struct RuntimeArg {
   RuntimeArg(RuntimeValue value) : dynamic(value.value) {}
   bool isFloat = false;
   bool isArray = false;
+  bool isIntArray = false;
+  std::vector<int64_t> ints;
   int64_t integer = 0;
   double real = 0.0;
   ArrayRef<double> array;
@@ -145,6 +156,7 @@ private:
   /// A pointer to `values` as a constant global of the module (one per
   /// distinct array), or a null pointer when it is empty.
   Value constantArray(ArrayRef<double> values, Location loc);
+  Value constantIntArray(ArrayRef<int64_t> values, Location loc);
 
   OpBuilder &builder;
   Value context;

@@ -65,6 +65,8 @@ void RuntimeCallBuilder::call(StringRef name, ArrayRef<RuntimeArg> args,
       operands.push_back(arg.dynamic);
     } else if (arg.isArray)
       operands.push_back(constantArray(arg.array, loc));
+    else if (arg.isIntArray)
+      operands.push_back(constantIntArray(arg.ints, loc));
     else if (arg.isFloat)
       operands.push_back(arith::ConstantOp::create(
           builder, loc, builder.getF64FloatAttr(arg.real)));
@@ -76,34 +78,45 @@ void RuntimeCallBuilder::call(StringRef name, ArrayRef<RuntimeArg> args,
   ++numCalls;
 }
 
-Value RuntimeCallBuilder::constantArray(ArrayRef<double> values,
-                                        Location loc) {
-  MLIRContext *ctx = builder.getContext();
-  auto ptrType = LLVM::LLVMPointerType::get(ctx);
+/// A constant global array of `values` (elements of `elementType`) in the
+/// module, named by its contents so that equal arrays share one, and its
+/// address; null for none.
+template <typename T>
+static Value constantGlobal(OpBuilder &builder, ArrayRef<T> values,
+                            Type elementType, StringRef prefix, Location loc) {
+  auto ptrType = LLVM::LLVMPointerType::get(builder.getContext());
   if (values.empty())
     return LLVM::ZeroOp::create(builder, loc, ptrType);
   Operation *parent = builder.getInsertionBlock()->getParentOp();
   auto module = isa<ModuleOp>(parent) ? cast<ModuleOp>(parent)
                                       : parent->getParentOfType<ModuleOp>();
-  // Named by its contents, so that equal arrays share one global.
-  uint64_t hash = llvm::xxh3_64bits(ArrayRef<uint8_t>(
-      reinterpret_cast<const uint8_t *>(values.data()),
-      values.size() * sizeof(double)));
-  std::string name = ("__tmrt_f64_" + Twine(values.size()) + "_" +
-                      llvm::utohexstr(hash))
-                         .str();
+  uint64_t hash = llvm::xxh3_64bits(
+      ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(values.data()),
+                        values.size() * sizeof(T)));
+  std::string name =
+      (prefix + Twine(values.size()) + "_" + llvm::utohexstr(hash)).str();
   if (!module.lookupSymbol(name)) {
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(module.getBody());
     auto tensorType = RankedTensorType::get(
-        {static_cast<int64_t>(values.size())}, builder.getF64Type());
-    LLVM::GlobalOp::create(
-        builder, loc,
-        LLVM::LLVMArrayType::get(builder.getF64Type(), values.size()),
-        /*isConstant=*/true, LLVM::Linkage::Internal, name,
-        DenseElementsAttr::get(tensorType, values));
+        {static_cast<int64_t>(values.size())}, elementType);
+    LLVM::GlobalOp::create(builder, loc,
+                           LLVM::LLVMArrayType::get(elementType, values.size()),
+                           /*isConstant=*/true, LLVM::Linkage::Internal, name,
+                           DenseElementsAttr::get(tensorType, values));
   }
   return LLVM::AddressOfOp::create(builder, loc, ptrType, name);
+}
+
+Value RuntimeCallBuilder::constantArray(ArrayRef<double> values, Location loc) {
+  return constantGlobal(builder, values, builder.getF64Type(), "__tmrt_f64_",
+                        loc);
+}
+
+Value RuntimeCallBuilder::constantIntArray(ArrayRef<int64_t> values,
+                                           Location loc) {
+  return constantGlobal(builder, values, builder.getI64Type(), "__tmrt_i64_",
+                        loc);
 }
 
 LogicalResult RuntimeCallBuilder::requireContiguous(Operation *op) {
@@ -1065,64 +1078,77 @@ static SmallVector<int64_t> attentionOperandStrides(OpT op) {
   return strides;
 }
 
-static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
+/// The descriptor of a train.attention or train.attention_grad: its
+/// extents, the strides of q, k, v (and of the output's gradient `g`: zeros
+/// for the forward), its flags and its dropout stream.
+template <typename OpT>
+static FailureOr<tmrt_attention_shape>
+attentionShape(OpT op, RuntimeCallBuilder &b, ArrayRef<int64_t> g) {
   FailureOr<SplitDrawPlacement> split = getSplitDrawPlacement(op);
   if (failed(split))
     return failure();
   SmallVector<int64_t> s = attentionOperandStrides(op);
   ArrayRef<int64_t> q = b.shape(op.getQ()), k = b.shape(op.getK()),
                     v = b.shape(op.getV());
+  return tmrt_attention_shape{
+      .batch = q[0],
+      .heads = q[1],
+      .kv_heads = k[1],
+      .queries = q[2],
+      .keys = k[2],
+      .dim = q[3],
+      .value_dim = v[3],
+      .q0 = s[0],
+      .q1 = s[1],
+      .q2 = s[2],
+      .q3 = s[3],
+      .k0 = s[4],
+      .k1 = s[5],
+      .k2 = s[6],
+      .k3 = s[7],
+      .v0 = s[8],
+      .v1 = s[9],
+      .v2 = s[10],
+      .v3 = s[11],
+      .g0 = g[0],
+      .g1 = g[1],
+      .g2 = g[2],
+      .g3 = g[3],
+      .transpose_output = op.getTransposeOutput() ? 1 : 0,
+      .causal = op.getCausal() ? 1 : 0,
+      .seed = op.getSeedAttr().getInt(),
+      .offset = op.getOffsetAttr().getInt(),
+      .first = op.getFirstAttr().getInt(),
+      .part_elements = op.getPartElementsAttr().getInt(),
+      .rank_elements = op.getRankElementsAttr().getInt(),
+      .rank_stride = op.getRankStrideAttr().getInt(),
+      .split_block = split->block,
+      .split_parts = split->parts,
+      .split_stride = split->stride};
+}
+
+static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
+  FailureOr<tmrt_attention_shape> shape = attentionShape(op, b, {0, 0, 0, 0});
+  if (failed(shape))
+    return failure();
   b.emit(rt::attention{.q = b.offset(op.getQ()),
                        .k = b.offset(op.getK()),
                        .v = b.offset(op.getV()),
                        .out = b.offset(op.getOutput()),
                        .lse = b.offset(op.getLse()),
-                       .batch = q[0],
-                       .heads = q[1],
-                       .kv_heads = k[1],
-                       .queries = q[2],
-                       .keys = k[2],
-                       .dim = q[3],
-                       .value_dim = v[3],
-                       .q0 = s[0],
-                       .q1 = s[1],
-                       .q2 = s[2],
-                       .q3 = s[3],
-                       .k0 = s[4],
-                       .k1 = s[5],
-                       .k2 = s[6],
-                       .k3 = s[7],
-                       .v0 = s[8],
-                       .v1 = s[9],
-                       .v2 = s[10],
-                       .v3 = s[11],
-                       .transpose_output = op.getTransposeOutput() ? 1 : 0,
-                       .scale = op.getScale().convertToDouble(),
-                       .causal = op.getCausal() ? 1 : 0,
-                       .rate = op.getRate().convertToDouble(),
-                       .seed = op.getSeedAttr().getInt(),
-                       .offset = op.getOffsetAttr().getInt(),
                        .key = op.getKey() ? b.offset(op.getKey()) : -1,
-                       .first = op.getFirstAttr().getInt(),
                        .part = op.getPart() ? b.offset(op.getPart()) : -1,
-                       .part_elements = op.getPartElementsAttr().getInt(),
-                       .rank_elements = op.getRankElementsAttr().getInt(),
-                       .rank_stride = op.getRankStrideAttr().getInt(),
-                       .split_block = split->block,
-                       .split_parts = split->parts,
-                       .split_stride = split->stride,
-                       .alibi_slopes = op.getAlibiSlopes().value_or(
-                           ArrayRef<double>())},
+                       .scale = op.getScale().convertToDouble(),
+                       .rate = op.getRate().convertToDouble(),
+                       .shape = *shape,
+                       .alibi_slopes =
+                           op.getAlibiSlopes().value_or(ArrayRef<double>())},
          op.getLoc());
   return success();
 }
 
 static LogicalResult lowerAttentionGrad(AttentionGradOp op,
                                         RuntimeCallBuilder &b) {
-  FailureOr<SplitDrawPlacement> split = getSplitDrawPlacement(op);
-  if (failed(split))
-    return failure();
-  SmallVector<int64_t> s = attentionOperandStrides(op);
   // The output's gradient through its strides, in (batch, head, query,
   // value) order: a transpose's VJP hands it over as a view. The output
   // itself is the forward's result, row-major.
@@ -1132,8 +1158,9 @@ static LogicalResult lowerAttentionGrad(AttentionGradOp op,
   if (!isContiguous(op.getOutput()))
     return op.emitOpError("reads its forward's output as a strided view; "
                           "the runtime kernel needs it row-major");
-  ArrayRef<int64_t> q = b.shape(op.getQ()), k = b.shape(op.getK()),
-                    v = b.shape(op.getV());
+  FailureOr<tmrt_attention_shape> shape = attentionShape(op, b, g);
+  if (failed(shape))
+    return failure();
   b.emit(rt::attention_grad{.dout = b.offset(op.getGrad()),
                             .q = b.offset(op.getQ()),
                             .k = b.offset(op.getK()),
@@ -1143,44 +1170,11 @@ static LogicalResult lowerAttentionGrad(AttentionGradOp op,
                             .dq = b.offset(op.getQGrad()),
                             .dk = b.offset(op.getKGrad()),
                             .dv = b.offset(op.getVGrad()),
-                            .batch = q[0],
-                            .heads = q[1],
-                            .kv_heads = k[1],
-                            .queries = q[2],
-                            .keys = k[2],
-                            .dim = q[3],
-                            .value_dim = v[3],
-                            .q0 = s[0],
-                            .q1 = s[1],
-                            .q2 = s[2],
-                            .q3 = s[3],
-                            .k0 = s[4],
-                            .k1 = s[5],
-                            .k2 = s[6],
-                            .k3 = s[7],
-                            .v0 = s[8],
-                            .v1 = s[9],
-                            .v2 = s[10],
-                            .v3 = s[11],
-                            .g0 = g[0],
-                            .g1 = g[1],
-                            .g2 = g[2],
-                            .g3 = g[3],
-                            .transpose_output = op.getTransposeOutput() ? 1 : 0,
-                            .scale = op.getScale().convertToDouble(),
-                            .causal = op.getCausal() ? 1 : 0,
-                            .rate = op.getRate().convertToDouble(),
-                            .seed = op.getSeedAttr().getInt(),
-                            .offset = op.getOffsetAttr().getInt(),
                             .key = op.getKey() ? b.offset(op.getKey()) : -1,
-                            .first = op.getFirstAttr().getInt(),
                             .part = op.getPart() ? b.offset(op.getPart()) : -1,
-                            .part_elements = op.getPartElementsAttr().getInt(),
-                            .rank_elements = op.getRankElementsAttr().getInt(),
-                            .rank_stride = op.getRankStrideAttr().getInt(),
-                            .split_block = split->block,
-                            .split_parts = split->parts,
-                            .split_stride = split->stride,
+                            .scale = op.getScale().convertToDouble(),
+                            .rate = op.getRate().convertToDouble(),
+                            .shape = *shape,
                             .alibi_slopes = op.getAlibiSlopes().value_or(
                                 ArrayRef<double>())},
          op.getLoc());

@@ -246,6 +246,14 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
  * the whole tensor, splitDrawIndex(i, split_block, split_parts, p) for i,
  * p = (tmrt_rank / split_stride) % split_parts the rank's part; 0, 1, 1
  * for a whole draw. */
+/* The layout, flags and dropout stream of a fused attention (the fields
+ * of AttentionShape.def, each an int64_t): a descriptor the compiler places
+ * as a constant, passed by address. */
+typedef struct tmrt_attention_shape {
+#define TMRT_ATTENTION_FIELD(name) int64_t name;
+#include "trainmem-runtime/AttentionShape.def"
+} tmrt_attention_shape;
+
 /* Fused attention (train.attention): q [batch, heads, queries, dim], k and
  * v [batch, kv_heads, keys, dim|value_dim] read through element strides
  * (q0..q3: views of a projection are fine); out [batch, heads, queries,
@@ -260,33 +268,20 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
  * after the scale (ALiBi). Sums in double, in a fixed order: the same bits
  * on any thread count. */
 void tmrt_attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v,
-                    int64_t out, int64_t lse, int64_t batch, int64_t heads,
-                    int64_t kv_heads, int64_t queries, int64_t keys,
-                    int64_t dim, int64_t value_dim, int64_t q0, int64_t q1,
-                    int64_t q2, int64_t q3, int64_t k0, int64_t k1, int64_t k2,
-                    int64_t k3, int64_t v0, int64_t v1, int64_t v2, int64_t v3,
-                    int64_t transpose_output, double scale, int64_t causal,
-                    double rate, int64_t seed, int64_t offset, int64_t key,
-                    int64_t first, int64_t part, int64_t part_elements,
-                    int64_t rank_elements, int64_t rank_stride,
-                    int64_t split_block, int64_t split_parts,
-                    int64_t split_stride, const double *alibi_slopes);
+                    int64_t out, int64_t lse, int64_t key, int64_t part,
+                    double scale, double rate,
+                    const tmrt_attention_shape *shape,
+                    const double *alibi_slopes);
 /* The gradients of tmrt_attention's q, k and v (dq, dk, dv row-major)
  * from the output's gradient dout (read through element strides g0..g3 of
  * its batch, head, query and value dimensions: a view is fine), q, k, v,
  * out and lse: the scores recomputed, the mask drawn again. */
-void tmrt_attention_grad(
-    tmrt_context *ctx, int64_t dout, int64_t q, int64_t k, int64_t v,
-    int64_t out, int64_t lse, int64_t dq, int64_t dk, int64_t dv, int64_t batch,
-    int64_t heads, int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
-    int64_t value_dim, int64_t q0, int64_t q1, int64_t q2, int64_t q3,
-    int64_t k0, int64_t k1, int64_t k2, int64_t k3, int64_t v0, int64_t v1,
-    int64_t v2, int64_t v3, int64_t g0, int64_t g1, int64_t g2, int64_t g3,
-    int64_t transpose_output, double scale, int64_t causal, double rate,
-    int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
-    int64_t part_elements, int64_t rank_elements, int64_t rank_stride,
-    int64_t split_block, int64_t split_parts, int64_t split_stride,
-    const double *alibi_slopes);
+void tmrt_attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
+                         int64_t v, int64_t out, int64_t lse, int64_t dq,
+                         int64_t dk, int64_t dv, int64_t key, int64_t part,
+                         double scale, double rate,
+                         const tmrt_attention_shape *shape,
+                         const double *alibi_slopes);
 void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t n, double rate, int64_t seed, int64_t offset,
                   int64_t key, int64_t first, int64_t part,

@@ -938,38 +938,37 @@ struct AttentionShape : trainmem::AttentionLayout {
   trainmem::AttentionDropout dropout;
 };
 
-AttentionShape
-attentionShape(tmrt_context *ctx, int64_t batch, int64_t heads,
-               int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
-               int64_t value_dim, std::initializer_list<int64_t> strides,
-               int64_t transpose_output, double scale, int64_t causal,
-               double rate, int64_t seed, int64_t offset, int64_t key,
-               int64_t first, int64_t part, int64_t part_elements,
-               int64_t rank_elements, int64_t rank_stride, int64_t split_block,
-               int64_t split_parts, int64_t split_stride) {
+/// The kernel's view of the compiler's descriptor: the layout, q/k/v
+/// strides, scale and dropout (its stream keyed by the step counter `key`
+/// and placed by the micro-batch `part`, both references or -1).
+AttentionShape attentionShape(tmrt_context *ctx, const tmrt_attention_shape &d,
+                              int64_t key, int64_t part, double scale,
+                              double rate) {
   AttentionShape a;
-  static_cast<trainmem::AttentionLayout &>(a) =
-      trainmem::AttentionLayout::of(batch, heads, kv_heads, queries, keys, dim,
-                                    value_dim, transpose_output, causal);
-  const int64_t *stride = strides.begin();
+  static_cast<trainmem::AttentionLayout &>(a) = trainmem::AttentionLayout::of(
+      d.batch, d.heads, d.kv_heads, d.queries, d.keys, d.dim, d.value_dim,
+      d.transpose_output, d.causal);
+  const int64_t strides[12] = {d.q0, d.q1, d.q2, d.q3, d.k0, d.k1,
+                               d.k2, d.k3, d.v0, d.v1, d.v2, d.v3};
   for (int i = 0; i < 4; ++i) {
-    a.qs[i] = stride[i];
-    a.ks[i] = stride[4 + i];
-    a.vs[i] = stride[8 + i];
+    a.qs[i] = strides[i];
+    a.ks[i] = strides[4 + i];
+    a.vs[i] = strides[8 + i];
   }
   a.scale = scale;
   if (rate > 0.0) {
+    int64_t seed = d.seed;
     if (key >= 0)
       seed += *ctx->at<int64_t>(key);
     a.dropout = trainmem::AttentionDropout::make(
-        rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
-        dropoutBase(ctx, first, part, part_elements, rank_elements,
-                    rank_stride));
-    if (split_block > 0) {
-      a.dropout.splitBlock = static_cast<uint64_t>(split_block);
-      a.dropout.splitParts = static_cast<uint64_t>(split_parts);
+        rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(d.offset),
+        dropoutBase(ctx, d.first, part, d.part_elements, d.rank_elements,
+                    d.rank_stride));
+    if (d.split_block > 0) {
+      a.dropout.splitBlock = static_cast<uint64_t>(d.split_block);
+      a.dropout.splitParts = static_cast<uint64_t>(d.split_parts);
       a.dropout.splitPosition = static_cast<uint64_t>(
-          tmrt::splitPosition(ctx, split_parts, split_stride));
+          tmrt::splitPosition(ctx, d.split_parts, d.split_stride));
     }
   }
   return a;
@@ -1253,45 +1252,23 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
 }
 
 void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
-               int64_t lse, int64_t batch, int64_t heads, int64_t kv_heads,
-               int64_t queries, int64_t keys, int64_t dim, int64_t value_dim,
-               int64_t q0, int64_t q1, int64_t q2, int64_t q3, int64_t k0,
-               int64_t k1, int64_t k2, int64_t k3, int64_t v0, int64_t v1,
-               int64_t v2, int64_t v3, int64_t transpose_output, double scale,
-               int64_t causal, double rate, int64_t seed, int64_t offset,
-               int64_t key, int64_t first, int64_t part, int64_t part_elements,
-               int64_t rank_elements, int64_t rank_stride, int64_t split_block,
-               int64_t split_parts, int64_t split_stride,
+               int64_t lse, int64_t key, int64_t part, double scale,
+               double rate, const tmrt_attention_shape *shape,
                const double *alibi_slopes) {
-  AttentionShape a = attentionShape(
-      ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-      {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output, scale,
-      causal, rate, seed, offset, key, first, part, part_elements,
-      rank_elements, rank_stride, split_block, split_parts, split_stride);
+  AttentionShape a = attentionShape(ctx, *shape, key, part, scale, rate);
   a.alibiSlopes = alibi_slopes;
   withFloatType(ctx, "attention", {q, k, v, out}, [&](auto type) {
     attentionOf<decltype(type)>(ctx, a, q, k, v, out, lse);
   });
 }
 
-void attention_grad(
-    tmrt_context *ctx, int64_t dout, int64_t q, int64_t k, int64_t v,
-    int64_t out, int64_t lse, int64_t dq, int64_t dk, int64_t dv, int64_t batch,
-    int64_t heads, int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
-    int64_t value_dim, int64_t q0, int64_t q1, int64_t q2, int64_t q3,
-    int64_t k0, int64_t k1, int64_t k2, int64_t k3, int64_t v0, int64_t v1,
-    int64_t v2, int64_t v3, int64_t g0, int64_t g1, int64_t g2, int64_t g3,
-    int64_t transpose_output, double scale, int64_t causal, double rate,
-    int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
-    int64_t part_elements, int64_t rank_elements, int64_t rank_stride,
-    int64_t split_block, int64_t split_parts, int64_t split_stride,
-    const double *alibi_slopes) {
-  const int64_t gradStrides[4] = {g0, g1, g2, g3};
-  AttentionShape a = attentionShape(
-      ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-      {q0, q1, q2, q3, k0, k1, k2, k3, v0, v1, v2, v3}, transpose_output, scale,
-      causal, rate, seed, offset, key, first, part, part_elements,
-      rank_elements, rank_stride, split_block, split_parts, split_stride);
+void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
+                    int64_t v, int64_t out, int64_t lse, int64_t dq, int64_t dk,
+                    int64_t dv, int64_t key, int64_t part, double scale,
+                    double rate, const tmrt_attention_shape *shape,
+                    const double *alibi_slopes) {
+  const int64_t gradStrides[4] = {shape->g0, shape->g1, shape->g2, shape->g3};
+  AttentionShape a = attentionShape(ctx, *shape, key, part, scale, rate);
   a.alibiSlopes = alibi_slopes;
   withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},
                 [&](auto type) {

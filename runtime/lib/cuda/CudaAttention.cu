@@ -64,17 +64,17 @@ struct Shape : trainmem::AttentionLayout {
   }
 };
 
-Shape shapeOf(tmrt_context *ctx, int64_t batch, int64_t heads, int64_t kv_heads,
-              int64_t queries, int64_t keys, int64_t dim, int64_t value_dim,
-              const int64_t strides[16], int64_t transpose_output, double scale,
-              int64_t causal, double rate, int64_t seed, int64_t offset,
-              int64_t key, int64_t first, int64_t part, int64_t part_elements,
-              int64_t rank_elements, int64_t rank_stride, int64_t split_block,
-              int64_t split_parts, int64_t split_stride) {
+/// The kernel's view of the compiler's descriptor, with the strides of the
+/// output's gradient; the dropout's stream keyed by `key` and placed by
+/// `part` (references or -1).
+Shape shapeOf(tmrt_context *ctx, const tmrt_attention_shape &d, int64_t key,
+              int64_t part, double scale, double rate) {
   Shape a;
-  static_cast<trainmem::AttentionLayout &>(a) =
-      trainmem::AttentionLayout::of(batch, heads, kv_heads, queries, keys, dim,
-                                    value_dim, transpose_output, causal);
+  static_cast<trainmem::AttentionLayout &>(a) = trainmem::AttentionLayout::of(
+      d.batch, d.heads, d.kv_heads, d.queries, d.keys, d.dim, d.value_dim,
+      d.transpose_output, d.causal);
+  const int64_t strides[16] = {d.q0, d.q1, d.q2, d.q3, d.k0, d.k1, d.k2, d.k3,
+                               d.v0, d.v1, d.v2, d.v3, d.g0, d.g1, d.g2, d.g3};
   for (int i = 0; i < 4; ++i) {
     a.qs[i] = strides[i];
     a.ks[i] = strides[4 + i];
@@ -83,17 +83,18 @@ Shape shapeOf(tmrt_context *ctx, int64_t batch, int64_t heads, int64_t kv_heads,
   }
   a.scale = static_cast<float>(scale);
   if (rate > 0.0) {
+    int64_t seed = d.seed;
     if (key >= 0)
       seed += scalarAt<int64_t>(ctx, key);
     a.dropout = trainmem::AttentionDropout::make(
-        rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
-        dropoutBase(ctx, first, part, part_elements, rank_elements,
-                    rank_stride));
-    if (split_block > 0) {
-      a.dropout.splitBlock = static_cast<uint64_t>(split_block);
-      a.dropout.splitParts = static_cast<uint64_t>(split_parts);
-      a.dropout.splitPosition =
-          static_cast<uint64_t>(splitPosition(ctx, split_parts, split_stride));
+        rate, static_cast<uint64_t>(seed), static_cast<uint64_t>(d.offset),
+        dropoutBase(ctx, d.first, part, d.part_elements, d.rank_elements,
+                    d.rank_stride));
+    if (d.split_block > 0) {
+      a.dropout.splitBlock = static_cast<uint64_t>(d.split_block);
+      a.dropout.splitParts = static_cast<uint64_t>(d.split_parts);
+      a.dropout.splitPosition = static_cast<uint64_t>(
+          splitPosition(ctx, d.split_parts, d.split_stride));
     }
   }
   return a;
@@ -268,25 +269,13 @@ void attentionGradOf(tmrt_context *ctx, const Shape &a, int64_t dout, int64_t q,
 } // namespace
 
 void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
-               int64_t lse, int64_t batch, int64_t heads, int64_t kv_heads,
-               int64_t queries, int64_t keys, int64_t dim, int64_t value_dim,
-               int64_t q0, int64_t q1, int64_t q2, int64_t q3, int64_t k0,
-               int64_t k1, int64_t k2, int64_t k3, int64_t v0, int64_t v1,
-               int64_t v2, int64_t v3, int64_t transpose_output, double scale,
-               int64_t causal, double rate, int64_t seed, int64_t offset,
-               int64_t key, int64_t first, int64_t part, int64_t part_elements,
-               int64_t rank_elements, int64_t rank_stride, int64_t split_block,
-               int64_t split_parts, int64_t split_stride,
+               int64_t lse, int64_t key, int64_t part, double scale,
+               double rate, const tmrt_attention_shape *shape,
                const double *alibi_slopes) {
-  const int64_t strides[16] = {q0, q1, q2, q3, k0, k1, k2, k3,
-                               v0, v1, v2, v3, 0,  0,  0,  0};
-  Shape a = shapeOf(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-                    strides, transpose_output, scale, causal, rate, seed,
-                    offset, key, first, part, part_elements, rank_elements,
-                    rank_stride, split_block, split_parts, split_stride);
+  Shape a = shapeOf(ctx, *shape, key, part, scale, rate);
   if (!checkShape(ctx, "attention", a))
     return;
-  DeviceDoubles slopes(ctx, alibi_slopes, heads);
+  DeviceDoubles slopes(ctx, alibi_slopes, shape->heads);
   if (slopes.failed(alibi_slopes))
     return;
   a.alibiSlopes = slopes.device;
@@ -295,27 +284,15 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
   });
 }
 
-void attention_grad(
-    tmrt_context *ctx, int64_t dout, int64_t q, int64_t k, int64_t v,
-    int64_t out, int64_t lse, int64_t dq, int64_t dk, int64_t dv, int64_t batch,
-    int64_t heads, int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
-    int64_t value_dim, int64_t q0, int64_t q1, int64_t q2, int64_t q3,
-    int64_t k0, int64_t k1, int64_t k2, int64_t k3, int64_t v0, int64_t v1,
-    int64_t v2, int64_t v3, int64_t g0, int64_t g1, int64_t g2, int64_t g3,
-    int64_t transpose_output, double scale, int64_t causal, double rate,
-    int64_t seed, int64_t offset, int64_t key, int64_t first, int64_t part,
-    int64_t part_elements, int64_t rank_elements, int64_t rank_stride,
-    int64_t split_block, int64_t split_parts, int64_t split_stride,
-    const double *alibi_slopes) {
-  const int64_t strides[16] = {q0, q1, q2, q3, k0, k1, k2, k3,
-                               v0, v1, v2, v3, g0, g1, g2, g3};
-  Shape a = shapeOf(ctx, batch, heads, kv_heads, queries, keys, dim, value_dim,
-                    strides, transpose_output, scale, causal, rate, seed,
-                    offset, key, first, part, part_elements, rank_elements,
-                    rank_stride, split_block, split_parts, split_stride);
+void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
+                    int64_t v, int64_t out, int64_t lse, int64_t dq, int64_t dk,
+                    int64_t dv, int64_t key, int64_t part, double scale,
+                    double rate, const tmrt_attention_shape *shape,
+                    const double *alibi_slopes) {
+  Shape a = shapeOf(ctx, *shape, key, part, scale, rate);
   if (!checkShape(ctx, "attention_grad", a))
     return;
-  DeviceDoubles slopes(ctx, alibi_slopes, heads);
+  DeviceDoubles slopes(ctx, alibi_slopes, shape->heads);
   if (slopes.failed(alibi_slopes))
     return;
   a.alibiSlopes = slopes.device;

@@ -2,6 +2,7 @@
 
 #include "trainmem/Debug/Debug.h"
 
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/Support/CommandLine.h"
 
 #include <string>
@@ -43,6 +44,17 @@ void mlir::train::DebugRewriteListener::notifyOperationReplaced(
     if (mlir::Operation *by = replacement.front().getDefiningOp())
       dbgs() << " by '" << by->getName() << "'";
   dbgs() << "\n";
+}
+
+mlir::LogicalResult
+mlir::train::applyPatternsWithDebug(mlir::Operation *root,
+                                    mlir::RewritePatternSet &&patterns,
+                                    const char *debugType) {
+  DebugRewriteListener listener(debugType);
+  mlir::GreedyRewriteConfig config;
+  if (DebugFlag && isCurrentDebugType(debugType, 1))
+    config.setListener(&listener);
+  return mlir::applyPatternsGreedily(root, std::move(patterns), config);
 }
 
 void mlir::train::registerDebugOptions() {

@@ -23,6 +23,7 @@
 #define TRAINMEM_DEBUG_DEBUG_H
 
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Support/LogicalResult.h"
 #include "llvm/Support/Debug.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -68,6 +69,29 @@ public:
 private:
   const char *type;
 };
+
+/// applyPatternsGreedily on `root`, with a DebugRewriteListener printing
+/// under `debugType` when that type's debug output is on.
+LogicalResult applyPatternsWithDebug(Operation *root,
+                                     RewritePatternSet &&patterns,
+                                     const char *debugType);
+
+/// A fusion pass's rewrite: the patterns applied (applyPatternsWithDebug),
+/// and how many more `FusedOp`s `root` holds after them.
+template <typename FusedOp>
+FailureOr<uint64_t> applyFusionPatterns(Operation *root,
+                                        RewritePatternSet &&patterns,
+                                        const char *debugType) {
+  auto count = [root] {
+    uint64_t n = 0;
+    root->walk([&](FusedOp) { ++n; });
+    return n;
+  };
+  uint64_t before = count();
+  if (failed(applyPatternsWithDebug(root, std::move(patterns), debugType)))
+    return failure();
+  return count() - before;
+}
 
 /// Registers `-debug` and `-debug-only=<type>[,<type>...]` (the passes'
 /// DEBUG_TYPE, their flag names) with the command line, unless LLVM already

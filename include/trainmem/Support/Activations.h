@@ -101,6 +101,20 @@ TRAINMEM_HD inline double siluDerivative(double x) {
   return siluDerivativeF(static_cast<float>(x));
 }
 
+/// GELU's tanh approximation (train.gelu) and its exact erf form
+/// (train.gelu {exact}): kernels of Activations.def without ops of their
+/// own.
+struct Gelu {
+  TRAINMEM_HD static double forward(double x) { return gelu(x); }
+  TRAINMEM_HD static double derivative(double x) { return geluDerivative(x); }
+};
+struct GeluExact {
+  TRAINMEM_HD static double forward(double x) { return geluExact(x); }
+  TRAINMEM_HD static double derivative(double x) {
+    return geluExactDerivative(x);
+  }
+};
+
 /// SiLU (swish), train.silu: x · sigmoid(x).
 struct Silu {
   TRAINMEM_HD static double forward(double x) { return silu(x); }

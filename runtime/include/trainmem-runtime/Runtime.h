@@ -187,12 +187,6 @@ void tmrt_scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                 double factor);
 void tmrt_bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
                    int64_t n, int64_t bias_n);
-void tmrt_gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
-/* Exact GELU, 0.5 x (1 + erf(x / sqrt(2))), and its gradient
- * dy · (Phi(x) + x phi(x)) (train.gelu {exact}). */
-void tmrt_gelu_exact(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
-void tmrt_gelu_exact_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                          int64_t n);
 /* gelu(in + bias) and its gradient dy · gelu'(x + bias), the bias
  * broadcast over rows of bias_n, the sum rounded to the element type first:
  * the bits of tmrt_bias_add then tmrt_gelu (tmrt_gelu_grad). */
@@ -200,9 +194,11 @@ void tmrt_bias_gelu(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
                     int64_t n, int64_t bias_n);
 void tmrt_bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
                          int64_t out, int64_t n, int64_t bias_n);
-void tmrt_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                    int64_t n);
-/* The activations of Activations.def: out = f(in) and out = dy · f'(x). */
+/* The activations of Activations.def: out = f(in) and out = dy · f'(x);
+ * among them tmrt_gelu (GELU's tanh form) and tmrt_gelu_exact (0.5 x (1 +
+ * erf(x / sqrt(2))), gradient dy · (Phi(x) + x phi(x)): train.gelu
+ * {exact}). */
+#define TMRT_ACTIVATION_KERNEL(kernel, Name) TMRT_ACTIVATION(kernel, Name)
 #define TMRT_ACTIVATION(kernel, Name)                                          \
   void tmrt_##kernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);   \
   void tmrt_##kernel##_grad(tmrt_context *ctx, int64_t dy, int64_t x,          \

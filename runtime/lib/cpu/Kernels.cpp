@@ -607,20 +607,6 @@ void bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
   });
 }
 
-template <typename T>
-void geluOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  // (A lambda, not the function's address, so that it inlines and the
-  // loop vectorizes.)
-  unaryKernel<T>(ctx, in, out, n,
-                 [](double x) { return trainmem::gelu(x); });
-}
-
-void gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  withFloatType(ctx, "gelu", {in, out}, [&](auto type) {
-    geluOf<decltype(type)>(ctx, in, out, n);
-  });
-}
-
 /// fn(row, c) for c in [0, cols) of each row, rows in parallel, each row's
 /// loop on a copy of fn (vectorized; AVX2 where the CPU has it, with the
 /// baseline's bits, as elementwise).
@@ -678,48 +664,6 @@ void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
   });
 }
 
-template <typename T>
-void gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                    int64_t n) {
-  binaryKernel<T>(ctx, dy, x, out, n, [](double g, double v) {
-    return g * trainmem::geluDerivative(v);
-  });
-}
-
-void gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                    int64_t n) {
-  withFloatType(ctx, "gelu_grad", {dy, x, out}, [&](auto type) {
-    gelu_gradOf<decltype(type)>(ctx, dy, x, out, n);
-  });
-}
-
-template <typename T>
-void gelu_exactOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  unaryKernel<T>(ctx, in, out, n,
-                 [](double x) { return trainmem::geluExact(x); });
-}
-
-void gelu_exact(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  withFloatType(ctx, "gelu_exact", {in, out}, [&](auto type) {
-    gelu_exactOf<decltype(type)>(ctx, in, out, n);
-  });
-}
-
-template <typename T>
-void gelu_exact_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                       int64_t n) {
-  binaryKernel<T>(ctx, dy, x, out, n, [](double g, double v) {
-    return g * trainmem::geluExactDerivative(v);
-  });
-}
-
-void gelu_exact_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                     int64_t n) {
-  withFloatType(ctx, "gelu_exact_grad", {dy, x, out}, [&](auto type) {
-    gelu_exact_gradOf<decltype(type)>(ctx, dy, x, out, n);
-  });
-}
-
 /// An activation of Activations.def: out = A::forward(in) and its gradient
 /// out = dy · A::derivative(x), in double.
 template <typename A>
@@ -741,6 +685,7 @@ void activationGrad(tmrt_context *ctx, const char *kernel, int64_t dy,
   });
 }
 
+#define TMRT_ACTIVATION_KERNEL(kernel, Name) TMRT_ACTIVATION(kernel, Name)
 #define TMRT_ACTIVATION(kernel, Name)                                          \
   void kernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {         \
     activation<trainmem::Name>(ctx, #kernel, in, out, n);                      \

@@ -382,33 +382,9 @@ void scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
         [=] __device__(double x) { return x * factor; });
 }
 
-void gelu(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  unary(ctx, "gelu", in, out, n,
-        [] __device__(double x) { return trainmem::gelu(x); });
-}
-
-void gelu_exact(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  unary(ctx, "gelu_exact", in, out, n,
-        [] __device__(double x) { return trainmem::geluExact(x); });
-}
-
-void gelu_exact_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-                     int64_t n) {
-  binary(ctx, "gelu_exact_grad", dy, x, out, n,
-         [] __device__(double g, double v) {
-           return g * trainmem::geluExactDerivative(v);
-         });
-}
-
-void gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t out,
-               int64_t n) {
-  binary(ctx, "gelu_grad", dy, x, out, n, [] __device__(double g, double v) {
-    return g * trainmem::geluDerivative(v);
-  });
-}
-
 // The activations of Activations.def: out = Name::forward(in) and
 // out = dy · Name::derivative(x), the very functions the CPU runs.
+#define TMRT_ACTIVATION_KERNEL(kernel, Name) TMRT_ACTIVATION(kernel, Name)
 #define TMRT_ACTIVATION(kernel, Name)                                          \
   void kernel(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {         \
     unary(ctx, #kernel, in, out, n,                                            \

@@ -229,19 +229,16 @@ struct TrainFuseAttentionPass
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateFuseAttentionPatterns(patterns);
-    uint64_t before = 0, after = 0;
-    getOperation()->walk([&](AttentionOp) { ++before; });
-    DebugRewriteListener listener(DEBUG_TYPE);
-    GreedyRewriteConfig config;
-    LLVM_DEBUG(config.setListener(&listener));
-    if (failed(
-            applyPatternsGreedily(getOperation(), std::move(patterns), config)))
+    FailureOr<uint64_t> fused = applyFusionPatterns<AttentionOp>(
+        getOperation(), std::move(patterns), DEBUG_TYPE);
+    if (failed(fused))
       return signalPassFailure();
-    getOperation()->walk([&](AttentionOp) { ++after; });
-    numFused += after - before;
+    numFused += *fused;
+    LLVM_DEBUG(llvm::dbgs() << "train-fuse-attention: fused " << *fused
+                            << " attention(s) into train.attention\n");
     // After train-autodiff the backward reads the scores: nothing matches.
     // Say so instead of leaving the step as it was without a word.
-    if (after == before) {
+    if (*fused == 0) {
       Operation *backward = nullptr;
       getOperation()->walk([&](BlockOp block) {
         if (block.getBackward()) {

@@ -54,16 +54,13 @@ struct TrainFuseElementwisePass
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateFuseElementwisePatterns(patterns);
-    uint64_t before = 0, after = 0;
-    getOperation()->walk([&](BiasGeluOp) { ++before; });
-    DebugRewriteListener listener(DEBUG_TYPE);
-    GreedyRewriteConfig config;
-    LLVM_DEBUG(config.setListener(&listener));
-    if (failed(
-            applyPatternsGreedily(getOperation(), std::move(patterns), config)))
+    FailureOr<uint64_t> fused = applyFusionPatterns<BiasGeluOp>(
+        getOperation(), std::move(patterns), DEBUG_TYPE);
+    if (failed(fused))
       return signalPassFailure();
-    getOperation()->walk([&](BiasGeluOp) { ++after; });
-    numFused += after - before;
+    numFused += *fused;
+    LLVM_DEBUG(llvm::dbgs() << "train-fuse-elementwise: fused " << *fused
+                            << " gelu(bias_add) into train.bias_gelu\n");
   }
 };
 

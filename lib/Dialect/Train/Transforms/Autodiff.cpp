@@ -221,6 +221,14 @@ struct TrainAutodiffPass
                                  const OptimizerOptions &options);
 };
 
+/// -debug-only=train-autodiff: what the step differentiated.
+[[maybe_unused]] static void debugStep(func::FuncOp func, size_t params,
+                                       size_t forwardOps, uint64_t vjps) {
+  llvm::dbgs() << "train-autodiff: @" << func.getSymName() << ": " << params
+               << " parameters, " << forwardOps << " forward ops, " << vjps
+               << " VJPs\n";
+}
+
 LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
   MLIRContext *context = func.getContext();
   auto f32Scalar = RankedTensorType::get({}, Float32Type::get(context));
@@ -263,10 +271,7 @@ LogicalResult TrainAutodiffPass::buildStep(func::FuncOp func) {
     if (failed(diff.backprop(op)))
       return failure();
   numVJPs += diff.numVJPs;
-  LLVM_DEBUG(llvm::dbgs() << "train-autodiff: @" << func.getSymName() << ": "
-                          << params.size() << " parameters, "
-                          << forwardOps.size() << " forward ops, "
-                          << diff.numVJPs << " VJPs\n");
+  LLVM_DEBUG(debugStep(func, params.size(), forwardOps.size(), diff.numVJPs));
 
   SmallVector<Value> paramGrads;
   for (const ParamInfo &param : params) {

@@ -934,7 +934,9 @@ void OpKernels::setQuantized(Value codes, Value absmax,
                              const std::vector<float> &values, int64_t block) {
   int64_t n = static_cast<int64_t>(values.size());
   std::vector<uint8_t> newCodes(n);
-  std::vector<float> newAbsmax(RefTensor::zeros(absmaxShape).numElements());
+  std::vector<float> newAbsmax(std::accumulate(absmaxShape.begin(),
+                                               absmaxShape.end(), int64_t(1),
+                                               std::multiplies<int64_t>()));
   trainmem::quantizeBlockwise(map, values.data(), n, block, newCodes.data(),
                               newAbsmax.data());
   set(codes, RefTensor::ofInts(shape, std::vector<int64_t>(newCodes.begin(),

@@ -1341,7 +1341,8 @@ LogicalResult AdamWOp::verify() {
 }
 
 /// The hyperparameters of a Train_OneStateOptimizer op, checked by name:
-/// betas in [0, 1), weight_decay >= 0, eps > 0; any other F64Attr finite.
+/// betas in [0, 1), weight_decay >= 0 (an optimizer with another kind adds
+/// its rule here, with its test).
 static LogicalResult verifyHyperparameters(Operation *op) {
   for (NamedAttribute attr : op->getAttrs()) {
     auto value = dyn_cast<FloatAttr>(attr.getValue());
@@ -1349,18 +1350,10 @@ static LogicalResult verifyHyperparameters(Operation *op) {
       continue;
     StringRef name = attr.getName().getValue();
     double v = value.getValueAsDouble();
-    if (name.starts_with("beta")) {
-      if (failed(verifyBeta(op, name, v)))
-        return failure();
-    } else if (name == "weight_decay") {
-      if (!(v >= 0.0))
-        return op->emitOpError("weight_decay must be >= 0");
-    } else if (name == "eps") {
-      if (failed(verifyEpsilon(op, v)))
-        return failure();
-    } else if (!std::isfinite(v)) {
-      return op->emitOpError() << name << " must be finite, got " << v;
-    }
+    if (name.starts_with("beta") && failed(verifyBeta(op, name, v)))
+      return failure();
+    if (name == "weight_decay" && !(v >= 0.0))
+      return op->emitOpError("weight_decay must be >= 0");
   }
   return success();
 }

@@ -617,11 +617,10 @@ OptimizerSharding::placeBuckets(ArrayRef<OptimizerUpdateOpInterface> updates) {
   if (failed(buckets))
     return failure();
   for (auto [index, members] : llvm::enumerate(*buckets)) {
-    LLVM_DEBUG(
-        debugBucket(index, members, producerIn(step.front(), members.back())));
+    Operation *last = producerIn(step.front(), members.back());
+    LLVM_DEBUG(debugBucket(index, members, last));
     for (Value gradient : members)
-      bucketOf[gradient] = {producerIn(step.front(), members.back()),
-                            static_cast<int64_t>(index)};
+      bucketOf[gradient] = {last, static_cast<int64_t>(index)};
   }
   return success();
 }

@@ -21,6 +21,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -91,69 +92,17 @@ std::string gigabytes(uint64_t bytes) {
   return llvm::formatv("{0:F2} GB", static_cast<double>(bytes) / 1e9).str();
 }
 
-/// The passes of a candidate after train-remat, each with a leading comma:
-/// accumulation, 8-bit state, materialization, ZeRO, the offload (with
-/// `withOffload`) and the micro-batch loop's plan (with `planned`).
-std::string passesAfterRemat(const PlanCandidate &c, int64_t ranks,
-                             bool planned, bool withOffload) {
-  std::string p;
-  if (c.accumulation > 1)
-    p += llvm::formatv(",train-grad-accum{{steps={0}}", c.accumulation);
-  if (c.eightBit)
-    p += ",train-quantize-optimizer-state";
-  p += ",train-materialize-remat,train-materialize-layouts";
-  if (c.stage >= 0)
-    p += llvm::formatv(",train-zero{{stage={0} ranks={1}}", c.stage,
-                       c.dataRanks(ranks));
-  if (c.releaseGradients)
-    p += ",train-release-gradients";
-  if (c.offload != PlanOffload::none && withOffload)
-    p += ",train-offload-optimizer{what=" +
-         stringifyPlanOffload(c.offload).str() + "}";
-  // As train-step: the loop planned rolled (and run as a loop).
-  if (planned && c.accumulation > 1)
-    p += ",train-plan-arena";
-  return p;
-}
-
-/// The pass pipeline of a candidate (inside builtin.module(...)): the
-/// step's passes in train-step's order, the micro-batch loop left rolled
-/// (the analysis measures it as it runs), its plan written with `planned`.
-std::string measurePipeline(const PlanCandidate &c, int64_t ranks,
-                            uint64_t memoryBytes, bool withOffload = true,
-                            bool planned = false) {
-  std::string p;
-  if (c.tensorParallel > 1)
-    p += "train-tensor-parallel{" + c.tensorParallelOptions() + "},";
-  if (c.fuseAttention)
-    p += "train-fuse-attention,";
-  if (c.fuseElementwise)
-    p += "train-fuse-elementwise,";
-  p += "train-autodiff{" + c.autodiffOptions() + "}";
-  // A budget is for the step as it runs: the passes after train-remat are
-  // measured with it (as train-step passes them; the offload too, so that
-  // each offload variant makes its own plan; the loop rolled).
-  std::string after = passesAfterRemat(c, ranks, /*planned=*/false,
-                                       /*withOffload=*/true);
-  if (c.remat == PlanRemat::budget)
-    p +=
-        llvm::formatv(",train-remat{{policy=budget budget={0}{1}}", memoryBytes,
-                      after == ",train-materialize-remat,train-materialize-"
-                               "layouts"
-                          ? std::string()
-                          : " measure-after={" + after.substr(1) + "}");
-  else if (c.remat != PlanRemat::none)
-    p += ",train-remat{policy=" + stringifyPlanRemat(c.remat).str() + "}";
-  return p + passesAfterRemat(c, ranks, planned, withOffload);
-}
-
 llvm::Error planError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
-/// Runs `pipeline` on `module`; the passes' errors as the error.
-llvm::Error runPipeline(MLIRContext &context, ModuleOp module,
-                        StringRef pipeline) {
+/// Runs the passes `build` adds on `module`; the passes' errors (and
+/// build's) as the error.
+llvm::Error runPasses(
+    MLIRContext &context, ModuleOp module,
+    function_ref<LogicalResult(OpPassManager &,
+                               function_ref<LogicalResult(const Twine &)>)>
+        build) {
   std::string diagnostics;
   llvm::raw_string_ostream diagnosticStream(diagnostics);
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
@@ -162,13 +111,33 @@ llvm::Error runPipeline(MLIRContext &context, ModuleOp module,
     return success();
   });
   PassManager pm(&context);
-  if (failed(parsePassPipeline(pipeline, pm, diagnosticStream)))
-    return planError("bad pipeline '" + pipeline + "': " + diagnostics);
-  if (failed(pm.run(module))) {
+  // Verified once, at the end: the planner compiles thousands of
+  // candidates, and verifying each after every pass (the budget's nested
+  // measurements included) took 45 % of bench/planner.py's time.
+  pm.enableVerifier(false);
+  if (failed(build(pm, [&](const Twine &message) {
+        diagnosticStream << message << "\n";
+        return failure();
+      })))
+    return planError(StringRef(diagnostics).trim());
+  if (failed(pm.run(module)) || failed(verify(module))) {
     StringRef error = StringRef(diagnostics).trim();
     return planError(error.empty() ? "the pipeline failed" : error);
   }
   return llvm::Error::success();
+}
+
+/// Runs train-step's passes for `c` on `module` (within `scope`).
+llvm::Error runStepPasses(MLIRContext &context, ModuleOp module,
+                          const PlanCandidate &c, const PlanRequest &request,
+                          TrainStepScope scope) {
+  llvm::Expected<TrainStepOptions> options =
+      c.stepOptions(request.ranks, request.memoryBytes);
+  if (!options)
+    return options.takeError();
+  return runPasses(context, module, [&](OpPassManager &pm, auto onError) {
+    return buildTrainStepPipeline(pm, *options, onError, scope);
+  });
 }
 
 /// The compiled step of the last candidate measured without its offload,
@@ -200,10 +169,11 @@ compileWithoutOffload(MLIRContext &context, const PlanRequest &request,
       return planError(why);
     module = buildModel(&context, config);
   }
-  if (llvm::Error error =
-          runPipeline(context, *module,
-                      measurePipeline(c, request.ranks, request.memoryBytes,
-                                      /*withOffload=*/false)))
+  // Without its offload (measured per variant from this step) and with the
+  // loop rolled (the planner plans it).
+  if (llvm::Error error = runStepPasses(context, *module, c, request,
+                                        {/*offload=*/false,
+                                         /*planArena=*/false}))
     return std::move(error);
   return module;
 }
@@ -336,9 +306,22 @@ void foldHessianStep(func::FuncOp step, const FunctionMemory &stepMemory,
 llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
                       const PlanCandidate &c, int64_t layers, PlanMeasure &out,
                       CompiledSteps &cache) {
+  llvm::Expected<TrainStepOptions> options =
+      c.stepOptions(request.ranks, request.memoryBytes);
+  if (!options)
+    return options.takeError();
+  std::string refusal;
+  FailureOr<std::string> passes =
+      printTrainStepPipeline(*options,
+                             [&](const Twine &message) {
+                               refusal = message.str();
+                               return failure();
+                             },
+                             {/*offload=*/false, /*planArena=*/false});
+  if (failed(passes))
+    return planError(refusal);
   std::string baseKey =
-      measurePipeline(c, request.ranks, request.memoryBytes,
-                      /*withOffload=*/false) +
+      *passes +
       llvm::formatv("/{0}x{1}/{2}", c.microBatch, c.accumulation, layers).str();
   OwningOpRef<ModuleOp> &base = cache.steps[baseKey];
   if (!base) {
@@ -349,11 +332,12 @@ llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
     base = std::move(*compiled);
   }
   OwningOpRef<ModuleOp> module = cast<ModuleOp>(base->clone());
-  if (c.offload != PlanOffload::none)
+  if (options->offload)
     if (llvm::Error error =
-            runPipeline(context, *module,
-                        "train-offload-optimizer{what=" +
-                            stringifyPlanOffload(c.offload).str() + "}"))
+            runPasses(context, *module, [&](OpPassManager &pm, auto) {
+              addPass(pm, *options->offload);
+              return success();
+            }))
       return error;
   Operation *marked = findMarkedStep(*module, "trainmem-plan");
   auto step = dyn_cast_or_null<func::FuncOp>(marked);
@@ -474,10 +458,65 @@ bool linear(const PlanMeasure &a, const PlanMeasure &b, const PlanMeasure &c) {
 
 } // namespace
 
+llvm::Expected<TrainStepOptions>
+PlanCandidate::stepOptions(int64_t ranks, uint64_t memoryBytes) const {
+  TrainStepOptions options;
+  if (tensorParallel > 1) {
+    TrainTensorParallelPassOptions &t = options.tensorParallel.emplace();
+    t.size = tensorParallel;
+    t.sequenceParallel = sequenceParallel;
+    t.vocabularyParallel = vocabularyParallel;
+  }
+  options.fuseAttention = fuseAttention;
+  options.fuseElementwise = fuseElementwise;
+  std::string message;
+  llvm::raw_string_ostream errors(message);
+  if (failed(parsePassOptions(autodiffOptions(), options.autodiff, errors)))
+    return planError("the recipe '" + autodiffOptions() +
+                     "': " + StringRef(message).trim());
+  switch (remat) {
+  case PlanRemat::none:
+    break;
+  case PlanRemat::selective:
+    options.remat.emplace().policy = RematPolicy::selective;
+    break;
+  case PlanRemat::full:
+    options.remat.emplace().policy = RematPolicy::full;
+    break;
+  case PlanRemat::budget:
+    options.remat.emplace().policy = RematPolicy::budget;
+    options.remat->budget = std::to_string(memoryBytes);
+    break;
+  }
+  if (accumulation > 1)
+    options.gradAccum.emplace().steps = accumulation;
+  if (eightBit)
+    options.quantize.emplace();
+  if (stage >= 0) {
+    TrainZeroPassOptions &zero = options.zero.emplace();
+    zero.stage = stage;
+    zero.ranks = dataRanks(ranks);
+  }
+  options.releaseGradients = releaseGradients;
+  if (offload != PlanOffload::none)
+    options.offload.emplace().what = offload == PlanOffload::states
+                                         ? OffloadWhat::states
+                                         : OffloadWhat::statesAndUpdate;
+  return options;
+}
+
 std::string PlanCandidate::passPipeline(int64_t ranks,
                                         uint64_t memoryBytes) const {
-  return measurePipeline(*this, ranks, memoryBytes, /*withOffload=*/true,
-                         /*planned=*/true);
+  llvm::Expected<TrainStepOptions> options = stepOptions(ranks, memoryBytes);
+  if (!options)
+    return "<" + llvm::toString(options.takeError()) + ">";
+  std::string why;
+  FailureOr<std::string> passes =
+      printTrainStepPipeline(*options, [&](const Twine &message) {
+        why = message.str();
+        return failure();
+      });
+  return succeeded(passes) ? *passes : "<" + why + ">";
 }
 
 /// Whether `recipe` (empty: the default) clips the gradients' norm.
@@ -909,7 +948,10 @@ static bool fusesElementwise(MLIRContext &context, const PlanRequest &request) {
   };
   int64_t before = countOps();
   if (llvm::Error error =
-          runPipeline(context, *module, "train-fuse-elementwise")) {
+          runPasses(context, *module, [](OpPassManager &pm, auto) {
+            pm.addPass(createTrainFuseElementwisePass());
+            return success();
+          })) {
     llvm::consumeError(std::move(error));
     return false;
   }

@@ -350,11 +350,11 @@ FailureOr<StepLayout> mlir::train::lowerStep(ModuleOp module) {
       options.function = func.getSymName().str();
       pm.addPass(createConvertTrainToRuntimePass(options));
     }
-  if (!isa<LLVM::LLVMFuncOp>(symbol) &&
-      failed(parsePassPipeline(
-          "convert-scf-to-cf,convert-to-llvm,reconcile-unrealized-casts", pm,
-          llvm::errs())))
-    return failure();
+  if (!isa<LLVM::LLVMFuncOp>(symbol)) {
+    pm.addPass(createSCFToControlFlowPass());
+    pm.addPass(createConvertToLLVMPass());
+    pm.addPass(createReconcileUnrealizedCastsPass());
+  }
   if (failed(pm.run(module)))
     return failure();
   Operation *marked = findMarkedStep(module, "trainmem-run");

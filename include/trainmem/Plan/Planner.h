@@ -25,6 +25,7 @@
 #define TRAINMEM_PLAN_PLANNER_H
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
+#include "trainmem/Dialect/Train/Transforms/Pipelines.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Plan/Hardware.h"
 
@@ -200,10 +201,14 @@ struct PlanCandidate {
   /// Why it does not fit, or why it could not be compiled.
   std::string rejected;
 
+  /// This configuration as train-step's typed options (the planner builds
+  /// its pass pipelines from them); an error when the recipe does not
+  /// parse.
+  llvm::Expected<TrainStepOptions> stepOptions(int64_t ranks,
+                                               uint64_t memoryBytes) const;
   /// The passes of this configuration, comma-separated (inside
-  /// builtin.module(...)): what the planner measured, with the micro-batch
-  /// loop planned rolled and unrolled at the end, as train-step does (the
-  /// runtime lowering takes unrolled loops, in the rolled loop's plan).
+  /// builtin.module(...)): train-step's for stepOptions, as the planner
+  /// measured them (the micro-batch loop planned rolled).
   std::string passPipeline(int64_t ranks, uint64_t memoryBytes) const;
   /// The same as trainmem-run options.
   std::string runOptions(uint64_t memoryBytes) const;

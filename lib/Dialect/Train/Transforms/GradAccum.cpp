@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Dialect/Train/Transforms/StepPhases.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -441,24 +442,10 @@ void TrainGradAccumPass::runOnOperation() {
   }
   Accumulation a;
   a.func = lookupStep(module, function, "train-grad-accum");
-  if (!a.func ||
-      failed(refuseHessianStep(a.func, "train-grad-accum",
-                               "split into micro-batches (its labels are "
-                               "drawn per row of the whole batch)")) ||
-      failed(refuseReleasedStep(a.func, "train-grad-accum",
-                                "accumulate (each micro-batch would update "
-                                "the weights)")))
-    return signalPassFailure();
   // Accumulating twice would nest a loop over micro-batches of
-  // micro-batches; say so instead of re-typing the loop's body.
-  if (Operation *existing = findAccumulation(a.func)) {
-    (void)fail(existing->getLoc(),
-               "@" + a.func.getSymName() + " already accumulates gradients (" +
-                   existing->getName().getStringRef() +
-                   "); run train-grad-accum once, with the total number of "
-                   "micro-batches");
+  // micro-batches; the table says so instead of re-typing the loop's body.
+  if (!a.func || failed(checkStepPhases(a.func, "train-grad-accum")))
     return signalPassFailure();
-  }
   if (failed(findBatch(a)) || failed(findBody(a)))
     return signalPassFailure();
   LLVM_DEBUG(llvm::dbgs() << "train-grad-accum: @" << a.func.getSymName()

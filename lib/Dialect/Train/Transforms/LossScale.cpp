@@ -13,6 +13,7 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Dialect/Train/Transforms/StepPhases.h"
 #include "trainmem/Support/LossScaleUpdate.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -64,34 +65,14 @@ struct TrainLossScalePass
       return signalPassFailure();
     }
     func::FuncOp func = lookupStep(module, function, kPassName);
-    if (!func ||
-        failed(refuseHessianStep(func, kPassName,
-                                 "scale (its sampled loss would need its "
-                                 "own scale)")) ||
-        failed(refuseReleasedStep(func, kPassName,
-                                  "check for overflow before the first "
-                                  "update")) ||
+    if (!func || failed(checkStepPhases(func, kPassName)) ||
         failed(scale(func)))
       return signalPassFailure();
   }
 
-  /// The step's optimizer block: the step is not loss-scaled or
-  /// partitioned yet and has one.
+  /// The step's optimizer block (checkStepPhases said the step is not
+  /// loss-scaled or partitioned yet).
   FailureOr<BlockOp> findOptimizer(func::FuncOp func) {
-    for (unsigned i = 0; i < func.getNumArguments(); ++i)
-      if (auto state =
-              func.getArgAttrOfType<StateAttr>(i, kOptimizerStateAttrName);
-          state && state.getKind() == StateKind::loss_scale)
-        return func.emitError(kPassName)
-               << ": @" << func.getSymName()
-               << " is loss-scaled already (argument " << i << ")";
-    // Partitioned, each rank would decide on its own shards.
-    if (func->hasAttr(kZeroAttrName))
-      return func.emitError(kPassName)
-             << ": @" << func.getSymName()
-             << " is partitioned by train-zero already; run "
-                "train-loss-scale before train-zero (which makes the ranks "
-                "agree on an overflow)";
     BlockOp optimizer;
     func.walk([&](BlockOp block) {
       if (block.getKind() == BlockKind::optimizer)

@@ -13,6 +13,7 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Dialect/Train/Transforms/StepPhases.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -34,8 +35,7 @@ struct TrainOffloadOptimizerPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     func::FuncOp func = lookupStep(module, "", "train-offload-optimizer");
-    if (!func || failed(refuseHessianStep(func, "train-offload-optimizer",
-                                          "refresh in host memory")))
+    if (!func || failed(checkStepPhases(func, getArgument())))
       return signalPassFailure();
     auto host = SpaceAttr::get(&getContext(), MemorySpace::host);
     // Every argument's and result's attributes set at once (one setArgAttr

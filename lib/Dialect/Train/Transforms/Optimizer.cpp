@@ -441,19 +441,6 @@ func::FuncOp mlir::train::findHessianStep(func::FuncOp step) {
   return {};
 }
 
-LogicalResult mlir::train::refuseHessianStep(func::FuncOp step,
-                                             StringRef passName,
-                                             StringRef what) {
-  func::FuncOp hessian = findHessianStep(step);
-  if (!hessian)
-    return success();
-  return step.emitError(passName)
-         << ": @" << step.getSymName() << " has a Hessian step (@"
-         << hessian.getSymName() << ", optimizer=sophia), which " << passName
-         << " cannot " << what
-         << " yet: train Sophia without it, or use optimizer=adamw or lion";
-}
-
 LogicalResult mlir::train::addHessianUpdate(func::FuncOp func,
                                             const OptimizerOptions &o,
                                             StringRef stepName,

@@ -18,23 +18,25 @@
 namespace mlir {
 namespace train {
 
-/// After `pass` parsed its options: an unknown optimizer and an option the
-/// optimizer does not read, given another value than its default, are
-/// errors; options not given take the optimizer's defaults.
+/// After `pass` (a pass, or the PassOptions mirror of its options that
+/// PassOptionText.h parses with) parsed its options: an unknown optimizer
+/// and an option the optimizer does not read, given another value than its
+/// default, are errors naming `argument`; options not given take the
+/// optimizer's defaults.
 template <typename PassT>
 LogicalResult
-completeOptimizerOptions(PassT &pass,
+completeOptimizerOptions(PassT &pass, StringRef argument,
                          function_ref<LogicalResult(const Twine &)> onError) {
   StringRef name = pass.optimizer;
   if (name == "none")
     return success();
   const OptimizerInfo *info = lookupOptimizer(name);
   if (!info)
-    return onError(pass.getArgument() + ": unknown optimizer '" + name +
-                   "' (expected " + listOptimizerNames() + ", or none)");
+    return onError(argument + ": unknown optimizer '" + name + "' (expected " +
+                   listOptimizerNames() + ", or none)");
   struct Given {
     OptimizerOption option;
-    Pass::Option<double> &value;
+    ::mlir::detail::PassOptions::Option<double> &value;
     double fallback;
   };
   const OptimizerDefaults &d = info->defaults;
@@ -60,16 +62,16 @@ completeOptimizerOptions(PassT &pass,
       for (OptimizerOption option : info->options)
         reads +=
             (reads.empty() ? "" : ", ") + getOptimizerOptionName(option).str();
-      return onError(pass.getArgument() + ": optimizer=" + name +
-                     " has no option " + getOptimizerOptionName(given.option) +
-                     " (it reads " + reads + ")");
+      return onError(argument + ": optimizer=" + name + " has no option " +
+                     getOptimizerOptionName(given.option) + " (it reads " +
+                     reads + ")");
     }
     if (!given.value.hasValue())
       given.value = given.fallback;
   }
   if (givenApart(pass.hessianInterval) &&
       !info->reads(OptimizerOption::hessianInterval))
-    return onError(pass.getArgument() + ": optimizer=" + name +
+    return onError(argument + ": optimizer=" + name +
                    " has no option hessian-interval (only an optimizer "
                    "with a Hessian step reads it: sophia)");
   if (!pass.lr.hasValue())
@@ -105,11 +107,11 @@ OptimizerOptions readOptimizerOptions(const PassT &pass) {
       function_ref<LogicalResult(const Twine &)> errorHandler) override {      \
     if (failed(Base::initializeOptions(options, errorHandler)))                \
       return failure();                                                        \
-    return completeOptimizerOptions(*this, errorHandler);                      \
+    return completeOptimizerOptions(*this, getArgument(), errorHandler);       \
   }                                                                            \
   template <typename PassT>                                                    \
   friend LogicalResult mlir::train::completeOptimizerOptions(                  \
-      PassT &, function_ref<LogicalResult(const Twine &)>);                    \
+      PassT &, StringRef, function_ref<LogicalResult(const Twine &)>);         \
   template <typename PassT>                                                    \
   friend OptimizerOptions mlir::train::readOptimizerOptions(const PassT &);
 

@@ -1,7 +1,9 @@
 //===- Pipelines.cpp - registered pipelines of the train dialect ----------===//
 
 #include "trainmem/Dialect/Train/Transforms/Pipelines.h"
+#include "trainmem/Dialect/Train/Transforms/OptimizerRegistry.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/StepPhases.h"
 
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/raw_ostream.h"
@@ -12,19 +14,6 @@
 
 using namespace mlir;
 using namespace mlir::train;
-
-/// The value of option `key` in a pass's option text ("size=2 data=2"),
-/// as the pass parses it: words of key=value; none where not given.
-static std::optional<StringRef> optionValue(StringRef text, StringRef key) {
-  SmallVector<StringRef> words;
-  text.split(words, ' ', -1, /*KeepEmpty=*/false);
-  for (StringRef word : words) {
-    auto [name, value] = word.split('=');
-    if (name.trim() == key)
-      return value.trim();
-  }
-  return std::nullopt;
-}
 
 std::string mlir::train::autodiffOptionsFor(StringRef recipe,
                                             StringRef optimizer,
@@ -46,48 +35,143 @@ std::string mlir::train::autodiffOptionsFor(StringRef recipe,
   return llvm::join(words, " ");
 }
 
-/// train-remat's options; a budget (`policy=budget`) is for the step as it
-/// runs, so it gets the passes train-step runs after train-remat as
-/// `measure-after` (unless given; the micro-batch loop left rolled).
-static std::string rematOptions(const TrainStepPipelineOptions &options) {
-  StringRef remat = options.remat;
-  if (optionValue(remat, "policy") != "budget" ||
-      remat.contains("measure-after"))
-    return remat.str();
-  SmallVector<std::string> after;
-  if (!options.gradAccum.empty())
-    after.push_back("train-grad-accum{" + options.gradAccum + "}");
-  if (options.quantize)
-    after.push_back("train-quantize-optimizer-state{" +
-                    options.quantizeOptions + "}");
-  after.push_back("train-materialize-remat");
-  after.push_back("train-materialize-layouts");
-  if (!options.zero.empty())
-    after.push_back("train-zero{" + options.zero + "}");
-  if (options.releaseGradients)
-    after.push_back("train-release-gradients");
-  if (!options.offload.empty())
-    after.push_back("train-offload-optimizer{what=" + options.offload + "}");
-  // The passes every step runs after train-remat: measured without saying.
-  if (after.size() == 2)
-    return remat.str();
-  return (remat + " measure-after={" + llvm::join(after, ",") + "}").str();
+bool TrainStepOptions::operator==(const TrainStepOptions &other) const {
+  return differentiate == other.differentiate &&
+         tensorParallel == other.tensorParallel &&
+         fuseAttention == other.fuseAttention &&
+         fuseElementwise == other.fuseElementwise &&
+         autodiff == other.autodiff && lossScale == other.lossScale &&
+         remat == other.remat && gradAccum == other.gradAccum &&
+         unrollAccum == other.unrollAccum && quantize == other.quantize &&
+         zero == other.zero && releaseGradients == other.releaseGradients &&
+         offload == other.offload;
 }
 
-LogicalResult mlir::train::buildTrainStepPipeline(
-    OpPassManager &pm, const TrainStepPipelineOptions &options,
+FailureOr<TrainStepOptions> mlir::train::parseTrainStepOptions(
+    const TrainStepPipelineOptions &text,
     function_ref<LogicalResult(const Twine &)> errorHandler) {
-  // Each stage is parsed on its own, so that bad options name the pass
-  // they belong to.
-  auto add = [&](StringRef pass, StringRef passOptions) -> LogicalResult {
-    std::string text = (pass + "{" + passOptions + "}").str();
+  TrainStepOptions options;
+  // Each pass's options are parsed on their own, so that bad options name
+  // the pass they belong to.
+  auto parse = [&](auto &out, StringRef given) -> LogicalResult {
+    using OptionsT = std::remove_reference_t<decltype(out)>;
     std::string message;
     llvm::raw_string_ostream errors(message);
-    if (succeeded(parsePassPipeline(text, pm, errors)))
+    if (succeeded(parsePassOptions(given, out, errors)))
       return success();
-    return errorHandler("train-step: bad options for " + pass + " ('" +
-                        passOptions + "'): " + StringRef(message).trim());
+    return errorHandler("train-step: bad options for " +
+                        PassOptionsTraits<OptionsT>::argument + " ('" + given +
+                        "'): " + StringRef(message).trim());
   };
+  // An optional pass: run when its text is given.
+  auto parseIf = [&](auto &out, StringRef given, bool run) -> LogicalResult {
+    if (!run)
+      return success();
+    return parse(out.emplace(), given);
+  };
+  options.differentiate = text.differentiate;
+  options.fuseAttention = text.fuseAttention;
+  options.fuseElementwise = text.fuseElementwise;
+  options.unrollAccum = text.unrollAccum;
+  options.releaseGradients = text.releaseGradients;
+  if (!text.lossScale && !text.lossScaleOptions.empty())
+    return errorHandler("train-step: loss-scale-options needs loss-scale=true");
+  if (!text.quantize && !text.quantizeOptions.empty())
+    return errorHandler("train-step: quantize-options needs quantize=true");
+  if (failed(parseIf(options.tensorParallel, text.tensorParallel,
+                     !text.tensorParallel.empty())) ||
+      failed(parse(options.autodiff, text.autodiff)) ||
+      failed(
+          parseIf(options.lossScale, text.lossScaleOptions, text.lossScale)) ||
+      failed(parseIf(options.remat, text.remat, !text.remat.empty())) ||
+      failed(parseIf(options.gradAccum, text.gradAccum,
+                     !text.gradAccum.empty())) ||
+      failed(parseIf(options.quantize, text.quantizeOptions, text.quantize)) ||
+      failed(parseIf(options.zero, text.zero, !text.zero.empty())) ||
+      failed(parseIf(options.offload, "what=" + text.offload,
+                     !text.offload.empty())))
+    return failure();
+  return options;
+}
+
+FailureOr<TrainStepOptions> mlir::train::parseTrainStepOptions(
+    StringRef text, function_ref<LogicalResult(const Twine &)> errorHandler) {
+  TrainStepPipelineOptions parsed;
+  std::string message;
+  llvm::raw_string_ostream errors(message);
+  if (failed(parsed.parseFromString(text, errors)))
+    return errorHandler("train-step: cannot parse the options '" + text +
+                        "': " + StringRef(message).trim());
+  return parseTrainStepOptions(parsed, errorHandler);
+}
+
+std::string
+mlir::train::printTrainStepOptions(const TrainStepOptions &options) {
+  TrainStepPipelineOptions text;
+  option_text::PassOptionWords words;
+  // An optional pass's text: never empty, which would mean "not run".
+  auto passText = [](const auto &passOptions) {
+    std::string printed = printPassOptions(passOptions);
+    return printed.empty() ? printPassOptions(passOptions, /*all=*/true)
+                           : printed;
+  };
+  if (!options.differentiate)
+    words.add(text.differentiate, false);
+  if (options.tensorParallel)
+    words.add(text.tensorParallel, passText(*options.tensorParallel));
+  if (options.fuseAttention)
+    words.add(text.fuseAttention, true);
+  if (options.fuseElementwise)
+    words.add(text.fuseElementwise, true);
+  if (std::string autodiff = printPassOptions(options.autodiff);
+      !autodiff.empty())
+    words.add(text.autodiff, autodiff);
+  if (options.remat)
+    words.add(text.remat, passText(*options.remat));
+  if (options.gradAccum)
+    words.add(text.gradAccum, passText(*options.gradAccum));
+  if (options.unrollAccum)
+    words.add(text.unrollAccum, true);
+  // A pass switched on by a flag, its options apart (when not defaults).
+  auto flagged = [&](auto &flag, auto &optionsText, const auto &passOptions) {
+    if (!passOptions)
+      return;
+    words.add(flag, true);
+    if (std::string printed = printPassOptions(*passOptions); !printed.empty())
+      words.add(optionsText, printed);
+  };
+  flagged(text.quantize, text.quantizeOptions, options.quantize);
+  flagged(text.lossScale, text.lossScaleOptions, options.lossScale);
+  if (options.zero)
+    words.add(text.zero, passText(*options.zero));
+  if (options.releaseGradients)
+    words.add(text.releaseGradients, true);
+  if (options.offload)
+    words.add(text.offload,
+              options.offload->what == OffloadWhat::statesAndUpdate
+                  ? std::string("states+update")
+                  : std::string("states"));
+  return words.str();
+}
+
+namespace {
+
+/// The pipeline element of a pass with typed options.
+template <typename OptionsT> TrainStepPass stepPass(OptionsT options) {
+  std::string text = printPass(options);
+  return {PassOptionsTraits<OptionsT>::argument, std::move(text),
+          [options]() { return PassOptionsTraits<OptionsT>::create(options); }};
+}
+
+/// The pipeline element of a pass without options.
+TrainStepPass stepPass(StringRef argument, std::unique_ptr<Pass> (*create)()) {
+  return {argument, argument.str(), create};
+}
+
+/// train-step's refusals of what no order of its passes does.
+LogicalResult
+checkTrainStepOptions(const TrainStepOptions &options,
+                      function_ref<LogicalResult(const Twine &)> errorHandler) {
   if (options.fuseAttention && !options.differentiate)
     return errorHandler("train-step: fuse-attention rewrites the forward, "
                         "before train-autodiff; the input is a step already");
@@ -97,79 +181,160 @@ LogicalResult mlir::train::buildTrainStepPipeline(
   // Data ranks beside the tensor groups average their gradients through
   // train-zero's collectives (stage 0 is plain data parallelism): refused
   // here, before any pass runs, rather than by the lowering at the end.
-  if (std::optional<StringRef> data =
-          optionValue(options.tensorParallel, "data");
-      data && *data != "1" && options.zero.empty())
+  if (options.tensorParallel && options.tensorParallel->data != 1 &&
+      !options.zero)
     return errorHandler(
-        "train-step: tensor-parallel=\"" + options.tensorParallel +
-        "\" splits the step over " + *data +
+        "train-step: tensor-parallel=\"size=" +
+        Twine(options.tensorParallel->size) +
+        " data=" + Twine(options.tensorParallel->data) +
+        "\" splits the step over " + Twine(options.tensorParallel->data) +
         " data-parallel groups, whose gradients only train-zero averages: "
         "add zero=\"stage=0\" (plain data parallelism) or another stage");
-  if (!options.tensorParallel.empty() && !options.differentiate)
+  if (options.tensorParallel && !options.differentiate)
     return errorHandler("train-step: tensor-parallel splits the forward, "
                         "before train-autodiff; the input is a step already");
+  return success();
+}
+
+} // namespace
+
+FailureOr<SmallVector<TrainStepPass>> mlir::train::getTrainStepPasses(
+    const TrainStepOptions &options,
+    function_ref<LogicalResult(const Twine &)> errorHandler,
+    TrainStepScope scope) {
+  if (failed(checkTrainStepOptions(options, errorHandler)))
+    return failure();
+  SmallVector<TrainStepPass> passes;
   // Tensor parallelism first: the fusions then work on a rank's part (a
   // fused attention on its heads).
-  if (!options.tensorParallel.empty() &&
-      failed(add("train-tensor-parallel", options.tensorParallel)))
-    return failure();
+  if (options.tensorParallel)
+    passes.push_back(stepPass(*options.tensorParallel));
   if (options.fuseAttention)
-    pm.addPass(createTrainFuseAttentionPass());
+    passes.push_back(
+        stepPass("train-fuse-attention", &createTrainFuseAttentionPass));
   if (options.fuseElementwise)
-    pm.addPass(createTrainFuseElementwisePass());
-  if (options.differentiate && failed(add("train-autodiff", options.autodiff)))
-    return failure();
-  if (options.lossScale &&
-      failed(add("train-loss-scale", options.lossScaleOptions)))
-    return failure();
-  if (!options.lossScale && !options.lossScaleOptions.empty())
-    return errorHandler("train-step: loss-scale-options needs loss-scale=true");
-  if (!options.remat.empty() &&
-      failed(add("train-remat", rematOptions(options))))
-    return failure();
-  if (!options.gradAccum.empty() &&
-      failed(add("train-grad-accum", options.gradAccum)))
-    return failure();
-  if (options.quantize &&
-      failed(add("train-quantize-optimizer-state", options.quantizeOptions)))
-    return failure();
-  if (!options.quantize && !options.quantizeOptions.empty())
-    return errorHandler("train-step: quantize-options needs quantize=true");
+    passes.push_back(
+        stepPass("train-fuse-elementwise", &createTrainFuseElementwisePass));
+  if (options.differentiate) {
+    passes.push_back(stepPass(options.autodiff));
+    if (const OptimizerInfo *info = lookupOptimizer(options.autodiff.optimizer);
+        info && info->hessianStep)
+      passes.back().conditions.push_back("hessian");
+  }
+  if (options.lossScale)
+    passes.push_back(stepPass(*options.lossScale));
+  std::optional<size_t> remat;
+  if (options.remat) {
+    remat = passes.size();
+    passes.push_back(stepPass(*options.remat));
+    if (options.remat->policy == RematPolicy::budget)
+      passes.back().conditions.push_back("policy=budget");
+  }
+  if (options.gradAccum)
+    passes.push_back(stepPass(*options.gradAccum));
+  if (options.quantize)
+    passes.push_back(stepPass(*options.quantize));
   // One order for every combination: recompute is materialized where it
   // stands (in the micro-batch loop's body too), so that train-zero sees
   // the ops that read the weights again (stage 3 gathers for them) and
   // partitions the rolled loop (stages 2-3 reduce-scatter each
   // micro-batch's gradients into f32 shards); the loop is unrolled after.
-  pm.addPass(createTrainMaterializeRematPass());
+  passes.push_back(stepPass(TrainMaterializeRematPassOptions()));
   // Strided views that a kernel reads row-major are copied here, before
   // train-zero and the unrolling, so that the memory plan holds them.
-  pm.addPass(createTrainMaterializeLayoutsPass());
-  if (!options.zero.empty() && failed(add("train-zero", options.zero)))
-    return failure();
+  passes.push_back(stepPass("train-materialize-layouts",
+                            &createTrainMaterializeLayoutsPass));
+  if (options.zero) {
+    passes.push_back(stepPass(*options.zero));
+    if (options.zero->stage >= 3 && options.zero->ranks > 1)
+      passes.back().conditions.push_back("stage=3");
+  }
   // Release after partitioning: each shard's update follows its bucket's
   // reduce-scatter.
   if (options.releaseGradients)
-    pm.addPass(createTrainReleaseGradientsPass());
+    passes.push_back(stepPass(TrainReleaseGradientsPassOptions()));
   // A micro-batch loop runs in its rolled plan: the state and updates are
   // offloaded on the rolled step (as the planner measures it), the loop
   // planned as one iteration, and left rolled (convert-train-to-runtime
   // lowers it as a loop) or, asked to, unrolled at the plan's offsets. A
   // loop summed in groups is analyzed unrolled only: planned when lowered.
-  std::optional<StringRef> groups = optionValue(options.gradAccum, "groups");
-  if (!options.gradAccum.empty() && (!groups || *groups == "1")) {
-    if (!options.offload.empty() &&
-        failed(add("train-offload-optimizer", "what=" + options.offload)))
-      return failure();
-    pm.addPass(createTrainPlanArenaPass());
-    if (options.unrollAccum)
-      pm.addPass(createTrainUnrollAccumPass());
-    return success();
-  }
-  pm.addPass(createTrainUnrollAccumPass());
+  // A step given as input may hold a loop: unrolled.
+  bool rolled = options.gradAccum && options.gradAccum->groups == 1;
+  if (!rolled && (options.gradAccum || !options.differentiate))
+    passes.push_back(stepPass(TrainUnrollAccumPassOptions()));
   // Offload last: it marks the state and the updates of the finished step.
-  if (options.offload.empty())
-    return success();
-  return add("train-offload-optimizer", "what=" + options.offload);
+  if (options.offload && scope.offload)
+    passes.push_back(stepPass(*options.offload));
+  if (rolled && scope.planArena)
+    passes.push_back(stepPass(TrainPlanArenaPassOptions()));
+  if (rolled && options.unrollAccum)
+    passes.push_back(stepPass(TrainUnrollAccumPassOptions()));
+
+  // A budget is for the step as it runs: it measures each choice after the
+  // passes that follow it (the loop rolled), unless told which.
+  if (remat && options.remat->policy == RematPolicy::budget &&
+      options.remat->measureAfter.empty()) {
+    SmallVector<std::string> after;
+    for (const TrainStepPass &pass : llvm::drop_begin(passes, *remat + 1))
+      if (pass.argument != "train-plan-arena" &&
+          pass.argument != "train-unroll-accum")
+        after.push_back(pass.text);
+    // Built without its offload, the step is still measured with it.
+    if (options.offload && !scope.offload)
+      after.push_back(stepPass(*options.offload).text);
+    TrainRematPassOptions measured = *options.remat;
+    // The passes every step runs after train-remat: measured without
+    // saying.
+    if (after.size() > 2)
+      measured.measureAfter = llvm::join(after, ",");
+    passes[*remat] = stepPass(measured);
+    passes[*remat].conditions.push_back("policy=budget");
+  }
+  // What no order of these passes can do, refused before any runs.
+  SmallVector<PhasedPass> phased;
+  for (const TrainStepPass &pass : passes)
+    phased.push_back({pass.argument, pass.conditions});
+  std::string refusal;
+  if (failed(checkPhaseOrder(phased, refusal)))
+    return errorHandler("train-step: " + refusal);
+  return passes;
+}
+
+LogicalResult mlir::train::buildTrainStepPipeline(
+    OpPassManager &pm, const TrainStepOptions &options,
+    function_ref<LogicalResult(const Twine &)> errorHandler,
+    TrainStepScope scope) {
+  FailureOr<SmallVector<TrainStepPass>> passes =
+      getTrainStepPasses(options, errorHandler, scope);
+  if (failed(passes))
+    return failure();
+  for (const TrainStepPass &pass : *passes)
+    pm.addPass(pass.create());
+  return success();
+}
+
+LogicalResult mlir::train::buildTrainStepPipeline(
+    OpPassManager &pm, const TrainStepPipelineOptions &options,
+    function_ref<LogicalResult(const Twine &)> errorHandler) {
+  FailureOr<TrainStepOptions> typed =
+      parseTrainStepOptions(options, errorHandler);
+  if (failed(typed))
+    return failure();
+  return buildTrainStepPipeline(pm, *typed, errorHandler);
+}
+
+FailureOr<std::string> mlir::train::printTrainStepPipeline(
+    const TrainStepOptions &options,
+    function_ref<LogicalResult(const Twine &)> errorHandler,
+    TrainStepScope scope) {
+  FailureOr<SmallVector<TrainStepPass>> passes =
+      getTrainStepPasses(options, errorHandler, scope);
+  if (failed(passes))
+    return failure();
+  return llvm::join(
+      llvm::map_range(*passes,
+                      [](const TrainStepPass &pass) { return pass.text; }),
+      ",");
 }
 
 void mlir::train::registerTrainPipelines() {
@@ -187,11 +352,10 @@ void mlir::train::registerTrainPipelines() {
       "(trainmem-run's pipeline)",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {
-        TrainStepPipelineOptions options;
-        if (failed(options.parseFromString(text)))
-          return errorHandler("train-step: cannot parse the options '" +
-                              text + "'");
-        if (failed(buildTrainStepPipeline(pm, options, errorHandler)))
+        FailureOr<TrainStepOptions> options =
+            parseTrainStepOptions(text, errorHandler);
+        if (failed(options) ||
+            failed(buildTrainStepPipeline(pm, *options, errorHandler)))
           return failure();
         LLVM_DEBUG({
           llvm::dbgs() << "train-step: ";
@@ -200,7 +364,7 @@ void mlir::train::registerTrainPipelines() {
         });
         return success();
       },
-      [](function_ref<void(const detail::PassOptions &)> optHandler) {
+      [](function_ref<void(const ::mlir::detail::PassOptions &)> optHandler) {
         optHandler(TrainStepPipelineOptions());
       });
 }

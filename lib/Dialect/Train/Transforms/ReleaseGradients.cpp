@@ -14,6 +14,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Dialect/Train/Transforms/StepPhases.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -38,20 +39,12 @@ namespace {
 /// Why the updates of `step` cannot run before its backward ends, or "".
 std::string whyNotReleasable(func::FuncOp step, Operation *&at) {
   at = step;
-  if ((at = findAccumulation(step)))
-    return "the step accumulates gradients over micro-batches (a gradient "
-           "is complete only after the last one): release gradients "
-           "without train-grad-accum, or accumulate without releasing";
   std::string why;
   step.walk([&](Operation *op) {
     if (isa<ClipGradNormOp>(op))
       why = "the step clips the global gradient norm, which reads every "
             "gradient before the first update: release with clip-norm=0, "
             "or clip without releasing";
-    else if (isa<UnscaleGradientsOp, LossScaleOp>(op))
-      why = "the step scales its loss (train-loss-scale), whose overflow "
-            "check reads every gradient before the first update: release "
-            "without loss scaling (bf16), or scale without releasing";
     if (why.empty())
       return WalkResult::advance();
     at = op;
@@ -61,39 +54,6 @@ std::string whyNotReleasable(func::FuncOp step, Operation *&at) {
 }
 
 } // namespace
-
-LogicalResult mlir::train::refuseReleasedStep(func::FuncOp step,
-                                              StringRef passName,
-                                              StringRef what, StringRef order) {
-  if (step.isExternal())
-    return success();
-  Operation *firstUpdateBlock = nullptr;
-  for (Operation &op : step.front()) {
-    auto block = dyn_cast<BlockOp>(op);
-    if (!block)
-      continue;
-    if (block.getKind() == BlockKind::optimizer && !firstUpdateBlock &&
-        block
-            .walk([](OptimizerUpdateOpInterface) {
-              return WalkResult::interrupt();
-            })
-            .wasInterrupted())
-      firstUpdateBlock = block;
-    if (!firstUpdateBlock || !block.getBackward())
-      continue;
-    InFlightDiagnostic diag = firstUpdateBlock->emitError(passName)
-                              << ": @" << step.getSymName()
-                              << " runs its updates inside the backward "
-                                 "(train-release-gradients), which "
-                              << passName << " cannot " << what;
-    if (!order.empty())
-      return diag << ": " << order;
-    return diag << " (and train-release-gradients refuses a step that has "
-                   "run "
-                << passName << "): use one or the other";
-  }
-  return success();
-}
 
 namespace {
 
@@ -242,7 +202,7 @@ LogicalResult TrainReleaseGradientsPass::release(func::FuncOp step) {
 
 void TrainReleaseGradientsPass::runOnOperation() {
   func::FuncOp step = lookupStep(getOperation(), function, getArgument());
-  if (!step)
+  if (!step || failed(checkStepPhases(step, getArgument())))
     return signalPassFailure();
   Operation *at = nullptr;
   std::string why = whyNotReleasable(step, at);

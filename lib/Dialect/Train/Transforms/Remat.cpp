@@ -3,6 +3,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Dialect/Train/Transforms/StepPhases.h"
 #include "trainmem/Support/ByteSize.h"
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
@@ -299,18 +300,34 @@ void recordMeasurement(BudgetModel &model, const FunctionMemory &memory,
                totals[static_cast<unsigned>(MemoryCategory::Optimizer)]);
 }
 
-/// Runs the measure-after pipeline on a copy of the module; returns the
-/// copy's step.
+/// The passes every step runs after train-remat (train-step's), measured
+/// when a budget is given no measure-after.
+constexpr llvm::StringLiteral kEveryStepAfterRemat =
+    "train-materialize-remat,train-materialize-layouts";
+
+/// Runs a pipeline on an operation nested under the pass's (the pass's
+/// Pass::runPipeline).
+using PipelineRunner =
+    function_ref<LogicalResult(OpPassManager &, Operation *)>;
+
+/// Runs the measure-after pipeline on `copy`, a copy of the module; returns
+/// the copy's step. The copy is nested in the step's module while the
+/// pipeline runs, so that it runs as a dynamic pipeline of this pass (the
+/// pass manager's instrumentation, timing and crash reproducers cover it).
 FailureOr<func::FuncOp> runMeasureAfter(func::FuncOp func, ModuleOp copy,
-                                        StringRef after) {
-  PassManager pm(func.getContext());
-  pm.enableVerifier(false);
+                                        StringRef after,
+                                        PipelineRunner runPipeline) {
+  OpPassManager pm(ModuleOp::getOperationName());
   std::string message;
   llvm::raw_string_ostream errors(message);
   if (failed(parsePassPipeline(after, pm, errors)))
     return func.emitError("train-remat: bad measure-after pipeline '")
            << after << "': " << StringRef(message).trim();
-  if (failed(pm.run(copy)))
+  auto module = func->getParentOfType<ModuleOp>();
+  module.getBody()->push_back(copy);
+  LogicalResult ran = runPipeline(pm, copy);
+  copy->remove();
+  if (failed(ran))
     return func.emitError("train-remat: the budget's measure-after "
                           "passes failed on the step (see above)");
   auto step = copy.lookupSymbol<func::FuncOp>(func.getSymName());
@@ -329,7 +346,8 @@ FailureOr<func::FuncOp> runMeasureAfter(func::FuncOp func, ModuleOp copy,
 /// train-zero adds its grid).
 FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
                                           ArrayRef<int64_t> layerIndices,
-                                          StringRef after) {
+                                          StringRef after,
+                                          PipelineRunner runPipeline) {
   BudgetModel model;
   model.numLayers = static_cast<int64_t>(layerIndices.size());
   model.saved.assign(layerIndices.size(), {});
@@ -382,7 +400,8 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
     // step's pipeline does (train-materialize-remat among them); what they
     // leave is materialized here.
     if (moduleCopy) {
-      FailureOr<func::FuncOp> step = runMeasureAfter(func, *moduleCopy, after);
+      FailureOr<func::FuncOp> step =
+          runMeasureAfter(func, *moduleCopy, after, runPipeline);
       if (failed(step))
         return failure();
       copy = *step;
@@ -409,7 +428,8 @@ FailureOr<BudgetModel> measureBudgetModel(func::FuncOp func,
 /// micro-batch loop planned as train-plan-arena plans it.
 FailureOr<uint64_t> measureArena(func::FuncOp func,
                                  ArrayRef<int64_t> layerIndices,
-                                 ArrayRef<Choice> choices, StringRef after) {
+                                 ArrayRef<Choice> choices, StringRef after,
+                                 PipelineRunner runPipeline) {
   ScopedDiagnosticHandler quiet(func.getContext(), [](Diagnostic &d) {
     return success(d.getSeverity() != DiagnosticSeverity::Error);
   });
@@ -428,8 +448,7 @@ FailureOr<uint64_t> measureArena(func::FuncOp func,
   // Without passes after, the ones every step runs after train-remat.
   FailureOr<func::FuncOp> step = runMeasureAfter(
       func, *moduleCopy,
-      after.empty() ? "train-materialize-remat,train-materialize-layouts"
-                    : after);
+      after.empty() ? StringRef(kEveryStepAfterRemat) : after, runPipeline);
   if (failed(step))
     return failure();
   copy = *step;
@@ -528,6 +547,23 @@ struct TrainRematPass : public impl::TrainRematPassBase<TrainRematPass> {
   using Base::Base;
 
   void runOnOperation() override;
+  /// The dialects of the passes a budget runs (its measure-after pipeline,
+  /// a dynamic pipeline of this pass, which cannot load dialects itself).
+  void getDependentDialects(DialectRegistry &registry) const override {
+    Base::getDependentDialects(registry);
+    OpPassManager after(ModuleOp::getOperationName());
+    if (succeeded(parsePassPipeline(measureAfter.empty()
+                                        ? StringRef(kEveryStepAfterRemat)
+                                        : StringRef(measureAfter),
+                                    after, llvm::nulls())))
+      after.getDependentDialects(registry);
+  }
+  /// Pass::runPipeline, for the budget's measurements.
+  auto runner() {
+    return [this](OpPassManager &pm, Operation *op) {
+      return runPipeline(pm, op);
+    };
+  }
   LogicalResult fail(const Twine &message) {
     emitError(getOperation().getLoc(), "train-remat: ") << message;
     return failure();
@@ -644,7 +680,7 @@ LogicalResult TrainRematPass::applyBudget(func::FuncOp func,
   for (auto &[index, layer] : selected)
     indices.push_back(index);
   FailureOr<BudgetModel> model =
-      measureBudgetModel(func, indices, measureAfter);
+      measureBudgetModel(func, indices, measureAfter, runner());
   if (failed(model))
     return failure();
   uint64_t states = model->states;
@@ -670,7 +706,7 @@ LogicalResult TrainRematPass::applyBudget(func::FuncOp func,
     if (!plan)
       break;
     FailureOr<uint64_t> measured =
-        measureArena(func, indices, plan->choices, measureAfter);
+        measureArena(func, indices, plan->choices, measureAfter, runner());
     if (failed(measured))
       return failure();
     arena = *measured;
@@ -749,15 +785,14 @@ void TrainRematPass::runOnOperation() {
   if (!func)
     return signalPassFailure();
   // After train-grad-accum the layers live inside the micro-batch loop (or
-  // its unrolled copies): checkpointing is chosen per layer first.
-  if (Operation *accumulation = findAccumulation(func)) {
-    emitError(accumulation->getLoc(), "train-remat: @")
-        << func.getSymName()
-        << " already accumulates gradients; run train-remat before "
-           "train-grad-accum (remat regions are then repeated for each "
-           "micro-batch)";
+  // its unrolled copies): checkpointing is chosen per layer first. A
+  // Hessian step (Sophia's) runs the same layers: it recomputes as the step
+  // does, or its peak would be the run's (a budget is the step's).
+  SmallVector<StringRef> conditions;
+  if (policy == RematPolicy::budget)
+    conditions.push_back("policy=budget");
+  if (failed(checkStepPhases(func, getArgument(), conditions)))
     return signalPassFailure();
-  }
   FailureOr<SmallVector<SelectedLayer>> selected =
       selectLayers(func, begin, end);
   if (failed(selected))
@@ -779,13 +814,7 @@ void TrainRematPass::runOnOperation() {
   default:
     break;
   }
-  // A Hessian step (Sophia's) runs the same layers: it recomputes as the
-  // step does, or its peak would be the run's (a budget is the step's).
   func::FuncOp hessian = findHessianStep(func);
-  if (hessian && policy == RematPolicy::budget &&
-      failed(refuseHessianStep(func, "train-remat",
-                               "fit in a budget chosen for the step")))
-    return signalPassFailure();
   for (func::FuncOp target : {func, hessian}) {
     if (!target)
       continue;

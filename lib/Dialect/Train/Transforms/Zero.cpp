@@ -12,6 +12,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Dialect/Train/Transforms/StepPhases.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
@@ -205,16 +206,6 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
                                ArrayRef<OptimizerUpdateOpInterface> updates);
 };
 
-/// The first train.remat region of `step`, or null.
-static RematOp firstRemat(func::FuncOp step) {
-  RematOp remat;
-  step.walk([&](RematOp op) {
-    remat = op;
-    return WalkResult::interrupt();
-  });
-  return remat;
-}
-
 /// What is wrong with train-zero's options, if anything.
 static std::optional<std::string> badOptions(int64_t stage, int64_t ranks,
                                              int64_t bucket, int64_t prefetch) {
@@ -229,19 +220,6 @@ static std::optional<std::string> badOptions(int64_t stage, int64_t ranks,
   return std::nullopt;
 }
 
-/// What train-zero cannot partition yet: a step with a Hessian step
-/// (Sophia's), a step whose updates run inside its backward.
-static LogicalResult checkPartitionable(func::FuncOp step, StringRef pass) {
-  if (failed(refuseHessianStep(step, pass,
-                               "partition (its estimates would be sharded "
-                               "and its gradients reduced)")))
-    return failure();
-  return refuseReleasedStep(
-      step, pass, "partition (its buckets would be reduced after the updates)",
-      "run train-release-gradients after train-zero, which then updates "
-      "each shard after its gradient's reduce-scatter");
-}
-
 void TrainZeroPass::runOnOperation() {
   ModuleOp module = getOperation();
   auto fail = [&](Location loc, const Twine &message) {
@@ -252,14 +230,15 @@ void TrainZeroPass::runOnOperation() {
           badOptions(stage, ranks, bucket, prefetch))
     return fail(module.getLoc(), *bad);
   func::FuncOp step = lookupStep(module, function, getArgument());
-  if (!step || failed(checkPartitionable(step, getArgument())))
+  // Stage 3 gathers the parameters for each op that reads them; recompute
+  // must be ops of the backward by then (StepPhases.def), so that it
+  // gathers again instead of keeping the forward's gathered parameters
+  // until the backward.
+  SmallVector<StringRef> conditions;
+  if (stage >= 3 && ranks > 1)
+    conditions.push_back("stage=3");
+  if (!step || failed(checkStepPhases(step, getArgument(), conditions)))
     return signalPassFailure();
-  if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))
-    return fail(step.getLoc(),
-                "@" + step.getSymName() +
-                    " is partitioned already (stage " +
-                    Twine(zero.getStage()) + ", " + Twine(zero.getRanks()) +
-                    " ranks); run train-zero once");
   SmallVector<OptimizerUpdateOpInterface> updates;
   step.walk([&](OptimizerUpdateOpInterface update) {
     updates.push_back(update);
@@ -283,15 +262,6 @@ void TrainZeroPass::runOnOperation() {
       return signalPassFailure();
     tensorGrid = *found;
   }
-  // Stage 3 gathers the parameters for each op that reads them; recompute
-  // must be ops of the backward by then, so that it gathers again instead
-  // of keeping the forward's gathered parameters until the backward.
-  if (stage >= 3)
-    if (RematOp remat = firstRemat(step))
-      return fail(remat.getLoc(),
-                  "stage 3 gathers the parameters again for recompute, but "
-                  "this train.remat region is not materialized: run "
-                  "train-materialize-remat before train-zero");
   // Each rank holds rows [r·B, (r+1)·B) of the global batch: its dropout
   // draws from r·(the elements its batch draws) on, so that N ranks draw
   // the masks one process running the global batch draws.

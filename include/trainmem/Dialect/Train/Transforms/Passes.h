@@ -70,20 +70,6 @@ LogicalResult addOptimizer(func::FuncOp step, const OptimizerOptions &options,
 /// (#train.hessian_step naming it), or null.
 func::FuncOp findHessianStep(func::FuncOp step);
 
-/// Fails with an error naming `passName` when `step` runs updates inside
-/// its backward (train-release-gradients: an optimizer block before a
-/// backward block), which the pass cannot transform (`what`: what it
-/// would have to do; `order`: the order that works, if there is one, else
-/// the error says to use one or the other); success otherwise.
-LogicalResult refuseReleasedStep(func::FuncOp step, StringRef passName,
-                                 StringRef what, StringRef order = {});
-
-/// Fails with an error naming `passName` when `step` has a Hessian step
-/// (Sophia's), which the pass cannot transform alongside it (`what`: what
-/// it would have to do to it); success otherwise.
-LogicalResult refuseHessianStep(func::FuncOp step, StringRef passName,
-                                StringRef what);
-
 /// Turns `func`, a differentiated copy of the forward whose loss reads
 /// labels sampled from its logits and that returns its gradients, into the
 /// Hessian step of @`stepName`: per parameter an f32 estimate h

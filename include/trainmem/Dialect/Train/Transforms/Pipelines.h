@@ -12,8 +12,13 @@
 #ifndef TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PIPELINES_H
 #define TRAINMEM_DIALECT_TRAIN_TRANSFORMS_PIPELINES_H
 
+#include "trainmem/Dialect/Train/Transforms/PassOptionText.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+
+#include <functional>
+#include <optional>
 
 namespace mlir {
 namespace train {
@@ -102,17 +107,97 @@ struct TrainStepPipelineOptions
       llvm::cl::init("")};
 };
 
-/// Adds the passes of `train-step` to `pm`: train-autodiff (with
-/// `differentiate`), train-loss-scale, train-remat, train-grad-accum and
-/// train-quantize-optimizer-state when asked for, then
-/// train-materialize-remat, train-zero and train-release-gradients when
-/// asked for, train-unroll-accum and train-offload-optimizer when asked
-/// for. Bad nested options go to
-/// `errorHandler`.
+/// train-step's options, typed: each pass's generated options struct
+/// (Passes.td), set where train-step runs the pass. The registered
+/// `train-step{...}` text (TrainStepPipelineOptions) is their user-facing
+/// form: parseTrainStepOptions and printTrainStepOptions convert, and the
+/// printed text parses back to equal options.
+struct TrainStepOptions {
+  bool differentiate = true;
+  std::optional<TrainTensorParallelPassOptions> tensorParallel;
+  bool fuseAttention = false;
+  bool fuseElementwise = false;
+  TrainAutodiffPassOptions autodiff;
+  std::optional<TrainLossScalePassOptions> lossScale;
+  std::optional<TrainRematPassOptions> remat;
+  std::optional<TrainGradAccumPassOptions> gradAccum;
+  bool unrollAccum = false;
+  std::optional<TrainQuantizeOptimizerStatePassOptions> quantize;
+  std::optional<TrainZeroPassOptions> zero;
+  bool releaseGradients = false;
+  std::optional<TrainOffloadOptimizerPassOptions> offload;
+
+  bool operator==(const TrainStepOptions &other) const;
+  bool operator!=(const TrainStepOptions &other) const {
+    return !(*this == other);
+  }
+};
+
+/// `text` as typed options; bad options of a pass name it (through
+/// `errorHandler`).
+FailureOr<TrainStepOptions>
+parseTrainStepOptions(const TrainStepPipelineOptions &text,
+                      function_ref<LogicalResult(const Twine &)> errorHandler);
+FailureOr<TrainStepOptions>
+parseTrainStepOptions(StringRef text,
+                      function_ref<LogicalResult(const Twine &)> errorHandler);
+
+/// `options` as train-step's option text (what differs from the defaults),
+/// which parseTrainStepOptions reads back to equal options.
+std::string printTrainStepOptions(const TrainStepOptions &options);
+
+/// What of train-step's pipeline to build: the planner compiles a step
+/// without its offload (it measures each offload variant from one compiled
+/// step) and without train-plan-arena (it plans the rolled loop itself).
+struct TrainStepScope {
+  bool offload = true;
+  bool planArena = true;
+};
+
+/// One pass of train-step's pipeline: its text, how to make it and the
+/// conditions of StepPhases.def its options meet.
+struct TrainStepPass {
+  StringRef argument;
+  std::string text;
+  std::function<std::unique_ptr<Pass>()> create;
+  SmallVector<StringRef> conditions = {};
+};
+
+/// The passes of `train-step` for `options`, in its one order:
+/// train-tensor-parallel and the fusions on the forward, train-autodiff
+/// (with `differentiate`), train-loss-scale, train-remat, train-grad-accum
+/// and train-quantize-optimizer-state when asked for, then
+/// train-materialize-remat, train-materialize-layouts, train-zero and
+/// train-release-gradients when asked for, then for a micro-batch loop
+/// train-offload-optimizer, train-plan-arena and (asked to)
+/// train-unroll-accum, else train-unroll-accum and the offload. A budget
+/// recompute gets the passes after it as `measure-after`. Combinations no
+/// order can do go to `errorHandler`: the list is checked against the
+/// passes' phase table (StepPhases.def) before anything runs.
+FailureOr<SmallVector<TrainStepPass>>
+getTrainStepPasses(const TrainStepOptions &options,
+                   function_ref<LogicalResult(const Twine &)> errorHandler,
+                   TrainStepScope scope = {});
+
+/// Adds the passes of `train-step` to `pm`, made from their typed options
+/// (each pass's generated create...Pass(options)).
+LogicalResult
+buildTrainStepPipeline(OpPassManager &pm, const TrainStepOptions &options,
+                       function_ref<LogicalResult(const Twine &)> errorHandler,
+                       TrainStepScope scope = {});
+/// The same from the text form (parsed by parseTrainStepOptions).
 LogicalResult
 buildTrainStepPipeline(OpPassManager &pm,
                        const TrainStepPipelineOptions &options,
                        function_ref<LogicalResult(const Twine &)> errorHandler);
+
+/// The passes of `train-step` as the text of a pipeline (inside
+/// builtin.module(...)): each pass with the options that differ from its
+/// defaults, as trainmem-opt parses it back.
+FailureOr<std::string>
+printTrainStepPipeline(const TrainStepOptions &options,
+                       function_ref<LogicalResult(const Twine &)> errorHandler,
+                       TrainStepScope scope = {});
 
 /// trainmem-run's recipe: the train-autodiff options it builds a step from
 /// a forward + loss with unless told otherwise (AdamW at a constant 1e-3,

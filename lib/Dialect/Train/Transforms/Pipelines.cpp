@@ -196,6 +196,26 @@ checkTrainStepOptions(const TrainStepOptions &options,
   return success();
 }
 
+/// A budget is for the step as it runs: train-remat (at `remat` in
+/// `passes`) measures each choice after the passes that follow it (the
+/// loop rolled; the offload too where the step is built without it).
+void measureAfterRemat(SmallVectorImpl<TrainStepPass> &passes, size_t remat,
+                       const TrainStepOptions &options, TrainStepScope scope) {
+  SmallVector<std::string> after;
+  for (const TrainStepPass &pass : llvm::drop_begin(passes, remat + 1))
+    if (pass.argument != "train-plan-arena" &&
+        pass.argument != "train-unroll-accum")
+      after.push_back(pass.text);
+  if (options.offload && !scope.offload)
+    after.push_back(stepPass(*options.offload).text);
+  TrainRematPassOptions measured = *options.remat;
+  // The passes every step runs after train-remat: measured without saying.
+  if (after.size() > 2)
+    measured.measureAfter = llvm::join(after, ",");
+  passes[remat] = stepPass(measured);
+  passes[remat].conditions.push_back("policy=budget");
+}
+
 } // namespace
 
 FailureOr<SmallVector<TrainStepPass>> mlir::train::getTrainStepPasses(
@@ -270,26 +290,9 @@ FailureOr<SmallVector<TrainStepPass>> mlir::train::getTrainStepPasses(
   if (rolled && options.unrollAccum)
     passes.push_back(stepPass(TrainUnrollAccumPassOptions()));
 
-  // A budget is for the step as it runs: it measures each choice after the
-  // passes that follow it (the loop rolled), unless told which.
   if (remat && options.remat->policy == RematPolicy::budget &&
-      options.remat->measureAfter.empty()) {
-    SmallVector<std::string> after;
-    for (const TrainStepPass &pass : llvm::drop_begin(passes, *remat + 1))
-      if (pass.argument != "train-plan-arena" &&
-          pass.argument != "train-unroll-accum")
-        after.push_back(pass.text);
-    // Built without its offload, the step is still measured with it.
-    if (options.offload && !scope.offload)
-      after.push_back(stepPass(*options.offload).text);
-    TrainRematPassOptions measured = *options.remat;
-    // The passes every step runs after train-remat: measured without
-    // saying.
-    if (after.size() > 2)
-      measured.measureAfter = llvm::join(after, ",");
-    passes[*remat] = stepPass(measured);
-    passes[*remat].conditions.push_back("policy=budget");
-  }
+      options.remat->measureAfter.empty())
+    measureAfterRemat(passes, *remat, options, scope);
   // What no order of these passes can do, refused before any runs.
   SmallVector<PhasedPass> phased;
   for (const TrainStepPass &pass : passes)

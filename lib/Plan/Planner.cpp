@@ -127,19 +127,6 @@ llvm::Error runPasses(
   return llvm::Error::success();
 }
 
-/// Runs train-step's passes for `c` on `module` (within `scope`).
-llvm::Error runStepPasses(MLIRContext &context, ModuleOp module,
-                          const PlanCandidate &c, const PlanRequest &request,
-                          TrainStepScope scope) {
-  llvm::Expected<TrainStepOptions> options =
-      c.stepOptions(request.ranks, request.memoryBytes);
-  if (!options)
-    return options.takeError();
-  return runPasses(context, module, [&](OpPassManager &pm, auto onError) {
-    return buildTrainStepPipeline(pm, *options, onError, scope);
-  });
-}
-
 /// The compiled step of the last candidate measured without its offload,
 /// by layer count: the offload variants of a candidate (consecutive in the
 /// search) start from it instead of compiling it again.
@@ -149,10 +136,12 @@ struct CompiledSteps {
 };
 
 /// The model at `layers` layers for `c` (the request's module as it is, if
-/// it has one), compiled without its offload.
+/// it has one), compiled by train-step's passes for `options` (`c`'s)
+/// without its offload.
 llvm::Expected<OwningOpRef<ModuleOp>>
 compileWithoutOffload(MLIRContext &context, const PlanRequest &request,
-                      const PlanCandidate &c, int64_t layers) {
+                      const PlanCandidate &c, const TrainStepOptions &options,
+                      int64_t layers) {
   OwningOpRef<ModuleOp> module;
   if (request.module) {
     module = cast<ModuleOp>(request.module->clone());
@@ -171,9 +160,12 @@ compileWithoutOffload(MLIRContext &context, const PlanRequest &request,
   }
   // Without its offload (measured per variant from this step) and with the
   // loop rolled (the planner plans it).
-  if (llvm::Error error = runStepPasses(context, *module, c, request,
-                                        {/*offload=*/false,
-                                         /*planArena=*/false}))
+  if (llvm::Error error =
+          runPasses(context, *module, [&](OpPassManager &pm, auto onError) {
+            return buildTrainStepPipeline(pm, options, onError,
+                                          {/*offload=*/false,
+                                           /*planArena=*/false});
+          }))
     return std::move(error);
   return module;
 }
@@ -326,7 +318,7 @@ llvm::Error measureAt(MLIRContext &context, const PlanRequest &request,
   OwningOpRef<ModuleOp> &base = cache.steps[baseKey];
   if (!base) {
     llvm::Expected<OwningOpRef<ModuleOp>> compiled =
-        compileWithoutOffload(context, request, c, layers);
+        compileWithoutOffload(context, request, c, *options, layers);
     if (!compiled)
       return compiled.takeError();
     base = std::move(*compiled);

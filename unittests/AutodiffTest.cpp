@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestModels.h"
 #include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
@@ -148,16 +149,7 @@ TEST_F(AutodiffTest, TinyGptGradientsMatchFiniteDifferences) {
 
 TEST_F(AutodiffTest, SmallLlamaGradientsMatchFiniteDifferences) {
   // RMSNorm, RoPE, SwiGLU, untied head and grouped-query attention.
-  ModelConfig config = *getPreset("llama2-70b");
-  config.layers = 2;
-  config.hidden = 16;
-  config.heads = 4;
-  config.kvHeads = 2;
-  config.ffn = 24;
-  config.vocab = 32;
-  config.seq = 6;
-  config.batch = 2;
-  config.dtype = "f32";
+  ModelConfig config = smallModel("llama2-70b", {2, 16, 4, 2, 24, 6, 2, 32});
   checkGradients(config);
 }
 

@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestModels.h"
 #include "trainmem/Conversion/RuntimeLowering.h"
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
@@ -168,14 +169,7 @@ TEST(Dialect, InferredTypesAreTheStepsTypes) {
   registerTrainPipelines();
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
-  ModelConfig config = *getPreset("tiny");
-  config.layers = 1;
-  config.hidden = 16;
-  config.heads = 2;
-  config.kvHeads = 2;
-  config.ffn = 32;
-  config.seq = 8;
-  config.batch = 4;
+  ModelConfig config = smallModel("tiny", {1, 16, 2, 2, 32, 8, 4});
   config.dropout = 0.1;
   std::vector<std::string> wrong;
   llvm::StringSet<llvm::MallocAllocator> inferring;

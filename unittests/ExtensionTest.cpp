@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "TestDialect.h"
+#include "TestModels.h"
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Conversion/Passes.h"
@@ -56,21 +57,7 @@ protected:
   /// A 2-layer GPT whose MLP activation is trainmem_test.square (with
   /// `asMul`, the same x · x as train.mul %x, %x).
   OwningOpRef<ModuleOp> model(bool asMul = false) {
-    std::optional<ModelConfig> preset = getPreset("tiny");
-    if (!preset) {
-      ADD_FAILURE() << "no preset 'tiny'";
-      return nullptr;
-    }
-    ModelConfig config = *preset;
-    config.layers = 2;
-    config.hidden = 8;
-    config.heads = 2;
-    config.kvHeads = 2;
-    config.ffn = 16;
-    config.seq = 4;
-    config.batch = 2;
-    config.dropout = 0.0;
-    config.dtype = "f32";
+    ModelConfig config = smallModel("tiny", {2, 8, 2, 2, 16, 4, 2});
     OwningOpRef<ModuleOp> gpt = buildModel(&context, config);
     std::string text;
     llvm::raw_string_ostream os(text);

@@ -11,10 +11,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestModels.h"
+#include "Tolerance.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Evaluator/Evaluator.h"
-#include "Tolerance.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Run/Step.h"
 
@@ -35,16 +36,8 @@ namespace {
 
 constexpr double kRelTol = 1e-5;
 
-class FuseAttentionTest : public ::testing::Test {
+class FuseAttentionTest : public StepTest {
 protected:
-  FuseAttentionTest() : context(makeRegistry()) {}
-
-  static DialectRegistry makeRegistry() {
-    DialectRegistry registry;
-    registerRunDialects(registry);
-    return registry;
-  }
-
   static ModelConfig gpt(double dropout) {
     ModelConfig config = *getPreset("tiny");
     config.dtype = "f32";
@@ -56,25 +49,11 @@ protected:
   }
 
   static ModelConfig llama() {
-    ModelConfig config = *getPreset("llama2-7b");
-    config.dtype = "f32";
-    config.layers = 2;
-    config.hidden = 64;
-    config.heads = 8;
-    config.kvHeads = 2;
-    config.ffn = 128;
-    config.vocab = 256;
-    config.seq = 16;
-    config.batch = 2;
-    return config;
+    return smallModel("llama2-7b", {2, 64, 8, 2, 128, 16, 2, 256});
   }
 
   OwningOpRef<ModuleOp> step(const ModelConfig &config, StringRef pipeline) {
-    OwningOpRef<ModuleOp> module = buildModel(&context, config);
-    PassManager pm(&context);
-    EXPECT_TRUE(succeeded(parsePassPipeline(pipeline, pm))) << pipeline.str();
-    EXPECT_TRUE(succeeded(pm.run(*module))) << pipeline.str();
-    return module;
+    return buildStep(config, pipeline);
   }
 
   static int64_t countAttentions(ModuleOp module) {
@@ -84,38 +63,12 @@ protected:
   }
 
   std::vector<RefTensor> inputs(func::FuncOp func) {
-    std::mt19937 rng(7);
-    std::uniform_int_distribution<int64_t> byte(0, 255);
-    std::normal_distribution<float> normal(0.0f, 0.2f);
-    std::vector<RefTensor> args;
-    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-      auto type = cast<RankedTensorType>(func.getArgument(i).getType());
-      std::vector<int64_t> shape(type.getShape().begin(),
-                                 type.getShape().end());
-      if (isa<IntegerType>(type.getElementType())) {
-        std::vector<int64_t> ids(type.getNumElements());
-        for (int64_t &id : ids)
-          id = type.getRank() == 0 ? 3 : byte(rng);
-        args.push_back(RefTensor::ofInts(shape, ids));
-      } else {
-        std::vector<float> values(type.getNumElements());
-        for (float &v : values)
-          v = normal(rng);
-        args.push_back(RefTensor::ofFloats(shape, values));
-      }
-    }
-    return args;
+    return randomStepInputs(func, 7, 0.2f);
   }
 
   static std::vector<RefTensor> run(ModuleOp module,
                                     const std::vector<RefTensor> &args) {
-    FailureOr<SmallVector<RefTensor>> results =
-        evaluate(module.lookupSymbol<func::FuncOp>("train_step"), args);
-    if (failed(results)) {
-      ADD_FAILURE() << "the evaluator failed on the step";
-      return {};
-    }
-    return std::vector<RefTensor>(results->begin(), results->end());
+    return evaluateTrainStep(module, args);
   }
 
   /// Fused and decomposed steps of `config`: same loss and gradients,
@@ -147,8 +100,6 @@ protected:
     // The loss is not trivially equal: the step computes something.
     EXPECT_GT(expected[0].scalarFloat(), 0.0f);
   }
-
-  MLIRContext context;
 };
 
 TEST_F(FuseAttentionTest, GptEqualsDecomposed) {

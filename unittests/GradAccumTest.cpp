@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuStepRun.h"
+#include "TestModels.h"
 #include "Tolerance.h"
 #include "trainmem-runtime/Runtime.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
@@ -39,27 +40,15 @@ namespace {
 
 constexpr double kRelTol = 1e-5;
 
-class GradAccumTest : public ::testing::Test {
+class GradAccumTest : public StepTest {
 protected:
-  GradAccumTest() : context(makeRegistry()) {}
-
-  static DialectRegistry makeRegistry() {
-    DialectRegistry registry;
-    registerRunDialects(registry);
-    return registry;
-  }
-
   OwningOpRef<ModuleOp> step(StringRef pipeline) {
     ModelConfig config = *getPreset("tiny");
     config.dropout = dropout;
     config.layers = 2;
     config.batch = batch;
     config.seq = 16;
-    OwningOpRef<ModuleOp> module = buildModel(&context, config);
-    PassManager pm(&context);
-    EXPECT_TRUE(succeeded(parsePassPipeline(pipeline, pm)));
-    EXPECT_TRUE(succeeded(pm.run(*module)));
-    return module;
+    return buildStep(config, pipeline);
   }
 
   /// Tokens and targets of 4 rows of 16; with `padded`, row r keeps only
@@ -98,13 +87,7 @@ protected:
 
   std::vector<RefTensor> onEvaluator(ModuleOp module,
                                      const std::vector<RefTensor> &args) {
-    FailureOr<SmallVector<RefTensor>> results =
-        evaluate(module.lookupSymbol<func::FuncOp>("train_step"), args);
-    if (failed(results)) {
-      ADD_FAILURE() << "the evaluator failed on the step";
-      return {};
-    }
-    return std::vector<RefTensor>(results->begin(), results->end());
+    return evaluateTrainStep(module, args);
   }
 
   /// The step on the CPU runtime, its micro-batch loop unrolled or run
@@ -176,7 +159,6 @@ protected:
           << accum.str() << " " << extra.str() << " (rolled against unrolled)";
   }
 
-  MLIRContext context;
   double dropout = 0.0;
   /// The step's batch rows.
   int64_t batch = 4;

@@ -1,5 +1,6 @@
 //===- ModelTest.cpp - trainmem-model graphs: counts, checks, evaluation ---===//
 
+#include "TestModels.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
@@ -134,16 +135,7 @@ TEST_F(ModelTest, TinyGptLossStartsNearUniform) {
 TEST_F(ModelTest, SmallLlamaWithGroupedQueryAttentionEvaluates) {
   // Llama-2 structure (RMSNorm, RoPE, SwiGLU, GQA 4 query heads per kv head)
   // at a CPU size: the loss is finite and near ln(vocab).
-  ModelConfig config = *getPreset("llama2-70b");
-  config.layers = 2;
-  config.hidden = 64;
-  config.heads = 8;
-  config.kvHeads = 2;
-  config.ffn = 96;
-  config.vocab = 256;
-  config.seq = 16;
-  config.batch = 2;
-  config.dtype = "f32";
+  ModelConfig config = smallModel("llama2-70b", {2, 64, 8, 2, 96, 16, 2, 256});
   OwningOpRef<ModuleOp> module = build(config);
   func::FuncOp func = forwardOf(*module);
   FailureOr<SmallVector<RefTensor>> loss =

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestModels.h"
 #include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Analysis/MemoryPlan.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
@@ -43,35 +44,18 @@ struct Outcome {
   uint64_t recompute = 0;
 };
 
-class RematBudgetTest : public ::testing::Test {
+class RematBudgetTest : public StepTest {
 protected:
-  RematBudgetTest() : context(makeRegistry()) {
+  RematBudgetTest() {
     context.getDiagEngine().registerHandler([](Diagnostic &) {
       return success(); // Quiet: remarks and expected failures.
     });
   }
 
-  static DialectRegistry makeRegistry() {
-    DialectRegistry registry;
-    registerRunDialects(registry);
-    return registry;
-  }
-
   OwningOpRef<ModuleOp> step(int64_t layers) {
-    ModelConfig config = *getPreset("tiny");
-    config.layers = layers;
-    config.hidden = 16;
-    config.heads = config.kvHeads = 2;
-    config.ffn = 32;
-    config.seq = 8;
-    config.batch = 2;
-    config.vocab = 256;
+    ModelConfig config = smallModel("tiny", {layers, 16, 2, 2, 32, 8, 2, 256});
     config.dropout = 0.1;
-    OwningOpRef<ModuleOp> module = buildModel(&context, config);
-    PassManager pm(&context);
-    pm.addPass(createTrainAutodiffPass());
-    EXPECT_TRUE(succeeded(pm.run(*module)));
-    return module;
+    return buildStep(config, "train-autodiff");
   }
 
   /// Runs train-remat{options} and materialization on a copy; the measured
@@ -160,8 +144,6 @@ protected:
             << layers << " layers, budget " << budget;
     }
   }
-
-  MLIRContext context;
 };
 
 TEST_F(RematBudgetTest, OptimalOnChainsOfOneToFourLayers) {

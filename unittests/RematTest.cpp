@@ -1,6 +1,7 @@
 //===- RematTest.cpp - recompute is exact and saves what it should --------===//
 
 #include "CpuStepRun.h"
+#include "TestModels.h"
 #include "trainmem-runtime/Runtime.h"
 #include "trainmem/Analysis/MemoryAnalysis.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
@@ -37,67 +38,26 @@ const char *const kPolicies[] = {
     "policy=full layers=1:2",
 };
 
-class RematTest : public ::testing::Test {
+class RematTest : public StepTest {
 protected:
-  RematTest() : context(makeRegistry()) {}
-
-  static DialectRegistry makeRegistry() {
-    DialectRegistry registry;
-    registerRunDialects(registry);
-    return registry;
-  }
-
   /// A training step of `config` with `autodiff` options, then the remat
   /// policy and its materialization.
   OwningOpRef<ModuleOp> step(const ModelConfig &config, StringRef autodiff,
                              StringRef remat) {
-    OwningOpRef<ModuleOp> module = buildModel(&context, config);
-    PassManager pm(&context);
     std::string pipeline = "train-autodiff{" + autodiff.str() + "}";
     if (!remat.empty())
       pipeline += ",train-remat{" + remat.str() + "},train-materialize-remat";
-    EXPECT_TRUE(succeeded(parsePassPipeline(pipeline, pm)));
-    EXPECT_TRUE(succeeded(pm.run(*module)));
-    return module;
+    return buildStep(config, pipeline);
   }
 
   std::vector<RefTensor> inputs(func::FuncOp func) {
-    std::mt19937 rng(5);
-    std::uniform_int_distribution<int64_t> byte(0, 255);
-    std::normal_distribution<float> normal(0.0f, 0.1f);
-    std::vector<RefTensor> args;
-    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-      auto type = cast<RankedTensorType>(func.getArgument(i).getType());
-      std::vector<int64_t> shape(type.getShape().begin(),
-                                 type.getShape().end());
-      if (isa<IntegerType>(type.getElementType())) {
-        std::vector<int64_t> ids(type.getNumElements());
-        for (int64_t &id : ids)
-          id = type.getRank() == 0 ? 3 : byte(rng);
-        args.push_back(RefTensor::ofInts(shape, ids));
-      } else {
-        // Adam's second moment must be >= 0; the rest may take any sign.
-        bool nonNegative = static_cast<bool>(
-            func.getArgAttr(i, "train.optimizer_state"));
-        std::vector<float> values(type.getNumElements());
-        for (float &v : values)
-          v = nonNegative ? std::abs(normal(rng)) : normal(rng);
-        args.push_back(RefTensor::ofFloats(shape, values));
-      }
-    }
-    return args;
+    return randomStepInputs(func, 5, 0.1f);
   }
 
   /// Results of the step on the reference evaluator.
   std::vector<RefTensor> evaluateStep(ModuleOp module,
                                       const std::vector<RefTensor> &args) {
-    auto func = module.lookupSymbol<func::FuncOp>("train_step");
-    FailureOr<SmallVector<RefTensor>> results = evaluate(func, args);
-    if (failed(results)) {
-      ADD_FAILURE() << "the evaluator failed on the step";
-      return {};
-    }
-    return std::vector<RefTensor>(results->begin(), results->end());
+    return evaluateTrainStep(module, args);
   }
 
   /// Results of the step on the CPU runtime, as raw bytes per result.
@@ -110,8 +70,6 @@ protected:
     }
     return run.results;
   }
-
-  MLIRContext context;
 };
 
 TEST_F(RematTest, EveryPolicyIsBitIdenticalToNoRemat) {

@@ -20,6 +20,7 @@
 
 #include "trainmem-runtime/Runtime.h"
 #include "CpuStepRun.h"
+#include "TestModels.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
@@ -52,16 +53,8 @@ namespace {
 
 constexpr double kRelTol = 1e-5;
 
-class RuntimeTest : public ::testing::Test {
+class RuntimeTest : public StepTest {
 protected:
-  RuntimeTest() : context(makeRegistry()) {}
-
-  static DialectRegistry makeRegistry() {
-    DialectRegistry registry;
-    registerRunDialects(registry);
-    return registry;
-  }
-
   RefTensor randomInput(RankedTensorType type) {
     std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
     int64_t n = type.getNumElements();
@@ -239,7 +232,6 @@ protected:
 
   bool exact16 = false;
 
-  MLIRContext context;
   std::mt19937 rng{77};
 };
 

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Run/Session.h"
+#include "TestModels.h"
 #include "trainmem-runtime/Runtime.h"
 #include "trainmem/Model/ModelBuilder.h"
 #include "trainmem/Run/Step.h"
@@ -32,30 +33,14 @@ std::string messageOf(llvm::Error error) {
   return error ? llvm::toString(std::move(error)) : std::string();
 }
 
-class SessionTest : public ::testing::Test {
+class SessionTest : public StepTest {
 protected:
-  SessionTest() : context(makeRegistry()) {
-    context.printOpOnDiagnostic(false);
-  }
-
-  static DialectRegistry makeRegistry() {
-    DialectRegistry registry;
-    registerRunDialects(registry);
-    return registry;
-  }
+  SessionTest() { context.printOpOnDiagnostic(false); }
 
   /// The tiny GPT in f32, differentiated with AdamW (or `autodiff`).
   OwningOpRef<ModuleOp> model(StringRef autodiff = "lr=3e-3 clip-norm=1.0",
                               std::optional<StringRef> quantize = {}) {
-    ModelConfig config = *getPreset("tiny");
-    config.layers = 2;
-    config.hidden = 16;
-    config.heads = 2;
-    config.kvHeads = 2;
-    config.ffn = 32;
-    config.seq = 16;
-    config.batch = 2;
-    config.dtype = "f32";
+    ModelConfig config = smallModel("tiny", {2, 16, 2, 2, 32, 16, 2});
     OwningOpRef<ModuleOp> module = buildModel(&context, config);
     TrainStepPipelineOptions pipeline;
     pipeline.autodiff = autodiff.str();
@@ -124,7 +109,6 @@ protected:
     return dir.str().str();
   }
 
-  MLIRContext context;
   std::optional<Corpus> text;
 };
 

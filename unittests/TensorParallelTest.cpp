@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestModels.h"
 #include "Tolerance.h"
 
 #include "trainmem/Analysis/MemoryAnalysis.h"
@@ -70,17 +71,10 @@ protected:
 
   /// The tiny f32 model of the preset, made a step by `pipeline`.
   func::FuncOp step(StringRef pipeline, OwningOpRef<ModuleOp> &module) {
-    ModelConfig config = *getPreset(GetParam().preset);
-    config.layers = 2;
-    config.hidden = 8;
-    config.heads = GetParam().heads;
-    config.kvHeads = GetParam().kvHeads;
-    config.ffn = 16;
-    config.seq = 4;
-    config.vocab = 32;
-    config.batch = batch;
+    ModelConfig config =
+        smallModel(GetParam().preset, {2, 8, GetParam().heads,
+                                       GetParam().kvHeads, 16, 4, batch, 32});
     config.dropout = dropout;
-    config.dtype = "f32";
     module = buildModel(&context, config);
     PassManager pm(&context);
     ScopedDiagnosticHandler quiet(&context, [](Diagnostic &d) {

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestModels.h"
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -48,16 +49,8 @@ protected:
   /// The tiny f32 GPT with `batch` rows, made a step by `pipeline`.
   func::FuncOp step(int64_t batch, StringRef pipeline,
                     OwningOpRef<ModuleOp> &module) {
-    ModelConfig config = *getPreset("tiny");
-    config.layers = 1;
-    config.hidden = 8;
-    config.heads = 2;
-    config.kvHeads = 2;
-    config.ffn = 16;
-    config.seq = 4;
-    config.batch = batch;
+    ModelConfig config = smallModel("tiny", {1, 8, 2, 2, 16, 4, batch});
     config.dropout = dropout;
-    config.dtype = "f32";
     module = buildModel(&context, config);
     PassManager pm(&context);
     if (failed(parsePassPipeline(pipeline, pm)) || failed(pm.run(*module))) {

@@ -26,14 +26,23 @@ int64_t mlir::train::defaultFfn(const ModelConfig &config) {
 
 namespace {
 
-ModelConfig gpt(std::string name, int64_t layers, int64_t hidden,
-                int64_t heads, int64_t positions, int64_t batch) {
+/// A preset's name, architecture and transformer shape.
+ModelConfig shaped(std::string name, Architecture arch, int64_t layers,
+                   int64_t hidden, int64_t heads, int64_t kvHeads) {
   ModelConfig c;
   c.name = std::move(name);
-  c.arch = Architecture::GPT;
+  c.arch = arch;
   c.layers = layers;
   c.hidden = hidden;
-  c.heads = c.kvHeads = heads;
+  c.heads = heads;
+  c.kvHeads = kvHeads;
+  return c;
+}
+
+ModelConfig gpt(std::string name, int64_t layers, int64_t hidden, int64_t heads,
+                int64_t positions, int64_t batch) {
+  ModelConfig c =
+      shaped(std::move(name), Architecture::GPT, layers, hidden, heads, heads);
   c.ffn = defaultFfn(c);
   c.vocab = 50257;
   c.positions = c.seq = positions;
@@ -46,13 +55,8 @@ ModelConfig gpt(std::string name, int64_t layers, int64_t hidden,
 ModelConfig llama(std::string name, int64_t layers, int64_t hidden,
                   int64_t heads, int64_t kvHeads, double ffnMultiplier,
                   int64_t ffnMultipleOf) {
-  ModelConfig c;
-  c.name = std::move(name);
-  c.arch = Architecture::Llama;
-  c.layers = layers;
-  c.hidden = hidden;
-  c.heads = heads;
-  c.kvHeads = kvHeads;
+  ModelConfig c = shaped(std::move(name), Architecture::Llama, layers, hidden,
+                         heads, kvHeads);
   c.ffnMultiplier = ffnMultiplier;
   c.ffnMultipleOf = ffnMultipleOf;
   c.ffn = defaultFfn(c);

@@ -35,17 +35,9 @@ struct AttentionLayout {
                             int64_t queries, int64_t keys, int64_t dim,
                             int64_t valueDim, int64_t transposeOutput,
                             int64_t causal) {
-    AttentionLayout a;
-    a.batch = batch;
-    a.heads = heads;
-    a.kvHeads = kvHeads;
-    a.queries = queries;
-    a.keys = keys;
-    a.dim = dim;
-    a.valueDim = valueDim;
-    a.transposeOutput = transposeOutput != 0;
-    a.causal = causal != 0;
-    return a;
+    return {batch,      heads, kvHeads,  queries,
+            keys,       dim,   valueDim, transposeOutput != 0,
+            causal != 0};
   }
 
   /// Query heads per key/value head.

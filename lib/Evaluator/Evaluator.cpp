@@ -336,10 +336,7 @@ struct OpKernels {
   void sgd8bit(SGD8bitOp op);
   template <typename Step> void oneState(Operation *op, const Step &step);
   template <typename Step>
-  void oneState8bit(Operation *op, const Step &step, int64_t block);
-  template <typename Apply>
-  void twoState8bit(Operation *op, int64_t block, bool secondUpdated,
-                    Apply apply);
+  void blockwise8bit(Operation *op, const Step &step, int64_t block);
   void setQuantized(Value codes, Value absmax,
                     const std::vector<int64_t> &shape,
                     const std::vector<int64_t> &absmaxShape,
@@ -861,18 +858,16 @@ void OpKernels::adamw8bit(AdamW8bitOp op) {
                            op.getEpsilon().convertToDouble(),
                            op.getWeightDecay().convertToDouble(),
                            get(op.getStep()).scalarInt());
-  twoState8bit(op, op.getBlockAttr().getInt(), /*secondUpdated=*/true,
-               [&](float p, float g, float m, float v, float &np, float &nm,
-                   float &nv) { step.apply(p, g, m, v, np, nm, nv); });
+  blockwise8bit(op, step, op.getBlockAttr().getInt());
 }
 
 void OpKernels::sgd8bit(SGD8bitOp op) {
-  oneState8bit(op,
-               trainmem::SGDMomentumStep{get(op.getLr()).scalarFloat(),
-                                         op.getMomentum().convertToDouble(),
-                                         op.getWeightDecay().convertToDouble(),
-                                         op.getNesterov()},
-               op.getBlockAttr().getInt());
+  blockwise8bit(op,
+                trainmem::SGDMomentumStep{get(op.getLr()).scalarFloat(),
+                                          op.getMomentum().convertToDouble(),
+                                          op.getWeightDecay().convertToDouble(),
+                                          op.getNesterov()},
+                op.getBlockAttr().getInt());
 }
 
 /// An optimizer of Optimizers.def on f32 state: param, grad, m, lr -> new
@@ -896,33 +891,49 @@ void OpKernels::oneState(Operation *op, const Step &step) {
   set(op->getResult(1), std::move(nm));
 }
 
-/// Its 8-bit form: param, grad, m codes, m absmax, lr -> new param, codes,
-/// absmax, block by block on the signed map.
+/// A fused 8-bit update (train.<optimizer>_8bit): param, grad, then each
+/// state's codes and absmax (Step::kStateKinds, in order), ... -> new
+/// param, then each state's new codes and absmax; block by block, each
+/// state on its map, one the update only reads carried over as it is.
 template <typename Step>
-void OpKernels::oneState8bit(Operation *op, const Step &step, int64_t block) {
+void OpKernels::blockwise8bit(Operation *op, const Step &step, int64_t block) {
+  constexpr int kStates = Step::kStates;
   const RefTensor &p = get(op->getOperand(0));
   const RefTensor &g = get(op->getOperand(1));
-  const RefTensor &codes = get(op->getOperand(2)),
-                  &absmax = get(op->getOperand(3));
-  if (!allFinite(g)) {
+  bool finite = allFinite(g);
+  const trainmem::DynamicMap *maps[kStates];
+  for (int k = 0; k < kStates; ++k) {
+    const trainmem::QuantizedStateKind &kind = Step::kStateKinds[k];
+    maps[k] = kind.isSigned ? &trainmem::signedDynamicMap()
+                            : &trainmem::unsignedDynamicMap();
+    if (!finite || !kind.written)
+      for (int part : {1, 2})
+        set(op->getResult(2 * k + part), get(op->getOperand(2 * k + part + 1)));
+  }
+  if (!finite) {
     state.noteSkippedUpdate(op->getOperand(0));
     set(op->getResult(0), p);
-    set(op->getResult(1), codes);
-    set(op->getResult(2), absmax);
     return;
   }
-  const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
   int64_t n = p.numElements();
   RefTensor np = RefTensor::zeros(p.shape);
-  std::vector<float> updated(n);
-  for (int64_t i = 0; i < n; ++i)
-    step.apply(p.floats[i], g.floats[i],
-               trainmem::dequantizeValue(map, codeAt(codes, i),
-                                         absmax.floats[i / block]),
-               np.floats[i], updated[i]);
+  std::vector<std::vector<float>> fresh(kStates, std::vector<float>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float old[kStates], updated[kStates] = {};
+    for (int k = 0; k < kStates; ++k)
+      old[k] = trainmem::dequantizeValue(
+          *maps[k], codeAt(get(op->getOperand(2 * k + 2)), i),
+          get(op->getOperand(2 * k + 3)).floats[i / block]);
+    step.applyStates(p.floats[i], g.floats[i], old, np.floats[i], updated);
+    for (int k = 0; k < kStates; ++k)
+      fresh[k][i] = updated[k];
+  }
   set(op->getResult(0), std::move(np));
-  setQuantized(op->getResult(1), op->getResult(2), p.shape, absmax.shape, map,
-               updated, block);
+  for (int k = 0; k < kStates; ++k)
+    if (Step::kStateKinds[k].written)
+      setQuantized(op->getResult(2 * k + 1), op->getResult(2 * k + 2), p.shape,
+                   get(op->getOperand(2 * k + 3)).shape, *maps[k], fresh[k],
+                   block);
 }
 
 /// `values` quantized block-wise on `map` into the results `codes` (shaped
@@ -942,46 +953,6 @@ void OpKernels::setQuantized(Value codes, Value absmax,
   set(codes, RefTensor::ofInts(shape, std::vector<int64_t>(newCodes.begin(),
                                                            newCodes.end())));
   set(absmax, RefTensor::ofFloats(absmaxShape, std::move(newAbsmax)));
-}
-
-/// An 8-bit update with two states (AdamW's m and v, Sophia's m and h):
-/// param, grad, m codes, m absmax, s codes, s absmax, ... -> new param, m
-/// codes, m absmax, s codes, s absmax; m on the signed map, s on the
-/// unsigned one; s carried over as it is unless `secondUpdated`.
-template <typename Apply>
-void OpKernels::twoState8bit(Operation *op, int64_t block, bool secondUpdated,
-                             Apply apply) {
-  const RefTensor &p = get(op->getOperand(0));
-  const RefTensor &g = get(op->getOperand(1));
-  const RefTensor &mc = get(op->getOperand(2)), &ma = get(op->getOperand(3));
-  const RefTensor &sc = get(op->getOperand(4)), &sa = get(op->getOperand(5));
-  if (!secondUpdated || !allFinite(g)) {
-    set(op->getResult(3), sc);
-    set(op->getResult(4), sa);
-  }
-  if (!allFinite(g)) {
-    state.noteSkippedUpdate(op->getOperand(0));
-    set(op->getResult(0), p);
-    set(op->getResult(1), mc);
-    set(op->getResult(2), ma);
-    return;
-  }
-  const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
-  const trainmem::DynamicMap &sMap = trainmem::unsignedDynamicMap();
-  int64_t n = p.numElements();
-  RefTensor np = RefTensor::zeros(p.shape);
-  std::vector<float> newM(n), newS(n);
-  for (int64_t i = 0; i < n; ++i)
-    apply(p.floats[i], g.floats[i],
-          trainmem::dequantizeValue(mMap, codeAt(mc, i), ma.floats[i / block]),
-          trainmem::dequantizeValue(sMap, codeAt(sc, i), sa.floats[i / block]),
-          np.floats[i], newM[i], newS[i]);
-  set(op->getResult(0), std::move(np));
-  setQuantized(op->getResult(1), op->getResult(2), p.shape, ma.shape, mMap,
-               newM, block);
-  if (secondUpdated)
-    setQuantized(op->getResult(3), op->getResult(4), p.shape, sa.shape, sMap,
-                 newS, block);
 }
 
 void OpKernels::sophia(SophiaOp op) {
@@ -1012,10 +983,7 @@ void OpKernels::sophia8bit(Sophia8bitOp op) {
       get(op.getLr()).scalarFloat(), op.getBeta1().convertToDouble(),
       op.getRho().convertToDouble(), op.getBatch(),
       op.getEpsilon().convertToDouble(), op.getWeightDecay().convertToDouble());
-  // h is read (its Hessian step refreshes it), m updated.
-  twoState8bit(op, op.getBlockAttr().getInt(), /*secondUpdated=*/false,
-               [&](float p, float g, float m, float h, float &np, float &nm,
-                   float &) { step.apply(p, g, m, h, np, nm); });
+  blockwise8bit(op, step, op.getBlockAttr().getInt());
 }
 
 void OpKernels::sgd(SGDOp op) {
@@ -1926,7 +1894,7 @@ struct OneStateModel
         op,
         kernels.get(op->getOperand(op->getNumOperands() - 1)).scalarFloat());
     if (auto block = op->getAttrOfType<IntegerAttr>("block"))
-      kernels.oneState8bit(op, step, block.getInt());
+      kernels.blockwise8bit(op, step, block.getInt());
     else
       kernels.oneState(op, step);
     return success();

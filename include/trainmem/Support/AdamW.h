@@ -1,5 +1,4 @@
-//===- AdamW.h - the optimizer updates of one element ------------*- C++
-//-*-===//
+//===- AdamW.h - the optimizer updates of one element -----------*- C++ -*-===//
 //
 // Header-only and free of LLVM: train.adamw, train.lion, train.sophia,
 // train.hessian_ema, train.sgd, their fused 8-bit updates, the reference
@@ -17,6 +16,19 @@
 #include <cstdint>
 
 namespace trainmem {
+
+/// How a fused 8-bit update keeps one of its states: block-wise on the
+/// signed dynamic map (a momentum) or the unsigned one (a second moment, a
+/// Hessian estimate), and whether the update writes it or only reads it
+/// (Sophia's h, which its Hessian step refreshes). Each step below lists
+/// its states (kStateKinds, in the ops' operand order) and updates them as
+/// an array (applyStates), so one block loop per executor serves every
+/// optimizer (blockwise8bit in the evaluator and in the CPU and CUDA
+/// backends).
+struct QuantizedStateKind {
+  bool isSigned;
+  bool written;
+};
 
 struct AdamWStep {
   float beta1, oneMinusBeta1, beta2, oneMinusBeta2;
@@ -51,6 +63,14 @@ struct AdamWStep {
     newM = mi;
     newV = vi;
     newParam = param * decay - stepSize * (mi / denominator);
+  }
+
+  static constexpr int kStates = 2;
+  static constexpr QuantizedStateKind kStateKinds[kStates] = {{true, true},
+                                                              {false, true}};
+  TRAINMEM_HD void applyStates(float param, float grad, const float *state,
+                               float &newParam, float *newState) const {
+    apply(param, grad, state[0], state[1], newParam, newState[0], newState[1]);
   }
 };
 
@@ -87,6 +107,13 @@ struct SGDMomentumStep {
     newBuffer = static_cast<float>(b);
     newParam = static_cast<float>(param - lr * (nesterov ? g + momentum * b : b));
   }
+
+  static constexpr int kStates = 1;
+  static constexpr QuantizedStateKind kStateKinds[kStates] = {{true, true}};
+  TRAINMEM_HD void applyStates(float param, float grad, const float *state,
+                               float &newParam, float *newState) const {
+    apply(param, grad, state[0], newParam, newState[0]);
+  }
 };
 
 /// Lion on one element (train.lion and its fused 8-bit form; Chen et al.
@@ -110,6 +137,13 @@ struct LionStep {
     float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
     newM = beta2 * m + oneMinusBeta2 * grad;
     newParam = param * decay - lr * sign;
+  }
+
+  static constexpr int kStates = 1;
+  static constexpr QuantizedStateKind kStateKinds[kStates] = {{true, true}};
+  TRAINMEM_HD void applyStates(float param, float grad, const float *state,
+                               float &newParam, float *newState) const {
+    apply(param, grad, state[0], newParam, newState[0]);
   }
 };
 
@@ -140,6 +174,15 @@ struct SophiaStep {
     float sign = mi > 0.0f ? 1.0f : (mi < 0.0f ? -1.0f : 0.0f);
     newM = mi;
     newParam = param * decay - lr * (sign * ratio);
+  }
+
+  /// m written, h read.
+  static constexpr int kStates = 2;
+  static constexpr QuantizedStateKind kStateKinds[kStates] = {{true, true},
+                                                              {false, false}};
+  TRAINMEM_HD void applyStates(float param, float grad, const float *state,
+                               float &newParam, float *newState) const {
+    apply(param, grad, state[0], state[1], newParam, newState[0]);
   }
 };
 

@@ -10,6 +10,7 @@
 #define TRAINMEM_RUNTIME_CPU_FLOATTYPES_H
 
 #include "../Context.h"
+#include "trainmem-runtime/ForEach.h"
 
 #include <initializer_list>
 #include <string>
@@ -55,5 +56,34 @@ void withFloatType(tmrt_context *ctx, const char *kernel,
 
 } // namespace cpu
 } // namespace tmrt
+
+/// The entry points of the float kernels a file defines, from Kernels.def:
+/// where the file says `#define TMRT_FLOAT_<kernel> (operands)` for a
+/// kernel whose template <kernel>Of<T> it defines,
+///   #define TMRT_KERNEL(name, parameters, arguments) \
+///     TMRT_FLOAT_ENTRY(name, parameters, arguments)
+///   #include "trainmem-runtime/Kernels.def"
+/// defines `void <kernel>(parameters)`, which calls <kernel>Of<T>(arguments)
+/// with T the element type the operands share (withFloatType); a kernel
+/// without its TMRT_FLOAT_ line is left to the file (or to another one).
+#define TMRT_FLOAT_ENTRY(name, parameters, arguments)                          \
+  TMRT_FLOAT_ENTRY_CAT(TMRT_FLOAT_ENTRY_,                                      \
+                       TMRT_FLOAT_ENTRY_IS_LIST(TMRT_FLOAT_##name))            \
+  (name, parameters, arguments, TMRT_FLOAT_##name)
+#define TMRT_FLOAT_ENTRY_0(name, parameters, arguments, operands)
+#define TMRT_FLOAT_ENTRY_1(name, parameters, arguments, operands)              \
+  void name parameters {                                                       \
+    withFloatType(ctx, #name, {TMRT_UNPAREN(operands)},                        \
+                  [&](auto type) { name##Of<decltype(type)> arguments; });     \
+  }
+/// 1 where `x` is a parenthesized list (a TMRT_FLOAT_ line's operands), 0
+/// where it is a name no macro defines.
+#define TMRT_FLOAT_ENTRY_IS_LIST(x)                                            \
+  TMRT_FLOAT_ENTRY_SECOND(TMRT_FLOAT_ENTRY_PROBE x, 0, ~)
+#define TMRT_FLOAT_ENTRY_PROBE(...) ~, 1
+#define TMRT_FLOAT_ENTRY_SECOND(...) TMRT_FLOAT_ENTRY_SECOND_(__VA_ARGS__)
+#define TMRT_FLOAT_ENTRY_SECOND_(a, b, ...) b
+#define TMRT_FLOAT_ENTRY_CAT(a, b) TMRT_FLOAT_ENTRY_CAT_(a, b)
+#define TMRT_FLOAT_ENTRY_CAT_(a, b) a##b
 
 #endif // TRAINMEM_RUNTIME_CPU_FLOATTYPES_H

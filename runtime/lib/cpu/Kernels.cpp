@@ -270,18 +270,11 @@ int64_t readId(tmrt_context *ctx, int64_t ids, int64_t index, int64_t bits) {
 
 namespace {
 
-
 template <typename T>
 void fillOf(tmrt_context *ctx, int64_t out, int64_t n, double value) {
   T *y = ctx->at<T>(out);
   elementwise(ctx, n, [&](int64_t i) { y[i] = static_cast<float>(value); });
   ctx->touch(out, n * sizeof(T));
-}
-
-void fill(tmrt_context *ctx, int64_t out, int64_t n, double value) {
-  withFloatType(ctx, "fill", {out}, [&](auto type) {
-    fillOf<decltype(type)>(ctx, out, n, value);
-  });
 }
 
 void fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value) {
@@ -309,12 +302,6 @@ void copyOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
 
 void transfer(tmrt_context *ctx, int64_t from, int64_t to, int64_t bytes) {
   tmrt::transferKernel(ctx, from, to, bytes);
-}
-
-void copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
-  withFloatType(ctx, "copy", {in, out}, [&](auto type) {
-    copyOf<decltype(type)>(ctx, in, out, n);
-  });
 }
 
 /// The strided offset of row `r` of a [d0, d1, d2, d3, d4] grid of rows
@@ -388,15 +375,6 @@ void convert(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
     withFloatType(ctx, "convert", {out}, [&](auto to) {
       convertOf<decltype(from), decltype(to)>(ctx, in, out, n);
     });
-  });
-}
-
-void copy_strided(tmrt_context *ctx, int64_t in, int64_t out, int64_t d0,
-                       int64_t d1, int64_t d2, int64_t d3, int64_t d4,
-                       int64_t d5, int64_t s0, int64_t s1, int64_t s2,
-                       int64_t s3, int64_t s4, int64_t s5) {
-  withFloatType(ctx, "copy_strided", {in, out}, [&](auto type) {
-    copy_stridedOf<decltype(type)>(ctx, in, out, d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5);
   });
 }
 
@@ -532,28 +510,10 @@ void matmulOf(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
   ctx->touch(c, batches * m * n * sizeof(T));
 }
 
-void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
-                 int64_t n, int64_t k, int64_t a_rs, int64_t a_cs,
-                 int64_t b_rs, int64_t b_cs, int64_t c0, int64_t c1,
-                 int64_t c2, int64_t c3, int64_t a0, int64_t a1, int64_t a2,
-                 int64_t a3, int64_t b0, int64_t b1, int64_t b2, int64_t b3) {
-  withFloatType(ctx, "matmul", {a, b, c}, [&](auto type) {
-    matmulOf<decltype(type)>(ctx, a, b, c, m, n, k, a_rs, a_cs, b_rs, b_cs,
-                             c0, c1, c2, c3, a0, a1, a2, a3, b0, b1, b2, b3);
-  });
-}
-
 template <typename T>
 void addOf(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
               int64_t n) {
   binaryKernel<T>(ctx, a, b, out, n, [](double x, double y) { return x + y; });
-}
-
-void add(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
-              int64_t n) {
-  withFloatType(ctx, "add", {a, b, out}, [&](auto type) {
-    addOf<decltype(type)>(ctx, a, b, out, n);
-  });
 }
 
 template <typename T>
@@ -562,24 +522,10 @@ void mulOf(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
   binaryKernel<T>(ctx, a, b, out, n, [](double x, double y) { return x * y; });
 }
 
-void mul(tmrt_context *ctx, int64_t a, int64_t b, int64_t out,
-              int64_t n) {
-  withFloatType(ctx, "mul", {a, b, out}, [&](auto type) {
-    mulOf<decltype(type)>(ctx, a, b, out, n);
-  });
-}
-
 template <typename T>
 void scaleOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
                 double factor) {
   unaryKernel<T>(ctx, in, out, n, [&](double x) { return x * factor; });
-}
-
-void scale(tmrt_context *ctx, int64_t in, int64_t out, int64_t n,
-                double factor) {
-  withFloatType(ctx, "scale", {in, out}, [&](auto type) {
-    scaleOf<decltype(type)>(ctx, in, out, n, factor);
-  });
 }
 
 template <typename T>
@@ -598,13 +544,6 @@ void bias_addOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
     }
   });
   ctx->touch(out, n * sizeof(T));
-}
-
-void bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
-                   int64_t n, int64_t bias_n) {
-  withFloatType(ctx, "bias_add", {in, bias, out}, [&](auto type) {
-    bias_addOf<decltype(type)>(ctx, in, bias, out, n, bias_n);
-  });
 }
 
 /// fn(row, c) for c in [0, cols) of each row, rows in parallel, each row's
@@ -637,13 +576,6 @@ void bias_geluOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
   ctx->touch(out, n * sizeof(T));
 }
 
-void bias_gelu(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
-               int64_t n, int64_t bias_n) {
-  withFloatType(ctx, "bias_gelu", {in, bias, out}, [&](auto type) {
-    bias_geluOf<decltype(type)>(ctx, in, bias, out, n, bias_n);
-  });
-}
-
 template <typename T>
 void bias_gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
                       int64_t out, int64_t n, int64_t bias_n) {
@@ -655,13 +587,6 @@ void bias_gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
     z[i] = trainmem::biasGeluGrad(g[i], v[i], b[c]);
   });
   ctx->touch(out, n * sizeof(T));
-}
-
-void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
-                    int64_t out, int64_t n, int64_t bias_n) {
-  withFloatType(ctx, "bias_gelu_grad", {dy, x, bias, out}, [&](auto type) {
-    bias_gelu_gradOf<decltype(type)>(ctx, dy, x, bias, out, n, bias_n);
-  });
 }
 
 /// An activation of Activations.def: out = A::forward(in) and its gradient
@@ -710,14 +635,6 @@ void layer_normOf(tmrt_context *ctx, int64_t in, int64_t gamma,
   ctx->touch(out, rows * cols * sizeof(T));
 }
 
-void layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma,
-                     int64_t beta, int64_t out, int64_t rows, int64_t cols,
-                     double eps) {
-  withFloatType(ctx, "layer_norm", {in, gamma, beta, out}, [&](auto type) {
-    layer_normOf<decltype(type)>(ctx, in, gamma, beta, out, rows, cols, eps);
-  });
-}
-
 template <typename T>
 void layer_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
                           int64_t gamma, int64_t dx, int64_t dgamma,
@@ -754,15 +671,6 @@ void layer_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
   ctx->touch(dbeta, cols * sizeof(T));
 }
 
-void layer_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
-                          int64_t gamma, int64_t dx, int64_t dgamma,
-                          int64_t dbeta, int64_t rows, int64_t cols,
-                          double eps) {
-  withFloatType(ctx, "layer_norm_grad", {dy, x, gamma, dx, dgamma, dbeta}, [&](auto type) {
-    layer_norm_gradOf<decltype(type)>(ctx, dy, x, gamma, dx, dgamma, dbeta, rows, cols, eps);
-  });
-}
-
 template <typename T>
 void rms_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
                    int64_t rows, int64_t cols, double eps, double gain_offset) {
@@ -774,14 +682,6 @@ void rms_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
                               gain_offset);
   });
   ctx->touch(out, rows * cols * sizeof(T));
-}
-
-void rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
-                   int64_t rows, int64_t cols, double eps, double gain_offset) {
-  withFloatType(ctx, "rms_norm", {in, gamma, out}, [&](auto type) {
-    rms_normOf<decltype(type)>(ctx, in, gamma, out, rows, cols, eps,
-                               gain_offset);
-  });
 }
 
 template <typename T>
@@ -814,16 +714,6 @@ void rms_norm_gradOf(tmrt_context *ctx, int64_t dy, int64_t x,
   ctx->touch(dgamma, cols * sizeof(T));
 }
 
-void rms_norm_grad(tmrt_context *ctx, int64_t dy, int64_t x,
-                        int64_t gamma, int64_t dx, int64_t dgamma,
-                        int64_t rows, int64_t cols, double eps,
-                        double gain_offset) {
-  withFloatType(ctx, "rms_norm_grad", {dy, x, gamma, dx, dgamma}, [&](auto type) {
-    rms_norm_gradOf<decltype(type)>(ctx, dy, x, gamma, dx, dgamma, rows, cols,
-                                    eps, gain_offset);
-  });
-}
-
 template <typename T>
 void softmaxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
                int64_t cols, int64_t queries, int64_t causal, int64_t heads,
@@ -846,15 +736,6 @@ void softmaxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
   ctx->touch(out, rows * cols * sizeof(T));
 }
 
-void softmax(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
-             int64_t cols, int64_t queries, int64_t causal, int64_t heads,
-             const double *alibi_slopes) {
-  withFloatType(ctx, "softmax", {in, out}, [&](auto type) {
-    softmaxOf<decltype(type)>(ctx, in, out, rows, cols, queries, causal,
-                              heads, alibi_slopes);
-  });
-}
-
 template <typename T>
 void softmax_gradOf(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
                        int64_t rows, int64_t cols) {
@@ -866,13 +747,6 @@ void softmax_gradOf(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
                                   cols);
   });
   ctx->touch(out, rows * cols * sizeof(T));
-}
-
-void softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
-                       int64_t rows, int64_t cols) {
-  withFloatType(ctx, "softmax_grad", {dy, y, out}, [&](auto type) {
-    softmax_gradOf<decltype(type)>(ctx, dy, y, out, rows, cols);
-  });
 }
 
 /// A fused attention's layout and dropout (trainmem/Support/Attention.h,
@@ -1246,19 +1120,6 @@ void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
   ctx->touch(mask, n);
 }
 
-void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
-             int64_t n, double rate, int64_t seed, int64_t offset, int64_t key,
-             int64_t first, int64_t part, int64_t part_elements,
-             int64_t rank_elements, int64_t rank_stride, int64_t split_block,
-             int64_t split_parts, int64_t split_stride) {
-  withFloatType(ctx, "dropout", {in, out}, [&](auto type) {
-    dropoutOf<decltype(type)>(ctx, in, out, mask, n, rate, seed, offset, key,
-                              first, part, part_elements, rank_elements,
-                              rank_stride, split_block, split_parts,
-                              split_stride);
-  });
-}
-
 template <typename T>
 void dropout_gradOf(tmrt_context *ctx, int64_t dy, int64_t mask,
                        int64_t out, int64_t n, double rate) {
@@ -1270,13 +1131,6 @@ void dropout_gradOf(tmrt_context *ctx, int64_t dy, int64_t mask,
     y[i] = keep[i] ? static_cast<float>(g[i] * scale) : 0.0f;
   });
   ctx->touch(out, n * sizeof(T));
-}
-
-void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
-                       int64_t out, int64_t n, double rate) {
-  withFloatType(ctx, "dropout_grad", {dy, out}, [&](auto type) {
-    dropout_gradOf<decltype(type)>(ctx, dy, mask, out, n, rate);
-  });
 }
 
 void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
@@ -1321,15 +1175,6 @@ void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
     }
   });
   ctx->touch(out, rows * d * sizeof(T));
-}
-
-void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
-          int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss, int64_t sd,
-          double theta, int64_t inverse, int64_t halves) {
-  withFloatType(ctx, "rope", {in, out}, [&](auto type) {
-    ropeOf<decltype(type)>(ctx, in, out, n0, n1, s, d, s0, s1, ss, sd, theta,
-                           inverse, halves);
-  });
 }
 
 template <typename T>
@@ -1433,15 +1278,6 @@ void sum_toOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
   ctx->touch(out, out_n * sizeof(T));
 }
 
-void sum_to(tmrt_context *ctx, int64_t in, int64_t out, int64_t out_n,
-                 int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4,
-                 int64_t d5, int64_t o0, int64_t o1, int64_t o2, int64_t o3,
-                 int64_t o4, int64_t o5) {
-  withFloatType(ctx, "sum_to", {in, out}, [&](auto type) {
-    sum_toOf<decltype(type)>(ctx, in, out, out_n, d0, d1, d2, d3, d4, d5, o0, o1, o2, o3, o4, o5);
-  });
-}
-
 template <typename T>
 void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
                         int64_t loss_sum, int64_t count, int64_t rows,
@@ -1478,15 +1314,6 @@ void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
   ctx->touch(count, 8);
 }
 
-void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
-                        int64_t loss_sum, int64_t count, int64_t rows,
-                        int64_t vocab, int64_t ignore_index, int64_t id_bits,
-                        double label_smoothing) {
-  withFloatType(ctx, "cross_entropy", {logits}, [&](auto type) {
-    cross_entropyOf<decltype(type)>(ctx, logits, targets, loss_sum, count, rows, vocab, ignore_index, id_bits, label_smoothing);
-  });
-}
-
 template <typename T>
 void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss,
                              int64_t logits, int64_t targets, int64_t out,
@@ -1510,15 +1337,6 @@ void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss,
   ctx->touch(out, rows * vocab * sizeof(T));
 }
 
-void cross_entropy_grad(tmrt_context *ctx, int64_t dloss,
-                             int64_t logits, int64_t targets, int64_t out,
-                             int64_t rows, int64_t vocab, int64_t ignore_index,
-                             int64_t id_bits, double label_smoothing) {
-  withFloatType(ctx, "cross_entropy_grad", {logits, out}, [&](auto type) {
-    cross_entropy_gradOf<decltype(type)>(ctx, dloss, logits, targets, out, rows, vocab, ignore_index, id_bits, label_smoothing);
-  });
-}
-
 template <typename T>
 void row_maxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
                int64_t cols) {
@@ -1529,13 +1347,6 @@ void row_maxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
       y[r] = static_cast<float>(trainmem::rows::rowMax(x + r * cols, cols));
   });
   ctx->touch(out, rows * 4);
-}
-
-void row_max(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
-             int64_t cols) {
-  withFloatType(ctx, "row_max", {in}, [&](auto type) {
-    row_maxOf<decltype(type)>(ctx, in, out, rows, cols);
-  });
 }
 
 template <typename T>
@@ -1754,15 +1565,6 @@ void adamwOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   ctx->touch(new_v, n * 4);
 }
 
-void adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
-                int64_t v, int64_t lr, int64_t step, int64_t new_param,
-                int64_t new_m, int64_t new_v, int64_t n, double beta1,
-                double beta2, double eps, double weight_decay) {
-  withFloatType(ctx, "adamw", {grad}, [&](auto type) {
-    adamwOf<decltype(type)>(ctx, param, grad, m, v, lr, step, new_param, new_m, new_v, n, beta1, beta2, eps, weight_decay);
-  });
-}
-
 void quantize(tmrt_context *ctx, int64_t in, int64_t codes,
                    int64_t absmax, int64_t n, int64_t block,
                    int64_t is_signed) {
@@ -1796,6 +1598,86 @@ void dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax,
   ctx->touch(out, n * 4);
 }
 
+/// Where one state of a fused 8-bit update is: its codes and absmax, and
+/// where their new values go (the same places: in place).
+struct QuantizedStateRefs {
+  int64_t codes, absmax, newCodes, newAbsmax;
+};
+
+/// A fused 8-bit update over Step's states (Step::kStateKinds, `states` in
+/// that order): per block, each element's states dequantized on their maps,
+/// step.applyStates, the written states requantized block by block (never
+/// the whole tensor in f32); a state the update only reads is carried over
+/// to its new place. A gradient that is not finite leaves the parameter
+/// and every state as they are. Every 8-bit optimizer runs through it (and
+/// AdamW where the CPU has no vector code for it: adamW8bitBlocks).
+template <typename Step>
+void blockwise8bit(tmrt_context *ctx, int64_t param, int64_t grad,
+                   const QuantizedStateRefs (&states)[Step::kStates],
+                   int64_t new_param, int64_t n, int64_t block,
+                   const Step &step) {
+  constexpr int kStates = Step::kStates;
+  block = effectiveBlock(block, n);
+  // A 16-bit gradient is widened once into host memory.
+  std::vector<float> wideGrad;
+  const float *p = ctx->at<float>(param), *g = widened(ctx, grad, n, wideGrad);
+  float *np = ctx->at<float>(new_param);
+  int64_t blocks = (n + block - 1) / block;
+  const trainmem::DynamicMap *maps[kStates];
+  const uint8_t *codes[kStates];
+  const float *absmax[kStates];
+  uint8_t *newCodes[kStates];
+  float *newAbsmax[kStates];
+  for (int k = 0; k < kStates; ++k) {
+    maps[k] = Step::kStateKinds[k].isSigned ? &trainmem::signedDynamicMap()
+                                            : &trainmem::unsignedDynamicMap();
+    codes[k] = ctx->at<uint8_t>(states[k].codes);
+    absmax[k] = ctx->at<float>(states[k].absmax);
+    newCodes[k] = ctx->at<uint8_t>(states[k].newCodes);
+    newAbsmax[k] = ctx->at<float>(states[k].newAbsmax);
+  }
+  bool finite = allFinite(ctx, g, n);
+  for (int k = 0; k < kStates; ++k)
+    if (!finite || !Step::kStateKinds[k].written) {
+      std::memmove(newCodes[k], codes[k], n);
+      std::memmove(newAbsmax[k], absmax[k], blocks * 4);
+    }
+  if (finite) {
+    ctx->pool.parallelFor(
+        blocks, std::max<int64_t>(1, kGrain / block),
+        [&](int64_t b0, int64_t b1) {
+          std::vector<float> fresh(kStates * block);
+          for (int64_t b = b0; b < b1; ++b) {
+            int64_t begin = b * block, end = std::min(n, begin + block);
+            for (int64_t i = begin; i < end; ++i) {
+              float old[kStates], updated[kStates] = {};
+              for (int k = 0; k < kStates; ++k)
+                old[k] = trainmem::dequantizeValue(*maps[k], codes[k][i],
+                                                   absmax[k][b]);
+              step.applyStates(p[i], g[i], old, np[i], updated);
+              for (int k = 0; k < kStates; ++k)
+                fresh[k * block + (i - begin)] = updated[k];
+            }
+            for (int k = 0; k < kStates; ++k)
+              if (Step::kStateKinds[k].written)
+                tmrt::quantizeBlocks(*maps[k], fresh.data() + k * block,
+                                     end - begin, block, newCodes[k] + begin,
+                                     newAbsmax[k] + b, 0, 1);
+          }
+        });
+  } else {
+    std::memmove(np, p, n * 4);
+    ctx->recordSkipped(param);
+  }
+  ctx->touch(new_param, n * 4);
+  for (const QuantizedStateRefs &state : states) {
+    ctx->touch(state.newCodes, n);
+    ctx->touch(state.newAbsmax, blocks * 4);
+  }
+}
+
+/// AdamW on the vector code where the CPU has it (Quantized.h), else on
+/// the block loop every 8-bit update shares.
 void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                      int64_t m_codes, int64_t m_absmax, int64_t v_codes,
                      int64_t v_absmax, int64_t lr, int64_t step,
@@ -1804,6 +1686,13 @@ void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                      int64_t new_v_absmax, int64_t n, int64_t block,
                      double beta1, double beta2, double eps,
                      double weight_decay) {
+  const trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
+                                   weight_decay, *ctx->at<int64_t>(step));
+  if (!tmrt::hasVectorAdamW8bit())
+    return blockwise8bit(ctx, param, grad,
+                         {{m_codes, m_absmax, new_m_codes, new_m_absmax},
+                          {v_codes, v_absmax, new_v_codes, new_v_absmax}},
+                         new_param, n, block, update);
   block = effectiveBlock(block, n);
   // A 16-bit gradient is widened once into host memory for the vector code.
   std::vector<float> wideGrad;
@@ -1820,8 +1709,6 @@ void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   if (allFinite(ctx, g, n)) {
     const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
     const trainmem::DynamicMap &vMap = trainmem::unsignedDynamicMap();
-    trainmem::AdamWStep update(*ctx->at<float>(lr), beta1, beta2, eps,
-                               weight_decay, *ctx->at<int64_t>(step));
     // One block of state in f32 at a time, never the whole tensor.
     tmrt::AdamW8bitBlock work{p,   g,   mc,  ma, vc,      va,    np,    nmc,
                               nma, nvc, nva, n,  block, &update, &mMap, &vMap};
@@ -1845,77 +1732,14 @@ void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
   ctx->touch(new_v_absmax, blocks * 4);
 }
 
-/// One f32 state on the signed map, updated block by block: `update(i, b,
-/// state)` writes element i's new parameter and sets `state` to its new
-/// value (b: its block, whose old codes and absmax it reads); each block's
-/// new state is then requantized into `codes` and `absmax` (in place too),
-/// never the whole tensor in f32. The fused 8-bit SGD, Lion and Sophia
-/// share it.
-template <typename Update>
-void updateSignedState8bit(tmrt_context *ctx, int64_t n, int64_t block,
-                           uint8_t *codes, float *absmax, Update update) {
-  const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
-  int64_t blocks = (n + block - 1) / block;
-  ctx->pool.parallelFor(
-      blocks, std::max<int64_t>(1, kGrain / block),
-      [&](int64_t b0, int64_t b1) {
-        std::vector<float> state(block);
-        for (int64_t b = b0; b < b1; ++b) {
-          int64_t begin = b * block, end = std::min(n, begin + block);
-          for (int64_t i = begin; i < end; ++i)
-            update(i, b, state[i - begin]);
-          tmrt::quantizeBlocks(map, state.data(), end - begin, block,
-                               codes + begin, absmax + b, 0, 1);
-        }
-      });
-}
-
-/// An 8-bit update with one signed state (SGD's momentum buffer, Lion's
-/// m): `update.apply(p, g, state, newParam, newState)` per element over
-/// the blocks, or the parameter and the state carried over when a
-/// gradient is not finite.
-template <typename Step>
-void oneSignedState8bit(tmrt_context *ctx, int64_t param, int64_t grad,
-                        int64_t codes, int64_t absmax, int64_t new_param,
-                        int64_t new_codes, int64_t new_absmax, int64_t n,
-                        int64_t block, const Step &update) {
-  block = effectiveBlock(block, n);
-  // A 16-bit gradient is widened once into host memory for the vector code.
-  std::vector<float> wideGrad;
-  const float *p = ctx->at<float>(param),
-              *g = widened(ctx, grad, n, wideGrad);
-  const uint8_t *c = ctx->at<uint8_t>(codes);
-  const float *a = ctx->at<float>(absmax);
-  float *np = ctx->at<float>(new_param);
-  uint8_t *nc = ctx->at<uint8_t>(new_codes);
-  float *na = ctx->at<float>(new_absmax);
-  int64_t blocks = (n + block - 1) / block;
-  if (allFinite(ctx, g, n)) {
-    const trainmem::DynamicMap &map = trainmem::signedDynamicMap();
-    updateSignedState8bit(
-        ctx, n, block, nc, na, [&](int64_t i, int64_t b, float &state) {
-          update.apply(p[i], g[i], trainmem::dequantizeValue(map, c[i], a[b]),
-                       np[i], state);
-        });
-  } else {
-    std::memmove(np, p, n * 4);
-    std::memmove(nc, c, n);
-    std::memmove(na, a, blocks * 4);
-    ctx->recordSkipped(param);
-  }
-  ctx->touch(new_param, n * 4);
-  ctx->touch(new_codes, n);
-  ctx->touch(new_absmax, blocks * 4);
-}
-
 void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
               int64_t absmax, int64_t lr, int64_t new_param, int64_t new_codes,
               int64_t new_absmax, int64_t n, int64_t block, double momentum,
               double weight_decay, int64_t nesterov) {
-  oneSignedState8bit(ctx, param, grad, codes, absmax, new_param, new_codes,
-                     new_absmax, n, block,
-                     trainmem::SGDMomentumStep{*ctx->at<float>(lr), momentum,
-                                               weight_decay, nesterov != 0});
+  blockwise8bit(ctx, param, grad, {{codes, absmax, new_codes, new_absmax}},
+                new_param, n, block,
+                trainmem::SGDMomentumStep{*ctx->at<float>(lr), momentum,
+                                          weight_decay, nesterov != 0});
 }
 
 template <typename T>
@@ -1950,15 +1774,6 @@ void sgdOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
   ctx->touch(new_param, n * 4);
   if (nb)
     ctx->touch(new_buffer, n * 4);
-}
-
-void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
-              int64_t buffer, int64_t new_param, int64_t new_buffer,
-              int64_t n, double momentum, double weight_decay,
-              int64_t nesterov) {
-  withFloatType(ctx, "sgd", {grad}, [&](auto type) {
-    sgdOf<decltype(type)>(ctx, param, grad, lr, buffer, new_param, new_buffer, n, momentum, weight_decay, nesterov);
-  });
 }
 
 /// An optimizer of Optimizers.def on f32 state: `update.apply(p, g, m,
@@ -1999,9 +1814,9 @@ void oneStateOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
                      int64_t new_param, int64_t new_m_codes,                   \
                      int64_t new_m_absmax, int64_t n, int64_t block,           \
                      TMRT_UNPAREN(parameters)) {                               \
-    oneSignedState8bit(                                                        \
-        ctx, param, grad, m_codes, m_absmax, new_param, new_m_codes,           \
-        new_m_absmax, n, block,                                                \
+    blockwise8bit(                                                             \
+        ctx, param, grad, {{m_codes, m_absmax, new_m_codes, new_m_absmax}},    \
+        new_param, n, block,                                                   \
         trainmem::Step(*ctx->at<float>(lr), TMRT_UNPAREN(arguments)));         \
   }
 #include "trainmem-runtime/Optimizers.def"
@@ -2033,58 +1848,18 @@ void sophiaOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   ctx->touch(new_h, n * 4);
 }
 
-void sophia(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
-            int64_t h, int64_t lr, int64_t new_param, int64_t new_m,
-            int64_t new_h, int64_t n, int64_t batch, double beta1, double rho,
-            double eps, double weight_decay) {
-  withFloatType(ctx, "sophia", {grad}, [&](auto type) {
-    sophiaOf<decltype(type)>(ctx, param, grad, m, h, lr, new_param, new_m,
-                             new_h, n, batch, beta1, rho, eps, weight_decay);
-  });
-}
-
 void sophia_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                  int64_t m_codes, int64_t m_absmax, int64_t h_codes,
                  int64_t h_absmax, int64_t lr, int64_t new_param,
                  int64_t new_m_codes, int64_t new_m_absmax, int64_t new_h_codes,
                  int64_t new_h_absmax, int64_t n, int64_t block, int64_t batch,
                  double beta1, double rho, double eps, double weight_decay) {
-  block = effectiveBlock(block, n);
-  std::vector<float> wideGrad;
-  const float *p = ctx->at<float>(param), *g = widened(ctx, grad, n, wideGrad);
-  const uint8_t *mc = ctx->at<uint8_t>(m_codes),
-                *hc = ctx->at<uint8_t>(h_codes);
-  const float *ma = ctx->at<float>(m_absmax), *ha = ctx->at<float>(h_absmax);
-  float *np = ctx->at<float>(new_param);
-  uint8_t *nmc = ctx->at<uint8_t>(new_m_codes);
-  float *nma = ctx->at<float>(new_m_absmax);
-  int64_t blocks = (n + block - 1) / block;
-  if (new_h_codes != h_codes)
-    std::memmove(ctx->at<uint8_t>(new_h_codes), hc, n);
-  if (new_h_absmax != h_absmax)
-    std::memmove(ctx->at<float>(new_h_absmax), ha, blocks * 4);
-  if (allFinite(ctx, g, n)) {
-    const trainmem::DynamicMap &mMap = trainmem::signedDynamicMap();
-    const trainmem::DynamicMap &hMap = trainmem::unsignedDynamicMap();
-    const trainmem::SophiaStep update(*ctx->at<float>(lr), beta1, rho, batch,
-                                      eps, weight_decay);
-    updateSignedState8bit(
-        ctx, n, block, nmc, nma, [&](int64_t i, int64_t b, float &momentum) {
-          update.apply(
-              p[i], g[i], trainmem::dequantizeValue(mMap, mc[i], ma[b]),
-              trainmem::dequantizeValue(hMap, hc[i], ha[b]), np[i], momentum);
-        });
-  } else {
-    std::memmove(np, p, n * 4);
-    std::memmove(nmc, mc, n);
-    std::memmove(nma, ma, blocks * 4);
-    ctx->recordSkipped(param);
-  }
-  ctx->touch(new_param, n * 4);
-  ctx->touch(new_m_codes, n);
-  ctx->touch(new_m_absmax, blocks * 4);
-  ctx->touch(new_h_codes, n);
-  ctx->touch(new_h_absmax, blocks * 4);
+  blockwise8bit(ctx, param, grad,
+                {{m_codes, m_absmax, new_m_codes, new_m_absmax},
+                 {h_codes, h_absmax, new_h_codes, new_h_absmax}},
+                new_param, n, block,
+                trainmem::SophiaStep(*ctx->at<float>(lr), beta1, rho, batch,
+                                     eps, weight_decay));
 }
 
 void hessian_ema(tmrt_context *ctx, int64_t h, int64_t grad, int64_t new_h,
@@ -2184,12 +1959,38 @@ void clip_applyOf(tmrt_context *ctx, int64_t grad, int64_t out,
   ctx->touch(out, n * sizeof(T));
 }
 
-void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out,
-                     int64_t n) {
-  withFloatType(ctx, "clip_apply", {grad, out}, [&](auto type) {
-    clip_applyOf<decltype(type)>(ctx, grad, out, n);
-  });
-}
+// The entry points of the float kernels above (FloatTypes.h): each
+// dispatches on the element type its operands share.
+#define TMRT_FLOAT_fill (out)
+#define TMRT_FLOAT_copy (in, out)
+#define TMRT_FLOAT_copy_strided (in, out)
+#define TMRT_FLOAT_matmul (a, b, c)
+#define TMRT_FLOAT_add (a, b, out)
+#define TMRT_FLOAT_mul (a, b, out)
+#define TMRT_FLOAT_scale (in, out)
+#define TMRT_FLOAT_bias_add (in, bias, out)
+#define TMRT_FLOAT_bias_gelu (in, bias, out)
+#define TMRT_FLOAT_bias_gelu_grad (dy, x, bias, out)
+#define TMRT_FLOAT_layer_norm (in, gamma, beta, out)
+#define TMRT_FLOAT_layer_norm_grad (dy, x, gamma, dx, dgamma, dbeta)
+#define TMRT_FLOAT_rms_norm (in, gamma, out)
+#define TMRT_FLOAT_rms_norm_grad (dy, x, gamma, dx, dgamma)
+#define TMRT_FLOAT_softmax (in, out)
+#define TMRT_FLOAT_softmax_grad (dy, y, out)
+#define TMRT_FLOAT_dropout (in, out)
+#define TMRT_FLOAT_dropout_grad (dy, out)
+#define TMRT_FLOAT_rope (in, out)
+#define TMRT_FLOAT_sum_to (in, out)
+#define TMRT_FLOAT_cross_entropy (logits)
+#define TMRT_FLOAT_cross_entropy_grad (logits, out)
+#define TMRT_FLOAT_row_max (in)
+#define TMRT_FLOAT_adamw (grad)
+#define TMRT_FLOAT_sgd (grad)
+#define TMRT_FLOAT_sophia (grad)
+#define TMRT_FLOAT_clip_apply (grad, out)
+#define TMRT_KERNEL(name, parameters, arguments)                               \
+  TMRT_FLOAT_ENTRY(name, parameters, arguments)
+#include "trainmem-runtime/Kernels.def"
 
 /// The scale of the step's loss, from its state (in double).
 double lossScaleOf(tmrt_context *ctx, int64_t state, double initial) {

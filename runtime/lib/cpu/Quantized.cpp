@@ -56,20 +56,6 @@ static void quantizeOneBlock(const trainmem::DynamicMap &map,
     trainmem::quantizeBlockwise(map, values, count, count, codes, absmax);
 }
 
-void adamW8bitBlocksGeneric(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
-  std::vector<float> m(w.block), v(w.block);
-  for (int64_t b = b0; b < b1; ++b) {
-    int64_t begin = b * w.block, end = std::min(w.n, begin + w.block);
-    for (int64_t i = begin; i < end; ++i)
-      w.update->apply(w.p[i], w.g[i],
-                      trainmem::dequantizeValue(*w.mMap, w.mc[i], w.ma[b]),
-                      trainmem::dequantizeValue(*w.vMap, w.vc[i], w.va[b]),
-                      w.np[i], m[i - begin], v[i - begin]);
-    quantizeOneBlock(*w.mMap, m.data(), end - begin, w.nmc + begin, w.nma + b);
-    quantizeOneBlock(*w.vMap, v.data(), end - begin, w.nvc + begin, w.nva + b);
-  }
-}
-
 #ifdef TMRT_HAVE_X86_VECTORS
 
 #define TMRT_AVX512                                                            \
@@ -642,20 +628,24 @@ void dequantizeRange(const trainmem::DynamicMap &map, const uint8_t *codes,
     out[i] = trainmem::dequantizeValue(map, codes[i], absmax[i / block]);
 }
 
-void adamW8bitBlocks(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
-  if (trainmem::quantizerFor(*w.mMap) && trainmem::quantizerFor(*w.vMap)) {
-    switch (statePath()) {
+bool hasVectorAdamW8bit() {
 #ifdef TMRT_HAVE_X86_VECTORS
-    case StatePath::Avx512:
-      return adamW8bitBlocksAvx512(w, b0, b1);
-    case StatePath::Avx2:
-      return adamW8bitBlocksAvx2(w, b0, b1);
+  return statePath() != StatePath::Scalar &&
+         trainmem::quantizerFor(trainmem::signedDynamicMap()) &&
+         trainmem::quantizerFor(trainmem::unsignedDynamicMap());
+#else
+  return false;
 #endif
-    default:
-      break;
-    }
-  }
-  adamW8bitBlocksGeneric(w, b0, b1);
+}
+
+void adamW8bitBlocks(const AdamW8bitBlock &w, int64_t b0, int64_t b1) {
+#ifdef TMRT_HAVE_X86_VECTORS
+  if (statePath() == StatePath::Avx512)
+    return adamW8bitBlocksAvx512(w, b0, b1);
+  adamW8bitBlocksAvx2(w, b0, b1);
+#else
+  (void)w, (void)b0, (void)b1;
+#endif
 }
 
 } // namespace tmrt

@@ -36,7 +36,13 @@ enum class StatePath { Scalar, Avx2, Avx512 };
 StatePath statePath();
 const char *statePathName(StatePath path);
 
-/// Blocks [b0, b1) of the fused update on statePath().
+/// Whether statePath() has vector code for the fused AdamW update; where
+/// it has not, tmrt_adamw_8bit runs the block loop every 8-bit update
+/// shares (cpu/Kernels.cpp, blockwise8bit), which gives the same bits.
+bool hasVectorAdamW8bit();
+
+/// Blocks [b0, b1) of the fused update on statePath()'s vector code (only
+/// where hasVectorAdamW8bit()).
 void adamW8bitBlocks(const AdamW8bitBlock &work, int64_t b0, int64_t b1);
 
 /// trainmem::quantizeBlockwise over blocks [b0, b1) of x[0..n): vectorized
@@ -50,10 +56,6 @@ void quantizeBlocks(const trainmem::DynamicMap &map, const float *x,
 void dequantizeRange(const trainmem::DynamicMap &map, const uint8_t *codes,
                      const float *absmax, int64_t block, float *out,
                      int64_t i0, int64_t i1);
-
-/// The scalar version, always.
-void adamW8bitBlocksGeneric(const AdamW8bitBlock &work, int64_t b0,
-                            int64_t b1);
 
 /// What the vector quantizers do with negative values: mirror them (a
 /// signed map), give them code 0 (an unsigned map, as quantizeToMap does),

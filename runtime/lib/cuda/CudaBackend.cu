@@ -269,12 +269,6 @@ template <typename T> void fillOf(tmrt_context *ctx, int64_t out, int64_t n,
   ctx->touch(out, n * sizeof(T));
 }
 
-void fill(tmrt_context *ctx, int64_t out, int64_t n, double value) {
-  withFloatType(ctx, "fill", {out}, [&](auto type) {
-    fillOf<decltype(type)>(ctx, out, n, value);
-  });
-}
-
 void fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value) {
   int64_t *y = ctx->at<int64_t>(out);
   elementwise(ctx, "fill_i64", n, [=] __device__(int64_t i) { y[i] = value; });
@@ -411,13 +405,6 @@ void bias_addOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
   ctx->touch(out, n * sizeof(T));
 }
 
-void bias_add(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
-              int64_t n, int64_t bias_n) {
-  withFloatType(ctx, "bias_add", {in, bias, out}, [&](auto type) {
-    bias_addOf<decltype(type)>(ctx, in, bias, out, n, bias_n);
-  });
-}
-
 template <typename T>
 void bias_geluOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
                  int64_t n, int64_t bias_n) {
@@ -430,13 +417,6 @@ void bias_geluOf(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
   ctx->touch(out, n * sizeof(T));
 }
 
-void bias_gelu(tmrt_context *ctx, int64_t in, int64_t bias, int64_t out,
-               int64_t n, int64_t bias_n) {
-  withFloatType(ctx, "bias_gelu", {in, bias, out}, [&](auto type) {
-    bias_geluOf<decltype(type)>(ctx, in, bias, out, n, bias_n);
-  });
-}
-
 template <typename T>
 void bias_gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
                       int64_t out, int64_t n, int64_t bias_n) {
@@ -447,13 +427,6 @@ void bias_gelu_gradOf(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
       z[i] = T(trainmem::biasGeluGrad(g[i], v[i], b[i % bias_n]));
     });
   ctx->touch(out, n * sizeof(T));
-}
-
-void bias_gelu_grad(tmrt_context *ctx, int64_t dy, int64_t x, int64_t bias,
-                    int64_t out, int64_t n, int64_t bias_n) {
-  withFloatType(ctx, "bias_gelu_grad", {dy, x, bias, out}, [&](auto type) {
-    bias_gelu_gradOf<decltype(type)>(ctx, dy, x, bias, out, n, bias_n);
-  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -474,13 +447,6 @@ void layer_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t beta,
     trainmem::rows::layerNorm(x + r * cols, g, b, y + r * cols, cols, eps);
   });
   ctx->touch(out, rows * cols * sizeof(T));
-}
-
-void layer_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t beta,
-                int64_t out, int64_t rows, int64_t cols, double eps) {
-  withFloatType(ctx, "layer_norm", {in, gamma, beta, out}, [&](auto type) {
-    layer_normOf<decltype(type)>(ctx, in, gamma, beta, out, rows, cols, eps);
-  });
 }
 
 template <typename T>
@@ -544,14 +510,6 @@ void rms_normOf(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
                             gain_offset);
   });
   ctx->touch(out, rows * cols * sizeof(T));
-}
-
-void rms_norm(tmrt_context *ctx, int64_t in, int64_t gamma, int64_t out,
-              int64_t rows, int64_t cols, double eps, double gain_offset) {
-  withFloatType(ctx, "rms_norm", {in, gamma, out}, [&](auto type) {
-    rms_normOf<decltype(type)>(ctx, in, gamma, out, rows, cols, eps,
-                               gain_offset);
-  });
 }
 
 template <typename T>
@@ -637,13 +595,6 @@ void softmax_gradOf(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
                                 cols);
   });
   ctx->touch(out, rows * cols * sizeof(T));
-}
-
-void softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
-                  int64_t rows, int64_t cols) {
-  withFloatType(ctx, "softmax_grad", {dy, y, out}, [&](auto type) {
-    softmax_gradOf<decltype(type)>(ctx, dy, y, out, rows, cols);
-  });
 }
 
 /// A sum_to's input extents and output strides (captured by value).
@@ -953,17 +904,6 @@ void cross_entropyOf(tmrt_context *ctx, int64_t logits, int64_t targets,
   ctx->touch(count, 8);
 }
 
-void cross_entropy(tmrt_context *ctx, int64_t logits, int64_t targets,
-                   int64_t loss_sum, int64_t count, int64_t rows,
-                   int64_t vocab, int64_t ignore_index, int64_t id_bits,
-                   double label_smoothing) {
-  withFloatType(ctx, "cross_entropy", {logits}, [&](auto type) {
-    cross_entropyOf<decltype(type)>(ctx, logits, targets, loss_sum, count,
-                                    rows, vocab, ignore_index, id_bits,
-                                    label_smoothing);
-  });
-}
-
 template <typename T>
 void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss, int64_t logits,
                           int64_t targets, int64_t out, int64_t rows,
@@ -988,17 +928,6 @@ void cross_entropy_gradOf(tmrt_context *ctx, int64_t dloss, int64_t logits,
   ctx->touch(out, rows * vocab * sizeof(T));
 }
 
-void cross_entropy_grad(tmrt_context *ctx, int64_t dloss, int64_t logits,
-                        int64_t targets, int64_t out, int64_t rows,
-                        int64_t vocab, int64_t ignore_index,
-                        int64_t id_bits, double label_smoothing) {
-  withFloatType(ctx, "cross_entropy_grad", {logits, out}, [&](auto type) {
-    cross_entropy_gradOf<decltype(type)>(ctx, dloss, logits, targets, out,
-                                         rows, vocab, ignore_index, id_bits,
-                                         label_smoothing);
-  });
-}
-
 template <typename T>
 void row_maxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
                int64_t cols) {
@@ -1008,13 +937,6 @@ void row_maxOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
     y[r] = static_cast<float>(trainmem::rows::rowMax(x + r * cols, cols));
   });
   ctx->touch(out, rows * 4);
-}
-
-void row_max(tmrt_context *ctx, int64_t in, int64_t out, int64_t rows,
-             int64_t cols) {
-  withFloatType(ctx, "row_max", {in}, [&](auto type) {
-    row_maxOf<decltype(type)>(ctx, in, out, rows, cols);
-  });
 }
 
 /// Vocabulary-parallel cross-entropy: one thread per row, the CPU's row
@@ -1262,17 +1184,6 @@ void matmulOf(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
   ctx->touch(c, c0 * c1 * c2 * c3 * m * n * sizeof(T));
 }
 
-void matmul(tmrt_context *ctx, int64_t a, int64_t b, int64_t c, int64_t m,
-            int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs,
-            int64_t b_cs, int64_t c0, int64_t c1, int64_t c2, int64_t c3,
-            int64_t a0, int64_t a1, int64_t a2, int64_t a3, int64_t b0,
-            int64_t b1, int64_t b2, int64_t b3) {
-  withFloatType(ctx, "matmul", {a, b, c}, [&](auto type) {
-    matmulOf<decltype(type)>(ctx, a, b, c, m, n, k, a_rs, a_cs, b_rs, b_cs,
-                             c0, c1, c2, c3, a0, a1, a2, a3, b0, b1, b2, b3);
-  });
-}
-
 //===----------------------------------------------------------------------===//
 // The optimizer block: schedule, clipping, AdamW and SGD. A tensor whose
 // gradient is not finite keeps its state, as on the CPU (the check is a
@@ -1323,16 +1234,6 @@ void adamwOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   ctx->touch(new_param, n * 4);
   ctx->touch(new_m, n * 4);
   ctx->touch(new_v, n * 4);
-}
-
-void adamw(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
-           int64_t v, int64_t lr, int64_t step, int64_t new_param,
-           int64_t new_m, int64_t new_v, int64_t n, double beta1,
-           double beta2, double eps, double weight_decay) {
-  withFloatType(ctx, "adamw", {grad}, [&](auto type) {
-    adamwOf<decltype(type)>(ctx, param, grad, m, v, lr, step, new_param,
-                            new_m, new_v, n, beta1, beta2, eps, weight_decay);
-  });
 }
 
 /// An optimizer of Optimizers.def on f32 state: `update.apply(p, g, m,
@@ -1409,16 +1310,6 @@ void sophiaOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
   ctx->touch(new_h, n * 4);
 }
 
-void sophia(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m,
-            int64_t h, int64_t lr, int64_t new_param, int64_t new_m,
-            int64_t new_h, int64_t n, int64_t batch, double beta1, double rho,
-            double eps, double weight_decay) {
-  withFloatType(ctx, "sophia", {grad}, [&](auto type) {
-    sophiaOf<decltype(type)>(ctx, param, grad, m, h, lr, new_param, new_m,
-                             new_h, n, batch, beta1, rho, eps, weight_decay);
-  });
-}
-
 template <typename T>
 void hessian_emaOf(tmrt_context *ctx, int64_t h, int64_t grad, int64_t new_h,
                    int64_t n, double beta2) {
@@ -1437,13 +1328,6 @@ void hessian_emaOf(tmrt_context *ctx, int64_t h, int64_t grad, int64_t new_h,
     });
   }
   ctx->touch(new_h, n * 4);
-}
-
-void hessian_ema(tmrt_context *ctx, int64_t h, int64_t grad, int64_t new_h,
-                 int64_t n, double beta2) {
-  withFloatType(ctx, "hessian_ema", {grad}, [&](auto type) {
-    hessian_emaOf<decltype(type)>(ctx, h, grad, new_h, n, beta2);
-  });
 }
 
 template <typename T>
@@ -1481,15 +1365,6 @@ void sgdOf(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
   ctx->touch(new_param, n * 4);
   if (nb)
     ctx->touch(new_buffer, n * 4);
-}
-
-void sgd(tmrt_context *ctx, int64_t param, int64_t grad, int64_t lr,
-         int64_t buffer, int64_t new_param, int64_t new_buffer, int64_t n,
-         double momentum, double weight_decay, int64_t nesterov) {
-  withFloatType(ctx, "sgd", {grad}, [&](auto type) {
-    sgdOf<decltype(type)>(ctx, param, grad, lr, buffer, new_param, new_buffer,
-                          n, momentum, weight_decay, nesterov);
-  });
 }
 
 // Clipping: the exact sum of squares (ExactSum.h) on the device. Each
@@ -1597,12 +1472,6 @@ void clip_applyOf(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n) {
     y[i] = T(static_cast<float>(float(g[i]) * scale));
   });
   ctx->touch(out, n * sizeof(T));
-}
-
-void clip_apply(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n) {
-  withFloatType(ctx, "clip_apply", {grad, out}, [&](auto type) {
-    clip_applyOf<decltype(type)>(ctx, grad, out, n);
-  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -1761,14 +1630,28 @@ void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
   ctx->touch(out, rows * d * sizeof(T));
 }
 
-void rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
-          int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss, int64_t sd,
-          double theta, int64_t inverse, int64_t halves) {
-  withFloatType(ctx, "rope", {in, out}, [&](auto type) {
-    ropeOf<decltype(type)>(ctx, in, out, n0, n1, s, d, s0, s1, ss, sd, theta,
-                           inverse, halves);
-  });
-}
+// The entry points of the float kernels above (FloatTypes.h): each
+// dispatches on the element type its operands share.
+#define TMRT_FLOAT_fill (out)
+#define TMRT_FLOAT_bias_add (in, bias, out)
+#define TMRT_FLOAT_bias_gelu (in, bias, out)
+#define TMRT_FLOAT_bias_gelu_grad (dy, x, bias, out)
+#define TMRT_FLOAT_layer_norm (in, gamma, beta, out)
+#define TMRT_FLOAT_rms_norm (in, gamma, out)
+#define TMRT_FLOAT_softmax_grad (dy, y, out)
+#define TMRT_FLOAT_cross_entropy (logits)
+#define TMRT_FLOAT_cross_entropy_grad (logits, out)
+#define TMRT_FLOAT_row_max (in)
+#define TMRT_FLOAT_matmul (a, b, c)
+#define TMRT_FLOAT_adamw (grad)
+#define TMRT_FLOAT_sophia (grad)
+#define TMRT_FLOAT_hessian_ema (grad)
+#define TMRT_FLOAT_sgd (grad)
+#define TMRT_FLOAT_clip_apply (grad, out)
+#define TMRT_FLOAT_rope (in, out)
+#define TMRT_KERNEL(name, parameters, arguments)                               \
+  TMRT_FLOAT_ENTRY(name, parameters, arguments)
+#include "trainmem-runtime/Kernels.def"
 
 //===----------------------------------------------------------------------===//
 // The table

@@ -39,7 +39,6 @@ namespace cuda {
 
 namespace {
 
-
 /// The seed with the step's key added (train.dropout keyed by the step).
 uint64_t dropoutSeed(tmrt_context *ctx, int64_t seed, int64_t key) {
   if (key >= 0)
@@ -141,13 +140,6 @@ void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
   });
 }
 
-void dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask, int64_t out,
-                  int64_t n, double rate) {
-  withFloatType(ctx, "dropout_grad", {dy, out}, [&](auto type) {
-    dropout_gradOf<decltype(type)>(ctx, dy, mask, out, n, rate);
-  });
-}
-
 void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                   int64_t seed, int64_t offset, int64_t key, int64_t first,
                   int64_t part, int64_t part_elements, int64_t rank_elements,
@@ -231,12 +223,13 @@ static void unscaleOf(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
   ctx->touch(out, n * 4);
 }
 
-void unscale(tmrt_context *ctx, int64_t grad, int64_t out, int64_t n,
-             int64_t state, double initial) {
-  withFloatType(ctx, "unscale", {grad}, [&](auto type) {
-    unscaleOf<decltype(type)>(ctx, grad, out, n, state, initial);
-  });
-}
+// The entry points of the float kernels above (FloatTypes.h): each
+// dispatches on the element type its operands share.
+#define TMRT_FLOAT_dropout_grad (dy, out)
+#define TMRT_FLOAT_unscale (grad)
+#define TMRT_KERNEL(name, parameters, arguments)                               \
+  TMRT_FLOAT_ENTRY(name, parameters, arguments)
+#include "trainmem-runtime/Kernels.def"
 
 void loss_scale_update(tmrt_context *ctx, int64_t state, int64_t new_state,
                        int64_t growth_interval) {
@@ -373,219 +366,134 @@ void dequantize(tmrt_context *ctx, int64_t codes, int64_t absmax, int64_t out,
 
 namespace {
 
-template <typename T>
-void adamw_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad,
-                  int64_t m_codes, int64_t m_absmax, int64_t v_codes,
-                  int64_t v_absmax, int64_t lr, int64_t step, int64_t new_param,
-                  int64_t new_m_codes, int64_t new_m_absmax,
-                  int64_t new_v_codes, int64_t new_v_absmax, int64_t n,
-                  int64_t block, double beta1, double beta2, double eps,
-                  double weight_decay) {
+/// Where one state of a fused 8-bit update is: its codes and absmax, and
+/// where their new values go (the same places: in place).
+struct QuantizedStateRefs {
+  int64_t codes, absmax, newCodes, newAbsmax;
+};
+
+/// The states of an update as a device lambda captures them.
+template <int N> struct DeviceStates {
+  const uint8_t *codes[N];
+  const float *absmax[N];
+  uint8_t *newCodes[N];
+  float *newAbsmax[N];
+  DeviceMap map[N];
+  bool written[N];
+};
+
+/// A fused 8-bit update over Step's states (Step::kStateKinds, `states` in
+/// that order), one thread block per quantization block, as the CPU's
+/// blockwise8bit: each element's states dequantized on their maps,
+/// update.applyStates, the written states requantized with the block's new
+/// maxima; a state the update only reads is carried over to its new place,
+/// and a gradient that is not finite leaves everything as it is. The
+/// update is computed twice per element, for the block's maxima and then
+/// for the codes (the same operations, the same bits): a block of any size
+/// needs no shared memory beyond the maxima's. Thread t reads and writes
+/// its own elements only; the maxima are written after every thread has
+/// read the old ones. Every 8-bit optimizer runs through it.
+template <typename T, typename Step>
+void blockwise8bitOf(tmrt_context *ctx, const char *kernel, int64_t param,
+                     int64_t grad,
+                     const QuantizedStateRefs (&states)[Step::kStates],
+                     int64_t new_param, int64_t n, int64_t block,
+                     const Step &update) {
+  constexpr int N = Step::kStates;
   const float *p = ctx->at<float>(param);
   const T *g = ctx->at<T>(grad);
-  const uint8_t *mc = ctx->at<uint8_t>(m_codes),
-                *vc = ctx->at<uint8_t>(v_codes);
-  const float *ma = ctx->at<float>(m_absmax), *va = ctx->at<float>(v_absmax);
   float *np = ctx->at<float>(new_param);
-  uint8_t *nmc = ctx->at<uint8_t>(new_m_codes),
-          *nvc = ctx->at<uint8_t>(new_v_codes);
-  float *nma = ctx->at<float>(new_m_absmax),
-        *nva = ctx->at<float>(new_v_absmax);
   int64_t blocks = (n + block - 1) / block;
-  if (allFinite(ctx, g, n)) {
-    const trainmem::AdamWStep update(scalarAt<float>(ctx, lr), beta1, beta2,
-                                     eps, weight_decay,
-                                     scalarAt<int64_t>(ctx, step));
-    DeviceMap mMap = deviceMap(true), vMap = deviceMap(false);
-    perBlock(ctx, "adamw_8bit", n, block,
+  DeviceStates<N> d;
+  for (int k = 0; k < N; ++k) {
+    d.codes[k] = ctx->at<uint8_t>(states[k].codes);
+    d.absmax[k] = ctx->at<float>(states[k].absmax);
+    d.newCodes[k] = ctx->at<uint8_t>(states[k].newCodes);
+    d.newAbsmax[k] = ctx->at<float>(states[k].newAbsmax);
+    d.map[k] = deviceMap(Step::kStateKinds[k].isSigned);
+    d.written[k] = Step::kStateKinds[k].written;
+  }
+  bool finite = allFinite(ctx, g, n);
+  if (ctx->hasError)
+    return;
+  for (int k = 0; k < N; ++k)
+    if (!finite || !d.written[k]) {
+      if (states[k].newCodes != states[k].codes)
+        copyArena(ctx, offsetOf(states[k].codes), offsetOf(states[k].newCodes),
+                  n);
+      if (states[k].newAbsmax != states[k].absmax)
+        copyArena(ctx, offsetOf(states[k].absmax),
+                  offsetOf(states[k].newAbsmax), blocks * 4);
+    }
+  if (finite) {
+    perBlock(ctx, kernel, n, block,
              [=] __device__(int64_t b, int64_t begin, int64_t end) {
-               float oldM = ma[b], oldV = va[b];
-               // The update is computed twice per element, for the block's
-               // maxima and then for the codes (the same operations, the
-               // same bits): a block of any size needs no shared memory.
-               // Thread t reads and writes its own elements only; the
-               // maxima are written after every thread has read them.
-               auto updated = [=](int64_t i, float &newParam, float &m,
-                                  float &v) {
-                 update.apply(p[i], float(g[i]),
-                              trainmem::dequantizeValue(mMap, mc[i], oldM),
-                              trainmem::dequantizeValue(vMap, vc[i], oldV),
-                              newParam, m, v);
+               float scale[N];
+               for (int k = 0; k < N; ++k)
+                 scale[k] = d.absmax[k][b];
+               auto updated = [&](int64_t i, float &newParam, float *fresh) {
+                 float old[N];
+                 for (int k = 0; k < N; ++k) {
+                   old[k] = trainmem::dequantizeValue(d.map[k], d.codes[k][i],
+                                                      scale[k]);
+                   fresh[k] = 0.0f;
+                 }
+                 update.applyStates(p[i], float(g[i]), old, newParam, fresh);
                };
-               float mLargest = 0.0f, vLargest = 0.0f;
+               float largest[N] = {};
                for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-                 float np0, m, v;
-                 updated(i, np0, m, v);
-                 if (mLargest < fabsf(m))
-                   mLargest = fabsf(m);
-                 if (vLargest < fabsf(v))
-                   vLargest = fabsf(v);
+                 float newParam, fresh[N];
+                 updated(i, newParam, fresh);
+                 for (int k = 0; k < N; ++k)
+                   if (largest[k] < fabsf(fresh[k]))
+                     largest[k] = fabsf(fresh[k]);
                }
-               float mScale = blockMaximum(mLargest);
-               float vScale = blockMaximum(vLargest);
-               uint8_t mZero = trainmem::quantizeToEntries(mMap, 0.0f);
-               uint8_t vZero = trainmem::quantizeToEntries(vMap, 0.0f);
-               float mInverse = 1.0f / mScale, vInverse = 1.0f / vScale;
+               float newScale[N];
+               for (int k = 0; k < N; ++k)
+                 newScale[k] = blockMaximum(largest[k]);
                for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-                 float newParam, m, v;
-                 updated(i, newParam, m, v);
-                 // Element i is read and written by this thread only.
-                 nmc[i] = mScale > 0.0f
-                              ? trainmem::quantizeToEntries(mMap, m * mInverse)
-                              : mZero;
-                 nvc[i] = vScale > 0.0f
-                              ? trainmem::quantizeToEntries(vMap, v * vInverse)
-                              : vZero;
+                 float newParam, fresh[N];
+                 updated(i, newParam, fresh);
+                 for (int k = 0; k < N; ++k) {
+                   if (!d.written[k])
+                     continue;
+                   d.newCodes[k][i] =
+                       newScale[k] > 0.0f
+                           ? trainmem::quantizeToEntries(
+                                 d.map[k], fresh[k] * (1.0f / newScale[k]))
+                           : trainmem::quantizeToEntries(d.map[k], 0.0f);
+                 }
                  np[i] = newParam;
                }
                __syncthreads();
-               if (threadIdx.x == 0) {
-                 nma[b] = mScale;
-                 nva[b] = vScale;
-               }
+               if (threadIdx.x == 0)
+                 for (int k = 0; k < N; ++k)
+                   if (d.written[k])
+                     d.newAbsmax[k][b] = newScale[k];
              });
   } else {
-    if (ctx->hasError)
-      return;
-    // Skip this tensor's step: carry everything over unchanged.
     copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
-    copyArena(ctx, offsetOf(m_codes), offsetOf(new_m_codes), n);
-    copyArena(ctx, offsetOf(v_codes), offsetOf(new_v_codes), n);
-    copyArena(ctx, offsetOf(m_absmax), offsetOf(new_m_absmax), blocks * 4);
-    copyArena(ctx, offsetOf(v_absmax), offsetOf(new_v_absmax), blocks * 4);
     ctx->recordSkipped(param);
   }
   ctx->touch(new_param, n * 4);
-  ctx->touch(new_m_codes, n);
-  ctx->touch(new_v_codes, n);
-  ctx->touch(new_m_absmax, blocks * 4);
-  ctx->touch(new_v_absmax, blocks * 4);
-}
-
-/// One f32 state on the signed map, updated block by block on the device:
-/// `updated(i, scale, newParam, state)` gives element i's new parameter and
-/// state from its block's old scale (read before any thread writes the
-/// new one: in place too); each block's new state is requantized. The
-/// fused 8-bit SGD, Lion and Sophia share it, as the CPU's kernels share
-/// updateSignedState8bit.
-template <typename Updated>
-void updateSignedState8bit(tmrt_context *ctx, const char *name, int64_t n,
-                           int64_t block, const float *absmax, float *np,
-                           uint8_t *nc, float *na, Updated updated) {
-  DeviceMap map = deviceMap(true);
-  perBlock(ctx, name, n, block,
-           [=] __device__(int64_t b, int64_t begin, int64_t end) {
-             float old = absmax[b];
-             float largest = 0.0f;
-             for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-               float newParam, state;
-               updated(i, old, newParam, state);
-               if (largest < fabsf(state))
-                 largest = fabsf(state);
-             }
-             float scale = blockMaximum(largest);
-             uint8_t zero = trainmem::quantizeToEntries(map, 0.0f);
-             float inverse = 1.0f / scale;
-             for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-               float newParam, state;
-               updated(i, old, newParam, state);
-               nc[i] = scale > 0.0f
-                           ? trainmem::quantizeToEntries(map, state * inverse)
-                           : zero;
-               np[i] = newParam;
-             }
-             __syncthreads();
-             if (threadIdx.x == 0)
-               na[b] = scale;
-           });
-}
-
-/// An 8-bit update with one signed state (SGD's momentum buffer, Lion's
-/// m): `update.apply(p, g, state, newParam, newState)` per element over
-/// the blocks, or the parameter and the state carried over when a
-/// gradient is not finite.
-template <typename T, typename Step>
-void oneSignedState8bitOf(tmrt_context *ctx, const char *name, int64_t param,
-                          int64_t grad, int64_t codes, int64_t absmax,
-                          int64_t new_param, int64_t new_codes,
-                          int64_t new_absmax, int64_t n, int64_t block,
-                          const Step &update) {
-  const float *p = ctx->at<float>(param);
-  const T *g = ctx->at<T>(grad);
-  const uint8_t *c = ctx->at<uint8_t>(codes);
-  const float *a = ctx->at<float>(absmax);
-  float *np = ctx->at<float>(new_param);
-  uint8_t *nc = ctx->at<uint8_t>(new_codes);
-  float *na = ctx->at<float>(new_absmax);
-  int64_t blocks = (n + block - 1) / block;
-  if (allFinite(ctx, g, n)) {
-    DeviceMap map = deviceMap(true);
-    updateSignedState8bit(
-        ctx, name, n, block, a, np, nc, na,
-        [=] __device__(int64_t i, float old, float &newParam, float &state) {
-          update.apply(p[i], float(g[i]),
-                       trainmem::dequantizeValue(map, c[i], old), newParam,
-                       state);
-        });
-  } else {
-    if (ctx->hasError)
-      return;
-    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
-    copyArena(ctx, offsetOf(codes), offsetOf(new_codes), n);
-    copyArena(ctx, offsetOf(absmax), offsetOf(new_absmax), blocks * 4);
-    ctx->recordSkipped(param);
+  for (const QuantizedStateRefs &state : states) {
+    ctx->touch(state.newCodes, n);
+    ctx->touch(state.newAbsmax, blocks * 4);
   }
-  ctx->touch(new_param, n * 4);
-  ctx->touch(new_codes, n);
-  ctx->touch(new_absmax, blocks * 4);
 }
 
-template <typename T>
-void sophia_8bitOf(tmrt_context *ctx, int64_t param, int64_t grad,
-                   int64_t m_codes, int64_t m_absmax, int64_t h_codes,
-                   int64_t h_absmax, int64_t lr, int64_t new_param,
-                   int64_t new_m_codes, int64_t new_m_absmax,
-                   int64_t new_h_codes, int64_t new_h_absmax, int64_t n,
-                   int64_t block, int64_t batch, double beta1, double rho,
-                   double eps, double weight_decay) {
-  const float *p = ctx->at<float>(param);
-  const T *g = ctx->at<T>(grad);
-  const uint8_t *c = ctx->at<uint8_t>(m_codes), *hc = ctx->at<uint8_t>(h_codes);
-  const float *a = ctx->at<float>(m_absmax), *ha = ctx->at<float>(h_absmax);
-  float *np = ctx->at<float>(new_param);
-  uint8_t *nc = ctx->at<uint8_t>(new_m_codes);
-  float *na = ctx->at<float>(new_m_absmax);
-  int64_t blocks = (n + block - 1) / block;
-  if (new_h_codes != h_codes)
-    copyArena(ctx, offsetOf(h_codes), offsetOf(new_h_codes), n);
-  if (new_h_absmax != h_absmax)
-    copyArena(ctx, offsetOf(h_absmax), offsetOf(new_h_absmax), blocks * 4);
-  if (allFinite(ctx, g, n)) {
-    const trainmem::SophiaStep update(scalarAt<float>(ctx, lr), beta1, rho,
-                                      batch, eps, weight_decay);
-    DeviceMap map = deviceMap(true);
-    DeviceMap hMap = deviceMap(false);
-    updateSignedState8bit(
-        ctx, "sophia_8bit", n, block, a, np, nc, na,
-        [=] __device__(int64_t i, float old, float &newParam, float &momentum) {
-          update.apply(p[i], float(g[i]),
-                       trainmem::dequantizeValue(map, c[i], old),
-                       trainmem::dequantizeValue(hMap, hc[i], ha[i / block]),
-                       newParam, momentum);
-        });
-  } else {
-    if (ctx->hasError)
-      return;
-    copyArena(ctx, offsetOf(param), offsetOf(new_param), n * 4);
-    copyArena(ctx, offsetOf(m_codes), offsetOf(new_m_codes), n);
-    copyArena(ctx, offsetOf(m_absmax), offsetOf(new_m_absmax), blocks * 4);
-    ctx->recordSkipped(param);
-  }
-  ctx->touch(new_param, n * 4);
-  ctx->touch(new_m_codes, n);
-  ctx->touch(new_m_absmax, blocks * 4);
-  ctx->touch(new_h_codes, n);
-  ctx->touch(new_h_absmax, blocks * 4);
+/// blockwise8bitOf for the gradient's element type.
+template <typename Step>
+void blockwise8bit(tmrt_context *ctx, const char *kernel, int64_t param,
+                   int64_t grad,
+                   const QuantizedStateRefs (&states)[Step::kStates],
+                   int64_t new_param, int64_t n, int64_t block,
+                   const Step &update) {
+  block = trainmem::effectiveStateBlock(block, n);
+  withFloatType(ctx, kernel, {grad}, [&](auto type) {
+    blockwise8bitOf<decltype(type)>(ctx, kernel, param, grad, states, new_param,
+                                    n, block, update);
+  });
 }
 
 } // namespace
@@ -596,27 +504,23 @@ void adamw_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t m_codes,
                 int64_t new_m_absmax, int64_t new_v_codes, int64_t new_v_absmax,
                 int64_t n, int64_t block, double beta1, double beta2,
                 double eps, double weight_decay) {
-  block = trainmem::effectiveStateBlock(block, n);
-  withFloatType(ctx, "adamw_8bit", {grad}, [&](auto type) {
-    adamw_8bitOf<decltype(type)>(ctx, param, grad, m_codes, m_absmax, v_codes,
-                                 v_absmax, lr, step, new_param, new_m_codes,
-                                 new_m_absmax, new_v_codes, new_v_absmax, n,
-                                 block, beta1, beta2, eps, weight_decay);
-  });
+  blockwise8bit(ctx, "adamw_8bit", param, grad,
+                {{m_codes, m_absmax, new_m_codes, new_m_absmax},
+                 {v_codes, v_absmax, new_v_codes, new_v_absmax}},
+                new_param, n, block,
+                trainmem::AdamWStep(scalarAt<float>(ctx, lr), beta1, beta2, eps,
+                                    weight_decay,
+                                    scalarAt<int64_t>(ctx, step)));
 }
 
 void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
               int64_t absmax, int64_t lr, int64_t new_param, int64_t new_codes,
               int64_t new_absmax, int64_t n, int64_t block, double momentum,
               double weight_decay, int64_t nesterov) {
-  block = trainmem::effectiveStateBlock(block, n);
-  withFloatType(ctx, "sgd_8bit", {grad}, [&](auto type) {
-    oneSignedState8bitOf<decltype(type)>(
-        ctx, "sgd_8bit", param, grad, codes, absmax, new_param, new_codes,
-        new_absmax, n, block,
-        trainmem::SGDMomentumStep{scalarAt<float>(ctx, lr), momentum,
-                                  weight_decay, nesterov != 0});
-  });
+  blockwise8bit(ctx, "sgd_8bit", param, grad,
+                {{codes, absmax, new_codes, new_absmax}}, new_param, n, block,
+                trainmem::SGDMomentumStep{scalarAt<float>(ctx, lr), momentum,
+                                          weight_decay, nesterov != 0});
 }
 
 // The 8-bit kernels of Optimizers.def (the f32 ones: CudaBackend.cu).
@@ -626,13 +530,10 @@ void sgd_8bit(tmrt_context *ctx, int64_t param, int64_t grad, int64_t codes,
                      int64_t new_param, int64_t new_m_codes,                   \
                      int64_t new_m_absmax, int64_t n, int64_t block,           \
                      TMRT_UNPAREN(parameters)) {                               \
-    block = trainmem::effectiveStateBlock(block, n);                           \
-    withFloatType(ctx, #kernel "_8bit", {grad}, [&](auto type) {               \
-      oneSignedState8bitOf<decltype(type)>(                                    \
-          ctx, #kernel "_8bit", param, grad, m_codes, m_absmax, new_param,     \
-          new_m_codes, new_m_absmax, n, block,                                 \
-          trainmem::Step(scalarAt<float>(ctx, lr), TMRT_UNPAREN(arguments)));  \
-    });                                                                        \
+    blockwise8bit(                                                             \
+        ctx, #kernel "_8bit", param, grad,                                     \
+        {{m_codes, m_absmax, new_m_codes, new_m_absmax}}, new_param, n, block, \
+        trainmem::Step(scalarAt<float>(ctx, lr), TMRT_UNPAREN(arguments)));    \
   }
 #include "trainmem-runtime/Optimizers.def"
 
@@ -642,13 +543,12 @@ void sophia_8bit(tmrt_context *ctx, int64_t param, int64_t grad,
                  int64_t new_m_codes, int64_t new_m_absmax, int64_t new_h_codes,
                  int64_t new_h_absmax, int64_t n, int64_t block, int64_t batch,
                  double beta1, double rho, double eps, double weight_decay) {
-  block = trainmem::effectiveStateBlock(block, n);
-  withFloatType(ctx, "sophia_8bit", {grad}, [&](auto type) {
-    sophia_8bitOf<decltype(type)>(ctx, param, grad, m_codes, m_absmax, h_codes,
-                                  h_absmax, lr, new_param, new_m_codes,
-                                  new_m_absmax, new_h_codes, new_h_absmax, n,
-                                  block, batch, beta1, rho, eps, weight_decay);
-  });
+  blockwise8bit(ctx, "sophia_8bit", param, grad,
+                {{m_codes, m_absmax, new_m_codes, new_m_absmax},
+                 {h_codes, h_absmax, new_h_codes, new_h_absmax}},
+                new_param, n, block,
+                trainmem::SophiaStep(scalarAt<float>(ctx, lr), beta1, rho,
+                                     batch, eps, weight_decay));
 }
 
 // One thread per row: the same scalar draw as the CPU's (Sample.h); the

@@ -147,6 +147,9 @@ TEST_F(PipelineOptionsTest, TrainStepOptionsRoundTrip) {
       "grad-accum=\"steps=2 groups=2\" offload=states",
       // Passes at their defaults are still run.
       "remat=\"policy=full\" tensor-parallel=\"size=2\" zero=\"ranks=1\"",
+      "remat=\"policy=full\" offload-activations=\"prefetch=1\"",
+      "offload-activations=\"what=all layers=0,2 min-bytes=4096 prefetch=0\" "
+      "grad-accum=\"steps=2\" zero=\"stage=3 ranks=2\"",
   };
   for (const char *text : texts) {
     FailureOr<TrainStepOptions> first = parseTrainStepOptions(text, fail);

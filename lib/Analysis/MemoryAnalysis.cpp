@@ -402,6 +402,20 @@ void FunctionMemory::findBackwardReaders(
         readByNormGrad[index] = true;
     }
   }
+  // An activation moved to host memory (train-offload-activations) is
+  // saved for what reads its copy back: the host copy is the activation.
+  for (Operation *op : schedule) {
+    auto reload = dyn_cast<TransferOp>(op);
+    if (!reload || reload.toHost())
+      continue;
+    const Buffer *copy = lookupBuffer(reload.getResult());
+    const Buffer *host = lookupBuffer(reload.getInput());
+    if (!copy || !host)
+      continue;
+    unsigned from = copy - buffers.data(), to = host - buffers.data();
+    lastBackwardUser[to] = lastBackwardUser[from];
+    readByNormGrad[to] = readByNormGrad[from];
+  }
 }
 
 bool FunctionMemory::isGathered(unsigned index) {
@@ -448,6 +462,13 @@ void FunctionMemory::classifyActivation(Buffer &buffer, Operation *reader,
     buffer.savedFor = SavedFor::MLP;
 }
 
+/// A copy back to the device of what the step moved to host memory: the
+/// device holds it from there to its last reader only (a temporary).
+static bool isReload(Operation *op) {
+  auto transfer = dyn_cast_or_null<TransferOp>(op);
+  return transfer && !transfer.toHost();
+}
+
 void FunctionMemory::classify() {
   // Gradients: what flows into an optimizer's gradient operand or out as a
   // step's gradient result, through sums of partial gradients.
@@ -473,7 +494,7 @@ void FunctionMemory::classify() {
     else if (isGathered(index))
       buffer.category = MemoryCategory::Gathered;
     else if ((def && getPhase(def) != Phase::Forward) ||
-             !lastBackwardUser[index])
+             !lastBackwardUser[index] || isReload(def))
       buffer.category = MemoryCategory::Temporaries;
     else
       classifyActivation(buffer, lastBackwardUser[index],
@@ -515,7 +536,8 @@ bool FunctionMemory::markHostBuffers() {
   bool any = false;
   for (Buffer &buffer : buffers) {
     Operation *def = buffer.owner.getDefiningOp();
-    if (isHostArg(buffer.owner) ||
+    auto transfer = dyn_cast_or_null<TransferOp>(def);
+    if (isHostArg(buffer.owner) || (transfer && transfer.toHost()) ||
         (def && isa<OptimizerUpdateOpInterface>(def) && runsOnHost(def))) {
       buffer.host = true;
       any = true;
@@ -605,6 +627,11 @@ void FunctionMemory::placeInMemory() {
     return;
   std::vector<Buffer> copies;
   for (Operation *op : schedule) {
+    // A tensor moved out or back (train-offload-activations) crosses once.
+    if (auto transfer = dyn_cast<TransferOp>(op))
+      if (const Buffer *moved = lookupBuffer(transfer.getResult()))
+        hostDeviceBytes =
+            add(hostDeviceBytes, moved->bytes, op, "host-device bytes");
     auto update = dyn_cast<OptimizerUpdateOpInterface>(op);
     if (!update)
       continue;
@@ -701,6 +728,11 @@ void FunctionMemory::summarize() {
   for (const Buffer &buffer : buffers) {
     if (buffer.host) {
       hostTotals[static_cast<unsigned>(buffer.category)] += buffer.bytes;
+      if (buffer.category == MemoryCategory::Activations && buffer.layer) {
+        LayerActivations &layer = byLayer[*buffer.layer];
+        layer.index = *buffer.layer;
+        layer.host += buffer.bytes;
+      }
       continue;
     }
     switch (buffer.category) {

@@ -209,6 +209,7 @@ struct OpKernels {
   LogicalResult evaluate(CrossEntropyOp o);
   LogicalResult evaluate(MeanLossOp o);
   LogicalResult evaluate(CastOp o);
+  LogicalResult evaluate(TransferOp o);
   LogicalResult evaluate(DropoutMaskOp o);
   LogicalResult evaluate(arith::ConstantOp o);
   LogicalResult evaluate(CountValidOp o);
@@ -1226,6 +1227,12 @@ LogicalResult OpKernels::evaluate(MeanLossOp o) {
   return success();
 }
 
+/// The evaluator has one memory: a copy.
+LogicalResult OpKernels::evaluate(TransferOp o) {
+  set(o.getResult(), get(o.getInput()));
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(CastOp o) {
   RefTensor y = get(o.getInput());
   Type elementType = o.getResult().getType().getElementType();
@@ -1919,15 +1926,15 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
         EmbeddingOp, IotaOp, MatmulOp, AddOp, MulOp, ScaleOp, BiasAddOp,
         LayerNormOp, RMSNormOp, GeluOp, BiasGeluOp, SoftmaxOp, DropoutOp,
         RopeOp, ReshapeOp, GradAllReduceOp, TransposeOp, CrossEntropyOp,
-        MeanLossOp, CastOp, DropoutMaskOp, CountValidOp, SliceRowsOp,
-        EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp, GeluGradOp,
-        BiasGeluGradOp, SoftmaxGradOp, DropoutGradOp, CrossEntropyGradOp,
-        RowMaxOp, BroadcastOp, SliceOp, SliceGradOp, CrossEntropyPartOp,
-        CrossEntropyMergeOp, CrossEntropyPartGradOp, CrossEntropyMergeGradOp,
-        AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp,
-        SophiaOp, Sophia8bitOp, HessianEMAOp, SampleOp, LossScaleOp,
-        UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp, LRScheduleOp,
-        AttentionOp, AttentionGradOp>(context);
+        MeanLossOp, CastOp, TransferOp, DropoutMaskOp, CountValidOp,
+        SliceRowsOp, EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp,
+        GeluGradOp, BiasGeluGradOp, SoftmaxGradOp, DropoutGradOp,
+        CrossEntropyGradOp, RowMaxOp, BroadcastOp, SliceOp, SliceGradOp,
+        CrossEntropyPartOp, CrossEntropyMergeOp, CrossEntropyPartGradOp,
+        CrossEntropyMergeGradOp, AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp,
+        SGDOp, SGD8bitOp, SophiaOp, Sophia8bitOp, HessianEMAOp, SampleOp,
+        LossScaleOp, UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp,
+        LRScheduleOp, AttentionOp, AttentionGradOp>(context);
 #define TMRT_ACTIVATION(kernel, Name)                                          \
   Name##Op::attachInterface<ActivationModel<Name##Op, trainmem::Name>>(        \
       *context);                                                               \

@@ -4,6 +4,7 @@
 #include "Context.h"
 #include "cpu/Quantized.h"
 
+#include <algorithm>
 #include <cblas.h>
 #include <chrono>
 #include <cstdlib>
@@ -403,7 +404,16 @@ void tmrt::transferKernel(tmrt_context *ctx, int64_t from, int64_t to,
   int64_t source = locationOf(from), destination = locationOf(to);
   auto &staged = ctx->staged;
   if (isHostRef(source) && !isHostRef(destination)) {
-    staged.emplace_back(destination, source);
+    // A device place holds one copy at a time (activations brought back
+    // each step reuse theirs: the list stays as long as the places).
+    auto same =
+        std::find_if(staged.begin(), staged.end(), [&](const auto &entry) {
+          return entry.first == destination;
+        });
+    if (same != staged.end())
+      same->second = source;
+    else
+      staged.emplace_back(destination, source);
   } else if (!isHostRef(source) && isHostRef(destination)) {
     for (size_t i = 0; i < staged.size(); ++i)
       if (staged[i].first == source) {

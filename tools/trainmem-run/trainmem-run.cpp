@@ -148,6 +148,13 @@ static cl::opt<std::string> offloadOptimizer(
              "state copied in and back) or states+update (updates on the "
              "host, cpu backend)"),
     cl::cat(category));
+static cl::opt<std::string> offloadActivationsOptions(
+    "offload-activations", cl::ValueOptional,
+    cl::desc("Keep saved activations in host memory between the forward and "
+             "the backward, its own arena (train-offload-activations "
+             "options, e.g. \"what=all prefetch=1\"; empty: the "
+             "checkpoints of --remat); the same bits"),
+    cl::cat(category));
 static cl::opt<std::string>
     rematOptions("remat",
                  cl::desc("Recompute activations: train-remat options, e.g. "
@@ -359,6 +366,10 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
     return refuse("--offload-optimizer is states or states+update, got '" +
                   llvm::Twine(offloadOptimizer) + "'");
   options.offload = offloadOptimizer;
+  if (offloadActivationsOptions.getNumOccurrences())
+    options.offloadActivations = offloadActivationsOptions.empty()
+                                     ? std::string("what=checkpoints")
+                                     : offloadActivationsOptions.getValue();
   return success();
 }
 
@@ -373,7 +384,10 @@ static std::vector<std::string> shapingOptions() {
           lossScaleOptions,
           fuseAttention ? "fuse-attention" : "",
           fuseElementwise ? "fuse-elementwise" : "",
-          offloadOptimizer};
+          offloadOptimizer,
+          offloadActivationsOptions.getNumOccurrences()
+              ? "offload-activations " + offloadActivationsOptions.getValue()
+              : std::string()};
 }
 
 /// What the run is: its backend, threads, arena plans and steps (every

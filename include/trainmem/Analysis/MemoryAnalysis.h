@@ -63,8 +63,9 @@ struct Buffer {
   /// For activations: the layer and part whose backward reads them.
   std::optional<int64_t> layer;
   SavedFor savedFor = SavedFor::Other;
-  /// In host memory (train-offload-optimizer's #train.space<host>): not in
-  /// the device's live bytes, peak or arena; counted apart.
+  /// In host memory (train-offload-optimizer's #train.space<host>, a
+  /// train.transfer to the host): not in the device's live bytes, peak or
+  /// arena; counted apart.
   bool host = false;
 };
 
@@ -73,6 +74,9 @@ struct LayerActivations {
   uint64_t attention = 0;
   uint64_t mlp = 0;
   uint64_t norm = 0;
+  /// Of the layer's saved activations, those kept in host memory
+  /// (train-offload-activations), which the device totals above leave out.
+  uint64_t host = 0;
   uint64_t total() const { return attention + mlp + norm; }
 };
 

@@ -593,6 +593,16 @@ static LogicalResult lowerCast(CastOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::convert{.in = b.offset(o.getInput()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
 
+/// A copy between the arenas (the result's location names the host arena
+/// where the memory plan put it there).
+static LogicalResult lowerTransfer(TransferOp o, RuntimeCallBuilder &b) {
+  return b.emitContiguous(
+      o, rt::transfer{.from = b.offset(o.getInput()),
+                      .to = b.offset(o.getResult()),
+                      .bytes = static_cast<int64_t>(
+                          getTensorBytes(o.getResult().getType()))});
+}
+
 static LogicalResult lowerEmbeddingGrad(EmbeddingGradOp o, RuntimeCallBuilder &b) {
   FailureOr<VocabularySplit> split = vocabularySplitOf(o, o.getSplitAttr());
   if (failed(split))
@@ -1220,6 +1230,7 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<SliceOp, lowerSlice>(ctx);
     attach<SliceGradOp, lowerSliceGrad>(ctx);
     attach<CastOp, lowerCast>(ctx);
+    attach<TransferOp, lowerTransfer>(ctx);
     attach<EmbeddingGradOp, lowerEmbeddingGrad>(ctx);
     attach<LayerNormGradOp, lowerLayerNormGrad>(ctx);
     attach<RMSNormGradOp, lowerRMSNormGrad>(ctx);

@@ -186,6 +186,7 @@ uint64_t CastOp::getFlops() { return elems(getResult()); }
 uint64_t DropoutMaskOp::getFlops() { return 0; }
 
 uint64_t CountValidOp::getFlops() { return 0; }
+uint64_t TransferOp::getFlops() { return 0; }
 uint64_t SliceRowsOp::getFlops() { return 0; }
 
 uint64_t EmbeddingGradOp::getFlops() { return elems(getGrad()); }

@@ -183,12 +183,13 @@ llvm::json::Value toJSON(const FunctionMemory &memory,
   Parallelism parallelism = parallelismOf(memory.getFunction());
   llvm::json::Array layers;
   for (const LayerActivations &layer : memory.getLayers())
-    layers.push_back(llvm::json::Object{
-        {"index", layer.index},
-        {"saved_activation_bytes", layer.total()},
-        {"attention", layer.attention},
-        {"mlp", layer.mlp},
-        {"norm", layer.norm}});
+    layers.push_back(
+        llvm::json::Object{{"index", layer.index},
+                           {"saved_activation_bytes", layer.total()},
+                           {"attention", layer.attention},
+                           {"mlp", layer.mlp},
+                           {"norm", layer.norm},
+                           {"host_bytes", layer.host}});
   llvm::json::Object object{
       {"function", memory.getFunction().getSymName()},
       {"parameters", memory.getParameters()},
@@ -352,10 +353,19 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
                       memory.getRecomputeFlops());
   printParallelism(os, memory.getFunction());
   if (memory.getHostBytes() > 0) {
-    os << llvm::formatv(
-        "  host       {0,20} B  {1,12}  (train-offload-optimizer; "
-        "not in the device figures above)\n",
-        memory.getHostBytes(), trainmem::formatByteSize(memory.getHostBytes()));
+    // The passes that put tensors there.
+    SmallVector<StringRef> movedBy;
+    const CategoryBytes &host = memory.getHostTotals();
+    if (host[static_cast<unsigned>(MemoryCategory::Activations)])
+      movedBy.push_back("train-offload-activations");
+    if (memory.getHostBytes() >
+        host[static_cast<unsigned>(MemoryCategory::Activations)])
+      movedBy.push_back("train-offload-optimizer");
+    os << llvm::formatv("  host       {0,20} B  {1,12}  ({2}; "
+                        "not in the device figures above)\n",
+                        memory.getHostBytes(),
+                        trainmem::formatByteSize(memory.getHostBytes()),
+                        llvm::join(movedBy, ", "));
     for (MemoryCategory category : kCategories)
       if (uint64_t bytes =
               memory.getHostTotals()[static_cast<unsigned>(category)])
@@ -368,12 +378,20 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
   }
   if (memory.getLayers().empty())
     return;
+  // A column for host memory where train-offload-activations put some.
+  bool offloaded =
+      llvm::any_of(memory.getLayers(), [](const LayerActivations &layer) {
+        return layer.host > 0;
+      });
   os << "  saved activations per layer (B)\n";
-  os << llvm::formatv("  {0,5} {1,16} {2,16} {3,16} {4,16}\n", "layer",
+  os << llvm::formatv("  {0,5} {1,16} {2,16} {3,16} {4,16}", "layer",
                       "attention", "mlp", "norm", "total");
-  for (const LayerActivations &layer : memory.getLayers())
-    os << llvm::formatv("  {0,5} {1,16} {2,16} {3,16} {4,16}\n", layer.index,
+  os << (offloaded ? llvm::formatv(" {0,16}\n", "host").str() : "\n");
+  for (const LayerActivations &layer : memory.getLayers()) {
+    os << llvm::formatv("  {0,5} {1,16} {2,16} {3,16} {4,16}", layer.index,
                         layer.attention, layer.mlp, layer.norm, layer.total());
+    os << (offloaded ? llvm::formatv(" {0,16}\n", layer.host).str() : "\n");
+  }
 }
 
 struct TrainMemoryReportPass

@@ -44,6 +44,7 @@ bool TrainStepOptions::operator==(const TrainStepOptions &other) const {
          remat == other.remat && gradAccum == other.gradAccum &&
          unrollAccum == other.unrollAccum && quantize == other.quantize &&
          zero == other.zero && releaseGradients == other.releaseGradients &&
+         offloadActivations == other.offloadActivations &&
          offload == other.offload;
 }
 
@@ -88,6 +89,8 @@ FailureOr<TrainStepOptions> mlir::train::parseTrainStepOptions(
                      !text.gradAccum.empty())) ||
       failed(parseIf(options.quantize, text.quantizeOptions, text.quantize)) ||
       failed(parseIf(options.zero, text.zero, !text.zero.empty())) ||
+      failed(parseIf(options.offloadActivations, text.offloadActivations,
+                     !text.offloadActivations.empty())) ||
       failed(parseIf(options.offload, "what=" + text.offload,
                      !text.offload.empty())))
     return failure();
@@ -146,6 +149,8 @@ mlir::train::printTrainStepOptions(const TrainStepOptions &options) {
     words.add(text.zero, passText(*options.zero));
   if (options.releaseGradients)
     words.add(text.releaseGradients, true);
+  if (options.offloadActivations)
+    words.add(text.offloadActivations, passText(*options.offloadActivations));
   if (options.offload)
     words.add(text.offload,
               options.offload->what == OffloadWhat::statesAndUpdate
@@ -260,6 +265,11 @@ FailureOr<SmallVector<TrainStepPass>> mlir::train::getTrainStepPasses(
   // partitions the rolled loop (stages 2-3 reduce-scatter each
   // micro-batch's gradients into f32 shards); the loop is unrolled after.
   passes.push_back(stepPass(TrainMaterializeRematPassOptions()));
+  // Activations to host memory once the backward's recompute is there (in
+  // the micro-batch loop's body, before the loop is planned or unrolled);
+  // a strided view it copies is made row-major by the next pass.
+  if (options.offloadActivations)
+    passes.push_back(stepPass(*options.offloadActivations));
   // Strided views that a kernel reads row-major are copied here, before
   // train-zero and the unrolling, so that the memory plan holds them.
   passes.push_back(stepPass("train-materialize-layouts",
@@ -346,8 +356,8 @@ void mlir::train::registerTrainPipelines() {
       "From a model to a step ready to lower: train-autodiff, then "
       "train-loss-scale, train-remat, train-grad-accum, "
       "train-quantize-optimizer-state as "
-      "asked, train-materialize-remat, train-materialize-layouts, "
-      "train-zero and "
+      "asked, train-materialize-remat, train-offload-activations as asked, "
+      "train-materialize-layouts, train-zero and "
       "train-release-gradients as asked, train-unroll-accum, then "
       "train-offload-optimizer as asked (with grad-accum: the offload, "
       "train-plan-arena on the rolled loop, which stays rolled unless "

@@ -94,6 +94,8 @@ StringRef mlir::train::describeStepPhase(StepPhase phase) {
     return "is partitioned";
   case StepPhase::UnmaterializedRemat:
     return "has train.remat regions not materialized";
+  case StepPhase::OffloadedActivations:
+    return "keeps activations in host memory";
   }
   llvm_unreachable("unknown step phase");
 }
@@ -139,6 +141,16 @@ std::string mlir::train::findStepPhase(func::FuncOp step, StepPhase phase,
     });
     if ((at = remat))
       return "has a train.remat region not materialized";
+    return "";
+  }
+  case StepPhase::OffloadedActivations: {
+    TransferOp transfer;
+    step.walk([&](TransferOp op) {
+      transfer = op;
+      return WalkResult::interrupt();
+    });
+    if ((at = transfer))
+      return "keeps activations in host memory already (train.transfer)";
     return "";
   }
   }

@@ -58,6 +58,7 @@
 // JSON-NEXT: "layers": [
 // JSON-NEXT:   {
 // JSON-NEXT:     "attention": 0,
+// JSON-NEXT:     "host_bytes": 0,
 // JSON-NEXT:     "index": 0,
 // JSON-NEXT:     "mlp": 256,
 // JSON-NEXT:     "norm": 0,

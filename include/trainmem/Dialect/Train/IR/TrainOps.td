@@ -859,6 +859,31 @@ def Train_CastOp : Train_DiffOp<"cast", [Train_PositionWise, SameOperandsAndResu
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
+def Train_TransferOp : Train_NonDiffOp<"transfer", [SameOperandsAndResultType]> {
+  let summary = "copies a tensor to the host's memory or back to the device's";
+  let description = [{
+    The same tensor in the memory `to` names: `#train.space<host>`, the
+    host arena (CPU memory; on a GPU, pinned memory the copy crosses the
+    host link to), or `#train.space<device>`, the arena the step computes
+    in. `train-offload-activations` moves saved activations out after the
+    forward op that makes them and back before the backward that reads
+    them; the memory analysis places the result in that memory and counts
+    the bytes that cross.
+
+    ```mlir
+    %h = train.transfer %x {to = #train.space<host>} : tensor<4x64x256xf32>
+    %d = train.transfer %h {to = #train.space<device>} : tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Train_AnyRankedTensor:$input, Train_SpaceAttr:$to);
+  let results = (outs Train_AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let extraClassDeclaration = [{
+    /// Whether the copy goes to host memory.
+    bool toHost() { return getTo().getSpace() == ::mlir::train::MemorySpace::host; }
+  }];
+}
+
 def Train_DropoutMaskOp : Train_NonDiffOp<"dropout_mask",
     [AttrSizedOperandSegments,
      DeclareOpInterfaceMethods<Train_BatchDrawOpInterface>]> {

@@ -24,6 +24,9 @@ enum class AccumUneven { pad, refuse };
 enum class ZeroAccumulate { microBatch, full };
 enum class OffloadWhat { states, statesAndUpdate };
 
+/// What train-offload-activations moves to host memory.
+enum class OffloadActivationsWhat { checkpoints, all };
+
 struct OptimizerInfo;
 
 /// The optimizer a step gets (train-add-optimizer's options; train-autodiff

@@ -311,6 +311,52 @@ def TrainOffloadOptimizerPass
   ];
 }
 
+def TrainOffloadActivationsPass
+    : Pass<"train-offload-activations", "mlir::ModuleOp"> {
+  let summary = "Keeps saved activations in host memory between the forward "
+                "and the backward";
+  let description = [{
+    Moves the activations the step marked `train.step` saves for its
+    backward to host memory: each chosen tensor is copied out
+    (`train.transfer {to = #train.space<host>}`) after the forward block
+    that makes it, and copied back (`{to = #train.space<device>}`) before
+    the backward that reads it, which then reads the copy. The device
+    holds it only in the forward and from its copy back to its last
+    reader; the memory analysis places the host copy in the host arena,
+    counts it per layer, and counts the bytes that cross; the runtime
+    copies with `tmrt_transfer` (a side stream on CUDA). The step computes
+    the same bits.
+
+    - `what=checkpoints` (the default): the tensors a recompute reads (the
+      checkpoints train-remat keeps, materialized by
+      train-materialize-remat); a step without recompute is an error that
+      names `what=all`;
+    - `what=all`: every saved tensor.
+
+    `layers=` offloads only those layers' tensors, `min-bytes=` only
+    tensors of at least that size. With `prefetch=k` (1 by default) the
+    copy back of layer l's tensors is placed before the backward of layer
+    l + k, so that it overlaps k layers' backward; `prefetch=0` copies
+    each back right before its first reader. A `prefetch` of the step's
+    layers or more is an error.
+  }];
+  let options = [
+    Option<"what", "what", "::mlir::train::OffloadActivationsWhat",
+           "::mlir::train::OffloadActivationsWhat::checkpoints",
+           "Which saved activations go to host memory", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::OffloadActivationsWhat::checkpoints,
+                        "checkpoints", "What a recompute reads"),
+             clEnumValN(::mlir::train::OffloadActivationsWhat::all, "all",
+                        "Every saved activation"))}]>,
+    ListOption<"layers", "layers", "int64_t",
+               "Only these layers' activations (default: every layer's)">,
+    Option<"minBytes", "min-bytes", "int64_t", "0",
+           "Only tensors of at least this many bytes">,
+    Option<"prefetch", "prefetch", "int64_t", "1",
+           "Layers ahead of its backward that a tensor comes back">
+  ];
+}
+
 def TrainTensorParallelPass
     : Pass<"train-tensor-parallel", "mlir::ModuleOp"> {
   let summary = "Splits the model's layers across a tensor-parallel group "

@@ -100,6 +100,12 @@ struct TrainStepPipelineOptions
                      "(train-offload-optimizer, last): \"states\" or "
                      "\"states+update\"; empty: on the device"),
       llvm::cl::init("")};
+  Option<std::string> offloadActivations{
+      *this, "offload-activations",
+      llvm::cl::desc("train-offload-activations options (after "
+                     "train-materialize-remat, inside a micro-batch loop), "
+                     "e.g. \"what=all prefetch=1\"; empty: none"),
+      llvm::cl::init("")};
   Option<std::string> quantizeOptions{
       *this, "quantize-options",
       llvm::cl::desc("train-quantize-optimizer-state options, e.g. "
@@ -125,6 +131,7 @@ struct TrainStepOptions {
   std::optional<TrainQuantizeOptimizerStatePassOptions> quantize;
   std::optional<TrainZeroPassOptions> zero;
   bool releaseGradients = false;
+  std::optional<TrainOffloadActivationsPassOptions> offloadActivations;
   std::optional<TrainOffloadOptimizerPassOptions> offload;
 
   bool operator==(const TrainStepOptions &other) const;

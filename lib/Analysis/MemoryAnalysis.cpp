@@ -462,6 +462,18 @@ void FunctionMemory::classifyActivation(Buffer &buffer, Operation *reader,
     buffer.savedFor = SavedFor::MLP;
 }
 
+/// How many times `op` runs per step: the product of the micro-batch
+/// loops around it.
+static uint64_t tripsOf(Operation *op) {
+  uint64_t trips = 1;
+  for (Operation *parent = op->getParentOp(); parent;
+       parent = parent->getParentOp())
+    if (auto loop = dyn_cast<AccumulateOp>(parent))
+      trips =
+          mulCount(trips, static_cast<uint64_t>(loop.getStepsAttr().getInt()));
+  return trips;
+}
+
 /// A copy back to the device of what the step moved to host memory: the
 /// device holds it from there to its last reader only (a temporary).
 static bool isReload(Operation *op) {
@@ -627,11 +639,13 @@ void FunctionMemory::placeInMemory() {
     return;
   std::vector<Buffer> copies;
   for (Operation *op : schedule) {
-    // A tensor moved out or back (train-offload-activations) crosses once.
+    // A tensor moved out or back (train-offload-activations) crosses once
+    // per execution: each iteration of the micro-batch loops around it.
     if (auto transfer = dyn_cast<TransferOp>(op))
       if (const Buffer *moved = lookupBuffer(transfer.getResult()))
         hostDeviceBytes =
-            add(hostDeviceBytes, moved->bytes, op, "host-device bytes");
+            add(hostDeviceBytes, mulCount(moved->bytes, tripsOf(op)), op,
+                "host-device bytes");
     auto update = dyn_cast<OptimizerUpdateOpInterface>(op);
     if (!update)
       continue;

@@ -307,6 +307,10 @@ std::vector<std::string> deepSpeedCannotExpress(const PlanCandidate &c,
   if (c.eightBit)
     reasons.push_back("8-bit optimizer state (bitsandbytes' AdamW8bit is "
                       "passed to deepspeed.initialize, not configured)");
+  if (c.offloadActivations && c.remat != PlanRemat::full)
+    reasons.push_back("activation offload without full recompute "
+                      "(activation_checkpointing.cpu_checkpointing moves the "
+                      "checkpoints only)");
   if (c.releaseGradients)
     reasons.push_back("gradient release");
   if (c.tensorParallel > 1)
@@ -354,10 +358,24 @@ llvm::json::Object toDeepSpeed(const PlanCandidate &c,
                                       : llvm::StringRef("AdamW")},
                          {"params", std::move(params)}};
   config["gradient_clipping"] = recipe.clipNorm;
-  if (c.remat == PlanRemat::full)
+  if (c.remat == PlanRemat::full && c.offloadActivations) {
+    // DeepSpeed moves checkpoints to the CPU only where it partitions
+    // them (its checkpointing API, as Megatron-DeepSpeed calls it).
+    config["activation_checkpointing"] =
+        llvm::json::Object{{"partition_activations", true},
+                           {"cpu_checkpointing", true},
+                           {"contiguous_memory_optimization", false}};
+    notes.push_back("activation_checkpointing.cpu_checkpointing moves the "
+                    "checkpoints to the CPU only where the model checkpoints "
+                    "through deepspeed.checkpointing (Megatron-DeepSpeed), "
+                    "which needs partition_activations; with PyTorch's own "
+                    "checkpointing they stay on the GPU and the plan's peak "
+                    "does not hold");
+  } else if (c.remat == PlanRemat::full) {
     config["activation_checkpointing"] =
         llvm::json::Object{{"partition_activations", false},
                            {"contiguous_memory_optimization", false}};
+  }
   if (c.fuseAttention)
     notes.push_back("fused attention has no DeepSpeed key: it is the "
                     "model's setting (a FlashAttention kernel: Hugging Face "

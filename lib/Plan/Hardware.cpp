@@ -39,9 +39,11 @@ constexpr double kHostFlopsPerGpu = 1.0e12;
 constexpr uint64_t kCudaContextBytes = uint64_t(512) << 20;
 constexpr uint64_t kNcclCommunicatorBytes = uint64_t(256) << 20;
 
-/// A GPU preset with the reserve assumptions.
+/// A GPU preset with the reserve assumptions; `hostMemory`: the system
+/// memory of NVIDIA's 8-GPU server of it (DGX) over its 8 GPUs.
 Hardware gpu(const char *name, double peakFlops, double memory,
-             double bandwidth, double interconnect, double host) {
+             double bandwidth, double interconnect, double host,
+             double hostMemory) {
   Hardware h;
   h.name = name;
   h.peakFlops = peakFlops;
@@ -53,30 +55,35 @@ Hardware gpu(const char *name, double peakFlops, double memory,
   h.hostFlops = kHostFlopsPerGpu;
   h.contextBytes = kCudaContextBytes;
   h.communicatorBytes = kNcclCommunicatorBytes;
+  h.hostMemoryBytes = static_cast<uint64_t>(hostMemory);
   return h;
 }
 
 std::vector<Hardware> presets() {
   std::vector<Hardware> list;
   // NVIDIA H100 SXM5 80GB: BF16 1,979 TFLOP/s with sparsity (989.4 dense),
-  // HBM3 3.35 TB/s, NVLink 4 900 GB/s (450 per direction), PCIe Gen5 x16.
-  list.push_back(
-      gpu("h100-80gb", 989.4 * kTB, 80 * kGB, 3.35 * kTB, 450 * kGB, 64 * kGB));
-  // NVIDIA H200 SXM 141GB: the H100's compute, HBM3e 4.8 TB/s.
-  list.push_back(
-      gpu("h200", 989.4 * kTB, 141 * kGB, 4.8 * kTB, 450 * kGB, 64 * kGB));
+  // HBM3 3.35 TB/s, NVLink 4 900 GB/s (450 per direction), PCIe Gen5 x16;
+  // DGX H100: 2 TB of system memory for 8.
+  list.push_back(gpu("h100-80gb", 989.4 * kTB, 80 * kGB, 3.35 * kTB, 450 * kGB,
+                     64 * kGB, 2 * kTB / 8));
+  // NVIDIA H200 SXM 141GB: the H100's compute, HBM3e 4.8 TB/s; DGX H200:
+  // 2 TB for 8.
+  list.push_back(gpu("h200", 989.4 * kTB, 141 * kGB, 4.8 * kTB, 450 * kGB,
+                     64 * kGB, 2 * kTB / 8));
   // NVIDIA HGX B200: BF16 36 PFLOP/s with sparsity per 8 GPUs (2.25 dense
   // each), 1.44 TB HBM3e (180 GB each) at 8 TB/s, NVLink 5 1.8 TB/s (900 GB/s
-  // per direction), PCIe Gen6 x16.
-  list.push_back(
-      gpu("b200", 2250 * kTB, 180 * kGB, 8 * kTB, 900 * kGB, 128 * kGB));
+  // per direction), PCIe Gen6 x16; DGX B200: 4 TB for 8.
+  list.push_back(gpu("b200", 2250 * kTB, 180 * kGB, 8 * kTB, 900 * kGB,
+                     128 * kGB, 4 * kTB / 8));
   // NVIDIA A100 SXM4 80GB: BF16 312 TFLOP/s dense, HBM2e 2,039 GB/s,
-  // NVLink 3 600 GB/s (300 per direction), PCIe Gen4 x16.
-  list.push_back(
-      gpu("a100-80gb", 312 * kTB, 80 * kGB, 2039 * kGB, 300 * kGB, 32 * kGB));
-  // NVIDIA A100 SXM4 40GB: the 80GB's compute and links, HBM2 1,555 GB/s.
-  list.push_back(
-      gpu("a100-40gb", 312 * kTB, 40 * kGB, 1555 * kGB, 300 * kGB, 32 * kGB));
+  // NVLink 3 600 GB/s (300 per direction), PCIe Gen4 x16; DGX A100 640GB:
+  // 2 TB for 8.
+  list.push_back(gpu("a100-80gb", 312 * kTB, 80 * kGB, 2039 * kGB, 300 * kGB,
+                     32 * kGB, 2 * kTB / 8));
+  // NVIDIA A100 SXM4 40GB: the 80GB's compute and links, HBM2 1,555 GB/s;
+  // DGX A100 320GB: 1 TB for 8.
+  list.push_back(gpu("a100-40gb", 312 * kTB, 40 * kGB, 1555 * kGB, 300 * kGB,
+                     32 * kGB, 1 * kTB / 8));
   // This project's CPU machines (docs/CpuSpeed.md): 2 cores of OpenBLAS
   // SGEMM at about 100 GFLOP/s each, 24 GiB; ranks on one machine exchange
   // through shared memory, the "host" arena is the same memory.
@@ -91,6 +98,7 @@ std::vector<Hardware> presets() {
   cpu.interconnectBandwidth = 5 * kGB;
   cpu.hostBandwidth = 20 * kGB;
   cpu.hostFlops = 200e9;
+  cpu.hostMemoryBytes = uint64_t(24) << 30;
   list.push_back(cpu);
   return list;
 }
@@ -218,13 +226,16 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
       h.sharedByRanks = *shared;
       continue;
     }
-    if (key == "context_bytes" || key == "communicator_bytes") {
+    if (key == "context_bytes" || key == "communicator_bytes" ||
+        key == "host_memory_bytes") {
       double bytes = 0;
       if (!measuredNumber(&value, 0, bytes) || bytes >= 9.2e18)
         return hardwareError("'" + key.str() +
                              "' must be a number of bytes from 0 to below "
                              "2^63");
-      (key == "context_bytes" ? h.contextBytes : h.communicatorBytes) =
+      (key == "context_bytes"        ? h.contextBytes
+       : key == "communicator_bytes" ? h.communicatorBytes
+                                     : h.hostMemoryBytes) =
           static_cast<uint64_t>(bytes);
       continue;
     }
@@ -240,7 +251,8 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
         field = &f;
     if (!field) {
       std::string known = "name, source, context_bytes, communicator_bytes, "
-                          "shared_by_ranks, gemm_rates, op_rates";
+                          "host_memory_bytes, shared_by_ranks, gemm_rates, "
+                          "op_rates";
       for (Field &f : numbers)
         known += std::string(", ") + f.key;
       return hardwareError("unknown key '" + key.str() + "' (the keys are " +
@@ -301,6 +313,8 @@ std::string printHardwareJson(const Hardware &h) {
     object["context_bytes"] = static_cast<int64_t>(h.contextBytes);
   if (h.communicatorBytes)
     object["communicator_bytes"] = static_cast<int64_t>(h.communicatorBytes);
+  if (h.hostMemoryBytes)
+    object["host_memory_bytes"] = static_cast<int64_t>(h.hostMemoryBytes);
   if (!gemms.empty())
     object["gemm_rates"] = std::move(gemms);
   if (!ops.empty())

@@ -38,6 +38,12 @@ std::vector<std::string> megatronCannotExpress(const PlanCandidate &c,
         c.stage));
   if (c.offload != PlanOffload::none)
     reasons.push_back("optimizer offload");
+  if (c.offloadActivations)
+    reasons.push_back("activation offload (Megatron-Core's TransformerConfig "
+                      "cpu_offloading=True, cpu_offloading_activations=True, "
+                      "cpu_offloading_num_layers=<layers - 1>: NeMo and "
+                      "Megatron Bridge set them, Megatron-LM's arguments do "
+                      "not)");
   if (c.eightBit)
     reasons.push_back("8-bit optimizer state");
   if (c.releaseGradients)

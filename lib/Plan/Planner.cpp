@@ -237,6 +237,16 @@ PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory,
     out.bytesSent += traffic.bytes;
   out.hostBytes = memory.getHostBytes();
   out.hostDeviceBytes = memory.getHostDeviceBytes();
+  // The activations' share: each transfer once per micro-batch.
+  step.walk([&](TransferOp transfer) {
+    uint64_t trips = 1;
+    for (Operation *parent = transfer->getParentOp(); parent;
+         parent = parent->getParentOp())
+      if (auto loop = dyn_cast<AccumulateOp>(parent))
+        trips *= static_cast<uint64_t>(loop.getStepsAttr().getInt());
+    out.activationTransferBytes +=
+        getTensorBytes(transfer.getResult().getType()) * trips;
+  });
   return out;
 }
 
@@ -409,6 +419,8 @@ PlanMeasure extrapolate(const PlanMeasure &a, const PlanMeasure &b, int64_t t,
   m.modelStateBytes = extrapolate(a.modelStateBytes, b.modelStateBytes, t);
   m.hostBytes = extrapolate(a.hostBytes, b.hostBytes, t);
   m.hostDeviceBytes = extrapolate(a.hostDeviceBytes, b.hostDeviceBytes, t);
+  m.activationTransferBytes =
+      extrapolate(a.activationTransferBytes, b.activationTransferBytes, t);
   return m;
 }
 
@@ -445,7 +457,9 @@ bool linear(const PlanMeasure &a, const PlanMeasure &b, const PlanMeasure &c) {
          same(a.bytesSent, b.bytesSent, c.bytesSent) &&
          same(a.modelStateBytes, b.modelStateBytes, c.modelStateBytes) &&
          same(a.hostBytes, b.hostBytes, c.hostBytes) &&
-         same(a.hostDeviceBytes, b.hostDeviceBytes, c.hostDeviceBytes);
+         same(a.hostDeviceBytes, b.hostDeviceBytes, c.hostDeviceBytes) &&
+         same(a.activationTransferBytes, b.activationTransferBytes,
+              c.activationTransferBytes);
 }
 
 } // namespace
@@ -490,6 +504,10 @@ PlanCandidate::stepOptions(int64_t ranks, uint64_t memoryBytes) const {
     zero.ranks = dataRanks(ranks);
   }
   options.releaseGradients = releaseGradients;
+  if (offloadActivations)
+    options.offloadActivations.emplace().what =
+        remat == PlanRemat::none ? OffloadActivationsWhat::all
+                                 : OffloadActivationsWhat::checkpoints;
   if (offload != PlanOffload::none)
     options.offload.emplace().what = offload == PlanOffload::states
                                          ? OffloadWhat::states
@@ -561,6 +579,9 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
     text += llvm::formatv(" --zero=stage={0}", stage);
   if (offload != PlanOffload::none)
     text += " --offload-optimizer=" + stringifyPlanOffload(offload).str();
+  if (offloadActivations)
+    text += remat == PlanRemat::none ? " --offload-activations=what=all"
+                                     : " --offload-activations";
   return text;
 }
 
@@ -584,6 +605,9 @@ std::string PlanCandidate::describe() const {
     text += ", gradient release";
   if (offload != PlanOffload::none)
     text += ", offload " + stringifyPlanOffload(offload).str();
+  if (offloadActivations)
+    text += remat == PlanRemat::none ? ", activations to host"
+                                     : ", checkpoints to host";
   if (fuseAttention)
     text += ", fused attention";
   if (fuseElementwise)
@@ -674,6 +698,10 @@ static llvm::Error completeSpace(PlanRequest &request) {
   if (request.offloads.empty())
     request.offloads = {PlanOffload::none, PlanOffload::states,
                         PlanOffload::statesAndUpdate};
+  if (request.offloadActivations.empty()) {
+    request.offloadActivations = {false};
+    request.defaultOffloadActivations = true;
+  }
   if (request.tensorParallel.empty()) {
     request.tensorParallel = {1};
     request.defaultTensorParallel = true;
@@ -743,6 +771,19 @@ llvm::Error completePlanRequest(PlanRequest &request) {
     }
   if (llvm::Error error = completeSpace(request))
     return error;
+  // Activation offload needs host memory to hold the activations: where
+  // the hardware's figures give none, it is refused when asked for and
+  // never escalated to.
+  if (request.hardware.hostMemoryBytes == 0) {
+    if (llvm::is_contained(request.offloadActivations, true))
+      return planError(llvm::formatv(
+          "--offload-activations: the hardware '{0}' gives no host memory "
+          "to offload to: add \"host_memory_bytes\" (a node's system "
+          "memory over its devices) to its JSON, or search with "
+          "--offload-activations off",
+          request.hardware.name));
+    request.defaultOffloadActivations = false;
+  }
   std::string why;
   if (!request.module && !validateConfig(request.model, why)) {
     return planError("the model: " + why);
@@ -765,10 +806,30 @@ void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
   }
   c.communicationSeconds =
       static_cast<double>(m.bytesSent) / hw.interconnectBandwidth;
-  // Offload: the bytes over the host link, not overlapped; with the update
-  // on the host, its FLOPs at the host's rate instead of the device's
-  // update (the device keeps weights and gradients only).
-  c.offloadSeconds = static_cast<double>(m.hostDeviceBytes) / hw.hostBandwidth;
+  // Offload of the optimizer: its bytes over the host link, not
+  // overlapped; with the update on the host, its FLOPs at the host's rate
+  // instead of the device's update (the device keeps weights and gradients
+  // only).
+  uint64_t activationBytes =
+      std::min(m.activationTransferBytes, m.hostDeviceBytes);
+  c.offloadSeconds = static_cast<double>(m.hostDeviceBytes - activationBytes) /
+                     hw.hostBandwidth;
+  // Offload of activations: a device copies on a side stream, each layer's
+  // out while the next layer's forward runs and back while the one after
+  // it (prefetch 1) runs its backward (docs/LongContext.md); what the
+  // forward and the backward do not cover is exposed. Ranks sharing this
+  // machine's cores (a calibrated CPU) copy in line.
+  double copies = static_cast<double>(activationBytes) / 2 / hw.hostBandwidth;
+  if (hw.sharedByRanks)
+    c.offloadSeconds += 2 * copies;
+  else
+    c.offloadSeconds +=
+        std::max(0.0,
+                 copies -
+                     m.phaseSeconds[static_cast<unsigned>(Phase::Forward)]) +
+        std::max(0.0,
+                 copies -
+                     m.phaseSeconds[static_cast<unsigned>(Phase::Backward)]);
   if (c.offload == PlanOffload::statesAndUpdate)
     c.optimizerSeconds = static_cast<double>(m.optimizerFlops) / hw.hostFlops;
   c.stepSeconds = c.computeSeconds + c.optimizerSeconds +
@@ -784,11 +845,11 @@ namespace {
 
 /// The candidate's choices apart from its recompute, as a key.
 std::string candidateKey(const PlanCandidate &c) {
-  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}/{9}", c.microBatch,
-                       c.stage, c.eightBit, static_cast<int>(c.offload),
-                       c.fuseAttention, c.fuseElementwise,
-                       stringifyPlanRemat(c.remat), c.tensorParallel,
-                       c.sequenceParallel, c.releaseGradients)
+  return llvm::formatv(
+             "{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}/{9}/{10}", c.microBatch,
+             c.stage, c.eightBit, static_cast<int>(c.offload), c.fuseAttention,
+             c.fuseElementwise, stringifyPlanRemat(c.remat), c.tensorParallel,
+             c.sequenceParallel, c.releaseGradients, c.offloadActivations)
       .str();
 }
 
@@ -899,6 +960,15 @@ void evaluate(MLIRContext &context, const PlanRequest &request,
   }
   predictThroughput(c, request);
   c.fits = c.measure.arena <= request.memoryBytes;
+  // What it keeps in host memory must fit there too (where the hardware
+  // says how much there is).
+  uint64_t host = request.hardware.hostMemoryBytes;
+  if (c.fits && host && c.measure.hostBytes > host) {
+    c.fits = false;
+    c.rejected = llvm::formatv("host {0} > {1}", gigabytes(c.measure.hostBytes),
+                               gigabytes(host));
+    return;
+  }
   if (!c.fits) {
     MemoryCategory largest = MemoryCategory::Weights;
     for (MemoryCategory cat : kPlanCategories)
@@ -972,6 +1042,14 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
   for (const std::string &optimizer : request.optimizers)
     for (bool release : request.releaseGradients)
       updates.emplace_back(optimizer, release);
+  // What the backward keeps, and where: the recompute and the activation
+  // offload (a budget chooses per layer for the device's memory alone:
+  // not with offload).
+  std::vector<std::pair<PlanRemat, bool>> keeps;
+  for (PlanRemat remat : request.remats)
+    for (bool activations : request.offloadActivations)
+      if (!(activations && remat == PlanRemat::budget))
+        keeps.emplace_back(remat, activations);
   // A vocabulary t does not divide stays whole on every rank.
   int64_t vocabulary = vocabularyOf(request);
   for (int64_t t : request.tensorParallel)
@@ -996,7 +1074,7 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
       if (stages.empty())
         stages.push_back(data == 1 ? -1 : 0);
       for (int64_t micro : micros)
-        for (PlanRemat remat : request.remats)
+        for (auto [remat, activations] : keeps)
           for (int64_t stage : stages)
             for (bool eightBit : request.eightBit)
               for (bool fuseAttention : request.fuseAttention)
@@ -1017,6 +1095,7 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                       c.microBatch = micro;
                       c.accumulation = perRank / micro;
                       c.remat = remat;
+                      c.offloadActivations = activations;
                       c.stage = stage;
                       c.eightBit = eightBit;
                       c.offload = offload;
@@ -1285,6 +1364,20 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
       measureGroups(context, split, result, enumerateCandidates(split, result));
       chooseBest(result, request);
     }
+  }
+  // Still nothing fits: keep the saved activations in host memory, as
+  // long-context training does (docs/LongContext.md), over the sizes
+  // searched so far.
+  if (!result.best && request.defaultOffloadActivations) {
+    PlanRequest offloaded = request;
+    offloaded.offloadActivations = {true};
+    offloaded.tensorParallel.insert(offloaded.tensorParallel.end(),
+                                    result.escalatedTensorParallel.begin(),
+                                    result.escalatedTensorParallel.end());
+    result.escalatedOffloadActivations = true;
+    measureGroups(context, offloaded, result,
+                  enumerateCandidates(offloaded, result));
+    chooseBest(result, request);
   }
   remeasureBest(context, request, result);
   if (!result.best)

@@ -216,6 +216,12 @@ static cl::opt<std::string> target(
              "or megatron: the search keeps what that framework runs "
              "(default: the --emit framework's, else any)"),
     cl::init(""), cl::cat(category));
+static cl::opt<std::string> offloadActivations(
+    "offload-activations",
+    cl::desc("Activation offload (train-offload-activations: the checkpoints "
+             "under recompute, every saved tensor without) to try: both, off, "
+             "on (default: off, and on where nothing fits without it)"),
+    cl::init(""), cl::cat(category));
 static cl::opt<std::string> releaseGradients(
     "release-gradients",
     cl::desc("Gradient release (train-release-gradients) to try: both, off, "
@@ -347,6 +353,22 @@ static const char *offloadShort(PlanOffload offload) {
   return "?";
 }
 
+/// The offload column of a candidate: the optimizer's (offloadShort), with
+/// the activations' where they go to the host too: act, st+act, su+act.
+static std::string offloadCell(const PlanCandidate &c) {
+  if (!c.offloadActivations)
+    return offloadShort(c.offload);
+  switch (c.offload) {
+  case PlanOffload::none:
+    return "act";
+  case PlanOffload::states:
+    return "st+act";
+  case PlanOffload::statesAndUpdate:
+    return "su+act";
+  }
+  return "?";
+}
+
 /// The candidates to show, in the search's order: all, those that fit
 /// (--fits-only), or the --top N that fit with the highest throughput.
 static std::vector<size_t> shownCandidates(const PlanResult &result,
@@ -443,8 +465,7 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
       os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", i + 1, mk,
                           stringifyPlanRemat(c.remat), zero,
                           c.eightBit ? "yes" : "no")
-         << llvm::formatv("{0,-7} {1,-4}", offloadShort(c.offload),
-                          fusionShort(c))
+         << llvm::formatv("{0,-7} {1,-4}", offloadCell(c), fusionShort(c))
          << tensorCell(c) << "  " << c.rejected << "\n";
       continue;
     }
@@ -456,8 +477,7 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
     os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", i + 1, mk,
                         stringifyPlanRemat(c.remat), zero,
                         c.eightBit ? "yes" : "no")
-       << llvm::formatv("{0,-7} {1,-4}", offloadShort(c.offload),
-                        fusionShort(c))
+       << llvm::formatv("{0,-7} {1,-4}", offloadCell(c), fusionShort(c))
        << tensorCell(c);
     os << llvm::formatv(
         " {5,8} {6,8} {7,8} {8,8} {9,8} "
@@ -539,6 +559,7 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
       {"optimizer", c.optimizer},
       {"release_gradients", c.releaseGradients},
       {"offload", stringifyPlanOffload(c.offload)},
+      {"offload_activations", c.offloadActivations},
       {"fuse_attention", c.fuseAttention},
       {"fuse_elementwise", c.fuseElementwise},
       {"tensor_parallel", c.tensorParallel},
@@ -808,6 +829,7 @@ fillSearchSpace(PlanRequest &request,
     request.tensorParallel = {1};
     request.sequenceParallel = {false};
     request.releaseGradients = {false};
+    request.offloadActivations = {false};
   } else {
     for (long long m : microBatches)
       request.microBatches.push_back(m);
@@ -835,6 +857,13 @@ fillSearchSpace(PlanRequest &request,
     if (!release)
       return refuse("--release-gradients must be both, off or on");
     request.releaseGradients = *release;
+    if (!offloadActivations.empty()) {
+      std::optional<std::vector<bool>> activations =
+          bothOffOn(offloadActivations);
+      if (!activations)
+        return refuse("--offload-activations must be both, off or on");
+      request.offloadActivations = *activations;
+    }
     for (const std::string &t : tensorParallel) {
       if (t == "auto") {
         for (int64_t size : tensorParallelSizes(request))
@@ -1107,6 +1136,8 @@ static int printJson(const PlanRequest &request, const PlanResult &result) {
   if (!result.escalatedTensorParallel.empty())
     out["escalated_tensor_parallel"] =
         llvm::json::Array(result.escalatedTensorParallel);
+  if (result.escalatedOffloadActivations)
+    out["escalated_offload_activations"] = true;
   writeJson(llvm::outs(), llvm::json::Value(std::move(out)));
   llvm::outs() << "\n";
   return result.best ? 0 : 1;
@@ -1410,6 +1441,10 @@ int main(int argc, char **argv) {
                                    [](int64_t t) { return std::to_string(t); }),
                                ", ")
                  << " too (--tensor-parallel 1 searches t = 1 only)\n";
+  if (result.escalatedOffloadActivations)
+    llvm::errs() << "trainmem-plan: note: nothing fits with the activations "
+                    "on the device; searched activation offload too "
+                    "(--offload-activations off searches without it only)\n";
   noteNumerics(request, result);
   if (emit == "json")
     return printJson(request, result);

@@ -63,6 +63,10 @@ struct Hardware {
   /// on the device (CUDA's, with cuBLAS's workspace), and one
   /// communicator's buffers (NCCL's), per process group a run uses.
   uint64_t contextBytes = 0, communicatorBytes = 0;
+  /// Host memory per device for what a plan offloads (a node's system
+  /// memory over its devices); 0: not given, and activation offload is
+  /// then refused (the optimizer's is not checked).
+  uint64_t hostMemoryBytes = 0;
   /// Measured figures (a calibrated device, `--hardware native`): GEMM
   /// rates by shape and element type, and op times by op name
   /// ("train.gelu"). Empty for the presets, whose time model is the

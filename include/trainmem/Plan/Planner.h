@@ -81,6 +81,10 @@ struct PlanRequest {
   std::vector<int64_t> stages;
   std::vector<bool> eightBit;
   std::vector<PlanOffload> offloads;
+  /// Activation offload to try (default: off, and on where nothing fits
+  /// without it, as tensor parallelism is escalated).
+  std::vector<bool> offloadActivations;
+  bool defaultOffloadActivations = false;
   /// The optimizers tried (registered names; default AdamW alone: the
   /// planner changes a recipe only where asked), and gradient release
   /// (train-release-gradients) off and on (default: off; tried only where
@@ -154,9 +158,11 @@ struct PlanMeasure {
   uint64_t bytesSent = 0;
   /// Model states (weights, gradients, optimizer state), all of the step.
   uint64_t modelStateBytes = 0;
-  /// Host memory (offloaded optimizer state) and the bytes that cross
-  /// between host and device per step.
-  uint64_t hostBytes = 0, hostDeviceBytes = 0;
+  /// Host memory (offloaded optimizer state and activations) and the bytes
+  /// that cross between host and device per step; of those, the
+  /// activations' (train.transfer: out in the forward, back before the
+  /// backward).
+  uint64_t hostBytes = 0, hostDeviceBytes = 0, activationTransferBytes = 0;
 };
 
 struct PlanCandidate {
@@ -166,6 +172,9 @@ struct PlanCandidate {
   int64_t stage = -1;
   bool eightBit = false;
   PlanOffload offload = PlanOffload::none;
+  /// train-offload-activations: the checkpoints under recompute, every
+  /// saved tensor without (prefetch 1).
+  bool offloadActivations = false;
   /// The optimizer (one of the request's) and gradient release.
   std::string optimizer = "adamw";
   bool releaseGradients = false;
@@ -233,6 +242,9 @@ struct PlanResult {
   /// The tensor-parallel sizes searched because nothing fit at t = 1 (a
   /// defaulted request's), in order; empty when none were.
   std::vector<int64_t> escalatedTensorParallel;
+  /// Whether activation offload was searched because nothing fit without
+  /// it (a defaulted request's).
+  bool escalatedOffloadActivations = false;
 };
 
 /// Fills the request's empty space lists with the defaults; an error when

@@ -531,6 +531,8 @@ llvm::Expected<Hardware> calibrateHardware(const CalibrationOptions &options) {
   if (pages > 0 && pageSize > 0)
     h.memoryBytes = static_cast<uint64_t>(pages) *
                     static_cast<uint64_t>(pageSize);
+  // The host arena is the same memory.
+  h.hostMemoryBytes = h.memoryBytes;
   // Collectives between local ranks, where MPI can run them.
   std::string collectives;
   llvm::Expected<double> interconnect =

@@ -358,15 +358,9 @@ static const char *offloadShort(PlanOffload offload) {
 static std::string offloadCell(const PlanCandidate &c) {
   if (!c.offloadActivations)
     return offloadShort(c.offload);
-  switch (c.offload) {
-  case PlanOffload::none:
+  if (c.offload == PlanOffload::none)
     return "act";
-  case PlanOffload::states:
-    return "st+act";
-  case PlanOffload::statesAndUpdate:
-    return "su+act";
-  }
-  return "?";
+  return c.offload == PlanOffload::states ? "st+act" : "su+act";
 }
 
 /// The candidates to show, in the search's order: all, those that fit

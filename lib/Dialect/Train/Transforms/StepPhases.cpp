@@ -78,6 +78,16 @@ Operation *findReleasedUpdates(func::FuncOp step) {
   return nullptr;
 }
 
+/// The first op of kind OpT in `step`, or null.
+template <typename OpT> Operation *findFirst(func::FuncOp step) {
+  Operation *found = nullptr;
+  step.walk([&](OpT op) {
+    found = op;
+    return WalkResult::interrupt();
+  });
+  return found;
+}
+
 } // namespace
 
 StringRef mlir::train::describeStepPhase(StepPhase phase) {
@@ -133,26 +143,14 @@ std::string mlir::train::findStepPhase(func::FuncOp step, StepPhase phase,
                            zero.getStage(), zero.getRanks())
           .str();
     return "";
-  case StepPhase::UnmaterializedRemat: {
-    RematOp remat;
-    step.walk([&](RematOp op) {
-      remat = op;
-      return WalkResult::interrupt();
-    });
-    if ((at = remat))
+  case StepPhase::UnmaterializedRemat:
+    if ((at = findFirst<RematOp>(step)))
       return "has a train.remat region not materialized";
     return "";
-  }
-  case StepPhase::OffloadedActivations: {
-    TransferOp transfer;
-    step.walk([&](TransferOp op) {
-      transfer = op;
-      return WalkResult::interrupt();
-    });
-    if ((at = transfer))
+  case StepPhase::OffloadedActivations:
+    if ((at = findFirst<TransferOp>(step)))
       return "keeps activations in host memory already (train.transfer)";
     return "";
-  }
   }
   llvm_unreachable("unknown step phase");
 }

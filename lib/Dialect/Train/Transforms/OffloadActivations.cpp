@@ -193,9 +193,12 @@ struct TrainOffloadActivationsPass
 
   /// Where the copy of `offload` comes back: before the backward of layer
   /// layer + prefetch (the backward's first block where that layer has
-  /// none), and never after its first reader.
+  /// none), and never after its first reader. Only blocks after the one
+  /// that makes it count: a step unrolled over micro-batches repeats the
+  /// forward and the backward.
   Operation *reloadPoint(const Offload &offload) {
-    Block *level = offload.value.getOwner()->getBlock();
+    Operation *producer = offload.value.getOwner();
+    Block *level = producer->getBlock();
     Operation *firstReader = nullptr;
     for (Operation *user : offload.value.getUsers()) {
       Operation *top = ancestorIn(level, user);
@@ -207,7 +210,8 @@ struct TrainOffloadActivationsPass
     if (prefetch == 0 || !firstReader)
       return firstReader;
     Operation *target = nullptr, *firstBackward = nullptr;
-    for (Operation &op : *level) {
+    for (Operation &op :
+         llvm::make_range(std::next(producer->getIterator()), level->end())) {
       if (!isBackwardBlock(&op))
         continue;
       if (!firstBackward)

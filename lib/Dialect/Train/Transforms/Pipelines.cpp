@@ -198,6 +198,16 @@ checkTrainStepOptions(const TrainStepOptions &options,
   if (options.tensorParallel && !options.differentiate)
     return errorHandler("train-step: tensor-parallel splits the forward, "
                         "before train-autodiff; the input is a step already");
+  // A budget chooses each layer's recompute for the device's memory with
+  // the activations on it; offloaded, the choice has nothing to weigh.
+  if (options.remat && options.remat->policy == RematPolicy::budget &&
+      options.offloadActivations)
+    return errorHandler("train-step: remat policy=budget chooses recompute "
+                        "for activations kept on the device, which "
+                        "offload-activations moves to the host: use "
+                        "policy=full (its checkpoints offloaded) or "
+                        "selective with offload-activations, or the budget "
+                        "without it");
   return success();
 }
 

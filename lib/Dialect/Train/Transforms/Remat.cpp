@@ -601,6 +601,13 @@ FailureOr<uint64_t> TrainRematPass::checkOptions() {
   }
   if (policy != RematPolicy::budget && !measureAfter.empty())
     return fail("measure-after= is for policy=budget");
+  // The budget weighs recompute against activations kept on the device.
+  if (policy == RematPolicy::budget &&
+      StringRef(measureAfter).contains("train-offload-activations"))
+    return fail("policy=budget chooses recompute for activations kept on "
+                "the device, which train-offload-activations (in "
+                "measure-after) moves to the host: use policy=full or "
+                "selective with it, or the budget without it");
   if (policy == RematPolicy::every && every < 1)
     return fail("every must be >= 1, got " + Twine(every));
   return budgetBytes;

@@ -49,6 +49,9 @@ REST = [
     # (its reference neither).
     ("optimizer", ["adamw", "lion", "sophia"]),
     ("release", ["off", "on"]),
+    # Activation offload (issue 52): the checkpoints under recompute, every
+    # saved tensor without.
+    ("offload-activations", ["off", "on"]),
 ]
 FACTORS = MAIN + REST
 
@@ -73,6 +76,8 @@ def refused_by_design(row):
             return "release with accumulation"
         if row["dtype"] == "f16":
             return "release with loss scaling"
+    if row["remat"] == "budget" and row["offload-activations"] == "on":
+        return "a remat budget with activation offload"
     return None
 
 
@@ -274,6 +279,8 @@ def step_peak(c, remat):
         options.append("release-gradients=true")
     if tensor_options(c):
         options.append(f'tensor-parallel="{tensor_options(c)}"')
+    if c["offload-activations"] == "on":
+        options.append(f'offload-activations="{offload_activations(c)}"')
     report = subprocess.run(
         [os.path.join(BIN, "trainmem-opt"),
          model(c["dtype"], c["dropout"], rank_batch(c)),
@@ -303,6 +310,13 @@ def remat_option(c):
     return ["policy=" + c["remat"]]
 
 
+def offload_activations(c):
+    """train-offload-activations' options of the combination: the
+    checkpoints of full recompute, else every saved tensor (selective
+    recompute with fused attention, or a budget, may recompute nothing)."""
+    return "what=checkpoints" if c["remat"] == "full" else "what=all"
+
+
 def combination(index, c):
     log = os.path.join(WORK, f"c{index:03d}.losses")
     try:
@@ -320,6 +334,8 @@ def run_combination(index, c, log):
     opts = common_options(c) + ["--loss-log", log]
     if c["offload"] != "none":
         opts.append("--offload-optimizer=" + c["offload"])
+    if c["offload-activations"] == "on":
+        opts.append("--offload-activations=" + offload_activations(c))
     stage = "stage=" + c["zero"]
     if c["accum"] == "2-unrolled":
         # The micro-batch loop unrolled by hand before the rest of the
@@ -341,6 +357,9 @@ def run_combination(index, c, log):
         if c["8bit"] == "on":
             after.append("train-quantize-optimizer-state")
         after.append("train-materialize-remat")
+        if c["offload-activations"] == "on":
+            after.append("train-offload-activations{" +
+                         offload_activations(c) + "}")
         if zero:
             full = " accumulate=full" if c["zero"] in ("2", "3") else ""
             after.append(f"train-zero{{stage={c['zero']} ranks={zero_ranks(c)}"

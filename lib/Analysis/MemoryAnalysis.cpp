@@ -832,8 +832,19 @@ const FunctionMemory *MemoryAnalysis::lookup(func::FuncOp func) const {
 /// The axis `collective` runs over, as the report names it (see
 /// CollectiveTraffic): its group against the tensor axis's, the one
 /// `tensor` (a #train.split of the function, if any) names.
-static std::string axisOf(Operation *collective, TensorSplitAttr tensor) {
+static std::string axisOf(Operation *collective, TensorSplitAttr tensor,
+                          ContextSplitAttr context) {
   std::optional<ProcessGroup> group = getProcessGroup(collective);
+  // A context-parallel step's group (train-context-parallel).
+  if (context && group) {
+    std::optional<ProcessGroup> contextGroup =
+        getProcessGroup(collective, context.getGrid(),
+                        {static_cast<int16_t>(context.getAxis())});
+    if (contextGroup && contextGroup->size == group->size &&
+        contextGroup->stride == group->stride &&
+        contextGroup->gridRanks == group->gridRanks)
+      return "context";
+  }
   std::optional<ProcessGroup> tensorGroup;
   if (tensor) {
     int16_t axis = static_cast<int16_t>(tensor.getAxis());
@@ -853,6 +864,11 @@ mlir::train::collectiveTrafficOf(func::FuncOp func) {
   TensorSplitAttr tensor;
   for (unsigned i = 0; i < func.getNumArguments() && !tensor; ++i)
     tensor = func.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName);
+  ContextSplitAttr context;
+  func.walk([&](ContextSliceOp slice) {
+    context = slice.getContextParallel();
+    return WalkResult::interrupt();
+  });
   std::map<TrafficKey, CollectiveTraffic> traffic;
   func.walk([&](CommunicationOpInterface collective) {
     uint64_t times = 1;
@@ -860,7 +876,7 @@ mlir::train::collectiveTrafficOf(func::FuncOp func) {
          parent = parent->getParentOp())
       if (auto loop = dyn_cast<AccumulateOp>(parent))
         times = mulCount(times, loop.getStepsAttr().getInt());
-    CollectiveTraffic &t = traffic[{axisOf(collective, tensor),
+    CollectiveTraffic &t = traffic[{axisOf(collective, tensor, context),
                                     collective.getCollectiveKind().str()}];
     t.ops = addCount(t.ops, times);
     t.elements =

@@ -191,6 +191,7 @@ struct OpKernels {
 
   LogicalResult evaluate(EmbeddingOp o);
   LogicalResult evaluate(IotaOp o);
+  LogicalResult evaluate(ContextSliceOp o);
   LogicalResult evaluate(MatmulOp o);
   LogicalResult evaluate(AddOp o);
   LogicalResult evaluate(MulOp o);
@@ -253,7 +254,8 @@ struct OpKernels {
 
   /// A fused attention's layout and dropout (trainmem/Support/Attention.h,
   /// which the runtime's kernels use too).
-  template <typename OpT> trainmem::AttentionLayout attentionLayout(OpT op) {
+  template <typename OpT>
+  FailureOr<trainmem::AttentionLayout> attentionLayout(OpT op) {
     auto q = op.getQ().getType(), k = op.getK().getType(),
          v = op.getV().getType();
     trainmem::AttentionLayout a;
@@ -268,6 +270,11 @@ struct OpKernels {
     a.causal = op.getCausal();
     if (std::optional<ArrayRef<double>> slopes = op.getAlibiSlopes())
       a.alibiSlopes = slopes->data();
+    FailureOr<trainmem::ContextChunks> context =
+        contextOf(op, op.getContextParallelAttr());
+    if (failed(context))
+      return failure();
+    a.context = *context;
     return a;
   }
   template <typename OpT> trainmem::AttentionDropout attentionDropout(OpT op) {
@@ -308,10 +315,25 @@ struct OpKernels {
   /// rank's part of a tensor-parallel draw) its place in the whole tensor.
   struct DrawIndex {
     uint64_t block = 0, parts = 1, position = 0;
+    bool balanced = false;
     uint64_t at(uint64_t i) const {
-      return trainmem::splitDrawIndex(i, block, parts, position);
+      return trainmem::splitDrawIndex(i, block, parts, position, balanced);
     }
   };
+  /// This rank's part of a sequence cut by `split` (the whole one
+  /// without a split); failure after an error at `op` when the split's grid
+  /// axis is not a static group of its parts.
+  FailureOr<trainmem::ContextChunks> contextOf(Operation *op,
+                                               ContextSplitAttr split) {
+    if (!split)
+      return trainmem::ContextChunks{};
+    FailureOr<ProcessGroup> group = getContextGroup(op, split);
+    if (failed(group))
+      return failure();
+    return trainmem::ContextChunks{split.getParts(),
+                                   group->positionOf(state.getRank()),
+                                   split.isBalanced()};
+  }
   DrawIndex splitDrawOf(BatchDrawOpInterface draw) {
     FailureOr<SplitDrawPlacement> placement = getSplitDrawPlacement(draw);
     if (failed(placement) || placement->block == 0)
@@ -319,9 +341,10 @@ struct OpKernels {
     return {static_cast<uint64_t>(placement->block),
             static_cast<uint64_t>(placement->parts),
             static_cast<uint64_t>((state.getRank() / placement->stride) %
-                                  placement->parts)};
+                                  placement->parts),
+            placement->balanced};
   }
-  void rope(RopeOp op);
+  LogicalResult rope(RopeOp op);
   void transpose(TransposeOp op);
   LogicalResult crossEntropy(CrossEntropyOp op);
   LogicalResult embeddingGrad(EmbeddingGradOp op);
@@ -572,7 +595,11 @@ void OpKernels::dropout(DropoutOp op) {
   set(op.getMask(), std::move(mask));
 }
 
-void OpKernels::rope(RopeOp op) {
+LogicalResult OpKernels::rope(RopeOp op) {
+  FailureOr<trainmem::ContextChunks> context =
+      contextOf(op, op.getContextParallelAttr());
+  if (failed(context))
+    return failure();
   const RefTensor &x = get(op.getInput());
   double theta = op.getTheta().convertToDouble();
   double sign = op.getInverse() ? -1.0 : 1.0;
@@ -582,7 +609,7 @@ void OpKernels::rope(RopeOp op) {
   bool halves = op.getHalves();
   RefTensor y = RefTensor::zeros(x.shape);
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t pos = r % positions;
+    auto pos = static_cast<double>(context->wholeRow(r % positions, positions));
     for (int64_t i = 0; i < dim / 2; ++i) {
       double angle = sign * pos * std::pow(theta, -2.0 * i / dim);
       double c = std::cos(angle), s = std::sin(angle);
@@ -594,6 +621,7 @@ void OpKernels::rope(RopeOp op) {
     }
   }
   set(op.getResult(), std::move(y));
+  return success();
 }
 
 void OpKernels::transpose(TransposeOp op) {
@@ -1121,6 +1149,30 @@ LogicalResult OpKernels::evaluate(IotaOp o) {
   return success();
 }
 
+LogicalResult OpKernels::evaluate(ContextSliceOp o) {
+  FailureOr<trainmem::ContextChunks> context =
+      contextOf(o, o.getContextParallel());
+  if (failed(context))
+    return failure();
+  const RefTensor &x = get(o.getInput());
+  int64_t dim = o.getDim(), rows = x.shape[dim];
+  int64_t mine = rows / context->parts, outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= x.shape[d];
+  for (size_t d = dim + 1; d < x.shape.size(); ++d)
+    inner *= x.shape[d];
+  std::vector<int64_t> shape = x.shape, ids;
+  shape[dim] = mine;
+  ids.reserve(outer * mine * inner);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t r = 0; r < mine; ++r)
+      for (int64_t c = 0; c < inner; ++c)
+        ids.push_back(
+            x.ints[(o * rows + context->wholeRow(r, mine)) * inner + c]);
+  set(o.getResult(), RefTensor::ofInts(shape, std::move(ids)));
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(MatmulOp o) { return matmul(o); }
 
 LogicalResult OpKernels::evaluate(AddOp o) {
@@ -1193,10 +1245,7 @@ LogicalResult OpKernels::evaluate(DropoutOp o) {
   return success();
 }
 
-LogicalResult OpKernels::evaluate(RopeOp o) {
-  rope(o);
-  return success();
-}
+LogicalResult OpKernels::evaluate(RopeOp o) { return rope(o); }
 
 LogicalResult OpKernels::evaluate(GradAllReduceOp o) {
   set(o.getResult(), get(o.getInput()));
@@ -1659,12 +1708,16 @@ LogicalResult OpKernels::evaluate(LRScheduleOp o) {
 /// values, in double.
 LogicalResult OpKernels::evaluate(AttentionOp o) {
   const RefTensor &q = get(o.getQ()), &k = get(o.getK()), &v = get(o.getV());
-  trainmem::AttentionLayout a = attentionLayout(o);
+  FailureOr<trainmem::AttentionLayout> layout = attentionLayout(o);
+  if (failed(layout))
+    return failure();
+  const trainmem::AttentionLayout &a = *layout;
   trainmem::AttentionDropout dropout = attentionDropout(o);
   double scale = o.getScale().convertToDouble();
   RefTensor out = RefTensor::zeros(shapeOf(o.getOutput().getType()));
   RefTensor lse = RefTensor::zeros(shapeOf(o.getLse().getType()));
   std::vector<double> scores(a.keys), acc(a.valueDim);
+  std::vector<int64_t> seen;
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
       int64_t kvh = a.kvHead(h);
@@ -1673,21 +1726,28 @@ LogicalResult OpKernels::evaluate(AttentionOp o) {
       const float *vh =
           &v.floats[((b * a.kvHeads + kvh) * a.keys) * a.valueDim];
       for (int64_t i = 0; i < a.queries; ++i) {
-        int64_t visible = a.visibleKeys(i);
-        for (int64_t j = 0; j < visible; ++j) {
+        // The keys query i sees (0..i unless context-parallel).
+        seen.clear();
+        for (int64_t j = 0; j < a.keys; ++j)
+          if (a.visible(i, j))
+            seen.push_back(j);
+        int64_t visible = static_cast<int64_t>(seen.size());
+        for (int64_t n = 0; n < visible; ++n) {
+          int64_t j = seen[n];
           double dot = 0.0;
           for (int64_t d = 0; d < a.dim; ++d)
             dot += static_cast<double>(qh[i * a.dim + d]) * kh[j * a.dim + d];
-          scores[j] = dot;
+          scores[n] = dot;
         }
         double logSumExp = trainmem::scaleRowAndLogSumExp(
             scores.data(), visible, scale,
             a.alibiSlopes ? a.alibiSlopes[h] : 0.0, i);
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t n = 0; n < visible; ++n) {
+          int64_t j = seen[n];
           if (!dropout.keep(a.score(b, h, i, j)))
             continue;
-          double p = std::exp(scores[j] - logSumExp) * dropout.keepScale;
+          double p = std::exp(scores[n] - logSumExp) * dropout.keepScale;
           for (int64_t d = 0; d < a.valueDim; ++d)
             acc[d] += p * vh[j * a.valueDim + d];
         }
@@ -1708,7 +1768,10 @@ LogicalResult OpKernels::evaluate(AttentionGradOp o) {
   const RefTensor &dout = get(o.getGrad()), &q = get(o.getQ()),
                   &k = get(o.getK()), &v = get(o.getV()),
                   &out = get(o.getOutput()), &lse = get(o.getLse());
-  trainmem::AttentionLayout a = attentionLayout(o);
+  FailureOr<trainmem::AttentionLayout> layout = attentionLayout(o);
+  if (failed(layout))
+    return failure();
+  const trainmem::AttentionLayout &a = *layout;
   trainmem::AttentionDropout dropout = attentionDropout(o);
   double scale = o.getScale().convertToDouble();
   std::vector<double> dq(q.floats.size()), dk(k.floats.size()),
@@ -1720,14 +1783,15 @@ LogicalResult OpKernels::evaluate(AttentionGradOp o) {
       int64_t kBase = ((b * a.kvHeads + kvh) * a.keys) * a.dim;
       int64_t vBase = ((b * a.kvHeads + kvh) * a.keys) * a.valueDim;
       for (int64_t i = 0; i < a.queries; ++i) {
-        int64_t visible = a.visibleKeys(i);
         int64_t oRow = a.outRow(b, h, i);
         double rowDot = 0.0;
         for (int64_t d = 0; d < a.valueDim; ++d)
           rowDot += static_cast<double>(dout.floats[oRow + d]) *
                     out.floats[oRow + d];
         double logSumExp = lse.floats[a.row(b, h, i)];
-        for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t j = 0; j < a.keys; ++j) {
+          if (!a.visible(i, j))
+            continue;
           double dot = 0.0;
           for (int64_t d = 0; d < a.dim; ++d)
             dot += static_cast<double>(q.floats[qBase + i * a.dim + d]) *
@@ -1923,12 +1987,12 @@ struct ActivationGradModel
 void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, TrainDialect *) {
     attachKernels<
-        EmbeddingOp, IotaOp, MatmulOp, AddOp, MulOp, ScaleOp, BiasAddOp,
-        LayerNormOp, RMSNormOp, GeluOp, BiasGeluOp, SoftmaxOp, DropoutOp,
-        RopeOp, ReshapeOp, GradAllReduceOp, TransposeOp, CrossEntropyOp,
-        MeanLossOp, CastOp, TransferOp, DropoutMaskOp, CountValidOp,
-        SliceRowsOp, EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp,
-        GeluGradOp, BiasGeluGradOp, SoftmaxGradOp, DropoutGradOp,
+        EmbeddingOp, IotaOp, ContextSliceOp, MatmulOp, AddOp, MulOp, ScaleOp,
+        BiasAddOp, LayerNormOp, RMSNormOp, GeluOp, BiasGeluOp, SoftmaxOp,
+        DropoutOp, RopeOp, ReshapeOp, GradAllReduceOp, TransposeOp,
+        CrossEntropyOp, MeanLossOp, CastOp, TransferOp, DropoutMaskOp,
+        CountValidOp, SliceRowsOp, EmbeddingGradOp, SumToOp, LayerNormGradOp,
+        RMSNormGradOp, GeluGradOp, BiasGeluGradOp, SoftmaxGradOp, DropoutGradOp,
         CrossEntropyGradOp, RowMaxOp, BroadcastOp, SliceOp, SliceGradOp,
         CrossEntropyPartOp, CrossEntropyMergeOp, CrossEntropyPartGradOp,
         CrossEntropyMergeGradOp, AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp,

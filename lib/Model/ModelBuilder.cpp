@@ -286,10 +286,10 @@ Value GraphBuilder::attentionBlock(Value x, int64_t layer) {
     if (!isGpt) {
       q = RopeOp::create(builder, loc(ap + ".q.rope"), q,
                          builder.getF64FloatAttr(config.ropeTheta), UnitAttr(),
-                         UnitAttr());
+                         UnitAttr(), ContextSplitAttr());
       k = RopeOp::create(builder, loc(ap + ".k.rope"), k,
                          builder.getF64FloatAttr(config.ropeTheta), UnitAttr(),
-                         UnitAttr());
+                         UnitAttr(), ContextSplitAttr());
     }
     if (kv != a) {
       // Grouped-query attention: each of the kv heads serves a/kv query

@@ -375,6 +375,11 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
     for (auto &[kind, traffic] : collectiveTrafficOf(stepFunc))
       session->plannedBytesSent =
           addCount(session->plannedBytesSent, traffic.bytes);
+  if (stepFunc)
+    stepFunc.walk([&](ContextSliceOp slice) {
+      session->contextParts = std::max(session->contextParts,
+                                       slice.getContextParallel().getParts());
+    });
   FailureOr<StepLayout> layout = lowerStep(module);
   if (failed(layout))
     return runError("");

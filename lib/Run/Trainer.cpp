@@ -427,9 +427,10 @@ Trainer::run(function_ref<void(const StepReport &)> onRan,
     report.seconds = secondsSince(start);
     // The data-parallel ranks' batches (a tensor-parallel group trains on
     // one).
-    report.tokensPerSecond = (step - summary.firstStep + 1) * batchSize *
-                             (ranks / session.getTensorParts()) * seqLen /
-                             std::max(report.seconds, 1e-9);
+    report.tokensPerSecond =
+        (step - summary.firstStep + 1) * batchSize *
+        (ranks / (session.getTensorParts() * session.getContextParts())) *
+        seqLen / std::max(report.seconds, 1e-9);
     onStep(report);
     llvm::Expected<int> stop = agreeOnStop();
     if (!stop)

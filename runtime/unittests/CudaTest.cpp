@@ -476,7 +476,7 @@ TEST(Cuda, RopeWithinAnUlpOfTheCpu) {
     // Bit 0: inverse, bit 1: halves.
     auto kernel = [&](tmrt_context *c) {
       tmrt_rope(c, 0, n * 4, 1, heads, seq, dim, 0, seq * dim, dim, 1, 10000.0,
-                inverse & 1, inverse >> 1);
+                inverse & 1, inverse >> 1, 1, 1, 0);
     };
     ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
     ContextPtr gpu = cudaContext(why);
@@ -546,12 +546,15 @@ TEST(Cuda, DropoutGivesTheCpuBits) {
     auto ref = [&](int64_t t) { return tmrt_tensor_ref(t * slot, dtype); };
     auto kernel = [&](tmrt_context *c) {
       tmrt_dropout(c, ref(0), ref(1), 2 * slot, n, 0.3, 1234, 7, 6 * slot, 5,
-                   6 * slot + 8, n, 0, 1, 0, 1, 1);
+                   6 * slot + 8, n, 0, 1, 0, 1, 1, 0);
       tmrt_dropout_grad(c, ref(3), 2 * slot, ref(4), n, 0.3);
       // One rank's part of a tensor-parallel draw: blocks of 5 of a tensor
       // 3 times wider.
-      tmrt_dropout_mask(c, 5 * slot, n, 0.1, 99, 2, -1, 1, -1, 0, 0, 1, 5, 3,
-                        1);
+      tmrt_dropout_mask(c, 5 * slot, n, 0.1, 99, 2, -1, 1, -1, 0, 0, 1, 5, 3, 1,
+                        0);
+      // A context-parallel rank's balanced chunks: 2 of 6, 4 elements each.
+      tmrt_dropout_mask(c, 5 * slot + n, n, 0.1, 99, 2, -1, 1, -1, 0, 0, 1, 8,
+                        3, 1, 1);
     };
     ContextPtr cpu(tmrt_context_create("cpu", 1, nullptr));
     ContextPtr gpu = cudaContext(why);

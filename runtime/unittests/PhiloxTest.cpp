@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 using namespace trainmem;
 
 // The three `philox4x32 10` known-answer vectors of Random123's
@@ -55,4 +57,30 @@ TEST(Philox, DropoutKeepFractionMatchesRate) {
     double fraction = static_cast<double>(kept) / n;
     EXPECT_NEAR(fraction, 1.0 - rate, 0.003) << "rate " << rate;
   }
+}
+
+// A context-parallel rank's balanced part (chunks p and 2c - 1 - p of 2c
+// along the split dimension) lies where ContextChunks puts its rows: the
+// parts of the c ranks cover the whole draw once.
+TEST(Philox, BalancedPartsCoverTheWholeDrawOnce) {
+  const uint64_t parts = 3, chunk = 5, inner = 2, outer = 4;
+  const uint64_t block = 2 * chunk * inner; // a rank's elements per outer
+  std::vector<int> hits(outer * block * parts, 0);
+  for (uint64_t position = 0; position < parts; ++position)
+    for (uint64_t i = 0; i < outer * block; ++i) {
+      uint64_t whole =
+          trainmem::splitDrawIndex(i, block, parts, position, true);
+      ASSERT_LT(whole, hits.size());
+      ++hits[whole];
+      // Row r of the rank's 2·chunk rows is row wholeRow(r) of the whole.
+      uint64_t o = i / block, r = (i % block) / inner, x = i % inner;
+      uint64_t row = r < chunk ? position * chunk + r
+                               : (2 * parts - 1 - position) * chunk + r - chunk;
+      EXPECT_EQ(whole, (o * 2 * parts * chunk + row) * inner + x);
+    }
+  for (int h : hits)
+    EXPECT_EQ(h, 1);
+  // Contiguous parts are unchanged by the flag's default.
+  EXPECT_EQ(trainmem::splitDrawIndex(7, 4, 3, 2),
+            trainmem::splitDrawIndex(7, 4, 3, 2, false));
 }

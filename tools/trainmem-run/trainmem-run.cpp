@@ -183,6 +183,14 @@ static cl::opt<std::string> zeroOptions(
              "the process count)"),
     cl::cat(category));
 
+static cl::opt<std::string> contextParallelOptions(
+    "context-parallel",
+    cl::desc("Cut every sequence over the processes mpirun starts, "
+             "attention over the group's gathered keys "
+             "(train-context-parallel options, e.g. \"size=2\"; with "
+             "--fuse-attention)"),
+    cl::cat(category));
+
 static cl::opt<std::string> tensorParallelOptions(
     "tensor-parallel",
     cl::desc("Split the model's attention and MLPs over the processes "
@@ -322,6 +330,7 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
   options.fuseElementwise = fuseElementwise;
   options.releaseGradients = releaseGradients;
   options.tensorParallel = tensorParallelOptions;
+  options.contextParallel = contextParallelOptions;
   if (zeroOptions.getNumOccurrences()) {
     if (StringRef(zeroOptions).contains("ranks"))
       return refuse("--zero takes train-zero's options but ranks: the ranks "
@@ -381,6 +390,7 @@ static std::vector<std::string> shapingOptions() {
           quantizeOptions,
           zeroOptions,
           tensorParallelOptions,
+          contextParallelOptions,
           lossScaleOptions,
           fuseAttention ? "fuse-attention" : "",
           fuseElementwise ? "fuse-elementwise" : "",

@@ -257,7 +257,8 @@ private:
 /// CommunicationOpInterface; a micro-batch loop's body counts once per
 /// micro-batch. The axis: "tensor" (the one the function's #train.split
 /// parts are cut over), "data" (another: ZeRO's, the data axis of a
-/// tensor-parallel grid) or "data+tensor" (both, a norm's sum).
+/// tensor-parallel grid), "data+tensor" (both, a norm's sum) or
+/// "context" (the group of a train-context-parallel step).
 struct CollectiveTraffic {
   uint64_t ops = 0, elements = 0, bytes = 0;
 };

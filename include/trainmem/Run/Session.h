@@ -167,7 +167,11 @@ public:
     return {ranks, rank, zeroStage, tensorParts};
   }
   int64_t getTensorPosition() const { return rank % tensorParts; }
-  int64_t getDataRank() const { return rank / tensorParts; }
+  /// Context parallelism (train-context-parallel): the ranks of a context
+  /// group, which train on the same rows, each on its positions (1
+  /// without).
+  int64_t getContextParts() const { return contextParts; }
+  int64_t getDataRank() const { return rank / (tensorParts * contextParts); }
   /// The mean of `value` over the ranks, in rank order (every rank gets
   /// it); `value` itself on one rank.
   llvm::Expected<double> meanOverRanks(double value) const;
@@ -236,7 +240,7 @@ private:
   /// The ranks the step runs on (and the ZeRO stage): train-zero's, the
   /// lowered step's, or its collectives' grid's.
   void readRanks(Operation *marked, func::FuncOp stepFunc);
-  int64_t ranks = 1, rank = 0, zeroStage = 0, tensorParts = 1;
+  int64_t ranks = 1, rank = 0, zeroStage = 0, tensorParts = 1, contextParts = 1;
   uint64_t plannedBytesSent = 0;
   const TensorSlot *tokensSlot = nullptr, *targetsSlot = nullptr,
                    *stepSlot = nullptr, *lossSlot = nullptr;

@@ -9,6 +9,7 @@
 #ifndef TRAINMEM_SUPPORT_ATTENTION_H
 #define TRAINMEM_SUPPORT_ATTENTION_H
 
+#include "trainmem/Support/ContextChunks.h"
 #include "trainmem/Support/Philox.h"
 
 #include <algorithm>
@@ -29,6 +30,10 @@ struct AttentionLayout {
   /// ALiBi: one slope per query head (memory the kernel can read: device
   /// memory on a GPU), or null.
   const double *alibiSlopes = nullptr;
+  /// Context parallelism: the queries are this rank's rows of the
+  /// sequence, the keys the group's rows gathered in rank order
+  /// (ContextChunks.h); whole when `context.parts` is 1.
+  ContextChunks context;
 
   /// The layout of the runtime kernels' arguments (the lowering's order).
   static AttentionLayout of(int64_t batch, int64_t heads, int64_t kvHeads,
@@ -44,9 +49,27 @@ struct AttentionLayout {
   TRAINMEM_HD int64_t group() const { return heads / kvHeads; }
   /// The key/value head query head `h` reads.
   TRAINMEM_HD int64_t kvHead(int64_t h) const { return h / group(); }
-  /// Keys query `i` sees: 0..i when causal.
-  TRAINMEM_HD int64_t visibleKeys(int64_t i) const {
-    return causal ? i + 1 : keys;
+  /// The place of query `i` and of key `j` in the whole sequence.
+  TRAINMEM_HD int64_t queryPosition(int64_t i) const {
+    return context.wholeRow(i, queries);
+  }
+  TRAINMEM_HD int64_t keyPosition(int64_t j) const {
+    return context.gatheredRow(j, keys);
+  }
+  /// Keys consecutive in the whole sequence: the kernels take key tiles
+  /// within such a run, where the keys a query sees are a prefix.
+  TRAINMEM_HD int64_t keyRun() const { return context.gatheredRun(keys); }
+  /// Whether query `i` sees key `j`: a causal mask hides later positions.
+  TRAINMEM_HD bool visible(int64_t i, int64_t j) const {
+    return !causal || keyPosition(j) <= queryPosition(i);
+  }
+  /// How many of the `cols` keys from `k0` (inside one run) query `i`
+  /// sees: a prefix of them.
+  TRAINMEM_HD int64_t visibleIn(int64_t i, int64_t k0, int64_t cols) const {
+    if (!causal)
+      return cols;
+    int64_t seen = queryPosition(i) - keyPosition(k0) + 1;
+    return seen < 0 ? 0 : (seen > cols ? cols : seen);
   }
   /// The bias score (h, i, j) gets after the scale: ALiBi's
   /// m_h · (j - i), or 0.
@@ -65,9 +88,16 @@ struct AttentionLayout {
            valueDim;
   }
   /// Position of score (b, h, i, j) among the batch · heads · queries ·
-  /// keys scores (row-major): what its dropout draw is keyed by.
+  /// keys scores (row-major; the whole sequence's under context
+  /// parallelism): what its dropout draw is keyed by.
   TRAINMEM_HD uint64_t score(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    return static_cast<uint64_t>(row(b, h, i) * keys + j);
+    if (context.isWhole())
+      return static_cast<uint64_t>(row(b, h, i) * keys + j);
+    // A context-parallel rank's scores sit at their positions in the whole
+    // [batch, heads, queries · parts, keys] tensor.
+    int64_t wholeRow =
+        (b * heads + h) * queries * context.parts + queryPosition(i);
+    return static_cast<uint64_t>(wholeRow * keys + keyPosition(j));
   }
 };
 

@@ -78,12 +78,26 @@ TRAINMEM_HD inline bool dropoutKeep(uint64_t seed, uint64_t offset,
 /// Where element `i` of one rank's part of a draw lies in the whole draw
 /// (train.dropout's `split`): the part is blocks of `block` elements (its
 /// elements from the split dimension on), the whole `parts` times as many
-/// per block, the rank's at `position`; `block` 0 is a whole draw.
+/// per block, the rank's at `position`; `block` 0 is a whole draw. A
+/// `balanced` part (a context-parallel rank's positions) is two chunks of
+/// block / 2, chunks `position` and 2·parts - 1 - `position` of the
+/// whole's 2·parts.
 TRAINMEM_HD inline uint64_t splitDrawIndex(uint64_t i, uint64_t block,
-                                           uint64_t parts, uint64_t position) {
+                                           uint64_t parts, uint64_t position,
+                                           bool balanced = false) {
   if (block == 0)
     return i;
-  return (i / block) * block * parts + position * block + i % block;
+  if (!balanced)
+    return (i / block) * block * parts + position * block + i % block;
+  uint64_t chunk = block / 2, k = i / chunk;
+  uint64_t at = k % 2 == 0 ? position : 2 * parts - 1 - position;
+  return (k / 2) * block * parts + at * chunk + i % chunk;
+}
+
+/// The elements of a rank's part of a draw that lie together in the whole
+/// draw, from each multiple of it on: a block, or a balanced part's chunk.
+TRAINMEM_HD inline uint64_t splitDrawRun(uint64_t block, bool balanced) {
+  return balanced ? block / 2 : block;
 }
 
 } // namespace trainmem

@@ -351,7 +351,27 @@ static LogicalResult lowerSliceGrad(SliceGradOp op, RuntimeCallBuilder &b) {
   return success();
 }
 
+/// The runtime's view of a context split: its parts, the stride of its
+/// group's ranks and its order; one part (the whole sequence) without one.
+struct ContextPlacement {
+  int64_t parts = 1, stride = 1, balanced = 0;
+};
+static FailureOr<ContextPlacement> contextPlacementOf(Operation *op,
+                                                      ContextSplitAttr split) {
+  if (!split)
+    return ContextPlacement{};
+  FailureOr<ProcessGroup> group = getContextGroup(op, split);
+  if (failed(group))
+    return failure();
+  return ContextPlacement{split.getParts(), group->stride,
+                          split.isBalanced() ? 1 : 0};
+}
+
 static LogicalResult lowerRope(RopeOp op, RuntimeCallBuilder &b) {
+  FailureOr<ContextPlacement> context =
+      contextPlacementOf(op, op.getContextParallelAttr());
+  if (failed(context))
+    return failure();
   Value in = op.getInput();
   ArrayRef<int64_t> inShape = b.shape(in);
   if (inShape.size() > 4)
@@ -375,7 +395,10 @@ static LogicalResult lowerRope(RopeOp op, RuntimeCallBuilder &b) {
                   .sd = padded[3],
                   .theta = op.getTheta().convertToDouble(),
                   .inverse = static_cast<int64_t>(op.getInverse()),
-                  .halves = static_cast<int64_t>(op.getHalves())},
+                  .halves = static_cast<int64_t>(op.getHalves()),
+                  .context_parts = context->parts,
+                  .context_stride = context->stride,
+                  .context_balanced = context->balanced},
          op.getLoc());
   return success();
 }
@@ -461,6 +484,30 @@ static LogicalResult lowerIota(IotaOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::iota{.out = b.offset(o.getResult()), .n = b.elements(o.getResult()), .id_bits = b.idBits(o.getResult())});
 }
 
+static LogicalResult lowerContextSlice(ContextSliceOp o,
+                                       RuntimeCallBuilder &b) {
+  FailureOr<ContextPlacement> context =
+      contextPlacementOf(o, o.getContextParallel());
+  if (failed(context))
+    return failure();
+  ArrayRef<int64_t> shape = b.shape(o.getInput());
+  int64_t dim = o.getDim(), outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  return b.emitContiguous(o,
+                          rt::context_slice{.in = b.offset(o.getInput()),
+                                            .out = b.offset(o.getResult()),
+                                            .outer = outer,
+                                            .rows = shape[dim],
+                                            .inner = inner,
+                                            .id_bits = b.idBits(o.getInput()),
+                                            .parts = context->parts,
+                                            .stride = context->stride,
+                                            .balanced = context->balanced});
+}
+
 static LogicalResult lowerAdd(AddOp o, RuntimeCallBuilder &b) {
   return b.emitContiguous(o, rt::add{.a = b.offset(o.getLhs()), .b = b.offset(o.getRhs()), .out = b.offset(o.getResult()), .n = b.elements(o.getResult())});
 }
@@ -542,7 +589,8 @@ static LogicalResult lowerDropout(DropoutOp o, RuntimeCallBuilder &b) {
                      .rank_stride = o.getRankStrideAttr().getInt(),
                      .split_block = split->block,
                      .split_parts = split->parts,
-                     .split_stride = split->stride});
+                     .split_stride = split->stride,
+                     .split_balanced = split->balanced ? 1 : 0});
 }
 
 static LogicalResult lowerDropoutMask(DropoutMaskOp o, RuntimeCallBuilder &b) {
@@ -564,7 +612,8 @@ static LogicalResult lowerDropoutMask(DropoutMaskOp o, RuntimeCallBuilder &b) {
              .rank_stride = o.getRankStrideAttr().getInt(),
              .split_block = split->block,
              .split_parts = split->parts,
-             .split_stride = split->stride});
+             .split_stride = split->stride,
+             .split_balanced = split->balanced ? 1 : 0});
 }
 
 static LogicalResult lowerCrossEntropy(CrossEntropyOp o, RuntimeCallBuilder &b) {
@@ -1095,7 +1144,9 @@ template <typename OpT>
 static FailureOr<tmrt_attention_shape>
 attentionShape(OpT op, RuntimeCallBuilder &b, ArrayRef<int64_t> g) {
   FailureOr<SplitDrawPlacement> split = getSplitDrawPlacement(op);
-  if (failed(split))
+  FailureOr<ContextPlacement> context =
+      contextPlacementOf(op, op.getContextParallelAttr());
+  if (failed(split) || failed(context))
     return failure();
   SmallVector<int64_t> s = attentionOperandStrides(op);
   ArrayRef<int64_t> q = b.shape(op.getQ()), k = b.shape(op.getK()),
@@ -1134,7 +1185,10 @@ attentionShape(OpT op, RuntimeCallBuilder &b, ArrayRef<int64_t> g) {
       .rank_stride = op.getRankStrideAttr().getInt(),
       .split_block = split->block,
       .split_parts = split->parts,
-      .split_stride = split->stride};
+      .split_stride = split->stride,
+      .context_parts = context->parts,
+      .context_stride = context->stride,
+      .context_balanced = context->balanced};
 }
 
 static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {
@@ -1212,6 +1266,7 @@ void mlir::train::registerRuntimeLoweringExternalModels(
   registry.addExtension(+[](MLIRContext *ctx, TrainDialect *) {
     attach<EmbeddingOp, lowerEmbedding>(ctx);
     attach<IotaOp, lowerIota>(ctx);
+    attach<ContextSliceOp, lowerContextSlice>(ctx);
     attach<AddOp, lowerAdd>(ctx);
     attach<MulOp, lowerMul>(ctx);
     attach<ScaleOp, lowerScale>(ctx);

@@ -148,6 +148,16 @@ void tmrt_fill(tmrt_context *ctx, int64_t out, int64_t n, double value);
 void tmrt_fill_i64(tmrt_context *ctx, int64_t out, int64_t n, int64_t value);
 void tmrt_iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits);
 void tmrt_copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
+/* A context-parallel rank's rows of ids (train.context_slice): `in` is
+ * [outer, rows, inner] integers of id_bits (32 or 64), `out` [outer,
+ * rows / parts, inner] this rank's rows, the rank at place p = (rank /
+ * stride) mod parts of its group taking rows [p·n, (p + 1)·n), or with
+ * balanced chunks p and 2·parts - 1 - p of 2·parts
+ * (trainmem/Support/ContextChunks.h). */
+void tmrt_context_slice(tmrt_context *ctx, int64_t in, int64_t out,
+                        int64_t outer, int64_t rows, int64_t inner,
+                        int64_t id_bits, int64_t parts, int64_t stride,
+                        int64_t balanced);
 /* Copies `bytes` from reference `from` to reference `to`, the two in either
  * arena: how a step moves host memory (TMRT_HOST_MEMORY) to the device and
  * back (train-offload-optimizer's staging copies). Counted in
@@ -241,7 +251,9 @@ void tmrt_softmax_grad(tmrt_context *ctx, int64_t dy, int64_t y, int64_t out,
  * elements from its split dimension on) draws its elements' positions in
  * the whole tensor, splitDrawIndex(i, split_block, split_parts, p) for i,
  * p = (tmrt_rank / split_stride) % split_parts the rank's part; 0, 1, 1
- * for a whole draw. */
+ * for a whole draw. With split_balanced (a context-parallel rank's
+ * positions, train-context-parallel) the part is chunks p and
+ * 2·split_parts - 1 - p of 2·split_parts, each split_block / 2. */
 /* The layout, flags and dropout stream of a fused attention (the fields
  * of AttentionShape.def, each an int64_t): a descriptor the compiler places
  * as a constant, passed by address. */
@@ -283,7 +295,7 @@ void tmrt_dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                   int64_t key, int64_t first, int64_t part,
                   int64_t part_elements, int64_t rank_elements,
                   int64_t rank_stride, int64_t split_block, int64_t split_parts,
-                  int64_t split_stride);
+                  int64_t split_stride, int64_t split_balanced);
 void tmrt_dropout_grad(tmrt_context *ctx, int64_t dy, int64_t mask,
                        int64_t out, int64_t n, double rate);
 void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
@@ -291,15 +303,18 @@ void tmrt_dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                        int64_t part, int64_t part_elements,
                        int64_t rank_elements, int64_t rank_stride,
                        int64_t split_block, int64_t split_parts,
-                       int64_t split_stride);
+                       int64_t split_stride, int64_t split_balanced);
 
 /* Rotary embedding of a rank-4 strided view [n0, n1, S, D] into a row-major
  * output: pairs (2i, 2i + 1), or (i, i + D/2) with halves; inverse rotates
- * by the negated angle. */
+ * by the negated angle. With context_parts > 1 the S rows are a
+ * context-parallel rank's (tmrt_context_slice's rows of the whole
+ * sequence), each rotated at its place in the whole. */
 void tmrt_rope(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0,
                int64_t n1, int64_t s, int64_t d, int64_t s0, int64_t s1,
                int64_t ss, int64_t sd, double theta, int64_t inverse,
-               int64_t halves);
+               int64_t halves, int64_t context_parts, int64_t context_stride,
+               int64_t context_balanced);
 
 /* Embeddings. The table (its gradient) is this rank's `vocab` rows of
  * `split_parts · vocab`, from row ((rank / split_stride) mod split_parts)

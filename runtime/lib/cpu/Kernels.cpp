@@ -15,6 +15,7 @@
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
 #include "trainmem/Support/Attention.h"
+#include "trainmem/Support/ContextChunks.h"
 #include "trainmem/Support/DynamicMap.h"
 #include "trainmem/Support/FastExp.h"
 #include "trainmem/Support/LossScaleUpdate.h"
@@ -184,16 +185,19 @@ void forEachKeepParallel(tmrt_context *ctx, int64_t n, uint64_t seed,
 template <typename Fn>
 void forEachKeepOfPart(tmrt_context *ctx, int64_t n, uint64_t seed,
                        uint64_t offset, double rate, uint64_t base,
-                       int64_t block, int64_t parts, int64_t stride, Fn fn) {
+                       int64_t block, int64_t parts, int64_t stride,
+                       bool balanced, Fn fn) {
   if (block <= 0)
     return forEachKeepParallel(ctx, n, seed, offset, rate, base, fn);
   auto position = static_cast<uint64_t>((tmrt_rank(ctx) / stride) % parts);
-  for (int64_t first = 0; first < n; first += block) {
-    uint64_t at =
-        base + trainmem::splitDrawIndex(static_cast<uint64_t>(first),
-                                        static_cast<uint64_t>(block),
-                                        static_cast<uint64_t>(parts), position);
-    forEachKeepParallel(ctx, std::min(block, n - first), seed, offset, rate, at,
+  auto run = static_cast<int64_t>(
+      trainmem::splitDrawRun(static_cast<uint64_t>(block), balanced));
+  for (int64_t first = 0; first < n; first += run) {
+    uint64_t at = base + trainmem::splitDrawIndex(static_cast<uint64_t>(first),
+                                                  static_cast<uint64_t>(block),
+                                                  static_cast<uint64_t>(parts),
+                                                  position, balanced);
+    forEachKeepParallel(ctx, std::min(run, n - first), seed, offset, rate, at,
                         [&](int64_t i, bool k) { fn(first + i, k); });
   }
 }
@@ -291,6 +295,26 @@ void iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits) {
       ctx->at<int64_t>(out)[i] = i;
   }
   ctx->touch(out, n * id_bits / 8);
+}
+
+void context_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t outer,
+                   int64_t rows, int64_t inner, int64_t id_bits, int64_t parts,
+                   int64_t stride, int64_t balanced) {
+  if (!tmrt::checkSplit(ctx, "context_slice", parts, stride))
+    return;
+  trainmem::ContextChunks context{
+      parts, tmrt::splitPosition(ctx, parts, stride), balanced != 0};
+  int64_t mine = rows / parts, bytes = id_bits / 8;
+  const char *x = ctx->at<char>(in);
+  char *y = ctx->at<char>(out);
+  // Runs of rows consecutive in the sequence, one copy each.
+  int64_t run = context.localRun(mine);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t r = 0; r < mine; r += run)
+      std::memcpy(y + (o * mine + r) * inner * bytes,
+                  x + (o * rows + context.wholeRow(r, mine)) * inner * bytes,
+                  run * inner * bytes);
+  ctx->touch(out, outer * mine * inner * bytes);
 }
 
 template <typename T>
@@ -775,6 +799,10 @@ AttentionShape attentionShape(tmrt_context *ctx, const tmrt_attention_shape &d,
     a.vs[i] = strides[8 + i];
   }
   a.scale = scale;
+  if (d.context_parts > 1)
+    a.context = {d.context_parts,
+                 tmrt::splitPosition(ctx, d.context_parts, d.context_stride),
+                 d.context_balanced != 0};
   if (rate > 0.0) {
     int64_t seed = d.seed;
     if (key >= 0)
@@ -857,8 +885,6 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
       int64_t tile = task % tiles, bh = task / tiles;
       int64_t b = bh / a.heads, h = bh % a.heads, kvh = a.kvHead(h);
       int64_t q0 = tile * BQ, rows = std::min(BQ, a.queries - q0);
-      // Keys the tile's last query sees.
-      int64_t keyEnd = a.visibleKeys(q0 + rows - 1);
       if (packedHead != b * a.kvHeads + kvh) {
         packedHead = b * a.kvHeads + kvh;
         kh.resize(a.keys * a.dim);
@@ -874,47 +900,53 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
                 -std::numeric_limits<float>::infinity());
       std::fill(sum.begin(), sum.end(), 0.0f);
       std::fill(o.begin(), o.end(), 0.0f);
-      for (int64_t k0 = 0; k0 < keyEnd; k0 += BK) {
-        int64_t cols = std::min(BK, keyEnd - k0);
-        attentionGemm(false, true, rows, cols, a.dim, qt.data(), a.dim,
-                      kh.data() + k0 * a.dim, a.dim, false, s.data(), BK);
-        for (int64_t r = 0; r < rows; ++r) {
-          int64_t i = q0 + r;
-          int64_t visible =
-              std::clamp<int64_t>(a.visibleKeys(i) - k0, 0, cols);
-          float *sr = s.data() + r * BK;
-          if (visible == 0) {
-            std::fill(sr, sr + cols, 0.0f);
-            continue;
-          }
-          float tileMost = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < visible; ++j) {
-            sr[j] = sr[j] * scale + a.bias(h, i, k0 + j);
-            tileMost = std::max(tileMost, sr[j]);
-          }
-          float newMost = std::max(most[r], tileMost);
-          float rescale = trainmem::fastExp(most[r] - newMost);
-          for (int64_t j = 0; j < visible; ++j)
-            sr[j] -= newMost;
-          trainmem::fastExpInPlace(sr, visible);
-          float rowSum = 0.0f;
-          for (int64_t j = 0; j < visible; ++j)
-            rowSum += sr[j];
-          std::fill(sr + visible, sr + cols, 0.0f);
-          sum[r] = sum[r] * rescale + rowSum;
-          most[r] = newMost;
-          if (a.dropout.rate > 0.0) {
-            a.dropout.keepRun(a.score(b, h, i, k0), visible, kept.data());
+      // Key tiles inside runs of keys consecutive in the sequence (one run
+      // but under context parallelism), each run up to the keys the tile's
+      // last query sees in it.
+      for (int64_t run = 0; run < a.keys; run += a.keyRun()) {
+        int64_t keyEnd = run + a.visibleIn(q0 + rows - 1, run,
+                                           std::min(a.keyRun(), a.keys - run));
+        for (int64_t k0 = run; k0 < keyEnd; k0 += BK) {
+          int64_t cols = std::min(BK, keyEnd - k0);
+          attentionGemm(false, true, rows, cols, a.dim, qt.data(), a.dim,
+                        kh.data() + k0 * a.dim, a.dim, false, s.data(), BK);
+          for (int64_t r = 0; r < rows; ++r) {
+            int64_t i = q0 + r;
+            int64_t visible = a.visibleIn(i, k0, cols);
+            float *sr = s.data() + r * BK;
+            if (visible == 0) {
+              std::fill(sr, sr + cols, 0.0f);
+              continue;
+            }
+            float tileMost = -std::numeric_limits<float>::infinity();
+            for (int64_t j = 0; j < visible; ++j) {
+              sr[j] = sr[j] * scale + a.bias(h, i, k0 + j);
+              tileMost = std::max(tileMost, sr[j]);
+            }
+            float newMost = std::max(most[r], tileMost);
+            float rescale = trainmem::fastExp(most[r] - newMost);
             for (int64_t j = 0; j < visible; ++j)
-              sr[j] = kept[j] ? sr[j] * keepScale : 0.0f;
+              sr[j] -= newMost;
+            trainmem::fastExpInPlace(sr, visible);
+            float rowSum = 0.0f;
+            for (int64_t j = 0; j < visible; ++j)
+              rowSum += sr[j];
+            std::fill(sr + visible, sr + cols, 0.0f);
+            sum[r] = sum[r] * rescale + rowSum;
+            most[r] = newMost;
+            if (a.dropout.rate > 0.0) {
+              a.dropout.keepRun(a.score(b, h, i, k0), visible, kept.data());
+              for (int64_t j = 0; j < visible; ++j)
+                sr[j] = kept[j] ? sr[j] * keepScale : 0.0f;
+            }
+            float *orow = o.data() + r * a.valueDim;
+            for (int64_t d = 0; d < a.valueDim; ++d)
+              orow[d] *= rescale;
           }
-          float *orow = o.data() + r * a.valueDim;
-          for (int64_t d = 0; d < a.valueDim; ++d)
-            orow[d] *= rescale;
+          attentionGemm(false, false, rows, a.valueDim, cols, s.data(), BK,
+                        vh.data() + k0 * a.valueDim, a.valueDim, true, o.data(),
+                        a.valueDim);
         }
-        attentionGemm(false, false, rows, a.valueDim, cols, s.data(), BK,
-                      vh.data() + k0 * a.valueDim, a.valueDim, true, o.data(),
-                      a.valueDim);
       }
       for (int64_t r = 0; r < rows; ++r) {
         int64_t i = q0 + r;
@@ -985,74 +1017,77 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
         }
       }
       std::fill(dqg.begin(), dqg.end(), 0.0f);
-      for (int64_t k0 = 0; k0 < a.keys; k0 += BK) {
-        int64_t cols = std::min(BK, a.keys - k0);
-        std::fill(dkt.begin(), dkt.end(), 0.0f);
-        std::fill(dvt.begin(), dvt.end(), 0.0f);
-        const float *kt = kh.data() + k0 * D, *vt = vh.data() + k0 * DV;
-        // Causal: query i sees keys up to i, so tiles of queries below k0
-        // see none of these keys.
-        int64_t firstQuery = a.causal ? k0 : 0;
-        for (int64_t g = 0; g < group; ++g) {
-          int64_t h = kvh * group + g;
-          for (int64_t q0 = firstQuery / BQ * BQ; q0 < a.queries; q0 += BQ) {
-            int64_t rows = std::min(BQ, a.queries - q0);
-            const float *qt = qg.data() + (g * a.queries + q0) * D;
-            const float *gt = gg.data() + (g * a.queries + q0) * DV;
-            // p = exp(scale · Q Kᵀ - lse), 0 where the key is not visible;
-            // then the dropped-out probabilities into ds for dV.
-            attentionGemm(false, true, rows, cols, D, qt, D, kt, D, false,
-                          p.data(), BK);
-            for (int64_t r = 0; r < rows; ++r) {
-              int64_t i = q0 + r;
-              int64_t visible =
-                  std::clamp<int64_t>(a.visibleKeys(i) - k0, 0, cols);
-              float *pr = p.data() + r * BK, *dr = ds.data() + r * BK;
-              float rowL = rowLse[g * a.queries + i];
-              for (int64_t j = 0; j < visible; ++j)
-                pr[j] = pr[j] * scale + a.bias(h, i, k0 + j) - rowL;
-              trainmem::fastExpInPlace(pr, visible);
-              std::fill(pr + visible, pr + cols, 0.0f);
-              uint8_t *keptRow = kept.data() + r * BK;
-              if (dropout) {
-                a.dropout.keepRun(a.score(b, h, i, k0), visible, keptRow);
-                std::fill(keptRow + visible, keptRow + cols, 0);
-                for (int64_t j = 0; j < cols; ++j)
-                  dr[j] = keptRow[j] ? pr[j] * keepScale : 0.0f;
+      // Key tiles inside runs of keys consecutive in the sequence.
+      for (int64_t run = 0; run < a.keys; run += a.keyRun()) {
+        int64_t runEnd = std::min(a.keys, run + a.keyRun());
+        for (int64_t k0 = run; k0 < runEnd; k0 += BK) {
+          int64_t cols = std::min(BK, runEnd - k0);
+          std::fill(dkt.begin(), dkt.end(), 0.0f);
+          std::fill(dvt.begin(), dvt.end(), 0.0f);
+          const float *kt = kh.data() + k0 * D, *vt = vh.data() + k0 * DV;
+          // Causal: query i sees keys up to i, so tiles of queries below k0
+          // see none of these keys (under context parallelism the rows say).
+          int64_t firstQuery = a.causal && a.context.isWhole() ? k0 : 0;
+          for (int64_t g = 0; g < group; ++g) {
+            int64_t h = kvh * group + g;
+            for (int64_t q0 = firstQuery / BQ * BQ; q0 < a.queries; q0 += BQ) {
+              int64_t rows = std::min(BQ, a.queries - q0);
+              const float *qt = qg.data() + (g * a.queries + q0) * D;
+              const float *gt = gg.data() + (g * a.queries + q0) * DV;
+              // p = exp(scale · Q Kᵀ - lse), 0 where the key is not visible;
+              // then the dropped-out probabilities into ds for dV.
+              attentionGemm(false, true, rows, cols, D, qt, D, kt, D, false,
+                            p.data(), BK);
+              for (int64_t r = 0; r < rows; ++r) {
+                int64_t i = q0 + r;
+                int64_t visible = a.visibleIn(i, k0, cols);
+                float *pr = p.data() + r * BK, *dr = ds.data() + r * BK;
+                float rowL = rowLse[g * a.queries + i];
+                for (int64_t j = 0; j < visible; ++j)
+                  pr[j] = pr[j] * scale + a.bias(h, i, k0 + j) - rowL;
+                trainmem::fastExpInPlace(pr, visible);
+                std::fill(pr + visible, pr + cols, 0.0f);
+                uint8_t *keptRow = kept.data() + r * BK;
+                if (dropout) {
+                  a.dropout.keepRun(a.score(b, h, i, k0), visible, keptRow);
+                  std::fill(keptRow + visible, keptRow + cols, 0);
+                  for (int64_t j = 0; j < cols; ++j)
+                    dr[j] = keptRow[j] ? pr[j] * keepScale : 0.0f;
+                }
               }
-            }
-            // dV += P_keptᵀ dO.
-            attentionGemm(true, false, cols, DV, rows,
-                          dropout ? ds.data() : p.data(), BK, gt, DV, true,
-                          dvt.data(), DV);
-            // dP = dO Vᵀ; dS = p (dP_kept - rowDot) scale.
-            attentionGemm(false, true, rows, cols, DV, gt, DV, vt, DV, false,
-                          ds.data(), BK);
-            for (int64_t r = 0; r < rows; ++r) {
-              int64_t i = q0 + r;
-              float *pr = p.data() + r * BK, *dr = ds.data() + r * BK;
-              const uint8_t *keptRow = kept.data() + r * BK;
-              float dot = rowDot[g * a.queries + i];
-              for (int64_t j = 0; j < cols; ++j) {
-                float dp = dr[j];
-                if (dropout)
-                  dp = keptRow[j] ? dp * keepScale : 0.0f;
-                dr[j] = pr[j] * (dp - dot) * scale;
+              // dV += P_keptᵀ dO.
+              attentionGemm(true, false, cols, DV, rows,
+                            dropout ? ds.data() : p.data(), BK, gt, DV, true,
+                            dvt.data(), DV);
+              // dP = dO Vᵀ; dS = p (dP_kept - rowDot) scale.
+              attentionGemm(false, true, rows, cols, DV, gt, DV, vt, DV, false,
+                            ds.data(), BK);
+              for (int64_t r = 0; r < rows; ++r) {
+                int64_t i = q0 + r;
+                float *pr = p.data() + r * BK, *dr = ds.data() + r * BK;
+                const uint8_t *keptRow = kept.data() + r * BK;
+                float dot = rowDot[g * a.queries + i];
+                for (int64_t j = 0; j < cols; ++j) {
+                  float dp = dr[j];
+                  if (dropout)
+                    dp = keptRow[j] ? dp * keepScale : 0.0f;
+                  dr[j] = pr[j] * (dp - dot) * scale;
+                }
               }
+              // dK += dSᵀ Q; dQ += dS K.
+              attentionGemm(true, false, cols, D, rows, ds.data(), BK, qt, D,
+                            true, dkt.data(), D);
+              attentionGemm(false, false, rows, D, cols, ds.data(), BK, kt, D,
+                            true, dqg.data() + (g * a.queries + q0) * D, D);
             }
-            // dK += dSᵀ Q; dQ += dS K.
-            attentionGemm(true, false, cols, D, rows, ds.data(), BK, qt, D,
-                          true, dkt.data(), D);
-            attentionGemm(false, false, rows, D, cols, ds.data(), BK, kt, D,
-                          true, dqg.data() + (g * a.queries + q0) * D, D);
           }
+          T *dkh = dK + ((b * a.kvHeads + kvh) * a.keys + k0) * D;
+          T *dvh = dV + ((b * a.kvHeads + kvh) * a.keys + k0) * DV;
+          for (int64_t x = 0; x < cols * D; ++x)
+            dkh[x] = dkt[x];
+          for (int64_t x = 0; x < cols * DV; ++x)
+            dvh[x] = dvt[x];
         }
-        T *dkh = dK + ((b * a.kvHeads + kvh) * a.keys + k0) * D;
-        T *dvh = dV + ((b * a.kvHeads + kvh) * a.keys + k0) * DV;
-        for (int64_t x = 0; x < cols * D; ++x)
-          dkh[x] = dkt[x];
-        for (int64_t x = 0; x < cols * DV; ++x)
-          dvh[x] = dvt[x];
       }
       for (int64_t g = 0; g < group; ++g) {
         int64_t h = kvh * group + g;
@@ -1102,7 +1137,8 @@ void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
                int64_t n, double rate, int64_t seed, int64_t offset,
                int64_t key, int64_t first, int64_t part, int64_t part_elements,
                int64_t rank_elements, int64_t rank_stride, int64_t split_block,
-               int64_t split_parts, int64_t split_stride) {
+               int64_t split_parts, int64_t split_stride,
+               int64_t split_balanced) {
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   const T *x = ctx->at<T>(in);
@@ -1112,7 +1148,8 @@ void dropoutOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
   forEachKeepOfPart(
       ctx, n, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), rate,
       dropoutBase(ctx, first, part, part_elements, rank_elements, rank_stride),
-      split_block, split_parts, split_stride, [&](int64_t i, bool k) {
+      split_block, split_parts, split_stride, split_balanced != 0,
+      [&](int64_t i, bool k) {
         keep[i] = k;
         y[i] = k ? static_cast<float>(x[i] * scale) : 0.0f;
       });
@@ -1137,14 +1174,14 @@ void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                   int64_t seed, int64_t offset, int64_t key, int64_t first,
                   int64_t part, int64_t part_elements, int64_t rank_elements,
                   int64_t rank_stride, int64_t split_block, int64_t split_parts,
-                  int64_t split_stride) {
+                  int64_t split_stride, int64_t split_balanced) {
   if (key >= 0)
     seed += *ctx->at<int64_t>(key);
   uint8_t *keep = ctx->at<uint8_t>(mask);
   forEachKeepOfPart(
       ctx, n, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), rate,
       dropoutBase(ctx, first, part, part_elements, rank_elements, rank_stride),
-      split_block, split_parts, split_stride,
+      split_block, split_parts, split_stride, split_balanced != 0,
       [&](int64_t i, bool k) { keep[i] = k; });
   ctx->touch(mask, n);
 }
@@ -1152,11 +1189,18 @@ void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
 template <typename T>
 void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
             int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss,
-            int64_t sd, double theta, int64_t inverse, int64_t halves) {
+            int64_t sd, double theta, int64_t inverse, int64_t halves,
+            int64_t context_parts, int64_t context_stride,
+            int64_t context_balanced) {
   const T *x = ctx->at<T>(in);
   T *y = ctx->at<T>(out);
   double sign = inverse ? -1.0 : 1.0;
   int64_t rows = n0 * n1 * s;
+  trainmem::ContextChunks context;
+  if (context_parts > 1)
+    context = {context_parts,
+               tmrt::splitPosition(ctx, context_parts, context_stride),
+               context_balanced != 0};
   // Pair i: elements (2i, 2i + 1), or (i, i + d/2).
   int64_t step = halves ? 1 : 2, partner = halves ? d / 2 : 1;
   ctx->pool.parallelFor(rows, rowGrain(d), [&](int64_t begin, int64_t end) {
@@ -1164,8 +1208,9 @@ void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
       int64_t pos = r % s, rest = r / s;
       int64_t i1 = rest % n1, i0 = rest / n1;
       const T *xr = x + i0 * s0 + i1 * s1 + pos * ss;
+      double at = static_cast<double>(context.wholeRow(pos, s));
       for (int64_t i = 0; i < d / 2; ++i) {
-        double angle = sign * pos * std::pow(theta, -2.0 * i / d);
+        double angle = sign * at * std::pow(theta, -2.0 * i / d);
         double c = std::cos(angle), sn = std::sin(angle);
         int64_t a = step * i, b = a + partner;
         double x0 = xr[a * sd], x1 = xr[b * sd];

@@ -82,6 +82,10 @@ Shape shapeOf(tmrt_context *ctx, const tmrt_attention_shape &d, int64_t key,
     a.gs[i] = strides[12 + i];
   }
   a.scale = static_cast<float>(scale);
+  if (d.context_parts > 1)
+    a.context = {d.context_parts,
+                 splitPosition(ctx, d.context_parts, d.context_stride),
+                 d.context_balanced != 0};
   if (rate > 0.0) {
     int64_t seed = d.seed;
     if (key >= 0)
@@ -130,7 +134,9 @@ void attentionOf(tmrt_context *ctx, const Shape &a, int64_t q, int64_t k,
       o[d] = 0.0f;
     float most = -INFINITY, sum = 0.0f;
     float keepScale = static_cast<float>(a.dropout.keepScale);
-    for (int64_t j = 0; j < a.visibleKeys(i); ++j) {
+    for (int64_t j = 0; j < a.keys; ++j) {
+      if (!a.visible(i, j))
+        continue;
       float s = a.scaledDot(Q, K, b, h, i, j);
       float newMost = most < s ? s : most;
       float rescale = trainmem::fastExp(most - newMost);
@@ -159,7 +165,7 @@ template <typename T>
 __device__ float probability(const Shape &a, const T *Q, const T *K,
                              const float *L, int64_t b, int64_t h, int64_t i,
                              int64_t j) {
-  if (j >= a.visibleKeys(i))
+  if (!a.visible(i, j))
     return 0.0f;
   return trainmem::fastExp(a.scaledDot(Q, K, b, h, i, j) - L[a.row(b, h, i)]);
 }
@@ -214,7 +220,9 @@ void attentionGradOf(tmrt_context *ctx, const Shape &a, int64_t dout, int64_t q,
     float *g = acc + row * a.dim;
     for (int64_t d = 0; d < a.dim; ++d)
       g[d] = 0.0f;
-    for (int64_t j = 0; j < a.visibleKeys(i); ++j) {
+    for (int64_t j = 0; j < a.keys; ++j) {
+      if (!a.visible(i, j))
+        continue;
       float p = probability(a, Q, K, L, b, h, i, j);
       bool kept = a.dropout.keep(a.score(b, h, i, j));
       float dp = probabilityGradient(a, dO, V, b, h, i, j, kept);
@@ -239,7 +247,10 @@ void attentionGradOf(tmrt_context *ctx, const Shape &a, int64_t dout, int64_t q,
     float keepScale = static_cast<float>(a.dropout.keepScale);
     for (int64_t g = 0; g < group; ++g) {
       int64_t h = kvh * group + g;
-      for (int64_t i = a.causal ? j : 0; i < a.queries; ++i) {
+      for (int64_t i = a.causal && a.context.isWhole() ? j : 0; i < a.queries;
+           ++i) {
+        if (!a.visible(i, j))
+          continue;
         float p = probability(a, Q, K, L, b, h, i, j);
         bool kept = a.dropout.keep(a.score(b, h, i, j));
         float pKept = a.dropout.rate > 0.0 ? (kept ? p * keepScale : 0.0f) : p;

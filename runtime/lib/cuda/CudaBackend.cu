@@ -26,6 +26,7 @@
 
 #include "trainmem/Support/Activations.h"
 #include "trainmem/Support/AdamW.h"
+#include "trainmem/Support/ContextChunks.h"
 #include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/Float16.h"
 #include "trainmem/Support/RowKernels.h"
@@ -283,6 +284,40 @@ void iota(tmrt_context *ctx, int64_t out, int64_t n, int64_t id_bits) {
   } else {
     int64_t *y = ctx->at<int64_t>(out);
     elementwise(ctx, "iota", n, [=] __device__(int64_t i) { y[i] = i; });
+  }
+  ctx->touch(out, n * id_bits / 8);
+}
+
+/// Where element `e` of a context-parallel rank's [outer, mine, inner]
+/// rows is in the whole [outer, rows, inner].
+__device__ inline int64_t contextSlicePlace(int64_t e, int64_t inner,
+                                            int64_t mine, int64_t rows,
+                                            trainmem::ContextChunks context) {
+  int64_t c = e % inner, r = (e / inner) % mine, o = e / (inner * mine);
+  return (o * rows + context.wholeRow(r, mine)) * inner + c;
+}
+
+/// A context-parallel rank's rows of ids: one thread per element written.
+void context_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t outer,
+                   int64_t rows, int64_t inner, int64_t id_bits, int64_t parts,
+                   int64_t stride, int64_t balanced) {
+  if (!checkSplit(ctx, "context_slice", parts, stride))
+    return;
+  trainmem::ContextChunks context{parts, splitPosition(ctx, parts, stride),
+                                  balanced != 0};
+  int64_t mine = rows / parts, n = outer * mine * inner;
+  if (id_bits == 32) {
+    const int32_t *x = ctx->at<int32_t>(in);
+    int32_t *y = ctx->at<int32_t>(out);
+    elementwise(ctx, "context_slice", n, [=] __device__(int64_t e) {
+      y[e] = x[contextSlicePlace(e, inner, mine, rows, context)];
+    });
+  } else {
+    const int64_t *x = ctx->at<int64_t>(in);
+    int64_t *y = ctx->at<int64_t>(out);
+    elementwise(ctx, "context_slice", n, [=] __device__(int64_t e) {
+      y[e] = x[contextSlicePlace(e, inner, mine, rows, context)];
+    });
   }
   ctx->touch(out, n * id_bits / 8);
 }
@@ -1608,11 +1643,17 @@ void count_valid(tmrt_context *ctx, int64_t targets, int64_t out, int64_t n,
 template <typename T>
 void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
             int64_t s, int64_t d, int64_t s0, int64_t s1, int64_t ss,
-            int64_t sd, double theta, int64_t inverse, int64_t halves) {
+            int64_t sd, double theta, int64_t inverse, int64_t halves,
+            int64_t context_parts, int64_t context_stride,
+            int64_t context_balanced) {
   const T *x = ctx->at<T>(in);
   T *y = ctx->at<T>(out);
   double sign = inverse ? -1.0 : 1.0;
   int64_t rows = n0 * n1 * s, half = d / 2;
+  trainmem::ContextChunks context;
+  if (context_parts > 1)
+    context = {context_parts, splitPosition(ctx, context_parts, context_stride),
+               context_balanced != 0};
   // Pair i: elements (2i, 2i + 1), or (i, i + d/2).
   int64_t step = halves ? 1 : 2, partner = halves ? half : 1;
   elementwise(ctx, "rope", rows * half, [=] __device__(int64_t e) {
@@ -1620,7 +1661,8 @@ void ropeOf(tmrt_context *ctx, int64_t in, int64_t out, int64_t n0, int64_t n1,
     int64_t pos = r % s, rest = r / s;
     int64_t i1 = rest % n1, i0 = rest / n1;
     const T *xr = x + i0 * s0 + i1 * s1 + pos * ss;
-    double angle = sign * pos * pow(theta, -2.0 * i / d);
+    double at = static_cast<double>(context.wholeRow(pos, s));
+    double angle = sign * at * pow(theta, -2.0 * i / d);
     double c = cos(angle), sn = sin(angle);
     int64_t a = step * i, b = a + partner;
     double x0 = float(xr[a * sd]), x1 = float(xr[b * sd]);

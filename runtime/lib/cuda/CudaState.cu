@@ -109,22 +109,26 @@ void dropout_gradOf(tmrt_context *ctx, int64_t dy, int64_t mask, int64_t out,
 /// for a whole draw, each block of a rank's part at its place otherwise.
 template <typename Fn>
 void forEachRunOfPart(tmrt_context *ctx, int64_t n, uint64_t base,
-                      int64_t block, int64_t parts, int64_t stride, Fn draw) {
+                      int64_t block, int64_t parts, int64_t stride,
+                      bool balanced, Fn draw) {
   if (block <= 0)
     return draw(int64_t(0), n, base);
   auto position = static_cast<uint64_t>((tmrt_rank(ctx) / stride) % parts);
-  for (int64_t first = 0; first < n; first += block)
-    draw(first, std::min(block, n - first),
+  auto run = static_cast<int64_t>(
+      trainmem::splitDrawRun(static_cast<uint64_t>(block), balanced));
+  for (int64_t first = 0; first < n; first += run)
+    draw(first, std::min(run, n - first),
          base + trainmem::splitDrawIndex(
                     static_cast<uint64_t>(first), static_cast<uint64_t>(block),
-                    static_cast<uint64_t>(parts), position));
+                    static_cast<uint64_t>(parts), position, balanced));
 }
 
 void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
              int64_t n, double rate, int64_t seed, int64_t offset, int64_t key,
              int64_t first, int64_t part, int64_t part_elements,
              int64_t rank_elements, int64_t rank_stride, int64_t split_block,
-             int64_t split_parts, int64_t split_stride) {
+             int64_t split_parts, int64_t split_stride,
+             int64_t split_balanced) {
   uint64_t keyed = dropoutSeed(ctx, seed, key);
   uint64_t base =
       dropoutBase(ctx, first, part, part_elements, rank_elements, rank_stride);
@@ -132,6 +136,7 @@ void dropout(tmrt_context *ctx, int64_t in, int64_t out, int64_t mask,
     using T = decltype(type);
     auto size = static_cast<int64_t>(sizeof(T));
     forEachRunOfPart(ctx, n, base, split_block, split_parts, split_stride,
+                     split_balanced != 0,
                      [&](int64_t at, int64_t count, uint64_t position) {
                        dropoutOf<T>(ctx, in + at * size, out + at * size,
                                     mask + at, count, rate, keyed, offset,
@@ -144,11 +149,12 @@ void dropout_mask(tmrt_context *ctx, int64_t mask, int64_t n, double rate,
                   int64_t seed, int64_t offset, int64_t key, int64_t first,
                   int64_t part, int64_t part_elements, int64_t rank_elements,
                   int64_t rank_stride, int64_t split_block, int64_t split_parts,
-                  int64_t split_stride) {
+                  int64_t split_stride, int64_t split_balanced) {
   uint64_t keyed = dropoutSeed(ctx, seed, key);
   uint64_t base =
       dropoutBase(ctx, first, part, part_elements, rank_elements, rank_stride);
   forEachRunOfPart(ctx, n, base, split_block, split_parts, split_stride,
+                   split_balanced != 0,
                    [&](int64_t at, int64_t count, uint64_t position) {
                      uint8_t *keep = ctx->at<uint8_t>(mask + at);
                      forEachKeep(

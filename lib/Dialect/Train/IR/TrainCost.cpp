@@ -40,6 +40,12 @@ uint64_t EmbeddingOp::getBytesRead() {
 
 uint64_t IotaOp::getFlops() { return 0; }
 
+// A copy of a rank's rows (reads them, writes them).
+uint64_t ContextSliceOp::getFlops() { return 0; }
+uint64_t ContextSliceOp::getBytesRead() {
+  return getTensorBytes(getResult().getType());
+}
+
 uint64_t MatmulOp::getFlops() {
   ArrayRef<int64_t> lhs = getLhs().getType().getShape();
   uint64_t k = getTransposeLhs() ? lhs[lhs.size() - 2] : lhs.back();

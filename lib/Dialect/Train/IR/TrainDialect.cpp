@@ -110,13 +110,26 @@ LogicalResult StateAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 LogicalResult
 TensorSplitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                         int64_t dim, int64_t parts, FlatSymbolRefAttr grid,
-                        int64_t axis) {
+                        int64_t axis, ContextOrder) {
   if (!grid)
     return emitError() << "#train.split: needs the grid it is split over";
   if (dim < 0 || parts < 1 || axis < 0)
     return emitError() << "#train.split: dim and axis must be >= 0 and parts "
                           ">= 1, got dim = "
                        << dim << ", parts = " << parts << ", axis = " << axis;
+  return success();
+}
+
+LogicalResult
+ContextSplitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                         int64_t parts, FlatSymbolRefAttr grid, int64_t axis,
+                         ContextOrder) {
+  if (!grid)
+    return emitError() << "#train.context: needs the grid it is cut over";
+  if (parts < 1 || axis < 0)
+    return emitError() << "#train.context: parts must be >= 1 and axis >= "
+                          "0, got parts = "
+                       << parts << ", axis = " << axis;
   return success();
 }
 

@@ -439,7 +439,8 @@ struct AttentionShape {
 /// the op's error.
 static FailureOr<AttentionShape>
 checkAttention(Type qType, Type kType, Type vType, bool causal,
-               function_ref<InFlightDiagnostic()> emit) {
+               function_ref<InFlightDiagnostic()> emit,
+               ContextSplitAttr context = {}) {
   auto q = dyn_cast<RankedTensorType>(qType);
   auto k = dyn_cast<RankedTensorType>(kType);
   auto v = dyn_cast<RankedTensorType>(vType);
@@ -477,7 +478,8 @@ checkAttention(Type qType, Type kType, Type vType, bool causal,
            << " and " << k.getDimSize(3);
     return failure();
   }
-  if (causal && shape.queries != shape.keys) {
+  // A context-parallel rank's queries see the group's keys, gathered.
+  if (causal && !context && shape.queries != shape.keys) {
     emit() << "causal attention needs as many keys as queries, got "
            << shape.keys << " and " << shape.queries;
     return failure();
@@ -515,8 +517,8 @@ LogicalResult AttentionOp::inferReturnTypes(
   } else if (failed(checkAttention(adaptor.getQ().getType(),
                                    adaptor.getK().getType(),
                                    adaptor.getV().getType(),
-                                   static_cast<bool>(adaptor.getCausal()),
-                                   emit))) {
+                                   static_cast<bool>(adaptor.getCausal()), emit,
+                                   adaptor.getContextParallelAttr()))) {
     return failure();
   }
   auto q = cast<RankedTensorType>(adaptor.getQ().getType());
@@ -530,10 +532,10 @@ LogicalResult AttentionOp::inferReturnTypes(
 /// What the forward and the backward check alike: shapes, dropout, and the
 /// results' types.
 template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
-  FailureOr<AttentionShape> shape =
-      checkAttention(op.getQ().getType(), op.getK().getType(),
-                     op.getV().getType(), op.getCausal(),
-                     [&]() { return op.emitOpError(); });
+  FailureOr<AttentionShape> shape = checkAttention(
+      op.getQ().getType(), op.getK().getType(), op.getV().getType(),
+      op.getCausal(), [&]() { return op.emitOpError(); },
+      op.getContextParallelAttr());
   if (failed(shape))
     return failure();
   double scale = op.getScale().convertToDouble();
@@ -554,6 +556,20 @@ template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
                                op.getK().getType().getDimSize(2),
                                "query heads")))
     return failure();
+  if (ContextSplitAttr context = op.getContextParallelAttr()) {
+    int64_t queries = op.getQ().getType().getDimSize(2),
+            keys = op.getK().getType().getDimSize(2);
+    if (keys != queries * context.getParts())
+      return op.emitOpError("a context-parallel rank's ")
+             << queries << " queries need the group's " << context.getParts()
+             << " x " << queries << " keys, got " << keys;
+    if (context.isBalanced() && queries % 2 != 0)
+      return op.emitOpError("balanced context needs an even number of a "
+                            "rank's queries (two chunks), got ")
+             << queries;
+    if (op.getAlibiSlopes())
+      return op.emitOpError("ALiBi's bias is not placed by a context split");
+  }
   // A rank's heads draw their part of the whole [B, H, S, S'] mask.
   if (failed(verifyDrawSplit(op, op.getSplitAttr(), op.getDrawnType())))
     return failure();
@@ -575,32 +591,42 @@ LogicalResult AttentionOp::verify() {
   return success();
 }
 
+/// The queries of the whole sequence an attention's dropout is drawn for:
+/// a context-parallel rank's rows are a part of them.
+static int64_t wholeQueries(RankedTensorType q, ContextSplitAttr context) {
+  return q.getDimSize(2) * (context ? context.getParts() : 1);
+}
+
 /// The scores an attention draws its dropout for, B · H · S · S'
 /// (saturated: a count past int64 is refused by the analyses).
-static int64_t attentionScores(RankedTensorType q, RankedTensorType k) {
-  uint64_t scores = mulCount(
-      mulCount(static_cast<uint64_t>(q.getDimSize(0)),
-               static_cast<uint64_t>(q.getDimSize(1))),
-      mulCount(static_cast<uint64_t>(q.getDimSize(2)),
-               static_cast<uint64_t>(k.getDimSize(2))));
+static int64_t attentionScores(RankedTensorType q, RankedTensorType k,
+                               ContextSplitAttr context) {
+  uint64_t scores =
+      mulCount(mulCount(static_cast<uint64_t>(q.getDimSize(0)),
+                        static_cast<uint64_t>(q.getDimSize(1))),
+               mulCount(static_cast<uint64_t>(wholeQueries(q, context)),
+                        static_cast<uint64_t>(k.getDimSize(2))));
   return static_cast<int64_t>(
       std::min<uint64_t>(scores, std::numeric_limits<int64_t>::max()));
 }
 
 /// The probabilities an attention draws its dropout for, [B, H, S, S'].
 static RankedTensorType attentionDrawnType(RankedTensorType q,
-                                           RankedTensorType k) {
-  return RankedTensorType::get(
-      {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), k.getDimSize(2)},
-      IntegerType::get(q.getContext(), 1));
+                                           RankedTensorType k,
+                                           ContextSplitAttr context) {
+  return RankedTensorType::get({q.getDimSize(0), q.getDimSize(1),
+                                wholeQueries(q, context), k.getDimSize(2)},
+                               IntegerType::get(q.getContext(), 1));
 }
 
 int64_t AttentionOp::getDrawnElements() {
-  return attentionScores(getQ().getType(), getK().getType());
+  return attentionScores(getQ().getType(), getK().getType(),
+                         getContextParallelAttr());
 }
 
 RankedTensorType AttentionOp::getDrawnType() {
-  return attentionDrawnType(getQ().getType(), getK().getType());
+  return attentionDrawnType(getQ().getType(), getK().getType(),
+                            getContextParallelAttr());
 }
 
 bool AttentionOp::drawsRandom() { return getRate().convertToDouble() > 0.0; }
@@ -630,11 +656,13 @@ LogicalResult AttentionGradOp::verify() {
 }
 
 int64_t AttentionGradOp::getDrawnElements() {
-  return attentionScores(getQ().getType(), getK().getType());
+  return attentionScores(getQ().getType(), getK().getType(),
+                         getContextParallelAttr());
 }
 
 RankedTensorType AttentionGradOp::getDrawnType() {
-  return attentionDrawnType(getQ().getType(), getK().getType());
+  return attentionDrawnType(getQ().getType(), getK().getType(),
+                            getContextParallelAttr());
 }
 
 bool AttentionGradOp::drawsRandom() {
@@ -652,6 +680,51 @@ int64_t DropoutMaskOp::getDrawnElements() {
 }
 
 RankedTensorType DropoutMaskOp::getDrawnType() { return getMask().getType(); }
+
+LogicalResult ContextSliceOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  auto in = dyn_cast<RankedTensorType>(adaptor.getInput().getType());
+  int64_t dim = adaptor.getDim();
+  if (!in || dim < 0 || dim >= in.getRank() || in.isDynamicDim(dim))
+    return emitOptionalError(location, "train.context_slice: dim ", dim,
+                             " is not a static dimension of its input");
+  ContextSplitAttr context = adaptor.getContextParallel();
+  int64_t rows = context.rowsOf(in.getDimSize(dim));
+  if (rows == 0)
+    return emitOptionalError(
+        location, "train.context_slice: ", context.getParts(), " ranks",
+        context.isBalanced() ? " (2 chunks each)" : "", " do not divide the ",
+        in.getDimSize(dim), " rows of dim ", dim);
+  SmallVector<int64_t> shape(in.getShape());
+  shape[dim] = rows;
+  inferred.push_back(RankedTensorType::get(shape, in.getElementType()));
+  return success();
+}
+
+LogicalResult ContextSliceOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  int64_t dim = getDim();
+  if (dim < 0 || dim >= in.getRank() || in.getRank() != out.getRank())
+    return emitOpError("dim ")
+           << dim << " is not a dimension of " << in << " (and of the result)";
+  ContextSplitAttr context = getContextParallel();
+  int64_t rows = context.rowsOf(in.getDimSize(dim));
+  if (rows == 0)
+    return emitOpError("") << context.getParts() << " ranks"
+                           << (context.isBalanced()
+                                   ? " (balanced: 2 chunks each)"
+                                   : "")
+                           << " do not divide the " << in.getDimSize(dim)
+                           << " rows of dim " << dim;
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (out.getDimSize(d) != (d == dim ? rows : in.getDimSize(d)))
+      return emitOpError("result must be ")
+             << in << " with " << rows << " rows of dim " << dim;
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("element type must not change");
+  return success();
+}
 
 LogicalResult RopeOp::verify() {
   RankedTensorType type = getInput().getType();

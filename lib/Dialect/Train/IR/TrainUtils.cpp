@@ -206,6 +206,17 @@ FailureOr<ProcessGroup> mlir::train::getSplitGroup(Operation *op,
   return *group;
 }
 
+FailureOr<ProcessGroup> mlir::train::getContextGroup(Operation *op,
+                                                     ContextSplitAttr context) {
+  std::optional<ProcessGroup> group = getProcessGroup(
+      op, context.getGrid(), {static_cast<int16_t>(context.getAxis())});
+  if (!group || group->size != context.getParts())
+    return op->emitOpError("its context split's grid axis is not a static "
+                           "group of ")
+           << context.getParts() << " ranks";
+  return *group;
+}
+
 FailureOr<SplitDrawPlacement>
 mlir::train::getSplitDrawPlacement(BatchDrawOpInterface draw) {
   RankedTensorType drawn = draw.getDrawnType();
@@ -221,5 +232,6 @@ mlir::train::getSplitDrawPlacement(BatchDrawOpInterface draw) {
     placement.block *= drawn.getDimSize(d);
   placement.parts = split.getParts();
   placement.stride = group->stride;
+  placement.balanced = split.isBalanced();
   return placement;
 }

@@ -214,7 +214,8 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
       getLse(), getKey(), getPart(), getScaleAttr(), getCausalAttr(),
       getTransposeOutputAttr(), getRateAttr(), getSeedAttr(), getOffsetAttr(),
       getFirstAttr(), getPartElementsAttr(), getRankElementsAttr(),
-      getRankStrideAttr(), getSplitAttr(), getAlibiSlopesAttr());
+      getRankStrideAttr(), getSplitAttr(), getAlibiSlopesAttr(),
+      getContextParallelAttr());
   operandGrads.push_back(grad.getQGrad());
   operandGrads.push_back(grad.getKGrad());
   operandGrads.push_back(grad.getVGrad());
@@ -228,8 +229,9 @@ LogicalResult RopeOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
   if (noGradient(*this, resultGrads, operandGrads))
     return success();
   // A rotation's transpose is the rotation by the negated angle.
-  auto inverse = RopeOp::create(builder, getLoc(), resultGrads[0],
-                                getThetaAttr(), UnitAttr(), getHalvesAttr());
+  auto inverse =
+      RopeOp::create(builder, getLoc(), resultGrads[0], getThetaAttr(),
+                     UnitAttr(), getHalvesAttr(), getContextParallelAttr());
   inverse.setInverse(!getInverse());
   operandGrads.push_back(inverse);
   return success();

@@ -169,23 +169,45 @@ void regatherInBackward(func::FuncOp func) {
     auto forward = gather->getParentOfType<BlockOp>();
     if (!forward || forward.getBackward())
       return;
+    // The gather and the views of it in its block (a context-parallel
+    // attention's values, gathered before their transpose to heads): a
+    // backward reading any of them gathers again.
+    SmallVector<Operation *> chain = {gather};
+    llvm::SmallPtrSet<Value, 4> gathered = {gather.getResult()};
+    for (Operation &op : llvm::make_range(std::next(Block::iterator(gather)),
+                                          gather->getBlock()->end()))
+      if (isa<TransposeOp, ReshapeOp>(op) &&
+          gathered.contains(op.getOperand(0))) {
+        chain.push_back(&op);
+        gathered.insert(op.getResult(0));
+      }
     // Each backward block's first reader, where its gather goes.
     llvm::MapVector<Operation *, Operation *> firstReader;
-    for (Operation *user : gather.getResult().getUsers()) {
-      auto block = user->getParentOfType<BlockOp>();
-      if (!block || !block.getBackward())
-        continue;
-      Operation *reader = block.getBody().front().findAncestorOpInBlock(*user);
-      auto [it, inserted] = firstReader.try_emplace(block, reader);
-      if (!inserted && reader->isBeforeInBlock(it->second))
-        it->second = reader;
-    }
+    for (Operation *link : chain)
+      for (Operation *user : link->getResult(0).getUsers()) {
+        auto block = user->getParentOfType<BlockOp>();
+        if (!block || !block.getBackward())
+          continue;
+        Operation *reader =
+            block.getBody().front().findAncestorOpInBlock(*user);
+        auto [it, inserted] = firstReader.try_emplace(block, reader);
+        if (!inserted && reader->isBeforeInBlock(it->second))
+          it->second = reader;
+      }
     for (auto [block, reader] : firstReader) {
       OpBuilder builder(reader);
-      Value again = builder.clone(*gather)->getResult(0);
-      gather.getResult().replaceUsesWithIf(again, [&](OpOperand &use) {
-        return block->isProperAncestor(use.getOwner());
-      });
+      IRMapping again;
+      SmallVector<Operation *> clones;
+      for (Operation *link : chain)
+        clones.push_back(builder.clone(*link, again));
+      for (Operation *link : chain)
+        link->getResult(0).replaceUsesWithIf(
+            again.lookup(link->getResult(0)), [&](OpOperand &use) {
+              return block->isProperAncestor(use.getOwner());
+            });
+      for (Operation *clone : llvm::reverse(clones))
+        if (clone->use_empty())
+          clone->erase();
     }
   });
 }

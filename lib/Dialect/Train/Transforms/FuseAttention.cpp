@@ -196,7 +196,7 @@ struct FuseAttentionPattern : public OpRewritePattern<MatmulOp> {
         dropout ? dropout.getPartElementsAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getRankElementsAttr() : rewriter.getI64IntegerAttr(0),
         dropout ? dropout.getRankStrideAttr() : rewriter.getI64IntegerAttr(1),
-        split, chain->softmax.getAlibiSlopesAttr());
+        split, chain->softmax.getAlibiSlopesAttr(), ContextSplitAttr());
     Value output = attention.getOutput();
     if (heads) {
       // The transpose (and the reshape before it) go with the product.

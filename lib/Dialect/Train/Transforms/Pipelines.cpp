@@ -39,6 +39,7 @@ bool TrainStepOptions::operator==(const TrainStepOptions &other) const {
   return differentiate == other.differentiate &&
          tensorParallel == other.tensorParallel &&
          fuseAttention == other.fuseAttention &&
+         contextParallel == other.contextParallel &&
          fuseElementwise == other.fuseElementwise &&
          autodiff == other.autodiff && lossScale == other.lossScale &&
          remat == other.remat && gradAccum == other.gradAccum &&
@@ -81,6 +82,8 @@ FailureOr<TrainStepOptions> mlir::train::parseTrainStepOptions(
     return errorHandler("train-step: quantize-options needs quantize=true");
   if (failed(parseIf(options.tensorParallel, text.tensorParallel,
                      !text.tensorParallel.empty())) ||
+      failed(parseIf(options.contextParallel, text.contextParallel,
+                     !text.contextParallel.empty())) ||
       failed(parse(options.autodiff, text.autodiff)) ||
       failed(
           parseIf(options.lossScale, text.lossScaleOptions, text.lossScale)) ||
@@ -124,6 +127,8 @@ mlir::train::printTrainStepOptions(const TrainStepOptions &options) {
     words.add(text.tensorParallel, passText(*options.tensorParallel));
   if (options.fuseAttention)
     words.add(text.fuseAttention, true);
+  if (options.contextParallel)
+    words.add(text.contextParallel, passText(*options.contextParallel));
   if (options.fuseElementwise)
     words.add(text.fuseElementwise, true);
   if (std::string autodiff = printPassOptions(options.autodiff);
@@ -195,6 +200,20 @@ checkTrainStepOptions(const TrainStepOptions &options,
         "\" splits the step over " + Twine(options.tensorParallel->data) +
         " data-parallel groups, whose gradients only train-zero averages: "
         "add zero=\"stage=0\" (plain data parallelism) or another stage");
+  if (options.contextParallel && !options.differentiate)
+    return errorHandler("train-step: context-parallel cuts the forward, "
+                        "before train-autodiff; the input is a step already");
+  if (options.contextParallel && !options.fuseAttention)
+    return errorHandler("train-step: context-parallel cuts a fused "
+                        "attention's queries: add fuse-attention=true");
+  if (options.contextParallel && options.tensorParallel)
+    return errorHandler("train-step: context-parallel with tensor-parallel "
+                        "(a (context, tensor) grid) is not built yet: use "
+                        "one of them");
+  if (options.contextParallel && options.zero && options.zero->ranks > 1)
+    return errorHandler("train-step: context-parallel with zero over data "
+                        "ranks (a (data, context) grid) is not built yet: "
+                        "use one of them");
   if (options.tensorParallel && !options.differentiate)
     return errorHandler("train-step: tensor-parallel splits the forward, "
                         "before train-autodiff; the input is a step already");
@@ -247,6 +266,9 @@ FailureOr<SmallVector<TrainStepPass>> mlir::train::getTrainStepPasses(
   if (options.fuseAttention)
     passes.push_back(
         stepPass("train-fuse-attention", &createTrainFuseAttentionPass));
+  // Context parallelism cuts the fused attention's queries.
+  if (options.contextParallel)
+    passes.push_back(stepPass(*options.contextParallel));
   if (options.fuseElementwise)
     passes.push_back(
         stepPass("train-fuse-elementwise", &createTrainFuseElementwisePass));

@@ -254,6 +254,17 @@ void TrainZeroPass::runOnOperation() {
   // One rank is the step as it is.
   if (ranks == 1)
     return;
+  // A context-parallel step's data axis is not built yet.
+  WalkResult context = step.walk([&](ContextSliceOp slice) {
+    slice.emitError("train-zero: ranks=")
+        << static_cast<int64_t>(ranks)
+        << " over a step cut by train-context-parallel: ZeRO over data "
+           "ranks beside a context group (a (data, context) grid) is not "
+           "built yet; run the context group alone (ranks=1)";
+    return WalkResult::interrupt();
+  });
+  if (context.wasInterrupted())
+    return signalPassFailure();
   // A tensor-parallel step: ZeRO over its grid's data axis (axis 0).
   shard::GridOp tensorGrid;
   if (isTensorParallel(step)) {

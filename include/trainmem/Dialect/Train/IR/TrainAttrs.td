@@ -141,6 +141,19 @@ def Train_HessianStepAttr : Train_Attr<"HessianStep", "hessian_step"> {
   let genVerifyDecl = 1;
 }
 
+// How train-context-parallel cuts a sequence among a context group.
+def Train_ContextOrder : I32EnumAttr<"ContextOrder",
+    "order of a context-parallel rank's positions", [
+    // Rank p holds positions [p·n, (p + 1)·n).
+    I32EnumAttrCase<"contiguous", 0>,
+    // Rank p holds chunks p and 2c - 1 - p of 2c equal chunks: each rank's
+    // queries see as many keys under a causal mask (Megatron-Core's order).
+    I32EnumAttrCase<"balanced", 1>
+  ]> {
+  let cppNamespace = "::mlir::train";
+  let genSpecializedAttr = 0;
+}
+
 def Train_TensorSplitAttr : Train_Attr<"TensorSplit", "split"> {
   let summary = "a parameter split across a tensor-parallel group";
   let description = [{
@@ -153,6 +166,9 @@ def Train_TensorSplitAttr : Train_Attr<"TensorSplit", "split"> {
     split along its columns (dim 1), a row-parallel one along its rows
     (dim 0). The optimizer sums the squared norms of split gradients over
     that axis; the runner and checkpoints cut and join parameters by it.
+    On a dropout it says which part of the whole mask a rank draws; a
+    `balanced` part (a context-parallel rank's positions,
+    train-context-parallel) is chunks p and 2·parts - 1 - p of 2·parts.
 
     ```mlir
     %w1: tensor<768x1536xbf16> {train.param = "h.0.mlp.fc.weight",
@@ -160,12 +176,66 @@ def Train_TensorSplitAttr : Train_Attr<"TensorSplit", "split"> {
     ```
   }];
   let parameters = (ins "int64_t":$dim, "int64_t":$parts,
-                        "FlatSymbolRefAttr":$grid, "int64_t":$axis);
+                        "FlatSymbolRefAttr":$grid, "int64_t":$axis,
+                        DefaultValuedParameter<"::mlir::train::ContextOrder",
+                            "::mlir::train::ContextOrder::contiguous">:$order);
   let assemblyFormat = [{
     `<` `dim` `=` $dim `,` `parts` `=` $parts `,` `grid` `=` $grid `,`
-    `axis` `=` $axis `>`
+    `axis` `=` $axis (`,` $order^)? `>`
+  }];
+  let builders = [
+    // A contiguous part (every split but a balanced context piece's).
+    AttrBuilder<(ins "int64_t":$dim, "int64_t":$parts,
+                     "FlatSymbolRefAttr":$grid, "int64_t":$axis), [{
+      return $_get($_ctxt, dim, parts, grid, axis,
+                   ::mlir::train::ContextOrder::contiguous);
+    }]>
+  ];
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    bool isBalanced() const {
+      return getOrder() == ::mlir::train::ContextOrder::balanced;
+    }
+  }];
+}
+
+def Train_ContextSplitAttr : Train_Attr<"ContextSplit", "context"> {
+  let summary = "a sequence cut among a context-parallel group";
+  let description = [{
+    What train-context-parallel puts on the ops that read positions: the
+    sequence is cut among the `parts` ranks along axis `axis` of the
+    `shard.grid` `grid`, the rank at position p of its group holding
+    positions [p·n, (p + 1)·n) (`contiguous`) or chunks p and 2·parts - 1 -
+    p of 2·parts equal chunks (`balanced`). On `train.context_slice` it says
+    which rows to take, on `train.rope` the positions of a rank's rows, on
+    `train.attention` (and its gradient) the queries' positions, the keys
+    being the group's rows gathered in rank order
+    (include/trainmem/Support/ContextChunks.h).
+
+    ```mlir
+    %o, %lse = train.attention %q, %k, %v {causal, scale = 0.125 : f64,
+        context_parallel = #train.context<parts = 2, grid = @cp, axis = 0, balanced>}
+    ```
+  }];
+  let parameters = (ins "int64_t":$parts, "FlatSymbolRefAttr":$grid,
+                        "int64_t":$axis,
+                        EnumParameter<Train_ContextOrder>:$order);
+  let assemblyFormat = [{
+    `<` `parts` `=` $parts `,` `grid` `=` $grid `,` `axis` `=` $axis `,`
+    $order `>`
   }];
   let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    bool isBalanced() const {
+      return getOrder() == ::mlir::train::ContextOrder::balanced;
+    }
+    /// The rows one rank holds of `whole` (0 when `parts` does not divide
+    /// them, or 2·parts when balanced).
+    int64_t rowsOf(int64_t whole) const {
+      int64_t unit = isBalanced() ? 2 * getParts() : getParts();
+      return whole % unit == 0 ? whole / getParts() : 0;
+    }
+  }];
 }
 
 def Train_StateAttr : Train_Attr<"State", "state"> {

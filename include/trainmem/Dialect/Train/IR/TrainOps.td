@@ -178,6 +178,28 @@ def Train_IotaOp : Train_NonDiffOp<"iota"> {
   let hasVerifier = 1;
 }
 
+def Train_ContextSliceOp : Train_NonDiffOp<"context_slice",
+    [InferTypeOpAdaptor], ["getBytesRead"]> {
+  let summary = "a context-parallel rank's rows of ids along the sequence";
+  let description = [{
+    The rows of dimension `dim` that this rank of a context-parallel group
+    holds (`context_parallel`, #train.context: a contiguous piece, or chunks p and
+    2c - 1 - p of 2c when balanced): how train-context-parallel gives each
+    rank its positions of the step's tokens, targets and position ids,
+    which every rank of the group reads whole.
+
+    ```mlir
+    %mine = train.context_slice %tokens {dim = 1, context_parallel = #train.context<parts = 2, grid = @cp, axis = 0, balanced>}
+        : tensor<8x4096xi32> -> tensor<8x2048xi32>
+    ```
+  }];
+  let arguments = (ins Train_IdTensor:$input, I64Attr:$dim,
+                       Train_ContextSplitAttr:$context_parallel);
+  let results = (outs Train_IdTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Train_MatmulOp : Train_DiffOp<"matmul", [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
      InferTypeOpAdaptor], ["getGemms"]> {
   let summary = "batched matrix product with optional transposes";
@@ -514,6 +536,12 @@ def Train_AttentionOp : Train_DiffOp<"attention",
     `[B, H, S, S']` along the heads) the element is at its place in the
     whole tensor, as a split `train.dropout` draws it.
 
+    With `context_parallel` (#train.context, train-context-parallel), `q` holds this
+    rank's rows of the sequence and `k`, `v` the group's rows gathered in
+    rank order (`S' = S · parts`): the causal mask compares the rows'
+    places in the whole sequence, and the dropout draws element `(b, h, i,
+    j)` at those places in the whole `[B, H, S·parts, S']` tensor.
+
     ```mlir
     %o, %lse = train.attention %q, %k, %v {causal, scale = 0.125 : f64}
         : tensor<8x12x1024x64xbf16>, tensor<8x12x1024x64xbf16>,
@@ -535,7 +563,8 @@ def Train_AttentionOp : Train_DiffOp<"attention",
                        DefaultValuedAttr<I64Attr, "0">:$rank_elements,
                        DefaultValuedAttr<I64Attr, "1">:$rank_stride,
                        OptionalAttr<Train_TensorSplitAttr>:$split,
-                       OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes);
+                       OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
+                       OptionalAttr<Train_ContextSplitAttr>:$context_parallel);
   let results = (outs Train_FloatTensor:$output,
                       Train_StaticTensorOf<[F32]>:$lse);
   let assemblyFormat = [{
@@ -561,6 +590,8 @@ def Train_RopeOp : Train_DiffOp<"rope", [DeclareOpInterfaceMethods<Train_Strided
     `p · theta^(-2i/d)`, as Llama's reference does; with `halves`, the pairs
     `(x[i], x[i + d/2])` (GPT-NeoX's and Hugging Face's `rotate_half`). With
     `inverse` it rotates by the negated angle, which is the op's own VJP.
+    With `context_parallel` (train-context-parallel) the rows are this rank's of the
+    sequence, each at its place in the whole (#train.context).
 
     ```mlir
     %q_rot = train.rope %q {theta = 10000.0 : f64} : tensor<1x32x4096x128xbf16>
@@ -568,7 +599,8 @@ def Train_RopeOp : Train_DiffOp<"rope", [DeclareOpInterfaceMethods<Train_Strided
     ```
   }];
   let arguments = (ins Train_FloatTensor:$input, F64Attr:$theta,
-                       UnitAttr:$inverse, UnitAttr:$halves);
+                       UnitAttr:$inverse, UnitAttr:$halves,
+                       OptionalAttr<Train_ContextSplitAttr>:$context_parallel);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -1260,7 +1292,8 @@ def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
                        DefaultValuedAttr<I64Attr, "0">:$rank_elements,
                        DefaultValuedAttr<I64Attr, "1">:$rank_stride,
                        OptionalAttr<Train_TensorSplitAttr>:$split,
-                       OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes);
+                       OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
+                       OptionalAttr<Train_ContextSplitAttr>:$context_parallel);
   let results = (outs Train_FloatTensor:$q_grad, Train_FloatTensor:$k_grad,
                       Train_FloatTensor:$v_grad);
   let assemblyFormat = [{

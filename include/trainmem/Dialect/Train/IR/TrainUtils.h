@@ -82,12 +82,20 @@ int64_t getWholeDrawnElements(BatchDrawOpInterface draw);
 /// (trainmem::splitDrawIndex).
 struct SplitDrawPlacement {
   int64_t block = 0, parts = 1, stride = 1;
+  /// A context-parallel rank's balanced chunks (Philox.h's splitDrawIndex).
+  bool balanced = false;
 };
 
 /// The process group of `split`'s grid axis, which `op` runs a rank's part
 /// of; failure (with an error at `op`) when the axis is not a static group
 /// of the split's parts.
 FailureOr<ProcessGroup> getSplitGroup(Operation *op, TensorSplitAttr split);
+
+/// The process group of `context`'s grid axis, whose positions `op` reads
+/// a rank's part of; failure (with an error at `op`) when the axis is not a
+/// static group of its parts.
+FailureOr<ProcessGroup> getContextGroup(Operation *op,
+                                        ContextSplitAttr context);
 
 /// `draw`'s placement in its drawn tensor (getDrawnType); failure (with an
 /// error at the op) when its split's grid axis is not a static group of

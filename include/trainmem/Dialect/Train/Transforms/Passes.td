@@ -445,6 +445,45 @@ def TrainTensorParallelPass
   ];
 }
 
+def TrainContextParallelPass
+    : Pass<"train-context-parallel", "mlir::ModuleOp"> {
+  let summary = "Cuts every sequence across a context-parallel group";
+  let description = [{
+    Runs on the forward pass plus loss (before `train-autodiff`), with its
+    attention fused (`train-fuse-attention`). Makes it one SPMD program for
+    the `size` ranks of a context group on a `shard.grid @cp`: each rank
+    holds its rows of every sequence, a contiguous piece of s/c positions
+    or, with `load-balance` (the default), chunks p and 2c - 1 - p of 2c
+    equal chunks, so that under a causal mask every rank's queries see as
+    many keys (Megatron-Core's order). The step's token and target ids
+    (`train.input`) and position ids (`train.iota` of the sequence) are cut
+    by `train.context_slice`; the ops on positions run on a rank's rows
+    (norms, element-wise ops, matmuls by weights, views, dropout drawing
+    its piece of the whole mask, `train.rope` at the rows' places in the
+    sequence); a fused attention takes the rank's queries over the group's
+    keys and values, all-gathered along the sequence (`shard.all_gather`,
+    whose gradient `train-autodiff` reduce-scatters; the backward gathers
+    again instead of keeping the gathered keys), its causal mask comparing
+    the rows' places (`context_parallel = #train.context<...>`): the scores
+    are never whole, and each rank keeps 1/c of every saved activation. The
+    loss's sum and token count are summed over the group; each parameter
+    enters through f (`train.grad_all_reduce`): its gradient is the group's
+    sum. An op on positions that is none of these (an unfused attention's
+    scores, a reshape of the sequence dimension), a sequence the parts do
+    not divide (2c with load balance), an ALiBi attention, a dropout on
+    balanced chunks and a forward split by train-tensor-parallel are
+    errors at the op, naming what works.
+  }];
+  let options = [
+    Option<"size", "size", "int64_t", "2",
+           "Ranks of a context-parallel group (c)">,
+    Option<"loadBalance", "load-balance", "bool", "true",
+           "Each rank holds chunks p and 2c-1-p of 2c (balanced causal "
+           "work); false: a contiguous piece of s/c positions">
+  ];
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
+}
+
 def TrainZeroPass : Pass<"train-zero", "mlir::ModuleOp"> {
   let summary = "Partitions the step over data-parallel ranks (ZeRO) and "
                 "inserts the collectives";

@@ -36,6 +36,12 @@ struct TrainStepPipelineOptions
                      "before train-autodiff), e.g. \"size=2\"; empty: "
                      "none"),
       llvm::cl::init("")};
+  Option<std::string> contextParallel{
+      *this, "context-parallel",
+      llvm::cl::desc("train-context-parallel options (on the forward after "
+                     "train-fuse-attention, before train-autodiff), e.g. "
+                     "\"size=2\"; empty: none"),
+      llvm::cl::init("")};
   Option<bool> fuseAttention{
       *this, "fuse-attention",
       llvm::cl::desc("Fuse decomposed attention into train.attention "
@@ -122,6 +128,7 @@ struct TrainStepOptions {
   bool differentiate = true;
   std::optional<TrainTensorParallelPassOptions> tensorParallel;
   bool fuseAttention = false;
+  std::optional<TrainContextParallelPassOptions> contextParallel;
   bool fuseElementwise = false;
   TrainAutodiffPassOptions autodiff;
   std::optional<TrainLossScalePassOptions> lossScale;

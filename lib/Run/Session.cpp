@@ -961,22 +961,6 @@ llvm::Error Session::save(StringRef dir, int64_t step,
                           const RunIdentity &identity) const {
   assert(state && "start the session first");
   auto read = [&](const TensorSlot &slot) { return state->read(slot); };
-  if (ranks <= 1) {
-    if (llvm::Error failure =
-            writeCheckpoint(dir, step, identity, layout.arguments, read))
-      return failure;
-    // One rank's checkpoint replaces a sharded one in the same directory.
-    removeOtherCheckpoints(dir, "checkpoint.bin");
-    return llvm::Error::success();
-  }
-  // Each rank its shard, in a directory of the step; then rank 0 the
-  // manifest that names them, so that it names a complete set only.
-  std::string stepName = "step-" + std::to_string(step);
-  CheckpointLayout shardLayout = getCheckpointLayout();
-  if (llvm::Error failure = writeCheckpoint(
-          (dir + "/" + stepName).str(), step, identity, layout.arguments,
-          read, shardFileName(rank, ranks), &shardLayout))
-    return failure;
   auto barrier = [&]() -> llvm::Error {
     tmrt_barrier(ctx);
     if (const char *why = tmrt_context_error(ctx))
@@ -984,11 +968,34 @@ llvm::Error Session::save(StringRef dir, int64_t step,
                       std::to_string(step) + ": " + why);
     return llvm::Error::success();
   };
+  // The ranks of a context group hold the same state: the first of each
+  // writes it (getCheckpointLayout folds the group into one rank).
+  CheckpointLayout shardLayout = getCheckpointLayout();
+  bool writes = rank % contextParts == 0;
+  if (shardLayout.ranks <= 1) {
+    if (writes) {
+      if (llvm::Error failure =
+              writeCheckpoint(dir, step, identity, layout.arguments, read))
+        return failure;
+      // One rank's checkpoint replaces a sharded one in the same directory.
+      removeOtherCheckpoints(dir, "checkpoint.bin");
+    }
+    return ranks > 1 ? barrier() : llvm::Error::success();
+  }
+  // Each rank its shard, in a directory of the step; then rank 0 the
+  // manifest that names them, so that it names a complete set only.
+  std::string stepName = "step-" + std::to_string(step);
+  if (writes)
+    if (llvm::Error failure = writeCheckpoint(
+            (dir + "/" + stepName).str(), step, identity, layout.arguments,
+            read, shardFileName(shardLayout.rank, shardLayout.ranks),
+            &shardLayout))
+      return failure;
   if (llvm::Error failure = barrier())
     return failure;
   if (rank == 0) {
-    if (llvm::Error failure = writeManifest(
-            dir, stepName, getCheckpointLayout(), step, layout.arguments))
+    if (llvm::Error failure =
+            writeManifest(dir, stepName, shardLayout, step, layout.arguments))
       return failure;
     // The checkpoints the manifest no longer names go (and one rank's).
     removeOtherCheckpoints(dir, stepName);

@@ -17,6 +17,7 @@
 
 #include "trainmem/Debug/Debug.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Run/Session.h"
 #include "trainmem/Run/Step.h"
 #include "trainmem/Run/Trainer.h"
@@ -367,6 +368,37 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
                       llvm::Twine(size) + " (mpirun -np " + llvm::Twine(size) +
                       ", " + llvm::Twine(2 * size) + ", ...)");
       dataRanks = worldSize / size;
+    }
+    // With context parallelism, over the processes the groups leave (the
+    // groups of --context-parallel, or of a step cut already).
+    int64_t contextParts = 0;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (ContextSplitAttr split = getContextSplit(func))
+        contextParts = split.getParts();
+    if (contextParts > 0 && !contextParallelOptions.getNumOccurrences()) {
+      if (dataRanks % contextParts != 0)
+        return refuse("the step is cut over context groups of " +
+                      llvm::Twine(contextParts) + ", which do not divide " +
+                      "the " + llvm::Twine(dataRanks) +
+                      " processes they get: run a multiple of " +
+                      llvm::Twine(contextParts));
+      dataRanks /= contextParts;
+    }
+    if (contextParallelOptions.getNumOccurrences()) {
+      int64_t size = 2; // train-context-parallel's default
+      for (StringRef option :
+           llvm::split(StringRef(contextParallelOptions), ' '))
+        if (option.consume_front("size=") &&
+            (option.getAsInteger(10, size) || size < 1))
+          return refuse("--context-parallel: size must be a count, got '" +
+                        llvm::Twine(option) + "'");
+      if (dataRanks % size != 0)
+        return refuse("--context-parallel size=" + llvm::Twine(size) +
+                      " does not divide the " + llvm::Twine(dataRanks) +
+                      " processes its groups get: run a multiple of " +
+                      llvm::Twine(size) + " (mpirun -np " + llvm::Twine(size) +
+                      ", " + llvm::Twine(2 * size) + ", ...)");
+      dataRanks /= size;
     }
     options.zero = "ranks=" + std::to_string(dataRanks) + " " + zeroOptions;
   }

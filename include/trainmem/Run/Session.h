@@ -162,11 +162,16 @@ public:
   /// index (the rows of the global batch it trains on). The grid is row
   /// major, data x tensor.
   int64_t getTensorParts() const { return tensorParts; }
-  /// How this run's ranks hold its state, for its checkpoints.
+  /// How this run's ranks hold its state, for its checkpoints: the ranks
+  /// of a context group (the grid's last axis) hold the same state, one
+  /// rank of the layout.
   CheckpointLayout getCheckpointLayout() const {
-    return {ranks, rank, zeroStage, tensorParts};
+    return {ranks / contextParts, rank / contextParts, zeroStage, tensorParts};
   }
-  int64_t getTensorPosition() const { return rank % tensorParts; }
+  /// The grid is row major, data x tensor x context.
+  int64_t getTensorPosition() const {
+    return (rank / contextParts) % tensorParts;
+  }
   /// Context parallelism (train-context-parallel): the ranks of a context
   /// group, which train on the same rows, each on its positions (1
   /// without).

@@ -206,6 +206,15 @@ FailureOr<ProcessGroup> mlir::train::getSplitGroup(Operation *op,
   return *group;
 }
 
+ContextSplitAttr mlir::train::getContextSplit(Operation *func) {
+  ContextSplitAttr split;
+  func->walk([&](ContextSliceOp slice) {
+    split = slice.getContextParallel();
+    return WalkResult::interrupt();
+  });
+  return split;
+}
+
 FailureOr<ProcessGroup> mlir::train::getContextGroup(Operation *op,
                                                      ContextSplitAttr context) {
   std::optional<ProcessGroup> group = getProcessGroup(

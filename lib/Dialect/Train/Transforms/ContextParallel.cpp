@@ -35,8 +35,9 @@ namespace train {
 
 namespace {
 
-/// The grid axis of the context group (the pass's own one-axis grid).
-constexpr int16_t kContextAxis = 0;
+/// The pass's grid is (data, context), its data axis train-zero's (grown
+/// from 1 by train-zero{ranks=d}); on a tensor-parallel forward, the
+/// tensor-parallel grid grows a last axis: (data, tensor, context).
 
 /// Rewrites one forward for a rank of a context group.
 class ContextParallel {
@@ -52,7 +53,7 @@ private:
   LogicalResult rewriteBlock(BlockOp block);
   LogicalResult rewriteAttention(AttentionOp attention);
   LogicalResult rewriteReshape(ReshapeOp reshape);
-  LogicalResult rewriteLoss(CrossEntropyOp loss);
+  LogicalResult rewriteLoss(LossOpInterface loss);
   /// Re-types `op` for its operands' pieces; each result a piece along
   /// `dim` (its rank's sequence dimension), or aligned from the right with
   /// the piece `from` when `dim` is negative.
@@ -69,6 +70,7 @@ private:
     return op->emitError("train-context-parallel: ");
   }
   int64_t parts() const { return split.getParts(); }
+  int16_t axis() const { return static_cast<int16_t>(split.getAxis()); }
   bool isPiece(Value value) const { return pieces.contains(value); }
   RankedTensorType cutType(RankedTensorType whole, int64_t dim) const {
     SmallVector<int64_t> shape(whole.getShape());
@@ -150,7 +152,7 @@ LogicalResult ContextParallel::enterWhole(OpOperand &operand) {
   if (!f) {
     OpBuilder builder(context);
     builder.setInsertionPointToStart(&func.getBody().front());
-    SmallVector<int16_t> axes = {kContextAxis};
+    SmallVector<int16_t> axes = {axis()};
     f = GradAllReduceOp::create(builder, value.getLoc(), value,
                                 split.getGrid().getValue(),
                                 ArrayRef<int16_t>(axes));
@@ -200,7 +202,7 @@ FailureOr<Value> ContextParallel::gather(Value value, Operation *user) {
       auto gathered = shard::AllGatherOp::create(
           builder, user->getLoc(),
           RankedTensorType::get(shape, type.getElementType()), split.getGrid(),
-          DenseI16ArrayAttr::get(context, {kContextAxis}), input,
+          DenseI16ArrayAttr::get(context, {axis()}), input,
           IntegerAttr::get(IndexType::get(context), inDim));
       auto whole =
           TransposeOp::create(builder, transpose.getLoc(), gathered.getResult(),
@@ -214,7 +216,7 @@ FailureOr<Value> ContextParallel::gather(Value value, Operation *user) {
   auto gathered = shard::AllGatherOp::create(
       builder, user->getLoc(),
       RankedTensorType::get(shape, type.getElementType()), split.getGrid(),
-      DenseI16ArrayAttr::get(context, {kContextAxis}), value,
+      DenseI16ArrayAttr::get(context, {axis()}), value,
       IntegerAttr::get(IndexType::get(context), dim));
   return gathered.getResult();
 }
@@ -283,7 +285,7 @@ LogicalResult ContextParallel::rewriteReshape(ReshapeOp reshape) {
   return success();
 }
 
-LogicalResult ContextParallel::rewriteLoss(CrossEntropyOp loss) {
+LogicalResult ContextParallel::rewriteLoss(LossOpInterface loss) {
   if (!isPiece(loss.getTargets()))
     return fail(loss) << "its targets are not the step's (train.input) "
                          "targets, which the pass cuts";
@@ -293,11 +295,11 @@ LogicalResult ContextParallel::rewriteLoss(CrossEntropyOp loss) {
   // identity backward: every rank's loss is the whole loss).
   OpBuilder builder(context);
   builder.setInsertionPointAfter(loss);
-  for (Value result : loss.getResults()) {
+  for (Value result : loss->getResults()) {
     pieces.erase(result);
     auto sum = shard::AllReduceOp::create(
         builder, loss.getLoc(), result, split.getGrid().getValue(),
-        ArrayRef<shard::GridAxis>{kContextAxis}, shard::ReductionKind::Sum);
+        ArrayRef<shard::GridAxis>{axis()}, shard::ReductionKind::Sum);
     result.replaceAllUsesExcept(sum.getResult(), sum);
   }
   return success();
@@ -334,8 +336,24 @@ LogicalResult ContextParallel::rewrite(Operation *op) {
     return success();
   if (auto attention = dyn_cast<AttentionOp>(op))
     return rewriteAttention(attention);
-  if (auto loss = dyn_cast<CrossEntropyOp>(op))
+  if (auto loss = dyn_cast<LossOpInterface>(op))
     return rewriteLoss(loss);
+  // A tensor-parallel forward's collectives on a rank's positions (f, g,
+  // the parallel cross-entropy's sums and maxima): the same rows.
+  if (isa<GradAllReduceOp, shard::AllReduceOp>(op)) {
+    Value input = op->getOperand(0);
+    op->getResult(0).setType(input.getType());
+    pieces[op->getResult(0)] = pieces.lookup(input);
+    return success();
+  }
+  if (isa<RowMaxOp>(op))
+    return retype(op, pieces.lookup(op->getOperand(0)));
+  if (auto part = dyn_cast<CrossEntropyPartOp>(op)) {
+    if (!isPiece(part.getTargets()))
+      return fail(op) << "its targets are not the step's, which the pass "
+                         "cuts";
+    return retype(op, pieces.lookup(part.getTargets()));
+  }
   if (auto reshape = dyn_cast<ReshapeOp>(op))
     return rewriteReshape(reshape);
   if (auto transpose = dyn_cast<TransposeOp>(op)) {
@@ -370,8 +388,8 @@ LogicalResult ContextParallel::rewrite(Operation *op) {
     if (failed(retype(op, -1, input)))
       return failure();
     dropout.setSplitAttr(TensorSplitAttr::get(context, pieces.lookup(input),
-                                              parts(), split.getGrid(),
-                                              kContextAxis, split.getOrder()));
+                                              parts(), split.getGrid(), axis(),
+                                              split.getOrder()));
     return success();
   }
   if (op->hasTrait<PositionWise>()) {
@@ -414,6 +432,52 @@ struct TrainContextParallelPass
     : public impl::TrainContextParallelPassBase<TrainContextParallelPass> {
   using Base::Base;
 
+  /// The grid and axis of the context group: a last axis grown on a
+  /// tensor-parallel forward's (data, tensor) grid, or a (data, context)
+  /// grid of the pass's own.
+  FailureOr<std::pair<FlatSymbolRefAttr, int64_t>>
+  contextGrid(ModuleOp module, ArrayRef<func::FuncOp> forwards) {
+    for (func::FuncOp func : forwards) {
+      TensorSplitAttr tensor;
+      for (unsigned i = 0; i < func.getNumArguments() && !tensor; ++i)
+        tensor =
+            func.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName);
+      if (!tensor)
+        continue;
+      WalkResult sequence = func.walk([](Operation *op) {
+        return isa<shard::AllGatherOp, shard::ReduceScatterOp,
+                   shard::AllSliceOp>(op)
+                   ? WalkResult::interrupt()
+                   : WalkResult::advance();
+      });
+      if (sequence.wasInterrupted())
+        return func.emitError("train-context-parallel: @")
+               << func.getSymName()
+               << " is split along the sequence already "
+                  "(train-tensor-parallel sequence-parallel=true); cut it "
+                  "over a context group with sequence-parallel=false";
+      auto gridOp = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+          func, tensor.getGrid());
+      if (!gridOp || gridOp.getShape().size() != 2 || tensor.getAxis() != 1)
+        return func.emitError("train-context-parallel: @")
+               << func.getSymName() << " is split on " << tensor.getGrid()
+               << ", which is not train-tensor-parallel's (data, tensor) "
+                  "grid";
+      SmallVector<int64_t> shape(gridOp.getShape());
+      shape.push_back(size);
+      gridOp.setShape(shape);
+      return std::make_pair(tensor.getGrid(), int64_t(2));
+    }
+    OpBuilder builder(module.getBodyRegion());
+    builder.setInsertionPointToStart(module.getBody());
+    auto gridOp = shard::GridOp::create(builder, module.getLoc(), "cp",
+                                        ArrayRef<int64_t>{1, size});
+    SymbolTable symbols(module);
+    symbols.insert(gridOp); // renames it when "cp" is taken
+    return std::make_pair(FlatSymbolRefAttr::get(gridOp.getSymNameAttr()),
+                          int64_t(1));
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (size < 1) {
@@ -430,14 +494,6 @@ struct TrainContextParallelPass
             << func.getSymName() << " is already a training step";
         return signalPassFailure();
       }
-      if (isTensorParallel(func)) {
-        func.emitError("train-context-parallel: @")
-            << func.getSymName()
-            << " is split by train-tensor-parallel; context parallelism "
-               "with tensor parallelism (a (context, tensor) grid) is not "
-               "built yet: use one of them";
-        return signalPassFailure();
-      }
       bool hasParams = false;
       for (unsigned i = 0; i < func.getNumArguments(); ++i)
         hasParams |= static_cast<bool>(func.getArgAttr(i, kParamAttrName));
@@ -446,15 +502,12 @@ struct TrainContextParallelPass
     }
     if (size == 1)
       return;
-    OpBuilder builder(module.getBodyRegion());
-    builder.setInsertionPointToStart(module.getBody());
-    auto gridOp = shard::GridOp::create(builder, module.getLoc(), "cp",
-                                        ArrayRef<int64_t>{size});
-    SymbolTable symbols(module);
-    symbols.insert(gridOp); // renames it when "cp" is taken
+    FailureOr<std::pair<FlatSymbolRefAttr, int64_t>> grid =
+        contextGrid(module, forwards);
+    if (failed(grid))
+      return signalPassFailure();
     auto split = ContextSplitAttr::get(
-        &getContext(), size, FlatSymbolRefAttr::get(gridOp.getSymNameAttr()),
-        kContextAxis,
+        &getContext(), size, grid->first, grid->second,
         loadBalance ? ContextOrder::balanced : ContextOrder::contiguous);
     for (func::FuncOp func : forwards) {
       LLVM_DEBUG(llvm::dbgs()

@@ -206,14 +206,6 @@ checkTrainStepOptions(const TrainStepOptions &options,
   if (options.contextParallel && !options.fuseAttention)
     return errorHandler("train-step: context-parallel cuts a fused "
                         "attention's queries: add fuse-attention=true");
-  if (options.contextParallel && options.tensorParallel)
-    return errorHandler("train-step: context-parallel with tensor-parallel "
-                        "(a (context, tensor) grid) is not built yet: use "
-                        "one of them");
-  if (options.contextParallel && options.zero && options.zero->ranks > 1)
-    return errorHandler("train-step: context-parallel with zero over data "
-                        "ranks (a (data, context) grid) is not built yet: "
-                        "use one of them");
   if (options.tensorParallel && !options.differentiate)
     return errorHandler("train-step: tensor-parallel splits the forward, "
                         "before train-autodiff; the input is a step already");

@@ -254,20 +254,11 @@ void TrainZeroPass::runOnOperation() {
   // One rank is the step as it is.
   if (ranks == 1)
     return;
-  // A context-parallel step's data axis is not built yet.
-  WalkResult context = step.walk([&](ContextSliceOp slice) {
-    slice.emitError("train-zero: ranks=")
-        << static_cast<int64_t>(ranks)
-        << " over a step cut by train-context-parallel: ZeRO over data "
-           "ranks beside a context group (a (data, context) grid) is not "
-           "built yet; run the context group alone (ranks=1)";
-    return WalkResult::interrupt();
-  });
-  if (context.wasInterrupted())
-    return signalPassFailure();
-  // A tensor-parallel step: ZeRO over its grid's data axis (axis 0).
+
+  // A tensor- or context-parallel step: ZeRO over its grid's data axis
+  // (axis 0).
   shard::GridOp tensorGrid;
-  if (isTensorParallel(step)) {
+  if (isTensorParallel(step) || getContextSplit(step)) {
     FailureOr<shard::GridOp> found = dataAxisGrid(step);
     if (failed(found))
       return signalPassFailure();
@@ -304,34 +295,50 @@ void TrainZeroPass::runOnOperation() {
 }
 
 FailureOr<shard::GridOp> TrainZeroPass::dataAxisGrid(func::FuncOp step) {
+  // The group's grid and axis: a split parameter's, or the context's.
   TensorSplitAttr split;
   for (unsigned i = 0, e = step.getNumArguments(); i < e && !split; ++i)
     split = step.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName);
-  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
-      step, split.getGrid());
-  if (!grid || grid.getShape().size() != 2 || split.getAxis() != 1)
-    return step.emitError("train-zero: the step is split by "
-                          "train-tensor-parallel on ")
-           << split.getGrid() << ", which is not its (data, tensor) grid";
+  FlatSymbolRefAttr gridName;
+  int64_t axis = 0;
+  const char *pass = "train-tensor-parallel";
+  if (split) {
+    gridName = split.getGrid();
+    axis = split.getAxis();
+  } else if (ContextSplitAttr context = getContextSplit(step)) {
+    gridName = context.getGrid();
+    axis = context.getAxis();
+    pass = "train-context-parallel";
+  }
+  auto grid =
+      SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(step, gridName);
+  if (!grid || grid.getShape().size() < 2 || axis < 1)
+    return step.emitError("train-zero: the step is split by ")
+           << pass << " on " << gridName
+           << ", which is not its (data, group...) grid";
   int64_t data = grid.getShape()[0];
   // One data rank (train-tensor-parallel's default): the grid grows a data
   // axis of `ranks`.
   if (data == 1) {
-    grid.setShape(ArrayRef<int64_t>{ranks, grid.getShape()[1]});
+    SmallVector<int64_t> shape(grid.getShape());
+    shape[0] = ranks;
+    grid.setShape(shape);
     return grid;
   }
   if (data != ranks)
     return step.emitError("train-zero: ranks=")
-           << static_cast<int64_t>(ranks) << ", but the tensor-parallel grid "
-           << split.getGrid() << " has " << data
-           << " data ranks (give ranks=" << data << ")";
+           << static_cast<int64_t>(ranks) << ", but the grid " << gridName
+           << " has " << data << " data ranks (give ranks=" << data << ")";
   return grid;
 }
 
 LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step,
                                             shard::GridOp tensorGrid) {
-  // Processes between two data ranks: the tensor axis's.
-  int64_t rankStride = tensorGrid ? tensorGrid.getShape()[1] : 1;
+  // Processes between two data ranks: the groups' (tensor, context).
+  int64_t rankStride = 1;
+  if (tensorGrid)
+    for (int64_t extent : tensorGrid.getShape().drop_front())
+      rankStride *= extent;
   // The rank's batch: the tokens' first dimension.
   int64_t batchRows = 0;
   for (unsigned i = 0; i < step.getNumArguments(); ++i)

@@ -42,8 +42,9 @@ REST = [
     ("dtype", ["f32", "bf16", "f16"]),
     ("dropout", ["0", "0.1"]),
     # Tensor parallelism over the 2 processes (issue 34): its data ranks
-    # are then 1, ZeRO's among them.
-    ("tensor", ["none", "2", "2+sp"]),
+    # are then 1, ZeRO's among them; or context parallelism over them
+    # (issue 52: "c2", with fused attention; its data ranks are 1 too).
+    ("tensor", ["none", "2", "2+sp", "c2"]),
     # The optimizer and gradient release (issue 36): Sophia refreshes its
     # Hessian estimate every 2 steps here; a released step is not clipped
     # (its reference neither).
@@ -78,6 +79,8 @@ def refused_by_design(row):
             return "release with loss scaling"
     if row["remat"] == "budget" and row["offload-activations"] == "on":
         return "a remat budget with activation offload"
+    if row["tensor"] == "c2" and row["fuse-attention"] == "off":
+        return "context parallelism without fused attention"
     return None
 
 
@@ -181,27 +184,33 @@ def losses(path):
 
 def tensor_options(c):
     """train-tensor-parallel's options of the combination, or None."""
-    if c["tensor"] == "none":
+    if c["tensor"] in ("none", "c2"):
         return None
     return "size=2" + (" sequence-parallel=true" if c["tensor"] == "2+sp"
                        else "")
 
 
+def context_options(c):
+    """train-context-parallel's options of the combination, or None."""
+    return f"size={RANKS}" if c["tensor"] == "c2" else None
+
+
 def processes(c):
     """The MPI processes the combination runs on (1: none)."""
-    return RANKS if c["zero"] != "none" or tensor_options(c) else 1
+    return (RANKS if c["zero"] != "none" or tensor_options(c) or
+            context_options(c) else 1)
 
 
 def rank_batch(c):
-    """One process's batch: a tensor group trains on the whole batch (its
-    data ranks are 1), ZeRO's data ranks on their share."""
-    if tensor_options(c):
+    """One process's batch: a tensor or context group trains on the whole
+    batch (its data ranks are 1), ZeRO's data ranks on their share."""
+    if tensor_options(c) or context_options(c):
         return BATCH
     return BATCH // RANKS if c["zero"] != "none" else BATCH
 
 
 def zero_ranks(c):
-    return RANKS // 2 if tensor_options(c) else RANKS
+    return RANKS // 2 if tensor_options(c) or context_options(c) else RANKS
 
 
 def autodiff_options(c):
@@ -279,6 +288,8 @@ def step_peak(c, remat):
         options.append("release-gradients=true")
     if tensor_options(c):
         options.append(f'tensor-parallel="{tensor_options(c)}"')
+    if context_options(c):
+        options.append(f'context-parallel="{context_options(c)}"')
     if c["offload-activations"] == "on":
         options.append(f'offload-activations="{offload_activations(c)}"')
     report = subprocess.run(
@@ -346,6 +357,9 @@ def run_combination(index, c, log):
             passes.append("train-tensor-parallel{" + tensor_options(c) + "}")
         if c["fuse-attention"] == "on":
             passes.append("train-fuse-attention")
+        if context_options(c):
+            passes.append("train-context-parallel{" + context_options(c) +
+                          "}")
         if c["fuse-elementwise"] == "on":
             passes.append("train-fuse-elementwise")
         passes.append("train-autodiff{" + autodiff_options(c) + "}")
@@ -390,6 +404,8 @@ def run_combination(index, c, log):
         opts.append("--autodiff-options=" + autodiff_options(c))
         if tensor_options(c):
             opts.append("--tensor-parallel=" + tensor_options(c))
+        if context_options(c):
+            opts.append("--context-parallel=" + context_options(c))
         opts += ["--remat=" + r for r in remat_option(c)]
         if c["accum"] == "2":
             opts.append("--grad-accum=steps=2")

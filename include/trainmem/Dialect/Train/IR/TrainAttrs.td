@@ -214,7 +214,7 @@ def Train_ContextSplitAttr : Train_Attr<"ContextSplit", "context"> {
 
     ```mlir
     %o, %lse = train.attention %q, %k, %v {causal, scale = 0.125 : f64,
-        context_parallel = #train.context<parts = 2, grid = @cp, axis = 0, balanced>}
+        context_parallel = #train.context<parts = 2, grid = @cp, axis = 1, balanced>}
     ```
   }];
   let parameters = (ins "int64_t":$parts, "FlatSymbolRefAttr":$grid,

@@ -189,7 +189,7 @@ def Train_ContextSliceOp : Train_NonDiffOp<"context_slice",
     which every rank of the group reads whole.
 
     ```mlir
-    %mine = train.context_slice %tokens {dim = 1, context_parallel = #train.context<parts = 2, grid = @cp, axis = 0, balanced>}
+    %mine = train.context_slice %tokens {dim = 1, context_parallel = #train.context<parts = 2, grid = @cp, axis = 1, balanced>}
         : tensor<8x4096xi32> -> tensor<8x2048xi32>
     ```
   }];

@@ -91,6 +91,10 @@ struct SplitDrawPlacement {
 /// of the split's parts.
 FailureOr<ProcessGroup> getSplitGroup(Operation *op, TensorSplitAttr split);
 
+/// The context split of a step or forward cut by train-context-parallel
+/// (its train.context_slice's), or null.
+ContextSplitAttr getContextSplit(Operation *func);
+
 /// The process group of `context`'s grid axis, whose positions `op` reads
 /// a rank's part of; failure (with an error at `op`) when the axis is not a
 /// static group of its parts.

@@ -451,7 +451,10 @@ def TrainContextParallelPass
   let description = [{
     Runs on the forward pass plus loss (before `train-autodiff`), with its
     attention fused (`train-fuse-attention`). Makes it one SPMD program for
-    the `size` ranks of a context group on a `shard.grid @cp`: each rank
+    the `size` ranks of a context group: on a grid `@cp` of (data, context)
+    or, after `train-tensor-parallel`, on its grid grown to (data, tensor,
+    context) (the context axis last; `train-zero{ranks=d}` grows the data
+    axis and partitions over it). Each rank
     holds its rows of every sequence, a contiguous piece of s/c positions
     or, with `load-balance` (the default), chunks p and 2c - 1 - p of 2c
     equal chunks, so that under a causal mask every rank's queries see as
@@ -470,9 +473,9 @@ def TrainContextParallelPass
     enters through f (`train.grad_all_reduce`): its gradient is the group's
     sum. An op on positions that is none of these (an unfused attention's
     scores, a reshape of the sequence dimension), a sequence the parts do
-    not divide (2c with load balance), an ALiBi attention, a dropout on
-    balanced chunks and a forward split by train-tensor-parallel are
-    errors at the op, naming what works.
+    not divide (2c with load balance), an ALiBi attention and a forward
+    split along the sequence already (sequence parallelism) are errors at
+    the op, naming what works.
   }];
   let options = [
     Option<"size", "size", "int64_t", "2",

@@ -318,6 +318,12 @@ std::vector<std::string> deepSpeedCannotExpress(const PlanCandidate &c,
         "tensor parallelism (size {0}: DeepSpeed takes it from Megatron-LM's "
         "model code, --emit megatron-args)",
         c.tensorParallel));
+  if (c.contextParallel > 1)
+    reasons.push_back(llvm::formatv(
+        "context parallelism (size {0}: DeepSpeed has no key for it; its "
+        "Ulysses sequence parallelism is an all-to-all over heads that the "
+        "model code sets up, not a configuration key)",
+        c.contextParallel));
   const OptimizerInfo *optimizer = lookupOptimizer(recipe.optimizer);
   if (!optimizer || optimizer->deepSpeedType.empty())
     reasons.push_back("the " + recipe.optimizer + " optimizer");

@@ -68,6 +68,8 @@ std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
   add("--tensor-model-parallel-size", std::to_string(c.tensorParallel));
   if (c.sequenceParallel)
     add("--sequence-parallel");
+  if (c.contextParallel > 1)
+    add("--context-parallel-size", std::to_string(c.contextParallel));
   if (c.tensorParallel > 1 && !c.vocabularyParallel)
     notes.push_back(llvm::formatv(
         "the plan keeps the embedding and head whole on every rank ({0} does "

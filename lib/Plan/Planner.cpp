@@ -475,6 +475,8 @@ PlanCandidate::stepOptions(int64_t ranks, uint64_t memoryBytes) const {
   }
   options.fuseAttention = fuseAttention;
   options.fuseElementwise = fuseElementwise;
+  if (contextParallel > 1)
+    options.contextParallel.emplace().size = contextParallel;
   std::string message;
   llvm::raw_string_ostream errors(message);
   if (failed(parsePassOptions(autodiffOptions(), options.autodiff, errors)))
@@ -559,6 +561,8 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
     text += " --tensor-parallel=\"" + tensorParallelOptions() + "\"";
   if (fuseAttention)
     text += " --fuse-attention";
+  if (contextParallel > 1)
+    text += llvm::formatv(" --context-parallel=size={0}", contextParallel);
   if (fuseElementwise)
     text += " --fuse-elementwise";
   if (remat == PlanRemat::budget)
@@ -595,6 +599,8 @@ std::string PlanCandidate::describe() const {
     text += llvm::formatv(", tensor-parallel {0}{1}{2}", tensorParallel,
                           sequenceParallel ? " + sequence-parallel" : "",
                           vocabularyParallel ? "" : " (vocabulary whole)");
+  if (contextParallel > 1)
+    text += llvm::formatv(", context-parallel {0}", contextParallel);
   if (stage >= 0)
     text += llvm::formatv(", ZeRO-{0}", stage);
   if (eightBit)
@@ -711,6 +717,19 @@ static llvm::Error completeSpace(PlanRequest &request) {
       return planError(llvm::formatv(
           "tensor-parallel size {0} does not divide the {1} ranks", t,
           request.ranks));
+  if (request.contextParallel.empty())
+    request.contextParallel = {1};
+  for (int64_t c : request.contextParallel) {
+    if (c < 1 || request.ranks % c != 0)
+      return planError(llvm::formatv(
+          "context-parallel size {0} does not divide the {1} ranks", c,
+          request.ranks));
+    if (c > 1 && request.model.seq % (2 * c) != 0)
+      return planError(llvm::formatv(
+          "context-parallel size {0} does not cut the sequence ({1}) into "
+          "2 x {0} balanced chunks: give a size whose double divides it",
+          c, request.model.seq));
+  }
   if (request.sequenceParallel.empty())
     request.sequenceParallel = {false, true};
   return llvm::Error::success();
@@ -837,7 +856,7 @@ void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
   // A tensor group's t devices share its sequences.
   double tokens =
       static_cast<double>(c.microBatch * c.accumulation * request.model.seq) /
-      static_cast<double>(c.tensorParallel);
+      static_cast<double>(c.tensorParallel * c.contextParallel);
   c.tokensPerSecond = c.stepSeconds > 0 ? tokens / c.stepSeconds : 0.0;
 }
 
@@ -845,11 +864,12 @@ namespace {
 
 /// The candidate's choices apart from its recompute, as a key.
 std::string candidateKey(const PlanCandidate &c) {
-  return llvm::formatv(
-             "{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}/{9}/{10}", c.microBatch,
-             c.stage, c.eightBit, static_cast<int>(c.offload), c.fuseAttention,
-             c.fuseElementwise, stringifyPlanRemat(c.remat), c.tensorParallel,
-             c.sequenceParallel, c.releaseGradients, c.offloadActivations)
+  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}/{9}/{10}/{11}",
+                       c.microBatch, c.stage, c.eightBit,
+                       static_cast<int>(c.offload), c.fuseAttention,
+                       c.fuseElementwise, stringifyPlanRemat(c.remat),
+                       c.tensorParallel, c.sequenceParallel, c.releaseGradients,
+                       c.offloadActivations, c.contextParallel)
       .str();
 }
 
@@ -1052,63 +1072,73 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
         keeps.emplace_back(remat, activations);
   // A vocabulary t does not divide stays whole on every rank.
   int64_t vocabulary = vocabularyOf(request);
-  for (int64_t t : request.tensorParallel)
-    for (bool sequence : request.sequenceParallel) {
-      // K/V heads t is a multiple of are replicated, which
-      // train-tensor-parallel refuses with sequence parallelism.
-      bool replicated =
-          request.model.kvHeads > 0 && request.model.kvHeads % t != 0;
-      if (sequence && (t == 1 || replicated))
-        continue;
-      // Each tensor group trains on its data rank's share of the global
-      // batch; ZeRO runs over the data ranks (none when there is one).
-      int64_t data = request.ranks / t;
-      int64_t perRank = request.globalBatch / data;
-      std::vector<int64_t> micros = request.microBatches;
-      if (request.defaultMicroBatches && t > 1)
-        micros = divisorsOf(perRank);
-      std::vector<int64_t> stages;
-      for (int64_t stage : request.stages)
-        if ((stage < 0) == (data == 1) && !llvm::is_contained(stages, stage))
-          stages.push_back(stage);
-      if (stages.empty())
-        stages.push_back(data == 1 ? -1 : 0);
-      for (int64_t micro : micros)
-        for (auto [remat, activations] : keeps)
-          for (int64_t stage : stages)
-            for (bool eightBit : request.eightBit)
-              for (bool fuseAttention : request.fuseAttention)
-                for (bool fuseElementwise : request.fuseElementwise)
-                  for (auto &[optimizer, release] : updates) {
-                    // Release applies to one micro-batch (a gradient is
-                    // complete after the last one).
-                    if (release && perRank / micro > 1)
-                      continue;
-                    groupStart.push_back(result.candidates.size());
-                    for (PlanOffload offload : request.offloads) {
-                      PlanCandidate c;
-                      c.tensorParallel = t;
-                      c.sequenceParallel = sequence;
-                      c.vocabularyParallel = t > 1 && vocabulary % t == 0;
-                      c.fuseAttention = fuseAttention;
-                      c.fuseElementwise = fuseElementwise;
-                      c.microBatch = micro;
-                      c.accumulation = perRank / micro;
-                      c.remat = remat;
-                      c.offloadActivations = activations;
-                      c.stage = stage;
-                      c.eightBit = eightBit;
-                      c.offload = offload;
-                      c.optimizer = optimizer;
-                      c.releaseGradients = release;
-                      c.recipe = request.recipe;
-                      c.changesNumerics =
-                          eightBit || optimizer != request.optimizers.front() ||
-                          (release && recipeClips(request.recipe));
-                      result.candidates.push_back(c);
+  for (int64_t cp : request.contextParallel)
+    for (int64_t t : request.tensorParallel)
+      for (bool sequence : request.sequenceParallel) {
+        // K/V heads t is a multiple of are replicated, which
+        // train-tensor-parallel refuses with sequence parallelism; context
+        // parallelism cuts a sequence sequence parallelism has not.
+        bool replicated =
+            request.model.kvHeads > 0 && request.model.kvHeads % t != 0;
+        if (sequence && (t == 1 || replicated || cp > 1))
+          continue;
+        if (request.ranks % (t * cp) != 0)
+          continue;
+        // Each tensor x context group trains on its data rank's share of
+        // the global batch; ZeRO runs over the data ranks (none when there
+        // is one).
+        int64_t data = request.ranks / (t * cp);
+        int64_t perRank = request.globalBatch / data;
+        std::vector<int64_t> micros = request.microBatches;
+        if (request.defaultMicroBatches && t * cp > 1)
+          micros = divisorsOf(perRank);
+        std::vector<int64_t> stages;
+        for (int64_t stage : request.stages)
+          if ((stage < 0) == (data == 1) && !llvm::is_contained(stages, stage))
+            stages.push_back(stage);
+        if (stages.empty())
+          stages.push_back(data == 1 ? -1 : 0);
+        for (int64_t micro : micros)
+          for (auto [remat, activations] : keeps)
+            for (int64_t stage : stages)
+              for (bool eightBit : request.eightBit)
+                for (bool fuseAttention : request.fuseAttention)
+                  for (bool fuseElementwise : request.fuseElementwise)
+                    for (auto &[optimizer, release] : updates) {
+                      // Context parallelism cuts a fused attention.
+                      if (cp > 1 && !fuseAttention)
+                        continue;
+                      // Release applies to one micro-batch (a gradient is
+                      // complete after the last one).
+                      if (release && perRank / micro > 1)
+                        continue;
+                      groupStart.push_back(result.candidates.size());
+                      for (PlanOffload offload : request.offloads) {
+                        PlanCandidate c;
+                        c.tensorParallel = t;
+                        c.contextParallel = cp;
+                        c.sequenceParallel = sequence;
+                        c.vocabularyParallel = t > 1 && vocabulary % t == 0;
+                        c.fuseAttention = fuseAttention;
+                        c.fuseElementwise = fuseElementwise;
+                        c.microBatch = micro;
+                        c.accumulation = perRank / micro;
+                        c.remat = remat;
+                        c.offloadActivations = activations;
+                        c.stage = stage;
+                        c.eightBit = eightBit;
+                        c.offload = offload;
+                        c.optimizer = optimizer;
+                        c.releaseGradients = release;
+                        c.recipe = request.recipe;
+                        c.changesNumerics =
+                            eightBit ||
+                            optimizer != request.optimizers.front() ||
+                            (release && recipeClips(request.recipe));
+                        result.candidates.push_back(c);
+                      }
                     }
-                  }
-    }
+      }
   groupStart.push_back(result.candidates.size());
   return groupStart;
 }

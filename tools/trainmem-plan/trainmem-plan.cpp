@@ -247,6 +247,13 @@ static cl::list<std::string> tensorParallel(
              "heads and the K/V heads; default: 1, and auto's sizes when "
              "nothing fits at 1; an explicit 1 searches 1 only)"),
     cl::CommaSeparated, cl::cat(category));
+static cl::list<std::string> contextParallel(
+    "context-parallel",
+    cl::desc("Context-parallel sizes to try (train-context-parallel, load "
+             "balanced, with fused attention): counts c with t x c dividing "
+             "--ranks and 2c the sequence, or auto (2, 4 and 8 where they "
+             "do); default: 1"),
+    cl::CommaSeparated, cl::cat(category));
 static cl::opt<std::string> sequenceParallel(
     "sequence-parallel",
     cl::desc("Sequence parallelism to try with tensor parallelism above 1: "
@@ -401,7 +408,8 @@ static const char *fusionShort(const PlanCandidate &c) {
 
 /// The tensor-parallel column: t, with +sp for sequence parallelism.
 static std::string tensorShort(const PlanCandidate &c) {
-  return std::to_string(c.tensorParallel) + (c.sequenceParallel ? "+sp" : "");
+  return std::to_string(c.tensorParallel) + (c.sequenceParallel ? "+sp" : "") +
+         (c.contextParallel > 1 ? "c" + std::to_string(c.contextParallel) : "");
 }
 
 /// The update column: the optimizer, +rel for gradient release.
@@ -414,8 +422,9 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
   // The tensor-parallel column where the search has t > 1, the update
   // column where it has more than one optimizer or release.
   bool tensorColumn =
-      llvm::any_of(result.candidates,
-                   [](const PlanCandidate &c) { return c.tensorParallel > 1; });
+      llvm::any_of(result.candidates, [](const PlanCandidate &c) {
+        return c.tensorParallel > 1 || c.contextParallel > 1;
+      });
   bool updateColumn =
       llvm::any_of(result.candidates, [&](const PlanCandidate &c) {
         return updateShort(c) != updateShort(result.candidates.front());
@@ -558,6 +567,7 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
       {"fuse_elementwise", c.fuseElementwise},
       {"tensor_parallel", c.tensorParallel},
       {"sequence_parallel", c.sequenceParallel},
+      {"context_parallel", c.contextParallel},
       {"fits", c.fits},
       {"pipeline", c.passPipeline(request.ranks, request.memoryBytes)},
       {"trainmem_run_options",
@@ -822,6 +832,7 @@ fillSearchSpace(PlanRequest &request,
     // parallelism (DeepSpeed alone has none), no search beyond it.
     request.tensorParallel = {1};
     request.sequenceParallel = {false};
+    request.contextParallel = {1};
     request.releaseGradients = {false};
     request.offloadActivations = {false};
   } else {
@@ -875,6 +886,21 @@ fillSearchSpace(PlanRequest &request,
     if (!sequence)
       return refuse("--sequence-parallel must be both, off or on");
     request.sequenceParallel = *sequence;
+    for (const std::string &c : contextParallel) {
+      if (c == "auto") {
+        for (int64_t size : {int64_t(1), int64_t(2), int64_t(4), int64_t(8)})
+          if (request.ranks % size == 0 &&
+              request.model.seq % (2 * size) == 0 &&
+              !llvm::is_contained(request.contextParallel, size))
+            request.contextParallel.push_back(size);
+        continue;
+      }
+      int64_t size = 0;
+      if (StringRef(c).getAsInteger(10, size) || size < 1)
+        return refuse("--context-parallel: '" + c + "' is not a count or auto");
+      if (!llvm::is_contained(request.contextParallel, size))
+        request.contextParallel.push_back(size);
+    }
   }
   for (auto [option, out] :
        {std::pair{&fuseAttention, &request.fuseAttention},
@@ -1014,6 +1040,10 @@ static LogicalResult restrictToTarget(PlanRequest &request) {
       failed(keep(
           request.tensorParallel, [&](int64_t t) { return megatron || t == 1; },
           "tensor-parallel sizes")) ||
+      failed(keep(
+          request.contextParallel,
+          [&](int64_t c) { return megatron || c == 1; },
+          "context-parallel sizes")) ||
       failed(keep(
           request.optimizers,
           [&](const std::string &name) {

@@ -108,6 +108,10 @@ struct PlanRequest {
   /// model and a node allow.
   std::vector<int64_t> tensorParallel;
   std::vector<bool> sequenceParallel;
+  /// Context-parallel group sizes c (train-context-parallel size=c, load
+  /// balanced, with fused attention; t · c divides the ranks and 2c the
+  /// sequence; the data ranks are ranks / (t · c)). Default: c = 1.
+  std::vector<int64_t> contextParallel;
   /// Whether microBatches were defaulted: then each t takes the divisors
   /// of its own per-group batch.
   bool defaultMicroBatches = false;
@@ -193,6 +197,8 @@ struct PlanCandidate {
   /// Whether the embedding and head are split by the vocabulary (t > 1
   /// and t divides it; otherwise whole on every rank).
   bool vocabularyParallel = false;
+  /// train-context-parallel's size (1: none), load balanced.
+  int64_t contextParallel = 1;
 
   PlanMeasure measure;
   /// Whether the measure is of the whole model (else extrapolated from
@@ -228,8 +234,10 @@ struct PlanCandidate {
   std::string autodiffOptions() const;
   /// One line: "micro-batch 4 x 8, selective, ZeRO-1, 8-bit".
   std::string describe() const;
-  /// The data-parallel ranks of `ranks` (ZeRO's): ranks / t.
-  int64_t dataRanks(int64_t ranks) const { return ranks / tensorParallel; }
+  /// The data-parallel ranks of `ranks` (ZeRO's): ranks / (t · c).
+  int64_t dataRanks(int64_t ranks) const {
+    return ranks / (tensorParallel * contextParallel);
+  }
 };
 
 struct PlanResult {

@@ -642,10 +642,12 @@ void FunctionMemory::placeInMemory() {
     // A tensor moved out or back (train-offload-activations) crosses once
     // per execution: each iteration of the micro-batch loops around it.
     if (auto transfer = dyn_cast<TransferOp>(op))
-      if (const Buffer *moved = lookupBuffer(transfer.getResult()))
-        hostDeviceBytes =
-            add(hostDeviceBytes, mulCount(moved->bytes, tripsOf(op)), op,
-                "host-device bytes");
+      if (const Buffer *moved = lookupBuffer(transfer.getResult())) {
+        uint64_t bytes = mulCount(moved->bytes, tripsOf(op));
+        hostDeviceBytes = add(hostDeviceBytes, bytes, op, "host-device bytes");
+        activationTransferBytes =
+            add(activationTransferBytes, bytes, op, "host-device bytes");
+      }
     auto update = dyn_cast<OptimizerUpdateOpInterface>(op);
     if (!update)
       continue;

@@ -237,16 +237,7 @@ PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory,
     out.bytesSent += traffic.bytes;
   out.hostBytes = memory.getHostBytes();
   out.hostDeviceBytes = memory.getHostDeviceBytes();
-  // The activations' share: each transfer once per micro-batch.
-  step.walk([&](TransferOp transfer) {
-    uint64_t trips = 1;
-    for (Operation *parent = transfer->getParentOp(); parent;
-         parent = parent->getParentOp())
-      if (auto loop = dyn_cast<AccumulateOp>(parent))
-        trips *= static_cast<uint64_t>(loop.getStepsAttr().getInt());
-    out.activationTransferBytes +=
-        getTensorBytes(transfer.getResult().getType()) * trips;
-  });
+  out.activationTransferBytes = memory.getActivationTransferBytes();
   return out;
 }
 

@@ -129,6 +129,11 @@ public:
   const CategoryBytes &getHostTotals() const { return hostTotals; }
   uint64_t getHostBytes() const;
   uint64_t getHostDeviceBytes() const { return hostDeviceBytes; }
+  /// Of those, the train.transfer copies' (train-offload-activations: out
+  /// in the forward, back before the backward), once per execution.
+  uint64_t getActivationTransferBytes() const {
+    return activationTransferBytes;
+  }
   /// A device copy of a host operand of an update that runs on the device
   /// (train-offload-optimizer what=states): the state comes in before the
   /// update, the update reads and writes the copy in place, the device ops
@@ -237,7 +242,7 @@ private:
   CategoryBytes totals{};
   uint64_t mostLiveGradients = 0;
   CategoryBytes hostTotals{};
-  uint64_t hostDeviceBytes = 0;
+  uint64_t hostDeviceBytes = 0, activationTransferBytes = 0;
   std::vector<Staging> staging;
   /// (update, operand) -> index in `staging`.
   llvm::DenseMap<std::pair<Operation *, unsigned>, unsigned> stagingIndex;

@@ -317,6 +317,29 @@ static int64_t tensorPartsOf(ModuleOp module) {
   return parts;
 }
 
+/// The group size (`size=`, default 2) of --tensor-parallel or
+/// --context-parallel options `text` (flag `flag`), which must divide the
+/// `processes` (`what` they are); failure after saying what is wrong.
+static FailureOr<int64_t> groupSizeOf(StringRef text, StringRef flag,
+                                      int64_t processes, StringRef what) {
+  int64_t size = 2; // both passes' default
+  for (StringRef option : llvm::split(text, ' '))
+    if (option.consume_front("size=") &&
+        (option.getAsInteger(10, size) || size < 1)) {
+      (void)refuse("--" + flag + ": size must be a count, got '" + option +
+                   "'");
+      return failure();
+    }
+  if (processes % size != 0) {
+    (void)refuse("--" + flag + " size=" + llvm::Twine(size) +
+                 " does not divide the " + llvm::Twine(processes) + " " + what +
+                 ": run a multiple of " + llvm::Twine(size) + " (mpirun -np " +
+                 llvm::Twine(size) + ", " + llvm::Twine(2 * size) + ", ...)");
+    return failure();
+  }
+  return size;
+}
+
 static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
                                          int64_t worldSize, ModuleOp module) {
   options.autodiff = autodiffOptions;
@@ -354,20 +377,12 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
       dataRanks = worldSize / parts;
     }
     if (tensorParallelOptions.getNumOccurrences()) {
-      int64_t size = 2; // train-tensor-parallel's default
-      for (StringRef option :
-           llvm::split(StringRef(tensorParallelOptions), ' '))
-        if (option.consume_front("size=") &&
-            (option.getAsInteger(10, size) || size < 1))
-          return refuse("--tensor-parallel: size must be a count, got '" +
-                        llvm::Twine(option) + "'");
-      if (worldSize % size != 0)
-        return refuse("--tensor-parallel size=" + llvm::Twine(size) +
-                      " does not divide the " + llvm::Twine(worldSize) +
-                      " processes mpirun starts: run a multiple of " +
-                      llvm::Twine(size) + " (mpirun -np " + llvm::Twine(size) +
-                      ", " + llvm::Twine(2 * size) + ", ...)");
-      dataRanks = worldSize / size;
+      FailureOr<int64_t> size =
+          groupSizeOf(tensorParallelOptions, "tensor-parallel", worldSize,
+                      "processes mpirun starts");
+      if (failed(size))
+        return failure();
+      dataRanks = worldSize / *size;
     }
     // With context parallelism, over the processes the groups leave (the
     // groups of --context-parallel, or of a step cut already).
@@ -385,20 +400,12 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
       dataRanks /= contextParts;
     }
     if (contextParallelOptions.getNumOccurrences()) {
-      int64_t size = 2; // train-context-parallel's default
-      for (StringRef option :
-           llvm::split(StringRef(contextParallelOptions), ' '))
-        if (option.consume_front("size=") &&
-            (option.getAsInteger(10, size) || size < 1))
-          return refuse("--context-parallel: size must be a count, got '" +
-                        llvm::Twine(option) + "'");
-      if (dataRanks % size != 0)
-        return refuse("--context-parallel size=" + llvm::Twine(size) +
-                      " does not divide the " + llvm::Twine(dataRanks) +
-                      " processes its groups get: run a multiple of " +
-                      llvm::Twine(size) + " (mpirun -np " + llvm::Twine(size) +
-                      ", " + llvm::Twine(2 * size) + ", ...)");
-      dataRanks /= size;
+      FailureOr<int64_t> size =
+          groupSizeOf(contextParallelOptions, "context-parallel", dataRanks,
+                      "processes its groups get");
+      if (failed(size))
+        return failure();
+      dataRanks /= *size;
     }
     options.zero = "ranks=" + std::to_string(dataRanks) + " " + zeroOptions;
   }

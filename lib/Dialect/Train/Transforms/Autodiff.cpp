@@ -194,8 +194,9 @@ void regatherInBackward(func::FuncOp func) {
         if (!inserted && reader->isBeforeInBlock(it->second))
           it->second = reader;
       }
-    for (auto [block, reader] : firstReader) {
-      OpBuilder builder(reader);
+    for (auto &entry : firstReader) {
+      Operation *block = entry.first;
+      OpBuilder builder(entry.second);
       IRMapping again;
       SmallVector<Operation *> clones;
       for (Operation *link : chain)

@@ -156,6 +156,25 @@ void mlir::train::inlineRegionOp(Operation *regionOp) {
   rewriter.replaceOp(regionOp, yielded);
 }
 
+FailureOr<SmallVector<func::FuncOp>>
+mlir::train::lookupForwards(ModuleOp module, StringRef passName) {
+  SmallVector<func::FuncOp> forwards;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func->hasAttr(kStepAttrName)) {
+      func.emitError(passName)
+          << ": runs on the forward pass (before train-autodiff); @"
+          << func.getSymName() << " is already a training step";
+      return failure();
+    }
+    bool hasParams = false;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      hasParams |= static_cast<bool>(func.getArgAttr(i, kParamAttrName));
+    if (hasParams)
+      forwards.push_back(func);
+  }
+  return forwards;
+}
+
 func::FuncOp mlir::train::lookupStep(ModuleOp module, StringRef name,
                                      StringRef passName) {
   if (name.empty()) {

@@ -14,6 +14,7 @@
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
+#include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -1071,20 +1072,11 @@ struct TrainTensorParallelPass
           << " data=" << static_cast<int64_t>(data);
       return signalPassFailure();
     }
-    SmallVector<func::FuncOp> forwards;
-    for (auto func : module.getOps<func::FuncOp>()) {
-      if (func->hasAttr(kStepAttrName)) {
-        func.emitError("train-tensor-parallel: runs on the forward pass "
-                       "(before train-autodiff); @")
-            << func.getSymName() << " is already a training step";
-        return signalPassFailure();
-      }
-      bool hasParams = false;
-      for (unsigned i = 0; i < func.getNumArguments(); ++i)
-        hasParams |= static_cast<bool>(func.getArgAttr(i, kParamAttrName));
-      if (hasParams)
-        forwards.push_back(func);
-    }
+    FailureOr<SmallVector<func::FuncOp>> found =
+        lookupForwards(module, getArgument());
+    if (failed(found))
+      return signalPassFailure();
+    SmallVector<func::FuncOp> forwards = std::move(*found);
     if (size == 1)
       return;
     // ALiBi's slopes are per head of the whole attention; a rank's heads

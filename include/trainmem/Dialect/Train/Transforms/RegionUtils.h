@@ -52,6 +52,12 @@ void inlineRegionOp(Operation *regionOp);
 /// marked steps, none yet).
 func::FuncOp lookupStep(ModuleOp module, StringRef name, StringRef passName);
 
+/// The forwards of `module` a pass that splits the forward runs on (the
+/// functions with parameters); failure after an error at a function that
+/// is a training step already, naming `passName`.
+FailureOr<SmallVector<func::FuncOp>> lookupForwards(ModuleOp module,
+                                                    StringRef passName);
+
 /// The first op of `func` that accumulates gradients over micro-batches (a
 /// train.accumulate loop, or a train.slice_rows of an unrolled one), or null.
 Operation *findAccumulation(func::FuncOp func);

@@ -866,11 +866,7 @@ mlir::train::collectiveTrafficOf(func::FuncOp func) {
   TensorSplitAttr tensor;
   for (unsigned i = 0; i < func.getNumArguments() && !tensor; ++i)
     tensor = func.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName);
-  ContextSplitAttr context;
-  func.walk([&](ContextSliceOp slice) {
-    context = slice.getContextParallel();
-    return WalkResult::interrupt();
-  });
+  ContextSplitAttr context = getContextSplit(func);
   std::map<TrafficKey, CollectiveTraffic> traffic;
   func.walk([&](CommunicationOpInterface collective) {
     uint64_t times = 1;

@@ -376,10 +376,8 @@ Session::create(OwningOpRef<ModuleOp> owned, const SessionOptions &options) {
       session->plannedBytesSent =
           addCount(session->plannedBytesSent, traffic.bytes);
   if (stepFunc)
-    stepFunc.walk([&](ContextSliceOp slice) {
-      session->contextParts = std::max(session->contextParts,
-                                       slice.getContextParallel().getParts());
-    });
+    if (ContextSplitAttr context = getContextSplit(stepFunc))
+      session->contextParts = context.getParts();
   FailureOr<StepLayout> layout = lowerStep(module);
   if (failed(layout))
     return runError("");

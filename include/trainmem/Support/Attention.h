@@ -40,9 +40,9 @@ struct AttentionLayout {
                             int64_t queries, int64_t keys, int64_t dim,
                             int64_t valueDim, int64_t transposeOutput,
                             int64_t causal) {
-    return {batch,      heads, kvHeads,  queries,
-            keys,       dim,   valueDim, transposeOutput != 0,
-            causal != 0};
+    return {batch,       heads,   kvHeads,        queries,
+            keys,        dim,     valueDim,       transposeOutput != 0,
+            causal != 0, nullptr, ContextChunks{}};
   }
 
   /// Query heads per key/value head.
@@ -62,6 +62,12 @@ struct AttentionLayout {
   /// Whether query `i` sees key `j`: a causal mask hides later positions.
   TRAINMEM_HD bool visible(int64_t i, int64_t j) const {
     return !causal || keyPosition(j) <= queryPosition(i);
+  }
+  /// The keys past which query `i` sees none: i + 1 under a causal mask on
+  /// the whole sequence (a context-parallel rank's visible keys are not a
+  /// prefix of the gathered ones: all of them, each tested by visible()).
+  TRAINMEM_HD int64_t keyEnd(int64_t i) const {
+    return causal && context.isWhole() ? i + 1 : keys;
   }
   /// How many of the `cols` keys from `k0` (inside one run) query `i`
   /// sees: a prefix of them.

@@ -134,7 +134,7 @@ void attentionOf(tmrt_context *ctx, const Shape &a, int64_t q, int64_t k,
       o[d] = 0.0f;
     float most = -INFINITY, sum = 0.0f;
     float keepScale = static_cast<float>(a.dropout.keepScale);
-    for (int64_t j = 0; j < a.keys; ++j) {
+    for (int64_t j = 0; j < a.keyEnd(i); ++j) {
       if (!a.visible(i, j))
         continue;
       float s = a.scaledDot(Q, K, b, h, i, j);
@@ -220,7 +220,7 @@ void attentionGradOf(tmrt_context *ctx, const Shape &a, int64_t dout, int64_t q,
     float *g = acc + row * a.dim;
     for (int64_t d = 0; d < a.dim; ++d)
       g[d] = 0.0f;
-    for (int64_t j = 0; j < a.keys; ++j) {
+    for (int64_t j = 0; j < a.keyEnd(i); ++j) {
       if (!a.visible(i, j))
         continue;
       float p = probability(a, Q, K, L, b, h, i, j);

@@ -64,7 +64,7 @@ private:
   /// `value` (a piece along `dim`, rank-4 [b, heads, s, d]) gathered along
   /// the sequence, before the transpose that makes it when there is one
   /// (the runtime gathers contiguous buffers).
-  FailureOr<Value> gather(Value value, Operation *user);
+  Value gather(Value value, Operation *user);
   /// Rows `dim` of a whole id tensor: this rank's.
   Value slice(Value ids, int64_t dim, Location loc);
   InFlightDiagnostic fail(Operation *op) {
@@ -93,10 +93,9 @@ private:
 Value ContextParallel::slice(Value ids, int64_t dim, Location loc) {
   OpBuilder builder(context);
   builder.setInsertionPointAfterValue(ids);
-  auto type = cast<RankedTensorType>(ids.getType());
-  auto sliced = ContextSliceOp::create(builder, loc, cutType(type, dim), ids,
-                                       builder.getI64IntegerAttr(dim), split);
-  (void)type;
+  auto sliced = ContextSliceOp::create(
+      builder, loc, cutType(cast<RankedTensorType>(ids.getType()), dim), ids,
+      builder.getI64IntegerAttr(dim), split);
   pieces[sliced.getResult()] = dim;
   return sliced.getResult();
 }
@@ -188,38 +187,28 @@ LogicalResult ContextParallel::retype(Operation *op, int64_t dim, Value from) {
   return success();
 }
 
-FailureOr<Value> ContextParallel::gather(Value value, Operation *user) {
-  int64_t dim = pieces.lookup(value);
+Value ContextParallel::gather(Value value, Operation *user) {
   OpBuilder builder(user);
+  // A piece's rows of the whole group, along its sequence dimension.
+  auto gatherAll = [&](Value piece) -> Value {
+    int64_t dim = pieces.lookup(piece);
+    auto type = cast<RankedTensorType>(piece.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[dim] *= parts();
+    return shard::AllGatherOp::create(
+        builder, user->getLoc(),
+        RankedTensorType::get(shape, type.getElementType()), split.getGrid(),
+        DenseI16ArrayAttr::get(context, {axis()}), piece,
+        IntegerAttr::get(IndexType::get(context), dim));
+  };
   // A view of heads ([b, s, h, d] transposed) is gathered before the
   // transpose, which the runtime cannot gather through.
-  if (auto transpose = value.getDefiningOp<TransposeOp>()) {
-    Value input = transpose.getInput();
-    if (isPiece(input)) {
-      int64_t inDim = pieces.lookup(input);
-      auto type = cast<RankedTensorType>(input.getType());
-      SmallVector<int64_t> shape(type.getShape());
-      shape[inDim] *= parts();
-      auto gathered = shard::AllGatherOp::create(
-          builder, user->getLoc(),
-          RankedTensorType::get(shape, type.getElementType()), split.getGrid(),
-          DenseI16ArrayAttr::get(context, {axis()}), input,
-          IntegerAttr::get(IndexType::get(context), inDim));
-      auto whole =
-          TransposeOp::create(builder, transpose.getLoc(), gathered.getResult(),
-                              transpose.getPermutationAttr());
-      return whole.getResult();
-    }
-  }
-  auto type = cast<RankedTensorType>(value.getType());
-  SmallVector<int64_t> shape(type.getShape());
-  shape[dim] *= parts();
-  auto gathered = shard::AllGatherOp::create(
-      builder, user->getLoc(),
-      RankedTensorType::get(shape, type.getElementType()), split.getGrid(),
-      DenseI16ArrayAttr::get(context, {axis()}), value,
-      IntegerAttr::get(IndexType::get(context), dim));
-  return gathered.getResult();
+  if (auto transpose = value.getDefiningOp<TransposeOp>();
+      transpose && isPiece(transpose.getInput()))
+    return TransposeOp::create(builder, transpose.getLoc(),
+                               gatherAll(transpose.getInput()),
+                               transpose.getPermutationAttr());
+  return gatherAll(value);
 }
 
 LogicalResult ContextParallel::rewriteAttention(AttentionOp attention) {
@@ -237,13 +226,9 @@ LogicalResult ContextParallel::rewriteAttention(AttentionOp attention) {
     return fail(attention)
            << "balanced chunks serve a causal mask; this attention is not "
               "causal (use load-balance=false)";
-  FailureOr<Value> keys = gather(attention.getK(), attention);
-  FailureOr<Value> values = gather(attention.getV(), attention);
-  if (failed(keys) || failed(values))
-    return failure();
   Value oldKeys = attention.getK(), oldValues = attention.getV();
-  attention.getKMutable().assign(*keys);
-  attention.getVMutable().assign(*values);
+  attention.getKMutable().assign(gather(oldKeys, attention));
+  attention.getVMutable().assign(gather(oldValues, attention));
   for (Value old : {oldKeys, oldValues})
     if (Operation *view = old.getDefiningOp();
         view && isa<TransposeOp>(view) && view->use_empty()) {

@@ -154,3 +154,13 @@ func.func @train_step(%g: tensor<4x2xf32>) -> tensor<2x8xf32> attributes {train.
   %0 = train.slice_grad %t {dim = 1 : i64, offset = 4 : i64, whole = 8 : i64} : tensor<2x4xf32> -> tensor<2x8xf32>
   return %0 : tensor<2x8xf32>
 }
+
+// -----
+
+// A context split lowers on a static group of its parts only.
+shard.grid @cp(shape = 1x3)
+func.func @train_step(%ids: tensor<1x8xi32> {train.input = "tokens"}) -> tensor<1x4xi32> attributes {train.step} {
+  // expected-error @+1 {{'train.context_slice' op its context split's grid axis is not a static group of 2 ranks}}
+  %0 = train.context_slice %ids {dim = 1 : i64, context_parallel = #train.context<parts = 2, grid = @cp, axis = 1, balanced>} : tensor<1x8xi32> -> tensor<1x4xi32>
+  return %0 : tensor<1x4xi32>
+}

@@ -10,6 +10,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <limits>
@@ -559,7 +560,9 @@ template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
   if (ContextSplitAttr context = op.getContextParallelAttr()) {
     int64_t queries = op.getQ().getType().getDimSize(2),
             keys = op.getK().getType().getDimSize(2);
-    if (keys != queries * context.getParts())
+    int64_t gathered = 0;
+    if (llvm::MulOverflow(queries, context.getParts(), gathered) ||
+        keys != gathered)
       return op.emitOpError("a context-parallel rank's ")
              << queries << " queries need the group's " << context.getParts()
              << " x " << queries << " keys, got " << keys;

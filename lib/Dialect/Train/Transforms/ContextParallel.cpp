@@ -24,6 +24,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include "trainmem/Debug/Debug.h"
 
@@ -72,6 +73,17 @@ private:
   }
   int64_t parts() const { return split.getParts(); }
   int16_t axis() const { return static_cast<int16_t>(split.getAxis()); }
+  /// What a balanced cut of the sequence needs: 2 · parts chunks (named
+  /// without the product when it is not a count).
+  std::string balancedHint() const {
+    int64_t chunks = 0;
+    if (llvm::MulOverflow(parts(), int64_t(2), chunks))
+      return llvm::formatv(" into 2 x {0} chunks (or load-balance=false)",
+                           parts());
+    return llvm::formatv(" into 2 x {0} = {1} chunks (give a sequence "
+                         "divisible by {1}, or load-balance=false)",
+                         parts(), chunks);
+  }
   bool isPiece(Value value) const { return pieces.contains(value); }
   RankedTensorType cutType(RankedTensorType whole, int64_t dim) const {
     SmallVector<int64_t> shape(whole.getShape());
@@ -120,13 +132,7 @@ LogicalResult ContextParallel::sliceInputs() {
       return func.emitError("train-context-parallel: ")
              << parts() << " ranks do not divide the sequence (" << rows
              << " positions)"
-             << (split.isBalanced()
-                     ? llvm::formatv(" into 2 x {0} = {1} chunks (give a "
-                                     "sequence divisible by {1}, or "
-                                     "load-balance=false)",
-                                     parts(), 2 * parts())
-                           .str()
-                     : std::string());
+             << (split.isBalanced() ? balancedHint() : std::string());
     Value piece = slice(arg, 1, arg.getLoc());
     arg.replaceAllUsesExcept(piece, piece.getDefiningOp());
   }
@@ -348,6 +354,28 @@ LogicalResult ContextParallel::rewrite(Operation *op) {
     int64_t at = llvm::find(permutation, dim) - permutation.begin();
     return retype(op, at);
   }
+  // A fused projection's parts (nanoGPT's and GPT-2's c_attn): each
+  // position's columns.
+  if (auto part = dyn_cast<SliceOp>(op)) {
+    int64_t dim = pieces.lookup(part.getInput());
+    if (part.getDim() == dim)
+      return fail(op) << "slices the sequence dimension (a shift of the "
+                         "labels, say), which a rank holds only part of";
+    return retype(op, dim);
+  }
+  // K/V heads repeated for grouped queries (Falcon's multi-query
+  // attention): along the heads, each position's.
+  if (auto repeat = dyn_cast<BroadcastOp>(op)) {
+    int64_t dim = pieces.lookup(repeat.getInput());
+    RankedTensorType in = repeat.getInput().getType(),
+                     out = repeat.getResult().getType();
+    if (out.getRank() != in.getRank() ||
+        out.getDimSize(dim) != in.getDimSize(dim) * parts())
+      return fail(op) << "repeats along the sequence dimension";
+    repeat.getResult().setType(cutType(out, dim));
+    pieces[repeat.getResult()] = dim;
+    return success();
+  }
   if (auto rope = dyn_cast<RopeOp>(op)) {
     auto type = rope.getInput().getType();
     if (pieces.lookup(rope.getInput()) != type.getRank() - 2)
@@ -365,7 +393,9 @@ LogicalResult ContextParallel::rewrite(Operation *op) {
       return fail(op) << "a product over the sequence (an attention's "
                          "scores?): fuse the attention first "
                          "(train-fuse-attention; train-step "
-                         "fuse-attention=true), which the pass cuts";
+                         "fuse-attention=true), which the pass cuts; where "
+                         "it ran, -debug-only=train-fuse-attention says why "
+                         "it did not match";
     return retype(op, -1, matmul.getLhs());
   }
   if (auto dropout = dyn_cast<DropoutOp>(op)) {

@@ -232,8 +232,12 @@ def Train_ContextSplitAttr : Train_Attr<"ContextSplit", "context"> {
     /// The rows one rank holds of `whole` (0 when `parts` does not divide
     /// them, or 2·parts when balanced).
     int64_t rowsOf(int64_t whole) const {
-      int64_t unit = isBalanced() ? 2 * getParts() : getParts();
-      return whole % unit == 0 ? whole / getParts() : 0;
+      // A part's rows: whole / parts, and two chunks of them when balanced
+      // (checked without forming 2 · parts, which may not be a count).
+      if (whole % getParts() != 0)
+        return 0;
+      int64_t rows = whole / getParts();
+      return isBalanced() && rows % 2 != 0 ? 0 : rows;
     }
   }];
 }

@@ -1886,10 +1886,14 @@ std::vector<RefTensor> Interpreter::zeroSums(AccumulateOp op) {
 
 void Interpreter::addYielded(AccumulateOp op, std::vector<RefTensor> &sums) {
   auto yield = cast<YieldOp>(op.getBody().front().getTerminator());
-  for (auto [sum, value] : llvm::zip(sums, yield.getValues())) {
+  for (auto [sum, value, result] :
+       llvm::zip(sums, yield.getValues(), op.getResults())) {
     const RefTensor &part = get(value);
     for (size_t i = 0; i < sum.floats.size(); ++i)
       sum.floats[i] += part.floats[i];
+    // A 16-bit sum (accumulate-dtype) rounds each addition, as the
+    // runtime's add stores it.
+    roundToElementType(sum, result.getType());
   }
 }
 
@@ -1898,9 +1902,11 @@ LogicalResult Interpreter::accumulate(AccumulateOp op) {
   // The running group's sums, and the finished groups' total.
   std::vector<RefTensor> sums = zeroSums(op), total = zeroSums(op);
   auto closeGroup = [&] {
-    for (auto [into, group] : llvm::zip(total, sums))
+    for (auto [into, group, result] : llvm::zip(total, sums, op.getResults())) {
       for (size_t i = 0; i < into.floats.size(); ++i)
         into.floats[i] += group.floats[i];
+      roundToElementType(into, result.getType());
+    }
     sums = zeroSums(op);
   };
   for (auto [position, entry] : llvm::enumerate(op.getSumOrder())) {

@@ -135,6 +135,30 @@ llvm::Error readZero(Reading &r, const llvm::json::Value &value) {
   return llvm::Error::success();
 }
 
+/// data_types: grad_accum_dtype, the micro-batches' gradient sums (fp32,
+/// or the model's 16-bit type: train-grad-accum accumulate-dtype).
+llvm::Error readDataTypes(Reading &r, const llvm::json::Value &value) {
+  const llvm::json::Object *o = value.getAsObject();
+  if (!o)
+    return makeError("'data_types' must be an object such as "
+                     "{\"grad_accum_dtype\": \"bf16\"}");
+  if (const llvm::json::Value *v = o->get("grad_accum_dtype")) {
+    std::optional<llvm::StringRef> name = v->getAsString();
+    if (name && *name == "fp32")
+      r.plan.candidate.sumDtype = AccumDtype::f32;
+    else if (name && *name == "bf16")
+      r.plan.candidate.sumDtype = AccumDtype::bf16;
+    else if (name && *name == "fp16")
+      r.plan.candidate.sumDtype = AccumDtype::f16;
+    else
+      return makeError("data_types.grad_accum_dtype must be fp32, bf16 or "
+                       "fp16");
+  }
+  warnUnknown(r, *o, "data_types",
+              [](llvm::StringRef sub) { return sub == "grad_accum_dtype"; });
+  return llvm::Error::success();
+}
+
 /// activation_checkpointing: DeepSpeed checkpoints what the model's code
 /// wraps, usually whole layers: full recompute. Its own keys change where
 /// the saved activations live (partitioned over model-parallel ranks, CPU,
@@ -225,6 +249,15 @@ llvm::Expected<DeepSpeedPlan> finish(Reading &r) {
                      "this too): enable one");
   // DeepSpeed trains f32 unless one of them is enabled.
   r.plan.dtype = r.bf16 ? "bf16" : r.fp16 ? "f16" : "f32";
+  // 16-bit sums are of 16-bit gradients (train-grad-accum sums f32 ones in
+  // f32).
+  AccumDtype sums = r.plan.candidate.sumDtype;
+  if (sums != AccumDtype::f32 && accumDtypeName(sums) != r.plan.dtype)
+    return makeError(
+        llvm::formatv("data_types.grad_accum_dtype {0} with {1} gradients: "
+                      "sum them in fp32 or enable {0}",
+                      sums == AccumDtype::bf16 ? "bf16" : "fp16",
+                      r.plan.dtype == "f16" ? "fp16" : r.plan.dtype));
   if (!r.micro)
     return makeError("the config has no train_micro_batch_size_per_gpu");
   int64_t micro = *r.micro;
@@ -280,6 +313,8 @@ readDeepSpeed(llvm::StringRef text, int64_t rankCount,
       return readZero(r, value);
     if (k == "activation_checkpointing")
       return readCheckpointing(r, value);
+    if (k == "data_types")
+      return readDataTypes(r, value);
     if (k == "optimizer")
       return readOptimizer(r, value);
     if (k == "gradient_clipping")
@@ -364,6 +399,9 @@ llvm::json::Object toDeepSpeed(const PlanCandidate &c,
                                       : llvm::StringRef("AdamW")},
                          {"params", std::move(params)}};
   config["gradient_clipping"] = recipe.clipNorm;
+  if (c.sumDtype != AccumDtype::f32)
+    config["data_types"] = llvm::json::Object{
+        {"grad_accum_dtype", c.sumDtype == AccumDtype::bf16 ? "bf16" : "fp16"}};
   if (c.remat == PlanRemat::full && c.offloadActivations) {
     // DeepSpeed moves checkpoints to the CPU only where it partitions
     // them (its checkpointing API, as Megatron-DeepSpeed calls it).

@@ -48,6 +48,11 @@ std::vector<std::string> megatronCannotExpress(const PlanCandidate &c,
     reasons.push_back("8-bit optimizer state");
   if (c.releaseGradients)
     reasons.push_back("gradient release");
+  if (c.sumDtype != AccumDtype::f32)
+    reasons.push_back(
+        "gradients summed in " + accumDtypeName(c.sumDtype).str() +
+        " (Megatron-LM turns --accumulate-allreduce-grads-in-fp32 "
+        "on with --bf16)");
   const OptimizerInfo *optimizer = lookupOptimizer(recipe.optimizer);
   if (!optimizer || optimizer->megatronName.empty())
     reasons.push_back("the " + recipe.optimizer +

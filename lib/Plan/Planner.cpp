@@ -487,8 +487,10 @@ PlanCandidate::stepOptions(int64_t ranks, uint64_t memoryBytes) const {
     options.remat->budget = std::to_string(memoryBytes);
     break;
   }
-  if (accumulation > 1)
+  if (accumulation > 1) {
     options.gradAccum.emplace().steps = accumulation;
+    options.gradAccum->accumulateDtype = sumDtype;
+  }
   if (eightBit)
     options.quantize.emplace();
   if (stage >= 0) {
@@ -560,7 +562,10 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
     text += llvm::formatv(" --remat=\"policy=budget budget={0}\"", memoryBytes);
   else if (remat != PlanRemat::none)
     text += " --remat=policy=" + stringifyPlanRemat(remat).str();
-  if (accumulation > 1)
+  if (accumulation > 1 && sumDtype != AccumDtype::f32)
+    text += llvm::formatv(" --grad-accum=\"steps={0} accumulate-dtype={1}\"",
+                          accumulation, accumDtypeName(sumDtype));
+  else if (accumulation > 1)
     text += llvm::formatv(" --grad-accum=steps={0}", accumulation);
   if (eightBit)
     text += " --quantize-optimizer-state";
@@ -583,6 +588,9 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
 std::string PlanCandidate::describe() const {
   std::string text =
       llvm::formatv("micro-batch {0} x {1}", microBatch, accumulation);
+  if (sumDtype != AccumDtype::f32)
+    text +=
+        llvm::formatv(" (gradients summed in {0})", accumDtypeName(sumDtype));
   text += remat == PlanRemat::none
               ? ", no recompute"
               : ", " + stringifyPlanRemat(remat).str() + " recompute";
@@ -669,6 +677,30 @@ std::vector<int64_t> tensorParallelSizes(const PlanRequest &request,
 /// The request's empty choice lists (recompute, ZeRO stages, 8-bit state,
 /// fusion, offload, tensor and sequence parallelism) as their defaults;
 /// an error for a stage or a tensor-parallel size the ranks do not allow.
+AccumDtype sixteenBitGradients(const PlanRequest &request) {
+  auto of = [](Type type) {
+    if (type.isBF16())
+      return AccumDtype::bf16;
+    if (type.isF16())
+      return AccumDtype::f16;
+    return AccumDtype::f32;
+  };
+  if (!request.module) {
+    if (request.model.dtype == "bf16")
+      return AccumDtype::bf16;
+    if (request.model.dtype == "f16")
+      return AccumDtype::f16;
+    return AccumDtype::f32;
+  }
+  AccumDtype found = AccumDtype::f32;
+  request.module->walk([&](func::FuncOp func) {
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (found == AccumDtype::f32 && func.getArgAttr(i, kParamAttrName))
+        found = of(getElementTypeOrSelf(func.getArgument(i).getType()));
+  });
+  return found;
+}
+
 static llvm::Error completeSpace(PlanRequest &request) {
   if (request.remats.empty())
     request.remats = {PlanRemat::none, PlanRemat::selective, PlanRemat::full,
@@ -698,6 +730,10 @@ static llvm::Error completeSpace(PlanRequest &request) {
   if (request.offloadActivations.empty()) {
     request.offloadActivations = {false};
     request.defaultOffloadActivations = true;
+  }
+  if (request.sixteenBitSums.empty()) {
+    request.sixteenBitSums = {false};
+    request.defaultSixteenBitSums = true;
   }
   if (request.tensorParallel.empty()) {
     request.tensorParallel = {1};
@@ -855,12 +891,13 @@ namespace {
 
 /// The candidate's choices apart from its recompute, as a key.
 std::string candidateKey(const PlanCandidate &c) {
-  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}/{9}/{10}/{11}",
+  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}/{9}/{10}/{11}/{12}",
                        c.microBatch, c.stage, c.eightBit,
                        static_cast<int>(c.offload), c.fuseAttention,
                        c.fuseElementwise, stringifyPlanRemat(c.remat),
                        c.tensorParallel, c.sequenceParallel, c.releaseGradients,
-                       c.offloadActivations, c.contextParallel)
+                       c.offloadActivations, c.contextParallel,
+                       accumDtypeName(c.sumDtype))
       .str();
 }
 
@@ -1063,6 +1100,18 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
         keeps.emplace_back(remat, activations);
   // A vocabulary t does not divide stays whole on every rank.
   int64_t vocabulary = vocabularyOf(request);
+  // The gradients' sums: f32, and the gradients' 16-bit type where asked
+  // (a step of one micro-batch has no sums).
+  AccumDtype narrow = sixteenBitGradients(request);
+  auto sumTypesFor = [&](int64_t accumulation) {
+    std::vector<AccumDtype> types;
+    for (bool sixteen : request.sixteenBitSums)
+      if (!sixteen)
+        types.push_back(AccumDtype::f32);
+      else if (narrow != AccumDtype::f32 && accumulation > 1)
+        types.push_back(narrow);
+    return types;
+  };
   for (int64_t cp : request.contextParallel)
     for (int64_t t : request.tensorParallel)
       for (bool sequence : request.sequenceParallel) {
@@ -1095,40 +1144,43 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
               for (bool eightBit : request.eightBit)
                 for (bool fuseAttention : request.fuseAttention)
                   for (bool fuseElementwise : request.fuseElementwise)
-                    for (auto &[optimizer, release] : updates) {
-                      // Context parallelism cuts a fused attention.
-                      if (cp > 1 && !fuseAttention)
-                        continue;
-                      // Release applies to one micro-batch (a gradient is
-                      // complete after the last one).
-                      if (release && perRank / micro > 1)
-                        continue;
-                      groupStart.push_back(result.candidates.size());
-                      for (PlanOffload offload : request.offloads) {
-                        PlanCandidate c;
-                        c.tensorParallel = t;
-                        c.contextParallel = cp;
-                        c.sequenceParallel = sequence;
-                        c.vocabularyParallel = t > 1 && vocabulary % t == 0;
-                        c.fuseAttention = fuseAttention;
-                        c.fuseElementwise = fuseElementwise;
-                        c.microBatch = micro;
-                        c.accumulation = perRank / micro;
-                        c.remat = remat;
-                        c.offloadActivations = activations;
-                        c.stage = stage;
-                        c.eightBit = eightBit;
-                        c.offload = offload;
-                        c.optimizer = optimizer;
-                        c.releaseGradients = release;
-                        c.recipe = request.recipe;
-                        c.changesNumerics =
-                            eightBit ||
-                            optimizer != request.optimizers.front() ||
-                            (release && recipeClips(request.recipe));
-                        result.candidates.push_back(c);
+                    for (auto &[optimizer, release] : updates)
+                      for (AccumDtype sums : sumTypesFor(perRank / micro)) {
+                        // Context parallelism cuts a fused attention.
+                        if (cp > 1 && !fuseAttention)
+                          continue;
+                        // Release applies to one micro-batch (a gradient is
+                        // complete after the last one).
+                        if (release && perRank / micro > 1)
+                          continue;
+                        groupStart.push_back(result.candidates.size());
+                        for (PlanOffload offload : request.offloads) {
+                          PlanCandidate c;
+                          c.tensorParallel = t;
+                          c.contextParallel = cp;
+                          c.sequenceParallel = sequence;
+                          c.vocabularyParallel = t > 1 && vocabulary % t == 0;
+                          c.fuseAttention = fuseAttention;
+                          c.fuseElementwise = fuseElementwise;
+                          c.microBatch = micro;
+                          c.accumulation = perRank / micro;
+                          c.remat = remat;
+                          c.offloadActivations = activations;
+                          c.stage = stage;
+                          c.eightBit = eightBit;
+                          c.offload = offload;
+                          c.optimizer = optimizer;
+                          c.releaseGradients = release;
+                          c.sumDtype = sums;
+                          c.recipe = request.recipe;
+                          c.changesNumerics =
+                              eightBit ||
+                              optimizer != request.optimizers.front() ||
+                              (release && recipeClips(request.recipe)) ||
+                              sums != AccumDtype::f32;
+                          result.candidates.push_back(c);
+                        }
                       }
-                    }
       }
   groupStart.push_back(result.candidates.size());
   return groupStart;
@@ -1313,8 +1365,19 @@ static std::string hintFor(MLIRContext &context, const PlanRequest &request,
   case MemoryCategory::Optimizer:
     return "8-bit state, CPU offload or ZeRO over more ranks shrink the "
            "optimizer's bytes";
-  case MemoryCategory::Weights:
   case MemoryCategory::Gradients:
+    // f32 sums of 16-bit gradients: summing them in their own type halves
+    // them, where the request kept it out of the search.
+    if (smallest.accumulation > 1 && smallest.sumDtype == AccumDtype::f32 &&
+        sixteenBitGradients(request) != AccumDtype::f32 &&
+        !llvm::is_contained(request.sixteenBitSums, true))
+      return llvm::formatv(
+          "ZeRO-3 over more ranks shards the weights and gradients; the f32 "
+          "sums of its {0} gradients take half in {0} (--accumulate-dtype "
+          "{0}, which changes the numerics)",
+          accumDtypeName(sixteenBitGradients(request)));
+    return "ZeRO-3 over more ranks shards the weights and gradients";
+  case MemoryCategory::Weights:
   case MemoryCategory::Gathered:
     return "ZeRO-3 over more ranks shards the weights and gradients";
   default:
@@ -1398,6 +1461,23 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
     result.escalatedOffloadActivations = true;
     measureGroups(context, offloaded, result,
                   enumerateCandidates(offloaded, result));
+    chooseBest(result, request);
+  }
+  // Still nothing fits: sum the 16-bit gradients in their own type (half
+  // the accumulators; the numerics change, docs/GradAccum.md), with and
+  // without the activation offload searched so far.
+  if (!result.best && request.defaultSixteenBitSums &&
+      sixteenBitGradients(request) != AccumDtype::f32) {
+    PlanRequest narrowed = request;
+    narrowed.sixteenBitSums = {true};
+    narrowed.tensorParallel.insert(narrowed.tensorParallel.end(),
+                                   result.escalatedTensorParallel.begin(),
+                                   result.escalatedTensorParallel.end());
+    if (result.escalatedOffloadActivations)
+      narrowed.offloadActivations = {false, true};
+    result.escalatedSixteenBitSums = true;
+    measureGroups(context, narrowed, result,
+                  enumerateCandidates(narrowed, result));
     chooseBest(result, request);
   }
   remeasureBest(context, request, result);

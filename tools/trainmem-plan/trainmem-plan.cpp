@@ -222,6 +222,14 @@ static cl::opt<std::string> offloadActivations(
              "under recompute, every saved tensor without) to try: both, off, "
              "on (default: off, and on where nothing fits without it)"),
     cl::init(""), cl::cat(category));
+static cl::list<std::string> accumulateDtype(
+    "accumulate-dtype",
+    cl::desc("The gradients' sums over micro-batches to try "
+             "(train-grad-accum accumulate-dtype): f32, and the model's "
+             "16-bit type (bf16 or f16), which halves the accumulators and "
+             "changes the numerics (default: f32, and the 16-bit type where "
+             "nothing fits otherwise)"),
+    cl::CommaSeparated, cl::cat(category));
 static cl::opt<std::string> releaseGradients(
     "release-gradients",
     cl::desc("Gradient release (train-release-gradients) to try: both, off, "
@@ -462,7 +470,11 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
                                 : std::string("those that fit"));
   for (size_t i : shown) {
     const PlanCandidate &c = result.candidates[i];
-    std::string mk = llvm::formatv("{0} x {1}", c.microBatch, c.accumulation);
+    // 16-bit gradient sums: "1 x 8 bf16".
+    std::string mk = llvm::formatv(
+        "{0} x {1}{2}", c.microBatch, c.accumulation,
+        c.sumDtype == AccumDtype::f32 ? ""
+                                      : " " + accumDtypeName(c.sumDtype).str());
     std::string zero = c.stage < 0 ? "-" : std::to_string(c.stage);
     if (c.rejected.rfind("not compiled", 0) == 0) {
       os << llvm::formatv("{0,3}  {1,-9} {2,-9} {3,4} {4,5} ", i + 1, mk,
@@ -563,6 +575,7 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
       {"release_gradients", c.releaseGradients},
       {"offload", stringifyPlanOffload(c.offload)},
       {"offload_activations", c.offloadActivations},
+      {"accumulate_dtype", accumDtypeName(c.sumDtype)},
       {"fuse_attention", c.fuseAttention},
       {"fuse_elementwise", c.fuseElementwise},
       {"tensor_parallel", c.tensorParallel},
@@ -835,6 +848,7 @@ fillSearchSpace(PlanRequest &request,
     request.contextParallel = {1};
     request.releaseGradients = {false};
     request.offloadActivations = {false};
+    request.sixteenBitSums = {c.sumDtype != AccumDtype::f32};
   } else {
     for (long long m : microBatches)
       request.microBatches.push_back(m);
@@ -868,6 +882,26 @@ fillSearchSpace(PlanRequest &request,
       if (!activations)
         return refuse("--offload-activations must be both, off or on");
       request.offloadActivations = *activations;
+    }
+    for (const std::string &d : accumulateDtype) {
+      AccumDtype narrow = sixteenBitGradients(request);
+      if (d == "f32") {
+        request.sixteenBitSums.push_back(false);
+        continue;
+      }
+      if (d != "bf16" && d != "f16")
+        return refuse("--accumulate-dtype: '" + d +
+                      "' is not f32, bf16 or f16");
+      if (accumDtypeName(narrow) != d)
+        return refuse("--accumulate-dtype " + d +
+                      ": the model's gradients "
+                      "are " +
+                      accumDtypeName(narrow).str() +
+                      (narrow == AccumDtype::f32
+                           ? " (give a 16-bit model: --dtype bf16)"
+                           : " (sum them in f32 or " +
+                                 accumDtypeName(narrow).str() + ")"));
+      request.sixteenBitSums.push_back(true);
     }
     for (const std::string &t : tensorParallel) {
       if (t == "auto") {
@@ -1038,6 +1072,9 @@ static LogicalResult restrictToTarget(PlanRequest &request) {
           request.releaseGradients, [](bool on) { return !on; },
           "gradient release choices")) ||
       failed(keep(
+          request.sixteenBitSums, [&](bool on) { return !on || !megatron; },
+          "gradient sum types")) ||
+      failed(keep(
           request.tensorParallel, [&](int64_t t) { return megatron || t == 1; },
           "tensor-parallel sizes")) ||
       failed(keep(
@@ -1054,9 +1091,12 @@ static LogicalResult restrictToTarget(PlanRequest &request) {
           },
           "optimizers")))
     return failure();
-  // Escalating to tensor parallelism is Megatron's only.
+  // Escalating to tensor parallelism is Megatron's only; to 16-bit
+  // gradient sums DeepSpeed's only.
   if (!megatron)
     request.defaultTensorParallel = false;
+  else
+    request.defaultSixteenBitSums = false;
   return success();
 }
 
@@ -1162,6 +1202,9 @@ static int printJson(const PlanRequest &request, const PlanResult &result) {
         llvm::json::Array(result.escalatedTensorParallel);
   if (result.escalatedOffloadActivations)
     out["escalated_offload_activations"] = true;
+  if (result.escalatedSixteenBitSums)
+    out["escalated_accumulate_dtype"] =
+        accumDtypeName(sixteenBitGradients(request));
   writeJson(llvm::outs(), llvm::json::Value(std::move(out)));
   llvm::outs() << "\n";
   return result.best ? 0 : 1;
@@ -1276,6 +1319,8 @@ static std::string numericsOf(const PlanRequest &request,
     what.push_back(c.optimizer + " instead of " + request.optimizers.front());
   if (c.releaseGradients)
     what.push_back("gradient release without clipping");
+  if (c.sumDtype != AccumDtype::f32)
+    what.push_back("gradients summed in " + accumDtypeName(c.sumDtype).str());
   return llvm::join(what, ", ");
 }
 
@@ -1469,6 +1514,11 @@ int main(int argc, char **argv) {
     llvm::errs() << "trainmem-plan: note: nothing fits with the activations "
                     "on the device; searched activation offload too "
                     "(--offload-activations off searches without it only)\n";
+  if (result.escalatedSixteenBitSums)
+    llvm::errs() << "trainmem-plan: note: nothing fits with f32 gradient "
+                    "sums; searched sums in "
+                 << accumDtypeName(sixteenBitGradients(request))
+                 << " too (--accumulate-dtype f32 searches f32 only)\n";
   noteNumerics(request, result);
   if (emit == "json")
     return printJson(request, result);

@@ -85,6 +85,13 @@ struct PlanRequest {
   /// without it, as tensor parallelism is escalated).
   std::vector<bool> offloadActivations;
   bool defaultOffloadActivations = false;
+  /// 16-bit gradient sums (train-grad-accum accumulate-dtype, the model's
+  /// 16-bit type) off and on: tried where a step accumulates more than one
+  /// micro-batch of 16-bit gradients. Default off, and on where nothing
+  /// fits without them (after activation offload); a row with them
+  /// changes the numerics.
+  std::vector<bool> sixteenBitSums;
+  bool defaultSixteenBitSums = false;
   /// The optimizers tried (registered names; default AdamW alone: the
   /// planner changes a recipe only where asked), and gradient release
   /// (train-release-gradients) off and on (default: off; tried only where
@@ -179,6 +186,9 @@ struct PlanCandidate {
   /// train-offload-activations: the checkpoints under recompute, every
   /// saved tensor without (prefetch 1).
   bool offloadActivations = false;
+  /// The gradients' sums over the micro-batches: f32, or the model's
+  /// 16-bit type (train-grad-accum accumulate-dtype).
+  AccumDtype sumDtype = AccumDtype::f32;
   /// The optimizer (one of the request's) and gradient release.
   std::string optimizer = "adamw";
   bool releaseGradients = false;
@@ -253,7 +263,15 @@ struct PlanResult {
   /// Whether activation offload was searched because nothing fit without
   /// it (a defaulted request's).
   bool escalatedOffloadActivations = false;
+  /// Whether 16-bit gradient sums were searched because nothing fit
+  /// without them (a defaulted request's).
+  bool escalatedSixteenBitSums = false;
 };
+
+/// The 16-bit type of the request's gradients (a preset's --dtype, a model
+/// file's parameters'), which train-grad-accum can sum them in; f32 where
+/// they are f32.
+AccumDtype sixteenBitGradients(const PlanRequest &request);
 
 /// Fills the request's empty space lists with the defaults; an error when
 /// the request is inconsistent (a global batch the ranks do not

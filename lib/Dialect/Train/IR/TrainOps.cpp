@@ -1287,9 +1287,10 @@ LogicalResult AccumulateOp::verify() {
     auto resultType = cast<RankedTensorType>(result.getType());
     if (!type || !isa<FloatType>(type.getElementType()) ||
         resultType.getShape() != type.getShape() ||
-        !resultType.getElementType().isF32())
-      return emitOpError("results must be f32 sums of the yielded float "
-                         "tensors");
+        !(resultType.getElementType().isF32() ||
+          resultType.getElementType() == type.getElementType()))
+      return emitOpError("results must be sums of the yielded float tensors, "
+                         "in f32 or in the yielded value's own type");
   }
   return success();
 }

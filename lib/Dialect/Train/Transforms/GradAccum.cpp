@@ -218,7 +218,8 @@ struct TrainGradAccumPass
   }
   LogicalResult findBatch(Accumulation &a);
   LogicalResult findBody(Accumulation &a);
-  void createLoop(Accumulation &a);
+  FailureOr<SmallVector<Type>> sumTypes(Accumulation &a);
+  void createLoop(Accumulation &a, ArrayRef<Type> resultTypes);
   LogicalResult cloneBody(Accumulation &a);
   void normalizeLoss(Accumulation &a);
 };
@@ -332,11 +333,57 @@ LogicalResult TrainGradAccumPass::findBody(Accumulation &a) {
   return success();
 }
 
+/// The sums' types: f32, or with accumulate-dtype=bf16|f16 the parts' own
+/// type where they are computed in it.
+FailureOr<SmallVector<Type>> TrainGradAccumPass::sumTypes(Accumulation &a) {
+  Builder builder(&getContext());
+  Type narrow;
+  StringRef name;
+  switch (accumulateDtype) {
+  case AccumDtype::f32:
+    break;
+  case AccumDtype::bf16:
+    narrow = builder.getBF16Type();
+    name = "bf16";
+    break;
+  case AccumDtype::f16:
+    narrow = builder.getF16Type();
+    name = "f16";
+    break;
+  }
+  SmallVector<Type> types;
+  int64_t narrowed = 0;
+  for (Value value : a.yielded) {
+    auto type = cast<RankedTensorType>(value.getType());
+    bool keep = narrow && type.getElementType() == narrow;
+    narrowed += keep;
+    types.push_back(
+        keep ? Type(type)
+             : RankedTensorType::get(type.getShape(), builder.getF32Type()));
+  }
+  if (narrow && narrowed == 0) {
+    llvm::SetVector<Type> partTypes;
+    for (Value value : a.yielded)
+      partTypes.insert(getElementTypeOrSelf(value.getType()));
+    std::string listed;
+    llvm::raw_string_ostream os(listed);
+    llvm::interleaveComma(partTypes, os);
+    return fail(a.func.getLoc(),
+                "accumulate-dtype=" + name + ": no gradient of @" +
+                    a.func.getSymName() + " is computed in " + name +
+                    " (its parts are " + listed + "); write the model in " +
+                    name + " (trainmem-model --dtype " + name +
+                    ") or accumulate in f32");
+  }
+  return types;
+}
+
 /// The train.accumulate loop before the body's first op, and its body's
 /// arguments: the micro-batch's rows of each batched argument, its index
 /// (dropout draws by position in the batch, train.dropout's part) and its
 /// share of the rows (normalize=mean weighs each micro-batch's mean by it).
-void TrainGradAccumPass::createLoop(Accumulation &a) {
+void TrainGradAccumPass::createLoop(Accumulation &a,
+                                    ArrayRef<Type> resultTypes) {
   OpBuilder builder(a.bodyOps.front());
   Location loc = a.func.getLoc();
   // The window's valid tokens, counted before any backward.
@@ -350,11 +397,6 @@ void TrainGradAccumPass::createLoop(Accumulation &a) {
     inputs.push_back(arg);
     padding.push_back(arg == a.targets ? a.crossEntropy.getIgnoredTarget() : 0);
   }
-  SmallVector<Type> resultTypes;
-  for (Value value : a.yielded)
-    resultTypes.push_back(RankedTensorType::get(
-        cast<RankedTensorType>(value.getType()).getShape(),
-        builder.getF32Type()));
   bool hasDropout = llvm::any_of(a.bodyOps, [](Operation *op) {
     return op
         ->walk([](Operation *inner) {
@@ -453,7 +495,10 @@ void TrainGradAccumPass::runOnOperation() {
                           << " micro-batches of " << a.micro << " rows, "
                           << a.bodyOps.size() << " ops per micro-batch, "
                           << a.batchArgs.size() << " batched arguments\n");
-  createLoop(a);
+  FailureOr<SmallVector<Type>> types = sumTypes(a);
+  if (failed(types))
+    return signalPassFailure();
+  createLoop(a, *types);
   if (failed(cloneBody(a)))
     return signalPassFailure();
   LLVM_DEBUG(llvm::dbgs() << "train-grad-accum: the loop sums "
@@ -465,8 +510,8 @@ void TrainGradAccumPass::runOnOperation() {
     value.replaceAllUsesWith(sum);
   for (Operation *op : llvm::reverse(a.bodyOps))
     op->erase();
-  // Clipping now sees f32 sums: its results follow, and the optimizer
-  // block's and the step's.
+  // Clipping now sees the sums (f32, or 16-bit with accumulate-dtype):
+  // its results follow, and the optimizer block's and the step's.
   a.func.walk([&](ClipGradNormOp clip) {
     for (auto [in, out] : llvm::zip(clip.getGrads(), clip.getClipped()))
       out.setType(in.getType());
@@ -704,9 +749,9 @@ void Unrolling::sumParts(IRMapping &mapping) {
     } else {
       builder.restoreInsertionPoint(end);
     }
-    Type f32Type = loop.getResult(index).getType();
-    if (part.getType() != f32Type)
-      part = CastOp::create(builder, loop.getLoc(), f32Type, part);
+    Type sumType = loop.getResult(index).getType();
+    if (part.getType() != sumType)
+      part = CastOp::create(builder, loop.getLoc(), sumType, part);
     addInto(sums, index, part);
     if (anchor)
       lastAfter[anchor] = &*std::prev(builder.getInsertionPoint());

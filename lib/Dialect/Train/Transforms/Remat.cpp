@@ -284,7 +284,13 @@ void recordMeasurement(BudgetModel &model, const FunctionMemory &memory,
         prefix = std::max(prefix, j + 1);
       }
     }
-    uint64_t apart = live - others;
+    // In an unrolled micro-batch loop a layer's span runs from the first
+    // copy's forward to the last copy's backward, and its saved bytes are
+    // every copy's: between copies they are not all live, and where the
+    // device holds little else (the optimizer state offloaded) they can
+    // exceed what is. Nothing apart is then left, not a wrapped-around
+    // count; the chosen plan's arena is measured whole (measureArena).
+    uint64_t apart = live > others ? live - others : 0;
     if (own)
       model.working[*own][c] = std::max(model.working[*own][c], apart);
     else

@@ -780,10 +780,11 @@ LogicalResult OptimizerSharding::scatterInLoop(AccumulateOp loop,
                                               static_cast<int64_t>(index)));
       yield->setOperand(gradient.yieldIndex, scattered);
       previous = scattered;
-      // The loop sums the shards, in f32.
-      loop.getResult(gradient.yieldIndex)
-          .setType(RankedTensorType::get({gradient.part.shard},
-                                         builder.getF32Type()));
+      // The loop sums the shards, in its sum's type (f32, or 16 bits with
+      // train-grad-accum's accumulate-dtype).
+      Value sum = loop.getResult(gradient.yieldIndex);
+      sum.setType(RankedTensorType::get({gradient.part.shard},
+                                        getElementTypeOrSelf(sum.getType())));
     }
   }
   return success();

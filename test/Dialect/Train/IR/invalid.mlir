@@ -893,11 +893,22 @@ func.func @accumulate_arg_type(%x: tensor<4x8xi32>) {
 
 // -----
 
-func.func @accumulate_results(%x: tensor<4x8xi32>, %w: tensor<2xbf16>) {
-  // expected-error @+1 {{results must be f32 sums of the yielded float tensors}}
+func.func @accumulate_results(%x: tensor<4x8xi32>, %w: tensor<2xf32>) {
+  // expected-error @+1 {{results must be sums of the yielded float tensors, in f32 or in the yielded value's own type}}
   %0 = train.accumulate %x steps 2 padding [0] : (tensor<4x8xi32>) -> tensor<2xbf16> {
   ^bb0(%t: tensor<2x8xi32>):
-    train.yield %w : tensor<2xbf16>
+    train.yield %w : tensor<2xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_results_other_16bit(%x: tensor<4x8xi32>, %w: tensor<2xf16>) {
+  // expected-error @+1 {{results must be sums of the yielded float tensors, in f32 or in the yielded value's own type}}
+  %0 = train.accumulate %x steps 2 padding [0] : (tensor<4x8xi32>) -> tensor<2xbf16> {
+  ^bb0(%t: tensor<2x8xi32>):
+    train.yield %w : tensor<2xf16>
   }
   return
 }

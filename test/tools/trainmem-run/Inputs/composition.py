@@ -53,6 +53,10 @@ REST = [
     # Activation offload (issue 52): the checkpoints under recompute, every
     # saved tensor without.
     ("offload-activations", ["off", "on"]),
+    # The gradients' sums over micro-batches (issue 52, item 4): f32, or
+    # "16", the row's 16-bit dtype (train-grad-accum accumulate-dtype);
+    # nothing to sum without accumulation.
+    ("sums", ["f32", "16"]),
 ]
 FACTORS = MAIN + REST
 
@@ -81,6 +85,8 @@ def refused_by_design(row):
         return "a remat budget with activation offload"
     if row["tensor"] == "c2" and row["fuse-attention"] == "off":
         return "context parallelism without fused attention"
+    if row["sums"] == "16" and row["dtype"] == "f32" and row["accum"] != "1":
+        return "16-bit sums of f32 gradients"
     return None
 
 
@@ -267,6 +273,21 @@ def step_peak(c, remat):
     options, or empty), from train-step and the memory report: what a
     budget is for."""
     zero = c["zero"] != "none"
+    if c["accum"] == "2-unrolled":
+        # The hand-unrolled step and trainmem-run's passes after it, as the
+        # row runs them (a rolled loop's plan is another).
+        passes, after = unrolled_passes(c, [remat] if remat else [])
+        after = [p for p in after
+                 if not p.startswith(("train-grad-accum", "train-unroll"))]
+        pipeline = passes + after + ["train-memory-report{format=json}"]
+        report = subprocess.run(
+            [os.path.join(BIN, "trainmem-opt"),
+             model(c["dtype"], c["dropout"], rank_batch(c)),
+             "--pass-pipeline=builtin.module(" + ",".join(pipeline) + ")",
+             "-o", "/dev/null"], capture_output=True, text=True)
+        if report.returncode != 0:
+            raise Refused(report.stderr)
+        return json.loads(report.stdout)["plan"]["arena_bytes"]
     options = [f'autodiff="{autodiff_options(c)}"']
     if c["fuse-attention"] == "on":
         options.append("fuse-attention=true")
@@ -277,7 +298,7 @@ def step_peak(c, remat):
     if remat:
         options.append(f'remat="{remat}"')
     if c["accum"] != "1":
-        options.append('grad-accum="steps=2"')
+        options.append(f'grad-accum="{grad_accum_options(c)}"')
     if c["8bit"] == "on":
         options.append("quantize=true")
     if zero:
@@ -305,6 +326,13 @@ def step_peak(c, remat):
 
 class Refused(Exception):
     """The step of a combination did not compile: its errors."""
+
+
+def grad_accum_options(c):
+    """train-grad-accum's options for the row's 2 micro-batches."""
+    if c["sums"] == "16":
+        return "steps=2 accumulate-dtype=" + c["dtype"]
+    return "steps=2"
 
 
 def remat_option(c):
@@ -338,6 +366,51 @@ def combination(index, c):
         return 1, str(refused), log
 
 
+def unrolled_passes(c, remats):
+    """The passes of a 2-unrolled row up to its unrolled loop (trainmem-run
+    runs the rest), with `remats` (train-remat's options; a budget measured
+    after the passes that follow, trainmem-run's included)."""
+    zero = c["zero"] != "none"
+    passes = []
+    if tensor_options(c):
+        passes.append("train-tensor-parallel{" + tensor_options(c) + "}")
+    if c["fuse-attention"] == "on":
+        passes.append("train-fuse-attention")
+    if context_options(c):
+        passes.append("train-context-parallel{" + context_options(c) +
+                      "}")
+    if c["fuse-elementwise"] == "on":
+        passes.append("train-fuse-elementwise")
+    passes.append("train-autodiff{" + autodiff_options(c) + "}")
+    if c["dtype"] == "f16":
+        passes.append("train-loss-scale")
+    # A budget is for the step as it will run: the passes after it,
+    # trainmem-run's included (measure-after).
+    after = ["train-grad-accum{" + grad_accum_options(c) + "}",
+             "train-unroll-accum"]
+    if c["8bit"] == "on":
+        after.append("train-quantize-optimizer-state")
+    after.append("train-materialize-remat")
+    if c["offload-activations"] == "on":
+        after.append("train-offload-activations{" +
+                     offload_activations(c) + "}")
+    if zero:
+        full = " accumulate=full" if c["zero"] in ("2", "3") else ""
+        after.append(f"train-zero{{stage={c['zero']} ranks={zero_ranks(c)}"
+                     f"{full}}}")
+    if c["release"] == "on":
+        after.append("train-release-gradients")
+    if c["offload"] != "none":
+        after.append(f"train-offload-optimizer{{what={c['offload']}}}")
+    for r in remats:
+        if "budget" in r:
+            r += " measure-after={" + ",".join(after) + "}"
+        passes.append("train-remat{" + r + "}")
+    passes += ["train-grad-accum{" + grad_accum_options(c) + "}",
+               "train-unroll-accum"]
+    return passes, after
+
+
 def run_combination(index, c, log):
     zero = c["zero"] != "none"
     batch = rank_batch(c)
@@ -352,41 +425,7 @@ def run_combination(index, c, log):
         # The micro-batch loop unrolled by hand before the rest of the
         # passes: the step prepared by trainmem-opt, trainmem-run given it.
         step = os.path.join(WORK, name + ".step.mlir")
-        passes = []
-        if tensor_options(c):
-            passes.append("train-tensor-parallel{" + tensor_options(c) + "}")
-        if c["fuse-attention"] == "on":
-            passes.append("train-fuse-attention")
-        if context_options(c):
-            passes.append("train-context-parallel{" + context_options(c) +
-                          "}")
-        if c["fuse-elementwise"] == "on":
-            passes.append("train-fuse-elementwise")
-        passes.append("train-autodiff{" + autodiff_options(c) + "}")
-        if c["dtype"] == "f16":
-            passes.append("train-loss-scale")
-        # A budget is for the step as it will run: the passes after it,
-        # trainmem-run's included (measure-after).
-        after = ["train-grad-accum{steps=2}", "train-unroll-accum"]
-        if c["8bit"] == "on":
-            after.append("train-quantize-optimizer-state")
-        after.append("train-materialize-remat")
-        if c["offload-activations"] == "on":
-            after.append("train-offload-activations{" +
-                         offload_activations(c) + "}")
-        if zero:
-            full = " accumulate=full" if c["zero"] in ("2", "3") else ""
-            after.append(f"train-zero{{stage={c['zero']} ranks={zero_ranks(c)}"
-                         f"{full}}}")
-        if c["release"] == "on":
-            after.append("train-release-gradients")
-        if c["offload"] != "none":
-            after.append(f"train-offload-optimizer{{what={c['offload']}}}")
-        for r in remat_option(c):
-            if "budget" in r:
-                r += " measure-after={" + ",".join(after) + "}"
-            passes.append("train-remat{" + r + "}")
-        passes += ["train-grad-accum{steps=2}", "train-unroll-accum"]
+        passes, _ = unrolled_passes(c, remat_option(c))
         code, text = run([os.path.join(BIN, "trainmem-opt"),
                           model(c["dtype"], c["dropout"], batch),
                           "--pass-pipeline=builtin.module(" + ",".join(passes)
@@ -408,7 +447,7 @@ def run_combination(index, c, log):
             opts.append("--context-parallel=" + context_options(c))
         opts += ["--remat=" + r for r in remat_option(c)]
         if c["accum"] == "2":
-            opts.append("--grad-accum=steps=2")
+            opts.append("--grad-accum=" + grad_accum_options(c))
     if zero:
         opts.append("--zero=" + stage)
     if c["release"] == "on":

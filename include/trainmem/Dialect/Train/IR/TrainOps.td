@@ -1003,9 +1003,11 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     `ceil(B / steps)` rows (the last padded with the operand's entry of
     `padding`: a padding token id, or the ignore index for targets, so
     padded rows contribute nothing), runs the body once per micro-batch
-    with the slices as its arguments, and sums what the body yields, in
-    f32, into the results: gradient accumulation. Results have the yielded
-    shapes with an f32 element type. With `indexed`, the body takes one more
+    with the slices as its arguments, and sums what the body yields into
+    the results: gradient accumulation. Results have the yielded shapes
+    with an f32 element type, or a 16-bit part's own type (its sum rounded
+    to it after each addition: train-grad-accum's `accumulate-dtype`). With
+    `indexed`, the body takes one more
     argument, a `tensor<i64>`: the micro-batch's index (0 to `steps - 1`),
     which places its dropout masks in the batch's (`train.dropout`'s
     `part`). With `weighted`, the body then takes a `tensor<f32>`: the

@@ -21,6 +21,20 @@ enum class RematPolicy { full, selective, attention, mlp, every, custom, budget 
 enum class RematMethod { uniform, block };
 enum class AccumNormalize { tokens, mean };
 enum class AccumUneven { pad, refuse };
+enum class AccumDtype { f32, bf16, f16 };
+
+/// train-grad-accum's accumulate-dtype value for `dtype`.
+inline llvm::StringRef accumDtypeName(AccumDtype dtype) {
+  switch (dtype) {
+  case AccumDtype::bf16:
+    return "bf16";
+  case AccumDtype::f16:
+    return "f16";
+  case AccumDtype::f32:
+    break;
+  }
+  return "f32";
+}
 enum class ZeroAccumulate { microBatch, full };
 enum class OffloadWhat { states, statesAndUpdate };
 

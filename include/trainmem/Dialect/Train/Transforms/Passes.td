@@ -737,6 +737,13 @@ def TrainGradAccumPass : Pass<"train-grad-accum", "mlir::ModuleOp"> {
     (`train.accumulate`'s `groups`): the order in which G ranks of
     train-zero sum theirs, so that one process reproduces an N-rank run's
     gradients to the bit (docs/Zero.md).
+
+    `accumulate-dtype=bf16` (or `f16`) sums the gradients that the body
+    computes in that type in that type (DeepSpeed's
+    `data_types.grad_accum_dtype`): half the accumulators' bytes, each
+    micro-batch's addition rounded once. The loss and any gradient of
+    another type keep f32 sums; a step with no gradient of that type is
+    refused. The default, `f32`, sums everything in f32.
   }];
   let options = [
     Option<"function", "function", "std::string", "\"\"",
@@ -761,7 +768,17 @@ def TrainGradAccumPass : Pass<"train-grad-accum", "mlir::ModuleOp"> {
            "the groups in order (must divide steps)">,
     Option<"interleaved", "interleaved", "bool", "false",
            "Group j holds micro-batches j, j + groups, ... (instead of "
-           "steps/groups consecutive ones)">
+           "steps/groups consecutive ones)">,
+    Option<"accumulateDtype", "accumulate-dtype", "::mlir::train::AccumDtype",
+           "::mlir::train::AccumDtype::f32",
+           "The sums' type for the gradients computed in 16 bits",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::train::AccumDtype::f32, "f32",
+                        "Sum every part in f32"),
+             clEnumValN(::mlir::train::AccumDtype::bf16, "bf16",
+                        "Sum bf16 gradients in bf16"),
+             clEnumValN(::mlir::train::AccumDtype::f16, "f16",
+                        "Sum f16 gradients in f16"))}]>
   ];
 }
 

@@ -18,7 +18,8 @@ one rank, `--hardware cpu` (issue 50's example). `--quick` runs a small GPT
 instead (hidden 64, vocab 512, seq 64). Rows: by default one of each kind the
 space has (micro-batch 1, micro-batch 2, one micro-batch per step;
 selective and full recompute; fused attention; 8-bit state; offload of
-the states; ZeRO-1 and ZeRO-3 on more than one rank; tensor parallelism,
+the states, and with the gradients summed on the host; ZeRO-1 and ZeRO-3 on
+more than one rank; tensor parallelism,
 gradient release and Lion where the plan options search them), chosen from the
 table; `--rows` takes row numbers instead."""
 
@@ -53,6 +54,8 @@ def kinds(candidates):
          c["remat"] == "none"),
         ("8-bit", lambda c: c["eight_bit"] and c["remat"] == "none"),
         ("offload", lambda c: c["offload"] == "states"),
+        ("gradients on the host",
+         lambda c: c["offload"] == "states+update+gradients"),
         ("ZeRO-1", lambda c: c["zero_stage"] == 1 and c["remat"] == "none"),
         ("ZeRO-3", lambda c: c["zero_stage"] == 3 and c["remat"] == "none"),
         ("tensor-parallel", lambda c: c["tensor_parallel"] > 1 and
@@ -76,7 +79,7 @@ def kinds(candidates):
                 continue
             if name == "8-bit":
                 base = {"offload": "none", "fuse_attention": False}
-            if name == "offload":
+            if name in ("offload", "gradients on the host"):
                 base = {"eight_bit": False, "fuse_attention": False}
             if name == "fused attention":
                 base = {"eight_bit": False, "offload": "none"}

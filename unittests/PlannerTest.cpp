@@ -66,16 +66,23 @@ ModelConfig smallGpt(int64_t layers) {
 /// or whole) against the same compiled whole (`b`): the analysis's figures
 /// equal; the arena equal where `a` is whole (the best is), within 5e-3
 /// where extrapolated (the placement is not exactly linear in the layers).
+/// ZeRO-3 with the gradients summed on the host (the device holding only
+/// gathered weights and one micro-batch's parts between its activations)
+/// places less linearly on this 1.2 MB model: within 1e-2 (the largest
+/// measured, 7,680 B of 1,217,860, 6.3e-3; docs/status/README.md).
 void expectSameMeasure(const PlanCandidate &a, const PlanCandidate &b) {
   EXPECT_EQ(a.measure.peak, b.measure.peak) << a.describe();
   EXPECT_EQ(a.measure.forwardFlops, b.measure.forwardFlops) << a.describe();
   EXPECT_EQ(a.measure.backwardFlops, b.measure.backwardFlops) << a.describe();
+  double bound = a.stage == 3 && a.offload == PlanOffload::statesUpdateGradients
+                     ? 1e-2
+                     : 5e-3;
   if (a.wholeModel)
     EXPECT_EQ(a.measure.arena, b.measure.arena) << a.describe();
   else
     EXPECT_NEAR(static_cast<double>(a.measure.arena),
                 static_cast<double>(b.measure.arena),
-                5e-3 * static_cast<double>(b.measure.arena))
+                bound * static_cast<double>(b.measure.arena))
         << a.describe();
 }
 

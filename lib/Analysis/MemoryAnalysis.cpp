@@ -513,10 +513,13 @@ void FunctionMemory::classify() {
                          readByNormGrad[index]);
   }
 
+  // The complete gradients' bytes on the device: placeInMemory takes out
+  // those kept on the host (a loop's host_sums).
   llvm::DenseSet<unsigned> finalBuffers;
   for (Value value : finals)
     if (const Buffer *buffer = lookupBuffer(value))
       if (finalBuffers.insert(buffer - buffers.data()).second) {
+        finalGradientBuffers.push_back(buffer - buffers.data());
         uint64_t &gradientBytes =
             totals[static_cast<unsigned>(MemoryCategory::Gradients)];
         gradientBytes = add(gradientBytes, buffer->bytes,
@@ -545,12 +548,26 @@ bool FunctionMemory::markHostBuffers() {
                                                   kMemorySpaceAttrName);
     return space && space.getSpace() == MemorySpace::host;
   };
+  // A micro-batch loop's sums kept on the host (host_sums).
+  auto isHostSum = [](Value value) {
+    auto result = dyn_cast<OpResult>(value);
+    auto loop = result ? dyn_cast<AccumulateOp>(result.getOwner()) : nullptr;
+    std::optional<ArrayRef<bool>> host =
+        loop ? loop.getHostSums() : std::nullopt;
+    return host && (*host)[result.getResultNumber()];
+  };
+  // What an op on the host makes lives there (the updates', clipping's
+  // and unscaling's results), but for the cast of a refreshed 16-bit
+  // weight, which writes the device's weight.
+  auto madeOnHost = [](Operation *def) {
+    return def && runsOnHost(def) && !isa<CastOp>(def);
+  };
   bool any = false;
   for (Buffer &buffer : buffers) {
     Operation *def = buffer.owner.getDefiningOp();
     auto transfer = dyn_cast_or_null<TransferOp>(def);
     if (isHostArg(buffer.owner) || (transfer && transfer.toHost()) ||
-        (def && isa<OptimizerUpdateOpInterface>(def) && runsOnHost(def))) {
+        madeOnHost(def) || isHostSum(buffer.owner)) {
       buffer.host = true;
       any = true;
     }
@@ -563,7 +580,10 @@ bool FunctionMemory::markHostBuffers() {
 /// it).
 void FunctionMemory::countHostUpdate(OptimizerUpdateOpInterface update) {
   Operation *op = update.getOperation();
-  if (const Buffer *grad = lookupBuffer(update.getGradient()))
+  // A gradient summed on the host (host_sums) is there already: its parts
+  // crossed, counted with the loop.
+  if (const Buffer *grad = lookupBuffer(update.getGradient());
+      grad && !grad->host)
     hostDeviceBytes =
         add(hostDeviceBytes, grad->bytes, op, "host-device bytes");
   Value newParam = update.getNewParamValue();
@@ -637,6 +657,10 @@ Buffer FunctionMemory::stageHostOperand(OpOperand &operand,
 void FunctionMemory::placeInMemory() {
   if (!markHostBuffers())
     return;
+  for (unsigned index : finalGradientBuffers)
+    if (buffers[index].host)
+      totals[static_cast<unsigned>(MemoryCategory::Gradients)] -=
+          buffers[index].bytes;
   std::vector<Buffer> copies;
   for (Operation *op : schedule) {
     // A tensor moved out or back (train-offload-activations) crosses once
@@ -648,6 +672,20 @@ void FunctionMemory::placeInMemory() {
         activationTransferBytes =
             add(activationTransferBytes, bytes, op, "host-device bytes");
       }
+    // Each micro-batch's part of a sum kept on the host crosses there, in
+    // the sum's type (the part is cast to it on the device), every
+    // iteration.
+    if (auto loop = dyn_cast<AccumulateOp>(op))
+      if (std::optional<ArrayRef<bool>> host = loop.getHostSums())
+        for (auto [sum, onHost] : llvm::zip(loop.getResults(), *host))
+          if (onHost)
+            hostDeviceBytes =
+                add(hostDeviceBytes,
+                    mulCount(getTensorBytes(sum.getType()),
+                             mulCount(static_cast<uint64_t>(
+                                          loop.getStepsAttr().getInt()),
+                                      tripsOf(op))),
+                    op, "host-device bytes");
     auto update = dyn_cast<OptimizerUpdateOpInterface>(op);
     if (!update)
       continue;

@@ -381,8 +381,17 @@ llvm::json::Object toDeepSpeed(const PlanCandidate &c,
   config["fp16"] =
       llvm::json::Object{{"enabled", request.model.dtype == "f16"}};
   llvm::json::Object zero{{"stage", c.stage < 0 ? 0 : c.stage}};
-  if (c.offload == PlanOffload::statesAndUpdate)
+  if (c.offload == PlanOffload::statesAndUpdate ||
+      c.offload == PlanOffload::statesUpdateGradients)
     zero["offload_optimizer"] = llvm::json::Object{{"device", "cpu"}};
+  if (c.offload == PlanOffload::statesUpdateGradients)
+    notes.push_back("the plan sums each micro-batch's gradients in host "
+                    "memory (train-offload-optimizer gradients=host); "
+                    "offload_optimizer moves the gradients to the CPU, but "
+                    "whether DeepSpeed sums the micro-batches there or on the "
+                    "GPU is its stage's and version's choice, not a key: the "
+                    "planned device memory holds only where it sums them on "
+                    "the CPU");
   config["zero_optimization"] = std::move(zero);
   // The recipe's optimizer, by its DeepSpeed type (the registry's), and
   // clipping (0: none); eps where the optimizer reads one.

@@ -58,6 +58,8 @@ llvm::StringRef stringifyPlanOffload(PlanOffload offload) {
     return "states";
   case PlanOffload::statesAndUpdate:
     return "states+update";
+  case PlanOffload::statesUpdateGradients:
+    return "states+update+gradients";
   }
   return "?";
 }
@@ -72,7 +74,8 @@ std::optional<PlanRemat> parsePlanRemat(llvm::StringRef name) {
 
 std::optional<PlanOffload> parsePlanOffload(llvm::StringRef name) {
   for (PlanOffload offload :
-       {PlanOffload::none, PlanOffload::states, PlanOffload::statesAndUpdate})
+       {PlanOffload::none, PlanOffload::states, PlanOffload::statesAndUpdate,
+        PlanOffload::statesUpdateGradients})
     if (stringifyPlanOffload(offload) == name)
       return offload;
   return std::nullopt;
@@ -503,10 +506,13 @@ PlanCandidate::stepOptions(int64_t ranks, uint64_t memoryBytes) const {
     options.offloadActivations.emplace().what =
         remat == PlanRemat::none ? OffloadActivationsWhat::all
                                  : OffloadActivationsWhat::checkpoints;
-  if (offload != PlanOffload::none)
+  if (offload != PlanOffload::none) {
     options.offload.emplace().what = offload == PlanOffload::states
                                          ? OffloadWhat::states
                                          : OffloadWhat::statesAndUpdate;
+    if (offload == PlanOffload::statesUpdateGradients)
+      options.offload->gradients = OffloadGradients::host;
+  }
   return options;
 }
 
@@ -577,7 +583,9 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
     text += " --release-gradients";
   if (stage >= 0)
     text += llvm::formatv(" --zero=stage={0}", stage);
-  if (offload != PlanOffload::none)
+  if (offload == PlanOffload::statesUpdateGradients)
+    text += " --offload-optimizer=\"states+update gradients=host\"";
+  else if (offload != PlanOffload::none)
     text += " --offload-optimizer=" + stringifyPlanOffload(offload).str();
   if (offloadActivations)
     text += remat == PlanRemat::none ? " --offload-activations=what=all"
@@ -726,7 +734,8 @@ static llvm::Error completeSpace(PlanRequest &request) {
     request.fuseAttention = {false, true};
   if (request.offloads.empty())
     request.offloads = {PlanOffload::none, PlanOffload::states,
-                        PlanOffload::statesAndUpdate};
+                        PlanOffload::statesAndUpdate,
+                        PlanOffload::statesUpdateGradients};
   if (request.offloadActivations.empty()) {
     request.offloadActivations = {false};
     request.defaultOffloadActivations = true;
@@ -876,7 +885,8 @@ void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
         std::max(0.0,
                  copies -
                      m.phaseSeconds[static_cast<unsigned>(Phase::Backward)]);
-  if (c.offload == PlanOffload::statesAndUpdate)
+  if (c.offload == PlanOffload::statesAndUpdate ||
+      c.offload == PlanOffload::statesUpdateGradients)
     c.optimizerSeconds = static_cast<double>(m.optimizerFlops) / hw.hostFlops;
   c.stepSeconds = c.computeSeconds + c.optimizerSeconds +
                   c.communicationSeconds + c.offloadSeconds;
@@ -1153,8 +1163,17 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                         // complete after the last one).
                         if (release && perRank / micro > 1)
                           continue;
+                        // Gradients summed on the host: a loop to sum,
+                        // and no reduction of its sums after it.
+                        std::vector<PlanOffload> offloads;
+                        for (PlanOffload offload : request.offloads)
+                          if (offload != PlanOffload::statesUpdateGradients ||
+                              (perRank / micro > 1 && stage != 0 && stage != 1))
+                            offloads.push_back(offload);
+                        if (offloads.empty())
+                          continue;
                         groupStart.push_back(result.candidates.size());
-                        for (PlanOffload offload : request.offloads) {
+                        for (PlanOffload offload : offloads) {
                           PlanCandidate c;
                           c.tensorParallel = t;
                           c.contextParallel = cp;
@@ -1365,18 +1384,25 @@ static std::string hintFor(MLIRContext &context, const PlanRequest &request,
   case MemoryCategory::Optimizer:
     return "8-bit state, CPU offload or ZeRO over more ranks shrink the "
            "optimizer's bytes";
-  case MemoryCategory::Gradients:
-    // f32 sums of 16-bit gradients: summing them in their own type halves
-    // them, where the request kept it out of the search.
+  case MemoryCategory::Gradients: {
+    // A micro-batch loop's sums: on the host, or in the gradients' 16-bit
+    // type, where the request kept them out of the search.
+    std::string text =
+        "ZeRO-3 over more ranks shards the weights and gradients";
+    if (smallest.accumulation > 1 &&
+        !llvm::is_contained(request.offloads,
+                            PlanOffload::statesUpdateGradients))
+      text += "; the micro-batches' sums leave the device with --offload "
+              "states+update+gradients";
     if (smallest.accumulation > 1 && smallest.sumDtype == AccumDtype::f32 &&
         sixteenBitGradients(request) != AccumDtype::f32 &&
         !llvm::is_contained(request.sixteenBitSums, true))
-      return llvm::formatv(
-          "ZeRO-3 over more ranks shards the weights and gradients; the f32 "
-          "sums of its {0} gradients take half in {0} (--accumulate-dtype "
-          "{0}, which changes the numerics)",
-          accumDtypeName(sixteenBitGradients(request)));
-    return "ZeRO-3 over more ranks shards the weights and gradients";
+      text += llvm::formatv("; the f32 sums of its {0} gradients take half "
+                            "in {0} (--accumulate-dtype {0}, which changes "
+                            "the numerics)",
+                            accumDtypeName(sixteenBitGradients(request)));
+    return text;
+  }
   case MemoryCategory::Weights:
   case MemoryCategory::Gathered:
     return "ZeRO-3 over more ranks shards the weights and gradients";
@@ -1402,6 +1428,14 @@ static std::string explainNothingFits(MLIRContext &context,
       why = "no candidate releases its gradients: release applies to one "
             "micro-batch per step (--release-gradients both also tries "
             "without)";
+    else if (result.candidates.empty() &&
+             llvm::all_of(request.offloads, [](PlanOffload o) {
+               return o == PlanOffload::statesUpdateGradients;
+             }))
+      why = "no candidate sums its gradients on the host: "
+            "states+update+gradients needs more than one micro-batch per "
+            "step and no ZeRO-0/1 reduction after the loop (--offload "
+            "states+update also tries the sums on the device)";
     else if (!result.candidates.empty())
       why += " (the first, " + result.candidates.front().describe() + ": " +
              result.candidates.front().rejected + ")";

@@ -270,7 +270,10 @@ static cl::opt<std::string> sequenceParallel(
 static cl::list<std::string>
     offloads("offload",
              cl::desc("CPU optimizer offload to try: none, states, "
-                      "states+update (default: all)"),
+                      "states+update, states+update+gradients (the "
+                      "micro-batches' gradients summed on the host too; where "
+                      "a step accumulates, without ZeRO or at stages 2-3) "
+                      "(default: all)"),
              cl::CommaSeparated, cl::cat(category));
 static cl::opt<bool>
     exact("exact",
@@ -364,6 +367,8 @@ static const char *offloadShort(PlanOffload offload) {
     return "states";
   case PlanOffload::statesAndUpdate:
     return "st+upd";
+  case PlanOffload::statesUpdateGradients:
+    return "su+grd";
   }
   return "?";
 }
@@ -373,9 +378,17 @@ static const char *offloadShort(PlanOffload offload) {
 static std::string offloadCell(const PlanCandidate &c) {
   if (!c.offloadActivations)
     return offloadShort(c.offload);
-  if (c.offload == PlanOffload::none)
+  switch (c.offload) {
+  case PlanOffload::none:
     return "act";
-  return c.offload == PlanOffload::states ? "st+act" : "su+act";
+  case PlanOffload::states:
+    return "st+act";
+  case PlanOffload::statesAndUpdate:
+    return "su+act";
+  case PlanOffload::statesUpdateGradients:
+    return "sg+act";
+  }
+  return "?";
 }
 
 /// The candidates to show, in the search's order: all, those that fit
@@ -865,7 +878,8 @@ fillSearchSpace(PlanRequest &request,
       std::optional<PlanOffload> offload = parsePlanOffload(o);
       if (!offload)
         return refuse("--offload: unknown choice '" + o +
-                      "' (none, states, states+update)");
+                      "' (none, states, states+update, "
+                      "states+update+gradients)");
       request.offloads.push_back(*offload);
     }
     std::optional<std::vector<bool>> eight = bothOffOn(eightBit);
@@ -1063,7 +1077,8 @@ static LogicalResult restrictToTarget(PlanRequest &request) {
           request.offloads,
           [&](PlanOffload o) {
             return o == PlanOffload::none ||
-                   (!megatron && o == PlanOffload::statesAndUpdate);
+                   (!megatron && (o == PlanOffload::statesAndUpdate ||
+                                  o == PlanOffload::statesUpdateGradients));
           },
           "offload choices")) ||
       failed(keep(

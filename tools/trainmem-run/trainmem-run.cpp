@@ -147,7 +147,8 @@ static cl::opt<std::string> offloadOptimizer(
     cl::desc("Keep the optimizer state in host memory, its own arena "
              "(train-offload-optimizer): states (updates on the device, the "
              "state copied in and back) or states+update (updates on the "
-             "host, cpu backend)"),
+             "host, cpu backend), then its options: \"states+update "
+             "gradients=host\" sums the micro-batches there too"),
     cl::cat(category));
 static cl::opt<std::string> offloadActivationsOptions(
     "offload-activations", cl::ValueOptional,
@@ -409,9 +410,13 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
     }
     options.zero = "ranks=" + std::to_string(dataRanks) + " " + zeroOptions;
   }
-  if (!offloadOptimizer.empty() && offloadOptimizer != "states" &&
-      offloadOptimizer != "states+update")
-    return refuse("--offload-optimizer is states or states+update, got '" +
+  // What (states or states+update), then train-offload-optimizer's other
+  // options (gradients=host).
+  StringRef offloadWhat = StringRef(offloadOptimizer).split(' ').first;
+  if (!offloadOptimizer.empty() && offloadWhat != "states" &&
+      offloadWhat != "states+update")
+    return refuse("--offload-optimizer is states or states+update (then "
+                  "options such as gradients=host), got '" +
                   llvm::Twine(offloadOptimizer) + "'");
   options.offload = offloadOptimizer;
   if (offloadActivationsOptions.getNumOccurrences())

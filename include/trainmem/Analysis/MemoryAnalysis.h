@@ -241,6 +241,8 @@ private:
   CategoryBytes atPeak{};
   CategoryBytes totals{};
   uint64_t mostLiveGradients = 0;
+  /// The buffers of the complete gradients the updates read (classify).
+  std::vector<unsigned> finalGradientBuffers;
   CategoryBytes hostTotals{};
   uint64_t hostDeviceBytes = 0, activationTransferBytes = 0;
   std::vector<Staging> staging;

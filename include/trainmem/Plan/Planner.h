@@ -48,7 +48,11 @@ llvm::StringRef stringifyPlanRemat(PlanRemat remat);
 
 /// CPU optimizer offload (train-offload-optimizer what=): none, the state on
 /// the host, or the state and its update on the host (CPU Adam).
-enum class PlanOffload { none, states, statesAndUpdate };
+/// train-offload-optimizer's choices: none, states, states+update, and
+/// states+update with the micro-batches' gradients summed on the host
+/// (gradients=host; where a step accumulates and no reduction follows the
+/// loop: no ZeRO, or stages 2-3).
+enum class PlanOffload { none, states, statesAndUpdate, statesUpdateGradients };
 llvm::StringRef stringifyPlanOffload(PlanOffload offload);
 
 /// The policy or offload a name (what the stringify functions give) names.

@@ -372,9 +372,14 @@ uint64_t setUpStaging(RuntimeLoweringState &state, const FunctionMemory &memory,
       add(memory.getStaging()[index]);
     return copies;
   };
-  for (Operation *op : memory.getSchedule())
+  for (Operation *op : memory.getSchedule()) {
     if (auto space = op->getAttrOfType<SpaceAttr>(kMemorySpaceAttrName))
       hostOps += space.getSpace() == MemorySpace::host;
+    // A loop's sums kept in host memory: each added there.
+    if (auto loop = dyn_cast<AccumulateOp>(op))
+      if (std::optional<ArrayRef<bool>> host = loop.getHostSums())
+        hostOps += llvm::count(*host, true);
+  }
   return hostOps;
 }
 

@@ -451,14 +451,17 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
              << attr.getValue();
     return success();
   }
-  // Where an optimizer update runs (train-offload-optimizer).
+  // Where an optimizer update runs (train-offload-optimizer), or the ops
+  // between host-summed gradients and the updates (gradients=host).
   if (attr.getName() == kMemorySpaceAttrName) {
     if (!isa<SpaceAttr>(attr.getValue()) ||
-        !isa<OptimizerUpdateOpInterface, CastOp>(op))
+        !isa<OptimizerUpdateOpInterface, CastOp, ClipGradNormOp,
+             UnscaleGradientsOp>(op))
       return op->emitOpError()
              << "'" << kMemorySpaceAttrName
-             << "' on an op is a #train.space on an optimizer update or the "
-                "cast of its refreshed weight (where it runs), got "
+             << "' on an op is a #train.space on an optimizer update, the "
+                "cast of its refreshed weight, or the clipping or unscaling "
+                "of the gradients they read (where it runs), got "
              << attr.getValue();
     return success();
   }

@@ -1252,6 +1252,10 @@ LogicalResult AccumulateOp::verify() {
   } else if (getInterleaved()) {
     return emitOpError("interleaved needs groups");
   }
+  if (std::optional<ArrayRef<bool>> host = getHostSums();
+      host && host->size() != getNumResults())
+    return emitOpError("host_sums needs one flag per result (")
+           << getNumResults() << "), got " << host->size();
   Block &body = getBody().front();
   if (body.getNumArguments() != getInputs().size() + (getIndexed() ? 1 : 0) +
                                     (getWeighted() ? 1 : 0))

@@ -412,7 +412,8 @@ void TrainGradAccumPass::createLoop(Accumulation &a,
       hasDropout ? builder.getUnitAttr() : UnitAttr(),
       normalize == AccumNormalize::mean ? builder.getUnitAttr() : UnitAttr(),
       groups > 1 ? builder.getI64IntegerAttr(groups) : IntegerAttr(),
-      interleaved ? builder.getUnitAttr() : UnitAttr());
+      interleaved ? builder.getUnitAttr() : UnitAttr(),
+      /*host_sums=*/DenseBoolArrayAttr());
   a.body = builder.createBlock(&a.loop.getBody());
   for (BlockArgument arg : a.batchArgs) {
     SmallVector<int64_t> shape(
@@ -576,6 +577,11 @@ private:
 };
 
 LogicalResult Unrolling::check() {
+  if (loop.getHostSums())
+    return loop.emitOpError("train-unroll-accum: the loop sums gradients in "
+                            "host memory (train-offload-optimizer "
+                            "gradients=host), which the rolled loop does: "
+                            "run it rolled, or offload with gradients=device");
   if (steps % perIteration != 0)
     return loop.emitOpError("train-unroll-accum: factor ")
            << perIteration << " does not divide steps " << steps;
@@ -643,7 +649,8 @@ void Unrolling::createOuterLoop() {
   outer = AccumulateOp::create(
       builder, loop.getLoc(), loop.getResultTypes(), loop.getInputs(),
       builder.getI64IntegerAttr(steps / perIteration), loop.getPaddingAttr(),
-      loop.getIndexedAttr(), UnitAttr(), IntegerAttr(), UnitAttr());
+      loop.getIndexedAttr(), UnitAttr(), IntegerAttr(), UnitAttr(),
+      /*host_sums=*/DenseBoolArrayAttr());
   Block *outerBody = builder.createBlock(&outer.getBody());
   sources.clear();
   for (Value input : loop.getInputs()) {

@@ -158,9 +158,12 @@ mlir::train::printTrainStepOptions(const TrainStepOptions &options) {
     words.add(text.offloadActivations, passText(*options.offloadActivations));
   if (options.offload)
     words.add(text.offload,
-              options.offload->what == OffloadWhat::statesAndUpdate
-                  ? std::string("states+update")
-                  : std::string("states"));
+              std::string(options.offload->what == OffloadWhat::statesAndUpdate
+                              ? "states+update"
+                              : "states") +
+                  (options.offload->gradients == OffloadGradients::host
+                       ? " gradients=host"
+                       : ""));
   return words.str();
 }
 

@@ -38,7 +38,10 @@ MAIN = [
 REST = [
     ("fuse-attention", ["off", "on"]),
     ("fuse-elementwise", ["off", "on"]),
-    ("offload", ["none", "states", "states+update"]),
+    # The optimizer's offload; "states+update+gradients" sums the
+    # micro-batches' gradients on the host too (issue 52, item 4).
+    ("offload", ["none", "states", "states+update",
+                 "states+update+gradients"]),
     ("dtype", ["f32", "bf16", "f16"]),
     ("dropout", ["0", "0.1"]),
     # Tensor parallelism over the 2 processes (issue 34): its data ranks
@@ -87,7 +90,22 @@ def refused_by_design(row):
         return "context parallelism without fused attention"
     if row["sums"] == "16" and row["dtype"] == "f32" and row["accum"] != "1":
         return "16-bit sums of f32 gradients"
+    if row["offload"] == "states+update+gradients":
+        if row["accum"] == "1":
+            return "gradients on the host without a micro-batch loop"
+        if row["accum"] == "2-unrolled":
+            return "gradients on the host with the loop unrolled"
+        if row["zero"] in ("0", "1"):
+            return "gradients on the host with ZeRO-0/1's reduction after " \
+                   "the loop"
     return None
+
+
+def offload_options(c):
+    """train-offload-optimizer's options of the row (after what=)."""
+    if c["offload"] == "states+update+gradients":
+        return "states+update gradients=host"
+    return c["offload"]
 
 
 def covering_rows():
@@ -304,7 +322,7 @@ def step_peak(c, remat):
     if zero:
         options.append(f'zero="stage={c["zero"]} ranks={zero_ranks(c)}"')
     if c["offload"] != "none":
-        options.append(f"offload={c['offload']}")
+        options.append(f'offload="{offload_options(c)}"')
     if c["release"] == "on":
         options.append("release-gradients=true")
     if tensor_options(c):
@@ -401,7 +419,8 @@ def unrolled_passes(c, remats):
     if c["release"] == "on":
         after.append("train-release-gradients")
     if c["offload"] != "none":
-        after.append(f"train-offload-optimizer{{what={c['offload']}}}")
+        after.append("train-offload-optimizer{what=" + offload_options(c) +
+                     "}")
     for r in remats:
         if "budget" in r:
             r += " measure-after={" + ",".join(after) + "}"
@@ -417,7 +436,7 @@ def run_combination(index, c, log):
     name = f"c{index:03d}"
     opts = common_options(c) + ["--loss-log", log]
     if c["offload"] != "none":
-        opts.append("--offload-optimizer=" + c["offload"])
+        opts.append("--offload-optimizer=" + offload_options(c))
     if c["offload-activations"] == "on":
         opts.append("--offload-activations=" + offload_activations(c))
     stage = "stage=" + c["zero"]

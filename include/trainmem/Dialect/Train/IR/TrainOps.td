@@ -1006,8 +1006,11 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
     with the slices as its arguments, and sums what the body yields into
     the results: gradient accumulation. Results have the yielded shapes
     with an f32 element type, or a 16-bit part's own type (its sum rounded
-    to it after each addition: train-grad-accum's `accumulate-dtype`). With
-    `indexed`, the body takes one more
+    to it after each addition: train-grad-accum's `accumulate-dtype`).
+    `host_sums` (one flag per result) keeps the flagged sums in host memory:
+    each micro-batch's part crosses to the host and is added there
+    (train-offload-optimizer `gradients=host`, whose updates read them
+    there). With `indexed`, the body takes one more
     argument, a `tensor<i64>`: the micro-batch's index (0 to `steps - 1`),
     which places its dropout masks in the batch's (`train.dropout`'s
     `part`). With `weighted`, the body then takes a `tensor<f32>`: the
@@ -1035,12 +1038,14 @@ def Train_AccumulateOp : Train_Op<"accumulate", [
   let arguments = (ins Variadic<Train_AnyRankedTensor>:$inputs, I64Attr:$steps,
                        DenseI64ArrayAttr:$padding, UnitAttr:$indexed,
                        UnitAttr:$weighted, OptionalAttr<I64Attr>:$groups,
-                       UnitAttr:$interleaved);
+                       UnitAttr:$interleaved,
+                       OptionalAttr<DenseBoolArrayAttr>:$host_sums);
   let results = (outs Variadic<Train_AnyRankedTensor>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $inputs `steps` $steps `padding` $padding (`indexed` $indexed^)?
     (`weighted` $weighted^)? (`groups` $groups^)? (`interleaved` $interleaved^)?
+    (`host_sums` $host_sums^)?
     attr-dict `:` functional-type($inputs, $results) $body
   }];
   let hasVerifier = 1;

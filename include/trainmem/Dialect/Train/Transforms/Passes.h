@@ -37,6 +37,7 @@ inline llvm::StringRef accumDtypeName(AccumDtype dtype) {
 }
 enum class ZeroAccumulate { microBatch, full };
 enum class OffloadWhat { states, statesAndUpdate };
+enum class OffloadGradients { device, host };
 
 /// What train-offload-activations moves to host memory.
 enum class OffloadActivationsWhat { checkpoints, all };

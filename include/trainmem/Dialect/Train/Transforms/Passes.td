@@ -298,6 +298,15 @@ def TrainOffloadOptimizerPass
     arenas (host tensors named with `TMRT_HOST_MEMORY`, staging copies by
     `tmrt_transfer`). A step with no optimizer state (SGD without momentum)
     is an error.
+
+    `gradients=host` (with `what=states+update` and a rolled
+    `train.accumulate`) keeps the loop's sums of the gradients the host
+    updates read in host memory (`host_sums` on the loop; the clipping
+    and loss unscaling between them run there too): each micro-batch's
+    part crosses to the host and is added there, DeepSpeed ZeRO-Offload's
+    CPU gradient accumulation, and the device holds no accumulators. It
+    does not compose with train-zero (the reductions run on the device) or
+    an unrolled loop.
   }];
   let options = [
     Option<"what", "what", "::mlir::train::OffloadWhat",
@@ -307,7 +316,16 @@ def TrainOffloadOptimizerPass
                         "The optimizer state lives on the host"),
              clEnumValN(::mlir::train::OffloadWhat::statesAndUpdate,
                         "states+update",
-                        "The state and the update (CPU Adam) on the host"))}]>
+                        "The state and the update (CPU Adam) on the host"))}]>,
+    Option<"gradients", "gradients", "::mlir::train::OffloadGradients",
+           "::mlir::train::OffloadGradients::device",
+           "Where a micro-batch loop sums the gradients the host updates "
+           "read", [{::llvm::cl::values(
+             clEnumValN(::mlir::train::OffloadGradients::device, "device",
+                        "In device memory, sent to the host once per step"),
+             clEnumValN(::mlir::train::OffloadGradients::host, "host",
+                        "In host memory: each micro-batch's part is sent "
+                        "and added there (with what=states+update)"))}]>
   ];
 }
 

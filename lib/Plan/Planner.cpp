@@ -753,8 +753,10 @@ static llvm::Error completeSpace(PlanRequest &request) {
       return planError(llvm::formatv(
           "tensor-parallel size {0} does not divide the {1} ranks", t,
           request.ranks));
-  if (request.contextParallel.empty())
+  if (request.contextParallel.empty()) {
     request.contextParallel = {1};
+    request.defaultContextParallel = true;
+  }
   for (int64_t c : request.contextParallel) {
     if (c < 1 || request.ranks % c != 0)
       return planError(llvm::formatv(
@@ -1513,6 +1515,28 @@ PlanResult plan(MLIRContext &context, const PlanRequest &originalRequest) {
     measureGroups(context, narrowed, result,
                   enumerateCandidates(narrowed, result));
     chooseBest(result, request);
+  }
+  // Still nothing fits: split each sequence over ranks (context
+  // parallelism, with fused attention), over everything searched so far.
+  if (!result.best && request.defaultContextParallel) {
+    PlanRequest split = request;
+    split.contextParallel.clear();
+    for (int64_t c : {int64_t(2), int64_t(4), int64_t(8)})
+      if (request.ranks % c == 0 && request.model.seq % (2 * c) == 0)
+        split.contextParallel.push_back(c);
+    split.tensorParallel.insert(split.tensorParallel.end(),
+                                result.escalatedTensorParallel.begin(),
+                                result.escalatedTensorParallel.end());
+    if (result.escalatedOffloadActivations)
+      split.offloadActivations = {false, true};
+    if (result.escalatedSixteenBitSums)
+      split.sixteenBitSums = {false, true};
+    if (!split.contextParallel.empty() &&
+        llvm::is_contained(split.fuseAttention, true)) {
+      result.escalatedContextParallel = split.contextParallel;
+      measureGroups(context, split, result, enumerateCandidates(split, result));
+      chooseBest(result, request);
+    }
   }
   remeasureBest(context, request, result);
   if (!result.best)

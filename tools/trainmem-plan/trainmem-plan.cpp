@@ -260,7 +260,8 @@ static cl::list<std::string> contextParallel(
     cl::desc("Context-parallel sizes to try (train-context-parallel, load "
              "balanced, with fused attention): counts c with t x c dividing "
              "--ranks and 2c the sequence, or auto (2, 4 and 8 where they "
-             "do); default: 1"),
+             "do); default: 1, and auto's sizes when nothing fits otherwise; "
+             "an explicit 1 searches 1 only"),
     cl::CommaSeparated, cl::cat(category));
 static cl::opt<std::string> sequenceParallel(
     "sequence-parallel",
@@ -1108,10 +1109,12 @@ static LogicalResult restrictToTarget(PlanRequest &request) {
     return failure();
   // Escalating to tensor parallelism is Megatron's only; to 16-bit
   // gradient sums DeepSpeed's only.
-  if (!megatron)
+  if (!megatron) {
     request.defaultTensorParallel = false;
-  else
+    request.defaultContextParallel = false;
+  } else {
     request.defaultSixteenBitSums = false;
+  }
   return success();
 }
 
@@ -1220,6 +1223,9 @@ static int printJson(const PlanRequest &request, const PlanResult &result) {
   if (result.escalatedSixteenBitSums)
     out["escalated_accumulate_dtype"] =
         accumDtypeName(sixteenBitGradients(request));
+  if (!result.escalatedContextParallel.empty())
+    out["escalated_context_parallel"] =
+        llvm::json::Array(result.escalatedContextParallel);
   writeJson(llvm::outs(), llvm::json::Value(std::move(out)));
   llvm::outs() << "\n";
   return result.best ? 0 : 1;
@@ -1529,6 +1535,14 @@ int main(int argc, char **argv) {
     llvm::errs() << "trainmem-plan: note: nothing fits with the activations "
                     "on the device; searched activation offload too "
                     "(--offload-activations off searches without it only)\n";
+  if (!result.escalatedContextParallel.empty())
+    llvm::errs() << "trainmem-plan: note: nothing fits with each sequence "
+                    "on one rank; searched context parallelism c = "
+                 << llvm::join(llvm::map_range(
+                                   result.escalatedContextParallel,
+                                   [](int64_t c) { return std::to_string(c); }),
+                               ", ")
+                 << " too (--context-parallel 1 searches c = 1 only)\n";
   if (result.escalatedSixteenBitSums)
     llvm::errs() << "trainmem-plan: note: nothing fits with f32 gradient "
                     "sums; searched sums in "

@@ -123,6 +123,9 @@ struct PlanRequest {
   /// balanced, with fused attention; t · c divides the ranks and 2c the
   /// sequence; the data ranks are ranks / (t · c)). Default: c = 1.
   std::vector<int64_t> contextParallel;
+  /// Whether contextParallel was defaulted (to c = 1): then, when nothing
+  /// fits otherwise, the planner searches c = 2, 4 and 8 where they apply.
+  bool defaultContextParallel = false;
   /// Whether microBatches were defaulted: then each t takes the divisors
   /// of its own per-group batch.
   bool defaultMicroBatches = false;
@@ -270,6 +273,9 @@ struct PlanResult {
   /// Whether 16-bit gradient sums were searched because nothing fit
   /// without them (a defaulted request's).
   bool escalatedSixteenBitSums = false;
+  /// The context-parallel sizes searched because nothing fit without them
+  /// (a defaulted request's), in order; empty when none were.
+  std::vector<int64_t> escalatedContextParallel;
 };
 
 /// The 16-bit type of the request's gradients (a preset's --dtype, a model

@@ -19,7 +19,7 @@ instead (hidden 64, vocab 512, seq 64). Rows: by default one of each kind the
 space has (micro-batch 1, micro-batch 2, one micro-batch per step;
 selective and full recompute; fused attention; 8-bit state; offload of
 the states, and with the gradients summed on the host; ZeRO-1 and ZeRO-3 on
-more than one rank; tensor parallelism,
+more than one rank; tensor and context parallelism,
 gradient release and Lion where the plan options search them), chosen from the
 table; `--rows` takes row numbers instead."""
 
@@ -60,6 +60,8 @@ def kinds(candidates):
         ("ZeRO-3", lambda c: c["zero_stage"] == 3 and c["remat"] == "none"),
         ("tensor-parallel", lambda c: c["tensor_parallel"] > 1 and
          c["remat"] == "none"),
+        ("context-parallel", lambda c: c.get("context_parallel", 1) > 1 and
+         c["remat"] == "none"),
         ("release", lambda c: c["release_gradients"]),
         ("Lion", lambda c: c["optimizer"] == "lion" and c["remat"] == "none"),
         ("Sophia", lambda c: c["optimizer"] == "sophia" and
@@ -87,6 +89,9 @@ def kinds(candidates):
                 base = {k: v for k, v in plain.items()
                         if k not in ("tensor_parallel", "release_gradients",
                                      "optimizer")}
+            if name == "context-parallel":
+                base = {k: v for k, v in plain.items()
+                        if k != "fuse_attention"}
             if match(c) and all(c[k] == v for k, v in base.items()):
                 rows.append((name, c))
                 break
@@ -161,7 +166,8 @@ def main():
         def model_for(c):
             """trainmem-model builds one data rank's batch (a tensor group
             shares its batch)."""
-            batch = global_batch // (ranks // c["tensor_parallel"])
+            batch = global_batch // (
+                ranks // (c["tensor_parallel"] * c.get("context_parallel", 1)))
             if batch not in models:
                 path = os.path.join(tmp, f"model-{batch}.mlir")
                 subprocess.run([f"{options.bin}/trainmem-model",

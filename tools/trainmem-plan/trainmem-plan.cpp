@@ -1231,6 +1231,13 @@ static int printJson(const PlanRequest &request, const PlanResult &result) {
   return result.best ? 0 : 1;
 }
 
+/// Group sizes as a note lists them: "2, 4, 8".
+static std::string joinSizes(ArrayRef<int64_t> sizes) {
+  return llvm::join(
+      llvm::map_range(sizes, [](int64_t n) { return std::to_string(n); }),
+      ", ");
+}
+
 /// "{what the plan may use} per device", with the reserve kept out.
 static std::string perDevice(const PlanRequest &request) {
   std::string text = gb(request.memoryBytes) + " " + unitName + " per device";
@@ -1526,10 +1533,7 @@ int main(int argc, char **argv) {
   if (!result.escalatedTensorParallel.empty())
     llvm::errs() << "trainmem-plan: note: nothing fits with t = 1; searched "
                     "tensor parallelism t = "
-                 << llvm::join(llvm::map_range(
-                                   result.escalatedTensorParallel,
-                                   [](int64_t t) { return std::to_string(t); }),
-                               ", ")
+                 << joinSizes(result.escalatedTensorParallel)
                  << " too (--tensor-parallel 1 searches t = 1 only)\n";
   if (result.escalatedOffloadActivations)
     llvm::errs() << "trainmem-plan: note: nothing fits with the activations "
@@ -1538,10 +1542,7 @@ int main(int argc, char **argv) {
   if (!result.escalatedContextParallel.empty())
     llvm::errs() << "trainmem-plan: note: nothing fits with each sequence "
                     "on one rank; searched context parallelism c = "
-                 << llvm::join(llvm::map_range(
-                                   result.escalatedContextParallel,
-                                   [](int64_t c) { return std::to_string(c); }),
-                               ", ")
+                 << joinSizes(result.escalatedContextParallel)
                  << " too (--context-parallel 1 searches c = 1 only)\n";
   if (result.escalatedSixteenBitSums)
     llvm::errs() << "trainmem-plan: note: nothing fits with f32 gradient "

@@ -337,20 +337,11 @@ LogicalResult TrainGradAccumPass::findBody(Accumulation &a) {
 /// type where they are computed in it.
 FailureOr<SmallVector<Type>> TrainGradAccumPass::sumTypes(Accumulation &a) {
   Builder builder(&getContext());
-  Type narrow;
-  StringRef name;
-  switch (accumulateDtype) {
-  case AccumDtype::f32:
-    break;
-  case AccumDtype::bf16:
-    narrow = builder.getBF16Type();
-    name = "bf16";
-    break;
-  case AccumDtype::f16:
-    narrow = builder.getF16Type();
-    name = "f16";
-    break;
-  }
+  StringRef name = accumDtypeName(accumulateDtype);
+  Type narrow = accumulateDtype == AccumDtype::bf16 ? builder.getBF16Type()
+                : accumulateDtype == AccumDtype::f16
+                    ? Type(builder.getF16Type())
+                    : Type();
   SmallVector<Type> types;
   int64_t narrowed = 0;
   for (Value value : a.yielded) {

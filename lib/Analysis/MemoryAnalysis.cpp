@@ -62,6 +62,7 @@ FunctionMemory::FunctionMemory(func::FuncOp func) : func(func) {
   buildBuffers();
   classify();
   placeInMemory();
+  addWorkspaces();
   computeLiveness();
   summarize();
 }
@@ -709,6 +710,26 @@ void FunctionMemory::placeInMemory() {
   buffers.insert(buffers.end(), copies.begin(), copies.end());
 }
 
+void FunctionMemory::addWorkspaces() {
+  for (Operation *op : schedule) {
+    auto user = dyn_cast<WorkspaceOpInterface>(op);
+    if (!user || op->getNumResults() == 0)
+      continue;
+    uint64_t bytes = user.getWorkspaceBytes();
+    if (bytes == 0)
+      continue;
+    if (bytes == kCountOverflow)
+      noteOverflow(op, "workspace bytes");
+    Buffer workspace;
+    workspace.owner = op->getResult(0);
+    workspace.bytes = bytes;
+    workspace.firstPoint = workspace.lastPoint = getPoint(op);
+    workspace.category = MemoryCategory::Temporaries;
+    workspaceIndex[op] = buffers.size();
+    buffers.push_back(workspace);
+  }
+}
+
 ArrayRef<unsigned> FunctionMemory::getStagingReadBy(Operation *op) const {
   auto it = stagingReaders.find(op);
   return it == stagingReaders.end() ? ArrayRef<unsigned>() : it->second;
@@ -907,6 +928,10 @@ mlir::train::collectiveTrafficOf(func::FuncOp func) {
   ContextSplitAttr context = getContextSplit(func);
   std::map<TrafficKey, CollectiveTraffic> traffic;
   func.walk([&](CommunicationOpInterface collective) {
+    // An op that does not communicate in this form (an attention that
+    // does not pass its blocks around a ring).
+    if (collective.getCollectiveKind().empty())
+      return;
     uint64_t times = 1;
     for (Operation *parent = collective->getParentOp(); parent;
          parent = parent->getParentOp())

@@ -311,6 +311,13 @@ void MemoryPlan::writeToIR(const FunctionMemory &memory) const {
                   builder.getDenseI64ArrayAttr(stagingOffsets));
     else
       op->removeAttr(kPlanStagingOffsetsAttrName);
+    // An op's workspace (a ring attention's blocks in flight).
+    if (std::optional<unsigned> workspace = memory.lookupWorkspace(op))
+      op->setAttr(
+          kPlanWorkspaceOffsetAttrName,
+          builder.getI64IntegerAttr(static_cast<int64_t>(offsets[*workspace])));
+    else
+      op->removeAttr(kPlanWorkspaceOffsetAttrName);
     // A micro-batch loop's arguments: where each micro-batch's are written.
     if (auto loop = dyn_cast<AccumulateOp>(op)) {
       SmallVector<int64_t> argumentOffsets;
@@ -359,6 +366,7 @@ private:
 
   LogicalResult record(Value value, int64_t offset, Location loc);
   LogicalResult recordStaging(Operation *op);
+  LogicalResult recordWorkspace(Operation *op);
   LogicalResult recordResults(Operation *op);
   LogicalResult recordArguments(Operation *op);
   LogicalResult readOffsets();
@@ -417,6 +425,25 @@ LogicalResult PlanReader::recordStaging(Operation *op) {
   return success();
 }
 
+/// An op's workspace: one buffer, at the offset on the op.
+LogicalResult PlanReader::recordWorkspace(Operation *op) {
+  auto written = op->getAttrOfType<IntegerAttr>(kPlanWorkspaceOffsetAttrName);
+  std::optional<unsigned> workspace = memory.lookupWorkspace(op);
+  if (!workspace && written)
+    return stale(op->getLoc())
+           << "a workspace offset but no workspace" << again;
+  if (!workspace)
+    return success();
+  if (!written || written.getInt() < 0)
+    return stale(op->getLoc())
+           << "its workspace has no planned offset" << again;
+  if (written.getInt() % 64 != 0)
+    return stale(op->getLoc()) << "workspace offset " << written.getInt()
+                               << " is not 64-byte aligned";
+  offsets[*workspace] = written.getInt();
+  return success();
+}
+
 LogicalResult PlanReader::recordResults(Operation *op) {
   if (op->getNumResults() == 0)
     return success();
@@ -465,8 +492,8 @@ LogicalResult PlanReader::readOffsets() {
   WalkResult walk = func.walk([&](Operation *op) {
     if (op == func.getOperation())
       return WalkResult::advance();
-    if (failed(recordStaging(op)) || failed(recordResults(op)) ||
-        failed(recordArguments(op)))
+    if (failed(recordStaging(op)) || failed(recordWorkspace(op)) ||
+        failed(recordResults(op)) || failed(recordArguments(op)))
       return WalkResult::interrupt();
     return WalkResult::advance();
   });

@@ -265,6 +265,14 @@ struct OpKernels {
     a.dim = q.getDimSize(3);
     a.kvHeads = k.getDimSize(1);
     a.keys = k.getDimSize(2);
+    // A ring's rank attends to the group's keys (evaluateRanks gathers
+    // them for it).
+    if (op.getRing()) {
+      if (!state.ringKeys)
+        return op.emitError("reference evaluator: a ring attention runs on "
+                            "the ranks evaluateRanks simulates");
+      a.keys = state.ringKeys->shape[2];
+    }
     a.valueDim = v.getDimSize(3);
     a.transposeOutput = op.getTransposeOutput();
     a.causal = op.getCausal();
@@ -1707,10 +1715,12 @@ LogicalResult OpKernels::evaluate(LRScheduleOp o) {
 /// log-sum-exp, the (dropped-out) probabilities and their weighted sum of
 /// values, in double.
 LogicalResult OpKernels::evaluate(AttentionOp o) {
-  const RefTensor &q = get(o.getQ()), &k = get(o.getK()), &v = get(o.getV());
   FailureOr<trainmem::AttentionLayout> layout = attentionLayout(o);
   if (failed(layout))
     return failure();
+  const RefTensor &q = get(o.getQ()),
+                  &k = o.getRing() ? *state.ringKeys : get(o.getK()),
+                  &v = o.getRing() ? *state.ringValues : get(o.getV());
   const trainmem::AttentionLayout &a = *layout;
   trainmem::AttentionDropout dropout = attentionDropout(o);
   double scale = o.getScale().convertToDouble();
@@ -1764,13 +1774,16 @@ LogicalResult OpKernels::evaluate(AttentionOp o) {
 
 /// The backward from the saved log-sum-exp: p = exp(s − lse), the mask
 /// drawn again, D = Σ do·o per row, ds = p·(dp − D).
+/// A ring's k_grad and v_grad are left as the gathered keys' (each rank's
+/// part of every block's), which evaluateRanks sums over the group.
 LogicalResult OpKernels::evaluate(AttentionGradOp o) {
-  const RefTensor &dout = get(o.getGrad()), &q = get(o.getQ()),
-                  &k = get(o.getK()), &v = get(o.getV()),
-                  &out = get(o.getOutput()), &lse = get(o.getLse());
   FailureOr<trainmem::AttentionLayout> layout = attentionLayout(o);
   if (failed(layout))
     return failure();
+  const RefTensor &dout = get(o.getGrad()), &q = get(o.getQ()),
+                  &k = o.getRing() ? *state.ringKeys : get(o.getK()),
+                  &v = o.getRing() ? *state.ringValues : get(o.getV()),
+                  &out = get(o.getOutput()), &lse = get(o.getLse());
   const trainmem::AttentionLayout &a = *layout;
   trainmem::AttentionDropout dropout = attentionDropout(o);
   double scale = o.getScale().convertToDouble();
@@ -2109,11 +2122,21 @@ public:
   }
 
 private:
+  /// A ring attention's group passes blocks between its ranks.
+  static bool isRing(Operation *op) {
+    if (auto a = dyn_cast<AttentionOp>(op))
+      return a.getRing();
+    if (auto g = dyn_cast<AttentionGradOp>(op))
+      return g.getRing();
+    return false;
+  }
+
   static bool holdsCollective(Operation *op) {
     return op
         ->walk([](Operation *inner) {
           return isa<shard::AllReduceOp, shard::ReduceScatterOp,
-                     shard::AllGatherOp, shard::AllSliceOp>(inner)
+                     shard::AllGatherOp, shard::AllSliceOp>(inner) ||
+                         isRing(inner)
                      ? WalkResult::interrupt()
                      : WalkResult::advance();
         })
@@ -2292,6 +2315,50 @@ private:
     return success();
   }
 
+  /// A ring attention: each rank attends to its group's keys and values
+  /// (what the ring passes round, gathered here in rank order); backward,
+  /// each rank's K/V gradient is its rows' of the group's sum.
+  LogicalResult stepRing(Operation *op, Value keys, Value values,
+                         ContextSplitAttr context, Value keyGrad,
+                         Value valueGrad) {
+    FailureOr<ProcessGroup> group = getContextGroup(op, context);
+    if (failed(group))
+      return failure();
+    if (group->gridRanks != static_cast<int64_t>(ranks.size()))
+      return op->emitError("reference evaluator: the ring's grid is not ")
+             << ranks.size() << " ranks (the ranks simulated)";
+    for (const std::vector<size_t> &members : membersOf(*group)) {
+      auto gatherAll = [&](Value value) {
+        std::vector<std::vector<float>> parts;
+        for (size_t member : members)
+          parts.push_back(ranks[member].get(value).floats);
+        std::vector<int64_t> shape = ranks[members.front()].get(value).shape;
+        std::vector<float> all = trainmem::joinAlong<float>(parts, shape, 2);
+        shape[2] *= group->size;
+        return RefTensor::ofFloats(shape, std::move(all));
+      };
+      RefTensor gatheredKeys = gatherAll(keys),
+                gatheredValues = gatherAll(values);
+      for (size_t member : members) {
+        Interpreter &rank = ranks[member];
+        rank.ringKeys = &gatheredKeys;
+        rank.ringValues = &gatheredValues;
+        LogicalResult result = rank.exec(op);
+        rank.ringKeys = rank.ringValues = nullptr;
+        if (failed(result))
+          return failure();
+      }
+      for (Value grad : {keyGrad, valueGrad}) {
+        if (!grad)
+          continue;
+        RefTensor sum = reduce(grad, shard::ReductionKind::Sum, members);
+        for (auto [position, member] : llvm::enumerate(members))
+          ranks[member].set(grad, partOf(sum, 2, group->size, position));
+      }
+    }
+    return success();
+  }
+
   /// A region holding collectives runs in lockstep inside.
   LogicalResult stepRegion(TransparentRegionOpInterface region) {
     Operation *op = region.getOperation();
@@ -2332,6 +2399,12 @@ private:
       return stepAllSlice(slice);
     if (auto gather = dyn_cast<shard::AllGatherOp>(op))
       return stepAllGather(gather);
+    if (auto a = dyn_cast<AttentionOp>(op); a && a.getRing())
+      return stepRing(op, a.getK(), a.getV(), a.getContextParallelAttr(), {},
+                      {});
+    if (auto g = dyn_cast<AttentionGradOp>(op); g && g.getRing())
+      return stepRing(op, g.getK(), g.getV(), g.getContextParallelAttr(),
+                      g.getKGrad(), g.getVGrad());
     if (holdsCollective(op)) {
       if (auto region = dyn_cast<TransparentRegionOpInterface>(op))
         return stepRegion(region);

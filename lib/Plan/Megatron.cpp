@@ -73,8 +73,11 @@ std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
   add("--tensor-model-parallel-size", std::to_string(c.tensorParallel));
   if (c.sequenceParallel)
     add("--sequence-parallel");
-  if (c.contextParallel > 1)
+  if (c.contextParallel > 1) {
     add("--context-parallel-size", std::to_string(c.contextParallel));
+    // Megatron-Core's default is p2p, its ring.
+    add("--cp-comm-type", c.contextRing() ? "p2p" : "allgather");
+  }
   if (c.tensorParallel > 1 && !c.vocabularyParallel)
     notes.push_back(llvm::formatv(
         "the plan keeps the embedding and head whole on every rank ({0} does "

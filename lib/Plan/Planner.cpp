@@ -469,8 +469,11 @@ PlanCandidate::stepOptions(int64_t ranks, uint64_t memoryBytes) const {
   }
   options.fuseAttention = fuseAttention;
   options.fuseElementwise = fuseElementwise;
-  if (contextParallel > 1)
-    options.contextParallel.emplace().size = contextParallel;
+  if (contextParallel > 1) {
+    TrainContextParallelPassOptions &c = options.contextParallel.emplace();
+    c.size = contextParallel;
+    c.exchange = contextExchange;
+  }
   std::string message;
   llvm::raw_string_ostream errors(message);
   if (failed(parsePassOptions(autodiffOptions(), options.autodiff, errors)))
@@ -560,7 +563,10 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
     text += " --tensor-parallel=\"" + tensorParallelOptions() + "\"";
   if (fuseAttention)
     text += " --fuse-attention";
-  if (contextParallel > 1)
+  if (contextRing())
+    text += llvm::formatv(" --context-parallel=\"size={0} exchange=ring\"",
+                          contextParallel);
+  else if (contextParallel > 1)
     text += llvm::formatv(" --context-parallel=size={0}", contextParallel);
   if (fuseElementwise)
     text += " --fuse-elementwise";
@@ -607,7 +613,8 @@ std::string PlanCandidate::describe() const {
                           sequenceParallel ? " + sequence-parallel" : "",
                           vocabularyParallel ? "" : " (vocabulary whole)");
   if (contextParallel > 1)
-    text += llvm::formatv(", context-parallel {0}", contextParallel);
+    text += llvm::formatv(", context-parallel {0}{1}", contextParallel,
+                          contextRing() ? " (ring)" : "");
   if (stage >= 0)
     text += llvm::formatv(", ZeRO-{0}", stage);
   if (eightBit)
@@ -757,6 +764,9 @@ static llvm::Error completeSpace(PlanRequest &request) {
     request.contextParallel = {1};
     request.defaultContextParallel = true;
   }
+  if (request.contextExchanges.empty())
+    request.contextExchanges = {ContextExchange::allGather,
+                                ContextExchange::ring};
   for (int64_t c : request.contextParallel) {
     if (c < 1 || request.ranks % c != 0)
       return planError(llvm::formatv(
@@ -908,7 +918,8 @@ std::string candidateKey(const PlanCandidate &c) {
                        static_cast<int>(c.offload), c.fuseAttention,
                        c.fuseElementwise, stringifyPlanRemat(c.remat),
                        c.tensorParallel, c.sequenceParallel, c.releaseGradients,
-                       c.offloadActivations, c.contextParallel,
+                       c.offloadActivations,
+                       c.contextParallel * (c.contextRing() ? -1 : 1),
                        accumDtypeName(c.sumDtype))
       .str();
 }
@@ -1124,85 +1135,94 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
         types.push_back(narrow);
     return types;
   };
+  // The exchanges apply to c > 1 only.
+  auto exchangesFor = [&](int64_t cp) {
+    return cp > 1 ? request.contextExchanges
+                  : std::vector<ContextExchange>{ContextExchange::allGather};
+  };
   for (int64_t cp : request.contextParallel)
-    for (int64_t t : request.tensorParallel)
-      for (bool sequence : request.sequenceParallel) {
-        // K/V heads t is a multiple of are replicated, which
-        // train-tensor-parallel refuses with sequence parallelism; context
-        // parallelism cuts a sequence sequence parallelism has not.
-        bool replicated =
-            request.model.kvHeads > 0 && request.model.kvHeads % t != 0;
-        if (sequence && (t == 1 || replicated || cp > 1))
-          continue;
-        if (request.ranks % (t * cp) != 0)
-          continue;
-        // Each tensor x context group trains on its data rank's share of
-        // the global batch; ZeRO runs over the data ranks (none when there
-        // is one).
-        int64_t data = request.ranks / (t * cp);
-        int64_t perRank = request.globalBatch / data;
-        std::vector<int64_t> micros = request.microBatches;
-        if (request.defaultMicroBatches && t * cp > 1)
-          micros = divisorsOf(perRank);
-        std::vector<int64_t> stages;
-        for (int64_t stage : request.stages)
-          if ((stage < 0) == (data == 1) && !llvm::is_contained(stages, stage))
-            stages.push_back(stage);
-        if (stages.empty())
-          stages.push_back(data == 1 ? -1 : 0);
-        for (int64_t micro : micros)
-          for (auto [remat, activations] : keeps)
-            for (int64_t stage : stages)
-              for (bool eightBit : request.eightBit)
-                for (bool fuseAttention : request.fuseAttention)
-                  for (bool fuseElementwise : request.fuseElementwise)
-                    for (auto &[optimizer, release] : updates)
-                      for (AccumDtype sums : sumTypesFor(perRank / micro)) {
-                        // Context parallelism cuts a fused attention.
-                        if (cp > 1 && !fuseAttention)
-                          continue;
-                        // Release applies to one micro-batch (a gradient is
-                        // complete after the last one).
-                        if (release && perRank / micro > 1)
-                          continue;
-                        // Gradients summed on the host: a loop to sum,
-                        // and no reduction of its sums after it.
-                        std::vector<PlanOffload> offloads;
-                        for (PlanOffload offload : request.offloads)
-                          if (offload != PlanOffload::statesUpdateGradients ||
-                              (perRank / micro > 1 && stage != 0 && stage != 1))
-                            offloads.push_back(offload);
-                        if (offloads.empty())
-                          continue;
-                        groupStart.push_back(result.candidates.size());
-                        for (PlanOffload offload : offloads) {
-                          PlanCandidate c;
-                          c.tensorParallel = t;
-                          c.contextParallel = cp;
-                          c.sequenceParallel = sequence;
-                          c.vocabularyParallel = t > 1 && vocabulary % t == 0;
-                          c.fuseAttention = fuseAttention;
-                          c.fuseElementwise = fuseElementwise;
-                          c.microBatch = micro;
-                          c.accumulation = perRank / micro;
-                          c.remat = remat;
-                          c.offloadActivations = activations;
-                          c.stage = stage;
-                          c.eightBit = eightBit;
-                          c.offload = offload;
-                          c.optimizer = optimizer;
-                          c.releaseGradients = release;
-                          c.sumDtype = sums;
-                          c.recipe = request.recipe;
-                          c.changesNumerics =
-                              eightBit ||
-                              optimizer != request.optimizers.front() ||
-                              (release && recipeClips(request.recipe)) ||
-                              sums != AccumDtype::f32;
-                          result.candidates.push_back(c);
+    for (ContextExchange exchange : exchangesFor(cp))
+      for (int64_t t : request.tensorParallel)
+        for (bool sequence : request.sequenceParallel) {
+          // K/V heads t is a multiple of are replicated, which
+          // train-tensor-parallel refuses with sequence parallelism; context
+          // parallelism cuts a sequence sequence parallelism has not.
+          bool replicated =
+              request.model.kvHeads > 0 && request.model.kvHeads % t != 0;
+          if (sequence && (t == 1 || replicated || cp > 1))
+            continue;
+          if (request.ranks % (t * cp) != 0)
+            continue;
+          // Each tensor x context group trains on its data rank's share of
+          // the global batch; ZeRO runs over the data ranks (none when there
+          // is one).
+          int64_t data = request.ranks / (t * cp);
+          int64_t perRank = request.globalBatch / data;
+          std::vector<int64_t> micros = request.microBatches;
+          if (request.defaultMicroBatches && t * cp > 1)
+            micros = divisorsOf(perRank);
+          std::vector<int64_t> stages;
+          for (int64_t stage : request.stages)
+            if ((stage < 0) == (data == 1) &&
+                !llvm::is_contained(stages, stage))
+              stages.push_back(stage);
+          if (stages.empty())
+            stages.push_back(data == 1 ? -1 : 0);
+          for (int64_t micro : micros)
+            for (auto [remat, activations] : keeps)
+              for (int64_t stage : stages)
+                for (bool eightBit : request.eightBit)
+                  for (bool fuseAttention : request.fuseAttention)
+                    for (bool fuseElementwise : request.fuseElementwise)
+                      for (auto &[optimizer, release] : updates)
+                        for (AccumDtype sums : sumTypesFor(perRank / micro)) {
+                          // Context parallelism cuts a fused attention.
+                          if (cp > 1 && !fuseAttention)
+                            continue;
+                          // Release applies to one micro-batch (a gradient is
+                          // complete after the last one).
+                          if (release && perRank / micro > 1)
+                            continue;
+                          // Gradients summed on the host: a loop to sum,
+                          // and no reduction of its sums after it.
+                          std::vector<PlanOffload> offloads;
+                          for (PlanOffload offload : request.offloads)
+                            if (offload != PlanOffload::statesUpdateGradients ||
+                                (perRank / micro > 1 && stage != 0 &&
+                                 stage != 1))
+                              offloads.push_back(offload);
+                          if (offloads.empty())
+                            continue;
+                          groupStart.push_back(result.candidates.size());
+                          for (PlanOffload offload : offloads) {
+                            PlanCandidate c;
+                            c.tensorParallel = t;
+                            c.contextParallel = cp;
+                            c.contextExchange = exchange;
+                            c.sequenceParallel = sequence;
+                            c.vocabularyParallel = t > 1 && vocabulary % t == 0;
+                            c.fuseAttention = fuseAttention;
+                            c.fuseElementwise = fuseElementwise;
+                            c.microBatch = micro;
+                            c.accumulation = perRank / micro;
+                            c.remat = remat;
+                            c.offloadActivations = activations;
+                            c.stage = stage;
+                            c.eightBit = eightBit;
+                            c.offload = offload;
+                            c.optimizer = optimizer;
+                            c.releaseGradients = release;
+                            c.sumDtype = sums;
+                            c.recipe = request.recipe;
+                            c.changesNumerics =
+                                eightBit ||
+                                optimizer != request.optimizers.front() ||
+                                (release && recipeClips(request.recipe)) ||
+                                sums != AccumDtype::f32;
+                            result.candidates.push_back(c);
+                          }
                         }
-                      }
-      }
+        }
   groupStart.push_back(result.candidates.size());
   return groupStart;
 }

@@ -4,6 +4,8 @@
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -89,8 +91,12 @@ double gemmFlopsPerSecond(const Hardware &hardware, const GemmShape &gemm) {
 }
 
 double opSeconds(Operation *op, const Hardware &hardware) {
+  // The shard dialect's collectives take the link's time
+  // (communicationSeconds), not the device's; an op that computes and
+  // communicates (a ring attention) takes both.
   auto cost = dyn_cast<CostOpInterface>(op);
-  if (!cost || isa<GradAllReduceOp>(op) || getProcessGroup(op))
+  if (!cost || isa<GradAllReduceOp>(op) ||
+      isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
     return 0;
   SmallVector<GemmShape> gemms;
   cost.getGemms(gemms);

@@ -263,6 +263,13 @@ static cl::list<std::string> contextParallel(
              "do); default: 1, and auto's sizes when nothing fits otherwise; "
              "an explicit 1 searches 1 only"),
     cl::CommaSeparated, cl::cat(category));
+static cl::list<std::string> contextExchange(
+    "context-exchange",
+    cl::desc("How context parallelism's attention gets the group's keys and "
+             "values, to try with c > 1 (train-context-parallel exchange): "
+             "all-gather, ring (default: both; the ring holds two blocks of "
+             "K/V where the gather holds the group's, and sends more)"),
+    cl::CommaSeparated, cl::cat(category));
 static cl::opt<std::string> sequenceParallel(
     "sequence-parallel",
     cl::desc("Sequence parallelism to try with tensor parallelism above 1: "
@@ -428,10 +435,13 @@ static const char *fusionShort(const PlanCandidate &c) {
   return "-";
 }
 
-/// The tensor-parallel column: t, with +sp for sequence parallelism.
+/// The tensor-parallel column: t, with +sp for sequence parallelism, c<n>
+/// for context parallelism (c<n>r: its ring form).
 static std::string tensorShort(const PlanCandidate &c) {
   return std::to_string(c.tensorParallel) + (c.sequenceParallel ? "+sp" : "") +
-         (c.contextParallel > 1 ? "c" + std::to_string(c.contextParallel) : "");
+         (c.contextParallel > 1 ? "c" + std::to_string(c.contextParallel)
+                                : "") +
+         (c.contextRing() ? "r" : "");
 }
 
 /// The update column: the optimizer, +rel for gradient release.
@@ -595,6 +605,10 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
       {"tensor_parallel", c.tensorParallel},
       {"sequence_parallel", c.sequenceParallel},
       {"context_parallel", c.contextParallel},
+      {"context_exchange",
+       c.contextParallel > 1
+           ? llvm::json::Value(c.contextRing() ? "ring" : "all-gather")
+           : llvm::json::Value(nullptr)},
       {"fits", c.fits},
       {"pipeline", c.passPipeline(request.ranks, request.memoryBytes)},
       {"trainmem_run_options",
@@ -897,6 +911,18 @@ fillSearchSpace(PlanRequest &request,
       if (!activations)
         return refuse("--offload-activations must be both, off or on");
       request.offloadActivations = *activations;
+    }
+    for (const std::string &e : contextExchange) {
+      ContextExchange exchange;
+      if (e == "all-gather")
+        exchange = ContextExchange::allGather;
+      else if (e == "ring")
+        exchange = ContextExchange::ring;
+      else
+        return refuse("--context-exchange: '" + e +
+                      "' is not all-gather or ring");
+      if (!llvm::is_contained(request.contextExchanges, exchange))
+        request.contextExchanges.push_back(exchange);
     }
     for (const std::string &d : accumulateDtype) {
       AccumDtype narrow = sixteenBitGradients(request);

@@ -148,6 +148,14 @@ public:
     Operation *last;
   };
   ArrayRef<Staging> getStaging() const { return staging; }
+  /// The buffer (index into getBuffers()) of `op`'s workspace
+  /// (WorkspaceOpInterface: arena memory it uses while it runs), or none.
+  std::optional<unsigned> lookupWorkspace(Operation *op) const {
+    auto it = workspaceIndex.find(op);
+    if (it == workspaceIndex.end())
+      return std::nullopt;
+    return it->second;
+  }
   /// The staging copies (indices into getStaging()) that `op`, not their
   /// update, reads.
   ArrayRef<unsigned> getStagingReadBy(Operation *op) const;
@@ -217,6 +225,9 @@ private:
   Buffer stageHostOperand(mlir::OpOperand &operand, const Buffer &buffer,
                           unsigned bufferIndex);
   void placeInMemory();
+  /// A buffer live at its op alone for each op's workspace
+  /// (WorkspaceOpInterface), counted with the temporaries.
+  void addWorkspaces();
   void computeLiveness();
   void summarize();
   /// Records the first overflow.
@@ -249,6 +260,7 @@ private:
   /// (update, operand) -> index in `staging`.
   llvm::DenseMap<std::pair<Operation *, unsigned>, unsigned> stagingIndex;
   llvm::DenseMap<Operation *, SmallVector<unsigned, 2>> stagingReaders;
+  llvm::DenseMap<Operation *, unsigned> workspaceIndex;
   std::vector<LayerActivations> layers;
   uint64_t parameters = 0;
   std::array<uint64_t, 3> flops{};

@@ -149,6 +149,11 @@ public:
 
   uint64_t getNumCalls() const { return numCalls; }
 
+  /// The arena offset of the op's workspace (WorkspaceOpInterface), planned
+  /// with its buffers; -1 when it has none.
+  int64_t workspace() const { return workspaceOffset; }
+  void setWorkspace(int64_t offset) { workspaceOffset = offset; }
+
 private:
   /// Calls runtime function `name` with the context and `args`; asserts
   /// that the function and the argument count exist.
@@ -162,6 +167,7 @@ private:
   Value context;
   std::function<int64_t(Value)> offsetOf;
   uint64_t numCalls = 0;
+  int64_t workspaceOffset = -1;
 };
 
 /// What convert-train-to-runtime's patterns share while they run.
@@ -186,6 +192,8 @@ struct RuntimeLoweringState {
   };
   /// The staging copies an op uses (none for most ops); null: none at all.
   std::function<SmallVector<StagingCopy>(Operation *)> stagingOf;
+  /// The arena offset of an op's workspace, -1 for none.
+  std::function<int64_t(Operation *)> workspaceOf;
   /// Calls emitted so far.
   uint64_t numCalls = 0;
   /// An op's lowering failed (it said why at the op).

@@ -54,6 +54,10 @@ public:
   /// The process's index on the data-parallel axis (a partitioned step's
   /// ranks draw dropout for their rows of the global batch); 0 on one.
   virtual int64_t getRank() const { return 0; }
+  /// While a ring attention runs (train.attention `ring`, on the ranks
+  /// evaluateRanks simulates): its group's keys and values gathered in rank
+  /// order, the blocks the ring would pass round; null otherwise.
+  const RefTensor *ringKeys = nullptr, *ringValues = nullptr;
 };
 
 /// Runs `func` on `args` (one per function argument, shapes checked against

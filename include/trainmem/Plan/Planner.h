@@ -123,6 +123,11 @@ struct PlanRequest {
   /// balanced, with fused attention; t · c divides the ranks and 2c the
   /// sequence; the data ranks are ranks / (t · c)). Default: c = 1.
   std::vector<int64_t> contextParallel;
+  /// How context parallelism's attention gets the group's keys and values
+  /// (train-context-parallel exchange=), tried with c > 1 only. Default:
+  /// both (completePlanRequest): the ring holds two blocks of K/V where
+  /// the gather holds the group's, and sends more.
+  std::vector<ContextExchange> contextExchanges;
   /// Whether contextParallel was defaulted (to c = 1): then, when nothing
   /// fits otherwise, the planner searches c = 2, 4 and 8 where they apply.
   bool defaultContextParallel = false;
@@ -214,8 +219,13 @@ struct PlanCandidate {
   /// Whether the embedding and head are split by the vocabulary (t > 1
   /// and t divides it; otherwise whole on every rank).
   bool vocabularyParallel = false;
-  /// train-context-parallel's size (1: none), load balanced.
+  /// train-context-parallel's size (1: none), load balanced, and how its
+  /// attention gets the keys and values.
   int64_t contextParallel = 1;
+  ContextExchange contextExchange = ContextExchange::allGather;
+  bool contextRing() const {
+    return contextParallel > 1 && contextExchange == ContextExchange::ring;
+  }
 
   PlanMeasure measure;
   /// Whether the measure is of the whole model (else extrapolated from

@@ -34,15 +34,18 @@ struct AttentionLayout {
   /// sequence, the keys the group's rows gathered in rank order
   /// (ContextChunks.h); whole when `context.parts` is 1.
   ContextChunks context;
+  /// The ring form (RingAttention.h): the keys are the rows of the rank at
+  /// this place in the group, not the group's gathered; -1: gathered.
+  int64_t keyBlock = -1;
 
   /// The layout of the runtime kernels' arguments (the lowering's order).
   static AttentionLayout of(int64_t batch, int64_t heads, int64_t kvHeads,
                             int64_t queries, int64_t keys, int64_t dim,
                             int64_t valueDim, int64_t transposeOutput,
                             int64_t causal) {
-    return {batch,       heads,   kvHeads,        queries,
-            keys,        dim,     valueDim,       transposeOutput != 0,
-            causal != 0, nullptr, ContextChunks{}};
+    return {batch,       heads,   kvHeads,         queries,
+            keys,        dim,     valueDim,        transposeOutput != 0,
+            causal != 0, nullptr, ContextChunks{}, -1};
   }
 
   /// Query heads per key/value head.
@@ -54,11 +57,20 @@ struct AttentionLayout {
     return context.wholeRow(i, queries);
   }
   TRAINMEM_HD int64_t keyPosition(int64_t j) const {
+    if (keyBlock >= 0)
+      return ContextChunks{context.parts, keyBlock, context.balanced}.wholeRow(
+          j, keys);
     return context.gatheredRow(j, keys);
   }
   /// Keys consecutive in the whole sequence: the kernels take key tiles
   /// within such a run, where the keys a query sees are a prefix.
-  TRAINMEM_HD int64_t keyRun() const { return context.gatheredRun(keys); }
+  TRAINMEM_HD int64_t keyRun() const {
+    return keyBlock >= 0 ? context.localRun(keys) : context.gatheredRun(keys);
+  }
+  /// The keys of the whole sequence (a ring block's are one rank's).
+  TRAINMEM_HD int64_t wholeKeys() const {
+    return keyBlock >= 0 ? keys * context.parts : keys;
+  }
   /// Whether query `i` sees key `j`: a causal mask hides later positions.
   TRAINMEM_HD bool visible(int64_t i, int64_t j) const {
     return !causal || keyPosition(j) <= queryPosition(i);
@@ -103,7 +115,7 @@ struct AttentionLayout {
     // [batch, heads, queries · parts, keys] tensor.
     int64_t wholeRow =
         (b * heads + h) * queries * context.parts + queryPosition(i);
-    return static_cast<uint64_t>(wholeRow * keys + keyPosition(j));
+    return static_cast<uint64_t>(wholeRow * wholeKeys() + keyPosition(j));
   }
 };
 

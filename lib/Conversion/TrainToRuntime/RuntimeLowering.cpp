@@ -1148,6 +1148,9 @@ attentionShape(OpT op, RuntimeCallBuilder &b, ArrayRef<int64_t> g) {
       contextPlacementOf(op, op.getContextParallelAttr());
   if (failed(split) || failed(context))
     return failure();
+  // A ring's blocks in flight live in its planned workspace.
+  if (op.getRing() && b.workspace() < 0)
+    return op.emitOpError("is a ring attention without a planned workspace");
   SmallVector<int64_t> s = attentionOperandStrides(op);
   ArrayRef<int64_t> q = b.shape(op.getQ()), k = b.shape(op.getK()),
                     v = b.shape(op.getV());
@@ -1188,7 +1191,9 @@ attentionShape(OpT op, RuntimeCallBuilder &b, ArrayRef<int64_t> g) {
       .split_stride = split->stride,
       .context_parts = context->parts,
       .context_stride = context->stride,
-      .context_balanced = context->balanced};
+      .context_balanced = context->balanced,
+      .context_ring = op.getRing() ? 1 : 0,
+      .workspace = op.getRing() ? b.workspace() : 0};
 }
 
 static LogicalResult lowerAttention(AttentionOp op, RuntimeCallBuilder &b) {

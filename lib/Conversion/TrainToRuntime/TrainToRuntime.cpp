@@ -107,6 +107,8 @@ struct RuntimeCallsPattern : public ConversionPattern {
       auto it = inCopy.find(value);
       return it != inCopy.end() ? it->second : state.offsetOf(value);
     });
+    if (state.workspaceOf)
+      calls.setWorkspace(state.workspaceOf(op));
     auto transfer = [&](bool in) {
       for (const RuntimeLoweringState::StagingCopy &copy : staging)
         if (in ? copy.in : copy.out)
@@ -836,6 +838,10 @@ void ConvertTrainToRuntimePass::runOnOperation() {
     return static_cast<int64_t>(
                plan->getOffset(buffer - memory.getBuffers().data())) |
            (buffer->host ? RuntimeCallBuilder::kHostMemoryBit : 0);
+  };
+  state.workspaceOf = [&](Operation *op) -> int64_t {
+    std::optional<unsigned> workspace = memory.lookupWorkspace(op);
+    return workspace ? static_cast<int64_t>(plan->getOffset(*workspace)) : -1;
   };
   uint64_t hostOps = setUpStaging(state, memory, *plan);
   if (failed(convertOps(step, memory, state)))

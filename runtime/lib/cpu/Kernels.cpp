@@ -20,6 +20,7 @@
 #include "trainmem/Support/FastExp.h"
 #include "trainmem/Support/LossScaleUpdate.h"
 #include "trainmem/Support/Philox.h"
+#include "trainmem/Support/RingAttention.h"
 #include "trainmem/Support/RowKernels.h"
 #include "trainmem/Support/Sample.h"
 
@@ -863,14 +864,33 @@ void attentionGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
               accumulate ? 1.0f : 0.0f, C, static_cast<int>(ldc));
 }
 
+/// to[0, n) = from (or += with Accumulate), converted to To.
+template <bool Accumulate, typename To>
+void store(To *to, const float *from, int64_t n) {
+  for (int64_t x = 0; x < n; ++x) {
+    if constexpr (Accumulate)
+      to[x] += from[x];
+    else
+      to[x] = from[x];
+  }
+}
+
+/// The online softmax of a ring attention, carried from block to block in
+/// its workspace (trainmem/Support/RingAttention.h): each tile starts from
+/// the state the blocks before left (fresh on the first) and, but after
+/// the last block, leaves its own there instead of normalizing into the
+/// output. The default is one pass over all keys.
+struct AttentionCarry {
+  float *acc = nullptr, *most = nullptr, *sum = nullptr;
+  bool first = true, last = true;
+};
+
 /// One task per (batch, head, tile of queries): the tile's output rows and
 /// log-sum-exps are its own.
 template <typename T>
-void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
-                 int64_t k, int64_t v, int64_t out, int64_t lse) {
-  const T *Q = ctx->at<T>(q), *K = ctx->at<T>(k), *V = ctx->at<T>(v);
-  T *O = ctx->at<T>(out);
-  float *L = ctx->at<float>(lse);
+void attentionTiles(tmrt_context *ctx, const AttentionShape &a, const T *Q,
+                    const T *K, const T *V, T *O, float *L,
+                    const AttentionCarry &carry = {}) {
   const int64_t BQ = kAttentionQueryTile, BK = kAttentionKeyTile;
   int64_t tiles = (a.queries + BQ - 1) / BQ;
   float keepScale = static_cast<float>(a.dropout.keepScale),
@@ -896,10 +916,20 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
       }
       packRows(Q + b * a.qs[0] + h * a.qs[1], a.qs[2], a.qs[3], q0, rows,
                a.dim, qt.data());
-      std::fill(most.begin(), most.end(),
-                -std::numeric_limits<float>::infinity());
-      std::fill(sum.begin(), sum.end(), 0.0f);
-      std::fill(o.begin(), o.end(), 0.0f);
+      if (carry.first) {
+        std::fill(most.begin(), most.end(),
+                  -std::numeric_limits<float>::infinity());
+        std::fill(sum.begin(), sum.end(), 0.0f);
+        std::fill(o.begin(), o.end(), 0.0f);
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          int64_t row = a.row(b, h, q0 + r);
+          most[r] = carry.most[row];
+          sum[r] = carry.sum[row];
+          std::copy_n(carry.acc + row * a.valueDim, a.valueDim,
+                      o.data() + r * a.valueDim);
+        }
+      }
       // Key tiles inside runs of keys consecutive in the sequence (one run
       // but under context parallelism), each run up to the keys the tile's
       // last query sees in it.
@@ -950,7 +980,17 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
       }
       for (int64_t r = 0; r < rows; ++r) {
         int64_t i = q0 + r;
-        float inverse = 1.0f / sum[r];
+        if (!carry.last) {
+          int64_t row = a.row(b, h, i);
+          carry.most[row] = most[r];
+          carry.sum[row] = sum[r];
+          std::copy_n(o.data() + r * a.valueDim, a.valueDim,
+                      carry.acc + row * a.valueDim);
+          continue;
+        }
+        // A row that sees no key (only possible for a ring's block, never
+        // over all of them) has no output.
+        float inverse = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
         T *oi = O + a.outRow(b, h, i);
         for (int64_t d = 0; d < a.valueDim; ++d)
           oi[d] = o[r * a.valueDim + d] * inverse;
@@ -958,6 +998,13 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
       }
     }
   });
+}
+
+template <typename T>
+void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
+                 int64_t k, int64_t v, int64_t out, int64_t lse) {
+  attentionTiles<T>(ctx, a, ctx->at<T>(q), ctx->at<T>(k), ctx->at<T>(v),
+                    ctx->at<T>(out), ctx->at<float>(lse));
   ctx->touch(out, a.batch * a.heads * a.queries * a.valueDim * sizeof(T));
   ctx->touch(lse, a.batch * a.heads * a.queries * sizeof(float));
 }
@@ -967,15 +1014,13 @@ void attentionOf(tmrt_context *ctx, const AttentionShape &a, int64_t q,
 /// query tiles inside; a key tile's dK and dV are done when its loop ends,
 /// each query's dQ sums over key tiles in order. Scores and probabilities
 /// are recomputed from Q, K and the log-sum-exp, one tile at a time.
-template <typename T>
-void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
-                     const int64_t gs[4], int64_t dout, int64_t q, int64_t k,
-                     int64_t v, int64_t out, int64_t lse, int64_t dq,
-                     int64_t dk, int64_t dv) {
-  const T *dO = ctx->at<T>(dout), *Q = ctx->at<T>(q), *K = ctx->at<T>(k),
-          *V = ctx->at<T>(v), *O = ctx->at<T>(out);
-  const float *L = ctx->at<float>(lse);
-  T *dQ = ctx->at<T>(dq), *dK = ctx->at<T>(dk), *dV = ctx->at<T>(dv);
+/// With `Accumulate`, dQ, dK and dV (G, f32: a ring's sums) are added to,
+/// not written.
+template <typename T, typename G = T, bool Accumulate = false>
+void attentionGradTiles(tmrt_context *ctx, const AttentionShape &a,
+                        const int64_t gs[4], const T *dO, const T *Q,
+                        const T *K, const T *V, const T *O, const float *L,
+                        G *dQ, G *dK, G *dV) {
   const int64_t BQ = kAttentionQueryTile, BK = kAttentionKeyTile;
   const int64_t group = a.group(), D = a.dim, DV = a.valueDim;
   float keepScale = static_cast<float>(a.dropout.keepScale),
@@ -1081,28 +1126,212 @@ void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
                             true, dqg.data() + (g * a.queries + q0) * D, D);
             }
           }
-          T *dkh = dK + ((b * a.kvHeads + kvh) * a.keys + k0) * D;
-          T *dvh = dV + ((b * a.kvHeads + kvh) * a.keys + k0) * DV;
-          for (int64_t x = 0; x < cols * D; ++x)
-            dkh[x] = dkt[x];
-          for (int64_t x = 0; x < cols * DV; ++x)
-            dvh[x] = dvt[x];
+          G *dkh = dK + ((b * a.kvHeads + kvh) * a.keys + k0) * D;
+          G *dvh = dV + ((b * a.kvHeads + kvh) * a.keys + k0) * DV;
+          store<Accumulate>(dkh, dkt.data(), cols * D);
+          store<Accumulate>(dvh, dvt.data(), cols * DV);
         }
       }
       for (int64_t g = 0; g < group; ++g) {
         int64_t h = kvh * group + g;
-        for (int64_t i = 0; i < a.queries; ++i) {
-          T *dqi = dQ + a.row(b, h, i) * D;
-          const float *from = dqg.data() + (g * a.queries + i) * D;
-          for (int64_t d = 0; d < D; ++d)
-            dqi[d] = from[d];
-        }
+        for (int64_t i = 0; i < a.queries; ++i)
+          store<Accumulate>(dQ + a.row(b, h, i) * D,
+                            dqg.data() + (g * a.queries + i) * D, D);
       }
     }
   });
+}
+
+template <typename T>
+void attentionGradOf(tmrt_context *ctx, const AttentionShape &a,
+                     const int64_t gs[4], int64_t dout, int64_t q, int64_t k,
+                     int64_t v, int64_t out, int64_t lse, int64_t dq,
+                     int64_t dk, int64_t dv) {
+  attentionGradTiles<T>(ctx, a, gs, ctx->at<T>(dout), ctx->at<T>(q),
+                        ctx->at<T>(k), ctx->at<T>(v), ctx->at<T>(out),
+                        ctx->at<float>(lse), ctx->at<T>(dq), ctx->at<T>(dk),
+                        ctx->at<T>(dv));
   ctx->touch(dq, a.batch * a.heads * a.queries * a.dim * sizeof(T));
   ctx->touch(dk, a.batch * a.kvHeads * a.keys * a.dim * sizeof(T));
   ctx->touch(dv, a.batch * a.kvHeads * a.keys * a.valueDim * sizeof(T));
+}
+
+/// A ring attention's way around its group (trainmem/Support/
+/// RingAttention.h): blocks go to the next member and come from the
+/// previous one.
+struct Ring {
+  tmrt::Group group;
+  uint8_t *workspace = nullptr;
+  trainmem::RingAttentionWorkspace layout;
+
+  /// The group, and the workspace at `ref` (touched: planned arena memory);
+  /// false after failing the context.
+  bool open(tmrt_context *ctx, const char *kernel, const AttentionShape &a,
+            const tmrt_attention_shape &d, bool backward,
+            int64_t elementBytes) {
+    if (!tmrt::groupOf(ctx, kernel, d.context_parts, d.context_stride, group))
+      return false;
+    layout = trainmem::RingAttentionWorkspace::of(
+        backward, a.batch, a.heads, a.kvHeads, a.queries, a.keys, a.dim,
+        a.valueDim, elementBytes);
+    workspace = ctx->bytesAt(d.workspace);
+    ctx->touch(d.workspace, layout.bytes);
+    return true;
+  }
+  /// The block (or sum) at `ring`'s place `block` of a step: the rank's
+  /// own at step 0, the previous member's at step 1, ...
+  int64_t blockAt(int64_t step) const {
+    return ((group.position - step) % group.size + group.size) % group.size;
+  }
+  /// Sends `bytes` at `from` on while the previous member's arrive at `to`.
+  bool pass(tmrt_context *ctx, const void *from, void *to,
+            uint64_t bytes) const {
+    int64_t next = (group.position + 1) % group.size,
+            previous = (group.position + group.size - 1) % group.size;
+    if (!ctx->communicator->sendRecv(ctx, from, bytes, group.member(next), to,
+                                     bytes, group.member(previous)))
+      return false;
+    ctx->countTraffic(group.size, group.stride, bytes);
+    return true;
+  }
+  template <typename E> E *at(uint64_t offset) const {
+    return reinterpret_cast<E *>(workspace + offset);
+  }
+};
+
+/// The rank's own K and V, row-major, into a ring's block `block`; the
+/// shape's key strides then describe a block.
+template <typename T>
+void packOwnBlock(tmrt_context *ctx, AttentionShape &a, const Ring &ring,
+                  const T *K, const T *V, int block) {
+  T *bk = ring.at<T>(ring.layout.blocks[block]),
+    *bv = ring.at<T>(ring.layout.blocks[block] + ring.layout.valueAt);
+  ctx->pool.parallelFor(
+      a.batch * a.kvHeads, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t bh = begin; bh < end; ++bh) {
+          int64_t b = bh / a.kvHeads, h = bh % a.kvHeads;
+          for (int64_t j = 0; j < a.keys; ++j) {
+            for (int64_t d = 0; d < a.dim; ++d)
+              bk[(bh * a.keys + j) * a.dim + d] =
+                  K[b * a.ks[0] + h * a.ks[1] + j * a.ks[2] + d * a.ks[3]];
+            for (int64_t d = 0; d < a.valueDim; ++d)
+              bv[(bh * a.keys + j) * a.valueDim + d] =
+                  V[b * a.vs[0] + h * a.vs[1] + j * a.vs[2] + d * a.vs[3]];
+          }
+        }
+      });
+  const int64_t ks[4] = {a.kvHeads * a.keys * a.dim, a.keys * a.dim, a.dim, 1},
+                vs[4] = {a.kvHeads * a.keys * a.valueDim, a.keys * a.valueDim,
+                         a.valueDim, 1};
+  std::copy_n(ks, 4, a.ks);
+  std::copy_n(vs, 4, a.vs);
+}
+
+/// Passes K and V of block `from` on into block `to`.
+template <typename T>
+bool passBlock(tmrt_context *ctx, const AttentionShape &a, const Ring &ring,
+               int from, int to) {
+  const trainmem::RingAttentionWorkspace &w = ring.layout;
+  uint64_t kBytes =
+               static_cast<uint64_t>(a.batch * a.kvHeads * a.keys * a.dim) *
+               sizeof(T),
+           vBytes = static_cast<uint64_t>(a.batch * a.kvHeads * a.keys *
+                                          a.valueDim) *
+                    sizeof(T);
+  return ring.pass(ctx, ring.at<uint8_t>(w.blocks[from]),
+                   ring.at<uint8_t>(w.blocks[to]), kBytes) &&
+         ring.pass(ctx, ring.at<uint8_t>(w.blocks[from] + w.valueAt),
+                   ring.at<uint8_t>(w.blocks[to] + w.valueAt), vBytes);
+}
+
+/// The ring forward: the online softmax over the blocks as they come
+/// round, the rank's own first.
+template <typename T>
+void ringAttentionOf(tmrt_context *ctx, AttentionShape a,
+                     const tmrt_attention_shape &d, int64_t q, int64_t k,
+                     int64_t v, int64_t out, int64_t lse) {
+  Ring ring;
+  if (!ring.open(ctx, "attention", a, d, /*backward=*/false, sizeof(T)))
+    return;
+  const trainmem::RingAttentionWorkspace &w = ring.layout;
+  packOwnBlock<T>(ctx, a, ring, ctx->at<T>(k), ctx->at<T>(v), 0);
+  AttentionCarry carry{ring.at<float>(w.acc), ring.at<float>(w.most),
+                       ring.at<float>(w.sum)};
+  const T *Q = ctx->at<T>(q);
+  T *O = ctx->at<T>(out);
+  float *L = ctx->at<float>(lse);
+  for (int64_t step = 0; step < ring.group.size; ++step) {
+    int held = static_cast<int>(step % 2);
+    a.keyBlock = ring.blockAt(step);
+    carry.first = step == 0;
+    carry.last = step + 1 == ring.group.size;
+    attentionTiles<T>(ctx, a, Q, ring.at<T>(w.blocks[held]),
+                      ring.at<T>(w.blocks[held] + w.valueAt), O, L, carry);
+    if (!carry.last && !passBlock<T>(ctx, a, ring, held, 1 - held))
+      return;
+  }
+  ctx->touch(out, a.batch * a.heads * a.queries * a.valueDim * sizeof(T));
+  ctx->touch(lse, a.batch * a.heads * a.queries * sizeof(float));
+}
+
+/// The ring backward: K and V come round again, each block's dK and dV
+/// sums travelling with it; after the last block one more pass brings
+/// each sum to its owner.
+template <typename T>
+void ringAttentionGradOf(tmrt_context *ctx, AttentionShape a,
+                         const tmrt_attention_shape &d, const int64_t gs[4],
+                         int64_t dout, int64_t q, int64_t k, int64_t v,
+                         int64_t out, int64_t lse, int64_t dq, int64_t dk,
+                         int64_t dv) {
+  Ring ring;
+  if (!ring.open(ctx, "attention_grad", a, d, /*backward=*/true, sizeof(T)))
+    return;
+  const trainmem::RingAttentionWorkspace &w = ring.layout;
+  const int64_t qElements = a.batch * a.heads * a.queries * a.dim,
+                kElements = a.batch * a.kvHeads * a.keys * a.dim,
+                vElements = a.batch * a.kvHeads * a.keys * a.valueDim;
+  packOwnBlock<T>(ctx, a, ring, ctx->at<T>(k), ctx->at<T>(v), 0);
+  float *dQsum = ring.at<float>(w.acc);
+  std::fill_n(dQsum, qElements, 0.0f);
+  auto gradK = [&](int slot) { return ring.at<float>(w.grads[slot]); };
+  auto gradV = [&](int slot) {
+    return ring.at<float>(w.grads[slot] + w.gradValueAt);
+  };
+  std::fill_n(gradK(0), kElements, 0.0f);
+  std::fill_n(gradV(0), vElements, 0.0f);
+  const T *dO = ctx->at<T>(dout), *Q = ctx->at<T>(q), *O = ctx->at<T>(out);
+  const float *L = ctx->at<float>(lse);
+  auto passSums = [&](int from, int to) {
+    return ring.pass(ctx, gradK(from), gradK(to), kElements * sizeof(float)) &&
+           ring.pass(ctx, gradV(from), gradV(to), vElements * sizeof(float));
+  };
+  int held = 0;
+  for (int64_t step = 0; step < ring.group.size; ++step) {
+    held = static_cast<int>(step % 2);
+    a.keyBlock = ring.blockAt(step);
+    attentionGradTiles<T, float, true>(ctx, a, gs, dO, Q,
+                                       ring.at<T>(w.blocks[held]),
+                                       ring.at<T>(w.blocks[held] + w.valueAt),
+                                       O, L, dQsum, gradK(held), gradV(held));
+    if (step + 1 < ring.group.size &&
+        (!passBlock<T>(ctx, a, ring, held, 1 - held) ||
+         !passSums(held, 1 - held)))
+      return;
+  }
+  // The sums held are the next member's block's: they go home.
+  if (ring.group.size > 1) {
+    if (!passSums(held, 1 - held))
+      return;
+    held = 1 - held;
+  }
+  T *dQ = ctx->at<T>(dq), *dK = ctx->at<T>(dk), *dV = ctx->at<T>(dv);
+  const float *sumK = gradK(held), *sumV = gradV(held);
+  elementwise(ctx, qElements, [&](int64_t i) { dQ[i] = dQsum[i]; });
+  elementwise(ctx, kElements, [&](int64_t i) { dK[i] = sumK[i]; });
+  elementwise(ctx, vElements, [&](int64_t i) { dV[i] = sumV[i]; });
+  ctx->touch(dq, qElements * sizeof(T));
+  ctx->touch(dk, kElements * sizeof(T));
+  ctx->touch(dv, vElements * sizeof(T));
 }
 
 void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
@@ -1112,7 +1341,10 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
   AttentionShape a = attentionShape(ctx, *shape, key, part, scale, rate);
   a.alibiSlopes = alibi_slopes;
   withFloatType(ctx, "attention", {q, k, v, out}, [&](auto type) {
-    attentionOf<decltype(type)>(ctx, a, q, k, v, out, lse);
+    if (shape->context_ring)
+      ringAttentionOf<decltype(type)>(ctx, a, *shape, q, k, v, out, lse);
+    else
+      attentionOf<decltype(type)>(ctx, a, q, k, v, out, lse);
   });
 }
 
@@ -1124,12 +1356,15 @@ void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
   const int64_t gradStrides[4] = {shape->g0, shape->g1, shape->g2, shape->g3};
   AttentionShape a = attentionShape(ctx, *shape, key, part, scale, rate);
   a.alibiSlopes = alibi_slopes;
-  withFloatType(ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv},
-                [&](auto type) {
-                  attentionGradOf<decltype(type)>(ctx, a, gradStrides, dout,
-                                                  q, k, v, out, lse, dq, dk,
-                                                  dv);
-                });
+  withFloatType(
+      ctx, "attention_grad", {dout, q, k, v, out, dq, dk, dv}, [&](auto type) {
+        if (shape->context_ring)
+          ringAttentionGradOf<decltype(type)>(ctx, a, *shape, gradStrides, dout,
+                                              q, k, v, out, lse, dq, dk, dv);
+        else
+          attentionGradOf<decltype(type)>(ctx, a, gradStrides, dout, q, k, v,
+                                          out, lse, dq, dk, dv);
+      });
 }
 
 template <typename T>

@@ -104,6 +104,20 @@ Shape shapeOf(tmrt_context *ctx, const tmrt_attention_shape &d, int64_t key,
   return a;
 }
 
+/// The ring form of context parallelism (train.attention `ring`) passes
+/// blocks between ranks inside the kernel: built for the CPU backend's
+/// communicator only.
+bool checkNotRing(tmrt_context *ctx, const char *kernel,
+                  const tmrt_attention_shape &d) {
+  if (!d.context_ring)
+    return true;
+  ctx->fail(std::string(kernel) +
+            ": the ring form of context parallelism (train-context-parallel "
+            "exchange=ring) runs on the cpu backend; on cuda compile with "
+            "exchange=all-gather");
+  return false;
+}
+
 bool checkShape(tmrt_context *ctx, const char *kernel, const Shape &a) {
   if (a.kvHeads <= 0 || a.heads % a.kvHeads != 0 || a.batch < 0 ||
       a.queries < 0 || a.keys < 0 || a.dim < 0 || a.valueDim < 0) {
@@ -284,7 +298,8 @@ void attention(tmrt_context *ctx, int64_t q, int64_t k, int64_t v, int64_t out,
                double rate, const tmrt_attention_shape *shape,
                const double *alibi_slopes) {
   Shape a = shapeOf(ctx, *shape, key, part, scale, rate);
-  if (!checkShape(ctx, "attention", a))
+  if (!checkNotRing(ctx, "attention", *shape) ||
+      !checkShape(ctx, "attention", a))
     return;
   DeviceDoubles slopes(ctx, alibi_slopes, shape->heads);
   if (slopes.failed(alibi_slopes))
@@ -301,7 +316,8 @@ void attention_grad(tmrt_context *ctx, int64_t dout, int64_t q, int64_t k,
                     double rate, const tmrt_attention_shape *shape,
                     const double *alibi_slopes) {
   Shape a = shapeOf(ctx, *shape, key, part, scale, rate);
-  if (!checkShape(ctx, "attention_grad", a))
+  if (!checkNotRing(ctx, "attention_grad", *shape) ||
+      !checkShape(ctx, "attention_grad", a))
     return;
   DeviceDoubles slopes(ctx, alibi_slopes, shape->heads);
   if (slopes.failed(alibi_slopes))

@@ -3,6 +3,7 @@
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainInterfaces.h"
+#include "trainmem/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -262,6 +263,19 @@ template <typename OpT> void attach(MLIRContext *ctx) {
 
 } // namespace
 
+/// A ring attention's group: its context split's axis.
+static std::optional<ProcessGroup> contextRingGroup(Operation *op) {
+  ContextSplitAttr context;
+  if (auto a = dyn_cast<AttentionOp>(op); a && a.getRing())
+    context = a.getContextParallelAttr();
+  else if (auto g = dyn_cast<AttentionGradOp>(op); g && g.getRing())
+    context = g.getContextParallelAttr();
+  if (!context)
+    return std::nullopt;
+  return getProcessGroup(op, context.getGrid(),
+                         {static_cast<int16_t>(context.getAxis())});
+}
+
 std::optional<ProcessGroup> mlir::train::getProcessGroup(Operation *op) {
   FlatSymbolRefAttr gridName;
   ArrayRef<int16_t> gridAxes;
@@ -274,7 +288,7 @@ std::optional<ProcessGroup> mlir::train::getProcessGroup(Operation *op) {
   else if (auto c = dyn_cast<shard::AllSliceOp>(op))
     gridName = c.getGridAttr(), gridAxes = c.getGridAxes();
   else
-    return std::nullopt;
+    return contextRingGroup(op);
   return getProcessGroup(op, gridName, gridAxes);
 }
 

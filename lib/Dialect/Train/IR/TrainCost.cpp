@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 using namespace mlir;
 using namespace mlir::train;
@@ -93,14 +94,16 @@ uint64_t SoftmaxOp::getFlops() {
 // compare (1), scale (1).
 uint64_t DropoutOp::getFlops() { return mulCount(2, elems(getResult())); }
 // 2x2 rotation: 6 FLOPs per pair.
-/// Score elements of an attention: B · H · S · S'.
-static uint64_t scoreElements(Value q, Value k) {
-  auto qt = cast<RankedTensorType>(q.getType());
-  auto kt = cast<RankedTensorType>(k.getType());
+/// Score elements of an attention: B · H · S · S' (a ring's rank scores
+/// its queries against every block).
+template <typename OpT> static uint64_t scoreElements(OpT op) {
+  RankedTensorType qt = op.getQ().getType();
+  int64_t keys = attentionKeys(op.getK().getType(), op.getContextParallelAttr(),
+                               op.getRing());
   return mulCount(mulCount(static_cast<uint64_t>(qt.getDimSize(0)),
                            static_cast<uint64_t>(qt.getDimSize(1))),
                   mulCount(static_cast<uint64_t>(qt.getDimSize(2)),
-                           static_cast<uint64_t>(kt.getDimSize(2))));
+                           static_cast<uint64_t>(keys)));
 }
 
 /// Per score: the scale (1), the softmax (5), an ALiBi bias (2), a dropout
@@ -111,26 +114,23 @@ static uint64_t scaleSoftmaxFlops(double rate, bool alibi) {
 
 /// The forward's arithmetic, as the decomposed pattern counts it: q·kᵀ,
 /// scale, softmax (5 per element), dropout (2) and p·v.
-static uint64_t attentionForwardFlops(Value q, Value k, Value v,
-                                      double rate, bool alibi) {
-  uint64_t scores = scoreElements(q, k);
-  uint64_t headDim = cast<RankedTensorType>(q.getType()).getDimSize(3);
-  uint64_t valueDim = cast<RankedTensorType>(v.getType()).getDimSize(3);
+static uint64_t attentionForwardFlops(AttentionOp op) {
+  uint64_t scores = scoreElements(op);
+  uint64_t headDim = op.getQ().getType().getDimSize(3);
+  uint64_t valueDim = op.getV().getType().getDimSize(3);
+  double rate = op.getRate().convertToDouble();
+  bool alibi = op.getAlibiSlopes().has_value();
   uint64_t flops = mulCount(mulCount(2, scores), headDim); // q·kᵀ
   flops = addCount(flops, mulCount(scaleSoftmaxFlops(rate, alibi), scores));
   return addCount(flops, mulCount(mulCount(2, scores), valueDim)); // p·v
 }
 
-uint64_t AttentionOp::getFlops() {
-  return attentionForwardFlops(getQ(), getK(), getV(),
-                               getRate().convertToDouble(),
-                               getAlibiSlopes().has_value());
-}
+uint64_t AttentionOp::getFlops() { return attentionForwardFlops(*this); }
 
 /// The backward redoes the forward up to the probabilities: q·kᵀ, scale,
 /// softmax from the log-sum-exp, the dropout draw.
 uint64_t AttentionGradOp::getRecomputeFlops() {
-  uint64_t scores = scoreElements(getQ(), getK());
+  uint64_t scores = scoreElements(*this);
   uint64_t headDim = getQ().getType().getDimSize(3);
   return addCount(mulCount(mulCount(2, scores), headDim),
                   mulCount(scaleSoftmaxFlops(getRate().convertToDouble(),
@@ -142,7 +142,7 @@ uint64_t AttentionGradOp::getRecomputeFlops() {
 /// products with v's width), dropout's and softmax's gradients, the scale's,
 /// dq and dk (two products with the head dimension).
 uint64_t AttentionGradOp::getFlops() {
-  uint64_t scores = scoreElements(getQ(), getK());
+  uint64_t scores = scoreElements(*this);
   uint64_t headDim = getQ().getType().getDimSize(3);
   uint64_t valueDim = getV().getType().getDimSize(3);
   uint64_t flops = getRecomputeFlops();

@@ -451,6 +451,16 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
              << attr.getValue();
     return success();
   }
+  if (attr.getName() == kPlanWorkspaceOffsetAttrName) {
+    auto offset = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!offset || offset.getInt() < 0 || !isa<WorkspaceOpInterface>(op))
+      return op->emitOpError()
+             << "'" << kPlanWorkspaceOffsetAttrName
+             << "' is on an op with a workspace its arena offset (i64 >= 0), "
+                "got "
+             << attr.getValue();
+    return success();
+  }
   // Where an optimizer update runs (train-offload-optimizer), or the ops
   // between host-summed gradients and the updates (gradients=host).
   if (attr.getName() == kMemorySpaceAttrName) {

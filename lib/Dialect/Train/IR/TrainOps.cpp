@@ -5,6 +5,7 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Support/ExactSum.h"
 #include "trainmem/Support/LossScaleUpdate.h"
+#include "trainmem/Support/RingAttention.h"
 
 #include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/IR/Builders.h"
@@ -557,12 +558,20 @@ template <typename OpT> static LogicalResult verifyAttentionCommon(OpT op) {
                                op.getK().getType().getDimSize(2),
                                "query heads")))
     return failure();
+  if (op.getRing() && !op.getContextParallelAttr())
+    return op.emitOpError("ring needs context_parallel (the group whose "
+                          "ranks pass their keys and values around)");
   if (ContextSplitAttr context = op.getContextParallelAttr()) {
     int64_t queries = op.getQ().getType().getDimSize(2),
             keys = op.getK().getType().getDimSize(2);
     int64_t gathered = 0;
-    if (llvm::MulOverflow(queries, context.getParts(), gathered) ||
-        keys != gathered)
+    if (op.getRing() && keys != queries)
+      return op.emitOpError("a ring's rank attends with its ")
+             << queries << " queries to blocks of as many keys (its own, "
+             << "then its peers'), got " << keys;
+    if (!op.getRing() &&
+        (llvm::MulOverflow(queries, context.getParts(), gathered) ||
+         keys != gathered))
       return op.emitOpError("a context-parallel rank's ")
              << queries << " queries need the group's " << context.getParts()
              << " x " << queries << " keys, got " << keys;
@@ -600,36 +609,124 @@ static int64_t wholeQueries(RankedTensorType q, ContextSplitAttr context) {
   return q.getDimSize(2) * (context ? context.getParts() : 1);
 }
 
+/// The keys an attention's queries see, S': a ring's rank sees the
+/// group's, `parts` blocks of its own size.
+int64_t mlir::train::attentionKeys(RankedTensorType k, ContextSplitAttr context,
+                                   bool ring) {
+  int64_t keys = k.getDimSize(2);
+  if (!ring || !context)
+    return keys;
+  int64_t whole = 0;
+  return llvm::MulOverflow(keys, context.getParts(), whole)
+             ? std::numeric_limits<int64_t>::max()
+             : whole;
+}
+
 /// The scores an attention draws its dropout for, B · H · S · S'
 /// (saturated: a count past int64 is refused by the analyses).
-static int64_t attentionScores(RankedTensorType q, RankedTensorType k,
+static int64_t attentionScores(RankedTensorType q, int64_t keys,
                                ContextSplitAttr context) {
   uint64_t scores =
       mulCount(mulCount(static_cast<uint64_t>(q.getDimSize(0)),
                         static_cast<uint64_t>(q.getDimSize(1))),
                mulCount(static_cast<uint64_t>(wholeQueries(q, context)),
-                        static_cast<uint64_t>(k.getDimSize(2))));
+                        static_cast<uint64_t>(keys)));
   return static_cast<int64_t>(
       std::min<uint64_t>(scores, std::numeric_limits<int64_t>::max()));
 }
 
 /// The probabilities an attention draws its dropout for, [B, H, S, S'].
-static RankedTensorType attentionDrawnType(RankedTensorType q,
-                                           RankedTensorType k,
+static RankedTensorType attentionDrawnType(RankedTensorType q, int64_t keys,
                                            ContextSplitAttr context) {
-  return RankedTensorType::get({q.getDimSize(0), q.getDimSize(1),
-                                wholeQueries(q, context), k.getDimSize(2)},
-                               IntegerType::get(q.getContext(), 1));
+  return RankedTensorType::get(
+      {q.getDimSize(0), q.getDimSize(1), wholeQueries(q, context), keys},
+      IntegerType::get(q.getContext(), 1));
 }
 
 int64_t AttentionOp::getDrawnElements() {
-  return attentionScores(getQ().getType(), getK().getType(),
-                         getContextParallelAttr());
+  return attentionScores(
+      getQ().getType(),
+      attentionKeys(getK().getType(), getContextParallelAttr(), getRing()),
+      getContextParallelAttr());
 }
 
 RankedTensorType AttentionOp::getDrawnType() {
-  return attentionDrawnType(getQ().getType(), getK().getType(),
-                            getContextParallelAttr());
+  return attentionDrawnType(
+      getQ().getType(),
+      attentionKeys(getK().getType(), getContextParallelAttr(), getRing()),
+      getContextParallelAttr());
+}
+
+/// A ring attention's exchanges (trainmem/Support/RingAttention.h): K and
+/// V `parts - 1` times, and in the backward their gradients' f32 sums
+/// `parts` times. Elements and bytes one rank sends per execution.
+template <typename OpT>
+static std::pair<uint64_t, uint64_t> ringTraffic(OpT op, bool backward) {
+  ContextSplitAttr context = op.getContextParallelAttr();
+  if (!op.getRing() || !context || context.getParts() <= 1)
+    return {0, 0};
+  uint64_t kv = addCount(getNumElements(op.getK().getType()),
+                         getNumElements(op.getV().getType()));
+  uint64_t steps = static_cast<uint64_t>(context.getParts()) - 1;
+  uint64_t elements = mulCount(kv, steps);
+  uint64_t bytes = mulCount(
+      elements, (op.getK().getType().getElementTypeBitWidth() + 7) / 8);
+  if (backward) {
+    uint64_t sums = mulCount(kv, steps + 1);
+    elements = addCount(elements, sums);
+    bytes = addCount(bytes, mulCount(sums, 4));
+  }
+  return {elements, bytes};
+}
+
+/// The workspace of a ring attention (RingAttention.h's layout).
+template <typename OpT> static uint64_t ringWorkspace(OpT op, bool backward) {
+  if (!op.getRing())
+    return 0;
+  RankedTensorType q = op.getQ().getType(), k = op.getK().getType(),
+                   v = op.getV().getType();
+  // Sizes whose f32 copies do not fit 64 bits are overflows to report.
+  uint64_t bound =
+      addCount(mulCount(getNumElements(q), 8),
+               mulCount(addCount(getNumElements(k), getNumElements(v)), 16));
+  if (bound == kCountOverflow)
+    return kCountOverflow;
+  return trainmem::RingAttentionWorkspace::of(
+             backward, q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
+             q.getDimSize(2), k.getDimSize(2), q.getDimSize(3), v.getDimSize(3),
+             (k.getElementTypeBitWidth() + 7) / 8)
+      .bytes;
+}
+
+StringRef AttentionOp::getCollectiveKind() {
+  return getRing() ? "send_recv" : "";
+}
+int64_t AttentionOp::getGroupSize() {
+  return getRing() ? getContextParallelAttr().getParts() : 1;
+}
+uint64_t AttentionOp::getElementsSent() {
+  return ringTraffic(*this, false).first;
+}
+uint64_t AttentionOp::getBytesSent() {
+  return ringTraffic(*this, false).second;
+}
+uint64_t AttentionOp::getWorkspaceBytes() {
+  return ringWorkspace(*this, false);
+}
+StringRef AttentionGradOp::getCollectiveKind() {
+  return getRing() ? "send_recv" : "";
+}
+int64_t AttentionGradOp::getGroupSize() {
+  return getRing() ? getContextParallelAttr().getParts() : 1;
+}
+uint64_t AttentionGradOp::getElementsSent() {
+  return ringTraffic(*this, true).first;
+}
+uint64_t AttentionGradOp::getBytesSent() {
+  return ringTraffic(*this, true).second;
+}
+uint64_t AttentionGradOp::getWorkspaceBytes() {
+  return ringWorkspace(*this, true);
 }
 
 bool AttentionOp::drawsRandom() { return getRate().convertToDouble() > 0.0; }
@@ -659,13 +756,17 @@ LogicalResult AttentionGradOp::verify() {
 }
 
 int64_t AttentionGradOp::getDrawnElements() {
-  return attentionScores(getQ().getType(), getK().getType(),
-                         getContextParallelAttr());
+  return attentionScores(
+      getQ().getType(),
+      attentionKeys(getK().getType(), getContextParallelAttr(), getRing()),
+      getContextParallelAttr());
 }
 
 RankedTensorType AttentionGradOp::getDrawnType() {
-  return attentionDrawnType(getQ().getType(), getK().getType(),
-                            getContextParallelAttr());
+  return attentionDrawnType(
+      getQ().getType(),
+      attentionKeys(getK().getType(), getContextParallelAttr(), getRing()),
+      getContextParallelAttr());
 }
 
 bool AttentionGradOp::drawsRandom() {

@@ -215,7 +215,7 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange resultGrads,
       getTransposeOutputAttr(), getRateAttr(), getSeedAttr(), getOffsetAttr(),
       getFirstAttr(), getPartElementsAttr(), getRankElementsAttr(),
       getRankStrideAttr(), getSplitAttr(), getAlibiSlopesAttr(),
-      getContextParallelAttr());
+      getContextParallelAttr(), getRingAttr());
   operandGrads.push_back(grad.getQGrad());
   operandGrads.push_back(grad.getKGrad());
   operandGrads.push_back(grad.getVGrad());

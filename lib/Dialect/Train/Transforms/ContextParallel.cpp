@@ -44,8 +44,8 @@ namespace {
 /// Rewrites one forward for a rank of a context group.
 class ContextParallel {
 public:
-  ContextParallel(func::FuncOp func, ContextSplitAttr split)
-      : func(func), split(split), context(func.getContext()) {}
+  ContextParallel(func::FuncOp func, ContextSplitAttr split, bool ring)
+      : func(func), split(split), ring(ring), context(func.getContext()) {}
 
   LogicalResult run();
 
@@ -93,6 +93,9 @@ private:
 
   func::FuncOp func;
   ContextSplitAttr split;
+  /// The attention passes its keys and values around the group's ring
+  /// (train.attention `ring`) instead of reading them gathered.
+  bool ring;
   MLIRContext *context;
   /// The whole sequence's length (the tokens' second dimension).
   int64_t sequence = 0;
@@ -232,17 +235,22 @@ LogicalResult ContextParallel::rewriteAttention(AttentionOp attention) {
     return fail(attention)
            << "balanced chunks serve a causal mask; this attention is not "
               "causal (use load-balance=false)";
-  Value oldKeys = attention.getK(), oldValues = attention.getV();
-  attention.getKMutable().assign(gather(oldKeys, attention));
-  attention.getVMutable().assign(gather(oldValues, attention));
-  for (Value old : {oldKeys, oldValues})
-    if (Operation *view = old.getDefiningOp();
-        view && isa<TransposeOp>(view) && view->use_empty()) {
-      pieces.erase(old);
-      view->erase();
-    }
+  if (ring) {
+    // The rank's own keys and values, passed around inside the op.
+    attention.setRing(true);
+  } else {
+    Value oldKeys = attention.getK(), oldValues = attention.getV();
+    attention.getKMutable().assign(gather(oldKeys, attention));
+    attention.getVMutable().assign(gather(oldValues, attention));
+    for (Value old : {oldKeys, oldValues})
+      if (Operation *view = old.getDefiningOp();
+          view && isa<TransposeOp>(view) && view->use_empty()) {
+        pieces.erase(old);
+        view->erase();
+      }
+  }
   attention.setContextParallelAttr(split);
-  // The gathered keys and values are whole on every rank, by design.
+  // The results are the rank's queries' rows.
   SmallVector<Type> types;
   if (failed(inferResultTypes(attention, types)))
     return fail(attention) << "cannot re-type it for a rank's queries";
@@ -520,7 +528,8 @@ struct TrainContextParallelPass
       LLVM_DEBUG(llvm::dbgs()
                  << "train-context-parallel: @" << func.getSymName() << " over "
                  << size << " ranks\n");
-      if (failed(ContextParallel(func, split).run()))
+      if (failed(ContextParallel(func, split, exchange == ContextExchange::ring)
+                     .run()))
         return signalPassFailure();
     }
   }

@@ -90,3 +90,40 @@ func.func @gradient_keys(%g: tensor<1x2x4x8xf32>, %q: tensor<1x2x4x8xf32>, %k: t
   %dq, %dk, %dv = train.attention_grad %g, %q, %k, %k, %g, %lse {causal, scale = 0.5 : f64, context_parallel = #train.context<parts = 2, grid = @cp, axis = 1, balanced>} : tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
   return
 }
+
+// -----
+
+// The ring form (exchange=ring): a rank's own keys, in a context group.
+
+func.func @ring_without_context(%q: tensor<1x2x4x8xf32>) {
+  // expected-error @+1 {{'train.attention' op ring needs context_parallel (the group whose ranks pass their keys and values around)}}
+  %o, %lse = train.attention %q, %q, %q {causal, scale = 0.5 : f64, ring} : tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  return
+}
+
+// -----
+
+shard.grid @cp(shape = 1x2)
+func.func @ring_gathered_keys(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'train.attention' op a ring's rank attends with its 4 queries to blocks of as many keys (its own, then its peers'), got 8}}
+  %o, %lse = train.attention %q, %k, %k {causal, scale = 0.5 : f64, ring, context_parallel = #train.context<parts = 2, grid = @cp, axis = 1, balanced>} : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  return
+}
+
+// -----
+
+shard.grid @cp(shape = 1x2)
+func.func @ring_gradient_keys(%g: tensor<1x2x4x8xf32>, %q: tensor<1x2x4x8xf32>, %k: tensor<1x2x8x8xf32>, %lse: tensor<1x2x4xf32>) {
+  // expected-error @+1 {{'train.attention_grad' op a ring's rank attends with its 4 queries to blocks of as many keys (its own, then its peers'), got 8}}
+  %dq, %dk, %dv = train.attention_grad %g, %q, %k, %k, %g, %lse {causal, scale = 0.5 : f64, ring, context_parallel = #train.context<parts = 2, grid = @cp, axis = 1, balanced>} : tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  return
+}
+
+// -----
+
+shard.grid @cp(shape = 1x2)
+func.func @workspace_offset(%q: tensor<1x2x4x8xf32>) {
+  // expected-error @+1 {{'train.context_slice' op 'train.workspace_offset' is on an op with a workspace its arena offset (i64 >= 0), got 64 : i64}}
+  %0 = "train.context_slice"(%q) {dim = 2 : i64, context_parallel = #train.context<parts = 2, grid = @cp, axis = 1, balanced>, train.workspace_offset = 64 : i64} : (tensor<1x2x4x8xf32>) -> tensor<1x2x2x8xf32>
+  return
+}

@@ -46,8 +46,9 @@ REST = [
     ("dropout", ["0", "0.1"]),
     # Tensor parallelism over the 2 processes (issue 34): its data ranks
     # are then 1, ZeRO's among them; or context parallelism over them
-    # (issue 52: "c2", with fused attention; its data ranks are 1 too).
-    ("tensor", ["none", "2", "2+sp", "c2"]),
+    # (issue 52: "c2", with fused attention; its data ranks are 1 too;
+    # "c2r" its ring form, exchange=ring).
+    ("tensor", ["none", "2", "2+sp", "c2", "c2r"]),
     # The optimizer and gradient release (issue 36): Sophia refreshes its
     # Hessian estimate every 2 steps here; a released step is not clipped
     # (its reference neither).
@@ -86,7 +87,7 @@ def refused_by_design(row):
             return "release with loss scaling"
     if row["remat"] == "budget" and row["offload-activations"] == "on":
         return "a remat budget with activation offload"
-    if row["tensor"] == "c2" and row["fuse-attention"] == "off":
+    if row["tensor"] in ("c2", "c2r") and row["fuse-attention"] == "off":
         return "context parallelism without fused attention"
     if row["sums"] == "16" and row["dtype"] == "f32" and row["accum"] != "1":
         return "16-bit sums of f32 gradients"
@@ -208,7 +209,7 @@ def losses(path):
 
 def tensor_options(c):
     """train-tensor-parallel's options of the combination, or None."""
-    if c["tensor"] in ("none", "c2"):
+    if c["tensor"] in ("none", "c2", "c2r"):
         return None
     return "size=2" + (" sequence-parallel=true" if c["tensor"] == "2+sp"
                        else "")
@@ -216,6 +217,8 @@ def tensor_options(c):
 
 def context_options(c):
     """train-context-parallel's options of the combination, or None."""
+    if c["tensor"] == "c2r":
+        return f"size={RANKS} exchange=ring"
     return f"size={RANKS}" if c["tensor"] == "c2" else None
 
 

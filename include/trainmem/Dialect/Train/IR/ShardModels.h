@@ -42,7 +42,8 @@ struct ProcessGroup {
 };
 /// The group of `collective`; std::nullopt when its grid is missing or not
 /// static, or its axes are not consecutive (then its ranks are not a
-/// stride apart), or it is not a shard collective.
+/// stride apart), or it is not a shard collective (or a ring attention,
+/// whose group is its context split's axis).
 std::optional<ProcessGroup> getProcessGroup(Operation *collective);
 
 /// The group of ranks along `axes` of `grid` (looked up from `scope`).

@@ -123,6 +123,10 @@ constexpr llvm::StringLiteral kPlanStagingOffsetsAttrName =
 /// the unrolled step runs in the rolled loop's plan.
 constexpr llvm::StringLiteral kPlanArgumentOffsetsAttrName =
     TrainDialect::ArgumentOffsetsAttrHelper::getNameStr();
+/// On an op with a workspace (WorkspaceOpInterface: a ring attention's
+/// blocks in flight), its byte offset in the arena (i64).
+constexpr llvm::StringLiteral kPlanWorkspaceOffsetAttrName =
+    TrainDialect::WorkspaceOffsetAttrHelper::getNameStr();
 
 /// Attributes of a step lowered by convert-train-to-runtime: the arena's
 /// planned size, and where the host finds each argument and result. A

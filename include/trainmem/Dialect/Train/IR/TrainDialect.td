@@ -54,7 +54,8 @@ def Train_Dialect : Dialect {
     "::mlir::DenseI64ArrayAttr":$offsets,
     "::mlir::IntegerAttr":$host_arena_bytes,
     "::mlir::DenseI64ArrayAttr":$staging_offsets,
-    "::mlir::DenseI64ArrayAttr":$argument_offsets
+    "::mlir::DenseI64ArrayAttr":$argument_offsets,
+    "::mlir::IntegerAttr":$workspace_offset
   );
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;

@@ -335,10 +335,13 @@ def Train_CommunicationOpInterface : OpInterface<"CommunicationOpInterface"> {
     all-reduce (a reduce-scatter then an all-gather) twice that, a local
     slice nothing. The memory report sums it per kind ("communication");
     the train dialect attaches this to upstream's `shard` collectives as
-    external models.
+    external models. An op that communicates in some of its forms only (a
+    train.attention passing its K/V blocks around a ring) gives an empty
+    kind in the others, and is not counted there.
   }];
   let methods = [
-    InterfaceMethod<"The collective's kind, as the report names it.",
+    InterfaceMethod<"The collective's kind, as the report names it; empty "
+      "when this op does not communicate.",
       "::llvm::StringRef", "getCollectiveKind">,
     InterfaceMethod<"The ranks taking part.", "int64_t", "getGroupSize">,
     InterfaceMethod<
@@ -347,6 +350,21 @@ def Train_CommunicationOpInterface : OpInterface<"CommunicationOpInterface"> {
     InterfaceMethod<
       "Bytes one rank sends per execution (as many arrive).",
       "uint64_t", "getBytesSent">
+  ];
+}
+
+def Train_WorkspaceOpInterface : OpInterface<"WorkspaceOpInterface"> {
+  let cppNamespace = "::mlir::train";
+  let description = [{
+    Arena memory an op uses while it runs beyond its operands and results (a
+    ring attention's K/V blocks in flight and running sums): the memory
+    analysis counts it as a temporary live at the op alone, the arena plan
+    places it (`train.workspace_offset`), and the runtime lowering hands the
+    kernel its offset.
+  }];
+  let methods = [
+    InterfaceMethod<"Bytes of workspace the op needs (0: none).",
+      "uint64_t", "getWorkspaceBytes">
   ];
 }
 

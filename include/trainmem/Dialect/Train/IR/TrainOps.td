@@ -506,7 +506,9 @@ def Train_DropoutOp : Train_DiffOp<"dropout",
 def Train_AttentionOp : Train_DiffOp<"attention",
     [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
      AttrSizedOperandSegments, InferTypeOpAdaptor,
-     DeclareOpInterfaceMethods<Train_BatchDrawOpInterface, ["drawsRandom"]>]> {
+     DeclareOpInterfaceMethods<Train_BatchDrawOpInterface, ["drawsRandom"]>,
+     DeclareOpInterfaceMethods<Train_CommunicationOpInterface>,
+     DeclareOpInterfaceMethods<Train_WorkspaceOpInterface>]> {
   let summary = "fused memory-efficient attention (causal, GQA, dropout)";
   let description = [{
     `output = dropout(softmax(scale · q·kᵀ [causal])) · v` per batch and
@@ -542,6 +544,15 @@ def Train_AttentionOp : Train_DiffOp<"attention",
     places in the whole sequence, and the dropout draws element `(b, h, i,
     j)` at those places in the whole `[B, H, S·parts, S']` tensor.
 
+    With `ring` as well (train-context-parallel `exchange=ring`), `k` and `v`
+    are this rank's own rows (`S' = S`): the op passes them around the
+    group's ring (to the next rank, from the previous: `parts - 1`
+    exchanges) and attends to each block as it comes, the online softmax
+    carried between blocks, so no rank holds the group's K/V whole; the
+    blocks in flight and the running sums are its planned workspace
+    (WorkspaceOpInterface, trainmem/Support/RingAttention.h). It is
+    `train.attention` over the gathered K/V, summed in another order.
+
     ```mlir
     %o, %lse = train.attention %q, %k, %v {causal, scale = 0.125 : f64}
         : tensor<8x12x1024x64xbf16>, tensor<8x12x1024x64xbf16>,
@@ -564,7 +575,8 @@ def Train_AttentionOp : Train_DiffOp<"attention",
                        DefaultValuedAttr<I64Attr, "1">:$rank_stride,
                        OptionalAttr<Train_TensorSplitAttr>:$split,
                        OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
-                       OptionalAttr<Train_ContextSplitAttr>:$context_parallel);
+                       OptionalAttr<Train_ContextSplitAttr>:$context_parallel,
+                       UnitAttr:$ring);
   let results = (outs Train_FloatTensor:$output,
                       Train_StaticTensorOf<[F32]>:$lse);
   let assemblyFormat = [{
@@ -1263,7 +1275,9 @@ def Train_DropoutGradOp : Train_NonDiffOp<"dropout_grad",
 def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
     [DeclareOpInterfaceMethods<Train_StridedOperandsOpInterface>,
      AttrSizedOperandSegments, InferTypeOpAdaptor,
-     DeclareOpInterfaceMethods<Train_BatchDrawOpInterface, ["drawsRandom"]>],
+     DeclareOpInterfaceMethods<Train_BatchDrawOpInterface, ["drawsRandom"]>,
+     DeclareOpInterfaceMethods<Train_CommunicationOpInterface>,
+     DeclareOpInterfaceMethods<Train_WorkspaceOpInterface>],
     ["getRecomputeFlops"]> {
   let summary = "gradient of train.attention from q, k, v, output and lse";
   let description = [{
@@ -1273,7 +1287,10 @@ def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
     `Dᵢ = Σ doᵢ·oᵢ` the score gradient is `p · (dp − D)`. Gradients of `k`
     and `v` sum over the query heads that share them. The attributes are the
     forward's (with `transpose_output`, `grad` and `output` are
-    `[B, S, H, Dv]`).
+    `[B, S, H, Dv]`). With `ring`, K and V go around the group again with
+    each block's dK and dV sums (f32) travelling beside them, one more
+    exchange bringing each sum to its owner: `dk` and `dv` are this rank's
+    rows' gradients summed over the group's queries.
 
     ```mlir
     %dq, %dk, %dv = train.attention_grad %do, %q, %k, %v, %o, %lse
@@ -1300,7 +1317,8 @@ def Train_AttentionGradOp : Train_NonDiffOp<"attention_grad",
                        DefaultValuedAttr<I64Attr, "1">:$rank_stride,
                        OptionalAttr<Train_TensorSplitAttr>:$split,
                        OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
-                       OptionalAttr<Train_ContextSplitAttr>:$context_parallel);
+                       OptionalAttr<Train_ContextSplitAttr>:$context_parallel,
+                       UnitAttr:$ring);
   let results = (outs Train_FloatTensor:$q_grad, Train_FloatTensor:$k_grad,
                       Train_FloatTensor:$v_grad);
   let assemblyFormat = [{

@@ -91,6 +91,10 @@ struct SplitDrawPlacement {
 /// of the split's parts.
 FailureOr<ProcessGroup> getSplitGroup(Operation *op, TensorSplitAttr split);
 
+/// The keys an attention's queries see (S'): `k`'s rows, or with `ring`
+/// the group's, `parts` blocks of them (saturated at int64's maximum).
+int64_t attentionKeys(RankedTensorType k, ContextSplitAttr context, bool ring);
+
 /// The context split of a step or forward cut by train-context-parallel
 /// (its train.context_slice's), or null.
 ContextSplitAttr getContextSplit(Operation *func);

@@ -22,6 +22,8 @@ enum class RematMethod { uniform, block };
 enum class AccumNormalize { tokens, mean };
 enum class AccumUneven { pad, refuse };
 enum class AccumDtype { f32, bf16, f16 };
+/// How train-context-parallel's attention gets the group's keys and values.
+enum class ContextExchange { allGather, ring };
 
 /// train-grad-accum's accumulate-dtype value for `dtype`.
 inline llvm::StringRef accumDtypeName(AccumDtype dtype) {

@@ -486,7 +486,12 @@ def TrainContextParallelPass
     whose gradient `train-autodiff` reduce-scatters; the backward gathers
     again instead of keeping the gathered keys), its causal mask comparing
     the rows' places (`context_parallel = #train.context<...>`): the scores
-    are never whole, and each rank keeps 1/c of every saved activation. The
+    are never whole, and each rank keeps 1/c of every saved activation.
+    With `exchange=ring` the attention keeps the rank's own keys and values
+    and passes them around the group inside the op (`train.attention`
+    `ring`: c - 1 point-to-point exchanges per forward, the backward's dK
+    and dV sums travelling with the blocks), so that no rank holds a
+    layer's K/V whole; its blocks in flight are planned workspace. The
     loss's sum and token count are summed over the group; each parameter
     enters through f (`train.grad_all_reduce`): its gradient is the group's
     sum. An op on positions that is none of these (an unfused attention's
@@ -500,7 +505,18 @@ def TrainContextParallelPass
            "Ranks of a context-parallel group (c)">,
     Option<"loadBalance", "load-balance", "bool", "true",
            "Each rank holds chunks p and 2c-1-p of 2c (balanced causal "
-           "work); false: a contiguous piece of s/c positions">
+           "work); false: a contiguous piece of s/c positions">,
+    Option<"exchange", "exchange", "::mlir::train::ContextExchange",
+           "::mlir::train::ContextExchange::allGather",
+           "How the attention gets the group's keys and values",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::train::ContextExchange::allGather,
+                        "all-gather",
+                        "Gathered along the sequence (their gradients "
+                        "reduce-scattered)"),
+             clEnumValN(::mlir::train::ContextExchange::ring, "ring",
+                        "Passed around the group's ring, block by block, "
+                        "inside the attention (train.attention ring)"))}]>
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }

@@ -243,6 +243,10 @@ void FunctionMemory::findAliases(llvm::EquivalenceClasses<unsigned> &aliases,
 
 unsigned FunctionMemory::readPoint(Value value, Operation *user) const {
   unsigned point = pointOf.lookup(user);
+  // An asynchronous copy reads its input until its wait.
+  if (auto transfer = dyn_cast<TransferOp>(user))
+    if (Operation *wait = transfer.getWait())
+      point = std::max(point, pointOf.lookup(wait));
   // A micro-batch loop sums each part where it is complete (after the op
   // of its body that makes it: train-unroll-accum places the sum there),
   // not at the body's end.

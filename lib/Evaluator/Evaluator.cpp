@@ -211,6 +211,7 @@ struct OpKernels {
   LogicalResult evaluate(MeanLossOp o);
   LogicalResult evaluate(CastOp o);
   LogicalResult evaluate(TransferOp o);
+  LogicalResult evaluate(TransferWaitOp o);
   LogicalResult evaluate(DropoutMaskOp o);
   LogicalResult evaluate(arith::ConstantOp o);
   LogicalResult evaluate(CountValidOp o);
@@ -1290,6 +1291,9 @@ LogicalResult OpKernels::evaluate(TransferOp o) {
   return success();
 }
 
+/// Its copy was made at the transfer.
+LogicalResult OpKernels::evaluate(TransferWaitOp) { return success(); }
+
 LogicalResult OpKernels::evaluate(CastOp o) {
   RefTensor y = get(o.getInput());
   Type elementType = o.getResult().getType().getElementType();
@@ -2009,15 +2013,15 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
         EmbeddingOp, IotaOp, ContextSliceOp, MatmulOp, AddOp, MulOp, ScaleOp,
         BiasAddOp, LayerNormOp, RMSNormOp, GeluOp, BiasGeluOp, SoftmaxOp,
         DropoutOp, RopeOp, ReshapeOp, GradAllReduceOp, TransposeOp,
-        CrossEntropyOp, MeanLossOp, CastOp, TransferOp, DropoutMaskOp,
-        CountValidOp, SliceRowsOp, EmbeddingGradOp, SumToOp, LayerNormGradOp,
-        RMSNormGradOp, GeluGradOp, BiasGeluGradOp, SoftmaxGradOp, DropoutGradOp,
-        CrossEntropyGradOp, RowMaxOp, BroadcastOp, SliceOp, SliceGradOp,
-        CrossEntropyPartOp, CrossEntropyMergeOp, CrossEntropyPartGradOp,
-        CrossEntropyMergeGradOp, AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp,
-        SGDOp, SGD8bitOp, SophiaOp, Sophia8bitOp, HessianEMAOp, SampleOp,
-        LossScaleOp, UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp,
-        LRScheduleOp, AttentionOp, AttentionGradOp>(context);
+        CrossEntropyOp, MeanLossOp, CastOp, TransferOp, TransferWaitOp,
+        DropoutMaskOp, CountValidOp, SliceRowsOp, EmbeddingGradOp, SumToOp,
+        LayerNormGradOp, RMSNormGradOp, GeluGradOp, BiasGeluGradOp,
+        SoftmaxGradOp, DropoutGradOp, CrossEntropyGradOp, RowMaxOp, BroadcastOp,
+        SliceOp, SliceGradOp, CrossEntropyPartOp, CrossEntropyMergeOp,
+        CrossEntropyPartGradOp, CrossEntropyMergeGradOp, AdamWOp, QuantizeOp,
+        DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp, SophiaOp, Sophia8bitOp,
+        HessianEMAOp, SampleOp, LossScaleOp, UnscaleGradientsOp, ClipGradNormOp,
+        SquaredNormOp, LRScheduleOp, AttentionOp, AttentionGradOp>(context);
 #define TMRT_ACTIVATION(kernel, Name)                                          \
   Name##Op::attachInterface<ActivationModel<Name##Op, trainmem::Name>>(        \
       *context);                                                               \

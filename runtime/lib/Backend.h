@@ -53,6 +53,11 @@ struct Backend {
   /// Waits until the kernels called so far have run (null: they run
   /// before they return); the kernel profile calls it after each.
   void (*synchronize)(tmrt_context *ctx);
+  /// Pins the host arena (`bytes` at `memory`) for asynchronous copies,
+  /// and unpins it before it is freed (null: nothing to do). pinHost
+  /// returns false after failing the context.
+  bool (*pinHost)(tmrt_context *ctx, void *memory, uint64_t bytes) = nullptr;
+  void (*unpinHost)(tmrt_context *ctx, void *memory) = nullptr;
 };
 
 /// How the processes of a step talk: their number, this one's rank, and a

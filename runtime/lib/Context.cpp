@@ -388,17 +388,29 @@ void tmrt::copyBetweenArenas(tmrt_context *ctx, int64_t from, int64_t to,
     ctx->transferBytes += bytes;
 }
 
-void tmrt::transferKernel(tmrt_context *ctx, int64_t from, int64_t to,
-                          int64_t bytes) {
-  if (bytes <= 0)
-    return;
+bool tmrt::checkTransferRefs(tmrt_context *ctx, int64_t from, int64_t to) {
   for (int64_t ref : {from, to})
     if (isHostRef(ref) && !ctx->hostArena) {
       ctx->failHostRef(ref);
-      return;
+      return false;
     }
+  return true;
+}
+
+void tmrt::transferKernel(tmrt_context *ctx, int64_t from, int64_t to,
+                          int64_t bytes) {
+  if (bytes <= 0 || !checkTransferRefs(ctx, from, to))
+    return;
   copyBetweenArenas(ctx, from, to, static_cast<uint64_t>(bytes),
-                    /*countTransfer=*/true);
+                    /*countTransfer=*/false);
+  recordTransfer(ctx, from, to, static_cast<uint64_t>(bytes));
+}
+
+void tmrt::recordTransfer(tmrt_context *ctx, int64_t from, int64_t to,
+                          uint64_t bytes) {
+  ctx->touch(to, bytes);
+  if (isHostRef(from) != isHostRef(to))
+    ctx->transferBytes += bytes;
   // Which host tensor each staging copy holds (an update skipped on a copy
   // is reported by the tensor's own location).
   int64_t source = locationOf(from), destination = locationOf(to);
@@ -509,6 +521,8 @@ void tmrt_context_destroy(tmrt_context *ctx) {
     return;
   if (ctx->arena)
     ctx->backend->freeArena(ctx, ctx->arena);
+  if (ctx->hostArena && ctx->backend->unpinHost)
+    ctx->backend->unpinHost(ctx, ctx->hostArena);
   std::free(ctx->hostArena);
   if (ctx->backend->close)
     ctx->backend->close(ctx);
@@ -595,6 +609,11 @@ int32_t tmrt_host_arena_alloc(tmrt_context *ctx, uint64_t bytes) {
   void *memory = nullptr;
   if (posix_memalign(&memory, 64, rounded) != 0)
     return -1;
+  // A device backend pins it, so that its copies run asynchronously.
+  if (ctx->backend->pinHost && !ctx->backend->pinHost(ctx, memory, rounded)) {
+    std::free(memory);
+    return -1;
+  }
   ctx->hostArena = static_cast<uint8_t *>(memory);
   ctx->hostArenaBytes = bytes;
   return 0;
@@ -614,6 +633,10 @@ int32_t tmrt_arena_write(tmrt_context *ctx, uint64_t offset,
   if (!inArena(ctx, offset, bytes))
     return -1;
   int64_t ref = static_cast<int64_t>(offset);
+  // The host arena as the device's queued copies leave it (an
+  // asynchronous copy ends at its wait, which the stream has passed).
+  if (tmrt::isHostRef(ref) && ctx->backend->synchronize)
+    ctx->backend->synchronize(ctx);
   if (tmrt::isHostRef(ref))
     std::memcpy(ctx->hostArena + tmrt::offsetOf(ref), source, bytes);
   else
@@ -627,6 +650,8 @@ int32_t tmrt_arena_read(tmrt_context *ctx, uint64_t offset, void *destination,
   if (!inArena(ctx, offset, bytes))
     return -1;
   int64_t ref = static_cast<int64_t>(offset);
+  if (tmrt::isHostRef(ref) && ctx->backend->synchronize)
+    ctx->backend->synchronize(ctx);
   if (tmrt::isHostRef(ref))
     std::memcpy(destination, ctx->hostArena + tmrt::offsetOf(ref), bytes);
   else

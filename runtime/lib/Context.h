@@ -93,6 +93,13 @@ void copyBetweenArenas(tmrt_context *ctx, int64_t from, int64_t to,
 /// tmrt_transfer on any backend: copyBetweenArenas counting what crosses,
 /// after checking that a host reference has a host arena to name.
 void transferKernel(tmrt_context *ctx, int64_t from, int64_t to, int64_t bytes);
+/// What a transfer between the arenas checks before it copies (each host
+/// reference has a host arena); false after failing the context.
+bool checkTransferRefs(tmrt_context *ctx, int64_t from, int64_t to);
+/// What a transfer records after it copies: `to` written, the bytes that
+/// cross counted, and which host tensor a device staging place holds.
+void recordTransfer(tmrt_context *ctx, int64_t from, int64_t to,
+                    uint64_t bytes);
 
 /// How bf16 GEMMs run (TMRT_BF16_GEMM): `widen` converts tiles to f32 and
 /// calls cblas_sgemm, which forms the same sums on every CPU as the f32

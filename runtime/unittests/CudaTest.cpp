@@ -60,6 +60,8 @@ TEST(Cuda, TheTableIsComplete) {
   EXPECT_NE(table.close, nullptr);
   EXPECT_NE(table.allocArena, nullptr);
   EXPECT_NE(table.readArena, nullptr);
+  EXPECT_NE(table.pinHost, nullptr);
+  EXPECT_NE(table.unpinHost, nullptr);
 #define TMRT_KERNEL(name, parameters, arguments)                               \
   EXPECT_NE(table.name, nullptr) << #name;
 #include "trainmem-runtime/Kernels.def"
@@ -502,6 +504,33 @@ TEST(Cuda, AnArenaLargerThanTheDeviceIsRefused) {
             std::string::npos)
       << error;
   EXPECT_NE(std::string(error).find(" B free of "), std::string::npos) << error;
+}
+
+// Asynchronous copies (tmrt_transfer_start / tmrt_transfer_wait, the side
+// stream and the pinned host arena): device -> host -> device round-trips
+// the bytes, each crossing counted once.
+TEST(Cuda, AsynchronousCopiesRoundTrip) {
+  std::string why;
+  ContextPtr ctx = cudaContext(why);
+  if (!ctx)
+    GTEST_SKIP() << why;
+  const int64_t n = int64_t(1) << 16;
+  ASSERT_EQ(tmrt_arena_alloc(ctx.get(), 2 * n), 0);
+  ASSERT_EQ(tmrt_host_arena_alloc(ctx.get(), n), 0);
+  std::vector<uint8_t> data(n);
+  for (int64_t i = 0; i < n; ++i)
+    data[i] = static_cast<uint8_t>(i * 7 + 3);
+  ASSERT_EQ(tmrt_arena_write(ctx.get(), 0, data.data(), n), 0);
+  const int64_t host = TMRT_HOST_MEMORY;
+  tmrt_transfer_start(ctx.get(), 0, host, n);
+  tmrt_transfer_wait(ctx.get(), host);
+  tmrt_transfer_start(ctx.get(), host, n, n);
+  tmrt_transfer_wait(ctx.get(), n);
+  std::vector<uint8_t> back(n);
+  ASSERT_EQ(tmrt_arena_read(ctx.get(), n, back.data(), n), 0);
+  EXPECT_EQ(back, data);
+  EXPECT_EQ(tmrt_transfer_bytes(ctx.get()), static_cast<uint64_t>(2 * n));
+  EXPECT_EQ(tmrt_context_error(ctx.get()), nullptr);
 }
 
 /// `n` normal values (f32) into `bytes` at `offset` (|x| when `positive`).

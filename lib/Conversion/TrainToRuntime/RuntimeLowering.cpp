@@ -643,13 +643,23 @@ static LogicalResult lowerCast(CastOp o, RuntimeCallBuilder &b) {
 }
 
 /// A copy between the arenas (the result's location names the host arena
-/// where the memory plan put it there).
+/// where the memory plan put it there); started here and finished at its
+/// wait where it has one.
 static LogicalResult lowerTransfer(TransferOp o, RuntimeCallBuilder &b) {
-  return b.emitContiguous(
-      o, rt::transfer{.from = b.offset(o.getInput()),
-                      .to = b.offset(o.getResult()),
-                      .bytes = static_cast<int64_t>(
-                          getTensorBytes(o.getResult().getType()))});
+  int64_t from = b.offset(o.getInput()), to = b.offset(o.getResult());
+  auto bytes = static_cast<int64_t>(getTensorBytes(o.getResult().getType()));
+  if (o.getWait())
+    return b.emitContiguous(
+        o, rt::transfer_start{.from = from, .to = to, .bytes = bytes});
+  return b.emitContiguous(o,
+                          rt::transfer{.from = from, .to = to, .bytes = bytes});
+}
+
+/// The wait of an asynchronous copy names its destination.
+static LogicalResult lowerTransferWait(TransferWaitOp o,
+                                       RuntimeCallBuilder &b) {
+  b.emit(rt::transfer_wait{.to = b.offset(o.getCopy())}, o.getLoc());
+  return success();
 }
 
 static LogicalResult lowerEmbeddingGrad(EmbeddingGradOp o, RuntimeCallBuilder &b) {
@@ -1291,6 +1301,7 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<SliceGradOp, lowerSliceGrad>(ctx);
     attach<CastOp, lowerCast>(ctx);
     attach<TransferOp, lowerTransfer>(ctx);
+    attach<TransferWaitOp, lowerTransferWait>(ctx);
     attach<EmbeddingGradOp, lowerEmbeddingGrad>(ctx);
     attach<LayerNormGradOp, lowerLayerNormGrad>(ctx);
     attach<RMSNormGradOp, lowerRMSNormGrad>(ctx);

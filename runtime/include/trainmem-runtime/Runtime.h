@@ -163,6 +163,14 @@ void tmrt_context_slice(tmrt_context *ctx, int64_t in, int64_t out,
  * back (train-offload-optimizer's staging copies). Counted in
  * tmrt_transfer_bytes. */
 void tmrt_transfer(tmrt_context *ctx, int64_t from, int64_t to, int64_t bytes);
+/* An asynchronous tmrt_transfer (train.transfer with a
+ * train.transfer_wait): the copy into `to` starts here and has finished
+ * at tmrt_transfer_wait(to); the kernels in between may run beside it.
+ * The CPU backend copies at the start; the CUDA backend copies on a side
+ * stream (the host arena pinned) and makes its stream wait at the wait. */
+void tmrt_transfer_start(tmrt_context *ctx, int64_t from, int64_t to,
+                         int64_t bytes);
+void tmrt_transfer_wait(tmrt_context *ctx, int64_t to);
 void tmrt_convert(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
 
 /* Copies a strided view (rank <= 6, padded with size 1) into a row-major

@@ -114,6 +114,14 @@ void close(tmrt_context *ctx) {
     cudaFree(state.nonFinite);
   if (state.clipWords)
     cudaFree(state.clipWords);
+  if (state.copyStream) {
+    cudaStreamSynchronize(state.copyStream);
+    cudaStreamDestroy(state.copyStream);
+  }
+  if (state.ready)
+    cudaEventDestroy(state.ready);
+  for (auto &entry : state.copies)
+    cudaEventDestroy(entry.second);
   cudaStreamDestroy(state.stream);
   delete &state;
   ctx->deviceState = nullptr;
@@ -326,6 +334,77 @@ void context_slice(tmrt_context *ctx, int64_t in, int64_t out, int64_t outer,
 // memory, the arena the device's; synchronous).
 void transfer(tmrt_context *ctx, int64_t from, int64_t to, int64_t bytes) {
   tmrt::transferKernel(ctx, from, to, bytes);
+}
+
+/// The host arena is pinned (page-locked) so that a copy on the side
+/// stream runs asynchronously and at the link's rate.
+bool pinHost(tmrt_context *ctx, void *memory, uint64_t bytes) {
+  cudaSetDevice(stateOf(ctx).device);
+  return check(ctx, cudaHostRegister(memory, bytes, cudaHostRegisterDefault),
+               "pinning the host arena");
+}
+
+void unpinHost(tmrt_context *ctx, void *memory) {
+  cudaSetDevice(stateOf(ctx).device);
+  cudaHostUnregister(memory);
+}
+
+// An asynchronous copy between the arenas on the side stream, after what
+// the stream has queued so far; its destination's event marks the end.
+// Within one arena it is the stream's own copy (nothing to overlap).
+void transfer_start(tmrt_context *ctx, int64_t from, int64_t to,
+                    int64_t bytes) {
+  bool fromHost = isHostRef(from), toHost = isHostRef(to);
+  if (bytes <= 0 || fromHost == toHost) {
+    transfer(ctx, from, to, bytes);
+    return;
+  }
+  if (!tmrt::checkTransferRefs(ctx, from, to))
+    return;
+  CudaState &state = stateOf(ctx);
+  if (!state.copyStream &&
+      (!check(
+           ctx,
+           cudaStreamCreateWithFlags(&state.copyStream, cudaStreamNonBlocking),
+           "the copy stream") ||
+       !check(ctx,
+              cudaEventCreateWithFlags(&state.ready, cudaEventDisableTiming),
+              "the copy stream's event")))
+    return;
+  cudaEvent_t &done = state.copies[locationOf(to)];
+  if (!done &&
+      !check(ctx, cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+             "a copy's event"))
+    return;
+  uint8_t *source =
+      fromHost ? ctx->hostArena + offsetOf(from) : ctx->arena + offsetOf(from);
+  uint8_t *destination =
+      toHost ? ctx->hostArena + offsetOf(to) : ctx->arena + offsetOf(to);
+  if (!check(ctx, cudaEventRecord(state.ready, state.stream),
+             "starting a copy") ||
+      !check(ctx, cudaStreamWaitEvent(state.copyStream, state.ready, 0),
+             "starting a copy") ||
+      !check(ctx,
+             cudaMemcpyAsync(destination, source, static_cast<size_t>(bytes),
+                             toHost ? cudaMemcpyDeviceToHost
+                                    : cudaMemcpyHostToDevice,
+                             state.copyStream),
+             "an asynchronous copy") ||
+      !check(ctx, cudaEventRecord(done, state.copyStream), "ending a copy"))
+    return;
+  tmrt::recordTransfer(ctx, from, to, static_cast<uint64_t>(bytes));
+}
+
+// The stream waits for the copy into `to` (the host does not).
+void transfer_wait(tmrt_context *ctx, int64_t to) {
+  CudaState &state = stateOf(ctx);
+  auto it = state.copies.find(locationOf(to));
+  if (it == state.copies.end()) {
+    // A copy within one arena ran on the stream itself.
+    return;
+  }
+  check(ctx, cudaStreamWaitEvent(state.stream, it->second, 0),
+        "waiting for a copy");
 }
 
 void copy(tmrt_context *ctx, int64_t in, int64_t out, int64_t n) {
@@ -1711,6 +1790,8 @@ Backend makeTable() {
   table.open = open;
   table.close = close;
   table.synchronize = synchronize;
+  table.pinHost = pinHost;
+  table.unpinHost = unpinHost;
   return table;
 }
 

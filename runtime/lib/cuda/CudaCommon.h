@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ struct CudaState {
   /// trainmem/Support/ExactSum.h): clip_accumulate adds into it, so no
   /// gradient leaves the device; clip_finish reads its 192 bytes back.
   int64_t *clipWords = nullptr;
+  /// Asynchronous copies between the arenas (tmrt_transfer_start): a side
+  /// stream, made at the first, that waits for `ready` (recorded on the
+  /// stream where a copy starts), and one event per destination, recorded
+  /// after its copy, that tmrt_transfer_wait makes the stream wait for.
+  cudaStream_t copyStream = nullptr;
+  cudaEvent_t ready = nullptr;
+  std::map<int64_t, cudaEvent_t> copies;
 };
 
 inline CudaState &stateOf(tmrt_context *ctx) {

@@ -193,6 +193,10 @@ uint64_t DropoutMaskOp::getFlops() { return 0; }
 
 uint64_t CountValidOp::getFlops() { return 0; }
 uint64_t TransferOp::getFlops() { return 0; }
+// A wait moves nothing: its copy is counted at the transfer.
+uint64_t TransferWaitOp::getFlops() { return 0; }
+uint64_t TransferWaitOp::getBytesRead() { return 0; }
+uint64_t TransferWaitOp::getBytesWritten() { return 0; }
 uint64_t SliceRowsOp::getFlops() { return 0; }
 
 uint64_t EmbeddingGradOp::getFlops() { return elems(getGrad()); }

@@ -2074,6 +2074,40 @@ LogicalResult SGDOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
   return success();
 }
 
+Operation *TransferOp::getWait() {
+  for (Operation *user : getResult().getUsers())
+    if (isa<TransferWaitOp>(user))
+      return user;
+  return nullptr;
+}
+
+LogicalResult TransferWaitOp::verify() {
+  TransferOp transfer = getTransfer();
+  if (!transfer)
+    return emitOpError("waits for a train.transfer's copy; its operand is "
+                       "not one");
+  Block *block = (*this)->getBlock();
+  if (transfer->getBlock() != block)
+    return emitOpError("must be in the block of the train.transfer it waits "
+                       "for");
+  for (Operation *user : getCopy().getUsers()) {
+    if (user == getOperation())
+      continue;
+    if (isa<TransferWaitOp>(user))
+      return emitOpError("is one of two waits of one copy");
+    Operation *top = block->findAncestorOpInBlock(*user);
+    if (!top || top == getOperation() ||
+        !getOperation()->isBeforeInBlock(top)) {
+      InFlightDiagnostic diag =
+          emitOpError("comes after a reader of its copy, which would read "
+                      "it before the copy has finished");
+      diag.attachNote(user->getLoc()) << "the reader";
+      return diag;
+    }
+  }
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "trainmem/Dialect/Train/IR/TrainOps.cpp.inc"
 

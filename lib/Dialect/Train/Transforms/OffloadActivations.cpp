@@ -191,14 +191,10 @@ struct TrainOffloadActivationsPass
     return chosen;
   }
 
-  /// Where the copy of `offload` comes back: before the backward of layer
-  /// layer + prefetch (the backward's first block where that layer has
-  /// none), and never after its first reader. Only blocks after the one
-  /// that makes it count: a step unrolled over micro-batches repeats the
-  /// forward and the backward.
-  Operation *reloadPoint(const Offload &offload) {
-    Operation *producer = offload.value.getOwner();
-    Block *level = producer->getBlock();
+  /// The first backward block (an op of the producer's block) that reads
+  /// `offload`, or null.
+  static Operation *firstReaderOf(const Offload &offload) {
+    Block *level = offload.value.getOwner()->getBlock();
     Operation *firstReader = nullptr;
     for (Operation *user : offload.value.getUsers()) {
       Operation *top = ancestorIn(level, user);
@@ -207,6 +203,32 @@ struct TrainOffloadActivationsPass
       if (!firstReader || top->isBeforeInBlock(firstReader))
         firstReader = top;
     }
+    return firstReader;
+  }
+
+  /// Where an asynchronous copy out of `offload` has finished: after the
+  /// first forward block after its producer (the copy overlaps it), else
+  /// at once.
+  static Operation *copiedOutAfter(const Offload &offload,
+                                   Operation *transfer) {
+    for (Operation *op = transfer->getNextNode(); op; op = op->getNextNode()) {
+      if (isForwardBlock(op))
+        return op;
+      if (isBackwardBlock(op))
+        break;
+    }
+    return transfer;
+  }
+
+  /// Where the copy of `offload` comes back: before the backward of layer
+  /// layer + prefetch (the backward's first block where that layer has
+  /// none), and never after its first reader. Only blocks after the one
+  /// that makes it count: a step unrolled over micro-batches repeats the
+  /// forward and the backward.
+  Operation *reloadPoint(const Offload &offload) {
+    Operation *producer = offload.value.getOwner();
+    Block *level = producer->getBlock();
+    Operation *firstReader = firstReaderOf(offload);
     if (prefetch == 0 || !firstReader)
       return firstReader;
     Operation *target = nullptr, *firstBackward = nullptr;
@@ -250,6 +272,22 @@ struct TrainOffloadActivationsPass
       Operation *top = ancestorIn(level, use.getOwner());
       return top && top != out && isBackwardBlock(top);
     });
+    if (async) {
+      // Out: finished after the next forward block; back: right before
+      // its first reader.
+      builder.setInsertionPointAfter(copiedOutAfter(offload, out));
+      TransferWaitOp::create(builder, loc, out.getResult());
+      Operation *reader = nullptr;
+      for (Operation *user : back.getResult().getUsers())
+        if (Operation *top = ancestorIn(level, user);
+            top && (!reader || top->isBeforeInBlock(reader)))
+          reader = top;
+      if (reader)
+        builder.setInsertionPoint(reader);
+      else
+        builder.setInsertionPointAfter(back);
+      TransferWaitOp::create(builder, loc, back.getResult());
+    }
     LLVM_DEBUG(llvm::dbgs()
                << DEBUG_TYPE << ": layer " << offload.layer << ", "
                << offload.bytes << " B to host after '" << producer->getName()

@@ -316,3 +316,15 @@ func.func @broadcast(%k: tensor<2x2x1x4x8xbf16>) -> tensor<2x2x3x4x8xbf16> {
   %r = train.broadcast %k : tensor<2x2x1x4x8xbf16> -> tensor<2x2x3x4x8xbf16>
   return %r : tensor<2x2x3x4x8xbf16>
 }
+
+// Copies between the arenas, one asynchronous (ended by its wait).
+// CHECK-LABEL: func.func @transfers
+func.func @transfers(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // CHECK: %[[H:.*]] = train.transfer %{{.*}} {to = #train.space<host>} : tensor<4x8xf32>
+  %h = train.transfer %x {to = #train.space<host>} : tensor<4x8xf32>
+  // CHECK: train.transfer_wait %[[H]] : tensor<4x8xf32>
+  train.transfer_wait %h : tensor<4x8xf32>
+  // CHECK: train.transfer %[[H]] {to = #train.space<device>} : tensor<4x8xf32>
+  %d = train.transfer %h {to = #train.space<device>} : tensor<4x8xf32>
+  return %d : tensor<4x8xf32>
+}

@@ -914,6 +914,12 @@ def Train_TransferOp : Train_NonDiffOp<"transfer", [SameOperandsAndResultType]> 
     them; the memory analysis places the result in that memory and counts
     the bytes that cross.
 
+    A copy with a `train.transfer_wait` is asynchronous: it starts here and
+    has finished at the wait, so that the compute between the two overlaps
+    it (a device copies on a side stream); its input stays live until the
+    wait, and its result is read after it. Without a wait the copy is done
+    when the op is.
+
     ```mlir
     %h = train.transfer %x {to = #train.space<host>} : tensor<4x64x256xf32>
     %d = train.transfer %h {to = #train.space<device>} : tensor<4x64x256xf32>
@@ -925,6 +931,36 @@ def Train_TransferOp : Train_NonDiffOp<"transfer", [SameOperandsAndResultType]> 
   let extraClassDeclaration = [{
     /// Whether the copy goes to host memory.
     bool toHost() { return getTo().getSpace() == ::mlir::train::MemorySpace::host; }
+    /// The wait that ends this copy (an asynchronous one), or null.
+    ::mlir::Operation *getWait();
+  }];
+}
+
+def Train_TransferWaitOp : Train_NonDiffOp<"transfer_wait", [],
+    ["getBytesRead", "getBytesWritten"]> {
+  let summary = "waits until an asynchronous train.transfer has finished";
+  let description = [{
+    The copy that made `copy` (a `train.transfer` in this block) has
+    finished: its input may be overwritten and `copy` read from here on.
+    `train-offload-activations` (`async=true`) places the wait of a copy
+    out after the next forward block and of a copy back before the
+    backward that reads it, so that the copies overlap the compute. Every
+    other reader of `copy` comes after the wait; a copy has one wait.
+
+    ```mlir
+    %h = train.transfer %x {to = #train.space<host>} : tensor<4x64x256xf32>
+    ... // the next layer's forward
+    train.transfer_wait %h : tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Train_AnyRankedTensor:$copy);
+  let assemblyFormat = "$copy attr-dict `:` type($copy)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The copy this waits for.
+    ::mlir::train::TransferOp getTransfer() {
+      return getCopy().getDefiningOp<::mlir::train::TransferOp>();
+    }
   }];
 }
 

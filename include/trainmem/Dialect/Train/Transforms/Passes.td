@@ -357,6 +357,15 @@ def TrainOffloadActivationsPass
     l + k, so that it overlaps k layers' backward; `prefetch=0` copies
     each back right before its first reader. A `prefetch` of the step's
     layers or more is an error.
+
+    With `async=true` (the default) each copy is asynchronous
+    (`train.transfer_wait`): a copy out finishes after the next forward
+    block, which it overlaps, its device tensor kept until then; a copy
+    back finishes right before its first reader, overlapping the
+    `prefetch` layers' backward between. The CPU runtime copies at the
+    transfer (the wait is then free); the CUDA runtime copies on a side
+    stream into pinned host memory and makes its stream wait at the wait.
+    `async=false` copies in place, the device tensor freed at the copy.
   }];
   let options = [
     Option<"what", "what", "::mlir::train::OffloadActivationsWhat",
@@ -371,7 +380,9 @@ def TrainOffloadActivationsPass
     Option<"minBytes", "min-bytes", "int64_t", "0",
            "Only tensors of at least this many bytes">,
     Option<"prefetch", "prefetch", "int64_t", "1",
-           "Layers ahead of its backward that a tensor comes back">
+           "Layers ahead of its backward that a tensor comes back">,
+    Option<"async", "async", "bool", "true",
+           "Copies overlap the compute (a train.transfer_wait ends each)">
   ];
 }
 

@@ -1565,16 +1565,18 @@ int main(int argc, char **argv) {
     llvm::errs() << "trainmem-plan: note: nothing fits with the activations "
                     "on the device; searched activation offload too "
                     "(--offload-activations off searches without it only)\n";
-  if (!result.escalatedContextParallel.empty())
-    llvm::errs() << "trainmem-plan: note: nothing fits with each sequence "
-                    "on one rank; searched context parallelism c = "
-                 << joinSizes(result.escalatedContextParallel)
-                 << " too (--context-parallel 1 searches c = 1 only)\n";
+  // In the order the planner escalates: t, activation offload, 16-bit
+  // sums, context parallelism.
   if (result.escalatedSixteenBitSums)
     llvm::errs() << "trainmem-plan: note: nothing fits with f32 gradient "
                     "sums; searched sums in "
                  << accumDtypeName(sixteenBitGradients(request))
                  << " too (--accumulate-dtype f32 searches f32 only)\n";
+  if (!result.escalatedContextParallel.empty())
+    llvm::errs() << "trainmem-plan: note: nothing fits with each sequence "
+                    "on one rank; searched context parallelism c = "
+                 << joinSizes(result.escalatedContextParallel)
+                 << " too (--context-parallel 1 searches c = 1 only)\n";
   noteNumerics(request, result);
   if (emit == "json")
     return printJson(request, result);

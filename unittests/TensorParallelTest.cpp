@@ -232,6 +232,37 @@ protected:
 
 TEST_P(TensorParallelTest, SplitRanksTrainAsOne) { expectRanksTrainAsOne(); }
 
+/// Context parallelism on 2 simulated ranks, gathered and in its ring form
+/// (exchange=ring: the reference evaluator runs a ring attention as the
+/// gathered one, its K/V gradients summed over the group): each gives the
+/// unsplit step's loss and gradients.
+TEST_P(TensorParallelTest, ContextRanksTrainAsOne) {
+  constexpr int64_t kRanks = 2;
+  for (std::string exchange : {"all-gather", "ring"}) {
+    OwningOpRef<ModuleOp> wholeModule, splitModule;
+    func::FuncOp whole = step(
+        "train-fuse-attention,train-autodiff{optimizer=none}", wholeModule);
+    func::FuncOp split =
+        step("train-fuse-attention,train-context-parallel{size=2 exchange=" +
+                 exchange + "},train-autodiff{optimizer=none}",
+             splitModule);
+    ASSERT_TRUE(whole && split);
+    int64_t rings = 0;
+    split.walk([&](Operation *op) { rings += getRingContext(op) ? 1 : 0; });
+    // Each layer's attention and its gradient.
+    EXPECT_EQ(rings, exchange == "ring" ? 4 : 0) << exchange;
+    FailureOr<SmallVector<RefTensor>> reference;
+    FailureOr<std::vector<SmallVector<RefTensor>>> ranks;
+    evaluateSplit(whole, split, kRanks, reference, ranks);
+    ASSERT_TRUE(succeeded(reference) && succeeded(ranks)) << exchange;
+    ASSERT_GT(whole.getNumResults(), 1u);
+    for (int64_t r = 0; r < kRanks; ++r)
+      for (unsigned i = 0; i < whole.getNumResults(); ++i)
+        EXPECT_LE(worstRelative({(*ranks)[r][i]}, {(*reference)[i]}), 1e-5)
+            << exchange << ", rank " << r << ", result " << i;
+  }
+}
+
 /// Sequence parallelism: the residual stream's norms, biases, dropout and
 /// the head on each rank's half of the sequence, gathered into the split
 /// parts and reduce-scattered out of them; the norms' weights, the biases

@@ -2126,21 +2126,12 @@ public:
   }
 
 private:
-  /// A ring attention's group passes blocks between its ranks.
-  static bool isRing(Operation *op) {
-    if (auto a = dyn_cast<AttentionOp>(op))
-      return a.getRing();
-    if (auto g = dyn_cast<AttentionGradOp>(op))
-      return g.getRing();
-    return false;
-  }
-
   static bool holdsCollective(Operation *op) {
     return op
         ->walk([](Operation *inner) {
           return isa<shard::AllReduceOp, shard::ReduceScatterOp,
                      shard::AllGatherOp, shard::AllSliceOp>(inner) ||
-                         isRing(inner)
+                         getRingContext(inner)
                      ? WalkResult::interrupt()
                      : WalkResult::advance();
         })
@@ -2295,6 +2286,17 @@ private:
     return success();
   }
 
+  /// `value` on `members`, joined along `dim` in their order.
+  RefTensor gatherAlong(Value value, ArrayRef<size_t> members, int64_t dim) {
+    std::vector<std::vector<float>> parts;
+    for (size_t member : members)
+      parts.push_back(ranks[member].get(value).floats);
+    std::vector<int64_t> shape = ranks[members.front()].get(value).shape;
+    std::vector<float> all = trainmem::joinAlong<float>(parts, shape, dim);
+    shape[dim] *= static_cast<int64_t>(members.size());
+    return RefTensor::ofFloats(shape, std::move(all));
+  }
+
   LogicalResult stepAllGather(shard::AllGatherOp gather) {
     FailureOr<ProcessGroup> group = groupOf(gather);
     if (failed(group))
@@ -2305,14 +2307,7 @@ private:
       return gather.emitError("reference evaluator: simulates gathers along "
                               "a dimension of their operand");
     for (const std::vector<size_t> &members : membersOf(*group)) {
-      std::vector<std::vector<float>> parts;
-      for (size_t member : members)
-        parts.push_back(ranks[member].get(gather.getInput()).floats);
-      std::vector<int64_t> shape =
-          ranks[members.front()].get(gather.getInput()).shape;
-      std::vector<float> all = trainmem::joinAlong<float>(parts, shape, *dim);
-      shape[*dim] *= group->size;
-      RefTensor gathered = RefTensor::ofFloats(shape, std::move(all));
+      RefTensor gathered = gatherAlong(gather.getInput(), members, *dim);
       for (size_t member : members)
         ranks[member].set(gather.getResult(), gathered);
     }
@@ -2332,17 +2327,8 @@ private:
       return op->emitError("reference evaluator: the ring's grid is not ")
              << ranks.size() << " ranks (the ranks simulated)";
     for (const std::vector<size_t> &members : membersOf(*group)) {
-      auto gatherAll = [&](Value value) {
-        std::vector<std::vector<float>> parts;
-        for (size_t member : members)
-          parts.push_back(ranks[member].get(value).floats);
-        std::vector<int64_t> shape = ranks[members.front()].get(value).shape;
-        std::vector<float> all = trainmem::joinAlong<float>(parts, shape, 2);
-        shape[2] *= group->size;
-        return RefTensor::ofFloats(shape, std::move(all));
-      };
-      RefTensor gatheredKeys = gatherAll(keys),
-                gatheredValues = gatherAll(values);
+      RefTensor gatheredKeys = gatherAlong(keys, members, 2),
+                gatheredValues = gatherAlong(values, members, 2);
       for (size_t member : members) {
         Interpreter &rank = ranks[member];
         rank.ringKeys = &gatheredKeys;
@@ -2403,12 +2389,13 @@ private:
       return stepAllSlice(slice);
     if (auto gather = dyn_cast<shard::AllGatherOp>(op))
       return stepAllGather(gather);
-    if (auto a = dyn_cast<AttentionOp>(op); a && a.getRing())
-      return stepRing(op, a.getK(), a.getV(), a.getContextParallelAttr(), {},
-                      {});
-    if (auto g = dyn_cast<AttentionGradOp>(op); g && g.getRing())
-      return stepRing(op, g.getK(), g.getV(), g.getContextParallelAttr(),
-                      g.getKGrad(), g.getVGrad());
+    if (ContextSplitAttr ring = getRingContext(op)) {
+      if (auto g = dyn_cast<AttentionGradOp>(op))
+        return stepRing(op, g.getK(), g.getV(), ring, g.getKGrad(),
+                        g.getVGrad());
+      auto a = cast<AttentionOp>(op);
+      return stepRing(op, a.getK(), a.getV(), ring, {}, {});
+    }
     if (holdsCollective(op)) {
       if (auto region = dyn_cast<TransparentRegionOpInterface>(op))
         return stepRegion(region);

@@ -4,6 +4,7 @@
 #include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainInterfaces.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
+#include "trainmem/Dialect/Train/IR/TrainUtils.h"
 
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -265,11 +266,7 @@ template <typename OpT> void attach(MLIRContext *ctx) {
 
 /// A ring attention's group: its context split's axis.
 static std::optional<ProcessGroup> contextRingGroup(Operation *op) {
-  ContextSplitAttr context;
-  if (auto a = dyn_cast<AttentionOp>(op); a && a.getRing())
-    context = a.getContextParallelAttr();
-  else if (auto g = dyn_cast<AttentionGradOp>(op); g && g.getRing())
-    context = g.getContextParallelAttr();
+  ContextSplitAttr context = getRingContext(op);
   if (!context)
     return std::nullopt;
   return getProcessGroup(op, context.getGrid(),

@@ -215,6 +215,15 @@ ContextSplitAttr mlir::train::getContextSplit(Operation *func) {
   return split;
 }
 
+ContextSplitAttr mlir::train::getRingContext(Operation *op) {
+  if (auto attention = dyn_cast<AttentionOp>(op))
+    return attention.getRing() ? attention.getContextParallelAttr()
+                               : ContextSplitAttr();
+  if (auto grad = dyn_cast<AttentionGradOp>(op))
+    return grad.getRing() ? grad.getContextParallelAttr() : ContextSplitAttr();
+  return {};
+}
+
 FailureOr<ProcessGroup> mlir::train::getContextGroup(Operation *op,
                                                      ContextSplitAttr context) {
   std::optional<ProcessGroup> group = getProcessGroup(

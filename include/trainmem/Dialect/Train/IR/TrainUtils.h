@@ -95,6 +95,11 @@ FailureOr<ProcessGroup> getSplitGroup(Operation *op, TensorSplitAttr split);
 /// the group's, `parts` blocks of them (saturated at int64's maximum).
 int64_t attentionKeys(RankedTensorType k, ContextSplitAttr context, bool ring);
 
+/// The context split of a ring attention (train.attention or
+/// train.attention_grad with `ring`), whose group it passes blocks around;
+/// null for any other op.
+ContextSplitAttr getRingContext(Operation *op);
+
 /// The context split of a step or forward cut by train-context-parallel
 /// (its train.context_slice's), or null.
 ContextSplitAttr getContextSplit(Operation *func);

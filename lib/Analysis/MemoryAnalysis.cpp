@@ -25,6 +25,7 @@
 #include <functional>
 
 #include <map>
+#include <set>
 
 using namespace mlir;
 using namespace mlir::train;
@@ -486,6 +487,21 @@ static bool isReload(Operation *op) {
   return transfer && !transfer.toHost();
 }
 
+Phase FunctionMemory::definingPhase(Value value) const {
+  Operation *def = value.getDefiningOp();
+  // What a pipeline stage receives is of the phase that first reads it (an
+  // activation from the stage before, a gradient from the one after).
+  if (isa_and_nonnull<PipelineExchangeOp>(def)) {
+    Operation *first = nullptr;
+    for (Operation *user : value.getUsers())
+      if (getPoint(user) && (!first || getPoint(user) < getPoint(first)))
+        first = user;
+    if (first)
+      return getPhase(first);
+  }
+  return getPhase(def);
+}
+
 void FunctionMemory::classify() {
   // Gradients: what flows into an optimizer's gradient operand or out as a
   // step's gradient result, through sums of partial gradients.
@@ -510,7 +526,7 @@ void FunctionMemory::classify() {
       buffer.category = MemoryCategory::Gradients;
     else if (isGathered(index))
       buffer.category = MemoryCategory::Gathered;
-    else if ((def && getPhase(def) != Phase::Forward) ||
+    else if ((def && definingPhase(buffer.owner) != Phase::Forward) ||
              !lastBackwardUser[index] || isReload(def))
       buffer.category = MemoryCategory::Temporaries;
     else
@@ -530,6 +546,26 @@ void FunctionMemory::classify() {
         gradientBytes = add(gradientBytes, buffer->bytes,
                             value.getDefiningOp(), "gradient bytes");
       }
+}
+
+SmallVector<std::pair<int64_t, int64_t>>
+FunctionMemory::getUnitsLiveAt(unsigned point) const {
+  std::set<std::pair<int64_t, int64_t>> units;
+  Block &body = func::FuncOp(func).getBody().front();
+  for (const Buffer &buffer : buffers) {
+    if (buffer.category != MemoryCategory::Activations || buffer.host ||
+        buffer.firstPoint > point || buffer.lastPoint < point)
+      continue;
+    Operation *def = buffer.owner.getDefiningOp();
+    Operation *top = def ? body.findAncestorOpInBlock(*def) : nullptr;
+    auto microBatch =
+        top ? top->getAttrOfType<IntegerAttr>(kMicroBatchAttrName) : nullptr;
+    if (!microBatch)
+      continue;
+    auto chunk = top->getAttrOfType<IntegerAttr>(kChunkAttrName);
+    units.insert({chunk ? chunk.getInt() : 0, microBatch.getInt()});
+  }
+  return SmallVector<std::pair<int64_t, int64_t>>(units.begin(), units.end());
 }
 
 uint64_t FunctionMemory::getHostBytes() const {

@@ -33,6 +33,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <unordered_map>
 
@@ -212,6 +214,7 @@ struct OpKernels {
   LogicalResult evaluate(CastOp o);
   LogicalResult evaluate(TransferOp o);
   LogicalResult evaluate(TransferWaitOp o);
+  LogicalResult evaluate(PipelineExchangeOp o);
   LogicalResult evaluate(DropoutMaskOp o);
   LogicalResult evaluate(arith::ConstantOp o);
   LogicalResult evaluate(CountValidOp o);
@@ -1294,6 +1297,15 @@ LogicalResult OpKernels::evaluate(TransferOp o) {
 /// Its copy was made at the transfer.
 LogicalResult OpKernels::evaluate(TransferWaitOp) { return success(); }
 
+LogicalResult OpKernels::evaluate(PipelineExchangeOp o) {
+  FailureOr<SmallVector<RefTensor>> received = state.exchange(o);
+  if (failed(received))
+    return failure();
+  for (auto [result, tensor] : llvm::zip(o.getReceived(), *received))
+    set(result, std::move(tensor));
+  return success();
+}
+
 LogicalResult OpKernels::evaluate(CastOp o) {
   RefTensor y = get(o.getInput());
   Type elementType = o.getResult().getType().getElementType();
@@ -2014,14 +2026,15 @@ void mlir::train::registerEvaluatorExternalModels(DialectRegistry &registry) {
         BiasAddOp, LayerNormOp, RMSNormOp, GeluOp, BiasGeluOp, SoftmaxOp,
         DropoutOp, RopeOp, ReshapeOp, GradAllReduceOp, TransposeOp,
         CrossEntropyOp, MeanLossOp, CastOp, TransferOp, TransferWaitOp,
-        DropoutMaskOp, CountValidOp, SliceRowsOp, EmbeddingGradOp, SumToOp,
-        LayerNormGradOp, RMSNormGradOp, GeluGradOp, BiasGeluGradOp,
-        SoftmaxGradOp, DropoutGradOp, CrossEntropyGradOp, RowMaxOp, BroadcastOp,
-        SliceOp, SliceGradOp, CrossEntropyPartOp, CrossEntropyMergeOp,
-        CrossEntropyPartGradOp, CrossEntropyMergeGradOp, AdamWOp, QuantizeOp,
-        DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp, SophiaOp, Sophia8bitOp,
-        HessianEMAOp, SampleOp, LossScaleOp, UnscaleGradientsOp, ClipGradNormOp,
-        SquaredNormOp, LRScheduleOp, AttentionOp, AttentionGradOp>(context);
+        PipelineExchangeOp, DropoutMaskOp, CountValidOp, SliceRowsOp,
+        EmbeddingGradOp, SumToOp, LayerNormGradOp, RMSNormGradOp, GeluGradOp,
+        BiasGeluGradOp, SoftmaxGradOp, DropoutGradOp, CrossEntropyGradOp,
+        RowMaxOp, BroadcastOp, SliceOp, SliceGradOp, CrossEntropyPartOp,
+        CrossEntropyMergeOp, CrossEntropyPartGradOp, CrossEntropyMergeGradOp,
+        AdamWOp, QuantizeOp, DequantizeOp, AdamW8bitOp, SGDOp, SGD8bitOp,
+        SophiaOp, Sophia8bitOp, HessianEMAOp, SampleOp, LossScaleOp,
+        UnscaleGradientsOp, ClipGradNormOp, SquaredNormOp, LRScheduleOp,
+        AttentionOp, AttentionGradOp>(context);
 #define TMRT_ACTIVATION(kernel, Name)                                          \
   Name##Op::attachInterface<ActivationModel<Name##Op, trainmem::Name>>(        \
       *context);                                                               \
@@ -2428,5 +2441,122 @@ mlir::train::evaluateRanks(func::FuncOp func,
   std::vector<SmallVector<RefTensor>> results;
   for (Interpreter &rank : ranks.ranks)
     results.push_back(std::move(rank.returned));
+  return results;
+}
+
+FailureOr<SmallVector<RefTensor>> EvaluationState::exchange(Operation *op) {
+  return op->emitError("reference evaluator: a train.pipeline_exchange runs "
+                       "between the stages of a pipeline: evaluate the stage "
+                       "functions together (evaluatePipeline)");
+}
+
+//===----------------------------------------------------------------------===//
+// The stages of a pipeline
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The tensors in flight between stages: (from, to, tag) to the tensor.
+using Mailbox = std::map<std::tuple<int64_t, int64_t, int64_t>, RefTensor>;
+
+/// One stage's interpreter: its exchanges post what they send to the
+/// mailbox and take what they receive from it.
+class StageInterpreter : public Interpreter {
+public:
+  StageInterpreter(int64_t stage, Mailbox &mailbox)
+      : stage(stage), mailbox(mailbox) {}
+
+  void post(PipelineExchangeOp op) {
+    for (auto [value, peer, tag] :
+         llvm::zip(op.getSends(), op.getSendPeers(), op.getSendTags()))
+      mailbox[{stage, peer, tag}] = get(value);
+  }
+  bool ready(PipelineExchangeOp op) const {
+    for (auto [peer, tag] : llvm::zip(op.getRecvPeers(), op.getRecvTags()))
+      if (!mailbox.count({peer, stage, tag}))
+        return false;
+    return true;
+  }
+  FailureOr<SmallVector<RefTensor>> exchange(Operation *op) override {
+    auto exchangeOp = cast<PipelineExchangeOp>(op);
+    SmallVector<RefTensor> received;
+    for (auto [peer, tag] :
+         llvm::zip(exchangeOp.getRecvPeers(), exchangeOp.getRecvTags())) {
+      auto it = mailbox.find({peer, stage, tag});
+      if (it == mailbox.end())
+        return op->emitError("reference evaluator: stage ")
+               << stage << " receives tag " << tag << " from stage " << peer
+               << ", which has not sent it (an exchange inside a region "
+                  "cannot wait)";
+      received.push_back(std::move(it->second));
+      mailbox.erase(it);
+    }
+    return received;
+  }
+
+private:
+  int64_t stage;
+  Mailbox &mailbox;
+};
+
+} // namespace
+
+FailureOr<std::vector<SmallVector<RefTensor>>>
+mlir::train::evaluatePipeline(ArrayRef<func::FuncOp> stages,
+                              ArrayRef<SmallVector<RefTensor>> argsPerStage) {
+  if (stages.empty() || stages.size() != argsPerStage.size())
+    return failure();
+  ensureKernelModels(func::FuncOp(stages.front()).getContext());
+  Mailbox mailbox;
+  std::vector<std::unique_ptr<StageInterpreter>> interps;
+  std::vector<Block::iterator> next;
+  std::vector<bool> posted(stages.size(), false);
+  for (auto [index, func] : llvm::enumerate(stages)) {
+    interps.push_back(
+        std::make_unique<StageInterpreter>(int64_t(index), mailbox));
+    if (failed(bindArguments(func, argsPerStage[index], *interps.back())))
+      return failure();
+    next.push_back(func::FuncOp(func).getBody().front().begin());
+  }
+  // Each stage runs until an exchange whose tensors have not all been sent;
+  // a round in which no stage moves is a deadlock.
+  while (true) {
+    bool moved = false, done = true;
+    for (auto [index, func] : llvm::enumerate(stages)) {
+      Block &body = func::FuncOp(func).getBody().front();
+      StageInterpreter &interp = *interps[index];
+      while (next[index] != body.end()) {
+        Operation *op = &*next[index];
+        if (auto exchange = dyn_cast<PipelineExchangeOp>(op)) {
+          if (!posted[index]) {
+            interp.post(exchange);
+            posted[index] = true;
+            moved = true;
+          }
+          if (!interp.ready(exchange))
+            break;
+          posted[index] = false;
+        }
+        if (failed(interp.exec(op)))
+          return failure();
+        ++next[index];
+        moved = true;
+      }
+      done &= next[index] == body.end();
+    }
+    if (done)
+      break;
+    if (!moved) {
+      for (auto [index, func] : llvm::enumerate(stages))
+        if (next[index] != func::FuncOp(func).getBody().front().end())
+          return next[index]->emitError("reference evaluator: stage ")
+                 << index
+                 << " waits here for tensors no stage sends: the "
+                    "exchanges deadlock";
+    }
+  }
+  std::vector<SmallVector<RefTensor>> results;
+  for (auto &interp : interps)
+    results.push_back(std::move(interp->returned));
   return results;
 }

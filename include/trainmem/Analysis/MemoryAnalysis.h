@@ -100,6 +100,10 @@ public:
 
   /// Live bytes at each program point.
   ArrayRef<uint64_t> getLiveBytes() const { return liveBytes; }
+  /// In a pipeline stage (train-pipeline's train.micro_batch marks): the
+  /// units, (chunk, micro-batch), whose saved activations are on the device
+  /// at `point`, in order.
+  SmallVector<std::pair<int64_t, int64_t>> getUnitsLiveAt(unsigned point) const;
   uint64_t getPeakBytes() const { return peakBytes; }
   unsigned getPeakPoint() const { return peakPoint; }
   /// The op at the peak (null when the peak is at function entry).
@@ -216,6 +220,9 @@ private:
   void classifyActivation(Buffer &buffer, mlir::Operation *reader,
                           bool readByNorm);
   void classify();
+  /// The phase of the op that makes `value` (of its first reader for what a
+  /// pipeline stage receives).
+  Phase definingPhase(Value value) const;
   /// Marks the buffers that live in host memory; whether there are any.
   bool markHostBuffers();
   /// The host-device traffic of an update that runs on the host.

@@ -54,6 +54,10 @@ public:
   /// The process's index on the data-parallel axis (a partitioned step's
   /// ranks draw dropout for their rows of the global batch); 0 on one.
   virtual int64_t getRank() const { return 0; }
+  /// A train.pipeline_exchange `op`: the tensors it receives, once the
+  /// stages that send them have (evaluatePipeline runs the stages); failure
+  /// after a diagnostic where no pipeline runs.
+  virtual FailureOr<SmallVector<RefTensor>> exchange(Operation *op);
   /// While a ring attention runs (train.attention `ring`, on the ranks
   /// evaluateRanks simulates): its group's keys and values gathered in rank
   /// order, the blocks the ring would pass round; null otherwise.
@@ -81,6 +85,16 @@ evaluate(func::FuncOp func, ArrayRef<RefTensor> args,
 /// each rank's results, or failure after a diagnostic at the op.
 FailureOr<std::vector<SmallVector<RefTensor>>>
 evaluateRanks(func::FuncOp func, ArrayRef<SmallVector<RefTensor>> argsPerRank);
+
+/// Runs one step of a pipeline-parallel program (train-pipeline): stage
+/// function `stages[k]` on `argsPerStage[k]`, each op by op, a stage
+/// waiting at a train.pipeline_exchange until its peers have sent what it
+/// receives (the stages take turns; the values do not depend on the order).
+/// Returns each stage's results, or failure after a diagnostic at the op,
+/// or at an exchange no stage can complete (a deadlock).
+FailureOr<std::vector<SmallVector<RefTensor>>>
+evaluatePipeline(ArrayRef<func::FuncOp> stages,
+                 ArrayRef<SmallVector<RefTensor>> argsPerStage);
 
 /// Attaches the train ops' (and splat arith.constant's) evaluation, as
 /// EvaluableOpInterface external models.

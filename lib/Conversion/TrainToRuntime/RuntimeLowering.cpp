@@ -656,6 +656,17 @@ static LogicalResult lowerTransfer(TransferOp o, RuntimeCallBuilder &b) {
 }
 
 /// The wait of an asynchronous copy names its destination.
+// Not lowered yet: the stages run in the reference evaluator
+// (evaluatePipeline); the MPI and NCCL point-to-point exchange is issue 53's
+// next part (docs/Pipeline.md, "Not built yet").
+static LogicalResult lowerPipelineExchange(PipelineExchangeOp o,
+                                           RuntimeCallBuilder &) {
+  return o.emitOpError(
+      "convert-train-to-runtime: a pipeline stage's exchange has no runtime "
+      "lowering yet; the stage functions run in the reference evaluator "
+      "(docs/Pipeline.md): run the step without train-pipeline");
+}
+
 static LogicalResult lowerTransferWait(TransferWaitOp o,
                                        RuntimeCallBuilder &b) {
   b.emit(rt::transfer_wait{.to = b.offset(o.getCopy())}, o.getLoc());
@@ -1302,6 +1313,7 @@ void mlir::train::registerRuntimeLoweringExternalModels(
     attach<CastOp, lowerCast>(ctx);
     attach<TransferOp, lowerTransfer>(ctx);
     attach<TransferWaitOp, lowerTransferWait>(ctx);
+    attach<PipelineExchangeOp, lowerPipelineExchange>(ctx);
     attach<EmbeddingGradOp, lowerEmbeddingGrad>(ctx);
     attach<LayerNormGradOp, lowerLayerNormGrad>(ctx);
     attach<RMSNormGradOp, lowerRMSNormGrad>(ctx);

@@ -194,6 +194,15 @@ uint64_t DropoutMaskOp::getFlops() { return 0; }
 uint64_t CountValidOp::getFlops() { return 0; }
 uint64_t TransferOp::getFlops() { return 0; }
 // A wait moves nothing: its copy is counted at the transfer.
+// A pipeline exchange reads what it sends and writes what it receives.
+uint64_t PipelineExchangeOp::getFlops() { return 0; }
+uint64_t PipelineExchangeOp::getBytesRead() { return getBytesSent(); }
+uint64_t PipelineExchangeOp::getBytesWritten() {
+  uint64_t bytes = 0;
+  for (Value value : getReceived())
+    bytes = addCount(bytes, getTensorBytes(value.getType()));
+  return bytes;
+}
 uint64_t TransferWaitOp::getFlops() { return 0; }
 uint64_t TransferWaitOp::getBytesRead() { return 0; }
 uint64_t TransferWaitOp::getBytesWritten() { return 0; }

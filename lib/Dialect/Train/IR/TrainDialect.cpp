@@ -73,6 +73,26 @@ HessianStepAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult
+PipelineStageAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                          int64_t stage, int64_t stages, int64_t microBatches,
+                          PipelineSchedule schedule, int64_t virtualStages) {
+  if (stages < 1 || stage < 0 || stage >= stages)
+    return emitError() << "#train.pipeline: stage " << stage
+                       << " is not one of " << stages << " stages";
+  if (microBatches < 1)
+    return emitError() << "#train.pipeline: micro_batches must be >= 1, got "
+                       << microBatches;
+  if (virtualStages < 1 ||
+      (virtualStages > 1 && schedule != PipelineSchedule::interleaved))
+    return emitError() << "#train.pipeline: virtual = " << virtualStages
+                       << " with schedule "
+                       << stringifyPipelineSchedule(schedule)
+                       << " (more than one chunk per stage is the "
+                          "interleaved schedule's)";
+  return success();
+}
+
 LogicalResult ZeroAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t stage, int64_t ranks, int64_t bucket,
                                int64_t prefetch) {
@@ -482,6 +502,24 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
       return op->emitOpError()
              << "'" << kZeroAttrName
              << "' is a #train.zero on the step, got " << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kPipelineStageAttrName) {
+    if (!isa<PipelineStageAttr>(attr.getValue()) ||
+        !isa<FunctionOpInterface>(op))
+      return op->emitOpError()
+             << "'" << kPipelineStageAttrName
+             << "' is a #train.pipeline on a stage function, got "
+             << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kMicroBatchAttrName ||
+      attr.getName() == kChunkAttrName) {
+    auto index = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!index || index.getInt() < 0)
+      return op->emitOpError()
+             << "'" << attr.getName().getValue()
+             << "' is an index (an integer >= 0), got " << attr.getValue();
     return success();
   }
   if (attr.getName() == kPlanArenaBytesAttrName ||

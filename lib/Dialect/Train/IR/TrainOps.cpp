@@ -698,6 +698,61 @@ template <typename OpT> static uint64_t ringWorkspace(OpT op, bool backward) {
       .bytes;
 }
 
+LogicalResult PipelineExchangeOp::verify() {
+  if (getSendPeers().size() != getSends().size() ||
+      getSendTags().size() != getSends().size())
+    return emitOpError("has ")
+           << getSends().size() << " sends but " << getSendPeers().size()
+           << " send_peers and " << getSendTags().size() << " send_tags";
+  if (getRecvPeers().size() != getReceived().size() ||
+      getRecvTags().size() != getReceived().size())
+    return emitOpError("has ")
+           << getReceived().size() << " results but " << getRecvPeers().size()
+           << " recv_peers and " << getRecvTags().size() << " recv_tags";
+  auto stage = (*this)
+                   ->getParentOfType<FunctionOpInterface>()
+                   ->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName);
+  for (ArrayRef<int64_t> peers : {getSendPeers(), getRecvPeers()})
+    for (int64_t peer : peers) {
+      if (peer < 0 || (stage && peer >= stage.getStages()))
+        return emitOpError("peer stage ")
+               << peer << " is not a stage of the pipeline"
+               << (stage ? " (" + std::to_string(stage.getStages()) + " stages)"
+                         : std::string());
+      if (stage && peer == stage.getStage())
+        return emitOpError("stage ")
+               << peer
+               << " exchanges with itself: a value stays in its "
+                  "stage's function";
+    }
+  llvm::SmallDenseSet<int64_t> tags;
+  for (ArrayRef<int64_t> all : {getSendTags(), getRecvTags()})
+    for (int64_t tag : all)
+      if (tag < 0 || !tags.insert(tag).second)
+        return emitOpError("tag ")
+               << tag
+               << " is negative or repeated: each crossing tensor has "
+                  "a tag of its own";
+  return success();
+}
+
+StringRef PipelineExchangeOp::getCollectiveKind() {
+  return getSends().empty() ? "" : "send_recv";
+}
+int64_t PipelineExchangeOp::getGroupSize() { return 2; }
+uint64_t PipelineExchangeOp::getElementsSent() {
+  uint64_t elements = 0;
+  for (Value value : getSends())
+    elements = addCount(elements, getNumElements(value.getType()));
+  return elements;
+}
+uint64_t PipelineExchangeOp::getBytesSent() {
+  uint64_t bytes = 0;
+  for (Value value : getSends())
+    bytes = addCount(bytes, getTensorBytes(value.getType()));
+  return bytes;
+}
+
 StringRef AttentionOp::getCollectiveKind() {
   return getRing() ? "send_recv" : "";
 }

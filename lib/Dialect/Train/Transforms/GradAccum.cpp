@@ -533,6 +533,9 @@ public:
         sums(loop.getNumResults()), total(loop.getNumResults()) {}
 
   LogicalResult run();
+  /// Called with each op a micro-batch's copy made at the top level, its
+  /// rows, dropouts and sums included (train-pipeline places them).
+  llvm::function_ref<void(int64_t, Operation *)> onCopy;
 
 private:
   LogicalResult check();
@@ -758,12 +761,21 @@ void Unrolling::sumParts(IRMapping &mapping) {
 }
 
 void Unrolling::copyMicroBatch(int64_t step) {
+  Block *level = builder.getInsertionBlock();
+  Block::iterator end = builder.getInsertionPoint();
+  Operation *before = end == level->begin() ? nullptr : &*std::prev(end);
   IRMapping mapping;
   mapArguments(step, mapping);
   for (Operation &op : loop.getBody().front().without_terminator())
     builder.clone(op, mapping);
   placeDraws(step, mapping);
   sumParts(mapping);
+  if (!onCopy)
+    return;
+  for (Operation &op : llvm::make_range(
+           before ? std::next(before->getIterator()) : level->begin(),
+           builder.getInsertionPoint()))
+    onCopy(step, &op);
 }
 
 LogicalResult Unrolling::run() {
@@ -807,6 +819,18 @@ LogicalResult Unrolling::run() {
   loop.erase();
   return success();
 }
+
+} // namespace
+
+LogicalResult
+unrollAccumulate(AccumulateOp loop,
+                 llvm::function_ref<void(int64_t, Operation *)> onCopy) {
+  Unrolling unrolling(loop, loop.getStepsAttr().getInt());
+  unrolling.onCopy = onCopy;
+  return unrolling.run();
+}
+
+namespace {
 
 struct TrainUnrollAccumPass
     : public impl::TrainUnrollAccumPassBase<TrainUnrollAccumPass> {

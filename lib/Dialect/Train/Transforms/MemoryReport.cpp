@@ -18,6 +18,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <map>
+#include <set>
 
 #include "trainmem/Debug/Debug.h"
 
@@ -394,6 +395,56 @@ void printText(llvm::raw_ostream &os, const FunctionMemory &memory,
   }
 }
 
+/// What a pipeline stage holds at its peak: the units (chunk, micro-batch)
+/// whose saved activations are live there, and their micro-batches.
+std::pair<int64_t, int64_t> inFlightAtPeak(const FunctionMemory &memory) {
+  SmallVector<std::pair<int64_t, int64_t>> units =
+      memory.getUnitsLiveAt(memory.getPeakPoint());
+  std::set<int64_t> microBatches;
+  for (auto [chunk, microBatch] : units)
+    microBatches.insert(microBatch);
+  return {static_cast<int64_t>(units.size()),
+          static_cast<int64_t>(microBatches.size())};
+}
+
+/// A pipeline stage's report: the step's, with its place in the pipeline
+/// and what is in flight at its peak.
+llvm::json::Value stageJSON(const FunctionMemory &memory,
+                            const MemoryPlan &plan) {
+  auto stage = memory.getFunction()->getAttrOfType<PipelineStageAttr>(
+      kPipelineStageAttrName);
+  llvm::json::Object object = *toJSON(memory, plan).getAsObject();
+  auto [units, microBatches] = inFlightAtPeak(memory);
+  object["stage"] = stage.getStage();
+  object["stages"] = stage.getStages();
+  object["schedule"] = stringifyPipelineSchedule(stage.getSchedule());
+  object["micro_batches"] = stage.getMicroBatches();
+  object["virtual"] = stage.getVirtualStages();
+  object["saved_activation_bytes"] =
+      memory.getAtPeak()[static_cast<unsigned>(MemoryCategory::Activations)];
+  object["units_in_flight"] = units;
+  object["micro_batches_in_flight"] = microBatches;
+  return object;
+}
+
+void printStageText(llvm::raw_ostream &os, const FunctionMemory &memory,
+                    const MemoryPlan &plan) {
+  auto stage = memory.getFunction()->getAttrOfType<PipelineStageAttr>(
+      kPipelineStageAttrName);
+  auto [units, microBatches] = inFlightAtPeak(memory);
+  os << "=== pipeline stage " << stage.getStage() << " of " << stage.getStages()
+     << " (" << stringifyPipelineSchedule(stage.getSchedule()) << ", "
+     << stage.getMicroBatches() << " micro-batches";
+  if (stage.getVirtualStages() > 1)
+    os << ", " << stage.getVirtualStages() << " chunks";
+  os << "): " << microBatches << " micro-batches (" << units
+     << " units) in flight at the peak, "
+     << trainmem::formatByteSize(memory.getAtPeak()[static_cast<unsigned>(
+            MemoryCategory::Activations)])
+     << " of saved activations ===\n";
+  printText(os, memory, plan);
+}
+
 struct TrainMemoryReportPass
     : public impl::TrainMemoryReportPassBase<TrainMemoryReportPass> {
   using Base::Base;
@@ -435,11 +486,25 @@ struct TrainMemoryReportPass
     return {};
   }
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    func::FuncOp func = selectFunction(module);
-    if (!func)
-      return signalPassFailure();
+  /// The stages of a pipeline-parallel program (train-pipeline), in order;
+  /// empty without.
+  static SmallVector<func::FuncOp> pipelineStages(ModuleOp module) {
+    SmallVector<func::FuncOp> stages;
+    for (auto f : module.getOps<func::FuncOp>())
+      if (f->hasAttr(kPipelineStageAttrName))
+        stages.push_back(f);
+    llvm::sort(stages, [](func::FuncOp a, func::FuncOp b) {
+      return a->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName)
+                 .getStage() <
+             b->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName)
+                 .getStage();
+    });
+    return stages;
+  }
+
+  /// Whether `func`'s arguments are tensors the report can measure (an
+  /// error that says what they are otherwise).
+  static LogicalResult checkArguments(func::FuncOp func) {
     // A lowered step (the runtime's arena pointer instead of tensors) has
     // no tensors left to measure: say so instead of printing zeros.
     // Any other argument that is not a tensor is input the report cannot
@@ -462,27 +527,63 @@ struct TrainMemoryReportPass
                "scalar input is a 0-d tensor, e.g. "
             << zeroD << ")";
       }
-      return signalPassFailure();
+      return failure();
     }
-    // Unmaterialized train.remat regions are reported as they will run:
-    // on a copy with their recompute materialized.
+    return success();
+  }
+
+  /// `func`'s memory and the plan it runs in (the one it carries, or one
+  /// made here); unmaterialized train.remat regions are measured as they
+  /// will run, on a copy with their recompute materialized.
+  struct Measured {
     OwningOpRef<ModuleOp> materialized;
     std::optional<MemoryAnalysis> ownAnalysis;
-    const FunctionMemory *memory;
+    const FunctionMemory *memory = nullptr;
+    std::optional<MemoryPlan> plan;
+  };
+  LogicalResult measure(func::FuncOp func, Measured &measured) {
+    ModuleOp module = getOperation();
+    if (failed(checkArguments(func)))
+      return failure();
     if (func.walk([](RematOp) { return WalkResult::interrupt(); })
             .wasInterrupted()) {
-      materialized = module.clone();
-      auto copy = materialized->lookupSymbol<func::FuncOp>(func.getSymName());
+      measured.materialized = module.clone();
+      auto copy =
+          measured.materialized->lookupSymbol<func::FuncOp>(func.getSymName());
       if (failed(materializeRemat(copy)))
-        return signalPassFailure();
-      ownAnalysis.emplace(copy);
-      memory = &ownAnalysis->getFunctions().front();
+        return failure();
+      measured.ownAnalysis.emplace(copy);
+      measured.memory = &measured.ownAnalysis->getFunctions().front();
     } else {
-      memory = getAnalysis<MemoryAnalysis>().lookup(func);
+      measured.memory = getAnalysis<MemoryAnalysis>().lookup(func);
     }
+    const FunctionMemory &memory = *measured.memory;
+    if (failed(memory.checkCounts("train-memory-report")))
+      return failure();
+    if (MemoryPlan::hasPlanInIR(memory.getFunction())) {
+      FailureOr<MemoryPlan> written =
+          MemoryPlan::readFromIR(memory, "train-memory-report");
+      if (failed(written))
+        return failure();
+      measured.plan = std::move(*written);
+    } else {
+      measured.plan.emplace(memory);
+    }
+    LLVM_DEBUG(llvm::dbgs()
+               << "train-memory-report: @" << func.getSymName() << ": "
+               << memory.getBuffers().size() << " buffers, arena "
+               << measured.plan->getArenaBytes() << " B ("
+               << (MemoryPlan::hasPlanInIR(func) ? "the step's"
+                                                 : "planned here")
+               << ")\n");
+    return success();
+  }
 
-    if (failed(memory->checkCounts("train-memory-report")))
-      return signalPassFailure();
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> stages;
+    if (function.empty())
+      stages = pipelineStages(module);
     std::string errorMessage;
     std::unique_ptr<llvm::ToolOutputFile> file =
         openOutputFile(output, &errorMessage);
@@ -490,31 +591,48 @@ struct TrainMemoryReportPass
       emitError(module.getLoc(), "train-memory-report: ") << errorMessage;
       return signalPassFailure();
     }
-    // The plan the step carries, where it has one (checked against the
-    // IR as the lowering checks it): what it will run in.
-    std::optional<MemoryPlan> plan;
-    if (MemoryPlan::hasPlanInIR(memory->getFunction())) {
-      FailureOr<MemoryPlan> written =
-          MemoryPlan::readFromIR(*memory, "train-memory-report");
-      if (failed(written))
+    if (!stages.empty()) {
+      if (format == ReportFormat::svg) {
+        emitError(module.getLoc(), "train-memory-report: a pipeline's "
+                                   "timeline is one stage's: name it "
+                                   "(function=")
+            << stages.front().getSymName() << ")";
         return signalPassFailure();
-      plan = std::move(*written);
-    } else {
-      plan.emplace(*memory);
+      }
+      llvm::json::Array stageObjects;
+      for (func::FuncOp stage : stages) {
+        Measured measured;
+        if (failed(measure(stage, measured)))
+          return signalPassFailure();
+        if (format == ReportFormat::json) {
+          stageObjects.push_back(stageJSON(*measured.memory, *measured.plan));
+          continue;
+        }
+        printStageText(file->os(), *measured.memory, *measured.plan);
+      }
+      if (format == ReportFormat::json)
+        file->os() << llvm::formatv("{0:2}",
+                                    llvm::json::Value(llvm::json::Object{
+                                        {"stages", std::move(stageObjects)}}))
+                   << "\n";
+      file->keep();
+      markAllAnalysesPreserved();
+      return;
     }
-    LLVM_DEBUG(llvm::dbgs()
-               << "train-memory-report: @" << func.getSymName() << ": "
-               << memory->getBuffers().size() << " buffers, arena "
-               << plan->getArenaBytes() << " B ("
-               << (MemoryPlan::hasPlanInIR(func) ? "the step's"
-                                                 : "planned here")
-               << ")\n");
+    func::FuncOp func = selectFunction(module);
+    if (!func)
+      return signalPassFailure();
+    Measured measured;
+    if (failed(measure(func, measured)))
+      return signalPassFailure();
+    const FunctionMemory *memory = measured.memory;
+    MemoryPlan &plan = *measured.plan;
     if (format == ReportFormat::json)
-      file->os() << llvm::formatv("{0:2}", toJSON(*memory, *plan)) << "\n";
+      file->os() << llvm::formatv("{0:2}", toJSON(*memory, plan)) << "\n";
     else if (format == ReportFormat::svg)
       printMemoryTimelineSvg(file->os(), *memory);
     else
-      printText(file->os(), *memory, *plan);
+      printText(file->os(), *memory, plan);
     file->keep();
     markAllAnalysesPreserved();
   }

@@ -317,6 +317,19 @@ func.func @broadcast(%k: tensor<2x2x1x4x8xbf16>) -> tensor<2x2x3x4x8xbf16> {
   return %r : tensor<2x2x3x4x8xbf16>
 }
 
+// A pipeline stage's exchange: a tensor sent, one received; one that only
+// receives; the stage and its schedule on the function.
+// CHECK-LABEL: func.func @stage
+// CHECK-SAME: train.pipeline_stage = #train.pipeline<stage = 1, stages = 4, micro_batches = 8, schedule = interleaved, virtual = 2>
+func.func @stage(%x: tensor<2x8xf32>) -> tensor<2x8xf32> attributes {train.pipeline_stage = #train.pipeline<stage = 1, stages = 4, micro_batches = 8, schedule = interleaved, virtual = 2>} {
+  // CHECK: %{{.*}} = train.pipeline_exchange send %{{.*}} : tensor<2x8xf32> {recv_peers = array<i64: 0>, recv_tags = array<i64: 3>, send_peers = array<i64: 2>, send_tags = array<i64: 1>} -> tensor<2x8xf32>
+  %g = train.pipeline_exchange send %x : tensor<2x8xf32> {send_peers = array<i64: 2>, send_tags = array<i64: 1>, recv_peers = array<i64: 0>, recv_tags = array<i64: 3>} -> tensor<2x8xf32>
+  // CHECK: train.pipeline_exchange {recv_peers = array<i64: 2>, recv_tags = array<i64: 4>, send_peers = array<i64>, send_tags = array<i64>} -> tensor<2x8xf32>
+  %h = train.pipeline_exchange {send_peers = array<i64>, send_tags = array<i64>, recv_peers = array<i64: 2>, recv_tags = array<i64: 4>} -> tensor<2x8xf32>
+  %s = train.add %g, %h {train.micro_batch = 3 : i64, train.chunk = 5 : i64} : tensor<2x8xf32>
+  return %s : tensor<2x8xf32>
+}
+
 // Copies between the arenas, one asynchronous (ended by its wait).
 // CHECK-LABEL: func.func @transfers
 func.func @transfers(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {

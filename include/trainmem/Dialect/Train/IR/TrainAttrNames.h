@@ -64,6 +64,17 @@ constexpr llvm::StringLiteral kStepAttrName =
 /// step and how often (#train.hessian_step).
 constexpr llvm::StringLiteral kHessianStepAttrName =
     TrainDialect::HessianStepAttrHelper::getNameStr();
+/// On a function train-pipeline made: which stage of the pipeline it is,
+/// and its schedule (#train.pipeline).
+constexpr llvm::StringLiteral kPipelineStageAttrName =
+    TrainDialect::PipelineStageAttrHelper::getNameStr();
+/// On an op of a pipeline stage (train-pipeline): the micro-batch whose
+/// forward or backward it runs (i64), and with interleaving its model
+/// chunk (`train.chunk`, i64).
+constexpr llvm::StringLiteral kMicroBatchAttrName =
+    TrainDialect::MicroBatchAttrHelper::getNameStr();
+constexpr llvm::StringLiteral kChunkAttrName =
+    TrainDialect::ChunkAttrHelper::getNameStr();
 /// On the step: how train-zero partitioned it (#train.zero).
 constexpr llvm::StringLiteral kZeroAttrName =
     TrainDialect::ZeroAttrHelper::getNameStr();

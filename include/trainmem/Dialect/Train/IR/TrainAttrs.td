@@ -199,6 +199,52 @@ def Train_TensorSplitAttr : Train_Attr<"TensorSplit", "split"> {
   }];
 }
 
+// The order in which a pipeline stage runs its micro-batches' forward and
+// backward (train-pipeline).
+def Train_PipelineSchedule : I32EnumAttr<"PipelineSchedule",
+    "order of a pipeline stage's forward and backward units", [
+    // Every micro-batch's forward, then every backward (Huang et al. 2019):
+    // m micro-batches in flight on every stage.
+    I32EnumAttrCase<"gpipe", 0>,
+    // One forward, one backward (Narayanan et al. 2021, PipeDream-Flush):
+    // stage k runs p - k - 1 forwards first, min(p - k, m) in flight.
+    I32EnumAttrCase<"one_f_one_b", 1>,
+    // 1F1B over v model chunks per stage (Megatron's interleaved
+    // schedule): the bubble and the first stage's activations shrink by v.
+    I32EnumAttrCase<"interleaved", 2>
+  ]> {
+  let cppNamespace = "::mlir::train";
+  let genSpecializedAttr = 0;
+}
+
+def Train_PipelineStageAttr : Train_Attr<"PipelineStage", "pipeline"> {
+  let summary = "one stage of a pipeline-parallel step";
+  let description = [{
+    The value of `train.pipeline_stage` on a function train-pipeline made:
+    it is stage `stage` of `stages`, the ranks at that position of the
+    pipeline axis run it; it runs `micro_batches` micro-batches per step in
+    `schedule`'s order over its `virtual` model chunks (chunk j of stage k
+    holds the layers of virtual stage j·stages + k). The stages exchange
+    activations and their gradients through `train.pipeline_exchange`.
+
+    ```mlir
+    func.func @train_step.stage1(...) attributes {
+        train.pipeline_stage = #train.pipeline<stage = 1, stages = 4,
+            micro_batches = 8, schedule = one_f_one_b, virtual = 1>}
+    ```
+  }];
+  let parameters = (ins "int64_t":$stage, "int64_t":$stages,
+                        "int64_t":$micro_batches,
+                        EnumParameter<Train_PipelineSchedule>:$schedule,
+                        "int64_t":$virtual_stages);
+  let assemblyFormat = [{
+    `<` `stage` `=` $stage `,` `stages` `=` $stages `,` `micro_batches` `=`
+    $micro_batches `,` `schedule` `=` $schedule `,` `virtual` `=`
+    $virtual_stages `>`
+  }];
+  let genVerifyDecl = 1;
+}
+
 def Train_ContextSplitAttr : Train_Attr<"ContextSplit", "context"> {
   let summary = "a sequence cut among a context-parallel group";
   let description = [{

@@ -55,7 +55,10 @@ def Train_Dialect : Dialect {
     "::mlir::IntegerAttr":$host_arena_bytes,
     "::mlir::DenseI64ArrayAttr":$staging_offsets,
     "::mlir::DenseI64ArrayAttr":$argument_offsets,
-    "::mlir::IntegerAttr":$workspace_offset
+    "::mlir::IntegerAttr":$workspace_offset,
+    "::mlir::train::PipelineStageAttr":$pipeline_stage,
+    "::mlir::IntegerAttr":$micro_batch,
+    "::mlir::IntegerAttr":$chunk
   );
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;

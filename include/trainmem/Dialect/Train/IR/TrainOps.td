@@ -964,6 +964,44 @@ def Train_TransferWaitOp : Train_NonDiffOp<"transfer_wait", [],
   }];
 }
 
+def Train_PipelineExchangeOp : Train_Op<"pipeline_exchange", [
+    Train_NotDifferentiated, MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<Train_CostOpInterface,
+                              ["getBytesRead", "getBytesWritten"]>,
+    DeclareOpInterfaceMethods<Train_CommunicationOpInterface>]> {
+  let summary = "sends tensors to neighbouring pipeline stages and receives theirs";
+  let description = [{
+    Between two units of a pipeline stage's schedule (train-pipeline): each
+    of `sends` goes to the stage `send_peers` names, with the tag beside
+    it; each result comes from the stage `recv_peers` names, the message
+    with its tag (one per tensor that crosses stages in a step). All of
+    them start together and the op ends when all have arrived and left, as
+    Megatron's batched send/receive does, so that the 1F1B steady state's
+    send-forward-receive-backward cannot deadlock; train-pipeline checks
+    that its schedule's exchanges complete. The stage function runs on the
+    ranks at its place of the pipeline axis; a peer is the rank at the
+    same data and tensor place in the peer stage. The sent tensors live
+    until the exchange, the received ones from it.
+
+    ```mlir
+    %g = train.pipeline_exchange send %h : tensor<2x64x64xf32>
+        {send_peers = array<i64: 1>, send_tags = array<i64: 0>,
+         recv_peers = array<i64: 1>, recv_tags = array<i64: 5>}
+        -> tensor<2x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Train_AnyRankedTensor>:$sends,
+                       DenseI64ArrayAttr:$send_peers,
+                       DenseI64ArrayAttr:$send_tags,
+                       DenseI64ArrayAttr:$recv_peers,
+                       DenseI64ArrayAttr:$recv_tags);
+  let results = (outs Variadic<Train_AnyRankedTensor>:$received);
+  let assemblyFormat = [{
+    (`send` $sends^ `:` type($sends))? attr-dict (`->` type($received)^)?
+  }];
+  let hasVerifier = 1;
+}
+
 def Train_DropoutMaskOp : Train_NonDiffOp<"dropout_mask",
     [AttrSizedOperandSegments,
      DeclareOpInterfaceMethods<Train_BatchDrawOpInterface>]> {

@@ -9,6 +9,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrs.h"
 
 #include <string>
 

@@ -532,6 +532,73 @@ def TrainContextParallelPass
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
 
+def TrainPipelinePass : Pass<"train-pipeline", "mlir::ModuleOp"> {
+  let summary = "Splits the step into pipeline stages, one function each, "
+                "with their schedule";
+  let description = [{
+    Runs on a step whose batch train-grad-accum split into `micro-batches`
+    micro-batches (its rolled `train.accumulate`), after
+    train-materialize-remat. The step's layers are cut into `stages` x
+    `virtual` chunks of consecutive layers (as many per chunk, or the
+    counts `split` gives), chunk j·stages + k on stage k; the embedding is
+    on the first chunk, the head and loss on the last. The step becomes
+    one function per stage, `@<step>.stage<k>` (`train.pipeline_stage =
+    #train.pipeline<...>`), taking the inputs and the parameters and
+    optimizer state of its layers (a parameter two stages read, tied
+    embeddings, is on both, its gradient summed where the embedding's
+    backward is and sent to the other stage's update). Its body is the
+    schedule: its chunks' forward and backward for every micro-batch in
+    the order `schedule` gives (GPipe: every forward, then every backward;
+    1F1B: stage k runs p - k - 1 forwards, then one forward and one
+    backward in turn; interleaved: 1F1B over the chunks, Megatron's
+    order), each op marked with its micro-batch (`train.micro_batch`) and
+    with interleaving its chunk (`train.chunk`); the gradients are summed
+    over the micro-batches in order, as train-unroll-accum sums them, and
+    each stage updates its own parameters after its last backward. Where a
+    value crosses stages, a `train.pipeline_exchange` sends it after the
+    unit that makes it and receives it before the first unit that reads
+    it. Gradient clipping takes each stage's exact squared norm and
+    exchanges it with every other stage, so that every stage clips by the
+    global norm, to the bit. The pass simulates the exchanges and fails if
+    they could deadlock.
+
+    Each stage function is a step for the memory analysis: its peak holds
+    the micro-batches its schedule keeps in flight (GPipe m, 1F1B
+    min(p - k, m) on stage k). Errors name what works: layers `stages` x
+    `virtual` does not divide without `split`, a `split` that does not
+    add up, fewer micro-batches than stages for 1F1B, interleaving with
+    micro-batches not a multiple of the stages, a value that flows from a
+    later unit to an earlier one on another stage (a cycle between
+    stages), and what is not built yet (train-zero, tensor or context
+    parallelism, loss scaling, offload and gradient release with
+    pipeline stages).
+  }];
+  let options = [
+    Option<"stages", "stages", "int64_t", "2", "Pipeline stages (p)">,
+    Option<"microBatches", "micro-batches", "int64_t", "0",
+           "Micro-batches per step (m): the train.accumulate's steps "
+           "(0: whatever the step has)">,
+    Option<"schedule", "schedule", "::mlir::train::PipelineSchedule",
+           "::mlir::train::PipelineSchedule::one_f_one_b",
+           "The order of each stage's forward and backward units",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::train::PipelineSchedule::gpipe, "gpipe",
+                        "Every forward, then every backward"),
+             clEnumValN(::mlir::train::PipelineSchedule::one_f_one_b, "1f1b",
+                        "One forward, one backward (PipeDream-Flush)"),
+             clEnumValN(::mlir::train::PipelineSchedule::interleaved,
+                        "interleaved",
+                        "1F1B over `virtual` chunks per stage (Megatron)"))}]>,
+    Option<"virtualStages", "virtual", "int64_t", "1",
+           "Model chunks per stage (v, the interleaved schedule's)">,
+    ListOption<"split", "split", "int64_t",
+               "Layers per chunk, in order (stages x virtual counts); "
+               "empty: as many in each">,
+    Option<"function", "function", "std::string", "\"\"",
+           "The training step (default: the function marked train.step)">
+  ];
+}
+
 def TrainZeroPass : Pass<"train-zero", "mlir::ModuleOp"> {
   let summary = "Partitions the step over data-parallel ranks (ZeRO) and "
                 "inserts the collectives";

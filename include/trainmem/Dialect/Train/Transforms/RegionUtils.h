@@ -62,6 +62,14 @@ FailureOr<SmallVector<func::FuncOp>> lookupForwards(ModuleOp module,
 /// train.accumulate loop, or a train.slice_rows of an unrolled one), or null.
 Operation *findAccumulation(func::FuncOp func);
 
+/// Unrolls `loop` completely, as train-unroll-accum does: its
+/// micro-batches one after the other, their parts summed in order.
+/// `onCopy` (if given) is called with each op made at the loop's level
+/// and the micro-batch it belongs to (its rows, its sums).
+LogicalResult
+unrollAccumulate(AccumulateOp loop,
+                 llvm::function_ref<void(int64_t, Operation *)> onCopy = {});
+
 /// Casts each part a micro-batch loop of `func` yields in another type
 /// than its f32 sum (a 16-bit gradient) in the body, right after the op
 /// that makes it (where the loop sums it), so that the cast's buffer is

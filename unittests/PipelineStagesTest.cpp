@@ -115,9 +115,17 @@ protected:
     ASSERT_TRUE(succeeded(reference));
     // Each stage's arguments and results are the step's with the same
     // markers.
+    // (A stage's #train.init also names its random stream.)
+    auto markerOf = [](DictionaryAttr attrs) -> Attribute {
+      for (StringRef name :
+           {kParamAttrName, kInputAttrName, kOptimizerStateAttrName})
+        if (Attribute marker = attrs.get(name))
+          return marker;
+      return attrs;
+    };
     auto argumentOf = [&](DictionaryAttr attrs) -> int64_t {
       for (unsigned i = 0; i < step.getNumArguments(); ++i)
-        if (step.getArgAttrDict(i) == attrs)
+        if (markerOf(step.getArgAttrDict(i)) == markerOf(attrs))
           return i;
       return -1;
     };

@@ -1063,7 +1063,197 @@ mlir::train::readCheckpointFor(StringRef dir, ArrayRef<TensorSlot> slots,
   return relayout(manifest, old, slots, layout);
 }
 
+//===----------------------------------------------------------------------===//
+// A pipeline's checkpoint
+//===----------------------------------------------------------------------===//
+
+static constexpr llvm::StringLiteral kPipelineManifestHeader =
+    "trainmem pipeline checkpoint 1";
+
+std::string mlir::train::stageFileName(int64_t stage, int64_t stages) {
+  return "stage-" + std::to_string(stage) + "-of-" + std::to_string(stages) +
+         ".bin";
+}
+
+llvm::Error mlir::train::writePipelineManifest(StringRef dir,
+                                               StringRef stepName,
+                                               int64_t stages, int64_t step) {
+  std::string manifest = kPipelineManifestHeader.str() + "\nstages " +
+                         std::to_string(stages) + "\nstep " +
+                         std::to_string(step) + "\n";
+  for (int64_t k = 0; k < stages; ++k) {
+    std::string file = (stepName + "/" + stageFileName(k, stages)).str();
+    auto buffer =
+        llvm::MemoryBuffer::getFile((dir + "/" + file).str(), /*IsText=*/false,
+                                    /*RequiresNullTerminator=*/false);
+    if (!buffer)
+      return checkpointError("cannot read the file of stage " + Twine(k) +
+                             " ('" + file +
+                             "'): " + buffer.getError().message());
+    StringRef data = (*buffer)->getBuffer();
+    manifest += "file " + std::to_string(k) + " " + file + " " +
+                std::to_string(data.size()) + " " +
+                std::to_string(fnv1a(data)) + "\n";
+  }
+  return writeAtomically(dir, "manifest", manifest);
+}
+
+bool mlir::train::isPipelineCheckpoint(StringRef dir) {
+  auto buffer = llvm::MemoryBuffer::getFile((dir + "/manifest").str(),
+                                            /*IsText=*/true);
+  return buffer && (*buffer)->getBuffer().starts_with(
+                       (kPipelineManifestHeader + "\n").str());
+}
+
+namespace {
+/// A pipeline checkpoint's manifest: its stages, step and files.
+struct PipelineManifest {
+  std::string path;
+  int64_t stages = 0, step = 0;
+  struct File {
+    std::string name;
+    uint64_t size = 0, hash = 0;
+  };
+  std::vector<File> files;
+  llvm::Error bad(const Twine &why) const {
+    return checkpointError("manifest '" + path + "' " + why);
+  }
+};
+} // namespace
+
+static llvm::Expected<PipelineManifest> readPipelineManifest(StringRef dir) {
+  PipelineManifest manifest;
+  manifest.path = (dir + "/manifest").str();
+  auto buffer = readRegularFile(manifest.path);
+  if (!buffer)
+    return checkpointError("cannot read the manifest '" + manifest.path +
+                           "': " + llvm::toString(buffer.takeError()));
+  SmallVector<StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
+  constexpr int64_t kMaxStages = int64_t(1) << 16;
+  StringRef stages = lines.size() > 1 ? lines[1] : "",
+            step = lines.size() > 2 ? lines[2] : "";
+  if (lines.size() < 3 || lines[0] != kPipelineManifestHeader ||
+      !stages.consume_front("stages ") ||
+      stages.getAsInteger(10, manifest.stages) || manifest.stages < 1 ||
+      manifest.stages > kMaxStages || !step.consume_front("step ") ||
+      step.getAsInteger(10, manifest.step) || manifest.step < 0)
+    return manifest.bad("is not a trainmem pipeline checkpoint's");
+  for (StringRef line : llvm::drop_begin(lines, 3)) {
+    SmallVector<StringRef> fields;
+    line.split(fields, ' ');
+    int64_t stage = 0;
+    PipelineManifest::File file;
+    if (fields.size() != 5 || fields[0] != "file" ||
+        fields[1].getAsInteger(10, stage) ||
+        stage != static_cast<int64_t>(manifest.files.size()) ||
+        fields[2].contains("..") || fields[3].getAsInteger(10, file.size) ||
+        fields[4].getAsInteger(10, file.hash))
+      return manifest.bad("has a line that is not a stage's file: '" + line +
+                          "'");
+    file.name = fields[2].str();
+    manifest.files.push_back(std::move(file));
+  }
+  if (static_cast<int64_t>(manifest.files.size()) != manifest.stages)
+    return manifest.bad("names " + Twine(manifest.files.size()) +
+                        " files for " + Twine(manifest.stages) + " stages");
+  return manifest;
+}
+
+/// The tensors of `slots` from `all` (each checked against its saved
+/// type); with `partial`, `all` may hold others.
+static llvm::Expected<Checkpoint>
+selectSlots(const std::string &what, const Checkpoint &all,
+            const std::map<std::string, SavedType> &types,
+            ArrayRef<TensorSlot> slots, bool partial) {
+  Checkpoint checkpoint;
+  checkpoint.step = all.step;
+  checkpoint.identity = all.identity;
+  auto mismatch = [&](const Twine &why) {
+    return checkpointError(what + " does not match this step: " + why);
+  };
+  for (const TensorSlot &slot : slots) {
+    if (!isState(slot))
+      continue;
+    std::string name = slot.stateName();
+    auto it = types.find(name);
+    if (it == types.end())
+      return mismatch("it has no " + slot.roleName() + " '" + slot.key + "'");
+    SavedType expected{slot.dtypeName().str(), slot.shape};
+    if (it->second.text() != expected.text() ||
+        all.tensors.at(name).size() != slot.bytes)
+      return mismatch(slot.roleName() + " '" + slot.key + "' is " +
+                      it->second.text() + " there and " + expected.text() +
+                      " here");
+    checkpoint.tensors[name] = all.tensors.at(name);
+  }
+  if (!partial && checkpoint.tensors.size() != all.tensors.size())
+    return mismatch("it holds other tensors as well");
+  return checkpoint;
+}
+
+llvm::Expected<Checkpoint>
+mlir::train::readPipelineCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots,
+                                    bool partial) {
+  llvm::Expected<PipelineManifest> manifest = readPipelineManifest(dir);
+  if (!manifest)
+    return manifest.takeError();
+  Checkpoint joined;
+  std::map<std::string, SavedType> types;
+  for (auto [stage, file] : llvm::enumerate(manifest->files)) {
+    std::string path = (dir + "/" + file.name).str();
+    auto buffer = readRegularFile(path);
+    if (!buffer)
+      return manifest->bad(
+          "names '" + file.name + "' for stage " + Twine(stage) +
+          ", which cannot be read: " + llvm::toString(buffer.takeError()));
+    StringRef data = (*buffer)->getBuffer();
+    if (data.size() != file.size || fnv1a(data) != file.hash)
+      return manifest->bad("names '" + file.name + "' for stage " +
+                           Twine(stage) +
+                           " with another size or checksum than the file has");
+    llvm::Expected<ParsedCheckpoint> parsed = parseCheckpointFile(path);
+    if (!parsed)
+      return parsed.takeError();
+    if (parsed->checkpoint.step != manifest->step)
+      return manifest->bad("is of step " + Twine(manifest->step) + ", '" +
+                           file.name + "' of step " +
+                           Twine(parsed->checkpoint.step));
+    if (stage == 0)
+      joined.identity = parsed->checkpoint.identity;
+    joined.step = parsed->checkpoint.step;
+    for (auto &[name, bytes] : parsed->checkpoint.tensors) {
+      auto [it, inserted] = joined.tensors.try_emplace(name, bytes);
+      if (!inserted && it->second != bytes)
+        return manifest->bad("holds '" + name +
+                             "' on two stages with different values");
+      types.try_emplace(name, parsed->types.at(name));
+    }
+  }
+  return selectSlots(("pipeline checkpoint '" + dir + "'").str(), joined, types,
+                     slots, partial);
+}
+
+llvm::Expected<Checkpoint>
+mlir::train::readStageOfCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots) {
+  std::string path = (dir + "/checkpoint.bin").str();
+  llvm::Expected<ParsedCheckpoint> parsed = parseCheckpointFile(path);
+  if (!parsed)
+    return parsed.takeError();
+  return selectSlots("checkpoint '" + path + "'", parsed->checkpoint,
+                     parsed->types, slots, /*partial=*/true);
+}
+
 std::optional<std::string> mlir::train::describeCheckpoint(StringRef dir) {
+  if (isPipelineCheckpoint(dir)) {
+    llvm::Expected<PipelineManifest> manifest = readPipelineManifest(dir);
+    if (!manifest) {
+      llvm::consumeError(manifest.takeError());
+      return std::string("a pipeline checkpoint");
+    }
+    return "a pipeline checkpoint of step " + std::to_string(manifest->step) +
+           " over " + std::to_string(manifest->stages) + " stages";
+  }
   if (llvm::sys::fs::exists(dir + "/manifest")) {
     llvm::Expected<Manifest> manifest = readManifest(dir);
     if (!manifest) {

@@ -442,7 +442,11 @@ llvm::Error Session::checkSlots() {
   targetsSlot = slots.findArgument(SlotRole::input, "targets");
   stepSlot = slots.findArgument(SlotRole::input, "step");
   lossSlot = slots.findResult(SlotRole::loss);
-  if (!tokensSlot || !targetsSlot || !stepSlot || !lossSlot) {
+  // A pipeline's last stage holds the loss; the others report none.
+  bool lossElsewhere =
+      pipelineStages > 1 && pipelineStage != pipelineStages - 1;
+  if (!tokensSlot || !targetsSlot || !stepSlot ||
+      (!lossSlot && !lossElsewhere)) {
     return runError(
         "the step needs 'tokens', 'targets' and 'step' inputs and a "
         "loss result");
@@ -602,6 +606,15 @@ llvm::Error Session::start() {
   }
   int64_t world = tmrt_world_size(ctx);
   rank = tmrt_rank(ctx);
+  if (pipelineStages > 1 &&
+      (world != ranks || rank % pipelineStages != pipelineStage))
+    return runError("the step is stage " + std::to_string(pipelineStage) +
+                    " of a pipeline of " + std::to_string(pipelineStages) +
+                    " stages, run by rank " + std::to_string(rank) + " of " +
+                    std::to_string(world) +
+                    " processes: run one process per stage (mpirun -np " +
+                    std::to_string(pipelineStages) +
+                    "), rank k running stage k");
   if (world != ranks) {
     return runError(
         ranks > 1 ? "the step is partitioned for " + std::to_string(ranks) +
@@ -661,6 +674,12 @@ llvm::Error Session::start() {
 }
 
 void Session::readRanks(Operation *marked, func::FuncOp stepFunc) {
+  // A pipeline stage (train-pipeline): one of `stages` consecutive ranks.
+  if (auto stage =
+          marked->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName)) {
+    pipelineStages = stage.getStages();
+    pipelineStage = stage.getStage();
+  }
   // The ranks train-zero partitioned it for.
   if (auto zero = marked->getAttrOfType<ZeroAttr>(kZeroAttrName)) {
     ranks = zero.getRanks();
@@ -679,6 +698,7 @@ void Session::readRanks(Operation *marked, func::FuncOp stepFunc) {
         ranks = std::max(ranks, group->gridRanks);
     });
   }
+  ranks *= pipelineStages;
 }
 
 /// The rank's part of `values` (a whole tensor's) for `slot`: all of it,
@@ -720,7 +740,8 @@ llvm::Error Session::initialize(const Checkpoint *weights) {
       std::vector<float> values =
           weights ? floatValues(slot.elementType,
                                 weights->tensors.at(slot.stateName()))
-                  : initialValues(whole, paramIndex, options.seed);
+                  : initialValues(whole, slot.initStream.value_or(paramIndex),
+                                  options.seed);
       ++paramIndex;
       // A std too large for f32 would start training from infinities.
       if (!llvm::all_of(values, [](float v) { return std::isfinite(v); })) {
@@ -777,7 +798,9 @@ llvm::Expected<float> Session::meanLossOverRanks(float loss) const {
     const char *why = tmrt_context_error(ctx);
     return runError(why ? why : "the ranks could not sum their losses");
   }
-  return static_cast<float>(static_cast<double>(sum) / ranks);
+  // A pipeline's stages but its last report 0: the mean over its copies.
+  return static_cast<float>(static_cast<double>(sum) /
+                            (ranks / pipelineStages));
 }
 
 void Session::abortRanks(int code) const {
@@ -930,7 +953,8 @@ llvm::Expected<float> Session::runStep(int64_t step, ArrayRef<int64_t> tokens,
     }
     tmrt_clear_skipped_updates(ctx);
     copyStateBack(layout.results);
-    tmrt_arena_read(ctx, lossSlot->location(), &loss, 4);
+    if (lossSlot)
+      tmrt_arena_read(ctx, lossSlot->location(), &loss, 4);
     return loss;
   }
 
@@ -966,6 +990,25 @@ llvm::Error Session::save(StringRef dir, int64_t step,
                       std::to_string(step) + ": " + why);
     return llvm::Error::success();
   };
+  // A pipeline: each stage its tensors whole in a file of the step's
+  // directory, then rank 0 the manifest that names them, so that it names
+  // a complete set only.
+  if (pipelineStages > 1) {
+    std::string stepName = "step-" + std::to_string(step);
+    if (llvm::Error failure = writeCheckpoint(
+            (dir + "/" + stepName).str(), step, identity, layout.arguments,
+            read, stageFileName(pipelineStage, pipelineStages)))
+      return failure;
+    if (llvm::Error failure = barrier())
+      return failure;
+    if (rank == 0) {
+      if (llvm::Error failure =
+              writePipelineManifest(dir, stepName, pipelineStages, step))
+        return failure;
+      removeOtherCheckpoints(dir, stepName);
+    }
+    return barrier();
+  }
   // The ranks of a context group hold the same state: the first of each
   // writes it (getCheckpointLayout folds the group into one rank).
   CheckpointLayout shardLayout = getCheckpointLayout();

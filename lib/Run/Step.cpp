@@ -323,6 +323,8 @@ static LogicalResult readSlots(Operation *step, StringRef attrName,
     if (*init) {
       slot.init = init->getKind();
       slot.initStd = init->getStd().convertToDouble();
+      if (init->getStream() >= 0)
+        slot.initStream = init->getStream();
     }
     if (slot.role == SlotRole::none &&
         dict.get(getSlotEntryName(kLossAttrName)))

@@ -157,10 +157,16 @@ llvm::Error Trainer::resume() {
     return session.initialize(&**weights);
   }
   CheckpointLayout ranks = session.getCheckpointLayout();
+  // A pipeline's checkpoint on any layout; one rank's on a pipeline's
+  // stages, each its tensors.
+  bool stages = session.getPipelineStages() > 1;
   llvm::Expected<Checkpoint> read =
-      llvm::sys::fs::exists(dir + "/manifest")
+      isPipelineCheckpoint(dir)
+          ? readPipelineCheckpoint(dir, layout.arguments, stages)
+      : llvm::sys::fs::exists(dir + "/manifest")
           ? readShardedCheckpoint(dir, layout.arguments, ranks)
-          : readCheckpointFor(dir, layout.arguments, ranks);
+      : stages ? readStageOfCheckpoint(dir, layout.arguments)
+               : readCheckpointFor(dir, layout.arguments, ranks);
   if (!read)
     return read.takeError();
   const Checkpoint &checkpoint = *read;
@@ -429,7 +435,8 @@ Trainer::run(function_ref<void(const StepReport &)> onRan,
     // one).
     report.tokensPerSecond =
         (step - summary.firstStep + 1) * batchSize *
-        (ranks / (session.getTensorParts() * session.getContextParts())) *
+        (ranks / (session.getTensorParts() * session.getContextParts() *
+                  session.getPipelineStages())) *
         seqLen / std::max(report.seconds, 1e-9);
     onStep(report);
     llvm::Expected<int> stop = agreeOnStop();

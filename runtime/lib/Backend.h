@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tmrt {
 
@@ -60,6 +61,16 @@ struct Backend {
   void (*unpinHost)(tmrt_context *ctx, void *memory) = nullptr;
 };
 
+/// One message of a pipeline stage's exchange (tmrt_exchange_*): `bytes`
+/// at `data` sent to, or received from, world rank `rank`, with `tag`.
+struct Message {
+  bool send;
+  void *data;
+  uint64_t bytes;
+  int64_t rank;
+  int64_t tag;
+};
+
 /// How the processes of a step talk: their number, this one's rank, and a
 /// point-to-point exchange that the collectives' rings are built of
 /// (cpu/Collectives.cpp), plus a broadcast and a barrier. Each returns
@@ -75,6 +86,9 @@ struct Communicator {
   bool (*broadcast)(tmrt_context *ctx, void *data, uint64_t bytes,
                     int64_t root);
   bool (*barrier)(tmrt_context *ctx);
+  /// Starts every message of `messages` and returns when all have arrived
+  /// and left (a pipeline stage's exchange).
+  bool (*exchange)(tmrt_context *ctx, const Message *messages, size_t count);
   /// Ends every rank's process (a rank that fails must not leave the others
   /// waiting for it); one process has nothing to end.
   void (*abort)(tmrt_context *ctx, int code);
@@ -91,6 +105,17 @@ struct Group {
   /// The world rank of the group's `i`-th member.
   int64_t member(int64_t i) const { return base + i * stride; }
 };
+/// Notes a message of the pipeline exchange begun (tmrt_exchange_send /
+/// _recv), checking its size and tag; and takes the exchange's messages,
+/// each peer resolved to its world rank, with the bytes it sends and
+/// receives (false after failing the context: a peer outside the world).
+/// `dataOf` gives a reference's memory.
+void noteExchange(tmrt_context *ctx, bool send, int64_t ref, int64_t bytes,
+                  int64_t peer, int64_t tag);
+bool takeExchange(tmrt_context *ctx, void *(*dataOf)(tmrt_context *, int64_t),
+                  std::vector<Message> &messages, uint64_t &sent,
+                  uint64_t &received);
+
 /// This rank's group (size, stride); false after failing the context
 /// (naming `kernel`) when the world does not split into such groups.
 bool groupOf(tmrt_context *ctx, const char *kernel, int64_t size,

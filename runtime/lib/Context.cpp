@@ -262,12 +262,23 @@ static bool singleBroadcast(tmrt_context *, void *, uint64_t, int64_t) {
   return true;
 }
 static bool singleBarrier(tmrt_context *) { return true; }
+// A pipeline's stages are processes: one process has no other stage.
+static bool singleExchange(tmrt_context *ctx, const Message *messages,
+                           size_t count) {
+  if (count == 0)
+    return true;
+  ctx->fail("single: a pipeline stage exchanges tensors with rank " +
+            std::to_string(messages[0].rank) +
+            ", and one process has only rank 0: run one process per stage "
+            "(mpirun -np <stages>)");
+  return false;
+}
 static void singleAbort(tmrt_context *, int) {}
 
 const Communicator &tmrt::singleProcessCommunicator() {
   static const Communicator communicator = {
-      "single", singleSize, singleRank, singleSendRecv, singleBroadcast,
-      singleBarrier, singleAbort};
+      "single",        singleSize,    singleRank,     singleSendRecv,
+      singleBroadcast, singleBarrier, singleExchange, singleAbort};
   return communicator;
 }
 
@@ -338,6 +349,47 @@ bool tmrt::reductionOf(tmrt_context *ctx, const char *kernel, int64_t reduction,
               " is not sum (0), average (1) or max (2)");
     return false;
   }
+}
+
+void tmrt::noteExchange(tmrt_context *ctx, bool send, int64_t ref,
+                        int64_t bytes, int64_t peer, int64_t tag) {
+  if (bytes < 0 || tag < 0 || peer == 0) {
+    ctx->fail(std::string("exchange_") + (send ? "send" : "recv") +
+              ": a message of " + std::to_string(bytes) + " bytes, tag " +
+              std::to_string(tag) + ", " + std::to_string(peer) +
+              " ranks away (a stage exchanges with another rank)");
+    return;
+  }
+  ctx->pendingExchange.push_back({send, ref, bytes, peer, tag});
+}
+
+bool tmrt::takeExchange(tmrt_context *ctx,
+                        void *(*dataOf)(tmrt_context *, int64_t),
+                        std::vector<Message> &messages, uint64_t &sent,
+                        uint64_t &received) {
+  int64_t rank = ctx->communicator->rank(ctx);
+  int64_t world = ctx->communicator->size(ctx);
+  messages.clear();
+  sent = received = 0;
+  std::vector<tmrt_context::PendingMessage> pending;
+  pending.swap(ctx->pendingExchange);
+  for (const tmrt_context::PendingMessage &m : pending) {
+    int64_t peer = rank + m.peer;
+    if (peer < 0 || peer >= world) {
+      ctx->fail("exchange_end: rank " + std::to_string(rank) +
+                " exchanges with rank " + std::to_string(peer) +
+                ", outside the " + std::to_string(world) +
+                " ranks: a pipeline of p stages runs on p times the ranks "
+                "of one stage (mpirun -np)");
+      return false;
+    }
+    messages.push_back({m.send, dataOf(ctx, m.ref),
+                        static_cast<uint64_t>(m.bytes), peer, m.tag});
+    (m.send ? sent : received) += static_cast<uint64_t>(m.bytes);
+    if (!m.send)
+      ctx->touch(m.ref, static_cast<uint64_t>(m.bytes));
+  }
+  return !ctx->hasError;
 }
 
 bool tmrt::groupOf(tmrt_context *ctx, const char *kernel, int64_t size,

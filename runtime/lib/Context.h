@@ -174,6 +174,14 @@ struct tmrt_context {
   /// The staging copies tmrt_transfer has brought in and not yet sent
   /// back: (device location, host location).
   std::vector<std::pair<int64_t, int64_t>> staged;
+  /// The messages of the pipeline exchange begun and not yet ended: sends
+  /// (true) and receives, by reference, bytes, peer (ranks from this one)
+  /// and tag.
+  struct PendingMessage {
+    bool send;
+    int64_t ref, bytes, peer, tag;
+  };
+  std::vector<PendingMessage> pendingExchange;
   /// The clip's sum of squares, exact (trainmem/Support/ExactSum.h).
   int64_t clipSum[trainmem::kExactSumWords] = {};
   double clipScale = 1.0;

@@ -193,6 +193,13 @@ static cl::opt<std::string> contextParallelOptions(
              "--fuse-attention)"),
     cl::cat(category));
 
+static cl::opt<std::string> pipelineOptions(
+    "pipeline",
+    cl::desc("Cut the step into pipeline stages, one per process mpirun "
+             "starts (train-pipeline options, e.g. \"stages=2 "
+             "micro-batches=4 schedule=1f1b\"; stages: the process count)"),
+    cl::cat(category));
+
 static cl::opt<std::string> tensorParallelOptions(
     "tensor-parallel",
     cl::desc("Split the model's attention and MLPs over the processes "
@@ -342,7 +349,31 @@ static FailureOr<int64_t> groupSizeOf(StringRef text, StringRef flag,
 }
 
 static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
-                                         int64_t worldSize, ModuleOp module) {
+                                         int64_t worldSize, int64_t worldRank,
+                                         ModuleOp module) {
+  if (pipelineOptions.getNumOccurrences()) {
+    if (StringRef(pipelineOptions).contains("select-stage"))
+      return refuse("--pipeline takes train-pipeline's options but "
+                    "select-stage: each process runs the stage of its rank");
+    // The stages (train-pipeline's default 2): the processes must be as many.
+    std::optional<int64_t> stages = 2;
+    for (StringRef option : llvm::split(StringRef(pipelineOptions), ' '))
+      if (option.consume_front("stages=") &&
+          (option.getAsInteger(10, *stages) || *stages < 1))
+        return refuse("--pipeline: stages must be a count, got '" + option +
+                      "'");
+    if (*stages != worldSize)
+      return refuse("--pipeline stages=" + llvm::Twine(*stages) + " on " +
+                    llvm::Twine(worldSize) +
+                    " processes: one process per stage (mpirun -np " +
+                    llvm::Twine(*stages) +
+                    "); data parallelism over pipelines is not built yet");
+    if (zeroOptions.getNumOccurrences())
+      return refuse("--pipeline with --zero is not built yet "
+                    "(docs/Pipeline.md, \"Not built yet\")");
+    options.pipeline = pipelineOptions +
+                       " select-stage=" + std::to_string(worldRank % *stages);
+  }
   options.autodiff = autodiffOptions;
   options.remat = rematOptions;
   options.gradAccum = gradAccumOptions;
@@ -435,6 +466,7 @@ static std::vector<std::string> shapingOptions() {
           zeroOptions,
           tensorParallelOptions,
           contextParallelOptions,
+          pipelineOptions,
           lossScaleOptions,
           fuseAttention ? "fuse-attention" : "",
           fuseElementwise ? "fuse-elementwise" : "",
@@ -710,7 +742,7 @@ int main(int argc, char **argv) {
     if (StringRef(rankText).getAsInteger(10, worldRank))
       return fail("OMPI_COMM_WORLD_RANK is '" + llvm::Twine(rankText) + "'");
   TrainStepPipelineOptions pipeline;
-  if (failed(fillPipelineOptions(pipeline, worldSize, *module)) ||
+  if (failed(fillPipelineOptions(pipeline, worldSize, worldRank, *module)) ||
       failed(prepareStep(*module, pipeline)))
     return 1;
 

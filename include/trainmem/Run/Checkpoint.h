@@ -131,6 +131,29 @@ llvm::Error writeManifest(StringRef dir, StringRef stepName,
                           const CheckpointLayout &layout, int64_t step,
                           ArrayRef<TensorSlot> slots);
 
+/// A pipeline's checkpoint (trainmem-run --pipeline): each stage's
+/// tensors, whole, in a file of its own in a directory of the step
+/// (`stageFileName`), and `dir`/manifest naming the files with their sizes
+/// and checksums ("trainmem pipeline checkpoint 1"), written by rank 0
+/// after every stage's file.
+std::string stageFileName(int64_t stage, int64_t stages);
+llvm::Error writePipelineManifest(StringRef dir, StringRef stepName,
+                                  int64_t stages, int64_t step);
+/// Whether `dir`/manifest is a pipeline checkpoint's.
+bool isPipelineCheckpoint(StringRef dir);
+/// The tensors of `slots` from a pipeline checkpoint, on any layout: every
+/// stage's file checked (size, checksum, one step) and their tensors joined
+/// (a tensor two stages hold, tied embeddings, must be the same bytes).
+/// With `partial` (a stage of a pipeline) the files may hold tensors
+/// `slots` does not; without (one rank) they hold exactly these.
+llvm::Expected<Checkpoint>
+readPipelineCheckpoint(StringRef dir, ArrayRef<TensorSlot> slots, bool partial);
+
+/// The tensors of `slots` (a pipeline stage's) from one rank's checkpoint
+/// `dir`/checkpoint.bin, which holds them and the other stages'.
+llvm::Expected<Checkpoint> readStageOfCheckpoint(StringRef dir,
+                                                 ArrayRef<TensorSlot> slots);
+
 /// Removes from `dir` every checkpoint but `keep`: one rank's
 /// checkpoint.bin, a sharded one's manifest and step-K directories.
 void removeOtherCheckpoints(StringRef dir, StringRef keep);

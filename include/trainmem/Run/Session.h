@@ -176,7 +176,13 @@ public:
   /// group, which train on the same rows, each on its positions (1
   /// without).
   int64_t getContextParts() const { return contextParts; }
-  int64_t getDataRank() const { return rank / (tensorParts * contextParts); }
+  int64_t getDataRank() const {
+    return rank / (tensorParts * contextParts * pipelineStages);
+  }
+  /// Pipeline parallelism (train-pipeline): the stages (1 without) and this
+  /// rank's; the ranks of a pipeline train on the same rows.
+  int64_t getPipelineStages() const { return pipelineStages; }
+  int64_t getPipelineStage() const { return pipelineStage; }
   /// The mean of `value` over the ranks, in rank order (every rank gets
   /// it); `value` itself on one rank.
   llvm::Expected<double> meanOverRanks(double value) const;
@@ -246,6 +252,7 @@ private:
   /// lowered step's, or its collectives' grid's.
   void readRanks(Operation *marked, func::FuncOp stepFunc);
   int64_t ranks = 1, rank = 0, zeroStage = 0, tensorParts = 1, contextParts = 1;
+  int64_t pipelineStages = 1, pipelineStage = 0;
   uint64_t plannedBytesSent = 0;
   const TensorSlot *tokensSlot = nullptr, *targetsSlot = nullptr,
                    *stepSlot = nullptr, *lossSlot = nullptr;

@@ -90,6 +90,9 @@ struct TensorSlot {
   /// Parameters: how they start (from #train.init); none without one.
   std::optional<InitKind> init;
   double initStd = 0.0;
+  /// The random stream of its initial values (#train.init's `stream`: its
+  /// index among the whole model's parameters), if the step names one.
+  std::optional<unsigned> initStream;
   int64_t numElements() const;
   StringRef roleName() const { return getSlotRoleName(role); }
   StringRef dtypeName() const { return getDtypeName(elementType); }

@@ -11,6 +11,7 @@
 #include "trainmem-runtime/ForEach.h"
 #include "trainmem/Analysis/Layout.h"
 #include "trainmem/Dialect/Train/IR/ShardModels.h"
+#include "trainmem/Dialect/Train/IR/TrainAttrNames.h"
 #include "trainmem/Dialect/Train/IR/TrainDialect.h"
 #include "trainmem/Dialect/Train/IR/TrainOps.h"
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
@@ -656,15 +657,36 @@ static LogicalResult lowerTransfer(TransferOp o, RuntimeCallBuilder &b) {
 }
 
 /// The wait of an asynchronous copy names its destination.
-// Not lowered yet: the stages run in the reference evaluator
-// (evaluatePipeline); the MPI and NCCL point-to-point exchange is issue 53's
-// next part (docs/Pipeline.md, "Not built yet").
+// A pipeline stage's exchange: its messages noted, then started together.
+// A peer stage is the rank (peer - stage) ranks away: the stages of a
+// pipeline are consecutive ranks (train-pipeline refuses the inner axes it
+// would have to stride over).
 static LogicalResult lowerPipelineExchange(PipelineExchangeOp o,
-                                           RuntimeCallBuilder &) {
-  return o.emitOpError(
-      "convert-train-to-runtime: a pipeline stage's exchange has no runtime "
-      "lowering yet; the stage functions run in the reference evaluator "
-      "(docs/Pipeline.md): run the step without train-pipeline");
+                                           RuntimeCallBuilder &b) {
+  auto stage = o->getParentOfType<FunctionOpInterface>()
+                   ->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName);
+  if (!stage)
+    return o.emitOpError("is outside a pipeline stage's function (one "
+                         "train-pipeline made): its peers have no ranks");
+  b.emit(rt::exchange_begin{}, o.getLoc());
+  for (auto [value, peer, tag] :
+       llvm::zip(o.getSends(), o.getSendPeers(), o.getSendTags()))
+    b.emit(rt::exchange_send{.in = b.offset(value),
+                             .bytes = static_cast<int64_t>(
+                                 getTensorBytes(value.getType())),
+                             .peer = peer - stage.getStage(),
+                             .tag = tag},
+           o.getLoc());
+  for (auto [value, peer, tag] :
+       llvm::zip(o.getReceived(), o.getRecvPeers(), o.getRecvTags()))
+    b.emit(rt::exchange_recv{.out = b.offset(value),
+                             .bytes = static_cast<int64_t>(
+                                 getTensorBytes(value.getType())),
+                             .peer = peer - stage.getStage(),
+                             .tag = tag},
+           o.getLoc());
+  b.emit(rt::exchange_end{}, o.getLoc());
+  return success();
 }
 
 static LogicalResult lowerTransferWait(TransferWaitOp o,

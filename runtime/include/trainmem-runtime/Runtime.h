@@ -171,6 +171,20 @@ void tmrt_transfer(tmrt_context *ctx, int64_t from, int64_t to, int64_t bytes);
 void tmrt_transfer_start(tmrt_context *ctx, int64_t from, int64_t to,
                          int64_t bytes);
 void tmrt_transfer_wait(tmrt_context *ctx, int64_t to);
+/* A pipeline stage's exchange (train.pipeline_exchange): after
+ * tmrt_exchange_begin, each tmrt_exchange_send (`bytes` at `in` to the rank
+ * `peer` ranks from this one, with `tag`) and tmrt_exchange_recv (into
+ * `out` from that rank, the message with `tag`) is noted; at
+ * tmrt_exchange_end they all start together and it returns when every one
+ * has arrived and left (MPI: tagged isend/irecv, watched for
+ * TMRT_MPI_TIMEOUT seconds; CUDA: one NCCL group of send/recv). The bytes
+ * count in tmrt_bytes_sent / tmrt_bytes_received. */
+void tmrt_exchange_begin(tmrt_context *ctx);
+void tmrt_exchange_send(tmrt_context *ctx, int64_t in, int64_t bytes,
+                        int64_t peer, int64_t tag);
+void tmrt_exchange_recv(tmrt_context *ctx, int64_t out, int64_t bytes,
+                        int64_t peer, int64_t tag);
+void tmrt_exchange_end(tmrt_context *ctx);
 void tmrt_convert(tmrt_context *ctx, int64_t in, int64_t out, int64_t n);
 
 /* Copies a strided view (rank <= 6, padded with size 1) into a row-major

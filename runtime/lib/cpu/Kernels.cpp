@@ -338,6 +338,29 @@ void transfer_start(tmrt_context *ctx, int64_t from, int64_t to,
 
 void transfer_wait(tmrt_context *, int64_t) {}
 
+void exchange_begin(tmrt_context *ctx) { ctx->pendingExchange.clear(); }
+void exchange_send(tmrt_context *ctx, int64_t in, int64_t bytes, int64_t peer,
+                   int64_t tag) {
+  tmrt::noteExchange(ctx, true, in, bytes, peer, tag);
+}
+void exchange_recv(tmrt_context *ctx, int64_t out, int64_t bytes, int64_t peer,
+                   int64_t tag) {
+  tmrt::noteExchange(ctx, false, out, bytes, peer, tag);
+}
+// The arena's bytes go as they are: the process's communicator moves them.
+void exchange_end(tmrt_context *ctx) {
+  std::vector<tmrt::Message> messages;
+  uint64_t sent = 0, received = 0;
+  auto dataOf = [](tmrt_context *c, int64_t ref) -> void * {
+    return c->bytesAt(ref);
+  };
+  if (!tmrt::takeExchange(ctx, dataOf, messages, sent, received) ||
+      !ctx->communicator->exchange(ctx, messages.data(), messages.size()))
+    return;
+  ctx->bytesSent += sent;
+  ctx->bytesReceived += received;
+}
+
 /// The strided offset of row `r` of a [d0, d1, d2, d3, d4] grid of rows
 /// (strides s0..s4).
 inline int64_t rowOffset(int64_t r, int64_t d1, int64_t d2, int64_t d3,

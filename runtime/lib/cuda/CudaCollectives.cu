@@ -41,6 +41,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 namespace tmrt {
 namespace cuda {
@@ -517,6 +518,49 @@ void broadcast(tmrt_context *ctx, int64_t buffer, int64_t n, int64_t root) {
       ctx->bytesReceived += bytes;
   }
   ctx->touch(buffer, bytes);
+}
+
+void exchange_begin(tmrt_context *ctx) { ctx->pendingExchange.clear(); }
+void exchange_send(tmrt_context *ctx, int64_t in, int64_t bytes, int64_t peer,
+                   int64_t tag) {
+  noteExchange(ctx, true, in, bytes, peer, tag);
+}
+void exchange_recv(tmrt_context *ctx, int64_t out, int64_t bytes, int64_t peer,
+                   int64_t tag) {
+  noteExchange(ctx, false, out, bytes, peer, tag);
+}
+// One NCCL group of the exchange's sends and receives on the world's
+// communicator (NCCL pairs a peer's sends and receives in the order they
+// are issued; train-pipeline issues them in its tags' order on both sides).
+void exchange_end(tmrt_context *ctx) {
+  std::vector<Message> messages;
+  uint64_t sent = 0, received = 0;
+  auto dataOf = [](tmrt_context *c, int64_t ref) -> void * {
+    return c->bytesAt(ref);
+  };
+  if (!takeExchange(ctx, dataOf, messages, sent, received) || messages.empty())
+    return;
+  const char *what = "exchange_end";
+  Nccl *nccl = ncclOf(ctx, what);
+  if (!nccl)
+    return;
+  cudaStream_t stream = stateOf(ctx).stream;
+  if (!ok(ctx, *nccl, nccl->groupStart(), what))
+    return;
+  for (const Message &m : messages) {
+    ncclResult_t result =
+        m.send ? nccl->send(m.data, m.bytes, ncclUint8,
+                            static_cast<int>(m.rank), nccl->comm, stream)
+               : nccl->recv(m.data, m.bytes, ncclUint8,
+                            static_cast<int>(m.rank), nccl->comm, stream);
+    if (!ok(ctx, *nccl, result, what))
+      return;
+  }
+  if (!ok(ctx, *nccl, nccl->groupEnd(), what) ||
+      !finish(ctx, *nccl, nccl->comm, what))
+    return;
+  ctx->bytesSent += sent;
+  ctx->bytesReceived += received;
 }
 
 void barrier(tmrt_context *ctx) {

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace tmrt;
 
@@ -182,6 +183,53 @@ bool mpiBarrier(tmrt_context *ctx) {
                      [] { return std::string("in a barrier"); });
 }
 
+/// A pipeline stage's exchange: every message tagged (one past its tag:
+/// the collectives' exchanges use tag 0), started together, watched.
+bool mpiExchange(tmrt_context *ctx, const Message *messages, size_t count) {
+  if (!ensureInitialized(ctx))
+    return false;
+  void *value = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found);
+  int64_t tagBound = found ? *static_cast<int *>(value) : 32767;
+  std::vector<MPI_Request> requests(count);
+  std::string peers;
+  for (size_t i = 0; i < count; ++i) {
+    const Message &message = messages[i];
+    if (!fits(ctx, message.bytes))
+      return false;
+    if (message.tag + 1 > tagBound) {
+      ctx->fail("mpi: a pipeline exchange's tag " +
+                std::to_string(message.tag) + " is above this MPI's bound " +
+                std::to_string(tagBound) + " (MPI_TAG_UB)");
+      return false;
+    }
+    int code = message.send
+                   ? MPI_Isend(message.data, static_cast<int>(message.bytes),
+                               MPI_BYTE, static_cast<int>(message.rank),
+                               static_cast<int>(message.tag + 1),
+                               MPI_COMM_WORLD, &requests[i])
+                   : MPI_Irecv(message.data, static_cast<int>(message.bytes),
+                               MPI_BYTE, static_cast<int>(message.rank),
+                               static_cast<int>(message.tag + 1),
+                               MPI_COMM_WORLD, &requests[i]);
+    if (code != MPI_SUCCESS) {
+      ctx->fail("mpi: rank " + std::to_string(mpiRank(ctx)) +
+                ", in a pipeline exchange with rank " +
+                std::to_string(message.rank) + ": " + errorText(code));
+      return false;
+    }
+    std::string peer = std::to_string(message.rank);
+    if (peers.find(" " + peer + ",") == std::string::npos)
+      peers += " " + peer + ",";
+  }
+  if (!peers.empty())
+    peers.pop_back();
+  return waitWatched(ctx, requests.data(), static_cast<int>(count), [&] {
+    return "in a pipeline exchange with rank(s)" + peers;
+  });
+}
+
 void mpiAbort(tmrt_context *ctx, int code) {
   if (ensureInitialized(ctx))
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -191,7 +239,7 @@ void mpiAbort(tmrt_context *ctx, int code) {
 
 const Communicator &tmrt::mpiCommunicator() {
   static const Communicator communicator = {
-      "mpi",        mpiSize,    mpiRank, mpiSendRecv,
-      mpiBroadcast, mpiBarrier, mpiAbort};
+      "mpi",        mpiSize,    mpiRank,     mpiSendRecv,
+      mpiBroadcast, mpiBarrier, mpiExchange, mpiAbort};
   return communicator;
 }

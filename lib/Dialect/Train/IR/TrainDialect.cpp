@@ -166,8 +166,13 @@ std::string StateAttr::getKey() const {
 }
 
 LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                               InitKind kind, APFloat stdValue) {
+                               InitKind kind, APFloat stdValue,
+                               int64_t stream) {
   double std = stdValue.convertToDouble();
+  if (stream < -1)
+    return emitError() << "#train.init: stream must be >= 0, got " << stream;
+  if (stream >= 0 && kind != InitKind::normal)
+    return emitError() << "#train.init: only normal draws from a stream";
   if (kind == InitKind::normal && !(std > 0.0 && std::isfinite(std)))
     return emitError() << "#train.init: normal needs std > 0, got " << std;
   if (kind != InitKind::normal && std != 0.0)

@@ -19,6 +19,7 @@
 #include "trainmem/Dialect/Train/IR/TrainUtils.h"
 #include "trainmem/Dialect/Train/Transforms/Passes.h"
 #include "trainmem/Dialect/Train/Transforms/RegionUtils.h"
+#include "trainmem/Dialect/Train/Transforms/StepPhases.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -104,10 +105,11 @@ struct Crossing {
 class PipelineBuilder {
 public:
   PipelineBuilder(func::FuncOp step, int64_t stages, int64_t virtualStages,
-                  PipelineSchedule schedule, ArrayRef<int64_t> split)
+                  PipelineSchedule schedule, ArrayRef<int64_t> split,
+                  int64_t selectStage)
       : step(step), stages(stages), virtualStages(virtualStages),
         chunks(stages * virtualStages), schedule(schedule),
-        split(split.begin(), split.end()) {}
+        split(split.begin(), split.end()), selectStage(selectStage) {}
 
   LogicalResult run(int64_t microBatchesAsked);
 
@@ -143,6 +145,8 @@ private:
   int64_t stages, virtualStages, chunks;
   PipelineSchedule schedule;
   SmallVector<int64_t> split;
+  /// The one stage to build (-1: all).
+  int64_t selectStage;
   int64_t microBatches = 0, layers = 0;
   /// The chunk of each layer.
   SmallVector<int64_t> chunkOfLayer;
@@ -758,10 +762,11 @@ FailureOr<func::FuncOp> PipelineBuilder::buildStage(int64_t stage) {
   }
   func::ReturnOp::create(builder, ret.getLoc(), returned);
 
-  // The arguments this stage never reads go.
+  // The arguments this stage never reads go, but the inputs: every stage
+  // is a step a runner feeds the batch and the step counter.
   llvm::BitVector unused(func.getNumArguments());
   for (BlockArgument arg : func.getArguments())
-    if (arg.use_empty())
+    if (arg.use_empty() && !func.getArgAttr(arg.getArgNumber(), kInputAttrName))
       unused.set(arg.getArgNumber());
   if (failed(func.eraseArguments(unused)))
     return failure();
@@ -812,11 +817,28 @@ LogicalResult PipelineBuilder::run(int64_t microBatchesAsked) {
                           << layers << " layers in " << chunks << " chunks, "
                           << microBatches << " micro-batches, "
                           << crossings.size() << " crossing values\n");
+  // Each normal parameter draws its initial values from the stream of its
+  // place among the whole step's parameters.
+  unsigned paramIndex = 0;
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i) {
+    if (!step.getArgAttr(i, kParamAttrName))
+      continue;
+    unsigned index = paramIndex++;
+    auto init = step.getArgAttrOfType<InitAttr>(i, kInitAttrName);
+    if (init && init.getKind() == InitKind::normal && init.getStream() < 0)
+      step.setArgAttr(i, kInitAttrName,
+                      InitAttr::get(step.getContext(), init.getKind(),
+                                    init.getStd(), index));
+  }
   SymbolTable symbols(step->getParentOfType<ModuleOp>());
   for (int64_t stage = 0; stage < stages; ++stage) {
+    if (selectStage >= 0 && stage != selectStage)
+      continue;
     FailureOr<func::FuncOp> built = buildStage(stage);
     if (failed(built))
       return failure();
+    if (selectStage >= 0)
+      (*built)->setAttr(kStepAttrName, UnitAttr::get(step.getContext()));
     symbols.insert(*built, step->getIterator());
   }
   step.erase();
@@ -844,12 +866,19 @@ struct TrainPipelinePass
              "(schedule=interleaved)";
       return signalPassFailure();
     }
+    if (selectStage >= stages) {
+      module.emitError("train-pipeline: select-stage=")
+          << static_cast<int64_t>(selectStage) << " is not one of "
+          << static_cast<int64_t>(stages) << " stages";
+      return signalPassFailure();
+    }
     func::FuncOp step = lookupStep(module, function, getArgument());
-    if (!step)
+    if (!step || failed(checkStepPhases(step, getArgument())))
       return signalPassFailure();
     if (stages == 1 && virtualStages == 1)
       return;
-    PipelineBuilder builder(step, stages, virtualStages, schedule, split);
+    PipelineBuilder builder(step, stages, virtualStages, schedule, split,
+                            selectStage);
     if (failed(builder.run(microBatches)))
       return signalPassFailure();
   }

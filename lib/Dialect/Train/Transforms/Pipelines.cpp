@@ -46,7 +46,7 @@ bool TrainStepOptions::operator==(const TrainStepOptions &other) const {
          unrollAccum == other.unrollAccum && quantize == other.quantize &&
          zero == other.zero && releaseGradients == other.releaseGradients &&
          offloadActivations == other.offloadActivations &&
-         offload == other.offload;
+         offload == other.offload && pipeline == other.pipeline;
 }
 
 FailureOr<TrainStepOptions> mlir::train::parseTrainStepOptions(
@@ -95,8 +95,15 @@ FailureOr<TrainStepOptions> mlir::train::parseTrainStepOptions(
       failed(parseIf(options.offloadActivations, text.offloadActivations,
                      !text.offloadActivations.empty())) ||
       failed(parseIf(options.offload, "what=" + text.offload,
-                     !text.offload.empty())))
+                     !text.offload.empty())) ||
+      failed(parseIf(options.pipeline, text.pipeline, !text.pipeline.empty())))
     return failure();
+  // Stages run micro-batches: the batch split into as many as asked.
+  if (options.pipeline && !options.gradAccum &&
+      options.pipeline->microBatches > 0) {
+    options.gradAccum.emplace();
+    options.gradAccum->steps = options.pipeline->microBatches;
+  }
   return options;
 }
 
@@ -156,6 +163,8 @@ mlir::train::printTrainStepOptions(const TrainStepOptions &options) {
     words.add(text.releaseGradients, true);
   if (options.offloadActivations)
     words.add(text.offloadActivations, passText(*options.offloadActivations));
+  if (options.pipeline)
+    words.add(text.pipeline, passText(*options.pipeline));
   if (options.offload)
     words.add(text.offload,
               std::string(options.offload->what == OffloadWhat::statesAndUpdate
@@ -185,6 +194,19 @@ TrainStepPass stepPass(StringRef argument, std::unique_ptr<Pass> (*create)()) {
 LogicalResult
 checkTrainStepOptions(const TrainStepOptions &options,
                       function_ref<LogicalResult(const Twine &)> errorHandler) {
+  if (options.pipeline && !options.gradAccum)
+    return errorHandler("train-step: pipeline stages run micro-batches: give "
+                        "their number (pipeline=\"micro-batches=m ...\") or "
+                        "grad-accum=\"steps=m\"");
+  if (options.pipeline &&
+      (options.offload || options.tensorParallel || options.contextParallel))
+    return errorHandler(
+        Twine("train-step: pipeline stages with ") +
+        (options.offload          ? "offload"
+         : options.tensorParallel ? "tensor-parallel"
+                                  : "context-parallel") +
+        " are not built yet (docs/Pipeline.md, \"Not built yet\"): train "
+        "the pipeline without it");
   if (options.fuseAttention && !options.differentiate)
     return errorHandler("train-step: fuse-attention rewrites the forward, "
                         "before train-autodiff; the input is a step already");
@@ -243,6 +265,26 @@ void measureAfterRemat(SmallVectorImpl<TrainStepPass> &passes, size_t remat,
     measured.measureAfter = llvm::join(after, ",");
   passes[remat] = stepPass(measured);
   passes[remat].conditions.push_back("policy=budget");
+}
+
+/// The budget's measured passes, and the order checked against the
+/// phases' table before any pass runs.
+FailureOr<SmallVector<TrainStepPass>>
+finishTrainStepPasses(SmallVector<TrainStepPass> &passes,
+                      std::optional<size_t> remat,
+                      const TrainStepOptions &options, TrainStepScope scope,
+                      function_ref<LogicalResult(const Twine &)> errorHandler) {
+  if (remat && options.remat->policy == RematPolicy::budget &&
+      options.remat->measureAfter.empty())
+    measureAfterRemat(passes, *remat, options, scope);
+  // What no order of these passes can do, refused before any runs.
+  SmallVector<PhasedPass> phased;
+  for (const TrainStepPass &pass : passes)
+    phased.push_back({pass.argument, pass.conditions});
+  std::string refusal;
+  if (failed(checkPhaseOrder(phased, refusal)))
+    return errorHandler("train-step: " + refusal);
+  return passes;
 }
 
 } // namespace
@@ -316,6 +358,11 @@ FailureOr<SmallVector<TrainStepPass>> mlir::train::getTrainStepPasses(
   // lowers it as a loop) or, asked to, unrolled at the plan's offsets. A
   // loop summed in groups is analyzed unrolled only: planned when lowered.
   // A step given as input may hold a loop: unrolled.
+  // Pipeline stages unroll the loop themselves, in their schedule's order.
+  if (options.pipeline) {
+    passes.push_back(stepPass(*options.pipeline));
+    return finishTrainStepPasses(passes, remat, options, scope, errorHandler);
+  }
   bool rolled = options.gradAccum && options.gradAccum->groups == 1;
   if (!rolled && (options.gradAccum || !options.differentiate))
     passes.push_back(stepPass(TrainUnrollAccumPassOptions()));
@@ -326,18 +373,7 @@ FailureOr<SmallVector<TrainStepPass>> mlir::train::getTrainStepPasses(
     passes.push_back(stepPass(TrainPlanArenaPassOptions()));
   if (rolled && options.unrollAccum)
     passes.push_back(stepPass(TrainUnrollAccumPassOptions()));
-
-  if (remat && options.remat->policy == RematPolicy::budget &&
-      options.remat->measureAfter.empty())
-    measureAfterRemat(passes, *remat, options, scope);
-  // What no order of these passes can do, refused before any runs.
-  SmallVector<PhasedPass> phased;
-  for (const TrainStepPass &pass : passes)
-    phased.push_back({pass.argument, pass.conditions});
-  std::string refusal;
-  if (failed(checkPhaseOrder(phased, refusal)))
-    return errorHandler("train-step: " + refusal);
-  return passes;
+  return finishTrainStepPasses(passes, remat, options, scope, errorHandler);
 }
 
 LogicalResult mlir::train::buildTrainStepPipeline(

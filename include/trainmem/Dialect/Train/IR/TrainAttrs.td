@@ -342,16 +342,32 @@ def Train_InitAttr : Train_Attr<"Init", "init"> {
     gains `ones`, biases `zeros`, matrices `normal` with a standard
     deviation (GPT-2 scales the residual projections by 1/sqrt(2 · layers)).
 
+    A `stream` (normal only) names the random stream a runner draws a
+    parameter's values from (its index among the whole model's
+    parameters): a pipeline stage's function holds some of them
+    (train-pipeline sets it), and draws what one process running the whole
+    step draws. Without one, a runner uses the parameter's index among the
+    function's.
+
     ```mlir
     #train.init<normal, std = 0.02>
     #train.init<ones>
+    #train.init<normal, std = 0.02, stream = 17>
     ```
   }];
   let parameters = (ins
     EnumParameter<Train_InitKind>:$kind,
-    Train_F64Parameter<"standard deviation of normal", "0.0">:$std
+    Train_F64Parameter<"standard deviation of normal", "0.0">:$std,
+    DefaultValuedParameter<"int64_t", "-1">:$stream
   );
-  let assemblyFormat = "`<` $kind (`,` `std` `=` $std^)? `>`";
+  let builders = [
+    AttrBuilder<(ins "::mlir::train::InitKind":$kind,
+                     "::llvm::APFloat":$std), [{
+      return $_get($_ctxt, kind, std, -1);
+    }]>
+  ];
+  let assemblyFormat =
+      "`<` $kind (`,` `std` `=` $std^)? (`,` `stream` `=` $stream^)? `>`";
   let genVerifyDecl = 1;
 }
 

@@ -560,7 +560,11 @@ def TrainPipelinePass : Pass<"train-pipeline", "mlir::ModuleOp"> {
     it. Gradient clipping takes each stage's exact squared norm and
     exchanges it with every other stage, so that every stage clips by the
     global norm, to the bit. The pass simulates the exchanges and fails if
-    they could deadlock.
+    they could deadlock. Each normal parameter's `#train.init` gets its
+    `stream` (its index among the step's parameters), so that a stage
+    draws the initial values one process would. With `select-stage=k`
+    only stage k's function stays, marked `train.step` (a runner's rank
+    lowers its own stage).
 
     Each stage function is a step for the memory analysis: its peak holds
     the micro-batches its schedule keeps in flight (GPipe m, 1F1B
@@ -594,6 +598,9 @@ def TrainPipelinePass : Pass<"train-pipeline", "mlir::ModuleOp"> {
     ListOption<"split", "split", "int64_t",
                "Layers per chunk, in order (stages x virtual counts); "
                "empty: as many in each">,
+    Option<"selectStage", "select-stage", "int64_t", "-1",
+           "Keep only this stage's function, marked as the step (what one "
+           "rank of a pipeline-parallel run lowers); -1: every stage">,
     Option<"function", "function", "std::string", "\"\"",
            "The training step (default: the function marked train.step)">
   ];

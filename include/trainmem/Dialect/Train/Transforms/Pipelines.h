@@ -112,6 +112,14 @@ struct TrainStepPipelineOptions
                      "train-materialize-remat, inside a micro-batch loop), "
                      "e.g. \"what=all prefetch=1\"; empty: none"),
       llvm::cl::init("")};
+  Option<std::string> pipeline{
+      *this, "pipeline",
+      llvm::cl::desc("train-pipeline options (after "
+                     "train-materialize-layouts, instead of the micro-batch "
+                     "loop's unrolling), e.g. \"stages=2 schedule=1f1b "
+                     "select-stage=0\"; without grad-accum, the batch is "
+                     "split into its micro-batches first; empty: none"),
+      llvm::cl::init("")};
   Option<std::string> quantizeOptions{
       *this, "quantize-options",
       llvm::cl::desc("train-quantize-optimizer-state options, e.g. "
@@ -140,6 +148,7 @@ struct TrainStepOptions {
   bool releaseGradients = false;
   std::optional<TrainOffloadActivationsPassOptions> offloadActivations;
   std::optional<TrainOffloadOptimizerPassOptions> offload;
+  std::optional<TrainPipelinePassOptions> pipeline;
 
   bool operator==(const TrainStepOptions &other) const;
   bool operator!=(const TrainStepOptions &other) const {

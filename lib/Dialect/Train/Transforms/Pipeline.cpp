@@ -33,6 +33,7 @@
 
 #include "trainmem/Debug/Debug.h"
 
+#include <limits>
 #include <map>
 
 #define DEBUG_TYPE "train-pipeline"
@@ -106,16 +107,19 @@ class PipelineBuilder {
 public:
   PipelineBuilder(func::FuncOp step, int64_t stages, int64_t virtualStages,
                   PipelineSchedule schedule, ArrayRef<int64_t> split,
-                  int64_t selectStage)
+                  PipelineBalance balance, int64_t selectStage)
       : step(step), stages(stages), virtualStages(virtualStages),
         chunks(stages * virtualStages), schedule(schedule),
-        split(split.begin(), split.end()), selectStage(selectStage) {}
+        split(split.begin(), split.end()), balance(balance),
+        selectStage(selectStage) {}
 
   LogicalResult run(int64_t microBatchesAsked);
 
 private:
   LogicalResult checkSupported(AccumulateOp loop);
   LogicalResult assignLayers(AccumulateOp loop);
+  /// The layers of each chunk that `balance` gives.
+  FailureOr<SmallVector<int64_t>> balancedCounts(AccumulateOp loop);
   LogicalResult unroll(AccumulateOp loop);
   LogicalResult placeOps();
   LogicalResult assignResults();
@@ -145,6 +149,7 @@ private:
   int64_t stages, virtualStages, chunks;
   PipelineSchedule schedule;
   SmallVector<int64_t> split;
+  PipelineBalance balance;
   /// The one stage to build (-1: all).
   int64_t selectStage;
   int64_t microBatches = 0, layers = 0;
@@ -243,12 +248,18 @@ LogicalResult PipelineBuilder::assignLayers(AccumulateOp loop) {
                             "train.block with a layer index) to cut into "
                             "stages");
   SmallVector<int64_t> counts;
-  if (split.empty()) {
+  if (split.empty() && balance != PipelineBalance::uniform) {
+    FailureOr<SmallVector<int64_t>> balanced = balancedCounts(loop);
+    if (failed(balanced))
+      return failure();
+    counts = std::move(*balanced);
+  } else if (split.empty()) {
     if (layers % chunks != 0)
       return loop.emitOpError("train-pipeline: ")
              << layers << " layers do not divide into " << stages
              << " stages x " << virtualStages
-             << " chunks: give the layers of each chunk with split=";
+             << " chunks: give the layers of each chunk with split=, or cut "
+                "them by cost with balance=flops or balance=memory";
     counts.assign(chunks, layers / chunks);
   } else {
     if (static_cast<int64_t>(split.size()) != chunks)
@@ -271,6 +282,129 @@ LogicalResult PipelineBuilder::assignLayers(AccumulateOp loop) {
     for (int64_t i = 0; i < count; ++i)
       chunkOfLayer.push_back(chunk);
   return success();
+}
+
+/// The bytes of the state a parameter argument brings: its weight, its
+/// gradient (f32 sums, train-grad-accum's) and its optimizer state.
+static uint64_t stateBytesOf(func::FuncOp step, BlockArgument param) {
+  auto name =
+      step.getArgAttrOfType<StringAttr>(param.getArgNumber(), kParamAttrName);
+  uint64_t bytes = addCount(getTensorBytes(param.getType()),
+                            mulCount(getNumElements(param.getType()), 4));
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
+    if (auto state =
+            step.getArgAttrOfType<StateAttr>(i, kOptimizerStateAttrName);
+        state && name && state.getParam() == name.getValue())
+      bytes = addCount(bytes, getTensorBytes(step.getArgument(i).getType()));
+  return bytes;
+}
+
+FailureOr<SmallVector<int64_t>>
+PipelineBuilder::balancedCounts(AccumulateOp loop) {
+  if (balance == PipelineBalance::memory && virtualStages > 1)
+    return loop.emitOpError("train-pipeline: balance=memory cuts one chunk "
+                            "per stage (virtual=1); with interleaving give "
+                            "split= or balance=flops");
+  // Each layer's cost, and what the embedding adds to the first chunk and
+  // the head to the last: FLOPs, or the state bytes and the saved bytes
+  // per micro-batch (a forward block's results a backward reads).
+  SmallVector<double> state(layers, 0.0), saved(layers, 0.0);
+  double firstState = 0, firstSaved = 0, lastState = 0, lastSaved = 0;
+  Block &body = loop.getBody().front();
+  for (BlockOp block : body.getOps<BlockOp>()) {
+    double *stateOf = nullptr, *savedOf = nullptr;
+    if (IntegerAttr layer = block.getLayerAttr()) {
+      stateOf = &state[layer.getInt()];
+      savedOf = &saved[layer.getInt()];
+    } else if (block.getKind() == BlockKind::embedding) {
+      stateOf = &firstState;
+      savedOf = &firstSaved;
+    } else if (block.getKind() == BlockKind::head) {
+      stateOf = &lastState;
+      savedOf = &lastSaved;
+    } else {
+      continue;
+    }
+    if (balance == PipelineBalance::flops) {
+      block.walk([&](CostOpInterface cost) {
+        *stateOf += static_cast<double>(cost.getFlops());
+      });
+      continue;
+    }
+    if (!block.getBackward()) {
+      llvm::SetVector<Value> params;
+      getUsedValuesDefinedAbove(block.getBody(), params);
+      for (Value value : params)
+        if (auto arg = dyn_cast<BlockArgument>(value);
+            arg && arg.getOwner()->getParentOp() == step &&
+            step.getArgAttr(arg.getArgNumber(), kParamAttrName))
+          *stateOf += static_cast<double>(stateBytesOf(step, arg));
+      for (Value result : block->getResults())
+        if (llvm::any_of(result.getUsers(), [](Operation *user) {
+              auto reader = user->getParentOfType<BlockOp>();
+              auto top = dyn_cast<BlockOp>(user);
+              return (top && top.getBackward()) ||
+                     (reader && reader.getBackward());
+            }))
+          *savedOf += static_cast<double>(getTensorBytes(result.getType()));
+    }
+  }
+  // A chunk's cost: its layers', the ends', the saved bytes times the
+  // micro-batches its stage keeps in flight (1F1B min(p - k, m), GPipe m).
+  auto inFlight = [&](int64_t chunk) -> double {
+    int64_t k = stageOf(chunk);
+    return schedule == PipelineSchedule::gpipe
+               ? microBatches
+               : std::min(stages - k, microBatches);
+  };
+  auto costOf = [&](int64_t chunk, int64_t begin, int64_t end) {
+    double cost = 0;
+    double flight = balance == PipelineBalance::memory ? inFlight(chunk) : 0;
+    for (int64_t l = begin; l < end; ++l)
+      cost += state[l] + flight * saved[l];
+    if (chunk == 0)
+      cost += firstState + flight * firstSaved;
+    if (chunk == chunks - 1)
+      cost += lastState + flight * lastSaved;
+    return cost;
+  };
+  if (layers < chunks)
+    return loop.emitOpError("train-pipeline: ")
+           << layers << " layers cannot fill " << chunks
+           << " chunks (stages x virtual) of at least one layer";
+  // The cut whose most expensive chunk is cheapest: best[c][j] over the
+  // first j layers in c + 1 chunks.
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(chunks,
+                                        std::vector<double>(layers + 1, kNone));
+  std::vector<std::vector<int64_t>> from(chunks,
+                                         std::vector<int64_t>(layers + 1, -1));
+  for (int64_t j = 1; j <= layers; ++j)
+    best[0][j] = costOf(0, 0, j);
+  for (int64_t c = 1; c < chunks; ++c)
+    for (int64_t j = c + 1; j <= layers; ++j)
+      for (int64_t i = c; i < j; ++i) {
+        double cost = std::max(best[c - 1][i], costOf(c, i, j));
+        if (cost < best[c][j]) {
+          best[c][j] = cost;
+          from[c][j] = i;
+        }
+      }
+  SmallVector<int64_t> counts(chunks);
+  for (int64_t c = chunks - 1, j = layers; c >= 0; --c) {
+    int64_t i = c == 0 ? 0 : from[c][j];
+    counts[c] = j - i;
+    j = i;
+  }
+  LLVM_DEBUG({
+    llvm::dbgs() << "train-pipeline: balance="
+                 << (balance == PipelineBalance::flops ? "flops" : "memory")
+                 << " cuts the layers";
+    for (int64_t count : counts)
+      llvm::dbgs() << " " << count;
+    llvm::dbgs() << "\n";
+  });
+  return counts;
 }
 
 LogicalResult PipelineBuilder::unroll(AccumulateOp loop) {
@@ -878,7 +1012,7 @@ struct TrainPipelinePass
     if (stages == 1 && virtualStages == 1)
       return;
     PipelineBuilder builder(step, stages, virtualStages, schedule, split,
-                            selectStage);
+                            balance, selectStage);
     if (failed(builder.run(microBatches)))
       return signalPassFailure();
   }

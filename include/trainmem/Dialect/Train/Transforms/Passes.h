@@ -25,6 +25,8 @@ enum class AccumUneven { pad, refuse };
 enum class AccumDtype { f32, bf16, f16 };
 /// How train-context-parallel's attention gets the group's keys and values.
 enum class ContextExchange { allGather, ring };
+/// How train-pipeline cuts the layers into chunks without `split`.
+enum class PipelineBalance { uniform, flops, memory };
 
 /// train-grad-accum's accumulate-dtype value for `dtype`.
 inline llvm::StringRef accumDtypeName(AccumDtype dtype) {

@@ -568,8 +568,11 @@ def TrainPipelinePass : Pass<"train-pipeline", "mlir::ModuleOp"> {
 
     Each stage function is a step for the memory analysis: its peak holds
     the micro-batches its schedule keeps in flight (GPipe m, 1F1B
-    min(p - k, m) on stage k). Errors name what works: layers `stages` x
-    `virtual` does not divide without `split`, a `split` that does not
+    min(p - k, m) on stage k). Without `split`, `balance=flops` or
+    `balance=memory` cuts the layers where the most expensive stage is
+    cheapest (a stage that keeps more micro-batches in flight then holds
+    fewer layers). Errors name what works: layers `stages` x
+    `virtual` does not divide without `split` (uniform), a `split` that does not
     add up, fewer micro-batches than stages for 1F1B, interleaving with
     micro-batches not a multiple of the stages, a value that flows from a
     later unit to an earlier one on another stage (a cycle between
@@ -597,7 +600,22 @@ def TrainPipelinePass : Pass<"train-pipeline", "mlir::ModuleOp"> {
            "Model chunks per stage (v, the interleaved schedule's)">,
     ListOption<"split", "split", "int64_t",
                "Layers per chunk, in order (stages x virtual counts); "
-               "empty: as many in each">,
+               "empty: as `balance` cuts them">,
+    Option<"balance", "balance", "::mlir::train::PipelineBalance",
+           "::mlir::train::PipelineBalance::uniform",
+           "How the layers are cut into chunks without split=",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::train::PipelineBalance::uniform, "uniform",
+                        "As many layers in each chunk (Megatron's cut)"),
+             clEnumValN(::mlir::train::PipelineBalance::flops, "flops",
+                        "Consecutive layers with the most FLOPs of a "
+                        "stage (forward and backward, the embedding's on "
+                        "the first, the head's on the last) least"),
+             clEnumValN(::mlir::train::PipelineBalance::memory, "memory",
+                        "Consecutive layers with the largest stage's "
+                        "memory least: each layer's state, and its saved "
+                        "activations times the micro-batches the stage "
+                        "keeps in flight"))}]>,
     Option<"selectStage", "select-stage", "int64_t", "-1",
            "Keep only this stage's function, marked as the step (what one "
            "rank of a pipeline-parallel run lowers); -1: every stage">,

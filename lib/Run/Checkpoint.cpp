@@ -189,6 +189,21 @@ static std::string shapeText(ArrayRef<int64_t> shape) {
   return text.empty() ? std::string("scalar") : text;
 }
 
+/// A manifest's "FILE SIZE CHECKSUM" line of `dir`/`file` (`what` it is,
+/// for the error where it cannot be read).
+static llvm::Expected<std::string>
+manifestEntry(StringRef dir, const std::string &file, const Twine &what) {
+  auto buffer =
+      llvm::MemoryBuffer::getFile((dir + "/" + file).str(), /*IsText=*/false,
+                                  /*RequiresNullTerminator=*/false);
+  if (!buffer)
+    return checkpointError("cannot read " + what + " ('" + file +
+                           "'): " + buffer.getError().message());
+  StringRef data = (*buffer)->getBuffer();
+  return file + " " + std::to_string(data.size()) + " " +
+         std::to_string(fnv1a(data)) + "\n";
+}
+
 llvm::Error mlir::train::writeManifest(StringRef dir, StringRef stepName,
                                        const CheckpointLayout &layout,
                                        int64_t step,
@@ -212,17 +227,11 @@ llvm::Error mlir::train::writeManifest(StringRef dir, StringRef stepName,
           "\n";
   for (int64_t r = 0; r < ranks; ++r) {
     std::string file = (stepName + "/" + shardFileName(r, ranks)).str();
-    auto buffer =
-        llvm::MemoryBuffer::getFile((dir + "/" + file).str(), /*IsText=*/false,
-                                    /*RequiresNullTerminator=*/false);
-    if (!buffer)
-      return checkpointError("cannot read the shard of rank " + Twine(r) +
-                             " ('" + file +
-                             "'): " + buffer.getError().message());
-    StringRef data = (*buffer)->getBuffer();
-    manifest += "shard " + std::to_string(r) + " " + file + " " +
-                std::to_string(data.size()) + " " +
-                std::to_string(fnv1a(data)) + "\n";
+    llvm::Expected<std::string> entry =
+        manifestEntry(dir, file, "the shard of rank " + Twine(r));
+    if (!entry)
+      return entry.takeError();
+    manifest += "shard " + std::to_string(r) + " " + *entry;
   }
   return writeAtomically(dir, "manifest", manifest);
 }
@@ -1083,17 +1092,11 @@ llvm::Error mlir::train::writePipelineManifest(StringRef dir,
                          std::to_string(step) + "\n";
   for (int64_t k = 0; k < stages; ++k) {
     std::string file = (stepName + "/" + stageFileName(k, stages)).str();
-    auto buffer =
-        llvm::MemoryBuffer::getFile((dir + "/" + file).str(), /*IsText=*/false,
-                                    /*RequiresNullTerminator=*/false);
-    if (!buffer)
-      return checkpointError("cannot read the file of stage " + Twine(k) +
-                             " ('" + file +
-                             "'): " + buffer.getError().message());
-    StringRef data = (*buffer)->getBuffer();
-    manifest += "file " + std::to_string(k) + " " + file + " " +
-                std::to_string(data.size()) + " " +
-                std::to_string(fnv1a(data)) + "\n";
+    llvm::Expected<std::string> entry =
+        manifestEntry(dir, file, "the file of stage " + Twine(k));
+    if (!entry)
+      return entry.takeError();
+    manifest += "file " + std::to_string(k) + " " + *entry;
   }
   return writeAtomically(dir, "manifest", manifest);
 }

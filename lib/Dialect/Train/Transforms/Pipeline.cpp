@@ -130,6 +130,7 @@ private:
                    llvm::DenseSet<Value> &seen);
   LogicalResult placeExchanges();
   FailureOr<func::FuncOp> buildStage(int64_t stage);
+  class StageWriter;
 
   int64_t stageOf(int64_t chunk) const { return chunk % stages; }
   /// The values `op` reads from outside it (its operands and what its
@@ -596,6 +597,20 @@ LogicalResult PipelineBuilder::findCrossings() {
   return success();
 }
 
+/// An exchange sending `sends` to `sendPeers` and receiving `recvTypes`
+/// from `recvPeers`, with their tags.
+static PipelineExchangeOp
+createExchange(OpBuilder &builder, Location loc, ValueRange sends,
+               ArrayRef<int64_t> sendPeers, ArrayRef<int64_t> sendTags,
+               TypeRange recvTypes, ArrayRef<int64_t> recvPeers,
+               ArrayRef<int64_t> recvTags) {
+  return PipelineExchangeOp::create(builder, loc, recvTypes, sends,
+                                    builder.getDenseI64ArrayAttr(sendPeers),
+                                    builder.getDenseI64ArrayAttr(sendTags),
+                                    builder.getDenseI64ArrayAttr(recvPeers),
+                                    builder.getDenseI64ArrayAttr(recvTags));
+}
+
 LogicalResult PipelineBuilder::placeExchanges() {
   // An exchange starts its sends and receives together and ends when every
   // one has met its peer's (as NCCL's grouped send/recv and MPI's waitall
@@ -686,216 +701,254 @@ LogicalResult PipelineBuilder::placeExchanges() {
   }
 }
 
-FailureOr<func::FuncOp> PipelineBuilder::buildStage(int64_t stage) {
-  OpBuilder builder(step);
+/// Writes one stage's function: its units in schedule order with the
+/// exchanges between them, then its part of the update.
+class PipelineBuilder::StageWriter {
+public:
+  StageWriter(PipelineBuilder &pipeline, int64_t stage)
+      : p(pipeline), stage(stage), builder(pipeline.step) {}
+
+  FailureOr<func::FuncOp> write();
+
+private:
+  func::FuncOp createFunction();
+  /// Makes `value`, which `reader` reads, available: mapped already, or
+  /// made of the inputs alone (cloned here); an error where this stage
+  /// makes it later.
+  LogicalResult ensure(Value value, Operation *reader);
+  LogicalResult ensureReads(Operation *op);
+  /// The exchange before unit `index`: what the unit before it made for
+  /// other stages, and what this one reads from them.
+  void exchangeBefore(int64_t index);
+  LogicalResult writeUnits();
+  /// Clipping: this stage's exact squared norm of the gradients it makes,
+  /// exchanged with every other stage's (`words`, which its clip sums).
+  void exchangeNorms();
+  /// Clones post op `op` (for a block, the part of it this stage needs).
+  LogicalResult clonePost(Operation *op);
+  LogicalResult cloneBlock(BlockOp block);
+  LogicalResult writeUpdate();
+
+  PipelineBuilder &p;
+  int64_t stage;
+  OpBuilder builder;
+  IRMapping mapping;
+  func::FuncOp func;
+  /// The step's results this stage returns.
+  SmallVector<unsigned> results;
+  /// The post ops this stage needs and the values they make.
+  llvm::DenseSet<Operation *> needed;
+  llvm::DenseSet<Value> seen;
+  SmallVector<Value> words;
+};
+
+func::FuncOp PipelineBuilder::StageWriter::createFunction() {
   // Every argument first; the ones the stage does not read go at the end.
   SmallVector<Type> resultTypes;
-  SmallVector<unsigned> results;
-  for (auto [index, owners] : llvm::enumerate(resultStages))
+  for (auto [index, owners] : llvm::enumerate(p.resultStages))
     if (llvm::is_contained(owners, stage)) {
       results.push_back(index);
-      resultTypes.push_back(ret.getOperand(index).getType());
+      resultTypes.push_back(p.ret.getOperand(index).getType());
     }
-  auto func = func::FuncOp::create(
+  func::FuncOp step = p.step;
+  auto created = func::FuncOp::create(
       builder, step.getLoc(),
       (step.getSymName() + ".stage" + Twine(stage)).str(),
       builder.getFunctionType(step.getArgumentTypes(), resultTypes));
   for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
-    func.setArgAttrs(i, step.getArgAttrDict(i));
+    created.setArgAttrs(i, step.getArgAttrDict(i));
   for (auto [index, result] : llvm::enumerate(results))
-    func.setResultAttrs(index, step.getResultAttrDict(result));
+    created.setResultAttrs(index, step.getResultAttrDict(result));
   for (NamedAttribute attr : step->getDiscardableAttrs())
     if (attr.getName() != kStepAttrName)
-      func->setAttr(attr.getName(), attr.getValue());
-  func->setAttr(kPipelineStageAttrName,
-                PipelineStageAttr::get(step.getContext(), stage, stages,
-                                       microBatches, schedule, virtualStages));
-  Block *entry = func.addEntryBlock();
+      created->setAttr(attr.getName(), attr.getValue());
+  created->setAttr(kPipelineStageAttrName,
+                   PipelineStageAttr::get(step.getContext(), stage, p.stages,
+                                          p.microBatches, p.schedule,
+                                          p.virtualStages));
+  Block *entry = created.addEntryBlock();
   builder.setInsertionPointToEnd(entry);
-  IRMapping mapping;
   for (auto [from, to] : llvm::zip(step.getArguments(), entry->getArguments()))
     mapping.map(from, to);
+  return created;
+}
 
-  // A value the op about to be cloned reads: mapped already, or made of the
-  // inputs alone (cloned here), or an error (made later on this stage).
-  std::function<LogicalResult(Value, Operation *)> ensure =
-      [&](Value value, Operation *reader) -> LogicalResult {
-    if (mapping.contains(value))
-      return success();
-    Operation *def = value.getDefiningOp();
-    Operation *top =
-        def ? step.getBody().front().findAncestorOpInBlock(*def) : nullptr;
-    if (!top || placement.lookup(top).kind != Placement::free) {
-      PipelineUnit unit = placement.lookup(top).where;
-      return reader->emitError("train-pipeline: stage ")
-             << stage << " reads a value its "
-             << (unit.backward ? "backward" : "forward") << " of chunk "
-             << unit.chunk << ", micro-batch " << unit.microBatch
-             << " makes later in its schedule";
-    }
-    for (Value read : readsOf(top))
-      if (failed(ensure(read, top)))
-        return failure();
-    builder.clone(*top, mapping);
+LogicalResult PipelineBuilder::StageWriter::ensure(Value value,
+                                                   Operation *reader) {
+  if (mapping.contains(value))
     return success();
-  };
-  auto cloneAll = [&](Operation *op) -> LogicalResult {
-    for (Value read : readsOf(op))
-      if (failed(ensure(read, op)))
-        return failure();
-    return success();
-  };
+  Operation *def = value.getDefiningOp();
+  Operation *top =
+      def ? p.step.getBody().front().findAncestorOpInBlock(*def) : nullptr;
+  if (!top || p.placement.lookup(top).kind != Placement::free) {
+    PipelineUnit unit = p.placement.lookup(top).where;
+    return reader->emitError("train-pipeline: stage ")
+           << stage << " reads a value its "
+           << (unit.backward ? "backward" : "forward") << " of chunk "
+           << unit.chunk << ", micro-batch " << unit.microBatch
+           << " makes later in its schedule";
+  }
+  if (failed(ensureReads(top)))
+    return failure();
+  builder.clone(*top, mapping);
+  return success();
+}
 
-  // The exchange before unit `index`: what the unit before it made for
-  // other stages, and what this one reads from them.
-  auto exchangeBefore = [&](int64_t index) {
-    SmallVector<Value> sends;
-    SmallVector<int64_t> sendPeers, sendTags, recvPeers, recvTags;
-    SmallVector<Type> recvTypes;
-    SmallVector<Value> received;
-    for (const Crossing &c : crossings) {
-      if (c.from == stage && c.sendAt() == index) {
-        sends.push_back(mapping.lookup(c.value));
-        sendPeers.push_back(c.to);
-        sendTags.push_back(c.tag);
-      }
-      if (c.to == stage && c.recvAt == index) {
-        received.push_back(c.value);
-        recvTypes.push_back(c.value.getType());
-        recvPeers.push_back(c.from);
-        recvTags.push_back(c.tag);
-      }
+LogicalResult PipelineBuilder::StageWriter::ensureReads(Operation *op) {
+  for (Value read : readsOf(op))
+    if (failed(ensure(read, op)))
+      return failure();
+  return success();
+}
+
+void PipelineBuilder::StageWriter::exchangeBefore(int64_t index) {
+  SmallVector<Value> sends, received;
+  SmallVector<int64_t> sendPeers, sendTags, recvPeers, recvTags;
+  SmallVector<Type> recvTypes;
+  for (const Crossing &c : p.crossings) {
+    if (c.from == stage && c.sendAt() == index) {
+      sends.push_back(mapping.lookup(c.value));
+      sendPeers.push_back(c.to);
+      sendTags.push_back(c.tag);
     }
-    if (sends.empty() && received.empty())
-      return;
-    auto exchange =
-        PipelineExchangeOp::create(builder, step.getLoc(), recvTypes, sends,
-                                   builder.getDenseI64ArrayAttr(sendPeers),
-                                   builder.getDenseI64ArrayAttr(sendTags),
-                                   builder.getDenseI64ArrayAttr(recvPeers),
-                                   builder.getDenseI64ArrayAttr(recvTags));
-    for (auto [value, result] : llvm::zip(received, exchange.getReceived()))
-      mapping.map(value, result);
-  };
+    if (c.to == stage && c.recvAt == index) {
+      received.push_back(c.value);
+      recvTypes.push_back(c.value.getType());
+      recvPeers.push_back(c.from);
+      recvTags.push_back(c.tag);
+    }
+  }
+  if (sends.empty() && received.empty())
+    return;
+  auto exchange = createExchange(builder, p.step.getLoc(), sends, sendPeers,
+                                 sendTags, recvTypes, recvPeers, recvTags);
+  for (auto [value, result] : llvm::zip(received, exchange.getReceived()))
+    mapping.map(value, result);
+}
 
-  for (auto [index, unit] : llvm::enumerate(order[stage])) {
+LogicalResult PipelineBuilder::StageWriter::writeUnits() {
+  for (auto [index, unit] : llvm::enumerate(p.order[stage])) {
     exchangeBefore(index);
-    for (Operation *op : unitOps[key(unit)]) {
-      if (failed(cloneAll(op)))
+    for (Operation *op : p.unitOps[key(unit)]) {
+      if (failed(ensureReads(op)))
         return failure();
       Operation *copy = builder.clone(*op, mapping);
       copy->setAttr(kMicroBatchAttrName,
                     builder.getI64IntegerAttr(unit.microBatch));
-      if (virtualStages > 1)
+      if (p.virtualStages > 1)
         copy->setAttr(kChunkAttrName, builder.getI64IntegerAttr(unit.chunk));
     }
   }
-  exchangeBefore(order[stage].size());
+  exchangeBefore(p.order[stage].size());
+  return success();
+}
 
-  // The update: the slice of the post ops this stage's results need.
-  llvm::DenseSet<Operation *> needed;
-  llvm::DenseSet<Value> seen;
-  sliceUpdate(stage, needed, seen);
-
-  // Clipping: this stage's exact squared norm of the gradients it makes,
-  // exchanged with every other stage's; its clip takes the gradients it
-  // updates and the stages' words.
-  SmallVector<Value> words;
-  if (clip && needed.contains(clip.getOperation())) {
-    SmallVector<Value> own;
-    for (Value grad : clip.getGrads())
-      if (stageOfValue(grad) == stage && mapping.contains(grad))
-        own.push_back(mapping.lookup(grad));
-    Value mine = SquaredNormOp::create(builder, clip.getLoc(), own);
-    SmallVector<int64_t> peers, sendTags, recvTags;
-    int64_t base = crossings.size();
-    for (int64_t peer = 0; peer < stages; ++peer) {
-      if (peer == stage)
-        continue;
-      peers.push_back(peer);
-      sendTags.push_back(base + stage * stages + peer);
-      recvTags.push_back(base + peer * stages + stage);
-    }
-    SmallVector<Value> sends(peers.size(), mine);
-    SmallVector<Type> types(peers.size(), mine.getType());
-    words.push_back(mine);
-    if (!peers.empty()) {
-      auto exchange =
-          PipelineExchangeOp::create(builder, clip.getLoc(), types, sends,
-                                     builder.getDenseI64ArrayAttr(peers),
-                                     builder.getDenseI64ArrayAttr(sendTags),
-                                     builder.getDenseI64ArrayAttr(peers),
-                                     builder.getDenseI64ArrayAttr(recvTags));
-      llvm::append_range(words, exchange.getReceived());
-    }
+void PipelineBuilder::StageWriter::exchangeNorms() {
+  ClipGradNormOp clip = p.clip;
+  SmallVector<Value> own;
+  for (Value grad : clip.getGrads())
+    if (p.stageOfValue(grad) == stage && mapping.contains(grad))
+      own.push_back(mapping.lookup(grad));
+  Value mine = SquaredNormOp::create(builder, clip.getLoc(), own);
+  words.push_back(mine);
+  // One tag per ordered pair of stages, after the crossings'.
+  SmallVector<int64_t> peers, sendTags, recvTags;
+  int64_t base = p.crossings.size();
+  for (int64_t peer = 0; peer < p.stages; ++peer) {
+    if (peer == stage)
+      continue;
+    peers.push_back(peer);
+    sendTags.push_back(base + stage * p.stages + peer);
+    recvTags.push_back(base + peer * p.stages + stage);
   }
+  if (peers.empty())
+    return;
+  SmallVector<Value> sends(peers.size(), mine);
+  SmallVector<Type> types(peers.size(), mine.getType());
+  auto exchange = createExchange(builder, clip.getLoc(), sends, peers, sendTags,
+                                 types, peers, recvTags);
+  llvm::append_range(words, exchange.getReceived());
+}
 
-  // Clones `op` (or, for a block, the needed part of it) at the builder.
-  std::function<LogicalResult(Operation *)> clonePost =
-      [&](Operation *op) -> LogicalResult {
-    if (auto clipOp = dyn_cast<ClipGradNormOp>(op)) {
-      SmallVector<Value> grads;
-      SmallVector<unsigned> kept;
-      for (auto [index, grad] : llvm::enumerate(clipOp.getGrads())) {
-        if (!seen.contains(clipOp.getResult(index)))
-          continue;
-        if (failed(ensure(grad, op)))
-          return failure();
-        grads.push_back(mapping.lookup(grad));
-        kept.push_back(index);
-      }
-      auto copy = ClipGradNormOp::create(builder, clipOp.getLoc(), grads, words,
-                                         clipOp.getMaxNormAttr());
-      for (auto [index, from] : llvm::enumerate(kept))
-        mapping.map(clipOp.getClipped()[from], copy.getClipped()[index]);
-      mapping.map(clipOp.getNorm(), copy.getNorm());
-      return success();
-    }
-    auto block = dyn_cast<BlockOp>(op);
-    if (!block) {
-      if (failed(cloneAll(op)))
-        return failure();
-      builder.clone(*op, mapping);
-      return success();
-    }
-    Operation *yield = block.getBody().front().getTerminator();
-    SmallVector<unsigned> kept;
-    SmallVector<Type> types;
-    for (OpResult result : block->getResults())
-      if (seen.contains(result)) {
-        kept.push_back(result.getResultNumber());
-        types.push_back(result.getType());
-      }
-    auto copy =
-        BlockOp::create(builder, block.getLoc(), types, block.getKindAttr(),
-                        block.getLayerAttr(), block.getBackwardAttr());
-    copy->setDiscardableAttrs(block->getDiscardableAttrDictionary());
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToEnd(&copy.getBody().emplaceBlock());
-    for (Operation &inner : block.getBody().front().without_terminator())
-      if (needed.contains(&inner) && failed(clonePost(&inner)))
-        return failure();
-    SmallVector<Value> yielded;
-    for (unsigned index : kept)
-      yielded.push_back(mapping.lookup(yield->getOperand(index)));
-    YieldOp::create(builder, yield->getLoc(), yielded);
-    for (auto [index, from] : llvm::enumerate(kept))
-      mapping.map(block->getResult(from), copy->getResult(index));
+LogicalResult PipelineBuilder::StageWriter::clonePost(Operation *op) {
+  if (auto block = dyn_cast<BlockOp>(op))
+    return cloneBlock(block);
+  auto clipOp = dyn_cast<ClipGradNormOp>(op);
+  if (!clipOp) {
+    if (failed(ensureReads(op)))
+      return failure();
+    builder.clone(*op, mapping);
     return success();
-  };
-  for (Operation *op : postOps)
+  }
+  // The gradients this stage updates, clipped by the stages' words.
+  SmallVector<Value> grads;
+  SmallVector<unsigned> kept;
+  for (auto [index, grad] : llvm::enumerate(clipOp.getGrads())) {
+    if (!seen.contains(clipOp.getResult(index)))
+      continue;
+    if (failed(ensure(grad, op)))
+      return failure();
+    grads.push_back(mapping.lookup(grad));
+    kept.push_back(index);
+  }
+  auto copy = ClipGradNormOp::create(builder, clipOp.getLoc(), grads, words,
+                                     clipOp.getMaxNormAttr());
+  for (auto [index, from] : llvm::enumerate(kept))
+    mapping.map(clipOp.getClipped()[from], copy.getClipped()[index]);
+  mapping.map(clipOp.getNorm(), copy.getNorm());
+  return success();
+}
+
+LogicalResult PipelineBuilder::StageWriter::cloneBlock(BlockOp block) {
+  Operation *yield = block.getBody().front().getTerminator();
+  SmallVector<unsigned> kept;
+  SmallVector<Type> types;
+  for (OpResult result : block->getResults())
+    if (seen.contains(result)) {
+      kept.push_back(result.getResultNumber());
+      types.push_back(result.getType());
+    }
+  auto copy =
+      BlockOp::create(builder, block.getLoc(), types, block.getKindAttr(),
+                      block.getLayerAttr(), block.getBackwardAttr());
+  copy->setDiscardableAttrs(block->getDiscardableAttrDictionary());
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToEnd(&copy.getBody().emplaceBlock());
+  for (Operation &inner : block.getBody().front().without_terminator())
+    if (needed.contains(&inner) && failed(clonePost(&inner)))
+      return failure();
+  SmallVector<Value> yielded;
+  for (unsigned index : kept)
+    yielded.push_back(mapping.lookup(yield->getOperand(index)));
+  YieldOp::create(builder, yield->getLoc(), yielded);
+  for (auto [index, from] : llvm::enumerate(kept))
+    mapping.map(block->getResult(from), copy->getResult(index));
+  return success();
+}
+
+LogicalResult PipelineBuilder::StageWriter::writeUpdate() {
+  // The slice of the post ops this stage's results need.
+  p.sliceUpdate(stage, needed, seen);
+  if (p.clip && needed.contains(p.clip.getOperation()))
+    exchangeNorms();
+  for (Operation *op : p.postOps)
     if (needed.contains(op) && failed(clonePost(op)))
       return failure();
-
   SmallVector<Value> returned;
   for (unsigned result : results) {
-    Value value = ret.getOperand(result);
-    if (failed(ensure(value, ret)))
+    Value value = p.ret.getOperand(result);
+    if (failed(ensure(value, p.ret)))
       return failure();
     returned.push_back(mapping.lookup(value));
   }
-  func::ReturnOp::create(builder, ret.getLoc(), returned);
+  func::ReturnOp::create(builder, p.ret.getLoc(), returned);
+  return success();
+}
 
+FailureOr<func::FuncOp> PipelineBuilder::StageWriter::write() {
+  func = createFunction();
+  if (failed(writeUnits()) || failed(writeUpdate()))
+    return failure();
   // The arguments this stage never reads go, but the inputs: every stage
   // is a step a runner feeds the batch and the step counter.
   llvm::BitVector unused(func.getNumArguments());
@@ -905,6 +958,10 @@ FailureOr<func::FuncOp> PipelineBuilder::buildStage(int64_t stage) {
   if (failed(func.eraseArguments(unused)))
     return failure();
   return func;
+}
+
+FailureOr<func::FuncOp> PipelineBuilder::buildStage(int64_t stage) {
+  return StageWriter(*this, stage).write();
 }
 
 LogicalResult PipelineBuilder::run(int64_t microBatchesAsked) {

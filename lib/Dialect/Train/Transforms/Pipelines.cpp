@@ -198,6 +198,13 @@ checkTrainStepOptions(const TrainStepOptions &options,
     return errorHandler("train-step: pipeline stages run micro-batches: give "
                         "their number (pipeline=\"micro-batches=m ...\") or "
                         "grad-accum=\"steps=m\"");
+  if (options.pipeline && options.remat &&
+      options.remat->policy == RematPolicy::budget)
+    return errorHandler("train-step: remat policy=budget with pipeline "
+                        "stages is not built yet (a budget per stage, "
+                        "docs/Pipeline.md \"Not built yet\"): use "
+                        "policy=full or selective, and balance=memory to "
+                        "cut the layers by memory");
   if (options.pipeline &&
       (options.offload || options.tensorParallel || options.contextParallel))
     return errorHandler(

@@ -348,32 +348,39 @@ static FailureOr<int64_t> groupSizeOf(StringRef text, StringRef flag,
   return size;
 }
 
+/// train-step's pipeline= from --pipeline: the stage of this process's
+/// rank, one process per stage.
+static LogicalResult fillPipelineStage(TrainStepPipelineOptions &options,
+                                       int64_t worldSize, int64_t worldRank) {
+  if (StringRef(pipelineOptions).contains("select-stage"))
+    return refuse("--pipeline takes train-pipeline's options but "
+                  "select-stage: each process runs the stage of its rank");
+  // The stages (train-pipeline's default 2): the processes must be as many.
+  int64_t stages = 2;
+  for (StringRef option : llvm::split(StringRef(pipelineOptions), ' '))
+    if (option.consume_front("stages=") &&
+        (option.getAsInteger(10, stages) || stages < 1))
+      return refuse("--pipeline: stages must be a count, got '" + option + "'");
+  if (stages != worldSize)
+    return refuse("--pipeline stages=" + llvm::Twine(stages) + " on " +
+                  llvm::Twine(worldSize) +
+                  " processes: one process per stage (mpirun -np " +
+                  llvm::Twine(stages) +
+                  "); data parallelism over pipelines is not built yet");
+  if (zeroOptions.getNumOccurrences())
+    return refuse("--pipeline with --zero is not built yet "
+                  "(docs/Pipeline.md, \"Not built yet\")");
+  options.pipeline =
+      pipelineOptions + " select-stage=" + std::to_string(worldRank % stages);
+  return success();
+}
+
 static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
                                          int64_t worldSize, int64_t worldRank,
                                          ModuleOp module) {
-  if (pipelineOptions.getNumOccurrences()) {
-    if (StringRef(pipelineOptions).contains("select-stage"))
-      return refuse("--pipeline takes train-pipeline's options but "
-                    "select-stage: each process runs the stage of its rank");
-    // The stages (train-pipeline's default 2): the processes must be as many.
-    std::optional<int64_t> stages = 2;
-    for (StringRef option : llvm::split(StringRef(pipelineOptions), ' '))
-      if (option.consume_front("stages=") &&
-          (option.getAsInteger(10, *stages) || *stages < 1))
-        return refuse("--pipeline: stages must be a count, got '" + option +
-                      "'");
-    if (*stages != worldSize)
-      return refuse("--pipeline stages=" + llvm::Twine(*stages) + " on " +
-                    llvm::Twine(worldSize) +
-                    " processes: one process per stage (mpirun -np " +
-                    llvm::Twine(*stages) +
-                    "); data parallelism over pipelines is not built yet");
-    if (zeroOptions.getNumOccurrences())
-      return refuse("--pipeline with --zero is not built yet "
-                    "(docs/Pipeline.md, \"Not built yet\")");
-    options.pipeline = pipelineOptions +
-                       " select-stage=" + std::to_string(worldRank % *stages);
-  }
+  if (pipelineOptions.getNumOccurrences() &&
+      failed(fillPipelineStage(options, worldSize, worldRank)))
+    return failure();
   options.autodiff = autodiffOptions;
   options.remat = rematOptions;
   options.gradAccum = gradAccumOptions;

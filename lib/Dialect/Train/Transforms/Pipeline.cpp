@@ -300,29 +300,31 @@ static uint64_t stateBytesOf(func::FuncOp step, BlockArgument param) {
   return bytes;
 }
 
-FailureOr<SmallVector<int64_t>>
-PipelineBuilder::balancedCounts(AccumulateOp loop) {
-  if (balance == PipelineBalance::memory && virtualStages > 1)
-    return loop.emitOpError("train-pipeline: balance=memory cuts one chunk "
-                            "per stage (virtual=1); with interleaving give "
-                            "split= or balance=flops");
-  // Each layer's cost, and what the embedding adds to the first chunk and
-  // the head to the last: FLOPs, or the state bytes and the saved bytes
-  // per micro-batch (a forward block's results a backward reads).
-  SmallVector<double> state(layers, 0.0), saved(layers, 0.0);
+/// Each layer's cost for `balance`, and the ends' (the embedding's on the
+/// first chunk, the head's on the last): FLOPs in `state`, or the state
+/// bytes and the saved bytes per micro-batch (a forward block's results a
+/// backward reads).
+struct LayerCosts {
+  SmallVector<double> state, saved;
   double firstState = 0, firstSaved = 0, lastState = 0, lastSaved = 0;
-  Block &body = loop.getBody().front();
+};
+
+static LayerCosts layerCostsOf(func::FuncOp step, Block &body, int64_t layers,
+                               PipelineBalance balance) {
+  LayerCosts costs;
+  costs.state.assign(layers, 0.0);
+  costs.saved.assign(layers, 0.0);
   for (BlockOp block : body.getOps<BlockOp>()) {
     double *stateOf = nullptr, *savedOf = nullptr;
     if (IntegerAttr layer = block.getLayerAttr()) {
-      stateOf = &state[layer.getInt()];
-      savedOf = &saved[layer.getInt()];
+      stateOf = &costs.state[layer.getInt()];
+      savedOf = &costs.saved[layer.getInt()];
     } else if (block.getKind() == BlockKind::embedding) {
-      stateOf = &firstState;
-      savedOf = &firstSaved;
+      stateOf = &costs.firstState;
+      savedOf = &costs.firstSaved;
     } else if (block.getKind() == BlockKind::head) {
-      stateOf = &lastState;
-      savedOf = &lastSaved;
+      stateOf = &costs.lastState;
+      savedOf = &costs.lastSaved;
     } else {
       continue;
     }
@@ -332,49 +334,34 @@ PipelineBuilder::balancedCounts(AccumulateOp loop) {
       });
       continue;
     }
-    if (!block.getBackward()) {
-      llvm::SetVector<Value> params;
-      getUsedValuesDefinedAbove(block.getBody(), params);
-      for (Value value : params)
-        if (auto arg = dyn_cast<BlockArgument>(value);
-            arg && arg.getOwner()->getParentOp() == step &&
-            step.getArgAttr(arg.getArgNumber(), kParamAttrName))
-          *stateOf += static_cast<double>(stateBytesOf(step, arg));
-      for (Value result : block->getResults())
-        if (llvm::any_of(result.getUsers(), [](Operation *user) {
-              auto reader = user->getParentOfType<BlockOp>();
-              auto top = dyn_cast<BlockOp>(user);
-              return (top && top.getBackward()) ||
-                     (reader && reader.getBackward());
-            }))
-          *savedOf += static_cast<double>(getTensorBytes(result.getType()));
-    }
+    if (block.getBackward())
+      continue;
+    llvm::SetVector<Value> params;
+    getUsedValuesDefinedAbove(block.getBody(), params);
+    for (Value value : params)
+      if (auto arg = dyn_cast<BlockArgument>(value);
+          arg && arg.getOwner()->getParentOp() == step &&
+          step.getArgAttr(arg.getArgNumber(), kParamAttrName))
+        *stateOf += static_cast<double>(stateBytesOf(step, arg));
+    for (Value result : block->getResults())
+      if (llvm::any_of(result.getUsers(), [](Operation *user) {
+            auto reader = user->getParentOfType<BlockOp>();
+            auto top = dyn_cast<BlockOp>(user);
+            return (top && top.getBackward()) ||
+                   (reader && reader.getBackward());
+          }))
+        *savedOf += static_cast<double>(getTensorBytes(result.getType()));
   }
-  // A chunk's cost: its layers', the ends', the saved bytes times the
-  // micro-batches its stage keeps in flight (1F1B min(p - k, m), GPipe m).
-  auto inFlight = [&](int64_t chunk) -> double {
-    int64_t k = stageOf(chunk);
-    return schedule == PipelineSchedule::gpipe
-               ? microBatches
-               : std::min(stages - k, microBatches);
-  };
-  auto costOf = [&](int64_t chunk, int64_t begin, int64_t end) {
-    double cost = 0;
-    double flight = balance == PipelineBalance::memory ? inFlight(chunk) : 0;
-    for (int64_t l = begin; l < end; ++l)
-      cost += state[l] + flight * saved[l];
-    if (chunk == 0)
-      cost += firstState + flight * firstSaved;
-    if (chunk == chunks - 1)
-      cost += lastState + flight * lastSaved;
-    return cost;
-  };
-  if (layers < chunks)
-    return loop.emitOpError("train-pipeline: ")
-           << layers << " layers cannot fill " << chunks
-           << " chunks (stages x virtual) of at least one layer";
-  // The cut whose most expensive chunk is cheapest: best[c][j] over the
-  // first j layers in c + 1 chunks.
+  return costs;
+}
+
+/// The counts of `layers` consecutive layers in `chunks` chunks (each at
+/// least one) whose most expensive chunk is cheapest, `costOf(chunk,
+/// begin, end)` a chunk's cost: best[c][j] over the first j layers in c + 1
+/// chunks.
+static SmallVector<int64_t>
+cheapestCut(int64_t layers, int64_t chunks,
+            function_ref<double(int64_t, int64_t, int64_t)> costOf) {
   constexpr double kNone = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(chunks,
                                         std::vector<double>(layers + 1, kNone));
@@ -397,6 +384,41 @@ PipelineBuilder::balancedCounts(AccumulateOp loop) {
     counts[c] = j - i;
     j = i;
   }
+  return counts;
+}
+
+FailureOr<SmallVector<int64_t>>
+PipelineBuilder::balancedCounts(AccumulateOp loop) {
+  if (balance == PipelineBalance::memory && virtualStages > 1)
+    return loop.emitOpError("train-pipeline: balance=memory cuts one chunk "
+                            "per stage (virtual=1); with interleaving give "
+                            "split= or balance=flops");
+  if (layers < chunks)
+    return loop.emitOpError("train-pipeline: ")
+           << layers << " layers cannot fill " << chunks
+           << " chunks (stages x virtual) of at least one layer";
+  LayerCosts costs =
+      layerCostsOf(step, loop.getBody().front(), layers, balance);
+  // A chunk's cost: its layers', the ends', the saved bytes times the
+  // micro-batches its stage keeps in flight (1F1B min(p - k, m), GPipe m).
+  auto inFlight = [&](int64_t chunk) -> double {
+    int64_t k = stageOf(chunk);
+    return schedule == PipelineSchedule::gpipe
+               ? microBatches
+               : std::min(stages - k, microBatches);
+  };
+  auto costOf = [&](int64_t chunk, int64_t begin, int64_t end) {
+    double cost = 0;
+    double flight = balance == PipelineBalance::memory ? inFlight(chunk) : 0;
+    for (int64_t l = begin; l < end; ++l)
+      cost += costs.state[l] + flight * costs.saved[l];
+    if (chunk == 0)
+      cost += costs.firstState + flight * costs.firstSaved;
+    if (chunk == chunks - 1)
+      cost += costs.lastState + flight * costs.lastSaved;
+    return cost;
+  };
+  SmallVector<int64_t> counts = cheapestCut(layers, chunks, costOf);
   LLVM_DEBUG({
     llvm::dbgs() << "train-pipeline: balance="
                  << (balance == PipelineBalance::flops ? "flops" : "memory")

@@ -531,7 +531,8 @@ void exchange_recv(tmrt_context *ctx, int64_t out, int64_t bytes, int64_t peer,
 }
 // One NCCL group of the exchange's sends and receives on the world's
 // communicator (NCCL pairs a peer's sends and receives in the order they
-// are issued; train-pipeline issues them in its tags' order on both sides).
+// are issued, not by tag; train-pipeline issues them in one order per
+// pair of stages on both sides, and checks it).
 void exchange_end(tmrt_context *ctx) {
   std::vector<Message> messages;
   uint64_t sent = 0, received = 0;

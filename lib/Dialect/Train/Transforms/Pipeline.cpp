@@ -129,6 +129,8 @@ private:
   void sliceUpdate(int64_t stage, llvm::DenseSet<Operation *> &needed,
                    llvm::DenseSet<Value> &seen);
   LogicalResult placeExchanges();
+  /// Whether every pair of stages issues its messages in one order.
+  LogicalResult checkMessageOrder();
   FailureOr<func::FuncOp> buildStage(int64_t stage);
   class StageWriter;
 
@@ -633,6 +635,35 @@ createExchange(OpBuilder &builder, Location loc, ValueRange sends,
                                     builder.getDenseI64ArrayAttr(recvTags));
 }
 
+LogicalResult PipelineBuilder::checkMessageOrder() {
+  // NCCL pairs a peer's sends and receives by the order they are issued,
+  // not by tag: between two stages the sender's order (its exchange, then
+  // the receiver's, then the tag) must be the receiver's (its exchange,
+  // then the sender's, then the tag). Exchanges that complete hold no
+  // message sent earlier and received later than another (that would wait
+  // on each other), so the two orders agree; checked here.
+  std::map<std::pair<int64_t, int64_t>, SmallVector<const Crossing *>> pairs;
+  for (const Crossing &crossing : crossings)
+    pairs[{crossing.from, crossing.to}].push_back(&crossing);
+  for (auto &[pair, list] : pairs) {
+    SmallVector<const Crossing *> sent(list), received(list);
+    llvm::stable_sort(sent, [](const Crossing *a, const Crossing *b) {
+      return std::make_tuple(a->sendAt(), a->recvAt, a->tag) <
+             std::make_tuple(b->sendAt(), b->recvAt, b->tag);
+    });
+    llvm::stable_sort(received, [](const Crossing *a, const Crossing *b) {
+      return std::make_tuple(a->recvAt, a->sendAt(), a->tag) <
+             std::make_tuple(b->recvAt, b->sendAt(), b->tag);
+    });
+    if (sent != received)
+      return step.emitError("train-pipeline: stage ")
+             << pair.first << " sends its tensors for stage " << pair.second
+             << " in another order than that stage receives them (NCCL "
+                "pairs them by order); use another schedule or split=";
+  }
+  return success();
+}
+
 LogicalResult PipelineBuilder::placeExchanges() {
   // An exchange starts its sends and receives together and ends when every
   // one has met its peer's (as NCCL's grouped send/recv and MPI's waitall
@@ -682,7 +713,7 @@ LogicalResult PipelineBuilder::placeExchanges() {
         break;
     }
     if (done)
-      return success();
+      return checkMessageOrder();
     // A send waiting for a receiver that is stuck earlier: the receiver
     // takes it where it waits.
     Crossing *hoisted = nullptr;
@@ -824,21 +855,36 @@ LogicalResult PipelineBuilder::StageWriter::ensureReads(Operation *op) {
 }
 
 void PipelineBuilder::StageWriter::exchangeBefore(int64_t index) {
+  // Sends in the order their receivers take them, receives in the order
+  // their senders send them (checkMessageOrder: one order per pair).
+  SmallVector<const Crossing *> out, in;
+  for (const Crossing &c : p.crossings) {
+    if (c.from == stage && c.sendAt() == index)
+      out.push_back(&c);
+    if (c.to == stage && c.recvAt == index)
+      in.push_back(&c);
+  }
+  llvm::stable_sort(out, [](const Crossing *a, const Crossing *b) {
+    return std::make_pair(a->recvAt, a->tag) <
+           std::make_pair(b->recvAt, b->tag);
+  });
+  llvm::stable_sort(in, [](const Crossing *a, const Crossing *b) {
+    return std::make_pair(a->sendAt(), a->tag) <
+           std::make_pair(b->sendAt(), b->tag);
+  });
   SmallVector<Value> sends, received;
   SmallVector<int64_t> sendPeers, sendTags, recvPeers, recvTags;
   SmallVector<Type> recvTypes;
-  for (const Crossing &c : p.crossings) {
-    if (c.from == stage && c.sendAt() == index) {
-      sends.push_back(mapping.lookup(c.value));
-      sendPeers.push_back(c.to);
-      sendTags.push_back(c.tag);
-    }
-    if (c.to == stage && c.recvAt == index) {
-      received.push_back(c.value);
-      recvTypes.push_back(c.value.getType());
-      recvPeers.push_back(c.from);
-      recvTags.push_back(c.tag);
-    }
+  for (const Crossing *c : out) {
+    sends.push_back(mapping.lookup(c->value));
+    sendPeers.push_back(c->to);
+    sendTags.push_back(c->tag);
+  }
+  for (const Crossing *c : in) {
+    received.push_back(c->value);
+    recvTypes.push_back(c->value.getType());
+    recvPeers.push_back(c->from);
+    recvTags.push_back(c->tag);
   }
   if (sends.empty() && received.empty())
     return;

@@ -1102,10 +1102,15 @@ llvm::Error mlir::train::writePipelineManifest(StringRef dir,
 }
 
 bool mlir::train::isPipelineCheckpoint(StringRef dir) {
-  auto buffer = llvm::MemoryBuffer::getFile((dir + "/manifest").str(),
-                                            /*IsText=*/true);
-  return buffer && (*buffer)->getBuffer().starts_with(
-                       (kPipelineManifestHeader + "\n").str());
+  // A manifest that is not a regular file (a FIFO) is not read here: the
+  // sharded reader says what it is.
+  auto buffer = readRegularFile(dir + "/manifest");
+  if (!buffer) {
+    llvm::consumeError(buffer.takeError());
+    return false;
+  }
+  return (*buffer)->getBuffer().starts_with(
+      (kPipelineManifestHeader + "\n").str());
 }
 
 namespace {

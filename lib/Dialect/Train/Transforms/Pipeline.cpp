@@ -175,6 +175,13 @@ private:
   /// The step's arguments each stage's units read.
   SmallVector<llvm::DenseSet<unsigned>> argumentsRead;
   SmallVector<Crossing> crossings;
+  /// Each stage's slice of the post ops (sliceUpdate): the ops its results
+  /// need and the values they are made of.
+  struct UpdateSlice {
+    llvm::DenseSet<Operation *> needed;
+    llvm::DenseSet<Value> seen;
+  };
+  SmallVector<UpdateSlice> updateSlices;
   /// The clip every stage clips by the global norm, if any.
   ClipGradNormOp clip;
 };
@@ -577,7 +584,6 @@ void PipelineBuilder::sliceUpdate(int64_t stage,
 
 LogicalResult PipelineBuilder::findCrossings() {
   // The first unit of each stage that reads a value made on another.
-  std::map<std::pair<Operation *, int64_t>, int64_t> firstRead;
   llvm::MapVector<std::pair<Value, int64_t>, int64_t> reads;
   auto note = [&](Value value, int64_t stage, int64_t index) {
     int64_t from = stageOfValue(value);
@@ -592,14 +598,14 @@ LogicalResult PipelineBuilder::findCrossings() {
       for (Operation *op : unitOps[key(unit)])
         for (Value read : readsOf(op))
           note(read, stage, index);
-  // What each stage's update reads: its results' slices.
+  // What each stage's update reads: its results' slices (kept for the
+  // stage's writer).
+  updateSlices.resize(stages);
   for (int64_t stage = 0; stage < stages; ++stage) {
-    int64_t post = order[stage].size();
-    llvm::DenseSet<Operation *> needed;
-    llvm::DenseSet<Value> seen;
-    sliceUpdate(stage, needed, seen);
-    for (Value value : seen)
-      note(value, stage, post);
+    UpdateSlice &slice = updateSlices[stage];
+    sliceUpdate(stage, slice.needed, slice.seen);
+    for (Value value : slice.seen)
+      note(value, stage, order[stage].size());
   }
   // Every gradient the clip reads is made by one stage's backward, which
   // counts it in its squared norm.
@@ -759,7 +765,9 @@ LogicalResult PipelineBuilder::placeExchanges() {
 class PipelineBuilder::StageWriter {
 public:
   StageWriter(PipelineBuilder &pipeline, int64_t stage)
-      : p(pipeline), stage(stage), builder(pipeline.step) {}
+      : p(pipeline), stage(stage), builder(pipeline.step),
+        needed(pipeline.updateSlices[stage].needed),
+        seen(pipeline.updateSlices[stage].seen) {}
 
   FailureOr<func::FuncOp> write();
 
@@ -790,8 +798,8 @@ private:
   /// The step's results this stage returns.
   SmallVector<unsigned> results;
   /// The post ops this stage needs and the values they make.
-  llvm::DenseSet<Operation *> needed;
-  llvm::DenseSet<Value> seen;
+  const llvm::DenseSet<Operation *> &needed;
+  const llvm::DenseSet<Value> &seen;
   SmallVector<Value> words;
 };
 
@@ -995,8 +1003,6 @@ LogicalResult PipelineBuilder::StageWriter::cloneBlock(BlockOp block) {
 }
 
 LogicalResult PipelineBuilder::StageWriter::writeUpdate() {
-  // The slice of the post ops this stage's results need.
-  p.sliceUpdate(stage, needed, seen);
   if (p.clip && needed.contains(p.clip.getOperation()))
     exchangeNorms();
   for (Operation *op : p.postOps)

@@ -1116,6 +1116,22 @@ func.func @init_ones_with_std(%w: tensor<4xf32> {train.param = "w", train.init =
 
 // -----
 
+// A stream (train-pipeline's: a parameter's place in the whole model) is
+// an index, and only a normal init draws from one.
+// expected-error @+1 {{#train.init: stream must be >= 0, got -2}}
+func.func @init_negative_stream(%w: tensor<4xf32> {train.param = "w", train.init = #train.init<normal, std = 2.0e-02, stream = -2>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{#train.init: only normal draws from a stream}}
+func.func @init_ones_with_stream(%w: tensor<4xf32> {train.param = "w", train.init = #train.init<ones, std = 0.0, stream = 3>}) {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{'func.func' op result 0: 'train.init' belongs on arguments}}
 func.func @init_on_result(%w: tensor<4xf32>) -> (tensor<4xf32> {train.init = #train.init<zeros>}) {
   return %w : tensor<4xf32>

@@ -320,8 +320,9 @@ func.func @broadcast(%k: tensor<2x2x1x4x8xbf16>) -> tensor<2x2x3x4x8xbf16> {
 // A pipeline stage's exchange: a tensor sent, one received; one that only
 // receives; the stage and its schedule on the function.
 // CHECK-LABEL: func.func @stage
+// CHECK-SAME: train.init = #train.init<normal, std = 2.000000e-02, stream = 17>
 // CHECK-SAME: train.pipeline_stage = #train.pipeline<stage = 1, stages = 4, micro_batches = 8, schedule = interleaved, virtual = 2>
-func.func @stage(%x: tensor<2x8xf32>) -> tensor<2x8xf32> attributes {train.pipeline_stage = #train.pipeline<stage = 1, stages = 4, micro_batches = 8, schedule = interleaved, virtual = 2>} {
+func.func @stage(%x: tensor<2x8xf32>, %w: tensor<8xf32> {train.param = "w", train.init = #train.init<normal, std = 2.0e-02, stream = 17>}) -> tensor<2x8xf32> attributes {train.pipeline_stage = #train.pipeline<stage = 1, stages = 4, micro_batches = 8, schedule = interleaved, virtual = 2>} {
   // CHECK: %{{.*}} = train.pipeline_exchange send %{{.*}} : tensor<2x8xf32> {recv_peers = array<i64: 0>, recv_tags = array<i64: 3>, send_peers = array<i64: 2>, send_tags = array<i64: 1>} -> tensor<2x8xf32>
   %g = train.pipeline_exchange send %x : tensor<2x8xf32> {send_peers = array<i64: 2>, send_tags = array<i64: 1>, recv_peers = array<i64: 0>, recv_tags = array<i64: 3>} -> tensor<2x8xf32>
   // CHECK: train.pipeline_exchange {recv_peers = array<i64: 2>, recv_tags = array<i64: 4>, send_peers = array<i64>, send_tags = array<i64>} -> tensor<2x8xf32>

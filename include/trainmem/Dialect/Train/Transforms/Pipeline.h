@@ -21,9 +21,9 @@ namespace train {
 /// `chunk` (the virtual stage: chunk j of stage k is j·stages + k) for
 /// micro-batch `microBatch`.
 struct PipelineUnit {
-  int64_t chunk;
-  bool backward;
-  int64_t microBatch;
+  int64_t chunk = 0;
+  bool backward = false;
+  int64_t microBatch = 0;
 };
 
 /// Stage `stage`'s units in `schedule`'s order: GPipe every forward then

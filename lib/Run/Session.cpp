@@ -610,11 +610,13 @@ llvm::Error Session::start() {
       (world != ranks || rank % pipelineStages != pipelineStage))
     return runError("the step is stage " + std::to_string(pipelineStage) +
                     " of a pipeline of " + std::to_string(pipelineStages) +
-                    " stages, run by rank " + std::to_string(rank) + " of " +
-                    std::to_string(world) +
-                    " processes: run one process per stage (mpirun -np " +
-                    std::to_string(pipelineStages) +
-                    "), rank k running stage k");
+                    " stages over " + std::to_string(ranks / pipelineStages) +
+                    " data ranks, run by rank " + std::to_string(rank) +
+                    " of " + std::to_string(world) +
+                    " processes: run one process per stage of each pipeline "
+                    "(mpirun -np " +
+                    std::to_string(ranks) + "), rank r running stage r mod " +
+                    std::to_string(pipelineStages));
   if (world != ranks) {
     return runError(
         ranks > 1 ? "the step is partitioned for " + std::to_string(ranks) +
@@ -680,13 +682,16 @@ void Session::readRanks(Operation *marked, func::FuncOp stepFunc) {
     pipelineStages = stage.getStages();
     pipelineStage = stage.getStage();
   }
-  // The ranks train-zero partitioned it for.
+  // The ranks train-zero partitioned it for (a stage's data ranks, each
+  // running the pipeline's stages).
   if (auto zero = marked->getAttrOfType<ZeroAttr>(kZeroAttrName)) {
     ranks = zero.getRanks();
     zeroStage = zero.getStage();
   }
+  ranks *= pipelineStages;
   // The lowered step's ranks: its grid's, which on a (data, tensor) grid
-  // are more than train-zero's data ranks.
+  // are more than train-zero's data ranks (the lowering counts a
+  // pipeline's stages).
   if (auto lowered =
           marked->getAttrOfType<IntegerAttr>(kLoweredRanksAttrName)) {
     ranks = std::max(ranks, lowered.getInt());
@@ -698,7 +703,6 @@ void Session::readRanks(Operation *marked, func::FuncOp stepFunc) {
         ranks = std::max(ranks, group->gridRanks);
     });
   }
-  ranks *= pipelineStages;
 }
 
 /// The rank's part of `values` (a whole tensor's) for `slot`: all of it,
@@ -993,12 +997,14 @@ llvm::Error Session::save(StringRef dir, int64_t step,
   // A pipeline: each stage its tensors whole in a file of the step's
   // directory, then rank 0 the manifest that names them, so that it names
   // a complete set only.
+  // Data-parallel pipelines hold the same state: the first writes it.
   if (pipelineStages > 1) {
     std::string stepName = "step-" + std::to_string(step);
-    if (llvm::Error failure = writeCheckpoint(
-            (dir + "/" + stepName).str(), step, identity, layout.arguments,
-            read, stageFileName(pipelineStage, pipelineStages)))
-      return failure;
+    if (getDataRank() == 0)
+      if (llvm::Error failure = writeCheckpoint(
+              (dir + "/" + stepName).str(), step, identity, layout.arguments,
+              read, stageFileName(pipelineStage, pipelineStages)))
+        return failure;
     if (llvm::Error failure = barrier())
       return failure;
     if (rank == 0) {

@@ -349,27 +349,70 @@ static FailureOr<int64_t> groupSizeOf(StringRef text, StringRef flag,
 }
 
 /// train-step's pipeline= from --pipeline: the stage of this process's
-/// rank, one process per stage.
+/// rank. The processes are pipelines of `stages` consecutive ranks (rank r
+/// runs stage r mod stages), several of them data-parallel through --zero.
 static LogicalResult fillPipelineStage(TrainStepPipelineOptions &options,
-                                       int64_t worldSize, int64_t worldRank) {
+                                       int64_t worldSize, int64_t worldRank,
+                                       int64_t &stages) {
   if (StringRef(pipelineOptions).contains("select-stage"))
     return refuse("--pipeline takes train-pipeline's options but "
                   "select-stage: each process runs the stage of its rank");
-  // The stages (train-pipeline's default 2): the processes must be as many.
-  int64_t stages = 2;
+  // The stages (train-pipeline's default 2): the processes must be as many
+  // or a multiple.
+  stages = 2;
   for (StringRef option : llvm::split(StringRef(pipelineOptions), ' '))
     if (option.consume_front("stages=") &&
         (option.getAsInteger(10, stages) || stages < 1))
       return refuse("--pipeline: stages must be a count, got '" + option + "'");
-  if (stages != worldSize)
+  if (worldSize % stages != 0)
     return refuse("--pipeline stages=" + llvm::Twine(stages) + " on " +
                   llvm::Twine(worldSize) +
-                  " processes: one process per stage (mpirun -np " +
-                  llvm::Twine(stages) +
-                  "); data parallelism over pipelines is not built yet");
-  if (zeroOptions.getNumOccurrences())
-    return refuse("--pipeline with --zero is not built yet "
+                  " processes: one process per stage of each pipeline (mpirun "
+                  "-np " +
+                  llvm::Twine(stages) + ", or " + llvm::Twine(2 * stages) +
+                  " for two data-parallel pipelines with --zero)");
+  // Beside the tensor groups, the processes left are data-parallel
+  // pipelines (checked against the group's size with --tensor-parallel).
+  int64_t perPipeline = stages;
+  if (tensorParallelOptions.getNumOccurrences()) {
+    FailureOr<int64_t> size =
+        groupSizeOf(tensorParallelOptions, "tensor-parallel",
+                    worldSize / stages, "processes of each stage");
+    if (failed(size))
+      return failure();
+    perPipeline *= *size;
+  }
+  if (worldSize % perPipeline != 0)
+    return refuse(
+        "--pipeline stages=" + llvm::Twine(stages) + " with tensor groups of " +
+        llvm::Twine(perPipeline / stages) + " needs a multiple of " +
+        llvm::Twine(perPipeline) + " processes, not " + llvm::Twine(worldSize));
+  if (worldSize > perPipeline && !zeroOptions.getNumOccurrences())
+    return refuse("--pipeline stages=" + llvm::Twine(stages) + " on " +
+                  llvm::Twine(worldSize) + " processes is " +
+                  llvm::Twine(worldSize / perPipeline) +
+                  " data-parallel pipelines: their stages average "
+                  "gradients through train-zero, give --zero stage=0 (or "
+                  "stage=1 to shard the optimizer state)");
+  if (contextParallelOptions.getNumOccurrences())
+    return refuse("--pipeline with --context-parallel is not built yet "
                   "(docs/Pipeline.md, \"Not built yet\")");
+  // A stage's checkpoint holds its tensors whole: tensor-parallel parts
+  // would need joining first, which is not built.
+  if (tensorParallelOptions.getNumOccurrences() &&
+      (!saveDir.empty() || !resumeDir.empty()))
+    return refuse("--save and --resume with --pipeline and "
+                  "--tensor-parallel (stage files of tensor-parallel parts) "
+                  "are not built yet (docs/Pipeline.md, \"Not built yet\")");
+  // ZeRO-1's shards of a stage's state: its checkpoint would need them
+  // gathered (or a manifest of shards per stage), which is not built.
+  if (worldSize > perPipeline && (!saveDir.empty() || !resumeDir.empty()) &&
+      !StringRef(zeroOptions).contains("stage=0") &&
+      StringRef(zeroOptions).contains("stage="))
+    return refuse("--save and --resume with --pipeline over data-parallel "
+                  "pipelines hold each stage's state whole: with --zero "
+                  "stage=0, not with sharded optimizer state (docs/"
+                  "Pipeline.md, \"Not built yet\")");
   options.pipeline =
       pipelineOptions + " select-stage=" + std::to_string(worldRank % stages);
   return success();
@@ -378,8 +421,9 @@ static LogicalResult fillPipelineStage(TrainStepPipelineOptions &options,
 static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
                                          int64_t worldSize, int64_t worldRank,
                                          ModuleOp module) {
+  int64_t stages = 1;
   if (pipelineOptions.getNumOccurrences() &&
-      failed(fillPipelineStage(options, worldSize, worldRank)))
+      failed(fillPipelineStage(options, worldSize, worldRank, stages)))
     return failure();
   options.autodiff = autodiffOptions;
   options.remat = rematOptions;
@@ -402,7 +446,9 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
     // With tensor parallelism, ZeRO runs over the data axis: the
     // processes over the group's size (from --tensor-parallel, or from a
     // step split already).
-    int64_t dataRanks = worldSize;
+    // With pipeline stages, over the pipelines (fillPipelineStage checked
+    // that they divide the processes).
+    int64_t dataRanks = worldSize / stages;
     if (int64_t parts = tensorPartsOf(module);
         parts > 1 && !tensorParallelOptions.getNumOccurrences()) {
       if (worldSize % parts != 0)
@@ -413,7 +459,7 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
                       llvm::Twine(parts) + " (mpirun -np " +
                       llvm::Twine(parts) + ", " + llvm::Twine(2 * parts) +
                       ", ...)");
-      dataRanks = worldSize / parts;
+      dataRanks = worldSize / stages / parts;
     }
     if (tensorParallelOptions.getNumOccurrences()) {
       FailureOr<int64_t> size =
@@ -421,7 +467,7 @@ static LogicalResult fillPipelineOptions(TrainStepPipelineOptions &options,
                       "processes mpirun starts");
       if (failed(size))
         return failure();
-      dataRanks = worldSize / *size;
+      dataRanks = worldSize / stages / *size;
     }
     // With context parallelism, over the processes the groups leave (the
     // groups of --context-parallel, or of a step cut already).

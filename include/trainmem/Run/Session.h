@@ -168,9 +168,9 @@ public:
   CheckpointLayout getCheckpointLayout() const {
     return {ranks / contextParts, rank / contextParts, zeroStage, tensorParts};
   }
-  /// The grid is row major, data x tensor x context.
+  /// The grid is row major, data x tensor x context x pipeline.
   int64_t getTensorPosition() const {
-    return (rank / contextParts) % tensorParts;
+    return (rank / (contextParts * pipelineStages)) % tensorParts;
   }
   /// Context parallelism (train-context-parallel): the ranks of a context
   /// group, which train on the same rows, each on its positions (1

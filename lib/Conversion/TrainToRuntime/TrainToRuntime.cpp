@@ -779,10 +779,14 @@ void ConvertTrainToRuntimePass::describeLowered(func::FuncOp lowered,
   if (Attribute hessian = step->getAttr(kHessianStepAttrName))
     lowered->setAttr(kHessianStepAttrName, hessian);
   // The ranks it runs on: its collectives' grid's (train-zero's data
-  // ranks, times the tensor-parallel groups' on a (data, tensor) grid).
+  // ranks, times the tensor-parallel groups' on a (data, tensor) grid, or
+  // a pipeline's stages).
   int64_t ranks = 0;
   if (auto zero = step->getAttrOfType<ZeroAttr>(kZeroAttrName))
     ranks = zero.getRanks();
+  if (auto pipeline =
+          step->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName))
+    ranks = std::max<int64_t>(ranks, 1) * pipeline.getStages();
   step.walk([&](Operation *op) {
     if (std::optional<ProcessGroup> group = getProcessGroup(op))
       ranks = std::max(ranks, group->gridRanks);

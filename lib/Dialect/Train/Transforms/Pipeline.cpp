@@ -22,6 +22,7 @@
 #include "trainmem/Dialect/Train/Transforms/StepPhases.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
@@ -184,6 +185,19 @@ private:
   SmallVector<UpdateSlice> updateSlices;
   /// The clip every stage clips by the global norm, if any.
   ClipGradNormOp clip;
+  /// A tensor-parallel step's grid (data, tensor), which gains the
+  /// pipeline's axis last; null otherwise.
+  FlatSymbolRefAttr tensorGrid;
+  /// How each gradient the clip reads is split (its parameter's split;
+  /// null: whole).
+  SmallVector<TensorSplitAttr> clipSplits;
+  /// The squared norms stage k sends the others: one per grid axis its
+  /// split gradients lie on, then one of its whole gradients.
+  int64_t normWords(int64_t stage) const;
+  /// Its gradients and their splits.
+  void stageGradients(int64_t stage, SmallVectorImpl<Value> &grads,
+                      SmallVectorImpl<TensorSplitAttr> &splits) const;
+  LogicalResult addPipelineAxis();
 };
 
 SmallVector<Value> PipelineBuilder::readsOf(Operation *op) {
@@ -213,8 +227,9 @@ LogicalResult PipelineBuilder::checkSupported(AccumulateOp loop) {
     return refuse(step, "train-zero's partition (run train-pipeline before "
                         "it on the step)");
   for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i) {
-    if (step.getArgAttr(i, kTensorSplitAttrName))
-      return refuse(step, "a tensor-parallel parameter");
+    if (auto split =
+            step.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName))
+      tensorGrid = split.getGrid();
     if (auto state =
             step.getArgAttrOfType<StateAttr>(i, kOptimizerStateAttrName);
         state && state.getKind() == StateKind::loss_scale)
@@ -237,7 +252,9 @@ LogicalResult PipelineBuilder::checkSupported(AccumulateOp loop) {
       return WalkResult::interrupt();
     }
     if (auto found = dyn_cast<ClipGradNormOp>(op)) {
-      if (!found.getSquaredNorms().empty()) {
+      // A tensor-parallel step's clip sums its split gradients' norms over
+      // the group: each stage builds its own such norms.
+      if (!found.getSquaredNorms().empty() && !tensorGrid) {
         (void)refuse(op, "a clip of sharded gradients");
         return WalkResult::interrupt();
       }
@@ -501,13 +518,30 @@ LogicalResult PipelineBuilder::placeOps() {
 
 LogicalResult PipelineBuilder::assignResults() {
   argumentsRead.resize(stages);
+  // The step's arguments a unit reads, directly or through ops made of
+  // arguments alone (a replicated parameter's train.grad_all_reduce under
+  // sequence parallelism), which each stage that reads them runs itself.
+  auto noteArguments = [&](Operation *op, int64_t stage) {
+    SmallVector<Value> worklist = readsOf(op);
+    llvm::DenseSet<Value> visited;
+    while (!worklist.empty()) {
+      Value read = worklist.pop_back_val();
+      if (!visited.insert(read).second)
+        continue;
+      if (auto arg = dyn_cast<BlockArgument>(read)) {
+        if (arg.getOwner()->getParentOp() == step)
+          argumentsRead[stage].insert(arg.getArgNumber());
+        continue;
+      }
+      Operation *def = read.getDefiningOp();
+      if (def && def->getParentOp() == step &&
+          placement.lookup(def).kind == Placement::free)
+        llvm::append_range(worklist, readsOf(def));
+    }
+  };
   for (auto &[unitKey, ops] : unitOps)
     for (Operation *op : ops)
-      for (Value read : readsOf(op))
-        if (auto arg = dyn_cast<BlockArgument>(read);
-            arg && arg.getOwner()->getParentOp() == step)
-          argumentsRead[stageOf(std::get<0>(unitKey))].insert(
-              arg.getArgNumber());
+      noteArguments(op, stageOf(std::get<0>(unitKey)));
   // A parameter's stages: those whose layers read it.
   llvm::StringMap<SmallVector<int64_t>> paramStages;
   for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
@@ -919,30 +953,76 @@ LogicalResult PipelineBuilder::StageWriter::writeUnits() {
   return success();
 }
 
+void PipelineBuilder::stageGradients(
+    int64_t stage, SmallVectorImpl<Value> &grads,
+    SmallVectorImpl<TensorSplitAttr> &splits) const {
+  ClipGradNormOp op = clip;
+  for (auto [grad, split] : llvm::zip(op.getGrads(), clipSplits))
+    if (stageOfValue(grad) == stage) {
+      grads.push_back(grad);
+      splits.push_back(split);
+    }
+}
+
+int64_t PipelineBuilder::normWords(int64_t stage) const {
+  SmallVector<Value> grads;
+  SmallVector<TensorSplitAttr> splits;
+  stageGradients(stage, grads, splits);
+  llvm::SmallDenseSet<std::pair<Attribute, int64_t>> axes;
+  bool whole = false;
+  for (TensorSplitAttr split : splits) {
+    if (split)
+      axes.insert({split.getGrid(), split.getAxis()});
+    else
+      whole = true;
+  }
+  return static_cast<int64_t>(axes.size()) + (whole ? 1 : 0);
+}
+
 void PipelineBuilder::StageWriter::exchangeNorms() {
   ClipGradNormOp clip = p.clip;
-  SmallVector<Value> own;
-  for (Value grad : clip.getGrads())
-    if (p.stageOfValue(grad) == stage && mapping.contains(grad))
-      own.push_back(mapping.lookup(grad));
-  Value mine = SquaredNormOp::create(builder, clip.getLoc(), own);
-  words.push_back(mine);
-  // One tag per ordered pair of stages, after the crossings'.
-  SmallVector<int64_t> peers, sendTags, recvTags;
-  int64_t base = p.crossings.size();
+  SmallVector<Value> grads, own;
+  SmallVector<TensorSplitAttr> splits;
+  p.stageGradients(stage, grads, splits);
+  for (Value grad : grads)
+    own.push_back(mapping.lookup(grad));
+  // The stage's words: one squared norm, or (tensor parallelism) one per
+  // axis its split gradients lie on, summed over its group, and one of its
+  // whole gradients.
+  SmallVector<Value> mine = buildSplitSquaredNorms(builder, clip.getLoc(), own,
+                                                   splits, /*withWhole=*/true);
+  assert(static_cast<int64_t>(mine.size()) == p.normWords(stage) &&
+         "a stage's words as normWords counts them");
+  llvm::append_range(words, mine);
+  // Tags per ordered pair of stages and word, after the crossings'.
+  int64_t most = 0;
+  for (int64_t other = 0; other < p.stages; ++other)
+    most = std::max(most, p.normWords(other));
+  auto tagOf = [&](int64_t from, int64_t to, int64_t word) {
+    return static_cast<int64_t>(p.crossings.size()) +
+           (from * p.stages + to) * most + word;
+  };
+  SmallVector<Value> sends;
+  SmallVector<int64_t> sendPeers, sendTags, recvPeers, recvTags;
+  SmallVector<Type> types;
   for (int64_t peer = 0; peer < p.stages; ++peer) {
     if (peer == stage)
       continue;
-    peers.push_back(peer);
-    sendTags.push_back(base + stage * p.stages + peer);
-    recvTags.push_back(base + peer * p.stages + stage);
+    for (auto [word, norm] : llvm::enumerate(mine)) {
+      sends.push_back(norm);
+      sendPeers.push_back(peer);
+      sendTags.push_back(tagOf(stage, peer, word));
+    }
+    for (int64_t word = 0, e = p.normWords(peer); word < e; ++word) {
+      types.push_back(mine.front().getType());
+      recvPeers.push_back(peer);
+      recvTags.push_back(tagOf(peer, stage, word));
+    }
   }
-  if (peers.empty())
+  if (sendPeers.empty())
     return;
-  SmallVector<Value> sends(peers.size(), mine);
-  SmallVector<Type> types(peers.size(), mine.getType());
-  auto exchange = createExchange(builder, clip.getLoc(), sends, peers, sendTags,
-                                 types, peers, recvTags);
+  auto exchange = createExchange(builder, clip.getLoc(), sends, sendPeers,
+                                 sendTags, types, recvPeers, recvTags);
   llvm::append_range(words, exchange.getReceived());
 }
 
@@ -1038,6 +1118,36 @@ FailureOr<func::FuncOp> PipelineBuilder::buildStage(int64_t stage) {
   return StageWriter(*this, stage).write();
 }
 
+/// A tensor-parallel step: its grid (data, tensor) gains the pipeline's
+/// axis last, (data, tensor, pipeline), so that the tensor group's ranks
+/// are the stages' count apart and a stage's peer is the next rank (rank =
+/// (data x tensor + position) x stages + stage); the splits and the
+/// collectives keep their axes. The clip's gradients get their splits.
+LogicalResult PipelineBuilder::addPipelineAxis() {
+  if (clip) {
+    clipSplits.assign(clip.getGrads().size(), TensorSplitAttr());
+    for (auto [index, clipped] : llvm::enumerate(clip.getClipped()))
+      for (Operation *user : clipped.getUsers())
+        if (auto update = dyn_cast<OptimizerUpdateOpInterface>(user);
+            update && update.getGradient() == clipped)
+          clipSplits[index] = getTensorSplit(step, update.getUpdatedParam());
+  }
+  if (!tensorGrid)
+    return success();
+  auto grid =
+      SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(step, tensorGrid);
+  if (!grid || grid.getShape().size() != 2)
+    return step.emitError("train-pipeline: the tensor-parallel grid ")
+           << tensorGrid
+           << " is not a (data, tensor) grid of two axes: stages of "
+              "tensor-parallel steps take one cut by train-tensor-parallel "
+              "alone";
+  SmallVector<int64_t> shape(grid.getShape());
+  shape.push_back(stages);
+  grid.setShape(shape);
+  return success();
+}
+
 LogicalResult PipelineBuilder::run(int64_t microBatchesAsked) {
   SmallVector<AccumulateOp> loops;
   step.walk([&](AccumulateOp loop) { loops.push_back(loop); });
@@ -1065,7 +1175,8 @@ LogicalResult PipelineBuilder::run(int64_t microBatchesAsked) {
     return loop.emitOpError("train-pipeline: the interleaved schedule runs "
                             "micro-batches in groups of the stages: ")
            << microBatches << " is not a multiple of " << stages;
-  if (failed(checkSupported(loop)) || failed(assignLayers(loop)))
+  if (failed(checkSupported(loop)) || failed(assignLayers(loop)) ||
+      failed(addPipelineAxis()))
     return failure();
   order.resize(stages);
   unitIndex.resize(stages);

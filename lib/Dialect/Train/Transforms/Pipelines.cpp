@@ -205,13 +205,10 @@ checkTrainStepOptions(const TrainStepOptions &options,
                         "docs/Pipeline.md \"Not built yet\"): use "
                         "policy=full or selective, and balance=memory to "
                         "cut the layers by memory");
-  if (options.pipeline &&
-      (options.offload || options.tensorParallel || options.contextParallel))
+  if (options.pipeline && (options.offload || options.contextParallel))
     return errorHandler(
         Twine("train-step: pipeline stages with ") +
-        (options.offload          ? "offload"
-         : options.tensorParallel ? "tensor-parallel"
-                                  : "context-parallel") +
+        (options.offload ? "offload" : "context-parallel") +
         " are not built yet (docs/Pipeline.md, \"Not built yet\"): train "
         "the pipeline without it");
   if (options.fuseAttention && !options.differentiate)
@@ -350,7 +347,8 @@ FailureOr<SmallVector<TrainStepPass>> mlir::train::getTrainStepPasses(
   // train-zero and the unrolling, so that the memory plan holds them.
   passes.push_back(stepPass("train-materialize-layouts",
                             &createTrainMaterializeLayoutsPass));
-  if (options.zero) {
+  // Pipeline stages are partitioned after the cut: each stage's data ranks.
+  if (options.zero && !options.pipeline) {
     passes.push_back(stepPass(*options.zero));
     if (options.zero->stage >= 3 && options.zero->ranks > 1)
       passes.back().conditions.push_back("stage=3");
@@ -368,6 +366,8 @@ FailureOr<SmallVector<TrainStepPass>> mlir::train::getTrainStepPasses(
   // Pipeline stages unroll the loop themselves, in their schedule's order.
   if (options.pipeline) {
     passes.push_back(stepPass(*options.pipeline));
+    if (options.zero)
+      passes.push_back(stepPass(*options.zero));
     return finishTrainStepPasses(passes, remat, options, scope, errorHandler);
   }
   bool rolled = options.gradAccum && options.gradAccum->groups == 1;

@@ -196,14 +196,18 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   }
 
   void runOnOperation() override;
+  LogicalResult partition(ModuleOp module, func::FuncOp step);
   /// The (data, tensor) grid of a tensor-parallel step, its data axis
   /// `ranks` long (grown from 1).
   FailureOr<shard::GridOp> dataAxisGrid(func::FuncOp step);
-  LogicalResult placeRankDraws(func::FuncOp step, shard::GridOp tensorGrid);
+  LogicalResult placeRankDraws(func::FuncOp step, shard::GridOp grid);
   LogicalResult dataParallel(func::FuncOp step, StringAttr grid,
                              ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult shardOptimizer(func::FuncOp step, StringAttr grid,
                                ArrayRef<OptimizerUpdateOpInterface> updates);
+
+  /// The (data, pipeline) grid of a pipeline's stages.
+  shard::GridOp stageGrid;
 };
 
 /// What is wrong with train-zero's options, if anything.
@@ -222,14 +226,36 @@ static std::optional<std::string> badOptions(int64_t stage, int64_t ranks,
 
 void TrainZeroPass::runOnOperation() {
   ModuleOp module = getOperation();
-  auto fail = [&](Location loc, const Twine &message) {
-    emitError(loc, "train-zero: ") << message;
-    signalPassFailure();
-  };
   if (std::optional<std::string> bad =
-          badOptions(stage, ranks, bucket, prefetch))
-    return fail(module.getLoc(), *bad);
-  func::FuncOp step = lookupStep(module, function, getArgument());
+          badOptions(stage, ranks, bucket, prefetch)) {
+    emitError(module.getLoc(), "train-zero: ") << *bad;
+    return signalPassFailure();
+  }
+  // A step cut into pipeline stages (train-pipeline without select-stage):
+  // each stage's function, each over its own data ranks.
+  SmallVector<func::FuncOp> steps;
+  if (function.empty() &&
+      llvm::none_of(module.getOps<func::FuncOp>(), [](func::FuncOp func) {
+        return func->hasAttr(kStepAttrName);
+      }))
+    for (auto func : module.getOps<func::FuncOp>())
+      if (func->hasAttr(kPipelineStageAttrName))
+        steps.push_back(func);
+  if (steps.empty()) {
+    func::FuncOp step = lookupStep(module, function, getArgument());
+    if (!step)
+      return signalPassFailure();
+    steps.push_back(step);
+  }
+  for (func::FuncOp step : steps)
+    if (failed(partition(module, step)))
+      return signalPassFailure();
+}
+
+LogicalResult TrainZeroPass::partition(ModuleOp module, func::FuncOp step) {
+  auto fail = [&](Location loc, const Twine &message) {
+    return emitError(loc, "train-zero: ") << message;
+  };
   // Stage 3 gathers the parameters for each op that reads them; recompute
   // must be ops of the backward by then (StepPhases.def), so that it
   // gathers again instead of keeping the forward's gathered parameters
@@ -237,8 +263,8 @@ void TrainZeroPass::runOnOperation() {
   SmallVector<StringRef> conditions;
   if (stage >= 3 && ranks > 1)
     conditions.push_back("stage=3");
-  if (!step || failed(checkStepPhases(step, getArgument(), conditions)))
-    return signalPassFailure();
+  if (failed(checkStepPhases(step, getArgument(), conditions)))
+    return failure();
   SmallVector<OptimizerUpdateOpInterface> updates;
   step.walk([&](OptimizerUpdateOpInterface update) {
     updates.push_back(update);
@@ -251,35 +277,65 @@ void TrainZeroPass::runOnOperation() {
                     "returns gradients; run train-add-optimizer first)");
   if (step->getParentOfType<ModuleOp>() != module)
     return fail(step.getLoc(), "the step is not at the top of the module");
+  // A pipeline stage: its data ranks are the same stage of each pipeline,
+  // the stages' count apart (a (data, pipeline) grid, rank = data x
+  // stages + stage). Its gradients are whole micro-batch sums by now, which
+  // stages 2-3 would reduce-scatter inside the micro-batches.
+  auto pipeline =
+      step->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName);
+  if (pipeline && stage >= 2 && ranks > 1)
+    return fail(step.getLoc(),
+                "@" + step.getSymName() + " is a pipeline stage: stage " +
+                    Twine(static_cast<int64_t>(stage)) +
+                    " (gradients or weights sharded inside the micro-"
+                    "batches) is not built with pipeline stages, as "
+                    "DeepSpeed's pipeline engine refuses it: use stage=0 or "
+                    "stage=1");
+  // A tensor-parallel stage's clip sums norms from the other stages and
+  // over its group; rebuilding them over shards is not built.
+  if (pipeline && stage >= 1 && ranks > 1 && isTensorParallel(step))
+    return fail(step.getLoc(),
+                "@" + step.getSymName() +
+                    " is a tensor-parallel pipeline stage: stage " +
+                    Twine(static_cast<int64_t>(stage)) +
+                    " (its clip's norms over shards, tensor groups and "
+                    "stages) is not built yet (docs/Pipeline.md, \"Not built "
+                    "yet\"): use stage=0");
   // One rank is the step as it is.
   if (ranks == 1)
-    return;
+    return success();
 
   // A tensor- or context-parallel step: ZeRO over its grid's data axis
   // (axis 0).
-  shard::GridOp tensorGrid;
+  shard::GridOp grid;
   if (isTensorParallel(step) || getContextSplit(step)) {
     FailureOr<shard::GridOp> found = dataAxisGrid(step);
     if (failed(found))
-      return signalPassFailure();
-    tensorGrid = *found;
+      return failure();
+    grid = *found;
+  }
+  // The process grid otherwise: one axis of `ranks` data-parallel
+  // processes, or (data, pipeline) for a stage; the stages of one run
+  // share it.
+  if (!grid) {
+    SmallVector<int64_t> shape{ranks};
+    if (pipeline)
+      shape.push_back(pipeline.getStages());
+    shard::GridOp &made = pipeline ? stageGrid : grid;
+    if (!made) {
+      OpBuilder builder(module.getBodyRegion());
+      builder.setInsertionPointToStart(module.getBody());
+      made = shard::GridOp::create(builder, module.getLoc(), "dp", shape);
+      SymbolTable symbols(module);
+      symbols.insert(made); // renames it when "dp" is taken
+    }
+    grid = made;
   }
   // Each rank holds rows [r·B, (r+1)·B) of the global batch: its dropout
   // draws from r·(the elements its batch draws) on, so that N ranks draw
   // the masks one process running the global batch draws.
-  if (failed(placeRankDraws(step, tensorGrid)))
-    return signalPassFailure();
-  // The process grid: one axis of `ranks` data-parallel processes, or the
-  // tensor-parallel grid's data axis.
-  shard::GridOp grid = tensorGrid;
-  if (!grid) {
-    OpBuilder builder(module.getBodyRegion());
-    builder.setInsertionPointToStart(module.getBody());
-    grid = shard::GridOp::create(builder, module.getLoc(), "dp",
-                                 ArrayRef<int64_t>{ranks});
-    SymbolTable symbols(module);
-    symbols.insert(grid); // renames it when "dp" is taken
-  }
+  if (failed(placeRankDraws(step, grid)))
+    return failure();
   LLVM_DEBUG(llvm::dbgs() << "train-zero: @" << step.getSymName() << ": stage "
                           << stage << " over " << ranks << " ranks on @"
                           << grid.getSymName() << ", " << updates.size()
@@ -287,11 +343,12 @@ void TrainZeroPass::runOnOperation() {
   if (failed(stage == 0
                  ? dataParallel(step, grid.getSymNameAttr(), updates)
                  : shardOptimizer(step, grid.getSymNameAttr(), updates)))
-    return signalPassFailure();
+    return failure();
   // Prefetch is stage 3's; the attribute keeps what applies.
   step->setAttr(kZeroAttrName,
                 ZeroAttr::get(&getContext(), stage, ranks, bucket,
                               stage == 3 ? int64_t(prefetch) : int64_t(0)));
+  return success();
 }
 
 FailureOr<shard::GridOp> TrainZeroPass::dataAxisGrid(func::FuncOp step) {
@@ -333,12 +390,12 @@ FailureOr<shard::GridOp> TrainZeroPass::dataAxisGrid(func::FuncOp step) {
 }
 
 LogicalResult TrainZeroPass::placeRankDraws(func::FuncOp step,
-                                            shard::GridOp tensorGrid) {
-  // Processes between two data ranks: the groups' (tensor, context).
+                                            shard::GridOp grid) {
+  // Processes between two data ranks: the grid's other axes (tensor,
+  // context, pipeline).
   int64_t rankStride = 1;
-  if (tensorGrid)
-    for (int64_t extent : tensorGrid.getShape().drop_front())
-      rankStride *= extent;
+  for (int64_t extent : grid.getShape().drop_front())
+    rankStride *= extent;
   // The rank's batch: the tokens' first dimension.
   int64_t batchRows = 0;
   for (unsigned i = 0; i < step.getNumArguments(); ++i)
@@ -396,7 +453,13 @@ TrainZeroPass::dataParallel(func::FuncOp step, StringAttr grid,
           shard::ReductionKind::Average);
       reduced->setAttr(kBucketAttrName,
                        builder.getI64IntegerAttr(static_cast<int64_t>(index)));
-      gradient.replaceAllUsesExcept(reduced.getResult(), reduced);
+      // A pipeline stage sends the raw sum of a gradient another stage
+      // updates too (tied embeddings): that stage averages it over its own
+      // data ranks, alike.
+      gradient.replaceUsesWithIf(reduced.getResult(), [&](OpOperand &use) {
+        return use.getOwner() != reduced &&
+               !isa<PipelineExchangeOp>(use.getOwner());
+      });
     }
   }
   return success();
@@ -498,6 +561,7 @@ private:
   LogicalResult placeBuckets(ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult
   findClipAndUnscale(ArrayRef<OptimizerUpdateOpInterface> updates);
+  LogicalResult findStageNorm();
   LogicalResult checkBlocks(ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult scatterInLoops(ArrayRef<OptimizerUpdateOpInterface> updates);
   struct InLoop {
@@ -540,6 +604,9 @@ private:
   /// Where the next reduce-scatter of a bucket goes (after the previous).
   llvm::DenseMap<Operation *, Operation *> lastPlaced;
   ClipGradNormOp clip;
+  /// A pipeline stage's own squared norm that its clip takes beside the
+  /// other stages' (train-pipeline's); null otherwise.
+  SquaredNormOp stageNorm;
   UnscaleGradientsOp unscale;
   /// How each gradient the clip (the unscale) reads is split by
   /// train-tensor-parallel; null where whole.
@@ -632,9 +699,9 @@ LogicalResult OptimizerSharding::findClipAndUnscale(
   // are built again over both axes. Another step's are not ZeRO's to
   // rebuild.
   bool tensorParallel = isTensorParallel(step);
-  if (clip && !clip.getSquaredNorms().empty() && !tensorParallel)
-    return clip.emitOpError("train-zero: this clip takes its norm from "
-                            "ranks already");
+  if (clip && !clip.getSquaredNorms().empty() && !tensorParallel &&
+      failed(findStageNorm()))
+    return failure();
   FailureOr<UnscaleGradientsOp> found = findUnscale(updates);
   if (failed(found))
     return failure();
@@ -658,6 +725,24 @@ LogicalResult OptimizerSharding::findClipAndUnscale(
       for (auto [i, unscaled] : llvm::enumerate(unscale.getGrads()))
         if (unscaled == raw)
           unscaleSplits[i] = split;
+  }
+  return success();
+}
+
+/// A pipeline stage's clip (train-pipeline's) takes its own squared norm
+/// and the other stages': the one ZeRO sums over the data ranks' shards.
+LogicalResult OptimizerSharding::findStageNorm() {
+  for (Value norm : clip.getSquaredNorms()) {
+    Operation *def = norm.getDefiningOp();
+    if (step->hasAttr(kPipelineStageAttrName) &&
+        isa_and_nonnull<PipelineExchangeOp>(def))
+      continue;
+    auto own = dyn_cast_or_null<SquaredNormOp>(def);
+    if (!step->hasAttr(kPipelineStageAttrName) || !own || stageNorm ||
+        own->getBlock() != &step.front())
+      return clip.emitOpError("train-zero: this clip takes its norm from "
+                              "ranks already");
+    stageNorm = own;
   }
   return success();
 }
@@ -832,6 +917,14 @@ Value OptimizerSharding::scatterGradient(Operation *op, Value grad,
     Operation *before = op;
     if (clip)
       before = clip;
+    // A pipeline stage's own norm, sent to the others before its clip,
+    // reads the shards of the gradients it has by then.
+    if (clip && stageNorm) {
+      Operation *def = grad.getDefiningOp();
+      if (!def || (def->getBlock() == stageNorm->getBlock() &&
+                   def->isBeforeInBlock(stageNorm)))
+        before = stageNorm;
+    }
     if (unscale)
       before = unscale;
     builder.setInsertionPoint(before);
@@ -1083,16 +1176,37 @@ LogicalResult OptimizerSharding::shardUnscale() {
 LogicalResult OptimizerSharding::shardClip() {
   if (!clip)
     return success();
-  builder.setInsertionPoint(clip);
   Location loc = clip.getLoc();
+  // A pipeline stage: its own squared norm over its data ranks' shards,
+  // where it was (before the exchange that sends it); the other stages'
+  // come as they came.
+  SmallVector<Value> global, oldNorms;
+  if (stageNorm) {
+    builder.setInsertionPoint(stageNorm);
+    FailureOr<SmallVector<Value>> own =
+        shardsOf(stageNorm.getInputs(), stageNorm, "takes the norm of");
+    if (failed(own))
+      return failure();
+    SmallVector<TensorSplitAttr> whole(own->size());
+    SmallVector<Value> summed =
+        buildSplitSquaredNorms(builder, stageNorm.getLoc(), *own, whole,
+                               /*withWhole=*/true, gridRef, {0});
+    stageNorm.getResult().replaceAllUsesWith(summed.front());
+    stageNorm.erase();
+    stageNorm = {};
+    global.assign(clip.getSquaredNorms().begin(), clip.getSquaredNorms().end());
+  }
+  builder.setInsertionPoint(clip);
   FailureOr<SmallVector<Value>> shards =
       shardsOf(clip.getGrads(), clip, "clips");
   if (failed(shards))
     return failure();
-  SmallVector<Value> global =
-      buildSplitSquaredNorms(builder, loc, *shards, clipSplits,
-                             /*withWhole=*/true, gridRef, {0});
-  SmallVector<Value> oldNorms(clip.getSquaredNorms());
+  if (global.empty()) {
+    global = buildSplitSquaredNorms(builder, loc, *shards, clipSplits,
+                                    /*withWhole=*/true, gridRef, {0});
+    oldNorms.assign(clip.getSquaredNorms().begin(),
+                    clip.getSquaredNorms().end());
+  }
   auto sharded = ClipGradNormOp::create(builder, loc, *shards, global,
                                         clip.getMaxNormAttr());
   for (auto [old, clipped] : llvm::zip(clip.getClipped(), sharded.getClipped()))

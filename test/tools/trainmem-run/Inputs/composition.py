@@ -61,6 +61,10 @@ REST = [
     # "16", the row's 16-bit dtype (train-grad-accum accumulate-dtype);
     # nothing to sum without accumulation.
     ("sums", ["f32", "16"]),
+    # Pipeline parallelism (issue 53): 2 stages of 2 micro-batches, one
+    # process each; with ZeRO or tensor parallelism, RANKS data-parallel
+    # pipelines or tensor groups of them.
+    ("pipeline", ["off", "2"]),
 ]
 FACTORS = MAIN + REST
 
@@ -91,6 +95,26 @@ def refused_by_design(row):
         return "context parallelism without fused attention"
     if row["sums"] == "16" and row["dtype"] == "f32" and row["accum"] != "1":
         return "16-bit sums of f32 gradients"
+    if row["pipeline"] != "off":
+        # docs/Pipeline.md, "Not built yet" (and DeepSpeed's refusal of
+        # ZeRO-2/3 with stages); the stages cut a rolled micro-batch loop.
+        for factor, alone in (("offload", "none"),
+                              ("offload-activations", "off"),
+                              ("release", "off")):
+            if row[factor] != alone:
+                return f"pipeline stages with {factor}={row[factor]}"
+        if row["tensor"] in ("c2", "c2r"):
+            return "pipeline stages with context parallelism"
+        if row["optimizer"] == "sophia":
+            return "pipeline stages with sophia"
+        if row["zero"] in ("2", "3"):
+            return "pipeline stages with ZeRO-2/3"
+        if row["remat"] == "budget":
+            return "pipeline stages with a remat budget"
+        if row["dtype"] == "f16":
+            return "pipeline stages with loss scaling"
+        if row["accum"] == "2-unrolled":
+            return "pipeline stages of a loop unrolled already"
     if row["offload"] == "states+update+gradients":
         if row["accum"] == "1":
             return "gradients on the host without a micro-batch loop"
@@ -223,9 +247,18 @@ def context_options(c):
 
 
 def processes(c):
-    """The MPI processes the combination runs on (1: none)."""
-    return (RANKS if c["zero"] != "none" or tensor_options(c) or
-            context_options(c) else 1)
+    """The MPI processes the combination runs on (1: none): pipeline
+    stages times the data ranks."""
+    stages = 2 if c["pipeline"] != "off" else 1
+    return stages * (RANKS if c["zero"] != "none" or tensor_options(c) or
+                     context_options(c) else 1)
+
+
+def pipeline_options(c):
+    """--pipeline's options of the combination, or None."""
+    if c["pipeline"] == "off":
+        return None
+    return f"stages={c['pipeline']} micro-batches=2"
 
 
 def rank_batch(c):
@@ -474,6 +507,8 @@ def run_combination(index, c, log):
         opts.append("--zero=" + stage)
     if c["release"] == "on":
         opts.append("--release-gradients")
+    if pipeline_options(c):
+        opts.append("--pipeline=" + pipeline_options(c))
     cmd = [os.path.join(BIN, "trainmem-run"), target] + opts
     if processes(c) > 1:
         cmd = MPIRUN + ["-np", str(processes(c))] + cmd

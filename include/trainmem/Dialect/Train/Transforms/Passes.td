@@ -576,9 +576,12 @@ def TrainPipelinePass : Pass<"train-pipeline", "mlir::ModuleOp"> {
     add up, fewer micro-batches than stages for 1F1B, interleaving with
     micro-batches not a multiple of the stages, a value that flows from a
     later unit to an earlier one on another stage (a cycle between
-    stages), and what is not built yet (train-zero, tensor or context
-    parallelism, loss scaling, offload and gradient release with
-    pipeline stages).
+    stages), a step train-zero partitioned already (run train-zero after
+    it: each stage over its data ranks, on a (data, pipeline) grid), and
+    what is not built yet (context parallelism, loss scaling, offload and
+    gradient release with pipeline stages). A tensor-parallel step's
+    (data, tensor) grid gains the pipeline's axis last, (data, tensor,
+    pipeline): rank = (data x tensor + position) x stages + stage.
   }];
   let options = [
     Option<"stages", "stages", "int64_t", "2", "Pipeline stages (p)">,
@@ -658,6 +661,12 @@ def TrainZeroPass : Pass<"train-zero", "mlir::ModuleOp"> {
     (`train.squared_norm`, a `shard.all_reduce`, `train.clip_grad_norm ...
     squared_norm(...)`). `ranks=1` leaves the step as it is. docs/Zero.md
     has the design and the memory and communication the stages give.
+
+    Pipeline stages (train-pipeline's functions, each or the one marked
+    `train.step`): each is partitioned over its data ranks, the same stage
+    of each pipeline, on a (data, pipeline) grid (or the tensor-parallel
+    grid's data axis); the stage's own squared norm is summed over them
+    before it is sent to the other stages. Stages 2-3 are refused there.
   }];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
   let options = [

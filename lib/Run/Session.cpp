@@ -606,8 +606,11 @@ llvm::Error Session::start() {
   }
   int64_t world = tmrt_world_size(ctx);
   rank = tmrt_rank(ctx);
+  // Rank r runs stage (r / t) mod p (data x pipeline x tensor).
+  int64_t stageStride = tensorParts * contextParts;
   if (pipelineStages > 1 &&
-      (world != ranks || rank % pipelineStages != pipelineStage))
+      (world != ranks ||
+       (rank / stageStride) % pipelineStages != pipelineStage))
     return runError("the step is stage " + std::to_string(pipelineStage) +
                     " of a pipeline of " + std::to_string(pipelineStages) +
                     " stages over " + std::to_string(ranks / pipelineStages) +
@@ -615,7 +618,10 @@ llvm::Error Session::start() {
                     " of " + std::to_string(world) +
                     " processes: run one process per stage of each pipeline "
                     "(mpirun -np " +
-                    std::to_string(ranks) + "), rank r running stage r mod " +
+                    std::to_string(ranks) + "), rank r running stage " +
+                    (stageStride > 1
+                         ? "(r / " + std::to_string(stageStride) + ") mod "
+                         : std::string("r mod ")) +
                     std::to_string(pipelineStages));
   if (world != ranks) {
     return runError(

@@ -349,8 +349,8 @@ static FailureOr<int64_t> groupSizeOf(StringRef text, StringRef flag,
 }
 
 /// train-step's pipeline= from --pipeline: the stage of this process's
-/// rank. The processes are pipelines of `stages` consecutive ranks (rank r
-/// runs stage r mod stages), several of them data-parallel through --zero.
+/// rank. The processes are pipelines of `stages` (of tensor groups with
+/// --tensor-parallel), several of them data-parallel through --zero.
 static LogicalResult fillPipelineStage(TrainStepPipelineOptions &options,
                                        int64_t worldSize, int64_t worldRank,
                                        int64_t &stages) {
@@ -413,8 +413,11 @@ static LogicalResult fillPipelineStage(TrainStepPipelineOptions &options,
                   "pipelines hold each stage's state whole: with --zero "
                   "stage=0, not with sharded optimizer state (docs/"
                   "Pipeline.md, \"Not built yet\")");
+  // Rank r runs stage (r / t) mod p: data x pipeline x tensor, a tensor
+  // group's ranks consecutive (Megatron's layout).
   options.pipeline =
-      pipelineOptions + " select-stage=" + std::to_string(worldRank % stages);
+      pipelineOptions + " select-stage=" +
+      std::to_string((worldRank / (perPipeline / stages)) % stages);
   return success();
 }
 

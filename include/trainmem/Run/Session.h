@@ -168,9 +168,10 @@ public:
   CheckpointLayout getCheckpointLayout() const {
     return {ranks / contextParts, rank / contextParts, zeroStage, tensorParts};
   }
-  /// The grid is row major, data x tensor x context x pipeline.
+  /// The grid is row major, data x pipeline x tensor x context
+  /// (Megatron's: a tensor group's ranks consecutive).
   int64_t getTensorPosition() const {
-    return (rank / (contextParts * pipelineStages)) % tensorParts;
+    return (rank / contextParts) % tensorParts;
   }
   /// Context parallelism (train-context-parallel): the ranks of a context
   /// group, which train on the same rows, each on its positions (1

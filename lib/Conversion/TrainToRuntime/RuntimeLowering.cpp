@@ -658,13 +658,14 @@ static LogicalResult lowerTransfer(TransferOp o, RuntimeCallBuilder &b) {
 
 /// The wait of an asynchronous copy names its destination.
 // A pipeline stage's exchange: its messages noted, then started together.
-// A peer stage is the rank (peer - stage) ranks away: the stages of a
-// pipeline are consecutive ranks (train-pipeline refuses the inner axes it
-// would have to stride over).
+// A peer stage is the rank (peer - stage) x the stages' rank stride away
+// (getPipelineRankStride: a tensor group's size between stages on a
+// tensor-parallel step's grid, else 1).
 static LogicalResult lowerPipelineExchange(PipelineExchangeOp o,
                                            RuntimeCallBuilder &b) {
-  auto stage = o->getParentOfType<FunctionOpInterface>()
-                   ->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName);
+  auto func = o->getParentOfType<FunctionOpInterface>();
+  auto stage = func->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName);
+  int64_t stride = getPipelineRankStride(func);
   if (!stage)
     return o.emitOpError("is outside a pipeline stage's function (one "
                          "train-pipeline made): its peers have no ranks");
@@ -674,7 +675,7 @@ static LogicalResult lowerPipelineExchange(PipelineExchangeOp o,
     b.emit(rt::exchange_send{.in = b.offset(value),
                              .bytes = static_cast<int64_t>(
                                  getTensorBytes(value.getType())),
-                             .peer = peer - stage.getStage(),
+                             .peer = (peer - stage.getStage()) * stride,
                              .tag = tag},
            o.getLoc());
   for (auto [value, peer, tag] :
@@ -682,7 +683,7 @@ static LogicalResult lowerPipelineExchange(PipelineExchangeOp o,
     b.emit(rt::exchange_recv{.out = b.offset(value),
                              .bytes = static_cast<int64_t>(
                                  getTensorBytes(value.getType())),
-                             .peer = peer - stage.getStage(),
+                             .peer = (peer - stage.getStage()) * stride,
                              .tag = tag},
            o.getLoc());
   b.emit(rt::exchange_end{}, o.getLoc());

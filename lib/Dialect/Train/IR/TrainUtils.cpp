@@ -126,6 +126,24 @@ LogicalResult mlir::train::inferResultTypes(Operation *op,
   return success();
 }
 
+int64_t mlir::train::getPipelineRankStride(FunctionOpInterface func) {
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    auto split =
+        func.getArgAttrOfType<TensorSplitAttr>(i, kTensorSplitAttrName);
+    if (!split)
+      continue;
+    auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+        func, split.getGrid());
+    if (!grid || grid.getShape().size() < 3)
+      return 1;
+    int64_t stride = 1;
+    for (int64_t extent : grid.getShape().drop_front(2))
+      stride *= extent;
+    return stride;
+  }
+  return 1;
+}
+
 TensorSplitAttr mlir::train::getTensorSplit(FunctionOpInterface func,
                                             Value value) {
   auto arg = dyn_cast<BlockArgument>(value);

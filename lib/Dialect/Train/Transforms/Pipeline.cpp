@@ -23,6 +23,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/AttrTypeSubElements.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
@@ -186,7 +187,7 @@ private:
   /// The clip every stage clips by the global norm, if any.
   ClipGradNormOp clip;
   /// A tensor-parallel step's grid (data, tensor), which gains the
-  /// pipeline's axis last; null otherwise.
+  /// pipeline's axis between the two; null otherwise.
   FlatSymbolRefAttr tensorGrid;
   /// How each gradient the clip reads is split (its parameter's split;
   /// null: whole).
@@ -198,6 +199,7 @@ private:
   void stageGradients(int64_t stage, SmallVectorImpl<Value> &grads,
                       SmallVectorImpl<TensorSplitAttr> &splits) const;
   LogicalResult addPipelineAxis();
+  LogicalResult moveTensorAxis();
 };
 
 SmallVector<Value> PipelineBuilder::readsOf(Operation *op) {
@@ -1119,11 +1121,14 @@ FailureOr<func::FuncOp> PipelineBuilder::buildStage(int64_t stage) {
 }
 
 /// A tensor-parallel step: its grid (data, tensor) gains the pipeline's
-/// axis last, (data, tensor, pipeline), so that the tensor group's ranks
-/// are the stages' count apart and a stage's peer is the next rank (rank =
-/// (data x tensor + position) x stages + stage); the splits and the
-/// collectives keep their axes. The clip's gradients get their splits.
+/// axis between the two, (data, pipeline, tensor), Megatron's layout: a
+/// tensor group's ranks are consecutive (one node's), a stage's peer is a
+/// group's size away (rank = (data x stages + stage) x tensor + position).
+/// The splits and collectives on the grid's tensor axis move one axis on.
+/// The clip's gradients get their splits.
 LogicalResult PipelineBuilder::addPipelineAxis() {
+  if (failed(moveTensorAxis()))
+    return failure();
   if (clip) {
     clipSplits.assign(clip.getGrads().size(), TensorSplitAttr());
     for (auto [index, clipped] : llvm::enumerate(clip.getClipped()))
@@ -1132,8 +1137,13 @@ LogicalResult PipelineBuilder::addPipelineAxis() {
             update && update.getGradient() == clipped)
           clipSplits[index] = getTensorSplit(step, update.getUpdatedParam());
   }
+  return success();
+}
+
+LogicalResult PipelineBuilder::moveTensorAxis() {
   if (!tensorGrid)
     return success();
+  auto module = step->getParentOfType<ModuleOp>();
   auto grid =
       SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(step, tensorGrid);
   if (!grid || grid.getShape().size() != 2)
@@ -1143,8 +1153,33 @@ LogicalResult PipelineBuilder::addPipelineAxis() {
               "tensor-parallel steps take one cut by train-tensor-parallel "
               "alone";
   SmallVector<int64_t> shape(grid.getShape());
-  shape.push_back(stages);
+  shape.insert(shape.begin() + 1, stages);
   grid.setShape(shape);
+  MLIRContext *context = step.getContext();
+  AttrTypeReplacer replacer;
+  replacer.addReplacement(
+      [&](TensorSplitAttr split) -> std::optional<Attribute> {
+        if (split.getGrid() != tensorGrid || split.getAxis() < 1)
+          return split;
+        return TensorSplitAttr::get(context, split.getDim(), split.getParts(),
+                                    split.getGrid(), split.getAxis() + 1,
+                                    split.getOrder());
+      });
+  replacer.recursivelyReplaceElementsIn(module, /*replaceAttrs=*/true,
+                                        /*replaceLocs=*/false,
+                                        /*replaceTypes=*/false);
+  // The collectives on the grid (shard's and train's: a `grid` and its
+  // `grid_axes`).
+  module.walk([&](Operation *op) {
+    auto ref = op->getAttrOfType<FlatSymbolRefAttr>("grid");
+    auto axes = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
+    if (!ref || ref != tensorGrid || !axes)
+      return;
+    SmallVector<int16_t> moved;
+    for (int16_t axis : axes.asArrayRef())
+      moved.push_back(axis >= 1 ? axis + 1 : axis);
+    op->setAttr("grid_axes", DenseI16ArrayAttr::get(context, moved));
+  });
   return success();
 }
 

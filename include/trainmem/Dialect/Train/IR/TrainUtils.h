@@ -126,6 +126,13 @@ LogicalResult verifySplitGrid(Operation *op, TensorSplitAttr split,
 /// of a split parameter, which is split as its parameter is.
 TensorSplitAttr getTensorSplit(FunctionOpInterface func, Value value);
 
+/// The ranks between a pipeline stage of `func` (train-pipeline's) and the
+/// next: on a tensor-parallel step's (data, pipeline, tensor) grid the
+/// tensor group's size (Megatron's layout: the group's ranks consecutive),
+/// otherwise 1 (the stages consecutive ranks, on a (data, pipeline) grid
+/// or none).
+int64_t getPipelineRankStride(FunctionOpInterface func);
+
 /// The exact squared norms (`train.squared_norm`) whose words add up to
 /// the squared global norm of `grads`, each rank holding the part
 /// `splits[i]` says of `grads[i]` (null: all of it, alike on every rank):

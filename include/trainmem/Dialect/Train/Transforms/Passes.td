@@ -580,8 +580,10 @@ def TrainPipelinePass : Pass<"train-pipeline", "mlir::ModuleOp"> {
     it: each stage over its data ranks, on a (data, pipeline) grid), and
     what is not built yet (context parallelism, loss scaling, offload and
     gradient release with pipeline stages). A tensor-parallel step's
-    (data, tensor) grid gains the pipeline's axis last, (data, tensor,
-    pipeline): rank = (data x tensor + position) x stages + stage.
+    (data, tensor) grid gains the pipeline's axis between the two, (data,
+    pipeline, tensor), Megatron's layout: rank = (data x stages + stage) x
+    tensor + position; its splits and collectives on the tensor axis move
+    to axis 2.
   }];
   let options = [
     Option<"stages", "stages", "int64_t", "2", "Pipeline stages (p)">,

@@ -167,7 +167,8 @@ def main():
             """trainmem-model builds one data rank's batch (a tensor group
             shares its batch)."""
             batch = global_batch // (
-                ranks // (c["tensor_parallel"] * c.get("context_parallel", 1)))
+                ranks // (c["tensor_parallel"] * c.get("context_parallel", 1) *
+                          c.get("pipeline_parallel", 1)))
             if batch not in models:
                 path = os.path.join(tmp, f"model-{batch}.mlir")
                 subprocess.run([f"{options.bin}/trainmem-model",
@@ -194,6 +195,13 @@ def main():
             text = run.stdout + run.stderr
             arena = re.search(r"arena: planned (\d+) B, measured peak (\d+) B",
                               text)
+            # Pipeline stages plan apart: the largest stage's arena is the
+            # row's (each rank's line says its own).
+            stages = re.findall(r"rank \d+: arena planned (\d+) B, measured "
+                                r"peak (\d+) B", text)
+            if c.get("pipeline_parallel", 1) > 1 and stages:
+                arena = re.match(r"(\d+) (\d+)", " ".join(max(
+                    stages, key=lambda s: int(s[1]))))
             timing = re.search(r"step time: best ([0-9.]+) s", text)
             if run.returncode != 0 or not arena:
                 print(f"| {c['number']} | {name} | "

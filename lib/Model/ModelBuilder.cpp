@@ -68,6 +68,12 @@ ModelConfig llama(std::string name, int64_t layers, int64_t hidden,
   return c;
 }
 
+ModelConfig gpt1t() {
+  ModelConfig c = gpt("gpt-1t", 128, 25600, 160, 2048, 1);
+  c.vocab = 51200;
+  return c;
+}
+
 std::vector<ModelConfig> presets() {
   ModelConfig tiny = gpt("tiny", 2, 64, 4, 64, 4);
   tiny.vocab = 256; // bytes
@@ -80,6 +86,10 @@ std::vector<ModelConfig> presets() {
       gpt("gpt2-774m", 36, 1280, 20, 1024, 8),
       gpt("gpt2-1.5b", 48, 1600, 25, 1024, 8),
       gpt("gpt3-175b", 96, 12288, 96, 2048, 1),
+      // Narayanan et al. 2021 (Megatron-LM on 3,072 A100s), Table 1's
+      // 1T-parameter row: 128 layers, hidden 25600, 160 heads, sequence
+      // 2048, a vocabulary of 51,200.
+      gpt1t(),
       // Llama-2's params.json: multiple_of 256 (7b, 13b); 4096 and
       // ffn_dim_multiplier 1.3 (70b).
       llama("llama2-7b", 32, 4096, 32, 32, 1.0, 256),

@@ -353,6 +353,11 @@ std::vector<std::string> deepSpeedCannotExpress(const PlanCandidate &c,
         "tensor parallelism (size {0}: DeepSpeed takes it from Megatron-LM's "
         "model code, --emit megatron-args)",
         c.tensorParallel));
+  if (c.virtualStages > 1)
+    reasons.push_back(llvm::formatv(
+        "the interleaved pipeline schedule ({0} chunks per stage: "
+        "DeepSpeed's pipeline engine runs 1F1B over one chunk per stage)",
+        c.virtualStages));
   if (c.contextParallel > 1)
     reasons.push_back(llvm::formatv(
         "context parallelism (size {0}: DeepSpeed has no key for it; its "
@@ -393,6 +398,21 @@ llvm::json::Object toDeepSpeed(const PlanCandidate &c,
                     "planned device memory holds only where it sums them on "
                     "the CPU");
   config["zero_optimization"] = std::move(zero);
+  // Pipeline stages: DeepSpeed's pipeline engine (a PipelineModule of
+  // p stages, its layers cut evenly as the plan cuts them), its
+  // micro-batches the accumulation steps.
+  if (c.pipelineParallel > 1) {
+    llvm::json::Object pipeline{{"stages", c.pipelineParallel},
+                                {"partition", "uniform"}};
+    if (c.remat == PlanRemat::full)
+      pipeline["activation_checkpoint_interval"] = 1;
+    config["pipeline"] = std::move(pipeline);
+    notes.push_back(llvm::formatv(
+        "pipeline.stages is read by deepspeed.pipe.PipelineModule when the "
+        "model code passes num_stages from the config; the plan assumes "
+        "its layers cut evenly, {0} per stage (partition uniform)",
+        request.model.layers / c.pipelineParallel));
+  }
   // The recipe's optimizer, by its DeepSpeed type (the registry's), and
   // clipping (0: none); eps where the optimizer reads one.
   const OptimizerInfo *optimizer = lookupOptimizer(recipe.optimizer);

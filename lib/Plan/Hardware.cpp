@@ -43,7 +43,7 @@ constexpr uint64_t kNcclCommunicatorBytes = uint64_t(256) << 20;
 /// memory of NVIDIA's 8-GPU server of it (DGX) over its 8 GPUs.
 Hardware gpu(const char *name, double peakFlops, double memory,
              double bandwidth, double interconnect, double host,
-             double hostMemory) {
+             double hostMemory, double node) {
   Hardware h;
   h.name = name;
   h.peakFlops = peakFlops;
@@ -56,6 +56,8 @@ Hardware gpu(const char *name, double peakFlops, double memory,
   h.contextBytes = kCudaContextBytes;
   h.communicatorBytes = kNcclCommunicatorBytes;
   h.hostMemoryBytes = static_cast<uint64_t>(hostMemory);
+  h.nodeBandwidth = node;
+  h.ranksPerNode = 8;
   return h;
 }
 
@@ -63,27 +65,31 @@ std::vector<Hardware> presets() {
   std::vector<Hardware> list;
   // NVIDIA H100 SXM5 80GB: BF16 1,979 TFLOP/s with sparsity (989.4 dense),
   // HBM3 3.35 TB/s, NVLink 4 900 GB/s (450 per direction), PCIe Gen5 x16;
-  // DGX H100: 2 TB of system memory for 8.
+  // DGX H100: 2 TB of system memory for 8, a 400 Gb/s ConnectX-7 (NDR
+  // InfiniBand, 50 GB/s per direction) per GPU between nodes.
   list.push_back(gpu("h100-80gb", 989.4 * kTB, 80 * kGB, 3.35 * kTB, 450 * kGB,
-                     64 * kGB, 2 * kTB / 8));
+                     64 * kGB, 2 * kTB / 8, 50 * kGB));
   // NVIDIA H200 SXM 141GB: the H100's compute, HBM3e 4.8 TB/s; DGX H200:
-  // 2 TB for 8.
+  // 2 TB for 8, the DGX H100's network.
   list.push_back(gpu("h200", 989.4 * kTB, 141 * kGB, 4.8 * kTB, 450 * kGB,
-                     64 * kGB, 2 * kTB / 8));
+                     64 * kGB, 2 * kTB / 8, 50 * kGB));
   // NVIDIA HGX B200: BF16 36 PFLOP/s with sparsity per 8 GPUs (2.25 dense
   // each), 1.44 TB HBM3e (180 GB each) at 8 TB/s, NVLink 5 1.8 TB/s (900 GB/s
-  // per direction), PCIe Gen6 x16; DGX B200: 4 TB for 8.
+  // per direction), PCIe Gen6 x16; DGX B200: 4 TB for 8, a 400 Gb/s
+  // ConnectX-7 per GPU.
   list.push_back(gpu("b200", 2250 * kTB, 180 * kGB, 8 * kTB, 900 * kGB,
-                     128 * kGB, 4 * kTB / 8));
+                     128 * kGB, 4 * kTB / 8, 50 * kGB));
   // NVIDIA A100 SXM4 80GB: BF16 312 TFLOP/s dense, HBM2e 2,039 GB/s,
   // NVLink 3 600 GB/s (300 per direction), PCIe Gen4 x16; DGX A100 640GB:
-  // 2 TB for 8.
+  // 2 TB for 8, a 200 Gb/s ConnectX-6 (HDR InfiniBand, 25 GB/s per
+  // direction) per GPU between nodes (the network of Narayanan et al.'s
+  // 3,072-GPU runs).
   list.push_back(gpu("a100-80gb", 312 * kTB, 80 * kGB, 2039 * kGB, 300 * kGB,
-                     32 * kGB, 2 * kTB / 8));
+                     32 * kGB, 2 * kTB / 8, 25 * kGB));
   // NVIDIA A100 SXM4 40GB: the 80GB's compute and links, HBM2 1,555 GB/s;
   // DGX A100 320GB: 1 TB for 8.
   list.push_back(gpu("a100-40gb", 312 * kTB, 40 * kGB, 1555 * kGB, 300 * kGB,
-                     32 * kGB, 1 * kTB / 8));
+                     32 * kGB, 1 * kTB / 8, 25 * kGB));
   // This project's CPU machines (docs/CpuSpeed.md): 2 cores of OpenBLAS
   // SGEMM at about 100 GFLOP/s each, 24 GiB; ranks on one machine exchange
   // through shared memory, the "host" arena is the same memory.
@@ -239,6 +245,21 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
           static_cast<uint64_t>(bytes);
       continue;
     }
+    if (key == "ranks_per_node") {
+      std::optional<int64_t> count = value.getAsInteger();
+      if (!count || *count < 1 || *count > (int64_t(1) << 30))
+        return hardwareError("'ranks_per_node' must be a count of devices "
+                             "from 1 to 2^30");
+      h.ranksPerNode = *count;
+      continue;
+    }
+    if (key == "node_bandwidth") {
+      if (!measuredNumber(&value, 1, h.nodeBandwidth) ||
+          h.nodeBandwidth >= 9.2e18)
+        return hardwareError("'node_bandwidth' must be a number from 1 to "
+                             "below 2^63 (bytes/s)");
+      continue;
+    }
     if (key == "gemm_rates" || key == "op_rates") {
       if (llvm::Error error = key == "gemm_rates" ? parseGemmRates(value, h)
                                                   : parseOpRates(value, h))
@@ -251,8 +272,8 @@ llvm::Expected<Hardware> parseHardwareJson(llvm::StringRef text) {
         field = &f;
     if (!field) {
       std::string known = "name, source, context_bytes, communicator_bytes, "
-                          "host_memory_bytes, shared_by_ranks, gemm_rates, "
-                          "op_rates";
+                          "host_memory_bytes, node_bandwidth, ranks_per_node, "
+                          "shared_by_ranks, gemm_rates, op_rates";
       for (Field &f : numbers)
         known += std::string(", ") + f.key;
       return hardwareError("unknown key '" + key.str() + "' (the keys are " +
@@ -315,6 +336,10 @@ std::string printHardwareJson(const Hardware &h) {
     object["communicator_bytes"] = static_cast<int64_t>(h.communicatorBytes);
   if (h.hostMemoryBytes)
     object["host_memory_bytes"] = static_cast<int64_t>(h.hostMemoryBytes);
+  if (h.nodeBandwidth > 0)
+    object["node_bandwidth"] = h.nodeBandwidth;
+  if (h.ranksPerNode != 8)
+    object["ranks_per_node"] = h.ranksPerNode;
   if (!gemms.empty())
     object["gemm_rates"] = std::move(gemms);
   if (!ops.empty())

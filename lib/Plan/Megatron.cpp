@@ -85,6 +85,14 @@ std::vector<std::string> toMegatronArguments(const PlanCandidate &c,
         "multiple of 128 x {0} (--make-vocab-size-divisible-by) and splits "
         "it, so its ranks hold less than the plan says",
         c.tensorParallel));
+  if (c.pipelineParallel > 1) {
+    add("--pipeline-model-parallel-size", std::to_string(c.pipelineParallel));
+    // Megatron's interleaved schedule: layers per model chunk.
+    if (c.virtualStages > 1)
+      add("--num-layers-per-virtual-pipeline-stage",
+          std::to_string(request.model.layers /
+                         (c.pipelineParallel * c.virtualStages)));
+  }
   add("--micro-batch-size", std::to_string(c.microBatch));
   add("--global-batch-size", std::to_string(request.globalBatch));
   if (c.remat == PlanRemat::selective) {

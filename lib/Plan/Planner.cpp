@@ -236,8 +236,16 @@ PlanMeasure measureStep(func::FuncOp step, const FunctionMemory &memory,
       totals[static_cast<unsigned>(MemoryCategory::Gradients)] +
       totals[static_cast<unsigned>(MemoryCategory::Optimizer)];
   out.bytesSent = 0;
-  for (auto &[kind, traffic] : collectiveTrafficOf(step))
-    out.bytesSent += traffic.bytes;
+  for (auto &[key, traffic] : collectiveTrafficOf(step)) {
+    // A pipeline stage's exchanges (a ring attention's are its context
+    // group's collectives).
+    if (key.kind == "send_recv" && key.axis != "context")
+      out.exchangeBytes += traffic.bytes;
+    else
+      out.bytesSent += traffic.bytes;
+    if (key.axis == "tensor")
+      out.tensorBytes += traffic.bytes;
+  }
   out.hostBytes = memory.getHostBytes();
   out.hostDeviceBytes = memory.getHostDeviceBytes();
   out.activationTransferBytes = memory.getActivationTransferBytes();
@@ -410,6 +418,9 @@ PlanMeasure extrapolate(const PlanMeasure &a, const PlanMeasure &b, int64_t t,
                           (b.phaseSeconds[phase] - a.phaseSeconds[phase]) *
                               static_cast<double>(t));
   m.bytesSent = extrapolate(a.bytesSent, b.bytesSent, t);
+  m.exchangeBytes = extrapolate(a.exchangeBytes, b.exchangeBytes, t);
+  m.tensorBytes = extrapolate(a.tensorBytes, b.tensorBytes, t);
+  m.unitsInFlight = b.unitsInFlight;
   m.modelStateBytes = extrapolate(a.modelStateBytes, b.modelStateBytes, t);
   m.hostBytes = extrapolate(a.hostBytes, b.hostBytes, t);
   m.hostDeviceBytes = extrapolate(a.hostDeviceBytes, b.hostDeviceBytes, t);
@@ -497,6 +508,14 @@ PlanCandidate::stepOptions(int64_t ranks, uint64_t memoryBytes) const {
     options.gradAccum.emplace().steps = accumulation;
     options.gradAccum->accumulateDtype = sumDtype;
   }
+  if (pipelineParallel > 1) {
+    TrainPipelinePassOptions &pipeline = options.pipeline.emplace();
+    pipeline.stages = pipelineParallel;
+    pipeline.microBatches = accumulation;
+    pipeline.virtualStages = virtualStages;
+    pipeline.schedule = virtualStages > 1 ? PipelineSchedule::interleaved
+                                          : PipelineSchedule::one_f_one_b;
+  }
   if (eightBit)
     options.quantize.emplace();
   if (stage >= 0) {
@@ -577,8 +596,10 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
   if (accumulation > 1 && sumDtype != AccumDtype::f32)
     text += llvm::formatv(" --grad-accum=\"steps={0} accumulate-dtype={1}\"",
                           accumulation, accumDtypeName(sumDtype));
-  else if (accumulation > 1)
+  else if (accumulation > 1 && pipelineParallel == 1)
     text += llvm::formatv(" --grad-accum=steps={0}", accumulation);
+  if (pipelineParallel > 1)
+    text += " --pipeline=\"" + pipelineOptions() + "\"";
   if (eightBit)
     text += " --quantize-optimizer-state";
   // The recipe with the plan's optimizer, unless trainmem-run's default.
@@ -599,6 +620,14 @@ std::string PlanCandidate::runOptions(uint64_t memoryBytes) const {
   return text;
 }
 
+std::string PlanCandidate::pipelineOptions() const {
+  std::string text = llvm::formatv("stages={0} micro-batches={1}",
+                                   pipelineParallel, accumulation);
+  if (virtualStages > 1)
+    text += llvm::formatv(" schedule=interleaved virtual={0}", virtualStages);
+  return text;
+}
+
 std::string PlanCandidate::describe() const {
   std::string text =
       llvm::formatv("micro-batch {0} x {1}", microBatch, accumulation);
@@ -615,6 +644,13 @@ std::string PlanCandidate::describe() const {
   if (contextParallel > 1)
     text += llvm::formatv(", context-parallel {0}{1}", contextParallel,
                           contextRing() ? " (ring)" : "");
+  if (pipelineParallel > 1)
+    text +=
+        virtualStages > 1
+            ? llvm::formatv(", pipeline {0} x {1} chunks (interleaved)",
+                            pipelineParallel, virtualStages)
+                  .str()
+            : llvm::formatv(", pipeline {0} (1F1B)", pipelineParallel).str();
   if (stage >= 0)
     text += llvm::formatv(", ZeRO-{0}", stage);
   if (eightBit)
@@ -780,6 +816,28 @@ static llvm::Error completeSpace(PlanRequest &request) {
   }
   if (request.sequenceParallel.empty())
     request.sequenceParallel = {false, true};
+  if (request.pipelineParallel.empty())
+    request.pipelineParallel = {1};
+  if (request.virtualStages.empty())
+    request.virtualStages = {1};
+  for (int64_t p : request.pipelineParallel) {
+    if (p < 1 || request.ranks % p != 0)
+      return planError(llvm::formatv(
+          "pipeline-parallel size {0} does not divide the {1} ranks", p,
+          request.ranks));
+    if (p > 1 && request.module)
+      return planError("--pipeline-parallel plans a preset's layers (cut "
+                       "evenly); a model file's stages are not planned yet "
+                       "(docs/Pipeline.md, \"Not built yet\")");
+    if (request.model.layers % p != 0)
+      return planError(llvm::formatv(
+          "pipeline-parallel size {0} does not divide the {1} layers", p,
+          request.model.layers));
+  }
+  for (int64_t v : request.virtualStages)
+    if (v < 1)
+      return planError(
+          llvm::formatv("virtual stages must be at least 1, got {0}", v));
   return llvm::Error::success();
 }
 
@@ -810,16 +868,28 @@ llvm::Error completePlanRequest(PlanRequest &request) {
     if (!structure.uniform)
       request.exact = true;
   }
-  if (request.globalBatch < 1 || request.globalBatch % request.ranks != 0) {
+  // Model-parallel groups (tensor, context, pipeline) train a data rank's
+  // share together: the global batch is then a multiple of the data
+  // ranks, checked per candidate.
+  auto parallel = [](const std::vector<int64_t> &sizes) {
+    return llvm::any_of(sizes, [](int64_t size) { return size > 1; });
+  };
+  bool groups = parallel(request.tensorParallel) ||
+                parallel(request.contextParallel) ||
+                parallel(request.pipelineParallel);
+  if (request.globalBatch < 1 ||
+      (request.globalBatch % request.ranks != 0 && !groups)) {
     return planError(
         llvm::formatv("the global batch {0} must be a positive multiple "
-                      "of the ranks ({1})",
+                      "of the ranks ({1}), or of the data ranks that "
+                      "--tensor-parallel, --context-parallel or "
+                      "--pipeline-parallel groups leave",
                       request.globalBatch, request.ranks));
   }
   if (request.memoryBytes == 0) {
     return planError("no memory budget (--memory, or a hardware with memory)");
   }
-  int64_t perRank = request.globalBatch / request.ranks;
+  int64_t perRank = std::max<int64_t>(1, request.globalBatch / request.ranks);
   if (perRank > kMaxPerRankBatch) {
     return planError(
         llvm::formatv("{0} sequences per rank and step: the planner "
@@ -828,10 +898,11 @@ llvm::Error completePlanRequest(PlanRequest &request) {
   }
   if (request.microBatches.empty()) {
     request.defaultMicroBatches = true;
-    request.microBatches = divisorsOf(perRank);
+    if (request.globalBatch % request.ranks == 0)
+      request.microBatches = divisorsOf(perRank);
   }
   for (int64_t m : request.microBatches)
-    if (m < 1 || perRank % m != 0) {
+    if (m < 1 || perRank % m != 0 || request.globalBatch % request.ranks != 0) {
       return planError(llvm::formatv("micro-batch {0} does not divide the {1} "
                                      "sequences each rank takes per step",
                                      m, perRank));
@@ -900,12 +971,35 @@ void predictThroughput(PlanCandidate &c, const PlanRequest &request) {
   if (c.offload == PlanOffload::statesAndUpdate ||
       c.offload == PlanOffload::statesUpdateGradients)
     c.optimizerSeconds = static_cast<double>(m.optimizerFlops) / hw.hostFlops;
+  // A pipeline: its slowest stage's pace per micro-batch, m of them and
+  // (p - 1) / v more while the pipeline fills and drains (the bubble); the
+  // exchanges over NVLink within a node, over the network where a
+  // pipeline's p x t x c ranks span nodes (Megatron's layout: a stage's
+  // peer is t x c ranks away).
+  c.bubbleSeconds = c.pointToPointSeconds = 0;
+  if (c.pipelineParallel > 1) {
+    double pace = m.stageMicroBatchSeconds;
+    if (hw.sharedByRanks)
+      pace *= static_cast<double>(request.ranks);
+    c.bubbleSeconds = pace * static_cast<double>(c.pipelineParallel - 1) /
+                      static_cast<double>(c.virtualStages);
+    c.computeSeconds =
+        pace * static_cast<double>(c.accumulation) + c.bubbleSeconds;
+    int64_t span = c.pipelineParallel * c.tensorParallel * c.contextParallel;
+    double link = span > hw.ranksPerNode && hw.nodeBandwidth > 0
+                      ? hw.nodeBandwidth
+                      : hw.interconnectBandwidth;
+    c.pointToPointSeconds = static_cast<double>(m.exchangeBytes) / link;
+  }
   c.stepSeconds = c.computeSeconds + c.optimizerSeconds +
-                  c.communicationSeconds + c.offloadSeconds;
-  // A tensor group's t devices share its sequences.
+                  c.communicationSeconds + c.offloadSeconds +
+                  c.pointToPointSeconds;
+  // A tensor group's t devices share its sequences, a pipeline's p stages
+  // its micro-batches.
   double tokens =
       static_cast<double>(c.microBatch * c.accumulation * request.model.seq) /
-      static_cast<double>(c.tensorParallel * c.contextParallel);
+      static_cast<double>(c.tensorParallel * c.contextParallel *
+                          c.pipelineParallel);
   c.tokensPerSecond = c.stepSeconds > 0 ? tokens / c.stepSeconds : 0.0;
 }
 
@@ -913,14 +1007,14 @@ namespace {
 
 /// The candidate's choices apart from its recompute, as a key.
 std::string candidateKey(const PlanCandidate &c) {
-  return llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}/{9}/{10}/{11}/{12}",
-                       c.microBatch, c.stage, c.eightBit,
-                       static_cast<int>(c.offload), c.fuseAttention,
-                       c.fuseElementwise, stringifyPlanRemat(c.remat),
-                       c.tensorParallel, c.sequenceParallel, c.releaseGradients,
-                       c.offloadActivations,
-                       c.contextParallel * (c.contextRing() ? -1 : 1),
-                       accumDtypeName(c.sumDtype))
+  return llvm::formatv(
+             "{0}/{1}/{2}/{3}/{4}/{5}/{6}/{7}/{8}/{9}/{10}/{11}/{12}/{13}/{14}",
+             c.microBatch, c.stage, c.eightBit, static_cast<int>(c.offload),
+             c.fuseAttention, c.fuseElementwise, stringifyPlanRemat(c.remat),
+             c.tensorParallel, c.sequenceParallel, c.releaseGradients,
+             c.offloadActivations,
+             c.contextParallel * (c.contextRing() ? -1 : 1),
+             accumDtypeName(c.sumDtype), c.pipelineParallel, c.virtualStages)
       .str();
 }
 
@@ -957,11 +1051,223 @@ bool skipBudget(const PlanResult &result,
   return false;
 }
 
+/// A pipeline stage as compiled: its measure, and at its peak the saved
+/// activation bytes and the units in flight.
+struct StageMeasure {
+  PlanMeasure measure;
+  uint64_t saved = 0;
+  int64_t units = 0;
+};
+
+/// Compiles `c` cut into `stages` stages of `perStage` layers each, over
+/// `microBatches` micro-batches (its other choices and its data ranks
+/// kept), and measures every stage's function.
+llvm::Expected<std::vector<StageMeasure>>
+measureStages(MLIRContext &context, const PlanRequest &request,
+              const PlanCandidate &c, int64_t perStage, int64_t stages,
+              int64_t microBatches) {
+  PlanCandidate probe = c;
+  probe.pipelineParallel = stages;
+  probe.accumulation = microBatches;
+  int64_t ranks = c.dataRanks(request.ranks) * c.tensorParallel *
+                  c.contextParallel * stages;
+  llvm::Expected<TrainStepOptions> options =
+      probe.stepOptions(ranks, request.memoryBytes);
+  if (!options)
+    return options.takeError();
+  llvm::Expected<OwningOpRef<ModuleOp>> compiled = compileWithoutOffload(
+      context, request, probe, *options, perStage * stages);
+  if (!compiled)
+    return compiled.takeError();
+  std::vector<StageMeasure> out(stages);
+  for (auto func : (**compiled).getOps<func::FuncOp>()) {
+    auto stage = func->getAttrOfType<PipelineStageAttr>(kPipelineStageAttrName);
+    if (!stage || stage.getStage() >= stages)
+      continue;
+    MemoryAnalysis analysis(func);
+    const FunctionMemory &memory = analysis.getFunctions().front();
+    if (failed(memory.checkCounts("trainmem-plan")))
+      return planError("a count overflows 64 bits");
+    StageMeasure &m = out[stage.getStage()];
+    m.measure = measureStep(func, memory, request.hardware);
+    m.saved =
+        memory.getAtPeak()[static_cast<unsigned>(MemoryCategory::Activations)];
+    m.units = static_cast<int64_t>(
+        memory.getUnitsLiveAt(memory.getPeakPoint()).size());
+    m.measure.unitsInFlight = m.units;
+  }
+  return out;
+}
+
+/// The units stage `stage` of `p` holds in flight over `m` micro-batches
+/// (the schedules' counts, PipelineStagesTest): 1F1B min(p - k, m);
+/// interleaved (p - k - 1) x 2 + (v - 1) x p + 1 chunks.
+int64_t unitsInFlight(int64_t stage, int64_t p, int64_t v, int64_t m) {
+  if (v == 1)
+    return std::min(p - stage, m);
+  return (p - stage - 1) * 2 + (v - 1) * p + 1;
+}
+
+/// A pipeline's layers small enough to compile as they run (its layers
+/// times its micro-batches, the units the stages unroll).
+constexpr int64_t kExactPipelineUnits = 64;
+
+/// The forward and backward seconds of a stage per micro-batch.
+double microBatchSeconds(const PlanMeasure &m, int64_t microBatches) {
+  return (m.phaseSeconds[static_cast<unsigned>(Phase::Forward)] +
+          m.phaseSeconds[static_cast<unsigned>(Phase::Backward)]) /
+         static_cast<double>(microBatches);
+}
+
+/// The most units (layers times micro-batches) of a pipeline the planner
+/// compiles as it runs to measure its best (remeasureBest): beyond them
+/// its figures stay extrapolated (the whole pipeline unrolls every
+/// micro-batch of every layer).
+constexpr int64_t kWholePipelineUnits = 2048;
+
+/// `base`'s memory (its arena, peaks and their categories) with `t` times
+/// what `next` holds beyond it added: a stage holding t more units in
+/// flight than `base`, where `next` holds one more (in units of the
+/// difference).
+PlanMeasure addInFlight(const PlanMeasure &base, const PlanMeasure &next,
+                        double t) {
+  auto grow = [&](uint64_t x, uint64_t y) {
+    double value = static_cast<double>(x) +
+                   (static_cast<double>(y) - static_cast<double>(x)) * t;
+    return value > 0 ? static_cast<uint64_t>(std::llround(value)) : 0;
+  };
+  PlanMeasure m = base;
+  m.arena = grow(base.arena, next.arena);
+  m.peak = grow(base.peak, next.peak);
+  for (unsigned c = 0; c < kNumMemoryCategories; ++c)
+    m.atPeak[c] = grow(base.atPeak[c], next.atPeak[c]);
+  for (unsigned phase = 0; phase < 3; ++phase) {
+    m.phasePeak[phase] = grow(base.phasePeak[phase], next.phasePeak[phase]);
+    for (unsigned c = 0; c < kNumMemoryCategories; ++c)
+      m.phaseAtPeak[phase][c] =
+          grow(base.phaseAtPeak[phase][c], next.phaseAtPeak[phase][c]);
+  }
+  m.arena = std::max(m.arena, m.peak);
+  return m;
+}
+
+/// Measures pipeline candidate `c`: compiled as it runs where small (or
+/// asked: --exact, up to kWholePipelineUnits); otherwise its first and
+/// last stages (the embedding and the most units in flight; the head and
+/// the loss; the stages between hold fewer units and neither end's
+/// layers) from small pipelines: 2 stages of v, 2v and 3v layers over 3
+/// micro-batches (4 interleaved), extrapolated linearly to the stage's
+/// layers, and 3 stages of 2v and 3v layers over 4 (6), whose difference
+/// is what a unit more in flight holds (a stage's memory is linear in its
+/// units in flight once the micro-batches outnumber the stages). The plan's
+/// measure is the stage with the larger arena; its pace the slower
+/// stage's, per micro-batch.
+llvm::Error measurePipeline(MLIRContext &context, const PlanRequest &request,
+                            PlanCandidate &c) {
+  int64_t p = c.pipelineParallel, v = c.virtualStages, m = c.accumulation;
+  int64_t layers = request.model.layers, perStage = layers / p;
+  if ((request.exact && layers * m <= kWholePipelineUnits) ||
+      layers * m <= kExactPipelineUnits) {
+    llvm::Expected<std::vector<StageMeasure>> stages =
+        measureStages(context, request, c, perStage, p, m);
+    if (!stages)
+      return stages.takeError();
+    const StageMeasure *worst = &stages->front();
+    double pace = 0;
+    uint64_t sent = 0, exchanged = 0;
+    for (const StageMeasure &stage : *stages) {
+      if (stage.measure.arena > worst->measure.arena)
+        worst = &stage;
+      pace = std::max(pace, microBatchSeconds(stage.measure, m));
+      sent = std::max(sent, stage.measure.bytesSent);
+      exchanged = std::max(exchanged, stage.measure.exchangeBytes);
+    }
+    c.measure = worst->measure;
+    c.measure.stageMicroBatchSeconds = pace;
+    c.measure.bytesSent = sent;
+    c.measure.exchangeBytes = exchanged;
+    c.wholeModel = true;
+    return llvm::Error::success();
+  }
+  // More micro-batches than stages, so that the peak is in the steady
+  // state, where the first micro-batches' gradient sums are live (a
+  // multiple of the stages, interleaved).
+  auto probeMicroBatches = [&](int64_t stages) {
+    return v > 1 ? 2 * stages : stages + 1;
+  };
+  int64_t m2 = probeMicroBatches(2), m3 = probeMicroBatches(3);
+  std::array<std::vector<StageMeasure>, 3> two;
+  std::array<std::vector<StageMeasure>, 2> three;
+  for (int64_t k = 0; k < 3; ++k) {
+    llvm::Expected<std::vector<StageMeasure>> stages =
+        measureStages(context, request, c, (k + 1) * v, 2, m2);
+    if (!stages)
+      return stages.takeError();
+    two[k] = std::move(*stages);
+  }
+  for (int64_t k = 0; k < 2; ++k) {
+    llvm::Expected<std::vector<StageMeasure>> stages =
+        measureStages(context, request, c, (k + 2) * v, 3, m3);
+    if (!stages)
+      return stages.takeError();
+    three[k] = std::move(*stages);
+  }
+  bool overflow = false;
+  int64_t past = perStage / v - 2;
+  // Stage `stage` of p from the probes' first (end = 0) or last (end = 1).
+  auto stageAt = [&](int end, int64_t stage) {
+    PlanMeasure base =
+        extrapolate(two[1][end].measure, two[2][end].measure, past, overflow);
+    size_t last3 = end == 0 ? 0 : 2;
+    PlanMeasure next = extrapolate(three[0][last3].measure,
+                                   three[1][last3].measure, past, overflow);
+    int64_t units2 = unitsInFlight(end == 0 ? 0 : 1, 2, v, m2);
+    int64_t units3 = unitsInFlight(end == 0 ? 0 : 2, 3, v, m3);
+    int64_t units = unitsInFlight(stage, p, v, m);
+    PlanMeasure at = base;
+    if (units3 != units2)
+      at = addInFlight(base, next,
+                       static_cast<double>(units - units2) /
+                           static_cast<double>(units3 - units2));
+    at.unitsInFlight = units;
+    // m2 micro-batches measured; m of them run.
+    double scale = static_cast<double>(m) / static_cast<double>(m2);
+    auto scaled = [&](uint64_t count) {
+      return static_cast<uint64_t>(static_cast<double>(count) * scale);
+    };
+    at.forwardFlops = scaled(at.forwardFlops);
+    at.backwardFlops = scaled(at.backwardFlops);
+    at.recomputeFlops = scaled(at.recomputeFlops);
+    at.bytesSent = at.bytesSent - at.tensorBytes + scaled(at.tensorBytes);
+    at.tensorBytes = scaled(at.tensorBytes);
+    at.exchangeBytes = scaled(at.exchangeBytes);
+    at.stageMicroBatchSeconds = microBatchSeconds(at, m2);
+    for (Phase phase : {Phase::Forward, Phase::Backward})
+      at.phaseSeconds[static_cast<unsigned>(phase)] *= scale;
+    return at;
+  };
+  PlanMeasure first = stageAt(0, 0), last = stageAt(1, p - 1);
+  if (overflow)
+    return planError("a count overflows 64 bits");
+  c.measure = first.arena >= last.arena ? first : last;
+  c.measure.stageMicroBatchSeconds =
+      std::max(first.stageMicroBatchSeconds, last.stageMicroBatchSeconds);
+  c.measure.bytesSent = std::max(first.bytesSent, last.bytesSent);
+  c.measure.exchangeBytes = std::max(first.exchangeBytes, last.exchangeBytes);
+  c.wholeModel = false;
+  c.approximate =
+      !linear(two[0][0].measure, two[1][0].measure, two[2][0].measure) ||
+      !linear(two[0][1].measure, two[1][1].measure, two[2][1].measure);
+  return llvm::Error::success();
+}
+
 /// Measures candidate `c` at the request's layer count: compiled whole, or
 /// extrapolated from three small layer counts where the model is linear in
 /// them.
 llvm::Error measureCandidate(MLIRContext &context, const PlanRequest &request,
                              PlanCandidate &c, CompiledSteps &cache) {
+  if (c.pipelineParallel > 1)
+    return measurePipeline(context, request, c);
   int64_t layers = request.model.layers;
   bool extrapolated = !request.exact && layers > kThirdLayers;
   c.wholeModel = true;
@@ -1143,86 +1449,116 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
   for (int64_t cp : request.contextParallel)
     for (ContextExchange exchange : exchangesFor(cp))
       for (int64_t t : request.tensorParallel)
-        for (bool sequence : request.sequenceParallel) {
-          // K/V heads t is a multiple of are replicated, which
-          // train-tensor-parallel refuses with sequence parallelism; context
-          // parallelism cuts a sequence sequence parallelism has not.
-          bool replicated =
-              request.model.kvHeads > 0 && request.model.kvHeads % t != 0;
-          if (sequence && (t == 1 || replicated || cp > 1))
-            continue;
-          if (request.ranks % (t * cp) != 0)
-            continue;
-          // Each tensor x context group trains on its data rank's share of
-          // the global batch; ZeRO runs over the data ranks (none when there
-          // is one).
-          int64_t data = request.ranks / (t * cp);
-          int64_t perRank = request.globalBatch / data;
-          std::vector<int64_t> micros = request.microBatches;
-          if (request.defaultMicroBatches && t * cp > 1)
-            micros = divisorsOf(perRank);
-          std::vector<int64_t> stages;
-          for (int64_t stage : request.stages)
-            if ((stage < 0) == (data == 1) &&
-                !llvm::is_contained(stages, stage))
-              stages.push_back(stage);
-          if (stages.empty())
-            stages.push_back(data == 1 ? -1 : 0);
-          for (int64_t micro : micros)
-            for (auto [remat, activations] : keeps)
-              for (int64_t stage : stages)
-                for (bool eightBit : request.eightBit)
-                  for (bool fuseAttention : request.fuseAttention)
-                    for (bool fuseElementwise : request.fuseElementwise)
-                      for (auto &[optimizer, release] : updates)
-                        for (AccumDtype sums : sumTypesFor(perRank / micro)) {
-                          // Context parallelism cuts a fused attention.
-                          if (cp > 1 && !fuseAttention)
-                            continue;
-                          // Release applies to one micro-batch (a gradient is
-                          // complete after the last one).
-                          if (release && perRank / micro > 1)
-                            continue;
-                          // Gradients summed on the host: a loop to sum,
-                          // and no reduction of its sums after it.
-                          std::vector<PlanOffload> offloads;
-                          for (PlanOffload offload : request.offloads)
-                            if (offload != PlanOffload::statesUpdateGradients ||
-                                (perRank / micro > 1 && stage != 0 &&
-                                 stage != 1))
-                              offloads.push_back(offload);
-                          if (offloads.empty())
-                            continue;
-                          groupStart.push_back(result.candidates.size());
-                          for (PlanOffload offload : offloads) {
-                            PlanCandidate c;
-                            c.tensorParallel = t;
-                            c.contextParallel = cp;
-                            c.contextExchange = exchange;
-                            c.sequenceParallel = sequence;
-                            c.vocabularyParallel = t > 1 && vocabulary % t == 0;
-                            c.fuseAttention = fuseAttention;
-                            c.fuseElementwise = fuseElementwise;
-                            c.microBatch = micro;
-                            c.accumulation = perRank / micro;
-                            c.remat = remat;
-                            c.offloadActivations = activations;
-                            c.stage = stage;
-                            c.eightBit = eightBit;
-                            c.offload = offload;
-                            c.optimizer = optimizer;
-                            c.releaseGradients = release;
-                            c.sumDtype = sums;
-                            c.recipe = request.recipe;
-                            c.changesNumerics =
-                                eightBit ||
-                                optimizer != request.optimizers.front() ||
-                                (release && recipeClips(request.recipe)) ||
-                                sums != AccumDtype::f32;
-                            result.candidates.push_back(c);
-                          }
-                        }
-        }
+        for (bool sequence : request.sequenceParallel)
+          for (int64_t pp : request.pipelineParallel)
+            for (int64_t v : request.virtualStages) {
+              // K/V heads t is a multiple of are replicated, which
+              // train-tensor-parallel refuses with sequence parallelism;
+              // context parallelism cuts a sequence sequence parallelism has
+              // not.
+              bool replicated =
+                  request.model.kvHeads > 0 && request.model.kvHeads % t != 0;
+              if (sequence && (t == 1 || replicated || cp > 1))
+                continue;
+              if (request.ranks % (t * cp * pp) != 0)
+                continue;
+              // Pipeline stages (docs/Pipeline.md): the layers cut evenly into
+              // p x v chunks; chunks are interleaved stages' alone; not with
+              // context parallelism.
+              if (pp == 1 ? v > 1
+                          : cp > 1 || request.model.layers % (pp * v) != 0)
+                continue;
+              // Each tensor x context group (each pipeline of them) trains on
+              // its data rank's share of the global batch; ZeRO runs over the
+              // data ranks (none when there is one).
+              int64_t data = request.ranks / (t * cp * pp);
+              if (request.globalBatch % data != 0)
+                continue;
+              int64_t perRank = request.globalBatch / data;
+              std::vector<int64_t> micros = request.microBatches;
+              if (request.defaultMicroBatches && t * cp * pp > 1)
+                micros = divisorsOf(perRank);
+              std::vector<int64_t> stages;
+              for (int64_t stage : request.stages)
+                if ((stage < 0) == (data == 1) &&
+                    !llvm::is_contained(stages, stage) &&
+                    // ZeRO-2/3 are refused on pipeline stages, ZeRO-1 on
+                    // tensor-parallel ones.
+                    (pp == 1 || stage < 1 || (stage == 1 && t == 1)))
+                  stages.push_back(stage);
+              if (stages.empty())
+                stages.push_back(data == 1 ? -1 : 0);
+              for (int64_t micro : micros)
+                for (auto [remat, activations] : keeps)
+                  for (int64_t stage : stages)
+                    for (bool eightBit : request.eightBit)
+                      for (bool fuseAttention : request.fuseAttention)
+                        for (bool fuseElementwise : request.fuseElementwise)
+                          for (auto &[optimizer, release] : updates)
+                            for (AccumDtype sums :
+                                 sumTypesFor(perRank / micro)) {
+                              // Context parallelism cuts a fused attention.
+                              if (cp > 1 && !fuseAttention)
+                                continue;
+                              // Stages need a micro-batch per stage at least (a
+                              // multiple of the stages, interleaved), and do
+                              // not compose with a remat budget, activation
+                              // offload, release or Sophia (docs/Pipeline.md).
+                              int64_t m = perRank / micro;
+                              if (pp > 1 &&
+                                  (m < pp || (v > 1 && m % pp != 0) ||
+                                   remat == PlanRemat::budget || activations ||
+                                   release || optimizer == "sophia"))
+                                continue;
+                              // Release applies to one micro-batch (a gradient
+                              // is complete after the last one).
+                              if (release && perRank / micro > 1)
+                                continue;
+                              // Gradients summed on the host: a loop to sum,
+                              // and no reduction of its sums after it.
+                              std::vector<PlanOffload> offloads;
+                              for (PlanOffload offload : request.offloads)
+                                if ((offload !=
+                                         PlanOffload::statesUpdateGradients ||
+                                     (perRank / micro > 1 && stage != 0 &&
+                                      stage != 1)) &&
+                                    (pp == 1 || offload == PlanOffload::none))
+                                  offloads.push_back(offload);
+                              if (offloads.empty())
+                                continue;
+                              groupStart.push_back(result.candidates.size());
+                              for (PlanOffload offload : offloads) {
+                                PlanCandidate c;
+                                c.tensorParallel = t;
+                                c.contextParallel = cp;
+                                c.contextExchange = exchange;
+                                c.pipelineParallel = pp;
+                                c.virtualStages = v;
+                                c.sequenceParallel = sequence;
+                                c.vocabularyParallel =
+                                    t > 1 && vocabulary % t == 0;
+                                c.fuseAttention = fuseAttention;
+                                c.fuseElementwise = fuseElementwise;
+                                c.microBatch = micro;
+                                c.accumulation = perRank / micro;
+                                c.remat = remat;
+                                c.offloadActivations = activations;
+                                c.stage = stage;
+                                c.eightBit = eightBit;
+                                c.offload = offload;
+                                c.optimizer = optimizer;
+                                c.releaseGradients = release;
+                                c.sumDtype = sums;
+                                c.recipe = request.recipe;
+                                c.changesNumerics =
+                                    eightBit ||
+                                    optimizer != request.optimizers.front() ||
+                                    (release && recipeClips(request.recipe)) ||
+                                    sums != AccumDtype::f32;
+                                result.candidates.push_back(c);
+                              }
+                            }
+            }
   groupStart.push_back(result.candidates.size());
   return groupStart;
 }
@@ -1339,7 +1675,11 @@ static void remeasureBest(MLIRContext &context, const PlanRequest &request,
   whole.exact = true;
   while (result.best) {
     PlanCandidate &best = result.candidates[*result.best];
-    if (best.wholeModel)
+    // A pipeline too large to unroll whole keeps its extrapolated figures
+    // (the table and JSON say "extrapolated").
+    if (best.wholeModel ||
+        (best.pipelineParallel > 1 &&
+         request.model.layers * best.accumulation > kWholePipelineUnits))
       break;
     PlanCandidate again = unmeasured(best);
     again.approximate = false;

@@ -255,6 +255,18 @@ static cl::list<std::string> tensorParallel(
              "heads and the K/V heads; default: 1, and auto's sizes when "
              "nothing fits at 1; an explicit 1 searches 1 only)"),
     cl::CommaSeparated, cl::cat(category));
+static cl::list<int64_t> pipelineParallel(
+    "pipeline-parallel",
+    cl::desc("Pipeline stages to try (train-pipeline, 1F1B, the layers cut "
+             "evenly): counts p with t x c x p dividing --ranks and p the "
+             "layers (default: 1)"),
+    cl::CommaSeparated, cl::cat(category));
+static cl::list<int64_t> virtualStages(
+    "virtual-stages",
+    cl::desc("Model chunks per pipeline stage to try (v > 1: the interleaved "
+             "schedule, Megatron's --num-layers-per-virtual-pipeline-stage; "
+             "default: 1)"),
+    cl::CommaSeparated, cl::cat(category));
 static cl::list<std::string> contextParallel(
     "context-parallel",
     cl::desc("Context-parallel sizes to try (train-context-parallel, load "
@@ -441,7 +453,10 @@ static std::string tensorShort(const PlanCandidate &c) {
   return std::to_string(c.tensorParallel) + (c.sequenceParallel ? "+sp" : "") +
          (c.contextParallel > 1 ? "c" + std::to_string(c.contextParallel)
                                 : "") +
-         (c.contextRing() ? "r" : "");
+         (c.contextRing() ? "r" : "") +
+         (c.pipelineParallel > 1 ? "p" + std::to_string(c.pipelineParallel)
+                                 : "") +
+         (c.virtualStages > 1 ? "v" + std::to_string(c.virtualStages) : "");
 }
 
 /// The update column: the optimizer, +rel for gradient release.
@@ -455,7 +470,8 @@ static void printTable(llvm::raw_ostream &os, const PlanRequest &request,
   // column where it has more than one optimizer or release.
   bool tensorColumn =
       llvm::any_of(result.candidates, [](const PlanCandidate &c) {
-        return c.tensorParallel > 1 || c.contextParallel > 1;
+        return c.tensorParallel > 1 || c.contextParallel > 1 ||
+               c.pipelineParallel > 1;
       });
   bool updateColumn =
       llvm::any_of(result.candidates, [&](const PlanCandidate &c) {
@@ -605,6 +621,8 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
       {"tensor_parallel", c.tensorParallel},
       {"sequence_parallel", c.sequenceParallel},
       {"context_parallel", c.contextParallel},
+      {"pipeline_parallel", c.pipelineParallel},
+      {"virtual_stages", c.virtualStages},
       {"context_exchange",
        c.contextParallel > 1
            ? llvm::json::Value(c.contextRing() ? "ring" : "all-gather")
@@ -633,6 +651,10 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
                                   {"recompute", c.measure.recomputeFlops},
                                   {"optimizer", c.measure.optimizerFlops}};
   o["bytes_sent"] = c.measure.bytesSent;
+  if (c.pipelineParallel > 1) {
+    o["exchange_bytes"] = c.measure.exchangeBytes;
+    o["units_in_flight"] = c.measure.unitsInFlight;
+  }
   o["host_bytes"] = c.measure.hostBytes;
   o["host_device_bytes"] = c.measure.hostDeviceBytes;
   o["seconds"] =
@@ -640,6 +662,8 @@ static llvm::json::Object candidateJson(const PlanCandidate &c,
                          {"optimizer", figure(c.optimizerSeconds)},
                          {"communication", figure(c.communicationSeconds)},
                          {"offload", figure(c.offloadSeconds)},
+                         {"bubble", figure(c.bubbleSeconds)},
+                         {"point_to_point", figure(c.pointToPointSeconds)},
                          {"step", figure(c.stepSeconds)}};
   o["tokens_per_second"] = figure(c.tokensPerSecond);
   o["relative"] = figure(c.relative);
@@ -957,6 +981,12 @@ fillSearchSpace(PlanRequest &request,
       if (!llvm::is_contained(request.tensorParallel, size))
         request.tensorParallel.push_back(size);
     }
+    for (int64_t p : pipelineParallel)
+      if (!llvm::is_contained(request.pipelineParallel, p))
+        request.pipelineParallel.push_back(p);
+    for (int64_t v : virtualStages)
+      if (!llvm::is_contained(request.virtualStages, v))
+        request.virtualStages.push_back(v);
     std::optional<std::vector<bool>> sequence = bothOffOn(sequenceParallel);
     if (!sequence)
       return refuse("--sequence-parallel must be both, off or on");
@@ -1123,6 +1153,9 @@ static LogicalResult restrictToTarget(PlanRequest &request) {
           request.contextParallel,
           [&](int64_t c) { return megatron || c == 1; },
           "context-parallel sizes")) ||
+      failed(keep(
+          request.virtualStages, [&](int64_t v) { return megatron || v == 1; },
+          "virtual pipeline stages")) ||
       failed(keep(
           request.optimizers,
           [&](const std::string &name) {

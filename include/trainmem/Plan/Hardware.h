@@ -55,6 +55,12 @@ struct Hardware {
   double interconnectBandwidth = 0;
   /// Host link per direction, bytes/s (PCIe).
   double hostBandwidth = 0;
+  /// Between nodes, per device and direction, bytes/s (a server's network
+  /// cards over its devices: InfiniBand); and the devices of one node.
+  /// Pipeline stages whose peers are on other nodes send at this figure.
+  /// 0: not given, the interconnect's then (one node).
+  double nodeBandwidth = 0;
+  int64_t ranksPerNode = 8;
   /// The host's FLOP/s available to one device's offloaded optimizer
   /// update (DeepSpeed's CPU Adam).
   double hostFlops = 0;
@@ -90,8 +96,8 @@ std::optional<Hardware> getHardwarePreset(llvm::StringRef name);
 /// A device from JSON text with exactly the keys of Hardware in snake_case
 /// (name, peak_flops, achievable_fraction, memory_bytes, memory_bandwidth,
 /// interconnect_bandwidth, host_bandwidth, host_flops; optionally
-/// context_bytes and communicator_bytes (0 when absent), shared_by_ranks
-/// (false when absent),
+/// context_bytes and communicator_bytes (0 when absent), node_bandwidth (0:
+/// one node) and ranks_per_node (8), shared_by_ranks (false when absent),
 /// gemm_rates: [{dtype, m, n, k, flops_per_second}], op_rates: {op name:
 /// {seconds_per_flop, seconds_per_byte, seconds_per_call}} and
 /// source); an error names the

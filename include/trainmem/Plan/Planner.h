@@ -128,6 +128,14 @@ struct PlanRequest {
   /// both (completePlanRequest): the ring holds two blocks of K/V where
   /// the gather holds the group's, and sends more.
   std::vector<ContextExchange> contextExchanges;
+  /// Pipeline stages p (train-pipeline: 1F1B, the layers cut evenly; each
+  /// p divides the ranks over t · c and the layers) and model chunks per
+  /// stage v (the interleaved schedule where v > 1; p · v divides the
+  /// layers). Default: p = 1, v = 1. The data ranks are then ranks / (t ·
+  /// c · p), each pipeline's batch split into m = batch / micro-batch
+  /// micro-batches (m >= p; a multiple of p interleaved).
+  std::vector<int64_t> pipelineParallel;
+  std::vector<int64_t> virtualStages;
   /// Whether contextParallel was defaulted (to c = 1): then, when nothing
   /// fits otherwise, the planner searches c = 2, 4 and 8 where they apply.
   bool defaultContextParallel = false;
@@ -177,8 +185,18 @@ struct PlanMeasure {
   /// The predicted seconds of each phase's ops (TimeModel.h, on the
   /// request's hardware; recompute in the backward's), collectives apart.
   std::array<double, 3> phaseSeconds{};
-  /// Bytes a rank sends through collectives per step.
+  /// Bytes a rank sends through collectives per step (pipeline exchanges
+  /// apart).
   uint64_t bytesSent = 0;
+  /// Bytes a pipeline stage sends to the others per step (its exchanges),
+  /// and of bytesSent those on the tensor axis (per micro-batch, where
+  /// ZeRO's on the data axis are per step).
+  uint64_t exchangeBytes = 0, tensorBytes = 0;
+  /// A pipeline: its slowest stage's forward and backward seconds per
+  /// micro-batch, and the units (a chunk's forward kept for its backward,
+  /// one micro-batch) the measured stage holds at its peak.
+  double stageMicroBatchSeconds = 0;
+  int64_t unitsInFlight = 0;
   /// Model states (weights, gradients, optimizer state), all of the step.
   uint64_t modelStateBytes = 0;
   /// Host memory (offloaded optimizer state and activations) and the bytes
@@ -223,6 +241,9 @@ struct PlanCandidate {
   /// attention gets the keys and values.
   int64_t contextParallel = 1;
   ContextExchange contextExchange = ContextExchange::allGather;
+  /// train-pipeline's stages (1: none) and chunks per stage (v > 1: the
+  /// interleaved schedule; else 1F1B).
+  int64_t pipelineParallel = 1, virtualStages = 1;
   bool contextRing() const {
     return contextParallel > 1 && contextExchange == ContextExchange::ring;
   }
@@ -234,9 +255,13 @@ struct PlanCandidate {
   /// Extrapolated although the small layer counts did not grow linearly
   /// (the whole model was too large to compile in the planner's time).
   bool approximate = false;
-  /// The throughput model (seconds per optimizer step).
+  /// The throughput model (seconds per optimizer step). A pipeline's
+  /// compute is its slowest stage's per micro-batch times m + (p - 1) / v
+  /// (of which the bubble, (p - 1) / v of them), its exchanges' bytes over
+  /// the link between stages (pointToPointSeconds).
   double computeSeconds = 0, optimizerSeconds = 0, communicationSeconds = 0,
-         offloadSeconds = 0, stepSeconds = 0;
+         offloadSeconds = 0, stepSeconds = 0, bubbleSeconds = 0,
+         pointToPointSeconds = 0;
   /// Tokens per second per device, and relative to the fastest candidate.
   double tokensPerSecond = 0, relative = 0;
   bool fits = false;
@@ -261,10 +286,12 @@ struct PlanCandidate {
   std::string autodiffOptions() const;
   /// One line: "micro-batch 4 x 8, selective, ZeRO-1, 8-bit".
   std::string describe() const;
-  /// The data-parallel ranks of `ranks` (ZeRO's): ranks / (t · c).
+  /// The data-parallel ranks of `ranks` (ZeRO's): ranks / (t · c · p).
   int64_t dataRanks(int64_t ranks) const {
-    return ranks / (tensorParallel * contextParallel);
+    return ranks / (tensorParallel * contextParallel * pipelineParallel);
   }
+  /// The trainmem-run --pipeline options ("stages=p micro-batches=m ...").
+  std::string pipelineOptions() const;
 };
 
 struct PlanResult {

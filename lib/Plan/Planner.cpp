@@ -1196,22 +1196,20 @@ llvm::Error measurePipeline(MLIRContext &context, const PlanRequest &request,
     return v > 1 ? 2 * stages : stages + 1;
   };
   int64_t m2 = probeMicroBatches(2), m3 = probeMicroBatches(3);
+  // Two stages of v, 2v, 3v layers; three of 2v, 3v.
   std::array<std::vector<StageMeasure>, 3> two;
   std::array<std::vector<StageMeasure>, 2> three;
-  for (int64_t k = 0; k < 3; ++k) {
-    llvm::Expected<std::vector<StageMeasure>> stages =
-        measureStages(context, request, c, (k + 1) * v, 2, m2);
-    if (!stages)
-      return stages.takeError();
-    two[k] = std::move(*stages);
-  }
-  for (int64_t k = 0; k < 2; ++k) {
-    llvm::Expected<std::vector<StageMeasure>> stages =
-        measureStages(context, request, c, (k + 2) * v, 3, m3);
-    if (!stages)
-      return stages.takeError();
-    three[k] = std::move(*stages);
-  }
+  for (auto [stages, first, probes] :
+       {std::tuple{int64_t(2), int64_t(1), llvm::MutableArrayRef(two)},
+        std::tuple{int64_t(3), int64_t(2), llvm::MutableArrayRef(three)}})
+    for (auto [k, probe] : llvm::enumerate(probes)) {
+      llvm::Expected<std::vector<StageMeasure>> measured = measureStages(
+          context, request, c, (first + static_cast<int64_t>(k)) * v, stages,
+          stages == 2 ? m2 : m3);
+      if (!measured)
+        return measured.takeError();
+      probe = std::move(*measured);
+    }
   bool overflow = false;
   int64_t past = perStage / v - 2;
   // Stage `stage` of p from the probes' first (end = 0) or last (end = 1).
@@ -1408,6 +1406,32 @@ static int64_t vocabularyOf(const PlanRequest &request) {
   return vocabulary;
 }
 
+/// The ZeRO stages searched over `data` data ranks (of t x p model-parallel
+/// ranks): the request's, none on one rank; not 2-3 on pipeline stages
+/// (refused there, as DeepSpeed's pipeline engine refuses them) nor 1 on
+/// tensor-parallel ones (not built).
+static std::vector<int64_t> zeroStagesFor(const PlanRequest &request,
+                                          int64_t data, int64_t t, int64_t pp) {
+  std::vector<int64_t> stages;
+  for (int64_t stage : request.stages)
+    if ((stage < 0) == (data == 1) && !llvm::is_contained(stages, stage) &&
+        (pp == 1 || stage < 1 || (stage == 1 && t == 1)))
+      stages.push_back(stage);
+  if (stages.empty())
+    stages.push_back(data == 1 ? -1 : 0);
+  return stages;
+}
+
+/// Whether `pp` pipeline stages (`v` chunks each) over `m` micro-batches
+/// compose with a row's choices: a micro-batch per stage at least (a
+/// multiple of the stages, interleaved), and no remat budget, activation
+/// offload, release or Sophia (docs/Pipeline.md, "Not built yet").
+static bool stagesCompose(int64_t pp, int64_t v, int64_t m, PlanRemat remat,
+                          bool activations, bool release, StringRef optimizer) {
+  return m >= pp && (v == 1 || m % pp == 0) && remat != PlanRemat::budget &&
+         !activations && !release && optimizer != "sophia";
+}
+
 /// Every candidate of the request's choices, in groups that differ in
 /// their offload only (measured from one compiled step: CompiledSteps);
 /// the start of each group, and the end of the last.
@@ -1478,16 +1502,7 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
               std::vector<int64_t> micros = request.microBatches;
               if (request.defaultMicroBatches && t * cp * pp > 1)
                 micros = divisorsOf(perRank);
-              std::vector<int64_t> stages;
-              for (int64_t stage : request.stages)
-                if ((stage < 0) == (data == 1) &&
-                    !llvm::is_contained(stages, stage) &&
-                    // ZeRO-2/3 are refused on pipeline stages, ZeRO-1 on
-                    // tensor-parallel ones.
-                    (pp == 1 || stage < 1 || (stage == 1 && t == 1)))
-                  stages.push_back(stage);
-              if (stages.empty())
-                stages.push_back(data == 1 ? -1 : 0);
+              std::vector<int64_t> stages = zeroStagesFor(request, data, t, pp);
               for (int64_t micro : micros)
                 for (auto [remat, activations] : keeps)
                   for (int64_t stage : stages)
@@ -1500,15 +1515,10 @@ static std::vector<size_t> enumerateCandidates(const PlanRequest &request,
                               // Context parallelism cuts a fused attention.
                               if (cp > 1 && !fuseAttention)
                                 continue;
-                              // Stages need a micro-batch per stage at least (a
-                              // multiple of the stages, interleaved), and do
-                              // not compose with a remat budget, activation
-                              // offload, release or Sophia (docs/Pipeline.md).
-                              int64_t m = perRank / micro;
                               if (pp > 1 &&
-                                  (m < pp || (v > 1 && m % pp != 0) ||
-                                   remat == PlanRemat::budget || activations ||
-                                   release || optimizer == "sophia"))
+                                  !stagesCompose(pp, v, perRank / micro, remat,
+                                                 activations, release,
+                                                 optimizer))
                                 continue;
                               // Release applies to one micro-batch (a gradient
                               // is complete after the last one).

@@ -834,10 +834,37 @@ static llvm::Error completeSpace(PlanRequest &request) {
           "pipeline-parallel size {0} does not divide the {1} layers", p,
           request.model.layers));
   }
-  for (int64_t v : request.virtualStages)
+  for (int64_t v : request.virtualStages) {
     if (v < 1)
       return planError(
           llvm::formatv("virtual stages must be at least 1, got {0}", v));
+    if (v > 1 && llvm::none_of(request.pipelineParallel, [&](int64_t p) {
+          return p > 1 && request.model.layers % (p * v) == 0;
+        }))
+      return planError(llvm::formatv(
+          "virtual stages {0}: no pipeline-parallel size p > 1 asked for "
+          "cuts the {1} layers into p x {0} chunks",
+          v, request.model.layers));
+  }
+  // A pipeline's batch must give each stage a micro-batch (1F1B): the
+  // most model-parallel groups leave the most sequences per pipeline.
+  int64_t groups = 1;
+  for (int64_t t : request.tensorParallel)
+    for (int64_t c : request.contextParallel)
+      groups = std::max(groups, t * c);
+  for (int64_t p : request.pipelineParallel) {
+    if (p == 1 || request.ranks % (groups * p) != 0)
+      continue;
+    int64_t perPipeline = request.globalBatch /
+                          std::max<int64_t>(1, request.ranks / (groups * p));
+    if (perPipeline < p)
+      return planError(llvm::formatv(
+          "pipeline-parallel size {0}: the global batch {1} leaves {2} "
+          "sequence(s) per pipeline, fewer than its {0} stages' micro-batches "
+          "(1F1B runs at least one per stage): a larger --global-batch or "
+          "fewer stages",
+          p, request.globalBatch, perPipeline));
+  }
   return llvm::Error::success();
 }
 

@@ -199,12 +199,12 @@ checkTrainStepOptions(const TrainStepOptions &options,
                         "their number (pipeline=\"micro-batches=m ...\") or "
                         "grad-accum=\"steps=m\"");
   if (options.pipeline && options.remat &&
-      options.remat->policy == RematPolicy::budget)
+      options.remat->policy == RematPolicy::budget &&
+      options.pipeline->selectStage < 0)
     return errorHandler("train-step: remat policy=budget with pipeline "
-                        "stages is not built yet (a budget per stage, "
-                        "docs/Pipeline.md \"Not built yet\"): use "
-                        "policy=full or selective, and balance=memory to "
-                        "cut the layers by memory");
+                        "stages is one stage's budget: give the stage "
+                        "(pipeline=\"... select-stage=k\"; trainmem-run "
+                        "--pipeline gives each rank its own)");
   if (options.pipeline && (options.offload || options.contextParallel))
     return errorHandler(
         Twine("train-step: pipeline stages with ") +

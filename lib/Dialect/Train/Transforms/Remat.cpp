@@ -256,6 +256,18 @@ void recordMeasurement(BudgetModel &model, const FunctionMemory &memory,
   for (const LayerActivations &layer : memory.getLayers())
     if (auto it = position.find(layer.index); it != position.end())
       saved[it->second] = layer.total();
+  // A pipeline stage (train-pipeline's, unrolled): each layer's copies,
+  // one per micro-batch, are live only as many at once as the schedule
+  // keeps in flight (the units live at the stage's peak).
+  if (auto stage = memory.getFunction()->getAttrOfType<PipelineStageAttr>(
+          kPipelineStageAttrName)) {
+    uint64_t copies =
+        static_cast<uint64_t>(std::max<int64_t>(1, stage.getMicroBatches()));
+    uint64_t live = std::max<uint64_t>(
+        1, memory.getUnitsLiveAt(memory.getPeakPoint()).size());
+    for (uint64_t &bytes : saved)
+      bytes = bytes / copies * std::min(live, copies);
+  }
   for (size_t i = 0; i < numLayers; ++i)
     model.saved[i][c] = saved[i];
 
@@ -337,10 +349,24 @@ FailureOr<func::FuncOp> runMeasureAfter(func::FuncOp func, ModuleOp copy,
     return func.emitError("train-remat: the budget's measure-after "
                           "passes failed on the step (see above)");
   auto step = copy.lookupSymbol<func::FuncOp>(func.getSymName());
-  if (!step)
-    return func.emitError("train-remat: no @")
-           << func.getSymName() << " after the measure-after passes";
-  return step;
+  if (step)
+    return step;
+  // Cut into pipeline stages: the budget is the one stage's the passes
+  // keep (train-pipeline select-stage=k marks it the step; trainmem-run
+  // builds each rank's so), its layers measured, the others' absent.
+  for (auto stage : copy.getOps<func::FuncOp>())
+    if (stage->hasAttr(kPipelineStageAttrName) && stage->hasAttr(kStepAttrName))
+      return stage;
+  if (llvm::any_of(copy.getOps<func::FuncOp>(), [](func::FuncOp other) {
+        return other->hasAttr(kPipelineStageAttrName);
+      }))
+    return func.emitError("train-remat: the measure-after passes cut @")
+           << func.getSymName()
+           << " into pipeline stages: a budget is one stage's, give "
+              "train-pipeline select-stage=k (trainmem-run --pipeline gives "
+              "each rank its stage's)";
+  return func.emitError("train-remat: no @")
+         << func.getSymName() << " after the measure-after passes";
 }
 
 /// Measures `func` with every layer at one choice, for each choice. Each

@@ -109,8 +109,6 @@ def refused_by_design(row):
             return "pipeline stages with sophia"
         if row["zero"] in ("2", "3"):
             return "pipeline stages with ZeRO-2/3"
-        if row["remat"] == "budget":
-            return "pipeline stages with a remat budget"
         if row["dtype"] == "f16":
             return "pipeline stages with loss scaling"
         if row["accum"] == "2-unrolled":

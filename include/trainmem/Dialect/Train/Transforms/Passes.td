@@ -758,7 +758,11 @@ def TrainRematPass : Pass<"train-remat", "mlir::ModuleOp"> {
       each measured copy runs (what they leave unmaterialized is
       materialized after them). Under train-zero the budget is then one
       rank's (its shards, gathers and buckets); train-step passes its own
-      passes.
+      passes. Where they cut the step into pipeline stages, the budget is
+      the stage's that train-pipeline `select-stage=k` keeps (trainmem-run
+      gives each rank its own): a layer's copies count as many times as
+      the stage keeps micro-batches in flight at its peak, so the first
+      stage recomputes the most and the last the least.
 
     `layers=A:B` limits a policy to layers A..B-1. Values a region passes on
     to the forward after it (a layer's output) stay; the rest is recomputed

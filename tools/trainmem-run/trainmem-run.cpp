@@ -382,11 +382,6 @@ static LogicalResult fillPipelineStage(TrainStepPipelineOptions &options,
       return failure();
     perPipeline *= *size;
   }
-  if (worldSize % perPipeline != 0)
-    return refuse(
-        "--pipeline stages=" + llvm::Twine(stages) + " with tensor groups of " +
-        llvm::Twine(perPipeline / stages) + " needs a multiple of " +
-        llvm::Twine(perPipeline) + " processes, not " + llvm::Twine(worldSize));
   if (worldSize > perPipeline && !zeroOptions.getNumOccurrences())
     return refuse("--pipeline stages=" + llvm::Twine(stages) + " on " +
                   llvm::Twine(worldSize) + " processes is " +

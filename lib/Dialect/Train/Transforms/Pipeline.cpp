@@ -192,14 +192,16 @@ private:
   /// How each gradient the clip reads is split (its parameter's split;
   /// null: whole).
   SmallVector<TensorSplitAttr> clipSplits;
-  /// The squared norms stage k sends the others: one per grid axis its
-  /// split gradients lie on, then one of its whole gradients.
-  int64_t normWords(int64_t stage) const;
+  /// The squared norms each stage sends the others: one per grid axis its
+  /// split gradients lie on, then one of its whole gradients (countWords,
+  /// once the ops are placed).
+  SmallVector<int64_t> normWords;
+  int64_t countWords(int64_t stage) const;
   /// Its gradients and their splits.
   void stageGradients(int64_t stage, SmallVectorImpl<Value> &grads,
                       SmallVectorImpl<TensorSplitAttr> &splits) const;
-  LogicalResult addPipelineAxis();
   LogicalResult moveTensorAxis();
+  void findClipSplits();
 };
 
 SmallVector<Value> PipelineBuilder::readsOf(Operation *op) {
@@ -966,7 +968,7 @@ void PipelineBuilder::stageGradients(
     }
 }
 
-int64_t PipelineBuilder::normWords(int64_t stage) const {
+int64_t PipelineBuilder::countWords(int64_t stage) const {
   SmallVector<Value> grads;
   SmallVector<TensorSplitAttr> splits;
   stageGradients(stage, grads, splits);
@@ -993,13 +995,11 @@ void PipelineBuilder::StageWriter::exchangeNorms() {
   // whole gradients.
   SmallVector<Value> mine = buildSplitSquaredNorms(builder, clip.getLoc(), own,
                                                    splits, /*withWhole=*/true);
-  assert(static_cast<int64_t>(mine.size()) == p.normWords(stage) &&
-         "a stage's words as normWords counts them");
+  assert(static_cast<int64_t>(mine.size()) == p.normWords[stage] &&
+         "a stage's words as countWords counts them");
   llvm::append_range(words, mine);
   // Tags per ordered pair of stages and word, after the crossings'.
-  int64_t most = 0;
-  for (int64_t other = 0; other < p.stages; ++other)
-    most = std::max(most, p.normWords(other));
+  int64_t most = *llvm::max_element(p.normWords);
   auto tagOf = [&](int64_t from, int64_t to, int64_t word) {
     return static_cast<int64_t>(p.crossings.size()) +
            (from * p.stages + to) * most + word;
@@ -1015,7 +1015,7 @@ void PipelineBuilder::StageWriter::exchangeNorms() {
       sendPeers.push_back(peer);
       sendTags.push_back(tagOf(stage, peer, word));
     }
-    for (int64_t word = 0, e = p.normWords(peer); word < e; ++word) {
+    for (int64_t word = 0, e = p.normWords[peer]; word < e; ++word) {
       types.push_back(mine.front().getType());
       recvPeers.push_back(peer);
       recvTags.push_back(tagOf(peer, stage, word));
@@ -1120,26 +1120,24 @@ FailureOr<func::FuncOp> PipelineBuilder::buildStage(int64_t stage) {
   return StageWriter(*this, stage).write();
 }
 
+/// How each gradient the clip reads is split: its parameter's split (after
+/// moveTensorAxis).
+void PipelineBuilder::findClipSplits() {
+  if (!clip)
+    return;
+  clipSplits.assign(clip.getGrads().size(), TensorSplitAttr());
+  for (auto [index, clipped] : llvm::enumerate(clip.getClipped()))
+    for (Operation *user : clipped.getUsers())
+      if (auto update = dyn_cast<OptimizerUpdateOpInterface>(user);
+          update && update.getGradient() == clipped)
+        clipSplits[index] = getTensorSplit(step, update.getUpdatedParam());
+}
+
 /// A tensor-parallel step: its grid (data, tensor) gains the pipeline's
 /// axis between the two, (data, pipeline, tensor), Megatron's layout: a
 /// tensor group's ranks are consecutive (one node's), a stage's peer is a
 /// group's size away (rank = (data x stages + stage) x tensor + position).
 /// The splits and collectives on the grid's tensor axis move one axis on.
-/// The clip's gradients get their splits.
-LogicalResult PipelineBuilder::addPipelineAxis() {
-  if (failed(moveTensorAxis()))
-    return failure();
-  if (clip) {
-    clipSplits.assign(clip.getGrads().size(), TensorSplitAttr());
-    for (auto [index, clipped] : llvm::enumerate(clip.getClipped()))
-      for (Operation *user : clipped.getUsers())
-        if (auto update = dyn_cast<OptimizerUpdateOpInterface>(user);
-            update && update.getGradient() == clipped)
-          clipSplits[index] = getTensorSplit(step, update.getUpdatedParam());
-  }
-  return success();
-}
-
 LogicalResult PipelineBuilder::moveTensorAxis() {
   if (!tensorGrid)
     return success();
@@ -1211,8 +1209,9 @@ LogicalResult PipelineBuilder::run(int64_t microBatchesAsked) {
                             "micro-batches in groups of the stages: ")
            << microBatches << " is not a multiple of " << stages;
   if (failed(checkSupported(loop)) || failed(assignLayers(loop)) ||
-      failed(addPipelineAxis()))
+      failed(moveTensorAxis()))
     return failure();
+  findClipSplits();
   order.resize(stages);
   unitIndex.resize(stages);
   for (int64_t stage = 0; stage < stages; ++stage) {
@@ -1224,6 +1223,9 @@ LogicalResult PipelineBuilder::run(int64_t microBatchesAsked) {
   if (failed(unroll(loop)) || failed(placeOps()) || failed(assignResults()) ||
       failed(findCrossings()) || failed(placeExchanges()))
     return failure();
+  if (clip)
+    for (int64_t stage = 0; stage < stages; ++stage)
+      normWords.push_back(countWords(stage));
   LLVM_DEBUG(llvm::dbgs() << "train-pipeline: @" << step.getSymName() << ": "
                           << layers << " layers in " << chunks << " chunks, "
                           << microBatches << " micro-batches, "

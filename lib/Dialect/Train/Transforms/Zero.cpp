@@ -196,7 +196,10 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
   }
 
   void runOnOperation() override;
-  LogicalResult partition(ModuleOp module, func::FuncOp step);
+  /// Partitions `step`; the stages of a pipeline share `stageGrid`, their
+  /// (data, pipeline) grid, made by the first.
+  LogicalResult partition(ModuleOp module, func::FuncOp step,
+                          shard::GridOp &stageGrid);
   /// The (data, tensor) grid of a tensor-parallel step, its data axis
   /// `ranks` long (grown from 1).
   FailureOr<shard::GridOp> dataAxisGrid(func::FuncOp step);
@@ -205,9 +208,6 @@ struct TrainZeroPass : public train::impl::TrainZeroPassBase<TrainZeroPass> {
                              ArrayRef<OptimizerUpdateOpInterface> updates);
   LogicalResult shardOptimizer(func::FuncOp step, StringAttr grid,
                                ArrayRef<OptimizerUpdateOpInterface> updates);
-
-  /// The (data, pipeline) grid of a pipeline's stages.
-  shard::GridOp stageGrid;
 };
 
 /// What is wrong with train-zero's options, if anything.
@@ -247,12 +247,15 @@ void TrainZeroPass::runOnOperation() {
       return signalPassFailure();
     steps.push_back(step);
   }
+  // Of this run only: a pass instance runs on other modules too.
+  shard::GridOp stageGrid;
   for (func::FuncOp step : steps)
-    if (failed(partition(module, step)))
+    if (failed(partition(module, step, stageGrid)))
       return signalPassFailure();
 }
 
-LogicalResult TrainZeroPass::partition(ModuleOp module, func::FuncOp step) {
+LogicalResult TrainZeroPass::partition(ModuleOp module, func::FuncOp step,
+                                       shard::GridOp &stageGrid) {
   auto fail = [&](Location loc, const Twine &message) {
     return emitError(loc, "train-zero: ") << message;
   };
